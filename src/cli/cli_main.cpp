@@ -1,0 +1,138 @@
+// memsim-cli: the simulator from the command line. Uses only the core.
+//   memsim-cli estimate --config FILE.json [--format json|table] [--set KEY=VALUE]... [--timeline]
+//   memsim-cli estimate --hf-config config.json ...
+//   memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
+//   memsim-cli keys
+// Exit codes: 0 success, 2 invalid input (one line on stderr naming the field), 1 other failures.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/format.h"
+#include "core/serialize.h"
+#include "core/simulate.h"
+
+using namespace memsim;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|table] "
+    "[--timeline]\n"
+    "       memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]\n"
+    "       memsim-cli keys\n"
+    "FILE may be - for standard input. KEY uses the URL fragment's names, e.g. --set model.hidden_size=4096.\n";
+
+int invalid(const std::string& message) {
+  std::cerr << "memsim-cli: " << message << "\n";
+  return 2;
+}
+
+int invalid(const std::vector<FieldError>& errors) {
+  std::string msg = errors.front().message;
+  if (errors.size() > 1) msg += " (and " + std::to_string(errors.size() - 1) + " more problems)";
+  return invalid(msg);
+}
+
+bool read_input(const std::string& path, std::string& out, std::string& error) {
+  std::ostringstream ss;
+  if (path == "-") {
+    ss << std::cin.rdbuf();
+  } else {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+      error = "cannot read " + path;
+      return false;
+    }
+    ss << f.rdbuf();
+  }
+  out = ss.str();
+  return true;
+}
+
+void print_table(const Result& r) {
+  std::printf("parameters: %s (%s)\n", format_count(r.params_total).c_str(), format_params(r.params_total).c_str());
+  std::printf("model states per GPU: weights %s, gradients %s, optimizer %s\n",
+              format_bytes(r.model_states.weights_bytes).c_str(), format_bytes(r.model_states.gradients_bytes).c_str(),
+              format_bytes(r.model_states.optimizer_bytes).c_str());
+  for (const auto& d : r.devices) {
+    std::printf("\n%s (x%lld): %s\n", d.role.c_str(), static_cast<long long>(d.device_count),
+                d.fits ? "FITS" : (d.oom ? "OUT OF MEMORY" : "DOES NOT FIT (headroom)"));
+    std::printf("  %-24s %14s\n", "peak allocated", format_bytes(d.peak.allocated_bytes).c_str());
+    std::printf("  %-24s %14s\n", "peak reserved", format_bytes(d.peak.reserved_bytes).c_str());
+    std::printf("  %-24s %14s  of %s (usable %s)\n", "device (nvidia-smi)", format_bytes(d.peak.device_bytes).c_str(),
+                format_bytes(d.capacity_bytes).c_str(), format_bytes(d.usable_bytes).c_str());
+    std::printf("  peak at: %s, %s\n  breakdown at the peak:\n", d.peak_phase.c_str(), d.peak_label.c_str());
+    for (int i = 0; i < kComponentCount; ++i)
+      std::printf("    %-22s %14s\n", component_label(static_cast<Component>(i)),
+                  format_bytes(d.breakdown.allocator[i]).c_str());
+    std::printf("    %-22s %14s\n", "Allocator cache", format_bytes(d.breakdown.fragmentation_bytes).c_str());
+    std::printf("    %-22s %14s\n", "CUDA context", format_bytes(d.breakdown.cuda_context_bytes).c_str());
+  }
+  for (const auto& n : r.notes) std::printf("\nnote: %s\n", n.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "keys") {
+    for (const auto& k : field_keys()) std::puts(k.c_str());
+    return 0;
+  }
+  const bool estimate = args[0] == "estimate";
+  if (!estimate && args[0] != "config") return invalid("unknown command \"" + args[0] + "\"; try memsim-cli --help");
+
+  Config config;
+  std::string format = "json";
+  bool timeline = false;
+  std::vector<std::string> sets;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "--config" || a == "--hf-config") {
+      if (!value(v)) return invalid(a + " needs a file name (or - for stdin)");
+      std::string text, err;
+      if (!read_input(v, text, err)) return invalid(err);
+      Parsed p = a == "--config" ? config_from_json(text, config) : model_from_hf_json(text, config);
+      if (!p.ok) return invalid(p.errors);
+      for (const auto& n : p.notes) std::cerr << "memsim-cli: note: " << n << "\n";
+      config = p.config;
+    } else if (a == "--set") {
+      if (!value(v)) return invalid("--set needs KEY=VALUE");
+      sets.push_back(v);
+    } else if (a == "--format") {
+      if (!value(format) || (format != "json" && format != (estimate ? "table" : "fragment")))
+        return invalid(std::string("--format must be json or ") + (estimate ? "table" : "fragment"));
+    } else if (a == "--timeline") {
+      timeline = true;
+    } else {
+      return invalid("unknown option \"" + a + "\"; try memsim-cli --help");
+    }
+  }
+  for (const auto& s : sets) {  // after all files, so --set always wins
+    auto errs = apply_setting(config, s);
+    if (!errs.empty()) return invalid(errs);
+  }
+  if (!estimate) {  // print the normalised config: the memsim JSON or the link fragment
+    std::cout << (format == "json" ? config_to_json(config) : config_to_fragment(config)) << "\n";
+    return 0;
+  }
+  Result r = simulate(config);
+  if (!r.ok) return invalid(r.errors);
+  if (format == "json") std::cout << result_to_json(r, timeline) << "\n";
+  else print_table(r);
+  return 0;
+}

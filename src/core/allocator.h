@@ -1,0 +1,61 @@
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp at 001074d,
+// MEMORY_FORMULAS.md 5.4): 512-byte rounding, a small pool (<= 1 MiB, 2 MiB segments) and a large pool
+// (20 MiB segments for 1-10 MiB requests, 2 MiB-rounded segments above), best-fit reuse of cached blocks,
+// block splitting, coalescing on free, and the release of cached segments before an out-of-memory error.
+// One stream, default PYTORCH_CUDA_ALLOC_CONF (max_split_size unlimited, no expandable segments).
+#pragma once
+#include <cstdint>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace memsim {
+
+class CachingAllocator {
+ public:
+  // capacity_bytes: what cudaMalloc can hand out (GPU total minus context and other non-allocator memory).
+  explicit CachingAllocator(int64_t capacity_bytes);
+
+  // Returns a handle, or -1 if the request fails even after releasing cached segments (an OOM).
+  int32_t malloc(int64_t requested_bytes);
+  void free(int32_t handle);
+
+  // Bytes charged for a live handle: the rounded or unsplit block size, as memory_allocated counts it.
+  int64_t block_bytes(int32_t handle) const { return blocks_[handle].size; }
+
+  int64_t allocated_bytes() const { return allocated_; }
+  int64_t reserved_bytes() const { return reserved_; }
+  int64_t requested_bytes() const { return requested_; }
+  int64_t segment_count() const { return segments_; }
+
+  // round_size and get_allocation_size of CUDACachingAllocator.cpp (roundup_power2_divisions off).
+  static int64_t round_size(int64_t size);
+  static int64_t allocation_size(int64_t rounded);
+
+ private:
+  struct Block {
+    int64_t addr = 0;
+    int64_t size = 0;
+    int64_t requested = 0;
+    int32_t prev = -1, next = -1;  // neighbours within the same segment
+    bool allocated = false;
+    bool small = false;
+  };
+  // Best fit: smallest size first, then lowest address (BlockComparatorSize).
+  using FreeSet = std::set<std::tuple<int64_t, int64_t, int32_t>>;
+
+  FreeSet& pool(bool small) { return small ? free_small_ : free_large_; }
+  void insert_free(int32_t b) { pool(blocks_[b].small).insert({blocks_[b].size, blocks_[b].addr, b}); }
+  void erase_free(int32_t b) { pool(blocks_[b].small).erase({blocks_[b].size, blocks_[b].addr, b}); }
+  int32_t new_block();
+  void release_cached_segments();
+
+  int64_t capacity_;
+  int64_t allocated_ = 0, reserved_ = 0, requested_ = 0, segments_ = 0;
+  int64_t next_addr_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<int32_t> spare_;  // recycled block slots
+  FreeSet free_small_, free_large_;
+};
+
+}  // namespace memsim

@@ -1,0 +1,82 @@
+// The whole input of a simulation: plain structs with defaults. The defaults are the page's opening
+// scenario (a Llama-2-13B-shaped model, ZeRO-3, full checkpointing, bf16 mixed precision, micro-batch 4,
+// sequence 4096, 8 x A100-80GB).
+//
+// The model section uses Hugging Face config.json key names, so a real config.json is valid input.
+// A few structural facts that HF encodes in the model class rather than in config.json (norm type, gated
+// MLP, ...) are explicit fields here; serialize.cpp fills them from `model_type` when a config omits them.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace memsim {
+
+enum class NormType { RMSNorm, LayerNorm };
+enum class PositionType { Rope, Absolute };  // "absolute" = learned position embeddings (GPT-2, BERT)
+
+struct ModelConfig {
+  std::string model_type = "llama";
+  int64_t hidden_size = 5120;
+  int64_t num_hidden_layers = 40;
+  int64_t num_attention_heads = 40;
+  int64_t num_key_value_heads = 40;  // HF: absent means = num_attention_heads
+  int64_t head_dim = 128;            // HF: absent or null means hidden_size / num_attention_heads
+  int64_t intermediate_size = 13824;
+  int64_t vocab_size = 32000;
+  int64_t max_position_embeddings = 4096;
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";
+  bool attention_bias = false;  // HF Llama semantics: bias on q, k, v and o
+  bool mlp_bias = false;
+  // Structural fields not in HF config.json (defaults per model_type, see serialize.cpp):
+  NormType norm_type = NormType::RMSNorm;
+  bool mlp_gated = true;        // SwiGLU/GeGLU: gate, up and down projections
+  bool qkv_bias = false;        // bias on q, k, v only (Qwen2)
+  bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
+  int64_t norms_per_layer = 2;  // Gemma 2/3 use 4 (pre and post norms around attention and MLP)
+  PositionType position_embedding_type = PositionType::Rope;
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct TrainingConfig {
+  int64_t micro_batch_size = 4;
+  int64_t sequence_length = 4096;
+  int64_t gradient_accumulation_steps = 1;
+  std::string precision = "bf16_mixed";  // id in the precision table (precision.h)
+  std::string optimizer = "adamw";       // id in the optimizer table (optimizer.h)
+  bool optimizer_fused = false;          // torch default is foreach on CUDA (torch/optim/adam.py::adam)
+
+  bool operator==(const TrainingConfig&) const = default;
+};
+
+struct ParallelConfig {
+  int64_t data_parallel_size = 8;
+  int64_t zero_stage = 3;  // 0 = plain DDP; 1, 2, 3 as in the ZeRO paper
+
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct HardwareConfig {
+  std::string gpu = "a100-80gb";      // id in the GPU table (gpus.h)
+  int64_t gpu_memory_bytes = 0;       // 0: the preset's capacity; otherwise a custom capacity
+  double headroom_fraction = 0.10;    // budget practitioners keep free (10-15%)
+
+  bool operator==(const HardwareConfig&) const = default;
+};
+
+struct Config {
+  ModelConfig model;
+  TrainingConfig training;
+  ParallelConfig parallel;
+  HardwareConfig hardware;
+
+  bool operator==(const Config&) const = default;
+};
+
+
+inline int64_t effective_head_dim(const ModelConfig& m) {
+  return m.head_dim > 0 ? m.head_dim : (m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
+}
+
+}  // namespace memsim

@@ -1,0 +1,67 @@
+// The output of one simulation: per distinct device role, the peak under each statistic, the breakdown at
+// the peak, the timeline of the step, and the fit verdict. Everything here comes from one replay.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "step.h"
+#include "validate.h"
+
+namespace memsim {
+
+struct Peak {
+  int64_t allocated_bytes = 0;  // torch.cuda.max_memory_allocated
+  int64_t reserved_bytes = 0;   // torch.cuda.max_memory_reserved
+  int64_t active_bytes = 0;     // memory_stats()["active_bytes.all.peak"]
+  int64_t requested_bytes = 0;  // memory_stats()["requested_bytes.all.peak"]: before 512-byte rounding
+  int64_t device_bytes = 0;     // what nvidia-smi shows: reserved + CUDA context + other non-allocator memory
+};
+
+// One sample per event: what the allocator holds right after it.
+struct TimelinePoint {
+  int64_t allocated_bytes;
+  int64_t reserved_bytes;
+};
+
+struct Breakdown {
+  std::array<int64_t, kComponentCount> allocator{};  // live bytes per component at the allocated peak
+  int64_t fragmentation_bytes = 0;  // max reserved - max allocated: cached but unused
+  int64_t cuda_context_bytes = 0;   // outside the allocator
+  int64_t total() const;            // equals Peak::device_bytes
+};
+
+struct DeviceResult {
+  std::string role;       // "every GPU" for symmetric layouts; pipeline stages etc. later
+  int64_t device_count = 1;
+  Peak peak;
+  Breakdown breakdown;
+  uint32_t peak_event = 0;           // event index of the allocated peak
+  std::string peak_phase;            // phase containing it
+  std::string peak_label;            // tensor whose allocation made the peak
+  int64_t capacity_bytes = 0;        // the GPU's total memory
+  int64_t usable_bytes = 0;          // capacity minus headroom
+  bool fits = false;                 // device peak within usable memory and no OOM in the replay
+  bool oom = false;                  // the replay ran out of memory even after freeing cached blocks
+  std::vector<TimelinePoint> timeline;
+  StepProgram program;               // the events behind the timeline (labels, phases, tensors)
+};
+
+struct ModelStates {  // per device, bytes of the persistent model states (before allocator rounding)
+  int64_t weights_bytes = 0;
+  int64_t gradients_bytes = 0;
+  int64_t optimizer_bytes = 0;  // states plus the fp32 master copy
+};
+
+struct Result {
+  bool ok = false;
+  std::vector<FieldError> errors;  // non-empty when !ok
+  int64_t params_total = 0;
+  int64_t params_trainable = 0;
+  ModelStates model_states;
+  std::vector<DeviceResult> devices;
+  std::vector<std::string> notes;  // assumptions the user should know about
+};
+
+}  // namespace memsim

@@ -1,0 +1,51 @@
+// Reading and writing configs and results: versioned JSON, the URL fragment, `--set KEY=VALUE` overrides and
+// the Hugging Face config.json model section. The only file of the core that includes nlohmann_json.
+//
+// One list of fields (serialize.cpp, visit_fields) drives every encoding, so the JSON keys, the fragment's
+// flattened keys and the CLI's --set keys are the same names ("model.hidden_size").
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config.h"
+#include "result.h"
+#include "validate.h"
+
+namespace memsim {
+
+// Schema of the config JSON and the fragment. Bump it when a field changes meaning, and add a step to
+// migrate() in serialize.cpp; tests/golden keeps one file per version that has ever shipped.
+constexpr int kConfigSchema = 1;
+// Schema of `memsim-cli estimate --format json` output.
+constexpr int kResultSchema = 1;
+
+struct Parsed {
+  bool ok = false;
+  Config config;
+  std::vector<FieldError> errors;
+  std::vector<std::string> notes;  // keys ignored and values assumed while reading
+};
+
+// Whole memsim config JSON: {"schema": 1, "model": {...}, "training": {...}, ...}. Missing sections keep
+// `base`. A present "model" section is read like a Hugging Face config.json (absent keys take HF's meaning).
+Parsed config_from_json(std::string_view text, const Config& base = Config{});
+std::string config_to_json(const Config& c, int indent = 2);
+
+// The URL fragment: "schema=1&model.hidden_size=5120&...", values percent-encoded. A leading '#' is allowed.
+Parsed config_from_fragment(std::string_view fragment, const Config& base = Config{});
+std::string config_to_fragment(const Config& c);
+
+// One override, "training.micro_batch_size=8". Returns the errors (empty on success); `c` is changed only on success.
+std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_value);
+
+// A Hugging Face config.json (or memsim's model section) into a ModelConfig.
+Parsed model_from_hf_json(std::string_view text, const Config& base = Config{});
+
+// The CLI's JSON result; see README "CLI contract".
+std::string result_to_json(const Result& r, bool with_timeline, int indent = 2);
+
+// Every flattened key, in order (for docs, completion and tests).
+std::vector<std::string> field_keys();
+
+}  // namespace memsim

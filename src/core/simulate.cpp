@@ -1,0 +1,98 @@
+#include "simulate.h"
+
+#include "allocator.h"
+#include "checked.h"
+#include "model.h"
+#include "tables.h"
+#include "train_step.h"
+
+namespace memsim {
+
+int64_t Breakdown::total() const {
+  int64_t t = add(fragmentation_bytes, cuda_context_bytes);
+  for (int64_t b : allocator) t = add(t, b);
+  return t;
+}
+
+namespace {
+
+// Replays the program through the allocator model. The peak, the breakdown at the peak and the timeline all
+// come from this one pass.
+void replay(DeviceResult& d, int64_t allocator_capacity) {
+  const StepProgram& prog = d.program;
+  CachingAllocator alloc(allocator_capacity);
+  std::vector<int32_t> handle(prog.tensors.size(), -1);
+  std::array<int64_t, kComponentCount> live{};
+  d.timeline.reserve(prog.events.size());
+  for (uint32_t i = 0; i < prog.events.size(); ++i) {
+    const Event& e = prog.events[i];
+    const int comp = static_cast<int>(e.component);
+    if (e.op == Event::Op::Alloc) {
+      int32_t h = alloc.malloc(prog.tensors[e.tensor].bytes);
+      if (h < 0) {
+        // An OOM: the real step would stop here. Report the peak so far and flag it.
+        d.oom = true;
+        d.peak_event = i;
+        d.peak_label = prog.labels[prog.tensors[e.tensor].label];
+        break;
+      }
+      handle[e.tensor] = h;
+      live[comp] += alloc.block_bytes(h);
+    } else if (handle[e.tensor] >= 0) {
+      live[comp] -= alloc.block_bytes(handle[e.tensor]);
+      alloc.free(handle[e.tensor]);
+      handle[e.tensor] = -1;
+    }
+    d.timeline.push_back({alloc.allocated_bytes(), alloc.reserved_bytes()});
+    if (alloc.allocated_bytes() > d.peak.allocated_bytes) {
+      d.peak.allocated_bytes = alloc.allocated_bytes();
+      d.breakdown.allocator = live;
+      d.peak_event = i;
+      d.peak_label = prog.labels[prog.tensors[e.tensor].label];
+    }
+    d.peak.reserved_bytes = std::max(d.peak.reserved_bytes, alloc.reserved_bytes());
+    d.peak.requested_bytes = std::max(d.peak.requested_bytes, alloc.requested_bytes());
+  }
+  d.peak.active_bytes = d.peak.allocated_bytes;  // one stream, no record_stream: active == allocated
+  for (const Phase& p : prog.phases)
+    if (p.first_event <= d.peak_event) d.peak_phase = p.name;
+}
+
+}  // namespace
+
+Result simulate(const Config& config) {
+  Result r;
+  r.errors = validate(config);
+  if (!r.errors.empty()) return r;
+  try {
+    const ModelShape shape = build_model_shape(config.model);
+    r.params_total = shape.params_total;
+    r.params_trainable = shape.params_total;
+    const GpuSpec* gpu = find_gpu(config.hardware.gpu);
+    StepContext ctx{config, shape, *find_precision(config.training.precision),
+                    *find_optimizer(config.training.optimizer), gpu};
+    r.model_states = model_state_bytes(ctx);
+
+    DeviceResult d;
+    d.role = "every GPU";
+    d.device_count = config.parallel.data_parallel_size;
+    d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
+    d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
+    d.breakdown.cuda_context_bytes = kCudaContextLazyBytes;
+    d.program = build_train_step(ctx);
+    replay(d, std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes));
+    d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
+    d.peak.device_bytes = add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes);
+    d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
+    r.devices.push_back(std::move(d));
+    r.notes.push_back("Activations are not yet simulated: the peak covers model states, optimizer temporaries, "
+                      "cuBLAS workspaces and the CUDA context.");
+    r.ok = true;
+  } catch (const RangeError& e) {
+    r.errors.push_back({"config", std::string("the configuration is out of range: ") + e.what() +
+                                      "; reduce the model size, micro_batch_size or sequence_length"});
+  }
+  return r;
+}
+
+}  // namespace memsim

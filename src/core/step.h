@@ -1,0 +1,55 @@
+// One training step on one device as an ordered list of allocations and frees. The step builder
+// (step.cpp) writes it; replay.cpp runs it through the caching-allocator model.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memsim {
+
+// What a byte is for. The order is the order of the stacked bar in the interface.
+enum class Component : uint8_t {
+  Weights,
+  Gradients,
+  OptimizerStates,
+  Activations,
+  Temporaries,
+  Communication,
+  Overhead,       // inside the allocator: cuBLAS workspaces
+  count
+};
+constexpr int kComponentCount = static_cast<int>(Component::count);
+const char* component_id(Component c);     // "weights", ... (JSON keys)
+const char* component_label(Component c);  // "Weights", ... (interface)
+
+struct Event {
+  enum class Op : uint8_t { Alloc, Free };
+  Op op;
+  Component component;
+  uint32_t tensor;  // index into StepProgram::tensors
+};
+
+struct Tensor {
+  int64_t bytes;
+  Component component;
+  uint32_t label;  // index into StepProgram::labels
+};
+
+struct Phase {
+  std::string name;      // "forward mb 1", "backward mb 1", "optimizer step", ...
+  uint32_t first_event;  // index of the phase's first event
+};
+
+struct StepProgram {
+  std::vector<Tensor> tensors;
+  std::vector<Event> events;
+  std::vector<std::string> labels;
+  std::vector<Phase> phases;
+
+  uint32_t label(const std::string& text);
+  uint32_t alloc(Component c, int64_t bytes, uint32_t label_id);
+  void free(uint32_t tensor);
+  void phase(const std::string& name) { phases.push_back({name, static_cast<uint32_t>(events.size())}); }
+};
+
+}  // namespace memsim

@@ -1,0 +1,110 @@
+#include "validate.h"
+
+#include <map>
+
+#include "tables.h"
+
+namespace memsim {
+
+namespace {
+
+// Bounds are wide enough for any model trained so far and beyond (100T parameters, 1M-token sequences,
+// 10M vocabularies), and narrow enough that every product of them stays checkable in int64.
+const std::map<std::string, IntRange>& ranges() {
+  static const std::map<std::string, IntRange> r = {
+      {"model.hidden_size", {1, 1 << 20}},
+      {"model.num_hidden_layers", {1, 4096}},
+      {"model.num_attention_heads", {1, 1 << 16}},
+      {"model.num_key_value_heads", {1, 1 << 16}},
+      {"model.head_dim", {0, 1 << 16}},
+      {"model.intermediate_size", {1, 1 << 24}},
+      {"model.vocab_size", {1, 1 << 26}},
+      {"model.max_position_embeddings", {1, 1 << 26}},
+      {"model.norms_per_layer", {2, 8}},
+      {"training.micro_batch_size", {1, 1 << 20}},
+      {"training.sequence_length", {1, 1 << 26}},
+      {"training.gradient_accumulation_steps", {1, 1 << 20}},
+      {"parallel.data_parallel_size", {1, 1 << 24}},
+      {"parallel.zero_stage", {0, 3}},
+      {"hardware.gpu_memory_bytes", {0, int64_t(1) << 50}},
+  };
+  return r;
+}
+
+void check(std::vector<FieldError>& errs, const std::string& field, int64_t v) {
+  IntRange r = int_range(field);
+  if (v < r.min || v > r.max)
+    errs.push_back({field, field + " must be an integer from " + std::to_string(r.min) + " to " +
+                               std::to_string(r.max) + "; got " + std::to_string(v)});
+}
+
+template <typename Span>
+std::string ids_of(Span table) {
+  std::string s;
+  for (const auto& e : table) s += (s.empty() ? "" : ", ") + std::string(e.id);
+  return s;
+}
+
+}  // namespace
+
+IntRange int_range(const std::string& field) {
+  auto it = ranges().find(field);
+  return it == ranges().end() ? IntRange{INT64_MIN, INT64_MAX} : it->second;
+}
+
+std::vector<FieldError> validate(const Config& c) {
+  std::vector<FieldError> e;
+  const auto& m = c.model;
+  check(e, "model.hidden_size", m.hidden_size);
+  check(e, "model.num_hidden_layers", m.num_hidden_layers);
+  check(e, "model.num_attention_heads", m.num_attention_heads);
+  check(e, "model.num_key_value_heads", m.num_key_value_heads);
+  check(e, "model.head_dim", m.head_dim);
+  check(e, "model.intermediate_size", m.intermediate_size);
+  check(e, "model.vocab_size", m.vocab_size);
+  check(e, "model.max_position_embeddings", m.max_position_embeddings);
+  check(e, "model.norms_per_layer", m.norms_per_layer);
+  if (m.num_attention_heads > 0 && m.num_key_value_heads > 0 && m.num_attention_heads % m.num_key_value_heads != 0)
+    e.push_back({"model.num_key_value_heads",
+                 "model.num_key_value_heads must divide model.num_attention_heads (" +
+                     std::to_string(m.num_attention_heads) + "); got " + std::to_string(m.num_key_value_heads)});
+  if (m.num_key_value_heads > m.num_attention_heads && m.num_attention_heads > 0)
+    e.push_back({"model.num_key_value_heads", "model.num_key_value_heads must be at most model.num_attention_heads"});
+  // Without an explicit head_dim, HF derives it as hidden_size / num_attention_heads, which must divide.
+  if (m.head_dim == 0 && m.num_attention_heads > 0 && m.hidden_size % m.num_attention_heads != 0)
+    e.push_back({"model.num_attention_heads",
+                 "model.num_attention_heads must divide model.hidden_size (" + std::to_string(m.hidden_size) +
+                     ") unless model.head_dim is set; got " + std::to_string(m.num_attention_heads)});
+
+  const auto& t = c.training;
+  check(e, "training.micro_batch_size", t.micro_batch_size);
+  check(e, "training.sequence_length", t.sequence_length);
+  check(e, "training.gradient_accumulation_steps", t.gradient_accumulation_steps);
+  if (m.position_embedding_type == PositionType::Absolute && t.sequence_length > m.max_position_embeddings)
+    e.push_back({"training.sequence_length", "training.sequence_length must be at most model.max_position_embeddings (" +
+                                                 std::to_string(m.max_position_embeddings) +
+                                                 ") for learned absolute positions; got " +
+                                                 std::to_string(t.sequence_length)});
+  if (!find_precision(t.precision))
+    e.push_back({"training.precision", "training.precision must be one of: " + ids_of(precision_recipes()) +
+                                           "; got \"" + t.precision + "\""});
+  if (!find_optimizer(t.optimizer))
+    e.push_back({"training.optimizer",
+                 "training.optimizer must be one of: " + ids_of(optimizers()) + "; got \"" + t.optimizer + "\""});
+
+  check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
+  check(e, "parallel.zero_stage", c.parallel.zero_stage);
+
+  const auto& hw = c.hardware;
+  if (!find_gpu(hw.gpu) && hw.gpu != "custom")
+    e.push_back({"hardware.gpu", "hardware.gpu must be \"custom\" or one of: " + ids_of(gpus()) + "; got \"" + hw.gpu + "\""});
+  check(e, "hardware.gpu_memory_bytes", hw.gpu_memory_bytes);
+  if (hw.gpu == "custom" && hw.gpu_memory_bytes <= 0)
+    e.push_back({"hardware.gpu_memory_bytes", "hardware.gpu_memory_bytes must be set (above 0) for a custom GPU"});
+  if (!(hw.headroom_fraction >= 0.0 && hw.headroom_fraction < 1.0))  // also rejects NaN
+    e.push_back({"hardware.headroom_fraction", "hardware.headroom_fraction must be a number from 0 to below 1; got " +
+                                                   std::to_string(hw.headroom_fraction)});
+  return e;
+}
+
+}  // namespace memsim

@@ -1,0 +1,36 @@
+// Simulations per second (Catch2 BENCHMARK). Run natively and, compiled to wasm, under node:
+//   build/native/memsim_bench     build/web/memsim_bench.js (node)
+// Tests never assert timings; this binary only reports them.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include "core/serialize.h"
+#include "core/simulate.h"
+
+using namespace memsim;
+
+static Config llama70b() {
+  Config c;
+  c.model.hidden_size = 8192;
+  c.model.num_hidden_layers = 80;
+  c.model.num_attention_heads = 64;
+  c.model.num_key_value_heads = 8;
+  c.model.head_dim = 128;
+  c.model.intermediate_size = 28672;
+  c.model.vocab_size = 128256;
+  c.training.gradient_accumulation_steps = 8;
+  c.hardware.gpu = "h100-sxm";
+  return c;
+}
+
+TEST_CASE("simulation speed") {
+  const Config def;
+  const Config big = llama70b();
+  BENCHMARK("default scenario (Llama-2-13B shape, ZeRO-3, 8 GPUs)") { return simulate(def).devices.size(); };
+  BENCHMARK("Llama-3-70B shape, 8 micro-batches of accumulation") { return simulate(big).devices.size(); };
+  Config ddp = big;
+  ddp.parallel.zero_stage = 0;
+  BENCHMARK("Llama-3-70B shape, DDP, foreach AdamW") { return simulate(ddp).devices.size(); };
+  const std::string frag = config_to_fragment(def);
+  BENCHMARK("fragment decode") { return config_from_fragment(frag).ok; };
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The CLI contract of the README: JSON shape, --set, stdin, exit codes, one-line errors naming the field.
+set -u
+cli="${MEMSIM_CLI:?set MEMSIM_CLI to the memsim-cli binary}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+fails=0
+check() {  # check NAME CONDITION...
+  local name="$1"; shift
+  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+
+"$cli" config > "$tmp/default.json"; check "config prints the default config" test -s "$tmp/default.json"
+"$cli" estimate --config "$tmp/default.json" --format json > "$tmp/out.json"; rc=$?
+check "estimate exits 0" test $rc -eq 0
+py() { python3 -c "import json,sys; d=json.load(open('$tmp/out.json')); $1"; }
+check "schema is an integer" py "assert isinstance(d['schema'], int)"
+check "params_total of the default (13,015,864,320)" py "assert d['params_total'] == 13015864320"
+check "devices have peak, breakdown and fits" py "
+dev = d['devices'][0]
+assert set(['allocated_bytes','reserved_bytes','device_bytes']) <= set(dev['peak'])
+assert isinstance(dev['fits'], bool)
+assert sum(dev['breakdown'].values()) == dev['peak']['device_bytes']"
+
+"$cli" estimate --config - --set model.hidden_size=4096 --set model.intermediate_size=11008 \
+  --set model.num_hidden_layers=32 --set model.num_attention_heads=32 --set model.num_key_value_heads=32 \
+  < "$tmp/default.json" > "$tmp/out.json"
+check "stdin and --set (Llama-2-7B shape: 6,738,415,616)" py "assert d['params_total'] == 6738415616"
+
+"$cli" estimate --hf-config "$here/tests/data/hf/llama-3-8b.json" > "$tmp/out.json" 2>/dev/null
+check "--hf-config (Llama-3-8B: 8,030,261,248)" py "assert d['params_total'] == 8030261248"
+
+"$cli" estimate --config "$tmp/default.json" --timeline > "$tmp/out.json"
+check "--timeline adds the timeline" py "t = d['devices'][0]['timeline']; assert len(t['allocated_bytes']) > 0 and len(t['phases']) > 0"
+
+"$cli" estimate --config "$tmp/default.json" --format table > "$tmp/table.txt"
+check "--format table" grep -q "peak allocated" "$tmp/table.txt"
+
+err_case() {  # err_case NAME FIELD ARGS...
+  local name="$1" field="$2"; shift 2
+  "$cli" "$@" > /dev/null 2> "$tmp/err.txt" < /dev/null; local rc=$?
+  check "$name: exit 2" test $rc -eq 2
+  check "$name: one line naming $field" bash -c "[ \$(wc -l < '$tmp/err.txt') -eq 1 ] && grep -q '$field' '$tmp/err.txt'"
+}
+err_case "negative layers" model.num_hidden_layers estimate --config "$tmp/default.json" --set model.num_hidden_layers=-3
+err_case "non-numeric batch" training.micro_batch_size estimate --config "$tmp/default.json" --set training.micro_batch_size=four
+err_case "heads not dividing hidden" model.num_attention_heads estimate --config "$tmp/default.json" --set model.head_dim=0 --set model.num_attention_heads=7 --set model.num_key_value_heads=7
+err_case "absurd layers" model.num_hidden_layers estimate --config "$tmp/default.json" --set model.num_hidden_layers=1000000000000000
+echo '{"training": {"micro_batch_size": "x"}}' > "$tmp/bad.json"
+err_case "bad type in file" training.micro_batch_size estimate --config "$tmp/bad.json"
+echo '{"model": ' > "$tmp/broken.json"
+err_case "broken JSON" "not valid JSON" estimate --config "$tmp/broken.json"
+err_case "unknown key" "unknown key" estimate --set model.nope=1
+
+echo "cli_contract: $fails failed"
+[ $fails -eq 0 ]

@@ -1,0 +1,72 @@
+// Exact parameter counts against the totals the publishers state, read from the models' real config.json.
+#include <catch2/catch.hpp>
+
+#include "core/model.h"
+#include "core/serialize.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+static int64_t params_of(const std::string& hf_file) {
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/" + hf_file)));
+  INFO(hf_file << ": " << (p.errors.empty() ? "" : p.errors[0].message));
+  REQUIRE(p.ok);
+  return build_model_shape(p.config.model).params_total;
+}
+
+TEST_CASE("parameter counts equal published totals", "[params]") {
+  // meta-llama/Meta-Llama-3-8B model card / safetensors index: 8,030,261,248
+  CHECK(params_of("llama-3-8b.json") == 8030261248);
+  // meta-llama/Llama-2-7b-hf safetensors metadata: 6,738,415,616
+  CHECK(params_of("llama-2-7b.json") == 6738415616);
+  // openai-community/gpt2 (GPT-2 small): 124,439,808 (tied head, learned positions, biases, LayerNorm)
+  CHECK(params_of("gpt2.json") == 124439808);
+  // mistralai/Mistral-7B-v0.1 safetensors metadata: 7,241,732,096
+  CHECK(params_of("mistral-7b-v0.1.json") == 7241732096);
+  // Qwen/Qwen2.5-0.5B safetensors metadata: 494,032,768 (q/k/v biases, tied embeddings)
+  CHECK(params_of("qwen2.5-0.5b.json") == 494032768);
+}
+
+TEST_CASE("hand-derived counts of each architecture option", "[params]") {
+  ModelConfig m;
+  m.hidden_size = 8;
+  m.num_hidden_layers = 1;
+  m.num_attention_heads = 2;
+  m.num_key_value_heads = 1;
+  m.head_dim = 4;
+  m.intermediate_size = 16;
+  m.vocab_size = 10;
+  m.tie_word_embeddings = true;
+  // embed 10*8=80; q 8*8=64, k 8*4=32, v 32, o 64; gate/up/down 3*8*16=384; 2 RMSNorms 16; final 8.
+  CHECK(build_model_shape(m).params_total == 80 + 64 + 32 + 32 + 64 + 384 + 16 + 8);
+  m.tie_word_embeddings = false;  // + lm_head 80
+  CHECK(build_model_shape(m).params_total == 680 + 80);
+  m.mlp_gated = false;  // - gate 128
+  CHECK(build_model_shape(m).params_total == 760 - 128);
+  m.norm_type = NormType::LayerNorm;  // + 3 shifts of 8
+  CHECK(build_model_shape(m).params_total == 632 + 24);
+  m.attention_bias = true;  // + q 8, k 4, v 4, o 8
+  CHECK(build_model_shape(m).params_total == 656 + 24);
+  m.mlp_bias = true;  // + up 16, down 8
+  CHECK(build_model_shape(m).params_total == 680 + 24);
+  m.position_embedding_type = PositionType::Absolute;
+  m.max_position_embeddings = 5;  // + 5*8
+  CHECK(build_model_shape(m).params_total == 704 + 40);
+  m.head_dim = 8;  // heads * head_dim = 16 != hidden: q 8*16, k/v 8*8, o 16*8, biases 16+8+8+8
+  ModelShape s = build_model_shape(m);
+  CHECK(s.params_per_layer == 128 + 64 + 64 + 128 + (16 + 8 + 8 + 8) + 16 * 8 * 2 + 16 + 8 + 4 * 8);
+}
+
+TEST_CASE("MQA keeps one key/value head", "[params]") {
+  ModelConfig m;
+  m.hidden_size = 64;
+  m.num_attention_heads = 8;
+  m.num_key_value_heads = 1;
+  m.head_dim = 0;  // derived: 8
+  ModelShape s = build_model_shape(m);
+  // q 64*64 + k 64*8 + v 64*8 + o 64*64 = 2h^2 + 2h*d_h (MEMORY_FORMULAS.md 1.1, MQA)
+  int64_t attn = 0;
+  for (const auto& t : s.layer)
+    if (t.name.rfind("self_attn", 0) == 0) attn += t.numel;
+  CHECK(attn == 2 * 64 * 64 + 2 * 64 * 8);
+}

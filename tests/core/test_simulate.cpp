@@ -1,0 +1,150 @@
+// The simulator end to end: model-state bytes, the replay's invariants, and bad input.
+#include <catch2/catch.hpp>
+
+#include "core/checked.h"
+#include "core/simulate.h"
+#include "core/tables.h"
+#include "core/train_step.h"
+
+using namespace memsim;
+
+TEST_CASE("ZeRO paper Table 1 model states (7.5B, N_d = 64, K = 12)", "[zero]") {
+  // Rajbhandari et al., SC'20, Table 1: 120 / 31.4 / 16.6 / 1.88 GB per device for stages 0 (DP), 1, 2, 3.
+  ModelShape shape;
+  shape.params_total = 7'500'000'000;
+  const double expected_gb[] = {120.0, 31.4, 16.6, 1.88};
+  for (int stage = 0; stage <= 3; ++stage) {
+    Config c;
+    c.parallel.zero_stage = stage;
+    c.parallel.data_parallel_size = 64;
+    c.training.precision = "bf16_mixed";
+    StepContext ctx{c, shape, *find_precision("bf16_mixed"), *find_optimizer("adamw"), nullptr};
+    ModelStates m = model_state_bytes(ctx);
+    double gb = static_cast<double>(m.weights_bytes + m.gradients_bytes + m.optimizer_bytes) / 1e9;
+    INFO("stage " << stage << ": " << gb);
+    CHECK(gb == Approx(expected_gb[stage]).margin(0.05));
+  }
+}
+
+TEST_CASE("fp32 and bf16 mixed AdamW bytes per parameter on one GPU", "[model_states]") {
+  ModelShape shape;
+  shape.params_total = 1000;
+  Config c;
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  // fp32: 4 + 4 + 8 = 16 B/param (DeepSpeed memory.rst)
+  StepContext f32{c, shape, *find_precision("fp32"), *find_optimizer("adamw"), nullptr};
+  ModelStates a = model_state_bytes(f32);
+  CHECK(a.weights_bytes == 4000);
+  CHECK(a.gradients_bytes == 4000);
+  CHECK(a.optimizer_bytes == 8000);
+  // bf16 + fp32 master: 2 + 2 + 12 = 16 B/param (ZeRO sec. 3.1)
+  StepContext mixed{c, shape, *find_precision("bf16_mixed"), *find_optimizer("adamw"), nullptr};
+  ModelStates b = model_state_bytes(mixed);
+  CHECK(b.weights_bytes == 2000);
+  CHECK(b.gradients_bytes == 2000);
+  CHECK(b.optimizer_bytes == 12000);
+}
+
+TEST_CASE("the default scenario simulates, and its breakdown adds up to the device peak", "[simulate]") {
+  Result r = simulate(Config{});
+  REQUIRE(r.ok);
+  REQUIRE(r.devices.size() == 1);
+  const DeviceResult& d = r.devices[0];
+  CHECK(d.breakdown.total() == d.peak.device_bytes);
+  int64_t alloc_sum = 0;
+  for (int64_t b : d.breakdown.allocator) alloc_sum += b;
+  CHECK(alloc_sum == d.peak.allocated_bytes);
+  CHECK(d.peak.reserved_bytes >= d.peak.allocated_bytes);
+  CHECK(d.peak.allocated_bytes >= d.peak.requested_bytes);
+  CHECK(d.timeline.size() == d.program.events.size());
+  CHECK(!d.peak_phase.empty());
+  // Llama-2-13B shape: 13,015,864,320 parameters (5120 hidden, 40 layers, 13824 MLP, 32000 vocab)
+  CHECK(r.params_total == 13015864320);
+}
+
+TEST_CASE("a hand-derived tiny case, byte for byte", "[simulate]") {
+  // 1 layer, hidden 8, MHA 2 heads, MLP 16, vocab 10, untied, fp32, SGD without momentum, one GPU.
+  Config c;
+  c.model = ModelConfig{};
+  c.model.hidden_size = 8;
+  c.model.num_hidden_layers = 1;
+  c.model.num_attention_heads = 2;
+  c.model.num_key_value_heads = 2;
+  c.model.head_dim = 0;
+  c.model.intermediate_size = 16;
+  c.model.vocab_size = 10;
+  c.training.precision = "fp32";
+  c.training.optimizer = "sgd";
+  c.training.gradient_accumulation_steps = 1;
+  c.parallel.data_parallel_size = 1;
+  c.parallel.zero_stage = 0;
+  c.hardware.gpu = "a100-80gb";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const auto& d = r.devices[0];
+  // 12 parameter tensors (embed, 2 norms, q, k, v, o, gate, up, down, final norm, lm_head), each at most
+  // 512 fp32 elements, so each rounds up to one 512-byte block: weights 12*512 B. Gradients the same.
+  CHECK(d.breakdown.allocator[static_cast<int>(Component::Weights)] == 12 * 512);
+  CHECK(d.breakdown.allocator[static_cast<int>(Component::Gradients)] == 12 * 512);
+  // cuBLAS workspace on sm80: 2*4 MiB + 8*16 KiB = 8,519,680 B -> a 20 MiB segment; cuBLASLt 1 MiB small pool.
+  CHECK(d.breakdown.allocator[static_cast<int>(Component::Overhead)] == 8519680 + 1024 * 1024);
+  CHECK(d.peak.allocated_bytes == 24 * 512 + 8519680 + 1024 * 1024);
+  // Reserved: one 2 MiB small segment (weights, grads, the 1 MiB cuBLASLt block) + one 20 MiB large segment.
+  CHECK(d.peak.reserved_bytes == 22 * kMiB);
+  CHECK(d.peak.device_bytes == 22 * kMiB + kCudaContextLazyBytes);
+  CHECK(d.fits);
+}
+
+TEST_CASE("more sharding never raises a device's model-state bytes", "[simulate][property]") {
+  Config c;
+  int64_t prev = INT64_MAX;
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.parallel.zero_stage = stage;
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+    int64_t states = r.model_states.weights_bytes + r.model_states.gradients_bytes + r.model_states.optimizer_bytes;
+    CHECK(states <= prev);
+    prev = states;
+  }
+  for (int64_t dp : {1, 2, 4, 8, 16}) {
+    c.parallel.data_parallel_size = dp;
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+  }
+}
+
+TEST_CASE("inconsistent shapes come back as a list of field errors", "[simulate][bad-input]") {
+  Config c;
+  c.model.head_dim = 0;
+  c.model.num_attention_heads = 7;  // does not divide 5120
+  c.model.num_key_value_heads = 3;  // does not divide 7
+  c.training.micro_batch_size = 0;
+  c.training.optimizer = "adamw9000";
+  Result r = simulate(c);
+  REQUIRE(!r.ok);
+  std::vector<std::string> fields;
+  for (const auto& e : r.errors) fields.push_back(e.field);
+  CHECK(std::count(fields.begin(), fields.end(), "model.num_attention_heads") == 1);
+  CHECK(std::count(fields.begin(), fields.end(), "model.num_key_value_heads") == 1);
+  CHECK(std::count(fields.begin(), fields.end(), "training.micro_batch_size") == 1);
+  CHECK(std::count(fields.begin(), fields.end(), "training.optimizer") == 1);
+}
+
+TEST_CASE("extreme sizes give an answer or a clear error, never an overflow", "[simulate][extreme]") {
+  Config c;
+  c.model.hidden_size = 1 << 20;
+  c.model.intermediate_size = 1 << 24;
+  c.model.num_hidden_layers = 4096;
+  c.model.num_attention_heads = 1 << 13;
+  c.model.num_key_value_heads = 1 << 13;
+  c.model.head_dim = 0;
+  c.model.vocab_size = 1 << 26;
+  Result r = simulate(c);
+  if (r.ok) {
+    CHECK(r.params_total > 0);
+    CHECK(!r.devices[0].fits);
+  } else {
+    CHECK(r.errors[0].message.find("out of range") != std::string::npos);
+  }
+}
