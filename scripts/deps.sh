@@ -8,7 +8,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mode="${1:-all}"
 
-pkgs=(cmake ninja-build g++ emscripten libglfw3-dev nlohmann-json3-dev catch2 libimgui-dev python3 xz-utils)
+pkgs=(cmake ninja-build g++ emscripten libglfw3-dev nlohmann-json3-dev catch2 libimgui-dev fonts-dejavu-core python3 xz-utils)
 if [ "$mode" != "--build" ]; then
   # test tooling: browser, X server for the desktop smoke test, screenshots, fuzzing, npm for playwright-core
   pkgs+=(chromium xvfb xauth imagemagick clang libclang-rt-14-dev nodejs npm)

@@ -49,7 +49,7 @@ TEST_CASE("fragment round trip gives back the identical config", "[serialize]") 
   }
 }
 
-TEST_CASE("--set overrides one field and names the field when it fails", "[serialize]") {
+TEST_CASE("a --set override changes one field and names the field when it fails", "[serialize]") {
   Config c;
   CHECK(apply_setting(c, "model.hidden_size=4096").empty());
   CHECK(c.model.hidden_size == 4096);

@@ -1,0 +1,166 @@
+// Browser main loop: Emscripten's GLFW + WebGL2. Platform layer: the only place with Emscripten headers.
+// [x] URL fragment read on load and kept current (history.replaceState, no reload)
+// [x] hashchange (a pasted link) reloads the state      [x] clipboard via navigator.clipboard
+// [x] file drop and paste (web/memsim-page.js -> memsim_load_text)
+// [x] HiDPI: canvas backing store = CSS size x devicePixelRatio
+// [x] window.memsim.estimate(configJson) (memsim_estimate_json), for scripting and the e2e tests
+#include <GLFW/glfw3.h>
+#include <emscripten/emscripten.h>
+#include <emscripten/html5.h>
+#include <imgui.h>
+#include <imgui_impl_glfw.h>
+#include <imgui_impl_opengl3.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/serialize.h"
+#include "core/simulate.h"
+#include "imgui_setup.h"
+#include "ui/app.h"
+
+// clang-format off
+EM_JS(char*, js_location_hash, (), {
+  var s = window.location.hash || "";
+  var n = lengthBytesUTF8(s) + 1;
+  var p = _malloc(n);
+  stringToUTF8(s, p, n);
+  return p;
+});
+EM_JS(char*, js_page_url, (), {
+  var s = window.location.origin + window.location.pathname;
+  var n = lengthBytesUTF8(s) + 1;
+  var p = _malloc(n);
+  stringToUTF8(s, p, n);
+  return p;
+});
+EM_JS(void, js_replace_hash, (const char* frag), {
+  history.replaceState(null, "", "#" + UTF8ToString(frag));
+});
+EM_JS(void, js_copy_text, (const char* text), {
+  var s = UTF8ToString(text);
+  if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(s).catch(function() {});
+  window.memsimLastCopied = s;  // read by the e2e test
+});
+// clang-format on
+
+namespace {
+
+GLFWwindow* g_window = nullptr;
+memsim::ui::App* g_app = nullptr;
+float g_ratio = 1.0f;
+
+std::string take_js_string(char* p) {
+  std::string s = p ? p : "";
+  std::free(p);
+  return s;
+}
+
+char* new_c_string(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+void frame() {
+  // Size the canvas backing store to its CSS box times the device pixel ratio, every frame (resizes, zoom).
+  double css_w = 0, css_h = 0;
+  emscripten_get_element_css_size("#canvas", &css_w, &css_h);
+  const double ratio = emscripten_get_device_pixel_ratio();
+  const int px_w = static_cast<int>(css_w * ratio), px_h = static_cast<int>(css_h * ratio);
+  int cur_w = 0, cur_h = 0;
+  emscripten_get_canvas_element_size("#canvas", &cur_w, &cur_h);
+  if (cur_w != px_w || cur_h != px_h) {
+    glfwSetWindowSize(g_window, static_cast<int>(css_w), static_cast<int>(css_h));
+    emscripten_set_canvas_element_size("#canvas", px_w, px_h);
+  }
+  if (static_cast<float>(ratio) != g_ratio) {  // moved to another screen or zoomed: re-rasterise the font
+    g_ratio = static_cast<float>(ratio);
+    ImGui_ImplOpenGL3_DestroyFontsTexture();
+    memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
+  }
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplGlfw_NewFrame();
+  ImGuiIO& io = ImGui::GetIO();
+  io.DisplaySize = ImVec2(static_cast<float>(css_w), static_cast<float>(css_h));
+  io.DisplayFramebufferScale = ImVec2(static_cast<float>(ratio), static_cast<float>(ratio));
+  ImGui::NewFrame();
+  g_app->frame();
+  ImGui::Render();
+  glViewport(0, 0, px_w, px_h);
+  glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+}
+
+}  // namespace
+
+extern "C" {
+
+// window.memsim.estimate: config JSON in, result JSON out (caller frees). Never throws.
+EMSCRIPTEN_KEEPALIVE char* memsim_estimate_json(const char* config_json) {
+  memsim::Parsed p = memsim::config_from_json(config_json ? config_json : "");
+  memsim::Result r;
+  if (p.ok) r = memsim::simulate(p.config);
+  else r.errors = p.errors;
+  return new_c_string(memsim::result_to_json(r, false, -1));
+}
+
+EMSCRIPTEN_KEEPALIVE void memsim_set_fragment(const char* fragment) {
+  if (g_app) g_app->load_fragment(fragment ? fragment : "");
+}
+
+EMSCRIPTEN_KEEPALIVE void memsim_load_text(const char* text, const char* origin) {
+  if (g_app) g_app->load_text(text ? text : "", origin ? origin : "the file");
+}
+
+// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...]}.
+EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
+  if (!g_app) return new_c_string("{}");
+  std::string msgs = "[";
+  for (const auto& m : g_app->messages()) {
+    std::string esc;
+    for (char ch : m.text) {
+      if (ch == '"' || ch == '\\') esc += '\\', esc += ch;
+      else if (static_cast<unsigned char>(ch) < 0x20) esc += ' ';
+      else esc += ch;
+    }
+    msgs += std::string(msgs.size() > 1 ? "," : "") + "\"" + esc + "\"";
+  }
+  msgs += "]";
+  return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
+                      memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs + "}");
+}
+}
+
+int main() {
+  if (!glfwInit()) return 1;
+  glfwWindowHint(GLFW_CLIENT_API, GLFW_OPENGL_ES_API);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  double css_w = 1280, css_h = 720;
+  emscripten_get_element_css_size("#canvas", &css_w, &css_h);
+  g_window = glfwCreateWindow(static_cast<int>(css_w), static_cast<int>(css_h), "memsim", nullptr, nullptr);
+  if (!g_window) return 1;
+  glfwMakeContextCurrent(g_window);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  g_ratio = static_cast<float>(emscripten_get_device_pixel_ratio());
+  memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
+  ImGui_ImplGlfw_InitForOpenGL(g_window, true);
+  ImGui_ImplOpenGL3_Init("#version 300 es");
+
+  memsim::ui::PlatformHooks hooks;
+  hooks.publish_fragment = [](const std::string& f) { js_replace_hash(f.c_str()); };
+  hooks.copy_text = [](const std::string& s) { js_copy_text(s.c_str()); };
+  hooks.page_url = take_js_string(js_page_url());
+  const std::string hash = take_js_string(js_location_hash());  // before the app publishes its own
+  static memsim::ui::App app(hooks);
+  g_app = &app;
+  if (!hash.empty() && hash != "#") app.load_fragment(hash);
+  else hooks.publish_fragment(memsim::config_to_fragment(app.config()));
+  emscripten_set_main_loop(frame, 0, false);
+  return 0;
+}

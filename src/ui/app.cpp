@@ -1,0 +1,175 @@
+#include "app.h"
+
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+
+#include "core/serialize.h"
+#include "core/simulate.h"
+#include "panels.h"
+
+namespace memsim::ui {
+
+App::App(PlatformHooks hooks) : hooks_(std::move(hooks)) { recompute(); }
+
+void App::set_config(const Config& c) {
+  config_ = c;
+  recompute();
+}
+
+void App::recompute() {
+  result_ = simulate(config_);
+  // Publish only configs that simulate, so that a shared link always opens on an answer.
+  if (result_.ok) {
+    std::string frag = config_to_fragment(config_);
+    if (frag != last_fragment_ && hooks_.publish_fragment) hooks_.publish_fragment(frag);
+    last_fragment_ = frag;
+  }
+}
+
+bool App::load_fragment(const std::string& fragment) {
+  std::string f = fragment;
+  if (!f.empty() && f[0] == '#') f.erase(0, 1);
+  if (f.empty()) return true;  // no link state: keep the current setup
+  Parsed p = config_from_fragment(f, Config{});
+  if (p.ok) {
+    Result r = simulate(p.config);
+    if (!r.ok) {
+      p.ok = false;
+      p.errors = r.errors;
+    }
+  }
+  if (!p.ok) {
+    std::string text = "This link could not be opened, so the current setup is kept. " + p.errors[0].message;
+    if (p.errors.size() > 1) text += " (and " + std::to_string(p.errors.size() - 1) + " more problems)";
+    messages_.push_back({Message::Kind::Error, text});
+    return false;
+  }
+  set_config(p.config);
+  return true;
+}
+
+bool App::load_text(const std::string& text, const std::string& origin) {
+  // A memsim config has sections; anything else is read as a Hugging Face config.json for the model section.
+  const bool memsim_json = text.find("\"training\"") != std::string::npos || text.find("\"schema\"") != std::string::npos ||
+                           text.find("\"hardware\"") != std::string::npos || text.find("\"parallel\"") != std::string::npos;
+  Parsed p = memsim_json ? config_from_json(text, config_) : model_from_hf_json(text, config_);
+  if (!p.ok) {
+    std::string msg = origin + " was not loaded, so the current setup is kept. " + p.errors[0].message;
+    if (p.errors.size() > 1) msg += " (and " + std::to_string(p.errors.size() - 1) + " more problems)";
+    messages_.push_back({Message::Kind::Error, msg});
+    return false;
+  }
+  std::string info = "Loaded " + origin + (memsim_json ? " (memsim config)." : " as the model (Hugging Face config.json).");
+  for (const auto& n : p.notes) info += " " + n + ".";
+  messages_.push_back({Message::Kind::Info, info});
+  set_config(p.config);
+  return true;
+}
+
+namespace {
+
+std::string summary_markdown(const Config& c, const Result& r, Unit unit, const std::string& link) {
+  std::string s = "**memsim** " + format_params(r.params_total) + " params, micro-batch " +
+                  std::to_string(c.training.micro_batch_size) + " x seq " + std::to_string(c.training.sequence_length) +
+                  ", " + c.training.precision + ", " + c.training.optimizer + ", DP " +
+                  std::to_string(c.parallel.data_parallel_size) + " ZeRO-" + std::to_string(c.parallel.zero_stage) +
+                  ", " + c.hardware.gpu + "\n\n| device | peak (nvidia-smi) | allocated | reserved | fits |\n|---|---|---|---|---|\n";
+  for (const auto& d : r.devices)
+    s += "| " + d.role + " x" + std::to_string(d.device_count) + " | " + bytes_text(d.peak.device_bytes, unit) + " of " +
+         bytes_text(d.capacity_bytes, unit) + " | " + bytes_text(d.peak.allocated_bytes, unit) + " | " +
+         bytes_text(d.peak.reserved_bytes, unit) + " | " + (d.fits ? "yes" : "**no**") + " |\n";
+  return s + "\n" + link + "\n";
+}
+
+}  // namespace
+
+void App::draw_toolbar() {
+  ImGui::TextUnformatted("memsim");
+  ImGui::SameLine();
+  ImGui::TextDisabled("training memory simulator");
+  ImGui::SameLine();
+  const std::string link = hooks_.page_url + "#" + config_to_fragment(config_);
+  if (ImGui::Button("Copy link") && hooks_.copy_text) {
+    hooks_.copy_text(link);
+    messages_.push_back({Message::Kind::Info, "Link copied: it reopens exactly this setup."});
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Copy summary") && hooks_.copy_text && result_.ok) {
+    hooks_.copy_text(summary_markdown(config_, result_, unit_, link));
+    messages_.push_back({Message::Kind::Info, "Markdown summary copied."});
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Paste JSON...")) ImGui::OpenPopup("paste");
+  if (ImGui::BeginPopup("paste")) {
+    static std::string text;
+    ImGui::TextUnformatted("Paste a memsim config or a Hugging Face config.json:");
+    ImGui::InputTextMultiline("##json", &text, ImVec2(520, 260));
+    if (ImGui::Button("Load")) {
+      load_text(text, "the pasted JSON");
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::EndPopup();
+  }
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.5f);
+  int u = static_cast<int>(unit_);
+  if (ImGui::Combo("##unit", &u, "GiB\0GB\0MiB\0")) unit_ = static_cast<Unit>(u);
+  ImGui::SameLine();
+  if (ImGui::Button(dark_ ? "Light" : "Dark")) {
+    dark_ = !dark_;
+    dark_ ? ImGui::StyleColorsDark() : ImGui::StyleColorsLight();
+  }
+}
+
+void App::draw_messages() {
+  if (messages_.size() > 4) messages_.erase(messages_.begin(), messages_.end() - 4);
+  for (size_t i = 0; i < messages_.size(); ++i) {
+    const auto& m = messages_[i];
+    ImGui::PushID(static_cast<int>(i));
+    if (ImGui::SmallButton("x")) {
+      messages_.erase(messages_.begin() + static_cast<long>(i));
+      ImGui::PopID();
+      break;
+    }
+    ImGui::SameLine();
+    ImGui::PushTextWrapPos(0.0f);
+    if (m.kind == Message::Kind::Error) ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.45f, 1), "%s", m.text.c_str());
+    else ImGui::TextColored(ImVec4(0.55f, 0.8f, 1.0f, 1), "%s", m.text.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::PopID();
+  }
+}
+
+void App::frame() {
+  const ImGuiViewport* vp = ImGui::GetMainViewport();
+  ImGui::SetNextWindowPos(vp->WorkPos);
+  ImGui::SetNextWindowSize(vp->WorkSize);
+  ImGui::Begin("memsim", nullptr,
+               ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
+                   ImGuiWindowFlags_NoBringToFrontOnFocus);
+  draw_toolbar();
+  draw_messages();
+  ImGui::Separator();
+
+  const float avail = ImGui::GetContentRegionAvail().x;
+  const float left = std::clamp(avail * 0.36f, 280.0f, 470.0f);
+  ImGui::BeginChild("inputs", ImVec2(left, 0), true);
+  if (draw_inputs_panel(config_, result_)) recompute();
+  ImGui::EndChild();
+  ImGui::SameLine();
+  ImGui::BeginChild("outputs", ImVec2(0, 0), false);
+  const float results_h = std::max(ImGui::GetContentRegionAvail().y * 0.58f, 260.0f);
+  ImGui::BeginChild("results", ImVec2(0, results_h), true);
+  draw_results_panel(config_, result_, unit_);
+  ImGui::EndChild();
+  ImGui::BeginChild("timeline", ImVec2(0, 0), true);
+  ImGui::TextUnformatted("One training step (two iterations: the optimizer state appears in the first)");
+  draw_timeline_panel(result_, unit_);
+  ImGui::EndChild();
+  ImGui::EndChild();
+  ImGui::End();
+}
+
+}  // namespace memsim::ui

@@ -1,0 +1,56 @@
+// The interface: one App drawn once per frame by the platform loop. Knows the core and ImGui only.
+// State flows once per frame: panels edit `config` in place; when it changed, the app re-runs the simulator
+// and publishes the new URL fragment through the platform hooks.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/format.h"
+#include "core/result.h"
+
+namespace memsim::ui {
+
+// What the platform layer provides (desktop: GLFW clipboard, files; web: history.replaceState, navigator).
+struct PlatformHooks {
+  std::function<void(const std::string&)> publish_fragment;  // keep the address bar current
+  std::function<void(const std::string&)> copy_text;         // clipboard
+  std::string page_url = "http://127.0.0.1:8080/";          // base of shared links
+};
+
+struct Message {
+  enum class Kind { Info, Error } kind = Kind::Info;
+  std::string text;
+};
+
+class App {
+ public:
+  explicit App(PlatformHooks hooks);
+
+  void frame();  // draws one frame into the current ImGui context, full window
+
+  // Inputs from outside the UI. Each keeps the current setup untouched when the input is bad, and says why.
+  bool load_fragment(const std::string& fragment);  // link opened (on load, or hash changed)
+  bool load_text(const std::string& text, const std::string& origin);  // dropped/pasted memsim JSON or config.json
+
+  const Config& config() const { return config_; }
+  const Result& result() const { return result_; }
+  const std::vector<Message>& messages() const { return messages_; }
+  void set_config(const Config& c);
+
+ private:
+  void recompute();
+  void draw_toolbar();
+  void draw_messages();
+
+  PlatformHooks hooks_;
+  Config config_;
+  Result result_;
+  std::vector<Message> messages_;
+  Unit unit_ = Unit::GiB;
+  bool dark_ = true;
+  std::string last_fragment_;
+};
+
+}  // namespace memsim::ui

@@ -1,0 +1,21 @@
+#pragma once
+#include <imgui.h>
+
+namespace memsim::ui {
+// One colour per breakdown slot: the allocator components in Component order, then cache and CUDA context.
+constexpr int kSlotCount = 9;
+inline ImU32 slot_color(int slot) {
+  static const ImU32 colors[kSlotCount] = {
+      IM_COL32(76, 114, 176, 255),   // weights
+      IM_COL32(221, 132, 82, 255),   // gradients
+      IM_COL32(85, 168, 104, 255),   // optimizer states
+      IM_COL32(196, 78, 82, 255),    // activations
+      IM_COL32(129, 114, 179, 255),  // temporaries
+      IM_COL32(147, 120, 96, 255),   // communication
+      IM_COL32(218, 139, 195, 255),  // framework overhead
+      IM_COL32(140, 140, 140, 255),  // allocator cache
+      IM_COL32(204, 185, 116, 255),  // CUDA context
+  };
+  return colors[slot];
+}
+}  // namespace memsim::ui

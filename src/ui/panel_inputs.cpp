@@ -1,0 +1,174 @@
+// Inputs, grouped as model, training, parallelism and hardware. Every input has a tooltip saying what it
+// does to memory, and a field with a problem shows the simulator's message right under it.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <string>
+
+#include "core/tables.h"
+#include "panels.h"
+
+namespace memsim::ui {
+
+namespace {
+
+const Result* g_result = nullptr;  // the last result, for per-field errors while drawing this panel
+
+void field_error(const char* field) {
+  if (!g_result) return;
+  for (const auto& e : g_result->errors)
+    if (e.field == field) {
+      ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(255, 110, 110, 255));
+      ImGui::PushTextWrapPos(0.0f);
+      ImGui::TextUnformatted(e.message.c_str());
+      ImGui::PopTextWrapPos();
+      ImGui::PopStyleColor();
+    }
+}
+
+bool int_input(const char* label, const char* field, int64_t& v, int64_t step, const char* help) {
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  const int64_t fast = step * 8;
+  bool changed = ImGui::InputScalar(label, ImGuiDataType_S64, &v, &step, &fast, "%lld");
+  help_marker(help);
+  field_error(field);
+  return changed;
+}
+
+bool check_input(const char* label, const char* field, bool& v, const char* help) {
+  bool changed = ImGui::Checkbox(label, &v);
+  help_marker(help);
+  field_error(field);
+  return changed;
+}
+
+template <typename Table>
+bool table_combo(const char* label, const char* field, std::string& id, Table table, const char* help,
+                 bool allow_custom = false) {
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  std::string preview = id;
+  for (const auto& e : table)
+    if (e.id == id) preview = std::string(e.label);
+  bool changed = false;
+  if (ImGui::BeginCombo(label, preview.c_str())) {
+    for (const auto& e : table) {
+      bool selected = e.id == id;
+      if (ImGui::Selectable(std::string(e.label).c_str(), selected)) id = std::string(e.id), changed = true;
+      if (selected) ImGui::SetItemDefaultFocus();
+    }
+    if (allow_custom && ImGui::Selectable("Custom capacity", id == "custom")) id = "custom", changed = true;
+    ImGui::EndCombo();
+  }
+  help_marker(help);
+  field_error(field);
+  return changed;
+}
+
+}  // namespace
+
+bool draw_inputs_panel(Config& c, const Result& result) {
+  g_result = &result;
+  bool changed = false;
+  auto& m = c.model;
+  if (ImGui::CollapsingHeader("Model", ImGuiTreeNodeFlags_DefaultOpen)) {
+    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+    changed |= ImGui::InputText("model_type", &m.model_type);
+    help_marker("Hugging Face model_type. Informational once the fields below are set; paste a config.json to fill "
+                "everything from it.");
+    changed |= int_input("hidden_size", "model.hidden_size", m.hidden_size, 128,
+                         "Width of the residual stream. Weights grow with its square; activations linearly.");
+    changed |= int_input("num_hidden_layers", "model.num_hidden_layers", m.num_hidden_layers, 1,
+                         "Transformer layers. Weights, gradients, optimizer states and saved activations all scale with it.");
+    changed |= int_input("num_attention_heads", "model.num_attention_heads", m.num_attention_heads, 1,
+                         "Query heads. With head_dim 0, hidden_size / heads is the head size.");
+    changed |= int_input("num_key_value_heads", "model.num_key_value_heads", m.num_key_value_heads, 1,
+                         "Key/value heads: equal to the query heads for MHA, fewer for GQA, 1 for MQA. Fewer means "
+                         "smaller k/v projections.");
+    changed |= int_input("head_dim", "model.head_dim", m.head_dim, 8,
+                         "Size of each head; 0 means hidden_size / num_attention_heads (HF's default).");
+    changed |= int_input("intermediate_size", "model.intermediate_size", m.intermediate_size, 256,
+                         "MLP width. A gated MLP has three matrices of hidden x intermediate, a plain one two.");
+    changed |= int_input("vocab_size", "model.vocab_size", m.vocab_size, 1024,
+                         "Vocabulary. The embedding (and an untied output head) hold vocab x hidden parameters.");
+    changed |= check_input("tie_word_embeddings", "model.tie_word_embeddings", m.tie_word_embeddings,
+                           "The output head reuses the input embedding: one vocab x hidden matrix instead of two.");
+    if (ImGui::TreeNode("Architecture details")) {
+      int norm = m.norm_type == NormType::RMSNorm ? 0 : 1;
+      ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+      if (ImGui::Combo("norm_type", &norm, "RMSNorm\0LayerNorm\0")) {
+        m.norm_type = norm == 0 ? NormType::RMSNorm : NormType::LayerNorm;
+        changed = true;
+      }
+      help_marker("RMSNorm has a scale vector; LayerNorm a scale and a shift.");
+      changed |= check_input("mlp_gated", "model.mlp_gated", m.mlp_gated,
+                             "SwiGLU/GeGLU MLP with gate, up and down projections (Llama) instead of two (GPT-2).");
+      changed |= check_input("attention_bias", "model.attention_bias", m.attention_bias, "Biases on q, k, v and o.");
+      changed |= check_input("qkv_bias", "model.qkv_bias", m.qkv_bias, "Biases on q, k and v only (Qwen2).");
+      changed |= check_input("mlp_bias", "model.mlp_bias", m.mlp_bias, "Biases on the MLP projections.");
+      changed |= check_input("qk_norm", "model.qk_norm", m.qk_norm, "Per-head RMSNorm on queries and keys (Qwen3, Gemma 3).");
+      changed |= int_input("norms_per_layer", "model.norms_per_layer", m.norms_per_layer, 1,
+                           "Norms per layer: 2 in most models, 4 in Gemma 2/3.");
+      int pos = m.position_embedding_type == PositionType::Rope ? 0 : 1;
+      ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+      if (ImGui::Combo("positions", &pos, "RoPE (no parameters)\0Learned absolute\0")) {
+        m.position_embedding_type = pos == 0 ? PositionType::Rope : PositionType::Absolute;
+        changed = true;
+      }
+      help_marker("Learned absolute positions (GPT-2, BERT) add max_position_embeddings x hidden parameters.");
+      if (m.position_embedding_type == PositionType::Absolute)
+        changed |= int_input("max_position_embeddings", "model.max_position_embeddings", m.max_position_embeddings,
+                             128, "Rows of the learned position table; also the longest sequence.");
+      ImGui::TreePop();
+    }
+  }
+  auto& t = c.training;
+  if (ImGui::CollapsingHeader("Training", ImGuiTreeNodeFlags_DefaultOpen)) {
+    changed |= int_input("micro_batch_size", "training.micro_batch_size", t.micro_batch_size, 1,
+                         "Sequences per GPU per forward pass. Activations grow linearly with it.");
+    changed |= int_input("sequence_length", "training.sequence_length", t.sequence_length, 512,
+                         "Tokens per sequence. Activations grow linearly (quadratically with eager attention).");
+    changed |= int_input("grad_accumulation", "training.gradient_accumulation_steps", t.gradient_accumulation_steps, 1,
+                         "Micro-batches per optimizer step. Gradients stay allocated across them; activations do not "
+                         "add up.");
+    changed |= table_combo("precision", "training.precision", t.precision, precision_recipes(),
+                           "How weights, gradients and optimizer states are stored (bytes per parameter).");
+    changed |= table_combo("optimizer", "training.optimizer", t.optimizer, optimizers(),
+                           "AdamW keeps two states per parameter; SGD without momentum none.");
+    changed |= check_input("fused optimizer", "training.optimizer_fused", t.optimizer_fused,
+                           "torch's fused=True: no full-size temporary in the step. The default foreach path builds one "
+                           "(exp_avg_sq.sqrt()) as large as the optimizer states of a parameter group.");
+  }
+  if (ImGui::CollapsingHeader("Parallelism", ImGuiTreeNodeFlags_DefaultOpen)) {
+    changed |= int_input("data_parallel", "parallel.data_parallel_size", c.parallel.data_parallel_size, 1,
+                         "GPUs that each train on their own data. With ZeRO they share the model states.");
+    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+    int stage = static_cast<int>(c.parallel.zero_stage);
+    if (ImGui::Combo("ZeRO stage", &stage, "0 (DDP, no sharding)\0001 (optimizer states)\0002 (+ gradients)\0003 (+ weights)\0")) {
+      c.parallel.zero_stage = stage;
+      changed = true;
+    }
+    help_marker("ZeRO partitions model states across the data-parallel GPUs: stage 1 the optimizer states, stage 2 "
+                "also the gradients, stage 3 also the weights (Rajbhandari et al. 2020).");
+    field_error("parallel.zero_stage");
+  }
+  auto& hw = c.hardware;
+  if (ImGui::CollapsingHeader("Hardware", ImGuiTreeNodeFlags_DefaultOpen)) {
+    changed |= table_combo("GPU", "hardware.gpu", hw.gpu, gpus(), "Memory as the process sees it (nvidia-smi total).", true);
+    if (hw.gpu == "custom") {
+      changed |= int_input("capacity (bytes)", "hardware.gpu_memory_bytes", hw.gpu_memory_bytes, int64_t(1) << 30,
+                           "Total memory of the custom GPU, in bytes.");
+    }
+    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+    float headroom = static_cast<float>(hw.headroom_fraction * 100.0);
+    if (ImGui::SliderFloat("headroom %", &headroom, 0.0f, 50.0f, "%.0f%%")) {
+      hw.headroom_fraction = headroom / 100.0;
+      changed = true;
+    }
+    help_marker("Memory kept free for what no model predicts (other processes, allocator spikes). Practitioners "
+                "budget 10-15%.");
+  }
+  g_result = nullptr;
+  return changed;
+}
+
+}  // namespace memsim::ui

@@ -1,0 +1,143 @@
+// The answer: per device role, whether it fits and by how much, then where the memory goes at the peak.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "colors.h"
+#include "core/step.h"
+#include "panels.h"
+
+namespace memsim::ui {
+
+namespace {
+
+struct Slot {
+  const char* label;
+  int64_t bytes;
+};
+
+std::vector<Slot> slots_of(const DeviceResult& d) {
+  std::vector<Slot> s;
+  for (int i = 0; i < kComponentCount; ++i) s.push_back({component_label(static_cast<Component>(i)), d.breakdown.allocator[i]});
+  s.push_back({"Allocator cache (reserved, unused)", d.breakdown.fragmentation_bytes});
+  s.push_back({"CUDA context (outside the allocator)", d.breakdown.cuda_context_bytes});
+  return s;
+}
+
+void verdict(const DeviceResult& d, Unit unit) {
+  const double pct = 100.0 * static_cast<double>(d.peak.device_bytes) / static_cast<double>(std::max<int64_t>(1, d.capacity_bytes));
+  const int64_t left = d.usable_bytes - d.peak.device_bytes;
+  ImVec4 color = d.fits ? ImVec4(0.35f, 0.85f, 0.45f, 1) : ImVec4(1.0f, 0.35f, 0.35f, 1);
+  ImGui::PushStyleColor(ImGuiCol_Text, color);
+  const char* word = d.fits ? "FITS" : (d.oom ? "OUT OF MEMORY" : "DOES NOT FIT");
+  ImGui::Text("%s", word);
+  ImGui::PopStyleColor();
+  ImGui::SameLine();
+  ImGui::Text("%s (x%lld): %s of %s = %.1f%%", d.role.c_str(), static_cast<long long>(d.device_count),
+              bytes_text(d.peak.device_bytes, unit).c_str(), bytes_text(d.capacity_bytes, unit).c_str(), pct);
+  if (left >= 0)
+    ImGui::Text("%s left under the headroom line (usable %s)", bytes_text(left, unit).c_str(), bytes_text(d.usable_bytes, unit).c_str());
+  else
+    ImGui::TextColored(ImVec4(1.0f, 0.6f, 0.4f, 1), "%s over the usable %s", bytes_text(-left, unit).c_str(),
+                       bytes_text(d.usable_bytes, unit).c_str());
+  ImGui::TextDisabled("peak during %s, at the allocation of: %s", d.peak_phase.c_str(), d.peak_label.c_str());
+}
+
+// Stacked bar of the breakdown against the GPU's capacity, with the usable line.
+void stacked_bar(const DeviceResult& d, Unit unit) {
+  const auto slots = slots_of(d);
+  const float width = ImGui::GetContentRegionAvail().x;
+  const float height = ImGui::GetFrameHeight() * 1.4f;
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const double scale_to = static_cast<double>(std::max(d.capacity_bytes, d.peak.device_bytes));
+  dl->AddRectFilled(p0, ImVec2(p0.x + width, p0.y + height), ImGui::GetColorU32(ImGuiCol_FrameBg));
+  ImGui::InvisibleButton("bar", ImVec2(width, height));
+  const bool hovered = ImGui::IsItemHovered();
+  const float mouse_x = ImGui::GetIO().MousePos.x;
+  float x = p0.x;
+  for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
+    const float w = static_cast<float>(static_cast<double>(slots[i].bytes) / scale_to * width);
+    if (w <= 0) continue;
+    dl->AddRectFilled(ImVec2(x, p0.y), ImVec2(x + w, p0.y + height), slot_color(i));
+    if (hovered && mouse_x >= x && mouse_x < x + w) {
+      ImGui::BeginTooltip();
+      ImGui::Text("%s: %s (%.1f%% of the device peak)", slots[i].label, bytes_text(slots[i].bytes, unit).c_str(),
+                  100.0 * static_cast<double>(slots[i].bytes) / static_cast<double>(std::max<int64_t>(1, d.peak.device_bytes)));
+      ImGui::EndTooltip();
+    }
+    x += w;
+  }
+  const float usable_x = p0.x + static_cast<float>(static_cast<double>(d.usable_bytes) / scale_to * width);
+  const float cap_x = p0.x + static_cast<float>(static_cast<double>(d.capacity_bytes) / scale_to * width);
+  dl->AddLine(ImVec2(usable_x, p0.y - 3), ImVec2(usable_x, p0.y + height + 3), IM_COL32(255, 220, 80, 255), 2.0f);
+  dl->AddLine(ImVec2(cap_x - 1, p0.y - 3), ImVec2(cap_x - 1, p0.y + height + 3), IM_COL32(255, 80, 80, 255), 2.0f);
+}
+
+void breakdown_table(const DeviceResult& d, Unit unit) {
+  const auto slots = slots_of(d);
+  if (!ImGui::BeginTable("breakdown", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchProp))
+    return;
+  ImGui::TableSetupColumn("component", ImGuiTableColumnFlags_WidthStretch, 3.0f);
+  ImGui::TableSetupColumn("at the peak", ImGuiTableColumnFlags_WidthStretch, 1.3f);
+  ImGui::TableSetupColumn("share", ImGuiTableColumnFlags_WidthStretch, 0.8f);
+  ImGui::TableHeadersRow();
+  for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImVec2 p = ImGui::GetCursorScreenPos();
+    const float sz = ImGui::GetTextLineHeight() * 0.8f;
+    ImGui::GetWindowDrawList()->AddRectFilled(ImVec2(p.x, p.y + 2), ImVec2(p.x + sz, p.y + 2 + sz), slot_color(i));
+    ImGui::Dummy(ImVec2(sz, sz));
+    ImGui::SameLine();
+    ImGui::TextUnformatted(slots[i].label);
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(bytes_text(slots[i].bytes, unit).c_str());
+    ImGui::TableNextColumn();
+    ImGui::Text("%.1f%%", 100.0 * static_cast<double>(slots[i].bytes) / static_cast<double>(std::max<int64_t>(1, d.peak.device_bytes)));
+  }
+  const std::pair<const char*, int64_t> totals[] = {
+      {"max_memory_allocated", d.peak.allocated_bytes},
+      {"max_memory_reserved", d.peak.reserved_bytes},
+      {"device total (nvidia-smi)", d.peak.device_bytes},
+  };
+  for (const auto& [name, bytes] : totals) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextDisabled("%s", name);
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(bytes_text(bytes, unit).c_str());
+    ImGui::TableNextColumn();
+  }
+  ImGui::EndTable();
+}
+
+}  // namespace
+
+void draw_results_panel(const Config& config, const Result& r, Unit unit) {
+  if (!r.ok) {
+    ImGui::TextColored(ImVec4(1.0f, 0.4f, 0.4f, 1), "The configuration has problems:");
+    for (const auto& e : r.errors) ImGui::BulletText("%s", e.message.c_str());
+    return;
+  }
+  (void)config;
+  ImGui::Text("%s parameters (%s)", format_count(r.params_total).c_str(), format_params(r.params_total).c_str());
+  ImGui::SameLine();
+  ImGui::TextDisabled("| model states per GPU: weights %s, gradients %s, optimizer %s",
+                      bytes_text(r.model_states.weights_bytes, unit).c_str(),
+                      bytes_text(r.model_states.gradients_bytes, unit).c_str(),
+                      bytes_text(r.model_states.optimizer_bytes, unit).c_str());
+  for (const auto& d : r.devices) {
+    ImGui::PushID(&d);
+    ImGui::Separator();
+    verdict(d, unit);
+    stacked_bar(d, unit);
+    breakdown_table(d, unit);
+    ImGui::PopID();
+  }
+  for (const auto& n : r.notes) ImGui::TextDisabled("note: %s", n.c_str());
+}
+
+}  // namespace memsim::ui

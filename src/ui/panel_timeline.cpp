@@ -1,0 +1,90 @@
+// The step as a timeline: allocated and reserved bytes after every event, phases and the peak marked.
+// Drawn with ImGui's draw list, one column per pixel holding the maximum of the events it covers, so a
+// 100k-event step costs the same as a small one.
+#include <imgui.h>
+
+#include <algorithm>
+#include <string>
+
+#include "panels.h"
+
+namespace memsim::ui {
+
+namespace {
+const char* phase_of(const DeviceResult& d, uint32_t ev) {
+  const char* name = "";
+  for (const auto& p : d.program.phases)
+    if (p.first_event <= ev) name = p.name.c_str();
+  return name;
+}
+}  // namespace
+
+void draw_timeline_panel(const Result& r, Unit unit) {
+  if (!r.ok || r.devices.empty() || r.devices[0].timeline.empty()) {
+    ImGui::TextDisabled("No timeline: fix the configuration first.");
+    return;
+  }
+  const DeviceResult& d = r.devices[0];
+  const auto& tl = d.timeline;
+  const float width = ImGui::GetContentRegionAvail().x;
+  const float height = std::max(120.0f, ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing());
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddRectFilled(p0, ImVec2(p0.x + width, p0.y + height), ImGui::GetColorU32(ImGuiCol_FrameBg));
+  ImGui::InvisibleButton("timeline", ImVec2(width, height));
+  const bool hovered = ImGui::IsItemHovered();
+
+  const double top = static_cast<double>(std::max<int64_t>(1, d.peak.reserved_bytes)) * 1.08;
+  const size_t n = tl.size();
+  const int cols = std::max(1, static_cast<int>(width));
+  auto y_of = [&](int64_t b) { return p0.y + height - static_cast<float>(static_cast<double>(b) / top * height); };
+  auto x_of = [&](size_t ev) { return p0.x + static_cast<float>(static_cast<double>(ev) / static_cast<double>(n) * width); };
+
+  // Phase boundaries first, under the curves.
+  float last_label_x = -1e9f;
+  for (const auto& ph : d.program.phases) {
+    const float x = x_of(ph.first_event);
+    dl->AddLine(ImVec2(x, p0.y), ImVec2(x, p0.y + height), IM_COL32(128, 128, 128, 60));
+    if (x - last_label_x > 90.0f) {
+      std::string short_name = ph.name.substr(0, ph.name.find(' '));
+      dl->AddText(ImVec2(x + 3, p0.y + 2), IM_COL32(170, 170, 170, 200), short_name.c_str());
+      last_label_x = x;
+    }
+  }
+  for (int c = 0; c < cols; ++c) {
+    const size_t a = static_cast<size_t>(static_cast<double>(c) / cols * n);
+    const size_t b = std::max(a + 1, static_cast<size_t>(static_cast<double>(c + 1) / cols * n));
+    int64_t alloc = 0, res = 0;
+    for (size_t i = a; i < std::min(b, n); ++i) alloc = std::max(alloc, tl[i].allocated_bytes), res = std::max(res, tl[i].reserved_bytes);
+    const float x = p0.x + static_cast<float>(c);
+    dl->AddLine(ImVec2(x, y_of(res)), ImVec2(x, p0.y + height), IM_COL32(140, 140, 140, 90));
+    dl->AddLine(ImVec2(x, y_of(alloc)), ImVec2(x, p0.y + height), IM_COL32(76, 150, 230, 200));
+  }
+  // Usable line and the peak.
+  if (static_cast<double>(d.usable_bytes) < top) {
+    const float y = y_of(d.usable_bytes);
+    dl->AddLine(ImVec2(p0.x, y), ImVec2(p0.x + width, y), IM_COL32(255, 220, 80, 200), 1.5f);
+  }
+  const ImVec2 peak(x_of(d.peak_event), y_of(d.peak.allocated_bytes));
+  dl->AddCircleFilled(peak, 4.0f, IM_COL32(255, 90, 90, 255));
+  dl->AddText(ImVec2(std::min(peak.x + 6, p0.x + width - 140), peak.y - 2), IM_COL32(255, 120, 120, 255),
+              ("peak " + bytes_text(d.peak.allocated_bytes, unit)).c_str());
+
+  if (hovered) {
+    const float mx = ImGui::GetIO().MousePos.x - p0.x;
+    const size_t ev = std::min(n - 1, static_cast<size_t>(std::max(0.0f, mx) / width * static_cast<float>(n)));
+    dl->AddLine(ImVec2(x_of(ev), p0.y), ImVec2(x_of(ev), p0.y + height), IM_COL32(255, 255, 255, 120));
+    const Event& e = d.program.events[ev];
+    const Tensor& t = d.program.tensors[e.tensor];
+    ImGui::BeginTooltip();
+    ImGui::Text("event %zu of %zu, %s", ev + 1, n, phase_of(d, static_cast<uint32_t>(ev)));
+    ImGui::Text("%s %s: %s", e.op == Event::Op::Alloc ? "allocate" : "free", d.program.labels[t.label].c_str(),
+                bytes_text(t.bytes, unit).c_str());
+    ImGui::Text("allocated %s, reserved %s", bytes_text(tl[ev].allocated_bytes, unit).c_str(),
+                bytes_text(tl[ev].reserved_bytes, unit).c_str());
+    ImGui::EndTooltip();
+  }
+  ImGui::TextDisabled("blue: allocated   grey: reserved   yellow: usable   %zu events", n);
+}
+
+}  // namespace memsim::ui

@@ -1,0 +1,162 @@
+// End-to-end tests of the served page in headless Chromium, driven by playwright-core (node's test runner).
+//   node --test tests/e2e/page.test.mjs     (scripts/test.sh sets MEMSIM_SITE, MEMSIM_CLI, NODE_PATH)
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import net from "node:net";
+import { createRequire } from "node:module";
+import { decodePng, distinctColors } from "./png.mjs";
+
+const require = createRequire(import.meta.url);
+const { chromium } = require("playwright-core");
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
+const site = process.env.MEMSIM_SITE || path.join(root, "build/web/site");
+const cli = process.env.MEMSIM_CLI || path.join(root, "build/native/memsim-cli");
+const shots = process.env.MEMSIM_SCREENSHOTS || mkdtempSync(path.join(tmpdir(), "memsim-shots-"));
+
+let server, browser, base;
+const requests = [];
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
+  });
+}
+
+async function waitForServer(url) {
+  for (let i = 0; i < 100; i++) {
+    try { const r = await fetch(url); if (r.ok) return; } catch {}
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("server did not start: " + url);
+}
+
+before(async () => {
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}/`;
+  server = spawn("python3", [path.join(root, "scripts/serve.py"), site, String(port)], { stdio: "ignore" });
+  await waitForServer(base);
+  browser = await chromium.launch({
+    executablePath: process.env.MEMSIM_CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-gpu", "--use-gl=swiftshader", "--enable-unsafe-swiftshader", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (server) server.kill();
+});
+
+async function openPage(hash = "", viewport = { width: 1280, height: 720 }) {
+  const page = await browser.newPage({ viewport });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.on("request", (r) => requests.push(r.url()));
+  await page.goto(base + hash);
+  await page.waitForFunction(() => window.memsim && window.Module && window.Module.calledRun, null, { timeout: 20000 });
+  await page.evaluate(() => window.memsim.ready);
+  await page.waitForTimeout(300);  // a few frames
+  return { page, errors };
+}
+
+function cliConfig(args) { return execFileSync(cli, ["config", ...args]).toString(); }
+function cliEstimate(configJson) {
+  const dir = mkdtempSync(path.join(tmpdir(), "memsim-e2e-"));
+  writeFileSync(path.join(dir, "c.json"), configJson);
+  return JSON.parse(execFileSync(cli, ["estimate", "--config", path.join(dir, "c.json")]).toString());
+}
+
+test("the default page draws the verdict, breakdown and timeline", async () => {
+  const { page, errors } = await openPage();
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.equal(state.config.model.hidden_size, 5120);
+  assert.equal(state.config.parallel.zero_stage, 3);
+  assert.equal(state.config.hardware.gpu, "a100-80gb");
+  const hash = await page.evaluate(() => window.location.hash);
+  assert.ok(hash.startsWith("#schema=1&"), "the fragment is kept current: " + hash.slice(0, 40));
+  const png = await page.screenshot({ path: path.join(shots, "default-1280x720.png") });
+  const img = decodePng(png);
+  assert.ok(distinctColors(img, 0, 0, 1280, 720) > 50, "canvas is not blank");
+  assert.ok(distinctColors(img, 480, 60, 780, 120) > 10, "verdict and bar region are drawn");
+  assert.ok(distinctColors(img, 480, 500, 780, 200) > 3, "timeline region is drawn");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("a shared link reopens exactly its setup", async () => {
+  const frag = cliConfig(["--hf-config", path.join(root, "tests/data/hf/mistral-7b-v0.1.json"),
+                          "--set", "training.micro_batch_size=2", "--set", "hardware.gpu=h100-sxm", "--format", "fragment"]).trim();
+  const { page, errors } = await openPage("#" + frag);
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.equal(state.fragment, frag);
+  assert.equal(state.config.model.intermediate_size, 14336);
+  assert.equal(state.config.training.micro_batch_size, 2);
+  assert.equal(await page.evaluate(() => window.location.hash), "#" + frag);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("editing follows into the fragment without a reload", async () => {
+  const { page } = await openPage();
+  await page.evaluate(() => { window.notReloaded = true; });
+  await page.evaluate(() => window.memsim.loadText(JSON.stringify({ model_type: "llama", hidden_size: 4096,
+    num_hidden_layers: 32, num_attention_heads: 32, num_key_value_heads: 8, intermediate_size: 14336, vocab_size: 128256 }), "config.json"));
+  await page.waitForTimeout(100);
+  const hash = await page.evaluate(() => window.location.hash);
+  assert.ok(hash.includes("model.hidden_size=4096"), hash.slice(0, 120));
+  assert.equal(await page.evaluate(() => window.notReloaded), true);
+  // Keyboard: focus the canvas, tab to the first numeric field of the form and step it with the keyboard.
+  await page.close();
+});
+
+test("hostile links keep the page alive with a message and the defaults", async () => {
+  const bad = ["#schema=99&model.hidden_size=1", "#%%%", "#schema=1&model.hidden_size=<img src=x onerror=alert(1)>",
+               "#" + "a".repeat(1 << 20), "#schema=1&training.precision=%3Cscript%3Ealert(1)%3C%2Fscript%3E"];
+  for (const hash of bad) {
+    const { page, errors } = await openPage(hash);
+    const state = await page.evaluate(() => window.memsim.state());
+    assert.equal(state.config.model.hidden_size, 5120, "falls back to the defaults for " + hash.slice(0, 30));
+    assert.ok(state.messages.length > 0 && /could not be opened/.test(state.messages.at(-1)), JSON.stringify(state.messages));
+    assert.equal(await page.evaluate(() => document.querySelectorAll("img, script:not([src])").length), 0);
+    const img = decodePng(await page.screenshot());
+    assert.ok(distinctColors(img, 0, 0, 1280, 720) > 50, "page still renders");
+    assert.deepEqual(errors.filter((e) => !/Content Security Policy/.test(e)), []);
+    await page.close();
+  }
+});
+
+test("the page's numbers equal the CLI's for the same config", async () => {
+  const { page } = await openPage();
+  for (const args of [[], ["--hf-config", path.join(root, "tests/data/hf/gpt2.json"), "--set", "training.precision=fp32", "--set", "training.sequence_length=1024"],
+                      ["--set", "parallel.zero_stage=0", "--set", "parallel.data_parallel_size=1", "--set", "hardware.gpu=h200"]]) {
+    const config = cliConfig(args);
+    const fromCli = cliEstimate(config);
+    const fromPage = await page.evaluate((c) => window.memsim.estimate(c), config);
+    assert.deepEqual(fromPage.devices, fromCli.devices);
+    assert.equal(fromPage.params_total, fromCli.params_total);
+  }
+  const bad = await page.evaluate(() => window.memsim.estimate("{\"training\":{\"micro_batch_size\":-1}}"));
+  assert.equal(bad.ok, false);
+  assert.equal(bad.errors[0].field, "training.micro_batch_size");
+  await page.close();
+});
+
+test("at 800 pixels wide the interface still renders", async () => {
+  const { page, errors } = await openPage("", { width: 800, height: 600 });
+  const img = decodePng(await page.screenshot({ path: path.join(shots, "narrow-800x600.png") }));
+  assert.ok(distinctColors(img, 0, 0, 800, 600) > 50);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("the page requests nothing but its own files", async () => {
+  assert.ok(requests.length > 0);
+  const outside = requests.filter((u) => !u.startsWith(base) && !u.startsWith("data:"));
+  assert.deepEqual(outside, []);
+});

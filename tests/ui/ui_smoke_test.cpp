@@ -1,0 +1,76 @@
+// The interface without a window: ImGui frames rendered headless (like Dear ImGui's example_null), so the
+// UI code runs in the native test suite. Hostile input must leave the setup intact and show a message.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+#include <imgui.h>
+
+#include "core/serialize.h"
+#include "ui/app.h"
+
+using namespace memsim;
+
+namespace {
+struct HeadlessImGui {
+  HeadlessImGui(float w, float h) {
+    ImGui::CreateContext();
+    ImGuiIO& io = ImGui::GetIO();
+    io.IniFilename = nullptr;
+    io.DisplaySize = ImVec2(w, h);
+    unsigned char* px;
+    int tw, th;
+    io.Fonts->GetTexDataAsRGBA32(&px, &tw, &th);
+  }
+  ~HeadlessImGui() { ImGui::DestroyContext(); }
+  int frame(ui::App& app) {
+    ImGui::GetIO().DeltaTime = 1.0f / 60.0f;
+    ImGui::NewFrame();
+    app.frame();
+    ImGui::Render();
+    return ImGui::GetDrawData()->TotalVtxCount;
+  }
+};
+}  // namespace
+
+TEST_CASE("the app draws its default frame at 1280x720 and 800x600", "[ui]") {
+  for (auto [w, h] : {std::pair{1280.0f, 720.0f}, std::pair{800.0f, 600.0f}}) {
+    HeadlessImGui gui(w, h);
+    std::string published;
+    ui::PlatformHooks hooks;
+    hooks.publish_fragment = [&](const std::string& f) { published = f; };
+    ui::App app(hooks);
+    for (int i = 0; i < 3; ++i) CHECK(gui.frame(app) > 1000);
+    CHECK(app.result().ok);
+    CHECK(published == config_to_fragment(Config{}));
+  }
+}
+
+TEST_CASE("a hostile link keeps the current setup and shows a message", "[ui]") {
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  Config c;
+  c.training.micro_batch_size = 2;
+  app.set_config(c);
+  for (const std::string& bad : std::vector<std::string>{"#schema=99", "#garbage", "#schema=1&model.hidden_size=<img src=x>",
+                                "#schema=1&model.hidden_size=-1", std::string("#schema=1&") + std::string(1 << 20, 'x')}) {
+    CHECK(!app.load_fragment(bad));
+    CHECK(app.config() == c);
+    REQUIRE(!app.messages().empty());
+    CHECK(app.messages().back().kind == ui::Message::Kind::Error);
+    gui.frame(app);
+  }
+  CHECK(app.load_fragment("#" + config_to_fragment(Config{})));
+  CHECK(app.config() == Config{});
+}
+
+TEST_CASE("a dropped config.json replaces only the model", "[ui]") {
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  CHECK(app.load_text(R"({"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,
+                          "num_key_value_heads":8,"intermediate_size":14336,"vocab_size":128256})", "config.json"));
+  CHECK(app.config().model.hidden_size == 4096);
+  CHECK(app.config().training == Config{}.training);
+  CHECK(app.result().params_total == 8030261248);
+  CHECK(!app.load_text("{\"hidden_size\": \"big\"}", "bad.json"));
+  CHECK(app.config().model.hidden_size == 4096);
+  gui.frame(app);
+}

@@ -1,0 +1,78 @@
+// Page glue: sets up Emscripten's Module, file drop and paste, hash changes, and the public JS API
+// window.memsim.estimate(configJson). No text from a link or file is ever inserted into the DOM as HTML:
+// status messages use textContent only.
+"use strict";
+(function () {
+  var statusEl = document.getElementById("status");
+  function setStatus(text, isError) {
+    statusEl.textContent = text;
+    statusEl.className = isError ? "error" : (text ? "" : "hidden");
+  }
+  var readyResolve;
+  var ready = new Promise(function (resolve) { readyResolve = resolve; });
+
+  function callWithString(fn, text, extra) {
+    var n = Module.lengthBytesUTF8(text) + 1, p = Module._malloc(n);
+    Module.stringToUTF8(text, p, n);
+    var q = 0;
+    if (extra !== undefined) {
+      var m = Module.lengthBytesUTF8(extra) + 1;
+      q = Module._malloc(m);
+      Module.stringToUTF8(extra, q, m);
+    }
+    try { return extra !== undefined ? fn(p, q) : fn(p); }
+    finally { Module._free(p); if (q) Module._free(q); }
+  }
+  function takeString(ptr) {
+    var s = Module.UTF8ToString(ptr);
+    Module._free(ptr);
+    return s;
+  }
+
+  window.memsim = {
+    ready: ready,
+    // Simulates a memsim config (JSON text or object) and returns the result object (see the CLI contract).
+    estimate: function (config) {
+      var text = typeof config === "string" ? config : JSON.stringify(config);
+      return JSON.parse(takeString(callWithString(Module._memsim_estimate_json, text)));
+    },
+    // The interface's current config, fragment and messages.
+    state: function () { return JSON.parse(takeString(Module._memsim_state_json())); },
+    openFragment: function (fragment) { callWithString(Module._memsim_set_fragment, fragment); },
+    loadText: function (text, origin) { callWithString(Module._memsim_load_text, text, origin || "the text"); },
+  };
+
+  window.Module = {
+    canvas: document.getElementById("canvas"),
+    print: function (t) { console.log(t); },
+    printErr: function (t) { console.warn(t); },
+    onRuntimeInitialized: function () { setStatus("", false); readyResolve(true); },
+    onAbort: function (what) { setStatus("memsim stopped: " + String(what) + ". Reload the page.", true); },
+  };
+
+  window.addEventListener("error", function (e) { setStatus("Error: " + String(e.message), true); });
+  window.addEventListener("hashchange", function () {
+    ready.then(function () { window.memsim.openFragment(window.location.hash); });
+  });
+
+  // Drop a memsim config or a Hugging Face config.json anywhere on the page.
+  window.addEventListener("dragover", function (e) { e.preventDefault(); });
+  window.addEventListener("drop", function (e) {
+    e.preventDefault();
+    var file = e.dataTransfer && e.dataTransfer.files && e.dataTransfer.files[0];
+    if (!file) return;
+    var reader = new FileReader();
+    reader.onload = function () {
+      ready.then(function () { window.memsim.loadText(String(reader.result), "\"" + file.name + "\""); });
+    };
+    reader.readAsText(file);
+  });
+  // Paste JSON with Ctrl+V outside a text field.
+  window.addEventListener("paste", function (e) {
+    var text = e.clipboardData && e.clipboardData.getData("text");
+    if (text && text.trim().charAt(0) === "{") {
+      e.preventDefault();
+      ready.then(function () { window.memsim.loadText(text, "the pasted JSON"); });
+    }
+  });
+})();
