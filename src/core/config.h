@@ -35,17 +35,31 @@ struct ModelConfig {
   bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
   int64_t norms_per_layer = 2;  // Gemma 2/3 use 4 (pre and post norms around attention and MLP)
   PositionType position_embedding_type = PositionType::Rope;
+  // Dropout probabilities (HF: attention_dropout / attention_probs_dropout_prob, hidden_dropout_prob /
+  // resid_pdrop). Above 0 they add 1-byte masks to the saved activations.
+  double attention_dropout = 0.0;
+  double hidden_dropout = 0.0;
 
   bool operator==(const ModelConfig&) const = default;
 };
 
+// Choices that frameworks make differently. "auto" means: what training.framework does (frameworks.cpp);
+// any other value overrides the framework's choice.
 struct TrainingConfig {
   int64_t micro_batch_size = 4;
   int64_t sequence_length = 4096;
   int64_t gradient_accumulation_steps = 1;
-  std::string precision = "bf16_mixed";  // id in the precision table (precision.h)
-  std::string optimizer = "adamw";       // id in the optimizer table (optimizer.h)
-  bool optimizer_fused = false;          // torch default is foreach on CUDA (torch/optim/adam.py::adam)
+  std::string framework = "deepspeed";   // hf_trainer, torchtune, litgpt, megatron, deepspeed (frameworks.h)
+  std::string precision = "bf16_mixed";  // id in the precision table (tables.h)
+  std::string optimizer = "adamw";       // id in the optimizer table (tables.h)
+  std::string optimizer_impl = "auto";   // auto, foreach, fused, for_loop
+  std::string activation_checkpointing = "full";  // none, full, selective, every_k
+  int64_t checkpoint_every_k_layers = 2;          // with every_k: layers 0, k, 2k, ... are checkpointed
+  std::string attention = "auto";        // auto, sdpa, sdpa_repeat_kv, flash_attention_2, eager
+  std::string norm_impl = "auto";        // auto, eager_fp32, fused, litgpt
+  std::string loss = "auto";             // auto, hf_fp32_upcast, full_fp32, chunked_fp32, chunked_bf16, fused_linear
+  int64_t loss_chunks = 8;               // chunks of chunked_fp32 (torchtune CEWithChunkedOutputLoss default)
+  bool activation_offload = false;       // saved activations go to host memory (torchtune/Megatron offloading)
 
   bool operator==(const TrainingConfig&) const = default;
 };
@@ -61,6 +75,7 @@ struct HardwareConfig {
   std::string gpu = "a100-80gb";      // id in the GPU table (gpus.h)
   int64_t gpu_memory_bytes = 0;       // 0: the preset's capacity; otherwise a custom capacity
   double headroom_fraction = 0.10;    // budget practitioners keep free (10-15%)
+  int64_t cuda_context_bytes = 0;     // 0: by CUDA module loading (lazy since PyTorch 1.13); else measured
 
   bool operator==(const HardwareConfig&) const = default;
 };

@@ -15,13 +15,13 @@ namespace {
 void norm(std::vector<ParamTensor>& out, const std::string& name, int64_t width, NormType type) {
   // RMSNorm has a scale only; LayerNorm a scale and a shift. Megatron theoretical_memory_usage.py:
   // norm_size = 1 if RMSNorm else 2.
-  out.push_back({name + ".weight", width, ParamKind::Norm});
-  if (type == NormType::LayerNorm) out.push_back({name + ".bias", width, ParamKind::Norm});
+  out.push_back({name + ".weight", width, ParamKind::Norm, width});
+  if (type == NormType::LayerNorm) out.push_back({name + ".bias", width, ParamKind::Norm, width});
 }
 
 void linear(std::vector<ParamTensor>& out, const std::string& name, int64_t in, int64_t outw, bool bias) {
-  out.push_back({name + ".weight", mul(in, outw), ParamKind::Matmul});
-  if (bias) out.push_back({name + ".bias", outw, ParamKind::Bias});
+  out.push_back({name + ".weight", mul(in, outw), ParamKind::Matmul, outw});  // nn.Linear weight: [out, in]
+  if (bias) out.push_back({name + ".bias", outw, ParamKind::Bias, outw});
 }
 
 }  // namespace
@@ -37,9 +37,10 @@ ModelShape build_model_shape(const ModelConfig& m) {
   const int64_t kv_width = mul(m.num_key_value_heads, d);
   const bool qkv_b = m.attention_bias || m.qkv_bias;
 
-  s.pre.push_back({"embed_tokens.weight", mul(m.vocab_size, h), ParamKind::Embedding});
+  s.pre.push_back({"embed_tokens.weight", mul(m.vocab_size, h), ParamKind::Embedding, m.vocab_size});
   if (m.position_embedding_type == PositionType::Absolute)
-    s.pre.push_back({"embed_positions.weight", mul(m.max_position_embeddings, h), ParamKind::Embedding});
+    s.pre.push_back({"embed_positions.weight", mul(m.max_position_embeddings, h), ParamKind::Embedding,
+                     m.max_position_embeddings});
 
   auto& L = s.layer;
   norm(L, "input_layernorm", h, m.norm_type);
@@ -59,7 +60,7 @@ ModelShape build_model_shape(const ModelConfig& m) {
   for (int64_t i = 2; i < m.norms_per_layer; ++i) norm(L, "extra_layernorm_" + std::to_string(i), h, m.norm_type);
 
   norm(s.post, "norm", h, m.norm_type);
-  if (!m.tie_word_embeddings) s.post.push_back({"lm_head.weight", mul(m.vocab_size, h), ParamKind::Matmul});
+  if (!m.tie_word_embeddings) s.post.push_back({"lm_head.weight", mul(m.vocab_size, h), ParamKind::Matmul, m.vocab_size});
 
   s.num_layers = m.num_hidden_layers;
   s.params_per_layer = sum_numel(s.layer);

@@ -21,6 +21,7 @@ struct ParamTensor {
   std::string name;
   int64_t numel = 0;
   ParamKind kind = ParamKind::Matmul;
+  int64_t rows = 0;  // first dimension (out_features of a linear, vocab of an embedding); numel for vectors
 };
 
 struct ModelShape {

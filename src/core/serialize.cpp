@@ -47,14 +47,24 @@ void visit_fields(Config& c, V& v) {
   v.boolean("model.qk_norm", m.qk_norm);
   v.integer("model.norms_per_layer", m.norms_per_layer);
   v.enumeration("model.position_embedding_type", m.position_embedding_type, kPositionNames);
+  v.number("model.attention_dropout", m.attention_dropout);
+  v.number("model.hidden_dropout", m.hidden_dropout);
 
   auto& t = c.training;
   v.integer("training.micro_batch_size", t.micro_batch_size);
   v.integer("training.sequence_length", t.sequence_length);
   v.integer("training.gradient_accumulation_steps", t.gradient_accumulation_steps);
+  v.str("training.framework", t.framework);
   v.str("training.precision", t.precision);
   v.str("training.optimizer", t.optimizer);
-  v.boolean("training.optimizer_fused", t.optimizer_fused);
+  v.str("training.optimizer_impl", t.optimizer_impl);
+  v.str("training.activation_checkpointing", t.activation_checkpointing);
+  v.integer("training.checkpoint_every_k_layers", t.checkpoint_every_k_layers);
+  v.str("training.attention", t.attention);
+  v.str("training.norm_impl", t.norm_impl);
+  v.str("training.loss", t.loss);
+  v.integer("training.loss_chunks", t.loss_chunks);
+  v.boolean("training.activation_offload", t.activation_offload);
 
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
   v.integer("parallel.zero_stage", c.parallel.zero_stage);
@@ -62,6 +72,7 @@ void visit_fields(Config& c, V& v) {
   v.str("hardware.gpu", c.hardware.gpu);
   v.integer("hardware.gpu_memory_bytes", c.hardware.gpu_memory_bytes);
   v.number("hardware.headroom_fraction", c.hardware.headroom_fraction);
+  v.integer("hardware.cuda_context_bytes", c.hardware.cuda_context_bytes);
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -363,6 +374,8 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"n_head", "num_attention_heads"},  {"n_inner", "intermediate_size"},
     {"n_positions", "max_position_embeddings"}, {"activation_function", "hidden_act"},
     {"use_qkv_bias", "qkv_bias"},       {"num_kv_heads", "num_key_value_heads"},
+    {"attention_probs_dropout_prob", "attention_dropout"}, {"attn_pdrop", "attention_dropout"},
+    {"hidden_dropout_prob", "hidden_dropout"}, {"resid_pdrop", "hidden_dropout"},
 };
 
 // Keys HF configs carry that do not change memory (or that memsim takes from the training section).
@@ -370,7 +383,7 @@ const std::set<std::string>& hf_ignorable() {
   static const std::set<std::string> s = {
       "architectures", "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
       "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "initializer_range", "rope_theta",
-      "rope_scaling", "use_cache", "attention_dropout", "pretraining_tp", "_name_or_path", "schema"};
+      "rope_scaling", "use_cache", "pretraining_tp", "_name_or_path", "schema"};
   return s;
 }
 

@@ -85,8 +85,6 @@ Result simulate(const Config& config) {
     d.peak.device_bytes = add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes);
     d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
     r.devices.push_back(std::move(d));
-    r.notes.push_back("Activations are not yet simulated: the peak covers model states, optimizer temporaries, "
-                      "cuBLAS workspaces and the CUDA context.");
     r.ok = true;
   } catch (const RangeError& e) {
     r.errors.push_back({"config", std::string("the configuration is out of range: ") + e.what() +

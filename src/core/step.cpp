@@ -22,8 +22,8 @@ uint32_t StepProgram::label(const std::string& text) {
   return static_cast<uint32_t>(labels.size() - 1);
 }
 
-uint32_t StepProgram::alloc(Component c, int64_t bytes, uint32_t label_id) {
-  tensors.push_back({bytes, c, label_id});
+uint32_t StepProgram::alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer) {
+  tensors.push_back({bytes, c, label_id, layer});
   uint32_t t = static_cast<uint32_t>(tensors.size() - 1);
   events.push_back({Event::Op::Alloc, c, t});
   return t;

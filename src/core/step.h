@@ -33,10 +33,11 @@ struct Tensor {
   int64_t bytes;
   Component component;
   uint32_t label;  // index into StepProgram::labels
+  int32_t layer;   // transformer layer the tensor belongs to, -1 for none
 };
 
 struct Phase {
-  std::string name;      // "forward mb 1", "backward mb 1", "optimizer step", ...
+  std::string name;      // "forward (step 1, micro-batch 1)", "optimizer step 1", ...
   uint32_t first_event;  // index of the phase's first event
 };
 
@@ -47,7 +48,7 @@ struct StepProgram {
   std::vector<Phase> phases;
 
   uint32_t label(const std::string& text);
-  uint32_t alloc(Component c, int64_t bytes, uint32_t label_id);
+  uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1);
   void free(uint32_t tensor);
   void phase(const std::string& name) { phases.push_back({name, static_cast<uint32_t>(events.size())}); }
 };

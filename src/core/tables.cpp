@@ -6,24 +6,43 @@ namespace memsim {
 
 namespace {
 
+// weight, grad, master, state, autocast copy, activation, residual (bytes per element).
 constexpr PrecisionRecipe kPrecisions[] = {
-    {"fp32", "fp32", 4, 4, 0, 4, 0,
+    {"fp32", "fp32", 4, 4, 0, 4, 0, 4, 4,
      "DeepSpeed docs/code-docs/source/memory.rst: 16 B/param for fp32 Adam (4 params, 4 grads, 8 states)"},
-    {"bf16_mixed", "bf16 + fp32 master (DeepSpeed/ZeRO)", 2, 2, 4, 4, 0,
+    {"bf16_mixed", "bf16 + fp32 master (DeepSpeed/ZeRO)", 2, 2, 4, 4, 0, 2, 2,
      "ZeRO paper sec. 3.1: 2+2+K with K=12 (fp32 master, m, v); DeepSpeed engine.py get_data_types: "
      "grad_accum_dtype = model dtype when ZeRO is on"},
-    {"amp_bf16", "bf16 autocast over fp32 weights (torch AMP)", 4, 4, 0, 4, 2,
-     "aten/src/ATen/autocast_mode.cpp cached_cast: bf16 copies of fp32 leaf weights cached per forward"},
-    {"bf16_pure", "pure bf16 (bf16 weights, grads and states)", 2, 2, 0, 2, 0,
+    {"bf16_fp32_grads", "bf16 + fp32 main grads and master (Megatron)", 2, 4, 4, 4, 0, 2, 2,
+     "Megatron distrib_optimizer.md: bf16 params, fp32 main grads = 18 B/param (6 + 12/d distributed)"},
+    {"fp16_mixed", "fp16 + fp32 master (DeepSpeed fp16, loss scaling)", 2, 2, 4, 4, 0, 2, 2,
+     "ZeRO paper sec. 3.1: 2+2+12 = 16 B/param"},
+    {"amp_bf16", "bf16 autocast over fp32 weights (torch AMP)", 4, 4, 0, 4, 2, 2, 4,
+     "aten/src/ATen/autocast_mode.cpp cached_cast: bf16 copies of fp32 leaf weights cached per forward; "
+     "the residual stream stays fp32 (embedding and add are not autocast ops)"},
+    {"amp_fp16", "fp16 autocast over fp32 weights (torch AMP)", 4, 4, 0, 4, 2, 2, 4,
+     "aten/src/ATen/autocast_mode.cpp cached_cast (fp16 as lower_precision_fp)"},
+    {"bf16_pure", "pure bf16 (bf16 weights, grads and states)", 2, 2, 0, 2, 0, 2, 2,
      "torch/optim/adam.py _init_group: state = zeros_like(p), i.e. the param dtype"},
 };
 
 constexpr OptimizerSpec kOptimizers[] = {
-    {"adamw", "AdamW", 2, 1, "torch/optim/adam.py _init_group (exp_avg, exp_avg_sq); _multi_tensor_adam _foreach_sqrt"},
-    {"adam", "Adam", 2, 1, "torch/optim/adam.py _init_group; _multi_tensor_adam _foreach_sqrt"},
-    {"sgd", "SGD (no momentum)", 0, 0, "torch/optim/sgd.py: no state without momentum"},
-    {"sgd_momentum", "SGD with momentum", 1, 0, "torch/optim/sgd.py: momentum_buffer = clone(grad)"},
-    {"lion", "Lion", 1, 0, "Chen et al. 2023 (Lion): one momentum buffer"},
+    {"adamw", "AdamW", OptimizerKind::Adam, false,
+     "torch/optim/adam.py _init_group (exp_avg, exp_avg_sq); _multi_tensor_adam _foreach_sqrt"},
+    {"adam", "Adam", OptimizerKind::Adam, false, "torch/optim/adam.py _init_group; _multi_tensor_adam _foreach_sqrt"},
+    {"adamw_8bit", "AdamW 8-bit (bitsandbytes)", OptimizerKind::Adam8bit, false,
+     "bitsandbytes optim/optimizer.py Optimizer2State.init_state: uint8 states + fp32 absmax per 256 elements; "
+     "tensors under min_8bit_size = 4096 elements keep fp32 states"},
+    {"paged_adamw", "Paged AdamW 32-bit (bitsandbytes)", OptimizerKind::Adam, true,
+     "bitsandbytes Optimizer8bit.get_state_buffer: paged (unified memory) when numel >= 1e5"},
+    {"paged_adamw_8bit", "Paged AdamW 8-bit (bitsandbytes)", OptimizerKind::Adam8bit, true,
+     "bitsandbytes Optimizer8bit.get_state_buffer + Optimizer2State.init_state"},
+    {"adafactor", "Adafactor (factored second moment)", OptimizerKind::Adafactor, false,
+     "torch/optim/_adafactor.py _init_group: row_var (n,1) + col_var (1,m) for matrices, full variance for vectors"},
+    {"lion", "Lion", OptimizerKind::Lion, false, "Chen et al. 2023 (Lion): one momentum buffer"},
+    {"sgd", "SGD (no momentum)", OptimizerKind::Sgd, false, "torch/optim/sgd.py: no state without momentum"},
+    {"sgd_momentum", "SGD with momentum", OptimizerKind::SgdMomentum, false,
+     "torch/optim/sgd.py: momentum_buffer = clone(grad)"},
 };
 
 // Capacities as nvidia-smi reports "Total" (MiB), the memory a process can address including the context.
@@ -41,6 +60,37 @@ constexpr GpuSpec kGpus[] = {
     {"rtx-4090", "NVIDIA RTX 4090 24GB", "nvidia", 24564 * kMiB, 89, "nvidia-smi: 24564MiB (GeForce RTX 4090)"},
     {"l40s", "NVIDIA L40S 48GB", "nvidia", 46068 * kMiB, 89, "nvidia-smi: 46068MiB (L40S)"},
 };
+
+}  // namespace
+
+int64_t optimizer_full_states(const OptimizerSpec& opt) {
+  switch (opt.kind) {
+    case OptimizerKind::Adam: case OptimizerKind::Adam8bit: return 2;
+    case OptimizerKind::SgdMomentum: case OptimizerKind::Lion: return 1;
+    case OptimizerKind::Sgd: case OptimizerKind::Adafactor: return 0;
+  }
+  return 0;
+}
+
+int64_t optimizer_state_bytes(const OptimizerSpec& opt, int64_t numel, int64_t rows, int64_t state_bytes) {
+  switch (opt.kind) {
+    case OptimizerKind::Adam8bit: {
+      // Optimizer2State: two uint8 states plus one fp32 absmax per 256-element block for each.
+      if (numel < 4096) return mul(numel, 2 * 4);  // min_8bit_size: small tensors keep two fp32 states
+      return mul(2, add(numel, mul(ceil_div(numel, 256), 4)));
+    }
+    case OptimizerKind::Adafactor: {
+      // Factored second moment for matrices (rows + cols), a full one for vectors; no first moment (beta1=None).
+      const int64_t cols = rows > 0 ? numel / rows : 1;
+      if (rows <= 1 || cols <= 1) return mul(numel, state_bytes);
+      return mul(add(rows, cols), state_bytes);
+    }
+    default:
+      return mul(numel, optimizer_full_states(opt), state_bytes);
+  }
+}
+
+namespace {
 
 template <typename T>
 const T* find_by_id(std::span<const T> table, std::string_view id) {

@@ -16,18 +16,26 @@ struct PrecisionRecipe {
   int64_t master_bytes;        // separate fp32 master copy held by the optimizer, 0 if none
   int64_t state_bytes;         // dtype of optimizer states (torch: same dtype as the param they track)
   int64_t autocast_copy_bytes; // low-precision copy of each matmul weight made by torch.autocast, 0 if none
+  int64_t activation_bytes;    // element size of matmul inputs/outputs saved for backward
+  int64_t residual_bytes;      // element size of the residual stream (fp32 under autocast over fp32 weights)
   std::string_view source;
 };
+
+enum class OptimizerKind { Adam, Sgd, SgdMomentum, Lion, Adafactor, Adam8bit };
 
 struct OptimizerSpec {
   std::string_view id;
   std::string_view label;
-  int64_t states_per_param;  // full-size state tensors per parameter tensor (Adam: exp_avg, exp_avg_sq)
-  // Full-size temporary of the foreach implementation, in state-sized tensors over the whole param group
-  // (Adam: the _foreach_sqrt list); 0 where there is none.
-  int64_t foreach_temp_states;
+  OptimizerKind kind;
+  bool paged;  // bitsandbytes paged state: CUDA unified memory, outside PyTorch's allocator
   std::string_view source;
 };
+
+// Bytes of optimizer state for one parameter tensor of `numel` elements laid out as rows x (numel / rows),
+// with full-precision states of `state_bytes` each. MEMORY_FORMULAS.md 1.3.
+int64_t optimizer_state_bytes(const OptimizerSpec& opt, int64_t numel, int64_t rows, int64_t state_bytes);
+// Number of full-size state tensors (for the foreach temporary and the UI): Adam 2, SGD+momentum 1, ...
+int64_t optimizer_full_states(const OptimizerSpec& opt);
 
 struct GpuSpec {
   std::string_view id;

@@ -1,9 +1,12 @@
+// The training step's skeleton: weights, gradients, ZeRO sharding, the optimizer step and the iterations.
+// What autograd saves between forward and backward lives in activations.cpp.
 #include "train_step.h"
 
 #include <algorithm>
 #include <string>
 
 #include "checked.h"
+#include "step_builder.h"
 
 namespace memsim {
 
@@ -21,147 +24,262 @@ constexpr int64_t kCublasLtWorkspaceBytes = 1024 * kKiB;
 // ZeRO partitions: each of N ranks holds ceil(numel / N) elements (DeepSpeed pads partitions to equal size).
 int64_t shard(int64_t numel, int64_t n) { return ceil_div(numel, n); }
 
-struct Layout {
-  int64_t n;            // data-parallel degree
-  bool shard_optimizer; // ZeRO >= 1
-  bool shard_grads;     // ZeRO >= 2
-  bool shard_weights;   // ZeRO == 3
-};
+// Parameters of the decay group in HF Trainer (get_decay_parameter_names): everything but norms and biases.
+bool decays(const ParamTensor& t) { return t.kind == ParamKind::Matmul || t.kind == ParamKind::Embedding; }
 
-Layout layout_of(const Config& c) {
-  const int64_t s = c.parallel.zero_stage;
-  return {c.parallel.data_parallel_size, s >= 1, s >= 2, s >= 3};
-}
-
-// Every parameter tensor of the model, in forward order, with the index of its layer (-1 pre, L post).
 template <typename F>
 void for_each_param(const ModelShape& s, F&& f) {
-  for (const auto& t : s.pre) f(t, int64_t{-1});
+  for (const auto& t : s.pre) f(t);
   for (int64_t l = 0; l < s.num_layers; ++l)
-    for (const auto& t : s.layer) f(t, l);
-  for (const auto& t : s.post) f(t, s.num_layers);
+    for (const auto& t : s.layer) f(t);
+  for (const auto& t : s.post) f(t);
 }
 
 }  // namespace
 
 ModelStates model_state_bytes(const StepContext& ctx) {
-  const Layout lay = layout_of(ctx.config);
+  const auto& par = ctx.config.parallel;
+  const int64_t n = par.data_parallel_size;
   const int64_t p = ctx.shape.params_total;
   const auto& pr = ctx.precision;
-  const int64_t opt_per_param = add(pr.master_bytes, mul(ctx.optimizer.states_per_param, pr.state_bytes));
   ModelStates m;
-  m.weights_bytes = mul(lay.shard_weights ? shard(p, lay.n) : p, pr.weight_bytes);
-  m.gradients_bytes = mul(lay.shard_grads ? shard(p, lay.n) : p, pr.grad_bytes);
-  m.optimizer_bytes = mul(lay.shard_optimizer ? shard(p, lay.n) : p, opt_per_param);
+  m.weights_bytes = mul(par.zero_stage >= 3 ? shard(p, n) : p, pr.weight_bytes);
+  m.gradients_bytes = mul(par.zero_stage >= 2 ? shard(p, n) : p, pr.grad_bytes);
+  // Under ZeRO the optimizer sees one flat partition; otherwise each parameter tensor has its own state.
+  int64_t states = 0;
+  if (par.zero_stage >= 1) {
+    states = optimizer_state_bytes(ctx.optimizer, shard(p, n), shard(p, n), pr.state_bytes);
+  } else {
+    for_each_param(ctx.shape, [&](const ParamTensor& t) {
+      states = add(states, optimizer_state_bytes(ctx.optimizer, t.numel, t.rows, pr.state_bytes));
+    });
+  }
+  m.optimizer_bytes = add(mul(par.zero_stage >= 1 ? shard(p, n) : p, pr.master_bytes), states);
   return m;
 }
 
-StepProgram build_train_step(const StepContext& ctx) {
-  const Config& c = ctx.config;
-  const ModelShape& s = ctx.shape;
-  const auto& pr = ctx.precision;
-  const auto& opt = ctx.optimizer;
-  const Layout lay = layout_of(c);
-  StepProgram prog;
+StepBuilder::StepBuilder(const StepContext& ctx)
+    : ctx_(ctx), c_(ctx.config), s_(ctx.shape), pr_(ctx.precision), rs_(resolve(ctx.config)) {
+  const auto& m = c_.model;
+  const auto& t = c_.training;
+  d_.b = t.micro_batch_size;
+  d_.s = t.sequence_length;
+  d_.T = mul(d_.b, d_.s);
+  d_.h = m.hidden_size;
+  d_.h_q = mul(m.num_attention_heads, effective_head_dim(m));
+  d_.h_kv = mul(m.num_key_value_heads, effective_head_dim(m));
+  d_.f = m.intermediate_size;
+  d_.a = m.num_attention_heads;
+  d_.g = m.num_key_value_heads;
+  d_.V = m.vocab_size;
+  d_.e = pr_.activation_bytes;
+  d_.e_res = pr_.residual_bytes;
+  d_.amp = pr_.autocast_copy_bytes > 0;
+  n_ = c_.parallel.data_parallel_size;
+  shard_opt_ = c_.parallel.zero_stage >= 1;
+  shard_grads_ = c_.parallel.zero_stage >= 2;
+  shard_weights_ = c_.parallel.zero_stage >= 3;
+  grads_.resize(static_cast<size_t>(s_.num_layers + 2));
+  grad_created_.assign(static_cast<size_t>(s_.num_layers + 2), false);
+  casts_.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);
 
-  // Weights: one allocation per parameter tensor (nn.Module init); under ZeRO-3 each rank keeps only its
-  // partition of every parameter (DeepSpeed partition_parameters.py: param.ds_tensor).
-  prog.phase("model load");
-  const uint32_t lbl_w = prog.label("weights");
-  for_each_param(s, [&](const ParamTensor& t, int64_t) {
-    const int64_t numel = lay.shard_weights ? shard(t.numel, lay.n) : t.numel;
-    prog.alloc(Component::Weights, mul(numel, pr.weight_bytes), lbl_w);
+  auto& p = p_;
+  L_.weights = p.label("weights");
+  L_.grads = p.label("gradients (.grad)");
+  L_.grad_partition = p.label("ZeRO gradient partition");
+  L_.grad_bucket = p.label("DDP gradient bucket (second copy of the gradients)");
+  L_.gathered = p.label("ZeRO-3 all-gathered layer parameters");
+  L_.master = p.label("fp32 master weights");
+  L_.state = p.label("optimizer state");
+  L_.opt_tmp = p.label("optimizer temporary");
+  L_.cast = p.label("autocast low-precision weight copies");
+  L_.ws = p.label("cuBLAS workspace");
+  L_.ws_lt = p.label("cuBLASLt workspace");
+  L_.inputs = p.label("input ids and labels");
+  L_.residual = p.label("residual stream");
+  L_.norm_x32 = p.label("norm input upcast to fp32 (saved)");
+  L_.norm_rstd = p.label("norm rstd (saved)");
+  L_.norm_scaled = p.label("normalised input before the scale (saved for the norm weight's grad)");
+  L_.norm_out = p.label("norm output (saved by the next matmuls)");
+  L_.norm_out_cast = p.label("autocast copy of the norm output (saved by one matmul)");
+  L_.q = p.label("query projection");
+  L_.k = p.label("key projection");
+  L_.v = p.label("value projection (saved)");
+  L_.q_rot = p.label("query after RoPE (saved)");
+  L_.k_rot = p.label("key after RoPE (saved)");
+  L_.kv_rep = p.label("keys/values repeated for GQA (saved)");
+  L_.attn_out = p.label("attention output (saved by the kernel and o_proj)");
+  L_.lse = p.label("attention logsumexp, fp32 (saved)");
+  L_.scores = p.label("attention scores (eager)");
+  L_.softmax = p.label("attention softmax, fp32 (eager, saved)");
+  L_.probs = p.label("attention probabilities cast for attn @ V (eager, saved)");
+  L_.attn_mask = p.label("attention dropout mask (saved)");
+  L_.o_out = p.label("o_proj output");
+  L_.hidden_mask = p.label("hidden dropout mask (saved)");
+  L_.mlp_gate = p.label("MLP gate projection (saved by the activation)");
+  L_.mlp_up = p.label("MLP up projection (saved by the product)");
+  L_.mlp_act = p.label("MLP activation output (saved by the product)");
+  L_.mlp_prod = p.label("MLP gated product (saved by down_proj)");
+  L_.mlp_fc1 = p.label("MLP first projection (saved by the activation)");
+  L_.mlp_gelu = p.label("MLP activation output (saved by the second projection)");
+  L_.mlp_out = p.label("MLP output");
+  L_.attn_tmp = p.label("attention temporaries");
+  L_.ckpt_input = p.label("checkpointed layer input (saved)");
+  L_.ckpt_tmp = p.label("layer intermediates under no_grad (checkpointed forward)");
+  L_.bwd_mlp = p.label("MLP backward: activation gradients");
+  L_.bwd_attn = p.label("attention backward: dq, dk, dv, fp32 dq accumulator");
+  L_.bwd_norm = p.label("norm backward temporaries");
+  L_.dres = p.label("gradient of the residual stream");
+  L_.logits = p.label("logits");
+  L_.logits_fp32 = p.label("logits upcast to fp32");
+  L_.lse_loss = p.label("log-softmax of the logits (saved by the loss)");
+  L_.loss_grad = p.label("loss backward: gradient of the logits");
+  L_.loss_grad_bf16 = p.label("gradient of the logits cast back to the compute dtype");
+  L_.flce_buffers = p.label("fused linear cross-entropy buffers (grad of lm_head input and weight)");
+  L_.lm_head_in = p.label("final norm output (saved by lm_head)");
+  L_.embed_grad_dense = p.label("dense embedding gradient (tied weights: added into lm_head's grad)");
+}
+
+// nn.Module init: one allocation per parameter tensor. Under ZeRO-3 each rank keeps only its partition of
+// every parameter (DeepSpeed partition_parameters.py: param.ds_tensor).
+void StepBuilder::alloc_weights() {
+  p_.phase("model load");
+  for_each_param(s_, [&](const ParamTensor& t) {
+    const int64_t numel = shard_weights_ ? shard(t.numel, n_) : t.numel;
+    p_.alloc(Component::Weights, mul(numel, pr_.weight_bytes), L_.weights);
   });
+}
 
-  const uint32_t lbl_ws = prog.label("cuBLAS workspace");
-  const uint32_t lbl_lt = prog.label("cuBLASLt workspace");
-  const uint32_t lbl_g = prog.label("gradients");
-  const uint32_t lbl_cast = prog.label("autocast low-precision weight copy");
-  const uint32_t lbl_master = prog.label("fp32 master weights");
-  const uint32_t lbl_state = prog.label("optimizer state");
-  const uint32_t lbl_tmp = prog.label("optimizer foreach temporary (_foreach_sqrt)");
+// AccumulateGrad creates each .grad at its parameter's first backward of the step (MEMORY_FORMULAS.md 6).
+// ZeRO-2/3 reduce each layer's full gradients into the flat partition and free them (stage_1_and_2.py,
+// stage3.py: grad_partitions_flat_buffer); DDP (several GPUs, no ZeRO) also keeps a flat bucket copy of all
+// gradients (gradient_as_bucket_view=False is the default, MEMORY_FORMULAS.md 2.7).
+void StepBuilder::alloc_layer_grads(int64_t layer) {
+  if (!grads_live_) {
+    grads_live_ = true;
+    if (shard_grads_)
+      other_grads_.push_back(p_.alloc(Component::Gradients, mul(shard(s_.params_total, n_), pr_.grad_bytes), L_.grad_partition));
+    else if (n_ > 1)
+      other_grads_.push_back(p_.alloc(Component::Communication, mul(s_.params_total, pr_.grad_bytes), L_.grad_bucket));
+  }
+  const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
+  if (grad_created_[slot]) return;  // gradient accumulation: the .grad tensors are already there
+  grad_created_[slot] = true;
+  const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.layer;
+  for (const auto& t : ts) {
+    if (layer < 0 && &t == &s_.pre.front() && c_.model.tie_word_embeddings) continue;  // created by lm_head
+    grads_[slot].push_back(p_.alloc(Component::Gradients, mul(t.numel, pr_.grad_bytes), L_.grads, static_cast<int32_t>(layer)));
+  }
+  // Tied weights: lm_head is the embedding matrix, so its .grad appears in the loss backward.
+  if (layer >= s_.num_layers && c_.model.tie_word_embeddings)
+    grads_[slot].push_back(p_.alloc(Component::Gradients, mul(s_.pre.front().numel, pr_.grad_bytes), L_.grads));
+}
 
-  std::vector<uint32_t> grads;
-  std::vector<uint32_t> casts(static_cast<size_t>(s.num_layers), UINT32_MAX);
-  bool states_created = false;
-  const int64_t layer_matmul_numel = [&] {
-    int64_t n = 0;
-    for (const auto& t : s.layer)
-      if (t.kind == ParamKind::Matmul) n = add(n, t.numel);
-    return n;
-  }();
+void StepBuilder::release_layer_grads(int64_t layer) {
+  if (!shard_grads_) return;
+  const size_t slot = static_cast<size_t>(layer + 1);
+  for (uint32_t g : grads_[slot]) drop(g);
+  grads_[slot].clear();
+  grad_created_[slot] = false;  // the next micro-batch makes new full gradients and reduces them again
+}
 
+// DeepSpeed ZeRO-3 fetches a module's full 16-bit parameters before its forward and backward and releases them
+// after (partitioned_param_coordinator.py). Parameters under stage3_param_persistence_threshold (1e5 elements)
+// stay whole; they are small and counted with the partitioned weights here.
+void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
+  if (!shard_weights_) return;
+  const int64_t numel = layer < 0 ? sum_numel(s_.pre) : layer >= s_.num_layers ? sum_numel(s_.post) : s_.params_per_layer;
+  out.push_back(p_.alloc(Component::Communication, mul(numel, pr_.weight_bytes), L_.gathered, static_cast<int32_t>(layer)));
+}
+
+void StepBuilder::optimizer_step(int iter) {
+  p_.phase("optimizer step " + std::to_string(iter));
+  const auto& opt = ctx_.optimizer;
+  // Optimizer state is created lazily in the first step() (torch/optim/adam.py::_init_group: zeros_like).
+  // Paged bitsandbytes state (tensors >= 1e5 elements) lives in unified memory, outside the allocator.
+  if (iter == 1) {
+    if (shard_opt_) {
+      // DeepSpeed keeps one flat fp32 partition (stage_1_and_2.py single_partition_of_fp32_groups).
+      const int64_t part = shard(s_.params_total, n_);
+      if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(part, pr_.master_bytes), L_.master);
+      if (!(opt.paged && part >= 100000)) {
+        const int64_t st = optimizer_state_bytes(opt, part, part, pr_.state_bytes);
+        if (st > 0) p_.alloc(Component::OptimizerStates, st, L_.state);
+      }
+    } else {
+      for_each_param(s_, [&](const ParamTensor& t) {
+        if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(t.numel, pr_.master_bytes), L_.master);
+        if (opt.paged && t.numel >= 100000) return;
+        const int64_t st = optimizer_state_bytes(opt, t.numel, t.rows, pr_.state_bytes);
+        if (st > 0) p_.alloc(Component::OptimizerStates, st, L_.state);
+      });
+    }
+  }
+  // ZeRO-1/2 upcast each group's gradient partition to fp32 for the step (stage_1_and_2.py::step:
+  // single_grad_partition = flatten(...).to(fp32)), freed after the group's update.
+  if (shard_opt_ && !shard_weights_ && pr_.grad_bytes < 4) {
+    uint32_t t = p_.alloc(Component::Temporaries, mul(shard(s_.params_total, n_), 4), L_.opt_tmp);
+    drop(t);
+  }
+  if (shard_opt_) return;  // DeepSpeed's FusedAdam: no full-size temporaries
+  // Temporaries of torch's implementations (MEMORY_FORMULAS.md 6):
+  //  foreach Adam/AdamW: exp_avg_sq.sqrt() for every tensor of one param group at once (_foreach_sqrt),
+  //    so the largest param group sets the size; fused has none.
+  //  for-loop Adam (transformers' old AdamW, adamw_hf): one tensor's sqrt at a time.
+  //  Adafactor (per tensor): grad**2 + eps and the approximated second moment, two full-size fp32 tensors.
+  const bool adam_like = opt.kind == OptimizerKind::Adam;
+  if (rs_.optimizer_impl == OptimizerImpl::Fused && opt.kind != OptimizerKind::Adafactor) return;
+  if (opt.kind == OptimizerKind::Adafactor || (adam_like && rs_.optimizer_impl == OptimizerImpl::ForLoop)) {
+    int64_t largest = 0;
+    for_each_param(s_, [&](const ParamTensor& t) { largest = std::max(largest, t.numel); });
+    const int64_t copies = opt.kind == OptimizerKind::Adafactor ? 2 : 1;
+    const int64_t bytes = opt.kind == OptimizerKind::Adafactor ? 4 : pr_.state_bytes;
+    std::vector<uint32_t> tmp;
+    for (int64_t k = 0; k < copies; ++k) tmp.push_back(p_.alloc(Component::Temporaries, mul(largest, bytes), L_.opt_tmp));
+    for (uint32_t t : tmp) drop(t);
+    return;
+  }
+  if (!adam_like || opt.paged) return;  // SGD, Lion and bitsandbytes kernels: no full-size temporaries
+  for (int64_t group = 0; group < rs_.param_groups; ++group) {
+    std::vector<uint32_t> tmp;
+    for_each_param(s_, [&](const ParamTensor& t) {
+      const bool in_group = rs_.param_groups == 1 || (group == 0) == decays(t);
+      if (in_group) tmp.push_back(p_.alloc(Component::Temporaries, mul(t.numel, pr_.state_bytes), L_.opt_tmp));
+    });
+    for (uint32_t t : tmp) drop(t);
+  }
+}
+
+StepProgram StepBuilder::build() {
+  alloc_weights();
   for (int iter = 1; iter <= 2; ++iter) {
-    // Micro-batches after the second start from the same live tensors and replay the same requests, so
-    // the allocator reaches a fixed point: the third simulated micro-batch stands for all the remaining ones.
-    const int64_t gas = c.training.gradient_accumulation_steps;
+    // Micro-batches after the second start from the same live tensors and replay the same requests, so the
+    // allocator reaches a fixed point: the third simulated micro-batch stands for all the remaining ones.
+    const int64_t gas = c_.training.gradient_accumulation_steps;
     for (int64_t mb = 1; mb <= std::min<int64_t>(gas, 3); ++mb) {
       const std::string mbs = (mb == 3 && gas > 3) ? "3-" + std::to_string(gas) : std::to_string(mb);
-      const std::string tag = " (step " + std::to_string(iter) + ", micro-batch " + mbs + ")";
-      prog.phase("forward" + tag);
       if (iter == 1 && mb == 1) {
-        prog.alloc(Component::Overhead, cublas_workspace_bytes(ctx.gpu), lbl_ws);
-        prog.alloc(Component::Overhead, kCublasLtWorkspaceBytes, lbl_lt);
+        p_.phase("forward (step 1, micro-batch 1)");
+        p_.alloc(Component::Overhead, cublas_workspace_bytes(ctx_.gpu), L_.ws);
+        p_.alloc(Component::Overhead, kCublasLtWorkspaceBytes, L_.ws_lt);
       }
-      // torch.autocast caches a low-precision copy of each fp32 matmul weight on first use in the forward;
-      // the matmul saves it for backward, so it lives until that layer's backward (MEMORY_FORMULAS.md 1.2).
-      for (int64_t l = 0; l < s.num_layers; ++l) {
-        if (pr.autocast_copy_bytes > 0)
-          casts[l] = prog.alloc(Component::Temporaries, mul(layer_matmul_numel, pr.autocast_copy_bytes), lbl_cast);
-      }
-      prog.phase("backward" + tag);
-      // Gradients appear during the first backward of a step and persist across accumulation.
-      if (grads.empty()) {
-        if (lay.shard_grads) {
-          grads.push_back(prog.alloc(Component::Gradients, mul(shard(s.params_total, lay.n), pr.grad_bytes), lbl_g));
-        } else {
-          for_each_param(s, [&](const ParamTensor& t, int64_t) {
-            grads.push_back(prog.alloc(Component::Gradients, mul(t.numel, pr.grad_bytes), lbl_g));
-          });
-        }
-      }
-      for (int64_t l = s.num_layers - 1; l >= 0; --l)
-        if (casts[l] != UINT32_MAX) {
-          prog.free(casts[l]);
-          casts[l] = UINT32_MAX;
-        }
+      micro_batch(iter, mb, " (step " + std::to_string(iter) + ", micro-batch " + mbs + ")");
     }
-
-    prog.phase("optimizer step " + std::to_string(iter));
-    // Optimizer state is created lazily in the first step() (torch/optim/adam.py::_init_group: zeros_like).
-    if (!states_created) {
-      states_created = true;
-      if (lay.shard_optimizer) {
-        // DeepSpeed keeps one flat fp32 partition per param group (stage_1_and_2.py
-        // single_partition_of_fp32_groups) and its states beside it.
-        const int64_t part = shard(s.params_total, lay.n);
-        if (pr.master_bytes > 0) prog.alloc(Component::OptimizerStates, mul(part, pr.master_bytes), lbl_master);
-        for (int64_t k = 0; k < opt.states_per_param; ++k)
-          prog.alloc(Component::OptimizerStates, mul(part, pr.state_bytes), lbl_state);
-      } else {
-        for_each_param(s, [&](const ParamTensor& t, int64_t) {
-          if (pr.master_bytes > 0) prog.alloc(Component::OptimizerStates, mul(t.numel, pr.master_bytes), lbl_master);
-          for (int64_t k = 0; k < opt.states_per_param; ++k)
-            prog.alloc(Component::OptimizerStates, mul(t.numel, pr.state_bytes), lbl_state);
-        });
-      }
-    }
-    // The foreach path builds one full-size list (exp_avg_sq.sqrt()) over the whole param group; the fused
-    // kernel and DeepSpeed's FusedAdam (used under ZeRO) have no such temporary.
-    if (!c.training.optimizer_fused && !lay.shard_optimizer && opt.foreach_temp_states > 0) {
-      std::vector<uint32_t> tmp;
-      for_each_param(s, [&](const ParamTensor& t, int64_t) {
-        for (int64_t k = 0; k < opt.foreach_temp_states; ++k)
-          tmp.push_back(prog.alloc(Component::Temporaries, mul(t.numel, pr.state_bytes), lbl_tmp));
-      });
-      for (uint32_t t : tmp) prog.free(t);
-    }
+    optimizer_step(iter);
     // zero_grad(set_to_none=True), the default since torch 2.0: gradients are freed after the step.
-    prog.phase("zero_grad " + std::to_string(iter));
-    for (uint32_t g : grads) prog.free(g);
-    grads.clear();
+    p_.phase("zero_grad " + std::to_string(iter));
+    for (size_t slot = 0; slot < grads_.size(); ++slot) {
+      for (uint32_t g : grads_[slot]) drop(g);
+      grads_[slot].clear();
+      grad_created_[slot] = false;
+    }
+    for (uint32_t g : other_grads_) drop(g);
+    other_grads_.clear();
+    grads_live_ = false;
   }
-  return prog;
+  return std::move(p_);
 }
+
+StepProgram build_train_step(const StepContext& ctx) { return StepBuilder(ctx).build(); }
 
 }  // namespace memsim

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "frameworks.h"
 #include "tables.h"
 
 namespace memsim {
@@ -24,6 +25,9 @@ const std::map<std::string, IntRange>& ranges() {
       {"training.micro_batch_size", {1, 1 << 20}},
       {"training.sequence_length", {1, 1 << 26}},
       {"training.gradient_accumulation_steps", {1, 1 << 20}},
+      {"training.checkpoint_every_k_layers", {1, 4096}},
+      {"training.loss_chunks", {1, 1024}},
+      {"hardware.cuda_context_bytes", {0, int64_t(1) << 40}},
       {"parallel.data_parallel_size", {1, 1 << 24}},
       {"parallel.zero_stage", {0, 3}},
       {"hardware.gpu_memory_bytes", {0, int64_t(1) << 50}},
@@ -92,6 +96,29 @@ std::vector<FieldError> validate(const Config& c) {
     e.push_back({"training.optimizer",
                  "training.optimizer must be one of: " + ids_of(optimizers()) + "; got \"" + t.optimizer + "\""});
 
+  check(e, "training.checkpoint_every_k_layers", t.checkpoint_every_k_layers);
+  check(e, "training.loss_chunks", t.loss_chunks);
+  for (const char* field : {"training.framework", "training.attention", "training.norm_impl", "training.loss",
+                            "training.optimizer_impl", "training.activation_checkpointing"}) {
+    const std::string& value = field == std::string("training.framework") ? t.framework
+                               : field == std::string("training.attention") ? t.attention
+                               : field == std::string("training.norm_impl") ? t.norm_impl
+                               : field == std::string("training.loss") ? t.loss
+                               : field == std::string("training.optimizer_impl") ? t.optimizer_impl
+                                                                                  : t.activation_checkpointing;
+    bool ok = false;
+    std::string allowed;
+    for (auto a : choices(field)) {
+      ok |= a == value;
+      allowed += (allowed.empty() ? "" : ", ") + std::string(a);
+    }
+    if (!ok)
+      e.push_back({field, std::string(field) + " must be one of: " + allowed + "; got \"" + value.substr(0, 40) + "\""});
+  }
+  for (auto [field, p] : {std::pair{"model.attention_dropout", m.attention_dropout}, std::pair{"model.hidden_dropout", m.hidden_dropout}})
+    if (!(p >= 0.0 && p < 1.0))
+      e.push_back({field, std::string(field) + " must be a probability from 0 to below 1; got " + std::to_string(p)});
+
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);
 
@@ -99,6 +126,7 @@ std::vector<FieldError> validate(const Config& c) {
   if (!find_gpu(hw.gpu) && hw.gpu != "custom")
     e.push_back({"hardware.gpu", "hardware.gpu must be \"custom\" or one of: " + ids_of(gpus()) + "; got \"" + hw.gpu + "\""});
   check(e, "hardware.gpu_memory_bytes", hw.gpu_memory_bytes);
+  check(e, "hardware.cuda_context_bytes", hw.cuda_context_bytes);
   if (hw.gpu == "custom" && hw.gpu_memory_bytes <= 0)
     e.push_back({"hardware.gpu_memory_bytes", "hardware.gpu_memory_bytes must be set (above 0) for a custom GPU"});
   if (!(hw.headroom_fraction >= 0.0 && hw.headroom_fraction < 1.0))  // also rejects NaN

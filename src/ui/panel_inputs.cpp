@@ -134,7 +134,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                            "How weights, gradients and optimizer states are stored (bytes per parameter).");
     changed |= table_combo("optimizer", "training.optimizer", t.optimizer, optimizers(),
                            "AdamW keeps two states per parameter; SGD without momentum none.");
-    changed |= check_input("fused optimizer", "training.optimizer_fused", t.optimizer_fused,
+    changed |= check_input("fused optimizer (placeholder)", "training.activation_offload", t.activation_offload,
                            "torch's fused=True: no full-size temporary in the step. The default foreach path builds one "
                            "(exp_avg_sq.sqrt()) as large as the optimizer states of a parameter group.");
   }

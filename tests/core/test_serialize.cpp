@@ -22,7 +22,10 @@ static Config modified() {
   c.model.hidden_act = "gelu & \"quoted\" =#%";
   c.training.precision = "fp32";
   c.training.micro_batch_size = 7;
-  c.training.optimizer_fused = true;
+  c.training.optimizer_impl = "fused";
+  c.training.activation_checkpointing = "every_k";
+  c.training.attention = "eager";
+  c.model.attention_dropout = 0.1;
   c.parallel.zero_stage = 1;
   c.hardware.gpu = "h100-sxm";
   c.hardware.headroom_fraction = 0.125;

@@ -1,0 +1,443 @@
+// What autograd keeps between forward and backward, tensor by tensor, and the temporaries of both passes.
+//
+// The saved set of a decoder layer follows the autograd rules of each op (a linear saves its input, silu its
+// input, a product both operands, RMSNorm in HF's eager form an fp32 copy of its input, SDPA/flash q, k, v, the
+// output and an fp32 logsumexp): MEMORY_FORMULAS.md 3.3, with the variants of attention kernel, norm
+// implementation, precision and checkpointing derived in the project's research notes on HF modeling_llama.py,
+// torchtune and litgpt. Backward temporaries are the activation gradients alive at once inside one layer.
+#include <algorithm>
+
+#include "checked.h"
+#include "step_builder.h"
+
+namespace memsim {
+
+namespace {
+
+void erase(std::vector<uint32_t>& v, uint32_t t) { v.erase(std::remove(v.begin(), v.end(), t), v.end()); }
+
+int64_t next_pow2(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+uint32_t StepBuilder::embed_forward() {
+  // The embedding output is the first residual; under autocast it is fp32 (embedding is not an autocast op).
+  uint32_t res = act(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
+  if (c_.model.position_embedding_type == PositionType::Absolute) {  // GPT-2: wte(ids) + wpe(pos)
+    uint32_t pos = tmp(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
+    uint32_t sum = act(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
+    drop(pos);
+    drop(res);
+    res = sum;
+  }
+  return res;
+}
+
+// Saves what the norm's backward needs and writes its output, saved once by its consumers (or, under
+// autocast, one low-precision copy per consuming matmul: cached_cast caches only leaf weights).
+void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
+                               int consumers, bool own_res) {
+  const int64_t th = mul(d_.T, d_.h);
+  res_retained = false;
+  if (c_.model.norm_type == NormType::LayerNorm) {
+    // aten native_layer_norm saves its input, mean and rstd (fp32, one per token).
+    res_retained = true;
+    saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
+    saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
+  } else if (rs_.norm == NormImpl::Fused) {
+    // Fused RMSNorm kernels (Apex, TE, Liger) save their input and rstd.
+    res_retained = true;
+    saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
+  } else {
+    // HF LlamaRMSNorm: x32 = x.to(fp32) is saved by pow and by x32 * rstd; under fp32 or autocast the residual
+    // already is fp32, so x32 is the residual itself.
+    if (d_.e_res == 4) res_retained = true;
+    else saved.push_back(act(mul(4, th), L_.norm_x32, layer));
+    saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
+    // weight * normed saves normed for the weight's gradient: cast back to the input dtype in HF (eager_fp32),
+    // kept in fp32 by torchtune and litgpt (fp32_scale: (x_normed * weight.float()).to(dtype)).
+    const int64_t scaled = rs_.norm == NormImpl::Fp32Scale ? 4 : d_.e_res;
+    saved.push_back(act(mul(scaled, th), L_.norm_scaled, layer));
+  }
+  if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
+  if (d_.amp) {
+    uint32_t y = tmp(mul(4, th), L_.norm_out, layer);
+    for (int i = 0; i < consumers; ++i) saved.push_back(act(mul(2, th), L_.norm_out_cast, layer));
+    drop(y);
+  } else {
+    saved.push_back(act(mul(d_.e, th), L_.norm_out, layer));
+  }
+}
+
+void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
+  // HF eager RMSNorm backward holds about three fp32 [b, s, h] temporaries (pow/mean/mul backward and the
+  // cast back); a fused or native LayerNorm kernel about one.
+  const bool eager = c_.model.norm_type == NormType::RMSNorm && rs_.norm != NormImpl::Fused;
+  uint32_t t = tmp(mul(eager ? 12 : 4, d_.T, d_.h), L_.bwd_norm, layer);
+  uint32_t nd = tmp(mul(d_.e_res, d_.T, d_.h), L_.dres, layer);
+  drop(dres);
+  dres = nd;
+  drop(t);
+}
+
+uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& saved, bool keep_s2, bool free_input) {
+  const auto& m = c_.model;
+  const int64_t e = d_.e;
+  const bool gqa = d_.g < d_.a;
+  // Autocast's cached low-precision weights: saved by the matmuls until this layer's backward.
+  if (d_.amp && casts_[layer] == UINT32_MAX) {
+    int64_t matmul = 0;
+    for (const auto& t : s_.layer)
+      if (t.kind == ParamKind::Matmul) matmul = add(matmul, t.numel);
+    casts_[layer] = tmp(mul(matmul, pr_.autocast_copy_bytes), L_.cast, layer);
+  }
+
+  // ---- attention half
+  bool retained = false;
+  norm_forward(layer, res, retained, saved.attn, 3, free_input);
+  auto& A = saved.attn;
+  const bool rope = m.position_embedding_type == PositionType::Rope;
+  uint32_t q = rope ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
+  uint32_t k = rope ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
+  uint32_t v = act(mul(e, d_.T, d_.h_kv), L_.v, layer);
+  A.push_back(v);
+  if (rope) {
+    // RoPE saves nothing sized (cos/sin need no grad); its outputs are what attention saves. Under autocast
+    // HF computes cos/sin in fp32, so the rotated q/k are fp32 transients and SDPA saves their casts.
+    uint32_t qt = UINT32_MAX, kt = UINT32_MAX;
+    if (d_.amp) qt = tmp(mul(4, d_.T, d_.h_q), L_.q_rot, layer), kt = tmp(mul(4, d_.T, d_.h_kv), L_.k_rot, layer);
+    q = (drop(q), act(mul(e, d_.T, d_.h_q), L_.q_rot, layer));
+    k = (drop(k), act(mul(e, d_.T, d_.h_kv), L_.k_rot, layer));
+    if (d_.amp) drop(qt), drop(kt);
+  }
+  A.push_back(q);
+  A.push_back(k);
+  // repeat_kv materialises k and v with all query heads (HF eager and older SDPA, torchtune, litgpt).
+  const bool repeat = gqa && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager);
+  if (repeat) {
+    A.push_back(act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer));
+    A.push_back(act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer));
+    erase(A, k), drop(k);
+    erase(A, v), drop(v);
+  }
+  const int64_t s2 = mul(d_.a, d_.b, d_.s, d_.s);
+  if (rs_.attention == Attention::Eager) {
+    // scores (compute dtype) -> softmax(dtype=fp32) saves its fp32 result -> cast for attn @ V (saved) ->
+    // dropout saves a 1-byte mask and its output. transpose(1, 2).contiguous() copies the output for o_proj.
+    std::vector<uint32_t> s2_tensors;
+    auto s2_alloc = [&](int64_t bytes, uint32_t label) {
+      uint32_t t = keep_s2 ? act(bytes, label, layer) : tmp(bytes, label, layer);
+      s2_tensors.push_back(t);
+      return t;
+    };
+    uint32_t scores = tmp(mul(e, s2), L_.scores, layer);
+    uint32_t conv = e < 4 ? tmp(mul(4, s2), L_.attn_tmp, layer) : UINT32_MAX;
+    s2_alloc(mul(4, s2), L_.softmax);
+    if (conv != UINT32_MAX) drop(conv);
+    drop(scores);
+    uint32_t probs = e < 4 ? s2_alloc(mul(e, s2), L_.probs) : UINT32_MAX;
+    if (m.attention_dropout > 0) {
+      s2_alloc(s2, L_.attn_mask);
+      s2_alloc(mul(e, s2), L_.probs);
+      if (probs != UINT32_MAX) erase(s2_tensors, probs), drop(probs);
+    }
+    uint32_t o_pre = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
+    A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));
+    drop(o_pre);
+    // Selective recomputation (Megatron) recomputes the core attention instead of keeping these.
+    if (keep_s2) A.insert(A.end(), s2_tensors.begin(), s2_tensors.end());
+    else for (uint32_t t : s2_tensors) drop(t);
+  } else {
+    // SDPA in fp32 cannot use flash; with native GQA (enable_gqa) the efficient kernel refuses and SDPA falls
+    // back to the math kernel, which saves the fp32 softmax (HF PR #46960).
+    if (e == 4 && rs_.attention == Attention::Sdpa && gqa && keep_s2) A.push_back(act(mul(4, s2), L_.softmax, layer));
+    A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
+    const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
+    A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
+  }
+  uint32_t o = tmp(mul(e, d_.T, d_.h), L_.o_out, layer);
+  if (m.hidden_dropout > 0) {
+    A.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, layer));
+    uint32_t o2 = tmp(mul(e, d_.T, d_.h), L_.o_out, layer);
+    drop(o), o = o2;
+  }
+  uint32_t mid = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
+  drop(o);
+  if (!retained && free_input) drop(res);
+
+  // ---- MLP half
+  norm_forward(layer, mid, retained, saved.mlp, m.mlp_gated ? 2 : 1, true);
+  auto& M = saved.mlp;
+  const int64_t tf = mul(e, d_.T, d_.f);
+  if (m.mlp_gated) {
+    M.push_back(act(tf, L_.mlp_gate, layer));  // saved by silu
+    M.push_back(act(tf, L_.mlp_up, layer));    // saved by act * up
+    M.push_back(act(tf, L_.mlp_act, layer));   // saved by act * up
+    M.push_back(act(tf, L_.mlp_prod, layer));  // saved by down_proj
+  } else {
+    M.push_back(act(tf, L_.mlp_fc1, layer));   // saved by gelu
+    M.push_back(act(tf, L_.mlp_gelu, layer));  // saved by the second projection
+  }
+  uint32_t out = tmp(mul(e, d_.T, d_.h), L_.mlp_out, layer);
+  if (m.hidden_dropout > 0) {
+    M.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, layer));
+    uint32_t o2 = tmp(mul(e, d_.T, d_.h), L_.mlp_out, layer);
+    drop(out), out = o2;
+  }
+  uint32_t next = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
+  drop(out);
+  if (!retained) drop(mid);
+  return next;
+}
+
+// torch.utils.checkpoint: the layer runs under no_grad and keeps only its input; its intermediates exist one at
+// a time. The largest moment is the MLP (gate, up and their product) or, in eager attention, the softmax.
+uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved) {
+  saved.attn.push_back(res);
+  if (d_.amp && casts_[layer] == UINT32_MAX) {  // cached by autocast until the forward's autocast region exits
+    int64_t matmul = 0;
+    for (const auto& t : s_.layer)
+      if (t.kind == ParamKind::Matmul) matmul = add(matmul, t.numel);
+    casts_[layer] = tmp(mul(matmul, pr_.autocast_copy_bytes), L_.cast, layer);
+    ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+  }
+  int64_t peak = mul(3, d_.e, d_.T, d_.f);
+  if (rs_.attention == Attention::Eager) peak = std::max(peak, mul(4 + d_.e, d_.a, d_.b, mul(d_.s, d_.s)));
+  uint32_t t = tmp(peak, L_.ckpt_tmp, layer);
+  uint32_t next = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
+  drop(t);
+  return next;
+}
+
+void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved) {
+  alloc_layer_grads(layer);
+  const int64_t e = d_.e;
+  // MLP: grad(prod), grad(act) and grad(up) alive together, then the saved set of the half goes.
+  uint32_t t = tmp(mul(3, e, d_.T, d_.f), L_.bwd_mlp, layer);
+  for (auto it = saved.mlp.rbegin(); it != saved.mlp.rend(); ++it) drop(*it);
+  saved.mlp.clear();
+  drop(t);
+  norm_backward(layer, dres);
+  // Attention: dO, dq, dk, dv and flash's fp32 dq accumulator; native GQA also expands dk/dv to all heads
+  // (flash-attention mha_bwd: dq_accum, dk_expanded). Eager: gradients of the probabilities and the softmax.
+  int64_t at = 0;
+  const bool repeat = d_.g < d_.a && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager);
+  const int64_t kvw = repeat ? d_.h_q : d_.h_kv;
+  if (rs_.attention == Attention::Eager) {
+    at = add(mul(10, d_.a, d_.b, mul(d_.s, d_.s)), mul(4, e, d_.T, d_.h_q));
+  } else {
+    at = add(add(mul(2, e, d_.T, d_.h_q), mul(2, e, d_.T, kvw)), mul(4, d_.T, d_.h_q));
+    if (d_.g < d_.a && !repeat) at = add(at, mul(2, e, d_.T, d_.h_q));
+  }
+  t = tmp(at, L_.bwd_attn, layer);
+  for (auto it = saved.attn.rbegin(); it != saved.attn.rend(); ++it) drop(*it);
+  saved.attn.clear();
+  drop(t);
+  norm_backward(layer, dres);
+  if (casts_[layer] != UINT32_MAX) drop(casts_[layer]), casts_[layer] = UINT32_MAX;
+}
+
+void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
+  const int32_t post = static_cast<int32_t>(s_.num_layers);
+  bool retained = false;
+  norm_forward(post, res, retained, saved, 1, true);
+  if (!retained) drop(res);
+  const int64_t tv = mul(d_.T, d_.V);
+  const int64_t e = d_.e;
+  switch (rs_.loss) {
+    case LossImpl::HfFp32Upcast: {
+      // transformers >= 4.49 ForCausalLMLoss: logits (compute dtype) -> .float() -> cross_entropy saves its
+      // log-softmax (fp32). The Trainer drops the model outputs before backward.
+      uint32_t lg = tmp(mul(e, tv), L_.logits, post);
+      uint32_t up = e < 4 ? tmp(mul(4, tv), L_.logits_fp32, post) : UINT32_MAX;
+      saved.push_back(act(mul(4, tv), L_.lse_loss, post));
+      if (up != UINT32_MAX) drop(up);
+      drop(lg);
+      break;
+    }
+    case LossImpl::FullFp32: {
+      // torchtune unembed: output(h).float(), the low-precision logits go at once; `del logits` after the loss.
+      uint32_t lg = tmp(mul(e, tv), L_.logits, post);
+      uint32_t up = UINT32_MAX;
+      if (e < 4) up = tmp(mul(4, tv), L_.logits_fp32, post), drop(lg), lg = up;
+      saved.push_back(act(mul(4, tv), L_.lse_loss, post));
+      drop(lg);
+      break;
+    }
+    case LossImpl::ChunkedFp32: {
+      // torchtune CEWithChunkedOutputLoss: the output layer runs per chunk (compute dtype, kept until
+      // `del logits`); each chunk is upcast and its log-softmax saved.
+      const int64_t n = c_.training.loss_chunks;
+      uint32_t chunks = tmp(mul(e, tv), L_.logits, post);
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t up = tmp(mul(4, ceil_div(tv, n)), L_.logits_fp32, post);
+        saved.push_back(act(mul(4, ceil_div(tv, n)), L_.lse_loss, post));
+        drop(up);
+      }
+      drop(chunks);
+      break;
+    }
+    case LossImpl::ChunkedBf16: {
+      // litgpt chunked_cross_entropy: 128-row chunks in the compute dtype, no upcast; fit() keeps `logits`
+      // through backward, and b > 1 makes reshape copy the shifted slice.
+      saved.push_back(act(mul(e, tv), L_.logits, post));
+      uint32_t copy = d_.b > 1 ? tmp(mul(e, tv), L_.logits, post) : UINT32_MAX;
+      saved.push_back(act(mul(e, tv), L_.lse_loss, post));
+      if (copy != UINT32_MAX) drop(copy);
+      break;
+    }
+    case LossImpl::FusedLinear: {
+      // Liger fused_linear_cross_entropy_forward: grad_input [T, h], grad_weight [V, h] and an fp32 loss per
+      // token, all made in forward; logits exist one chunk at a time, chunk = next_pow2(ceil(T / ceil(V / h))).
+      saved.push_back(act(mul(e, d_.T, d_.h), L_.flce_buffers, post));
+      saved.push_back(act(mul(pr_.weight_bytes, d_.V, d_.h), L_.flce_buffers, post));
+      saved.push_back(act(mul(4, d_.T), L_.flce_buffers, post));
+      const int64_t chunk = std::min(d_.T, next_pow2(ceil_div(d_.T, ceil_div(d_.V, d_.h))));
+      uint32_t lg = tmp(mul(e, chunk, d_.V), L_.logits, post);
+      drop(lg);
+      break;
+    }
+  }
+}
+
+uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
+  const int32_t post = static_cast<int32_t>(s_.num_layers);
+  alloc_layer_grads(s_.num_layers);
+  const int64_t tv = mul(d_.T, d_.V);
+  const int64_t e = d_.e;
+  uint32_t dy = UINT32_MAX;
+  switch (rs_.loss) {
+    case LossImpl::HfFp32Upcast:
+    case LossImpl::FullFp32: {
+      // nll_loss backward and log_softmax backward (fp32, [T, V] each), then the cast back for lm_head.
+      uint32_t g1 = tmp(mul(4, tv), L_.loss_grad, post);
+      uint32_t g2 = tmp(mul(4, tv), L_.loss_grad, post);
+      drop(g1);
+      uint32_t g3 = e < 4 ? tmp(mul(e, tv), L_.loss_grad_bf16, post) : UINT32_MAX;
+      if (g3 != UINT32_MAX) drop(g2), g2 = g3;
+      dy = tmp(mul(e, d_.T, d_.h), L_.dres, post);
+      drop(g2);
+      break;
+    }
+    case LossImpl::ChunkedFp32: {
+      const int64_t n = c_.training.loss_chunks;
+      dy = tmp(mul(e, d_.T, d_.h), L_.dres, post);
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t g1 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
+        uint32_t g2 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
+        drop(g1);
+        uint32_t g3 = tmp(mul(e, ceil_div(tv, n)), L_.loss_grad_bf16, post);
+        drop(g2);
+        drop(g3);
+      }
+      break;
+    }
+    case LossImpl::ChunkedBf16: {
+      // chunk gradients are concatenated, then the slice backward writes them into zeros of the full shape
+      uint32_t g = tmp(mul(e, tv), L_.loss_grad, post);
+      uint32_t z = tmp(mul(e, tv), L_.loss_grad, post);
+      drop(g);
+      dy = tmp(mul(e, d_.T, d_.h), L_.dres, post);
+      drop(z);
+      break;
+    }
+    case LossImpl::FusedLinear:
+      dy = tmp(mul(e, d_.T, d_.h), L_.dres, post);  // grad_input scaled; grad_weight becomes lm_head's grad
+      break;
+  }
+  // What remains saved (final norm, log-softmax, litgpt's logits) goes with the backward of the head.
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
+  saved.clear();
+  norm_backward(post, dy);
+  return dy;
+}
+
+void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
+  if (!(iter == 1 && mb == 1)) p_.phase("forward" + tag);
+  const int64_t L = s_.num_layers;
+  uint32_t inputs = act(mul(2, 8, d_.T), L_.inputs, -1);  // int64 input_ids and labels
+  std::vector<uint32_t> gathered;
+  gather(-1, gathered);
+  uint32_t res = embed_forward();
+  for (uint32_t g : gathered) drop(g);
+  gathered.clear();
+
+  auto checkpointed = [&](int64_t l) {
+    switch (rs_.checkpointing) {
+      case Checkpointing::Full: return true;
+      case Checkpointing::EveryK: return l % c_.training.checkpoint_every_k_layers == 0;
+      default: return false;
+    }
+  };
+  const bool keep_s2 = rs_.checkpointing != Checkpointing::Selective;
+  const bool offload = c_.training.activation_offload;
+  std::vector<SavedLayer> saved(static_cast<size_t>(L));
+  // Offloaded saved tensors: their sizes and labels, to bring them back before the layer's backward.
+  std::vector<std::vector<std::pair<int64_t, uint32_t>>> host(static_cast<size_t>(L));
+  auto offload_layer = [&](int64_t l) {
+    for (auto* part : {&saved[l].attn, &saved[l].mlp}) {
+      for (uint32_t t : *part) host[l].push_back({p_.tensors[t].bytes, p_.tensors[t].label}), drop(t);
+      part->clear();
+    }
+  };
+  for (int64_t l = 0; l < L; ++l) {
+    gather(l, gathered);
+    const int32_t li = static_cast<int32_t>(l);
+    res = checkpointed(l) ? layer_forward_checkpointed(li, res, saved[l]) : layer_forward(li, res, saved[l], keep_s2, true);
+    for (uint32_t g : gathered) drop(g);
+    gathered.clear();
+    // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.
+    if (offload && l >= 1) offload_layer(l - 1);
+  }
+  gather(L, gathered);
+  std::vector<uint32_t> loss_saved;
+  loss_forward(res, loss_saved);
+  if (offload && L >= 1) offload_layer(L - 1);
+  // The outermost autocast region exits here: weight copies cached in checkpointed (no_grad) forwards are
+  // held by no graph and go.
+  for (uint32_t l : ckpt_casts_) drop(casts_[l]), casts_[l] = UINT32_MAX;
+  ckpt_casts_.clear();
+
+  p_.phase("backward" + tag);
+  uint32_t dres = loss_backward(loss_saved);
+  release_layer_grads(L);
+  for (uint32_t g : gathered) drop(g);
+  gathered.clear();
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const int32_t li = static_cast<int32_t>(l);
+    gather(l, gathered);
+    if (offload)
+      for (auto [bytes, label] : host[l]) saved[l].attn.push_back(act(bytes, label, li));
+    if (checkpointed(l)) {
+      // Recompute with grad on the kept input, then backward through the recomputed graph.
+      const uint32_t in = saved[l].attn.front();
+      SavedLayer re;
+      uint32_t out = layer_forward(li, in, re, keep_s2, false);
+      layer_backward(li, dres, re);
+      drop(out);
+      for (uint32_t t : saved[l].attn) drop(t);
+      saved[l].attn.clear();
+    } else {
+      layer_backward(li, dres, saved[l]);
+    }
+    release_layer_grads(l);
+    for (uint32_t g : gathered) drop(g);
+    gathered.clear();
+  }
+  // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, it is added into
+  // the .grad that lm_head's backward created.
+  alloc_layer_grads(-1);
+  if (c_.model.tie_word_embeddings) {
+    uint32_t dense = tmp(mul(pr_.grad_bytes, d_.V, d_.h), L_.embed_grad_dense, -1);
+    drop(dense);
+  }
+  release_layer_grads(-1);
+  drop(dres);
+  drop(inputs);
+}
+
+}  // namespace memsim

@@ -1,0 +1,87 @@
+#include "frameworks.h"
+
+#include <array>
+
+namespace memsim {
+
+namespace {
+
+// id, label, attention, norm, loss, optimizer implementation, param groups, source.
+constexpr FrameworkSpec kFrameworks[] = {
+    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2,
+     "transformers: SDPA default attention (4.36+), LlamaRMSNorm upcasts to fp32, loss_utils.py ForCausalLMLoss "
+     "upcasts logits (4.49+), default optim adamw_torch_fused on torch >= 2.8 (PR #37358), "
+     "Trainer.create_optimizer: decay and no-decay groups"},
+    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2,
+     "DeepSpeed engine with FusedAdam (ops/adam/fused_adam.py: multi_tensor_apply, no full-size temporaries) "
+     "around transformers model code"},
+    {"torchtune", "torchtune", "sdpa_repeat_kv", "fp32_scale", "chunked_fp32", "fused", 1,
+     "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py scales in fp32; "
+     "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575)"},
+    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1,
+     "litgpt model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
+     "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach"},
+    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2,
+     "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
+     "Apex/TE FusedAdam"},
+};
+
+constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager"};
+constexpr std::string_view kNorm[] = {"auto", "eager_fp32", "fp32_scale", "fused"};
+constexpr std::string_view kLoss[] = {"auto", "hf_fp32_upcast", "full_fp32", "chunked_fp32", "chunked_bf16", "fused_linear"};
+constexpr std::string_view kOptImpl[] = {"auto", "foreach", "fused", "for_loop"};
+constexpr std::string_view kCheckpointing[] = {"none", "full", "selective", "every_k"};
+constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "deepspeed", "torchtune", "litgpt", "megatron"};
+
+template <typename E, size_t N>
+E pick(std::string_view value, std::string_view fallback, const std::string_view (&names)[N], const std::array<E, N - 1>& values) {
+  std::string_view v = value == "auto" ? fallback : value;
+  for (size_t i = 1; i < N; ++i)
+    if (names[i] == v) return values[i - 1];
+  return values[0];
+}
+
+}  // namespace
+
+std::span<const FrameworkSpec> frameworks() { return kFrameworks; }
+
+const FrameworkSpec* find_framework(std::string_view id) {
+  for (const auto& f : kFrameworks)
+    if (f.id == id) return &f;
+  return nullptr;
+}
+
+std::span<const std::string_view> choices(std::string_view field) {
+  if (field == "training.attention") return kAttention;
+  if (field == "training.norm_impl") return kNorm;
+  if (field == "training.loss") return kLoss;
+  if (field == "training.optimizer_impl") return kOptImpl;
+  if (field == "training.activation_checkpointing") return kCheckpointing;
+  if (field == "training.framework") return kFrameworkIds;
+  return {};
+}
+
+Resolved resolve(const Config& c) {
+  const auto& t = c.training;
+  Resolved r;
+  r.framework = find_framework(t.framework);
+  if (!r.framework) r.framework = &kFrameworks[0];
+  const FrameworkSpec& f = *r.framework;
+  r.attention = pick<Attention>(t.attention, f.attention, kAttention,
+                                {Attention::Sdpa, Attention::SdpaRepeatKv, Attention::FlashAttention2, Attention::Eager});
+  r.norm = pick<NormImpl>(t.norm_impl, f.norm_impl, kNorm, {NormImpl::EagerFp32, NormImpl::Fp32Scale, NormImpl::Fused});
+  r.loss = pick<LossImpl>(t.loss, f.loss, kLoss,
+                          {LossImpl::HfFp32Upcast, LossImpl::FullFp32, LossImpl::ChunkedFp32, LossImpl::ChunkedBf16,
+                           LossImpl::FusedLinear});
+  r.optimizer_impl = pick<OptimizerImpl>(t.optimizer_impl, f.optimizer_impl, kOptImpl,
+                                         {OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop});
+  const std::array<Checkpointing, 4> ck = {Checkpointing::None, Checkpointing::Full, Checkpointing::Selective,
+                                           Checkpointing::EveryK};
+  r.checkpointing = Checkpointing::None;
+  for (size_t i = 0; i < 4; ++i)
+    if (kCheckpointing[i] == t.activation_checkpointing) r.checkpointing = ck[i];
+  r.param_groups = f.param_groups;
+  return r;
+}
+
+}  // namespace memsim

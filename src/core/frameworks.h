@@ -1,0 +1,47 @@
+// What each training framework does where frameworks differ, and the allowed values of every choice field.
+// A config names a framework; each of its "auto" fields takes that framework's choice, and any explicit
+// value overrides it.
+#pragma once
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "config.h"
+
+namespace memsim {
+
+enum class Attention { Sdpa, SdpaRepeatKv, FlashAttention2, Eager };
+enum class NormImpl { EagerFp32, Fp32Scale, Fused };
+enum class LossImpl { HfFp32Upcast, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear };
+enum class OptimizerImpl { Foreach, Fused, ForLoop };
+enum class Checkpointing { None, Full, Selective, EveryK };
+
+struct FrameworkSpec {
+  std::string_view id;
+  std::string_view label;
+  std::string_view attention, norm_impl, loss, optimizer_impl;
+  int64_t param_groups;  // HF Trainer splits decay / no-decay; one group elsewhere
+  std::string_view source;
+};
+
+// Every "auto" resolved.
+struct Resolved {
+  const FrameworkSpec* framework;
+  Attention attention;
+  NormImpl norm;
+  LossImpl loss;
+  OptimizerImpl optimizer_impl;
+  Checkpointing checkpointing;
+  int64_t param_groups;
+};
+
+std::span<const FrameworkSpec> frameworks();
+const FrameworkSpec* find_framework(std::string_view id);
+
+// Allowed string values of a choice field ("training.attention", ...), "auto" first where it applies.
+std::span<const std::string_view> choices(std::string_view field);
+
+// Requires a validated config.
+Resolved resolve(const Config& c);
+
+}  // namespace memsim

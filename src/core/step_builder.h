@@ -1,0 +1,87 @@
+// Internal to the core: the state shared by train_step.cpp (model states, optimizer, iterations) and
+// activations.cpp (what autograd saves in forward and frees in backward, per layer and in the loss).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "frameworks.h"
+#include "model.h"
+#include "step.h"
+#include "tables.h"
+#include "train_step.h"
+
+namespace memsim {
+
+// Per micro-batch sizes in elements, and element sizes in bytes.
+struct ActDims {
+  int64_t b, s, T;         // micro-batch, sequence, tokens
+  int64_t h, h_q, h_kv, f; // hidden, query width (heads x head_dim), key/value width, MLP width
+  int64_t a, g, V;         // query heads, key/value heads, vocabulary
+  int64_t e;               // bytes of saved matmul activations (2 for bf16/fp16 compute, 4 for fp32)
+  int64_t e_res;           // bytes of the residual stream (4 under autocast over fp32 weights)
+  bool amp;                // torch.autocast over fp32 weights: matmuls cast their inputs
+};
+
+// One layer's saved tensors, split at the attention/MLP boundary so backward frees them in order.
+struct SavedLayer {
+  std::vector<uint32_t> attn;  // norm 1 and attention
+  std::vector<uint32_t> mlp;   // norm 2 and MLP
+};
+
+struct Labels {
+  uint32_t weights, grads, grad_partition, grad_bucket, gathered, master, state, opt_tmp, cast, ws, ws_lt;
+  uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
+      kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
+      mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
+      logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense;
+};
+
+class StepBuilder {
+ public:
+  explicit StepBuilder(const StepContext& ctx);
+  StepProgram build();
+
+ private:
+  // train_step.cpp
+  void alloc_weights();
+  void alloc_layer_grads(int64_t layer);  // first backward of an iteration: .grad of the layer's params
+  void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
+  void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3: all-gather the layer's params
+  void optimizer_step(int iter);
+
+  // activations.cpp
+  uint32_t embed_forward();
+  uint32_t layer_forward(int32_t layer, uint32_t res, SavedLayer& saved, bool keep_s2, bool free_input);
+  uint32_t layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved);
+  void layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved);
+  void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved, int consumers,
+                    bool own_res);
+  void norm_backward(int32_t layer, uint32_t& dres);
+  void loss_forward(uint32_t res, std::vector<uint32_t>& saved);
+  uint32_t loss_backward(std::vector<uint32_t>& saved);
+  void micro_batch(int iter, int64_t mb, const std::string& tag);
+
+  uint32_t act(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Activations, bytes, label, layer); }
+  uint32_t tmp(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Temporaries, bytes, label, layer); }
+  void drop(uint32_t t) { p_.free(t); }
+
+  const StepContext& ctx_;
+  const Config& c_;
+  const ModelShape& s_;
+  const PrecisionRecipe& pr_;
+  Resolved rs_;
+  ActDims d_;
+  Labels L_;
+  StepProgram p_;
+  int64_t n_ = 1;  // data-parallel degree for ZeRO
+  bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
+  std::vector<std::vector<uint32_t>> grads_;  // live .grad tensors per slot: 0 embeddings, l + 1 layer l, L + 1 head
+  std::vector<bool> grad_created_;
+  std::vector<uint32_t> other_grads_;         // ZeRO partition or DDP bucket
+  std::vector<uint32_t> casts_;               // autocast weight copies alive, per layer
+  std::vector<uint32_t> ckpt_casts_;          // layers whose casts were made under a checkpoint's no_grad
+  bool grads_live_ = false;
+};
+
+}  // namespace memsim

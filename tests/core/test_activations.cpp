@@ -1,0 +1,153 @@
+// Saved activations per layer against the closed forms derived from the autograd rules of each op
+// (MEMORY_FORMULAS.md 3.3 and the variants of 3.2; the worked MiB values are the reference's unit anchors).
+// Measured as the bytes requested by live activation tensors at the start of backward, with L + 1 layers minus
+// with L layers: exactly one layer's saved set.
+#include <catch2/catch.hpp>
+
+#include "core/serialize.h"
+#include "core/simulate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+static int64_t live_activations_at_backward(const Config& c) {
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& p = r.devices[0].program;
+  uint32_t end = 0;
+  for (const auto& ph : p.phases)
+    if (ph.name.rfind("backward", 0) == 0) { end = ph.first_event; break; }
+  int64_t live = 0;
+  for (uint32_t i = 0; i < end; ++i) {
+    const Event& e = p.events[i];
+    if (e.component != Component::Activations) continue;
+    live += (e.op == Event::Op::Alloc ? 1 : -1) * p.tensors[e.tensor].bytes;
+  }
+  return live;
+}
+
+static int64_t per_layer(Config c) {
+  c.model.num_hidden_layers = 1;
+  const int64_t one = live_activations_at_backward(c);
+  c.model.num_hidden_layers = 2;
+  return live_activations_at_backward(c) - one;
+}
+
+static Config llama3_8b(int64_t b, int64_t s) {
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/llama-3-8b.json")));
+  REQUIRE(p.ok);
+  Config c = p.config;
+  c.training.micro_batch_size = b;
+  c.training.sequence_length = s;
+  c.training.framework = "hf_trainer";
+  c.training.activation_checkpointing = "none";
+  c.training.precision = "bf16_pure";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  return c;
+}
+
+static double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+TEST_CASE("Llama-3-8B layer, bf16, SDPA with native GQA", "[activations]") {
+  // 16bsh + 4bs*h_q + 4bs*h_kv + 8bsf + 8bs + 4abs  (b=1, s=4096): 784.5 MiB
+  const int64_t b = 1, s = 4096, h = 4096, hq = 4096, hkv = 1024, f = 14336, a = 32;
+  Config c = llama3_8b(b, s);
+  c.training.attention = "sdpa";
+  const int64_t expected = 16 * b * s * h + 4 * b * s * hq + 4 * b * s * hkv + 8 * b * s * f + 8 * b * s + 4 * a * b * s;
+  CHECK(per_layer(c) == expected);
+  CHECK(mib(expected) == Approx(784.5).margin(0.05));
+}
+
+TEST_CASE("Llama-3-8B layer, bf16, repeat_kv (torchtune, litgpt, older HF)", "[activations]") {
+  Config c = llama3_8b(1, 4096);
+  c.training.attention = "sdpa_repeat_kv";
+  CHECK(mib(per_layer(c)) == Approx(832.5).margin(0.05));
+}
+
+TEST_CASE("Llama-3-8B layer, bf16, eager attention keeps the s^2 softmax", "[activations]") {
+  // 16bsh + 8bs*h_q + 8bsf + 8bs + 6*a*s^2*b: 3904.0 MiB
+  Config c = llama3_8b(1, 4096);
+  c.training.attention = "eager";
+  CHECK(mib(per_layer(c)) == Approx(3904.0).margin(0.05));
+}
+
+TEST_CASE("Llama-3-8B layer, autocast over fp32 weights", "[activations]") {
+  // 26bsh + 4bs*h_q + 4bs*h_kv + 8bsf + 8bs + 4abs: 944.5 MiB (fp32 residual stream, one cast per matmul)
+  Config c = llama3_8b(1, 4096);
+  c.training.precision = "amp_bf16";
+  c.training.attention = "sdpa";
+  CHECK(mib(per_layer(c)) == Approx(944.5).margin(0.05));
+}
+
+TEST_CASE("Llama-2-7B layer (MHA), fp32", "[activations]") {
+  // 24bsh + 8bs*h_q + 8bs*h_kv + 16bsf + 8bs + 4ab*s32 (b=4, s=2048): 2657.1 MiB
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/llama-2-7b.json")));
+  REQUIRE(p.ok);
+  Config c = p.config;
+  c.training.micro_batch_size = 4;
+  c.training.sequence_length = 2048;
+  c.training.framework = "hf_trainer";
+  c.training.activation_checkpointing = "none";
+  c.training.precision = "fp32";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  CHECK(mib(per_layer(c)) == Approx(2657.1).margin(0.05));
+}
+
+TEST_CASE("full checkpointing keeps one residual per layer", "[activations]") {
+  Config c = llama3_8b(1, 4096);
+  c.training.activation_checkpointing = "full";
+  CHECK(per_layer(c) == 2 * 1 * 4096 * 4096);  // the bf16 layer input, 2bsh
+  c.training.precision = "amp_bf16";
+  CHECK(per_layer(c) == 4 * 1 * 4096 * 4096);  // fp32 residual under autocast, 4bsh
+}
+
+TEST_CASE("memory never falls as batch, sequence, layers or hidden size grow", "[simulate][property]") {
+  Config base = llama3_8b(1, 512);
+  base.model.num_hidden_layers = 4;
+  for (const char* ck : {"none", "full", "selective"}) {
+    for (const char* att : {"sdpa", "eager", "sdpa_repeat_kv"}) {
+      Config c = base;
+      c.training.activation_checkpointing = ck;
+      c.training.attention = att;
+      int64_t prev = 0;
+      for (int64_t b : {1, 2, 3, 4}) {
+        c.training.micro_batch_size = b;
+        int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
+        CHECK(peak >= prev);
+        prev = peak;
+      }
+      c = base;
+      c.training.activation_checkpointing = ck;
+      c.training.attention = att;
+      prev = 0;
+      for (int64_t s : {128, 256, 512, 1024}) {
+        c.training.sequence_length = s;
+        int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
+        CHECK(peak >= prev);
+        prev = peak;
+      }
+      c = base;
+      c.training.activation_checkpointing = ck;
+      c.training.attention = att;
+      prev = 0;
+      for (int64_t l : {1, 2, 4, 8}) {
+        c.model.num_hidden_layers = l;
+        int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
+        CHECK(peak >= prev);
+        prev = peak;
+      }
+      c = base;
+      c.training.activation_checkpointing = ck;
+      c.training.attention = att;
+      prev = 0;
+      for (int64_t h : {1024, 2048, 4096}) {
+        c.model.hidden_size = h;
+        int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
+        CHECK(peak >= prev);
+        prev = peak;
+      }
+    }
+  }
+}
