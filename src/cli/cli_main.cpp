@@ -3,8 +3,11 @@
 //   memsim-cli estimate --hf-config config.json ...
 //   memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
 //   memsim-cli keys
+//   memsim-cli validate DIR            (published measurements as configs -> markdown report)
 // Exit codes: 0 success, 2 invalid input (one line on stderr naming the field), 1 other failures.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,6 +17,7 @@
 #include "core/format.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
+#include "core/validation.h"
 
 using namespace memsim;
 
@@ -24,6 +28,7 @@ constexpr const char* kUsage =
     "[--timeline]\n"
     "       memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]\n"
     "       memsim-cli keys\n"
+    "       memsim-cli validate DIR   (predicted against measured for every case file in DIR, as markdown)\n"
     "FILE may be - for standard input. KEY uses the URL fragment's names, e.g. --set model.hidden_size=4096.\n";
 
 int invalid(const std::string& message) {
@@ -82,6 +87,26 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "validate") {
+    if (args.size() < 2) return invalid("validate needs a folder of case files");
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(args[1], ec))
+      if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+    if (ec) return invalid("cannot read the folder " + args[1]);
+    std::sort(files.begin(), files.end());
+    std::vector<ValidationCase> cases;
+    for (const auto& f : files) {
+      std::string text, err;
+      if (!read_input(f, text, err)) return invalid(err);
+      ValidationCase vc;
+      std::vector<FieldError> errors;
+      if (!parse_validation_case(text, vc, errors)) return invalid(f + ": " + errors.front().message);
+      cases.push_back(vc);
+    }
+    std::cout << validation_markdown(run_validation(cases));
+    return 0;
   }
   if (args[0] == "keys") {
     for (const auto& k : field_keys()) std::puts(k.c_str());

@@ -251,12 +251,13 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   switch (rs_.loss) {
     case LossImpl::HfFp32Upcast: {
       // transformers >= 4.49 ForCausalLMLoss: logits (compute dtype) -> .float() -> cross_entropy saves its
-      // log-softmax (fp32). The Trainer drops the model outputs before backward.
-      uint32_t lg = tmp(mul(e, tv), L_.logits, post);
+      // log-softmax (fp32). The Trainer drops the model outputs before backward; a plain loop holds them.
+      uint32_t lg = rs_.holds_logits ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
       uint32_t up = e < 4 ? tmp(mul(4, tv), L_.logits_fp32, post) : UINT32_MAX;
       saved.push_back(act(mul(4, tv), L_.lse_loss, post));
       if (up != UINT32_MAX) drop(up);
-      drop(lg);
+      if (rs_.holds_logits) held_logits_ = lg;  // freed when the loop lets go of the outputs
+      else drop(lg);
       break;
     }
     case LossImpl::FullFp32: {
@@ -270,21 +271,31 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
     }
     case LossImpl::ChunkedFp32: {
       // torchtune CEWithChunkedOutputLoss: the output layer runs per chunk (compute dtype, kept until
-      // `del logits`); each chunk is upcast and its log-softmax saved.
+      // `del logits`); each chunk is upcast and its log-softmax saved. With compile, torchtune compiles
+      // compute_cross_entropy alone, and AOTAutograd's min-cut partitioner recomputes the pointwise upcast and
+      // log-softmax in backward: it saves the chunk itself (an input) and a per-token fp32 logsumexp.
       const int64_t n = c_.training.loss_chunks;
-      uint32_t chunks = tmp(mul(e, tv), L_.logits, post);
+      const bool compiled = c_.training.compile;
+      uint32_t chunks = compiled ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
       for (int64_t i = 0; i < n; ++i) {
         uint32_t up = tmp(mul(4, ceil_div(tv, n)), L_.logits_fp32, post);
-        saved.push_back(act(mul(4, ceil_div(tv, n)), L_.lse_loss, post));
+        if (compiled) {
+          uint32_t lsm = tmp(mul(4, ceil_div(tv, n)), L_.lse_loss, post);
+          saved.push_back(act(mul(4, ceil_div(d_.T, n)), L_.lse_loss, post));
+          drop(lsm);
+        } else {
+          saved.push_back(act(mul(4, ceil_div(tv, n)), L_.lse_loss, post));
+        }
         drop(up);
       }
-      drop(chunks);
+      if (compiled) saved.push_back(chunks);  // held by autograd after `del logits`
+      else drop(chunks);
       break;
     }
     case LossImpl::ChunkedBf16: {
       // litgpt chunked_cross_entropy: 128-row chunks in the compute dtype, no upcast; fit() keeps `logits`
       // through backward, and b > 1 makes reshape copy the shifted slice.
-      saved.push_back(act(mul(e, tv), L_.logits, post));
+      held_logits_ = act(mul(e, tv), L_.logits, post);
       uint32_t copy = d_.b > 1 ? tmp(mul(e, tv), L_.logits, post) : UINT32_MAX;
       saved.push_back(act(mul(e, tv), L_.lse_loss, post));
       if (copy != UINT32_MAX) drop(copy);
@@ -405,6 +416,7 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
   p_.phase("backward" + tag);
   uint32_t dres = loss_backward(loss_saved);
   release_layer_grads(L);
+  step_in_backward(L);
   for (uint32_t g : gathered) drop(g);
   gathered.clear();
   for (int64_t l = L - 1; l >= 0; --l) {
@@ -425,6 +437,7 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
       layer_backward(li, dres, saved[l]);
     }
     release_layer_grads(l);
+    step_in_backward(l);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   }
@@ -436,6 +449,8 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
     drop(dense);
   }
   release_layer_grads(-1);
+  step_in_backward(-1);
+  if (held_logits_ != UINT32_MAX) drop(held_logits_), held_logits_ = UINT32_MAX;
   drop(dres);
   drop(inputs);
 }

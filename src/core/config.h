@@ -60,6 +60,8 @@ struct TrainingConfig {
   std::string loss = "auto";             // auto, hf_fp32_upcast, full_fp32, chunked_fp32, chunked_bf16, fused_linear
   int64_t loss_chunks = 8;               // chunks of chunked_fp32 (torchtune CEWithChunkedOutputLoss default)
   bool activation_offload = false;       // saved activations go to host memory (torchtune/Megatron offloading)
+  bool optimizer_in_backward = false;    // step each parameter in a post-accumulate-grad hook (torchtune)
+  bool compile = false;                  // torch.compile: modelled for the chunked loss only (activations.cpp)
 
   bool operator==(const TrainingConfig&) const = default;
 };

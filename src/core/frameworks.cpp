@@ -6,22 +6,26 @@ namespace memsim {
 
 namespace {
 
-// id, label, attention, norm, loss, optimizer implementation, param groups, source.
+// id, label, attention, norm, loss, optimizer implementation, param groups, holds logits, source.
 constexpr FrameworkSpec kFrameworks[] = {
-    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2,
+    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false,
      "transformers: SDPA default attention (4.36+), LlamaRMSNorm upcasts to fp32, loss_utils.py ForCausalLMLoss "
      "upcasts logits (4.49+), default optim adamw_torch_fused on torch >= 2.8 (PR #37358), "
-     "Trainer.create_optimizer: decay and no-decay groups"},
-    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2,
+     "Trainer.create_optimizer: decay and no-decay groups; compute_loss returns only the loss, so the outputs "
+     "(logits) are dropped before backward"},
+    {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true,
+     "out = model(**batch); out.loss.backward(): `out` keeps the logits alive through backward; "
+     "torch.optim.AdamW(model.parameters()) is one group, foreach on CUDA"},
+    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false,
      "DeepSpeed engine with FusedAdam (ops/adam/fused_adam.py: multi_tensor_apply, no full-size temporaries) "
      "around transformers model code"},
-    {"torchtune", "torchtune", "sdpa_repeat_kv", "fp32_scale", "chunked_fp32", "fused", 1,
+    {"torchtune", "torchtune", "sdpa_repeat_kv", "fp32_scale", "chunked_fp32", "fused", 1, false,
      "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py scales in fp32; "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575)"},
-    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1,
+    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true,
      "litgpt model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach"},
-    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2,
+    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
      "Apex/TE FusedAdam"},
 };
@@ -31,7 +35,7 @@ constexpr std::string_view kNorm[] = {"auto", "eager_fp32", "fp32_scale", "fused
 constexpr std::string_view kLoss[] = {"auto", "hf_fp32_upcast", "full_fp32", "chunked_fp32", "chunked_bf16", "fused_linear"};
 constexpr std::string_view kOptImpl[] = {"auto", "foreach", "fused", "for_loop"};
 constexpr std::string_view kCheckpointing[] = {"none", "full", "selective", "every_k"};
-constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "deepspeed", "torchtune", "litgpt", "megatron"};
+constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "hf_loop", "deepspeed", "torchtune", "litgpt", "megatron"};
 
 template <typename E, size_t N>
 E pick(std::string_view value, std::string_view fallback, const std::string_view (&names)[N], const std::array<E, N - 1>& values) {
@@ -81,6 +85,7 @@ Resolved resolve(const Config& c) {
   for (size_t i = 0; i < 4; ++i)
     if (kCheckpointing[i] == t.activation_checkpointing) r.checkpointing = ck[i];
   r.param_groups = f.param_groups;
+  r.holds_logits = f.holds_logits;
   return r;
 }
 

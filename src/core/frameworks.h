@@ -21,6 +21,7 @@ struct FrameworkSpec {
   std::string_view label;
   std::string_view attention, norm_impl, loss, optimizer_impl;
   int64_t param_groups;  // HF Trainer splits decay / no-decay; one group elsewhere
+  bool holds_logits;     // the training loop keeps the model output (logits) alive through backward
   std::string_view source;
 };
 
@@ -33,6 +34,7 @@ struct Resolved {
   OptimizerImpl optimizer_impl;
   Checkpointing checkpointing;
   int64_t param_groups;
+  bool holds_logits;
 };
 
 std::span<const FrameworkSpec> frameworks();

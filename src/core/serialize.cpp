@@ -65,6 +65,8 @@ void visit_fields(Config& c, V& v) {
   v.str("training.loss", t.loss);
   v.integer("training.loss_chunks", t.loss_chunks);
   v.boolean("training.activation_offload", t.activation_offload);
+  v.boolean("training.optimizer_in_backward", t.optimizer_in_backward);
+  v.boolean("training.compile", t.compile);
 
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
   v.integer("parallel.zero_stage", c.parallel.zero_stage);

@@ -78,7 +78,8 @@ Result simulate(const Config& config) {
     d.device_count = config.parallel.data_parallel_size;
     d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
     d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
-    d.breakdown.cuda_context_bytes = kCudaContextLazyBytes;
+    d.breakdown.cuda_context_bytes =
+        config.hardware.cuda_context_bytes > 0 ? config.hardware.cuda_context_bytes : kCudaContextLazyBytes;
     d.program = build_train_step(ctx);
     replay(d, std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes));
     d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;

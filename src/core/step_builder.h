@@ -49,6 +49,8 @@ class StepBuilder {
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
   void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3: all-gather the layer's params
   void optimizer_step(int iter);
+  void step_in_backward(int64_t layer);
+  void create_state(const ParamTensor& t);
 
   // activations.cpp
   uint32_t embed_forward();
@@ -78,9 +80,11 @@ class StepBuilder {
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
   std::vector<std::vector<uint32_t>> grads_;  // live .grad tensors per slot: 0 embeddings, l + 1 layer l, L + 1 head
   std::vector<bool> grad_created_;
+  std::vector<bool> states_created_;  // optimizer in backward: per slot
   std::vector<uint32_t> other_grads_;         // ZeRO partition or DDP bucket
   std::vector<uint32_t> casts_;               // autocast weight copies alive, per layer
   std::vector<uint32_t> ckpt_casts_;          // layers whose casts were made under a checkpoint's no_grad
+  uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
   bool grads_live_ = false;
 };
 

@@ -81,6 +81,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   shard_weights_ = c_.parallel.zero_stage >= 3;
   grads_.resize(static_cast<size_t>(s_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(s_.num_layers + 2), false);
+  states_created_.assign(static_cast<size_t>(s_.num_layers + 2), false);
   casts_.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);
 
   auto& p = p_;
@@ -192,8 +193,41 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
   out.push_back(p_.alloc(Component::Communication, mul(numel, pr_.weight_bytes), L_.gathered, static_cast<int32_t>(layer)));
 }
 
+// Optimizer in backward (torchtune optimizer_in_bwd): each parameter is stepped in a post-accumulate-grad
+// hook as soon as its gradient is complete, and the gradient is freed at once (set_to_none), so the full
+// gradient set never exists. State is created lazily at the first such step.
+void StepBuilder::step_in_backward(int64_t layer) {
+  if (!c_.training.optimizer_in_backward) return;
+  const size_t slot = static_cast<size_t>(layer + 1);
+  const bool tied = c_.model.tie_word_embeddings;
+  if (!states_created_[slot]) {
+    states_created_[slot] = true;
+    const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.layer;
+    for (const auto& t : ts) create_state(t);
+  }
+  // A tied matrix's gradient is complete only after the embedding's backward; it is stepped there.
+  std::vector<uint32_t> keep;
+  if (layer >= s_.num_layers && tied && !grads_[slot].empty()) keep.push_back(grads_[slot].back()), grads_[slot].pop_back();
+  for (uint32_t g : grads_[slot]) drop(g);
+  grads_[slot] = keep;
+  if (layer < 0 && tied) {
+    const size_t post = static_cast<size_t>(s_.num_layers + 1);
+    for (uint32_t g : grads_[post]) drop(g);
+    grads_[post].clear();
+  }
+}
+
+void StepBuilder::create_state(const ParamTensor& t) {
+  const auto& opt = ctx_.optimizer;
+  if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(t.numel, pr_.master_bytes), L_.master);
+  if (opt.paged && t.numel >= 100000) return;
+  const int64_t st = optimizer_state_bytes(opt, t.numel, t.rows, pr_.state_bytes);
+  if (st > 0) p_.alloc(Component::OptimizerStates, st, L_.state);
+}
+
 void StepBuilder::optimizer_step(int iter) {
   p_.phase("optimizer step " + std::to_string(iter));
+  if (c_.training.optimizer_in_backward) return;  // stepped during backward
   const auto& opt = ctx_.optimizer;
   // Optimizer state is created lazily in the first step() (torch/optim/adam.py::_init_group: zeros_like).
   // Paged bitsandbytes state (tensors >= 1e5 elements) lives in unified memory, outside the allocator.
@@ -207,12 +241,7 @@ void StepBuilder::optimizer_step(int iter) {
         if (st > 0) p_.alloc(Component::OptimizerStates, st, L_.state);
       }
     } else {
-      for_each_param(s_, [&](const ParamTensor& t) {
-        if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(t.numel, pr_.master_bytes), L_.master);
-        if (opt.paged && t.numel >= 100000) return;
-        const int64_t st = optimizer_state_bytes(opt, t.numel, t.rows, pr_.state_bytes);
-        if (st > 0) p_.alloc(Component::OptimizerStates, st, L_.state);
-      });
+      for_each_param(s_, [&](const ParamTensor& t) { create_state(t); });
     }
   }
   // ZeRO-1/2 upcast each group's gradient partition to fp32 for the step (stage_1_and_2.py::step:

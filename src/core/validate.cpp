@@ -119,6 +119,14 @@ std::vector<FieldError> validate(const Config& c) {
     if (!(p >= 0.0 && p < 1.0))
       e.push_back({field, std::string(field) + " must be a probability from 0 to below 1; got " + std::to_string(p)});
 
+  if (t.optimizer_in_backward && t.gradient_accumulation_steps != 1)
+    e.push_back({"training.optimizer_in_backward",
+                 "training.optimizer_in_backward needs training.gradient_accumulation_steps = 1: the step runs as "
+                 "soon as each gradient is ready, so gradients cannot accumulate"});
+  if (t.optimizer_in_backward && c.parallel.zero_stage != 0)
+    e.push_back({"training.optimizer_in_backward",
+                 "training.optimizer_in_backward needs parallel.zero_stage = 0 (ZeRO steps the optimizer itself)"});
+
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);
 

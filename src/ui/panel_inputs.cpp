@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/frameworks.h"
 #include "core/tables.h"
 #include "panels.h"
 
@@ -64,6 +65,32 @@ bool table_combo(const char* label, const char* field, std::string& id, Table ta
   return changed;
 }
 
+// A combo over the allowed values of a choice field (frameworks.h), "auto" shown with what it resolves to.
+bool choice_combo(const char* label, const char* field, std::string& value, const char* auto_means, const char* help) {
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  bool changed = false;
+  std::string preview = value == "auto" ? std::string("auto (") + auto_means + ")" : value;
+  if (ImGui::BeginCombo(label, preview.c_str())) {
+    for (auto v : choices(field)) {
+      const bool selected = v == value;
+      std::string text = v == "auto" ? std::string("auto (") + auto_means + ")" : std::string(v);
+      if (ImGui::Selectable(text.c_str(), selected)) value = std::string(v), changed = true;
+    }
+    ImGui::EndCombo();
+  }
+  help_marker(help);
+  field_error(field);
+  return changed;
+}
+
+bool double_input(const char* label, const char* field, double& v, const char* help) {
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  bool changed = ImGui::InputDouble(label, &v, 0.05, 0.1, "%.2f");
+  help_marker(help);
+  field_error(field);
+  return changed;
+}
+
 }  // namespace
 
 bool draw_inputs_panel(Config& c, const Result& result) {
@@ -115,6 +142,11 @@ bool draw_inputs_panel(Config& c, const Result& result) {
         changed = true;
       }
       help_marker("Learned absolute positions (GPT-2, BERT) add max_position_embeddings x hidden parameters.");
+      changed |= double_input("attention_dropout", "model.attention_dropout", m.attention_dropout,
+                              "Dropout on attention probabilities: with eager attention it saves a 1-byte mask of "
+                              "heads x seq^2 per layer.");
+      changed |= double_input("hidden_dropout", "model.hidden_dropout", m.hidden_dropout,
+                              "Dropout after attention and MLP: a 1-byte mask per token and hidden unit, twice per layer.");
       if (m.position_embedding_type == PositionType::Absolute)
         changed |= int_input("max_position_embeddings", "model.max_position_embeddings", m.max_position_embeddings,
                              128, "Rows of the learned position table; also the longest sequence.");
@@ -130,13 +162,38 @@ bool draw_inputs_panel(Config& c, const Result& result) {
     changed |= int_input("grad_accumulation", "training.gradient_accumulation_steps", t.gradient_accumulation_steps, 1,
                          "Micro-batches per optimizer step. Gradients stay allocated across them; activations do not "
                          "add up.");
+    changed |= table_combo("framework", "training.framework", t.framework, frameworks(),
+                           "Frameworks differ in what they save and allocate (attention kernel, norm, loss, optimizer "
+                           "implementation). Each choice below set to auto follows the framework.");
     changed |= table_combo("precision", "training.precision", t.precision, precision_recipes(),
-                           "How weights, gradients and optimizer states are stored (bytes per parameter).");
+                           "How weights, gradients and optimizer states are stored (bytes per parameter), and the "
+                           "dtype of saved activations.");
     changed |= table_combo("optimizer", "training.optimizer", t.optimizer, optimizers(),
-                           "AdamW keeps two states per parameter; SGD without momentum none.");
-    changed |= check_input("fused optimizer (placeholder)", "training.activation_offload", t.activation_offload,
-                           "torch's fused=True: no full-size temporary in the step. The default foreach path builds one "
-                           "(exp_avg_sq.sqrt()) as large as the optimizer states of a parameter group.");
+                           "AdamW keeps two states per parameter, 8-bit AdamW about 2 bytes, Adafactor a factored "
+                           "second moment, SGD without momentum none. Paged states live outside the GPU allocator.");
+    const Resolved rs = resolve(c);
+    const FrameworkSpec& fw = *rs.framework;
+    changed |= choice_combo("optimizer impl", "training.optimizer_impl", t.optimizer_impl, std::string(fw.optimizer_impl).c_str(),
+                            "foreach (torch's default on CUDA) builds a temporary as large as one param group's "
+                            "states; fused has none; for_loop one tensor's worth.");
+    changed |= choice_combo("checkpointing", "training.activation_checkpointing", t.activation_checkpointing, "",
+                            "full: each layer keeps only its input and is recomputed in backward (about 33% more "
+                            "compute). selective: recompute only the attention core. every_k: checkpoint every k-th layer.");
+    if (t.activation_checkpointing == "every_k")
+      changed |= int_input("every k layers", "training.checkpoint_every_k_layers", t.checkpoint_every_k_layers, 1,
+                           "Layers 0, k, 2k, ... are checkpointed; the others keep all their activations.");
+    changed |= choice_combo("attention", "training.attention", t.attention, std::string(fw.attention).c_str(),
+                            "sdpa / flash_attention_2 save q, k, v, the output and a small logsumexp; eager saves the "
+                            "heads x seq^2 softmax. repeat_kv materialises k and v for every query head (GQA).");
+    changed |= choice_combo("norm", "training.norm_impl", t.norm_impl, std::string(fw.norm_impl).c_str(),
+                            "HF's eager RMSNorm keeps an fp32 copy of its input; torchtune/litgpt also keep the fp32 "
+                            "normalised input; a fused kernel keeps only its input.");
+    changed |= choice_combo("loss", "training.loss", t.loss, std::string(fw.loss).c_str(),
+                            "The logits are tokens x vocabulary: HF upcasts them to fp32, chunked losses keep one "
+                            "chunk's fp32 copy at a time, fused linear cross-entropy (Liger) never builds them.");
+    changed |= check_input("CPU activation offload", "training.activation_offload", t.activation_offload,
+                           "Saved activations move to host memory after the next layer's forward and come back for "
+                           "backward: about one layer stays on the GPU.");
   }
   if (ImGui::CollapsingHeader("Parallelism", ImGuiTreeNodeFlags_DefaultOpen)) {
     changed |= int_input("data_parallel", "parallel.data_parallel_size", c.parallel.data_parallel_size, 1,
@@ -166,6 +223,9 @@ bool draw_inputs_panel(Config& c, const Result& result) {
     }
     help_marker("Memory kept free for what no model predicts (other processes, allocator spikes). Practitioners "
                 "budget 10-15%.");
+    changed |= int_input("CUDA context (bytes)", "hardware.cuda_context_bytes", hw.cuda_context_bytes, 64 << 20,
+                         "Memory the CUDA context takes outside PyTorch's allocator; 0 uses 274 MiB, measured with "
+                         "lazy module loading (PyTorch's default since 1.13). Old CUDA loads eagerly: 0.7-1.4 GiB.");
   }
   g_result = nullptr;
   return changed;

@@ -23,6 +23,9 @@ TEST_CASE("parameter counts equal published totals", "[params]") {
   CHECK(params_of("gpt2.json") == 124439808);
   // mistralai/Mistral-7B-v0.1 safetensors metadata: 7,241,732,096
   CHECK(params_of("mistral-7b-v0.1.json") == 7241732096);
+  // meta-llama/Llama-3.2-3B and -1B safetensors metadata: 3,212,749,824 and 1,235,814,400 (tied)
+  CHECK(params_of("llama-3.2-3b.json") == 3212749824);
+  CHECK(params_of("llama-3.2-1b.json") == 1235814400);
   // Qwen/Qwen2.5-0.5B safetensors metadata: 494,032,768 (q/k/v biases, tied embeddings)
   CHECK(params_of("qwen2.5-0.5b.json") == 494032768);
 }

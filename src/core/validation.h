@@ -1,0 +1,48 @@
+// Published measurements expressed as memsim configs (tests/validation/cases/*.json), compared against the
+// statistic each source measured. Used by the validation test and by `memsim-cli validate`, which writes
+// docs/validation.md.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config.h"
+#include "validate.h"
+
+namespace memsim {
+
+struct ValidationCase {
+  std::string id;           // the case id in ../shared/validation/cases.jsonl
+  std::string confidence;   // high, medium, low
+  std::string statistic;    // allocated, reserved, active, device
+  int64_t measured_bytes = 0;
+  std::string source;
+  std::string notes;
+  std::vector<std::pair<std::string, std::string>> inferred;  // field -> why this value
+  std::string excluded;     // non-empty: a finding, kept out of the error statistics, with the reason
+  Config config;
+};
+
+struct ValidationRow {
+  ValidationCase vcase;
+  bool ok = false;
+  std::string error;        // why it could not be simulated
+  int64_t predicted_bytes = 0;
+  double relative_error = 0;  // (predicted - measured) / measured
+  std::string peak_phase;
+};
+
+struct ValidationSummary {
+  std::vector<ValidationRow> rows;
+  int counted = 0;                 // high + medium, not excluded
+  double median_abs_error = 0;     // over the counted cases
+  double worst_high_abs_error = 0; // over the high-confidence counted cases
+};
+
+// Parses one case file; errors name the field.
+bool parse_validation_case(std::string_view text, ValidationCase& out, std::vector<FieldError>& errors);
+ValidationSummary run_validation(const std::vector<ValidationCase>& cases);
+std::string validation_markdown(const ValidationSummary& s);
+
+}  // namespace memsim
