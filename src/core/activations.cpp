@@ -387,6 +387,7 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
   const bool keep_s2 = rs_.checkpointing != Checkpointing::Selective;
   const bool offload = c_.training.activation_offload;
   std::vector<SavedLayer> saved(static_cast<size_t>(L));
+  for (auto& sl : saved) sl.attn.reserve(16), sl.mlp.reserve(12);
   // Offloaded saved tensors: their sizes and labels, to bring them back before the layer's backward.
   std::vector<std::vector<std::pair<int64_t, uint32_t>>> host(static_cast<size_t>(L));
   auto offload_layer = [&](int64_t l) {
@@ -427,7 +428,8 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
     if (checkpointed(l)) {
       // Recompute with grad on the kept input, then backward through the recomputed graph.
       const uint32_t in = saved[l].attn.front();
-      SavedLayer re;
+      SavedLayer& re = recompute_;
+      re.attn.clear(), re.mlp.clear();
       uint32_t out = layer_forward(li, in, re, keep_s2, false);
       layer_backward(li, dres, re);
       drop(out);

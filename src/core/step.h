@@ -22,18 +22,18 @@ constexpr int kComponentCount = static_cast<int>(Component::count);
 const char* component_id(Component c);     // "weights", ... (JSON keys)
 const char* component_label(Component c);  // "Weights", ... (interface)
 
-struct Event {
+struct Event {  // 8 bytes: a 70B step has tens of thousands
   enum class Op : uint8_t { Alloc, Free };
   Op op;
   Component component;
   uint32_t tensor;  // index into StepProgram::tensors
 };
 
-struct Tensor {
+struct Tensor {  // 16 bytes
   int64_t bytes;
   Component component;
-  uint32_t label;  // index into StepProgram::labels
-  int32_t layer;   // transformer layer the tensor belongs to, -1 for none
+  uint16_t label;  // index into StepProgram::labels
+  int16_t layer;   // transformer layer the tensor belongs to, -1 for none (layers are at most 4096)
 };
 
 struct Phase {

@@ -84,6 +84,7 @@ class StepBuilder {
   std::vector<uint32_t> other_grads_;         // ZeRO partition or DDP bucket
   std::vector<uint32_t> casts_;               // autocast weight copies alive, per layer
   std::vector<uint32_t> ckpt_casts_;          // layers whose casts were made under a checkpoint's no_grad
+  SavedLayer recompute_;                      // scratch for a checkpointed layer's recomputed saved set
   uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
   bool grads_live_ = false;
 };

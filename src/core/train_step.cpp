@@ -280,19 +280,29 @@ void StepBuilder::optimizer_step(int iter) {
 }
 
 StepProgram StepBuilder::build() {
+  // About 70 events per layer and micro-batch, 8 per parameter tensor: reserve once instead of regrowing.
+  const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, 2);
+  const size_t events = static_cast<size_t>(passes * (s_.num_layers + 2) * 70 +
+                                            8 * (s_.layer.size() * s_.num_layers + s_.pre.size() + s_.post.size()));
+  p_.events.reserve(events);
+  p_.tensors.reserve(events / 2 + 16);
   alloc_weights();
   for (int iter = 1; iter <= 2; ++iter) {
-    // Micro-batches after the second start from the same live tensors and replay the same requests, so the
-    // allocator reaches a fixed point: the third simulated micro-batch stands for all the remaining ones.
+    // Step 1 differs from the steady state only in lacking optimizer state until its step, so it is replayed
+    // with one micro-batch. In step 2 every micro-batch after the first starts from the same live tensors
+    // (gradients included) and makes the same requests, so the second stands for all the others.
     const int64_t gas = c_.training.gradient_accumulation_steps;
-    for (int64_t mb = 1; mb <= std::min<int64_t>(gas, 3); ++mb) {
-      const std::string mbs = (mb == 3 && gas > 3) ? "3-" + std::to_string(gas) : std::to_string(mb);
+    const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, 2);
+    for (int64_t mb = 1; mb <= mbs; ++mb) {
+      std::string tag = " (step " + std::to_string(iter);
+      if (gas > 1) tag += iter == 1 ? ", micro-batch 1" : mb == 1 ? ", micro-batch 1" : gas == 2 ? ", micro-batch 2" : ", micro-batches 2-" + std::to_string(gas);
+      tag += ")";
       if (iter == 1 && mb == 1) {
-        p_.phase("forward (step 1, micro-batch 1)");
+        p_.phase("forward" + tag);
         p_.alloc(Component::Overhead, cublas_workspace_bytes(ctx_.gpu), L_.ws);
         p_.alloc(Component::Overhead, kCublasLtWorkspaceBytes, L_.ws_lt);
       }
-      micro_batch(iter, mb, " (step " + std::to_string(iter) + ", micro-batch " + mbs + ")");
+      micro_batch(iter, mb, tag);
     }
     optimizer_step(iter);
     // zero_grad(set_to_none=True), the default since torch 2.0: gradients are freed after the step.
