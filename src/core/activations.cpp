@@ -34,7 +34,94 @@ uint32_t StepBuilder::embed_forward() {
     drop(res);
     res = sum;
   }
+  if (c_.model.post_layernorm) {
+    // BertEmbeddings: LayerNorm(sum) saves its input, mean and rstd; dropout saves a 1-byte mask.
+    embed_saved_.push_back(res);
+    embed_saved_.push_back(act(mul(8, d_.T), L_.norm_rstd, -1));
+    uint32_t out = act(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
+    if (c_.model.hidden_dropout > 0) {
+      embed_saved_.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, -1));
+      uint32_t dropped = act(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
+      drop(out);
+      out = dropped;
+    }
+    res = out;
+  }
   return res;
+}
+
+// A post-LN encoder layer (HF BertLayer): attention with eager softmax and dropout, then
+// LayerNorm(attention + x), the GELU MLP, and LayerNorm(mlp + that). Autograd saves, per token and hidden unit
+// in fp32: x, q, k, v, the context copy, two LayerNorm inputs, the attention output, both MLP tensors and the
+// dropout masks (66 bsh + 9 a s^2 b + 16 bs, Korthikanti et al. 2022 sec. 4.1 counted for fp32); under fp16
+// autocast 42 bsh + 7 a s^2 b + 16 bs.
+uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLayer& saved, bool keep_s2, bool free_input) {
+  const auto& m = c_.model;
+  const int64_t e = d_.e, th = mul(d_.T, d_.h);
+  auto& A = saved.attn;
+  if (d_.amp && casts_[layer] == UINT32_MAX) {
+    int64_t matmul = 0;
+    for (const auto& t : s_.layer)
+      if (t.kind == ParamKind::Matmul) matmul = add(matmul, t.numel);
+    casts_[layer] = tmp(mul(matmul, pr_.autocast_copy_bytes), L_.cast, layer);
+  }
+  // q, k and v save their input: x itself, or under autocast one cast of it each.
+  if (d_.amp) for (int i = 0; i < 3; ++i) A.push_back(act(mul(2, th), L_.norm_out_cast, layer));
+  else if (free_input) A.push_back(x);
+  for (uint32_t lbl : {L_.q, L_.k, L_.v}) A.push_back(act(mul(e, d_.T, d_.h_q), lbl, layer));
+  // scores / sqrt(d) + mask -> softmax (fp32 under autocast: softmax is on its fp32 list) -> dropout
+  const int64_t s2 = mul(d_.a, d_.b, d_.s, d_.s);
+  const int64_t sm_bytes = d_.amp ? 4 : e;
+  std::vector<uint32_t> s2_saved;
+  uint32_t sc = tmp(mul(e, s2), L_.scores, layer);
+  uint32_t scaled = tmp(mul(e, s2), L_.scores, layer);
+  drop(sc);
+  uint32_t masked = tmp(mul(sm_bytes, s2), L_.scores, layer);
+  drop(scaled);
+  uint32_t sm = keep_s2 ? act(mul(sm_bytes, s2), L_.softmax, layer) : tmp(mul(sm_bytes, s2), L_.softmax, layer);
+  s2_saved.push_back(sm);
+  drop(masked);
+  auto s2_alloc = [&](int64_t bytes, uint32_t label) { return keep_s2 ? act(bytes, label, layer) : tmp(bytes, label, layer); };
+  uint32_t probs = sm;
+  if (m.attention_dropout > 0) {
+    s2_saved.push_back(s2_alloc(s2, L_.attn_mask));
+    // the dropout output feeds probs @ v directly, or through a cast under autocast
+    probs = d_.amp ? tmp(mul(sm_bytes, s2), L_.probs, layer) : s2_alloc(mul(sm_bytes, s2), L_.probs);
+    if (!d_.amp) s2_saved.push_back(probs);
+  }
+  if (d_.amp) {  // probs @ v saves the low-precision cast
+    s2_saved.push_back(s2_alloc(mul(e, s2), L_.probs));
+    if (probs != sm) drop(probs);
+  }
+  uint32_t ctx = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
+  A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // permute(...).contiguous(), saved by dense
+  drop(ctx);
+  if (keep_s2) A.insert(A.end(), s2_saved.begin(), s2_saved.end());
+  else for (uint32_t t : s2_saved) drop(t);
+  uint32_t o = tmp(mul(e, th), L_.o_out, layer);
+  if (m.hidden_dropout > 0) A.push_back(act(th, L_.hidden_mask, layer));
+  uint32_t sum = act(mul(d_.e_res, th), L_.residual, layer);  // saved by LayerNorm
+  drop(o);
+  if (d_.amp && free_input) drop(x);
+  A.push_back(sum);
+  A.push_back(act(mul(8, d_.T), L_.norm_rstd, layer));
+  uint32_t att = act(mul(d_.e_res, th), L_.residual, layer);  // LayerNorm output: the attention output
+
+  // MLP: the intermediate dense saves its input (the attention output, or its cast), GELU its input, the output
+  // dense its input.
+  auto& M = saved.mlp;
+  if (d_.amp) M.push_back(act(mul(2, th), L_.norm_out_cast, layer));
+  else M.push_back(att);
+  M.push_back(act(mul(e, d_.T, d_.f), L_.mlp_fc1, layer));
+  M.push_back(act(mul(e, d_.T, d_.f), L_.mlp_gelu, layer));
+  uint32_t out = tmp(mul(e, th), L_.mlp_out, layer);
+  if (m.hidden_dropout > 0) M.push_back(act(th, L_.hidden_mask, layer));
+  uint32_t sum2 = act(mul(d_.e_res, th), L_.residual, layer);
+  drop(out);
+  if (d_.amp) drop(att);
+  M.push_back(sum2);
+  M.push_back(act(mul(8, d_.T), L_.norm_rstd, layer));
+  return act(mul(d_.e_res, th), L_.residual, layer);
 }
 
 // Saves what the norm's backward needs and writes its output, saved once by its consumers (or, under
@@ -243,8 +330,18 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
 
 void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   const int32_t post = static_cast<int32_t>(s_.num_layers);
+  if (c_.model.task_head == "sequence_classification") {
+    // The pooler's dense reads hidden[:, 0], a view, so the whole last hidden state stays saved; the rest of the
+    // head (tanh output, dropout mask, classifier input, logits) is batch x hidden at most.
+    saved.push_back(res);
+    const int64_t bh = mul(d_.b, d_.h);
+    for (int i = 0; i < 3; ++i) saved.push_back(act(mul(d_.e_res, bh), L_.logits, post));
+    saved.push_back(act(mul(4, d_.b, c_.model.num_labels), L_.lse_loss, post));
+    return;
+  }
   bool retained = false;
-  norm_forward(post, res, retained, saved, 1, true);
+  if (!c_.model.post_layernorm) norm_forward(post, res, retained, saved, 1, true);
+  else saved.push_back(res), retained = true;
   if (!retained) drop(res);
   const int64_t tv = mul(d_.T, d_.V);
   const int64_t e = d_.e;
@@ -318,6 +415,12 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
 uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   const int32_t post = static_cast<int32_t>(s_.num_layers);
   alloc_layer_grads(s_.num_layers);
+  if (c_.model.task_head == "sequence_classification") {
+    uint32_t dy = tmp(mul(d_.e_res, d_.T, d_.h), L_.dres, post);  // grad of the last hidden state (first token)
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
+    saved.clear();
+    return dy;
+  }
   const int64_t tv = mul(d_.T, d_.V);
   const int64_t e = d_.e;
   uint32_t dy = UINT32_MAX;
@@ -363,7 +466,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   // What remains saved (final norm, log-softmax, litgpt's logits) goes with the backward of the head.
   for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
   saved.clear();
-  norm_backward(post, dy);
+  if (!c_.model.post_layernorm) norm_backward(post, dy);
   return dy;
 }
 
@@ -385,6 +488,9 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
     }
   };
   const bool keep_s2 = rs_.checkpointing != Checkpointing::Selective;
+  auto forward = [&](int32_t l, uint32_t in, SavedLayer& sv, bool k2, bool own) {
+    return c_.model.post_layernorm ? layer_forward_post_ln(l, in, sv, k2, own) : layer_forward(l, in, sv, k2, own);
+  };
   const bool offload = c_.training.activation_offload;
   std::vector<SavedLayer> saved(static_cast<size_t>(L));
   for (auto& sl : saved) sl.attn.reserve(16), sl.mlp.reserve(12);
@@ -399,7 +505,7 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
   for (int64_t l = 0; l < L; ++l) {
     gather(l, gathered);
     const int32_t li = static_cast<int32_t>(l);
-    res = checkpointed(l) ? layer_forward_checkpointed(li, res, saved[l]) : layer_forward(li, res, saved[l], keep_s2, true);
+    res = checkpointed(l) ? layer_forward_checkpointed(li, res, saved[l]) : forward(li, res, saved[l], keep_s2, true);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
     // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.
@@ -430,7 +536,7 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
       const uint32_t in = saved[l].attn.front();
       SavedLayer& re = recompute_;
       re.attn.clear(), re.mlp.clear();
-      uint32_t out = layer_forward(li, in, re, keep_s2, false);
+      uint32_t out = forward(li, in, re, keep_s2, false);
       layer_backward(li, dres, re);
       drop(out);
       for (uint32_t t : saved[l].attn) drop(t);
@@ -443,6 +549,8 @@ void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   }
+  for (auto it = embed_saved_.rbegin(); it != embed_saved_.rend(); ++it) drop(*it);
+  embed_saved_.clear();
   // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, it is added into
   // the .grad that lm_head's backward created.
   alloc_layer_grads(-1);

@@ -39,6 +39,12 @@ struct ModelConfig {
   // resid_pdrop). Above 0 they add 1-byte masks to the saved activations.
   double attention_dropout = 0.0;
   double hidden_dropout = 0.0;
+  // Encoders in the BERT style: LayerNorm after each residual add (and on the embeddings), token-type
+  // embeddings, and a classification head instead of the language-model head.
+  bool post_layernorm = false;
+  int64_t type_vocab_size = 0;               // HF key; 0: no token-type embeddings
+  std::string task_head = "causal_lm";       // causal_lm or sequence_classification
+  int64_t num_labels = 2;                    // HF: len(id2label)
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -62,6 +68,7 @@ struct TrainingConfig {
   bool activation_offload = false;       // saved activations go to host memory (torchtune/Megatron offloading)
   bool optimizer_in_backward = false;    // step each parameter in a post-accumulate-grad hook (torchtune)
   bool compile = false;                  // torch.compile: modelled for the chunked loss only (activations.cpp)
+  bool zero_grad_set_to_none = true;     // torch >= 2.0 default; torch 1.x zeroed gradients in place (kept them)
 
   bool operator==(const TrainingConfig&) const = default;
 };

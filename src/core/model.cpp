@@ -41,6 +41,9 @@ ModelShape build_model_shape(const ModelConfig& m) {
   if (m.position_embedding_type == PositionType::Absolute)
     s.pre.push_back({"embed_positions.weight", mul(m.max_position_embeddings, h), ParamKind::Embedding,
                      m.max_position_embeddings});
+  if (m.type_vocab_size > 0)  // BertEmbeddings.token_type_embeddings
+    s.pre.push_back({"token_type_embeddings.weight", mul(m.type_vocab_size, h), ParamKind::Embedding, m.type_vocab_size});
+  if (m.post_layernorm) norm(s.pre, "embeddings.LayerNorm", h, m.norm_type);  // BertEmbeddings.LayerNorm
 
   auto& L = s.layer;
   norm(L, "input_layernorm", h, m.norm_type);
@@ -59,8 +62,14 @@ ModelShape build_model_shape(const ModelConfig& m) {
   // Gemma 2/3 add pre_feedforward_layernorm and post_feedforward_layernorm (modeling_gemma2.py).
   for (int64_t i = 2; i < m.norms_per_layer; ++i) norm(L, "extra_layernorm_" + std::to_string(i), h, m.norm_type);
 
-  norm(s.post, "norm", h, m.norm_type);
-  if (!m.tie_word_embeddings) s.post.push_back({"lm_head.weight", mul(m.vocab_size, h), ParamKind::Matmul, m.vocab_size});
+  if (!m.post_layernorm) norm(s.post, "norm", h, m.norm_type);  // post-LN layers end normalised already
+  if (m.task_head == "sequence_classification") {
+    // BertForSequenceClassification: BertPooler (dense h x h + tanh on the first token) and the classifier.
+    if (m.post_layernorm) linear(s.post, "pooler.dense", h, h, true);
+    linear(s.post, "classifier", h, m.num_labels, true);
+  } else if (!m.tie_word_embeddings) {
+    s.post.push_back({"lm_head.weight", mul(m.vocab_size, h), ParamKind::Matmul, m.vocab_size});
+  }
 
   s.num_layers = m.num_hidden_layers;
   s.params_per_layer = sum_numel(s.layer);

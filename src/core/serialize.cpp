@@ -49,6 +49,10 @@ void visit_fields(Config& c, V& v) {
   v.enumeration("model.position_embedding_type", m.position_embedding_type, kPositionNames);
   v.number("model.attention_dropout", m.attention_dropout);
   v.number("model.hidden_dropout", m.hidden_dropout);
+  v.boolean("model.post_layernorm", m.post_layernorm);
+  v.integer("model.type_vocab_size", m.type_vocab_size);
+  v.str("model.task_head", m.task_head);
+  v.integer("model.num_labels", m.num_labels);
 
   auto& t = c.training;
   v.integer("training.micro_batch_size", t.micro_batch_size);
@@ -67,6 +71,7 @@ void visit_fields(Config& c, V& v) {
   v.boolean("training.activation_offload", t.activation_offload);
   v.boolean("training.optimizer_in_backward", t.optimizer_in_backward);
   v.boolean("training.compile", t.compile);
+  v.boolean("training.zero_grad_set_to_none", t.zero_grad_set_to_none);
 
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
   v.integer("parallel.zero_stage", c.parallel.zero_stage);
@@ -361,6 +366,17 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
     m.mlp_gated = false;
     m.attention_bias = m.mlp_bias = true;     // query_key_value, dense, dense_h_to_4h, dense_4h_to_h
     m.hidden_act = "gelu";
+  } else if (model_type == "bert" || model_type == "roberta") {
+    m.norm_type = NormType::LayerNorm;
+    m.mlp_gated = false;
+    m.attention_bias = m.mlp_bias = true;     // BertSelfAttention q/k/v, BertSelfOutput, BertIntermediate, BertOutput
+    m.position_embedding_type = PositionType::Absolute;
+    m.post_layernorm = true;
+    m.tie_word_embeddings = true;
+    m.hidden_act = "gelu";
+    m.max_position_embeddings = 512;
+    m.task_head = "sequence_classification";
+    notes.push_back("model: an encoder; memsim trains it with a sequence-classification head (pooler + classifier)");
   } else if (model_type == "stablelm") {
     m.norm_type = NormType::LayerNorm;        // StableLmDecoderLayer uses nn.LayerNorm; use_qkv_bias below
   } else {
@@ -385,7 +401,8 @@ const std::set<std::string>& hf_ignorable() {
   static const std::set<std::string> s = {
       "architectures", "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
       "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "initializer_range", "rope_theta",
-      "rope_scaling", "use_cache", "pretraining_tp", "_name_or_path", "schema"};
+      "rope_scaling", "use_cache", "pretraining_tp", "_name_or_path", "schema", "id2label", "label2id",
+      "gradient_checkpointing", "classifier_dropout"};
   return s;
 }
 
@@ -403,6 +420,12 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
   for (auto [alias, canon] : kAliases)
     if (!norm.contains(canon) && norm.contains(alias)) norm[canon] = norm[alias];
 
+  if (!norm.contains("num_labels") && norm.contains("id2label") && norm["id2label"].is_object() && !norm["id2label"].empty())
+    norm["num_labels"] = norm["id2label"].size();
+  if (!norm.contains("task_head") && norm.contains("architectures") && norm["architectures"].is_array())
+    for (const auto& a : norm["architectures"])
+      if (a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos)
+        norm["task_head"] = "sequence_classification";
   JsonSectionReader rd{{errors}, norm, "model", {}};
   std::vector<FieldError> before = errors;
   visit_fields(tmp, rd);

@@ -55,6 +55,7 @@ class StepBuilder {
   // activations.cpp
   uint32_t embed_forward();
   uint32_t layer_forward(int32_t layer, uint32_t res, SavedLayer& saved, bool keep_s2, bool free_input);
+  uint32_t layer_forward_post_ln(int32_t layer, uint32_t x, SavedLayer& saved, bool keep_s2, bool free_input);
   uint32_t layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved);
   void layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved);
   void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved, int consumers,
@@ -84,7 +85,8 @@ class StepBuilder {
   std::vector<uint32_t> other_grads_;         // ZeRO partition or DDP bucket
   std::vector<uint32_t> casts_;               // autocast weight copies alive, per layer
   std::vector<uint32_t> ckpt_casts_;          // layers whose casts were made under a checkpoint's no_grad
-  SavedLayer recompute_;                      // scratch for a checkpointed layer's recomputed saved set
+  SavedLayer recompute_;
+  std::vector<uint32_t> embed_saved_;         // post-LN embedding norm and dropout                      // scratch for a checkpointed layer's recomputed saved set
   uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
   bool grads_live_ = false;
 };

@@ -55,6 +55,7 @@ constexpr GpuSpec kGpus[] = {
     {"l4", "NVIDIA L4 24GB", "nvidia", 23034 * kMiB, 89, "nvidia-smi: 23034MiB (L4)"},
     {"a10g", "NVIDIA A10G 24GB", "nvidia", 23028 * kMiB, 86, "nvidia-smi: 23028MiB (A10G)"},
     {"t4", "NVIDIA T4 16GB", "nvidia", 15360 * kMiB, 75, "nvidia-smi: 15360MiB (Tesla T4)"},
+    {"v100-16gb", "NVIDIA V100 16GB", "nvidia", 16160 * kMiB, 70, "nvidia-smi: 16160MiB (Tesla V100-SXM2-16GB)"},
     {"v100-32gb", "NVIDIA V100 32GB", "nvidia", 32510 * kMiB, 70, "nvidia-smi: 32510MiB (Tesla V100-SXM2-32GB)"},
     {"rtx-3090", "NVIDIA RTX 3090 24GB", "nvidia", 24576 * kMiB, 86, "nvidia-smi: 24576MiB (GeForce RTX 3090)"},
     {"rtx-4090", "NVIDIA RTX 4090 24GB", "nvidia", 24564 * kMiB, 89, "nvidia-smi: 24564MiB (GeForce RTX 4090)"},

@@ -305,8 +305,10 @@ StepProgram StepBuilder::build() {
       micro_batch(iter, mb, tag);
     }
     optimizer_step(iter);
-    // zero_grad(set_to_none=True), the default since torch 2.0: gradients are freed after the step.
+    // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
+    // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.
     p_.phase("zero_grad " + std::to_string(iter));
+    if (!c_.training.zero_grad_set_to_none) continue;
     for (size_t slot = 0; slot < grads_.size(); ++slot) {
       for (uint32_t g : grads_[slot]) drop(g);
       grads_[slot].clear();

@@ -22,6 +22,8 @@ const std::map<std::string, IntRange>& ranges() {
       {"model.vocab_size", {1, 1 << 26}},
       {"model.max_position_embeddings", {1, 1 << 26}},
       {"model.norms_per_layer", {2, 8}},
+      {"model.type_vocab_size", {0, 1 << 16}},
+      {"model.num_labels", {1, 1 << 20}},
       {"training.micro_batch_size", {1, 1 << 20}},
       {"training.sequence_length", {1, 1 << 26}},
       {"training.gradient_accumulation_steps", {1, 1 << 20}},
@@ -68,6 +70,11 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "model.vocab_size", m.vocab_size);
   check(e, "model.max_position_embeddings", m.max_position_embeddings);
   check(e, "model.norms_per_layer", m.norms_per_layer);
+  check(e, "model.type_vocab_size", m.type_vocab_size);
+  check(e, "model.num_labels", m.num_labels);
+  if (m.task_head != "causal_lm" && m.task_head != "sequence_classification")
+    e.push_back({"model.task_head", "model.task_head must be causal_lm or sequence_classification; got \"" +
+                                        m.task_head.substr(0, 40) + "\""});
   if (m.num_attention_heads > 0 && m.num_key_value_heads > 0 && m.num_attention_heads % m.num_key_value_heads != 0)
     e.push_back({"model.num_key_value_heads",
                  "model.num_key_value_heads must divide model.num_attention_heads (" +

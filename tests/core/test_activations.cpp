@@ -95,6 +95,31 @@ TEST_CASE("Llama-2-7B layer (MHA), fp32", "[activations]") {
   CHECK(mib(per_layer(c)) == Approx(2657.1).margin(0.05));
 }
 
+static Config bert_large(const char* precision) {
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/bert-large-uncased.json")));
+  REQUIRE(p.ok);
+  Config c = p.config;
+  c.training.micro_batch_size = 4;
+  c.training.sequence_length = 512;
+  c.training.framework = "hf_trainer";
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "eager";
+  c.training.precision = precision;
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  return c;
+}
+
+TEST_CASE("BERT-large post-LN layer with dropout, fp32 and fp16 autocast", "[activations]") {
+  // fp32: 66bsh + 9as^2b + 16bs (Korthikanti et al. 2022 sec. 4.1, 34sbh + 5as^2b in 2-byte units, plus the
+  // fp32 LayerNorm statistics); b=4, s=512: 276.0 MiB. fp16 autocast: 42bsh + 7as^2b + 16bs = 196.0 MiB.
+  const int64_t b = 4, s = 512, h = 1024, a = 16;
+  CHECK(per_layer(bert_large("fp32")) == 66 * b * s * h + 9 * a * s * s * b + 16 * b * s);
+  CHECK(per_layer(bert_large("amp_fp16")) == 42 * b * s * h + 7 * a * s * s * b + 16 * b * s);
+  CHECK(mib(per_layer(bert_large("fp32"))) == Approx(276.0).margin(0.1));
+  CHECK(mib(per_layer(bert_large("amp_fp16"))) == Approx(196.0).margin(0.1));
+}
+
 TEST_CASE("full checkpointing keeps one residual per layer", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.activation_checkpointing = "full";

@@ -26,6 +26,9 @@ TEST_CASE("parameter counts equal published totals", "[params]") {
   // meta-llama/Llama-3.2-3B and -1B safetensors metadata: 3,212,749,824 and 1,235,814,400 (tied)
   CHECK(params_of("llama-3.2-3b.json") == 3212749824);
   CHECK(params_of("llama-3.2-1b.json") == 1235814400);
+  // google-bert/bert-large-uncased: BertModel 335,141,888 (the HF checkpoint's total with pooler), plus the
+  // 2-label classifier of BertForSequenceClassification, 1024 * 2 + 2
+  CHECK(params_of("bert-large-uncased.json") == 335141888 + 2050);
   // Qwen/Qwen2.5-0.5B safetensors metadata: 494,032,768 (q/k/v biases, tied embeddings)
   CHECK(params_of("qwen2.5-0.5b.json") == 494032768);
 }
