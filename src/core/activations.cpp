@@ -6,6 +6,7 @@
 // implementation, precision and checkpointing derived in the project's research notes on HF modeling_llama.py,
 // torchtune and litgpt. Backward temporaries are the activation gradients alive at once inside one layer.
 #include <algorithm>
+#include <cmath>
 
 #include "checked.h"
 #include "step_builder.h"
@@ -60,10 +61,7 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
   const int64_t e = d_.e, th = mul(d_.T, d_.h);
   auto& A = saved.attn;
   if (d_.amp && casts_[layer] == UINT32_MAX) {
-    int64_t matmul = 0;
-    for (const auto& t : s_.layer)
-      if (t.kind == ParamKind::Matmul) matmul = add(matmul, t.numel);
-    casts_[layer] = tmp(mul(matmul, pr_.autocast_copy_bytes), L_.cast, layer);
+    casts_[layer] = tmp(mul(matmul_numel(s_.params_of(layer)), pr_.autocast_copy_bytes), L_.cast, layer);
   }
   // q, k and v save their input: x itself, or under autocast one cast of it each.
   if (d_.amp) for (int i = 0; i < 3; ++i) A.push_back(act(mul(2, th), L_.norm_out_cast, layer));
@@ -177,16 +175,17 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   const bool gqa = d_.g < d_.a;
   // Autocast's cached low-precision weights: saved by the matmuls until this layer's backward.
   if (d_.amp && casts_[layer] == UINT32_MAX) {
-    int64_t matmul = 0;
-    for (const auto& t : s_.layer)
-      if (t.kind == ParamKind::Matmul) matmul = add(matmul, t.numel);
-    casts_[layer] = tmp(mul(matmul, pr_.autocast_copy_bytes), L_.cast, layer);
+    casts_[layer] = tmp(mul(matmul_numel(s_.params_of(layer)), pr_.autocast_copy_bytes), L_.cast, layer);
   }
 
   // ---- attention half
   bool retained = false;
-  norm_forward(layer, res, retained, saved.attn, 3, free_input);
+  const bool mla = m.kv_lora_rank > 0;
+  norm_forward(layer, res, retained, saved.attn, mla ? 2 : 3, free_input);
   auto& A = saved.attn;
+  if (mla) {
+    mla_forward(layer, A);
+  } else {
   const bool rope = m.position_embedding_type == PositionType::Rope;
   uint32_t q = rope ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
   uint32_t k = rope ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
@@ -246,6 +245,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
     A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
   }
+  }
   uint32_t o = tmp(mul(e, d_.T, d_.h), L_.o_out, layer);
   if (m.hidden_dropout > 0) {
     A.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, layer));
@@ -257,10 +257,14 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   if (!retained && free_input) drop(res);
 
   // ---- MLP half
-  norm_forward(layer, mid, retained, saved.mlp, m.mlp_gated ? 2 : 1, true);
+  const bool moe = s_.is_moe(layer);
+  const int consumers = moe ? 1 + (m.shared_expert_intermediate_size > 0 ? 2 : 0) : (m.mlp_gated ? 2 : 1);
+  norm_forward(layer, mid, retained, saved.mlp, consumers, true);
   auto& M = saved.mlp;
   const int64_t tf = mul(e, d_.T, d_.f);
-  if (m.mlp_gated) {
+  if (moe) {
+    moe_forward(layer, M);
+  } else if (m.mlp_gated) {
     M.push_back(act(tf, L_.mlp_gate, layer));  // saved by silu
     M.push_back(act(tf, L_.mlp_up, layer));    // saved by act * up
     M.push_back(act(tf, L_.mlp_act, layer));   // saved by act * up
@@ -286,10 +290,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
 uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved) {
   saved.attn.push_back(res);
   if (d_.amp && casts_[layer] == UINT32_MAX) {  // cached by autocast until the forward's autocast region exits
-    int64_t matmul = 0;
-    for (const auto& t : s_.layer)
-      if (t.kind == ParamKind::Matmul) matmul = add(matmul, t.numel);
-    casts_[layer] = tmp(mul(matmul, pr_.autocast_copy_bytes), L_.cast, layer);
+    casts_[layer] = tmp(mul(matmul_numel(s_.params_of(layer)), pr_.autocast_copy_bytes), L_.cast, layer);
     ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
   int64_t peak = mul(3, d_.e, d_.T, d_.f);
@@ -303,8 +304,19 @@ uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, Sa
 void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved) {
   alloc_layer_grads(layer);
   const int64_t e = d_.e;
-  // MLP: grad(prod), grad(act) and grad(up) alive together, then the saved set of the half goes.
-  uint32_t t = tmp(mul(3, e, d_.T, d_.f), L_.bwd_mlp, layer);
+  // MLP: grad(prod), grad(act) and grad(up) alive together, then the saved set of the half goes. In an MoE
+  // layer the experts run one after another (one expert's share of the tokens) beside the full-size gradient
+  // of the gathered output, and shared experts like a dense MLP.
+  int64_t mlp_t = mul(3, e, d_.T, d_.f);
+  if (s_.is_moe(layer)) {
+    const auto& m = c_.model;
+    const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+    const int64_t per_expert = ceil_div(mul(m.num_experts_per_tok, d_.T), m.num_experts);
+    mlp_t = add(mul(3, e, per_expert, fe), mul(e, d_.T, d_.h));
+    if (m.shared_expert_intermediate_size > 0)
+      mlp_t = std::max(mlp_t, mul(3, e, d_.T, m.shared_expert_intermediate_size));
+  }
+  uint32_t t = tmp(mlp_t, L_.bwd_mlp, layer);
   for (auto it = saved.mlp.rbegin(); it != saved.mlp.rend(); ++it) drop(*it);
   saved.mlp.clear();
   drop(t);
@@ -313,12 +325,14 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   // (flash-attention mha_bwd: dq_accum, dk_expanded). Eager: gradients of the probabilities and the softmax.
   int64_t at = 0;
   const bool repeat = d_.g < d_.a && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager);
-  const int64_t kvw = repeat ? d_.h_q : d_.h_kv;
+  const bool mla = c_.model.kv_lora_rank > 0;  // q and k at nope + rope width per head
+  const int64_t hq = mla ? mul(d_.a, add(c_.model.qk_nope_head_dim, c_.model.qk_rope_head_dim)) : d_.h_q;
+  const int64_t kvw = mla ? hq : repeat ? d_.h_q : d_.h_kv;
   if (rs_.attention == Attention::Eager) {
     at = add(mul(10, d_.a, d_.b, mul(d_.s, d_.s)), mul(4, e, d_.T, d_.h_q));
   } else {
-    at = add(add(mul(2, e, d_.T, d_.h_q), mul(2, e, d_.T, kvw)), mul(4, d_.T, d_.h_q));
-    if (d_.g < d_.a && !repeat) at = add(at, mul(2, e, d_.T, d_.h_q));
+    at = add(add(mul(2, e, d_.T, hq), mul(2, e, d_.T, kvw)), mul(4, d_.T, hq));
+    if (d_.g < d_.a && !repeat && !mla) at = add(at, mul(2, e, d_.T, d_.h_q));
   }
   t = tmp(at, L_.bwd_attn, layer);
   for (auto it = saved.attn.rbegin(); it != saved.attn.rend(); ++it) drop(*it);
@@ -326,6 +340,59 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   drop(t);
   norm_backward(layer, dres);
   if (casts_[layer] != UINT32_MAX) drop(casts_[layer]), casts_[layer] = UINT32_MAX;
+}
+
+// Multi-head latent attention, HF DeepseekV3Attention: the low-rank q and kv paths each pass an RMSNorm (saved
+// as any HF RMSNorm), q and k are rebuilt at the full head width (nope + rope) and saved by the kernel, v stays a
+// view of kv_b_proj's output (so that whole output is kept), plus the output and logsumexp.
+void StepBuilder::mla_forward(int32_t layer, std::vector<uint32_t>& A) {
+  const auto& m = c_.model;
+  const int64_t e = d_.e, T = d_.T, a = d_.a;
+  const int64_t qk = add(m.qk_nope_head_dim, m.qk_rope_head_dim);
+  auto low_rank_norm = [&](int64_t r) {
+    uint32_t x = tmp(mul(e, T, r), L_.attn_tmp, layer);  // projection output, normalised next
+    A.push_back(act(mul(4, T, r), L_.norm_x32, layer));
+    A.push_back(act(mul(4, T), L_.norm_rstd, layer));
+    A.push_back(act(mul(e, T, r), L_.norm_scaled, layer));
+    A.push_back(act(mul(e, T, r), L_.norm_out, layer));  // saved by the up-projection
+    drop(x);
+  };
+  if (m.q_lora_rank > 0) low_rank_norm(m.q_lora_rank);
+  uint32_t q = tmp(mul(e, T, a, qk), L_.q, layer);
+  uint32_t kv_a = tmp(mul(e, T, add(m.kv_lora_rank, m.qk_rope_head_dim)), L_.k, layer);
+  low_rank_norm(m.kv_lora_rank);
+  A.push_back(act(mul(e, T, a, add(m.qk_nope_head_dim, m.v_head_dim)), L_.v, layer));  // kv_b_proj output (v is a view)
+  A.push_back(act(mul(e, T, a, qk), L_.q_rot, layer));  // cat(q_nope, rope(q_pe))
+  A.push_back(act(mul(e, T, a, qk), L_.k_rot, layer));  // cat(k_nope, rope(k_pe) expanded to every head)
+  drop(q);
+  drop(kv_a);
+  A.push_back(act(mul(e, T, a, m.v_head_dim), L_.attn_out, layer));
+  A.push_back(act(mul(4, a, T), L_.lse, layer));
+}
+
+// A mixture-of-experts MLP as HF runs it (MixtralSparseMoeBlock, DeepseekV3MoE): the router's fp32 softmax,
+// then each expert gathers its tokens (a copy), runs a gated MLP on them and scales its output by the routing
+// weight, which saves that output. Dropless routing sends k x tokens through the experts; with a capacity
+// factor c every expert holds c * k * tokens / E (padded, Megatron/GShard style).
+void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
+  const auto& m = c_.model;
+  const int64_t e = d_.e, T = d_.T, E = m.num_experts, k = m.num_experts_per_tok;
+  const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+  uint32_t logits = tmp(mul(e, T, E), L_.attn_tmp, layer);
+  M.push_back(act(mul(4, T, E), L_.router, layer));        // softmax(dtype=fp32) saves its output
+  M.push_back(act(mul(4 + 8, T, k), L_.router, layer));    // top-k weights (fp32) and indices (int64)
+  drop(logits);
+  const int64_t n = m.moe_capacity_factor > 0
+                        ? mul(E, static_cast<int64_t>(std::ceil(m.moe_capacity_factor * static_cast<double>(mul(k, T)) /
+                                                                static_cast<double>(E))))
+                        : mul(k, T);
+  M.push_back(act(mul(d_.amp ? 4 : e, n, d_.h), L_.expert_in, layer));  // gathered tokens (casts under autocast)
+  for (uint32_t lbl : {L_.mlp_gate, L_.mlp_up, L_.mlp_act, L_.mlp_prod}) M.push_back(act(mul(e, n, fe), lbl, layer));
+  M.push_back(act(mul(e, n, d_.h), L_.expert_out, layer));  // saved by the multiplication with the routing weight
+  if (m.shared_expert_intermediate_size > 0) {
+    const int64_t ts = mul(e, T, m.shared_expert_intermediate_size);
+    for (uint32_t lbl : {L_.mlp_gate, L_.mlp_up, L_.mlp_act, L_.mlp_prod}) M.push_back(act(ts, lbl, layer));
+  }
 }
 
 void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {

@@ -39,6 +39,21 @@ struct ModelConfig {
   // resid_pdrop). Above 0 they add 1-byte masks to the saved activations.
   double attention_dropout = 0.0;
   double hidden_dropout = 0.0;
+  // Mixture of experts (HF Mixtral/Qwen3-MoE/DeepSeek-V3 keys; num_experts 0 = dense). Experts use
+  // moe_intermediate_size (0: intermediate_size, as Mixtral); the first first_k_dense_replace layers are dense.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t shared_expert_intermediate_size = 0;  // all shared experts together (DeepSeek: n_shared_experts x moe size)
+  int64_t first_k_dense_replace = 0;
+  bool router_bias = false;                     // DeepSeek-V3 e_score_correction_bias
+  double moe_capacity_factor = 0.0;             // 0: dropless (HF); > 0: each expert's buffer holds c * k * tokens / E
+  // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0 = standard attention).
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
   // Encoders in the BERT style: LayerNorm after each residual add (and on the embeddings), token-type
   // embeddings, and a classification head instead of the language-model head.
   bool post_layernorm = false;

@@ -1,5 +1,7 @@
 #include "model.h"
 
+#include <algorithm>
+
 #include "checked.h"
 
 namespace memsim {
@@ -7,6 +9,13 @@ namespace memsim {
 int64_t sum_numel(const std::vector<ParamTensor>& tensors) {
   int64_t n = 0;
   for (const auto& t : tensors) n = add(n, t.numel);
+  return n;
+}
+
+int64_t matmul_numel(const std::vector<ParamTensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors)
+    if (t.kind == ParamKind::Matmul) n = add(n, t.numel);
   return n;
 }
 
@@ -45,22 +54,60 @@ ModelShape build_model_shape(const ModelConfig& m) {
     s.pre.push_back({"token_type_embeddings.weight", mul(m.type_vocab_size, h), ParamKind::Embedding, m.type_vocab_size});
   if (m.post_layernorm) norm(s.pre, "embeddings.LayerNorm", h, m.norm_type);  // BertEmbeddings.LayerNorm
 
-  auto& L = s.layer;
-  norm(L, "input_layernorm", h, m.norm_type);
-  linear(L, "self_attn.q_proj", h, q_width, qkv_b);
-  linear(L, "self_attn.k_proj", h, kv_width, qkv_b);
-  linear(L, "self_attn.v_proj", h, kv_width, qkv_b);
-  if (m.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared across heads
-    norm(L, "self_attn.q_norm", d, NormType::RMSNorm);
-    norm(L, "self_attn.k_norm", d, NormType::RMSNorm);
+  // Attention and the norms around it, shared by dense and MoE layers.
+  std::vector<ParamTensor> attn;
+  norm(attn, "input_layernorm", h, m.norm_type);
+  if (m.kv_lora_rank > 0) {
+    // Multi-head latent attention, HF DeepseekV3Attention; equals Megatron's MLA term (MEMORY_FORMULAS.md 1.1).
+    const int64_t qk = add(m.qk_nope_head_dim, m.qk_rope_head_dim);
+    if (m.q_lora_rank > 0) {
+      linear(attn, "self_attn.q_a_proj", h, m.q_lora_rank, false);
+      norm(attn, "self_attn.q_a_layernorm", m.q_lora_rank, NormType::RMSNorm);
+      linear(attn, "self_attn.q_b_proj", m.q_lora_rank, mul(m.num_attention_heads, qk), false);
+    } else {
+      linear(attn, "self_attn.q_proj", h, mul(m.num_attention_heads, qk), false);
+    }
+    linear(attn, "self_attn.kv_a_proj_with_mqa", h, add(m.kv_lora_rank, m.qk_rope_head_dim), false);
+    norm(attn, "self_attn.kv_a_layernorm", m.kv_lora_rank, NormType::RMSNorm);
+    linear(attn, "self_attn.kv_b_proj", m.kv_lora_rank, mul(m.num_attention_heads, add(m.qk_nope_head_dim, m.v_head_dim)), false);
+    linear(attn, "self_attn.o_proj", mul(m.num_attention_heads, m.v_head_dim), h, m.attention_bias);
+  } else {
+    linear(attn, "self_attn.q_proj", h, q_width, qkv_b);
+    linear(attn, "self_attn.k_proj", h, kv_width, qkv_b);
+    linear(attn, "self_attn.v_proj", h, kv_width, qkv_b);
+    if (m.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared across heads
+      norm(attn, "self_attn.q_norm", d, NormType::RMSNorm);
+      norm(attn, "self_attn.k_norm", d, NormType::RMSNorm);
+    }
+    linear(attn, "self_attn.o_proj", q_width, h, m.attention_bias);
   }
-  linear(L, "self_attn.o_proj", q_width, h, m.attention_bias);
-  norm(L, "post_attention_layernorm", h, m.norm_type);
-  if (m.mlp_gated) linear(L, "mlp.gate_proj", h, m.intermediate_size, m.mlp_bias);
-  linear(L, "mlp.up_proj", h, m.intermediate_size, m.mlp_bias);
-  linear(L, "mlp.down_proj", m.intermediate_size, h, m.mlp_bias);
+  norm(attn, "post_attention_layernorm", h, m.norm_type);
   // Gemma 2/3 add pre_feedforward_layernorm and post_feedforward_layernorm (modeling_gemma2.py).
-  for (int64_t i = 2; i < m.norms_per_layer; ++i) norm(L, "extra_layernorm_" + std::to_string(i), h, m.norm_type);
+  for (int64_t i = 2; i < m.norms_per_layer; ++i) norm(attn, "extra_layernorm_" + std::to_string(i), h, m.norm_type);
+
+  auto mlp = [&](std::vector<ParamTensor>& L, const std::string& prefix, int64_t f) {
+    if (m.mlp_gated) linear(L, prefix + ".gate_proj", h, f, m.mlp_bias);
+    linear(L, prefix + ".up_proj", h, f, m.mlp_bias);
+    linear(L, prefix + ".down_proj", f, h, m.mlp_bias);
+  };
+  s.layer = attn;
+  mlp(s.layer, "mlp", m.intermediate_size);
+  s.num_layers = m.num_hidden_layers;
+  s.num_dense_layers = m.num_hidden_layers;
+  const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+  const int64_t per_expert = m.mlp_gated ? mul(3, h, fe) : mul(2, h, fe);
+  if (m.num_experts > 0) {
+    // Experts as the grouped 3-D parameters of current transformers (gate_up_proj [E, 2f, h], down_proj
+    // [E, h, f]); the count equals E separate expert MLPs. Router: gate [E, h] (+ DeepSeek's score bias).
+    const int64_t e = m.num_experts;
+    s.moe_layer = attn;
+    s.moe_layer.push_back({"mlp.gate.weight", mul(e, h), ParamKind::Matmul, e});
+    if (m.router_bias) s.moe_layer.push_back({"mlp.gate.e_score_correction_bias", e, ParamKind::Bias, e});
+    s.moe_layer.push_back({"mlp.experts.gate_up_proj", mul(e, sub(per_expert, mul(h, fe))), ParamKind::Matmul, e});
+    s.moe_layer.push_back({"mlp.experts.down_proj", mul(e, h, fe), ParamKind::Matmul, e});
+    if (m.shared_expert_intermediate_size > 0) mlp(s.moe_layer, "mlp.shared_experts", m.shared_expert_intermediate_size);
+    s.num_dense_layers = std::min(m.first_k_dense_replace, m.num_hidden_layers);
+  }
 
   if (!m.post_layernorm) norm(s.post, "norm", h, m.norm_type);  // post-LN layers end normalised already
   if (m.task_head == "sequence_classification") {
@@ -71,9 +118,13 @@ ModelShape build_model_shape(const ModelConfig& m) {
     s.post.push_back({"lm_head.weight", mul(m.vocab_size, h), ParamKind::Matmul, m.vocab_size});
   }
 
-  s.num_layers = m.num_hidden_layers;
   s.params_per_layer = sum_numel(s.layer);
-  s.params_total = add(add(sum_numel(s.pre), mul(s.params_per_layer, s.num_layers)), sum_numel(s.post));
+  s.params_per_moe_layer = sum_numel(s.moe_layer);
+  const int64_t moe_layers = s.num_layers - s.num_dense_layers;
+  const int64_t ends = add(sum_numel(s.pre), sum_numel(s.post));
+  s.params_total = add(add(ends, mul(s.params_per_layer, s.num_dense_layers)), mul(s.params_per_moe_layer, moe_layers));
+  // A token passes through top-k of the routed experts of each MoE layer.
+  s.params_active_per_token = sub(s.params_total, mul(moe_layers, per_expert, m.num_experts - m.num_experts_per_tok));
   return s;
 }
 

@@ -25,17 +25,26 @@ struct ParamTensor {
 };
 
 struct ModelShape {
-  std::vector<ParamTensor> pre;    // embeddings, before the first layer
-  std::vector<ParamTensor> layer;  // one transformer layer; every layer is identical in a dense model
+  std::vector<ParamTensor> pre;        // embeddings, before the first layer
+  std::vector<ParamTensor> layer;      // a dense transformer layer
+  std::vector<ParamTensor> moe_layer;  // a mixture-of-experts layer (empty for dense models)
   int64_t num_layers = 0;
-  std::vector<ParamTensor> post;   // final norm and untied output head
-  int64_t params_per_layer = 0;
+  int64_t num_dense_layers = 0;        // layers [0, num_dense_layers) are dense, the rest MoE
+  std::vector<ParamTensor> post;       // final norm and output head
+  int64_t params_per_layer = 0;        // of a dense layer
+  int64_t params_per_moe_layer = 0;
   int64_t params_total = 0;
+  int64_t params_active_per_token = 0; // with top-k routing: what one token passes through
+
+  bool is_moe(int64_t l) const { return l >= num_dense_layers; }
+  const std::vector<ParamTensor>& params_of(int64_t l) const { return is_moe(l) ? moe_layer : layer; }
+  int64_t numel_of(int64_t l) const { return is_moe(l) ? params_per_moe_layer : params_per_layer; }
 };
 
 // Requires a validated config (validate.h); throws RangeError if a count leaves int64.
 ModelShape build_model_shape(const ModelConfig& m);
 
 int64_t sum_numel(const std::vector<ParamTensor>& tensors);
+int64_t matmul_numel(const std::vector<ParamTensor>& tensors);  // what autocast casts: linear weights
 
 }  // namespace memsim

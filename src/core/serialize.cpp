@@ -49,6 +49,18 @@ void visit_fields(Config& c, V& v) {
   v.enumeration("model.position_embedding_type", m.position_embedding_type, kPositionNames);
   v.number("model.attention_dropout", m.attention_dropout);
   v.number("model.hidden_dropout", m.hidden_dropout);
+  v.integer("model.num_experts", m.num_experts);
+  v.integer("model.num_experts_per_tok", m.num_experts_per_tok);
+  v.integer("model.moe_intermediate_size", m.moe_intermediate_size);
+  v.integer("model.shared_expert_intermediate_size", m.shared_expert_intermediate_size);
+  v.integer("model.first_k_dense_replace", m.first_k_dense_replace);
+  v.boolean("model.router_bias", m.router_bias);
+  v.number("model.moe_capacity_factor", m.moe_capacity_factor);
+  v.integer("model.q_lora_rank", m.q_lora_rank);
+  v.integer("model.kv_lora_rank", m.kv_lora_rank);
+  v.integer("model.qk_nope_head_dim", m.qk_nope_head_dim);
+  v.integer("model.qk_rope_head_dim", m.qk_rope_head_dim);
+  v.integer("model.v_head_dim", m.v_head_dim);
   v.boolean("model.post_layernorm", m.post_layernorm);
   v.integer("model.type_vocab_size", m.type_vocab_size);
   v.str("model.task_head", m.task_head);
@@ -340,6 +352,7 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
   m.model_type = model_type;
   m.tie_word_embeddings = false;  // LlamaConfig default
   if (model_type == "llama" || model_type == "mistral" || model_type == "mixtral" || model_type == "phi3" ||
+      model_type == "phimoe" ||
       model_type == "olmo" || model_type == "yi" || model_type == "internlm2") {
   } else if (model_type == "qwen2") {
     m.qkv_bias = true;  // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
@@ -366,6 +379,10 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
     m.mlp_gated = false;
     m.attention_bias = m.mlp_bias = true;     // query_key_value, dense, dense_h_to_4h, dense_4h_to_h
     m.hidden_act = "gelu";
+  } else if (model_type == "qwen3_moe") {
+    m.qk_norm = true;  // Qwen3MoeAttention keeps q_norm/k_norm; experts use moe_intermediate_size
+  } else if (model_type == "deepseek_v3" || model_type == "deepseek_v2") {
+    m.router_bias = model_type == "deepseek_v3";  // DeepseekV3TopkRouter.e_score_correction_bias
   } else if (model_type == "bert" || model_type == "roberta") {
     m.norm_type = NormType::LayerNorm;
     m.mlp_gated = false;
@@ -392,6 +409,7 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"n_head", "num_attention_heads"},  {"n_inner", "intermediate_size"},
     {"n_positions", "max_position_embeddings"}, {"activation_function", "hidden_act"},
     {"use_qkv_bias", "qkv_bias"},       {"num_kv_heads", "num_key_value_heads"},
+    {"num_local_experts", "num_experts"},   {"n_routed_experts", "num_experts"},
     {"attention_probs_dropout_prob", "attention_dropout"}, {"attn_pdrop", "attention_dropout"},
     {"hidden_dropout_prob", "hidden_dropout"}, {"resid_pdrop", "hidden_dropout"},
 };
@@ -402,7 +420,11 @@ const std::set<std::string>& hf_ignorable() {
       "architectures", "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
       "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "initializer_range", "rope_theta",
       "rope_scaling", "use_cache", "pretraining_tp", "_name_or_path", "schema", "id2label", "label2id",
-      "gradient_checkpointing", "classifier_dropout"};
+      "gradient_checkpointing", "classifier_dropout", "n_shared_experts", "router_aux_loss_coef",
+      "output_router_logits", "norm_topk_prob", "routed_scaling_factor", "scoring_func", "topk_method", "n_group",
+      "topk_group", "aux_loss_alpha", "seq_aux", "moe_layer_freq", "ep_size", "num_nextn_predict_layers",
+      "decoder_sparse_step", "mlp_only_layers", "sliding_window", "use_sliding_window", "max_window_layers",
+      "quantization_config", "layer_types", "rope_interleave", "bos_token_id", "eos_token_id"};
   return s;
 }
 
@@ -426,6 +448,11 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     for (const auto& a : norm["architectures"])
       if (a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos)
         norm["task_head"] = "sequence_classification";
+  if (!norm.contains("shared_expert_intermediate_size") && norm.contains("n_shared_experts") &&
+      norm["n_shared_experts"].is_number_integer() && norm.contains("moe_intermediate_size") &&
+      norm["moe_intermediate_size"].is_number_integer())
+    norm["shared_expert_intermediate_size"] =
+        norm["n_shared_experts"].get<int64_t>() * norm["moe_intermediate_size"].get<int64_t>();
   JsonSectionReader rd{{errors}, norm, "model", {}};
   std::vector<FieldError> before = errors;
   visit_fields(tmp, rd);

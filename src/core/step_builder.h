@@ -34,7 +34,7 @@ struct Labels {
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
-      logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense;
+      router, expert_in, expert_out, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense;
 };
 
 class StepBuilder {
@@ -61,6 +61,8 @@ class StepBuilder {
   void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved, int consumers,
                     bool own_res);
   void norm_backward(int32_t layer, uint32_t& dres);
+  void mla_forward(int32_t layer, std::vector<uint32_t>& saved);
+  void moe_forward(int32_t layer, std::vector<uint32_t>& saved);
   void loss_forward(uint32_t res, std::vector<uint32_t>& saved);
   uint32_t loss_backward(std::vector<uint32_t>& saved);
   void micro_batch(int iter, int64_t mb, const std::string& tag);

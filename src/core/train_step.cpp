@@ -31,7 +31,7 @@ template <typename F>
 void for_each_param(const ModelShape& s, F&& f) {
   for (const auto& t : s.pre) f(t);
   for (int64_t l = 0; l < s.num_layers; ++l)
-    for (const auto& t : s.layer) f(t);
+    for (const auto& t : s.params_of(l)) f(t);
   for (const auto& t : s.post) f(t);
 }
 
@@ -131,6 +131,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.bwd_attn = p.label("attention backward: dq, dk, dv, fp32 dq accumulator");
   L_.bwd_norm = p.label("norm backward temporaries");
   L_.dres = p.label("gradient of the residual stream");
+  L_.router = p.label("MoE router probabilities and top-k (saved)");
+  L_.expert_in = p.label("tokens gathered for the experts (saved)");
+  L_.expert_out = p.label("expert outputs before the routing weight (saved)");
   L_.logits = p.label("logits");
   L_.logits_fp32 = p.label("logits upcast to fp32");
   L_.lse_loss = p.label("log-softmax of the logits (saved by the loss)");
@@ -166,7 +169,7 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
   if (grad_created_[slot]) return;  // gradient accumulation: the .grad tensors are already there
   grad_created_[slot] = true;
-  const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.layer;
+  const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
   for (const auto& t : ts) {
     if (layer < 0 && &t == &s_.pre.front() && c_.model.tie_word_embeddings) continue;  // created by lm_head
     grads_[slot].push_back(p_.alloc(Component::Gradients, mul(t.numel, pr_.grad_bytes), L_.grads, static_cast<int32_t>(layer)));
@@ -189,7 +192,7 @@ void StepBuilder::release_layer_grads(int64_t layer) {
 // stay whole; they are small and counted with the partitioned weights here.
 void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
   if (!shard_weights_) return;
-  const int64_t numel = layer < 0 ? sum_numel(s_.pre) : layer >= s_.num_layers ? sum_numel(s_.post) : s_.params_per_layer;
+  const int64_t numel = layer < 0 ? sum_numel(s_.pre) : layer >= s_.num_layers ? sum_numel(s_.post) : s_.numel_of(layer);
   out.push_back(p_.alloc(Component::Communication, mul(numel, pr_.weight_bytes), L_.gathered, static_cast<int32_t>(layer)));
 }
 
@@ -202,7 +205,7 @@ void StepBuilder::step_in_backward(int64_t layer) {
   const bool tied = c_.model.tie_word_embeddings;
   if (!states_created_[slot]) {
     states_created_[slot] = true;
-    const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.layer;
+    const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
     for (const auto& t : ts) create_state(t);
   }
   // A tied matrix's gradient is complete only after the embedding's backward; it is stepped there.
@@ -283,7 +286,7 @@ StepProgram StepBuilder::build() {
   // About 70 events per layer and micro-batch, 8 per parameter tensor: reserve once instead of regrowing.
   const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, 2);
   const size_t events = static_cast<size_t>(passes * (s_.num_layers + 2) * 70 +
-                                            8 * (s_.layer.size() * s_.num_layers + s_.pre.size() + s_.post.size()));
+                                            8 * (std::max(s_.layer.size(), s_.moe_layer.size()) * s_.num_layers + s_.pre.size() + s_.post.size()));
   p_.events.reserve(events);
   p_.tensors.reserve(events / 2 + 16);
   alloc_weights();

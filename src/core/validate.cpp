@@ -23,6 +23,16 @@ const std::map<std::string, IntRange>& ranges() {
       {"model.max_position_embeddings", {1, 1 << 26}},
       {"model.norms_per_layer", {2, 8}},
       {"model.type_vocab_size", {0, 1 << 16}},
+      {"model.num_experts", {0, 1 << 16}},
+      {"model.num_experts_per_tok", {0, 1 << 16}},
+      {"model.moe_intermediate_size", {0, 1 << 24}},
+      {"model.shared_expert_intermediate_size", {0, 1 << 24}},
+      {"model.first_k_dense_replace", {0, 4096}},
+      {"model.q_lora_rank", {0, 1 << 20}},
+      {"model.kv_lora_rank", {0, 1 << 20}},
+      {"model.qk_nope_head_dim", {0, 1 << 16}},
+      {"model.qk_rope_head_dim", {0, 1 << 16}},
+      {"model.v_head_dim", {0, 1 << 16}},
       {"model.num_labels", {1, 1 << 20}},
       {"training.micro_batch_size", {1, 1 << 20}},
       {"training.sequence_length", {1, 1 << 26}},
@@ -71,6 +81,26 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "model.max_position_embeddings", m.max_position_embeddings);
   check(e, "model.norms_per_layer", m.norms_per_layer);
   check(e, "model.type_vocab_size", m.type_vocab_size);
+  for (auto [field, value] : {std::pair{"model.num_experts", m.num_experts}, {"model.num_experts_per_tok", m.num_experts_per_tok},
+                              {"model.moe_intermediate_size", m.moe_intermediate_size},
+                              {"model.shared_expert_intermediate_size", m.shared_expert_intermediate_size},
+                              {"model.first_k_dense_replace", m.first_k_dense_replace}, {"model.q_lora_rank", m.q_lora_rank},
+                              {"model.kv_lora_rank", m.kv_lora_rank}, {"model.qk_nope_head_dim", m.qk_nope_head_dim},
+                              {"model.qk_rope_head_dim", m.qk_rope_head_dim}, {"model.v_head_dim", m.v_head_dim}})
+    check(e, field, value);
+  if (m.num_experts > 0 && (m.num_experts_per_tok < 1 || m.num_experts_per_tok > m.num_experts))
+    e.push_back({"model.num_experts_per_tok", "model.num_experts_per_tok (top-k) must be from 1 to model.num_experts (" +
+                                                  std::to_string(m.num_experts) + "); got " + std::to_string(m.num_experts_per_tok)});
+  if (m.num_experts == 0 && m.num_experts_per_tok > 0)
+    e.push_back({"model.num_experts", "model.num_experts must be set (above 0) when model.num_experts_per_tok is"});
+  if (m.num_experts > 0 && m.first_k_dense_replace > m.num_hidden_layers)
+    e.push_back({"model.first_k_dense_replace", "model.first_k_dense_replace must be at most model.num_hidden_layers"});
+  if (!(m.moe_capacity_factor == 0.0 || (m.moe_capacity_factor >= 1.0 && m.moe_capacity_factor <= 64.0)))
+    e.push_back({"model.moe_capacity_factor", "model.moe_capacity_factor must be 0 (dropless) or from 1 to 64; got " +
+                                                  std::to_string(m.moe_capacity_factor)});
+  if (m.kv_lora_rank > 0 && (m.qk_nope_head_dim <= 0 || m.qk_rope_head_dim <= 0 || m.v_head_dim <= 0))
+    e.push_back({"model.kv_lora_rank", "multi-head latent attention (model.kv_lora_rank > 0) needs model.qk_nope_head_dim, "
+                                        "model.qk_rope_head_dim and model.v_head_dim above 0"});
   check(e, "model.num_labels", m.num_labels);
   if (m.task_head != "causal_lm" && m.task_head != "sequence_classification")
     e.push_back({"model.task_head", "model.task_head must be causal_lm or sequence_classification; got \"" +

@@ -120,6 +120,29 @@ TEST_CASE("BERT-large post-LN layer with dropout, fp32 and fp16 autocast", "[act
   CHECK(mib(per_layer(bert_large("amp_fp16"))) == Approx(196.0).margin(0.1));
 }
 
+TEST_CASE("Mixtral MoE layer: router, gathered tokens, expert MLPs and outputs", "[activations][moe]") {
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/mixtral-8x7b.json")));
+  REQUIRE(p.ok);
+  Config c = p.config;
+  c.training.micro_batch_size = 1;
+  c.training.sequence_length = 4096;
+  c.training.framework = "hf_trainer";
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "sdpa";
+  c.training.precision = "bf16_pure";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  const int64_t T = 4096, h = 4096, hq = 4096, hkv = 1024, a = 32, E = 8, k = 2, f = 14336, N = k * T;
+  const int64_t attention = 8 * T * h + 4 * T + 4 * T * hq + 4 * T * hkv + 4 * a * T;  // norm 1 and SDPA, as Llama
+  const int64_t norm2 = 8 * T * h + 4 * T;
+  const int64_t router = 4 * T * E + 12 * T * k;               // fp32 softmax, top-k weights and indices
+  const int64_t experts = 2 * N * h + 4 * 2 * N * f + 2 * N * h;  // gathered in, gate/up/act/prod, out
+  CHECK(per_layer(c) == attention + norm2 + router + experts);
+  c.model.moe_capacity_factor = 1.25;  // each expert buffers ceil(1.25 * k * T / E) tokens
+  const int64_t n_cap = E * ((5 * k * T + 4 * E - 1) / (4 * E));
+  CHECK(per_layer(c) == attention + norm2 + router + (2 * n_cap * h + 8 * n_cap * f + 2 * n_cap * h));
+}
+
 TEST_CASE("full checkpointing keeps one residual per layer", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.activation_checkpointing = "full";

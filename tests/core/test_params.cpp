@@ -33,6 +33,33 @@ TEST_CASE("parameter counts equal published totals", "[params]") {
   CHECK(params_of("qwen2.5-0.5b.json") == 494032768);
 }
 
+static ModelShape shape_of(const std::string& hf_file) {
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/" + hf_file)));
+  REQUIRE(p.ok);
+  return build_model_shape(p.config.model);
+}
+
+TEST_CASE("mixture-of-experts and latent-attention models", "[params][moe]") {
+  // mistralai/Mixtral-8x7B-v0.1: 46,702,792,704 parameters (safetensors metadata), 12.9B active per token
+  ModelShape mixtral = shape_of("mixtral-8x7b.json");
+  CHECK(mixtral.params_total == 46702792704);
+  CHECK(mixtral.params_active_per_token == Approx(12.9e9).epsilon(0.01));
+  // DeepSeek-V3 report (arXiv:2412.19437): 671B total, 37B activated; MEMORY_FORMULAS.md 1.1 derives
+  // 671,026,419,200 and 187,107,328 attention parameters per layer (MLA with both norm vectors).
+  ModelShape ds = shape_of("deepseek-v3.json");
+  CHECK(ds.params_total == 671026419200);
+  CHECK(ds.params_active_per_token == Approx(37.55e9).epsilon(0.005));
+  CHECK(ds.num_dense_layers == 3);
+  int64_t attn = 0;
+  for (const auto& t : ds.layer)
+    if (t.name.rfind("self_attn", 0) == 0) attn += t.numel;
+  CHECK(attn == 187107328);  // q_a_layernorm and kv_a_layernorm included
+  // Qwen/Qwen3-30B-A3B model card: 30.5B total, 3.3B activated
+  ModelShape qwen = shape_of("qwen3-30b-a3b.json");
+  CHECK(qwen.params_total == Approx(30.5e9).epsilon(0.002));
+  CHECK(qwen.params_active_per_token == Approx(3.3e9).epsilon(0.02));
+}
+
 TEST_CASE("hand-derived counts of each architecture option", "[params]") {
   ModelConfig m;
   m.hidden_size = 8;
