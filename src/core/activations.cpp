@@ -252,15 +252,23 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     uint32_t o2 = tmp(mul(e, d_.T, d_.h), L_.o_out, layer);
     drop(o), o = o2;
   }
-  uint32_t mid = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
-  drop(o);
-  if (!retained && free_input) drop(res);
+  // Parallel attention (one norm per layer, Falcon): the MLP reads the same norm output and both results are
+  // added to the input at the end, so no middle residual exists.
+  const bool parallel = m.norms_per_layer == 1;
+  const bool retained_in = retained;
+  uint32_t mid = UINT32_MAX;
+  if (!parallel) {
+    mid = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
+    drop(o);
+    if (!retained && free_input) drop(res);
+  }
 
   // ---- MLP half
   const bool moe = s_.is_moe(layer);
   const int consumers = moe ? 1 + (m.shared_expert_intermediate_size > 0 ? 2 : 0) : (m.mlp_gated ? 2 : 1);
-  norm_forward(layer, mid, retained, saved.mlp, consumers, true);
   auto& M = saved.mlp;
+  if (!parallel) norm_forward(layer, mid, retained, saved.mlp, consumers, true);
+  else if (d_.amp) for (int i = 0; i < consumers; ++i) M.push_back(act(mul(2, d_.T, d_.h), L_.norm_out_cast, layer));
   const int64_t tf = mul(e, d_.T, d_.f);
   if (moe) {
     moe_forward(layer, M);
@@ -281,7 +289,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   }
   uint32_t next = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
   drop(out);
-  if (!retained) drop(mid);
+  if (parallel) {
+    drop(o);
+    if (!retained_in && free_input) drop(res);
+  } else if (!retained) {
+    drop(mid);
+  }
   return next;
 }
 

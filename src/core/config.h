@@ -15,6 +15,7 @@ enum class NormType { RMSNorm, LayerNorm };
 enum class PositionType { Rope, Absolute };  // "absolute" = learned position embeddings (GPT-2, BERT)
 
 struct ModelConfig {
+  std::string name = "Llama-2-13B shape";  // for display only (HF _name_or_path, or the preset's name)
   std::string model_type = "llama";
   int64_t hidden_size = 5120;
   int64_t num_hidden_layers = 40;
@@ -32,8 +33,9 @@ struct ModelConfig {
   NormType norm_type = NormType::RMSNorm;
   bool mlp_gated = true;        // SwiGLU/GeGLU: gate, up and down projections
   bool qkv_bias = false;        // bias on q, k, v only (Qwen2)
-  bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
-  int64_t norms_per_layer = 2;  // Gemma 2/3 use 4 (pre and post norms around attention and MLP)
+  bool qk_norm = false;         // RMSNorm on q and k (Qwen3, Gemma 3: per head; OLMo 2: over the whole projection)
+  bool qk_norm_per_head = true;
+  int64_t norms_per_layer = 2;  // Gemma 2/3 use 4 (pre and post norms); 1 = parallel attention and MLP (Falcon)
   PositionType position_embedding_type = PositionType::Rope;
   // Dropout probabilities (HF: attention_dropout / attention_probs_dropout_prob, hidden_dropout_prob /
   // resid_pdrop). Above 0 they add 1-byte masks to the saved activations.

@@ -75,13 +75,13 @@ ModelShape build_model_shape(const ModelConfig& m) {
     linear(attn, "self_attn.q_proj", h, q_width, qkv_b);
     linear(attn, "self_attn.k_proj", h, kv_width, qkv_b);
     linear(attn, "self_attn.v_proj", h, kv_width, qkv_b);
-    if (m.qk_norm) {  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared across heads
-      norm(attn, "self_attn.q_norm", d, NormType::RMSNorm);
-      norm(attn, "self_attn.k_norm", d, NormType::RMSNorm);
+    if (m.qk_norm) {  // Qwen3Attention: RMSNorm(head_dim) shared by the heads; Olmo2Attention: over q and k widths
+      norm(attn, "self_attn.q_norm", m.qk_norm_per_head ? d : q_width, NormType::RMSNorm);
+      norm(attn, "self_attn.k_norm", m.qk_norm_per_head ? d : kv_width, NormType::RMSNorm);
     }
     linear(attn, "self_attn.o_proj", q_width, h, m.attention_bias);
   }
-  norm(attn, "post_attention_layernorm", h, m.norm_type);
+  if (m.norms_per_layer >= 2) norm(attn, "post_attention_layernorm", h, m.norm_type);  // none with parallel attention
   // Gemma 2/3 add pre_feedforward_layernorm and post_feedforward_layernorm (modeling_gemma2.py).
   for (int64_t i = 2; i < m.norms_per_layer; ++i) norm(attn, "extra_layernorm_" + std::to_string(i), h, m.norm_type);
 

@@ -28,6 +28,7 @@ constexpr EnumName<PositionType> kPositionNames[] = {{PositionType::Rope, "rope"
 template <typename V>
 void visit_fields(Config& c, V& v) {
   auto& m = c.model;
+  v.str("model.name", m.name);
   v.str("model.model_type", m.model_type);
   v.integer("model.hidden_size", m.hidden_size);
   v.integer("model.num_hidden_layers", m.num_hidden_layers);
@@ -45,6 +46,7 @@ void visit_fields(Config& c, V& v) {
   v.boolean("model.mlp_gated", m.mlp_gated);
   v.boolean("model.qkv_bias", m.qkv_bias);
   v.boolean("model.qk_norm", m.qk_norm);
+  v.boolean("model.qk_norm_per_head", m.qk_norm_per_head);
   v.integer("model.norms_per_layer", m.norms_per_layer);
   v.enumeration("model.position_embedding_type", m.position_embedding_type, kPositionNames);
   v.number("model.attention_dropout", m.attention_dropout);
@@ -350,6 +352,7 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
   m.num_key_value_heads = m.intermediate_size = m.head_dim = 0;
   m.max_position_embeddings = 2048;
   m.model_type = model_type;
+  m.name = "imported " + model_type + " config";
   m.tie_word_embeddings = false;  // LlamaConfig default
   if (model_type == "llama" || model_type == "mistral" || model_type == "mixtral" || model_type == "phi3" ||
       model_type == "phimoe" ||
@@ -378,6 +381,17 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
     m.norm_type = NormType::LayerNorm;
     m.mlp_gated = false;
     m.attention_bias = m.mlp_bias = true;     // query_key_value, dense, dense_h_to_4h, dense_4h_to_h
+    m.hidden_act = "gelu";
+  } else if (model_type == "olmo2") {
+    m.qk_norm = true;  // Olmo2Attention: q_norm over num_heads * head_dim, k_norm over num_kv_heads * head_dim
+    m.qk_norm_per_head = false;
+  } else if (model_type == "falcon") {
+    // FalconDecoderLayer (new_decoder_architecture false): one LayerNorm feeds attention and MLP in parallel,
+    // fused query_key_value, GELU MLP of 4 x hidden, tied head.
+    m.norm_type = NormType::LayerNorm;
+    m.mlp_gated = false;
+    m.norms_per_layer = 1;
+    m.tie_word_embeddings = true;
     m.hidden_act = "gelu";
   } else if (model_type == "qwen3_moe") {
     m.qk_norm = true;  // Qwen3MoeAttention keeps q_norm/k_norm; experts use moe_intermediate_size
@@ -409,7 +423,7 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"n_head", "num_attention_heads"},  {"n_inner", "intermediate_size"},
     {"n_positions", "max_position_embeddings"}, {"activation_function", "hidden_act"},
     {"use_qkv_bias", "qkv_bias"},       {"num_kv_heads", "num_key_value_heads"},
-    {"num_local_experts", "num_experts"},   {"n_routed_experts", "num_experts"},
+    {"_name_or_path", "name"},             {"num_local_experts", "num_experts"},   {"n_routed_experts", "num_experts"},
     {"attention_probs_dropout_prob", "attention_dropout"}, {"attn_pdrop", "attention_dropout"},
     {"hidden_dropout_prob", "hidden_dropout"}, {"resid_pdrop", "hidden_dropout"},
 };
@@ -419,12 +433,15 @@ const std::set<std::string>& hf_ignorable() {
   static const std::set<std::string> s = {
       "architectures", "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
       "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "initializer_range", "rope_theta",
-      "rope_scaling", "use_cache", "pretraining_tp", "_name_or_path", "schema", "id2label", "label2id",
+      "rope_scaling", "use_cache", "pretraining_tp", "schema", "id2label", "label2id",
       "gradient_checkpointing", "classifier_dropout", "n_shared_experts", "router_aux_loss_coef",
       "output_router_logits", "norm_topk_prob", "routed_scaling_factor", "scoring_func", "topk_method", "n_group",
       "topk_group", "aux_loss_alpha", "seq_aux", "moe_layer_freq", "ep_size", "num_nextn_predict_layers",
       "decoder_sparse_step", "mlp_only_layers", "sliding_window", "use_sliding_window", "max_window_layers",
-      "quantization_config", "layer_types", "rope_interleave", "bos_token_id", "eos_token_id"};
+      "quantization_config", "layer_types", "rope_interleave", "multi_query", "parallel_attn", "bias", "alibi",
+      "new_decoder_architecture", "ffn_hidden_size", "partial_rotary_factor", "rope_pct", "query_pre_attn_scalar",
+      "final_logit_softcapping", "attn_logit_softcapping", "sliding_window_pattern", "rope_local_base_freq",
+      "cache_implementation", "hidden_activation", "use_parallel_residual", "qk_layernorm"};
   return s;
 }
 
@@ -453,6 +470,15 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
       norm["moe_intermediate_size"].is_number_integer())
     norm["shared_expert_intermediate_size"] =
         norm["n_shared_experts"].get<int64_t>() * norm["moe_intermediate_size"].get<int64_t>();
+  if (type == "falcon") {
+    auto flag = [&](const char* k) { return norm.contains(k) && norm[k].is_boolean() && norm[k].get<bool>(); };
+    if (!norm.contains("num_key_value_heads") && flag("multi_query") && !flag("new_decoder_architecture"))
+      norm["num_key_value_heads"] = 1;
+    if (norm.contains("bias") && norm["bias"].is_boolean()) norm["attention_bias"] = norm["mlp_bias"] = norm["bias"];
+    if (norm.contains("parallel_attn") && norm["parallel_attn"].is_boolean() && !norm["parallel_attn"].get<bool>())
+      norm["norms_per_layer"] = 2;
+    if (!norm.contains("intermediate_size") && norm.contains("ffn_hidden_size")) norm["intermediate_size"] = norm["ffn_hidden_size"];
+  }
   JsonSectionReader rd{{errors}, norm, "model", {}};
   std::vector<FieldError> before = errors;
   visit_fields(tmp, rd);

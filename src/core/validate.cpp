@@ -21,7 +21,7 @@ const std::map<std::string, IntRange>& ranges() {
       {"model.intermediate_size", {1, 1 << 24}},
       {"model.vocab_size", {1, 1 << 26}},
       {"model.max_position_embeddings", {1, 1 << 26}},
-      {"model.norms_per_layer", {2, 8}},
+      {"model.norms_per_layer", {1, 8}},
       {"model.type_vocab_size", {0, 1 << 16}},
       {"model.num_experts", {0, 1 << 16}},
       {"model.num_experts_per_tok", {0, 1 << 16}},
