@@ -43,7 +43,8 @@ struct DeviceResult {
   int64_t capacity_bytes = 0;        // the GPU's total memory
   int64_t usable_bytes = 0;          // capacity minus headroom
   bool fits = false;                 // device peak within usable memory and no OOM in the replay
-  bool oom = false;                  // the replay ran out of memory even after freeing cached blocks
+  bool oom = false;                  // the step runs out of memory even after the allocator frees its cache
+  uint32_t oom_event = 0;            // where it does (the peak and breakdown then show the unlimited demand)
   std::vector<TimelinePoint> timeline;
   StepProgram program;               // the events behind the timeline (labels, phases, tensors)
 };

@@ -770,6 +770,7 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent) {
     dev["breakdown"] = bd;
     dev["fits"] = d.fits;
     dev["oom"] = d.oom;
+    if (d.oom) dev["oom_at"] = {{"event", d.oom_event}};
     dev["capacity_bytes"] = d.capacity_bytes;
     dev["usable_bytes"] = d.usable_bytes;
     dev["peak_at"] = {{"event", d.peak_event}, {"phase", d.peak_phase}, {"tensor", d.peak_label}};

@@ -82,6 +82,18 @@ Result simulate(const Config& config) {
         config.hardware.cuda_context_bytes > 0 ? config.hardware.cuda_context_bytes : kCudaContextLazyBytes;
     d.program = build_train_step(ctx);
     replay(d, std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes));
+    if (d.oom) {
+      // The real step stops at the failing allocation. To say by how much it does not fit, replay again
+      // without a capacity limit: the peak and breakdown are then what the step would need.
+      const uint32_t oom_event = d.peak_event;
+      d.timeline.clear();
+      d.peak = Peak{};
+      d.breakdown.allocator = {};
+      d.oom = false;
+      replay(d, int64_t{1} << 62);
+      d.oom = true;
+      d.oom_event = oom_event;
+    }
     d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
     d.peak.device_bytes = add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes);
     d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;

@@ -3,8 +3,10 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include <cctype>
 #include <string>
 
+#include "core/catalog.h"
 #include "core/frameworks.h"
 #include "core/tables.h"
 #include "panels.h"
@@ -91,6 +93,53 @@ bool double_input(const char* label, const char* field, double& v, const char* h
   return changed;
 }
 
+// The model presets of the catalogue, with a search box; unsupported ones are shown greyed with the reason.
+bool preset_picker(ModelConfig& m) {
+  static std::string filter;
+  bool changed = false;
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  if (ImGui::BeginCombo("preset", m.name.c_str(), ImGuiComboFlags_HeightLarge)) {
+    if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
+    ImGui::SetNextItemWidth(-1);
+    // Enter picks the first match, so the keyboard alone can choose a model.
+    const bool enter = ImGui::InputTextWithHint("##filter", "search, e.g. llama 8b", &filter,
+                                                ImGuiInputTextFlags_EnterReturnsTrue);
+    std::string needle;
+    for (char ch : filter) needle += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (const auto& p : model_presets()) {
+      std::string hay = p.id + " " + p.name + " " + p.family;
+      for (auto& ch : hay) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      bool match = true;
+      size_t pos = 0;
+      while (match && pos < needle.size()) {  // every word of the filter must appear
+        size_t end = needle.find(' ', pos);
+        if (end == std::string::npos) end = needle.size();
+        if (end > pos && hay.find(needle.substr(pos, end - pos)) == std::string::npos) match = false;
+        pos = end + 1;
+      }
+      if (!match) continue;
+      ImGui::BeginDisabled(!p.supported);
+      if (ImGui::Selectable(p.name.c_str(), m.name == p.name) || (enter && p.supported && !changed)) {
+        m = p.model;
+        changed = true;
+        if (enter) ImGui::CloseCurrentPopup();
+      }
+      ImGui::EndDisabled();
+      if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+        ImGui::BeginTooltip();
+        ImGui::Text("%s (%s)", p.hf_id.c_str(), p.id.c_str());
+        if (!p.supported) ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", p.unsupported_reason.c_str());
+        else if (p.params_published > 0) ImGui::Text("published: %s parameters", format_count(p.params_published).c_str());
+        ImGui::EndTooltip();
+      }
+    }
+    ImGui::EndCombo();
+  }
+  help_marker("Models from the catalogue (src/core/catalog): each fills the fields below from its Hugging Face "
+              "config.json. Paste or drop any other config.json.");
+  return changed;
+}
+
 }  // namespace
 
 bool draw_inputs_panel(Config& c, const Result& result) {
@@ -98,6 +147,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
   bool changed = false;
   auto& m = c.model;
   if (ImGui::CollapsingHeader("Model", ImGuiTreeNodeFlags_DefaultOpen)) {
+    changed |= preset_picker(m);
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     changed |= ImGui::InputText("model_type", &m.model_type);
     help_marker("Hugging Face model_type. Informational once the fields below are set; paste a config.json to fill "
@@ -147,6 +197,34 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                               "heads x seq^2 per layer.");
       changed |= double_input("hidden_dropout", "model.hidden_dropout", m.hidden_dropout,
                               "Dropout after attention and MLP: a 1-byte mask per token and hidden unit, twice per layer.");
+      changed |= check_input("post_layernorm (encoder)", "model.post_layernorm", m.post_layernorm,
+                             "BERT-style layers: LayerNorm after each residual add, which saves the sum.");
+      ImGui::TreePop();
+    }
+    if (ImGui::TreeNode("Mixture of experts")) {
+      changed |= int_input("num_experts", "model.num_experts", m.num_experts, 1,
+                           "Routed experts per MoE layer; 0 = dense. Every expert's weights, gradients and optimizer "
+                           "states are held unless expert parallelism splits them.");
+      changed |= int_input("experts per token", "model.num_experts_per_tok", m.num_experts_per_tok, 1,
+                           "Top-k: each token's activations pass through k experts, so expert activations are k x a "
+                           "dense MLP's at moe_intermediate_size.");
+      changed |= int_input("moe_intermediate_size", "model.moe_intermediate_size", m.moe_intermediate_size, 128,
+                           "Width of one expert; 0 = intermediate_size (Mixtral).");
+      changed |= int_input("shared experts width", "model.shared_expert_intermediate_size", m.shared_expert_intermediate_size,
+                           128, "All shared experts together (DeepSeek: n_shared_experts x moe_intermediate_size).");
+      changed |= int_input("first dense layers", "model.first_k_dense_replace", m.first_k_dense_replace, 1,
+                           "Leading layers with a dense MLP (DeepSeek-V3: 3).");
+      changed |= double_input("capacity factor", "model.moe_capacity_factor", m.moe_capacity_factor,
+                              "0 = dropless (HF). Above 1, each expert buffers capacity x k x tokens / experts tokens.");
+      ImGui::TreePop();
+    }
+    if (ImGui::TreeNode("Latent attention (MLA)")) {
+      changed |= int_input("kv_lora_rank", "model.kv_lora_rank", m.kv_lora_rank, 64,
+                           "DeepSeek-V2/V3 compress keys and values to this rank; 0 = standard attention.");
+      changed |= int_input("q_lora_rank", "model.q_lora_rank", m.q_lora_rank, 64, "Query compression rank; 0 = none.");
+      changed |= int_input("qk_nope_head_dim", "model.qk_nope_head_dim", m.qk_nope_head_dim, 16, "Per-head q/k width without RoPE.");
+      changed |= int_input("qk_rope_head_dim", "model.qk_rope_head_dim", m.qk_rope_head_dim, 16, "Per-head q/k width with RoPE.");
+      changed |= int_input("v_head_dim", "model.v_head_dim", m.v_head_dim, 16, "Per-head value width.");
       if (m.position_embedding_type == PositionType::Absolute)
         changed |= int_input("max_position_embeddings", "model.max_position_embeddings", m.max_position_embeddings,
                              128, "Rows of the learned position table; also the longest sequence.");

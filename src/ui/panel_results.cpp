@@ -42,6 +42,13 @@ void verdict(const DeviceResult& d, Unit unit) {
   else
     ImGui::TextColored(ImVec4(1.0f, 0.6f, 0.4f, 1), "%s over the usable %s", bytes_text(-left, unit).c_str(),
                        bytes_text(d.usable_bytes, unit).c_str());
+  if (d.oom) {
+    const char* phase = "";
+    for (const auto& p : d.program.phases)
+      if (p.first_event <= d.oom_event) phase = p.name.c_str();
+    ImGui::TextColored(ImVec4(1.0f, 0.6f, 0.4f, 1), "The step runs out of memory during %s; the numbers below are what it "
+                       "would need.", phase);
+  }
   ImGui::TextDisabled("peak during %s, at the allocation of: %s", d.peak_phase.c_str(), d.peak_label.c_str());
 }
 

@@ -115,6 +115,22 @@ test("editing follows into the fragment without a reload", async () => {
   await page.close();
 });
 
+test("the keyboard picks a model preset and the fragment follows", async () => {
+  const { page, errors } = await openPage();
+  await page.mouse.click(130, 80);           // the preset combo, top of the model panel
+  await page.waitForTimeout(200);
+  await page.keyboard.type("mixtral 8x7");   // the search box has focus
+  await page.keyboard.press("Enter");        // Enter picks the first match
+  await page.waitForTimeout(300);
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.equal(state.config.model.num_experts, 8);
+  assert.equal(state.config.model.name, "Mixtral 8x7B v0.1");
+  assert.ok((await page.evaluate(() => location.hash)).includes("model.num_experts=8"));
+  await page.screenshot({ path: path.join(shots, "preset-mixtral.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("hostile links keep the page alive with a message and the defaults", async () => {
   const bad = ["#schema=99&model.hidden_size=1", "#%%%", "#schema=1&model.hidden_size=<img src=x onerror=alert(1)>",
                "#" + "a".repeat(1 << 20), "#schema=1&training.precision=%3Cscript%3Ealert(1)%3C%2Fscript%3E"];
