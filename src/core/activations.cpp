@@ -122,10 +122,49 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
   return act(mul(d_.e_res, th), L_.residual, layer);
 }
 
-// Saves what the norm's backward needs and writes its output, saved once by its consumers (or, under
-// autocast, one low-precision copy per consuming matmul: cached_cast caches only leaf weights).
+// What the linears reading one tensor (q/k/v, gate/up, o_proj, down_proj, lm_head) keep of it for backward.
+// A trainable weight needs the input for its gradient: the tensor itself once, or under autocast one cast copy
+// per matmul (cached_cast caches only leaf weights). A frozen weight needs nothing. A LoRA adapter's lora_A
+// saves what it reads: the tensor itself when it reads it unchanged, else its own copy (cast to the adapter
+// dtype, autocast's cast, or dropout's output and mask), and lora_B saves lora_A's output (peft
+// tuners/lora/layer.py Linear.forward; MEMORY_FORMULAS.md 4.4). Returns whether the tensor itself is saved.
+bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width,
+                                std::vector<uint32_t>& saved) {
+  const int64_t tw = mul(d_.T, width);
+  const auto& peft = c_.peft;
+  bool need_self = false;
+  bool qkv_done = false;  // a fused qkv linear (litgpt, Megatron) carries one adapter for all of q, k, v
+  for (const char* mod : modules) {
+    const std::string m(mod);
+    const bool qkv = m == "q_proj" || m == "k_proj" || m == "v_proj";
+    if (rs_.fused_qkv && qkv && peft_targets(peft, mod)) {
+      if (qkv_done) continue;
+      qkv_done = true;
+    }
+    if (!peft.enabled() || trainable_module(mod)) {
+      if (d_.amp) saved.push_back(act(mul(2, tw), L_.norm_out_cast, layer));
+      else need_self = true;
+    }
+    if (!peft_targets(peft, mod)) continue;
+    const int64_t ab = adapter_bytes();
+    if (peft.lora_dropout > 0) {
+      saved.push_back(act(tw, L_.lora_in, layer));  // dropout mask
+      saved.push_back(act(mul(d_.amp ? 2 : ab, tw), L_.lora_in, layer));
+    } else if (d_.amp) {
+      saved.push_back(act(mul(2, tw), L_.lora_in, layer));
+    } else if (ab != d_.e) {
+      saved.push_back(act(mul(ab, tw), L_.lora_in, layer));
+    } else {
+      need_self = true;
+    }
+    saved.push_back(act(mul(d_.amp ? 2 : ab, d_.T, peft.lora_rank), L_.lora_in, layer));
+  }
+  return need_self;
+}
+
+// Saves what the norm's backward needs and writes its output, kept as linear_inputs decides.
 void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
-                               int consumers, bool own_res) {
+                               std::initializer_list<const char*> consumers, bool own_res) {
   const int64_t th = mul(d_.T, d_.h);
   res_retained = false;
   if (c_.model.norm_type == NormType::LayerNorm) {
@@ -144,18 +183,26 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     else saved.push_back(act(mul(4, th), L_.norm_x32, layer));
     saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
     // weight * normed saves normed for the weight's gradient: cast back to the input dtype in HF (eager_fp32),
-    // kept in fp32 by torchtune and litgpt (fp32_scale: (x_normed * weight.float()).to(dtype)).
+    // kept in fp32 by torchtune and litgpt (fp32_scale: (x_normed * weight.float()).to(dtype)). A frozen norm
+    // weight (PEFT) needs no gradient, so nothing is saved for it.
     const int64_t scaled = rs_.norm == NormImpl::Fp32Scale ? 4 : d_.e_res;
-    saved.push_back(act(mul(scaled, th), L_.norm_scaled, layer));
+    if (!c_.peft.enabled()) saved.push_back(act(mul(scaled, th), L_.norm_scaled, layer));
   }
   if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
-  if (d_.amp) {
-    uint32_t y = tmp(mul(4, th), L_.norm_out, layer);
-    for (int i = 0; i < consumers; ++i) saved.push_back(act(mul(2, th), L_.norm_out_cast, layer));
-    drop(y);
-  } else {
-    saved.push_back(act(mul(d_.e, th), L_.norm_out, layer));
-  }
+  uint32_t y = act(mul(d_.amp ? 4 : d_.e, th), L_.norm_out, layer);
+  if (linear_inputs(layer, consumers, d_.h, saved)) saved.push_back(y);
+  else drop(y);
+}
+
+// bitsandbytes MatMul4Bit / 8-bit matmuls dequantize the frozen weight for the GEMM, forward and backward
+// (autograd/_functions.py: grad_A = grad_output @ dequantize_4bit(B)): one layer's largest weight at a time.
+void StepBuilder::dequant(int32_t layer) {
+  int64_t largest = 0;
+  for (const auto& t : s_.params_of(layer))
+    if (t.quantized) largest = std::max(largest, t.numel);
+  if (largest == 0) return;
+  uint32_t w = tmp(mul(d_.e, largest), L_.dequant, layer);
+  drop(w);
 }
 
 void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
@@ -181,15 +228,26 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   // ---- attention half
   bool retained = false;
   const bool mla = m.kv_lora_rank > 0;
-  norm_forward(layer, res, retained, saved.attn, mla ? 2 : 3, free_input);
+  if (mla) norm_forward(layer, res, retained, saved.attn, {"q_a_proj", "q_proj", "kv_a_proj_with_mqa"}, free_input);
+  else norm_forward(layer, res, retained, saved.attn, {"q_proj", "k_proj", "v_proj"}, free_input);
+  if (any_quantized_) dequant(layer);
   auto& A = saved.attn;
   if (mla) {
     mla_forward(layer, A);
   } else {
   const bool rope = m.position_embedding_type == PositionType::Rope;
-  uint32_t q = rope ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
-  uint32_t k = rope ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
-  uint32_t v = act(mul(e, d_.T, d_.h_kv), L_.v, layer);
+  uint32_t q, k, v;
+  if (rs_.fused_qkv && rope) {
+    // One linear makes q, k and v (litgpt, Megatron): v is a view of its output, so whatever keeps v keeps the
+    // whole [T, h_q + 2 h_kv] output; q and k are views that RoPE copies.
+    v = act(mul(e, d_.T, add(d_.h_q, mul(2, d_.h_kv))), L_.v, layer);
+    q = tmp(0, L_.q, layer);
+    k = tmp(0, L_.k, layer);
+  } else {
+    q = rope ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
+    k = rope ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
+    v = act(mul(e, d_.T, d_.h_kv), L_.v, layer);
+  }
   A.push_back(v);
   if (rope) {
     // RoPE saves nothing sized (cos/sin need no grad); its outputs are what attention saves. Under autocast
@@ -246,6 +304,8 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
   }
   }
+  // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
+  if (c_.peft.enabled()) linear_inputs(layer, {"o_proj"}, mla ? mul(d_.a, m.v_head_dim) : d_.h_q, A);
   uint32_t o = tmp(mul(e, d_.T, d_.h), L_.o_out, layer);
   if (m.hidden_dropout > 0) {
     A.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, layer));
@@ -265,23 +325,34 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
 
   // ---- MLP half
   const bool moe = s_.is_moe(layer);
-  const int consumers = moe ? 1 + (m.shared_expert_intermediate_size > 0 ? 2 : 0) : (m.mlp_gated ? 2 : 1);
   auto& M = saved.mlp;
-  if (!parallel) norm_forward(layer, mid, retained, saved.mlp, consumers, true);
-  else if (d_.amp) for (int i = 0; i < consumers; ++i) M.push_back(act(mul(2, d_.T, d_.h), L_.norm_out_cast, layer));
+  if (!parallel) {
+    if (moe) norm_forward(layer, mid, retained, saved.mlp, {"gate", "gate_proj", "up_proj"}, true);
+    else if (m.mlp_gated) norm_forward(layer, mid, retained, saved.mlp, {"gate_proj", "up_proj"}, true);
+    else norm_forward(layer, mid, retained, saved.mlp, {"up_proj"}, true);
+  } else {
+    linear_inputs(layer, {"gate_proj", "up_proj"}, d_.h, M);  // norm 1's output is kept already
+  }
+  if (any_quantized_) dequant(layer);
   const int64_t tf = mul(e, d_.T, d_.f);
+  uint32_t prod_transient = UINT32_MAX;  // the down projection's input when a frozen weight does not keep it
   if (moe) {
     moe_forward(layer, M);
   } else if (m.mlp_gated) {
     M.push_back(act(tf, L_.mlp_gate, layer));  // saved by silu
     M.push_back(act(tf, L_.mlp_up, layer));    // saved by act * up
     M.push_back(act(tf, L_.mlp_act, layer));   // saved by act * up
-    M.push_back(act(tf, L_.mlp_prod, layer));  // saved by down_proj
+    uint32_t prod = act(tf, L_.mlp_prod, layer);
+    if (linear_inputs(layer, {"down_proj"}, d_.f, M)) M.push_back(prod);  // saved by down_proj
+    else prod_transient = prod;
   } else {
     M.push_back(act(tf, L_.mlp_fc1, layer));   // saved by gelu
-    M.push_back(act(tf, L_.mlp_gelu, layer));  // saved by the second projection
+    uint32_t g = act(tf, L_.mlp_gelu, layer);
+    if (linear_inputs(layer, {"down_proj"}, d_.f, M)) M.push_back(g);  // saved by the second projection
+    else prod_transient = g;
   }
   uint32_t out = tmp(mul(e, d_.T, d_.h), L_.mlp_out, layer);
+  if (prod_transient != UINT32_MAX) drop(prod_transient);
   if (m.hidden_dropout > 0) {
     M.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, layer));
     uint32_t o2 = tmp(mul(e, d_.T, d_.h), L_.mlp_out, layer);
@@ -329,6 +400,7 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
     if (m.shared_expert_intermediate_size > 0)
       mlp_t = std::max(mlp_t, mul(3, e, d_.T, m.shared_expert_intermediate_size));
   }
+  if (any_quantized_) dequant(layer);
   uint32_t t = tmp(mlp_t, L_.bwd_mlp, layer);
   for (auto it = saved.mlp.rbegin(); it != saved.mlp.rend(); ++it) drop(*it);
   saved.mlp.clear();
@@ -420,7 +492,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
     return;
   }
   bool retained = false;
-  if (!c_.model.post_layernorm) norm_forward(post, res, retained, saved, 1, true);
+  if (!c_.model.post_layernorm) norm_forward(post, res, retained, saved, {"lm_head"}, true);
   else saved.push_back(res), retained = true;
   if (!retained) drop(res);
   const int64_t tv = mul(d_.T, d_.V);

@@ -90,6 +90,24 @@ struct TrainingConfig {
   bool operator==(const TrainingConfig&) const = default;
 };
 
+// Parameter-efficient fine-tuning (PEFT's names). With a method the base model is frozen: only the adapters
+// (and modules_to_save) have gradients and optimizer states, and the base may be stored quantized.
+struct PeftConfig {
+  std::string method = "none";              // none, lora, dora
+  int64_t lora_rank = 8;
+  double lora_alpha = 16.0;
+  double lora_dropout = 0.0;
+  std::string target_modules = "q_proj,v_proj";  // comma-separated module names, or all-linear
+  std::string adapter_dtype = "fp32";       // PEFT autocast_adapter_dtype=True keeps adapters in fp32
+  std::string base_quantization = "none";   // none, int8 (LLM.int8), nf4, fp4 (bitsandbytes)
+  bool double_quantization = false;         // bnb_4bit_use_double_quant
+  bool prepare_kbit = true;                 // prepare_model_for_kbit_training: non-quantized params to fp32
+  std::string modules_to_save;              // comma-separated modules trained in full (e.g. lm_head)
+
+  bool operator==(const PeftConfig&) const = default;
+  bool enabled() const { return method != "none"; }
+};
+
 struct ParallelConfig {
   int64_t data_parallel_size = 8;
   int64_t zero_stage = 3;  // 0 = plain DDP; 1, 2, 3 as in the ZeRO paper
@@ -109,6 +127,7 @@ struct HardwareConfig {
 struct Config {
   ModelConfig model;
   TrainingConfig training;
+  PeftConfig peft;
   ParallelConfig parallel;
   HardwareConfig hardware;
 

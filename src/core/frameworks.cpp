@@ -6,26 +6,26 @@ namespace memsim {
 
 namespace {
 
-// id, label, attention, norm, loss, optimizer implementation, param groups, holds logits, source.
+// id, label, attention, norm, loss, optimizer implementation, param groups, holds logits, fused qkv, source.
 constexpr FrameworkSpec kFrameworks[] = {
-    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false,
+    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false,
      "transformers: SDPA default attention (4.36+), LlamaRMSNorm upcasts to fp32, loss_utils.py ForCausalLMLoss "
      "upcasts logits (4.49+), default optim adamw_torch_fused on torch >= 2.8 (PR #37358), "
      "Trainer.create_optimizer: decay and no-decay groups; compute_loss returns only the loss, so the outputs "
      "(logits) are dropped before backward"},
-    {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true,
+    {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true, false,
      "out = model(**batch); out.loss.backward(): `out` keeps the logits alive through backward; "
      "torch.optim.AdamW(model.parameters()) is one group, foreach on CUDA"},
-    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false,
+    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false,
      "DeepSpeed engine with FusedAdam (ops/adam/fused_adam.py: multi_tensor_apply, no full-size temporaries) "
      "around transformers model code"},
-    {"torchtune", "torchtune", "sdpa_repeat_kv", "fp32_scale", "chunked_fp32", "fused", 1, false,
+    {"torchtune", "torchtune", "sdpa_repeat_kv", "fp32_scale", "chunked_fp32", "fused", 1, false, false,
      "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py scales in fp32; "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575)"},
-    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true,
-     "litgpt model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
+    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true,
+     "litgpt model.py CausalSelfAttention.attn (one fused qkv linear; LoRAQKVLinear adapts it once);  model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach"},
-    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false,
+    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
      "Apex/TE FusedAdam"},
 };
@@ -86,6 +86,7 @@ Resolved resolve(const Config& c) {
     if (kCheckpointing[i] == t.activation_checkpointing) r.checkpointing = ck[i];
   r.param_groups = f.param_groups;
   r.holds_logits = f.holds_logits;
+  r.fused_qkv = f.fused_qkv;
   return r;
 }
 

@@ -22,6 +22,7 @@ struct FrameworkSpec {
   std::string_view attention, norm_impl, loss, optimizer_impl;
   int64_t param_groups;  // HF Trainer splits decay / no-decay; one group elsewhere
   bool holds_logits;     // the training loop keeps the model output (logits) alive through backward
+  bool fused_qkv;        // one linear computes q, k and v (LoRA on it reads its input once)
   std::string_view source;
 };
 
@@ -35,6 +36,7 @@ struct Resolved {
   Checkpointing checkpointing;
   int64_t param_groups;
   bool holds_logits;
+  bool fused_qkv;
 };
 
 std::span<const FrameworkSpec> frameworks();

@@ -128,4 +128,86 @@ ModelShape build_model_shape(const ModelConfig& m) {
   return s;
 }
 
+std::string module_name(const std::string& param_name) {
+  std::string n = param_name;
+  for (const char* suffix : {".weight", ".bias"})
+    if (n.size() > std::string(suffix).size() && n.compare(n.size() - std::string(suffix).size(), std::string::npos, suffix) == 0)
+      n.erase(n.size() - std::string(suffix).size());
+  const auto dot = n.rfind('.');
+  return dot == std::string::npos ? n : n.substr(dot + 1);
+}
+
+namespace {
+bool in_list(const std::string& list, const std::string& name) {
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (item == name) return true;
+    pos = end + 1;
+  }
+  return false;
+}
+}  // namespace
+
+// PEFT's target_modules: names, or "all-linear" = every linear layer but the output head
+// (peft/tuners/tuners_utils.py::_maybe_include_all_linear_layers).
+bool peft_targets(const PeftConfig& peft, const std::string& module) {
+  if (!peft.enabled()) return false;
+  if (peft.target_modules == "all-linear") return module != "lm_head" && module != "embed_tokens";
+  return in_list(peft.target_modules, module);
+}
+
+int64_t trainable_numel(const ModelShape& s) {
+  int64_t n = 0;
+  auto count = [&](const std::vector<ParamTensor>& ts, int64_t times) {
+    for (const auto& t : ts)
+      if (!t.frozen) n = add(n, mul(t.numel, times));
+  };
+  count(s.pre, 1);
+  count(s.post, 1);
+  count(s.layer, s.num_dense_layers);
+  count(s.moe_layer, s.num_layers - s.num_dense_layers);
+  return n;
+}
+
+void apply_peft(ModelShape& s, const PeftConfig& peft) {
+  if (!peft.enabled()) return;
+  const bool quant = peft.base_quantization != "none";
+  auto adapt = [&](std::vector<ParamTensor>& ts, bool in_layers) {
+    std::vector<ParamTensor> out;
+    for (auto t : ts) {
+      const std::string mod = module_name(t.name);
+      t.frozen = !in_list(peft.modules_to_save, mod);
+      // bitsandbytes replaces the nn.Linear modules of the layers; the head, embeddings and norms stay
+      // (transformers integrations/bitsandbytes.py get_keys_to_not_convert).
+      t.quantized = quant && t.frozen && in_layers && t.kind == ParamKind::Matmul && mod != "gate";
+      out.push_back(t);
+      if (t.kind == ParamKind::Matmul && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0 &&
+          peft_targets(peft, mod)) {
+        // peft/tuners/lora/layer.py update_layer: lora_A = Linear(in, r), lora_B = Linear(r, out);
+        // DoRA adds a magnitude vector of out_features (tuners/lora/dora.py).
+        const int64_t out_f = t.rows, in_f = t.numel / t.rows;
+        const std::string base = t.name.substr(0, t.name.size() - 7);
+        out.push_back({base + ".lora_A.weight", mul(peft.lora_rank, in_f), ParamKind::Adapter, peft.lora_rank});
+        out.push_back({base + ".lora_B.weight", mul(out_f, peft.lora_rank), ParamKind::Adapter, out_f});
+        if (peft.method == "dora") out.push_back({base + ".lora_magnitude_vector", out_f, ParamKind::Adapter, out_f});
+      }
+    }
+    ts = std::move(out);
+  };
+  adapt(s.pre, false);
+  adapt(s.post, false);
+  adapt(s.layer, true);
+  adapt(s.moe_layer, true);
+  s.params_per_layer = sum_numel(s.layer);
+  s.params_per_moe_layer = sum_numel(s.moe_layer);
+  const int64_t moe_layers = s.num_layers - s.num_dense_layers;
+  s.params_total = add(add(add(sum_numel(s.pre), sum_numel(s.post)), mul(s.params_per_layer, s.num_dense_layers)),
+                       mul(s.params_per_moe_layer, moe_layers));
+}
+
 }  // namespace memsim

@@ -15,6 +15,7 @@ enum class ParamKind {
   Embedding,  // token or position embedding table
   Norm,       // norm scale or shift
   Bias,
+  Adapter,    // LoRA A/B matrices, DoRA magnitudes
 };
 
 struct ParamTensor {
@@ -22,6 +23,8 @@ struct ParamTensor {
   int64_t numel = 0;
   ParamKind kind = ParamKind::Matmul;
   int64_t rows = 0;  // first dimension (out_features of a linear, vocab of an embedding); numel for vectors
+  bool frozen = false;     // no gradient, no optimizer state (PEFT)
+  bool quantized = false;  // stored by bitsandbytes (int8 or 4-bit) instead of the weight dtype
 };
 
 struct ModelShape {
@@ -43,6 +46,15 @@ struct ModelShape {
 
 // Requires a validated config (validate.h); throws RangeError if a count leaves int64.
 ModelShape build_model_shape(const ModelConfig& m);
+
+// Freezes the base, adds adapters to the targeted linears, marks the quantized weights (PEFT + bitsandbytes).
+// params_total then includes the adapters; params_trainable counts what has gradients.
+void apply_peft(ModelShape& shape, const PeftConfig& peft);
+int64_t trainable_numel(const ModelShape& s);
+
+// The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"), as PEFT targets it.
+std::string module_name(const std::string& param_name);
+bool peft_targets(const PeftConfig& peft, const std::string& module);
 
 int64_t sum_numel(const std::vector<ParamTensor>& tensors);
 int64_t matmul_numel(const std::vector<ParamTensor>& tensors);  // what autocast casts: linear weights

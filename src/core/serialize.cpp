@@ -87,6 +87,18 @@ void visit_fields(Config& c, V& v) {
   v.boolean("training.compile", t.compile);
   v.boolean("training.zero_grad_set_to_none", t.zero_grad_set_to_none);
 
+  auto& p = c.peft;
+  v.str("peft.method", p.method);
+  v.integer("peft.lora_rank", p.lora_rank);
+  v.number("peft.lora_alpha", p.lora_alpha);
+  v.number("peft.lora_dropout", p.lora_dropout);
+  v.str("peft.target_modules", p.target_modules);
+  v.str("peft.adapter_dtype", p.adapter_dtype);
+  v.str("peft.base_quantization", p.base_quantization);
+  v.boolean("peft.double_quantization", p.double_quantization);
+  v.boolean("peft.prepare_kbit", p.prepare_kbit);
+  v.str("peft.modules_to_save", p.modules_to_save);
+
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
   v.integer("parallel.zero_stage", c.parallel.zero_stage);
 
@@ -612,12 +624,12 @@ Parsed config_from_json(std::string_view text, const Config& base) {
   if (!migrate(doc, version, p.errors)) return p;
 
   Config c = base;
-  static const std::set<std::string> sections = {"model", "training", "parallel", "hardware"};
+  static const std::set<std::string> sections = {"model", "training", "peft", "parallel", "hardware"};
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (it.key() == "schema") continue;
     if (!sections.count(it.key())) {
       p.errors.push_back({it.key(), "unknown section \"" + it.key().substr(0, 40) +
-                                        "\"; a config has schema, model, training, parallel and hardware"});
+                                        "\"; a config has schema, model, training, peft, parallel and hardware"});
       continue;
     }
     if (!it->is_object()) {

@@ -65,9 +65,10 @@ Result simulate(const Config& config) {
   r.errors = validate(config);
   if (!r.errors.empty()) return r;
   try {
-    const ModelShape shape = build_model_shape(config.model);
+    ModelShape shape = build_model_shape(config.model);
+    apply_peft(shape, config.peft);
     r.params_total = shape.params_total;
-    r.params_trainable = shape.params_total;
+    r.params_trainable = trainable_numel(shape);
     const GpuSpec* gpu = find_gpu(config.hardware.gpu);
     StepContext ctx{config, shape, *find_precision(config.training.precision),
                     *find_optimizer(config.training.optimizer), gpu};

@@ -2,6 +2,7 @@
 // activations.cpp (what autograd saves in forward and frees in backward, per layer and in the loss).
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ struct Labels {
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
-      router, expert_in, expert_out, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense;
+      router, expert_in, expert_out, lora_in, dequant, quant_stats, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense;
 };
 
 class StepBuilder {
@@ -58,8 +59,15 @@ class StepBuilder {
   uint32_t layer_forward_post_ln(int32_t layer, uint32_t x, SavedLayer& saved, bool keep_s2, bool free_input);
   uint32_t layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved);
   void layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved);
-  void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved, int consumers,
-                    bool own_res);
+  void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
+                    std::initializer_list<const char*> consumers, bool own_res);
+  bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved);
+  void dequant(int32_t layer);
+  bool trainable_module(const char* module) const;
+  int64_t adapter_bytes() const;
+  int64_t weight_bytes_of(const ParamTensor& t) const;
+  int64_t grad_bytes_of(const ParamTensor& t) const;
+  int64_t state_dtype_of(const ParamTensor& t) const;
   void norm_backward(int32_t layer, uint32_t& dres);
   void mla_forward(int32_t layer, std::vector<uint32_t>& saved);
   void moe_forward(int32_t layer, std::vector<uint32_t>& saved);
@@ -91,6 +99,7 @@ class StepBuilder {
   std::vector<uint32_t> embed_saved_;         // post-LN embedding norm and dropout                      // scratch for a checkpointed layer's recomputed saved set
   uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
   bool grads_live_ = false;
+  bool any_quantized_ = false;
 };
 
 }  // namespace memsim

@@ -25,7 +25,9 @@ constexpr int64_t kCublasLtWorkspaceBytes = 1024 * kKiB;
 int64_t shard(int64_t numel, int64_t n) { return ceil_div(numel, n); }
 
 // Parameters of the decay group in HF Trainer (get_decay_parameter_names): everything but norms and biases.
-bool decays(const ParamTensor& t) { return t.kind == ParamKind::Matmul || t.kind == ParamKind::Embedding; }
+bool decays(const ParamTensor& t) {
+  return t.kind == ParamKind::Matmul || t.kind == ParamKind::Embedding || t.kind == ParamKind::Adapter;
+}
 
 template <typename F>
 void for_each_param(const ModelShape& s, F&& f) {
@@ -37,26 +39,99 @@ void for_each_param(const ModelShape& s, F&& f) {
 
 }  // namespace
 
+namespace {
+int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft);
+int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft);
+int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
+                              const OptimizerSpec& opt, bool include_paged);
+}  // namespace
+
 ModelStates model_state_bytes(const StepContext& ctx) {
   const auto& par = ctx.config.parallel;
+  const auto& peft = ctx.config.peft;
   const int64_t n = par.data_parallel_size;
-  const int64_t p = ctx.shape.params_total;
-  const auto& pr = ctx.precision;
+  int64_t weights = 0, grads = 0, opt = 0, trainable = 0;
+  for_each_param(ctx.shape, [&](const ParamTensor& t) {
+    weights = add(weights, param_storage_bytes(t, ctx.precision, peft));
+    grads = add(grads, param_grad_bytes(t, ctx.precision, peft));
+    if (!t.frozen) trainable = add(trainable, t.numel);
+    if (par.zero_stage == 0) opt = add(opt, param_optimizer_bytes(t, ctx.precision, peft, ctx.optimizer, true));
+  });
   ModelStates m;
-  m.weights_bytes = mul(par.zero_stage >= 3 ? shard(p, n) : p, pr.weight_bytes);
-  m.gradients_bytes = mul(par.zero_stage >= 2 ? shard(p, n) : p, pr.grad_bytes);
-  // Under ZeRO the optimizer sees one flat partition; otherwise each parameter tensor has its own state.
-  int64_t states = 0;
+  // ZeRO partitions each of the three over the data-parallel ranks (stage 3, 2 and 1), in one flat partition
+  // for the optimizer (ZeRO paper sec. 5, Table 1).
+  m.weights_bytes = par.zero_stage >= 3 ? ceil_div(weights, n) : weights;
+  m.gradients_bytes = par.zero_stage >= 2 ? ceil_div(grads, n) : grads;
   if (par.zero_stage >= 1) {
-    states = optimizer_state_bytes(ctx.optimizer, shard(p, n), shard(p, n), pr.state_bytes);
+    const int64_t part = shard(trainable, n);
+    ParamTensor flat{"flat partition", part, ParamKind::Matmul, part};
+    m.optimizer_bytes = param_optimizer_bytes(flat, ctx.precision, PeftConfig{}, ctx.optimizer, true);
   } else {
-    for_each_param(ctx.shape, [&](const ParamTensor& t) {
-      states = add(states, optimizer_state_bytes(ctx.optimizer, t.numel, t.rows, pr.state_bytes));
-    });
+    m.optimizer_bytes = opt;
   }
-  m.optimizer_bytes = add(mul(par.zero_stage >= 1 ? shard(p, n) : p, pr.master_bytes), states);
   return m;
 }
+
+namespace {
+
+// Bytes of each stored parameter: its dtype, or bitsandbytes' packed storage for a quantized frozen weight
+// (MEMORY_FORMULAS.md 4.2): int8 = 1 B/element + an fp32 scale per output row (Int8Params SCB); NF4/FP4 =
+// 4 bits/element + an fp32 absmax per 64-element block, or with double quantization a uint8 absmax per block plus
+// an fp32 scale per 256 blocks (QLoRA sec. 3), and the per-tensor fp32 offset and 256-entry code table.
+// prepare_model_for_kbit_training casts every other parameter to fp32.
+int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft) {
+  const std::string& q = peft.base_quantization;
+  if (t.kind == ParamKind::Adapter) return mul(t.numel, peft.adapter_dtype == "fp32" ? 4 : 2);
+  if (t.quantized && q == "int8") return add(t.numel, mul(t.rows, 4));
+  if (t.quantized) {
+    const int64_t blocks = ceil_div(t.numel, 64);
+    const int64_t stats = peft.double_quantization ? add(add(blocks, mul(ceil_div(blocks, 256), 4)), 4 + 1024) : mul(blocks, 4);
+    return add(ceil_div(t.numel, 2), stats);
+  }
+  if (peft.enabled() && q != "none" && peft.prepare_kbit) return mul(t.numel, 4);
+  return mul(t.numel, pr.weight_bytes);
+}
+
+int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft) {
+  if (t.frozen) return 0;
+  if (t.kind == ParamKind::Adapter) return mul(t.numel, peft.adapter_dtype == "fp32" ? 4 : 2);
+  if (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit) return mul(t.numel, 4);
+  return mul(t.numel, pr.grad_bytes);
+}
+
+// Optimizer state of one trainable tensor: the fp32 master copy where the recipe keeps one for a low-precision
+// parameter, and the optimizer's states in the parameter's dtype (torch: zeros_like(p)).
+int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
+                              const OptimizerSpec& opt, bool include_paged) {
+  if (t.frozen) return 0;
+  int64_t dtype = pr.state_bytes, master = pr.master_bytes;
+  if (t.kind == ParamKind::Adapter || (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit)) {
+    dtype = t.kind == ParamKind::Adapter && peft.adapter_dtype != "fp32" ? 2 : 4;
+    master = dtype == 4 ? 0 : master;
+  }
+  int64_t bytes = mul(t.numel, master);
+  if (include_paged || !(opt.paged && t.numel >= 100000)) bytes = add(bytes, optimizer_state_bytes(opt, t.numel, t.rows, dtype));
+  return bytes;
+}
+
+}  // namespace
+
+int64_t StepBuilder::state_dtype_of(const ParamTensor& t) const {
+  if (t.kind == ParamKind::Adapter) return adapter_bytes();
+  if (c_.peft.enabled() && c_.peft.base_quantization != "none" && c_.peft.prepare_kbit) return 4;
+  return pr_.state_bytes;
+}
+
+bool StepBuilder::trainable_module(const char* module) const {
+  for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.post})
+    for (const auto& t : *list)
+      if (!t.frozen && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
+  return false;
+}
+
+int64_t StepBuilder::adapter_bytes() const { return c_.peft.adapter_dtype == "fp32" ? 4 : 2; }
+int64_t StepBuilder::weight_bytes_of(const ParamTensor& t) const { return param_storage_bytes(t, pr_, c_.peft); }
+int64_t StepBuilder::grad_bytes_of(const ParamTensor& t) const { return param_grad_bytes(t, pr_, c_.peft); }
 
 StepBuilder::StepBuilder(const StepContext& ctx)
     : ctx_(ctx), c_(ctx.config), s_(ctx.shape), pr_(ctx.precision), rs_(resolve(ctx.config)) {
@@ -79,6 +154,8 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   shard_opt_ = c_.parallel.zero_stage >= 1;
   shard_grads_ = c_.parallel.zero_stage >= 2;
   shard_weights_ = c_.parallel.zero_stage >= 3;
+  for (const auto* list : {&s_.layer, &s_.moe_layer})
+    for (const auto& t : *list) any_quantized_ |= t.quantized;
   grads_.resize(static_cast<size_t>(s_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(s_.num_layers + 2), false);
   states_created_.assign(static_cast<size_t>(s_.num_layers + 2), false);
@@ -134,6 +211,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.router = p.label("MoE router probabilities and top-k (saved)");
   L_.expert_in = p.label("tokens gathered for the experts (saved)");
   L_.expert_out = p.label("expert outputs before the routing weight (saved)");
+  L_.lora_in = p.label("LoRA adapter input (cast, dropout) or lora_A output (saved)");
+  L_.dequant = p.label("dequantized frozen weight (bitsandbytes matmul)");
+  L_.quant_stats = p.label("quantization statistics (absmax, row scales)");
   L_.logits = p.label("logits");
   L_.logits_fp32 = p.label("logits upcast to fp32");
   L_.lse_loss = p.label("log-softmax of the logits (saved by the loss)");
@@ -149,8 +229,8 @@ StepBuilder::StepBuilder(const StepContext& ctx)
 void StepBuilder::alloc_weights() {
   p_.phase("model load");
   for_each_param(s_, [&](const ParamTensor& t) {
-    const int64_t numel = shard_weights_ ? shard(t.numel, n_) : t.numel;
-    p_.alloc(Component::Weights, mul(numel, pr_.weight_bytes), L_.weights);
+    const int64_t bytes = weight_bytes_of(t);
+    p_.alloc(Component::Weights, shard_weights_ ? ceil_div(bytes, n_) : bytes, L_.weights);
   });
 }
 
@@ -161,10 +241,12 @@ void StepBuilder::alloc_weights() {
 void StepBuilder::alloc_layer_grads(int64_t layer) {
   if (!grads_live_) {
     grads_live_ = true;
+    int64_t grad_total = 0;
+    for_each_param(s_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
     if (shard_grads_)
-      other_grads_.push_back(p_.alloc(Component::Gradients, mul(shard(s_.params_total, n_), pr_.grad_bytes), L_.grad_partition));
+      other_grads_.push_back(p_.alloc(Component::Gradients, ceil_div(grad_total, n_), L_.grad_partition));
     else if (n_ > 1)
-      other_grads_.push_back(p_.alloc(Component::Communication, mul(s_.params_total, pr_.grad_bytes), L_.grad_bucket));
+      other_grads_.push_back(p_.alloc(Component::Communication, grad_total, L_.grad_bucket));
   }
   const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
   if (grad_created_[slot]) return;  // gradient accumulation: the .grad tensors are already there
@@ -172,11 +254,12 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
   for (const auto& t : ts) {
     if (layer < 0 && &t == &s_.pre.front() && c_.model.tie_word_embeddings) continue;  // created by lm_head
-    grads_[slot].push_back(p_.alloc(Component::Gradients, mul(t.numel, pr_.grad_bytes), L_.grads, static_cast<int32_t>(layer)));
+    if (t.frozen) continue;
+    grads_[slot].push_back(p_.alloc(Component::Gradients, grad_bytes_of(t), L_.grads, static_cast<int32_t>(layer)));
   }
   // Tied weights: lm_head is the embedding matrix, so its .grad appears in the loss backward.
-  if (layer >= s_.num_layers && c_.model.tie_word_embeddings)
-    grads_[slot].push_back(p_.alloc(Component::Gradients, mul(s_.pre.front().numel, pr_.grad_bytes), L_.grads));
+  if (layer >= s_.num_layers && c_.model.tie_word_embeddings && !s_.pre.front().frozen)
+    grads_[slot].push_back(p_.alloc(Component::Gradients, grad_bytes_of(s_.pre.front()), L_.grads));
 }
 
 void StepBuilder::release_layer_grads(int64_t layer) {
@@ -192,8 +275,10 @@ void StepBuilder::release_layer_grads(int64_t layer) {
 // stay whole; they are small and counted with the partitioned weights here.
 void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
   if (!shard_weights_) return;
-  const int64_t numel = layer < 0 ? sum_numel(s_.pre) : layer >= s_.num_layers ? sum_numel(s_.post) : s_.numel_of(layer);
-  out.push_back(p_.alloc(Component::Communication, mul(numel, pr_.weight_bytes), L_.gathered, static_cast<int32_t>(layer)));
+  const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
+  int64_t bytes = 0;
+  for (const auto& t : ts) bytes = add(bytes, weight_bytes_of(t));
+  out.push_back(p_.alloc(Component::Communication, bytes, L_.gathered, static_cast<int32_t>(layer)));
 }
 
 // Optimizer in backward (torchtune optimizer_in_bwd): each parameter is stepped in a post-accumulate-grad
@@ -221,11 +306,8 @@ void StepBuilder::step_in_backward(int64_t layer) {
 }
 
 void StepBuilder::create_state(const ParamTensor& t) {
-  const auto& opt = ctx_.optimizer;
-  if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(t.numel, pr_.master_bytes), L_.master);
-  if (opt.paged && t.numel >= 100000) return;
-  const int64_t st = optimizer_state_bytes(opt, t.numel, t.rows, pr_.state_bytes);
-  if (st > 0) p_.alloc(Component::OptimizerStates, st, L_.state);
+  const int64_t bytes = param_optimizer_bytes(t, pr_, c_.peft, ctx_.optimizer, false);
+  if (bytes > 0) p_.alloc(Component::OptimizerStates, bytes, L_.state);
 }
 
 void StepBuilder::optimizer_step(int iter) {
@@ -236,8 +318,9 @@ void StepBuilder::optimizer_step(int iter) {
   // Paged bitsandbytes state (tensors >= 1e5 elements) lives in unified memory, outside the allocator.
   if (iter == 1) {
     if (shard_opt_) {
-      // DeepSpeed keeps one flat fp32 partition (stage_1_and_2.py single_partition_of_fp32_groups).
-      const int64_t part = shard(s_.params_total, n_);
+      // DeepSpeed keeps one flat fp32 partition of the trainable parameters (stage_1_and_2.py
+      // single_partition_of_fp32_groups) and the optimizer's states beside it.
+      const int64_t part = shard(trainable_numel(s_), n_);
       if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(part, pr_.master_bytes), L_.master);
       if (!(opt.paged && part >= 100000)) {
         const int64_t st = optimizer_state_bytes(opt, part, part, pr_.state_bytes);
@@ -250,7 +333,7 @@ void StepBuilder::optimizer_step(int iter) {
   // ZeRO-1/2 upcast each group's gradient partition to fp32 for the step (stage_1_and_2.py::step:
   // single_grad_partition = flatten(...).to(fp32)), freed after the group's update.
   if (shard_opt_ && !shard_weights_ && pr_.grad_bytes < 4) {
-    uint32_t t = p_.alloc(Component::Temporaries, mul(shard(s_.params_total, n_), 4), L_.opt_tmp);
+    uint32_t t = p_.alloc(Component::Temporaries, mul(shard(trainable_numel(s_), n_), 4), L_.opt_tmp);
     drop(t);
   }
   if (shard_opt_) return;  // DeepSpeed's FusedAdam: no full-size temporaries
@@ -263,7 +346,9 @@ void StepBuilder::optimizer_step(int iter) {
   if (rs_.optimizer_impl == OptimizerImpl::Fused && opt.kind != OptimizerKind::Adafactor) return;
   if (opt.kind == OptimizerKind::Adafactor || (adam_like && rs_.optimizer_impl == OptimizerImpl::ForLoop)) {
     int64_t largest = 0;
-    for_each_param(s_, [&](const ParamTensor& t) { largest = std::max(largest, t.numel); });
+    for_each_param(s_, [&](const ParamTensor& t) {
+      if (!t.frozen) largest = std::max(largest, t.numel);
+    });
     const int64_t copies = opt.kind == OptimizerKind::Adafactor ? 2 : 1;
     const int64_t bytes = opt.kind == OptimizerKind::Adafactor ? 4 : pr_.state_bytes;
     std::vector<uint32_t> tmp;
@@ -276,7 +361,7 @@ void StepBuilder::optimizer_step(int iter) {
     std::vector<uint32_t> tmp;
     for_each_param(s_, [&](const ParamTensor& t) {
       const bool in_group = rs_.param_groups == 1 || (group == 0) == decays(t);
-      if (in_group) tmp.push_back(p_.alloc(Component::Temporaries, mul(t.numel, pr_.state_bytes), L_.opt_tmp));
+      if (in_group && !t.frozen) tmp.push_back(p_.alloc(Component::Temporaries, mul(t.numel, state_dtype_of(t)), L_.opt_tmp));
     });
     for (uint32_t t : tmp) drop(t);
   }

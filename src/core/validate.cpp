@@ -1,5 +1,6 @@
 #include "validate.h"
 
+#include <algorithm>
 #include <map>
 
 #include "frameworks.h"
@@ -40,6 +41,7 @@ const std::map<std::string, IntRange>& ranges() {
       {"training.checkpoint_every_k_layers", {1, 4096}},
       {"training.loss_chunks", {1, 1024}},
       {"hardware.cuda_context_bytes", {0, int64_t(1) << 40}},
+      {"peft.lora_rank", {1, 1 << 16}},
       {"parallel.data_parallel_size", {1, 1 << 24}},
       {"parallel.zero_stage", {0, 3}},
       {"hardware.gpu_memory_bytes", {0, int64_t(1) << 50}},
@@ -59,6 +61,66 @@ std::string ids_of(Span table) {
   std::string s;
   for (const auto& e : table) s += (s.empty() ? "" : ", ") + std::string(e.id);
   return s;
+}
+
+void validate_peft(const Config& c, std::vector<FieldError>& e) {
+  const auto& p = c.peft;
+  auto one_of = [&](const char* field, const std::string& value, std::initializer_list<const char*> allowed) {
+    std::string list;
+    bool ok = false;
+    for (const char* a : allowed) ok |= value == a, list += (list.empty() ? "" : ", ") + std::string(a);
+    if (!ok) e.push_back({field, std::string(field) + " must be one of: " + list + "; got \"" + value.substr(0, 40) + "\""});
+  };
+  one_of("peft.method", p.method, {"none", "lora", "dora"});
+  one_of("peft.adapter_dtype", p.adapter_dtype, {"fp32", "bf16", "fp16"});
+  one_of("peft.base_quantization", p.base_quantization, {"none", "int8", "nf4", "fp4"});
+  if (!p.enabled()) {
+    if (p.base_quantization != "none")
+      e.push_back({"peft.base_quantization", "peft.base_quantization needs a PEFT method (peft.method lora or dora): "
+                                             "quantized weights cannot be trained, so full fine-tuning would have no "
+                                             "trainable parameters"});
+    return;
+  }
+  const auto& m = c.model;
+  // The smallest linear the adapters can sit on bounds the rank (a rank above it adds parameters, not capacity).
+  const int64_t d = effective_head_dim(m);
+  const int64_t smallest = std::min({m.hidden_size, m.num_key_value_heads * d, m.intermediate_size});
+  check(e, "peft.lora_rank", p.lora_rank);
+  if (p.lora_rank > smallest && smallest > 0)
+    e.push_back({"peft.lora_rank", "peft.lora_rank must be at most the smallest adapted dimension (" +
+                                       std::to_string(smallest) + "); got " + std::to_string(p.lora_rank)});
+  if (!(p.lora_dropout >= 0.0 && p.lora_dropout < 1.0))
+    e.push_back({"peft.lora_dropout", "peft.lora_dropout must be a probability from 0 to below 1"});
+  if (!(p.lora_alpha > 0.0 && p.lora_alpha < 1e6))
+    e.push_back({"peft.lora_alpha", "peft.lora_alpha must be a number above 0"});
+  // Every named target must exist in this architecture.
+  if (p.target_modules != "all-linear") {
+    std::vector<std::string> known = {"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "lm_head"};
+    if (m.mlp_gated) known.push_back("gate_proj");
+    if (m.kv_lora_rank > 0) known = {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
+                                     "gate_proj", "up_proj", "down_proj", "lm_head"};
+    size_t pos = 0;
+    bool any = false;
+    while (pos <= p.target_modules.size()) {
+      size_t end = p.target_modules.find(',', pos);
+      if (end == std::string::npos) end = p.target_modules.size();
+      std::string item = p.target_modules.substr(pos, end - pos);
+      while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+      while (!item.empty() && item.back() == ' ') item.pop_back();
+      pos = end + 1;
+      if (item.empty()) continue;
+      any = true;
+      if (std::find(known.begin(), known.end(), item) == known.end()) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        e.push_back({"peft.target_modules", "peft.target_modules names \"" + item.substr(0, 40) +
+                                                "\", which this architecture lacks; it has: " + list + " (or all-linear)"});
+      }
+    }
+    if (!any) e.push_back({"peft.target_modules", "peft.target_modules must name at least one module, or be all-linear"});
+  }
+  if (c.training.optimizer_in_backward)
+    e.push_back({"training.optimizer_in_backward", "training.optimizer_in_backward is not modelled with PEFT"});
 }
 
 }  // namespace
@@ -163,6 +225,8 @@ std::vector<FieldError> validate(const Config& c) {
   if (t.optimizer_in_backward && c.parallel.zero_stage != 0)
     e.push_back({"training.optimizer_in_backward",
                  "training.optimizer_in_backward needs parallel.zero_stage = 0 (ZeRO steps the optimizer itself)"});
+
+  validate_peft(c, e);
 
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);

@@ -29,6 +29,7 @@ bool parse_validation_case(std::string_view text, ValidationCase& out, std::vect
   str("source", out.source, true);
   str("notes", out.notes, false);
   str("excluded", out.excluded, false);
+  if (j.contains("bound") && j["bound"] == "lower") out.lower_bound = true;
   if (out.statistic != "allocated" && out.statistic != "reserved" && out.statistic != "active" && out.statistic != "device")
     errors.push_back({"statistic", "statistic must be allocated, reserved, active or device"});
   if (j.contains("measured_gib") && j["measured_gib"].is_number())
@@ -68,7 +69,8 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
                             : c.statistic == "active"   ? d.peak.active_bytes
                                                         : d.peak.device_bytes;
       row.relative_error = static_cast<double>(row.predicted_bytes - c.measured_bytes) / static_cast<double>(c.measured_bytes);
-      if (c.excluded.empty() && (c.confidence == "high" || c.confidence == "medium")) {
+      row.bound_met = !c.lower_bound || row.predicted_bytes > c.measured_bytes;
+      if (c.excluded.empty() && !c.lower_bound && (c.confidence == "high" || c.confidence == "medium")) {
         counted.push_back(std::fabs(row.relative_error));
         if (c.confidence == "high") s.worst_high_abs_error = std::max(s.worst_high_abs_error, std::fabs(row.relative_error));
       }
@@ -107,6 +109,7 @@ std::string validation_markdown(const ValidationSummary& s) {
       std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * r.relative_error);
       err = buf;
       if (!c.excluded.empty()) err += " (excluded)";
+      if (c.lower_bound) err = r.bound_met ? "above the OOM bound: ok" : "below the OOM bound: wrong";
     }
     md += "| " + c.id + " | " + c.confidence + " | " + c.statistic + " | " + format_bytes(c.measured_bytes) + " | " +
           (r.ok ? format_bytes(r.predicted_bytes) : "-") + " | " + err + " | " + r.peak_phase + " | " + c.source + " |\n";

