@@ -59,7 +59,8 @@ bool read_input(const std::string& path, std::string& out, std::string& error) {
 }
 
 void print_table(const Result& r) {
-  std::printf("parameters: %s (%s)\n", format_count(r.params_total).c_str(), format_params(r.params_total).c_str());
+  std::printf("parameters: %s (%s), trainable %s\n", format_count(r.params_total).c_str(),
+              format_params(r.params_total).c_str(), format_count(r.params_trainable).c_str());
   std::printf("model states per GPU: weights %s, gradients %s, optimizer %s\n",
               format_bytes(r.model_states.weights_bytes).c_str(), format_bytes(r.model_states.gradients_bytes).c_str(),
               format_bytes(r.model_states.optimizer_bytes).c_str());

@@ -15,84 +15,6 @@ namespace memsim::ui {
 
 namespace {
 
-const Result* g_result = nullptr;  // the last result, for per-field errors while drawing this panel
-
-void field_error(const char* field) {
-  if (!g_result) return;
-  for (const auto& e : g_result->errors)
-    if (e.field == field) {
-      ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(255, 110, 110, 255));
-      ImGui::PushTextWrapPos(0.0f);
-      ImGui::TextUnformatted(e.message.c_str());
-      ImGui::PopTextWrapPos();
-      ImGui::PopStyleColor();
-    }
-}
-
-bool int_input(const char* label, const char* field, int64_t& v, int64_t step, const char* help) {
-  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  const int64_t fast = step * 8;
-  bool changed = ImGui::InputScalar(label, ImGuiDataType_S64, &v, &step, &fast, "%lld");
-  help_marker(help);
-  field_error(field);
-  return changed;
-}
-
-bool check_input(const char* label, const char* field, bool& v, const char* help) {
-  bool changed = ImGui::Checkbox(label, &v);
-  help_marker(help);
-  field_error(field);
-  return changed;
-}
-
-template <typename Table>
-bool table_combo(const char* label, const char* field, std::string& id, Table table, const char* help,
-                 bool allow_custom = false) {
-  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  std::string preview = id;
-  for (const auto& e : table)
-    if (e.id == id) preview = std::string(e.label);
-  bool changed = false;
-  if (ImGui::BeginCombo(label, preview.c_str())) {
-    for (const auto& e : table) {
-      bool selected = e.id == id;
-      if (ImGui::Selectable(std::string(e.label).c_str(), selected)) id = std::string(e.id), changed = true;
-      if (selected) ImGui::SetItemDefaultFocus();
-    }
-    if (allow_custom && ImGui::Selectable("Custom capacity", id == "custom")) id = "custom", changed = true;
-    ImGui::EndCombo();
-  }
-  help_marker(help);
-  field_error(field);
-  return changed;
-}
-
-// A combo over the allowed values of a choice field (frameworks.h), "auto" shown with what it resolves to.
-bool choice_combo(const char* label, const char* field, std::string& value, const char* auto_means, const char* help) {
-  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  bool changed = false;
-  std::string preview = value == "auto" ? std::string("auto (") + auto_means + ")" : value;
-  if (ImGui::BeginCombo(label, preview.c_str())) {
-    for (auto v : choices(field)) {
-      const bool selected = v == value;
-      std::string text = v == "auto" ? std::string("auto (") + auto_means + ")" : std::string(v);
-      if (ImGui::Selectable(text.c_str(), selected)) value = std::string(v), changed = true;
-    }
-    ImGui::EndCombo();
-  }
-  help_marker(help);
-  field_error(field);
-  return changed;
-}
-
-bool double_input(const char* label, const char* field, double& v, const char* help) {
-  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  bool changed = ImGui::InputDouble(label, &v, 0.05, 0.1, "%.2f");
-  help_marker(help);
-  field_error(field);
-  return changed;
-}
-
 // The model presets of the catalogue, with a search box; unsupported ones are shown greyed with the reason.
 bool preset_picker(ModelConfig& m) {
   static std::string filter;
@@ -143,7 +65,7 @@ bool preset_picker(ModelConfig& m) {
 }  // namespace
 
 bool draw_inputs_panel(Config& c, const Result& result) {
-  g_result = &result;
+  set_field_errors(&result);
   bool changed = false;
   auto& m = c.model;
   if (ImGui::CollapsingHeader("Model", ImGuiTreeNodeFlags_DefaultOpen)) {
@@ -305,7 +227,8 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                          "Memory the CUDA context takes outside PyTorch's allocator; 0 uses 274 MiB, measured with "
                          "lazy module loading (PyTorch's default since 1.13). Old CUDA loads eagerly: 0.7-1.4 GiB.");
   }
-  g_result = nullptr;
+  changed |= draw_peft_inputs(c);
+  set_field_errors(nullptr);
   return changed;
 }
 

@@ -131,6 +131,11 @@ void draw_results_panel(const Config& config, const Result& r, Unit unit) {
   }
   (void)config;
   ImGui::Text("%s parameters (%s)", format_count(r.params_total).c_str(), format_params(r.params_total).c_str());
+  if (r.params_trainable != r.params_total) {
+    ImGui::SameLine();
+    ImGui::Text("| %s trainable (%.3f%%)", format_count(r.params_trainable).c_str(),
+                100.0 * static_cast<double>(r.params_trainable) / static_cast<double>(std::max<int64_t>(1, r.params_total)));
+  }
   ImGui::SameLine();
   ImGui::TextDisabled("| model states per GPU: weights %s, gradients %s, optimizer %s",
                       bytes_text(r.model_states.weights_bytes, unit).c_str(),

@@ -1,5 +1,10 @@
 // One function per panel; each lives in its own file.
 #pragma once
+#include <imgui.h>
+
+#include <initializer_list>
+#include <string>
+
 #include "core/config.h"
 #include "core/format.h"
 #include "core/result.h"
@@ -13,8 +18,43 @@ void draw_results_panel(const Config& config, const Result& result, Unit unit);
 // Allocated and reserved memory over the events of the step, phases and peak marked; hover shows the event.
 void draw_timeline_panel(const Result& result, Unit unit);
 
-// Shared widgets.
+// Parameter-efficient fine-tuning inputs (LoRA/DoRA, quantized base). Returns true when the config changed.
+bool draw_peft_inputs(Config& config);
+
+// Shared widgets. Inputs show the simulator's message for their field under them (set_field_errors).
 void help_marker(const char* text);
+void set_field_errors(const Result* result);
+void field_error(const char* field);
+bool int_input(const char* label, const char* field, int64_t& v, int64_t step, const char* help);
+bool check_input(const char* label, const char* field, bool& v, const char* help);
+bool double_input(const char* label, const char* field, double& v, const char* help);
+bool choice_combo(const char* label, const char* field, std::string& value, const char* auto_means, const char* help);
+
+// A combo over a table of the core (precision recipes, optimizers, GPUs, frameworks), shown by label.
+template <typename Table>
+bool table_combo(const char* label, const char* field, std::string& id, Table table, const char* help,
+                 bool allow_custom = false) {
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  std::string preview = id;
+  for (const auto& e : table)
+    if (e.id == id) preview = std::string(e.label);
+  bool changed = false;
+  if (ImGui::BeginCombo(label, preview.c_str())) {
+    for (const auto& e : table) {
+      bool selected = e.id == id;
+      if (ImGui::Selectable(std::string(e.label).c_str(), selected)) id = std::string(e.id), changed = true;
+      if (selected) ImGui::SetItemDefaultFocus();
+    }
+    if (allow_custom && ImGui::Selectable("Custom capacity", id == "custom")) id = "custom", changed = true;
+    ImGui::EndCombo();
+  }
+  help_marker(help);
+  field_error(field);
+  return changed;
+}
+
+bool string_combo(const char* label, const char* field, std::string& value, std::initializer_list<const char*> values,
+                  const char* help);
 std::string bytes_text(int64_t bytes, Unit unit);
 
 }  // namespace memsim::ui

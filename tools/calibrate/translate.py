@@ -1,0 +1,772 @@
+"""memsim config -> what the calibration harness runs. Torch-free on purpose.
+
+`translate(item)` reads one memsim config (or a validation-case wrapper around one) and returns a *plan*: a plain
+JSON-serialisable dict naming everything calibrate.py will do on the GPU (the dict for
+`transformers.AutoConfig.for_model`, the attention implementation, the dtypes, the optimizer class and its
+arguments, checkpointing, the loss, PEFT and bitsandbytes settings). Settings the harness cannot reproduce
+faithfully raise `Unsupported`, which names every offending field; nothing is silently ignored.
+
+Fields a config leaves out take memsim's defaults (MEMSIM_DEFAULTS, the output of `memsim-cli config`), because
+those are what memsim will simulate. Note that memsim's defaults are an 8-GPU ZeRO-3 DeepSpeed run, so a config
+for this harness must set at least training.framework, training.precision and the parallel section.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+
+HARNESS_NAME = "memsim calibration harness (tools/calibrate/calibrate.py)"
+HARNESS_VERSION = 1
+DEFAULT_STEPS = 3
+
+# ---------------------------------------------------------------------------------------------------------------
+# memsim's defaults for fields a config leaves out (src/core/config.h; checked against `memsim-cli config` by
+# test_calibrate.py where the binary is built). The model section has no fixed defaults: memsim starts from the
+# structure of model_type (serialize.cpp hf_structure), mirrored in STRUCTURE below.
+# ---------------------------------------------------------------------------------------------------------------
+MEMSIM_DEFAULTS = {
+    "training": {
+        "micro_batch_size": 4,
+        "sequence_length": 4096,
+        "gradient_accumulation_steps": 1,
+        "framework": "deepspeed",
+        "precision": "bf16_mixed",
+        "optimizer": "adamw",
+        "optimizer_impl": "auto",
+        "activation_checkpointing": "full",
+        "checkpoint_every_k_layers": 2,
+        "attention": "auto",
+        "norm_impl": "auto",
+        "loss": "auto",
+        "loss_chunks": 8,
+        "activation_offload": False,
+        "optimizer_in_backward": False,
+        "compile": False,
+        "zero_grad_set_to_none": True,
+    },
+    "peft": {
+        "method": "none",
+        "lora_rank": 8,
+        "lora_alpha": 16.0,
+        "lora_dropout": 0.0,
+        "target_modules": "q_proj,v_proj",
+        "adapter_dtype": "fp32",
+        "base_quantization": "none",
+        "double_quantization": False,
+        "prepare_kbit": True,
+        "modules_to_save": "",
+    },
+    "parallel": {"data_parallel_size": 8, "zero_stage": 3},
+    "hardware": {"gpu": "a100-80gb", "gpu_memory_bytes": 0, "headroom_fraction": 0.10, "cuda_context_bytes": 0},
+}
+
+SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware")
+
+# What memsim's frameworks do where they differ (src/core/frameworks.cpp; checked by test_calibrate.py). The
+# harness reproduces only the two that run transformers model code in a torch loop.
+FRAMEWORKS = {
+    "hf_loop": {
+        "attention": "sdpa", "norm_impl": "eager_fp32", "loss": "hf_fp32_upcast", "optimizer_impl": "foreach",
+        "param_groups": 1, "holds_logits": True,
+        "loop": "out = model(input_ids, labels=labels); (out.loss / gas).backward(); `out` (and its logits) is "
+                "held through backward; one parameter group",
+    },
+    "hf_trainer": {
+        "attention": "sdpa", "norm_impl": "eager_fp32", "loss": "hf_fp32_upcast", "optimizer_impl": "fused",
+        "param_groups": 2, "holds_logits": False,
+        "loop": "Trainer-like: loss = model(input_ids, labels=labels).loss, the outputs are dropped before "
+                "backward; two parameter groups (weight decay on matrices and embeddings, none on norms and "
+                "biases); no gradient clipping, no Trainer bookkeeping",
+    },
+}
+OTHER_FRAMEWORKS = ("deepspeed", "torchtune", "litgpt", "megatron")
+
+PRECISIONS = {
+    # param dtype, autocast dtype, grad scaler
+    "fp32": ("float32", None, False),
+    "amp_bf16": ("float32", "bfloat16", False),
+    "amp_fp16": ("float32", "float16", True),
+    "bf16_pure": ("bfloat16", None, False),
+}
+PRECISIONS_NEEDING_A_FRAMEWORK = {
+    "bf16_mixed": "bf16 weights and gradients with fp32 master weights in the optimizer (DeepSpeed/ZeRO)",
+    "fp16_mixed": "fp16 weights and gradients with fp32 master weights and loss scaling (DeepSpeed)",
+    "bf16_fp32_grads": "bf16 weights with fp32 main gradients and master weights (Megatron)",
+}
+
+TORCH_OPTIMIZERS = {
+    # name -> (torch class, kwargs, implementations torch offers)
+    "adamw": ("torch.optim.AdamW", {"lr": 1e-5}, ("foreach", "fused", "for_loop")),
+    "adam": ("torch.optim.Adam", {"lr": 1e-5}, ("foreach", "fused", "for_loop")),
+    "sgd": ("torch.optim.SGD", {"lr": 1e-4, "momentum": 0.0}, ("foreach", "fused", "for_loop")),
+    "sgd_momentum": ("torch.optim.SGD", {"lr": 1e-4, "momentum": 0.9}, ("foreach", "fused", "for_loop")),
+    "adafactor": ("torch.optim.Adafactor", {"lr": 1e-3}, ("foreach", "for_loop")),
+}
+BNB_OPTIMIZERS = {
+    "adamw_8bit": ("bitsandbytes.optim.AdamW8bit", {"lr": 1e-5}),
+    "paged_adamw": ("bitsandbytes.optim.PagedAdamW32bit", {"lr": 1e-5}),
+    "paged_adamw_8bit": ("bitsandbytes.optim.PagedAdamW8bit", {"lr": 1e-5}),
+    "lion": ("bitsandbytes.optim.Lion32bit", {"lr": 1e-5}),
+}
+OPTIMIZER_STATE_DTYPE = {
+    "adamw_8bit": "uint8 blockwise (fp32 for tensors under 4096 elements)",
+    "paged_adamw_8bit": "uint8 blockwise, paged (unified memory, not counted by the torch allocator)",
+    "paged_adamw": "fp32, paged (unified memory, not counted by the torch allocator)",
+    "lion": "fp32 (one momentum buffer)",
+    "sgd": "none",
+    "adafactor": "factored second moment (row + column), param dtype",
+}
+
+ATTENTION = {"sdpa": "sdpa", "sdpa_repeat_kv": "sdpa", "eager": "eager", "flash_attention_2": "flash_attention_2"}
+LOSSES = ("hf_fp32_upcast", "full_fp32", "chunked_fp32", "chunked_bf16", "fused_linear")
+CHECKPOINTING = ("none", "full", "selective", "every_k")
+NORM_IMPLS = ("auto", "eager_fp32", "fp32_scale", "fused")
+OPTIMIZER_IMPLS = ("auto", "foreach", "fused", "for_loop")
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model section
+# ---------------------------------------------------------------------------------------------------------------
+
+# Every model field memsim reads (serialize.cpp visit_fields), with memsim's default before hf_structure.
+MEMSIM_MODEL_FIELDS = {
+    "name": "", "model_type": "llama", "hidden_size": 0, "num_hidden_layers": 0, "num_attention_heads": 0,
+    "num_key_value_heads": 0, "head_dim": 0, "intermediate_size": 0, "vocab_size": 0,
+    "max_position_embeddings": 2048, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
+    "mlp_bias": False, "norm_type": "rmsnorm", "mlp_gated": True, "qkv_bias": False, "qk_norm": False,
+    "qk_norm_per_head": True, "norms_per_layer": 2, "position_embedding_type": "rope", "attention_dropout": 0.0,
+    "hidden_dropout": 0.0, "num_experts": 0, "num_experts_per_tok": 0, "moe_intermediate_size": 0,
+    "shared_expert_intermediate_size": 0, "first_k_dense_replace": 0, "router_bias": False,
+    "moe_capacity_factor": 0.0, "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0,
+    "v_head_dim": 0, "post_layernorm": False, "type_vocab_size": 0, "task_head": "causal_lm", "num_labels": 2,
+}
+# Older and model-specific HF names memsim reads as its own (serialize.cpp kAliases).
+ALIASES = {
+    "n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
+    "n_inner": "intermediate_size", "n_positions": "max_position_embeddings", "activation_function": "hidden_act",
+    "use_qkv_bias": "qkv_bias", "num_kv_heads": "num_key_value_heads", "_name_or_path": "name",
+    "num_local_experts": "num_experts", "n_routed_experts": "num_experts",
+    "attention_probs_dropout_prob": "attention_dropout", "attn_pdrop": "attention_dropout",
+    "hidden_dropout_prob": "hidden_dropout", "resid_pdrop": "hidden_dropout",
+}
+# HF keys that are bookkeeping, or that the harness sets itself; never passed to AutoConfig.
+DROPPED_HF_KEYS = {
+    "architectures", "torch_dtype", "dtype", "transformers_version", "use_cache", "gradient_checkpointing",
+    "id2label", "label2id", "num_labels", "model_type", "_attn_implementation", "attn_implementation",
+}
+
+# What transformers' model class builds for each supported model_type, in memsim's structural terms.
+_DECODER = {
+    "norm_type": "rmsnorm", "mlp_gated": True, "qkv_bias": False, "qk_norm": False, "qk_norm_per_head": True,
+    "norms_per_layer": 2, "position_embedding_type": "rope", "post_layernorm": False, "task_head": "causal_lm",
+    "type_vocab_size": 0, "hidden_dropout": 0.0, "router_bias": False, "moe_capacity_factor": 0.0,
+    "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0,
+}
+STRUCTURE = {
+    # model_type -> (fixed structure, HF keys that carry attention_bias / mlp_bias, MoE flavour, notes)
+    "llama": dict(_DECODER),
+    "mistral": dict(_DECODER),
+    "qwen2": dict(_DECODER, qkv_bias=True),
+    "qwen3": dict(_DECODER, qk_norm=True),
+    "mixtral": dict(_DECODER),
+    "qwen3_moe": dict(_DECODER, qk_norm=True),
+}
+ATTENTION_BIAS_KEY = {"llama", "qwen3", "qwen3_moe"}  # configs whose attention_bias switches q/k/v/o biases
+MLP_BIAS_KEY = {"llama"}
+MOE_TYPES = {"mixtral", "qwen3_moe"}
+SLIDING_WINDOW_KEY = {"mistral", "mixtral"}         # sliding_window applies whenever it is set
+USE_SLIDING_WINDOW_KEY = {"qwen2", "qwen3", "qwen3_moe"}  # sliding_window applies only with use_sliding_window
+LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+
+
+class Unsupported(Exception):
+    """A setting the harness cannot reproduce faithfully. `errors` is a list of (field, message)."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        super().__init__("; ".join(f"{f}: {m}" for f, m in self.errors))
+
+    @property
+    def fields(self):
+        return [f for f, _ in self.errors]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Input files
+# ---------------------------------------------------------------------------------------------------------------
+
+def parse_items(text):
+    """Configs in a text: one JSON object, a JSON list, {"configs": [...]} (sweep.json), or JSONL."""
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if doc is None:
+        items = []
+        for n, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("//"):
+                continue
+            try:
+                items.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"line {n}: not JSON ({e})") from None
+        return items
+    if isinstance(doc, list):
+        return doc
+    if isinstance(doc, dict) and isinstance(doc.get("configs"), list) and "model" not in doc:
+        return doc["configs"]
+    return [doc]
+
+
+def load_items(path):
+    with open(path, encoding="utf-8") as f:
+        return parse_items(f.read())
+
+
+def unwrap(item):
+    """(id, config, extra) from a bare config or a wrapper {"id", "config", "comment"/"notes"/...}."""
+    if not isinstance(item, dict):
+        raise Unsupported([("config", f"each config must be a JSON object, got {type(item).__name__}")])
+    if "config" in item and "model" not in item:
+        config = item["config"]
+        if not isinstance(config, dict):
+            raise Unsupported([("config", "the wrapper's config must be a JSON object")])
+        extra = {k: v for k, v in item.items() if k != "config"}
+        return item.get("id") or default_id(config), config, extra
+    return default_id(item), item, {}
+
+
+def _slug(s):
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(s)).strip("-").lower()[:60] or "model"
+
+
+def default_id(config):
+    digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
+    model = config.get("model", {}) if isinstance(config.get("model"), dict) else {}
+    t = config.get("training", {}) if isinstance(config.get("training"), dict) else {}
+    name = model.get("name") or model.get("_name_or_path") or model.get("model_type") or "model"
+    return "calib-" + "-".join(_slug(x) for x in (name, t.get("precision", "?"), t.get("optimizer", "?"))) + "-" + digest
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Translation
+# ---------------------------------------------------------------------------------------------------------------
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def effective_model(model):
+    """The model memsim simulates: model_type's structure, then the config's keys (aliases resolved)."""
+    norm = dict(model)
+    for alias, canon in ALIASES.items():
+        if canon not in norm and alias in norm:
+            norm[canon] = norm[alias]
+    mtype = norm.get("model_type") if isinstance(norm.get("model_type"), str) else "llama"
+    eff = dict(MEMSIM_MODEL_FIELDS)
+    eff.update(STRUCTURE.get(mtype, {}))
+    eff["model_type"] = mtype
+    if "task_head" not in norm and isinstance(norm.get("architectures"), list):
+        if any(isinstance(a, str) and "ForSequenceClassification" in a for a in norm["architectures"]):
+            eff["task_head"] = "sequence_classification"
+    for k in MEMSIM_MODEL_FIELDS:
+        if k in norm and norm[k] is not None:
+            eff[k] = norm[k]
+    if "num_key_value_heads" not in norm or norm["num_key_value_heads"] is None:
+        eff["num_key_value_heads"] = eff["num_attention_heads"]
+    return eff, norm
+
+
+def head_dim_of(eff):
+    if eff["head_dim"]:
+        return eff["head_dim"]
+    return eff["hidden_size"] // eff["num_attention_heads"] if eff["num_attention_heads"] else 0
+
+
+def expected_params(eff):
+    """Parameters transformers builds for the effective model (equals memsim's params_total for these types)."""
+    h, L, V = eff["hidden_size"], eff["num_hidden_layers"], eff["vocab_size"]
+    d = head_dim_of(eff)
+    qw, kvw = eff["num_attention_heads"] * d, eff["num_key_value_heads"] * d
+    qkv_bias = eff["attention_bias"] or eff["qkv_bias"]
+    attn = h * qw + 2 * h * kvw + qw * h
+    if qkv_bias:
+        attn += qw + 2 * kvw
+    if eff["attention_bias"]:
+        attn += h
+    if eff["qk_norm"]:
+        attn += 2 * d if eff["qk_norm_per_head"] else qw + kvw
+    norms = 2 * h
+    inter = eff["intermediate_size"]
+    dense_mlp = 3 * h * inter + (2 * inter + h if eff["mlp_bias"] else 0)
+    per_dense = attn + norms + dense_mlp
+    total = V * h + h + (0 if eff["tie_word_embeddings"] else V * h)
+    E = eff["num_experts"]
+    if E > 0:
+        fe = eff["moe_intermediate_size"] or inter
+        per_moe = attn + norms + E * h + E * 3 * h * fe
+        k = min(eff["first_k_dense_replace"], L)
+        return total + k * per_dense + (L - k) * per_moe
+    return total + L * per_dense
+
+
+def _check_model(model, training, errors, notes):
+    if not isinstance(model, dict):
+        errors.append(("model", "the model section must be a JSON object"))
+        return None, None
+    if "text_config" in model and "hidden_size" not in model:
+        errors.append(("model.text_config", "multimodal configs are not supported; give the language model's keys"))
+        return None, None
+    eff, norm = effective_model(model)
+    mtype = eff["model_type"]
+    if mtype not in STRUCTURE:
+        errors.append(("model.model_type", f"\"{mtype}\" is not supported by the harness; supported: "
+                       + ", ".join(sorted(STRUCTURE)) + " (the structural checks are written per model_type)"))
+        return None, None
+    for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"):
+        if not _is_int(norm.get(k)) or norm.get(k) <= 0:
+            errors.append((f"model.{k}", "a positive integer is required"))
+    if errors and any(f.startswith("model.") for f, _ in errors):
+        return None, None
+    for k in ("num_key_value_heads", "head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "first_k_dense_replace", "max_position_embeddings"):
+        if not _is_int(eff[k]) or eff[k] < 0:
+            errors.append((f"model.{k}", f"must be a non-negative integer; got {eff[k]!r}"))
+    if errors:
+        return None, None
+
+    # Structure that transformers' class for this model_type fixes.
+    for field, want in STRUCTURE[mtype].items():
+        got = eff[field]
+        if got != want and not (_is_num(got) and _is_num(want) and float(got) == float(want)):
+            errors.append((f"model.{field}", f"{got!r}, but transformers' {mtype} model has {field} = {want!r}; "
+                           "the harness would measure a different model than memsim simulates"))
+    if eff["attention_bias"] and mtype not in ATTENTION_BIAS_KEY:
+        errors.append(("model.attention_bias", f"true, but transformers' {mtype} attention has no such switch"))
+    if eff["mlp_bias"] and mtype not in MLP_BIAS_KEY:
+        errors.append(("model.mlp_bias", f"true, but transformers' {mtype} MLP has no such switch"))
+    heads, kv = eff["num_attention_heads"], eff["num_key_value_heads"]
+    if kv <= 0 or heads % kv:
+        errors.append(("model.num_key_value_heads", f"{kv} must divide num_attention_heads ({heads})"))
+    if not eff["head_dim"] and eff["hidden_size"] % heads:
+        errors.append(("model.head_dim", "0 (hidden_size / num_attention_heads), but hidden_size is not a multiple "
+                       "of num_attention_heads; give head_dim"))
+
+    # Mixture of experts.
+    E = eff["num_experts"]
+    if mtype in MOE_TYPES:
+        if E <= 0 or eff["num_experts_per_tok"] <= 0 or eff["num_experts_per_tok"] > E:
+            errors.append(("model.num_experts", f"{mtype} needs num_experts > 0 and 0 < num_experts_per_tok <= "
+                           f"num_experts; got {E} and {eff['num_experts_per_tok']}"))
+        if eff["shared_expert_intermediate_size"]:
+            errors.append(("model.shared_expert_intermediate_size", f"transformers' {mtype} has no shared experts"))
+        if mtype == "mixtral":
+            if eff["moe_intermediate_size"] not in (0, eff["intermediate_size"]):
+                errors.append(("model.moe_intermediate_size", "Mixtral experts use intermediate_size; give 0"))
+            if eff["first_k_dense_replace"]:
+                errors.append(("model.first_k_dense_replace", "every Mixtral layer is a MoE layer; give 0"))
+        if mtype == "qwen3_moe":
+            step = norm.get("decoder_sparse_step", 1)
+            if step != 1:
+                errors.append(("model.decoder_sparse_step", f"{step}: memsim models MoE layers after the first "
+                               "first_k_dense_replace layers, every layer; only 1 is reproduced"))
+            k = eff["first_k_dense_replace"]
+            mlp_only = norm.get("mlp_only_layers")
+            if mlp_only not in (None, []) and mlp_only != list(range(k)):
+                errors.append(("model.mlp_only_layers", f"{mlp_only!r} differs from the first first_k_dense_replace "
+                               f"({k}) layers that memsim makes dense"))
+        if norm.get("output_router_logits"):
+            errors.append(("model.output_router_logits", "true adds the router auxiliary loss, which memsim does "
+                           "not model"))
+    else:
+        for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+                  "first_k_dense_replace"):
+            if eff[k]:
+                errors.append((f"model.{k}", f"{eff[k]}, but {mtype} is a dense model"))
+
+    # HF keys memsim ignores but that change the model.
+    if "quantization_config" in norm:
+        errors.append(("model.quantization_config", "a quantized checkpoint; use peft.base_quantization"))
+    if norm.get("pretraining_tp", 1) not in (1, None):
+        errors.append(("model.pretraining_tp", "values above 1 split the linears in forward; not modelled"))
+    seq = training.get("sequence_length", MEMSIM_DEFAULTS["training"]["sequence_length"])
+    window = norm.get("sliding_window")
+    if mtype in SLIDING_WINDOW_KEY and _is_int(window) and _is_int(seq) and window < seq:
+        errors.append(("model.sliding_window", f"{window} is below training.sequence_length ({seq}); memsim "
+                       "models full causal attention"))
+    if mtype in USE_SLIDING_WINDOW_KEY and norm.get("use_sliding_window") and _is_int(window) and _is_int(seq) \
+            and window < seq:
+        errors.append(("model.use_sliding_window", f"sliding_window {window} is below training.sequence_length "
+                       f"({seq}); memsim models full causal attention"))
+    if not isinstance(eff["hidden_act"], str):
+        errors.append(("model.hidden_act", "must be a string"))
+    if errors:
+        return None, None
+
+    # The dict for AutoConfig.for_model: HF keys passed through, memsim's effective values written explicitly.
+    hf = {}
+    for k, v in norm.items():
+        if k in MEMSIM_MODEL_FIELDS or k in ALIASES or k in DROPPED_HF_KEYS:
+            continue
+        hf[k] = copy.deepcopy(v)
+    for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "max_position_embeddings", "tie_word_embeddings", "hidden_act",
+              "attention_dropout"):
+        hf[k] = eff[k]
+    hf["head_dim"] = head_dim_of(eff)
+    if mtype in ATTENTION_BIAS_KEY:
+        hf["attention_bias"] = bool(eff["attention_bias"])
+    if mtype in MLP_BIAS_KEY:
+        hf["mlp_bias"] = bool(eff["mlp_bias"])
+    if mtype == "mixtral":
+        hf["num_local_experts"] = E
+        hf["num_experts_per_tok"] = eff["num_experts_per_tok"]
+    if mtype == "qwen3_moe":
+        hf["num_experts"] = E
+        hf["num_experts_per_tok"] = eff["num_experts_per_tok"]
+        hf["moe_intermediate_size"] = eff["moe_intermediate_size"] or eff["intermediate_size"]
+        hf["mlp_only_layers"] = list(range(eff["first_k_dense_replace"]))
+        hf["decoder_sparse_step"] = 1
+        hf["output_router_logits"] = False
+        if eff["moe_intermediate_size"] == 0:
+            notes.append("model.moe_intermediate_size: 0 means intermediate_size in memsim; passed as such")
+    if mtype in SLIDING_WINDOW_KEY and "sliding_window" not in norm:
+        hf["sliding_window"] = None
+        notes.append(f"model.sliding_window: not given; set to None (full attention, as memsim models) instead of "
+                     f"the {mtype} config class default")
+    if mtype in USE_SLIDING_WINDOW_KEY and "use_sliding_window" not in norm:
+        hf["use_sliding_window"] = False
+    hf["use_cache"] = False
+    return eff, hf
+
+
+def _section(config, name, errors):
+    sec = config.get(name, {})
+    if not isinstance(sec, dict):
+        errors.append((name, f"the {name} section must be a JSON object"))
+        return {}
+    eff = dict(MEMSIM_DEFAULTS[name])
+    for k, v in sec.items():
+        if k not in eff:
+            errors.append((f"{name}.{k}", "unknown field (memsim would reject it too)"))
+        else:
+            eff[k] = v
+    return eff
+
+
+def _choice(errors, field, value, allowed):
+    if value not in allowed:
+        errors.append((field, f"must be one of: {', '.join(allowed)}; got {value!r}"))
+        return False
+    return True
+
+
+def translate(item, steps=DEFAULT_STEPS):
+    """Plan for one config or case wrapper. Raises Unsupported naming every field it cannot reproduce."""
+    cid, config, extra = unwrap(item)
+    errors, notes = [], []
+    for k in config:
+        if k not in SECTIONS:
+            errors.append((k, f"unknown section; a memsim config has {', '.join(SECTIONS)}"))
+    if "schema" in config and config["schema"] != 1:
+        errors.append(("schema", f"{config['schema']!r}: the harness reads schema 1"))
+    if "model" not in config:
+        errors.append(("model", "the model section is required (memsim's default model is not a real checkpoint "
+                       "shape the harness should guess)"))
+
+    t = _section(config, "training", errors)
+    p = _section(config, "parallel", errors)
+    hw = _section(config, "hardware", errors)
+    pf = _section(config, "peft", errors)
+    given_training = config.get("training", {}) if isinstance(config.get("training"), dict) else {}
+    given_parallel = config.get("parallel", {}) if isinstance(config.get("parallel"), dict) else {}
+
+    eff = hf = None
+    if "model" in config:
+        eff, hf = _check_model(config["model"], given_training, errors, notes)
+
+    # --- parallel: one GPU only
+    for k, want in (("data_parallel_size", 1), ("zero_stage", 0)):
+        if p[k] != want:
+            how = "" if k in given_parallel else f" (not given: memsim's default is {p[k]})"
+            errors.append((f"parallel.{k}", f"{p[k]}{how}; the harness runs one GPU without ZeRO: set {want}"))
+
+    # --- integers
+    for k in ("micro_batch_size", "sequence_length", "gradient_accumulation_steps", "checkpoint_every_k_layers",
+              "loss_chunks"):
+        if not _is_int(t[k]) or t[k] < 1:
+            errors.append((f"training.{k}", f"must be a positive integer; got {t[k]!r}"))
+
+    # --- framework
+    fw = t["framework"]
+    spec = FRAMEWORKS.get(fw)
+    if spec is None:
+        how = "" if "framework" in given_training else " (not given: memsim's default)"
+        if fw in OTHER_FRAMEWORKS:
+            errors.append(("training.framework", f"{fw}{how}: the harness runs transformers model code in a plain "
+                           "torch loop; it reproduces hf_loop and hf_trainer only"))
+        else:
+            errors.append(("training.framework", f"unknown value {fw!r}"))
+        spec = FRAMEWORKS["hf_loop"]
+
+    def resolved(field):
+        v = t[field]
+        if v == "auto":
+            notes.append(f"training.{field}: auto -> {spec[field]} ({fw})")
+            return spec[field]
+        return v
+
+    # --- precision
+    prec = t["precision"]
+    if prec in PRECISIONS_NEEDING_A_FRAMEWORK:
+        how = "" if "precision" in given_training else " (not given: memsim's default)"
+        errors.append(("training.precision", f"{prec}{how}: {PRECISIONS_NEEDING_A_FRAMEWORK[prec]} needs "
+                       "DeepSpeed/Megatron; a torch loop cannot reproduce it faithfully. Use fp32, amp_bf16, "
+                       "amp_fp16 or bf16_pure"))
+        param_dtype, autocast, scaler = "bfloat16", None, False
+    elif prec in PRECISIONS:
+        param_dtype, autocast, scaler = PRECISIONS[prec]
+    else:
+        errors.append(("training.precision", f"unknown value {prec!r}"))
+        param_dtype, autocast, scaler = "float32", None, False
+
+    # --- attention
+    attention = resolved("attention") if _choice(errors, "training.attention", t["attention"],
+                                                 ("auto",) + tuple(ATTENTION)) else "sdpa"
+    attn_impl = ATTENTION.get(attention, "sdpa")
+    if attention == "sdpa_repeat_kv":
+        notes.append("training.attention: sdpa_repeat_kv runs transformers' sdpa; whether it expands k/v for GQA "
+                     "depends on the transformers and torch versions (sdpa_attention.py use_gqa_in_sdpa)")
+    if attn_impl == "flash_attention_2" and prec == "fp32":
+        errors.append(("training.attention", "flash_attention_2 needs fp16/bf16 inputs; with fp32 transformers "
+                       "casts q/k/v silently"))
+
+    # --- norm
+    if _choice(errors, "training.norm_impl", t["norm_impl"], NORM_IMPLS):
+        norm_impl = resolved("norm_impl")
+        if norm_impl != "eager_fp32":
+            errors.append(("training.norm_impl", f"{norm_impl}: the harness runs the model's own norm "
+                           "(transformers' RMSNorm upcasts to fp32 = eager_fp32)"))
+
+    # --- loss
+    loss = "hf_fp32_upcast"
+    if _choice(errors, "training.loss", t["loss"], ("auto",) + LOSSES):
+        loss = resolved("loss")
+
+    # --- checkpointing
+    ck = t["activation_checkpointing"]
+    if _choice(errors, "training.activation_checkpointing", ck, CHECKPOINTING) and ck == "selective":
+        errors.append(("training.activation_checkpointing", "selective (recompute the attention core only) has "
+                       "no faithful equivalent on transformers model code"))
+    checkpointing = {"mode": ck, "use_reentrant": False}
+    if ck == "every_k":
+        checkpointing["every_k_layers"] = t["checkpoint_every_k_layers"]
+        checkpointing["layers"] = "0, k, 2k, ... wrapped in torch.utils.checkpoint.checkpoint"
+    elif ck == "full":
+        checkpointing["how"] = "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})"
+
+    # --- flags the harness cannot reproduce
+    if t["activation_offload"]:
+        errors.append(("training.activation_offload", "true: offloading saved activations to the host is a "
+                       "torchtune/Megatron feature; not reproduced"))
+    if t["compile"]:
+        errors.append(("training.compile", "true: torch.compile changes what is saved in ways memsim models only "
+                       "for the chunked loss; not reproduced"))
+    for k in ("activation_offload", "compile", "optimizer_in_backward", "zero_grad_set_to_none"):
+        if not isinstance(t[k], bool):
+            errors.append((f"training.{k}", f"must be true or false; got {t[k]!r}"))
+
+    # --- PEFT
+    peft = None
+    method = pf["method"]
+    if _choice(errors, "peft.method", method, ("none", "lora", "dora")):
+        _choice(errors, "peft.adapter_dtype", pf["adapter_dtype"], ("fp32", "bf16", "fp16"))
+        _choice(errors, "peft.base_quantization", pf["base_quantization"], ("none", "int8", "nf4", "fp4"))
+        quant = pf["base_quantization"]
+        if method == "none":
+            if quant != "none":
+                errors.append(("peft.base_quantization", f"{quant} needs peft.method lora or dora: quantized "
+                               "weights cannot be trained in full"))
+        else:
+            if not _is_int(pf["lora_rank"]) or pf["lora_rank"] < 1:
+                errors.append(("peft.lora_rank", f"must be a positive integer; got {pf['lora_rank']!r}"))
+            if not _is_num(pf["lora_alpha"]) or pf["lora_alpha"] <= 0:
+                errors.append(("peft.lora_alpha", "must be a number above 0"))
+            if not _is_num(pf["lora_dropout"]) or not 0 <= pf["lora_dropout"] < 1:
+                errors.append(("peft.lora_dropout", "must be a probability from 0 to below 1"))
+            targets = pf["target_modules"]
+            if not isinstance(targets, str) or not targets.strip():
+                errors.append(("peft.target_modules", "must be a comma-separated string of module names or "
+                               "all-linear"))
+                targets = "q_proj,v_proj"
+            if targets.strip() == "all-linear":
+                target_list = "all-linear"
+            else:
+                target_list = [s.strip() for s in targets.split(",") if s.strip()]
+                bad = [s for s in target_list if s not in LINEAR_MODULES]
+                if bad:
+                    errors.append(("peft.target_modules", f"{', '.join(bad)} not among this model's linears "
+                                   f"({', '.join(LINEAR_MODULES)})"))
+            mts = pf["modules_to_save"]
+            if not isinstance(mts, str):
+                errors.append(("peft.modules_to_save", "must be a comma-separated string"))
+                mts = ""
+            to_save = [s.strip() for s in mts.split(",") if s.strip()]
+            if not isinstance(pf["double_quantization"], bool) or not isinstance(pf["prepare_kbit"], bool):
+                errors.append(("peft.double_quantization", "double_quantization and prepare_kbit must be true or "
+                               "false"))
+            if pf["double_quantization"] and quant not in ("nf4", "fp4"):
+                errors.append(("peft.double_quantization", f"true needs 4-bit base_quantization; got {quant}"))
+            if quant != "none" and eff is not None and eff["num_experts"] > 0:
+                errors.append(("peft.base_quantization", "quantizing MoE models (routers, grouped experts) is "
+                               "version-dependent in transformers/bitsandbytes; not reproduced"))
+            if quant != "none" and param_dtype == "float32" and autocast is None:
+                notes.append("peft.base_quantization with fp32 precision: bitsandbytes computes in fp32")
+            compute = {"bfloat16": "bfloat16", "float16": "float16"}.get(autocast or param_dtype, "float32")
+            peft = {
+                "method": method,
+                "use_dora": method == "dora",
+                "r": pf["lora_rank"],
+                "lora_alpha": pf["lora_alpha"],
+                "lora_dropout": pf["lora_dropout"],
+                "target_modules": target_list,
+                "modules_to_save": to_save,
+                "adapter_dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(pf["adapter_dtype"]),
+                "quantization": None if quant == "none" else {
+                    "type": quant,
+                    "bits": 8 if quant == "int8" else 4,
+                    "double_quant": bool(pf["double_quantization"]),
+                    "compute_dtype": compute,
+                    "prepare_kbit": bool(pf["prepare_kbit"]),
+                    "skip_modules": ["lm_head"],
+                    "how": ("every nn.Linear of the decoder layers replaced by bitsandbytes "
+                            + ("Linear8bitLt (has_fp16_weights=False, threshold 6.0)" if quant == "int8"
+                               else f"Linear4bit (quant_type {quant}, compress_statistics {bool(pf['double_quantization'])})")
+                            + "; lm_head, embeddings and norms stay, as from_pretrained(quantization_config=...) "
+                            "does"),
+                },
+                "get_peft_model": "autocast_adapter_dtype=False, then every trainable parameter cast to "
+                                  "adapter_dtype",
+            }
+            if to_save:
+                notes.append("peft.modules_to_save: PEFT keeps the original module frozen and trains a copy "
+                             "(ModulesToSaveWrapper)")
+
+    # --- optimizer
+    opt_name = t["optimizer"]
+    impl_given = t["optimizer_impl"]
+    _choice(errors, "training.optimizer_impl", impl_given, OPTIMIZER_IMPLS)
+    optimizer = None
+    if opt_name in TORCH_OPTIMIZERS:
+        cls, kwargs, impls = TORCH_OPTIMIZERS[opt_name]
+        impl = resolved("optimizer_impl") if impl_given in OPTIMIZER_IMPLS else "foreach"
+        kwargs = dict(kwargs)
+        if impl not in impls:
+            errors.append(("training.optimizer_impl", f"{impl}: {cls} has no {impl} implementation"))
+        elif impl == "fused":
+            kwargs["fused"] = True
+        elif impl == "foreach":
+            kwargs["foreach"] = True
+            if opt_name != "adafactor":
+                kwargs["fused"] = False
+        else:
+            kwargs["foreach"] = False
+            if opt_name != "adafactor":
+                kwargs["fused"] = False
+        state_dtype = OPTIMIZER_STATE_DTYPE.get(opt_name)
+        if state_dtype is None:
+            state_dtype = "param dtype (" + ("fp32" if param_dtype == "float32" else "bf16") + ")"
+        optimizer = {"name": opt_name, "library": "torch", "class": cls, "kwargs": kwargs, "impl": impl,
+                     "state_dtype": state_dtype}
+    elif opt_name in BNB_OPTIMIZERS:
+        cls, kwargs = BNB_OPTIMIZERS[opt_name]
+        if impl_given != "auto":
+            errors.append(("training.optimizer_impl", f"{impl_given}: {cls} is one bitsandbytes kernel; only auto "
+                           "applies"))
+        if opt_name == "lion" and param_dtype != "float32":
+            errors.append(("training.optimizer", "lion: the harness uses bitsandbytes Lion32bit, whose fp32 state "
+                           "differs from memsim's state in the param dtype for bf16 parameters"))
+        optimizer = {"name": opt_name, "library": "bitsandbytes", "class": cls, "kwargs": dict(kwargs),
+                     "impl": "bitsandbytes kernel", "state_dtype": OPTIMIZER_STATE_DTYPE[opt_name]}
+        notes.append(f"training.optimizer_impl: not applicable to {cls}")
+    else:
+        errors.append(("training.optimizer", f"unknown value {opt_name!r}"))
+
+    oib = t["optimizer_in_backward"] is True
+    if oib:
+        if _is_int(t["gradient_accumulation_steps"]) and t["gradient_accumulation_steps"] != 1:
+            errors.append(("training.optimizer_in_backward", "true needs gradient_accumulation_steps 1 (the step "
+                           "runs as each gradient is ready)"))
+        if scaler:
+            errors.append(("training.optimizer_in_backward", "true cannot be combined with amp_fp16's GradScaler"))
+
+    if errors:
+        raise Unsupported(errors)
+
+    requires = []
+    if peft:
+        requires.append("peft")
+        if peft["quantization"]:
+            requires.append("bitsandbytes")
+    if optimizer["library"] == "bitsandbytes" and "bitsandbytes" not in requires:
+        requires.append("bitsandbytes")
+    if loss == "fused_linear":
+        requires.append("liger_kernel")
+    if attn_impl == "flash_attention_2":
+        requires.append("flash_attn")
+
+    plan = {
+        "id": cid,
+        "harness_version": HARNESS_VERSION,
+        "model_type": eff["model_type"],
+        "model_name": eff["name"] or eff["model_type"],
+        "hf_config": hf,
+        "model_class": "AutoModelForCausalLM",
+        "attn_implementation": attn_impl,
+        "attention": attention,
+        "param_dtype": param_dtype,
+        "autocast_dtype": autocast,
+        "grad_scaler": scaler,
+        "precision": prec,
+        "framework": fw,
+        "loop": spec["loop"],
+        "holds_outputs": spec["holds_logits"],
+        "param_groups": spec["param_groups"],
+        "optimizer": optimizer,
+        "optimizer_in_backward": oib,
+        "zero_grad_set_to_none": t["zero_grad_set_to_none"],
+        "checkpointing": checkpointing,
+        "loss": {"impl": loss, "chunks": t["loss_chunks"] if loss == "chunked_fp32" else None},
+        "batch": {"micro_batch_size": t["micro_batch_size"], "sequence_length": t["sequence_length"],
+                  "gradient_accumulation_steps": t["gradient_accumulation_steps"], "steps": steps},
+        "peft": peft,
+        "requires": requires,
+        "expected_params": expected_params(eff),
+        "memsim_gpu": hw["gpu"],
+        "notes": notes,
+        "extra": extra,
+        "effective_model": {k: eff[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                 "num_key_value_heads", "intermediate_size", "vocab_size",
+                                                 "tie_word_embeddings", "num_experts", "num_experts_per_tok",
+                                                 "moe_intermediate_size", "first_k_dense_replace", "hidden_act")},
+    }
+    plan["effective_model"]["head_dim"] = head_dim_of(eff)
+    return plan
+
+
+def try_translate(item, steps=DEFAULT_STEPS):
+    """(plan, None) or (None, Unsupported)."""
+    try:
+        return translate(item, steps), None
+    except Unsupported as e:
+        return None, e
