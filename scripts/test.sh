@@ -5,6 +5,7 @@
 #   3. the benchmark binaries, natively and in wasm (a short run: they report, they never fail on speed)
 #   4. the served page end to end in headless Chromium (playwright-core, node's test runner)
 #   5. the desktop app under Xvfb: renders frames, writes a screenshot, exits 0
+#   6. every libFuzzer target for a short, bounded time (scripts/fuzz.sh runs them longer)
 # Screenshots land in build/screenshots. Ends with one line "test.sh: N passed, M failed".
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +29,7 @@ suite "benchmark, wasm (node)" node --no-experimental-fetch build/web/memsim_ben
 suite "page end to end (Chromium)" env MEMSIM_SITE=build/web/site MEMSIM_CLI=build/native/memsim-cli \
   MEMSIM_SCREENSHOTS="$shots" node --test tests/e2e/
 suite "desktop app under Xvfb" bash tests/desktop/smoke.sh build/native "$shots"
+suite "fuzz targets, 10 s each (clang, ASan + UBSan)" bash scripts/fuzz.sh "${MEMSIM_FUZZ_SECONDS:-10}"
 
 echo
 [ ${#failures[@]} -gt 0 ] && printf 'failed suite: %s\n' "${failures[@]}"

@@ -123,6 +123,30 @@ std::string describe(const json& v) {
   return s.size() > 40 ? s.substr(0, 40) + "..." : s;
 }
 
+// Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF), as JSON output requires.
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    uint32_t cp = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // [SECTION] Typed reading of one value, from JSON or from a string (fragment, --set)
 // ---------------------------------------------------------------------------------------------------------
@@ -203,6 +227,10 @@ struct Reader {
   bool str(const std::string& f, const std::string& s, std::string& out) {
     if (s.size() > kMaxStringBytes) {
       fail(f, "a string of at most 256 bytes", std::to_string(s.size()) + " bytes");
+      return false;
+    }
+    if (!valid_utf8(s)) {  // found by the fragment fuzzer: JSON output of such a string used to throw
+      fail(f, "UTF-8 text", "bytes that are not UTF-8");
       return false;
     }
     out = s;
@@ -604,7 +632,7 @@ std::string config_to_json(const Config& c, int indent) {
   Config copy = c;
   JsonWriter w{out};
   visit_fields(copy, w);
-  return out.dump(indent);
+  return out.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
 Parsed config_from_json(std::string_view text, const Config& base) {
@@ -668,7 +696,7 @@ Parsed model_from_hf_json(std::string_view text, const Config& base) {
 }
 
 std::string config_to_fragment(const Config& c) {
-  json j = json::parse(config_to_json(c, -1));
+  json j = json::parse(config_to_json(c, -1), nullptr, false);
   std::string out = "schema=" + std::to_string(kConfigSchema);
   for (const std::string& key : field_keys()) {
     auto [sec, name] = split_key(key);

@@ -243,7 +243,7 @@ def unwrap(item):
 
 
 def _slug(s):
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(s)).strip("-").lower()[:60] or "model"
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", str(s)).strip("-").lower()[:60] or "model"
 
 
 def default_id(config):
@@ -318,6 +318,32 @@ def expected_params(eff):
         k = min(eff["first_k_dense_replace"], L)
         return total + k * per_dense + (L - k) * per_moe
     return total + L * per_dense
+
+
+def linear_shapes(eff):
+    """(in, out) of every linear PEFT can target in one dense layer, and of lm_head (MoE experts excluded)."""
+    h, d, inter = eff["hidden_size"], head_dim_of(eff), eff["intermediate_size"]
+    qw, kvw = eff["num_attention_heads"] * d, eff["num_key_value_heads"] * d
+    return {"q_proj": (h, qw), "k_proj": (h, kvw), "v_proj": (h, kvw), "o_proj": (qw, h), "gate_proj": (h, inter),
+            "up_proj": (h, inter), "down_proj": (inter, h), "lm_head": (h, eff["vocab_size"])}
+
+
+def expected_adapter_params(eff, peft):
+    """LoRA A/B (and DoRA magnitude) parameters PEFT adds; memsim's params_total includes them."""
+    if not peft:
+        return 0
+    shapes = linear_shapes(eff)
+    targets = peft["target_modules"]
+    names = [m for m in shapes if m != "lm_head"] if targets == "all-linear" else list(targets)
+    per_layer = head = 0
+    for m in names:
+        i, o = shapes[m]
+        n = peft["r"] * (i + o) + (o if peft["use_dora"] else 0)
+        if m == "lm_head":
+            head += n
+        else:
+            per_layer += n
+    return per_layer * eff["num_hidden_layers"] + head
 
 
 def _check_model(model, training, errors, notes):
@@ -627,6 +653,16 @@ def translate(item, steps=DEFAULT_STEPS):
                                "false"))
             if pf["double_quantization"] and quant not in ("nf4", "fp4"):
                 errors.append(("peft.double_quantization", f"true needs 4-bit base_quantization; got {quant}"))
+            if eff is not None and eff["num_experts"] > 0:
+                attn_only = {"q_proj", "k_proj", "v_proj", "o_proj"}
+                if target_list == "all-linear" or not set(target_list) <= attn_only:
+                    errors.append(("peft.target_modules", "on a MoE model only attention projections (q/k/v/o_proj) "
+                                   "are reproduced: whether PEFT reaches the experts depends on the transformers "
+                                   "version (nn.Linear experts before v5, grouped 3-D parameters after)"))
+            if t["loss"] == "fused_linear" or (t["loss"] == "auto" and spec["loss"] == "fused_linear"):
+                if "lm_head" in to_save or (isinstance(target_list, list) and "lm_head" in target_list):
+                    errors.append(("training.loss", "fused_linear reads lm_head.weight directly; an adapted or "
+                                   "saved lm_head is not reproduced"))
             if quant != "none" and eff is not None and eff["num_experts"] > 0:
                 errors.append(("peft.base_quantization", "quantizing MoE models (routers, grouped experts) is "
                                "version-dependent in transformers/bitsandbytes; not reproduced"))
@@ -677,12 +713,8 @@ def translate(item, steps=DEFAULT_STEPS):
             kwargs["fused"] = True
         elif impl == "foreach":
             kwargs["foreach"] = True
-            if opt_name != "adafactor":
-                kwargs["fused"] = False
         else:
-            kwargs["foreach"] = False
-            if opt_name != "adafactor":
-                kwargs["fused"] = False
+            kwargs["foreach"] = False  # with fused left at None: torch's per-tensor loop
         state_dtype = OPTIMIZER_STATE_DTYPE.get(opt_name)
         if state_dtype is None:
             state_dtype = "param dtype (" + ("fp32" if param_dtype == "float32" else "bf16") + ")"
@@ -752,6 +784,7 @@ def translate(item, steps=DEFAULT_STEPS):
         "peft": peft,
         "requires": requires,
         "expected_params": expected_params(eff),
+        "expected_adapter_params": expected_adapter_params(eff, peft),
         "memsim_gpu": hw["gpu"],
         "notes": notes,
         "extra": extra,

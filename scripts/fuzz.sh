@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, AddressSanitizer + UndefinedBehaviorSanitizer) and runs each one.
+#   scripts/fuzz.sh [seconds per target]   (default 60; scripts/test.sh runs a short bounded pass)
+# Targets: fragment (URL links), config_json (memsim JSON), hf_config (Hugging Face config.json), set (--set).
+# Seeds: tests/fuzz/corpus/<target>. New inputs go to build/fuzz/corpus/<target>; a crash is written to
+# build/fuzz/crashes/ and fails the run: fix it and add the input to tests/fuzz/regressions/<target>/.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+seconds="${1:-60}"
+out="$here/build/fuzz"
+mkdir -p "$out/obj" "$out/crashes"
+CXX="${MEMSIM_FUZZ_CXX:-clang++-14}"
+command -v "$CXX" >/dev/null || CXX=clang++
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I"$here/src")
+core=(activations allocator format frameworks model serialize simulate step tables train_step validate)
+objs=()
+for f in "${core[@]}"; do
+  src="$here/src/core/$f.cpp" obj="$out/obj/$f.o"
+  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find "$here/src/core" -name '*.h' -newer "$obj" -print -quit)" ]; then
+    "$CXX" "${flags[@]}" -c "$src" -o "$obj"
+  fi
+  objs+=("$obj")
+done
+status=0
+for target in fragment config_json hf_config set; do
+  define="MEMSIM_FUZZ_$(echo "$target" | tr a-z A-Z)"
+  bin="$out/fuzz_$target"
+  "$CXX" "${flags[@]}" -fsanitize=fuzzer -D"$define" "$here/tests/fuzz/fuzz_targets.cpp" "${objs[@]}" -o "$bin"
+  mkdir -p "$out/corpus/$target"
+  seeds=("$here/tests/fuzz/corpus/$target")
+  [ -d "$here/tests/fuzz/regressions/$target" ] && seeds+=("$here/tests/fuzz/regressions/$target")
+  echo "fuzz: $target for ${seconds}s"
+  if ! "$bin" "$out/corpus/$target" "${seeds[@]}" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+       -rss_limit_mb=2048 -artifact_prefix="$out/crashes/$target-" -print_final_stats=1 2>"$out/$target.log"; then
+    echo "fuzz: $target FAILED (see $out/$target.log and $out/crashes/)"; tail -30 "$out/$target.log"; status=1
+  else
+    grep -E "stat::number_executed_units|cov:" "$out/$target.log" | tail -2
+  fi
+done
+exit $status

@@ -1,0 +1,61 @@
+// libFuzzer targets for every decoder of outside input (built by scripts/fuzz.sh with clang,
+// -fsanitize=fuzzer,address,undefined). One binary per target, chosen by MEMSIM_FUZZ_TARGET at compile time.
+// Each input must decode or fail with a message, never crash; whatever decodes must round-trip exactly and
+// simulate without an exception.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "core/serialize.h"
+#include "core/simulate.h"
+
+using namespace memsim;
+
+namespace {
+
+void check(bool ok) {
+  if (!ok) std::abort();  // a broken invariant is a finding, like a crash
+}
+
+// Decoded configs are simulated only while small enough to keep each input fast; the size limits of the
+// validator already bound the rest (tests/core cover extremes).
+void exercise(const Parsed& p) {
+  if (!p.ok) {
+    check(!p.errors.empty() && !p.errors[0].message.empty());
+    return;
+  }
+  Parsed again = config_from_json(config_to_json(p.config));
+  check(again.ok && again.config == p.config);
+  Parsed frag = config_from_fragment(config_to_fragment(p.config));
+  check(frag.ok && frag.config == p.config);
+  const auto& m = p.config.model;
+  if (m.num_hidden_layers <= 64 && p.config.training.gradient_accumulation_steps <= 4) {
+    Result r = simulate(p.config);
+    if (r.ok)
+      for (const auto& d : r.devices) check(d.breakdown.total() == d.peak.device_bytes && d.peak.allocated_bytes >= 0);
+    else
+      check(!r.errors.empty());
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+#if defined(MEMSIM_FUZZ_FRAGMENT)
+  exercise(config_from_fragment(text));
+#elif defined(MEMSIM_FUZZ_CONFIG_JSON)
+  exercise(config_from_json(text));
+#elif defined(MEMSIM_FUZZ_HF_CONFIG)
+  exercise(model_from_hf_json(text));
+#elif defined(MEMSIM_FUZZ_SET)
+  Config c;
+  auto errors = apply_setting(c, text);
+  check(errors.empty() || !errors[0].message.empty());
+  if (errors.empty()) exercise(Parsed{true, c, {}, {}});
+#else
+#error "define one MEMSIM_FUZZ_* target"
+#endif
+  return 0;
+}

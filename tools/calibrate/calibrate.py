@@ -1,0 +1,899 @@
+#!/usr/bin/env python3
+"""Measure the peak GPU memory of a few training steps for memsim configs (issue 9's calibration harness).
+
+    calibrate.py CONFIGS [--out results.jsonl] [--failed failed.jsonl] [--steps 3] [--only ID[,ID]]
+                 [--in-process] [--timeout S]
+    calibrate.py CONFIGS --dry-run [--cli build/native/memsim-cli]
+
+CONFIGS is one memsim config (JSON), a JSON list of them, {"configs": [...]} (sweep.json), or JSONL; each item may
+be a bare config or a wrapper {"id", "config", ...} such as tests/validation/cases/*.json.
+
+For each config the harness builds the model from the config's Hugging Face fields with random weights (nothing is
+downloaded), applies the precision recipe, optimizer, checkpointing, loss and PEFT settings (translate.py says
+exactly how), runs `--steps` training steps on random token batches, and writes one JSON line in the format of
+../shared/validation/cases.jsonl with the peaks of torch.cuda.max_memory_allocated, max_memory_reserved,
+memory_stats()["active_bytes.all.peak"] and ["requested_bytes.all.peak"], and NVML used memory. Peak statistics
+are never reset: the peak covers the whole run, model creation included, which is what memsim predicts.
+
+Each config runs in a fresh Python process (unless --in-process) so that peaks, the caching allocator and the
+CUDA context do not carry over. --dry-run translates only (no torch needed) and, where memsim-cli is built, prints
+memsim's prediction next to the harness's plan.
+
+torch is imported only inside the functions that need it, so translate.py and this file's pure helpers are
+unit-tested on machines without torch (test_calibrate.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import translate as tr  # noqa: E402
+
+GIB = float(1 << 30)
+MIB = 1 << 20
+
+QUANTITIES = {
+    "allocated": "torch.cuda.max_memory_allocated() over the whole run (model creation and every step; peak "
+                 "statistics never reset)",
+    "reserved": "torch.cuda.max_memory_reserved() over the whole run (peak statistics never reset)",
+    "active": "torch.cuda.memory_stats()['active_bytes.all.peak'] over the whole run (peak statistics never reset)",
+    "requested": "torch.cuda.memory_stats()['requested_bytes.all.peak'] over the whole run: bytes asked for, "
+                 "before the allocator rounds them up",
+    "device": "NVML used memory of the whole GPU (what nvidia-smi shows: the CUDA context, the caching allocator's "
+              "segments, and anything else on the GPU), the highest value sampled during the run",
+}
+
+
+class HarnessError(Exception):
+    """The run could not be done as the config says; `field` names the setting involved."""
+
+    def __init__(self, field, message):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pure helpers (no torch): records, NVML text parsing
+# ---------------------------------------------------------------------------------------------------------------
+
+def stat_block(statistic, nbytes, quantity=None):
+    if nbytes is None:
+        return None
+    gib = nbytes / GIB
+    return {"statistic": statistic, "value": round(gib, 3), "unit": "GiB", "bytes": int(nbytes),
+            "gib": round(gib, 4), "quantity": quantity or QUANTITIES[statistic], "per_gpu": True}
+
+
+def parse_nvidia_smi_used(text):
+    """First number of `nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits` in bytes (MiB units)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if re.fullmatch(r"\d+(\.\d+)?", line):
+            return int(float(line) * MIB)
+    return None
+
+
+def nvml_device_selector(env=None):
+    """What CUDA device 0 is for NVML: an index or a UUID from CUDA_VISIBLE_DEVICES, else index 0."""
+    env = os.environ if env is None else env
+    vis = env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if not vis:
+        return 0
+    if vis.isdigit():
+        return int(vis)
+    return vis  # GPU-... or MIG-... UUID
+
+
+MEMSIM_GPU_BY_NAME = [
+    # substring of torch.cuda.get_device_name (lower case), memsim hardware.gpu id
+    ("h200", "h200"), ("gb200", "gb200"), ("b200", "b200"), ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"),
+    ("a100-sxm4-40gb", "a100-40gb"), ("a100-pcie-40gb", "a100-40gb"), ("a100", "a100-80gb"), ("l40s", "l40s"),
+    ("l4", "l4"), ("a10g", "a10g"), ("t4", "t4"), ("v100-sxm2-16gb", "v100-16gb"), ("v100", "v100-32gb"),
+    ("rtx 6000 ada", "rtx-6000-ada"), ("rtx a6000", "rtx-a6000"), ("4090", "rtx-4090"), ("3090", "rtx-3090"),
+    ("5090", "rtx-5090"),
+]
+
+
+def memsim_gpu_for(name, total_bytes=None):
+    n = (name or "").lower()
+    for key, gid in MEMSIM_GPU_BY_NAME:
+        if key in n:
+            if gid == "a100-80gb" and total_bytes and total_bytes < 60 * (1 << 30):
+                return "a100-40gb"
+            return gid
+    return None
+
+
+def make_record(plan, config, meas, env):
+    """One cases.jsonl line. `meas`: the measurements; `env`: versions and the GPU."""
+    em = plan["effective_model"]
+    peft = plan["peft"]
+    b = plan["batch"]
+    stats = meas["stats"]
+    measured = stat_block("allocated", stats["allocated"])
+    also = {k: stat_block(k, stats.get(k), meas.get("quantities", {}).get(k))
+            for k in ("reserved", "active", "requested", "device")}
+    notes = list(plan["notes"]) + list(meas.get("notes", []))
+    if env.get("memsim_gpu") and env["memsim_gpu"] != plan["memsim_gpu"]:
+        notes.append(f"hardware.gpu: the config says {plan['memsim_gpu']}, the run was on {env.get('gpu')} "
+                     f"(memsim id {env['memsim_gpu']}); compare.py simulates the GPU of the run")
+    opt = plan["optimizer"]
+    peft_block = None
+    if peft:
+        q = peft["quantization"]
+        peft_block = {"method": "DoRA" if peft["use_dora"] else ("QLoRA" if q else "LoRA"),
+                      "rank": peft["r"], "alpha": peft["lora_alpha"], "dropout": peft["lora_dropout"],
+                      "targets": peft["target_modules"], "modules_to_save": peft["modules_to_save"],
+                      "adapter_dtype": peft["adapter_dtype"],
+                      "base_weights": (f"bitsandbytes {q['type']}" + (" + double quantization" if q.get("double_quant")
+                                                                       else "")) if q else "unquantized",
+                      "prepare_kbit": q["prepare_kbit"] if q else None}
+    return {
+        "id": plan["id"],
+        "kind": "measured",
+        "confidence": "high",
+        "source": {
+            "title": f"{tr.HARNESS_NAME}: {b['steps']} training steps on random tokens",
+            "repo": "memsim",
+            "path": "tools/calibrate/calibrate.py",
+            "harness_version": tr.HARNESS_VERSION,
+            "date": env.get("date"),
+        },
+        "model": {
+            "name": plan["model_name"],
+            "hf_id": None,
+            "family": plan["model_type"] + " (transformers " + plan["model_class"] + ", random weights)",
+            "model_type": plan["model_type"],
+            "num_layers": em["num_hidden_layers"],
+            "hidden_size": em["hidden_size"],
+            "num_attention_heads": em["num_attention_heads"],
+            "num_kv_heads": em["num_key_value_heads"],
+            "head_dim": em["head_dim"],
+            "intermediate_size": em["intermediate_size"],
+            "mlp_type": "gated (3 matrices)",
+            "vocab_size": em["vocab_size"],
+            "tied_embeddings": em["tie_word_embeddings"],
+            "num_experts": em["num_experts"] or None,
+            "num_experts_per_tok": em["num_experts_per_tok"] or None,
+            "total_params": meas.get("params_total"),
+            "trainable_params": meas.get("params_trainable"),
+        },
+        "training": {
+            "framework": f"{plan['framework']} semantics: {plan['loop']}",
+            "task": "causal LM on random token ids (labels = inputs)",
+            "micro_batch_size": b["micro_batch_size"],
+            "seq_len": b["sequence_length"],
+            "dataset_packed": True,
+            "gradient_accumulation_steps": b["gradient_accumulation_steps"],
+            "steps": b["steps"],
+            "precision": plan["precision"],
+            "param_dtype": plan["param_dtype"],
+            "autocast_dtype": plan["autocast_dtype"],
+            "optimizer": opt["name"] + f" ({opt['class']}, {opt['impl']})",
+            "optimizer_state_dtype": opt["state_dtype"],
+            "optimizer_in_backward": plan["optimizer_in_backward"],
+            "activation_checkpointing": plan["checkpointing"]["mode"]
+            + (f" (every {plan['checkpointing']['every_k_layers']} layers)" if plan["checkpointing"]["mode"] == "every_k"
+               else "") + (", non-reentrant" if plan["checkpointing"]["mode"] != "none" else ""),
+            "attention_impl": plan["attn_implementation"] + ("" if plan["attention"] == plan["attn_implementation"]
+                                                             else f" (config: {plan['attention']})"),
+            "loss": plan["loss"]["impl"] + (f" ({plan['loss']['chunks']} chunks)" if plan["loss"]["chunks"] else ""),
+            "compile": False,
+            "parallelism": {"num_gpus": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1,
+                            "zero_or_fsdp": "none (single device)", "offload": "none"},
+            "peft": peft_block,
+        },
+        "hardware": {
+            "gpu": env.get("gpu"),
+            "num_gpus": 1,
+            "memsim_gpu": env.get("memsim_gpu"),
+            "total_memory_bytes": env.get("total_memory_bytes"),
+            "driver": env.get("driver"),
+            "cuda": env.get("cuda"),
+        },
+        "versions": env.get("versions", {}),
+        "measured": measured,
+        "also_measured": also,
+        "peak_note": "peak statistics were not reset after model creation: every figure is the peak over the "
+                     "whole run (model creation, optimizer creation and all steps), as memsim predicts it",
+        "inferred_fields": [],
+        "notes": " ".join(n.rstrip(".") + "." for n in notes),
+        "diagnostics": meas.get("diagnostics", {}),
+        "harness": {k: plan[k] for k in ("hf_config", "attn_implementation", "param_dtype", "autocast_dtype",
+                                         "grad_scaler", "optimizer", "checkpointing", "loss", "peft",
+                                         "holds_outputs", "param_groups")},
+        "memsim_config": config,
+    }
+
+
+def failure_record(item_id, error, field=None, partial=None):
+    rec = {"id": item_id, "kind": "failed", "field": field, "error": str(error)}
+    if partial:
+        rec["partial"] = partial
+    return rec
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NVML (pynvml if importable, else nvidia-smi, else nothing)
+# ---------------------------------------------------------------------------------------------------------------
+
+class NvmlProbe:
+    def __init__(self):
+        self.kind = None
+        self.nv = self.handle = None
+        self.selector = nvml_device_selector()
+        self.peak = None
+        self._stop = threading.Event()
+        self._thread = None
+        try:
+            import pynvml  # nvidia-ml-py
+            pynvml.nvmlInit()
+            if isinstance(self.selector, int):
+                self.handle = pynvml.nvmlDeviceGetHandleByIndex(self.selector)
+            else:
+                self.handle = pynvml.nvmlDeviceGetHandleByUUID(self.selector)
+            self.nv = pynvml
+            self.kind = "pynvml"
+        except Exception:
+            if shutil.which("nvidia-smi"):
+                self.kind = "nvidia-smi"
+
+    def used(self):
+        try:
+            if self.kind == "pynvml":
+                return int(self.nv.nvmlDeviceGetMemoryInfo(self.handle).used)
+            if self.kind == "nvidia-smi":
+                out = subprocess.run(["nvidia-smi", "-i", str(self.selector), "--query-gpu=memory.used",
+                                      "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+                return parse_nvidia_smi_used(out.stdout)
+        except Exception:
+            return None
+        return None
+
+    def process_used(self):
+        if self.kind != "pynvml":
+            return None
+        try:
+            for p in self.nv.nvmlDeviceGetComputeRunningProcesses(self.handle):
+                if p.pid == os.getpid():
+                    return int(p.usedGpuMemory) if p.usedGpuMemory is not None else None
+        except Exception:
+            return None
+        return None
+
+    def driver(self):
+        try:
+            if self.kind == "pynvml":
+                v = self.nv.nvmlSystemGetDriverVersion()
+                return v.decode() if isinstance(v, bytes) else v
+            if shutil.which("nvidia-smi"):
+                out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                     capture_output=True, text=True, timeout=20)
+                return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+        except Exception:
+            return None
+        return None
+
+    def name(self):
+        try:
+            if self.kind == "pynvml":
+                v = self.nv.nvmlDeviceGetName(self.handle)
+                return v.decode() if isinstance(v, bytes) else v
+        except Exception:
+            return None
+        return None
+
+    def _sample(self, interval):
+        while not self._stop.is_set():
+            u = self.used()
+            if u is not None and (self.peak is None or u > self.peak):
+                self.peak = u
+            self._stop.wait(interval)
+
+    def start(self, interval=0.02):
+        self._stop.clear()
+        self.peak = None
+        if self.kind == "pynvml":
+            self._thread = threading.Thread(target=self._sample, args=(interval,), daemon=True)
+            self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        u = self.used()  # the allocator keeps its segments, so the end of the run is a sample of the peak too
+        if u is not None and (self.peak is None or u > self.peak):
+            self.peak = u
+        return self.peak
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The GPU run (torch imported here only)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _version(mod):
+    try:
+        from importlib.metadata import version
+        return version(mod)
+    except Exception:
+        return None
+
+
+def _resolve(path):
+    mod, _, name = path.rpartition(".")
+    module = __import__(mod, fromlist=[name])
+    return getattr(module, name)
+
+
+def _dtype_kwarg(transformers):
+    nums = [int(x) for x in re.findall(r"\d+", transformers.__version__)[:2]]
+    return "dtype" if tuple(nums) >= (4, 56) else "torch_dtype"
+
+
+def _require(plan):
+    import importlib
+    field_of = {"peft": "peft.method", "bitsandbytes": "peft.base_quantization / training.optimizer",
+                "liger_kernel": "training.loss", "flash_attn": "training.attention"}
+    for mod in plan["requires"]:
+        try:
+            importlib.import_module(mod)
+        except Exception as e:
+            raise HarnessError(field_of.get(mod, mod), f"needs the python package {mod} ({e}); "
+                               f"pip install {mod.replace('_', '-')}") from None
+
+
+def _decoder(model):
+    dec = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if dec is None or not hasattr(dec, "layers"):
+        dec = getattr(model, "model", None)
+    if dec is None or not hasattr(dec, "layers"):
+        raise HarnessError("model", f"cannot find the decoder layers of {type(model).__name__}")
+    return dec
+
+
+def _quantize_linears(model, plan, torch, notes):
+    import bitsandbytes as bnb
+    q = plan["peft"]["quantization"]
+    cdtype = getattr(torch, q["compute_dtype"])
+    layers = _decoder(model).layers
+    count = 0
+    for layer in layers:
+        for parent in list(layer.modules()):
+            for cname, child in list(parent.named_children()):
+                if type(child) is not torch.nn.Linear or cname in q["skip_modules"]:
+                    continue
+                has_bias = child.bias is not None
+                if q["bits"] == 4:
+                    new = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=has_bias, compute_dtype=cdtype,
+                                            compress_statistics=q["double_quant"], quant_type=q["type"],
+                                            quant_storage=torch.uint8)
+                    new.weight.data = child.weight.data  # keeps the Params4bit (and its link to the module)
+                else:
+                    new = bnb.nn.Linear8bitLt(child.in_features, child.out_features, bias=has_bias,
+                                              has_fp16_weights=False, threshold=6.0)
+                    new.weight = bnb.nn.Int8Params(child.weight.data, requires_grad=False, has_fp16_weights=False)
+                new.weight.requires_grad_(False)
+                if has_bias:
+                    new.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+                new = new.to("cuda")  # bitsandbytes quantizes on the move to the GPU
+                setattr(parent, cname, new)
+                del child
+                count += 1
+    for m in model.modules():
+        if isinstance(m, bnb.nn.Linear4bit):
+            if m.weight.dtype != torch.uint8 or (getattr(m.weight, "quant_state", None) is None
+                                                 and getattr(m, "quant_state", None) is None):
+                raise HarnessError("peft.base_quantization", "a Linear4bit weight was not quantized")
+        elif isinstance(m, bnb.nn.Linear8bitLt) and m.weight.dtype != torch.int8:
+            raise HarnessError("peft.base_quantization", "a Linear8bitLt weight was not quantized")
+    notes.append(f"quantized {count} decoder linears with bitsandbytes ({q['type']})")
+
+
+def _every_k_checkpointing(model, k, torch):
+    import torch.utils.checkpoint as cp
+    layers = _decoder(model).layers
+    wrapped = []
+    for i, layer in enumerate(layers):
+        if i % k:
+            continue
+        orig = layer.forward
+
+        def forward(*args, _orig=orig, **kwargs):
+            return cp.checkpoint(_orig, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = forward
+        wrapped.append(i)
+    return wrapped
+
+
+def _make_optimizer(plan, params, torch):
+    o = plan["optimizer"]
+    if o["name"] == "adafactor" and not hasattr(torch.optim, "Adafactor"):
+        raise HarnessError("training.optimizer", "adafactor needs torch.optim.Adafactor (torch >= 2.5)")
+    cls = _resolve(o["class"])
+    try:
+        if plan["optimizer_in_backward"]:
+            opts = {p: cls([p], **o["kwargs"]) for p in params}
+            return None, opts
+        if plan["param_groups"] == 2:
+            decay = [p for p in params if p.ndim >= 2]
+            no_decay = [p for p in params if p.ndim < 2]
+            groups = [g for g in ({"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0})
+                      if g["params"]]
+        else:
+            groups = [{"params": params}]
+        return cls(groups, **o["kwargs"]), None
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise HarnessError("training.optimizer_impl", f"{o['class']}({o['kwargs']}) failed: {e}") from None
+
+
+def _loss_fn(plan, model, base, torch):
+    import torch.nn.functional as F
+    impl = plan["loss"]["impl"]
+    holds = plan["holds_outputs"]
+    ignore = -100
+
+    if impl == "hf_fp32_upcast":
+        def f(ids, labels):
+            out = model(input_ids=ids, labels=labels, use_cache=False)
+            return out.loss, (out if holds else None)
+        return f
+
+    decoder = _decoder(base)
+    head = base.get_output_embeddings()
+
+    def shifted(labels):
+        return torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), ignore)], dim=1)
+
+    if impl == "full_fp32":
+        def f(ids, labels):
+            hidden = decoder(input_ids=ids, use_cache=False)[0]
+            logits = head(hidden).float()
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), shifted(labels).view(-1), ignore_index=ignore)
+            del logits
+            return loss, None
+        return f
+
+    if impl == "chunked_fp32":
+        n = plan["loss"]["chunks"]
+
+        def f(ids, labels):  # torchtune CEWithChunkedOutputLoss
+            hidden = decoder(input_ids=ids, use_cache=False)[0]
+            logits = [head(c) for c in hidden.chunk(n, dim=1)]
+            target = shifted(labels)
+            chunks = [c.reshape(-1) for c in target.chunk(n, dim=1)]
+            total = (target != ignore).sum()
+            loss = 0.0
+            for lg, lb in zip(logits, chunks):
+                loss = loss + F.cross_entropy(lg.reshape(-1, lg.size(-1)).float(), lb, ignore_index=ignore,
+                                              reduction="sum")
+            del logits
+            return loss / total, None
+        return f
+
+    if impl == "chunked_bf16":
+        def f(ids, labels):  # litgpt chunked_cross_entropy, logits held by the loop
+            hidden = decoder(input_ids=ids, use_cache=False)[0]
+            logits = head(hidden)
+            lg = logits[..., :-1, :].reshape(-1, logits.size(-1))
+            tg = labels[..., 1:].reshape(-1)
+            parts = [F.cross_entropy(a, b, ignore_index=ignore, reduction="none")
+                     for a, b in zip(lg.split(128), tg.split(128))]
+            n = (tg != ignore).sum()
+            return torch.cat(parts).sum() / n.maximum(torch.ones_like(n)), logits
+        return f
+
+    if impl == "fused_linear":
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+        lf = LigerFusedLinearCrossEntropyLoss()
+
+        def f(ids, labels):
+            hidden = decoder(input_ids=ids, use_cache=False)[0]
+            h = hidden.reshape(-1, hidden.size(-1))
+            return lf(head.weight, h, shifted(labels).reshape(-1)), None
+        return f
+    raise HarnessError("training.loss", f"unknown loss {impl}")
+
+
+def run_plan(plan, config, probe=None):
+    """Runs one plan on CUDA device 0; returns the record. Raises HarnessError or torch's OOM error."""
+    probe = probe or NvmlProbe()
+    baseline = probe.used()
+    import torch
+    import transformers
+
+    if not torch.cuda.is_available():
+        raise HarnessError("hardware", "no CUDA device")
+    _require(plan)
+    notes, diag = [], {"nvml": probe.kind, "nvml_device": probe.name(), "nvml_baseline_bytes": baseline}
+    alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    if alloc_conf:
+        notes.append(f"PYTORCH_CUDA_ALLOC_CONF={alloc_conf} (memsim models the default allocator)")
+    torch.manual_seed(0)
+    torch.cuda.init()
+    dev = torch.device("cuda", 0)
+    props = torch.cuda.get_device_properties(dev)
+    probe.start()
+    t0 = time.time()
+
+    def mark(name):
+        diag.setdefault("allocated_after", {})[name] = torch.cuda.memory_allocated(dev)
+        diag.setdefault("peak_allocated_after", {})[name] = torch.cuda.max_memory_allocated(dev)
+        diag.setdefault("seconds_after", {})[name] = round(time.time() - t0, 2)
+
+    # --- model, random weights, built directly in its dtype (on the GPU unless it is quantized first on the CPU)
+    cfg = transformers.AutoConfig.for_model(plan["model_type"], **plan["hf_config"])
+    param_dtype = getattr(torch, plan["param_dtype"])
+    peft_plan = plan["peft"]
+    quant = peft_plan["quantization"] if peft_plan else None
+    kwargs = {"attn_implementation": plan["attn_implementation"], _dtype_kwarg(transformers): param_dtype}
+    with torch.device("cpu" if quant else dev):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, **kwargs)
+    got_attn = getattr(model.config, "_attn_implementation", None)
+    if got_attn != plan["attn_implementation"]:
+        raise HarnessError("training.attention", f"asked transformers for {plan['attn_implementation']}, got {got_attn}")
+    params_total = sum(p.numel() for p in model.parameters())  # before quantization packs the weights
+    if params_total != plan["expected_params"]:
+        raise HarnessError("model", f"transformers {transformers.__version__} built {params_total} parameters, the "
+                           f"memsim shape has {plan['expected_params']}: the translation does not fit this "
+                           "model_type/version")
+    model.config.use_cache = False
+    if quant:
+        _quantize_linears(model, plan, torch, notes)
+        model.to(dev)
+        # what from_pretrained(quantization_config=...) marks, and PEFT reads to pick its bitsandbytes LoRA layers
+        for attr in ("is_loaded_in_4bit", "is_loaded_in_8bit"):
+            try:
+                setattr(model, attr, (quant["bits"] == 4) == (attr == "is_loaded_in_4bit"))
+            except Exception:
+                pass
+    mark("model")
+
+    # --- checkpointing (before PEFT wraps the model)
+    ck = plan["checkpointing"]
+    if ck["mode"] == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif ck["mode"] == "every_k":
+        wrapped = _every_k_checkpointing(model, ck["every_k_layers"], torch)
+        diag["checkpointed_layers"] = wrapped
+
+    # --- PEFT
+    base = model
+    if peft_plan:
+        import peft as peft_lib
+        if quant and quant["prepare_kbit"]:
+            model = peft_lib.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+            cast = 0
+            for p in model.parameters():
+                if p.dtype in (torch.float16, torch.bfloat16):
+                    p.data = p.data.float()
+                    cast += 1
+            if cast:
+                notes.append(f"prepare_kbit: {cast} parameters left in 16 bits by peft were cast to fp32")
+        lcfg = peft_lib.LoraConfig(r=peft_plan["r"], lora_alpha=peft_plan["lora_alpha"],
+                                   lora_dropout=peft_plan["lora_dropout"], target_modules=peft_plan["target_modules"],
+                                   use_dora=peft_plan["use_dora"], modules_to_save=peft_plan["modules_to_save"] or None,
+                                   bias="none", task_type="CAUSAL_LM")
+        try:
+            model = peft_lib.get_peft_model(model, lcfg, autocast_adapter_dtype=False)
+        except TypeError:
+            model = peft_lib.get_peft_model(model, lcfg)
+        adt = getattr(torch, peft_plan["adapter_dtype"])
+        for n, p in model.named_parameters():
+            if p.requires_grad and "lora_" in n and p.dtype != adt:
+                p.data = p.data.to(adt)
+        base = model.get_base_model()
+        adapters = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+        if adapters != plan["expected_adapter_params"]:
+            raise HarnessError("peft.target_modules", f"PEFT added {adapters} adapter parameters, the memsim shape "
+                               f"has {plan['expected_adapter_params']}: the targets do not match")
+        mark("peft")
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    params_trainable = sum(p.numel() for p in params)
+    diag["trainable_dtypes"] = sorted({str(p.dtype).replace("torch.", "") for p in params})
+
+    # --- optimizer
+    opt, per_param = _make_optimizer(plan, params, torch)
+    set_to_none = plan["zero_grad_set_to_none"]
+    if per_param:
+        def hook(p):
+            per_param[p].step()
+            per_param[p].zero_grad(set_to_none=set_to_none)
+        for p in params:
+            p.register_post_accumulate_grad_hook(hook)
+    mark("optimizer")
+
+    scaler = None
+    if plan["grad_scaler"]:
+        scaler = torch.amp.GradScaler("cuda") if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler") \
+            else torch.cuda.amp.GradScaler()
+    autocast = plan["autocast_dtype"]
+
+    def ctx():
+        if autocast:
+            return torch.autocast(device_type="cuda", dtype=getattr(torch, autocast))
+        import contextlib
+        return contextlib.nullcontext()
+
+    loss_fn = _loss_fn(plan, model, base, torch)
+    b = plan["batch"]
+    B, S, gas = b["micro_batch_size"], b["sequence_length"], b["gradient_accumulation_steps"]
+    V = plan["effective_model"]["vocab_size"]
+    losses, step_seconds = [], []
+    for step in range(1, b["steps"] + 1):
+        ts = time.time()
+        for _ in range(gas):
+            ids = torch.randint(0, V, (B, S), device=dev)
+            labels = ids.clone()
+            with ctx():
+                loss, held = loss_fn(ids, labels)
+                loss = loss / gas
+            (scaler.scale(loss) if scaler else loss).backward()
+            losses.append(float(loss.detach()) * gas)
+            del loss, held, ids, labels
+        if opt is not None:
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+            opt.zero_grad(set_to_none=set_to_none)
+        torch.cuda.synchronize(dev)
+        step_seconds.append(round(time.time() - ts, 3))
+        mark(f"step {step}")
+
+    s = torch.cuda.memory_stats(dev)
+    stats = {
+        "allocated": torch.cuda.max_memory_allocated(dev),
+        "reserved": torch.cuda.max_memory_reserved(dev),
+        "active": s.get("active_bytes.all.peak"),
+        "requested": s.get("requested_bytes.all.peak"),
+    }
+    diag["num_alloc_retries"] = s.get("num_alloc_retries")
+    diag["num_ooms"] = s.get("num_ooms")
+    diag["losses"] = [round(x, 4) for x in losses]
+    diag["step_seconds"] = step_seconds
+    diag["nvml_process_used_bytes"] = probe.process_used()
+    device_peak = probe.stop()
+    stats["device"] = device_peak
+    quantities = {}
+    if device_peak is not None and probe.kind == "nvidia-smi":
+        quantities["device"] = ("nvidia-smi memory.used of the whole GPU at the end of the run (MiB resolution; the "
+                                "caching allocator still holds its segments, so this is its peak plus the context)")
+    setup_peak = diag["peak_allocated_after"].get("optimizer", 0)
+    diag["peak_during_setup"] = setup_peak >= stats["allocated"]
+    if diag["peak_during_setup"]:
+        notes.append("the allocated peak was reached while building the model, adapters or optimizer, before the "
+                     "first step (e.g. a weight in its load dtype next to its quantized copy); it does not measure "
+                     "the training step")
+    if diag.get("num_alloc_retries"):
+        notes.append(f"the allocator freed its cache and retried {diag['num_alloc_retries']} times (near OOM): "
+                     "reserved is not the unconstrained peak")
+    if any(x != x for x in losses):
+        notes.append("some losses were NaN (random weights); memory is unaffected")
+    env = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": torch.cuda.get_device_name(dev),
+        "memsim_gpu": memsim_gpu_for(torch.cuda.get_device_name(dev), props.total_memory),
+        "total_memory_bytes": props.total_memory,
+        "driver": probe.driver(),
+        "cuda": torch.version.cuda,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__, "peft": _version("peft"),
+                     "bitsandbytes": _version("bitsandbytes"), "liger_kernel": _version("liger_kernel") or
+                     _version("liger-kernel"), "flash_attn": _version("flash_attn") or _version("flash-attn"),
+                     "cudnn": torch.backends.cudnn.version()},
+    }
+    meas = {"stats": stats, "params_total": params_total + plan["expected_adapter_params"],
+            "params_trainable": params_trainable,
+            "diagnostics": diag, "notes": notes, "quantities": quantities}
+    return make_record(plan, config, meas, env)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worker process and driver
+# ---------------------------------------------------------------------------------------------------------------
+
+def worker(job_path, result_path):
+    with open(job_path, encoding="utf-8") as f:
+        job = json.load(f)
+    result = {"ok": False}
+    try:
+        result = {"ok": True, "record": run_plan(job["plan"], job["config"])}
+    except HarnessError as e:
+        result = {"ok": False, "field": e.field, "error": str(e)}
+    except Exception as e:  # OOM and anything else: name it, keep the peaks reached so far
+        partial = {}
+        try:
+            import torch
+            if torch.cuda.is_available():
+                partial = {"max_memory_allocated": torch.cuda.max_memory_allocated(),
+                           "max_memory_reserved": torch.cuda.max_memory_reserved()}
+        except Exception:
+            pass
+        oom = type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e).lower()
+        result = {"ok": False, "field": "hardware" if oom else None,
+                  "error": ("OOM: " if oom else "") + f"{type(e).__name__}: {e}",
+                  "traceback": traceback.format_exc(limit=20), "partial": partial}
+    with open(result_path, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    return 0 if result.get("ok") else 1
+
+
+def run_isolated(plan, config, timeout):
+    with tempfile.TemporaryDirectory(prefix="memsim-calib-") as d:
+        job, res = os.path.join(d, "job.json"), os.path.join(d, "result.json")
+        with open(job, "w", encoding="utf-8") as f:
+            json.dump({"plan": plan, "config": config}, f)
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        try:
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", job, res], env=env,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "field": None, "error": f"timed out after {timeout} s"}
+        if os.path.exists(res):
+            with open(res, encoding="utf-8") as f:
+                out = json.load(f)
+        else:
+            out = {"ok": False, "field": None, "error": f"worker exited with {proc.returncode} and no result"}
+        if not out.get("ok"):
+            out["stderr_tail"] = proc.stderr[-3000:]
+        return out
+
+
+def _item_id(item):
+    try:
+        return tr.unwrap(item)[0]
+    except tr.Unsupported:
+        return item.get("id", "?") if isinstance(item, dict) else "?"
+
+
+def dry_run(items, steps, cli):
+    sys.path.insert(0, HERE)
+    import compare
+    bad = 0
+    for item in items:
+        plan, err = tr.try_translate(item, steps)
+        cid = _item_id(item)
+        if err:
+            bad += 1
+            print(f"REFUSED {cid}: {err}")
+            continue
+        _, config, _ = tr.unwrap(item)
+        line = (f"ok      {cid}: {plan['model_type']} {plan['expected_params'] / 1e9:.2f}B params, {plan['precision']}, "
+                f"{plan['optimizer']['name']} ({plan['optimizer']['impl']}), ckpt {plan['checkpointing']['mode']}, "
+                f"{plan['attn_implementation']}, loss {plan['loss']['impl']}"
+                + (f", {plan['peft']['method']}" + (f"+{plan['peft']['quantization']['type']}"
+                                                   if plan["peft"]["quantization"] else "") if plan["peft"] else ""))
+        if cli:
+            pred = compare.run_memsim(cli, config)
+            if pred.get("ok"):
+                d = pred["devices"][0]
+                pk = d["peak"]
+                want = plan["expected_params"] + plan["expected_adapter_params"]
+                mismatch = "" if pred.get("params_total") == want else \
+                    f"  PARAMS DIFFER: memsim {pred.get('params_total')} vs harness {want}"
+                if mismatch:
+                    bad += 1
+                line += (f"\n        memsim: allocated {pk['allocated_bytes'] / GIB:.2f} GiB, reserved "
+                         f"{pk['reserved_bytes'] / GIB:.2f} GiB, device {pk['device_bytes'] / GIB:.2f} GiB, fits "
+                         f"{d['fits']} on {config.get('hardware', {}).get('gpu', 'a100-80gb')}" + mismatch)
+            elif pred.get("peft_unsupported"):
+                line += "\n        memsim: this build does not accept the peft section yet (not checked)"
+            else:
+                bad += 1
+                line += f"\n        memsim REJECTED: {pred.get('error')}"
+        print(line)
+    return bad
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("configs", nargs="?")
+    ap.add_argument("--out", default="calibration-results.jsonl", help="measured cases, one JSON line each (appended)")
+    ap.add_argument("--failed", default=None, help="failures, one JSON line each (default: OUT with .failed.jsonl)")
+    ap.add_argument("--steps", type=int, default=tr.DEFAULT_STEPS)
+    ap.add_argument("--only", default=None, help="comma-separated ids to run")
+    ap.add_argument("--in-process", action="store_true", help="run every config in this process (faster, less "
+                    "faithful: allocator state and CUDA context carry over)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per config (isolated mode)")
+    ap.add_argument("--dry-run", action="store_true", help="translate only; with memsim-cli, print its prediction")
+    ap.add_argument("--cli", default=None, help="memsim-cli for --dry-run (default: build/native/memsim-cli)")
+    ap.add_argument("--worker", nargs=2, metavar=("JOB", "RESULT"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):  # random weights: nothing to download
+        os.environ.setdefault(k, v)
+    if a.worker:
+        return worker(*a.worker)
+    if not a.configs:
+        ap.error("CONFIGS is required")
+    try:
+        items = tr.load_items(a.configs)
+    except (OSError, ValueError) as e:
+        print(f"calibrate.py: cannot read {a.configs}: {e}", file=sys.stderr)
+        return 2
+    if a.only:
+        wanted = set(a.only.split(","))
+        items = [i for i in items if _item_id(i) in wanted]
+    if a.dry_run:
+        import compare
+        cli = a.cli or compare.default_cli()
+        if not os.path.exists(cli):
+            print(f"(memsim-cli not found at {cli}: translation only)")
+            cli = None
+        bad = dry_run(items, a.steps, cli)
+        print(f"{len(items) - bad} of {len(items)} configs valid" + (" for the harness and memsim" if cli else ""))
+        return 1 if bad else 0
+
+    failed_path = a.failed or re.sub(r"(\.jsonl)?$", ".failed.jsonl", a.out, count=1)
+    n_ok = n_fail = 0
+    probe = None
+    t_all = time.time()
+    for item in items:
+        t0 = time.time()
+        plan, err = tr.try_translate(item, a.steps)
+        cid = _item_id(item)
+        if err:
+            rec = failure_record(cid, err, ",".join(err.fields))
+        elif a.in_process:
+            try:
+                probe = probe or NvmlProbe()
+                rec = run_plan(plan, tr.unwrap(item)[1], probe=probe)
+            except HarnessError as e:
+                rec = failure_record(cid, e, e.field)
+            except Exception as e:
+                rec = failure_record(cid, f"{type(e).__name__}: {e}")
+            finally:
+                probe.stop()  # the sampler of a run that failed half-way
+                try:
+                    import gc
+                    import torch
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()  # between configs only, never within a run
+                except Exception:
+                    pass
+        else:
+            res = run_isolated(plan, tr.unwrap(item)[1], a.timeout)
+            rec = res["record"] if res.get("ok") else failure_record(cid, res.get("error"), res.get("field"),
+                                                                      res.get("partial"))
+            if not res.get("ok") and res.get("stderr_tail"):
+                rec["stderr_tail"] = res["stderr_tail"]
+        dt = time.time() - t0
+        if rec["kind"] == "measured":
+            n_ok += 1
+            with open(a.out, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec) + "\n")
+            m, also = rec["measured"], rec["also_measured"]
+            dev = also.get("device")
+            print(f"ok   {cid}: allocated {m['gib']:.2f} GiB, reserved {also['reserved']['gib']:.2f} GiB, active "
+                  f"{also['active']['gib']:.2f} GiB, device {dev['gib'] if dev else 'n/a'} GiB ({dt:.0f} s)",
+                  flush=True)
+        else:
+            n_fail += 1
+            with open(failed_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec) + "\n")
+            print(f"FAIL {cid}: {rec['error']} ({dt:.0f} s)", flush=True)
+    print(f"{n_ok} measured -> {a.out}; {n_fail} failed" + (f" -> {failed_path}" if n_fail else "")
+          + f"; {time.time() - t_all:.0f} s in all")
+    return 0 if n_fail == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
