@@ -6,6 +6,7 @@
 #   4. the served page end to end in headless Chromium (playwright-core, node's test runner)
 #   5. the desktop app under Xvfb: renders frames, writes a screenshot, exits 0
 #   6. every libFuzzer target for a short, bounded time (scripts/fuzz.sh runs them longer)
+#   7. the calibration harness's unit tests (tools/calibrate; no GPU or torch needed) and the validation report
 # Screenshots land in build/screenshots. Ends with one line "test.sh: N passed, M failed".
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +31,11 @@ suite "page end to end (Chromium)" env MEMSIM_SITE=build/web/site MEMSIM_CLI=bui
   MEMSIM_SCREENSHOTS="$shots" node --test tests/e2e/
 suite "desktop app under Xvfb" bash tests/desktop/smoke.sh build/native "$shots"
 suite "fuzz targets, 10 s each (clang, ASan + UBSan)" bash scripts/fuzz.sh "${MEMSIM_FUZZ_SECONDS:-10}"
+suite "calibration harness: config translation (no GPU, no torch)" \
+  python3 -m unittest discover -s tools/calibrate -p 'test_*.py'
+suite "docs/validation.md is current" bash -c \
+  'build/native/memsim-cli validate tests/validation/cases | diff -q - docs/validation.md >/dev/null || \
+   { echo "docs/validation.md is stale: run scripts/validation_report.sh"; exit 1; }' 
 
 echo
 [ ${#failures[@]} -gt 0 ] && printf 'failed suite: %s\n' "${failures[@]}"

@@ -41,17 +41,16 @@ int32_t CachingAllocator::new_block() {
 // release_cached_blocks: every cached segment that is entirely free goes back to the driver.
 void CachingAllocator::release_cached_segments() {
   for (FreeSet* set : {&free_small_, &free_large_}) {
-    for (auto it = set->begin(); it != set->end();) {
-      int32_t b = std::get<2>(*it);
-      if (blocks_[b].prev == -1 && blocks_[b].next == -1) {
-        reserved_ -= blocks_[b].size;
-        --segments_;
-        spare_.push_back(b);
-        it = set->erase(it);
-      } else {
-        ++it;
-      }
-    }
+    set->erase(std::remove_if(set->begin(), set->end(),
+                              [&](const Key& k) {
+                                const int32_t b = k.block;
+                                if (blocks_[b].prev != -1 || blocks_[b].next != -1) return false;
+                                reserved_ -= blocks_[b].size;
+                                --segments_;
+                                spare_.push_back(b);
+                                return true;
+                              }),
+               set->end());
   }
 }
 
@@ -60,9 +59,9 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes) {
   const bool small = size <= kSmallSize;
   FreeSet& set = pool(small);
   int32_t b = -1;
-  auto it = set.lower_bound({size, INT64_MIN, INT32_MIN});
+  auto it = std::lower_bound(set.begin(), set.end(), Key{size, INT64_MIN, -1});
   if (it != set.end()) {
-    b = std::get<2>(*it);
+    b = it->block;
     set.erase(it);
   } else {
     const int64_t seg = allocation_size(size);

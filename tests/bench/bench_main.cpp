@@ -19,6 +19,7 @@ static Config llama70b() {
   c.model.intermediate_size = 28672;
   c.model.vocab_size = 128256;
   c.training.gradient_accumulation_steps = 8;
+  c.parallel.data_parallel_size = 64;  // ZeRO-3 over 64 H100s: fits (8 GPUs would not: 131 GiB of model states)
   c.hardware.gpu = "h100-sxm";
   return c;
 }
@@ -28,9 +29,18 @@ TEST_CASE("simulation speed") {
   const Config big = llama70b();
   BENCHMARK("default scenario (Llama-2-13B shape, ZeRO-3, 8 GPUs)") { return simulate(def).devices.size(); };
   BENCHMARK("Llama-3-70B shape, 8 micro-batches of accumulation") { return simulate(big).devices.size(); };
-  Config ddp = big;
-  ddp.parallel.zero_stage = 0;
-  BENCHMARK("Llama-3-70B shape, DDP, foreach AdamW") { return simulate(ddp).devices.size(); };
+  Config oom = big;
+  oom.parallel.data_parallel_size = 8;
+  BENCHMARK("Llama-3-70B shape on 8 GPUs: out of memory, replayed twice") { return simulate(oom).devices.size(); };
+  Config qlora = big;
+  qlora.parallel.data_parallel_size = 1;
+  qlora.parallel.zero_stage = 0;
+  qlora.training.precision = "bf16_pure";
+  qlora.peft.method = "lora";
+  qlora.peft.base_quantization = "nf4";
+  qlora.peft.target_modules = "all-linear";
+  qlora.hardware.gpu = "h200";
+  BENCHMARK("Llama-3-70B shape, QLoRA on all linears, one H200") { return simulate(qlora).devices.size(); };
   const std::string frag = config_to_fragment(def);
   BENCHMARK("fragment decode") { return config_from_fragment(frag).ok; };
 }
