@@ -27,10 +27,10 @@ int64_t next_pow2(int64_t x) {
 
 uint32_t StepBuilder::embed_forward() {
   // The embedding output is the first residual; under autocast it is fp32 (embedding is not an autocast op).
-  uint32_t res = act(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
+  uint32_t res = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, -1);
   if (c_.model.position_embedding_type == PositionType::Absolute) {  // GPT-2: wte(ids) + wpe(pos)
-    uint32_t pos = tmp(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
-    uint32_t sum = act(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
+    uint32_t pos = tmp(mul(d_.e_res, d_.Tn, d_.h), L_.residual, -1);
+    uint32_t sum = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, -1);
     drop(pos);
     drop(res);
     res = sum;
@@ -129,8 +129,8 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
 // dtype, autocast's cast, or dropout's output and mask), and lora_B saves lora_A's output (peft
 // tuners/lora/layer.py Linear.forward; MEMORY_FORMULAS.md 4.4). Returns whether the tensor itself is saved.
 bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width,
-                                std::vector<uint32_t>& saved) {
-  const int64_t tw = mul(d_.T, width);
+                                std::vector<uint32_t>& saved, int64_t tokens) {
+  const int64_t tw = mul(tokens, width);
   const auto& peft = c_.peft;
   bool need_self = false;
   bool qkv_done = false;  // a fused qkv linear (litgpt, Megatron) carries one adapter for all of q, k, v
@@ -157,7 +157,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
     } else {
       need_self = true;
     }
-    saved.push_back(act(mul(d_.amp ? 2 : ab, d_.T, peft.lora_rank), L_.lora_in, layer));
+    saved.push_back(act(mul(d_.amp ? 2 : ab, tokens, peft.lora_rank), L_.lora_in, layer));
   }
   return need_self;
 }
@@ -165,23 +165,23 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
 // Saves what the norm's backward needs and writes its output, kept as linear_inputs decides.
 void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
                                std::initializer_list<const char*> consumers, bool own_res) {
-  const int64_t th = mul(d_.T, d_.h);
+  const int64_t th = mul(d_.Tn, d_.h);  // sequence parallel: norms see T / t tokens
   res_retained = false;
   if (c_.model.norm_type == NormType::LayerNorm) {
     // aten native_layer_norm saves its input, mean and rstd (fp32, one per token).
     res_retained = true;
-    saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
-    saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
+    saved.push_back(act(mul(4, d_.Tn), L_.norm_rstd, layer));
+    saved.push_back(act(mul(4, d_.Tn), L_.norm_rstd, layer));
   } else if (rs_.norm == NormImpl::Fused) {
     // Fused RMSNorm kernels (Apex, TE, Liger) save their input and rstd.
     res_retained = true;
-    saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
+    saved.push_back(act(mul(4, d_.Tn), L_.norm_rstd, layer));
   } else {
     // HF LlamaRMSNorm: x32 = x.to(fp32) is saved by pow and by x32 * rstd; under fp32 or autocast the residual
     // already is fp32, so x32 is the residual itself.
     if (d_.e_res == 4) res_retained = true;
     else saved.push_back(act(mul(4, th), L_.norm_x32, layer));
-    saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
+    saved.push_back(act(mul(4, d_.Tn), L_.norm_rstd, layer));
     // weight * normed saves normed for the weight's gradient: cast back to the input dtype in HF (eager_fp32),
     // kept in fp32 by torchtune and litgpt (fp32_scale: (x_normed * weight.float()).to(dtype)). A frozen norm
     // weight (PEFT) needs no gradient, so nothing is saved for it.
@@ -190,7 +190,7 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
   }
   if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
   uint32_t y = act(mul(d_.amp ? 4 : d_.e, th), L_.norm_out, layer);
-  if (linear_inputs(layer, consumers, d_.h, saved)) saved.push_back(y);
+  if (linear_inputs(layer, consumers, d_.h, saved, d_.Tn)) saved.push_back(y);
   else drop(y);
 }
 
@@ -209,8 +209,8 @@ void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
   // HF eager RMSNorm backward holds about three fp32 [b, s, h] temporaries (pow/mean/mul backward and the
   // cast back); a fused or native LayerNorm kernel about one.
   const bool eager = c_.model.norm_type == NormType::RMSNorm && rs_.norm != NormImpl::Fused;
-  uint32_t t = tmp(mul(eager ? 12 : 4, d_.T, d_.h), L_.bwd_norm, layer);
-  uint32_t nd = tmp(mul(d_.e_res, d_.T, d_.h), L_.dres, layer);
+  uint32_t t = tmp(mul(eager ? 12 : 4, d_.Tn, d_.h), L_.bwd_norm, layer);
+  uint32_t nd = tmp(mul(d_.e_res, d_.Tn, d_.h), L_.dres, layer);
   drop(dres);
   dres = nd;
   drop(t);
@@ -305,11 +305,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   }
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
-  if (c_.peft.enabled()) linear_inputs(layer, {"o_proj"}, mla ? mul(d_.a, m.v_head_dim) : d_.h_q, A);
-  uint32_t o = tmp(mul(e, d_.T, d_.h), L_.o_out, layer);
+  if (c_.peft.enabled()) linear_inputs(layer, {"o_proj"}, mla ? mul(d_.a, m.v_head_dim) : d_.h_q, A, d_.T);
+  // Row-parallel output: all-reduced (TP) or reduce-scattered to T / t tokens (sequence parallel).
+  uint32_t o = tmp(mul(e, d_.Tn, d_.h), L_.o_out, layer);
   if (m.hidden_dropout > 0) {
-    A.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, layer));
-    uint32_t o2 = tmp(mul(e, d_.T, d_.h), L_.o_out, layer);
+    A.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, layer));
+    uint32_t o2 = tmp(mul(e, d_.Tn, d_.h), L_.o_out, layer);
     drop(o), o = o2;
   }
   // Parallel attention (one norm per layer, Falcon): the MLP reads the same norm output and both results are
@@ -318,7 +319,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   const bool retained_in = retained;
   uint32_t mid = UINT32_MAX;
   if (!parallel) {
-    mid = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
+    mid = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
     drop(o);
     if (!retained && free_input) drop(res);
   }
@@ -331,7 +332,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     else if (m.mlp_gated) norm_forward(layer, mid, retained, saved.mlp, {"gate_proj", "up_proj"}, true);
     else norm_forward(layer, mid, retained, saved.mlp, {"up_proj"}, true);
   } else {
-    linear_inputs(layer, {"gate_proj", "up_proj"}, d_.h, M);  // norm 1's output is kept already
+    linear_inputs(layer, {"gate_proj", "up_proj"}, d_.h, M, d_.Tn);  // norm 1's output is kept already
   }
   if (any_quantized_) dequant(layer);
   const int64_t tf = mul(e, d_.T, d_.f);
@@ -343,22 +344,22 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     M.push_back(act(tf, L_.mlp_up, layer));    // saved by act * up
     M.push_back(act(tf, L_.mlp_act, layer));   // saved by act * up
     uint32_t prod = act(tf, L_.mlp_prod, layer);
-    if (linear_inputs(layer, {"down_proj"}, d_.f, M)) M.push_back(prod);  // saved by down_proj
+    if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(prod);  // saved by down_proj
     else prod_transient = prod;
   } else {
     M.push_back(act(tf, L_.mlp_fc1, layer));   // saved by gelu
     uint32_t g = act(tf, L_.mlp_gelu, layer);
-    if (linear_inputs(layer, {"down_proj"}, d_.f, M)) M.push_back(g);  // saved by the second projection
+    if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(g);  // saved by the second projection
     else prod_transient = g;
   }
-  uint32_t out = tmp(mul(e, d_.T, d_.h), L_.mlp_out, layer);
+  uint32_t out = tmp(mul(e, d_.Tn, d_.h), L_.mlp_out, layer);
   if (prod_transient != UINT32_MAX) drop(prod_transient);
   if (m.hidden_dropout > 0) {
-    M.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, layer));
-    uint32_t o2 = tmp(mul(e, d_.T, d_.h), L_.mlp_out, layer);
+    M.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, layer));
+    uint32_t o2 = tmp(mul(e, d_.Tn, d_.h), L_.mlp_out, layer);
     drop(out), out = o2;
   }
-  uint32_t next = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
+  uint32_t next = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
   drop(out);
   if (parallel) {
     drop(o);
@@ -380,7 +381,7 @@ uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, Sa
   int64_t peak = mul(3, d_.e, d_.T, d_.f);
   if (rs_.attention == Attention::Eager) peak = std::max(peak, mul(4 + d_.e, d_.a, d_.b, mul(d_.s, d_.s)));
   uint32_t t = tmp(peak, L_.ckpt_tmp, layer);
-  uint32_t next = act(mul(d_.e_res, d_.T, d_.h), L_.residual, layer);
+  uint32_t next = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
   drop(t);
   return next;
 }
@@ -585,13 +586,13 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       drop(g1);
       uint32_t g3 = e < 4 ? tmp(mul(e, tv), L_.loss_grad_bf16, post) : UINT32_MAX;
       if (g3 != UINT32_MAX) drop(g2), g2 = g3;
-      dy = tmp(mul(e, d_.T, d_.h), L_.dres, post);
+      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
       drop(g2);
       break;
     }
     case LossImpl::ChunkedFp32: {
       const int64_t n = c_.training.loss_chunks;
-      dy = tmp(mul(e, d_.T, d_.h), L_.dres, post);
+      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
       for (int64_t i = 0; i < n; ++i) {
         uint32_t g1 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
         uint32_t g2 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
@@ -607,12 +608,12 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       uint32_t g = tmp(mul(e, tv), L_.loss_grad, post);
       uint32_t z = tmp(mul(e, tv), L_.loss_grad, post);
       drop(g);
-      dy = tmp(mul(e, d_.T, d_.h), L_.dres, post);
+      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
       drop(z);
       break;
     }
     case LossImpl::FusedLinear:
-      dy = tmp(mul(e, d_.T, d_.h), L_.dres, post);  // grad_input scaled; grad_weight becomes lm_head's grad
+      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);  // grad_input scaled; grad_weight becomes lm_head's grad
       break;
   }
   // What remains saved (final norm, log-softmax, litgpt's logits) goes with the backward of the head.

@@ -108,9 +108,14 @@ struct PeftConfig {
   bool enabled() const { return method != "none"; }
 };
 
+// The world is data x tensor x pipeline parallel (Megatron's layout). ZeRO shards over the data-parallel ranks.
 struct ParallelConfig {
   int64_t data_parallel_size = 8;
   int64_t zero_stage = 3;  // 0 = plain DDP; 1, 2, 3 as in the ZeRO paper
+  int64_t tensor_parallel_size = 1;
+  bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
+  int64_t pipeline_parallel_size = 1;
+  std::string pipeline_schedule = "1f1b";  // 1f1b or gpipe
 
   bool operator==(const ParallelConfig&) const = default;
 };

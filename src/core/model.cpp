@@ -128,6 +128,41 @@ ModelShape build_model_shape(const ModelConfig& m) {
   return s;
 }
 
+// Megatron's tensor parallelism (core/tensor_parallel/layers.py): column-parallel linears (q, k, v, gate, up)
+// split their outputs and biases, row-parallel ones (o, down) their inputs; the embedding and the output head
+// split the vocabulary (VocabParallelEmbedding); norms and row-parallel biases are replicated. KV heads fewer
+// than t are replicated, so each rank holds at least one.
+void apply_tensor_parallel(ModelShape& s, const ModelConfig& m, int64_t t) {
+  if (t <= 1) return;
+  const int64_t d = effective_head_dim(m);
+  auto split = [&](std::vector<ParamTensor>& ts) {
+    for (auto& p : ts) {
+      const std::string mod = module_name(p.name);
+      const bool bias = p.kind == ParamKind::Bias;
+      const bool kv = mod == "k_proj" || mod == "v_proj";
+      if (kv && m.num_key_value_heads < t) {
+        const int64_t per_rank = mul(d, 1);
+        p.numel = bias ? per_rank : mul(p.numel / p.rows, per_rank);
+        p.rows = per_rank;
+      } else if (mod == "q_proj" || kv || mod == "gate_proj" || mod == "up_proj" || mod == "q_b_proj" ||
+                 mod == "kv_b_proj" || mod == "embed_tokens" || mod == "lm_head") {
+        p.numel = ceil_div(p.numel, t);
+        p.rows = ceil_div(p.rows, t);
+      } else if ((mod == "o_proj" || mod == "down_proj") && !bias) {
+        p.numel = ceil_div(p.numel, t);
+      }
+    }
+  };
+  split(s.pre);
+  split(s.layer);
+  split(s.moe_layer);
+  split(s.post);
+  s.params_per_layer = sum_numel(s.layer);
+  s.params_per_moe_layer = sum_numel(s.moe_layer);
+  s.params_total = add(add(add(sum_numel(s.pre), sum_numel(s.post)), mul(s.params_per_layer, s.num_dense_layers)),
+                       mul(s.params_per_moe_layer, s.num_layers - s.num_dense_layers));
+}
+
 std::string module_name(const std::string& param_name) {
   std::string n = param_name;
   for (const char* suffix : {".weight", ".bias"})

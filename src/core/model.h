@@ -50,6 +50,8 @@ ModelShape build_model_shape(const ModelConfig& m);
 // Freezes the base, adds adapters to the targeted linears, marks the quantized weights (PEFT + bitsandbytes).
 // params_total then includes the adapters; params_trainable counts what has gradients.
 void apply_peft(ModelShape& shape, const PeftConfig& peft);
+// One tensor-parallel rank's share of every parameter (params_total becomes per rank).
+void apply_tensor_parallel(ModelShape& shape, const ModelConfig& m, int64_t t);
 int64_t trainable_numel(const ModelShape& s);
 
 // The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"), as PEFT targets it.

@@ -101,6 +101,10 @@ void visit_fields(Config& c, V& v) {
 
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
   v.integer("parallel.zero_stage", c.parallel.zero_stage);
+  v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);
+  v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
+  v.integer("parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size);
+  v.str("parallel.pipeline_schedule", c.parallel.pipeline_schedule);
 
   v.str("hardware.gpu", c.hardware.gpu);
   v.integer("hardware.gpu_memory_bytes", c.hardware.gpu_memory_bytes);

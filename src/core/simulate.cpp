@@ -69,6 +69,7 @@ Result simulate(const Config& config) {
     apply_peft(shape, config.peft);
     r.params_total = shape.params_total;
     r.params_trainable = trainable_numel(shape);
+    apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here
     const GpuSpec* gpu = find_gpu(config.hardware.gpu);
     StepContext ctx{config, shape, *find_precision(config.training.precision),
                     *find_optimizer(config.training.optimizer), gpu};

@@ -17,6 +17,7 @@ namespace memsim {
 // Per micro-batch sizes in elements, and element sizes in bytes.
 struct ActDims {
   int64_t b, s, T;         // micro-batch, sequence, tokens
+  int64_t Tn;              // tokens seen by norms, dropout and the residual stream: T / t with sequence parallel
   int64_t h, h_q, h_kv, f; // hidden, query width (heads x head_dim), key/value width, MLP width
   int64_t a, g, V;         // query heads, key/value heads, vocabulary
   int64_t e;               // bytes of saved matmul activations (2 for bf16/fp16 compute, 4 for fp32)
@@ -61,7 +62,8 @@ class StepBuilder {
   void layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved);
   void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
                     std::initializer_list<const char*> consumers, bool own_res);
-  bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved);
+  bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved,
+                     int64_t tokens);
   void dequant(int32_t layer);
   bool trainable_module(const char* module) const;
   int64_t adapter_bytes() const;

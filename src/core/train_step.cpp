@@ -147,6 +147,20 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   d_.a = m.num_attention_heads;
   d_.g = m.num_key_value_heads;
   d_.V = m.vocab_size;
+  // Tensor parallel (Megatron): attention heads, the MLP width and the vocabulary are split over t ranks; KV
+  // heads are replicated when there are fewer than t. Sequence parallel also splits the tokens that norms,
+  // dropout and the residual stream see (Korthikanti et al. 2022 sec. 4.2.2).
+  const int64_t tp = c_.parallel.tensor_parallel_size;
+  d_.Tn = c_.parallel.sequence_parallel ? d_.T / tp : d_.T;
+  if (tp > 1) {
+    const int64_t hd = effective_head_dim(m);
+    d_.a = m.num_attention_heads / tp;
+    d_.g = std::max<int64_t>(1, m.num_key_value_heads / tp);
+    d_.h_q = mul(d_.a, hd);
+    d_.h_kv = mul(d_.g, hd);
+    d_.f = m.intermediate_size / tp;
+    d_.V = ceil_div(m.vocab_size, tp);
+  }
   d_.e = pr_.activation_bytes;
   d_.e_res = pr_.residual_bytes;
   d_.amp = pr_.autocast_copy_bytes > 0;

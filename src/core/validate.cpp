@@ -44,6 +44,8 @@ const std::map<std::string, IntRange>& ranges() {
       {"peft.lora_rank", {1, 1 << 16}},
       {"parallel.data_parallel_size", {1, 1 << 24}},
       {"parallel.zero_stage", {0, 3}},
+      {"parallel.tensor_parallel_size", {1, 1024}},
+      {"parallel.pipeline_parallel_size", {1, 1024}},
       {"hardware.gpu_memory_bytes", {0, int64_t(1) << 50}},
   };
   return r;
@@ -121,6 +123,53 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
   }
   if (c.training.optimizer_in_backward)
     e.push_back({"training.optimizer_in_backward", "training.optimizer_in_backward is not modelled with PEFT"});
+}
+
+// Megatron's constraints (megatron/training/arguments.py): heads and KV heads divide by TP, layers by PP; the
+// world is DP x TP x PP and must fit int64 (a million GPUs is fine).
+void validate_layout(const Config& c, std::vector<FieldError>& e) {
+  const auto& p = c.parallel;
+  const auto& m = c.model;
+  const int64_t t = p.tensor_parallel_size, pp = p.pipeline_parallel_size;
+  check(e, "parallel.tensor_parallel_size", t);
+  check(e, "parallel.pipeline_parallel_size", pp);
+  if (t < 1 || pp < 1) return;
+  if (m.num_attention_heads % t != 0)
+    e.push_back({"parallel.tensor_parallel_size", "parallel.tensor_parallel_size (" + std::to_string(t) +
+                                                      ") must divide model.num_attention_heads (" +
+                                                      std::to_string(m.num_attention_heads) + "); try a divisor of it"});
+  else if (m.kv_lora_rank == 0 && m.num_key_value_heads % t != 0 && t % m.num_key_value_heads != 0)
+    e.push_back({"parallel.tensor_parallel_size", "parallel.tensor_parallel_size (" + std::to_string(t) +
+                                                      ") must divide model.num_key_value_heads (" +
+                                                      std::to_string(m.num_key_value_heads) +
+                                                      ") or be a multiple of it (KV heads are then replicated)"});
+  if (t > 1 && m.intermediate_size % t != 0)
+    e.push_back({"parallel.tensor_parallel_size", "parallel.tensor_parallel_size must divide model.intermediate_size (" +
+                                                      std::to_string(m.intermediate_size) + ")"});
+  if (pp > m.num_hidden_layers)
+    e.push_back({"parallel.pipeline_parallel_size", "parallel.pipeline_parallel_size (" + std::to_string(pp) +
+                                                        ") must be at most model.num_hidden_layers (" +
+                                                        std::to_string(m.num_hidden_layers) + "): a stage needs a layer"});
+  if (p.pipeline_schedule != "1f1b" && p.pipeline_schedule != "gpipe")
+    e.push_back({"parallel.pipeline_schedule", "parallel.pipeline_schedule must be 1f1b or gpipe; got \"" +
+                                                   p.pipeline_schedule.substr(0, 40) + "\""});
+  if (p.sequence_parallel && t == 1)
+    e.push_back({"parallel.sequence_parallel", "parallel.sequence_parallel needs parallel.tensor_parallel_size above 1"});
+  if (p.sequence_parallel && c.training.sequence_length % t != 0)
+    e.push_back({"parallel.sequence_parallel", "with parallel.sequence_parallel, parallel.tensor_parallel_size must divide "
+                                               "training.sequence_length"});
+  if ((t > 1 || pp > 1) && c.parallel.zero_stage >= 2 && pp > 1)
+    e.push_back({"parallel.zero_stage", "ZeRO stage 2 and 3 do not combine with pipeline parallelism (DeepSpeed and "
+                                        "Megatron allow ZeRO-1 / the distributed optimizer with PP); use parallel.zero_stage 0 or 1"});
+  if ((t > 1 || pp > 1) && c.model.post_layernorm)
+    e.push_back({"parallel.tensor_parallel_size", "tensor and pipeline parallelism are modelled for decoder models only"});
+  if (t > 1 && m.num_experts > 0)
+    e.push_back({"parallel.tensor_parallel_size", "tensor parallelism of mixture-of-experts layers is not modelled yet"});
+  if ((t > 1 || pp > 1) && c.peft.enabled())
+    e.push_back({"peft.method", "PEFT with tensor or pipeline parallelism is not modelled yet"});
+  const long double world = static_cast<long double>(p.data_parallel_size) * static_cast<long double>(t) *
+                            static_cast<long double>(pp);
+  if (world > 1e9L) e.push_back({"parallel.data_parallel_size", "the world size (data x tensor x pipeline) must be at most 1e9 GPUs"});
 }
 
 }  // namespace
@@ -230,6 +279,7 @@ std::vector<FieldError> validate(const Config& c) {
 
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);
+  validate_layout(c, e);
 
   const auto& hw = c.hardware;
   if (!find_gpu(hw.gpu) && hw.gpu != "custom")

@@ -143,6 +143,20 @@ TEST_CASE("Mixtral MoE layer: router, gathered tokens, expert MLPs and outputs",
   CHECK(per_layer(c) == attention + norm2 + router + (2 * n_cap * h + 8 * n_cap * f + 2 * n_cap * h));
 }
 
+TEST_CASE("tensor parallel splits attention and MLP activations; sequence parallel also the norms", "[activations][tp]") {
+  // Korthikanti et al. 2022 sec. 4.2: with t-way TP what lives inside attention and the MLP is divided by t,
+  // the norm inputs/outputs and dropout are not; sequence parallelism divides those by t as well.
+  const int64_t b = 1, s = 4096, h = 4096, hq = 4096, hkv = 1024, f = 14336, a = 32, t = 4;
+  Config c = llama3_8b(b, s);
+  c.training.attention = "sdpa";
+  c.parallel.tensor_parallel_size = t;
+  const int64_t inside = (4 * b * s * hq + 4 * b * s * hkv + 8 * b * s * f + 4 * a * b * s) / t;
+  const int64_t norms = 16 * b * s * h + 8 * b * s;
+  CHECK(per_layer(c) == norms + inside);
+  c.parallel.sequence_parallel = true;
+  CHECK(per_layer(c) == norms / t + inside);
+}
+
 TEST_CASE("full checkpointing keeps one residual per layer", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.activation_checkpointing = "full";

@@ -103,3 +103,21 @@ TEST_CASE("MQA keeps one key/value head", "[params]") {
     if (t.name.rfind("self_attn", 0) == 0) attn += t.numel;
   CHECK(attn == 2 * 64 * 64 + 2 * 64 * 8);
 }
+
+TEST_CASE("tensor parallel ranks hold their share of every parameter", "[params][tp]") {
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/llama-3-8b.json")));
+  REQUIRE(p.ok);
+  ModelShape full = build_model_shape(p.config.model);
+  ModelShape rank = full;
+  apply_tensor_parallel(rank, p.config.model, 4);
+  // Everything splits four ways except the norms (2 per layer + the final one, 4096 each), which replicate.
+  const int64_t norms = (2 * 32 + 1) * 4096;
+  CHECK(rank.params_total * 4 - 3 * norms == full.params_total);
+  // 16-way TP with 8 KV heads: each rank keeps one whole KV head (head_dim 128) for k and for v.
+  ModelShape r16 = full;
+  apply_tensor_parallel(r16, p.config.model, 16);
+  int64_t k = 0;
+  for (const auto& t : r16.layer)
+    if (t.name == "self_attn.k_proj.weight") k = t.numel;
+  CHECK(k == 4096 * 128);
+}
