@@ -623,99 +623,161 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   return dy;
 }
 
-void StepBuilder::micro_batch(int iter, int64_t mb, const std::string& tag) {
-  if (!(iter == 1 && mb == 1)) p_.phase("forward" + tag);
-  const int64_t L = s_.num_layers;
-  uint32_t inputs = act(mul(2, 8, d_.T), L_.inputs, -1);  // int64 input_ids and labels
-  std::vector<uint32_t> gathered;
-  gather(-1, gathered);
-  uint32_t res = embed_forward();
-  for (uint32_t g : gathered) drop(g);
-  gathered.clear();
+bool StepBuilder::checkpointed(int64_t l) const {
+  switch (rs_.checkpointing) {
+    case Checkpointing::Full: return true;
+    case Checkpointing::EveryK: return l % c_.training.checkpoint_every_k_layers == 0;
+    default: return false;
+  }
+}
 
-  auto checkpointed = [&](int64_t l) {
-    switch (rs_.checkpointing) {
-      case Checkpointing::Full: return true;
-      case Checkpointing::EveryK: return l % c_.training.checkpoint_every_k_layers == 0;
-      default: return false;
-    }
-  };
+uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool own) {
   const bool keep_s2 = rs_.checkpointing != Checkpointing::Selective;
-  auto forward = [&](int32_t l, uint32_t in, SavedLayer& sv, bool k2, bool own) {
-    return c_.model.post_layernorm ? layer_forward_post_ln(l, in, sv, k2, own) : layer_forward(l, in, sv, k2, own);
-  };
+  return c_.model.post_layernorm ? layer_forward_post_ln(l, in, sv, keep_s2, own) : layer_forward(l, in, sv, keep_s2, own);
+}
+
+// The forward of one micro-batch on this device's layers [first_layer_, end_layer_). A pipeline stage other
+// than the first receives its input; one other than the last sends its output, whose memory Megatron frees at
+// once (schedules.py deallocate_output_tensor).
+void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
+  p_.phase("forward" + tag);
+  f.casts.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
+  casts_.swap(f.casts);
+  const int64_t first = ctx_.first_layer, end = ctx_.end_layer;
+  f.saved.assign(static_cast<size_t>(end - first), SavedLayer{});
+  f.host.assign(static_cast<size_t>(end - first), {});
+  for (auto& sl : f.saved) sl.attn.reserve(16), sl.mlp.reserve(12);
+  f.inputs = act(mul(ctx_.has_pre && ctx_.has_post ? 2 : 1, 8, d_.T), L_.inputs, -1);  // int64 ids and/or labels
+  std::vector<uint32_t> gathered;
+  uint32_t res;
+  if (ctx_.has_pre) {
+    gather(-1, gathered);
+    res = embed_forward();
+    for (uint32_t g : gathered) drop(g);
+    gathered.clear();
+  } else {
+    res = act(mul(d_.e_res, d_.Tn, d_.h), L_.p2p, static_cast<int32_t>(first));
+  }
   const bool offload = c_.training.activation_offload;
-  std::vector<SavedLayer> saved(static_cast<size_t>(L));
-  for (auto& sl : saved) sl.attn.reserve(16), sl.mlp.reserve(12);
-  // Offloaded saved tensors: their sizes and labels, to bring them back before the layer's backward.
-  std::vector<std::vector<std::pair<int64_t, uint32_t>>> host(static_cast<size_t>(L));
-  auto offload_layer = [&](int64_t l) {
-    for (auto* part : {&saved[l].attn, &saved[l].mlp}) {
-      for (uint32_t t : *part) host[l].push_back({p_.tensors[t].bytes, p_.tensors[t].label}), drop(t);
+  auto offload_layer = [&](int64_t i) {
+    for (auto* part : {&f.saved[i].attn, &f.saved[i].mlp}) {
+      for (uint32_t t : *part) f.host[i].push_back({p_.tensors[t].bytes, p_.tensors[t].label}), drop(t);
       part->clear();
     }
   };
-  for (int64_t l = 0; l < L; ++l) {
+  for (int64_t l = first; l < end; ++l) {
     gather(l, gathered);
     const int32_t li = static_cast<int32_t>(l);
-    res = checkpointed(l) ? layer_forward_checkpointed(li, res, saved[l]) : forward(li, res, saved[l], keep_s2, true);
+    SavedLayer& sv = f.saved[l - first];
+    res = checkpointed(l) ? layer_forward_checkpointed(li, res, sv) : forward_layer(li, res, sv, true);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
     // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.
-    if (offload && l >= 1) offload_layer(l - 1);
+    if (offload && l > first) offload_layer(l - 1 - first);
   }
-  gather(L, gathered);
-  std::vector<uint32_t> loss_saved;
-  loss_forward(res, loss_saved);
-  if (offload && L >= 1) offload_layer(L - 1);
+  if (ctx_.has_post) {
+    gather(s_.num_layers, gathered);
+    loss_forward(res, f.loss_saved);
+    f.gathered_post = gathered;
+  } else {
+    drop(res);  // sent to the next stage
+  }
+  if (offload && end > first) offload_layer(end - 1 - first);
   // The outermost autocast region exits here: weight copies cached in checkpointed (no_grad) forwards are
   // held by no graph and go.
   for (uint32_t l : ckpt_casts_) drop(casts_[l]), casts_[l] = UINT32_MAX;
   ckpt_casts_.clear();
+  casts_.swap(f.casts);
+  f.embed_saved.swap(embed_saved_);
+  f.held_logits = held_logits_;
+  held_logits_ = UINT32_MAX;
+}
 
+void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
   p_.phase("backward" + tag);
-  uint32_t dres = loss_backward(loss_saved);
-  release_layer_grads(L);
-  step_in_backward(L);
-  for (uint32_t g : gathered) drop(g);
-  gathered.clear();
-  for (int64_t l = L - 1; l >= 0; --l) {
+  casts_.swap(f.casts);
+  embed_saved_.swap(f.embed_saved);
+  const int64_t first = ctx_.first_layer, end = ctx_.end_layer;
+  std::vector<uint32_t> gathered;
+  uint32_t dres;
+  if (ctx_.has_post) {
+    dres = loss_backward(f.loss_saved);
+    release_layer_grads(s_.num_layers);
+    step_in_backward(s_.num_layers);
+    for (uint32_t g : f.gathered_post) drop(g);
+    f.gathered_post.clear();
+  } else {
+    dres = tmp(mul(d_.e_res, d_.Tn, d_.h), L_.p2p, static_cast<int32_t>(end - 1));  // received from the next stage
+  }
+  for (int64_t l = end - 1; l >= first; --l) {
     const int32_t li = static_cast<int32_t>(l);
+    SavedLayer& sv = f.saved[l - first];
     gather(l, gathered);
-    if (offload)
-      for (auto [bytes, label] : host[l]) saved[l].attn.push_back(act(bytes, label, li));
+    if (!f.host[l - first].empty())
+      for (auto [bytes, label] : f.host[l - first]) sv.attn.push_back(act(bytes, label, li));
     if (checkpointed(l)) {
       // Recompute with grad on the kept input, then backward through the recomputed graph.
-      const uint32_t in = saved[l].attn.front();
+      const uint32_t in = sv.attn.front();
       SavedLayer& re = recompute_;
       re.attn.clear(), re.mlp.clear();
-      uint32_t out = forward(li, in, re, keep_s2, false);
+      uint32_t out = forward_layer(li, in, re, false);
       layer_backward(li, dres, re);
       drop(out);
-      for (uint32_t t : saved[l].attn) drop(t);
-      saved[l].attn.clear();
+      for (uint32_t t : sv.attn) drop(t);
+      sv.attn.clear();
     } else {
-      layer_backward(li, dres, saved[l]);
+      layer_backward(li, dres, sv);
     }
     release_layer_grads(l);
     step_in_backward(l);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   }
-  for (auto it = embed_saved_.rbegin(); it != embed_saved_.rend(); ++it) drop(*it);
-  embed_saved_.clear();
-  // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, it is added into
-  // the .grad that lm_head's backward created.
-  alloc_layer_grads(-1);
-  if (c_.model.tie_word_embeddings) {
-    uint32_t dense = tmp(mul(pr_.grad_bytes, d_.V, d_.h), L_.embed_grad_dense, -1);
-    drop(dense);
+  if (ctx_.has_pre) {
+    for (auto it = embed_saved_.rbegin(); it != embed_saved_.rend(); ++it) drop(*it);
+    embed_saved_.clear();
+    // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, it is added into
+    // the .grad that lm_head's backward created.
+    alloc_layer_grads(-1);
+    if (c_.model.tie_word_embeddings) {
+      uint32_t dense = tmp(mul(pr_.grad_bytes, d_.V, d_.h), L_.embed_grad_dense, -1);
+      drop(dense);
+    }
+    release_layer_grads(-1);
+    step_in_backward(-1);
   }
-  release_layer_grads(-1);
-  step_in_backward(-1);
-  if (held_logits_ != UINT32_MAX) drop(held_logits_), held_logits_ = UINT32_MAX;
-  drop(dres);
-  drop(inputs);
+  if (f.held_logits != UINT32_MAX) drop(f.held_logits), f.held_logits = UINT32_MAX;
+  drop(dres);  // sent to the previous stage, or done
+  drop(f.inputs);
+  casts_.swap(f.casts);
+}
+
+// The micro-batches of one step in the order this device runs them (Megatron schedules.py): without a
+// pipeline, forward and backward alternate; GPipe runs every forward, then every backward; 1F1B warms up with
+// (stages - stage - 1) forwards, then alternates, so at most (stages - stage) micro-batches are in flight.
+void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
+  const int64_t p = c_.parallel.pipeline_parallel_size, i = ctx_.stage;
+  std::vector<InFlight> flights(static_cast<size_t>(mbs));
+  auto tag = [&](int64_t mb) {
+    std::string t = " (step " + std::to_string(iter);
+    if (gas > 1 && iter == 2) {
+      if (mb == mbs && gas > mbs) t += ", micro-batches " + std::to_string(mb) + "-" + std::to_string(gas);
+      else t += ", micro-batch " + std::to_string(mb);
+    }
+    return t + ")";
+  };
+  int64_t next_f = 0, next_b = 0;
+  auto F = [&]() { forward_mb(flights[next_f], tag(next_f + 1)), ++next_f; };
+  auto B = [&]() { backward_mb(flights[next_b], tag(next_b + 1)), flights[next_b] = InFlight{}, ++next_b; };
+  if (p > 1 && c_.parallel.pipeline_schedule == "gpipe") {
+    while (next_f < mbs) F();
+    while (next_b < mbs) B();
+    return;
+  }
+  const int64_t warmup = p > 1 ? std::min(p - i - 1, mbs) : 0;
+  for (int64_t k = 0; k < warmup; ++k) F();
+  while (next_f < mbs) F(), B();
+  while (next_b < mbs) B();
 }
 
 }  // namespace memsim

@@ -32,9 +32,16 @@ struct Breakdown {
   int64_t total() const;            // equals Peak::device_bytes
 };
 
+struct ModelStates {  // per device, bytes of the persistent model states (before allocator rounding)
+  int64_t weights_bytes = 0;
+  int64_t gradients_bytes = 0;
+  int64_t optimizer_bytes = 0;  // states plus the fp32 master copy
+};
+
 struct DeviceResult {
   std::string role;       // "every GPU" for symmetric layouts; pipeline stages etc. later
   int64_t device_count = 1;
+  ModelStates model_states;
   Peak peak;
   Breakdown breakdown;
   uint32_t peak_event = 0;           // event index of the allocated peak
@@ -49,18 +56,12 @@ struct DeviceResult {
   StepProgram program;               // the events behind the timeline (labels, phases, tensors)
 };
 
-struct ModelStates {  // per device, bytes of the persistent model states (before allocator rounding)
-  int64_t weights_bytes = 0;
-  int64_t gradients_bytes = 0;
-  int64_t optimizer_bytes = 0;  // states plus the fp32 master copy
-};
-
 struct Result {
   bool ok = false;
   std::vector<FieldError> errors;  // non-empty when !ok
   int64_t params_total = 0;
   int64_t params_trainable = 0;
-  ModelStates model_states;
+  ModelStates model_states;  // of the first device (every device's is in devices[i].model_states)
   std::vector<DeviceResult> devices;
   std::vector<std::string> notes;  // assumptions the user should know about
 };

@@ -71,35 +71,53 @@ Result simulate(const Config& config) {
     r.params_trainable = trainable_numel(shape);
     apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here
     const GpuSpec* gpu = find_gpu(config.hardware.gpu);
-    StepContext ctx{config, shape, *find_precision(config.training.precision),
-                    *find_optimizer(config.training.optimizer), gpu};
-    r.model_states = model_state_bytes(ctx);
+    const auto& par = config.parallel;
+    const int64_t stages = par.pipeline_parallel_size;
+    // Megatron splits the layers evenly over the stages; the remainder goes to the first stages.
+    const int64_t per = shape.num_layers / stages, extra = shape.num_layers % stages;
+    int64_t next_layer = 0;
+    for (int64_t stage = 0; stage < stages; ++stage) {
+      const int64_t count = per + (stage < extra ? 1 : 0);
+      StepContext ctx{config, shape, *find_precision(config.training.precision),
+                      *find_optimizer(config.training.optimizer), gpu};
+      ctx.stage = stage;
+      ctx.first_layer = next_layer;
+      ctx.end_layer = next_layer + count;
+      ctx.has_pre = stage == 0;
+      ctx.has_post = stage == stages - 1;
+      next_layer += count;
 
-    DeviceResult d;
-    d.role = "every GPU";
-    d.device_count = config.parallel.data_parallel_size;
-    d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
-    d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
-    d.breakdown.cuda_context_bytes =
-        config.hardware.cuda_context_bytes > 0 ? config.hardware.cuda_context_bytes : kCudaContextLazyBytes;
-    d.program = build_train_step(ctx);
-    replay(d, std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes));
-    if (d.oom) {
-      // The real step stops at the failing allocation. To say by how much it does not fit, replay again
-      // without a capacity limit: the peak and breakdown are then what the step would need.
-      const uint32_t oom_event = d.peak_event;
-      d.timeline.clear();
-      d.peak = Peak{};
-      d.breakdown.allocator = {};
-      d.oom = false;
-      replay(d, int64_t{1} << 62);
-      d.oom = true;
-      d.oom_event = oom_event;
+      DeviceResult d;
+      d.role = stages == 1 ? "every GPU"
+                           : "pipeline stage " + std::to_string(stage + 1) + " of " + std::to_string(stages) +
+                                 " (layers " + std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1) +
+                                 (ctx.has_pre ? ", embeddings" : "") + (ctx.has_post ? ", head and loss" : "") + ")";
+      d.device_count = mul(par.data_parallel_size, par.tensor_parallel_size);
+      d.model_states = model_state_bytes(ctx);
+      d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
+      d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
+      d.breakdown.cuda_context_bytes =
+          config.hardware.cuda_context_bytes > 0 ? config.hardware.cuda_context_bytes : kCudaContextLazyBytes;
+      d.program = build_train_step(ctx);
+      replay(d, std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes));
+      if (d.oom) {
+        // The real step stops at the failing allocation. To say by how much it does not fit, replay again
+        // without a capacity limit: the peak and breakdown are then what the step would need.
+        const uint32_t oom_event = d.peak_event;
+        d.timeline.clear();
+        d.peak = Peak{};
+        d.breakdown.allocator = {};
+        d.oom = false;
+        replay(d, int64_t{1} << 62);
+        d.oom = true;
+        d.oom_event = oom_event;
+      }
+      d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
+      d.peak.device_bytes = add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes);
+      d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
+      r.devices.push_back(std::move(d));
     }
-    d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
-    d.peak.device_bytes = add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes);
-    d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
-    r.devices.push_back(std::move(d));
+    r.model_states = r.devices.front().model_states;
     r.ok = true;
   } catch (const RangeError& e) {
     r.errors.push_back({"config", std::string("the configuration is out of range: ") + e.what() +

@@ -31,12 +31,21 @@ struct SavedLayer {
   std::vector<uint32_t> mlp;   // norm 2 and MLP
 };
 
+// What one micro-batch keeps between its forward and its backward (several are in flight in a pipeline).
+struct InFlight {
+  uint32_t inputs = UINT32_MAX;
+  std::vector<SavedLayer> saved;                                // per layer of this device
+  std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;  // offloaded tensors (bytes, label) per layer
+  std::vector<uint32_t> loss_saved, gathered_post, embed_saved, casts;
+  uint32_t held_logits = UINT32_MAX;
+};
+
 struct Labels {
   uint32_t weights, grads, grad_partition, grad_bucket, gathered, master, state, opt_tmp, cast, ws, ws_lt;
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
-      router, expert_in, expert_out, lora_in, dequant, quant_stats, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense;
+      router, expert_in, expert_out, lora_in, dequant, quant_stats, p2p, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense;
 };
 
 class StepBuilder {
@@ -70,12 +79,17 @@ class StepBuilder {
   int64_t weight_bytes_of(const ParamTensor& t) const;
   int64_t grad_bytes_of(const ParamTensor& t) const;
   int64_t state_dtype_of(const ParamTensor& t) const;
+  int64_t stage_trainable_numel() const;
   void norm_backward(int32_t layer, uint32_t& dres);
   void mla_forward(int32_t layer, std::vector<uint32_t>& saved);
   void moe_forward(int32_t layer, std::vector<uint32_t>& saved);
   void loss_forward(uint32_t res, std::vector<uint32_t>& saved);
   uint32_t loss_backward(std::vector<uint32_t>& saved);
-  void micro_batch(int iter, int64_t mb, const std::string& tag);
+  bool checkpointed(int64_t layer) const;
+  uint32_t forward_layer(int32_t layer, uint32_t in, SavedLayer& saved, bool own_input);
+  void forward_mb(InFlight& f, const std::string& tag);
+  void backward_mb(InFlight& f, const std::string& tag);
+  void run_schedule(int iter, int64_t micro_batches, int64_t gas);
 
   uint32_t act(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Activations, bytes, label, layer); }
   uint32_t tmp(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Temporaries, bytes, label, layer); }

@@ -29,12 +29,17 @@ bool decays(const ParamTensor& t) {
   return t.kind == ParamKind::Matmul || t.kind == ParamKind::Embedding || t.kind == ParamKind::Adapter;
 }
 
+// Every parameter tensor this device holds: its pipeline stage's layers, and the embeddings / head where the
+// stage has them.
 template <typename F>
-void for_each_param(const ModelShape& s, F&& f) {
-  for (const auto& t : s.pre) f(t);
-  for (int64_t l = 0; l < s.num_layers; ++l)
+void for_each_param(const StepContext& ctx, F&& f) {
+  const ModelShape& s = ctx.shape;
+  if (ctx.has_pre)
+    for (const auto& t : s.pre) f(t);
+  for (int64_t l = ctx.first_layer; l < std::min(ctx.end_layer, s.num_layers); ++l)
     for (const auto& t : s.params_of(l)) f(t);
-  for (const auto& t : s.post) f(t);
+  if (ctx.has_post)
+    for (const auto& t : s.post) f(t);
 }
 
 }  // namespace
@@ -51,7 +56,7 @@ ModelStates model_state_bytes(const StepContext& ctx) {
   const auto& peft = ctx.config.peft;
   const int64_t n = par.data_parallel_size;
   int64_t weights = 0, grads = 0, opt = 0, trainable = 0;
-  for_each_param(ctx.shape, [&](const ParamTensor& t) {
+  for_each_param(ctx, [&](const ParamTensor& t) {
     weights = add(weights, param_storage_bytes(t, ctx.precision, peft));
     grads = add(grads, param_grad_bytes(t, ctx.precision, peft));
     if (!t.frozen) trainable = add(trainable, t.numel);
@@ -120,6 +125,14 @@ int64_t StepBuilder::state_dtype_of(const ParamTensor& t) const {
   if (t.kind == ParamKind::Adapter) return adapter_bytes();
   if (c_.peft.enabled() && c_.peft.base_quantization != "none" && c_.peft.prepare_kbit) return 4;
   return pr_.state_bytes;
+}
+
+int64_t StepBuilder::stage_trainable_numel() const {
+  int64_t n = 0;
+  for_each_param(ctx_, [&](const ParamTensor& t) {
+    if (!t.frozen) n = add(n, t.numel);
+  });
+  return n;
 }
 
 bool StepBuilder::trainable_module(const char* module) const {
@@ -228,6 +241,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.lora_in = p.label("LoRA adapter input (cast, dropout) or lora_A output (saved)");
   L_.dequant = p.label("dequantized frozen weight (bitsandbytes matmul)");
   L_.quant_stats = p.label("quantization statistics (absmax, row scales)");
+  L_.p2p = p.label("activation or gradient exchanged with the next pipeline stage");
   L_.logits = p.label("logits");
   L_.logits_fp32 = p.label("logits upcast to fp32");
   L_.lse_loss = p.label("log-softmax of the logits (saved by the loss)");
@@ -242,7 +256,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
 // every parameter (DeepSpeed partition_parameters.py: param.ds_tensor).
 void StepBuilder::alloc_weights() {
   p_.phase("model load");
-  for_each_param(s_, [&](const ParamTensor& t) {
+  for_each_param(ctx_, [&](const ParamTensor& t) {
     const int64_t bytes = weight_bytes_of(t);
     p_.alloc(Component::Weights, shard_weights_ ? ceil_div(bytes, n_) : bytes, L_.weights);
   });
@@ -256,10 +270,10 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   if (!grads_live_) {
     grads_live_ = true;
     int64_t grad_total = 0;
-    for_each_param(s_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
+    for_each_param(ctx_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
     if (shard_grads_)
       other_grads_.push_back(p_.alloc(Component::Gradients, ceil_div(grad_total, n_), L_.grad_partition));
-    else if (n_ > 1)
+    else if (n_ > 1 && c_.parallel.zero_stage == 0)  // PyTorch DDP; ZeRO-1's reduce buckets are not modelled yet
       other_grads_.push_back(p_.alloc(Component::Communication, grad_total, L_.grad_bucket));
   }
   const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
@@ -334,20 +348,20 @@ void StepBuilder::optimizer_step(int iter) {
     if (shard_opt_) {
       // DeepSpeed keeps one flat fp32 partition of the trainable parameters (stage_1_and_2.py
       // single_partition_of_fp32_groups) and the optimizer's states beside it.
-      const int64_t part = shard(trainable_numel(s_), n_);
+      const int64_t part = shard(stage_trainable_numel(), n_);
       if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(part, pr_.master_bytes), L_.master);
       if (!(opt.paged && part >= 100000)) {
         const int64_t st = optimizer_state_bytes(opt, part, part, pr_.state_bytes);
         if (st > 0) p_.alloc(Component::OptimizerStates, st, L_.state);
       }
     } else {
-      for_each_param(s_, [&](const ParamTensor& t) { create_state(t); });
+      for_each_param(ctx_, [&](const ParamTensor& t) { create_state(t); });
     }
   }
   // ZeRO-1/2 upcast each group's gradient partition to fp32 for the step (stage_1_and_2.py::step:
   // single_grad_partition = flatten(...).to(fp32)), freed after the group's update.
   if (shard_opt_ && !shard_weights_ && pr_.grad_bytes < 4) {
-    uint32_t t = p_.alloc(Component::Temporaries, mul(shard(trainable_numel(s_), n_), 4), L_.opt_tmp);
+    uint32_t t = p_.alloc(Component::Temporaries, mul(shard(stage_trainable_numel(), n_), 4), L_.opt_tmp);
     drop(t);
   }
   if (shard_opt_) return;  // DeepSpeed's FusedAdam: no full-size temporaries
@@ -360,7 +374,7 @@ void StepBuilder::optimizer_step(int iter) {
   if (rs_.optimizer_impl == OptimizerImpl::Fused && opt.kind != OptimizerKind::Adafactor) return;
   if (opt.kind == OptimizerKind::Adafactor || (adam_like && rs_.optimizer_impl == OptimizerImpl::ForLoop)) {
     int64_t largest = 0;
-    for_each_param(s_, [&](const ParamTensor& t) {
+    for_each_param(ctx_, [&](const ParamTensor& t) {
       if (!t.frozen) largest = std::max(largest, t.numel);
     });
     const int64_t copies = opt.kind == OptimizerKind::Adafactor ? 2 : 1;
@@ -373,7 +387,7 @@ void StepBuilder::optimizer_step(int iter) {
   if (!adam_like || opt.paged) return;  // SGD, Lion and bitsandbytes kernels: no full-size temporaries
   for (int64_t group = 0; group < rs_.param_groups; ++group) {
     std::vector<uint32_t> tmp;
-    for_each_param(s_, [&](const ParamTensor& t) {
+    for_each_param(ctx_, [&](const ParamTensor& t) {
       const bool in_group = rs_.param_groups == 1 || (group == 0) == decays(t);
       if (in_group && !t.frozen) tmp.push_back(p_.alloc(Component::Temporaries, mul(t.numel, state_dtype_of(t)), L_.opt_tmp));
     });
@@ -383,29 +397,24 @@ void StepBuilder::optimizer_step(int iter) {
 
 StepProgram StepBuilder::build() {
   // About 70 events per layer and micro-batch, 8 per parameter tensor: reserve once instead of regrowing.
-  const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, 2);
-  const size_t events = static_cast<size_t>(passes * (s_.num_layers + 2) * 70 +
+  const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, c_.parallel.pipeline_parallel_size + 1);
+  const int64_t layers = std::min(ctx_.end_layer, s_.num_layers) - ctx_.first_layer;
+  const size_t events = static_cast<size_t>(passes * (layers + 2) * 70 +
                                             8 * (std::max(s_.layer.size(), s_.moe_layer.size()) * s_.num_layers + s_.pre.size() + s_.post.size()));
   p_.events.reserve(events);
   p_.tensors.reserve(events / 2 + 16);
   alloc_weights();
+  p_.alloc(Component::Overhead, cublas_workspace_bytes(ctx_.gpu), L_.ws);
+  p_.alloc(Component::Overhead, kCublasLtWorkspaceBytes, L_.ws_lt);
   for (int iter = 1; iter <= 2; ++iter) {
     // Step 1 differs from the steady state only in lacking optimizer state until its step, so it is replayed
     // with one micro-batch. In step 2 every micro-batch after the first starts from the same live tensors
-    // (gradients included) and makes the same requests, so the second stands for all the others.
+    // (gradients included) and makes the same requests, so the second stands for all the others; a pipeline
+    // stage needs (stages - stage) micro-batches in flight before its pattern repeats, so it replays one more
+    // than the stages.
     const int64_t gas = c_.training.gradient_accumulation_steps;
-    const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, 2);
-    for (int64_t mb = 1; mb <= mbs; ++mb) {
-      std::string tag = " (step " + std::to_string(iter);
-      if (gas > 1) tag += iter == 1 ? ", micro-batch 1" : mb == 1 ? ", micro-batch 1" : gas == 2 ? ", micro-batch 2" : ", micro-batches 2-" + std::to_string(gas);
-      tag += ")";
-      if (iter == 1 && mb == 1) {
-        p_.phase("forward" + tag);
-        p_.alloc(Component::Overhead, cublas_workspace_bytes(ctx_.gpu), L_.ws);
-        p_.alloc(Component::Overhead, kCublasLtWorkspaceBytes, L_.ws_lt);
-      }
-      micro_batch(iter, mb, tag);
-    }
+    const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, c_.parallel.pipeline_parallel_size + 1);
+    run_schedule(iter, mbs, gas);
     optimizer_step(iter);
     // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
     // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.

@@ -207,6 +207,22 @@ bool draw_inputs_panel(Config& c, const Result& result) {
     help_marker("ZeRO partitions model states across the data-parallel GPUs: stage 1 the optimizer states, stage 2 "
                 "also the gradients, stage 3 also the weights (Rajbhandari et al. 2020).");
     field_error("parallel.zero_stage");
+    changed |= int_input("tensor_parallel", "parallel.tensor_parallel_size", c.parallel.tensor_parallel_size, 1,
+                         "Megatron tensor parallelism: attention heads, the MLP and the vocabulary are split over t GPUs; "
+                         "norms and the residual stream are not (unless sequence parallel).");
+    if (c.parallel.tensor_parallel_size > 1)
+      changed |= check_input("sequence parallel", "parallel.sequence_parallel", c.parallel.sequence_parallel,
+                             "Also splits the tokens that norms, dropout and the residual stream hold, by t.");
+    changed |= int_input("pipeline_parallel", "parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size, 1,
+                         "Layers split into stages on different GPUs. Each stage is its own device below: the first holds "
+                         "the embeddings and the most micro-batches in flight, the last the head and the loss.");
+    if (c.parallel.pipeline_parallel_size > 1)
+      changed |= string_combo("schedule", "parallel.pipeline_schedule", c.parallel.pipeline_schedule, {"1f1b", "gpipe"},
+                              "1F1B keeps at most (stages - stage) micro-batches in flight; GPipe all of them. "
+                              "Gradient accumulation sets the number of micro-batches.");
+    ImGui::TextDisabled("world: %lld GPUs", static_cast<long long>(c.parallel.data_parallel_size *
+                                                                   c.parallel.tensor_parallel_size *
+                                                                   c.parallel.pipeline_parallel_size));
   }
   auto& hw = c.hardware;
   if (ImGui::CollapsingHeader("Hardware", ImGuiTreeNodeFlags_DefaultOpen)) {
