@@ -162,7 +162,20 @@ void App::frame() {
   ImGui::BeginChild("outputs", ImVec2(0, 0), false);
   const float results_h = std::max(ImGui::GetContentRegionAvail().y * 0.58f, 260.0f);
   ImGui::BeginChild("results", ImVec2(0, results_h), true);
-  draw_results_panel(config_, result_, unit_);
+  if (ImGui::BeginTabBar("views")) {
+    if (ImGui::BeginTabItem("Breakdown")) {
+      draw_results_panel(config_, result_, unit_);
+      ImGui::EndTabItem();
+    }
+    if (ImGui::BeginTabItem("What helps")) {
+      if (draw_advice_panel(config_, unit_)) {
+        recompute();
+        messages_.push_back({Message::Kind::Info, "Applied. The link now holds the changed setup."});
+      }
+      ImGui::EndTabItem();
+    }
+    ImGui::EndTabBar();
+  }
   ImGui::EndChild();
   ImGui::BeginChild("timeline", ImVec2(0, 0), true);
   ImGui::TextUnformatted("One training step (two iterations: the optimizer state appears in the first)");

@@ -18,6 +18,9 @@ void draw_results_panel(const Config& config, const Result& result, Unit unit);
 // Allocated and reserved memory over the events of the step, phases and peak marked; hover shows the event.
 void draw_timeline_panel(const Result& result, Unit unit);
 
+// Single changes that lower the peak, ranked; returns true when one was applied to `config`.
+bool draw_advice_panel(Config& config, Unit unit);
+
 // Parameter-efficient fine-tuning inputs (LoRA/DoRA, quantized base). Returns true when the config changed.
 bool draw_peft_inputs(Config& config);
 

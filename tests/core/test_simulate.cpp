@@ -1,6 +1,7 @@
 // The simulator end to end: model-state bytes, the replay's invariants, and bad input.
 #include <catch2/catch.hpp>
 
+#include "core/advice.h"
 #include "core/checked.h"
 #include "core/simulate.h"
 #include "core/tables.h"
@@ -149,4 +150,21 @@ TEST_CASE("extreme sizes give an answer or a clear error, never an overflow", "[
   } else {
     CHECK(r.errors[0].message.find("out of range") != std::string::npos);
   }
+}
+
+TEST_CASE("what helps: every suggestion lowers the peak, ranked by saving", "[advice]") {
+  Config c;  // the default scenario: ZeRO-3 with checkpointing already, so the list is about the rest
+  c.training.activation_checkpointing = "none";
+  auto s = suggest(c);
+  REQUIRE(!s.empty());
+  for (size_t i = 0; i < s.size(); ++i) {
+    INFO(s[i].change);
+    CHECK(s[i].saved_bytes > 0);
+    CHECK(!s[i].cost.empty());
+    CHECK(simulate(s[i].config).ok);
+    if (i > 0) CHECK(s[i - 1].saved_bytes >= s[i].saved_bytes);
+  }
+  bool has_checkpointing = false;
+  for (const auto& x : s) has_checkpointing |= x.change.find("checkpointing") != std::string::npos;
+  CHECK(has_checkpointing);
 }

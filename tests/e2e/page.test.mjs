@@ -131,6 +131,22 @@ test("the keyboard picks a model preset and the fragment follows", async () => {
   await page.close();
 });
 
+test("what helps lists changes that lower the peak, and Apply changes the setup", async () => {
+  const { page, errors } = await openPage();
+  await page.mouse.click(590, 52);           // the "What helps" tab of the results panel
+  await page.waitForTimeout(400);
+  await page.screenshot({ path: path.join(shots, "what-helps.png") });
+  const before = await page.evaluate(() => window.memsim.state());
+  await page.mouse.click(1228, 98);          // Apply on the first (largest) suggestion
+  await page.waitForTimeout(300);
+  const after = await page.evaluate(() => window.memsim.state());
+  assert.notEqual(after.fragment, before.fragment);
+  const [p0, p1] = await page.evaluate(([a, b]) => [a, b].map((s) => window.memsim.estimate(s.config).devices[0].peak.device_bytes), [before, after]);
+  assert.ok(p1 < p0, `applied change lowers the peak: ${p0} -> ${p1}`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("hostile links keep the page alive with a message and the defaults", async () => {
   const bad = ["#schema=99&model.hidden_size=1", "#%%%", "#schema=1&model.hidden_size=<img src=x onerror=alert(1)>",
                "#" + "a".repeat(1 << 20), "#schema=1&training.precision=%3Cscript%3Ealert(1)%3C%2Fscript%3E"];

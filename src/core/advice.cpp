@@ -1,0 +1,112 @@
+#include "advice.h"
+
+#include <algorithm>
+
+#include "simulate.h"
+#include "tables.h"
+
+namespace memsim {
+
+namespace {
+
+int64_t worst_peak(const Result& r, bool& fits) {
+  int64_t peak = 0;
+  fits = true;
+  for (const auto& d : r.devices) peak = std::max(peak, d.peak.device_bytes), fits = fits && d.fits;
+  return peak;
+}
+
+}  // namespace
+
+std::vector<Suggestion> suggest(const Config& base) {
+  Result now = simulate(base);
+  if (!now.ok) return {};
+  bool fits_now = false;
+  const int64_t peak_now = worst_peak(now, fits_now);
+
+  std::vector<Suggestion> candidates;
+  auto add = [&](std::string change, std::string cost, Config c) { candidates.push_back({std::move(change), std::move(cost), std::move(c)}); };
+  const auto& t = base.training;
+  const auto& p = base.parallel;
+
+  if (t.activation_checkpointing != "full") {
+    Config c = base;
+    c.training.activation_checkpointing = "full";
+    add("Full activation checkpointing", "about 33% more compute: every layer's forward runs again in backward "
+        "(Korthikanti et al. 2022)", c);
+  }
+  if (t.micro_batch_size > 1) {
+    Config c = base;
+    c.training.micro_batch_size = std::max<int64_t>(1, t.micro_batch_size / 2);
+    c.training.gradient_accumulation_steps = t.gradient_accumulation_steps * (t.micro_batch_size / c.training.micro_batch_size);
+    add("Halve the micro-batch, double the gradient accumulation", "same global batch; smaller matmuls run less "
+        "efficiently", c);
+  }
+  if (p.data_parallel_size > 1 && p.zero_stage < 3 && p.pipeline_parallel_size == 1) {
+    Config c = base;
+    c.parallel.zero_stage = p.zero_stage + 1;
+    add("ZeRO stage " + std::to_string(p.zero_stage + 1), c.parallel.zero_stage == 3
+            ? "weights are all-gathered per layer in forward and backward: about 1.5x the data-parallel traffic"
+            : "no extra traffic: the same reduce-scatter replaces the all-reduce", c);
+  }
+  if (t.optimizer == "adamw" || t.optimizer == "adam") {
+    Config c = base;
+    c.training.optimizer = "adamw_8bit";
+    add("8-bit AdamW (bitsandbytes)", "block-wise quantized states; usually matches 32-bit AdamW's quality "
+        "(Dettmers et al. 2021)", c);
+  }
+  if (!base.peft.enabled()) {
+    Config c = base;
+    c.peft.method = "lora";
+    c.peft.lora_rank = 16;
+    c.peft.target_modules = "all-linear";
+    add("LoRA (rank 16, all linears)", "trains 0.1-1% of the parameters: a fine-tuning method, not pre-training", c);
+    c.peft.base_quantization = "nf4";
+    c.peft.double_quantization = true;
+    if (c.training.precision == "fp32") c.training.precision = "bf16_pure";
+    add("QLoRA (4-bit NF4 base, LoRA rank 16)", "4-bit weights cost some quality and dequantization time "
+        "(Dettmers et al. 2023)", c);
+  }
+  if (p.tensor_parallel_size == 1 && base.model.num_attention_heads % 2 == 0 && base.model.num_experts == 0 &&
+      !base.model.post_layernorm && !base.peft.enabled() && p.data_parallel_size % 2 == 0) {
+    Config c = base;
+    c.parallel.tensor_parallel_size = 2;
+    c.parallel.data_parallel_size = p.data_parallel_size / 2;
+    c.parallel.sequence_parallel = base.training.sequence_length % 2 == 0;
+    add("Tensor parallel 2 (with sequence parallel), same GPUs", "all-reduces inside every layer: fine within an "
+        "NVLink node", c);
+  }
+  if (t.loss != "fused_linear" && !base.model.post_layernorm) {
+    Config c = base;
+    c.training.loss = "fused_linear";
+    add("Fused linear cross-entropy (Liger)", "no full logits; about as fast", c);
+  }
+  if (t.attention == "eager") {
+    Config c = base;
+    c.training.attention = "sdpa";
+    add("SDPA / FlashAttention instead of eager attention", "faster as well", c);
+  }
+  if (!t.activation_offload && t.activation_checkpointing == "none") {
+    Config c = base;
+    c.training.activation_offload = true;
+    add("CPU activation offloading", "PCIe traffic each step; slower unless overlapped", c);
+  }
+  if (t.precision == "fp32") {
+    Config c = base;
+    c.training.precision = "amp_bf16";
+    add("bf16 autocast instead of fp32", "faster on tensor cores; bf16 needs Ampere or newer", c);
+  }
+
+  std::vector<Suggestion> out;
+  for (auto& s : candidates) {
+    Result r = simulate(s.config);
+    if (!r.ok) continue;
+    s.peak_bytes = worst_peak(r, s.fits);
+    s.saved_bytes = peak_now - s.peak_bytes;
+    if (s.saved_bytes > 0) out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const Suggestion& a, const Suggestion& b) { return a.saved_bytes > b.saved_bytes; });
+  return out;
+}
+
+}  // namespace memsim

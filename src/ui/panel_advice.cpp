@@ -1,0 +1,61 @@
+// "What helps": each single change that lowers the peak, ranked by the memory it saves, with its cost; one click
+// applies it. The suggestions are simulated in full (core/advice.h) and cached until the setup changes.
+#include <imgui.h>
+
+#include "core/advice.h"
+#include "core/serialize.h"
+#include "panels.h"
+
+namespace memsim::ui {
+
+bool draw_advice_panel(Config& config, Unit unit) {
+  static std::string cached_for;
+  static std::vector<Suggestion> cached;
+  const std::string key = config_to_fragment(config);
+  if (key != cached_for) {
+    cached = suggest(config);
+    cached_for = key;
+  }
+  if (cached.empty()) {
+    ImGui::TextDisabled("No single change from the list lowers this setup's peak.");
+    return false;
+  }
+  bool changed = false;
+  if (!ImGui::BeginTable("advice", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV))
+    return false;
+  ImGui::TableSetupColumn("change", ImGuiTableColumnFlags_WidthStretch, 2.6f);
+  ImGui::TableSetupColumn("saves", ImGuiTableColumnFlags_WidthStretch, 0.9f);
+  ImGui::TableSetupColumn("peak after", ImGuiTableColumnFlags_WidthStretch, 1.1f);
+  ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 3.5f);
+  ImGui::TableHeadersRow();
+  for (size_t i = 0; i < cached.size(); ++i) {
+    const Suggestion& s = cached[i];
+    ImGui::PushID(static_cast<int>(i));
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(s.change.c_str());
+    if (ImGui::IsItemHovered()) {
+      ImGui::BeginTooltip();
+      ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
+      ImGui::TextUnformatted(("Cost: " + s.cost).c_str());
+      ImGui::PopTextWrapPos();
+      ImGui::EndTooltip();
+    }
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(bytes_text(s.saved_bytes, unit).c_str());
+    ImGui::TableNextColumn();
+    if (s.fits) ImGui::TextColored(ImVec4(0.35f, 0.85f, 0.45f, 1), "%s fits", bytes_text(s.peak_bytes, unit).c_str());
+    else ImGui::TextUnformatted(bytes_text(s.peak_bytes, unit).c_str());
+    ImGui::TableNextColumn();
+    if (ImGui::SmallButton("Apply")) {
+      config = s.config;
+      changed = true;
+    }
+    ImGui::PopID();
+  }
+  ImGui::EndTable();
+  ImGui::TextDisabled("Hover a change for its cost. Each row is a full simulation of the changed setup.");
+  return changed;
+}
+
+}  // namespace memsim::ui
