@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/catalog.h"
 #include "core/format.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
@@ -27,7 +28,8 @@ constexpr const char* kUsage =
     "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|table] "
     "[--timeline]\n"
     "       memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]\n"
-    "       memsim-cli keys\n"
+    "       memsim-cli keys | presets\n"
+    "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
     "       memsim-cli validate DIR   (predicted against measured for every case file in DIR, as markdown)\n"
     "FILE may be - for standard input. KEY uses the URL fragment's names, e.g. --set model.hidden_size=4096.\n";
 
@@ -109,6 +111,13 @@ int main(int argc, char** argv) {
     std::cout << validation_markdown(run_validation(cases));
     return 0;
   }
+  if (args[0] == "presets") {  // the catalogue: id, name, parameters as published
+    for (const auto& p : model_presets())
+      std::printf("%-20s %-28s %s\n", p.id.c_str(), p.name.c_str(),
+                  p.supported ? (p.params_published > 0 ? format_count(p.params_published).c_str() : "-")
+                              : ("(not simulated: " + p.unsupported_reason + ")").c_str());
+    return 0;
+  }
   if (args[0] == "keys") {
     for (const auto& k : field_keys()) std::puts(k.c_str());
     return 0;
@@ -136,6 +145,12 @@ int main(int argc, char** argv) {
       if (!p.ok) return invalid(p.errors);
       for (const auto& n : p.notes) std::cerr << "memsim-cli: note: " << n << "\n";
       config = p.config;
+    } else if (a == "--preset") {
+      if (!value(v)) return invalid("--preset needs a model id (memsim-cli presets lists them)");
+      const ModelPreset* p = find_model_preset(v);
+      if (!p) return invalid("--preset: unknown model \"" + v + "\"; memsim-cli presets lists them");
+      if (!p->supported) return invalid("--preset " + v + ": " + p->unsupported_reason);
+      config.model = p->model;
     } else if (a == "--set") {
       if (!value(v)) return invalid("--set needs KEY=VALUE");
       sets.push_back(v);

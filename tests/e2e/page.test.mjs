@@ -179,12 +179,41 @@ test("the page's numbers equal the CLI's for the same config", async () => {
   await page.close();
 });
 
+test("the page's numbers equal the CLI's for every preset (wasm and native agree to the byte)", async () => {
+  const { page } = await openPage();
+  const ids = execFileSync(cli, ["presets"]).toString().split("\n").filter((l) => l && !l.includes("not simulated"))
+    .map((l) => l.split(/\s+/)[0]);
+  assert.ok(ids.length >= 40);
+  for (const id of ids) {
+    const config = cliConfig(["--preset", id, "--set", "training.sequence_length=512"]);
+    const fromCli = cliEstimate(config);
+    const fromPage = await page.evaluate((c) => window.memsim.estimate(c), config);
+    assert.deepEqual(fromPage.devices, fromCli.devices, id);
+    assert.equal(fromPage.params_total, fromCli.params_total, id);
+  }
+  await page.close();
+});
+
 test("at 800 pixels wide the interface still renders", async () => {
   const { page, errors } = await openPage("", { width: 800, height: 600 });
   const img = decodePng(await page.screenshot({ path: path.join(shots, "narrow-800x600.png") }));
   assert.ok(distinctColors(img, 0, 0, 800, 600) > 50);
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+test("the shipped page has a strict CSP and no eval in its scripts", async () => {
+  const { readFileSync } = await import("node:fs");
+  const html = readFileSync(path.join(site, "index.html"), "utf8");
+  const csp = /Content-Security-Policy" content="([^"]+)"/.exec(html);
+  assert.ok(csp, "index.html carries a Content-Security-Policy");
+  assert.ok(!/unsafe-inline|unsafe-eval'/.test(csp[1].replace("wasm-unsafe-eval", "")), csp[1]);
+  assert.ok(!/<script>[^<]/.test(html), "no inline script");
+  for (const js of ["memsim.js", "memsim-page.js"]) {
+    const src = readFileSync(path.join(site, js), "utf8");
+    assert.ok(!/\beval\(|new Function\(/.test(src), js + " has no eval (-sDYNAMIC_EXECUTION=0)");
+    assert.ok(!/innerHTML|outerHTML|insertAdjacentHTML|document\.write/.test(src), js + " writes no HTML");
+  }
 });
 
 test("the page requests nothing but its own files", async () => {
