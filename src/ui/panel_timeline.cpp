@@ -4,6 +4,8 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <array>
+#include <vector>
 #include <string>
 
 #include "panels.h"
@@ -76,12 +78,37 @@ void draw_timeline_panel(const Result& r, Unit unit) {
     dl->AddLine(ImVec2(x_of(ev), p0.y), ImVec2(x_of(ev), p0.y + height), IM_COL32(255, 255, 255, 120));
     const Event& e = d.program.events[ev];
     const Tensor& t = d.program.tensors[e.tensor];
+    // What is alive right after this event: replay the program up to it (a few microseconds per thousand
+    // events), by component and the largest tensors.
+    std::array<int64_t, kComponentCount> by_comp{};
+    std::vector<uint8_t> alive(d.program.tensors.size(), 0);
+    for (size_t i = 0; i <= ev; ++i) {
+      const Event& x = d.program.events[i];
+      alive[x.tensor] = x.op == Event::Op::Alloc;
+      by_comp[static_cast<int>(x.component)] += (x.op == Event::Op::Alloc ? 1 : -1) * d.program.tensors[x.tensor].bytes;
+    }
+    std::vector<uint32_t> largest;
+    for (uint32_t i = 0; i < alive.size(); ++i)
+      if (alive[i]) largest.push_back(i);
+    const size_t top = std::min<size_t>(6, largest.size());
+    std::partial_sort(largest.begin(), largest.begin() + static_cast<long>(top), largest.end(),
+                      [&](uint32_t a, uint32_t b) { return d.program.tensors[a].bytes > d.program.tensors[b].bytes; });
     ImGui::BeginTooltip();
     ImGui::Text("event %zu of %zu, %s", ev + 1, n, phase_of(d, static_cast<uint32_t>(ev)));
     ImGui::Text("%s %s: %s", e.op == Event::Op::Alloc ? "allocate" : "free", d.program.labels[t.label].c_str(),
                 bytes_text(t.bytes, unit).c_str());
     ImGui::Text("allocated %s, reserved %s", bytes_text(tl[ev].allocated_bytes, unit).c_str(),
                 bytes_text(tl[ev].reserved_bytes, unit).c_str());
+    ImGui::Separator();
+    ImGui::TextDisabled("alive now, by component (bytes requested):");
+    for (int c = 0; c < kComponentCount; ++c)
+      if (by_comp[c] > 0) ImGui::Text("  %-20s %s", component_label(static_cast<Component>(c)), bytes_text(by_comp[c], unit).c_str());
+    ImGui::TextDisabled("largest live tensors:");
+    for (size_t i = 0; i < top; ++i) {
+      const Tensor& lt = d.program.tensors[largest[i]];
+      if (lt.layer >= 0) ImGui::Text("  %s  layer %d: %s", bytes_text(lt.bytes, unit).c_str(), lt.layer, d.program.labels[lt.label].c_str());
+      else ImGui::Text("  %s  %s", bytes_text(lt.bytes, unit).c_str(), d.program.labels[lt.label].c_str());
+    }
     ImGui::EndTooltip();
   }
   ImGui::TextDisabled("blue: allocated   grey: reserved   yellow: usable   %zu events", n);

@@ -44,6 +44,17 @@ TEST_CASE("the app draws its default frame at 1280x720 and 800x600", "[ui]") {
   }
 }
 
+TEST_CASE("hovering the timeline builds the what-is-alive tooltip", "[ui]") {
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  gui.frame(app);
+  ImGui::GetIO().MousePos = ImVec2(900, 600);  // inside the timeline chart
+  const int without = gui.frame(app);
+  CHECK(gui.frame(app) >= without);
+  ImGui::GetIO().MousePos = ImVec2(1200, 560);
+  CHECK(gui.frame(app) > 1000);
+}
+
 TEST_CASE("a hostile link keeps the current setup and shows a message", "[ui]") {
   HeadlessImGui gui(1280, 720);
   ui::App app({});
