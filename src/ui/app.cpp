@@ -167,6 +167,13 @@ void App::frame() {
       draw_results_panel(config_, result_, unit_);
       ImGui::EndTabItem();
     }
+    if (ImGui::BeginTabItem("Fit explorer")) {
+      if (draw_explorer_panel(config_, unit_)) {
+        recompute();
+        messages_.push_back({Message::Kind::Info, "Applied the cell's setup."});
+      }
+      ImGui::EndTabItem();
+    }
     if (ImGui::BeginTabItem("What helps")) {
       if (draw_advice_panel(config_, unit_)) {
         recompute();

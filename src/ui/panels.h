@@ -21,6 +21,9 @@ void draw_timeline_panel(const Result& result, Unit unit);
 // Single changes that lower the peak, ranked; returns true when one was applied to `config`.
 bool draw_advice_panel(Config& config, Unit unit);
 
+// A heatmap of the peak over two axes of the setup; returns true when a clicked cell changed `config`.
+bool draw_explorer_panel(Config& config, Unit unit);
+
 // Parameter-efficient fine-tuning inputs (LoRA/DoRA, quantized base). Returns true when the config changed.
 bool draw_peft_inputs(Config& config);
 

@@ -133,7 +133,7 @@ test("the keyboard picks a model preset and the fragment follows", async () => {
 
 test("what helps lists changes that lower the peak, and Apply changes the setup", async () => {
   const { page, errors } = await openPage();
-  await page.mouse.click(590, 52);           // the "What helps" tab of the results panel
+  await page.mouse.click(695, 52);           // the "What helps" tab of the results panel
   await page.waitForTimeout(400);
   await page.screenshot({ path: path.join(shots, "what-helps.png") });
   const before = await page.evaluate(() => window.memsim.state());
@@ -143,6 +143,22 @@ test("what helps lists changes that lower the peak, and Apply changes the setup"
   assert.notEqual(after.fragment, before.fragment);
   const [p0, p1] = await page.evaluate(([a, b]) => [a, b].map((s) => window.memsim.estimate(s.config).devices[0].peak.device_bytes), [before, after]);
   assert.ok(p1 < p0, `applied change lowers the peak: ${p0} -> ${p1}`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("the fit explorer fills its heatmap and a click applies a cell", async () => {
+  const { page, errors } = await openPage();
+  await page.mouse.click(607, 52);           // the "Fit explorer" tab
+  await page.waitForTimeout(3000);           // a few cells per frame
+  await page.screenshot({ path: path.join(shots, "fit-explorer.png") });
+  const img = decodePng(await page.screenshot());
+  assert.ok(distinctColors(img, 550, 95, 700, 220) > 20, "heatmap drawn");
+  await page.mouse.click(605, 110);          // micro-batch 1, sequence 512
+  await page.waitForTimeout(300);
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.equal(state.config.training.micro_batch_size, 1);
+  assert.equal(state.config.training.sequence_length, 512);
   assert.deepEqual(errors, []);
   await page.close();
 });

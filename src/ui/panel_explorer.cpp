@@ -1,0 +1,167 @@
+// Fit explorer: a heatmap over two axes (micro-batch x sequence, TP x PP, GPUs x GPU type) coloured by the
+// peak over the usable memory. Cells are simulated a few per frame, with a progress bar, so the interface stays
+// responsive; clicking a cell applies its setup.
+#include <imgui.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/serialize.h"
+#include "core/simulate.h"
+#include "core/tables.h"
+#include "panels.h"
+
+namespace memsim::ui {
+
+namespace {
+
+struct Axis {
+  const char* name;
+  std::vector<std::string> labels;
+  std::function<void(Config&, size_t)> apply;
+};
+
+struct Cell {
+  bool done = false, ok = false, fits = false;
+  double ratio = 0;  // device peak / usable memory of the most loaded GPU
+  int64_t peak = 0;
+  std::string error;
+};
+
+std::vector<std::pair<Axis, Axis>> axis_pairs() {
+  const std::vector<int64_t> mbs = {1, 2, 4, 8, 16, 32};
+  const std::vector<int64_t> seqs = {512, 1024, 2048, 4096, 8192, 16384, 32768};
+  const std::vector<int64_t> par = {1, 2, 4, 8};
+  const std::vector<int64_t> dps = {1, 2, 4, 8, 16, 32, 64};
+  auto labels = [](const std::vector<int64_t>& v) {
+    std::vector<std::string> out;
+    for (int64_t x : v) out.push_back(std::to_string(x));
+    return out;
+  };
+  std::vector<std::string> gpu_ids;
+  for (const auto& g : gpus()) gpu_ids.emplace_back(g.id);
+  return {
+      {{"micro-batch", labels(mbs), [=](Config& c, size_t i) { c.training.micro_batch_size = mbs[i]; }},
+       {"sequence", labels(seqs), [=](Config& c, size_t i) { c.training.sequence_length = seqs[i]; }}},
+      {{"tensor parallel", labels(par), [=](Config& c, size_t i) { c.parallel.tensor_parallel_size = par[i]; }},
+       {"pipeline parallel", labels(par), [=](Config& c, size_t i) {
+          c.parallel.pipeline_parallel_size = par[i];
+          if (par[i] > 1) c.parallel.zero_stage = std::min<int64_t>(c.parallel.zero_stage, 1);
+        }}},
+      {{"data-parallel GPUs", labels(dps), [=](Config& c, size_t i) { c.parallel.data_parallel_size = dps[i]; }},
+       {"GPU", gpu_ids, [=](Config& c, size_t i) { c.hardware.gpu = gpu_ids[i]; }}},
+  };
+}
+
+}  // namespace
+
+bool draw_explorer_panel(Config& config, Unit unit) {
+  static int pair_index = 0;
+  static std::string cached_for;
+  static std::vector<Cell> cells;
+  static size_t next = 0;
+  static const auto pairs = axis_pairs();
+  bool changed = false;
+
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
+  const char* names[] = {"micro-batch x sequence", "tensor x pipeline parallel", "GPUs x GPU type"};
+  if (ImGui::Combo("axes", &pair_index, names, 3)) cached_for.clear();
+  const auto& [xa, ya] = pairs[static_cast<size_t>(pair_index)];
+  const size_t nx = xa.labels.size(), ny = ya.labels.size();
+  const std::string key = std::to_string(pair_index) + config_to_fragment(config);
+  if (key != cached_for) {
+    cached_for = key;
+    cells.assign(nx * ny, Cell{});
+    next = 0;
+  }
+  // Simulate cells for at most ~8 ms per frame.
+  const auto start = std::chrono::steady_clock::now();
+  while (next < cells.size() && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(8)) {
+    Config c = config;
+    xa.apply(c, next % nx);
+    ya.apply(c, next / nx);
+    Result r = simulate(c);
+    Cell& cell = cells[next++];
+    cell.done = true;
+    cell.ok = r.ok;
+    if (!r.ok) {
+      cell.error = r.errors.empty() ? "invalid" : r.errors[0].message;
+      continue;
+    }
+    cell.fits = true;
+    for (const auto& d : r.devices) {
+      cell.fits = cell.fits && d.fits;
+      if (d.peak.device_bytes > cell.peak) {
+        cell.peak = d.peak.device_bytes;
+        cell.ratio = static_cast<double>(d.peak.device_bytes) / static_cast<double>(std::max<int64_t>(1, d.usable_bytes));
+      }
+    }
+  }
+  if (next < cells.size()) {
+    ImGui::SameLine();
+    ImGui::ProgressBar(static_cast<float>(next) / static_cast<float>(cells.size()), ImVec2(ImGui::GetFontSize() * 10, 0));
+  }
+
+  // The largest x that fits in each row is outlined (e.g. the largest micro-batch for each sequence length).
+  const float label_w = ImGui::GetFontSize() * 4.5f;
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const float avail_w = ImGui::GetContentRegionAvail().x - label_w;
+  const float avail_h = std::max(ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing() * 2.5f, 60.0f);
+  const float cw = avail_w / static_cast<float>(nx), ch = std::min(avail_h / static_cast<float>(ny), ImGui::GetFontSize() * 2.2f);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  for (size_t y = 0; y < ny; ++y) {
+    dl->AddText(ImVec2(origin.x, origin.y + static_cast<float>(y) * ch + ch * 0.3f), ImGui::GetColorU32(ImGuiCol_Text),
+                ya.labels[y].c_str());
+    int64_t best = -1;
+    for (size_t x = 0; x < nx; ++x)
+      if (cells[y * nx + x].done && cells[y * nx + x].fits) best = static_cast<int64_t>(x);
+    for (size_t x = 0; x < nx; ++x) {
+      const Cell& c = cells[y * nx + x];
+      const ImVec2 a(origin.x + label_w + static_cast<float>(x) * cw, origin.y + static_cast<float>(y) * ch);
+      const ImVec2 b(a.x + cw - 2, a.y + ch - 2);
+      ImU32 col = IM_COL32(60, 60, 60, 255);
+      if (c.done && c.ok) {
+        const double r = std::min(c.ratio, 1.5);
+        col = r < 0.8 ? IM_COL32(50, 140 + static_cast<int>(80 * (0.8 - r)), 70, 255)
+              : r <= 1.0 ? IM_COL32(200, 170, 50, 255)
+                         : IM_COL32(190, 60 - static_cast<int>(40 * (r - 1.0)), 60, 255);
+      }
+      dl->AddRectFilled(a, b, col);
+      if (static_cast<int64_t>(x) == best) dl->AddRect(a, b, IM_COL32(255, 255, 255, 255), 0, 0, 2.0f);
+      if (c.done && c.ok) {
+        const std::string text = bytes_text(c.peak, unit);
+        dl->AddText(ImVec2(a.x + 4, a.y + ch * 0.25f), IM_COL32(255, 255, 255, 230), text.c_str());
+      }
+      ImGui::SetCursorScreenPos(a);
+      ImGui::PushID(static_cast<int>(y * nx + x));
+      if (ImGui::InvisibleButton("cell", ImVec2(std::max(cw - 2, 1.0f), std::max(ch - 2, 1.0f))) && c.done && c.ok) {
+        xa.apply(config, x);
+        ya.apply(config, y);
+        changed = true;
+      }
+      if (ImGui::IsItemHovered() && c.done) {
+        ImGui::BeginTooltip();
+        ImGui::Text("%s %s, %s %s", xa.name, xa.labels[x].c_str(), ya.name, ya.labels[y].c_str());
+        if (c.ok) ImGui::Text("peak %s = %.0f%% of usable: %s (click to apply)", bytes_text(c.peak, unit).c_str(),
+                              100 * c.ratio, c.fits ? "fits" : "does not fit");
+        else ImGui::TextUnformatted(c.error.c_str());
+        ImGui::EndTooltip();
+      }
+      ImGui::PopID();
+    }
+  }
+  ImGui::SetCursorScreenPos(ImVec2(origin.x, origin.y + static_cast<float>(ny) * ch + 4));
+  ImGui::Dummy(ImVec2(label_w, 0));
+  for (size_t x = 0; x < nx; ++x) {
+    ImGui::SameLine(label_w + static_cast<float>(x) * cw + 8);
+    ImGui::TextUnformatted(xa.labels[x].c_str());
+  }
+  ImGui::TextDisabled("x: %s, y: %s. Green fits with room, yellow is within the headroom, red does not fit; outlined: "
+                      "the largest that fits in its row.", xa.name, ya.name);
+  return changed;
+}
+
+}  // namespace memsim::ui
