@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, AddressSanitizer + UndefinedBehaviorSanitizer) and runs each one.
 #   scripts/fuzz.sh [seconds per target]   (default 60; scripts/test.sh runs a short bounded pass)
-# Targets: fragment (URL links), config_json (memsim JSON), hf_config (Hugging Face config.json), set (--set).
+# Targets: fragment (URL links), config_json (memsim JSON), hf_config (Hugging Face config.json), deepspeed
+# (DeepSpeed config JSON), set (--set).
 # Seeds: tests/fuzz/corpus/<target>. New inputs go to build/fuzz/corpus/<target>; a crash is written to
 # build/fuzz/crashes/ and fails the run: fix it and add the input to tests/fuzz/regressions/<target>/.
 set -euo pipefail
@@ -22,7 +23,7 @@ for f in "${core[@]}"; do
   objs+=("$obj")
 done
 status=0
-for target in fragment config_json hf_config set; do
+for target in fragment config_json hf_config deepspeed set; do
   define="MEMSIM_FUZZ_$(echo "$target" | tr a-z A-Z)"
   bin="$out/fuzz_$target"
   "$CXX" "${flags[@]}" -fsanitize=fuzzer -D"$define" "$here/tests/fuzz/fuzz_targets.cpp" "${objs[@]}" -o "$bin"

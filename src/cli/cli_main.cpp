@@ -25,9 +25,10 @@ using namespace memsim;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|table] "
+    "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--deepspeed-config FILE] [--preset ID]\n"
+    "                           [--set KEY=VALUE]... [--format json|table] "
     "[--timeline]\n"
-    "       memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]\n"
+    "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
     "       memsim-cli keys | presets\n"
     "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
     "       memsim-cli validate DIR   (predicted against measured for every case file in DIR, as markdown)\n"
@@ -137,11 +138,13 @@ int main(int argc, char** argv) {
       return true;
     };
     std::string v;
-    if (a == "--config" || a == "--hf-config") {
+    if (a == "--config" || a == "--hf-config" || a == "--deepspeed-config") {
       if (!value(v)) return invalid(a + " needs a file name (or - for stdin)");
       std::string text, err;
       if (!read_input(v, text, err)) return invalid(err);
-      Parsed p = a == "--config" ? config_from_json(text, config) : model_from_hf_json(text, config);
+      Parsed p = a == "--config"      ? config_from_json(text, config)
+                 : a == "--hf-config" ? model_from_hf_json(text, config)
+                                      : config_from_deepspeed_json(text, config);
       if (!p.ok) return invalid(p.errors);
       for (const auto& n : p.notes) std::cerr << "memsim-cli: note: " << n << "\n";
       config = p.config;
@@ -155,8 +158,8 @@ int main(int argc, char** argv) {
       if (!value(v)) return invalid("--set needs KEY=VALUE");
       sets.push_back(v);
     } else if (a == "--format") {
-      if (!value(format) || (format != "json" && format != (estimate ? "table" : "fragment")))
-        return invalid(std::string("--format must be json or ") + (estimate ? "table" : "fragment"));
+      if (!value(format) || (format != "json" && (estimate ? format != "table" : format != "fragment" && format != "deepspeed")))
+        return invalid(std::string("--format must be json or ") + (estimate ? "table" : "fragment or deepspeed"));
     } else if (a == "--timeline") {
       timeline = true;
     } else {
@@ -168,7 +171,9 @@ int main(int argc, char** argv) {
     if (!errs.empty()) return invalid(errs);
   }
   if (!estimate) {  // print the normalised config: the memsim JSON or the link fragment
-    std::cout << (format == "json" ? config_to_json(config) : config_to_fragment(config)) << "\n";
+    std::cout << (format == "json" ? config_to_json(config) : format == "deepspeed" ? deepspeed_json(config)
+                                                                                   : config_to_fragment(config))
+              << "\n";
     return 0;
   }
   Result r = simulate(config);

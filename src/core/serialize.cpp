@@ -784,6 +784,87 @@ std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_val
   return errors;
 }
 
+Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
+  Parsed p;
+  p.config = base;
+  json doc;
+  if (!parse_document(text, "the DeepSpeed config", doc, p.errors)) return p;
+  Config c = base;
+  std::vector<std::string> used, kept_auto, ignored;
+  Reader r{p.errors};
+  auto integer = [&](const json& obj, const char* key, const char* field, int64_t& out) {
+    auto it = obj.find(key);
+    if (it == obj.end()) return;
+    if (it->is_string() && it->get<std::string>() == "auto") return kept_auto.emplace_back(key), void();
+    int64_t v;
+    if (r.integer(field, *it, v)) out = v, used.emplace_back(key);
+  };
+  integer(doc, "train_micro_batch_size_per_gpu", "training.micro_batch_size", c.training.micro_batch_size);
+  integer(doc, "gradient_accumulation_steps", "training.gradient_accumulation_steps", c.training.gradient_accumulation_steps);
+  auto enabled = [&](const char* section) {
+    auto it = doc.find(section);
+    if (it == doc.end() || !it->is_object()) return false;
+    auto e = it->find("enabled");
+    return e != it->end() && ((e->is_boolean() && e->get<bool>()) || (e->is_string() && e->get<std::string>() == "auto"));
+  };
+  if (enabled("bf16")) c.training.precision = "bf16_mixed", used.emplace_back("bf16");
+  else if (enabled("fp16")) c.training.precision = "fp16_mixed", used.emplace_back("fp16");
+  if (auto z = doc.find("zero_optimization"); z != doc.end()) {
+    if (!z->is_object()) {
+      p.errors.push_back({"zero_optimization", "zero_optimization must be a JSON object"});
+    } else {
+      integer(*z, "stage", "parallel.zero_stage", c.parallel.zero_stage);
+      c.training.framework = "deepspeed";
+      for (auto it = z->begin(); it != z->end(); ++it)
+        if (it.key() != "stage") ignored.push_back("zero_optimization." + it.key());
+    }
+  }
+  if (auto o = doc.find("optimizer"); o != doc.end() && o->is_object()) {
+    const std::string type = o->value("type", "");
+    if (type == "AdamW" || type == "Adam" || type == "adamw" || type == "adam")
+      c.training.optimizer = type == "Adam" || type == "adam" ? "adam" : "adamw", used.emplace_back("optimizer.type");
+    else if (!type.empty()) ignored.push_back("optimizer.type " + type.substr(0, 40));
+  }
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "train_micro_batch_size_per_gpu" || k == "gradient_accumulation_steps" || k == "bf16" || k == "fp16" ||
+        k == "zero_optimization" || k == "optimizer")
+      continue;
+    ignored.push_back(k);
+  }
+  if (!p.errors.empty()) return p;
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 16; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 16) s += ", ...";
+    return s;
+  };
+  if (!used.empty()) p.notes.push_back("DeepSpeed config: read " + list(used));
+  if (!kept_auto.empty()) p.notes.push_back("kept the current values for \"auto\": " + list(kept_auto));
+  if (!ignored.empty())
+    p.notes.push_back("not modelled yet, ignored: " + list(ignored) +
+                      " (offload, bucket sizes and overlap_comm come with the distributed-training work)");
+  p.config = c;
+  p.ok = true;
+  return p;
+}
+
+std::string deepspeed_json(const Config& c, int indent) {
+  json ds;
+  ds["train_micro_batch_size_per_gpu"] = c.training.micro_batch_size;
+  ds["gradient_accumulation_steps"] = c.training.gradient_accumulation_steps;
+  ds["train_batch_size"] = c.training.micro_batch_size * c.training.gradient_accumulation_steps * c.parallel.data_parallel_size;
+  ds["bf16"] = {{"enabled", c.training.precision == "bf16_mixed" || c.training.precision == "bf16_fp32_grads" ||
+                             c.training.precision == "amp_bf16" || c.training.precision == "bf16_pure"}};
+  ds["fp16"] = {{"enabled", c.training.precision == "fp16_mixed" || c.training.precision == "amp_fp16"}};
+  ds["zero_optimization"] = {{"stage", c.parallel.zero_stage}};
+  if (c.training.optimizer == "adamw" || c.training.optimizer == "adam")
+    ds["optimizer"] = {{"type", c.training.optimizer == "adam" ? "Adam" : "AdamW"}, {"params", {{"lr", "auto"}}}};
+  if (c.training.activation_checkpointing != "none")
+    ds["activation_checkpointing"] = {{"partition_activations", false}, {"contiguous_memory_optimization", false}};
+  return ds.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
 std::string result_to_json(const Result& r, bool with_timeline, int indent) {
   json out;
   out["schema"] = kResultSchema;

@@ -42,6 +42,13 @@ std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_val
 // A Hugging Face config.json (or memsim's model section) into a ModelConfig.
 Parsed model_from_hf_json(std::string_view text, const Config& base = Config{});
 
+// A DeepSpeed config JSON (the "ds_config" of deepspeed.initialize or HF TrainingArguments(deepspeed=...)).
+// Reads the fields memsim models (ZeRO stage, bf16/fp16, micro-batch, accumulation, optimizer); notes list what
+// was read, what was kept because it says "auto", and what is not modelled yet (offload, bucket sizes).
+Parsed config_from_deepspeed_json(std::string_view text, const Config& base);
+// The training part of a config as a DeepSpeed config a user can start from.
+std::string deepspeed_json(const Config& c, int indent = 2);
+
 // The CLI's JSON result; see README "CLI contract".
 std::string result_to_json(const Result& r, bool with_timeline, int indent = 2);
 

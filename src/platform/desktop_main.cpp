@@ -101,6 +101,11 @@ int main(int argc, char** argv) {
   memsim::ui::PlatformHooks hooks;
   hooks.copy_text = [](const std::string& s) { glfwSetClipboardString(g_window, s.c_str()); };
   if (const char* url = std::getenv("MEMSIM_PAGE_URL")) hooks.page_url = url;
+  hooks.save_text = [](const std::string& name, const std::string& text) -> std::string {
+    std::ofstream f(name, std::ios::binary);
+    f << text;
+    return f ? "Saved " + name + " in the current folder." : "Could not write " + name + ".";
+  };
   memsim::ui::App app(hooks);
   g_app = &app;
   glfwSetDropCallback(g_window, on_drop);

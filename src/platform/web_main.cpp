@@ -3,6 +3,7 @@
 // [x] hashchange (a pasted link) reloads the state      [x] clipboard via navigator.clipboard
 // [x] file drop and paste (web/memsim-page.js -> memsim_load_text)
 // [x] HiDPI: canvas backing store = CSS size x devicePixelRatio
+// [x] download (Blob) and upload (file picker) of configs
 // [x] window.memsim.estimate(configJson) (memsim_estimate_json), for scripting and the e2e tests
 #include <GLFW/glfw3.h>
 #include <emscripten/emscripten.h>
@@ -42,6 +43,25 @@ EM_JS(void, js_copy_text, (const char* text), {
   var s = UTF8ToString(text);
   if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(s).catch(function() {});
   window.memsimLastCopied = s;  // read by the e2e test
+});
+EM_JS(void, js_download, (const char* name, const char* text), {
+  var blob = new Blob([UTF8ToString(text)], {type: "application/json"});
+  var a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = UTF8ToString(name);
+  document.body.appendChild(a);
+  a.click();
+  setTimeout(function() { URL.revokeObjectURL(a.href); a.remove(); }, 0);
+});
+EM_JS(void, js_open_file, (), {
+  var input = document.createElement("input");
+  input.type = "file";
+  input.accept = ".json,application/json";
+  input.onchange = function() {
+    var file = input.files && input.files[0];
+    if (file) file.text().then(function(t) { window.memsim.loadText(t, "\"" + file.name + "\""); });
+  };
+  input.click();
 });
 // clang-format on
 
@@ -155,6 +175,11 @@ int main() {
   memsim::ui::PlatformHooks hooks;
   hooks.publish_fragment = [](const std::string& f) { js_replace_hash(f.c_str()); };
   hooks.copy_text = [](const std::string& s) { js_copy_text(s.c_str()); };
+  hooks.save_text = [](const std::string& name, const std::string& text) -> std::string {
+    js_download(name.c_str(), text.c_str());
+    return "Downloaded " + name + ".";
+  };
+  hooks.open_file = [] { js_open_file(); };
   hooks.page_url = take_js_string(js_page_url());
   const std::string hash = take_js_string(js_location_hash());  // before the app publishes its own
   static memsim::ui::App app(hooks);

@@ -51,17 +51,23 @@ bool App::load_fragment(const std::string& fragment) {
 }
 
 bool App::load_text(const std::string& text, const std::string& origin) {
-  // A memsim config has sections; anything else is read as a Hugging Face config.json for the model section.
+  // A memsim config has sections, a DeepSpeed config ZeRO or batch keys; anything else is read as a Hugging Face
+  // config.json for the model section.
   const bool memsim_json = text.find("\"training\"") != std::string::npos || text.find("\"schema\"") != std::string::npos ||
                            text.find("\"hardware\"") != std::string::npos || text.find("\"parallel\"") != std::string::npos;
-  Parsed p = memsim_json ? config_from_json(text, config_) : model_from_hf_json(text, config_);
+  const bool deepspeed = !memsim_json && (text.find("\"zero_optimization\"") != std::string::npos ||
+                                          text.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos);
+  Parsed p = memsim_json ? config_from_json(text, config_)
+             : deepspeed ? config_from_deepspeed_json(text, config_)
+                         : model_from_hf_json(text, config_);
   if (!p.ok) {
     std::string msg = origin + " was not loaded, so the current setup is kept. " + p.errors[0].message;
     if (p.errors.size() > 1) msg += " (and " + std::to_string(p.errors.size() - 1) + " more problems)";
     messages_.push_back({Message::Kind::Error, msg});
     return false;
   }
-  std::string info = "Loaded " + origin + (memsim_json ? " (memsim config)." : " as the model (Hugging Face config.json).");
+  std::string info = "Loaded " + origin + (memsim_json ? " (memsim config)." : deepspeed ? " (DeepSpeed config)."
+                                                                                        : " as the model (Hugging Face config.json).");
   for (const auto& n : p.notes) info += " " + n + ".";
   messages_.push_back({Message::Kind::Info, info});
   set_config(p.config);
@@ -86,21 +92,43 @@ std::string summary_markdown(const Config& c, const Result& r, Unit unit, const 
 }  // namespace
 
 void App::draw_toolbar() {
+  // Buttons flow onto a second line when the window is narrow (800 px must stay usable).
+  auto flow = [](const char* label) {
+    const ImGuiStyle& st = ImGui::GetStyle();
+    const float w = ImGui::CalcTextSize(label).x + st.FramePadding.x * 2 + st.ItemSpacing.x;
+    const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+    if (ImGui::GetItemRectMax().x + w < right) ImGui::SameLine();
+  };
   ImGui::TextUnformatted("memsim");
-  ImGui::SameLine();
-  ImGui::TextDisabled("training memory simulator");
+  if (ImGui::GetContentRegionAvail().x > 1000) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("training memory simulator");
+  }
   ImGui::SameLine();
   const std::string link = hooks_.page_url + "#" + config_to_fragment(config_);
   if (ImGui::Button("Copy link") && hooks_.copy_text) {
     hooks_.copy_text(link);
     messages_.push_back({Message::Kind::Info, "Link copied: it reopens exactly this setup."});
   }
-  ImGui::SameLine();
+  flow("Copy summary");
   if (ImGui::Button("Copy summary") && hooks_.copy_text && result_.ok) {
     hooks_.copy_text(summary_markdown(config_, result_, unit_, link));
     messages_.push_back({Message::Kind::Info, "Markdown summary copied."});
   }
-  ImGui::SameLine();
+  flow("Save JSON");
+  if (ImGui::Button("Save JSON") && hooks_.save_text)
+    messages_.push_back({Message::Kind::Info, hooks_.save_text("memsim-config.json", config_to_json(config_))});
+  flow("DeepSpeed JSON");
+  if (ImGui::Button("DeepSpeed JSON") && hooks_.save_text)
+    messages_.push_back({Message::Kind::Info, hooks_.save_text("ds_config.json", deepspeed_json(config_))});
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("The training part of this setup as a DeepSpeed config to start from.");
+  flow("Open JSON");
+  if (ImGui::Button("Open JSON")) {
+    if (hooks_.open_file) hooks_.open_file();
+    else messages_.push_back({Message::Kind::Info, "Drop a memsim config, a config.json or a DeepSpeed config onto the "
+                                                   "window, or pass it on the command line."});
+  }
+  flow("Paste JSON...");
   if (ImGui::Button("Paste JSON...")) ImGui::OpenPopup("paste");
   if (ImGui::BeginPopup("paste")) {
     static std::string text;
@@ -112,11 +140,11 @@ void App::draw_toolbar() {
     }
     ImGui::EndPopup();
   }
-  ImGui::SameLine();
+  flow("GiB   ");
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.5f);
   int u = static_cast<int>(unit_);
   if (ImGui::Combo("##unit", &u, "GiB\0GB\0MiB\0")) unit_ = static_cast<Unit>(u);
-  ImGui::SameLine();
+  flow("Light");
   if (ImGui::Button(dark_ ? "Light" : "Dark")) {
     dark_ = !dark_;
     dark_ ? ImGui::StyleColorsDark() : ImGui::StyleColorsLight();

@@ -16,6 +16,10 @@ namespace memsim::ui {
 struct PlatformHooks {
   std::function<void(const std::string&)> publish_fragment;  // keep the address bar current
   std::function<void(const std::string&)> copy_text;         // clipboard
+  // Hands a file to the user (web: a download; desktop: written beside the app). Returns a message for the UI.
+  std::function<std::string(const std::string& name, const std::string& text)> save_text;
+  // Asks the user for a file; its text comes back through App::load_text (web: a file picker).
+  std::function<void()> open_file;
   std::string page_url = "http://127.0.0.1:8080/";          // base of shared links
 };
 

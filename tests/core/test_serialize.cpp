@@ -194,3 +194,32 @@ TEST_CASE("fuzzer findings stay fixed", "[serialize][fuzz]") {
   CHECK(errs[0].message.find("UTF-8") != std::string::npos);
   CHECK(apply_setting(c, "model.name=Ünïcødé 模型").empty());
 }
+
+TEST_CASE("a DeepSpeed config sets what memsim models and lists the rest", "[serialize][deepspeed]") {
+  const std::string ds = R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto",
+    "fp16": {"enabled": true}, "zero_optimization": {"stage": 1, "overlap_comm": true},
+    "optimizer": {"type": "Adam"}})";
+  Config base;
+  base.training.gradient_accumulation_steps = 7;
+  Parsed p = config_from_deepspeed_json(ds, base);
+  REQUIRE(p.ok);
+  CHECK(p.config.training.micro_batch_size == 2);
+  CHECK(p.config.training.gradient_accumulation_steps == 7);  // "auto" keeps the current value
+  CHECK(p.config.training.precision == "fp16_mixed");
+  CHECK(p.config.parallel.zero_stage == 1);
+  CHECK(p.config.training.optimizer == "adam");
+  CHECK(p.config.model == base.model);
+  bool listed = false;
+  for (const auto& n : p.notes) listed |= n.find("overlap_comm") != std::string::npos;
+  CHECK(listed);
+  // The export reads back to the same training settings.
+  Parsed back = config_from_deepspeed_json(deepspeed_json(p.config), base);
+  REQUIRE(back.ok);
+  CHECK(back.config.training.micro_batch_size == 2);
+  CHECK(back.config.parallel.zero_stage == 1);
+  // Hostile: wrong types keep the setup and name the field.
+  Parsed bad = config_from_deepspeed_json(R"({"train_micro_batch_size_per_gpu": "lots"})", base);
+  REQUIRE(!bad.ok);
+  CHECK(bad.errors[0].field == "training.micro_batch_size");
+  CHECK(!config_from_deepspeed_json(R"({"zero_optimization": 3})", base).ok);
+}

@@ -53,7 +53,7 @@ after(async () => {
 });
 
 async function openPage(hash = "", viewport = { width: 1280, height: 720 }) {
-  const page = await browser.newPage({ viewport });
+  const page = await browser.newPage({ viewport, acceptDownloads: true });
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
@@ -118,10 +118,11 @@ test("editing follows into the fragment without a reload", async () => {
 test("the keyboard picks a model preset and the fragment follows", async () => {
   const { page, errors } = await openPage();
   await page.mouse.click(130, 80);           // the preset combo, top of the model panel
-  await page.waitForTimeout(200);
-  await page.keyboard.type("mixtral 8x7");   // the search box has focus
-  await page.keyboard.press("Enter");        // Enter picks the first match
+  await page.waitForTimeout(600);            // the combo opens on the next frames
+  await page.keyboard.type("mixtral 8x7", { delay: 30 });  // the search box has focus
   await page.waitForTimeout(300);
+  await page.keyboard.press("Enter");        // Enter picks the first match
+  await page.waitForTimeout(600);
   const state = await page.evaluate(() => window.memsim.state());
   assert.equal(state.config.model.num_experts, 8);
   assert.equal(state.config.model.name, "Mixtral 8x7B v0.1");
@@ -159,6 +160,23 @@ test("the fit explorer fills its heatmap and a click applies a cell", async () =
   const state = await page.evaluate(() => window.memsim.state());
   assert.equal(state.config.training.micro_batch_size, 1);
   assert.equal(state.config.training.sequence_length, 512);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("Save JSON downloads the setup, and DeepSpeed JSON its training part", async () => {
+  const { page, errors } = await openPage();
+  const { readFileSync } = await import("node:fs");
+  const [download] = await Promise.all([page.waitForEvent("download"), page.mouse.click(483, 18)]);
+  assert.equal(download.suggestedFilename(), "memsim-config.json");
+  const saved = JSON.parse(readFileSync(await download.path(), "utf8"));
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.deepEqual(saved, state.config);
+  const [ds] = await Promise.all([page.waitForEvent("download"), page.mouse.click(587, 18)]);
+  assert.equal(ds.suggestedFilename(), "ds_config.json");
+  const dsConfig = JSON.parse(readFileSync(await ds.path(), "utf8"));
+  assert.equal(dsConfig.zero_optimization.stage, 3);
+  assert.equal(dsConfig.train_micro_batch_size_per_gpu, 4);
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -49,6 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   exercise(config_from_json(text));
 #elif defined(MEMSIM_FUZZ_HF_CONFIG)
   exercise(model_from_hf_json(text));
+#elif defined(MEMSIM_FUZZ_DEEPSPEED)
+  exercise(config_from_deepspeed_json(text, Config{}));
 #elif defined(MEMSIM_FUZZ_SET)
   Config c;
   auto errors = apply_setting(c, text);
