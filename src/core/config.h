@@ -116,6 +116,12 @@ struct ParallelConfig {
   bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
   int64_t pipeline_parallel_size = 1;
   std::string pipeline_schedule = "1f1b";  // 1f1b or gpipe
+  // DeepSpeed ZeRO buffers (deepspeed/runtime/zero/config.py), in elements; 0 = DeepSpeed's code default.
+  // HF Trainer's "auto" sets reduce_bucket_size = hidden^2, prefetch = 0.9 hidden^2, persistence = 10 hidden.
+  int64_t zero_reduce_bucket_size = 0;          // default 5e8
+  std::string zero_overlap_comm = "auto";       // auto (true for stage 3 only, as the code's validator), true, false
+  int64_t zero_prefetch_bucket_size = 0;        // stage3_prefetch_bucket_size, default 5e7
+  int64_t zero_param_persistence_threshold = 0; // stage3_param_persistence_threshold, default 1e5
 
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -105,6 +105,10 @@ void visit_fields(Config& c, V& v) {
   v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
   v.integer("parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size);
   v.str("parallel.pipeline_schedule", c.parallel.pipeline_schedule);
+  v.integer("parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size);
+  v.str("parallel.zero_overlap_comm", c.parallel.zero_overlap_comm);
+  v.integer("parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
+  v.integer("parallel.zero_param_persistence_threshold", c.parallel.zero_param_persistence_threshold);
 
   v.str("hardware.gpu", c.hardware.gpu);
   v.integer("hardware.gpu_memory_bytes", c.hardware.gpu_memory_bytes);
@@ -814,9 +818,17 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
       p.errors.push_back({"zero_optimization", "zero_optimization must be a JSON object"});
     } else {
       integer(*z, "stage", "parallel.zero_stage", c.parallel.zero_stage);
+      integer(*z, "reduce_bucket_size", "parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size);
+      integer(*z, "stage3_prefetch_bucket_size", "parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
+      integer(*z, "stage3_param_persistence_threshold", "parallel.zero_param_persistence_threshold",
+              c.parallel.zero_param_persistence_threshold);
+      if (auto o = z->find("overlap_comm"); o != z->end() && o->is_boolean())
+        c.parallel.zero_overlap_comm = o->get<bool>() ? "true" : "false", used.emplace_back("overlap_comm");
       c.training.framework = "deepspeed";
       for (auto it = z->begin(); it != z->end(); ++it)
-        if (it.key() != "stage") ignored.push_back("zero_optimization." + it.key());
+        if (it.key() != "stage" && it.key() != "reduce_bucket_size" && it.key() != "stage3_prefetch_bucket_size" &&
+            it.key() != "stage3_param_persistence_threshold" && it.key() != "overlap_comm")
+          ignored.push_back("zero_optimization." + it.key());
     }
   }
   if (auto o = doc.find("optimizer"); o != doc.end() && o->is_object()) {
@@ -858,6 +870,12 @@ std::string deepspeed_json(const Config& c, int indent) {
                              c.training.precision == "amp_bf16" || c.training.precision == "bf16_pure"}};
   ds["fp16"] = {{"enabled", c.training.precision == "fp16_mixed" || c.training.precision == "amp_fp16"}};
   ds["zero_optimization"] = {{"stage", c.parallel.zero_stage}};
+  if (c.parallel.zero_reduce_bucket_size > 0) ds["zero_optimization"]["reduce_bucket_size"] = c.parallel.zero_reduce_bucket_size;
+  if (c.parallel.zero_overlap_comm != "auto") ds["zero_optimization"]["overlap_comm"] = c.parallel.zero_overlap_comm == "true";
+  if (c.parallel.zero_prefetch_bucket_size > 0)
+    ds["zero_optimization"]["stage3_prefetch_bucket_size"] = c.parallel.zero_prefetch_bucket_size;
+  if (c.parallel.zero_param_persistence_threshold > 0)
+    ds["zero_optimization"]["stage3_param_persistence_threshold"] = c.parallel.zero_param_persistence_threshold;
   if (c.training.optimizer == "adamw" || c.training.optimizer == "adam")
     ds["optimizer"] = {{"type", c.training.optimizer == "adam" ? "Adam" : "AdamW"}, {"params", {{"lr", "auto"}}}};
   if (c.training.activation_checkpointing != "none")

@@ -80,6 +80,10 @@ class StepBuilder {
   int64_t grad_bytes_of(const ParamTensor& t) const;
   int64_t state_dtype_of(const ParamTensor& t) const;
   int64_t stage_trainable_numel() const;
+  int64_t zero_reduce_bucket() const;
+  int64_t zero_persistence() const;
+  bool zero_overlap() const;
+  bool persistent(const ParamTensor& t) const;
   void norm_backward(int32_t layer, uint32_t& dres);
   void mla_forward(int32_t layer, std::vector<uint32_t>& saved);
   void moe_forward(int32_t layer, std::vector<uint32_t>& saved);
@@ -116,6 +120,7 @@ class StepBuilder {
   uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
   bool grads_live_ = false;
   bool any_quantized_ = false;
+  bool zero_buckets_ = false;
 };
 
 }  // namespace memsim

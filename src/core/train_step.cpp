@@ -65,7 +65,17 @@ ModelStates model_state_bytes(const StepContext& ctx) {
   ModelStates m;
   // ZeRO partitions each of the three over the data-parallel ranks (stage 3, 2 and 1), in one flat partition
   // for the optimizer (ZeRO paper sec. 5, Table 1).
-  m.weights_bytes = par.zero_stage >= 3 ? ceil_div(weights, n) : weights;
+  if (par.zero_stage >= 3 && n > 1) {  // parameters under the persistence threshold stay whole
+    const int64_t threshold = par.zero_param_persistence_threshold > 0 ? par.zero_param_persistence_threshold : 100000;
+    int64_t sharded = 0;
+    for_each_param(ctx, [&](const ParamTensor& t) {
+      const int64_t b = param_storage_bytes(t, ctx.precision, peft);
+      sharded = add(sharded, t.numel < threshold ? b : ceil_div(b, n));
+    });
+    m.weights_bytes = sharded;
+  } else {
+    m.weights_bytes = par.zero_stage >= 3 ? ceil_div(weights, n) : weights;
+  }
   m.gradients_bytes = par.zero_stage >= 2 ? ceil_div(grads, n) : grads;
   if (par.zero_stage >= 1) {
     const int64_t part = shard(trainable, n);
@@ -254,12 +264,29 @@ StepBuilder::StepBuilder(const StepContext& ctx)
 
 // nn.Module init: one allocation per parameter tensor. Under ZeRO-3 each rank keeps only its partition of
 // every parameter (DeepSpeed partition_parameters.py: param.ds_tensor).
+// DeepSpeed's defaults where a config leaves 0 (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig).
+int64_t StepBuilder::zero_reduce_bucket() const {
+  return c_.parallel.zero_reduce_bucket_size > 0 ? c_.parallel.zero_reduce_bucket_size : 500000000;
+}
+int64_t StepBuilder::zero_persistence() const {
+  return c_.parallel.zero_param_persistence_threshold > 0 ? c_.parallel.zero_param_persistence_threshold : 100000;
+}
+bool StepBuilder::zero_overlap() const {  // the validator overlap_comm_valid: None means stage == 3
+  return c_.parallel.zero_overlap_comm == "auto" ? c_.parallel.zero_stage == 3 : c_.parallel.zero_overlap_comm == "true";
+}
+// ZeRO-3 keeps parameters under stage3_param_persistence_threshold whole on every rank (never partitioned).
+bool StepBuilder::persistent(const ParamTensor& t) const { return t.numel < zero_persistence(); }
+
 void StepBuilder::alloc_weights() {
   p_.phase("model load");
   for_each_param(ctx_, [&](const ParamTensor& t) {
     const int64_t bytes = weight_bytes_of(t);
-    p_.alloc(Component::Weights, shard_weights_ ? ceil_div(bytes, n_) : bytes, L_.weights);
+    p_.alloc(Component::Weights, shard_weights_ && !persistent(t) ? ceil_div(bytes, n_) : bytes, L_.weights);
   });
+  // ZeRO-3 allocates its gradient bucket with the optimizer (stage3.py _setup_for_real_optimizer:
+  // __ipg_bucket_flat_buffer of reduce_bucket_size elements in the model dtype, contiguous_gradients on).
+  if (shard_weights_ && n_ > 1)
+    p_.alloc(Component::Communication, mul(zero_reduce_bucket(), pr_.weight_bytes), L_.grad_bucket);
 }
 
 // AccumulateGrad creates each .grad at its parameter's first backward of the step (MEMORY_FORMULAS.md 6).
@@ -273,6 +300,13 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
     for_each_param(ctx_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
     if (shard_grads_)
       other_grads_.push_back(p_.alloc(Component::Gradients, ceil_div(grad_total, n_), L_.grad_partition));
+    // ZeRO-1/2 reduce gradients through ipg buffers of reduce_bucket_size elements in the model dtype, two with
+    // overlap_comm (stage_1_and_2.py backward: buf_0, buf_1). They stay allocated from the first backward on.
+    if (shard_opt_ && !shard_weights_ && n_ > 1 && !zero_buckets_) {
+      zero_buckets_ = true;
+      for (int i = 0; i < (zero_overlap() ? 2 : 1); ++i)
+        p_.alloc(Component::Communication, mul(zero_reduce_bucket(), pr_.weight_bytes), L_.grad_bucket);
+    }
     else if (n_ > 1 && c_.parallel.zero_stage == 0)  // PyTorch DDP; ZeRO-1's reduce buckets are not modelled yet
       other_grads_.push_back(p_.alloc(Component::Communication, grad_total, L_.grad_bucket));
   }
@@ -302,11 +336,21 @@ void StepBuilder::release_layer_grads(int64_t layer) {
 // after (partitioned_param_coordinator.py). Parameters under stage3_param_persistence_threshold (1e5 elements)
 // stay whole; they are small and counted with the partitioned weights here.
 void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
-  if (!shard_weights_) return;
-  const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
-  int64_t bytes = 0;
-  for (const auto& t : ts) bytes = add(bytes, weight_bytes_of(t));
-  out.push_back(p_.alloc(Component::Communication, bytes, L_.gathered, static_cast<int32_t>(layer)));
+  if (!shard_weights_ || n_ == 1) return;
+  auto partitioned_bytes = [&](int64_t l) {
+    if (l < -1 || l > s_.num_layers) return int64_t{0};
+    const std::vector<ParamTensor>& ts = l < 0 ? s_.pre : l >= s_.num_layers ? s_.post : s_.params_of(l);
+    int64_t bytes = 0;
+    for (const auto& t : ts)
+      if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
+    return bytes;
+  };
+  out.push_back(p_.alloc(Component::Communication, partitioned_bytes(layer), L_.gathered, static_cast<int32_t>(layer)));
+  // The coordinator prefetches the next module's parameters, up to stage3_prefetch_bucket_size elements
+  // (partitioned_param_coordinator.py), while this one computes.
+  const int64_t prefetch_elems = c_.parallel.zero_prefetch_bucket_size > 0 ? c_.parallel.zero_prefetch_bucket_size : 50000000;
+  const int64_t next = std::min(partitioned_bytes(layer + 1), mul(prefetch_elems, pr_.weight_bytes));
+  if (next > 0) out.push_back(p_.alloc(Component::Communication, next, L_.gathered, static_cast<int32_t>(layer + 1)));
 }
 
 // Optimizer in backward (torchtune optimizer_in_bwd): each parameter is stepped in a post-accumulate-grad

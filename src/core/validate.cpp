@@ -45,6 +45,9 @@ const std::map<std::string, IntRange>& ranges() {
       {"parallel.data_parallel_size", {1, 1 << 24}},
       {"parallel.zero_stage", {0, 3}},
       {"parallel.tensor_parallel_size", {1, 1024}},
+      {"parallel.zero_reduce_bucket_size", {0, int64_t(1) << 40}},
+      {"parallel.zero_prefetch_bucket_size", {0, int64_t(1) << 40}},
+      {"parallel.zero_param_persistence_threshold", {0, int64_t(1) << 40}},
       {"parallel.pipeline_parallel_size", {1, 1024}},
       {"hardware.gpu_memory_bytes", {0, int64_t(1) << 50}},
   };
@@ -280,6 +283,11 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);
   validate_layout(c, e);
+  check(e, "parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size);
+  check(e, "parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
+  check(e, "parallel.zero_param_persistence_threshold", c.parallel.zero_param_persistence_threshold);
+  if (c.parallel.zero_overlap_comm != "auto" && c.parallel.zero_overlap_comm != "true" && c.parallel.zero_overlap_comm != "false")
+    e.push_back({"parallel.zero_overlap_comm", "parallel.zero_overlap_comm must be auto, true or false"});
 
   const auto& hw = c.hardware;
   if (!find_gpu(hw.gpu) && hw.gpu != "custom")

@@ -207,6 +207,21 @@ bool draw_inputs_panel(Config& c, const Result& result) {
     help_marker("ZeRO partitions model states across the data-parallel GPUs: stage 1 the optimizer states, stage 2 "
                 "also the gradients, stage 3 also the weights (Rajbhandari et al. 2020).");
     field_error("parallel.zero_stage");
+    if (c.parallel.zero_stage >= 1 && ImGui::TreeNode("DeepSpeed buffers")) {
+      changed |= int_input("reduce_bucket_size", "parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size,
+                           50000000, "Elements per gradient bucket (0 = DeepSpeed's 5e8; HF's auto = hidden^2). One "
+                                     "bucket, two with overlap_comm, in the model dtype.");
+      changed |= string_combo("overlap_comm", "parallel.zero_overlap_comm", c.parallel.zero_overlap_comm,
+                              {"auto", "true", "false"}, "auto: on for stage 3 only, as DeepSpeed's config validator does.");
+      if (c.parallel.zero_stage == 3) {
+        changed |= int_input("prefetch_bucket", "parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size,
+                             10000000, "Elements of the next layer all-gathered ahead (0 = DeepSpeed's 5e7).");
+        changed |= int_input("persistence_threshold", "parallel.zero_param_persistence_threshold",
+                             c.parallel.zero_param_persistence_threshold, 10000,
+                             "Parameters smaller than this stay whole on every GPU (0 = DeepSpeed's 1e5).");
+      }
+      ImGui::TreePop();
+    }
     changed |= int_input("tensor_parallel", "parallel.tensor_parallel_size", c.parallel.tensor_parallel_size, 1,
                          "Megatron tensor parallelism: attention heads, the MLP and the vocabulary are split over t GPUs; "
                          "norms and the residual stream are not (unless sequence parallel).");
