@@ -18,8 +18,7 @@ namespace {
 
 // Replays the program through the allocator model. The peak, the breakdown at the peak and the timeline all
 // come from this one pass.
-void replay(DeviceResult& d, int64_t allocator_capacity) {
-  const StepProgram& prog = d.program;
+void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity) {
   CachingAllocator alloc(allocator_capacity);
   std::vector<int32_t> handle(prog.tensors.size(), -1);
   std::array<int64_t, kComponentCount> live{};
@@ -99,18 +98,33 @@ Result simulate(const Config& config) {
       d.breakdown.cuda_context_bytes =
           config.hardware.cuda_context_bytes > 0 ? config.hardware.cuda_context_bytes : kCudaContextLazyBytes;
       d.program = build_train_step(ctx);
-      replay(d, std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes));
-      if (d.oom) {
-        // The real step stops at the failing allocation. To say by how much it does not fit, replay again
-        // without a capacity limit: the peak and breakdown are then what the step would need.
-        const uint32_t oom_event = d.peak_event;
-        d.timeline.clear();
-        d.peak = Peak{};
-        d.breakdown.allocator = {};
-        d.oom = false;
-        replay(d, int64_t{1} << 62);
+      // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds
+      // the GPU but its allocated peak does not can the allocator's cache release decide between fitting and an
+      // OOM, so only then is the step replayed again against the real capacity. Where even the allocated peak
+      // exceeds the GPU, the step runs out of memory at the first event past the capacity.
+      const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes);
+      replay(d.program, d, int64_t{1} << 62);
+      if (d.peak.allocated_bytes > capacity) {
         d.oom = true;
-        d.oom_event = oom_event;
+        for (uint32_t i = 0; i < d.timeline.size(); ++i)
+          if (d.timeline[i].allocated_bytes > capacity) {
+            d.oom_event = i;
+            break;
+          }
+      } else if (d.peak.reserved_bytes > capacity) {
+        DeviceResult limited;
+        replay(d.program, limited, capacity);
+        if (limited.oom) {
+          d.oom = true;
+          d.oom_event = limited.peak_event;
+        } else {  // the cache release kept it within the GPU: the limited replay is what happens
+          d.timeline = std::move(limited.timeline);
+          d.peak = limited.peak;
+          d.breakdown.allocator = limited.breakdown.allocator;
+          d.peak_event = limited.peak_event;
+          d.peak_label = limited.peak_label;
+          d.peak_phase = limited.peak_phase;
+        }
       }
       d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
       d.peak.device_bytes = add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes);

@@ -31,7 +31,7 @@ TEST_CASE("simulation speed") {
   BENCHMARK("Llama-3-70B shape, 8 micro-batches of accumulation") { return simulate(big).devices.size(); };
   Config oom = big;
   oom.parallel.data_parallel_size = 8;
-  BENCHMARK("Llama-3-70B shape on 8 GPUs: out of memory, replayed twice") { return simulate(oom).devices.size(); };
+  BENCHMARK("Llama-3-70B shape on 8 GPUs: out of memory") { return simulate(oom).devices.size(); };
   Config qlora = big;
   qlora.parallel.data_parallel_size = 1;
   qlora.parallel.zero_stage = 0;
@@ -41,6 +41,17 @@ TEST_CASE("simulation speed") {
   qlora.peft.target_modules = "all-linear";
   qlora.hardware.gpu = "h200";
   BENCHMARK("Llama-3-70B shape, QLoRA on all linears, one H200") { return simulate(qlora).devices.size(); };
+  Config extreme;  // the hardening issue's 100T-parameter, 1M-token and 1M-GPU extremes, which must stay fast
+  extreme.model.hidden_size = 65536;
+  extreme.model.num_hidden_layers = 2000;
+  extreme.model.num_attention_heads = 512;
+  extreme.model.num_key_value_heads = 512;
+  extreme.model.head_dim = 0;
+  extreme.model.intermediate_size = 4 * 65536;
+  extreme.training.micro_batch_size = 1;
+  extreme.training.sequence_length = 1 << 20;
+  extreme.parallel.data_parallel_size = 1 << 20;
+  BENCHMARK("extremes: 100T parameters, 1M tokens, 1M GPUs") { return simulate(extreme).devices.size(); };
   const std::string frag = config_to_fragment(def);
   BENCHMARK("fragment decode") { return config_from_fragment(frag).ok; };
 }

@@ -168,3 +168,47 @@ TEST_CASE("what helps: every suggestion lowers the peak, ranked by saving", "[ad
   for (const auto& x : s) has_checkpointing |= x.change.find("checkpointing") != std::string::npos;
   CHECK(has_checkpointing);
 }
+
+TEST_CASE("the extremes of the hardening issue answer or refuse clearly", "[simulate][extreme]") {
+  // 100T parameters: hidden 65536, 2000 layers, MLP 4x -> 12 * 65536^2 * 2000 = 1.03e14. Needs ZeRO-3 over many
+  // GPUs; the answer is a number (it does not fit 80 GB), never an overflow.
+  Config big;
+  big.model.hidden_size = 65536;
+  big.model.num_hidden_layers = 2000;
+  big.model.num_attention_heads = 512;
+  big.model.num_key_value_heads = 512;
+  big.model.head_dim = 0;
+  big.model.intermediate_size = 4 * 65536;
+  big.training.micro_batch_size = 1;
+  big.training.sequence_length = 2048;
+  Result r = simulate(big);
+  REQUIRE(r.ok);
+  CHECK(r.params_total > 100'000'000'000'000LL);
+  CHECK(!r.devices[0].fits);
+  // A 1M-token sequence: activations of terabytes, reported as such.
+  Config seq;
+  seq.training.sequence_length = 1 << 20;
+  seq.training.micro_batch_size = 1;
+  r = simulate(seq);
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].peak.allocated_bytes > kGiB * 100);
+  // A million GPUs: 1024 x 1024 data parallel with ZeRO-3.
+  Config gpus;
+  gpus.parallel.data_parallel_size = 1 << 20;
+  r = simulate(gpus);
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].device_count == (1 << 20));
+  // A 10M vocabulary.
+  Config vocab;
+  vocab.model.vocab_size = 10'000'000;
+  vocab.training.sequence_length = 512;
+  r = simulate(vocab);
+  REQUIRE(r.ok);
+  CHECK(r.params_total > 2 * 10'000'000LL * 5120);
+  // Past the validator's ranges: a clear refusal naming the field.
+  Config worse = big;
+  worse.model.num_hidden_layers = 1'000'000;
+  r = simulate(worse);
+  REQUIRE(!r.ok);
+  CHECK(r.errors[0].field == "model.num_hidden_layers");
+}
