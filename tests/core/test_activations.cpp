@@ -13,17 +13,7 @@ using namespace memsim;
 static int64_t live_activations_at_backward(const Config& c) {
   Result r = simulate(c);
   REQUIRE(r.ok);
-  const StepProgram& p = r.devices[0].program;
-  uint32_t end = 0;
-  for (const auto& ph : p.phases)
-    if (ph.name.rfind("backward", 0) == 0) { end = ph.first_event; break; }
-  int64_t live = 0;
-  for (uint32_t i = 0; i < end; ++i) {
-    const Event& e = p.events[i];
-    if (e.component != Component::Activations) continue;
-    live += (e.op == Event::Op::Alloc ? 1 : -1) * p.tensors[e.tensor].bytes;
-  }
-  return live;
+  return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
 }
 
 static int64_t per_layer(Config c) {
@@ -170,46 +160,23 @@ TEST_CASE("memory never falls as batch, sequence, layers or hidden size grow", "
   base.model.num_hidden_layers = 4;
   for (const char* ck : {"none", "full", "selective"}) {
     for (const char* att : {"sdpa", "eager", "sdpa_repeat_kv"}) {
-      Config c = base;
-      c.training.activation_checkpointing = ck;
-      c.training.attention = att;
-      int64_t prev = 0;
-      for (int64_t b : {1, 2, 3, 4}) {
-        c.training.micro_batch_size = b;
-        int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
-        CHECK(peak >= prev);
-        prev = peak;
-      }
-      c = base;
-      c.training.activation_checkpointing = ck;
-      c.training.attention = att;
-      prev = 0;
-      for (int64_t s : {128, 256, 512, 1024}) {
-        c.training.sequence_length = s;
-        int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
-        CHECK(peak >= prev);
-        prev = peak;
-      }
-      c = base;
-      c.training.activation_checkpointing = ck;
-      c.training.attention = att;
-      prev = 0;
-      for (int64_t l : {1, 2, 4, 8}) {
-        c.model.num_hidden_layers = l;
-        int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
-        CHECK(peak >= prev);
-        prev = peak;
-      }
-      c = base;
-      c.training.activation_checkpointing = ck;
-      c.training.attention = att;
-      prev = 0;
-      for (int64_t h : {1024, 2048, 4096}) {
-        c.model.hidden_size = h;
-        int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
-        CHECK(peak >= prev);
-        prev = peak;
-      }
+      // Grow one size at a time from the same base; the allocated peak must never fall.
+      auto grows = [&](const std::vector<int64_t>& values, auto set) {
+        Config c = base;
+        c.training.activation_checkpointing = ck;
+        c.training.attention = att;
+        int64_t prev = 0;
+        for (int64_t v : values) {
+          set(c, v);
+          const int64_t peak = simulate(c).devices[0].peak.allocated_bytes;
+          CHECK(peak >= prev);
+          prev = peak;
+        }
+      };
+      grows({1, 2, 3, 4}, [](Config& c, int64_t v) { c.training.micro_batch_size = v; });
+      grows({128, 256, 512, 1024}, [](Config& c, int64_t v) { c.training.sequence_length = v; });
+      grows({1, 2, 4, 8}, [](Config& c, int64_t v) { c.model.num_hidden_layers = v; });
+      grows({1024, 2048, 4096}, [](Config& c, int64_t v) { c.model.hidden_size = v; });
     }
   }
 }
@@ -219,17 +186,8 @@ static std::vector<int64_t> in_flight_bytes(const Config& c) {
   Result r = simulate(c);
   REQUIRE(r.ok);
   std::vector<int64_t> out;
-  for (const auto& d : r.devices) {
-    const StepProgram& p = d.program;
-    uint32_t end = 0;
-    for (const auto& ph : p.phases)
-      if (ph.name.rfind("backward (step 2", 0) == 0) { end = ph.first_event; break; }
-    int64_t live = 0;
-    for (uint32_t i = 0; i < end; ++i)
-      if (p.events[i].component == Component::Activations)
-        live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * p.tensors[p.events[i].tensor].bytes;
-    out.push_back(live);
-  }
+  for (const auto& d : r.devices)
+    out.push_back(live_bytes_before_phase(d.program, "backward (step 2", Component::Activations));
   return out;
 }
 

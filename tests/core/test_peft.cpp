@@ -96,15 +96,7 @@ TEST_CASE("a frozen base saves less: LoRA on q and v with fp32 adapters and drop
   auto live = [](const Config& cfg) {
     Result r = simulate(cfg);
     REQUIRE(r.ok);
-    const StepProgram& p = r.devices[0].program;
-    uint32_t end = 0;
-    for (const auto& ph : p.phases)
-      if (ph.name.rfind("backward", 0) == 0) { end = ph.first_event; break; }
-    int64_t n = 0;
-    for (uint32_t i = 0; i < end; ++i)
-      if (p.events[i].component == Component::Activations)
-        n += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * p.tensors[p.events[i].tensor].bytes;
-    return n;
+    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
   };
   Config one = c, two = c;
   one.model.num_hidden_layers = 1;

@@ -65,6 +65,19 @@ async function openPage(hash = "", viewport = { width: 1280, height: 720 }) {
   return { page, errors };
 }
 
+// Canvas interactions land on a later animation frame, which a loaded machine delays: repeat an action until
+// the page's state shows its effect.
+async function until(page, action, predicate, arg, attempts = 4) {
+  for (let i = 0; i < attempts; i++) {
+    await action();
+    try {
+      await page.waitForFunction(predicate, arg, { timeout: 4000 });
+      return;
+    } catch {}
+  }
+  throw new Error("the interaction had no effect: " + predicate.toString());
+}
+
 function cliConfig(args) { return execFileSync(cli, ["config", ...args]).toString(); }
 function cliEstimate(configJson) {
   const dir = mkdtempSync(path.join(tmpdir(), "memsim-e2e-"));
@@ -117,12 +130,14 @@ test("editing follows into the fragment without a reload", async () => {
 
 test("the keyboard picks a model preset and the fragment follows", async () => {
   const { page, errors } = await openPage();
-  await page.mouse.click(130, 80);           // the preset combo, top of the model panel
-  await page.waitForTimeout(600);            // the combo opens on the next frames
-  await page.keyboard.type("mixtral 8x7", { delay: 30 });  // the search box has focus
-  await page.waitForTimeout(300);
-  await page.keyboard.press("Enter");        // Enter picks the first match
-  await page.waitForTimeout(600);
+  await until(page, async () => {
+    await page.keyboard.press("Escape");
+    await page.mouse.click(130, 80);         // the preset combo, top of the model panel
+    await page.waitForTimeout(500);          // the combo opens on the next frames
+    await page.keyboard.type("mixtral 8x7", { delay: 30 });  // the search box has focus
+    await page.waitForTimeout(300);
+    await page.keyboard.press("Enter");      // Enter picks the first match
+  }, () => window.memsim.state().config.model.num_experts === 8);
   const state = await page.evaluate(() => window.memsim.state());
   assert.equal(state.config.model.num_experts, 8);
   assert.equal(state.config.model.name, "Mixtral 8x7B v0.1");
@@ -138,8 +153,8 @@ test("what helps lists changes that lower the peak, and Apply changes the setup"
   await page.waitForTimeout(400);
   await page.screenshot({ path: path.join(shots, "what-helps.png") });
   const before = await page.evaluate(() => window.memsim.state());
-  await page.mouse.click(1228, 98);          // Apply on the first (largest) suggestion
-  await page.waitForTimeout(300);
+  await until(page, () => page.mouse.click(1228, 98),  // Apply on the first (largest) suggestion
+              (frag) => window.memsim.state().fragment !== frag, before.fragment);
   const after = await page.evaluate(() => window.memsim.state());
   assert.notEqual(after.fragment, before.fragment);
   const [p0, p1] = await page.evaluate(([a, b]) => [a, b].map((s) => window.memsim.estimate(s.config).devices[0].peak.device_bytes), [before, after]);
@@ -155,8 +170,8 @@ test("the fit explorer fills its heatmap and a click applies a cell", async () =
   await page.screenshot({ path: path.join(shots, "fit-explorer.png") });
   const img = decodePng(await page.screenshot());
   assert.ok(distinctColors(img, 550, 95, 700, 220) > 20, "heatmap drawn");
-  await page.mouse.click(605, 110);          // micro-batch 1, sequence 512
-  await page.waitForTimeout(300);
+  await until(page, () => page.mouse.click(605, 110),  // micro-batch 1, sequence 512 (once computed)
+              () => window.memsim.state().config.training.micro_batch_size === 1);
   const state = await page.evaluate(() => window.memsim.state());
   assert.equal(state.config.training.micro_batch_size, 1);
   assert.equal(state.config.training.sequence_length, 512);

@@ -59,7 +59,18 @@ MEMSIM_DEFAULTS = {
         "prepare_kbit": True,
         "modules_to_save": "",
     },
-    "parallel": {"data_parallel_size": 8, "zero_stage": 3},
+    "parallel": {
+        "data_parallel_size": 8,
+        "zero_stage": 3,
+        "tensor_parallel_size": 1,
+        "sequence_parallel": False,
+        "pipeline_parallel_size": 1,
+        "pipeline_schedule": "1f1b",
+        "zero_reduce_bucket_size": 0,
+        "zero_overlap_comm": "auto",
+        "zero_prefetch_bucket_size": 0,
+        "zero_param_persistence_threshold": 0,
+    },
     "hardware": {"gpu": "a100-80gb", "gpu_memory_bytes": 0, "headroom_fraction": 0.10, "cuda_context_bytes": 0},
 }
 
@@ -522,7 +533,8 @@ def translate(item, steps=DEFAULT_STEPS):
         eff, hf = _check_model(config["model"], given_training, errors, notes)
 
     # --- parallel: one GPU only
-    for k, want in (("data_parallel_size", 1), ("zero_stage", 0)):
+    for k, want in (("data_parallel_size", 1), ("zero_stage", 0), ("tensor_parallel_size", 1),
+                    ("pipeline_parallel_size", 1)):
         if p[k] != want:
             how = "" if k in given_parallel else f" (not given: memsim's default is {p[k]})"
             errors.append((f"parallel.{k}", f"{p[k]}{how}; the harness runs one GPU without ZeRO: set {want}"))
