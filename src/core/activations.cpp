@@ -482,7 +482,7 @@ void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
 }
 
 void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
-  const int32_t post = static_cast<int32_t>(s_.num_layers);
+  const int32_t post = -1;  // the head belongs to no layer (the timeline shows its tensors unnumbered)
   if (c_.model.task_head == "sequence_classification") {
     // The pooler's dense reads hidden[:, 0], a view, so the whole last hidden state stays saved; the rest of the
     // head (tanh output, dropout mask, classifier input, logits) is batch x hidden at most.
@@ -566,7 +566,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
 }
 
 uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
-  const int32_t post = static_cast<int32_t>(s_.num_layers);
+  const int32_t post = -1;  // the head belongs to no layer (the timeline shows its tensors unnumbered)
   alloc_layer_grads(s_.num_layers);
   if (c_.model.task_head == "sequence_classification") {
     uint32_t dy = tmp(mul(d_.e_res, d_.T, d_.h), L_.dres, post);  // grad of the last hidden state (first token)
