@@ -235,74 +235,75 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   if (mla) {
     mla_forward(layer, A);
   } else {
-  const bool rope = m.position_embedding_type == PositionType::Rope;
-  uint32_t q, k, v;
-  if (rs_.fused_qkv && rope) {
-    // One linear makes q, k and v (litgpt, Megatron): v is a view of its output, so whatever keeps v keeps the
-    // whole [T, h_q + 2 h_kv] output; q and k are views that RoPE copies.
-    v = act(mul(e, d_.T, add(d_.h_q, mul(2, d_.h_kv))), L_.v, layer);
-    q = tmp(0, L_.q, layer);
-    k = tmp(0, L_.k, layer);
-  } else {
-    q = rope ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
-    k = rope ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
-    v = act(mul(e, d_.T, d_.h_kv), L_.v, layer);
-  }
-  A.push_back(v);
-  if (rope) {
-    // RoPE saves nothing sized (cos/sin need no grad); its outputs are what attention saves. Under autocast
-    // HF computes cos/sin in fp32, so the rotated q/k are fp32 transients and SDPA saves their casts.
-    uint32_t qt = UINT32_MAX, kt = UINT32_MAX;
-    if (d_.amp) qt = tmp(mul(4, d_.T, d_.h_q), L_.q_rot, layer), kt = tmp(mul(4, d_.T, d_.h_kv), L_.k_rot, layer);
-    q = (drop(q), act(mul(e, d_.T, d_.h_q), L_.q_rot, layer));
-    k = (drop(k), act(mul(e, d_.T, d_.h_kv), L_.k_rot, layer));
-    if (d_.amp) drop(qt), drop(kt);
-  }
-  A.push_back(q);
-  A.push_back(k);
-  // repeat_kv materialises k and v with all query heads (HF eager and older SDPA, torchtune, litgpt).
-  const bool repeat = gqa && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager);
-  if (repeat) {
-    A.push_back(act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer));
-    A.push_back(act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer));
-    erase(A, k), drop(k);
-    erase(A, v), drop(v);
-  }
-  const int64_t s2 = mul(d_.a, d_.b, d_.s, d_.s);
-  if (rs_.attention == Attention::Eager) {
-    // scores (compute dtype) -> softmax(dtype=fp32) saves its fp32 result -> cast for attn @ V (saved) ->
-    // dropout saves a 1-byte mask and its output. transpose(1, 2).contiguous() copies the output for o_proj.
-    std::vector<uint32_t> s2_tensors;
-    auto s2_alloc = [&](int64_t bytes, uint32_t label) {
-      uint32_t t = keep_s2 ? act(bytes, label, layer) : tmp(bytes, label, layer);
-      s2_tensors.push_back(t);
-      return t;
-    };
-    uint32_t scores = tmp(mul(e, s2), L_.scores, layer);
-    uint32_t conv = e < 4 ? tmp(mul(4, s2), L_.attn_tmp, layer) : UINT32_MAX;
-    s2_alloc(mul(4, s2), L_.softmax);
-    if (conv != UINT32_MAX) drop(conv);
-    drop(scores);
-    uint32_t probs = e < 4 ? s2_alloc(mul(e, s2), L_.probs) : UINT32_MAX;
-    if (m.attention_dropout > 0) {
-      s2_alloc(s2, L_.attn_mask);
-      s2_alloc(mul(e, s2), L_.probs);
-      if (probs != UINT32_MAX) erase(s2_tensors, probs), drop(probs);
+    const bool rope = m.position_embedding_type == PositionType::Rope;
+    uint32_t q, k, v;
+    if (rs_.fused_qkv && rope) {
+      // One linear makes q, k and v (litgpt, Megatron): v is a view of its output, so whatever keeps v keeps the
+      // whole [T, h_q + 2 h_kv] output; q and k are views that RoPE copies.
+      v = act(mul(e, d_.T, add(d_.h_q, mul(2, d_.h_kv))), L_.v, layer);
+      q = k = UINT32_MAX;  // views: nothing allocated until RoPE copies them
+    } else {
+      q = rope ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
+      k = rope ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
+      v = act(mul(e, d_.T, d_.h_kv), L_.v, layer);
     }
-    uint32_t o_pre = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
-    A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));
-    drop(o_pre);
-    // Selective recomputation (Megatron) recomputes the core attention instead of keeping these.
-    if (keep_s2) A.insert(A.end(), s2_tensors.begin(), s2_tensors.end());
-    else for (uint32_t t : s2_tensors) drop(t);
-  } else {
-    // SDPA in fp32 cannot use flash; with native GQA (enable_gqa) the efficient kernel refuses and SDPA falls
-    // back to the math kernel, which saves the fp32 softmax (HF PR #46960).
-    if (e == 4 && rs_.attention == Attention::Sdpa && gqa && keep_s2) A.push_back(act(mul(4, s2), L_.softmax, layer));
-    A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
-    const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
-    A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
-  }
+    A.push_back(v);
+    if (rope) {
+      // RoPE saves nothing sized (cos/sin need no grad); its outputs are what attention saves. Under autocast
+      // HF computes cos/sin in fp32, so the rotated q/k are fp32 transients and SDPA saves their casts.
+      uint32_t qt = UINT32_MAX, kt = UINT32_MAX;
+      if (d_.amp) qt = tmp(mul(4, d_.T, d_.h_q), L_.q_rot, layer), kt = tmp(mul(4, d_.T, d_.h_kv), L_.k_rot, layer);
+      if (q != UINT32_MAX) drop(q);
+      q = act(mul(e, d_.T, d_.h_q), L_.q_rot, layer);
+      if (k != UINT32_MAX) drop(k);
+      k = act(mul(e, d_.T, d_.h_kv), L_.k_rot, layer);
+      if (d_.amp) drop(qt), drop(kt);
+    }
+    A.push_back(q);
+    A.push_back(k);
+    // repeat_kv materialises k and v with all query heads (HF eager and older SDPA, torchtune, litgpt).
+    const bool repeat = gqa && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager);
+    if (repeat) {
+      A.push_back(act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer));
+      A.push_back(act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer));
+      erase(A, k), drop(k);
+      erase(A, v), drop(v);
+    }
+    const int64_t s2 = mul(d_.a, d_.b, d_.s, d_.s);
+    if (rs_.attention == Attention::Eager) {
+      // scores (compute dtype) -> softmax(dtype=fp32) saves its fp32 result -> cast for attn @ V (saved) ->
+      // dropout saves a 1-byte mask and its output. transpose(1, 2).contiguous() copies the output for o_proj.
+      std::vector<uint32_t> s2_tensors;
+      auto s2_alloc = [&](int64_t bytes, uint32_t label) {
+        uint32_t t = keep_s2 ? act(bytes, label, layer) : tmp(bytes, label, layer);
+        s2_tensors.push_back(t);
+        return t;
+      };
+      uint32_t scores = tmp(mul(e, s2), L_.scores, layer);
+      uint32_t conv = e < 4 ? tmp(mul(4, s2), L_.attn_tmp, layer) : UINT32_MAX;
+      s2_alloc(mul(4, s2), L_.softmax);
+      if (conv != UINT32_MAX) drop(conv);
+      drop(scores);
+      uint32_t probs = e < 4 ? s2_alloc(mul(e, s2), L_.probs) : UINT32_MAX;
+      if (m.attention_dropout > 0) {
+        s2_alloc(s2, L_.attn_mask);
+        s2_alloc(mul(e, s2), L_.probs);
+        if (probs != UINT32_MAX) erase(s2_tensors, probs), drop(probs);
+      }
+      uint32_t o_pre = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
+      A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));
+      drop(o_pre);
+      // Selective recomputation (Megatron) recomputes the core attention instead of keeping these.
+      if (keep_s2) A.insert(A.end(), s2_tensors.begin(), s2_tensors.end());
+      else for (uint32_t t : s2_tensors) drop(t);
+    } else {
+      // SDPA in fp32 cannot use flash; with native GQA (enable_gqa) the efficient kernel refuses and SDPA falls
+      // back to the math kernel, which saves the fp32 softmax (HF PR #46960).
+      if (e == 4 && rs_.attention == Attention::Sdpa && gqa && keep_s2) A.push_back(act(mul(4, s2), L_.softmax, layer));
+      A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
+      const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
+      A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
+    }
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
   if (c_.peft.enabled()) linear_inputs(layer, {"o_proj"}, mla ? mul(d_.a, m.v_head_dim) : d_.h_q, A, d_.T);

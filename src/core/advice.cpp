@@ -46,8 +46,9 @@ std::vector<Suggestion> suggest(const Config& base) {
     Config c = base;
     c.parallel.zero_stage = p.zero_stage + 1;
     add("ZeRO stage " + std::to_string(p.zero_stage + 1), c.parallel.zero_stage == 3
-            ? "weights are all-gathered per layer in forward and backward: about 1.5x the data-parallel traffic"
-            : "no extra traffic: the same reduce-scatter replaces the all-reduce", c);
+            ? "weights are all-gathered per layer in forward and backward: 1.5x the data-parallel traffic "
+              "(ZeRO paper sec. 7)"
+            : "no extra traffic: a reduce-scatter and all-gather replace the all-reduce (ZeRO paper sec. 7)", c);
   }
   if (t.optimizer == "adamw" || t.optimizer == "adam") {
     Config c = base;

@@ -23,19 +23,7 @@ static int64_t per_layer(Config c) {
   return live_activations_at_backward(c) - one;
 }
 
-static Config llama3_8b(int64_t b, int64_t s) {
-  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/llama-3-8b.json")));
-  REQUIRE(p.ok);
-  Config c = p.config;
-  c.training.micro_batch_size = b;
-  c.training.sequence_length = s;
-  c.training.framework = "hf_trainer";
-  c.training.activation_checkpointing = "none";
-  c.training.precision = "bf16_pure";
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
-  return c;
-}
+static Config llama3_8b(int64_t b, int64_t s) { return single_gpu_config("llama-3-8b.json", b, s); }
 
 static double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
@@ -72,31 +60,15 @@ TEST_CASE("Llama-3-8B layer, autocast over fp32 weights", "[activations]") {
 
 TEST_CASE("Llama-2-7B layer (MHA), fp32", "[activations]") {
   // 24bsh + 8bs*h_q + 8bs*h_kv + 16bsf + 8bs + 4ab*s32 (b=4, s=2048): 2657.1 MiB
-  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/llama-2-7b.json")));
-  REQUIRE(p.ok);
-  Config c = p.config;
-  c.training.micro_batch_size = 4;
-  c.training.sequence_length = 2048;
-  c.training.framework = "hf_trainer";
-  c.training.activation_checkpointing = "none";
+  Config c = single_gpu_config("llama-2-7b.json", 4, 2048);
   c.training.precision = "fp32";
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
   CHECK(mib(per_layer(c)) == Approx(2657.1).margin(0.05));
 }
 
 static Config bert_large(const char* precision) {
-  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/bert-large-uncased.json")));
-  REQUIRE(p.ok);
-  Config c = p.config;
-  c.training.micro_batch_size = 4;
-  c.training.sequence_length = 512;
-  c.training.framework = "hf_trainer";
-  c.training.activation_checkpointing = "none";
+  Config c = single_gpu_config("bert-large-uncased.json", 4, 512);
   c.training.attention = "eager";
   c.training.precision = precision;
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
   return c;
 }
 
@@ -111,17 +83,7 @@ TEST_CASE("BERT-large post-LN layer with dropout, fp32 and fp16 autocast", "[act
 }
 
 TEST_CASE("Mixtral MoE layer: router, gathered tokens, expert MLPs and outputs", "[activations][moe]") {
-  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/mixtral-8x7b.json")));
-  REQUIRE(p.ok);
-  Config c = p.config;
-  c.training.micro_batch_size = 1;
-  c.training.sequence_length = 4096;
-  c.training.framework = "hf_trainer";
-  c.training.activation_checkpointing = "none";
-  c.training.attention = "sdpa";
-  c.training.precision = "bf16_pure";
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
+  Config c = single_gpu_config("mixtral-8x7b.json", 1, 4096);
   const int64_t T = 4096, h = 4096, hq = 4096, hkv = 1024, a = 32, E = 8, k = 2, f = 14336, N = k * T;
   const int64_t attention = 8 * T * h + 4 * T + 4 * T * hq + 4 * T * hkv + 4 * a * T;  // norm 1 and SDPA, as Llama
   const int64_t norm2 = 8 * T * h + 4 * T;

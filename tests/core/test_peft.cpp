@@ -9,18 +9,7 @@
 
 using namespace memsim;
 
-static Config from_hf(const char* file) {
-  Parsed p = model_from_hf_json(read_file(source_path(std::string("tests/data/hf/") + file)));
-  REQUIRE(p.ok);
-  Config c = p.config;
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
-  c.training.framework = "hf_trainer";
-  c.training.precision = "bf16_pure";
-  c.training.activation_checkpointing = "none";
-  c.training.attention = "sdpa";
-  return c;
-}
+static Config from_hf(const char* file) { return single_gpu_config(file); }
 
 TEST_CASE("LoRA trainable parameter counts", "[peft]") {
   // Llama-2-7B, r = 8 on q and v: 32 layers x 2 x 8 x (4096 + 4096) = 4,194,304 (LoRA paper setup; the litgpt

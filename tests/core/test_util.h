@@ -3,6 +3,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/config.h"
+#include "core/serialize.h"
 #include "core/step.h"
 
 inline std::string read_file(const std::string& path) {
@@ -27,4 +29,21 @@ inline int64_t live_bytes_before_phase(const memsim::StepProgram& p, const std::
     if (p.events[i].component == c)
       live += (p.events[i].op == memsim::Event::Op::Alloc ? 1 : -1) * p.tensors[p.events[i].tensor].bytes;
   return live;
+}
+
+// A model from tests/data/hf/<file> on one GPU with the HF Trainer, pure bf16, SDPA and no checkpointing: the
+// common starting point of the activation and fine-tuning tests, which then change what they measure.
+inline memsim::Config single_gpu_config(const std::string& file, int64_t micro_batch = 4, int64_t sequence = 4096) {
+  memsim::Parsed p = memsim::model_from_hf_json(read_file(source_path("tests/data/hf/" + file)));
+  REQUIRE(p.ok);
+  memsim::Config c = p.config;
+  c.training.micro_batch_size = micro_batch;
+  c.training.sequence_length = sequence;
+  c.training.framework = "hf_trainer";
+  c.training.precision = "bf16_pure";
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "sdpa";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  return c;
 }
