@@ -387,6 +387,35 @@ uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, Sa
   return next;
 }
 
+// torchtitan's op-level selective checkpointing (torchtitan/models/llama/parallelize_llama.py _apply_ac_to_
+// transformer_block, "selective" + "op"): the block is checkpointed, but the outputs of the ops in _save_list
+// are kept: SDPA (flash/efficient: output and logsumexp) and every other aten.mm, counted per block forward
+// (`not (func == mm and mm_count % 2 == 0)`), i.e. wq, wv, w1 and w2 of wq, wk, wv, wo, w1, w3, w2.
+uint32_t StepBuilder::layer_forward_selective_op(int32_t layer, uint32_t res, SavedLayer& saved) {
+  const auto& m = c_.model;
+  const int64_t e = d_.e;
+  saved.attn.push_back(res);
+  if (d_.amp && casts_[layer] == UINT32_MAX) {
+    casts_[layer] = tmp(mul(matmul_numel(s_.params_of(layer)), pr_.autocast_copy_bytes), L_.cast, layer);
+    ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+  }
+  auto& A = saved.attn;
+  if (rs_.fused_qkv) {
+    A.push_back(act(mul(e, d_.T, add(d_.h_q, mul(2, d_.h_kv))), L_.v, layer));  // one mm: its output is saved
+  } else {
+    A.push_back(act(mul(e, d_.T, d_.h_q), L_.q, layer));   // mm 1 (wq)
+    A.push_back(act(mul(e, d_.T, d_.h_kv), L_.v, layer));  // mm 3 (wv)
+  }
+  A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));
+  A.push_back(act(mul(4, d_.a, d_.b, d_.s), L_.lse, layer));
+  // The block's other intermediates exist one at a time, as in a checkpointed forward.
+  uint32_t t = tmp(mul(3, e, d_.T, d_.f), L_.ckpt_tmp, layer);
+  if (!s_.is_moe(layer)) A.push_back(act(mul(e, d_.T, d_.f), m.mlp_gated ? L_.mlp_gate : L_.mlp_fc1, layer));  // mm 5 (w1)
+  if (m.mlp_gated && !s_.is_moe(layer)) A.push_back(act(mul(e, d_.T, d_.h), L_.mlp_out, layer));  // mm 7 (w2)
+  drop(t);
+  return act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
+}
+
 void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved) {
   alloc_layer_grads(layer);
   const int64_t e = d_.e;
@@ -626,7 +655,8 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
 
 bool StepBuilder::checkpointed(int64_t l) const {
   switch (rs_.checkpointing) {
-    case Checkpointing::Full: return true;
+    case Checkpointing::Full:
+    case Checkpointing::SelectiveOp: return true;
     case Checkpointing::EveryK: return l % c_.training.checkpoint_every_k_layers == 0;
     default: return false;
   }
@@ -670,7 +700,10 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
     gather(l, gathered);
     const int32_t li = static_cast<int32_t>(l);
     SavedLayer& sv = f.saved[l - first];
-    res = checkpointed(l) ? layer_forward_checkpointed(li, res, sv) : forward_layer(li, res, sv, true);
+    res = rs_.checkpointing == Checkpointing::SelectiveOp && !c_.model.post_layernorm && c_.model.kv_lora_rank == 0
+              ? layer_forward_selective_op(li, res, sv)
+          : checkpointed(l) ? layer_forward_checkpointed(li, res, sv)
+                            : forward_layer(li, res, sv, true);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
     // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.
@@ -696,6 +729,7 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
 
 void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
   p_.phase("backward" + tag);
+  begin_backward();
   casts_.swap(f.casts);
   embed_saved_.swap(f.embed_saved);
   const int64_t first = ctx_.first_layer, end = ctx_.end_layer;
@@ -704,6 +738,7 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
   if (ctx_.has_post) {
     dres = loss_backward(f.loss_saved);
     release_layer_grads(s_.num_layers);
+    if (!ctx_.has_pre) reshard_after_backward(s_.num_layers);
     step_in_backward(s_.num_layers);
     for (uint32_t g : f.gathered_post) drop(g);
     f.gathered_post.clear();
@@ -717,8 +752,11 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
     if (!f.host[l - first].empty())
       for (auto [bytes, label] : f.host[l - first]) sv.attn.push_back(act(bytes, label, li));
     if (checkpointed(l)) {
-      // Recompute with grad on the kept input, then backward through the recomputed graph.
+      // Recompute with grad on the kept input, then backward through the recomputed graph. Outputs that selective
+      // checkpointing kept are handed to the recomputed graph instead of being computed again.
       const uint32_t in = sv.attn.front();
+      for (size_t i = 1; i < sv.attn.size(); ++i) drop(sv.attn[i]);
+      sv.attn.resize(1);
       SavedLayer& re = recompute_;
       re.attn.clear(), re.mlp.clear();
       uint32_t out = forward_layer(li, in, re, false);
@@ -730,6 +768,7 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
       layer_backward(li, dres, sv);
     }
     release_layer_grads(l);
+    reshard_after_backward(l);
     step_in_backward(l);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
@@ -745,12 +784,15 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
       drop(dense);
     }
     release_layer_grads(-1);
+    reshard_after_backward(-1);
+    reshard_after_backward(s_.num_layers);
     step_in_backward(-1);
   }
   if (f.held_logits != UINT32_MAX) drop(f.held_logits), f.held_logits = UINT32_MAX;
   drop(dres);  // sent to the previous stage, or done
   drop(f.inputs);
   casts_.swap(f.casts);
+  end_backward();
 }
 
 // The micro-batches of one step in the order this device runs them (Megatron schedules.py): without a

@@ -101,10 +101,20 @@ void visit_fields(Config& c, V& v) {
 
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
   v.integer("parallel.zero_stage", c.parallel.zero_stage);
+  v.str("parallel.sharding", c.parallel.sharding);
+  v.integer("parallel.shard_group_size", c.parallel.shard_group_size);
+  v.str("parallel.fsdp_backward_prefetch", c.parallel.fsdp_backward_prefetch);
   v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);
   v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
+  v.integer("parallel.context_parallel_size", c.parallel.context_parallel_size);
+  v.integer("parallel.expert_parallel_size", c.parallel.expert_parallel_size);
   v.integer("parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size);
   v.str("parallel.pipeline_schedule", c.parallel.pipeline_schedule);
+  v.integer("parallel.virtual_pipeline_stages", c.parallel.virtual_pipeline_stages);
+  v.integer("parallel.pipeline_first_stage_layers", c.parallel.pipeline_first_stage_layers);
+  v.integer("parallel.pipeline_last_stage_layers", c.parallel.pipeline_last_stage_layers);
+  v.str("parallel.offload_optimizer", c.parallel.offload_optimizer);
+  v.str("parallel.offload_params", c.parallel.offload_params);
   v.integer("parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size);
   v.str("parallel.zero_overlap_comm", c.parallel.zero_overlap_comm);
   v.integer("parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
@@ -114,6 +124,8 @@ void visit_fields(Config& c, V& v) {
   v.integer("hardware.gpu_memory_bytes", c.hardware.gpu_memory_bytes);
   v.number("hardware.headroom_fraction", c.hardware.headroom_fraction);
   v.integer("hardware.cuda_context_bytes", c.hardware.cuda_context_bytes);
+  v.integer("hardware.gpus_per_node", c.hardware.gpus_per_node);
+  v.integer("hardware.host_memory_bytes", c.hardware.host_memory_bytes);
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
