@@ -300,9 +300,18 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       // SDPA in fp32 cannot use flash; with native GQA (enable_gqa) the efficient kernel refuses and SDPA falls
       // back to the math kernel, which saves the fp32 softmax (HF PR #46960).
       if (e == 4 && rs_.attention == Attention::Sdpa && gqa && keep_s2) A.push_back(act(mul(4, s2), L_.softmax, layer));
+      // Ring attention (context parallel) rotates the other ranks' key/value chunks through a receive buffer
+      // while computing on the current one (torch/distributed/tensor/experimental/_attention.py
+      // _templated_ring_attention: next_kv = kv_rotater.next_buffer()), and merges partial outputs in fp32.
+      uint32_t ring = UINT32_MAX;
+      if (c_.parallel.context_parallel_size > 1) {
+        const int64_t kvw = repeat ? d_.h_q : d_.h_kv;
+        ring = tmp(add(mul(2 * 2, e, d_.T, kvw), mul(4, d_.T, d_.h_q)), L_.ring, layer);
+      }
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
       const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
       A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
+      if (ring != UINT32_MAX) drop(ring);
     }
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
@@ -449,6 +458,9 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   } else {
     at = add(add(mul(2, e, d_.T, hq), mul(2, e, d_.T, kvw)), mul(4, d_.T, hq));
     if (d_.g < d_.a && !repeat && !mla) at = add(at, mul(2, e, d_.T, d_.h_q));
+    // Ring attention backward accumulates dq, dk and dv in fp32 and rotates key/value chunks and their partial
+    // gradients (_attention.py _templated_ring_attention_backward: grad_query/key/value zeros in fp32).
+    if (c_.parallel.context_parallel_size > 1) at = add(at, add(mul(4, d_.T, add(hq, mul(2, kvw))), mul(4, e, d_.T, kvw)));
   }
   t = tmp(at, L_.bwd_attn, layer);
   for (auto it = saved.attn.rbegin(); it != saved.attn.rend(); ++it) drop(*it);
@@ -502,9 +514,15 @@ void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
                         ? mul(E, static_cast<int64_t>(std::ceil(m.moe_capacity_factor * static_cast<double>(mul(k, T)) /
                                                                 static_cast<double>(E))))
                         : mul(k, T);
+  // Expert parallel: the permuted tokens go out in an all-to-all and arrive from the other ranks for this rank's
+  // experts, k x tokens on average (Megatron token_dispatcher.py MoEAlltoAllTokenDispatcher: permute, then
+  // all_to_all into a new tensor); the received tokens are the experts' input.
+  uint32_t send = c_.parallel.expert_parallel_size > 1 ? tmp(mul(e, n, d_.h), L_.a2a, layer) : UINT32_MAX;
   M.push_back(act(mul(d_.amp ? 4 : e, n, d_.h), L_.expert_in, layer));  // gathered tokens (casts under autocast)
+  if (send != UINT32_MAX) drop(send);
   for (uint32_t lbl : {L_.mlp_gate, L_.mlp_up, L_.mlp_act, L_.mlp_prod}) M.push_back(act(mul(e, n, fe), lbl, layer));
   M.push_back(act(mul(e, n, d_.h), L_.expert_out, layer));  // saved by the multiplication with the routing weight
+  if (c_.parallel.expert_parallel_size > 1) drop(tmp(mul(e, n, d_.h), L_.a2a, layer));  // combine all-to-all
   if (m.shared_expert_intermediate_size > 0) {
     const int64_t ts = mul(e, T, m.shared_expert_intermediate_size);
     for (uint32_t lbl : {L_.mlp_gate, L_.mlp_up, L_.mlp_act, L_.mlp_prod}) M.push_back(act(ts, lbl, layer));
@@ -674,14 +692,15 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
   p_.phase("forward" + tag);
   f.casts.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
   casts_.swap(f.casts);
-  const int64_t first = ctx_.first_layer, end = ctx_.end_layer;
+  const int64_t first = f.first, end = f.end;
   f.saved.assign(static_cast<size_t>(end - first), SavedLayer{});
   f.host.assign(static_cast<size_t>(end - first), {});
   for (auto& sl : f.saved) sl.attn.reserve(16), sl.mlp.reserve(12);
-  f.inputs = act(mul(ctx_.has_pre && ctx_.has_post ? 2 : 1, 8, d_.T), L_.inputs, -1);  // int64 ids and/or labels
+  if (f.owns_inputs)  // once per micro-batch: int64 ids and/or labels
+    f.inputs = act(mul(ctx_.has_pre && ctx_.has_post ? 2 : 1, 8, d_.T), L_.inputs, -1);
   std::vector<uint32_t> gathered;
   uint32_t res;
-  if (ctx_.has_pre) {
+  if (f.pre) {
     gather(-1, gathered);
     res = embed_forward();
     for (uint32_t g : gathered) drop(g);
@@ -709,7 +728,7 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
     // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.
     if (offload && l > first) offload_layer(l - 1 - first);
   }
-  if (ctx_.has_post) {
+  if (f.post) {
     gather(s_.num_layers, gathered);
     loss_forward(res, f.loss_saved);
     f.gathered_post = gathered;
@@ -732,13 +751,13 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
   begin_backward();
   casts_.swap(f.casts);
   embed_saved_.swap(f.embed_saved);
-  const int64_t first = ctx_.first_layer, end = ctx_.end_layer;
+  const int64_t first = f.first, end = f.end;
   std::vector<uint32_t> gathered;
   uint32_t dres;
-  if (ctx_.has_post) {
+  if (f.post) {
     dres = loss_backward(f.loss_saved);
     release_layer_grads(s_.num_layers);
-    if (!ctx_.has_pre) reshard_after_backward(s_.num_layers);
+    if (!f.pre && !ctx_.has_pre) reshard_after_backward(s_.num_layers);
     step_in_backward(s_.num_layers);
     for (uint32_t g : f.gathered_post) drop(g);
     f.gathered_post.clear();
@@ -773,7 +792,7 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   }
-  if (ctx_.has_pre) {
+  if (f.pre) {
     for (auto it = embed_saved_.rbegin(); it != embed_saved_.rend(); ++it) drop(*it);
     embed_saved_.clear();
     // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, it is added into
@@ -790,7 +809,7 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
   }
   if (f.held_logits != UINT32_MAX) drop(f.held_logits), f.held_logits = UINT32_MAX;
   drop(dres);  // sent to the previous stage, or done
-  drop(f.inputs);
+  if (f.inputs != UINT32_MAX) drop(f.inputs);
   casts_.swap(f.casts);
   end_backward();
 }
@@ -798,9 +817,15 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
 // The micro-batches of one step in the order this device runs them (Megatron schedules.py): without a
 // pipeline, forward and backward alternate; GPipe runs every forward, then every backward; 1F1B warms up with
 // (stages - stage - 1) forwards, then alternates, so at most (stages - stage) micro-batches are in flight.
+// Interleaved 1F1B (forward_backward_pipelining_with_interleaving) runs each micro-batch through v model chunks
+// per device: it warms up with (stages - stage - 1) x 2 + (v - 1) x stages chunk forwards, chunk
+// (k / stages) % v of micro-batch (k / (stages v)) stages + k % stages for the k-th, and backwards in the
+// reverse chunk order; the in-flight activations come out of that order (Korthikanti et al. 2022 eq. 5 puts
+// the first stage at 1 + (p - 1) / (p v) of 1F1B's).
 void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
   const int64_t p = c_.parallel.pipeline_parallel_size, i = ctx_.stage;
-  std::vector<InFlight> flights(static_cast<size_t>(mbs));
+  const bool interleaved = p > 1 && c_.parallel.pipeline_schedule == "interleaved_1f1b";
+  const int64_t v = interleaved ? c_.parallel.virtual_pipeline_stages : 1;
   auto tag = [&](int64_t mb) {
     std::string t = " (step " + std::to_string(iter);
     if (gas > 1 && iter == 2) {
@@ -809,18 +834,65 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     }
     return t + ")";
   };
-  int64_t next_f = 0, next_b = 0;
-  auto F = [&]() { forward_mb(flights[next_f], tag(next_f + 1)), ++next_f; };
-  auto B = [&]() { backward_mb(flights[next_b], tag(next_b + 1)), flights[next_b] = InFlight{}, ++next_b; };
-  if (p > 1 && c_.parallel.pipeline_schedule == "gpipe") {
-    while (next_f < mbs) F();
+  auto chunk_of = [&](InFlight& f, int64_t chunk) {
+    if (!interleaved) {
+      f.first = ctx_.first_layer, f.end = std::min(ctx_.end_layer, s_.num_layers);
+      f.pre = ctx_.has_pre, f.post = ctx_.has_post;
+      return;
+    }
+    const int64_t per = s_.num_layers / (p * v), model_chunk = chunk * p + i;
+    f.first = model_chunk * per, f.end = f.first + per;
+    f.pre = model_chunk == 0, f.post = model_chunk == p * v - 1;
+    f.owns_inputs = chunk == 0;
+  };
+  if (!interleaved) {
+    std::vector<InFlight> flights(static_cast<size_t>(mbs));
+    for (auto& f : flights) chunk_of(f, 0);
+    int64_t next_f = 0, next_b = 0;
+    auto F = [&]() { forward_mb(flights[next_f], tag(next_f + 1)), ++next_f; };
+    auto B = [&]() {
+      InFlight& f = flights[next_b];
+      backward_mb(f, tag(next_b + 1));
+      f = InFlight{}, chunk_of(f, 0), ++next_b;
+    };
+    if (p > 1 && c_.parallel.pipeline_schedule == "gpipe") {
+      while (next_f < mbs) F();
+      while (next_b < mbs) B();
+      return;
+    }
+    const int64_t warmup = p > 1 ? std::min(p - i - 1, mbs) : 0;
+    for (int64_t k = 0; k < warmup; ++k) F();
+    while (next_f < mbs) F(), B();
     while (next_b < mbs) B();
     return;
   }
-  const int64_t warmup = p > 1 ? std::min(p - i - 1, mbs) : 0;
+  const int64_t total = mbs * v;
+  std::vector<InFlight> flights(static_cast<size_t>(total));  // indexed by micro-batch * v + chunk
+  auto mb_of = [&](int64_t k) { return (k / (p * v)) * p + k % p; };
+  auto slot = [&](int64_t k, bool forward) {
+    const int64_t c = (k / p) % v;
+    return mb_of(k) * v + (forward ? c : v - 1 - c);
+  };
+  int64_t next_f = 0, next_b = 0;
+  auto F = [&]() {
+    const int64_t k = next_f++;
+    if (mb_of(k) >= mbs) return;  // a partial last round (micro-batches not a multiple of the stages)
+    InFlight& f = flights[static_cast<size_t>(slot(k, true))];
+    chunk_of(f, (k / p) % v);
+    forward_mb(f, tag(mb_of(k) + 1));
+  };
+  auto B = [&]() {
+    const int64_t k = next_b++;
+    if (mb_of(k) >= mbs) return;
+    InFlight& f = flights[static_cast<size_t>(slot(k, false))];
+    backward_mb(f, tag(mb_of(k) + 1));
+    f = InFlight{};
+  };
+  const int64_t rounds = ceil_div(mbs, p) * p * v;  // virtual micro-batches, padded to whole rounds
+  const int64_t warmup = std::min((p - i - 1) * 2 + (v - 1) * p, rounds);
   for (int64_t k = 0; k < warmup; ++k) F();
-  while (next_f < mbs) F(), B();
-  while (next_b < mbs) B();
+  while (next_f < rounds) F(), B();
+  while (next_b < rounds) B();
 }
 
 }  // namespace memsim

@@ -1,5 +1,8 @@
 #include "simulate.h"
 
+#include <string>
+#include <vector>
+
 #include "allocator.h"
 #include "checked.h"
 #include "model.h"
@@ -69,14 +72,26 @@ Result simulate(const Config& config) {
     r.params_total = shape.params_total;
     r.params_trainable = trainable_numel(shape);
     apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here
+    apply_expert_parallel(shape, config.parallel.expert_parallel_size);
     const GpuSpec* gpu = find_gpu(config.hardware.gpu);
     const auto& par = config.parallel;
     const int64_t stages = par.pipeline_parallel_size;
-    // Megatron splits the layers evenly over the stages; the remainder goes to the first stages.
-    const int64_t per = shape.num_layers / stages, extra = shape.num_layers % stages;
+    const bool interleaved = stages > 1 && par.pipeline_schedule == "interleaved_1f1b";
+    // Layers per stage: Megatron's even split (the remainder to the first stages here), or the uneven split of
+    // decoder_first/last_pipeline_num_layers with the rest shared evenly (validated to divide).
+    std::vector<int64_t> counts(static_cast<size_t>(stages), shape.num_layers / stages);
+    for (int64_t i = 0; i < shape.num_layers % stages; ++i) ++counts[static_cast<size_t>(i)];
+    if (!interleaved && (par.pipeline_first_stage_layers > 0 || par.pipeline_last_stage_layers > 0)) {
+      const int64_t first = par.pipeline_first_stage_layers, last = par.pipeline_last_stage_layers;
+      const int64_t middle = stages - (first > 0) - (last > 0);
+      const int64_t each = middle > 0 ? (shape.num_layers - first - last) / middle : 0;
+      for (auto& c : counts) c = each;
+      if (first > 0) counts.front() = first;
+      if (last > 0) counts.back() = last;
+    }
     int64_t next_layer = 0;
     for (int64_t stage = 0; stage < stages; ++stage) {
-      const int64_t count = per + (stage < extra ? 1 : 0);
+      const int64_t count = counts[static_cast<size_t>(stage)];
       StepContext ctx{config, shape, *find_precision(config.training.precision),
                       *find_optimizer(config.training.optimizer), gpu};
       ctx.stage = stage;
@@ -87,12 +102,24 @@ Result simulate(const Config& config) {
       next_layer += count;
 
       DeviceResult d;
+      std::string layers = std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1);
+      if (interleaved) {  // v chunks of L / (p v) layers: chunk j holds model chunk j p + stage
+        const int64_t per = shape.num_layers / (stages * par.virtual_pipeline_stages);
+        layers.clear();
+        for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
+          const int64_t f = (j * stages + stage) * per;
+          layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(f + per - 1);
+        }
+      }
       d.role = stages == 1 ? "every GPU"
                            : "pipeline stage " + std::to_string(stage + 1) + " of " + std::to_string(stages) +
-                                 " (layers " + std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1) +
-                                 (ctx.has_pre ? ", embeddings" : "") + (ctx.has_post ? ", head and loss" : "") + ")";
-      d.device_count = mul(par.data_parallel_size, par.tensor_parallel_size);
+                                 " (layers " + layers + (ctx.has_pre ? ", embeddings" : "") +
+                                 (ctx.has_post ? ", head and loss" : "") + ")";
+      d.device_count = mul(mul(par.data_parallel_size, par.tensor_parallel_size), par.context_parallel_size);
       d.model_states = model_state_bytes(ctx);
+      const HostStates hs = host_state_bytes(ctx);
+      d.host_bytes = hs.host_bytes;
+      d.nvme_bytes = hs.nvme_bytes;
       d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
       d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
       d.breakdown.cuda_context_bytes =
@@ -132,6 +159,19 @@ Result simulate(const Config& config) {
       r.devices.push_back(std::move(d));
     }
     r.model_states = r.devices.front().model_states;
+    // Host RAM per node under offload: every GPU of a node keeps its offloaded states there. Nodes hold
+    // consecutive ranks; with pipeline stages on different nodes the largest stage sets the need.
+    const auto& hw = config.hardware;
+    const int64_t world = mul(mul(mul(par.data_parallel_size, par.tensor_parallel_size), par.pipeline_parallel_size),
+                              par.context_parallel_size);
+    r.host.gpus_per_node = std::min(hw.gpus_per_node, world);
+    r.host.nodes = ceil_div(world, hw.gpus_per_node);
+    int64_t host = 0, nvme = 0;
+    for (const auto& d : r.devices) host = std::max(host, d.host_bytes), nvme = std::max(nvme, d.nvme_bytes);
+    r.host.per_node_bytes = mul(host, r.host.gpus_per_node);
+    r.host.nvme_per_node_bytes = mul(nvme, r.host.gpus_per_node);
+    r.host.capacity_bytes = hw.host_memory_bytes;
+    r.host.fits = hw.host_memory_bytes == 0 || r.host.per_node_bytes <= hw.host_memory_bytes;
     r.ok = true;
   } catch (const RangeError& e) {
     r.errors.push_back({"config", std::string("the configuration is out of range: ") + e.what() +

@@ -33,6 +33,11 @@ struct SavedLayer {
 
 // What one micro-batch keeps between its forward and its backward (several are in flight in a pipeline).
 struct InFlight {
+  // The model chunk this forward runs: layers [first, end) of this device, with the embeddings (pre) and the head
+  // and loss (post) where the chunk has them. One chunk per device except in the interleaved schedule.
+  int64_t first = 0, end = 0;
+  bool pre = false, post = false;
+  bool owns_inputs = true;  // the chunk that reads the micro-batch's ids and labels (the first one)
   uint32_t inputs = UINT32_MAX;
   std::vector<SavedLayer> saved;                                // per layer of this device
   std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;  // offloaded tensors (bytes, label) per layer
@@ -41,7 +46,7 @@ struct InFlight {
 };
 
 struct Labels {
-  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, grad_shard, main_grads, master, state, opt_tmp, cast, ws, ws_lt;
+  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, grad_shard, main_grads, ring, a2a, master, state, opt_tmp, cast, ws, ws_lt;
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,

@@ -268,7 +268,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   const auto& m = c_.model;
   const auto& t = c_.training;
   d_.b = t.micro_batch_size;
-  d_.s = t.sequence_length;
+  // Context parallel: each rank holds sequence_length / cp tokens of every sequence (2 x cp load-balanced
+  // chunks; torchtitan / torch.distributed.tensor.experimental.context_parallel, Megatron-Core with TE).
+  d_.s = t.sequence_length / c_.parallel.context_parallel_size;
   d_.T = mul(d_.b, d_.s);
   d_.h = m.hidden_size;
   d_.h_q = mul(m.num_attention_heads, effective_head_dim(m));
@@ -318,6 +320,8 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.rs_input = p.label("reduce-scatter input (unsharded gradients in the reduce dtype)");
   L_.grad_shard = p.label("gradient shard");
   L_.main_grads = p.label("Megatron main-gradient buffer (fp32, whole)");
+  L_.ring = p.label("ring attention: key/value chunks in flight and fp32 partial outputs");
+  L_.a2a = p.label("expert-parallel all-to-all buffers (tokens sent to and received from other ranks)");
   L_.master = p.label("fp32 master weights");
   L_.state = p.label("optimizer state");
   L_.opt_tmp = p.label("optimizer temporary");
@@ -665,7 +669,7 @@ void StepBuilder::optimizer_step(int iter) {
 
 StepProgram StepBuilder::build() {
   // About 70 events per layer and micro-batch, 8 per parameter tensor: reserve once instead of regrowing.
-  const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, c_.parallel.pipeline_parallel_size + 1);
+  const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, 2 * c_.parallel.pipeline_parallel_size + 1);
   const int64_t layers = std::min(ctx_.end_layer, s_.num_layers) - ctx_.first_layer;
   const size_t events = static_cast<size_t>(passes * (layers + 2) * 70 +
                                             8 * (std::max(s_.layer.size(), s_.moe_layer.size()) * s_.num_layers + s_.pre.size() + s_.post.size()));
@@ -681,7 +685,10 @@ StepProgram StepBuilder::build() {
     // stage needs (stages - stage) micro-batches in flight before its pattern repeats, so it replays one more
     // than the stages.
     const int64_t gas = c_.training.gradient_accumulation_steps;
-    const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, c_.parallel.pipeline_parallel_size + 1);
+    // Interleaving reaches its steady state after 2 x stages micro-batches.
+    const int64_t pp = c_.parallel.pipeline_parallel_size;
+    const int64_t repeat_after = c_.parallel.pipeline_schedule == "interleaved_1f1b" && pp > 1 ? 2 * pp : pp + 1;
+    const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, repeat_after);
     run_schedule(iter, mbs, gas);
     optimizer_step(iter);
     // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
