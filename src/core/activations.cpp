@@ -35,6 +35,14 @@ uint32_t StepBuilder::embed_forward() {
     drop(res);
     res = sum;
   }
+  if (!c_.model.post_layernorm && c_.model.hidden_dropout > 0) {
+    // Embedding dropout (GPT-2 embd_pdrop, Megatron's embedding dropout) saves a 1-byte mask per element
+    // (Korthikanti et al. 2022 sec. 4.3: sbhp / t on the first stage).
+    embed_saved_.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, -1));
+    uint32_t dropped = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, -1);
+    drop(res);
+    res = dropped;
+  }
   if (c_.model.post_layernorm) {
     // BertEmbeddings: LayerNorm(sum) saves its input, mean and rstd; dropout saves a 1-byte mask.
     embed_saved_.push_back(res);
@@ -309,8 +317,10 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
         ring = tmp(add(mul(2 * 2, e, d_.T, kvw), mul(4, d_.T, d_.h_q)), L_.ring, layer);
       }
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
+      // Selective recomputation checkpoints the core attention, so its logsumexp is recomputed, not kept
+      // (Megatron transformer/attention.py _checkpointed_attention_forward).
       const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
-      A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
+      if (keep_s2) A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
       if (ring != UINT32_MAX) drop(ring);
     }
   }
@@ -544,6 +554,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   if (!c_.model.post_layernorm) norm_forward(post, res, retained, saved, {"lm_head"}, true);
   else saved.push_back(res), retained = true;
   if (!retained) drop(res);
+  // Autocast caches a low-precision copy of every fp32 leaf weight a matmul reads, lm_head's included
+  // (autocast_mode.cpp cached_cast); the linear saves it for the input's gradient until the head's backward.
+  if (d_.amp) saved.push_back(tmp(mul(pr_.autocast_copy_bytes, d_.V, d_.h), L_.cast, post));
   const int64_t tv = mul(d_.T, d_.V);
   const int64_t e = d_.e;
   switch (rs_.loss) {

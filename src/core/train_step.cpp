@@ -633,6 +633,12 @@ void StepBuilder::optimizer_step(int iter) {
     uint32_t t = p_.alloc(Component::Temporaries, mul(flat_partition_numel(), 4), L_.opt_tmp);
     drop(t);
   }
+  // ZeRO-3 does the same per sub-group of at most sub_group_size (1e9) elements (stage3.py
+  // _prepare_fp32_grad_for_sub_group: flatten(averaged_gradients).to(fp32), freed in _release_sub_group).
+  if (shard_opt_ && sp_.sharding == Sharding::DeepSpeed && shard_weights_ && pr_.grad_bytes < 4) {
+    uint32_t t = p_.alloc(Component::Temporaries, mul(std::min<int64_t>(flat_partition_numel(), 1000000000), 4), L_.opt_tmp);
+    drop(t);
+  }
   if (shard_opt_) return;  // DeepSpeed's FusedAdam, Megatron's TE/Apex FusedAdam: no full-size temporaries
   // Temporaries of torch's implementations (MEMORY_FORMULAS.md 6), on each rank's shards under FSDP:
   //  foreach Adam/AdamW: exp_avg_sq.sqrt() for every tensor of one param group at once (_foreach_sqrt),

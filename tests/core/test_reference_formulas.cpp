@@ -5,7 +5,7 @@
 //
 // Where a source counts something memsim does not, or the reverse, the test names the term, says why, and checks
 // everything else exactly; no tolerance stands in for a term. Where memsim disagrees with a source in a way that
-// looks like memsim's error, the exact expectation is kept in a test tagged [!shouldfail] that states the finding
+// looks like memsim's error, the exact expectation is kept in a test tagged  that states the finding
 // (Catch2 reports such a test as passing while it fails; once memsim is fixed it fails, and the tag goes).
 // Catch2 2.x has no SKIP(): a comparison memsim cannot make yet is reported with WARN and its reason, and the
 // reference function is still checked against the source's published numbers.
@@ -373,8 +373,17 @@ TEST_CASE("DeepSpeed estimate_zero2_model_states_mem_needs, no offload: memsim's
                                      live_after(prog, at, Component::OptimizerStates) + fp32_grads;
     CHECK(states_at_update == est.gpu_mem);
   }
-  WARN("skipped: estimate_zero2_model_states_mem_needs(cpu_offload=True) (gpu_mem = 2 * total_params) -- memsim "
-       "has no optimizer offload yet; the formula is checked against memory.rst above");
+  // cpu_offload=True: gpu_mem = 2 * total_params. ZeRO-Offload keeps only the 16-bit weights on the GPU; the
+  // gradient partition and the fp32 master and states live on the host (16 / N bytes per parameter per GPU).
+  Config c = deepspeed_llama2_7b(2, "bf16_mixed");
+  c.parallel.offload_optimizer = "cpu";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const int64_t P = r.params_total;
+  const DsEstimate est = estimate_zero2_model_states_mem_needs(static_cast<double>(P), 8, 1, true);
+  const ModelStates& m = r.model_states;
+  CHECK(m.weights_bytes + m.gradients_bytes + m.optimizer_bytes == static_cast<int64_t>(est.gpu_mem));
+  CHECK(r.devices[0].host_bytes == 16 * P / 8);
 }
 
 TEST_CASE("DeepSpeed estimate_zero3_model_states_mem_needs, no offload: the partitioned terms", "[reference][deepspeed]") {
@@ -392,7 +401,7 @@ TEST_CASE("DeepSpeed estimate_zero3_model_states_mem_needs, no offload: the part
   //     grad_partitions_flat_buffer in gradient_accumulation_dtype = the model dtype under ZeRO), which the
   //     estimator does not count.
   //   - the estimator's 4 / N fp32 gradients are the per-sub-group upcast of the step
-  //     (stage3.py::_prepare_fp32_grad_for_sub_group); see the [!shouldfail] test below.
+  //     (stage3.py::_prepare_fp32_grad_for_sub_group); see the  test below.
   for (const char* precision : {"bf16_mixed", "fp16_mixed"}) {
     Config c = deepspeed_llama2_7b(3, precision);
     c.parallel.zero_param_persistence_threshold = 1;
@@ -405,12 +414,27 @@ TEST_CASE("DeepSpeed estimate_zero3_model_states_mem_needs, no offload: the part
     CHECK(r.model_states.optimizer_bytes == 12 * P / N);
     CHECK(r.model_states.gradients_bytes == 2 * P / N);
   }
-  WARN("skipped: estimate_zero3_model_states_mem_needs with cpu_offload / cpu_offload_params -- memsim has no "
-       "optimizer or parameter offload yet; the formula is checked against memory.rst above");
+  // cpu_offload (optimizer only): gpu_mem = largest_layer_memory + int(2 * total_params / total_gpus): the 16-bit
+  // partition stays, everything else goes to the host. With cpu_offload_params too: gpu_mem = largest_layer_memory
+  // alone. memsim's model states are the partitioned terms (largest_layer_memory is the gather, not a state).
+  Config c = deepspeed_llama2_7b(3, "bf16_mixed");
+  c.parallel.zero_param_persistence_threshold = 1;
+  c.parallel.offload_optimizer = "cpu";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const int64_t P = r.params_total, N = 8;
+  const ModelStates& m = r.model_states;
+  CHECK(m.weights_bytes + m.gradients_bytes + m.optimizer_bytes == 2 * P / N);
+  CHECK(r.devices[0].host_bytes == 16 * P / N);
+  c.parallel.offload_params = "cpu";
+  r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.model_states.weights_bytes + r.model_states.gradients_bytes + r.model_states.optimizer_bytes == 0);
+  CHECK(r.devices[0].host_bytes == 18 * P / N);
 }
 
-TEST_CASE("FINDING: ZeRO-3's optimizer step upcasts the gradient partition to fp32 (estimator's 4_grads_32bit)",
-          "[reference][deepspeed][!shouldfail]") {
+TEST_CASE("was a finding, fixed: ZeRO-3's optimizer step upcasts the gradient partition to fp32 (estimator's 4_grads_32bit)",
+          "[reference][deepspeed]") {
   // deepspeed/runtime/zero/stage3.py @ 0003660d, DeepSpeedZeroOptimizer_Stage3.step -> _prepare_sub_group ->
   // _prepare_fp32_grad_for_sub_group:
   //     single_grad_partition = self.flatten(self.averaged_gradients[sub_group_id]).to(
@@ -817,7 +841,7 @@ TEST_CASE("Korthikanti Table 2 vs memsim's saved activations of one GPT-3 175B l
   }
 }
 
-TEST_CASE("FINDING: selective recompute with flash attention keeps the logsumexp", "[reference][korthikanti][!shouldfail]") {
+TEST_CASE("was a finding, fixed: selective recompute with flash attention keeps the logsumexp", "[reference][korthikanti]") {
   // Megatron's selective recompute checkpoints the core attention (--recompute-granularity selective, module
   // core_attn): the checkpoint keeps its inputs q, k, v, and o_proj keeps the output; the kernel's own saved
   // logsumexp is dropped and recomputed. Table 2's "tensor + sequence parallel + selective recompute" row is then
@@ -878,8 +902,8 @@ TEST_CASE("Megatron compute_activation_memory vs memsim, pp = 1, no dropout", "[
         exact(formula) - masks - 8 * kS * kB / t + memsim_extras(L, t, true));
 }
 
-TEST_CASE("FINDING: the embedding dropout mask of pre-LN models (Megatron's `s*b*h*pp`, Korthikanti sec. 4.3)",
-          "[reference][megatron][!shouldfail]") {
+TEST_CASE("was a finding, fixed: the embedding dropout mask of pre-LN models (Megatron's `s*b*h*pp`, Korthikanti sec. 4.3)",
+          "[reference][megatron]") {
   // compute_activation_memory, within its own assumptions (hidden dropout > 0):
   //     # Dropout in embedding layer (pp_size microbatches in flight).
   //     activation_memory += (args.seq_length * args.micro_batch_size * args.hidden_size * args.pipeline_model_parallel_size)
@@ -913,8 +937,8 @@ TEST_CASE("Megatron compute_activation_memory vs memsim: the first pipeline stag
     CHECK(saved_activations_at_first_backward(c, 0, "backward (step 2") ==
           exact(formula) - masks - ids + in_flight * memsim_extras(L / pp, t, false));
   }
-  WARN("skipped: the interleaved schedule's penalty 1 + (pp - 1) / (pp * vpp) -- memsim has no interleaved "
-       "(virtual) pipeline stages yet");
+  // The interleaved schedule's penalty 1 + (pp - 1) / (pp * vpp) is checked against memsim's simulated
+  // interleaved order in test_distributed.cpp ("interleaved 1F1B: the first stage holds ...").
 }
 
 // ==================================================================================================================
@@ -946,13 +970,13 @@ TEST_CASE("HF model-memory anatomy, 18 bytes/param: the persistent 16 and each l
     const Event& e = prog.events[i];
     if (label_of(prog, e) != "autocast low-precision weight copies") continue;
     const Tensor& tn = prog.tensors[e.tensor];
-    REQUIRE(tn.layer >= 0);
+    if (tn.layer < 0) continue;  // lm_head's copy: the test below
     per_layer[static_cast<size_t>(tn.layer)] += (e.op == Event::Op::Alloc ? 1 : -1) * tn.bytes;
   }
   for (int64_t l = 0; l < shape.num_layers; ++l) CHECK(per_layer[static_cast<size_t>(l)] == 2 * matmul_numel(shape.layer));
 }
 
-TEST_CASE("FINDING: autocast also caches the low-precision copy of lm_head's weight", "[reference][hf][!shouldfail]") {
+TEST_CASE("was a finding, fixed: autocast also caches the low-precision copy of lm_head's weight", "[reference][hf]") {
   // lm_head (or, tied, the embedding matrix used by F.linear) is an fp32 leaf parameter that requires grad, so
   // cached_cast caches its bf16 copy like any other linear weight and the matmul saves it for lm_head's backward.
   // memsim creates the cached copies only for decoder layers (activations.cpp: casts_[layer] in layer_forward*),
