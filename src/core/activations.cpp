@@ -576,7 +576,13 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       uint32_t lg = tmp(mul(e, tv), L_.logits, post);
       uint32_t up = UINT32_MAX;
       if (e < 4) up = tmp(mul(4, tv), L_.logits_fp32, post), drop(lg), lg = up;
+      // Vocabulary-parallel cross-entropy through DTensor (torchtitan's loss_parallel under TP,
+      // torch/distributed/tensor/parallel/loss.py _log_softmax): shifted = x - max and exp(shifted) are
+      // full-size fp32 tensors beside the input before the result exists.
+      uint32_t shifted = UINT32_MAX, ex = UINT32_MAX;
+      if (loss_parallel()) shifted = tmp(mul(4, tv), L_.loss_grad, post), ex = tmp(mul(4, tv), L_.loss_grad, post), drop(ex);
       saved.push_back(act(mul(4, tv), L_.lse_loss, post));
+      if (shifted != UINT32_MAX) drop(shifted);
       drop(lg);
       break;
     }
@@ -641,8 +647,19 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   switch (rs_.loss) {
     case LossImpl::HfFp32Upcast:
     case LossImpl::FullFp32: {
-      // nll_loss backward and log_softmax backward (fp32, [T, V] each), then the cast back for lm_head.
+      // nll_loss backward and log_softmax backward (fp32, [T, V] each), then the cast back for lm_head. The
+      // loss-parallel version fuses both as (zeros_like(x) + exp(x)) * grad_output: four full-size fp32
+      // tensors at once (loss.py _nll_loss_and_log_softmax_backward).
       uint32_t g1 = tmp(mul(4, tv), L_.loss_grad, post);
+      if (loss_parallel()) {
+        uint32_t ex = tmp(mul(4, tv), L_.loss_grad, post);
+        uint32_t sum = tmp(mul(4, tv), L_.loss_grad, post);
+        drop(ex);
+        uint32_t prod = tmp(mul(4, tv), L_.loss_grad, post);
+        drop(sum);
+        drop(g1);
+        g1 = prod;
+      }
       uint32_t g2 = tmp(mul(4, tv), L_.loss_grad, post);
       drop(g1);
       uint32_t g3 = e < 4 ? tmp(mul(e, tv), L_.loss_grad_bf16, post) : UINT32_MAX;
@@ -853,8 +870,9 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
       f.pre = ctx_.has_pre, f.post = ctx_.has_post;
       return;
     }
-    const int64_t per = s_.num_layers / (p * v), model_chunk = chunk * p + i;
-    f.first = model_chunk * per, f.end = f.first + per;
+    // Model chunk m of the p v chunks; a remainder of layers goes one each to the first chunks.
+    const int64_t per = s_.num_layers / (p * v), rem = s_.num_layers % (p * v), model_chunk = chunk * p + i;
+    f.first = model_chunk * per + std::min(model_chunk, rem), f.end = f.first + per + (model_chunk < rem ? 1 : 0);
     f.pre = model_chunk == 0, f.post = model_chunk == p * v - 1;
     f.owns_inputs = chunk == 0;
   };
@@ -865,6 +883,7 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     auto F = [&]() { forward_mb(flights[next_f], tag(next_f + 1)), ++next_f; };
     auto B = [&]() {
       InFlight& f = flights[next_b];
+      last_backward_ = next_b == mbs - 1;
       backward_mb(f, tag(next_b + 1));
       f = InFlight{}, chunk_of(f, 0), ++next_b;
     };
@@ -898,6 +917,7 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     const int64_t k = next_b++;
     if (mb_of(k) >= mbs) return;
     InFlight& f = flights[static_cast<size_t>(slot(k, false))];
+    last_backward_ = mb_of(k) == mbs - 1;
     backward_mb(f, tag(mb_of(k) + 1));
     f = InFlight{};
   };

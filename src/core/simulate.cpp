@@ -89,6 +89,14 @@ Result simulate(const Config& config) {
       if (first > 0) counts.front() = first;
       if (last > 0) counts.back() = last;
     }
+    if (interleaved) {  // each stage holds v chunks (a remainder one layer each to the first chunks)
+      const int64_t v = par.virtual_pipeline_stages, chunks = stages * v;
+      for (int64_t st = 0; st < stages; ++st) {
+        int64_t n = 0;
+        for (int64_t j = 0; j < v; ++j) n += shape.num_layers / chunks + (j * stages + st < shape.num_layers % chunks ? 1 : 0);
+        counts[static_cast<size_t>(st)] = n;
+      }
+    }
     int64_t next_layer = 0;
     for (int64_t stage = 0; stage < stages; ++stage) {
       const int64_t count = counts[static_cast<size_t>(stage)];
@@ -103,12 +111,13 @@ Result simulate(const Config& config) {
 
       DeviceResult d;
       std::string layers = std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1);
-      if (interleaved) {  // v chunks of L / (p v) layers: chunk j holds model chunk j p + stage
-        const int64_t per = shape.num_layers / (stages * par.virtual_pipeline_stages);
+      if (interleaved) {  // chunk j of this stage is model chunk j p + stage
+        const int64_t chunks = stages * par.virtual_pipeline_stages;
+        const int64_t per = shape.num_layers / chunks, rem = shape.num_layers % chunks;
         layers.clear();
         for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
-          const int64_t f = (j * stages + stage) * per;
-          layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(f + per - 1);
+          const int64_t m = j * stages + stage, f = m * per + std::min(m, rem), n = per + (m < rem ? 1 : 0);
+          layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(f + n - 1);
         }
       }
       d.role = stages == 1 ? "every GPU"

@@ -46,7 +46,7 @@ struct InFlight {
 };
 
 struct Labels {
-  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, grad_shard, main_grads, ring, a2a, master, state, opt_tmp, cast, ws, ws_lt;
+  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, grad_shard, main_grads, ring, a2a, grad_accum, master, state, opt_tmp, cast, ws, ws_lt;
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
@@ -101,6 +101,8 @@ class StepBuilder {
   void loss_forward(uint32_t res, std::vector<uint32_t>& saved);
   uint32_t loss_backward(std::vector<uint32_t>& saved);
   bool checkpointed(int64_t layer) const;
+  // torchtitan runs the loss under loss_parallel() whenever TP is on (train.py, parallel_dims.loss_parallel_enabled).
+  bool loss_parallel() const { return rs_.framework->id == "torchtitan" && c_.parallel.tensor_parallel_size > 1; }
   uint32_t forward_layer(int32_t layer, uint32_t in, SavedLayer& saved, bool own_input);
   void forward_mb(InFlight& f, const std::string& tag);
   void backward_mb(InFlight& f, const std::string& tag);
@@ -126,6 +128,9 @@ class StepBuilder {
   std::vector<uint32_t> sharded_grads_;       // FSDP: gradient shards (persist across micro-batches)
   std::vector<bool> sharded_grad_made_;
   uint32_t pending_reduce_ = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
+  std::vector<uint32_t> accum_;               // FSDP no_sync: unsharded gradients accumulated, per slot
+  bool no_sync_ = false;                      // FSDP under pipeline parallelism: reduce after the last micro-batch
+  bool last_backward_ = true;                 // the backward running is the step's last for its chunk
   std::vector<std::vector<uint32_t>> grads_;  // live .grad tensors per slot: 0 embeddings, l + 1 layer l, L + 1 head
   std::vector<bool> grad_created_;
   std::vector<bool> states_created_;  // optimizer in backward: per slot

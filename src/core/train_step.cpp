@@ -302,6 +302,10 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   shard_grads_ = sp_.shard_grads;
   shard_weights_ = sp_.shard_weights;
   kept_.resize(static_cast<size_t>(s_.num_layers + 2));
+  accum_.assign(static_cast<size_t>(s_.num_layers + 2), UINT32_MAX);
+  // torchtitan also keeps parameters unsharded after forward under PP (parallelize_llama.py apply_fsdp:
+  // reshard_after_forward = False when pp_enabled); the pipeline's no_sync keeps them to the last backward.
+  no_sync_ = sp_.fsdp && c_.parallel.pipeline_parallel_size > 1;
   sharded_grad_made_.assign(static_cast<size_t>(s_.num_layers + 2), false);
   for (const auto* list : {&s_.layer, &s_.moe_layer})
     for (const auto& t : *list) any_quantized_ |= t.quantized;
@@ -320,6 +324,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.rs_input = p.label("reduce-scatter input (unsharded gradients in the reduce dtype)");
   L_.grad_shard = p.label("gradient shard");
   L_.main_grads = p.label("Megatron main-gradient buffer (fp32, whole)");
+  L_.grad_accum = p.label("FSDP unsharded gradients accumulated over micro-batches (no_sync)");
   L_.ring = p.label("ring attention: key/value chunks in flight and fp32 partial outputs");
   L_.a2a = p.label("expert-parallel all-to-all buffers (tokens sent to and received from other ranks)");
   L_.master = p.label("fp32 master weights");
@@ -463,6 +468,25 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
 // (_runtime_utils.py _reduce_grad). The first micro-batch's output becomes the shard; later ones add into it.
 void StepBuilder::release_layer_grads(int64_t layer) {
   if (!shard_grads_ || sp_.grad_buffer) return;
+  if (no_sync_) {
+    // Pipeline stages under FSDP accumulate unsharded gradients and reduce once after the last micro-batch
+    // (torch/distributed/pipelining/stage.py backward_maybe_with_nosync: set_requires_gradient_sync(False),
+    // then post_backward of every group); FSDP2 accumulates them in the reduce dtype
+    // (_fsdp_param.py to_accumulated_grad_if_needed).
+    const size_t slot = static_cast<size_t>(layer + 1);
+    const int64_t reduce_bytes = sp_.mixed ? pr_.master_bytes : pr_.grad_bytes;
+    if (grads_[slot].empty() || reduce_bytes == pr_.grad_bytes) return;  // .grad itself accumulates
+    if (accum_[slot] == UINT32_MAX) {
+      int64_t numel = 0;
+      for (const auto& t : layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer))
+        if (!t.frozen) numel = add(numel, t.numel);
+      accum_[slot] = p_.alloc(Component::Gradients, mul(numel, reduce_bytes), L_.grad_accum, static_cast<int32_t>(layer));
+    }
+    for (uint32_t g : grads_[slot]) drop(g);
+    grads_[slot].clear();
+    grad_created_[slot] = false;
+    return;
+  }
   // FSDP's root unit holds the embeddings with the final norm and head, so the head's gradients wait for the
   // embedding's backward and are reduced with it.
   if (sp_.fsdp && layer >= s_.num_layers && ctx_.has_pre) return;
@@ -472,7 +496,7 @@ void StepBuilder::release_layer_grads(int64_t layer) {
 
 void StepBuilder::reduce_slot(int64_t layer) {
   const size_t slot = static_cast<size_t>(layer + 1);
-  if (sp_.fsdp && !grads_[slot].empty()) {
+  if (sp_.fsdp && (!grads_[slot].empty() || accum_[slot] != UINT32_MAX)) {
     const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
     int64_t numel = 0, shard = 0;
     for (const auto& t : ts)
@@ -488,6 +512,7 @@ void StepBuilder::reduce_slot(int64_t layer) {
     for (uint32_t g : grads_[slot]) drop(g);
     grads_[slot].clear();
     grad_created_[slot] = false;
+    if (accum_[slot] != UINT32_MAX) drop(accum_[slot]), accum_[slot] = UINT32_MAX;
     if (!sharded_grad_made_[slot] && !sp_.offload_optimizer) {
       sharded_grad_made_[slot] = true;
       sharded_grads_.push_back(p_.alloc(Component::Gradients, shard, L_.grad_shard, static_cast<int32_t>(layer)));
@@ -505,6 +530,9 @@ void StepBuilder::reduce_slot(int64_t layer) {
 
 void StepBuilder::end_backward() {
   in_backward_ = false;
+  if (no_sync_ && !last_backward_) return;  // parameters stay unsharded, gradients keep accumulating
+  if (no_sync_)  // the last micro-batch: every group reduces in turn (run_post_backward)
+    for (int64_t l = s_.num_layers; l >= -1; --l) reduce_slot(l);
   if (pending_reduce_ != UINT32_MAX) drop(pending_reduce_), pending_reduce_ = UINT32_MAX;
   for (auto& k : kept_) {  // anything still unsharded (a stage without its backward) is freed
     for (uint32_t t : k) drop(t);
@@ -534,7 +562,7 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     // FSDP2 sets the root's reshard_after_forward to False.
     const size_t slot = static_cast<size_t>(layer + 1);
     const bool root = layer < 0 || layer >= s_.num_layers;
-    const bool keep = root || c_.parallel.zero_stage == 2;
+    const bool keep = root || c_.parallel.zero_stage == 2 || no_sync_;
     auto unshard = [&](int64_t l, std::vector<uint32_t>& into) {
       const int64_t bytes = gathered_bytes(l);
       if (bytes == 0) return;
@@ -569,7 +597,7 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
 
 // FSDP: a layer's kept parameters are resharded once its backward is done.
 void StepBuilder::reshard_after_backward(int64_t layer) {
-  if (!sp_.fsdp) return;
+  if (!sp_.fsdp || no_sync_) return;
   auto& k = kept_[static_cast<size_t>(layer + 1)];
   for (uint32_t t : k) drop(t);
   k.clear();

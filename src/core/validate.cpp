@@ -184,10 +184,6 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
     err("parallel.pipeline_schedule", "parallel.pipeline_schedule interleaved_1f1b needs parallel.pipeline_parallel_size above 1");
   if (interleaved && p.virtual_pipeline_stages < 2)
     err("parallel.virtual_pipeline_stages", "parallel.virtual_pipeline_stages must be at least 2 with interleaved_1f1b");
-  if (interleaved && m.num_hidden_layers % chunks != 0)
-    err("parallel.virtual_pipeline_stages", "with interleaved_1f1b, parallel.pipeline_parallel_size x parallel.virtual_pipeline_stages (" +
-                                                std::to_string(chunks) + ") must divide model.num_hidden_layers (" +
-                                                std::to_string(m.num_hidden_layers) + ")");
   if (fixed > 0 && (pp < 2 || interleaved))
     err("parallel.pipeline_first_stage_layers", "uneven pipeline splits need parallel.pipeline_parallel_size above 1 and the "
                                                 "1f1b or gpipe schedule; set parallel.pipeline_first_stage_layers and "

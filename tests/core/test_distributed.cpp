@@ -224,10 +224,14 @@ TEST_CASE("impossible layouts are refused with what would make them valid", "[di
   c = llama3_8b_on(1, "megatron", "bf16_fp32_grads", 0);
   c.parallel.pipeline_parallel_size = 4;
   c.parallel.pipeline_schedule = "interleaved_1f1b";
-  c.parallel.virtual_pipeline_stages = 3;  // 12 chunks do not divide 32 layers
+  c.parallel.virtual_pipeline_stages = 3;  // 12 chunks of 32 layers: the first 8 chunks get 3, the rest 2
+  r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].role.find("layers 0-2, 12-14, 24-25") != std::string::npos);
+  c.parallel.virtual_pipeline_stages = 9;  // 36 chunks for 32 layers
   r = simulate(c);
   REQUIRE_FALSE(r.ok);
-  CHECK(r.errors[0].field == "parallel.virtual_pipeline_stages");
+  CHECK(r.errors[0].field == "parallel.pipeline_parallel_size");
   c = llama3_8b_on(1 << 20, "torchtitan", "bf16_mixed", 3);  // a million GPUs neither overflow nor hang
   c.parallel.tensor_parallel_size = 8;
   r = simulate(c);
