@@ -148,6 +148,8 @@ struct HardwareConfig {
   int64_t gpu_memory_bytes = 0;       // 0: the preset's capacity; otherwise a custom capacity
   double headroom_fraction = 0.10;    // budget practitioners keep free (10-15%)
   int64_t cuda_context_bytes = 0;     // 0: by CUDA module loading (lazy since PyTorch 1.13); else measured
+  int64_t nccl_channels = 16;         // NCCL channels per communicator (its log: "N coll channels"); 16 is
+                                      // typical of NVLink/NVSwitch nodes, fewer over PCIe
   int64_t gpus_per_node = 8;          // GPUs sharing one host (for host RAM under offload and NCCL's transports)
   int64_t host_memory_bytes = 0;      // host RAM per node; 0: not given (the need is shown without a verdict)
 

@@ -29,6 +29,7 @@ struct Breakdown {
   std::array<int64_t, kComponentCount> allocator{};  // live bytes per component at the allocated peak
   int64_t fragmentation_bytes = 0;  // max reserved - max allocated: cached but unused
   int64_t cuda_context_bytes = 0;   // outside the allocator
+  int64_t nccl_bytes = 0;           // NCCL's own buffers, also outside the allocator (cudaMalloc by NCCL)
   int64_t total() const;            // equals Peak::device_bytes
 };
 

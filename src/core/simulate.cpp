@@ -12,12 +12,32 @@
 namespace memsim {
 
 int64_t Breakdown::total() const {
-  int64_t t = add(fragmentation_bytes, cuda_context_bytes);
+  int64_t t = add(add(fragmentation_bytes, cuda_context_bytes), nccl_bytes);
   for (int64_t b : allocator) t = add(t, b);
   return t;
 }
 
 namespace {
+
+// NCCL allocates its own device buffers per communicator (outside PyTorch's allocator, so they show in nvidia-smi
+// but not in memory_reserved): for every channel, one receive connection for the ring and one for the tree,
+// each holding the three protocols' buffers (nccl src/init.cc computeBuffSizes: DEFAULT_LL_BUFFSIZE =
+// 8 lines x 512 threads x 8 steps x 16 B = 512 KiB, DEFAULT_LL128_BUFFSIZE = 120 x 640 x 8 x 8 B = 4,800 KiB,
+// DEFAULT_BUFFSIZE = 4 MiB). Point-to-point (pipeline) channels use the SIMPLE buffer towards each of 2 peers.
+// The channel count is hardware.nccl_channels (NCCL logs it as "N coll channels").
+constexpr int64_t kNcclConnectionBytes = 524288 + 4915200 + 4194304;
+int64_t nccl_bytes(const Config& c) {
+  const auto& p = c.parallel;
+  const int64_t ch = c.hardware.nccl_channels;
+  int64_t comms = 0;
+  const int64_t shard = p.shard_group_size > 0 ? p.shard_group_size : p.data_parallel_size;
+  for (int64_t size : {shard * p.context_parallel_size, p.tensor_parallel_size, p.context_parallel_size,
+                       p.expert_parallel_size, p.shard_group_size > 0 ? p.data_parallel_size / p.shard_group_size : 1})
+    if (size > 1) ++comms;
+  int64_t bytes = mul(mul(comms, ch), mul(2, kNcclConnectionBytes));
+  if (p.pipeline_parallel_size > 1) bytes = add(bytes, mul(mul(2, ch), 4194304));
+  return bytes;
+}
 
 // Replays the program through the allocator model. The peak, the breakdown at the peak and the timeline all
 // come from this one pass.
@@ -133,12 +153,13 @@ Result simulate(const Config& config) {
       d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
       d.breakdown.cuda_context_bytes =
           config.hardware.cuda_context_bytes > 0 ? config.hardware.cuda_context_bytes : kCudaContextLazyBytes;
+      d.breakdown.nccl_bytes = nccl_bytes(config);
       d.program = build_train_step(ctx);
       // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds
       // the GPU but its allocated peak does not can the allocator's cache release decide between fitting and an
       // OOM, so only then is the step replayed again against the real capacity. Where even the allocated peak
       // exceeds the GPU, the step runs out of memory at the first event past the capacity.
-      const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes);
+      const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
       replay(d.program, d, int64_t{1} << 62);
       if (d.peak.allocated_bytes > capacity) {
         d.oom = true;
@@ -163,7 +184,7 @@ Result simulate(const Config& config) {
         }
       }
       d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
-      d.peak.device_bytes = add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes);
+      d.peak.device_bytes = add(add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes), d.breakdown.nccl_bytes);
       d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
       r.devices.push_back(std::move(d));
     }

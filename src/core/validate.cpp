@@ -57,6 +57,7 @@ const std::map<std::string, IntRange>& ranges() {
       {"parallel.shard_group_size", {0, 1 << 24}},
       {"hardware.gpu_memory_bytes", {0, int64_t(1) << 50}},
       {"hardware.gpus_per_node", {1, 1024}},
+      {"hardware.nccl_channels", {1, 64}},
       {"hardware.host_memory_bytes", {0, int64_t(1) << 50}},
   };
   return r;
@@ -390,6 +391,7 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "hardware.gpu_memory_bytes", hw.gpu_memory_bytes);
   check(e, "hardware.cuda_context_bytes", hw.cuda_context_bytes);
   check(e, "hardware.gpus_per_node", hw.gpus_per_node);
+  check(e, "hardware.nccl_channels", hw.nccl_channels);
   check(e, "hardware.host_memory_bytes", hw.host_memory_bytes);
   if (hw.gpu == "custom" && hw.gpu_memory_bytes <= 0)
     e.push_back({"hardware.gpu_memory_bytes", "hardware.gpu_memory_bytes must be set (above 0) for a custom GPU"});
