@@ -81,7 +81,7 @@ ShardPlan shard_plan(const StepContext& ctx) {
 
 // Ranks one parameter is sharded over: expert weights only over the expert-data-parallel ranks (dp / ep).
 int64_t ShardPlan::ranks_of(const ParamTensor& t) const {
-  return is_expert_param(t) ? std::max<int64_t>(1, n / ep) : n;
+  return ep > 1 && is_expert_param(t) ? std::max<int64_t>(1, n / ep) : n;
 }
 
 // FSDP2 chunks each parameter on dim 0 (torch.chunk), so a rank holds ceil(rows / N) rows (MEMORY_FORMULAS.md
