@@ -146,7 +146,7 @@ int64_t StepBuilder::stage_trainable_numel() const {
 }
 
 bool StepBuilder::trainable_module(const char* module) const {
-  for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.post})
+  for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.decoder_layer, &s_.post})
     for (const auto& t : *list)
       if (!t.frozen && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
   return false;
@@ -191,7 +191,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   shard_opt_ = c_.parallel.zero_stage >= 1;
   shard_grads_ = c_.parallel.zero_stage >= 2;
   shard_weights_ = c_.parallel.zero_stage >= 3;
-  for (const auto* list : {&s_.layer, &s_.moe_layer})
+  for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.decoder_layer})
     for (const auto& t : *list) any_quantized_ |= t.quantized;
   grads_.resize(static_cast<size_t>(s_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(s_.num_layers + 2), false);
