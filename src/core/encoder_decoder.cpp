@@ -16,7 +16,8 @@
 //    through the decoder's backward;
 //  - T5Config.use_cache is true, and transformers builds the decoder's cache in training unless gradient
 //    checkpointing is on (T5Stack.forward): the cache keeps every decoder block's k and v projections (self and
-//    cross) until the model outputs go.
+//    cross) until the model outputs go;
+//  - with fp16 weights T5Block clamps the hidden states after every sublayer, which saves the unclamped sum.
 // Only one device's whole model is simulated (no tensor or pipeline parallelism; validate.cpp refuses them).
 #include <algorithm>
 
@@ -137,9 +138,18 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
   const int64_t e = d_.e, er = d_.e_res, th = mul(d_.T, d_.h);
   if (d_.amp && casts_[layer] == UINT32_MAX)  // autocast's cached bf16 weights, saved by the matmuls
     casts_[layer] = tmp(mul(matmul_numel(s_.params_of(layer)), pr_.autocast_copy_bytes), L_.cast, layer);
-  auto add_branch = [&](uint32_t o) {  // the residual add; the branch's norm saved the old residual already
+  // T5Block clamps fp16 hidden states after every sublayer ("clamp inf values to enable fp16 training"):
+  // clamp with tensor bounds saves its input, so the unclamped sum stays too. Autocast keeps the residual fp32.
+  const bool fp16 = pr_.id.find("fp16") != std::string_view::npos && !d_.amp;
+  auto add_branch = [&](uint32_t o, std::vector<uint32_t>& part) {  // the branch's norm saved the old residual
     uint32_t out = act(mul(er, th), L_.residual, layer);
     drop(o);
+    if (fp16) {
+      part.push_back(out);
+      uint32_t inf = tmp(th, L_.attn_tmp, layer);  // torch.isinf(hidden_states)
+      drop(inf);
+      out = act(mul(er, th), L_.residual, layer);
+    }
     return out;
   };
 
@@ -155,7 +165,7 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
     A.push_back(act(mul(8, d_.s, d_.s), LE_.buckets, layer));
     if (!own_x) A.push_back(act(mul(er, d_.a, d_.b, mul(d_.s, d_.s)), LE_.bias, layer));
   }
-  uint32_t x2 = add_branch(t5_attention(layer, A, d_.s, d_.s, keep_y ? UINT32_MAX : y, dec ? cache : nullptr));
+  uint32_t x2 = add_branch(t5_attention(layer, A, d_.s, d_.s, keep_y ? UINT32_MAX : y, dec ? cache : nullptr), A);
 
   // ---- cross-attention: queries from the decoder, keys and values from the encoder output
   uint32_t ff_in = x2;
@@ -169,7 +179,7 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
     linear_inputs(layer, {"k", "v"}, d_.h, C, mul(d_.b, enc_s_));
     if (layer == E && !own_x)  // recomputed cross bias: zeros [1, heads, t, s] + encoder mask
       C.push_back(act(mul(er, d_.a, d_.b, mul(dec_s_, enc_s_)), LE_.bias, layer));
-    ff_in = add_branch(t5_attention(layer, C, dec_s_, enc_s_, keep_yc ? UINT32_MAX : yc, cache));
+    ff_in = add_branch(t5_attention(layer, C, dec_s_, enc_s_, keep_yc ? UINT32_MAX : yc, cache), C);
   }
 
   // ---- feed-forward: T5DenseActDense (wi, act, dropout, wo) or T5DenseGatedActDense (act(wi_0) * wi_1, ...)
@@ -236,7 +246,7 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
     uint32_t o2 = tmp(mul(e, th), L_.mlp_out, layer);
     drop(out), out = o2;
   }
-  return add_branch(out);
+  return add_branch(out, M);
 }
 
 // transformers' gradient checkpointing wraps every T5Block (T5Stack.forward, _gradient_checkpointing_func): the

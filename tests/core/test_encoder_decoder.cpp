@@ -217,6 +217,12 @@ TEST_CASE("T5 blocks with dropout, the decoder's cache and checkpointing", "[t5]
   Config d = c;
   d.model.attention_dropout = d.model.hidden_dropout = 0.1;
   CHECK(per_block(d, false) == enc + a * b * s * s + 2 * T * h + T * f + 2 * T * f);
+  // fp16 weights (DeepSpeed fp16): T5Block clamps the hidden states after every sublayer, and clamp saves the
+  // unclamped sum: 2 B per token and hidden unit per sublayer.
+  Config f16 = c;
+  f16.training.precision = "fp16_mixed";
+  CHECK(per_block(f16, false) == enc + 2 * 2 * T * h);
+  CHECK(per_block(f16, true) == dec + 3 * 2 * U * h);
   // A plain loop (hf_loop) holds the outputs, the decoder's cache among them, through backward: each decoder block
   // adds its self-attention k and v (2Uhq each) and cross-attention k and v (2Thq each).
   Config loop = c;
