@@ -80,6 +80,15 @@ void print_table(const Result& r) {
                   format_bytes(d.breakdown.allocator[i]).c_str());
     std::printf("    %-22s %14s\n", "Allocator cache", format_bytes(d.breakdown.fragmentation_bytes).c_str());
     std::printf("    %-22s %14s\n", "CUDA context", format_bytes(d.breakdown.cuda_context_bytes).c_str());
+    if (d.breakdown.nccl_bytes > 0) std::printf("    %-22s %14s\n", "NCCL buffers", format_bytes(d.breakdown.nccl_bytes).c_str());
+  }
+  if (r.host.per_node_bytes > 0 || r.host.nvme_per_node_bytes > 0) {
+    std::printf("\nhost RAM per node (offloaded states of %lld GPUs): %s", static_cast<long long>(r.host.gpus_per_node),
+                format_bytes(r.host.per_node_bytes).c_str());
+    if (r.host.capacity_bytes > 0)
+      std::printf(" of %s: %s", format_bytes(r.host.capacity_bytes).c_str(), r.host.fits ? "FITS" : "DOES NOT FIT");
+    if (r.host.nvme_per_node_bytes > 0) std::printf("; on NVMe %s", format_bytes(r.host.nvme_per_node_bytes).c_str());
+    std::printf("\n");
   }
   for (const auto& n : r.notes) std::printf("\nnote: %s\n", n.c_str());
 }

@@ -35,6 +35,14 @@ uint32_t StepBuilder::embed_forward() {
     drop(res);
     res = sum;
   }
+  if (!c_.model.post_layernorm && c_.model.hidden_dropout > 0) {
+    // Embedding dropout (GPT-2 embd_pdrop, Megatron's embedding dropout) saves a 1-byte mask per element
+    // (Korthikanti et al. 2022 sec. 4.3: sbhp / t on the first stage).
+    embed_saved_.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, -1));
+    uint32_t dropped = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, -1);
+    drop(res);
+    res = dropped;
+  }
   if (c_.model.post_layernorm) {
     // BertEmbeddings: LayerNorm(sum) saves its input, mean and rstd; dropout saves a 1-byte mask.
     embed_saved_.push_back(res);
@@ -300,9 +308,20 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       // SDPA in fp32 cannot use flash; with native GQA (enable_gqa) the efficient kernel refuses and SDPA falls
       // back to the math kernel, which saves the fp32 softmax (HF PR #46960).
       if (e == 4 && rs_.attention == Attention::Sdpa && gqa && keep_s2) A.push_back(act(mul(4, s2), L_.softmax, layer));
+      // Ring attention (context parallel) rotates the other ranks' key/value chunks through a receive buffer
+      // while computing on the current one (torch/distributed/tensor/experimental/_attention.py
+      // _templated_ring_attention: next_kv = kv_rotater.next_buffer()), and merges partial outputs in fp32.
+      uint32_t ring = UINT32_MAX;
+      if (c_.parallel.context_parallel_size > 1) {
+        const int64_t kvw = repeat ? d_.h_q : d_.h_kv;
+        ring = tmp(add(mul(2 * 2, e, d_.T, kvw), mul(4, d_.T, d_.h_q)), L_.ring, layer);
+      }
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
+      // Selective recomputation checkpoints the core attention, so its logsumexp is recomputed, not kept
+      // (Megatron transformer/attention.py _checkpointed_attention_forward).
       const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
-      A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
+      if (keep_s2) A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
+      if (ring != UINT32_MAX) drop(ring);
     }
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
@@ -387,6 +406,35 @@ uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, Sa
   return next;
 }
 
+// torchtitan's op-level selective checkpointing (torchtitan/models/llama/parallelize_llama.py _apply_ac_to_
+// transformer_block, "selective" + "op"): the block is checkpointed, but the outputs of the ops in _save_list
+// are kept: SDPA (flash/efficient: output and logsumexp) and every other aten.mm, counted per block forward
+// (`not (func == mm and mm_count % 2 == 0)`), i.e. wq, wv, w1 and w2 of wq, wk, wv, wo, w1, w3, w2.
+uint32_t StepBuilder::layer_forward_selective_op(int32_t layer, uint32_t res, SavedLayer& saved) {
+  const auto& m = c_.model;
+  const int64_t e = d_.e;
+  saved.attn.push_back(res);
+  if (d_.amp && casts_[layer] == UINT32_MAX) {
+    casts_[layer] = tmp(mul(matmul_numel(s_.params_of(layer)), pr_.autocast_copy_bytes), L_.cast, layer);
+    ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+  }
+  auto& A = saved.attn;
+  if (rs_.fused_qkv) {
+    A.push_back(act(mul(e, d_.T, add(d_.h_q, mul(2, d_.h_kv))), L_.v, layer));  // one mm: its output is saved
+  } else {
+    A.push_back(act(mul(e, d_.T, d_.h_q), L_.q, layer));   // mm 1 (wq)
+    A.push_back(act(mul(e, d_.T, d_.h_kv), L_.v, layer));  // mm 3 (wv)
+  }
+  A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));
+  A.push_back(act(mul(4, d_.a, d_.b, d_.s), L_.lse, layer));
+  // The block's other intermediates exist one at a time, as in a checkpointed forward.
+  uint32_t t = tmp(mul(3, e, d_.T, d_.f), L_.ckpt_tmp, layer);
+  if (!s_.is_moe(layer)) A.push_back(act(mul(e, d_.T, d_.f), m.mlp_gated ? L_.mlp_gate : L_.mlp_fc1, layer));  // mm 5 (w1)
+  if (m.mlp_gated && !s_.is_moe(layer)) A.push_back(act(mul(e, d_.T, d_.h), L_.mlp_out, layer));  // mm 7 (w2)
+  drop(t);
+  return act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
+}
+
 void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved) {
   alloc_layer_grads(layer);
   const int64_t e = d_.e;
@@ -420,6 +468,9 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   } else {
     at = add(add(mul(2, e, d_.T, hq), mul(2, e, d_.T, kvw)), mul(4, d_.T, hq));
     if (d_.g < d_.a && !repeat && !mla) at = add(at, mul(2, e, d_.T, d_.h_q));
+    // Ring attention backward accumulates dq, dk and dv in fp32 and rotates key/value chunks and their partial
+    // gradients (_attention.py _templated_ring_attention_backward: grad_query/key/value zeros in fp32).
+    if (c_.parallel.context_parallel_size > 1) at = add(at, add(mul(4, d_.T, add(hq, mul(2, kvw))), mul(4, e, d_.T, kvw)));
   }
   t = tmp(at, L_.bwd_attn, layer);
   for (auto it = saved.attn.rbegin(); it != saved.attn.rend(); ++it) drop(*it);
@@ -473,9 +524,15 @@ void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
                         ? mul(E, static_cast<int64_t>(std::ceil(m.moe_capacity_factor * static_cast<double>(mul(k, T)) /
                                                                 static_cast<double>(E))))
                         : mul(k, T);
+  // Expert parallel: the permuted tokens go out in an all-to-all and arrive from the other ranks for this rank's
+  // experts, k x tokens on average (Megatron token_dispatcher.py MoEAlltoAllTokenDispatcher: permute, then
+  // all_to_all into a new tensor); the received tokens are the experts' input.
+  uint32_t send = c_.parallel.expert_parallel_size > 1 ? tmp(mul(e, n, d_.h), L_.a2a, layer) : UINT32_MAX;
   M.push_back(act(mul(d_.amp ? 4 : e, n, d_.h), L_.expert_in, layer));  // gathered tokens (casts under autocast)
+  if (send != UINT32_MAX) drop(send);
   for (uint32_t lbl : {L_.mlp_gate, L_.mlp_up, L_.mlp_act, L_.mlp_prod}) M.push_back(act(mul(e, n, fe), lbl, layer));
   M.push_back(act(mul(e, n, d_.h), L_.expert_out, layer));  // saved by the multiplication with the routing weight
+  if (c_.parallel.expert_parallel_size > 1) drop(tmp(mul(e, n, d_.h), L_.a2a, layer));  // combine all-to-all
   if (m.shared_expert_intermediate_size > 0) {
     const int64_t ts = mul(e, T, m.shared_expert_intermediate_size);
     for (uint32_t lbl : {L_.mlp_gate, L_.mlp_up, L_.mlp_act, L_.mlp_prod}) M.push_back(act(ts, lbl, layer));
@@ -497,6 +554,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   if (!c_.model.post_layernorm) norm_forward(post, res, retained, saved, {"lm_head"}, true);
   else saved.push_back(res), retained = true;
   if (!retained) drop(res);
+  // Autocast caches a low-precision copy of every fp32 leaf weight a matmul reads, lm_head's included
+  // (autocast_mode.cpp cached_cast); the linear saves it for the input's gradient until the head's backward.
+  if (d_.amp) saved.push_back(tmp(mul(pr_.autocast_copy_bytes, d_.V, d_.h), L_.cast, post));
   const int64_t tv = mul(d_.T, d_.V);
   const int64_t e = d_.e;
   switch (rs_.loss) {
@@ -516,7 +576,13 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       uint32_t lg = tmp(mul(e, tv), L_.logits, post);
       uint32_t up = UINT32_MAX;
       if (e < 4) up = tmp(mul(4, tv), L_.logits_fp32, post), drop(lg), lg = up;
+      // Vocabulary-parallel cross-entropy through DTensor (torchtitan's loss_parallel under TP,
+      // torch/distributed/tensor/parallel/loss.py _log_softmax): shifted = x - max and exp(shifted) are
+      // full-size fp32 tensors beside the input before the result exists.
+      uint32_t shifted = UINT32_MAX, ex = UINT32_MAX;
+      if (loss_parallel()) shifted = tmp(mul(4, tv), L_.loss_grad, post), ex = tmp(mul(4, tv), L_.loss_grad, post), drop(ex);
       saved.push_back(act(mul(4, tv), L_.lse_loss, post));
+      if (shifted != UINT32_MAX) drop(shifted);
       drop(lg);
       break;
     }
@@ -581,8 +647,19 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   switch (rs_.loss) {
     case LossImpl::HfFp32Upcast:
     case LossImpl::FullFp32: {
-      // nll_loss backward and log_softmax backward (fp32, [T, V] each), then the cast back for lm_head.
+      // nll_loss backward and log_softmax backward (fp32, [T, V] each), then the cast back for lm_head. The
+      // loss-parallel version fuses both as (zeros_like(x) + exp(x)) * grad_output: four full-size fp32
+      // tensors at once (loss.py _nll_loss_and_log_softmax_backward).
       uint32_t g1 = tmp(mul(4, tv), L_.loss_grad, post);
+      if (loss_parallel()) {
+        uint32_t ex = tmp(mul(4, tv), L_.loss_grad, post);
+        uint32_t sum = tmp(mul(4, tv), L_.loss_grad, post);
+        drop(ex);
+        uint32_t prod = tmp(mul(4, tv), L_.loss_grad, post);
+        drop(sum);
+        drop(g1);
+        g1 = prod;
+      }
       uint32_t g2 = tmp(mul(4, tv), L_.loss_grad, post);
       drop(g1);
       uint32_t g3 = e < 4 ? tmp(mul(e, tv), L_.loss_grad_bf16, post) : UINT32_MAX;
@@ -626,7 +703,8 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
 
 bool StepBuilder::checkpointed(int64_t l) const {
   switch (rs_.checkpointing) {
-    case Checkpointing::Full: return true;
+    case Checkpointing::Full:
+    case Checkpointing::SelectiveOp: return true;
     case Checkpointing::EveryK: return l % c_.training.checkpoint_every_k_layers == 0;
     default: return false;
   }
@@ -645,14 +723,15 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
   if (c_.model.is_encoder_decoder) return forward_encdec(f);
   f.casts.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
   casts_.swap(f.casts);
-  const int64_t first = ctx_.first_layer, end = ctx_.end_layer;
+  const int64_t first = f.first, end = f.end;
   f.saved.assign(static_cast<size_t>(end - first), SavedLayer{});
   f.host.assign(static_cast<size_t>(end - first), {});
   for (auto& sl : f.saved) sl.attn.reserve(16), sl.mlp.reserve(12);
-  f.inputs = act(mul(ctx_.has_pre && ctx_.has_post ? 2 : 1, 8, d_.T), L_.inputs, -1);  // int64 ids and/or labels
+  if (f.owns_inputs)  // once per micro-batch: int64 ids and/or labels
+    f.inputs = act(mul(ctx_.has_pre && ctx_.has_post ? 2 : 1, 8, d_.T), L_.inputs, -1);
   std::vector<uint32_t> gathered;
   uint32_t res;
-  if (ctx_.has_pre) {
+  if (f.pre) {
     gather(-1, gathered);
     res = embed_forward();
     for (uint32_t g : gathered) drop(g);
@@ -671,13 +750,16 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
     gather(l, gathered);
     const int32_t li = static_cast<int32_t>(l);
     SavedLayer& sv = f.saved[l - first];
-    res = checkpointed(l) ? layer_forward_checkpointed(li, res, sv) : forward_layer(li, res, sv, true);
+    res = rs_.checkpointing == Checkpointing::SelectiveOp && !c_.model.post_layernorm && c_.model.kv_lora_rank == 0
+              ? layer_forward_selective_op(li, res, sv)
+          : checkpointed(l) ? layer_forward_checkpointed(li, res, sv)
+                            : forward_layer(li, res, sv, true);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
     // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.
     if (offload && l > first) offload_layer(l - 1 - first);
   }
-  if (ctx_.has_post) {
+  if (f.post) {
     gather(s_.num_layers, gathered);
     loss_forward(res, f.loss_saved);
     f.gathered_post = gathered;
@@ -698,14 +780,16 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
 void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
   p_.phase("backward" + tag);
   if (c_.model.is_encoder_decoder) return backward_encdec(f);
+  begin_backward();
   casts_.swap(f.casts);
   embed_saved_.swap(f.embed_saved);
-  const int64_t first = ctx_.first_layer, end = ctx_.end_layer;
+  const int64_t first = f.first, end = f.end;
   std::vector<uint32_t> gathered;
   uint32_t dres;
-  if (ctx_.has_post) {
+  if (f.post) {
     dres = loss_backward(f.loss_saved);
     release_layer_grads(s_.num_layers);
+    if (!f.pre && !ctx_.has_pre) reshard_after_backward(s_.num_layers);
     step_in_backward(s_.num_layers);
     for (uint32_t g : f.gathered_post) drop(g);
     f.gathered_post.clear();
@@ -719,8 +803,11 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
     if (!f.host[l - first].empty())
       for (auto [bytes, label] : f.host[l - first]) sv.attn.push_back(act(bytes, label, li));
     if (checkpointed(l)) {
-      // Recompute with grad on the kept input, then backward through the recomputed graph.
+      // Recompute with grad on the kept input, then backward through the recomputed graph. Outputs that selective
+      // checkpointing kept are handed to the recomputed graph instead of being computed again.
       const uint32_t in = sv.attn.front();
+      for (size_t i = 1; i < sv.attn.size(); ++i) drop(sv.attn[i]);
+      sv.attn.resize(1);
       SavedLayer& re = recompute_;
       re.attn.clear(), re.mlp.clear();
       uint32_t out = forward_layer(li, in, re, false);
@@ -732,11 +819,12 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
       layer_backward(li, dres, sv);
     }
     release_layer_grads(l);
+    reshard_after_backward(l);
     step_in_backward(l);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   }
-  if (ctx_.has_pre) {
+  if (f.pre) {
     for (auto it = embed_saved_.rbegin(); it != embed_saved_.rend(); ++it) drop(*it);
     embed_saved_.clear();
     // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, it is added into
@@ -747,20 +835,29 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
       drop(dense);
     }
     release_layer_grads(-1);
+    reshard_after_backward(-1);
+    reshard_after_backward(s_.num_layers);
     step_in_backward(-1);
   }
   if (f.held_logits != UINT32_MAX) drop(f.held_logits), f.held_logits = UINT32_MAX;
   drop(dres);  // sent to the previous stage, or done
-  drop(f.inputs);
+  if (f.inputs != UINT32_MAX) drop(f.inputs);
   casts_.swap(f.casts);
+  end_backward();
 }
 
 // The micro-batches of one step in the order this device runs them (Megatron schedules.py): without a
 // pipeline, forward and backward alternate; GPipe runs every forward, then every backward; 1F1B warms up with
 // (stages - stage - 1) forwards, then alternates, so at most (stages - stage) micro-batches are in flight.
+// Interleaved 1F1B (forward_backward_pipelining_with_interleaving) runs each micro-batch through v model chunks
+// per device: it warms up with (stages - stage - 1) x 2 + (v - 1) x stages chunk forwards, chunk
+// (k / stages) % v of micro-batch (k / (stages v)) stages + k % stages for the k-th, and backwards in the
+// reverse chunk order; the in-flight activations come out of that order (Korthikanti et al. 2022 eq. 5 puts
+// the first stage at 1 + (p - 1) / (p v) of 1F1B's).
 void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
   const int64_t p = c_.parallel.pipeline_parallel_size, i = ctx_.stage;
-  std::vector<InFlight> flights(static_cast<size_t>(mbs));
+  const bool interleaved = p > 1 && c_.parallel.pipeline_schedule == "interleaved_1f1b";
+  const int64_t v = interleaved ? c_.parallel.virtual_pipeline_stages : 1;
   auto tag = [&](int64_t mb) {
     std::string t = " (step " + std::to_string(iter);
     if (gas > 1 && iter == 2) {
@@ -769,18 +866,68 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     }
     return t + ")";
   };
-  int64_t next_f = 0, next_b = 0;
-  auto F = [&]() { forward_mb(flights[next_f], tag(next_f + 1)), ++next_f; };
-  auto B = [&]() { backward_mb(flights[next_b], tag(next_b + 1)), flights[next_b] = InFlight{}, ++next_b; };
-  if (p > 1 && c_.parallel.pipeline_schedule == "gpipe") {
-    while (next_f < mbs) F();
+  auto chunk_of = [&](InFlight& f, int64_t chunk) {
+    if (!interleaved) {
+      f.first = ctx_.first_layer, f.end = std::min(ctx_.end_layer, s_.num_layers);
+      f.pre = ctx_.has_pre, f.post = ctx_.has_post;
+      return;
+    }
+    // Model chunk m of the p v chunks; a remainder of layers goes one each to the first chunks.
+    const int64_t per = s_.num_layers / (p * v), rem = s_.num_layers % (p * v), model_chunk = chunk * p + i;
+    f.first = model_chunk * per + std::min(model_chunk, rem), f.end = f.first + per + (model_chunk < rem ? 1 : 0);
+    f.pre = model_chunk == 0, f.post = model_chunk == p * v - 1;
+    f.owns_inputs = chunk == 0;
+  };
+  if (!interleaved) {
+    std::vector<InFlight> flights(static_cast<size_t>(mbs));
+    for (auto& f : flights) chunk_of(f, 0);
+    int64_t next_f = 0, next_b = 0;
+    auto F = [&]() { forward_mb(flights[next_f], tag(next_f + 1)), ++next_f; };
+    auto B = [&]() {
+      InFlight& f = flights[next_b];
+      last_backward_ = next_b == mbs - 1;
+      backward_mb(f, tag(next_b + 1));
+      f = InFlight{}, chunk_of(f, 0), ++next_b;
+    };
+    if (p > 1 && c_.parallel.pipeline_schedule == "gpipe") {
+      while (next_f < mbs) F();
+      while (next_b < mbs) B();
+      return;
+    }
+    const int64_t warmup = p > 1 ? std::min(p - i - 1, mbs) : 0;
+    for (int64_t k = 0; k < warmup; ++k) F();
+    while (next_f < mbs) F(), B();
     while (next_b < mbs) B();
     return;
   }
-  const int64_t warmup = p > 1 ? std::min(p - i - 1, mbs) : 0;
+  const int64_t total = mbs * v;
+  std::vector<InFlight> flights(static_cast<size_t>(total));  // indexed by micro-batch * v + chunk
+  auto mb_of = [&](int64_t k) { return (k / (p * v)) * p + k % p; };
+  auto slot = [&](int64_t k, bool forward) {
+    const int64_t c = (k / p) % v;
+    return mb_of(k) * v + (forward ? c : v - 1 - c);
+  };
+  int64_t next_f = 0, next_b = 0;
+  auto F = [&]() {
+    const int64_t k = next_f++;
+    if (mb_of(k) >= mbs) return;  // a partial last round (micro-batches not a multiple of the stages)
+    InFlight& f = flights[static_cast<size_t>(slot(k, true))];
+    chunk_of(f, (k / p) % v);
+    forward_mb(f, tag(mb_of(k) + 1));
+  };
+  auto B = [&]() {
+    const int64_t k = next_b++;
+    if (mb_of(k) >= mbs) return;
+    InFlight& f = flights[static_cast<size_t>(slot(k, false))];
+    last_backward_ = mb_of(k) == mbs - 1;
+    backward_mb(f, tag(mb_of(k) + 1));
+    f = InFlight{};
+  };
+  const int64_t rounds = ceil_div(mbs, p) * p * v;  // virtual micro-batches, padded to whole rounds
+  const int64_t warmup = std::min((p - i - 1) * 2 + (v - 1) * p, rounds);
   for (int64_t k = 0; k < warmup; ++k) F();
-  while (next_f < mbs) F(), B();
-  while (next_b < mbs) B();
+  while (next_f < rounds) F(), B();
+  while (next_b < rounds) B();
 }
 
 }  // namespace memsim

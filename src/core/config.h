@@ -118,14 +118,31 @@ struct PeftConfig {
   bool enabled() const { return method != "none"; }
 };
 
-// The world is data x tensor x pipeline parallel (Megatron's layout). ZeRO shards over the data-parallel ranks.
+// The world is data x context x tensor x pipeline parallel (Megatron's layout). Sharding of model states runs
+// over the data-parallel ranks (or a shard group of them, HSDP); expert parallel splits the experts within them.
 struct ParallelConfig {
   int64_t data_parallel_size = 8;
-  int64_t zero_stage = 3;  // 0 = plain DDP; 1, 2, 3 as in the ZeRO paper
+  // What is sharded over the data-parallel ranks, in ZeRO's terms: 0 nothing (DDP, FSDP NO_SHARD), 1 optimizer
+  // states (ZeRO-1, Megatron's distributed optimizer), 2 + gradients (ZeRO-2, FSDP SHARD_GRAD_OP, FSDP2
+  // reshard_after_forward=False), 3 + parameters (ZeRO-3, FSDP FULL_SHARD, FSDP2 reshard_after_forward=True).
+  int64_t zero_stage = 3;
+  // Whose implementation does the sharding: auto (the framework's), deepspeed, fsdp1, fsdp2, megatron.
+  std::string sharding = "auto";
+  int64_t shard_group_size = 0;  // HSDP / FSDP HYBRID_SHARD: ranks one shard spans (0: all data-parallel ranks)
+  std::string fsdp_backward_prefetch = "backward_pre";  // FSDP1: backward_pre, backward_post, none
   int64_t tensor_parallel_size = 1;
   bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
+  int64_t context_parallel_size = 1;   // ring attention: each rank holds sequence_length / cp tokens
+  int64_t expert_parallel_size = 1;    // MoE: each rank of an expert-parallel group holds num_experts / ep experts
   int64_t pipeline_parallel_size = 1;
-  std::string pipeline_schedule = "1f1b";  // 1f1b or gpipe
+  std::string pipeline_schedule = "1f1b";  // 1f1b, interleaved_1f1b or gpipe
+  int64_t virtual_pipeline_stages = 2;     // interleaved_1f1b: model chunks per device (Megatron's vp size)
+  // Uneven pipeline splits (Megatron decoder_first/last_pipeline_num_layers): 0 = an even share.
+  int64_t pipeline_first_stage_layers = 0;
+  int64_t pipeline_last_stage_layers = 0;
+  // Offload (ZeRO-Offload / ZeRO-Infinity / FSDP CPUOffload): none, cpu or nvme (nvme: DeepSpeed only).
+  std::string offload_optimizer = "none";
+  std::string offload_params = "none";
   // DeepSpeed ZeRO buffers (deepspeed/runtime/zero/config.py), in elements; 0 = DeepSpeed's code default.
   // HF Trainer's "auto" sets reduce_bucket_size = hidden^2, prefetch = 0.9 hidden^2, persistence = 10 hidden.
   int64_t zero_reduce_bucket_size = 0;          // default 5e8
@@ -141,6 +158,10 @@ struct HardwareConfig {
   int64_t gpu_memory_bytes = 0;       // 0: the preset's capacity; otherwise a custom capacity
   double headroom_fraction = 0.10;    // budget practitioners keep free (10-15%)
   int64_t cuda_context_bytes = 0;     // 0: by CUDA module loading (lazy since PyTorch 1.13); else measured
+  int64_t nccl_channels = 16;         // NCCL channels per communicator (its log: "N coll channels"); 16 is
+                                      // typical of NVLink/NVSwitch nodes, fewer over PCIe
+  int64_t gpus_per_node = 8;          // GPUs sharing one host (for host RAM under offload and NCCL's transports)
+  int64_t host_memory_bytes = 0;      // host RAM per node; 0: not given (the need is shown without a verdict)
 
   bool operator==(const HardwareConfig&) const = default;
 };

@@ -325,6 +325,9 @@ void StepBuilder::t5_head_forward(uint32_t res, std::vector<uint32_t>& saved, st
   uint32_t in = out;
   if (m.tie_word_embeddings) in = act(mul(d_.e_res, th), LE_.head_scaled, post);
   const bool keep_in = linear_inputs(post, {"lm_head"}, d_.h, saved, d_.T);
+  // Autocast's low-precision copy of lm_head's fp32 weight (the shared matrix when tied), saved by the linear for
+  // its input's gradient until the head's backward (autocast_mode.cpp cached_cast; as loss_forward).
+  if (d_.amp) saved.push_back(tmp(mul(pr_.autocast_copy_bytes, d_.V, d_.h), L_.cast, post));
   const int64_t tv = mul(d_.T, d_.V), e = d_.e;
   uint32_t lg = rs_.holds_logits ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
   if (keep_in) saved.push_back(in);
@@ -379,6 +382,7 @@ void StepBuilder::forward_encdec(InFlight& f) {
     LE_.ff_upcast = p_.label("MLP activation upcast to wo's fp32 dtype (autocast)");
     LE_.head_scaled = p_.label("decoder output rescaled by d_model^-0.5 (tied head)");
     LE_.embed_out = p_.label("token embeddings");
+    LE_.embed_grad = p_.label("dense gradient of the shared embedding, added into its .grad");
   }
   enc_s_ = c_.training.sequence_length;
   dec_s_ = decoder_tokens_per_sequence(c_);
@@ -458,6 +462,7 @@ void StepBuilder::forward_encdec(InFlight& f) {
 }
 
 void StepBuilder::backward_encdec(InFlight& f) {
+  begin_backward();
   casts_.swap(f.casts);
   const int64_t E = s_.num_encoder_layers, L = s_.num_layers;
   const bool ckpt = rs_.checkpointing == Checkpointing::Full;
@@ -481,6 +486,7 @@ void StepBuilder::backward_encdec(InFlight& f) {
       t5_block_backward(li, dres, sv, bias_grad, cross_grad, enc_out_grad);
     }
     release_layer_grads(l);
+    reshard_after_backward(l);
     step_in_backward(l);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
@@ -491,11 +497,16 @@ void StepBuilder::backward_encdec(InFlight& f) {
     gather(-1, gathered);
     const bool exists = c_.model.tie_word_embeddings || grad_created_[0];
     if (exists && !s_.pre.front().frozen) {
-      uint32_t dense = tmp(mul(pr_.grad_bytes, d_.V, d_.h), L_.embed_grad_dense, -1);
+      uint32_t dense = tmp(mul(pr_.grad_bytes, d_.V, d_.h), LE_.embed_grad, -1);
       drop(dense);
     }
     alloc_layer_grads(-1);
-    if (last) release_layer_grads(-1), step_in_backward(-1);
+    if (last) {  // FSDP's root unit (embedding, final norms, head) reshards after its last backward
+      release_layer_grads(-1);
+      reshard_after_backward(-1);
+      reshard_after_backward(s_.num_layers);
+      step_in_backward(-1);
+    }
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   };
@@ -537,6 +548,7 @@ void StepBuilder::backward_encdec(InFlight& f) {
   drop(dres);
   drop(f.inputs);
   casts_.swap(f.casts);
+  end_backward();
 }
 
 }  // namespace memsim

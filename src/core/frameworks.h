@@ -14,7 +14,9 @@ enum class Attention { Sdpa, SdpaRepeatKv, FlashAttention2, Eager };
 enum class NormImpl { EagerFp32, Fp32Scale, Fused };
 enum class LossImpl { HfFp32Upcast, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear };
 enum class OptimizerImpl { Foreach, Fused, ForLoop };
-enum class Checkpointing { None, Full, Selective, EveryK };
+enum class Checkpointing { None, Full, Selective, SelectiveOp, EveryK };
+// Whose code shards the model states over the data-parallel ranks (ParallelConfig::zero_stage says how much).
+enum class Sharding { DeepSpeed, Fsdp1, Fsdp2, Megatron };
 
 struct FrameworkSpec {
   std::string_view id;
@@ -23,6 +25,7 @@ struct FrameworkSpec {
   int64_t param_groups;  // HF Trainer splits decay / no-decay; one group elsewhere
   bool holds_logits;     // the training loop keeps the model output (logits) alive through backward
   bool fused_qkv;        // one linear computes q, k and v (LoRA on it reads its input once)
+  std::string_view sharding;  // deepspeed, fsdp1, fsdp2 or megatron: whose data-parallel sharding it uses
   std::string_view source;
 };
 
@@ -37,6 +40,7 @@ struct Resolved {
   int64_t param_groups;
   bool holds_logits;
   bool fused_qkv;
+  Sharding sharding;
 };
 
 std::span<const FrameworkSpec> frameworks();

@@ -220,6 +220,15 @@ void apply_tensor_parallel(ModelShape& s, const ModelConfig& m, int64_t t) {
   recount(s);
 }
 
+void apply_expert_parallel(ModelShape& s, int64_t ep) {
+  if (ep <= 1) return;
+  for (auto& p : s.moe_layer)
+    if (p.name.rfind("mlp.experts.", 0) == 0) p.numel = p.numel / ep, p.rows = std::max<int64_t>(1, p.rows / ep);
+  s.params_per_moe_layer = sum_numel(s.moe_layer);
+  s.params_total = add(add(add(sum_numel(s.pre), sum_numel(s.post)), mul(s.params_per_layer, s.num_dense_layers)),
+                       mul(s.params_per_moe_layer, s.num_layers - s.num_dense_layers));
+}
+
 std::string module_name(const std::string& param_name) {
   std::string n = param_name;
   for (const char* suffix : {".weight", ".bias"})

@@ -82,6 +82,9 @@ ModelShape build_model_shape(const ModelConfig& m);
 void apply_peft(ModelShape& shape, const PeftConfig& peft);
 // One tensor-parallel rank's share of every parameter (params_total becomes per rank).
 void apply_tensor_parallel(ModelShape& shape, const ModelConfig& m, int64_t t);
+// One expert-parallel rank's share of the routed experts (num_experts / ep of them; router and shared experts
+// stay whole).
+void apply_expert_parallel(ModelShape& shape, int64_t ep);
 int64_t trainable_numel(const ModelShape& s);
 
 // The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"), as PEFT targets it.

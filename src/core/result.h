@@ -29,6 +29,7 @@ struct Breakdown {
   std::array<int64_t, kComponentCount> allocator{};  // live bytes per component at the allocated peak
   int64_t fragmentation_bytes = 0;  // max reserved - max allocated: cached but unused
   int64_t cuda_context_bytes = 0;   // outside the allocator
+  int64_t nccl_bytes = 0;           // NCCL's own buffers, also outside the allocator (cudaMalloc by NCCL)
   int64_t total() const;            // equals Peak::device_bytes
 };
 
@@ -52,8 +53,20 @@ struct DeviceResult {
   bool fits = false;                 // device peak within usable memory and no OOM in the replay
   bool oom = false;                  // the step runs out of memory even after the allocator frees its cache
   uint32_t oom_event = 0;            // where it does (the peak and breakdown then show the unlimited demand)
+  int64_t host_bytes = 0;            // offloaded model states this GPU keeps in host RAM
+  int64_t nvme_bytes = 0;            // ... and on NVMe (ZeRO-Infinity)
   std::vector<TimelinePoint> timeline;
   StepProgram program;               // the events behind the timeline (labels, phases, tensors)
+};
+
+// Host RAM that offload needs on each node, next to the node's RAM when the config gives it.
+struct HostMemory {
+  int64_t per_node_bytes = 0;        // sum over the GPUs of one node (the node with the largest need)
+  int64_t nvme_per_node_bytes = 0;
+  int64_t capacity_bytes = 0;        // hardware.host_memory_bytes; 0: not given, no verdict
+  int64_t gpus_per_node = 0;
+  int64_t nodes = 0;
+  bool fits = true;
 };
 
 struct Result {
@@ -63,6 +76,7 @@ struct Result {
   int64_t params_trainable = 0;
   ModelStates model_states;  // of the first device (every device's is in devices[i].model_states)
   std::vector<DeviceResult> devices;
+  HostMemory host;
   std::vector<std::string> notes;  // assumptions the user should know about
 };
 

@@ -105,10 +105,20 @@ void visit_fields(Config& c, V& v) {
 
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
   v.integer("parallel.zero_stage", c.parallel.zero_stage);
+  v.str("parallel.sharding", c.parallel.sharding);
+  v.integer("parallel.shard_group_size", c.parallel.shard_group_size);
+  v.str("parallel.fsdp_backward_prefetch", c.parallel.fsdp_backward_prefetch);
   v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);
   v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
+  v.integer("parallel.context_parallel_size", c.parallel.context_parallel_size);
+  v.integer("parallel.expert_parallel_size", c.parallel.expert_parallel_size);
   v.integer("parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size);
   v.str("parallel.pipeline_schedule", c.parallel.pipeline_schedule);
+  v.integer("parallel.virtual_pipeline_stages", c.parallel.virtual_pipeline_stages);
+  v.integer("parallel.pipeline_first_stage_layers", c.parallel.pipeline_first_stage_layers);
+  v.integer("parallel.pipeline_last_stage_layers", c.parallel.pipeline_last_stage_layers);
+  v.str("parallel.offload_optimizer", c.parallel.offload_optimizer);
+  v.str("parallel.offload_params", c.parallel.offload_params);
   v.integer("parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size);
   v.str("parallel.zero_overlap_comm", c.parallel.zero_overlap_comm);
   v.integer("parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
@@ -118,6 +128,9 @@ void visit_fields(Config& c, V& v) {
   v.integer("hardware.gpu_memory_bytes", c.hardware.gpu_memory_bytes);
   v.number("hardware.headroom_fraction", c.hardware.headroom_fraction);
   v.integer("hardware.cuda_context_bytes", c.hardware.cuda_context_bytes);
+  v.integer("hardware.nccl_channels", c.hardware.nccl_channels);
+  v.integer("hardware.gpus_per_node", c.hardware.gpus_per_node);
+  v.integer("hardware.host_memory_bytes", c.hardware.host_memory_bytes);
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -962,6 +975,7 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent) {
     for (int i = 0; i < kComponentCount; ++i) bd[component_id(static_cast<Component>(i))] = d.breakdown.allocator[i];
     bd["fragmentation"] = d.breakdown.fragmentation_bytes;
     bd["cuda_context"] = d.breakdown.cuda_context_bytes;
+    bd["nccl"] = d.breakdown.nccl_bytes;
     dev["breakdown"] = bd;
     dev["fits"] = d.fits;
     dev["oom"] = d.oom;
@@ -969,6 +983,7 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent) {
     dev["capacity_bytes"] = d.capacity_bytes;
     dev["usable_bytes"] = d.usable_bytes;
     dev["peak_at"] = {{"event", d.peak_event}, {"phase", d.peak_phase}, {"tensor", d.peak_label}};
+    if (d.host_bytes > 0 || d.nvme_bytes > 0) dev["offloaded"] = {{"host_bytes", d.host_bytes}, {"nvme_bytes", d.nvme_bytes}};
     if (with_timeline) {
       json phases = json::array();
       for (const auto& ph : d.program.phases) phases.push_back({{"name", ph.name}, {"first_event", ph.first_event}});
@@ -979,6 +994,11 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent) {
     devices.push_back(dev);
   }
   out["devices"] = devices;
+  if (r.host.per_node_bytes > 0 || r.host.nvme_per_node_bytes > 0) {
+    out["host"] = {{"per_node_bytes", r.host.per_node_bytes}, {"nvme_per_node_bytes", r.host.nvme_per_node_bytes},
+                   {"gpus_per_node", r.host.gpus_per_node}, {"nodes", r.host.nodes}};
+    if (r.host.capacity_bytes > 0) out["host"]["capacity_bytes"] = r.host.capacity_bytes, out["host"]["fits"] = r.host.fits;
+  }
   out["notes"] = r.notes;
   return out.dump(indent, ' ', false, json::error_handler_t::replace);
 }

@@ -1,5 +1,8 @@
 #include "simulate.h"
 
+#include <string>
+#include <vector>
+
 #include "allocator.h"
 #include "checked.h"
 #include "model.h"
@@ -9,12 +12,32 @@
 namespace memsim {
 
 int64_t Breakdown::total() const {
-  int64_t t = add(fragmentation_bytes, cuda_context_bytes);
+  int64_t t = add(add(fragmentation_bytes, cuda_context_bytes), nccl_bytes);
   for (int64_t b : allocator) t = add(t, b);
   return t;
 }
 
 namespace {
+
+// NCCL allocates its own device buffers per communicator (outside PyTorch's allocator, so they show in nvidia-smi
+// but not in memory_reserved): for every channel, one receive connection for the ring and one for the tree,
+// each holding the three protocols' buffers (nccl src/init.cc computeBuffSizes: DEFAULT_LL_BUFFSIZE =
+// 8 lines x 512 threads x 8 steps x 16 B = 512 KiB, DEFAULT_LL128_BUFFSIZE = 120 x 640 x 8 x 8 B = 4,800 KiB,
+// DEFAULT_BUFFSIZE = 4 MiB). Point-to-point (pipeline) channels use the SIMPLE buffer towards each of 2 peers.
+// The channel count is hardware.nccl_channels (NCCL logs it as "N coll channels").
+constexpr int64_t kNcclConnectionBytes = 524288 + 4915200 + 4194304;
+int64_t nccl_bytes(const Config& c) {
+  const auto& p = c.parallel;
+  const int64_t ch = c.hardware.nccl_channels;
+  int64_t comms = 0;
+  const int64_t shard = p.shard_group_size > 0 ? p.shard_group_size : p.data_parallel_size;
+  for (int64_t size : {shard * p.context_parallel_size, p.tensor_parallel_size, p.context_parallel_size,
+                       p.expert_parallel_size, p.shard_group_size > 0 ? p.data_parallel_size / p.shard_group_size : 1})
+    if (size > 1) ++comms;
+  int64_t bytes = mul(mul(comms, ch), mul(2, kNcclConnectionBytes));
+  if (p.pipeline_parallel_size > 1) bytes = add(bytes, mul(mul(2, ch), 4194304));
+  return bytes;
+}
 
 // Replays the program through the allocator model. The peak, the breakdown at the peak and the timeline all
 // come from this one pass.
@@ -69,14 +92,34 @@ Result simulate(const Config& config) {
     r.params_total = shape.params_total;
     r.params_trainable = trainable_numel(shape);
     apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here
+    apply_expert_parallel(shape, config.parallel.expert_parallel_size);
     const GpuSpec* gpu = find_gpu(config.hardware.gpu);
     const auto& par = config.parallel;
     const int64_t stages = par.pipeline_parallel_size;
-    // Megatron splits the layers evenly over the stages; the remainder goes to the first stages.
-    const int64_t per = shape.num_layers / stages, extra = shape.num_layers % stages;
+    const bool interleaved = stages > 1 && par.pipeline_schedule == "interleaved_1f1b";
+    // Layers per stage: Megatron's even split (the remainder to the first stages here), or the uneven split of
+    // decoder_first/last_pipeline_num_layers with the rest shared evenly (validated to divide).
+    std::vector<int64_t> counts(static_cast<size_t>(stages), shape.num_layers / stages);
+    for (int64_t i = 0; i < shape.num_layers % stages; ++i) ++counts[static_cast<size_t>(i)];
+    if (!interleaved && (par.pipeline_first_stage_layers > 0 || par.pipeline_last_stage_layers > 0)) {
+      const int64_t first = par.pipeline_first_stage_layers, last = par.pipeline_last_stage_layers;
+      const int64_t middle = stages - (first > 0) - (last > 0);
+      const int64_t each = middle > 0 ? (shape.num_layers - first - last) / middle : 0;
+      for (auto& c : counts) c = each;
+      if (first > 0) counts.front() = first;
+      if (last > 0) counts.back() = last;
+    }
+    if (interleaved) {  // each stage holds v chunks (a remainder one layer each to the first chunks)
+      const int64_t v = par.virtual_pipeline_stages, chunks = stages * v;
+      for (int64_t st = 0; st < stages; ++st) {
+        int64_t n = 0;
+        for (int64_t j = 0; j < v; ++j) n += shape.num_layers / chunks + (j * stages + st < shape.num_layers % chunks ? 1 : 0);
+        counts[static_cast<size_t>(st)] = n;
+      }
+    }
     int64_t next_layer = 0;
     for (int64_t stage = 0; stage < stages; ++stage) {
-      const int64_t count = per + (stage < extra ? 1 : 0);
+      const int64_t count = counts[static_cast<size_t>(stage)];
       StepContext ctx{config, shape, *find_precision(config.training.precision),
                       *find_optimizer(config.training.optimizer), gpu};
       ctx.stage = stage;
@@ -87,22 +130,36 @@ Result simulate(const Config& config) {
       next_layer += count;
 
       DeviceResult d;
+      std::string layers = std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1);
+      if (interleaved) {  // chunk j of this stage is model chunk j p + stage
+        const int64_t chunks = stages * par.virtual_pipeline_stages;
+        const int64_t per = shape.num_layers / chunks, rem = shape.num_layers % chunks;
+        layers.clear();
+        for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
+          const int64_t m = j * stages + stage, f = m * per + std::min(m, rem), n = per + (m < rem ? 1 : 0);
+          layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(f + n - 1);
+        }
+      }
       d.role = stages == 1 ? "every GPU"
                            : "pipeline stage " + std::to_string(stage + 1) + " of " + std::to_string(stages) +
-                                 " (layers " + std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1) +
-                                 (ctx.has_pre ? ", embeddings" : "") + (ctx.has_post ? ", head and loss" : "") + ")";
-      d.device_count = mul(par.data_parallel_size, par.tensor_parallel_size);
+                                 " (layers " + layers + (ctx.has_pre ? ", embeddings" : "") +
+                                 (ctx.has_post ? ", head and loss" : "") + ")";
+      d.device_count = mul(mul(par.data_parallel_size, par.tensor_parallel_size), par.context_parallel_size);
       d.model_states = model_state_bytes(ctx);
+      const HostStates hs = host_state_bytes(ctx);
+      d.host_bytes = hs.host_bytes;
+      d.nvme_bytes = hs.nvme_bytes;
       d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
       d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
       d.breakdown.cuda_context_bytes =
           config.hardware.cuda_context_bytes > 0 ? config.hardware.cuda_context_bytes : kCudaContextLazyBytes;
+      d.breakdown.nccl_bytes = nccl_bytes(config);
       d.program = build_train_step(ctx);
       // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds
       // the GPU but its allocated peak does not can the allocator's cache release decide between fitting and an
       // OOM, so only then is the step replayed again against the real capacity. Where even the allocated peak
       // exceeds the GPU, the step runs out of memory at the first event past the capacity.
-      const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes);
+      const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
       replay(d.program, d, int64_t{1} << 62);
       if (d.peak.allocated_bytes > capacity) {
         d.oom = true;
@@ -127,11 +184,24 @@ Result simulate(const Config& config) {
         }
       }
       d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
-      d.peak.device_bytes = add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes);
+      d.peak.device_bytes = add(add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes), d.breakdown.nccl_bytes);
       d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
       r.devices.push_back(std::move(d));
     }
     r.model_states = r.devices.front().model_states;
+    // Host RAM per node under offload: every GPU of a node keeps its offloaded states there. Nodes hold
+    // consecutive ranks; with pipeline stages on different nodes the largest stage sets the need.
+    const auto& hw = config.hardware;
+    const int64_t world = mul(mul(mul(par.data_parallel_size, par.tensor_parallel_size), par.pipeline_parallel_size),
+                              par.context_parallel_size);
+    r.host.gpus_per_node = std::min(hw.gpus_per_node, world);
+    r.host.nodes = ceil_div(world, hw.gpus_per_node);
+    int64_t host = 0, nvme = 0;
+    for (const auto& d : r.devices) host = std::max(host, d.host_bytes), nvme = std::max(nvme, d.nvme_bytes);
+    r.host.per_node_bytes = mul(host, r.host.gpus_per_node);
+    r.host.nvme_per_node_bytes = mul(nvme, r.host.gpus_per_node);
+    r.host.capacity_bytes = hw.host_memory_bytes;
+    r.host.fits = hw.host_memory_bytes == 0 || r.host.per_node_bytes <= hw.host_memory_bytes;
     r.ok = true;
   } catch (const RangeError& e) {
     r.errors.push_back({"config", std::string("the configuration is out of range: ") + e.what() +

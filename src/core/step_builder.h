@@ -34,6 +34,11 @@ struct SavedLayer {
 
 // What one micro-batch keeps between its forward and its backward (several are in flight in a pipeline).
 struct InFlight {
+  // The model chunk this forward runs: layers [first, end) of this device, with the embeddings (pre) and the head
+  // and loss (post) where the chunk has them. One chunk per device except in the interleaved schedule.
+  int64_t first = 0, end = 0;
+  bool pre = false, post = false;
+  bool owns_inputs = true;  // the chunk that reads the micro-batch's ids and labels (the first one)
   uint32_t inputs = UINT32_MAX;
   std::vector<SavedLayer> saved;                                // per layer of this device
   std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;  // offloaded tensors (bytes, label) per layer
@@ -47,11 +52,12 @@ struct InFlight {
 
 // Labels of the encoder-decoder tensors, made on first use so that decoder-only programs are unchanged.
 struct EncDecLabels {
-  uint32_t bias, bias_grad, buckets, causal_mask, enc_out, enc_out_grad, kv_cache, ff_upcast, head_scaled, embed_out;
+  uint32_t bias, bias_grad, buckets, causal_mask, enc_out, enc_out_grad, kv_cache, ff_upcast, head_scaled, embed_out,
+      embed_grad;
 };
 
 struct Labels {
-  uint32_t weights, grads, grad_partition, grad_bucket, gathered, master, state, opt_tmp, cast, ws, ws_lt;
+  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, grad_shard, main_grads, ring, a2a, grad_accum, master, state, opt_tmp, cast, ws, ws_lt;
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
@@ -68,7 +74,12 @@ class StepBuilder {
   void alloc_weights();
   void alloc_layer_grads(int64_t layer);  // first backward of an iteration: .grad of the layer's params
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
-  void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3: all-gather the layer's params
+  void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3 / FSDP: all-gather the layer's params
+  int64_t gathered_bytes(int64_t layer) const;              // the unsharded parameters of one slot
+  void begin_backward() { in_backward_ = true; }
+  void end_backward();                                       // FSDP2: the last reduce-scatter completes
+  void reshard_after_backward(int64_t layer);                // FSDP: kept unsharded params go
+  void reduce_slot(int64_t layer);
   void optimizer_step(int iter);
   void step_in_backward(int64_t layer);
   void create_state(const ParamTensor& t);
@@ -78,6 +89,7 @@ class StepBuilder {
   uint32_t layer_forward(int32_t layer, uint32_t res, SavedLayer& saved, bool keep_s2, bool free_input);
   uint32_t layer_forward_post_ln(int32_t layer, uint32_t x, SavedLayer& saved, bool keep_s2, bool free_input);
   uint32_t layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved);
+  uint32_t layer_forward_selective_op(int32_t layer, uint32_t res, SavedLayer& saved);
   void layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved);
   void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
                     std::initializer_list<const char*> consumers, bool own_res);
@@ -91,7 +103,7 @@ class StepBuilder {
   int64_t weight_bytes_of(const ParamTensor& t) const;
   int64_t grad_bytes_of(const ParamTensor& t) const;
   int64_t state_dtype_of(const ParamTensor& t) const;
-  int64_t stage_trainable_numel() const;
+  int64_t flat_partition_numel() const;  // this device's share of the flat optimizer partition
   int64_t zero_reduce_bucket() const;
   int64_t zero_persistence() const;
   bool zero_overlap() const;
@@ -102,6 +114,8 @@ class StepBuilder {
   void loss_forward(uint32_t res, std::vector<uint32_t>& saved);
   uint32_t loss_backward(std::vector<uint32_t>& saved);
   bool checkpointed(int64_t layer) const;
+  // torchtitan runs the loss under loss_parallel() whenever TP is on (train.py, parallel_dims.loss_parallel_enabled).
+  bool loss_parallel() const { return rs_.framework->id == "torchtitan" && c_.parallel.tensor_parallel_size > 1; }
   uint32_t forward_layer(int32_t layer, uint32_t in, SavedLayer& saved, bool own_input);
   void forward_mb(InFlight& f, const std::string& tag);
   void backward_mb(InFlight& f, const std::string& tag);
@@ -134,8 +148,17 @@ class StepBuilder {
   ActDims d_;
   Labels L_;
   StepProgram p_;
-  int64_t n_ = 1;  // data-parallel degree for ZeRO
+  ShardPlan sp_;
+  int64_t n_ = 1;  // ranks of the shard group
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
+  bool in_backward_ = false;
+  std::vector<std::vector<uint32_t>> kept_;   // FSDP: unsharded params kept from forward to backward, per slot
+  std::vector<uint32_t> sharded_grads_;       // FSDP: gradient shards (persist across micro-batches)
+  std::vector<bool> sharded_grad_made_;
+  uint32_t pending_reduce_ = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
+  std::vector<uint32_t> accum_;               // FSDP no_sync: unsharded gradients accumulated, per slot
+  bool no_sync_ = false;                      // FSDP under pipeline parallelism: reduce after the last micro-batch
+  bool last_backward_ = true;                 // the backward running is the step's last for its chunk
   std::vector<std::vector<uint32_t>> grads_;  // live .grad tensors per slot: 0 embeddings, l + 1 layer l, L + 1 head
   std::vector<bool> grad_created_;
   std::vector<bool> states_created_;  // optimizer in backward: per slot

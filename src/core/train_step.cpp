@@ -51,40 +51,149 @@ int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, c
                               const OptimizerSpec& opt, bool include_paged);
 }  // namespace
 
-ModelStates model_state_bytes(const StepContext& ctx) {
+int64_t shard_group_size(const Config& c) {
+  // Megatron's distributed optimizer and torchtitan's FSDP mesh both shard over the data- and context-parallel
+  // ranks together (parallel_state.get_data_parallel_group(with_context_parallel=True); dp_shard_cp).
+  const int64_t dp = c.parallel.shard_group_size > 0 ? c.parallel.shard_group_size : c.parallel.data_parallel_size;
+  return mul(dp, c.parallel.context_parallel_size);
+}
+
+bool is_expert_param(const ParamTensor& t) { return t.name.rfind("mlp.experts.", 0) == 0; }
+
+ShardPlan shard_plan(const StepContext& ctx) {
   const auto& par = ctx.config.parallel;
+  ShardPlan sp;
+  sp.sharding = resolve(ctx.config).sharding;
+  sp.n = shard_group_size(ctx.config);
+  sp.ep = par.expert_parallel_size;
+  const int64_t z = sp.n > 1 ? par.zero_stage : 0;
+  sp.fsdp = (sp.sharding == Sharding::Fsdp1 || sp.sharding == Sharding::Fsdp2) && z >= 2;
+  sp.flat_optimizer = (sp.sharding == Sharding::DeepSpeed || sp.sharding == Sharding::Megatron) && z >= 1;
+  sp.shard_grads = z >= 2;
+  sp.shard_weights = z >= 3 || (sp.fsdp && z >= 2);  // FSDP keeps only shards at rest, even SHARD_GRAD_OP
+  sp.grad_buffer = sp.sharding == Sharding::Megatron;
+  sp.mixed = ctx.precision.master_bytes > 0;
+  sp.offload_optimizer = par.offload_optimizer != "none";
+  sp.offload_params = par.offload_params != "none";
+  sp.nvme = par.offload_optimizer == "nvme" || par.offload_params == "nvme";
+  return sp;
+}
+
+// Ranks one parameter is sharded over: expert weights only over the expert-data-parallel ranks (dp / ep).
+int64_t ShardPlan::ranks_of(const ParamTensor& t) const {
+  return is_expert_param(t) ? std::max<int64_t>(1, n / ep) : n;
+}
+
+// FSDP2 chunks each parameter on dim 0 (torch.chunk), so a rank holds ceil(rows / N) rows (MEMORY_FORMULAS.md
+// 2.6); FSDP1's flat parameter gives each rank ceil(numel / N) of the unit (2.5). Per tensor both come to the
+// same bytes within a row, which the per-tensor form keeps.
+ParamTensor ShardPlan::local(const ParamTensor& t) const {
+  ParamTensor l = t;
+  const int64_t k = ranks_of(t);
+  const int64_t rows = t.rows > 0 ? t.rows : t.numel;
+  const int64_t cols = rows > 0 ? t.numel / rows : 0;
+  l.rows = ceil_div(rows, k);
+  l.numel = mul(l.rows, std::max<int64_t>(cols, 1));
+  return l;
+}
+
+// What sharding does to each parameter's persistent bytes (MEMORY_FORMULAS.md 2.1-2.6):
+//  DeepSpeed ZeRO: 16-bit weights (stage 3), their gradients (stage 2) and the fp32 master + states (stage 1)
+//    partitioned, the optimizer in one flat partition; parameters under the persistence threshold stay whole.
+//  FSDP (1 and 2): every parameter sharded; under mixed precision the shard is the fp32 parameter itself
+//    (MixedPrecision param_dtype only for the unsharded copy), so there is no separate master; gradient shards
+//    are in the shard's dtype.
+//  Megatron: 16-bit weights whole, main gradients in an fp32 buffer whole; the distributed optimizer shards the
+//    fp32 master and states (distrib_optimizer.md: 6 + 12/d bytes per parameter).
+ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const ParamTensor& t) {
   const auto& peft = ctx.config.peft;
-  const int64_t n = par.data_parallel_size;
-  int64_t weights = 0, grads = 0, opt = 0, trainable = 0;
-  for_each_param(ctx, [&](const ParamTensor& t) {
-    weights = add(weights, param_storage_bytes(t, ctx.precision, peft));
-    grads = add(grads, param_grad_bytes(t, ctx.precision, peft));
-    if (!t.frozen) trainable = add(trainable, t.numel);
-    if (par.zero_stage == 0) opt = add(opt, param_optimizer_bytes(t, ctx.precision, peft, ctx.optimizer, true));
-  });
-  ModelStates m;
-  // ZeRO partitions each of the three over the data-parallel ranks (stage 3, 2 and 1), in one flat partition
-  // for the optimizer (ZeRO paper sec. 5, Table 1).
-  if (par.zero_stage >= 3 && n > 1) {  // parameters under the persistence threshold stay whole
-    const int64_t threshold = par.zero_param_persistence_threshold > 0 ? par.zero_param_persistence_threshold : 100000;
-    int64_t sharded = 0;
-    for_each_param(ctx, [&](const ParamTensor& t) {
-      const int64_t b = param_storage_bytes(t, ctx.precision, peft);
-      sharded = add(sharded, t.numel < threshold ? b : ceil_div(b, n));
-    });
-    m.weights_bytes = sharded;
-  } else {
-    m.weights_bytes = par.zero_stage >= 3 ? ceil_div(weights, n) : weights;
+  const auto& pr = ctx.precision;
+  const int64_t k = sp.ranks_of(t);
+  ParamStates s;
+  const int64_t w = param_storage_bytes(t, pr, peft), g = param_grad_bytes(t, pr, peft);
+  const bool plain = t.kind != ParamKind::Adapter && !t.quantized;  // a weight in the recipe's dtype
+  if (sp.fsdp) {
+    const ParamTensor l = sp.local(t);
+    s.weights = param_storage_bytes(l, pr, peft);
+    if (sp.mixed && plain) s.weights = std::max(s.weights, mul(l.numel, pr.master_bytes));
+    s.grads = t.frozen ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft);
+    PrecisionRecipe no_master = pr;
+    no_master.master_bytes = 0;
+    if (sp.mixed) no_master.state_bytes = pr.master_bytes;
+    s.optimizer = param_optimizer_bytes(l, no_master, peft, ctx.optimizer, true);
+    s.flat_numel = 0;
+    return s;
   }
-  m.gradients_bytes = par.zero_stage >= 2 ? ceil_div(grads, n) : grads;
-  if (par.zero_stage >= 1) {
-    const int64_t part = shard(trainable, n);
-    ParamTensor flat{"flat partition", part, ParamKind::Matmul, part};
-    m.optimizer_bytes = param_optimizer_bytes(flat, ctx.precision, PeftConfig{}, ctx.optimizer, true);
-  } else {
-    m.optimizer_bytes = opt;
+  const int64_t threshold = ctx.config.parallel.zero_param_persistence_threshold > 0 ? ctx.config.parallel.zero_param_persistence_threshold : 100000;
+  s.weights = sp.shard_weights && t.numel >= threshold ? ceil_div(w, k) : w;
+  if (sp.grad_buffer) s.grads = t.frozen ? 0 : mul(t.numel, std::max(pr.grad_bytes, sp.mixed ? int64_t{4} : pr.grad_bytes));
+  else s.grads = sp.shard_grads ? ceil_div(g, k) : g;
+  if (sp.flat_optimizer) s.flat_numel = t.frozen ? 0 : ceil_div(t.numel, k);
+  else s.optimizer = param_optimizer_bytes(t, pr, peft, ctx.optimizer, true);
+  return s;
+}
+
+namespace {
+// ZeRO-Infinity keeps parameters under the persistence threshold whole on the GPU.
+int64_t persistent_weight_bytes(const StepContext& ctx, const ShardPlan& sp) {
+  int64_t b = 0;
+  const int64_t threshold = ctx.config.parallel.zero_param_persistence_threshold > 0 ? ctx.config.parallel.zero_param_persistence_threshold : 100000;
+  for_each_param(ctx, [&](const ParamTensor& t) {
+    if (t.numel < threshold) b = add(b, param_states(sp, ctx, t).weights);
+  });
+  return b;
+}
+
+// Model states as if nothing were offloaded.
+ModelStates raw_model_states(const StepContext& ctx, const ShardPlan& sp) {
+  ModelStates m;
+  int64_t flat = 0;
+  for_each_param(ctx, [&](const ParamTensor& t) {
+    const ParamStates s = param_states(sp, ctx, t);
+    m.weights_bytes = add(m.weights_bytes, s.weights);
+    m.gradients_bytes = add(m.gradients_bytes, s.grads);
+    m.optimizer_bytes = add(m.optimizer_bytes, s.optimizer);
+    flat = add(flat, s.flat_numel);
+  });
+  if (sp.flat_optimizer) {
+    ParamTensor part{"flat partition", flat, ParamKind::Matmul, flat};
+    m.optimizer_bytes = param_optimizer_bytes(part, ctx.precision, PeftConfig{}, ctx.optimizer, true);
   }
   return m;
+}
+}  // namespace
+
+ModelStates model_state_bytes(const StepContext& ctx) {
+  const ShardPlan sp = shard_plan(ctx);
+  ModelStates m = raw_model_states(ctx, sp);
+  if (sp.offload_optimizer) {
+    m.optimizer_bytes = 0;
+    if (sp.shard_grads && !sp.grad_buffer) m.gradients_bytes = 0;  // reduced straight into host partitions
+  }
+  if (sp.offload_params) m.weights_bytes = sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp);
+  return m;
+}
+
+// What offload moves off the GPU, per GPU (MEMORY_FORMULAS.md 2.2): ZeRO-Offload the fp32 master, the states and
+// the fp32 gradient partition; ZeRO-Infinity also the 16-bit parameter partition; FSDP's CPUOffload the sharded
+// parameters and gradients, with the optimizer stepping on the CPU.
+HostStates host_state_bytes(const StepContext& ctx) {
+  const ShardPlan sp = shard_plan(ctx);
+  const ModelStates m = raw_model_states(ctx, sp);
+  HostStates h;
+  if (sp.offload_optimizer) {
+    int64_t grads_fp32 = 0;
+    for_each_param(ctx, [&](const ParamTensor& t) {
+      if (!t.frozen) grads_fp32 = add(grads_fp32, mul(4, sp.shard_grads || sp.flat_optimizer ? ceil_div(t.numel, sp.ranks_of(t)) : t.numel));
+    });
+    const int64_t opt = m.optimizer_bytes;
+    const int64_t grads = sp.sharding == Sharding::Megatron ? 0 : grads_fp32;  // Megatron keeps main grads on the GPU
+    (ctx.config.parallel.offload_optimizer == "nvme" ? h.nvme_bytes : h.host_bytes) += opt;
+    h.host_bytes = add(h.host_bytes, grads);
+  }
+  if (sp.offload_params)
+    (ctx.config.parallel.offload_params == "nvme" ? h.nvme_bytes : h.host_bytes) += m.weights_bytes - model_state_bytes(ctx).weights_bytes;
+  return h;
 }
 
 namespace {
@@ -137,11 +246,9 @@ int64_t StepBuilder::state_dtype_of(const ParamTensor& t) const {
   return pr_.state_bytes;
 }
 
-int64_t StepBuilder::stage_trainable_numel() const {
+int64_t StepBuilder::flat_partition_numel() const {
   int64_t n = 0;
-  for_each_param(ctx_, [&](const ParamTensor& t) {
-    if (!t.frozen) n = add(n, t.numel);
-  });
+  for_each_param(ctx_, [&](const ParamTensor& t) { n = add(n, param_states(sp_, ctx_, t).flat_numel); });
   return n;
 }
 
@@ -161,7 +268,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   const auto& m = c_.model;
   const auto& t = c_.training;
   d_.b = t.micro_batch_size;
-  d_.s = t.sequence_length;
+  // Context parallel: each rank holds sequence_length / cp tokens of every sequence (2 x cp load-balanced
+  // chunks; torchtitan / torch.distributed.tensor.experimental.context_parallel, Megatron-Core with TE).
+  d_.s = t.sequence_length / c_.parallel.context_parallel_size;
   d_.T = mul(d_.b, d_.s);
   d_.h = m.hidden_size;
   d_.h_q = mul(m.num_attention_heads, effective_head_dim(m));
@@ -187,10 +296,17 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   d_.e = pr_.activation_bytes;
   d_.e_res = pr_.residual_bytes;
   d_.amp = pr_.autocast_copy_bytes > 0;
-  n_ = c_.parallel.data_parallel_size;
-  shard_opt_ = c_.parallel.zero_stage >= 1;
-  shard_grads_ = c_.parallel.zero_stage >= 2;
-  shard_weights_ = c_.parallel.zero_stage >= 3;
+  sp_ = shard_plan(ctx);
+  n_ = sp_.n;
+  shard_opt_ = sp_.flat_optimizer;
+  shard_grads_ = sp_.shard_grads;
+  shard_weights_ = sp_.shard_weights;
+  kept_.resize(static_cast<size_t>(s_.num_layers + 2));
+  accum_.assign(static_cast<size_t>(s_.num_layers + 2), UINT32_MAX);
+  // torchtitan also keeps parameters unsharded after forward under PP (parallelize_llama.py apply_fsdp:
+  // reshard_after_forward = False when pp_enabled); the pipeline's no_sync keeps them to the last backward.
+  no_sync_ = sp_.fsdp && c_.parallel.pipeline_parallel_size > 1;
+  sharded_grad_made_.assign(static_cast<size_t>(s_.num_layers + 2), false);
   for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.decoder_layer})
     for (const auto& t : *list) any_quantized_ |= t.quantized;
   grads_.resize(static_cast<size_t>(s_.num_layers + 2));
@@ -203,7 +319,14 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.grads = p.label("gradients (.grad)");
   L_.grad_partition = p.label("ZeRO gradient partition");
   L_.grad_bucket = p.label("DDP gradient bucket (second copy of the gradients)");
-  L_.gathered = p.label("ZeRO-3 all-gathered layer parameters");
+  L_.gathered = p.label(sp_.fsdp ? "FSDP unsharded parameters (all-gathered)" : "ZeRO-3 all-gathered layer parameters");
+  L_.ag_buffer = p.label("FSDP2 all-gather output (copied out per parameter)");
+  L_.rs_input = p.label("reduce-scatter input (unsharded gradients in the reduce dtype)");
+  L_.grad_shard = p.label("gradient shard");
+  L_.main_grads = p.label("Megatron main-gradient buffer (fp32, whole)");
+  L_.grad_accum = p.label("FSDP unsharded gradients accumulated over micro-batches (no_sync)");
+  L_.ring = p.label("ring attention: key/value chunks in flight and fp32 partial outputs");
+  L_.a2a = p.label("expert-parallel all-to-all buffers (tokens sent to and received from other ranks)");
   L_.master = p.label("fp32 master weights");
   L_.state = p.label("optimizer state");
   L_.opt_tmp = p.label("optimizer temporary");
@@ -279,13 +402,22 @@ bool StepBuilder::persistent(const ParamTensor& t) const { return t.numel < zero
 
 void StepBuilder::alloc_weights() {
   p_.phase("model load");
+  // Offloaded parameter shards live in host memory (ZeRO-Infinity, FSDP CPUOffload); small persistent ones stay.
+  const int64_t threshold = zero_persistence();
   for_each_param(ctx_, [&](const ParamTensor& t) {
-    const int64_t bytes = weight_bytes_of(t);
-    p_.alloc(Component::Weights, shard_weights_ && !persistent(t) ? ceil_div(bytes, n_) : bytes, L_.weights);
+    if (sp_.offload_params && (sp_.fsdp || t.numel >= threshold)) return;
+    p_.alloc(Component::Weights, param_states(sp_, ctx_, t).weights, L_.weights);
   });
+  // Megatron allocates the fp32 main-gradient buffer with the model (distributed/param_and_grad_buffer.py
+  // _ParamAndGradBuffer: grad_data = torch.zeros(numel, dtype=grad_dtype)); zero_grad only zeroes it.
+  if (sp_.grad_buffer) {
+    int64_t bytes = 0;
+    for_each_param(ctx_, [&](const ParamTensor& t) { bytes = add(bytes, param_states(sp_, ctx_, t).grads); });
+    if (bytes > 0) p_.alloc(Component::Gradients, bytes, L_.main_grads);
+  }
   // ZeRO-3 allocates its gradient bucket with the optimizer (stage3.py _setup_for_real_optimizer:
   // __ipg_bucket_flat_buffer of reduce_bucket_size elements in the model dtype, contiguous_gradients on).
-  if (shard_weights_ && n_ > 1)
+  if (sp_.sharding == Sharding::DeepSpeed && shard_weights_ && n_ > 1)
     p_.alloc(Component::Communication, mul(zero_reduce_bucket(), pr_.weight_bytes), L_.grad_bucket);
 }
 
@@ -294,21 +426,26 @@ void StepBuilder::alloc_weights() {
 // stage3.py: grad_partitions_flat_buffer); DDP (several GPUs, no ZeRO) also keeps a flat bucket copy of all
 // gradients (gradient_as_bucket_view=False is the default, MEMORY_FORMULAS.md 2.7).
 void StepBuilder::alloc_layer_grads(int64_t layer) {
+  if (sp_.grad_buffer) return;  // Megatron: backward writes into main_grad (gradient_accumulation_fusion)
   if (!grads_live_) {
     grads_live_ = true;
     int64_t grad_total = 0;
     for_each_param(ctx_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
-    if (shard_grads_)
-      other_grads_.push_back(p_.alloc(Component::Gradients, ceil_div(grad_total, n_), L_.grad_partition));
+    const bool deepspeed = sp_.sharding == Sharding::DeepSpeed;
+    if (deepspeed && shard_grads_ && !(sp_.offload_optimizer)) {
+      int64_t part = 0;
+      for_each_param(ctx_, [&](const ParamTensor& t) { part = add(part, param_states(sp_, ctx_, t).grads); });
+      other_grads_.push_back(p_.alloc(Component::Gradients, part, L_.grad_partition));
+    }
     // ZeRO-1/2 reduce gradients through ipg buffers of reduce_bucket_size elements in the model dtype, two with
     // overlap_comm (stage_1_and_2.py backward: buf_0, buf_1). They stay allocated from the first backward on.
-    if (shard_opt_ && !shard_weights_ && n_ > 1 && !zero_buckets_) {
+    if (deepspeed && shard_opt_ && !shard_weights_ && n_ > 1 && !zero_buckets_) {
       zero_buckets_ = true;
       for (int i = 0; i < (zero_overlap() ? 2 : 1); ++i)
         p_.alloc(Component::Communication, mul(zero_reduce_bucket(), pr_.weight_bytes), L_.grad_bucket);
-    }
-    else if (n_ > 1 && c_.parallel.zero_stage == 0)  // PyTorch DDP; ZeRO-1's reduce buckets are not modelled yet
+    } else if (n_ > 1 && c_.parallel.zero_stage == 0) {  // PyTorch DDP: a flat bucket copy of every gradient
       other_grads_.push_back(p_.alloc(Component::Communication, grad_total, L_.grad_bucket));
+    }
   }
   const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
   if (grad_created_[slot]) return;  // gradient accumulation: the .grad tensors are already there
@@ -324,12 +461,94 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
     grads_[slot].push_back(p_.alloc(Component::Gradients, grad_bytes_of(s_.pre.front()), L_.grads));
 }
 
+// ZeRO-2/3 reduce a layer's full gradients into the partition and free them. FSDP reduce-scatters them into a
+// gradient shard: FSDP2 copies them into one flat input in the reduce dtype (fp32 under torchtitan's
+// MixedPrecisionPolicy) that lives until the next group's reduce (_fsdp_collectives.py foreach_reduce,
+// _fsdp_param_group.py post_backward: reduce_scatter_state); FSDP1 reduce-scatters the flat gradient itself
+// (_runtime_utils.py _reduce_grad). The first micro-batch's output becomes the shard; later ones add into it.
 void StepBuilder::release_layer_grads(int64_t layer) {
-  if (!shard_grads_) return;
+  if (!shard_grads_ || sp_.grad_buffer) return;
+  if (no_sync_) {
+    // Pipeline stages under FSDP accumulate unsharded gradients and reduce once after the last micro-batch
+    // (torch/distributed/pipelining/stage.py backward_maybe_with_nosync: set_requires_gradient_sync(False),
+    // then post_backward of every group); FSDP2 accumulates them in the reduce dtype
+    // (_fsdp_param.py to_accumulated_grad_if_needed).
+    const size_t slot = static_cast<size_t>(layer + 1);
+    const int64_t reduce_bytes = sp_.mixed ? pr_.master_bytes : pr_.grad_bytes;
+    if (grads_[slot].empty() || reduce_bytes == pr_.grad_bytes) return;  // .grad itself accumulates
+    if (accum_[slot] == UINT32_MAX) {
+      int64_t numel = 0;
+      for (const auto& t : layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer))
+        if (!t.frozen) numel = add(numel, t.numel);
+      accum_[slot] = p_.alloc(Component::Gradients, mul(numel, reduce_bytes), L_.grad_accum, static_cast<int32_t>(layer));
+    }
+    for (uint32_t g : grads_[slot]) drop(g);
+    grads_[slot].clear();
+    grad_created_[slot] = false;
+    return;
+  }
+  // FSDP's root unit holds the embeddings with the final norm and head, so the head's gradients wait for the
+  // embedding's backward and are reduced with it.
+  if (sp_.fsdp && layer >= s_.num_layers && ctx_.has_pre) return;
+  if (sp_.fsdp && layer < 0 && ctx_.has_post) reduce_slot(s_.num_layers);
+  reduce_slot(layer);
+}
+
+void StepBuilder::reduce_slot(int64_t layer) {
   const size_t slot = static_cast<size_t>(layer + 1);
+  if (sp_.fsdp && (!grads_[slot].empty() || accum_[slot] != UINT32_MAX)) {
+    const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
+    int64_t numel = 0, shard = 0;
+    for (const auto& t : ts)
+      if (!t.frozen) numel = add(numel, t.numel), shard = add(shard, param_states(sp_, ctx_, t).grads);
+    if (layer >= s_.num_layers && c_.model.tie_word_embeddings && !s_.pre.front().frozen)
+      numel = add(numel, s_.pre.front().numel), shard = add(shard, param_states(sp_, ctx_, s_.pre.front()).grads);
+    const int64_t reduce_bytes = sp_.mixed ? pr_.master_bytes : pr_.grad_bytes;
+    uint32_t input = UINT32_MAX;
+    if (sp_.sharding == Sharding::Fsdp2) {
+      if (pending_reduce_ != UINT32_MAX) drop(pending_reduce_), pending_reduce_ = UINT32_MAX;
+      input = p_.alloc(Component::Communication, mul(numel, reduce_bytes), L_.rs_input, static_cast<int32_t>(layer));
+    }
+    for (uint32_t g : grads_[slot]) drop(g);
+    grads_[slot].clear();
+    grad_created_[slot] = false;
+    if (accum_[slot] != UINT32_MAX) drop(accum_[slot]), accum_[slot] = UINT32_MAX;
+    if (!sharded_grad_made_[slot] && !sp_.offload_optimizer) {
+      sharded_grad_made_[slot] = true;
+      sharded_grads_.push_back(p_.alloc(Component::Gradients, shard, L_.grad_shard, static_cast<int32_t>(layer)));
+    } else {
+      uint32_t out = p_.alloc(Component::Communication, shard, L_.rs_input, static_cast<int32_t>(layer));
+      drop(out);  // added into the shard (or copied to the host shard under CPU offload)
+    }
+    if (input != UINT32_MAX) pending_reduce_ = input;
+    return;
+  }
   for (uint32_t g : grads_[slot]) drop(g);
   grads_[slot].clear();
   grad_created_[slot] = false;  // the next micro-batch makes new full gradients and reduces them again
+}
+
+void StepBuilder::end_backward() {
+  in_backward_ = false;
+  if (no_sync_ && !last_backward_) return;  // parameters stay unsharded, gradients keep accumulating
+  if (no_sync_)  // the last micro-batch: every group reduces in turn (run_post_backward)
+    for (int64_t l = s_.num_layers; l >= -1; --l) reduce_slot(l);
+  if (pending_reduce_ != UINT32_MAX) drop(pending_reduce_), pending_reduce_ = UINT32_MAX;
+  for (auto& k : kept_) {  // anything still unsharded (a stage without its backward) is freed
+    for (uint32_t t : k) drop(t);
+    k.clear();
+  }
+}
+
+int64_t StepBuilder::gathered_bytes(int64_t l) const {
+  if (l < -1 || l > s_.num_layers) return 0;
+  const std::vector<ParamTensor>& ts = l < 0 ? s_.pre : l >= s_.num_layers ? s_.post : s_.params_of(l);
+  int64_t bytes = 0;
+  for (const auto& t : ts) {
+    if (sp_.fsdp) bytes = add(bytes, mul(sp_.ranks_of(t), param_storage_bytes(sp_.local(t), pr_, c_.peft)));
+    else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
+  }
+  return bytes;
 }
 
 // DeepSpeed ZeRO-3 fetches a module's full 16-bit parameters before its forward and backward and releases them
@@ -337,20 +556,51 @@ void StepBuilder::release_layer_grads(int64_t layer) {
 // stay whole; they are small and counted with the partitioned weights here.
 void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
   if (!shard_weights_ || n_ == 1) return;
-  auto partitioned_bytes = [&](int64_t l) {
-    if (l < -1 || l > s_.num_layers) return int64_t{0};
-    const std::vector<ParamTensor>& ts = l < 0 ? s_.pre : l >= s_.num_layers ? s_.post : s_.params_of(l);
-    int64_t bytes = 0;
-    for (const auto& t : ts)
-      if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
-    return bytes;
-  };
-  out.push_back(p_.alloc(Component::Communication, partitioned_bytes(layer), L_.gathered, static_cast<int32_t>(layer)));
+  if (sp_.fsdp) {
+    // Parameters stay unsharded from forward to backward under SHARD_GRAD_OP / reshard_after_forward=False, and
+    // always for the root unit (embeddings, final norm and head): FSDP1 _post_forward_reshard skips the root,
+    // FSDP2 sets the root's reshard_after_forward to False.
+    const size_t slot = static_cast<size_t>(layer + 1);
+    const bool root = layer < 0 || layer >= s_.num_layers;
+    const bool keep = root || c_.parallel.zero_stage == 2 || no_sync_;
+    auto unshard = [&](int64_t l, std::vector<uint32_t>& into) {
+      const int64_t bytes = gathered_bytes(l);
+      if (bytes == 0) return;
+      // FSDP2 all-gathers into one flat buffer and copies out into per-parameter tensors (foreach_all_gather,
+      // foreach_all_gather_copy_out); FSDP1 all-gathers straight into the flat parameter's padded storage.
+      uint32_t flat = sp_.sharding == Sharding::Fsdp2 ? p_.alloc(Component::Communication, bytes, L_.ag_buffer, static_cast<int32_t>(l))
+                                                      : UINT32_MAX;
+      into.push_back(p_.alloc(Component::Communication, bytes, L_.gathered, static_cast<int32_t>(l)));
+      if (flat != UINT32_MAX) drop(flat);
+    };
+    if (keep) {
+      if (!in_backward_ && kept_[slot].empty()) unshard(layer, kept_[slot]);
+      if (in_backward_ && kept_[slot].empty()) unshard(layer, kept_[slot]);  // e.g. a later micro-batch
+    } else {
+      unshard(layer, out);
+    }
+    // Backward prefetch: FSDP2 always unshards the next group in backward order (_fsdp_param_group.py
+    // _prefetch_unshard); FSDP1 does with BACKWARD_PRE (the default), holding "the current set of parameters,
+    // next set of parameters, and current set of gradients". Neither prefetches in forward by default.
+    const bool prefetch = in_backward_ && layer - 1 >= ctx_.first_layer && c_.parallel.zero_stage == 3 &&
+                          (sp_.sharding == Sharding::Fsdp2 || c_.parallel.fsdp_backward_prefetch == "backward_pre");
+    if (prefetch) unshard(layer - 1, out);
+    return;
+  }
+  out.push_back(p_.alloc(Component::Communication, gathered_bytes(layer), L_.gathered, static_cast<int32_t>(layer)));
   // The coordinator prefetches the next module's parameters, up to stage3_prefetch_bucket_size elements
   // (partitioned_param_coordinator.py), while this one computes.
   const int64_t prefetch_elems = c_.parallel.zero_prefetch_bucket_size > 0 ? c_.parallel.zero_prefetch_bucket_size : 50000000;
-  const int64_t next = std::min(partitioned_bytes(layer + 1), mul(prefetch_elems, pr_.weight_bytes));
+  const int64_t next = std::min(gathered_bytes(layer + 1), mul(prefetch_elems, pr_.weight_bytes));
   if (next > 0) out.push_back(p_.alloc(Component::Communication, next, L_.gathered, static_cast<int32_t>(layer + 1)));
+}
+
+// FSDP: a layer's kept parameters are resharded once its backward is done.
+void StepBuilder::reshard_after_backward(int64_t layer) {
+  if (!sp_.fsdp || no_sync_) return;
+  auto& k = kept_[static_cast<size_t>(layer + 1)];
+  for (uint32_t t : k) drop(t);
+  k.clear();
 }
 
 // Optimizer in backward (torchtune optimizer_in_bwd): each parameter is stepped in a post-accumulate-grad
@@ -378,21 +628,24 @@ void StepBuilder::step_in_backward(int64_t layer) {
 }
 
 void StepBuilder::create_state(const ParamTensor& t) {
-  const int64_t bytes = param_optimizer_bytes(t, pr_, c_.peft, ctx_.optimizer, false);
+  int64_t bytes = param_optimizer_bytes(t, pr_, c_.peft, ctx_.optimizer, false);
+  if (sp_.fsdp) bytes = ctx_.optimizer.paged && sp_.local(t).numel >= 100000 ? 0 : param_states(sp_, ctx_, t).optimizer;
   if (bytes > 0) p_.alloc(Component::OptimizerStates, bytes, L_.state);
 }
 
 void StepBuilder::optimizer_step(int iter) {
   p_.phase("optimizer step " + std::to_string(iter));
   if (c_.training.optimizer_in_backward) return;  // stepped during backward
+  if (sp_.offload_optimizer) return;  // ZeRO-Offload / FSDP CPUOffload: the step runs on the host (CPU Adam)
   const auto& opt = ctx_.optimizer;
   // Optimizer state is created lazily in the first step() (torch/optim/adam.py::_init_group: zeros_like).
   // Paged bitsandbytes state (tensors >= 1e5 elements) lives in unified memory, outside the allocator.
   if (iter == 1) {
     if (shard_opt_) {
       // DeepSpeed keeps one flat fp32 partition of the trainable parameters (stage_1_and_2.py
-      // single_partition_of_fp32_groups) and the optimizer's states beside it.
-      const int64_t part = shard(stage_trainable_numel(), n_);
+      // single_partition_of_fp32_groups) and the optimizer's states beside it; so does Megatron's distributed
+      // optimizer (distrib_optimizer.py: main params and states of the rank's shard of the grad buffer).
+      const int64_t part = flat_partition_numel();
       if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(part, pr_.master_bytes), L_.master);
       if (!(opt.paged && part >= 100000)) {
         const int64_t st = optimizer_state_bytes(opt, part, part, pr_.state_bytes);
@@ -404,25 +657,33 @@ void StepBuilder::optimizer_step(int iter) {
   }
   // ZeRO-1/2 upcast each group's gradient partition to fp32 for the step (stage_1_and_2.py::step:
   // single_grad_partition = flatten(...).to(fp32)), freed after the group's update.
-  if (shard_opt_ && !shard_weights_ && pr_.grad_bytes < 4) {
-    uint32_t t = p_.alloc(Component::Temporaries, mul(shard(stage_trainable_numel(), n_), 4), L_.opt_tmp);
+  if (shard_opt_ && sp_.sharding == Sharding::DeepSpeed && !shard_weights_ && pr_.grad_bytes < 4) {
+    uint32_t t = p_.alloc(Component::Temporaries, mul(flat_partition_numel(), 4), L_.opt_tmp);
     drop(t);
   }
-  if (shard_opt_) return;  // DeepSpeed's FusedAdam: no full-size temporaries
-  // Temporaries of torch's implementations (MEMORY_FORMULAS.md 6):
+  // ZeRO-3 does the same per sub-group of at most sub_group_size (1e9) elements (stage3.py
+  // _prepare_fp32_grad_for_sub_group: flatten(averaged_gradients).to(fp32), freed in _release_sub_group).
+  if (shard_opt_ && sp_.sharding == Sharding::DeepSpeed && shard_weights_ && pr_.grad_bytes < 4) {
+    uint32_t t = p_.alloc(Component::Temporaries, mul(std::min<int64_t>(flat_partition_numel(), 1000000000), 4), L_.opt_tmp);
+    drop(t);
+  }
+  if (shard_opt_) return;  // DeepSpeed's FusedAdam, Megatron's TE/Apex FusedAdam: no full-size temporaries
+  // Temporaries of torch's implementations (MEMORY_FORMULAS.md 6), on each rank's shards under FSDP:
   //  foreach Adam/AdamW: exp_avg_sq.sqrt() for every tensor of one param group at once (_foreach_sqrt),
   //    so the largest param group sets the size; fused has none.
   //  for-loop Adam (transformers' old AdamW, adamw_hf): one tensor's sqrt at a time.
   //  Adafactor (per tensor): grad**2 + eps and the approximated second moment, two full-size fp32 tensors.
+  auto local = [&](const ParamTensor& t) { return sp_.fsdp ? sp_.local(t) : t; };
+  const int64_t state_b = sp_.fsdp && sp_.mixed ? pr_.master_bytes : -1;  // FSDP: states in the fp32 shard's dtype
   const bool adam_like = opt.kind == OptimizerKind::Adam;
   if (rs_.optimizer_impl == OptimizerImpl::Fused && opt.kind != OptimizerKind::Adafactor) return;
   if (opt.kind == OptimizerKind::Adafactor || (adam_like && rs_.optimizer_impl == OptimizerImpl::ForLoop)) {
     int64_t largest = 0;
     for_each_param(ctx_, [&](const ParamTensor& t) {
-      if (!t.frozen) largest = std::max(largest, t.numel);
+      if (!t.frozen) largest = std::max(largest, local(t).numel);
     });
     const int64_t copies = opt.kind == OptimizerKind::Adafactor ? 2 : 1;
-    const int64_t bytes = opt.kind == OptimizerKind::Adafactor ? 4 : pr_.state_bytes;
+    const int64_t bytes = opt.kind == OptimizerKind::Adafactor ? 4 : state_b > 0 ? state_b : pr_.state_bytes;
     std::vector<uint32_t> tmp;
     for (int64_t k = 0; k < copies; ++k) tmp.push_back(p_.alloc(Component::Temporaries, mul(largest, bytes), L_.opt_tmp));
     for (uint32_t t : tmp) drop(t);
@@ -433,7 +694,8 @@ void StepBuilder::optimizer_step(int iter) {
     std::vector<uint32_t> tmp;
     for_each_param(ctx_, [&](const ParamTensor& t) {
       const bool in_group = rs_.param_groups == 1 || (group == 0) == decays(t);
-      if (in_group && !t.frozen) tmp.push_back(p_.alloc(Component::Temporaries, mul(t.numel, state_dtype_of(t)), L_.opt_tmp));
+      const int64_t b = state_b > 0 && t.kind != ParamKind::Adapter ? state_b : state_dtype_of(t);
+      if (in_group && !t.frozen) tmp.push_back(p_.alloc(Component::Temporaries, mul(local(t).numel, b), L_.opt_tmp));
     });
     for (uint32_t t : tmp) drop(t);
   }
@@ -441,7 +703,7 @@ void StepBuilder::optimizer_step(int iter) {
 
 StepProgram StepBuilder::build() {
   // About 70 events per layer and micro-batch, 8 per parameter tensor: reserve once instead of regrowing.
-  const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, c_.parallel.pipeline_parallel_size + 1);
+  const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, 2 * c_.parallel.pipeline_parallel_size + 1);
   const int64_t layers = std::min(ctx_.end_layer, s_.num_layers) - ctx_.first_layer;
   const size_t events = static_cast<size_t>(passes * (layers + 2) * 70 +
                                             8 * (std::max(s_.layer.size(), s_.moe_layer.size()) * s_.num_layers + s_.pre.size() + s_.post.size()));
@@ -457,7 +719,10 @@ StepProgram StepBuilder::build() {
     // stage needs (stages - stage) micro-batches in flight before its pattern repeats, so it replays one more
     // than the stages.
     const int64_t gas = c_.training.gradient_accumulation_steps;
-    const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, c_.parallel.pipeline_parallel_size + 1);
+    // Interleaving reaches its steady state after 2 x stages micro-batches.
+    const int64_t pp = c_.parallel.pipeline_parallel_size;
+    const int64_t repeat_after = c_.parallel.pipeline_schedule == "interleaved_1f1b" && pp > 1 ? 2 * pp : pp + 1;
+    const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, repeat_after);
     run_schedule(iter, mbs, gas);
     optimizer_step(iter);
     // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
@@ -471,6 +736,9 @@ StepProgram StepBuilder::build() {
     }
     for (uint32_t g : other_grads_) drop(g);
     other_grads_.clear();
+    for (uint32_t g : sharded_grads_) drop(g);
+    sharded_grads_.clear();
+    sharded_grad_made_.assign(sharded_grad_made_.size(), false);
     grads_live_ = false;
   }
   return std::move(p_);

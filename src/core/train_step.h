@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "config.h"
+#include "frameworks.h"
 #include "model.h"
 #include "result.h"
 #include "step.h"
@@ -25,8 +26,37 @@ struct StepContext {
   bool has_post = true;
 };
 
+// How the data-parallel ranks share the model states (ParallelConfig::zero_stage, resolved sharding engine).
+struct ShardPlan {
+  Sharding sharding = Sharding::DeepSpeed;
+  int64_t n = 1;              // ranks a shard group spans (data x context parallel, or the HSDP shard group)
+  int64_t ep = 1;             // expert parallel: expert weights shard over n / ep ranks
+  bool fsdp = false;          // FSDP1/FSDP2 sharding parameters (SHARD_GRAD_OP or FULL_SHARD)
+  bool flat_optimizer = false;  // DeepSpeed / Megatron: one flat fp32 partition of master + states
+  bool shard_grads = false, shard_weights = false;
+  bool grad_buffer = false;   // Megatron: fp32 main grads in a contiguous buffer allocated with the model
+  bool mixed = false;         // the recipe keeps fp32 master weights
+  bool offload_optimizer = false, offload_params = false, nvme = false;
+  int64_t ranks_of(const ParamTensor& t) const;
+  ParamTensor local(const ParamTensor& t) const;  // one rank's shard of an FSDP parameter
+};
+struct ParamStates {
+  int64_t weights = 0, grads = 0, optimizer = 0;
+  int64_t flat_numel = 0;  // this parameter's share of a flat optimizer partition
+};
+struct HostStates {       // per GPU: what offload keeps in host RAM or on NVMe
+  int64_t host_bytes = 0;
+  int64_t nvme_bytes = 0;
+};
+
+ShardPlan shard_plan(const StepContext& ctx);
+int64_t shard_group_size(const Config& c);
+bool is_expert_param(const ParamTensor& t);
+ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const ParamTensor& t);
+
 // Persistent model-state bytes per device, before allocator rounding (ZeRO paper sec. 5, Table 1).
 ModelStates model_state_bytes(const StepContext& ctx);
+HostStates host_state_bytes(const StepContext& ctx);
 
 // Two iterations, so that the lazily created optimizer state (first step) and the steady state (second
 // step, where the forward already carries that state) are both replayed.

@@ -52,7 +52,16 @@ const std::map<std::string, IntRange>& ranges() {
       {"parallel.zero_prefetch_bucket_size", {0, int64_t(1) << 40}},
       {"parallel.zero_param_persistence_threshold", {0, int64_t(1) << 40}},
       {"parallel.pipeline_parallel_size", {1, 1024}},
+      {"parallel.context_parallel_size", {1, 1024}},
+      {"parallel.expert_parallel_size", {1, 1 << 16}},
+      {"parallel.virtual_pipeline_stages", {1, 1024}},
+      {"parallel.pipeline_first_stage_layers", {0, 4096}},
+      {"parallel.pipeline_last_stage_layers", {0, 4096}},
+      {"parallel.shard_group_size", {0, 1 << 24}},
       {"hardware.gpu_memory_bytes", {0, int64_t(1) << 50}},
+      {"hardware.gpus_per_node", {1, 1024}},
+      {"hardware.nccl_channels", {1, 64}},
+      {"hardware.host_memory_bytes", {0, int64_t(1) << 50}},
   };
   return r;
 }
@@ -139,50 +148,137 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
 }
 
 // Megatron's constraints (megatron/training/arguments.py): heads and KV heads divide by TP, layers by PP; the
-// world is DP x TP x PP and must fit int64 (a million GPUs is fine).
+// world is DP x CP x TP x PP and must fit int64 (a million GPUs is fine).
 void validate_layout(const Config& c, std::vector<FieldError>& e) {
   const auto& p = c.parallel;
   const auto& m = c.model;
-  const int64_t t = p.tensor_parallel_size, pp = p.pipeline_parallel_size;
-  check(e, "parallel.tensor_parallel_size", t);
-  check(e, "parallel.pipeline_parallel_size", pp);
-  if (t < 1 || pp < 1) return;
+  const int64_t t = p.tensor_parallel_size, pp = p.pipeline_parallel_size, cp = p.context_parallel_size;
+  const int64_t ep = p.expert_parallel_size, dp = p.data_parallel_size;
+  for (const char* f : {"parallel.tensor_parallel_size", "parallel.pipeline_parallel_size", "parallel.context_parallel_size",
+                        "parallel.expert_parallel_size", "parallel.virtual_pipeline_stages",
+                        "parallel.pipeline_first_stage_layers", "parallel.pipeline_last_stage_layers",
+                        "parallel.shard_group_size"}) {
+    const std::string n = f;
+    check(e, n, n == "parallel.tensor_parallel_size" ? t : n == "parallel.pipeline_parallel_size" ? pp
+               : n == "parallel.context_parallel_size" ? cp : n == "parallel.expert_parallel_size" ? ep
+               : n == "parallel.virtual_pipeline_stages" ? p.virtual_pipeline_stages
+               : n == "parallel.pipeline_first_stage_layers" ? p.pipeline_first_stage_layers
+               : n == "parallel.pipeline_last_stage_layers" ? p.pipeline_last_stage_layers : p.shard_group_size);
+  }
+  if (t < 1 || pp < 1 || cp < 1 || ep < 1 || dp < 1 || p.virtual_pipeline_stages < 1) return;
+  auto err = [&](const char* f, const std::string& msg) { e.push_back({f, msg}); };
+  const std::string T = std::to_string(t), PP = std::to_string(pp);
   if (m.num_attention_heads % t != 0)
-    e.push_back({"parallel.tensor_parallel_size", "parallel.tensor_parallel_size (" + std::to_string(t) +
-                                                      ") must divide model.num_attention_heads (" +
-                                                      std::to_string(m.num_attention_heads) + "); try a divisor of it"});
+    err("parallel.tensor_parallel_size", "parallel.tensor_parallel_size (" + T + ") must divide model.num_attention_heads (" +
+                                             std::to_string(m.num_attention_heads) + "); try a divisor of it");
   else if (m.kv_lora_rank == 0 && m.num_key_value_heads % t != 0 && t % m.num_key_value_heads != 0)
-    e.push_back({"parallel.tensor_parallel_size", "parallel.tensor_parallel_size (" + std::to_string(t) +
-                                                      ") must divide model.num_key_value_heads (" +
-                                                      std::to_string(m.num_key_value_heads) +
-                                                      ") or be a multiple of it (KV heads are then replicated)"});
+    err("parallel.tensor_parallel_size", "parallel.tensor_parallel_size (" + T + ") must divide model.num_key_value_heads (" +
+                                             std::to_string(m.num_key_value_heads) +
+                                             ") or be a multiple of it (KV heads are then replicated)");
   if (t > 1 && m.intermediate_size % t != 0)
-    e.push_back({"parallel.tensor_parallel_size", "parallel.tensor_parallel_size must divide model.intermediate_size (" +
-                                                      std::to_string(m.intermediate_size) + ")"});
-  if (pp > m.num_hidden_layers)
-    e.push_back({"parallel.pipeline_parallel_size", "parallel.pipeline_parallel_size (" + std::to_string(pp) +
-                                                        ") must be at most model.num_hidden_layers (" +
-                                                        std::to_string(m.num_hidden_layers) + "): a stage needs a layer"});
-  if (p.pipeline_schedule != "1f1b" && p.pipeline_schedule != "gpipe")
-    e.push_back({"parallel.pipeline_schedule", "parallel.pipeline_schedule must be 1f1b or gpipe; got \"" +
-                                                   p.pipeline_schedule.substr(0, 40) + "\""});
+    err("parallel.tensor_parallel_size", "parallel.tensor_parallel_size must divide model.intermediate_size (" +
+                                             std::to_string(m.intermediate_size) + ")");
+  // Pipeline: every stage (every model chunk with interleaving) needs a layer; uneven splits give the first and
+  // last stage their own count and share the rest evenly (Megatron transformer_block.py get_num_layers_to_build).
+  const bool interleaved = p.pipeline_schedule == "interleaved_1f1b";
+  const int64_t chunks = pp * (interleaved ? p.virtual_pipeline_stages : 1);
+  const int64_t fixed = p.pipeline_first_stage_layers + p.pipeline_last_stage_layers;
+  if (chunks > m.num_hidden_layers)
+    err("parallel.pipeline_parallel_size", "parallel.pipeline_parallel_size (" + PP + ")" +
+                                               (interleaved ? " x parallel.virtual_pipeline_stages" : "") +
+                                               " must be at most model.num_hidden_layers (" +
+                                               std::to_string(m.num_hidden_layers) + "): every stage needs a layer");
+  if (p.pipeline_schedule != "1f1b" && p.pipeline_schedule != "gpipe" && !interleaved)
+    err("parallel.pipeline_schedule", "parallel.pipeline_schedule must be 1f1b, interleaved_1f1b or gpipe; got \"" +
+                                          p.pipeline_schedule.substr(0, 40) + "\"");
+  if (interleaved && pp == 1)
+    err("parallel.pipeline_schedule", "parallel.pipeline_schedule interleaved_1f1b needs parallel.pipeline_parallel_size above 1");
+  if (interleaved && p.virtual_pipeline_stages < 2)
+    err("parallel.virtual_pipeline_stages", "parallel.virtual_pipeline_stages must be at least 2 with interleaved_1f1b");
+  if (fixed > 0 && (pp < 2 || interleaved))
+    err("parallel.pipeline_first_stage_layers", "uneven pipeline splits need parallel.pipeline_parallel_size above 1 and the "
+                                                "1f1b or gpipe schedule; set parallel.pipeline_first_stage_layers and "
+                                                "parallel.pipeline_last_stage_layers to 0");
+  else if (fixed > 0) {
+    const int64_t middle = pp - (p.pipeline_first_stage_layers > 0) - (p.pipeline_last_stage_layers > 0);
+    const int64_t rest = m.num_hidden_layers - fixed;
+    if (rest < middle || (middle == 0 && rest != 0) || (middle > 0 && rest % middle != 0))
+      err("parallel.pipeline_first_stage_layers",
+          "the layers left after parallel.pipeline_first_stage_layers and parallel.pipeline_last_stage_layers (" +
+              std::to_string(rest) + ") must split evenly over the other " + std::to_string(middle) + " stages");
+  }
   if (p.sequence_parallel && t == 1)
-    e.push_back({"parallel.sequence_parallel", "parallel.sequence_parallel needs parallel.tensor_parallel_size above 1"});
+    err("parallel.sequence_parallel", "parallel.sequence_parallel needs parallel.tensor_parallel_size above 1");
   if (p.sequence_parallel && c.training.sequence_length % t != 0)
-    e.push_back({"parallel.sequence_parallel", "with parallel.sequence_parallel, parallel.tensor_parallel_size must divide "
-                                               "training.sequence_length"});
-  if ((t > 1 || pp > 1) && c.parallel.zero_stage >= 2 && pp > 1)
-    e.push_back({"parallel.zero_stage", "ZeRO stage 2 and 3 do not combine with pipeline parallelism (DeepSpeed and "
-                                        "Megatron allow ZeRO-1 / the distributed optimizer with PP); use parallel.zero_stage 0 or 1"});
-  if ((t > 1 || pp > 1) && c.model.post_layernorm)
-    e.push_back({"parallel.tensor_parallel_size", "tensor and pipeline parallelism are modelled for decoder models only"});
+    err("parallel.sequence_parallel", "with parallel.sequence_parallel, parallel.tensor_parallel_size must divide training.sequence_length");
+  // Context parallel splits the sequence into 2 x cp chunks for load balancing (Megatron / TE, torchtitan).
+  if (cp > 1 && c.training.sequence_length % (2 * cp) != 0)
+    err("parallel.context_parallel_size", "parallel.context_parallel_size (" + std::to_string(cp) +
+                                              "): training.sequence_length must be a multiple of 2 x cp = " +
+                                              std::to_string(2 * cp) + " (ring attention splits it into 2 x cp chunks)");
+  if (cp > 1 && (c.training.attention == "eager" || m.post_layernorm || m.kv_lora_rank > 0))
+    err("parallel.context_parallel_size", "context parallelism is modelled for decoder models with SDPA/flash attention only");
+  // Expert parallel: each rank of an EP group holds num_experts / ep experts; the group lies within the
+  // data-parallel ranks (Megatron expert_model_parallel_size; expert-data-parallel = dp / ep).
+  if (ep > 1 && m.num_experts == 0)
+    err("parallel.expert_parallel_size", "parallel.expert_parallel_size needs a mixture-of-experts model (model.num_experts above 0)");
+  else if (ep > 1 && m.num_experts % ep != 0)
+    err("parallel.expert_parallel_size", "parallel.expert_parallel_size (" + std::to_string(ep) + ") must divide model.num_experts (" +
+                                             std::to_string(m.num_experts) + ")");
+  if (ep > 1 && (dp * cp) % ep != 0)
+    err("parallel.expert_parallel_size", "parallel.expert_parallel_size (" + std::to_string(ep) +
+                                             ") must divide parallel.data_parallel_size x parallel.context_parallel_size (" +
+                                             std::to_string(dp * cp) + "): experts are split within the data-parallel ranks");
+  // Sharding engines and what each can shard.
+  const Resolved rs = resolve(c);
+  const int64_t z = p.zero_stage;
+  if ((rs.sharding == Sharding::Fsdp1 || rs.sharding == Sharding::Fsdp2) && z == 1)
+    err("parallel.zero_stage", "FSDP has no optimizer-only sharding: use parallel.zero_stage 2 (SHARD_GRAD_OP / "
+                               "reshard_after_forward=False), 3 (FULL_SHARD) or 0 (NO_SHARD)");
+  if (rs.sharding == Sharding::Megatron && z >= 2)
+    err("parallel.zero_stage", "Megatron shards only the optimizer (the distributed optimizer): use parallel.zero_stage 0 or 1");
+  if (p.shard_group_size > 0 && (dp % p.shard_group_size != 0))
+    err("parallel.shard_group_size", "parallel.shard_group_size (" + std::to_string(p.shard_group_size) +
+                                         ") must divide parallel.data_parallel_size (" + std::to_string(dp) + ")");
+  if (p.shard_group_size > 0 && rs.sharding != Sharding::Fsdp1 && rs.sharding != Sharding::Fsdp2)
+    err("parallel.shard_group_size", "parallel.shard_group_size (hybrid sharding, HSDP) needs FSDP: set parallel.sharding to fsdp1 or fsdp2, or 0");
+  if (z >= 2 && pp > 1 && rs.sharding == Sharding::DeepSpeed)
+    err("parallel.zero_stage", "DeepSpeed ZeRO stage 2 and 3 do not combine with pipeline parallelism (its PipelineEngine "
+                               "allows ZeRO-1); use parallel.zero_stage 0 or 1, or FSDP");
+  for (const char* f : {"parallel.sharding", "parallel.fsdp_backward_prefetch", "parallel.offload_optimizer", "parallel.offload_params"}) {
+    const std::string n = f;
+    const std::string& v = n == "parallel.sharding" ? p.sharding : n == "parallel.fsdp_backward_prefetch" ? p.fsdp_backward_prefetch
+                           : n == "parallel.offload_optimizer" ? p.offload_optimizer : p.offload_params;
+    bool ok = false;
+    std::string allowed;
+    for (auto a : choices(n)) ok |= a == v, allowed += (allowed.empty() ? "" : ", ") + std::string(a);
+    if (!ok) err(f, n + " must be one of: " + allowed + "; got \"" + v.substr(0, 40) + "\"");
+  }
+  // Offload engines (MEMORY_FORMULAS.md 2.2, 2.5): ZeRO-Offload needs ZeRO >= 1, parameter offload ZeRO-3;
+  // FSDP's CPUOffload moves parameters and gradients together and steps on the CPU; NVMe is DeepSpeed's.
+  const bool fsdp = rs.sharding == Sharding::Fsdp1 || rs.sharding == Sharding::Fsdp2;
+  if (p.offload_optimizer != "none" && z == 0 && rs.sharding != Sharding::Megatron)
+    err("parallel.offload_optimizer", "optimizer offload needs sharding: set parallel.zero_stage to 1 or more (FSDP: 3)");
+  if (p.offload_params != "none" && z != 3)
+    err("parallel.offload_params", "parameter offload needs parallel.zero_stage 3 (ZeRO-Infinity, FSDP FULL_SHARD)");
+  if (fsdp && (p.offload_optimizer == "nvme" || p.offload_params == "nvme"))
+    err("parallel.offload_params", "NVMe offload is DeepSpeed's (ZeRO-Infinity); FSDP offloads to cpu only");
+  if (fsdp && (p.offload_optimizer != "none") != (p.offload_params != "none"))
+    err("parallel.offload_params", "FSDP's CPUOffload(offload_params=True) moves parameters, gradients and the optimizer step "
+                                   "together: set parallel.offload_params and parallel.offload_optimizer both to cpu, or both to none");
+  if (rs.sharding == Sharding::Megatron && p.offload_params != "none")
+    err("parallel.offload_params", "Megatron does not offload parameters; set parallel.offload_params to none");
+  if ((t > 1 || pp > 1 || cp > 1) && c.model.post_layernorm)
+    err("parallel.tensor_parallel_size", "tensor, pipeline and context parallelism are modelled for decoder models only");
   if (t > 1 && m.num_experts > 0)
-    e.push_back({"parallel.tensor_parallel_size", "tensor parallelism of mixture-of-experts layers is not modelled yet"});
+    err("parallel.tensor_parallel_size", "tensor parallelism of mixture-of-experts layers is not modelled yet; use "
+                                         "parallel.expert_parallel_size for the experts");
   if ((t > 1 || pp > 1) && c.peft.enabled())
-    e.push_back({"peft.method", "PEFT with tensor or pipeline parallelism is not modelled yet"});
-  const long double world = static_cast<long double>(p.data_parallel_size) * static_cast<long double>(t) *
-                            static_cast<long double>(pp);
-  if (world > 1e9L) e.push_back({"parallel.data_parallel_size", "the world size (data x tensor x pipeline) must be at most 1e9 GPUs"});
+    err("peft.method", "PEFT with tensor or pipeline parallelism is not modelled yet");
+  const long double world = static_cast<long double>(dp) * static_cast<long double>(t) * static_cast<long double>(pp) *
+                            static_cast<long double>(cp);
+  if (world > 1e9L)
+    err("parallel.data_parallel_size", "the world size (data x context x tensor x pipeline) must be at most 1e9 GPUs");
 }
 
 // What the encoder-decoder step (encoder_decoder.cpp) models: HF's T5ForConditionalGeneration trained on one
@@ -201,6 +297,12 @@ void validate_encoder_decoder(const Config& c, std::vector<FieldError>& e) {
     refuse("parallel.tensor_parallel_size", "must be 1 for encoder-decoder models: tensor parallelism of T5 is not modelled");
   if (c.parallel.pipeline_parallel_size > 1)
     refuse("parallel.pipeline_parallel_size", "must be 1 for encoder-decoder models: pipeline parallelism of T5 is not modelled");
+  if (c.parallel.context_parallel_size > 1)
+    refuse("parallel.context_parallel_size", "must be 1 for encoder-decoder models: ring attention over T5's "
+                                             "position bias and cross-attention is not modelled");
+  if (c.parallel.sharding == "megatron")
+    refuse("parallel.sharding", "must be auto, deepspeed, fsdp1 or fsdp2 for encoder-decoder models (Megatron's "
+                                "buffers are modelled for its own GPT layers)");
   if (t.framework != "hf_trainer" && t.framework != "hf_loop" && t.framework != "deepspeed")
     refuse("training.framework", "must be hf_trainer, hf_loop or deepspeed for encoder-decoder models: T5 is modelled "
                                  "as transformers' T5ForConditionalGeneration (torchtune and litgpt have no T5)");
@@ -351,6 +453,9 @@ std::vector<FieldError> validate(const Config& c) {
     e.push_back({"hardware.gpu", "hardware.gpu must be \"custom\" or one of: " + ids_of(gpus()) + "; got \"" + hw.gpu + "\""});
   check(e, "hardware.gpu_memory_bytes", hw.gpu_memory_bytes);
   check(e, "hardware.cuda_context_bytes", hw.cuda_context_bytes);
+  check(e, "hardware.gpus_per_node", hw.gpus_per_node);
+  check(e, "hardware.nccl_channels", hw.nccl_channels);
+  check(e, "hardware.host_memory_bytes", hw.host_memory_bytes);
   if (hw.gpu == "custom" && hw.gpu_memory_bytes <= 0)
     e.push_back({"hardware.gpu_memory_bytes", "hardware.gpu_memory_bytes must be set (above 0) for a custom GPU"});
   if (!(hw.headroom_fraction >= 0.0 && hw.headroom_fraction < 1.0))  // also rejects NaN

@@ -37,10 +37,16 @@ struct ValidationRow {
 
 struct ValidationSummary {
   std::vector<ValidationRow> rows;
+  // Single-GPU cases (the step-simulator issue's targets) and multi-GPU ones (the distributed issue's) apart.
   int counted = 0;                 // high + medium, not excluded
   double median_abs_error = 0;     // over the counted cases
   double worst_high_abs_error = 0; // over the high-confidence counted cases
+  int multi_counted = 0;
+  double multi_median_abs_error = 0;
+  double multi_worst_high_abs_error = 0;
 };
+
+bool is_multi_gpu(const Config& c);
 
 // Parses one case file; errors name the field.
 bool parse_validation_case(std::string_view text, ValidationCase& out, std::vector<FieldError>& errors);

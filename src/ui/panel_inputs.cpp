@@ -197,7 +197,8 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                             "states; fused has none; for_loop one tensor's worth.");
     changed |= choice_combo("checkpointing", "training.activation_checkpointing", t.activation_checkpointing, "",
                             "full: each layer keeps only its input and is recomputed in backward (about 33% more "
-                            "compute). selective: recompute only the attention core. every_k: checkpoint every k-th layer.");
+                            "compute). selective: recompute only the attention core (Megatron). selective_op: torchtitan's op-level policy, "
+                            "keeping every other matmul output and the attention output. every_k: checkpoint every k-th layer.");
     if (t.activation_checkpointing == "every_k")
       changed |= int_input("every k layers", "training.checkpoint_every_k_layers", t.checkpoint_every_k_layers, 1,
                            "Layers 0, k, 2k, ... are checkpointed; the others keep all their activations.");
@@ -214,69 +215,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                            "Saved activations move to host memory after the next layer's forward and come back for "
                            "backward: about one layer stays on the GPU.");
   }
-  if (ImGui::CollapsingHeader("Parallelism", ImGuiTreeNodeFlags_DefaultOpen)) {
-    changed |= int_input("data_parallel", "parallel.data_parallel_size", c.parallel.data_parallel_size, 1,
-                         "GPUs that each train on their own data. With ZeRO they share the model states.");
-    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-    int stage = static_cast<int>(c.parallel.zero_stage);
-    if (ImGui::Combo("ZeRO stage", &stage, "0 (DDP, no sharding)\0001 (optimizer states)\0002 (+ gradients)\0003 (+ weights)\0")) {
-      c.parallel.zero_stage = stage;
-      changed = true;
-    }
-    help_marker("ZeRO partitions model states across the data-parallel GPUs: stage 1 the optimizer states, stage 2 "
-                "also the gradients, stage 3 also the weights (Rajbhandari et al. 2020).");
-    field_error("parallel.zero_stage");
-    if (c.parallel.zero_stage >= 1 && ImGui::TreeNode("DeepSpeed buffers")) {
-      changed |= int_input("reduce_bucket_size", "parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size,
-                           50000000, "Elements per gradient bucket (0 = DeepSpeed's 5e8; HF's auto = hidden^2). One "
-                                     "bucket, two with overlap_comm, in the model dtype.");
-      changed |= string_combo("overlap_comm", "parallel.zero_overlap_comm", c.parallel.zero_overlap_comm,
-                              {"auto", "true", "false"}, "auto: on for stage 3 only, as DeepSpeed's config validator does.");
-      if (c.parallel.zero_stage == 3) {
-        changed |= int_input("prefetch_bucket", "parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size,
-                             10000000, "Elements of the next layer all-gathered ahead (0 = DeepSpeed's 5e7).");
-        changed |= int_input("persistence_threshold", "parallel.zero_param_persistence_threshold",
-                             c.parallel.zero_param_persistence_threshold, 10000,
-                             "Parameters smaller than this stay whole on every GPU (0 = DeepSpeed's 1e5).");
-      }
-      ImGui::TreePop();
-    }
-    changed |= int_input("tensor_parallel", "parallel.tensor_parallel_size", c.parallel.tensor_parallel_size, 1,
-                         "Megatron tensor parallelism: attention heads, the MLP and the vocabulary are split over t GPUs; "
-                         "norms and the residual stream are not (unless sequence parallel).");
-    if (c.parallel.tensor_parallel_size > 1)
-      changed |= check_input("sequence parallel", "parallel.sequence_parallel", c.parallel.sequence_parallel,
-                             "Also splits the tokens that norms, dropout and the residual stream hold, by t.");
-    changed |= int_input("pipeline_parallel", "parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size, 1,
-                         "Layers split into stages on different GPUs. Each stage is its own device below: the first holds "
-                         "the embeddings and the most micro-batches in flight, the last the head and the loss.");
-    if (c.parallel.pipeline_parallel_size > 1)
-      changed |= string_combo("schedule", "parallel.pipeline_schedule", c.parallel.pipeline_schedule, {"1f1b", "gpipe"},
-                              "1F1B keeps at most (stages - stage) micro-batches in flight; GPipe all of them. "
-                              "Gradient accumulation sets the number of micro-batches.");
-    ImGui::TextDisabled("world: %lld GPUs", static_cast<long long>(c.parallel.data_parallel_size *
-                                                                   c.parallel.tensor_parallel_size *
-                                                                   c.parallel.pipeline_parallel_size));
-  }
-  auto& hw = c.hardware;
-  if (ImGui::CollapsingHeader("Hardware", ImGuiTreeNodeFlags_DefaultOpen)) {
-    changed |= table_combo("GPU", "hardware.gpu", hw.gpu, gpus(), "Memory as the process sees it (nvidia-smi total).", true);
-    if (hw.gpu == "custom") {
-      changed |= int_input("capacity (bytes)", "hardware.gpu_memory_bytes", hw.gpu_memory_bytes, int64_t(1) << 30,
-                           "Total memory of the custom GPU, in bytes.");
-    }
-    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-    float headroom = static_cast<float>(hw.headroom_fraction * 100.0);
-    if (ImGui::SliderFloat("headroom %", &headroom, 0.0f, 50.0f, "%.0f%%")) {
-      hw.headroom_fraction = headroom / 100.0;
-      changed = true;
-    }
-    help_marker("Memory kept free for what no model predicts (other processes, allocator spikes). Practitioners "
-                "budget 10-15%.");
-    changed |= int_input("CUDA context (bytes)", "hardware.cuda_context_bytes", hw.cuda_context_bytes, 64 << 20,
-                         "Memory the CUDA context takes outside PyTorch's allocator; 0 uses 274 MiB, measured with "
-                         "lazy module loading (PyTorch's default since 1.13). Old CUDA loads eagerly: 0.7-1.4 GiB.");
-  }
+  changed |= draw_parallel_inputs(c);
   changed |= draw_peft_inputs(c);
   set_field_errors(nullptr);
   return changed;

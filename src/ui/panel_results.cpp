@@ -23,6 +23,7 @@ std::vector<Slot> slots_of(const DeviceResult& d) {
   for (int i = 0; i < kComponentCount; ++i) s.push_back({component_label(static_cast<Component>(i)), d.breakdown.allocator[i]});
   s.push_back({"Allocator cache (reserved, unused)", d.breakdown.fragmentation_bytes});
   s.push_back({"CUDA context (outside the allocator)", d.breakdown.cuda_context_bytes});
+  if (d.breakdown.nccl_bytes > 0) s.push_back({"NCCL buffers (outside the allocator)", d.breakdown.nccl_bytes});
   return s;
 }
 
@@ -148,6 +149,21 @@ void draw_results_panel(const Config& config, const Result& r, Unit unit) {
     stacked_bar(d, unit);
     breakdown_table(d, unit);
     ImGui::PopID();
+  }
+  if (r.host.per_node_bytes > 0 || r.host.nvme_per_node_bytes > 0) {
+    ImGui::Separator();
+    const std::string need = bytes_text(r.host.per_node_bytes, unit);
+    if (r.host.capacity_bytes > 0) {
+      const ImVec4 col = r.host.fits ? ImVec4(0.3f, 0.8f, 0.4f, 1) : ImVec4(1.0f, 0.4f, 0.4f, 1);
+      ImGui::TextColored(col, "Host RAM per node: %s of %s (%s)", need.c_str(), bytes_text(r.host.capacity_bytes, unit).c_str(),
+                         r.host.fits ? "fits" : "does not fit");
+    } else {
+      ImGui::Text("Host RAM per node: %s (set the node's RAM under Hardware for a verdict)", need.c_str());
+    }
+    help_marker("Offloaded model states of every GPU on a node: the fp32 master, optimizer states and gradient shards "
+                "(and parameter shards with parameter offload).");
+    if (r.host.nvme_per_node_bytes > 0)
+      ImGui::TextDisabled("on NVMe per node: %s", bytes_text(r.host.nvme_per_node_bytes, unit).c_str());
   }
   for (const auto& n : r.notes) ImGui::TextDisabled("note: %s", n.c_str());
 }

@@ -24,6 +24,9 @@ bool draw_advice_panel(Config& config, Unit unit);
 // A heatmap of the peak over two axes of the setup; returns true when a clicked cell changed `config`.
 bool draw_explorer_panel(Config& config, Unit unit);
 
+// Parallelism and hardware inputs. Returns true when the config changed.
+bool draw_parallel_inputs(Config& config);
+
 // Parameter-efficient fine-tuning inputs (LoRA/DoRA, quantized base). Returns true when the config changed.
 bool draw_peft_inputs(Config& config);
 

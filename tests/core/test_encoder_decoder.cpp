@@ -118,6 +118,9 @@ TEST_CASE("what the encoder-decoder step refuses, with the field", "[t5][validat
   c.training.framework = "torchtune";
   refused(c, "training.framework");
   c = base;
+  c.parallel.context_parallel_size = 2;
+  refused(c, "parallel.context_parallel_size");
+  c = base;
   c.training.loss = "chunked_fp32";
   refused(c, "training.loss");
   c = base;
@@ -269,7 +272,9 @@ TEST_CASE("memory never falls as the source or the target grows", "[t5][property
           (target ? x.training.decoder_sequence_length : x.training.sequence_length) = len;
           Result r = simulate(x);
           REQUIRE(r.ok);
-          const int64_t alloc = r.devices[0].peak.allocated_bytes;
+          // Requested bytes: the allocated peak also carries the allocator's block rounding, which can move a few
+          // hundred KiB either way when sizes change.
+          const int64_t alloc = r.devices[0].peak.requested_bytes;
           const int64_t acts = live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
           INFO(ck << " " << prec << (target ? " target " : " source ") << len);
           CHECK(alloc >= prev_alloc);
@@ -295,6 +300,17 @@ TEST_CASE("T5 presets simulate under ZeRO and LoRA", "[t5][simulate]") {
     REQUIRE(r.ok);
     CHECK(r.params_total == 12921057280);
   }
+  // FSDP (HF Trainer through accelerate) and ZeRO-Offload take the same per-block hooks.
+  c.parallel.zero_stage = 3;
+  for (const char* sharding : {"fsdp1", "fsdp2"}) {
+    c.parallel.sharding = sharding;
+    REQUIRE(simulate(c).ok);
+  }
+  c.parallel.sharding = "auto";
+  c.parallel.offload_optimizer = "cpu";
+  Result off = simulate(c);
+  REQUIRE(off.ok);
+  CHECK(off.devices[0].model_states.optimizer_bytes == 0);
   // PEFT's default LoRA targets for T5 (q and v), every self- and cross-attention: r (d_model + hq) per module.
   Config l = t5_config("t0_3b.json", 8, 256, 8);
   l.training.precision = "fp32";

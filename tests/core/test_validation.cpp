@@ -56,3 +56,17 @@ TEST_CASE("single-GPU measured peaks: median and worst error", "[validation]") {
   CHECK(s.median_abs_error <= 0.08);
   CHECK(s.worst_high_abs_error < 0.30);
 }
+
+// Target of the distributed issue: median absolute error <= 8% over the high- and medium-confidence multi-GPU
+// cases. Reached now (docs/validation.md): 14.1%, every torchtitan case under-predicted by 8-19% (reserved
+// memory); see the findings there. The bounds guard what is reached.
+TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][distributed]") {
+  ValidationSummary s = run_validation(load_cases());
+  REQUIRE(s.multi_counted >= 5);
+  for (const auto& r : s.rows) {
+    if (!is_multi_gpu(r.vcase.config) || !r.vcase.excluded.empty() || r.vcase.confidence == "low" || r.vcase.lower_bound) continue;
+    INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
+    CHECK(std::abs(r.relative_error) < 0.22);
+  }
+  CHECK(s.multi_median_abs_error <= 0.15);
+}

@@ -1,0 +1,240 @@
+// Distributed layouts: each sharding engine's per-GPU model states against the bytes-per-parameter its
+// documentation states, and the activation effects of context, expert and interleaved pipeline parallelism
+// against their closed forms.
+#include <catch2/catch.hpp>
+
+#include "core/model.h"
+#include "core/serialize.h"
+#include "core/simulate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+Config llama3_8b_on(int64_t dp, const std::string& framework, const std::string& precision, int64_t zero) {
+  Config c = single_gpu_config("llama-3-8b.json", 1, 2048);
+  c.training.framework = framework;
+  c.training.precision = precision;
+  c.training.activation_checkpointing = "full";
+  c.parallel.data_parallel_size = dp;
+  c.parallel.zero_stage = zero;
+  c.hardware.gpu = "h100-sxm";
+  return c;
+}
+
+constexpr double kParams = 8030261248.0;  // Llama-3-8B (test_params)
+
+double per_param(int64_t bytes) { return static_cast<double>(bytes) / kParams; }
+
+int64_t live_before(const DeviceResult& d, const std::string& phase, Component c) {
+  return live_bytes_before_phase(d.program, phase, c);
+}
+
+}  // namespace
+
+TEST_CASE("FSDP2 mixed precision keeps fp32 shards only: 16 bytes per parameter over N", "[distributed][fsdp]") {
+  // torchtitan / torchtune MixedPrecisionPolicy(param bf16, reduce fp32): the sharded parameter is the fp32
+  // master, its gradient shard fp32, AdamW's two states fp32: (4 + 4 + 8) Psi / N, with dim-0 chunking rounding
+  // each tensor's rows up (MEMORY_FORMULAS.md 2.6).
+  for (int64_t n : {8, 64}) {
+    Config c = llama3_8b_on(n, "torchtitan", "bf16_mixed", 3);
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+    const ModelStates& m = r.model_states;
+    INFO("N = " << n);
+    CHECK(per_param(m.weights_bytes) * n == Approx(4.0).epsilon(0.002));
+    CHECK(per_param(m.gradients_bytes) * n == Approx(4.0).epsilon(0.002));
+    CHECK(per_param(m.optimizer_bytes) * n == Approx(8.0).epsilon(0.002));
+  }
+}
+
+TEST_CASE("FSDP SHARD_GRAD_OP keeps every layer unsharded from forward to backward", "[distributed][fsdp]") {
+  // MEMORY_FORMULAS.md 2.5: "unsharded params of ALL units stay resident from forward until their backward";
+  // FULL_SHARD keeps only the root unit (embeddings, final norm, head: FSDP2 root reshard_after_forward=False).
+  Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 3);
+  Result full = simulate(c);
+  c.parallel.zero_stage = 2;
+  Result grad_op = simulate(c);
+  REQUIRE(full.ok);
+  REQUIRE(grad_op.ok);
+  const int64_t kept_full = live_before(full.devices[0], "backward (step 2", Component::Communication);
+  const int64_t kept_op = live_before(grad_op.devices[0], "backward (step 2", Component::Communication);
+  // Root unit: embed_tokens + lm_head + norm in bf16 = 2 x (2 x 128256 x 4096 + 4096) bytes.
+  const int64_t root = 2 * (2 * 128256LL * 4096 + 4096);
+  CHECK(kept_full == root);
+  CHECK(per_param(kept_op) == Approx(2.0).epsilon(0.001));  // the whole model in bf16
+  CHECK(grad_op.devices[0].peak.allocated_bytes > full.devices[0].peak.allocated_bytes);
+}
+
+TEST_CASE("HSDP shards over the shard group only", "[distributed][fsdp]") {
+  Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 3);
+  const ModelStates eight = simulate(c).model_states;
+  c.parallel.data_parallel_size = 32;
+  c.parallel.shard_group_size = 8;  // 4 replicas of an 8-way shard
+  const ModelStates hybrid = simulate(c).model_states;
+  CHECK(hybrid.weights_bytes == eight.weights_bytes);
+  CHECK(hybrid.gradients_bytes == eight.gradients_bytes);
+  CHECK(hybrid.optimizer_bytes == eight.optimizer_bytes);
+}
+
+TEST_CASE("Megatron: 18 bytes per parameter, 6 + 12/d with the distributed optimizer", "[distributed][megatron]") {
+  // Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params + fp32 main grads, fp32 main params and
+  // Adam states: 2 + 4 + 12 = 18; the distributed optimizer shards the 12 over the data-parallel ranks.
+  Config c = llama3_8b_on(8, "megatron", "bf16_mixed", 0);
+  ModelStates m = simulate(c).model_states;
+  CHECK(per_param(m.weights_bytes) == Approx(2.0));
+  CHECK(per_param(m.gradients_bytes) == Approx(4.0));  // main grads are fp32 under bf16 (arguments.py)
+  CHECK(per_param(m.optimizer_bytes) == Approx(12.0));
+  c.parallel.zero_stage = 1;
+  m = simulate(c).model_states;
+  CHECK(per_param(m.weights_bytes + m.gradients_bytes) == Approx(6.0));
+  CHECK(per_param(m.optimizer_bytes) * 8 == Approx(12.0).epsilon(1e-6));
+  // The main-grad buffer exists from model load: no .grad tensors come and go in backward.
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(live_before(r.devices[0], "forward (step 1", Component::Gradients) == m.gradients_bytes);
+  c.parallel.zero_stage = 2;
+  CHECK_FALSE(simulate(c).ok);  // Megatron does not shard gradients or parameters
+}
+
+TEST_CASE("context parallel: each rank saves what a cp-times shorter sequence saves", "[distributed][cp]") {
+  // Ring attention keeps only the local sequence chunk's activations (flash output and logsumexp included);
+  // the rotating key/value buffers are transients.
+  Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 3);
+  c.training.activation_checkpointing = "none";
+  c.training.sequence_length = 2048;
+  const int64_t short_seq = live_before(simulate(c).devices[0], "backward (step 2", Component::Activations);
+  c.training.sequence_length = 8192;
+  c.parallel.context_parallel_size = 4;
+  c.parallel.data_parallel_size = 2;  // the shard group stays dp x cp = 8
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(live_before(r.devices[0], "backward (step 2", Component::Activations) == short_seq);
+  CHECK(r.devices[0].device_count == 8);
+  c.training.sequence_length = 8190;  // not a multiple of 2 x cp
+  Result bad = simulate(c);
+  REQUIRE_FALSE(bad.ok);
+  CHECK(bad.errors[0].field == "parallel.context_parallel_size");
+}
+
+TEST_CASE("expert parallel: each rank holds num_experts / ep experts", "[distributed][ep]") {
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/mixtral-8x7b.json")));
+  REQUIRE(p.ok);
+  ModelShape whole = build_model_shape(p.config.model);
+  ModelShape split = whole;
+  apply_expert_parallel(split, 8);
+  // Per layer: 8 experts x 3 x 4096 x 14336 routed parameters, of which one expert stays per rank.
+  const int64_t expert = 3LL * 4096 * 14336;
+  CHECK(whole.params_per_moe_layer - split.params_per_moe_layer == 7 * expert);
+  Config c = p.config;
+  c.training.micro_batch_size = 1;
+  c.training.sequence_length = 4096;
+  c.parallel.data_parallel_size = 8;
+  c.parallel.expert_parallel_size = 8;
+  c.parallel.zero_stage = 1;
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  c.parallel.expert_parallel_size = 3;
+  Result bad = simulate(c);
+  REQUIRE_FALSE(bad.ok);
+  CHECK(bad.errors[0].field == "parallel.expert_parallel_size");
+}
+
+TEST_CASE("interleaved 1F1B: the first stage holds 1 + (p - 1) / (p v) times 1F1B's activations", "[distributed][pp]") {
+  // Korthikanti et al. 2022 eq. (5) and the interleaved schedule of Narayanan et al. 2021: here the in-flight
+  // chunks come out of simulating Megatron's interleaved order.
+  Config c = llama3_8b_on(1, "megatron", "bf16_fp32_grads", 0);
+  c.training.activation_checkpointing = "full";
+  c.training.gradient_accumulation_steps = 16;
+  c.parallel.pipeline_parallel_size = 4;
+  Result f1b = simulate(c);
+  c.parallel.pipeline_schedule = "interleaved_1f1b";
+  c.parallel.virtual_pipeline_stages = 2;
+  Result inter = simulate(c);
+  REQUIRE(f1b.ok);
+  REQUIRE(inter.ok);
+  // Full checkpointing saves each layer's input only: the embedding output, a received activation or the
+  // previous layer's output. Count those alive at the first backward of step 2.
+  auto saved_inputs = [](const DeviceResult& d) {
+    uint32_t end = 0;
+    for (const auto& ph : d.program.phases)
+      if (ph.name.rfind("backward (step 2", 0) == 0) {
+        end = ph.first_event;
+        break;
+      }
+    int64_t live = 0;
+    for (uint32_t i = 0; i < end; ++i) {
+      const auto& t = d.program.tensors[d.program.events[i].tensor];
+      const std::string& l = d.program.labels[t.label];
+      if (l == "residual stream" || l.rfind("activation or gradient exchanged", 0) == 0)
+        live += d.program.events[i].op == Event::Op::Alloc ? 1 : -1;
+    }
+    return live;
+  };
+  CHECK(saved_inputs(f1b.devices[0]) == 4 * 8);     // p micro-batches x L / p layers
+  CHECK(saved_inputs(inter.devices[0]) == 11 * 4);  // (p - 1) 2 + (v - 1) p + 1 chunks x L / (p v) layers
+  CHECK(static_cast<double>(saved_inputs(inter.devices[0])) / saved_inputs(f1b.devices[0]) == Approx(1.0 + 3.0 / 8.0));
+  CHECK(inter.devices[0].role.find("layers 0-3, 16-19") != std::string::npos);
+}
+
+TEST_CASE("uneven pipeline splits give the first and last stage their own layer counts", "[distributed][pp]") {
+  Config c = llama3_8b_on(1, "megatron", "bf16_fp32_grads", 0);
+  c.parallel.pipeline_parallel_size = 4;
+  c.parallel.pipeline_first_stage_layers = 5;
+  c.parallel.pipeline_last_stage_layers = 7;
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  REQUIRE(r.devices.size() == 4);
+  CHECK(r.devices[0].role.find("layers 0-4,") != std::string::npos);
+  CHECK(r.devices[1].role.find("layers 5-14)") != std::string::npos);
+  CHECK(r.devices[3].role.find("layers 25-31,") != std::string::npos);
+  c.parallel.pipeline_last_stage_layers = 6;  // 21 layers left for 2 stages
+  CHECK_FALSE(simulate(c).ok);
+}
+
+TEST_CASE("offload moves the optimizer to host RAM and says whether the node holds it", "[distributed][offload]") {
+  // ZeRO-Offload: the fp32 master, Adam states and fp32 gradient partition live on the CPU: 16 Psi / N per GPU,
+  // the per-GPU part of DeepSpeed's estimate_zero3_model_states_mem_needs (MEMORY_FORMULAS.md 2.2).
+  Config c = llama3_8b_on(8, "deepspeed", "bf16_mixed", 3);
+  c.parallel.offload_optimizer = "cpu";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.model_states.optimizer_bytes == 0);
+  CHECK(r.model_states.gradients_bytes == 0);
+  CHECK(per_param(r.devices[0].host_bytes) * 8 == Approx(16.0).epsilon(1e-6));
+  CHECK(r.host.per_node_bytes == 8 * r.devices[0].host_bytes);
+  CHECK(r.host.fits);
+  c.hardware.host_memory_bytes = 64LL << 30;  // 64 GiB cannot hold 8 x 16 GB
+  CHECK_FALSE(simulate(c).host.fits);
+  c.parallel.offload_params = "cpu";
+  Result both = simulate(c);
+  REQUIRE(both.ok);
+  CHECK(both.model_states.weights_bytes < r.model_states.weights_bytes / 10);  // only persistent small params
+  CHECK(both.devices[0].peak.allocated_bytes < r.devices[0].peak.allocated_bytes);
+  c.parallel.zero_stage = 0;
+  CHECK_FALSE(simulate(c).ok);  // offload needs sharding
+}
+
+TEST_CASE("impossible layouts are refused with what would make them valid", "[distributed][bad-input]") {
+  Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 1);
+  Result r = simulate(c);
+  REQUIRE_FALSE(r.ok);
+  CHECK(r.errors[0].message.find("FSDP has no optimizer-only sharding") != std::string::npos);
+  c = llama3_8b_on(1, "megatron", "bf16_fp32_grads", 0);
+  c.parallel.pipeline_parallel_size = 4;
+  c.parallel.pipeline_schedule = "interleaved_1f1b";
+  c.parallel.virtual_pipeline_stages = 3;  // 12 chunks of 32 layers: the first 8 chunks get 3, the rest 2
+  r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].role.find("layers 0-2, 12-14, 24-25") != std::string::npos);
+  c.parallel.virtual_pipeline_stages = 9;  // 36 chunks for 32 layers
+  r = simulate(c);
+  REQUIRE_FALSE(r.ok);
+  CHECK(r.errors[0].field == "parallel.pipeline_parallel_size");
+  c = llama3_8b_on(1 << 20, "torchtitan", "bf16_mixed", 3);  // a million GPUs neither overflow nor hang
+  c.parallel.tensor_parallel_size = 8;
+  r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.model_states.weights_bytes > 0);
+}
