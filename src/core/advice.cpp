@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "frameworks.h"
 #include "simulate.h"
 #include "tables.h"
 
@@ -49,6 +50,24 @@ std::vector<Suggestion> suggest(const Config& base) {
             ? "weights are all-gathered per layer in forward and backward: 1.5x the data-parallel traffic "
               "(ZeRO paper sec. 7)"
             : "no extra traffic: a reduce-scatter and all-gather replace the all-reduce (ZeRO paper sec. 7)", c);
+  }
+  if (p.data_parallel_size > 1 && p.zero_stage >= 1 && p.offload_optimizer == "none") {
+    Config c = base;
+    c.parallel.offload_optimizer = "cpu";
+    if (resolve(base).sharding == Sharding::Fsdp1 || resolve(base).sharding == Sharding::Fsdp2) {
+      c.parallel.zero_stage = 3;
+      c.parallel.offload_params = "cpu";  // FSDP's CPUOffload moves parameters and optimizer together
+    }
+    add("Offload the optimizer to CPU (ZeRO-Offload / FSDP CPUOffload)", "the step runs on the CPU and gradients "
+        "cross PCIe every step: often 1.5-3x slower; needs host RAM (shown below the devices)", c);
+  }
+  if (p.context_parallel_size == 1 && t.sequence_length >= 16384 && t.sequence_length % 4 == 0 &&
+      p.data_parallel_size % 2 == 0 && !base.model.post_layernorm && base.model.kv_lora_rank == 0 && t.attention != "eager") {
+    Config c = base;
+    c.parallel.context_parallel_size = 2;
+    c.parallel.data_parallel_size = p.data_parallel_size / 2;
+    add("Context parallel 2 (ring attention), same GPUs", "each GPU holds half of every sequence; key/value "
+        "chunks circulate between the pair every layer", c);
   }
   if (t.optimizer == "adamw" || t.optimizer == "adam") {
     Config c = base;

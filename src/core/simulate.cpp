@@ -66,15 +66,16 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
       handle[e.tensor] = -1;
     }
     d.timeline.push_back({alloc.allocated_bytes(), alloc.reserved_bytes()});
-    if (alloc.allocated_bytes() > d.peak.allocated_bytes) {
+    if (alloc.allocated_bytes() > d.peak.allocated_bytes) {  // the label is looked up once, after the loop
       d.peak.allocated_bytes = alloc.allocated_bytes();
       d.breakdown.allocator = live;
       d.peak_event = i;
-      d.peak_label = prog.labels[prog.tensors[e.tensor].label];
     }
     d.peak.reserved_bytes = std::max(d.peak.reserved_bytes, alloc.reserved_bytes());
     d.peak.requested_bytes = std::max(d.peak.requested_bytes, alloc.requested_bytes());
   }
+  if (!d.oom && d.peak_event < prog.events.size())
+    d.peak_label = prog.labels[prog.tensors[prog.events[d.peak_event].tensor].label];
   d.peak.active_bytes = d.peak.allocated_bytes;  // one stream, no record_stream: active == allocated
   for (const Phase& p : prog.phases)
     if (p.first_event <= d.peak_event) d.peak_phase = p.name;

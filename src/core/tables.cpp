@@ -24,6 +24,18 @@ constexpr PrecisionRecipe kPrecisions[] = {
      "aten/src/ATen/autocast_mode.cpp cached_cast (fp16 as lower_precision_fp)"},
     {"bf16_pure", "pure bf16 (bf16 weights, grads and states)", 2, 2, 0, 2, 0, 2, 2,
      "torch/optim/adam.py _init_group: state = zeros_like(p), i.e. the param dtype"},
+    {"fp8_te", "fp8 matmuls, Transformer Engine (bf16 + fp32 main grads and master)", 2, 4, 4, 4, 0, 2, 2,
+     "TransformerEngine pytorch/module/linear.py _Linear.forward: weight_fp8 and weight_t_fp8 buffers filled by "
+     "fp8_cast_transpose_fused, ctx.save_for_backward(saved_inputmat or saved_inputmat_t in fp8, ...)",
+     2, true, false, false},
+    {"fp8_torchao", "fp8 matmuls, torchao float8 (bf16 + fp32 master; 16-bit all-gather)", 2, 2, 4, 4, 0, 2, 2,
+     "torchao float8/float8_linear.py matmul_with_hp_or_float8_args: save_for_backward(input_hp, weight_hp_t), "
+     "casts to float8 inside forward and backward",
+     0, false, true, false},
+    {"fp8_torchao_fp8_allgather", "fp8 matmuls, torchao float8 with fp8 FSDP all-gather", 2, 2, 4, 4, 0, 2, 2,
+     "torchao float8 enable_fsdp_float8_all_gather: WeightWithDynamicFloat8CastTensor fsdp_pre_all_gather casts "
+     "the shard to float8, so the unsharded weight is 1 byte per element",
+     0, false, true, true},
 };
 
 constexpr OptimizerSpec kOptimizers[] = {

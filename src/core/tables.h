@@ -19,6 +19,13 @@ struct PrecisionRecipe {
   int64_t activation_bytes;    // element size of matmul inputs/outputs saved for backward
   int64_t residual_bytes;      // element size of the residual stream (fp32 under autocast over fp32 weights)
   std::string_view source;
+  // fp8 matmuls. Transformer Engine keeps an fp8 copy of every linear weight and its transpose (1 byte each) and
+  // saves the linears' inputs in fp8; torchao's float8 saves the 16-bit inputs and casts transiently, and can
+  // all-gather the FSDP shards in fp8.
+  int64_t fp8_weight_copy_bytes = 0;  // persistent bytes per linear-weight element
+  bool fp8_saved_inputs = false;      // linears save their inputs in fp8 (1 byte)
+  bool fp8_transient_casts = false;   // each linear casts its weight to fp8 for the matmul (1 byte, transient)
+  bool fp8_allgather = false;         // FSDP all-gathers linear weights in fp8 (1 byte per element)
 };
 
 enum class OptimizerKind { Adam, Sgd, SgdMomentum, Lion, Adafactor, Adam8bit };

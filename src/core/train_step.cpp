@@ -21,8 +21,6 @@ int64_t cublas_workspace_bytes(const GpuSpec* gpu) {
 }
 constexpr int64_t kCublasLtWorkspaceBytes = 1024 * kKiB;
 
-// ZeRO partitions: each of N ranks holds ceil(numel / N) elements (DeepSpeed pads partitions to equal size).
-int64_t shard(int64_t numel, int64_t n) { return ceil_div(numel, n); }
 
 // Parameters of the decay group in HF Trainer (get_decay_parameter_names): everything but norms and biases.
 bool decays(const ParamTensor& t) {
@@ -81,7 +79,7 @@ ShardPlan shard_plan(const StepContext& ctx) {
 
 // Ranks one parameter is sharded over: expert weights only over the expert-data-parallel ranks (dp / ep).
 int64_t ShardPlan::ranks_of(const ParamTensor& t) const {
-  return is_expert_param(t) ? std::max<int64_t>(1, n / ep) : n;
+  return ep > 1 && is_expert_param(t) ? std::max<int64_t>(1, n / ep) : n;
 }
 
 // FSDP2 chunks each parameter on dim 0 (torch.chunk), so a rank holds ceil(rows / N) rows (MEMORY_FORMULAS.md
@@ -324,6 +322,8 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.rs_input = p.label("reduce-scatter input (unsharded gradients in the reduce dtype)");
   L_.grad_shard = p.label("gradient shard");
   L_.main_grads = p.label("Megatron main-gradient buffer (fp32, whole)");
+  L_.fp8_weights = p.label("fp8 weight copies and transposes (Transformer Engine)");
+  L_.fp8_cast = p.label("fp8 cast of a linear's weight (transient)");
   L_.grad_accum = p.label("FSDP unsharded gradients accumulated over micro-batches (no_sync)");
   L_.ring = p.label("ring attention: key/value chunks in flight and fp32 partial outputs");
   L_.a2a = p.label("expert-parallel all-to-all buffers (tokens sent to and received from other ranks)");
@@ -408,6 +408,15 @@ void StepBuilder::alloc_weights() {
     if (sp_.offload_params && (sp_.fsdp || t.numel >= threshold)) return;
     p_.alloc(Component::Weights, param_states(sp_, ctx_, t).weights, L_.weights);
   });
+  // Transformer Engine's fp8 copies of every linear weight and its transpose, module buffers kept across steps
+  // (linear.py: weight_fp8, weight_t_fp8).
+  if (pr_.fp8_weight_copy_bytes > 0) {
+    int64_t numel = 0;
+    for_each_param(ctx_, [&](const ParamTensor& t) {
+      if (t.kind == ParamKind::Matmul && !t.quantized) numel = add(numel, t.numel);
+    });
+    if (numel > 0) p_.alloc(Component::Weights, mul(numel, pr_.fp8_weight_copy_bytes), L_.fp8_weights);
+  }
   // Megatron allocates the fp32 main-gradient buffer with the model (distributed/param_and_grad_buffer.py
   // _ParamAndGradBuffer: grad_data = torch.zeros(numel, dtype=grad_dtype)); zero_grad only zeroes it.
   if (sp_.grad_buffer) {
@@ -545,7 +554,10 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
   const std::vector<ParamTensor>& ts = l < 0 ? s_.pre : l >= s_.num_layers ? s_.post : s_.params_of(l);
   int64_t bytes = 0;
   for (const auto& t : ts) {
-    if (sp_.fsdp) bytes = add(bytes, mul(sp_.ranks_of(t), param_storage_bytes(sp_.local(t), pr_, c_.peft)));
+    // torchao's float8 all-gather sends linear weights as fp8 (1 byte per element).
+    if (sp_.fsdp && pr_.fp8_allgather && t.kind == ParamKind::Matmul && !t.quantized)
+      bytes = add(bytes, mul(sp_.ranks_of(t), sp_.local(t).numel));
+    else if (sp_.fsdp) bytes = add(bytes, mul(sp_.ranks_of(t), param_storage_bytes(sp_.local(t), pr_, c_.peft)));
     else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
   }
   return bytes;

@@ -303,6 +303,9 @@ void validate_encoder_decoder(const Config& c, std::vector<FieldError>& e) {
   if (c.parallel.sharding == "megatron")
     refuse("parallel.sharding", "must be auto, deepspeed, fsdp1 or fsdp2 for encoder-decoder models (Megatron's "
                                 "buffers are modelled for its own GPT layers)");
+  if (t.precision.rfind("fp8", 0) == 0)
+    refuse("training.precision", "fp8 recipes are modelled for decoder layers converted by Transformer Engine or "
+                                 "torchao, not for T5; use fp32, amp_bf16, bf16_mixed or bf16_pure");
   if (t.framework != "hf_trainer" && t.framework != "hf_loop" && t.framework != "deepspeed")
     refuse("training.framework", "must be hf_trainer, hf_loop or deepspeed for encoder-decoder models: T5 is modelled "
                                  "as transformers' T5ForConditionalGeneration (torchtune and litgpt have no T5)");

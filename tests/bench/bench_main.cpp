@@ -52,6 +52,31 @@ TEST_CASE("simulation speed") {
   extreme.training.sequence_length = 1 << 20;
   extreme.parallel.data_parallel_size = 1 << 20;
   BENCHMARK("extremes: 100T parameters, 1M tokens, 1M GPUs") { return simulate(extreme).devices.size(); };
+  // The distributed issue's 3D layout: a Llama-3.1-405B shape on TP 8 x PP 16 (interleaved, 2 chunks) x DP 4,
+  // 32 micro-batches: every distinct device (16 stages) is simulated.
+  Config three_d;
+  three_d.model.hidden_size = 16384;
+  three_d.model.num_hidden_layers = 128;
+  three_d.model.num_attention_heads = 128;
+  three_d.model.num_key_value_heads = 8;
+  three_d.model.head_dim = 128;
+  three_d.model.intermediate_size = 53248;
+  three_d.model.vocab_size = 128256;
+  three_d.training.framework = "megatron";
+  three_d.training.precision = "bf16_fp32_grads";
+  three_d.training.micro_batch_size = 1;
+  three_d.training.sequence_length = 8192;
+  three_d.training.gradient_accumulation_steps = 32;
+  three_d.training.activation_checkpointing = "selective";
+  three_d.parallel.data_parallel_size = 4;
+  three_d.parallel.zero_stage = 1;
+  three_d.parallel.tensor_parallel_size = 8;
+  three_d.parallel.sequence_parallel = true;
+  three_d.parallel.pipeline_parallel_size = 16;
+  three_d.parallel.pipeline_schedule = "interleaved_1f1b";
+  three_d.parallel.virtual_pipeline_stages = 2;
+  three_d.hardware.gpu = "h100-sxm";
+  BENCHMARK("405B shape, TP 8 x PP 16 interleaved x DP 4: all 16 stages") { return simulate(three_d).devices.size(); };
   const std::string frag = config_to_fragment(def);
   BENCHMARK("fragment decode") { return config_from_fragment(frag).ok; };
 }

@@ -118,6 +118,9 @@ TEST_CASE("what the encoder-decoder step refuses, with the field", "[t5][validat
   c.training.framework = "torchtune";
   refused(c, "training.framework");
   c = base;
+  c.training.precision = "fp8_te";
+  refused(c, "training.precision");
+  c = base;
   c.parallel.context_parallel_size = 2;
   refused(c, "parallel.context_parallel_size");
   c = base;
