@@ -198,7 +198,7 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
   }
   if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
   uint32_t y = act(mul(d_.amp ? 4 : d_.e, th), L_.norm_out, layer);
-  if (linear_inputs(layer, consumers, d_.h, saved, d_.Tn)) saved.push_back(y);
+  if (linear_inputs(layer, consumers, d_.h, saved, d_.Tn)) saved.push_back(fp8_input(y, th, layer));
   else drop(y);
 }
 
@@ -224,9 +224,29 @@ void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
   drop(t);
 }
 
+// A linear's saved input: the 16-bit tensor itself, or under Transformer Engine's fp8 its 1-byte cast
+// (linear.py saved_inputmat / saved_inputmat_t), the 16-bit one going once the matmul is done.
+uint32_t StepBuilder::fp8_input(uint32_t t, int64_t elements, int32_t layer) {
+  if (!pr_.fp8_saved_inputs) return t;
+  uint32_t q = act(elements, L_.fp8_input, layer);
+  drop(t);
+  return q;
+}
+
+// torchao float8 casts each linear's weight to fp8 for the matmul and drops it after: one layer's largest weight
+// at a time, forward and backward.
+void StepBuilder::fp8_cast(int32_t layer) {
+  if (!pr_.fp8_transient_casts) return;
+  int64_t largest = 0;
+  for (const auto& t : s_.params_of(layer))
+    if (t.kind == ParamKind::Matmul && !t.quantized) largest = std::max(largest, t.numel);
+  if (largest > 0) drop(tmp(largest, L_.fp8_cast, layer));
+}
+
 uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& saved, bool keep_s2, bool free_input) {
   const auto& m = c_.model;
   const int64_t e = d_.e;
+  fp8_cast(layer);
   const bool gqa = d_.g < d_.a;
   // Autocast's cached low-precision weights: saved by the matmuls until this layer's backward.
   if (d_.amp && casts_[layer] == UINT32_MAX) {
@@ -326,6 +346,8 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
   if (c_.peft.enabled()) linear_inputs(layer, {"o_proj"}, mla ? mul(d_.a, m.v_head_dim) : d_.h_q, A, d_.T);
+  // An fp8 o_proj saves its own fp8 copy of the attention output, which the kernel keeps in 16 bits.
+  if (pr_.fp8_saved_inputs) A.push_back(act(mul(d_.T, mla ? mul(d_.a, m.v_head_dim) : d_.h_q), L_.fp8_input, layer));
   // Row-parallel output: all-reduced (TP) or reduce-scattered to T / t tokens (sequence parallel).
   uint32_t o = tmp(mul(e, d_.Tn, d_.h), L_.o_out, layer);
   if (m.hidden_dropout > 0) {
@@ -364,12 +386,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     M.push_back(act(tf, L_.mlp_up, layer));    // saved by act * up
     M.push_back(act(tf, L_.mlp_act, layer));   // saved by act * up
     uint32_t prod = act(tf, L_.mlp_prod, layer);
-    if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(prod);  // saved by down_proj
+    if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(fp8_input(prod, mul(d_.T, d_.f), layer));
     else prod_transient = prod;
   } else {
     M.push_back(act(tf, L_.mlp_fc1, layer));   // saved by gelu
     uint32_t g = act(tf, L_.mlp_gelu, layer);
-    if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(g);  // saved by the second projection
+    if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(fp8_input(g, mul(d_.T, d_.f), layer));
     else prod_transient = g;
   }
   uint32_t out = tmp(mul(e, d_.Tn, d_.h), L_.mlp_out, layer);
@@ -437,6 +459,7 @@ uint32_t StepBuilder::layer_forward_selective_op(int32_t layer, uint32_t res, Sa
 
 void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved) {
   alloc_layer_grads(layer);
+  fp8_cast(layer);
   const int64_t e = d_.e;
   // MLP: grad(prod), grad(act) and grad(up) alive together, then the saved set of the half goes. In an MoE
   // layer the experts run one after another (one expert's share of the tokens) beside the full-size gradient

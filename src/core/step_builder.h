@@ -57,7 +57,7 @@ struct EncDecLabels {
 };
 
 struct Labels {
-  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, grad_shard, main_grads, ring, a2a, grad_accum, fp8_weights, fp8_cast, master, state, opt_tmp, cast, ws, ws_lt;
+  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, grad_shard, main_grads, ring, a2a, grad_accum, fp8_weights, fp8_cast, fp8_input, master, state, opt_tmp, cast, ws, ws_lt;
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
@@ -98,6 +98,8 @@ class StepBuilder {
   bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved,
                      int64_t tokens, bool low_precision_input = false);
   void dequant(int32_t layer);
+  uint32_t fp8_input(uint32_t t, int64_t elements, int32_t layer);
+  void fp8_cast(int32_t layer);
   bool trainable_module(const char* module) const;
   int64_t adapter_bytes() const;
   int64_t weight_bytes_of(const ParamTensor& t) const;

@@ -324,6 +324,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.main_grads = p.label("Megatron main-gradient buffer (fp32, whole)");
   L_.fp8_weights = p.label("fp8 weight copies and transposes (Transformer Engine)");
   L_.fp8_cast = p.label("fp8 cast of a linear's weight (transient)");
+  L_.fp8_input = p.label("linear input saved in fp8 (Transformer Engine)");
   L_.grad_accum = p.label("FSDP unsharded gradients accumulated over micro-batches (no_sync)");
   L_.ring = p.label("ring attention: key/value chunks in flight and fp32 partial outputs");
   L_.a2a = p.label("expert-parallel all-to-all buffers (tokens sent to and received from other ranks)");
@@ -409,12 +410,11 @@ void StepBuilder::alloc_weights() {
     p_.alloc(Component::Weights, param_states(sp_, ctx_, t).weights, L_.weights);
   });
   // Transformer Engine's fp8 copies of every linear weight and its transpose, module buffers kept across steps
-  // (linear.py: weight_fp8, weight_t_fp8).
+  // (linear.py: weight_fp8, weight_t_fp8). The transformer layers only: the output layer is not a TE module.
   if (pr_.fp8_weight_copy_bytes > 0) {
     int64_t numel = 0;
-    for_each_param(ctx_, [&](const ParamTensor& t) {
-      if (t.kind == ParamKind::Matmul && !t.quantized) numel = add(numel, t.numel);
-    });
+    for (int64_t l = ctx_.first_layer; l < std::min(ctx_.end_layer, s_.num_layers); ++l)
+      numel = add(numel, matmul_numel(s_.params_of(l)));
     if (numel > 0) p_.alloc(Component::Weights, mul(numel, pr_.fp8_weight_copy_bytes), L_.fp8_weights);
   }
   // Megatron allocates the fp32 main-gradient buffer with the model (distributed/param_and_grad_buffer.py
@@ -554,8 +554,9 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
   const std::vector<ParamTensor>& ts = l < 0 ? s_.pre : l >= s_.num_layers ? s_.post : s_.params_of(l);
   int64_t bytes = 0;
   for (const auto& t : ts) {
-    // torchao's float8 all-gather sends linear weights as fp8 (1 byte per element).
-    if (sp_.fsdp && pr_.fp8_allgather && t.kind == ParamKind::Matmul && !t.quantized)
+    // torchao's float8 all-gather sends linear weights as fp8 (1 byte per element); the output layer stays
+    // 16-bit (torchtitan's float8 filter_fqns excludes "output").
+    if (sp_.fsdp && pr_.fp8_allgather && t.kind == ParamKind::Matmul && !t.quantized && l >= 0 && l < s_.num_layers)
       bytes = add(bytes, mul(sp_.ranks_of(t), sp_.local(t).numel));
     else if (sp_.fsdp) bytes = add(bytes, mul(sp_.ranks_of(t), param_storage_bytes(sp_.local(t), pr_, c_.peft)));
     else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));

@@ -238,3 +238,44 @@ TEST_CASE("impossible layouts are refused with what would make them valid", "[di
   REQUIRE(r.ok);
   CHECK(r.model_states.weights_bytes > 0);
 }
+
+TEST_CASE("fp8 with Transformer Engine: 1-byte saved linear inputs and 2 bytes per linear weight", "[fp8]") {
+  // linear.py _Linear.forward saves the input cast to fp8 (or its fp8 transpose) and keeps weight_fp8 and
+  // weight_t_fp8 as buffers. Per layer against bf16: the two norm outputs (T h each) and the down projection's
+  // input (T f) drop from 2 bytes to 1, and o_proj keeps an fp8 copy of the attention output (T h_q).
+  auto layer_bytes = [](const std::string& precision) {
+    auto saved = [&](int64_t layers) {
+      Config c = llama3_8b_on(1, "megatron", precision, 0);
+      c.training.activation_checkpointing = "none";
+      c.training.sequence_length = 1024;
+      c.model.num_hidden_layers = layers;
+      Result r = simulate(c);
+      REQUIRE(r.ok);
+      return live_before(r.devices[0], "backward", Component::Activations);
+    };
+    return saved(2) - saved(1);
+  };
+  const int64_t T = 1024, h = 4096, f = 14336, hq = 4096;
+  CHECK(layer_bytes("fp8_te") - layer_bytes("bf16_fp32_grads") == -(T * h) - (T * h) - T * f + T * hq);
+  Config c = llama3_8b_on(1, "megatron", "fp8_te", 0);
+  Result te = simulate(c);
+  c.training.precision = "bf16_fp32_grads";
+  Result bf16 = simulate(c);
+  REQUIRE(te.ok);
+  REQUIRE(bf16.ok);
+  ModelShape shape = build_model_shape(c.model);
+  const int64_t linear = shape.num_layers * matmul_numel(shape.layer);  // TE modules: the layers, not lm_head
+  CHECK(live_before(te.devices[0], "forward (step 1", Component::Weights) -
+            live_before(bf16.devices[0], "forward (step 1", Component::Weights) ==
+        2 * linear);
+}
+
+TEST_CASE("fp8 all-gather halves FSDP's unsharded linear weights", "[fp8][fsdp]") {
+  Config c = llama3_8b_on(8, "torchtitan", "fp8_torchao", 3);
+  c.parallel.zero_stage = 2;  // every layer stays unsharded until its backward: the whole model at once
+  const int64_t bf16 = live_before(simulate(c).devices[0], "backward (step 2", Component::Communication);
+  c.training.precision = "fp8_torchao_fp8_allgather";
+  const int64_t fp8 = live_before(simulate(c).devices[0], "backward (step 2", Component::Communication);
+  ModelShape shape = build_model_shape(c.model);
+  CHECK(bf16 - fp8 == shape.num_layers * matmul_numel(shape.layer));  // the output layer stays 16-bit
+}

@@ -63,16 +63,27 @@ MEMSIM_DEFAULTS = {
     "parallel": {
         "data_parallel_size": 8,
         "zero_stage": 3,
+        "sharding": "auto",
+        "shard_group_size": 0,
+        "fsdp_backward_prefetch": "backward_pre",
         "tensor_parallel_size": 1,
         "sequence_parallel": False,
+        "context_parallel_size": 1,
+        "expert_parallel_size": 1,
         "pipeline_parallel_size": 1,
         "pipeline_schedule": "1f1b",
+        "virtual_pipeline_stages": 2,
+        "pipeline_first_stage_layers": 0,
+        "pipeline_last_stage_layers": 0,
+        "offload_optimizer": "none",
+        "offload_params": "none",
         "zero_reduce_bucket_size": 0,
         "zero_overlap_comm": "auto",
         "zero_prefetch_bucket_size": 0,
         "zero_param_persistence_threshold": 0,
     },
-    "hardware": {"gpu": "a100-80gb", "gpu_memory_bytes": 0, "headroom_fraction": 0.10, "cuda_context_bytes": 0},
+    "hardware": {"gpu": "a100-80gb", "gpu_memory_bytes": 0, "headroom_fraction": 0.10, "cuda_context_bytes": 0,
+                 "nccl_channels": 16, "gpus_per_node": 8, "host_memory_bytes": 0},
 }
 
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware")
@@ -94,7 +105,7 @@ FRAMEWORKS = {
                 "biases); no gradient clipping, no Trainer bookkeeping",
     },
 }
-OTHER_FRAMEWORKS = ("deepspeed", "torchtune", "litgpt", "megatron")
+OTHER_FRAMEWORKS = ("deepspeed", "torchtune", "litgpt", "megatron", "torchtitan")
 
 PRECISIONS = {
     # param dtype, autocast dtype, grad scaler
@@ -107,6 +118,9 @@ PRECISIONS_NEEDING_A_FRAMEWORK = {
     "bf16_mixed": "bf16 weights and gradients with fp32 master weights in the optimizer (DeepSpeed/ZeRO)",
     "fp16_mixed": "fp16 weights and gradients with fp32 master weights and loss scaling (DeepSpeed)",
     "bf16_fp32_grads": "bf16 weights with fp32 main gradients and master weights (Megatron)",
+    "fp8_te": "fp8 matmuls through Transformer Engine modules (Megatron-style bf16 + fp32 main grads)",
+    "fp8_torchao": "fp8 matmuls through torchao's Float8Linear",
+    "fp8_torchao_fp8_allgather": "fp8 matmuls through torchao's Float8Linear with fp8 FSDP all-gather",
 }
 
 TORCH_OPTIMIZERS = {
@@ -134,7 +148,7 @@ OPTIMIZER_STATE_DTYPE = {
 
 ATTENTION = {"sdpa": "sdpa", "sdpa_repeat_kv": "sdpa", "eager": "eager", "flash_attention_2": "flash_attention_2"}
 LOSSES = ("hf_fp32_upcast", "full_fp32", "chunked_fp32", "chunked_bf16", "fused_linear")
-CHECKPOINTING = ("none", "full", "selective", "every_k")
+CHECKPOINTING = ("none", "full", "selective", "selective_op", "every_k")
 NORM_IMPLS = ("auto", "eager_fp32", "fp32_scale", "fused")
 OPTIMIZER_IMPLS = ("auto", "foreach", "fused", "for_loop")
 
@@ -536,7 +550,8 @@ def translate(item, steps=DEFAULT_STEPS):
 
     # --- parallel: one GPU only
     for k, want in (("data_parallel_size", 1), ("zero_stage", 0), ("tensor_parallel_size", 1),
-                    ("pipeline_parallel_size", 1)):
+                    ("pipeline_parallel_size", 1), ("context_parallel_size", 1), ("expert_parallel_size", 1),
+                    ("offload_optimizer", "none"), ("offload_params", "none")):
         if p[k] != want:
             how = "" if k in given_parallel else f" (not given: memsim's default is {p[k]})"
             errors.append((f"parallel.{k}", f"{p[k]}{how}; the harness runs one GPU without ZeRO: set {want}"))
@@ -608,6 +623,9 @@ def translate(item, steps=DEFAULT_STEPS):
     if _choice(errors, "training.activation_checkpointing", ck, CHECKPOINTING) and ck == "selective":
         errors.append(("training.activation_checkpointing", "selective (recompute the attention core only) has "
                        "no faithful equivalent on transformers model code"))
+    if ck == "selective_op":
+        errors.append(("training.activation_checkpointing", "selective_op is torchtitan's op-level policy on its "
+                       "own model code; the harness runs transformers model code"))
     checkpointing = {"mode": ck, "use_reentrant": False}
     if ck == "every_k":
         checkpointing["every_k_layers"] = t["checkpoint_every_k_layers"]
