@@ -13,7 +13,7 @@ mkdir -p "$out/obj" "$out/crashes"
 CXX="${MEMSIM_FUZZ_CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || CXX=clang++
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I"$here/src")
-core=(activations allocator format frameworks model serialize simulate step tables train_step validate)
+core=(activations allocator encoder_decoder format frameworks model serialize simulate step tables train_step validate)
 objs=()
 for f in "${core[@]}"; do
   src="$here/src/core/$f.cpp" obj="$out/obj/$f.o"

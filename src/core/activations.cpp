@@ -137,7 +137,7 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
 // dtype, autocast's cast, or dropout's output and mask), and lora_B saves lora_A's output (peft
 // tuners/lora/layer.py Linear.forward; MEMORY_FORMULAS.md 4.4). Returns whether the tensor itself is saved.
 bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width,
-                                std::vector<uint32_t>& saved, int64_t tokens) {
+                                std::vector<uint32_t>& saved, int64_t tokens, bool low_precision_input) {
   const int64_t tw = mul(tokens, width);
   const auto& peft = c_.peft;
   bool need_self = false;
@@ -150,7 +150,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       qkv_done = true;
     }
     if (!peft.enabled() || trainable_module(mod)) {
-      if (d_.amp) saved.push_back(act(mul(2, tw), L_.norm_out_cast, layer));
+      if (d_.amp && !low_precision_input) saved.push_back(act(mul(2, tw), L_.norm_out_cast, layer));
       else need_self = true;
     }
     if (!peft_targets(peft, mod)) continue;
@@ -743,6 +743,7 @@ uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool
 // once (schedules.py deallocate_output_tensor).
 void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
   p_.phase("forward" + tag);
+  if (c_.model.is_encoder_decoder) return forward_encdec(f);
   f.casts.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
   casts_.swap(f.casts);
   const int64_t first = f.first, end = f.end;
@@ -801,6 +802,7 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
 
 void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
   p_.phase("backward" + tag);
+  if (c_.model.is_encoder_decoder) return backward_encdec(f);
   begin_backward();
   casts_.swap(f.casts);
   embed_saved_.swap(f.embed_saved);

@@ -37,19 +37,13 @@ std::vector<ModelPreset> load() {
       p.params_expected_why = str(m, "params_expected_why");
       p.config_source = str(m, "config_source");
       p.notes = str(m, "notes");
-      const std::string type = m.contains("config") ? str(m["config"], "model_type") : "";
-      if (type == "t5" || type == "mt5") {
+      Parsed parsed = model_from_hf_json(m.value("config", json::object()).dump());
+      if (!parsed.ok) {
         p.supported = false;
-        p.unsupported_reason = "encoder-decoder models (T5) are not simulated yet";
+        p.unsupported_reason = parsed.errors.empty() ? "the preset does not load" : parsed.errors[0].message;
       } else {
-        Parsed parsed = model_from_hf_json(m.value("config", json::object()).dump());
-        if (!parsed.ok) {
-          p.supported = false;
-          p.unsupported_reason = parsed.errors.empty() ? "the preset does not load" : parsed.errors[0].message;
-        } else {
-          p.model = parsed.config.model;
-          p.model.name = p.name;
-        }
+        p.model = parsed.config.model;
+        p.model.name = p.name;
       }
       out.push_back(std::move(p));
     }

@@ -62,6 +62,15 @@ struct ModelConfig {
   int64_t type_vocab_size = 0;               // HF key; 0: no token-type embeddings
   std::string task_head = "causal_lm";       // causal_lm or sequence_classification
   int64_t num_labels = 2;                    // HF: len(id2label)
+  // Encoder-decoder models (T5, mT5; HF T5Config). The encoder has num_hidden_layers blocks (HF num_layers), the
+  // decoder num_decoder_layers (0: as many as the encoder, T5Config's default); each decoder block adds
+  // cross-attention to the encoder output. d_model, d_kv, d_ff, num_heads and feed_forward_proj are read into
+  // hidden_size, head_dim, intermediate_size, num_attention_heads, mlp_gated and hidden_act. Positions are T5's
+  // relative attention bias, an Embedding(relative_attention_num_buckets, heads) in the first block of each
+  // stack; position_embedding_type does not apply.
+  bool is_encoder_decoder = false;
+  int64_t num_decoder_layers = 0;
+  int64_t relative_attention_num_buckets = 32;  // T5Config default
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -71,6 +80,7 @@ struct ModelConfig {
 struct TrainingConfig {
   int64_t micro_batch_size = 4;
   int64_t sequence_length = 4096;
+  int64_t decoder_sequence_length = 0;   // encoder-decoder: target (decoder) tokens; 0 = sequence_length
   int64_t gradient_accumulation_steps = 1;
   std::string framework = "deepspeed";   // hf_trainer, torchtune, litgpt, megatron, deepspeed (frameworks.h)
   std::string precision = "bf16_mixed";  // id in the precision table (tables.h)
@@ -166,6 +176,13 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
+
+inline int64_t decoder_layers(const ModelConfig& m) {
+  return !m.is_encoder_decoder ? 0 : m.num_decoder_layers > 0 ? m.num_decoder_layers : m.num_hidden_layers;
+}
+inline int64_t decoder_tokens_per_sequence(const Config& c) {
+  return c.training.decoder_sequence_length > 0 ? c.training.decoder_sequence_length : c.training.sequence_length;
+}
 
 inline int64_t effective_head_dim(const ModelConfig& m) {
   return m.head_dim > 0 ? m.head_dim : (m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);

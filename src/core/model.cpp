@@ -33,12 +33,73 @@ void linear(std::vector<ParamTensor>& out, const std::string& name, int64_t in, 
   if (bias) out.push_back({name + ".bias", outw, ParamKind::Bias, outw});
 }
 
+// params_per_layer / params_total after the layer lists changed (PEFT adapters, a tensor-parallel rank's share).
+void recount(ModelShape& s) {
+  s.params_per_layer = sum_numel(s.layer);
+  s.params_per_moe_layer = sum_numel(s.moe_layer);
+  int64_t total = add(sum_numel(s.pre), sum_numel(s.post));
+  s.for_each_layer_kind([&](const std::vector<ParamTensor>& ts, int64_t n) { total = add(total, mul(sum_numel(ts), n)); });
+  s.params_total = total;
+}
+
+// T5ForConditionalGeneration (transformers modeling_t5.py): `shared` Embedding(vocab, d_model) feeds both stacks;
+// each T5Block has T5LayerSelfAttention (layer_norm, q/k/v/o of d_model x heads*d_kv, no biases), in the decoder
+// T5LayerCrossAttention (the same four projections, k and v reading the encoder output), and T5LayerFF
+// (T5DenseActDense wi/wo, or T5DenseGatedActDense wi_0/wi_1/wo). Only block 0 of each stack has
+// has_relative_attention_bias: Embedding(relative_attention_num_buckets, heads). Each stack ends in a
+// final_layer_norm; lm_head (d_model -> vocab, no bias) is the shared matrix itself when tie_word_embeddings.
+ModelShape build_encoder_decoder_shape(const ModelConfig& m) {
+  ModelShape s;
+  const int64_t h = m.hidden_size;
+  const int64_t inner = mul(m.num_attention_heads, effective_head_dim(m));
+  s.pre.push_back({"shared.weight", mul(m.vocab_size, h), ParamKind::Embedding, m.vocab_size});
+  auto attention = [&](std::vector<ParamTensor>& L, const std::string& p) {
+    norm(L, p + ".layer_norm", h, m.norm_type);
+    for (const char* w : {"q", "k", "v"}) linear(L, p + "." + w, h, inner, m.attention_bias);
+    linear(L, p + ".o", inner, h, m.attention_bias);
+  };
+  auto ff = [&](std::vector<ParamTensor>& L, const std::string& p) {
+    norm(L, p + ".layer_norm", h, m.norm_type);
+    if (m.mlp_gated) {
+      linear(L, p + ".DenseReluDense.wi_0", h, m.intermediate_size, m.mlp_bias);
+      linear(L, p + ".DenseReluDense.wi_1", h, m.intermediate_size, m.mlp_bias);
+    } else {
+      linear(L, p + ".DenseReluDense.wi", h, m.intermediate_size, m.mlp_bias);
+    }
+    linear(L, p + ".DenseReluDense.wo", m.intermediate_size, h, m.mlp_bias);
+  };
+  auto bias = [&](std::vector<ParamTensor>& L, const std::string& stack) {
+    const int64_t n = mul(m.relative_attention_num_buckets, m.num_attention_heads);
+    L.push_back({stack + ".block.0.layer.0.SelfAttention.relative_attention_bias.weight", n, ParamKind::Embedding,
+                 m.relative_attention_num_buckets});
+  };
+  attention(s.layer, "encoder.layer.0.SelfAttention");
+  ff(s.layer, "encoder.layer.1");
+  attention(s.decoder_layer, "decoder.layer.0.SelfAttention");
+  attention(s.decoder_layer, "decoder.layer.1.EncDecAttention");
+  ff(s.decoder_layer, "decoder.layer.2");
+  s.first_encoder_layer = s.layer;
+  bias(s.first_encoder_layer, "encoder");
+  s.first_decoder_layer = s.decoder_layer;
+  bias(s.first_decoder_layer, "decoder");
+  s.num_encoder_layers = m.num_hidden_layers;
+  s.num_layers = add(m.num_hidden_layers, decoder_layers(m));
+  s.num_dense_layers = s.num_layers;
+  norm(s.post, "encoder.final_layer_norm", h, m.norm_type);
+  norm(s.post, "decoder.final_layer_norm", h, m.norm_type);
+  if (!m.tie_word_embeddings) s.post.push_back({"lm_head.weight", mul(m.vocab_size, h), ParamKind::Matmul, m.vocab_size});
+  recount(s);
+  s.params_active_per_token = s.params_total;
+  return s;
+}
+
 }  // namespace
 
 // Shapes follow HF modeling_llama.py (LlamaAttention, LlamaMLP, LlamaDecoderLayer) and modeling_gpt2.py;
 // the totals equal Megatron's compute_weight_and_optimizer_memory formulas plus the biases and router
 // weights Megatron leaves out (MEMORY_FORMULAS.md 1.1).
 ModelShape build_model_shape(const ModelConfig& m) {
+  if (m.is_encoder_decoder) return build_encoder_decoder_shape(m);
   ModelShape s;
   const int64_t h = m.hidden_size;
   const int64_t d = effective_head_dim(m);
@@ -154,13 +215,9 @@ void apply_tensor_parallel(ModelShape& s, const ModelConfig& m, int64_t t) {
     }
   };
   split(s.pre);
-  split(s.layer);
-  split(s.moe_layer);
   split(s.post);
-  s.params_per_layer = sum_numel(s.layer);
-  s.params_per_moe_layer = sum_numel(s.moe_layer);
-  s.params_total = add(add(add(sum_numel(s.pre), sum_numel(s.post)), mul(s.params_per_layer, s.num_dense_layers)),
-                       mul(s.params_per_moe_layer, s.num_layers - s.num_dense_layers));
+  s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { split(ts); });
+  recount(s);
 }
 
 void apply_expert_parallel(ModelShape& s, int64_t ep) {
@@ -213,8 +270,7 @@ int64_t trainable_numel(const ModelShape& s) {
   };
   count(s.pre, 1);
   count(s.post, 1);
-  count(s.layer, s.num_dense_layers);
-  count(s.moe_layer, s.num_layers - s.num_dense_layers);
+  s.for_each_layer_kind([&](const std::vector<ParamTensor>& ts, int64_t k) { count(ts, k); });
   return n;
 }
 
@@ -245,13 +301,8 @@ void apply_peft(ModelShape& s, const PeftConfig& peft) {
   };
   adapt(s.pre, false);
   adapt(s.post, false);
-  adapt(s.layer, true);
-  adapt(s.moe_layer, true);
-  s.params_per_layer = sum_numel(s.layer);
-  s.params_per_moe_layer = sum_numel(s.moe_layer);
-  const int64_t moe_layers = s.num_layers - s.num_dense_layers;
-  s.params_total = add(add(add(sum_numel(s.pre), sum_numel(s.post)), mul(s.params_per_layer, s.num_dense_layers)),
-                       mul(s.params_per_moe_layer, moe_layers));
+  s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { adapt(ts, true); });
+  recount(s);
 }
 
 }  // namespace memsim

@@ -29,19 +29,49 @@ struct ParamTensor {
 
 struct ModelShape {
   std::vector<ParamTensor> pre;        // embeddings, before the first layer
-  std::vector<ParamTensor> layer;      // a dense transformer layer
+  std::vector<ParamTensor> layer;      // a dense transformer layer (encoder-decoder: an encoder block)
   std::vector<ParamTensor> moe_layer;  // a mixture-of-experts layer (empty for dense models)
   int64_t num_layers = 0;
   int64_t num_dense_layers = 0;        // layers [0, num_dense_layers) are dense, the rest MoE
-  std::vector<ParamTensor> post;       // final norm and output head
+  std::vector<ParamTensor> post;       // final norm(s) and output head
+  // Encoder-decoder (T5): layers [0, num_encoder_layers) are encoder blocks, the rest decoder blocks
+  // (self-attention, cross-attention, MLP). The first block of each stack also holds that stack's relative
+  // attention bias, so it has its own parameter list.
+  int64_t num_encoder_layers = 0;      // 0: decoder-only
+  std::vector<ParamTensor> first_encoder_layer, decoder_layer, first_decoder_layer;
   int64_t params_per_layer = 0;        // of a dense layer
   int64_t params_per_moe_layer = 0;
   int64_t params_total = 0;
   int64_t params_active_per_token = 0; // with top-k routing: what one token passes through
 
+  bool encoder_decoder() const { return num_encoder_layers > 0; }
   bool is_moe(int64_t l) const { return l >= num_dense_layers; }
-  const std::vector<ParamTensor>& params_of(int64_t l) const { return is_moe(l) ? moe_layer : layer; }
-  int64_t numel_of(int64_t l) const { return is_moe(l) ? params_per_moe_layer : params_per_layer; }
+  const std::vector<ParamTensor>& params_of(int64_t l) const {
+    if (encoder_decoder())
+      return l == 0 ? first_encoder_layer : l < num_encoder_layers ? layer
+             : l == num_encoder_layers ? first_decoder_layer : decoder_layer;
+    return is_moe(l) ? moe_layer : layer;
+  }
+  // Every distinct layer parameter list with the number of layers that have it.
+  template <typename F>
+  void for_each_layer_kind(F&& f) { each_kind(*this, f); }
+  template <typename F>
+  void for_each_layer_kind(F&& f) const { each_kind(*this, f); }
+
+ private:
+  template <typename S, typename F>
+  static void each_kind(S& s, F& f) {
+    if (s.encoder_decoder()) {
+      const int64_t dec = s.num_layers - s.num_encoder_layers;
+      f(s.first_encoder_layer, int64_t{1});
+      f(s.layer, s.num_encoder_layers - 1);
+      f(s.first_decoder_layer, int64_t{dec > 0 ? 1 : 0});
+      f(s.decoder_layer, dec > 0 ? dec - 1 : 0);
+      return;
+    }
+    f(s.layer, s.num_dense_layers);
+    f(s.moe_layer, s.num_layers - s.num_dense_layers);
+  }
 };
 
 // Requires a validated config (validate.h); throws RangeError if a count leaves int64.

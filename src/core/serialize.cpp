@@ -67,10 +67,14 @@ void visit_fields(Config& c, V& v) {
   v.integer("model.type_vocab_size", m.type_vocab_size);
   v.str("model.task_head", m.task_head);
   v.integer("model.num_labels", m.num_labels);
+  v.boolean("model.is_encoder_decoder", m.is_encoder_decoder);
+  v.integer("model.num_decoder_layers", m.num_decoder_layers);
+  v.integer("model.relative_attention_num_buckets", m.relative_attention_num_buckets);
 
   auto& t = c.training;
   v.integer("training.micro_batch_size", t.micro_batch_size);
   v.integer("training.sequence_length", t.sequence_length);
+  v.integer("training.decoder_sequence_length", t.decoder_sequence_length);
   v.integer("training.gradient_accumulation_steps", t.gradient_accumulation_steps);
   v.str("training.framework", t.framework);
   v.str("training.precision", t.precision);
@@ -469,6 +473,18 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
     m.max_position_embeddings = 512;
     m.task_head = "sequence_classification";
     notes.push_back("model: an encoder; memsim trains it with a sequence-classification head (pooler + classifier)");
+  } else if (model_type == "t5" || model_type == "mt5") {
+    // T5Config / MT5Config defaults (configuration_t5.py, configuration_mt5.py): T5LayerNorm is an RMSNorm
+    // without bias, no linear has a bias, positions come from the relative attention bias, dropout_rate 0.1
+    // applies everywhere. T5 v1.0 ties the head to the shared embedding (PretrainedConfig default) and uses a
+    // ReLU MLP; mT5 unties and uses feed_forward_proj "gated-gelu".
+    m.is_encoder_decoder = true;
+    m.relative_attention_num_buckets = 32;
+    m.attention_dropout = m.hidden_dropout = 0.1;
+    m.max_position_embeddings = 512;
+    m.tie_word_embeddings = model_type == "t5";
+    m.mlp_gated = model_type == "mt5";
+    m.hidden_act = model_type == "mt5" ? "gelu_new" : "relu";
   } else if (model_type == "stablelm") {
     m.norm_type = NormType::LayerNorm;        // StableLmDecoderLayer uses nn.LayerNorm; use_qkv_bias below
   } else {
@@ -487,6 +503,10 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"_name_or_path", "name"},             {"num_local_experts", "num_experts"},   {"n_routed_experts", "num_experts"},
     {"attention_probs_dropout_prob", "attention_dropout"}, {"attn_pdrop", "attention_dropout"},
     {"hidden_dropout_prob", "hidden_dropout"}, {"resid_pdrop", "hidden_dropout"},
+    // T5Config names (configuration_t5.py); dense_act_fn and is_gated_act are what it derives from
+    // feed_forward_proj, which read_model_section reads first.
+    {"d_model", "hidden_size"}, {"num_layers", "num_hidden_layers"}, {"num_heads", "num_attention_heads"},
+    {"d_ff", "intermediate_size"}, {"d_kv", "head_dim"}, {"dense_act_fn", "hidden_act"}, {"is_gated_act", "mlp_gated"},
 };
 
 // Keys HF configs carry that do not change memory (or that memsim takes from the training section).
@@ -502,7 +522,11 @@ const std::set<std::string>& hf_ignorable() {
       "quantization_config", "layer_types", "rope_interleave", "multi_query", "parallel_attn", "bias", "alibi",
       "new_decoder_architecture", "ffn_hidden_size", "partial_rotary_factor", "rope_pct", "query_pre_attn_scalar",
       "final_logit_softcapping", "attn_logit_softcapping", "sliding_window_pattern", "rope_local_base_freq",
-      "cache_implementation", "hidden_activation", "use_parallel_residual", "qk_layernorm"};
+      "cache_implementation", "hidden_activation", "use_parallel_residual", "qk_layernorm",
+      // T5: generation settings, init scale, the bucketing distance (no parameters), legacy PretrainedConfig keys
+      "decoder_start_token_id", "initializer_factor", "output_past", "task_specific_params", "relative_attention_max_distance",
+      "tokenizer_class", "feed_forward_proj", "dropout_rate", "finetuning_task", "is_decoder", "output_attentions",
+      "output_hidden_states", "pruned_heads", "torchscript", "use_bfloat16"};
   return s;
 }
 
@@ -514,9 +538,33 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     j = &src["text_config"], notes.push_back("model: read text_config (the language model of a multimodal config)");
   std::string type = "llama";
   if (auto it = j->find("model_type"); it != j->end() && it->is_string()) type = it->get<std::string>();
+  // Configs saved by transformers before model_type existed (t5-base's first config.json) name T5 only by its keys.
+  if (!j->contains("model_type") && j->contains("d_model") && j->contains("d_kv") && j->contains("num_layers")) {
+    type = "t5";
+    notes.push_back("model: no model_type; d_model, d_kv and num_layers are T5Config's keys, read as model_type t5");
+  }
   Config tmp;
   tmp.model = hf_structure(type.substr(0, kMaxStringBytes), notes);
   json norm = *j;
+  if (type == "t5" || type == "mt5") {
+    // T5Config.__init__: feed_forward_proj is "{gated-}{act}"; "gated-gelu" means the tanh approximation gelu_new.
+    if (auto it = norm.find("feed_forward_proj"); it != norm.end() && it->is_string()) {
+      std::string ff = it->get<std::string>().substr(0, kMaxStringBytes);
+      const bool gated = ff.rfind("gated-", 0) == 0;
+      std::string act = gated ? ff.substr(6) : ff;
+      if (ff == "gated-gelu") act = "gelu_new";
+      if (!norm.contains("mlp_gated")) norm["mlp_gated"] = gated;
+      if (!norm.contains("hidden_act")) norm["hidden_act"] = act;
+    }
+    // One dropout_rate for every dropout of the model (T5Attention.dropout and every nn.Dropout).
+    if (auto it = norm.find("dropout_rate"); it != norm.end() && it->is_number()) {
+      if (!norm.contains("attention_dropout")) norm["attention_dropout"] = *it;
+      if (!norm.contains("hidden_dropout")) norm["hidden_dropout"] = *it;
+    }
+    // T5Config: num_decoder_layers None means as many as num_layers.
+    if ((!norm.contains("num_decoder_layers") || norm["num_decoder_layers"].is_null()) && norm.contains("num_layers"))
+      norm["num_decoder_layers"] = norm["num_layers"];
+  }
   for (auto [alias, canon] : kAliases)
     if (!norm.contains(canon) && norm.contains(alias)) norm[canon] = norm[alias];
 
@@ -570,6 +618,10 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     if (ignored.size() > 12) list += ", ... (" + std::to_string(ignored.size()) + " in all)";
     notes.push_back("model: ignored keys that memsim does not model: " + list);
   }
+  if (m.is_encoder_decoder && type != "t5" && type != "mt5")
+    errors.push_back({"model.is_encoder_decoder", "model.is_encoder_decoder: memsim models the T5 family (model_type t5 "
+                                                  "or mt5) as encoder-decoders; model_type \"" + type.substr(0, 40) +
+                                                  "\" (BART-style) is not modelled"});
   if (errors.size() == before.size()) out = m;
 }
 

@@ -29,6 +29,7 @@ struct ActDims {
 struct SavedLayer {
   std::vector<uint32_t> attn;  // norm 1 and attention
   std::vector<uint32_t> mlp;   // norm 2 and MLP
+  std::vector<uint32_t> cross; // encoder-decoder: a decoder block's cross-attention and its norm
 };
 
 // What one micro-batch keeps between its forward and its backward (several are in flight in a pipeline).
@@ -43,6 +44,16 @@ struct InFlight {
   std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;  // offloaded tensors (bytes, label) per layer
   std::vector<uint32_t> loss_saved, gathered_post, embed_saved, casts;
   uint32_t held_logits = UINT32_MAX;
+  // Encoder-decoder (encoder_decoder.cpp): what outlives one stack. enc_keep goes after the encoder's backward,
+  // dec_keep after the decoder's, out_keep with the model outputs the training loop holds.
+  std::vector<uint32_t> enc_final_saved, dec_embed_saved, enc_keep, dec_keep, out_keep;
+  uint32_t enc_out = UINT32_MAX;
+};
+
+// Labels of the encoder-decoder tensors, made on first use so that decoder-only programs are unchanged.
+struct EncDecLabels {
+  uint32_t bias, bias_grad, buckets, causal_mask, enc_out, enc_out_grad, kv_cache, ff_upcast, head_scaled, embed_out,
+      embed_grad;
 };
 
 struct Labels {
@@ -82,8 +93,10 @@ class StepBuilder {
   void layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved);
   void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
                     std::initializer_list<const char*> consumers, bool own_res);
+  // low_precision_input: the tensor already is in the compute dtype, so under autocast a trainable weight's matmul
+  // saves it rather than a cast copy.
   bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved,
-                     int64_t tokens);
+                     int64_t tokens, bool low_precision_input = false);
   void dequant(int32_t layer);
   uint32_t fp8_input(uint32_t t, int64_t elements, int32_t layer);
   void fp8_cast(int32_t layer);
@@ -109,6 +122,21 @@ class StepBuilder {
   void forward_mb(InFlight& f, const std::string& tag);
   void backward_mb(InFlight& f, const std::string& tag);
   void run_schedule(int iter, int64_t micro_batches, int64_t gas);
+
+  // encoder_decoder.cpp: T5ForConditionalGeneration, encoder on the source length, decoder on the target length.
+  void forward_encdec(InFlight& f);
+  void backward_encdec(InFlight& f);
+  void use_stack(bool decoder);
+  uint32_t t5_embed(std::vector<uint32_t>& saved);
+  uint32_t t5_norm(int32_t layer, uint32_t x, std::vector<uint32_t>& saved, bool own_x);
+  uint32_t t5_attention(int32_t layer, std::vector<uint32_t>& A, int64_t sq, int64_t sk, uint32_t release,
+                        std::vector<uint32_t>* cache);
+  uint32_t t5_block_forward(int32_t layer, uint32_t x, SavedLayer& saved, bool own_x, std::vector<uint32_t>* cache);
+  uint32_t t5_block_checkpointed(int32_t layer, uint32_t x, SavedLayer& saved);
+  void t5_block_backward(int32_t layer, uint32_t& dres, SavedLayer& saved, uint32_t& bias_grad, uint32_t& cross_grad,
+                         uint32_t& enc_out_grad);
+  void t5_head_forward(uint32_t res, std::vector<uint32_t>& saved, std::vector<uint32_t>& transient);
+  uint32_t t5_head_backward(std::vector<uint32_t>& saved);
 
   uint32_t act(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Activations, bytes, label, layer); }
   uint32_t tmp(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Temporaries, bytes, label, layer); }
@@ -145,6 +173,9 @@ class StepBuilder {
   bool grads_live_ = false;
   bool any_quantized_ = false;
   bool zero_buckets_ = false;
+  EncDecLabels LE_{};
+  bool encdec_labels_ = false;
+  int64_t enc_s_ = 0, dec_s_ = 0;  // encoder (source) and decoder (target) tokens per sequence
 };
 
 }  // namespace memsim

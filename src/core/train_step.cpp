@@ -251,7 +251,7 @@ int64_t StepBuilder::flat_partition_numel() const {
 }
 
 bool StepBuilder::trainable_module(const char* module) const {
-  for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.post})
+  for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.decoder_layer, &s_.post})
     for (const auto& t : *list)
       if (!t.frozen && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
   return false;
@@ -305,7 +305,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // reshard_after_forward = False when pp_enabled); the pipeline's no_sync keeps them to the last backward.
   no_sync_ = sp_.fsdp && c_.parallel.pipeline_parallel_size > 1;
   sharded_grad_made_.assign(static_cast<size_t>(s_.num_layers + 2), false);
-  for (const auto* list : {&s_.layer, &s_.moe_layer})
+  for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.decoder_layer})
     for (const auto& t : *list) any_quantized_ |= t.quantized;
   grads_.resize(static_cast<size_t>(s_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(s_.num_layers + 2), false);

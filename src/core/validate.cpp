@@ -35,8 +35,11 @@ const std::map<std::string, IntRange>& ranges() {
       {"model.qk_rope_head_dim", {0, 1 << 16}},
       {"model.v_head_dim", {0, 1 << 16}},
       {"model.num_labels", {1, 1 << 20}},
+      {"model.num_decoder_layers", {0, 4096}},
+      {"model.relative_attention_num_buckets", {1, 1 << 16}},
       {"training.micro_batch_size", {1, 1 << 20}},
       {"training.sequence_length", {1, 1 << 26}},
+      {"training.decoder_sequence_length", {0, 1 << 26}},
       {"training.gradient_accumulation_steps", {1, 1 << 20}},
       {"training.checkpoint_every_k_layers", {1, 4096}},
       {"training.loss_chunks", {1, 1024}},
@@ -113,6 +116,13 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     if (m.mlp_gated) known.push_back("gate_proj");
     if (m.kv_lora_rank > 0) known = {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
                                      "gate_proj", "up_proj", "down_proj", "lm_head"};
+    // T5Attention q, k, v, o (self- and cross-attention alike) and T5DenseActDense wi/wo or T5DenseGatedActDense
+    // wi_0/wi_1/wo; PEFT's default for T5 is q and v (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+    if (m.is_encoder_decoder) {
+      known = {"q", "k", "v", "o", "wo", "lm_head"};
+      if (m.mlp_gated) known.insert(known.end(), {"wi_0", "wi_1"});
+      else known.push_back("wi");
+    }
     size_t pos = 0;
     bool any = false;
     while (pos <= p.target_modules.size()) {
@@ -271,6 +281,61 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
     err("parallel.data_parallel_size", "the world size (data x context x tensor x pipeline) must be at most 1e9 GPUs");
 }
 
+// What the encoder-decoder step (encoder_decoder.cpp) models: HF's T5ForConditionalGeneration trained on one
+// device or with ZeRO data parallelism. Everything else is refused rather than guessed.
+void validate_encoder_decoder(const Config& c, std::vector<FieldError>& e) {
+  const auto& m = c.model;
+  const auto& t = c.training;
+  check(e, "model.num_decoder_layers", m.num_decoder_layers);
+  check(e, "model.relative_attention_num_buckets", m.relative_attention_num_buckets);
+  check(e, "training.decoder_sequence_length", t.decoder_sequence_length);
+  if (!m.is_encoder_decoder) return;
+  auto refuse = [&](const char* field, const std::string& why) { e.push_back({field, std::string(field) + " " + why}); };
+  // Megatron has a T5 of its own, but how its tensor and pipeline parallel layouts split the encoder, the decoder
+  // and the cross-attention has not been derived here; modelling it would be guesswork.
+  if (c.parallel.tensor_parallel_size > 1)
+    refuse("parallel.tensor_parallel_size", "must be 1 for encoder-decoder models: tensor parallelism of T5 is not modelled");
+  if (c.parallel.pipeline_parallel_size > 1)
+    refuse("parallel.pipeline_parallel_size", "must be 1 for encoder-decoder models: pipeline parallelism of T5 is not modelled");
+  if (c.parallel.context_parallel_size > 1)
+    refuse("parallel.context_parallel_size", "must be 1 for encoder-decoder models: ring attention over T5's "
+                                             "position bias and cross-attention is not modelled");
+  if (c.parallel.sharding == "megatron")
+    refuse("parallel.sharding", "must be auto, deepspeed, fsdp1 or fsdp2 for encoder-decoder models (Megatron's "
+                                "buffers are modelled for its own GPT layers)");
+  if (t.precision.rfind("fp8", 0) == 0)
+    refuse("training.precision", "fp8 recipes are modelled for decoder layers converted by Transformer Engine or "
+                                 "torchao, not for T5; use fp32, amp_bf16, bf16_mixed or bf16_pure");
+  if (t.framework != "hf_trainer" && t.framework != "hf_loop" && t.framework != "deepspeed")
+    refuse("training.framework", "must be hf_trainer, hf_loop or deepspeed for encoder-decoder models: T5 is modelled "
+                                 "as transformers' T5ForConditionalGeneration (torchtune and litgpt have no T5)");
+  if (t.attention != "auto" && t.attention != "eager")
+    refuse("training.attention", "must be auto or eager for encoder-decoder models: transformers' T5Attention adds "
+                                 "the relative position bias to eagerly computed scores and has no SDPA or flash path");
+  if (t.norm_impl != "auto" && t.norm_impl != "eager_fp32" && t.norm_impl != "fused")
+    refuse("training.norm_impl", "must be auto, eager_fp32 (T5LayerNorm) or fused (apex FusedRMSNorm, which "
+                                 "modeling_t5.py uses when apex is installed) for encoder-decoder models");
+  if (t.loss != "auto")
+    refuse("training.loss", "must be auto for encoder-decoder models: T5ForConditionalGeneration computes its own "
+                            "CrossEntropyLoss on the logits");
+  if (t.activation_checkpointing != "none" && t.activation_checkpointing != "full")
+    refuse("training.activation_checkpointing", "must be none or full for encoder-decoder models: transformers' "
+                                                "gradient checkpointing wraps every T5Block");
+  if (t.activation_offload) refuse("training.activation_offload", "is not modelled for encoder-decoder models");
+  if (t.optimizer_in_backward) refuse("training.optimizer_in_backward", "is not modelled for encoder-decoder models");
+  if (m.num_key_value_heads != m.num_attention_heads)
+    refuse("model.num_key_value_heads", "must equal model.num_attention_heads for encoder-decoder models (T5 "
+                                        "attention has as many key/value heads as query heads)");
+  if (m.num_experts > 0 || m.kv_lora_rank > 0 || m.post_layernorm || m.qk_norm || m.norms_per_layer != 2 ||
+      m.type_vocab_size > 0 || m.position_embedding_type != PositionType::Rope)
+    refuse("model.is_encoder_decoder", "is modelled for the T5 block only (pre-norm, two norms per block, relative "
+                                       "position bias): no experts, latent attention, post-LayerNorm, qk_norm, "
+                                       "token types or learned absolute positions");
+  if (m.task_head != "causal_lm")
+    refuse("model.task_head", "must be causal_lm for encoder-decoder models (T5ForConditionalGeneration's "
+                              "language-model head)");
+}
+
 }  // namespace
 
 IntRange int_range(const std::string& field) {
@@ -375,6 +440,7 @@ std::vector<FieldError> validate(const Config& c) {
                  "training.optimizer_in_backward needs parallel.zero_stage = 0 (ZeRO steps the optimizer itself)"});
 
   validate_peft(c, e);
+  validate_encoder_decoder(c, e);
 
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);

@@ -79,6 +79,7 @@ namespace {
 std::string summary_markdown(const Config& c, const Result& r, Unit unit, const std::string& link) {
   std::string s = "**memsim** " + format_params(r.params_total) + " params, micro-batch " +
                   std::to_string(c.training.micro_batch_size) + " x seq " + std::to_string(c.training.sequence_length) +
+                  (c.model.is_encoder_decoder ? " -> " + std::to_string(decoder_tokens_per_sequence(c)) : std::string()) +
                   ", " + c.training.precision + ", " + c.training.optimizer + ", DP " +
                   std::to_string(c.parallel.data_parallel_size) + " ZeRO-" + std::to_string(c.parallel.zero_stage) +
                   ", " + c.hardware.gpu + "\n\n| device | peak (nvidia-smi) | allocated | reserved | fits |\n|---|---|---|---|---|\n";

@@ -107,13 +107,15 @@ bool draw_inputs_panel(Config& c, const Result& result) {
       changed |= check_input("qk_norm", "model.qk_norm", m.qk_norm, "Per-head RMSNorm on queries and keys (Qwen3, Gemma 3).");
       changed |= int_input("norms_per_layer", "model.norms_per_layer", m.norms_per_layer, 1,
                            "Norms per layer: 2 in most models, 4 in Gemma 2/3.");
-      int pos = m.position_embedding_type == PositionType::Rope ? 0 : 1;
-      ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-      if (ImGui::Combo("positions", &pos, "RoPE (no parameters)\0Learned absolute\0")) {
-        m.position_embedding_type = pos == 0 ? PositionType::Rope : PositionType::Absolute;
-        changed = true;
+      if (!m.is_encoder_decoder) {  // T5's positions are its relative attention bias (below)
+        int pos = m.position_embedding_type == PositionType::Rope ? 0 : 1;
+        ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+        if (ImGui::Combo("positions", &pos, "RoPE (no parameters)\0Learned absolute\0")) {
+          m.position_embedding_type = pos == 0 ? PositionType::Rope : PositionType::Absolute;
+          changed = true;
+        }
+        help_marker("Learned absolute positions (GPT-2, BERT) add max_position_embeddings x hidden parameters.");
       }
-      help_marker("Learned absolute positions (GPT-2, BERT) add max_position_embeddings x hidden parameters.");
       changed |= double_input("attention_dropout", "model.attention_dropout", m.attention_dropout,
                               "Dropout on attention probabilities: with eager attention it saves a 1-byte mask of "
                               "heads x seq^2 per layer.");
@@ -121,6 +123,19 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                               "Dropout after attention and MLP: a 1-byte mask per token and hidden unit, twice per layer.");
       changed |= check_input("post_layernorm (encoder)", "model.post_layernorm", m.post_layernorm,
                              "BERT-style layers: LayerNorm after each residual add, which saves the sum.");
+      ImGui::TreePop();
+    }
+    if (ImGui::TreeNode("Encoder-decoder (T5)")) {
+      changed |= check_input("is_encoder_decoder", "model.is_encoder_decoder", m.is_encoder_decoder,
+                             "T5's layout: num_hidden_layers encoder blocks on the source tokens, then decoder blocks "
+                             "with cross-attention to the encoder output on the target tokens.");
+      if (m.is_encoder_decoder) {
+        changed |= int_input("num_decoder_layers", "model.num_decoder_layers", m.num_decoder_layers, 1,
+                             "Decoder blocks; 0 = as many as the encoder (T5Config's default).");
+        changed |= int_input("relative buckets", "model.relative_attention_num_buckets", m.relative_attention_num_buckets, 8,
+                             "relative_attention_num_buckets: the position bias is an Embedding(buckets, heads) in the "
+                             "first block of each stack.");
+      }
       ImGui::TreePop();
     }
     if (ImGui::TreeNode("Mixture of experts")) {
@@ -159,6 +174,10 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                          "Sequences per GPU per forward pass. Activations grow linearly with it.");
     changed |= int_input("sequence_length", "training.sequence_length", t.sequence_length, 512,
                          "Tokens per sequence. Activations grow linearly (quadratically with eager attention).");
+    if (m.is_encoder_decoder)
+      changed |= int_input("target length", "training.decoder_sequence_length", t.decoder_sequence_length, 64,
+                           "Decoder (target) tokens per sequence; sequence_length is the encoder's (source). 0 = the "
+                           "source length.");
     changed |= int_input("grad_accumulation", "training.gradient_accumulation_steps", t.gradient_accumulation_steps, 1,
                          "Micro-batches per optimizer step. Gradients stay allocated across them; activations do not "
                          "add up.");

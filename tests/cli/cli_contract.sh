@@ -30,6 +30,9 @@ check "stdin and --set (Llama-2-7B shape: 6,738,415,616)" py "assert d['params_t
 "$cli" estimate --hf-config "$here/tests/data/hf/llama-3-8b.json" > "$tmp/out.json" 2>/dev/null
 check "--hf-config (Llama-3-8B: 8,030,261,248)" py "assert d['params_total'] == 8030261248"
 
+"$cli" estimate --hf-config "$here/tests/data/hf/t5-base.json" --set training.decoder_sequence_length=128 > "$tmp/out.json" 2>/dev/null
+check "--hf-config of an encoder-decoder (t5-base: 222,903,552)" py "assert d['params_total'] == 222903552"
+
 "$cli" estimate --config "$tmp/default.json" --timeline > "$tmp/out.json"
 check "--timeline adds the timeline" py "t = d['devices'][0]['timeline']; assert len(t['allocated_bytes']) > 0 and len(t['phases']) > 0"
 
@@ -45,6 +48,7 @@ err_case() {  # err_case NAME FIELD ARGS...
 err_case "negative layers" model.num_hidden_layers estimate --config "$tmp/default.json" --set model.num_hidden_layers=-3
 err_case "non-numeric batch" training.micro_batch_size estimate --config "$tmp/default.json" --set training.micro_batch_size=four
 err_case "heads not dividing hidden" model.num_attention_heads estimate --config "$tmp/default.json" --set model.head_dim=0 --set model.num_attention_heads=7 --set model.num_key_value_heads=7
+err_case "T5 with tensor parallelism" parallel.tensor_parallel_size estimate --preset t5-3b --set parallel.tensor_parallel_size=2
 err_case "absurd layers" model.num_hidden_layers estimate --config "$tmp/default.json" --set model.num_hidden_layers=1000000000000000
 echo '{"training": {"micro_batch_size": "x"}}' > "$tmp/bad.json"
 err_case "bad type in file" training.micro_batch_size estimate --config "$tmp/bad.json"

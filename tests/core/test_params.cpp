@@ -121,3 +121,65 @@ TEST_CASE("tensor parallel ranks hold their share of every parameter", "[params]
     if (t.name == "self_attn.k_proj.weight") k = t.numel;
   CHECK(k == 4096 * 128);
 }
+
+TEST_CASE("T5 family: exact counts against the published totals", "[params][t5]") {
+  // keras-team/keras-hub keras_nlp/models/t5/t5_presets.py @0ce2274f, backbone_presets metadata "params":
+  // t5_base 222,903,552, t5_large 737,668,096, t5_3b 2,851,598,336 (T5 v1.0: tied head, ReLU MLP).
+  // t5-base.json is google-t5/t5-base's config.json at revision 666f4ee, from before model_type existed.
+  CHECK(params_of("t5-base.json") == 222903552);
+  CHECK(params_of("t5-large.json") == 737668096);
+  // t5-3b.json: google-t5/t5-3b's config.json as quoted in GitHub index id 54268972674 (up to task_specific_params,
+  // whose remaining entries, which hold no sizes, are completed as in t5-large's file).
+  CHECK(params_of("t5-3b.json") == 2851598336);
+  // t5-11b: 11,307,321,344 in a parameter table of pre-trained models (GitHub index id 29090630826, whose t5-base,
+  // t5-large and t5-3b entries equal KerasHub's). The config is google/t5-11b-ssm-tqao's, a fine-tune of t5-11b with
+  // the same architecture (d_ff 65536, 128 heads of 128).
+  CHECK(params_of("t5-11b-ssm-tqao.json") == 11307321344);
+  // T5 v1.1 (gated-gelu, untied head): keras-hub keras_hub/src/models/t5/t5_presets.py @0e1444fd: t5_1.1_base
+  // 247,577,856, t5_1.1_xl 2,849,757,184, t5_1.1_xxl 11,135,332,352; a T5 v1.1 training README's table (GitHub index
+  // id 46124504) gives the same and large 783,150,080, the shape of google/flan-t5-large (HF page: 783M).
+  CHECK(params_of("t5-v1_1-base.json") == 247577856);
+  CHECK(params_of("t5-v1_1-xxl.json") == 11135332352);
+  CHECK(params_of("flan-t5-large.json") == 783150080);
+  // bigscience/T0_3B is T5 v1.1 XL LM-adapted (same config as t5_1.1_xl): 2,849,757,184; its fp32 model.safetensors
+  // is 11.4 GB = 4 B x 2.85e9 (HF file listing).
+  CHECK(params_of("t0_3b.json") == 2849757184);
+  // bigscience/mt0-xxl is mT5-XXL: no exact published total (the mT5 paper, arXiv:2010.11934, says 13B). Its blocks
+  // are T5 v1.1 XXL's; its untied embedding and head have 250,112 rows instead of 32,128.
+  const int64_t mt0 = 11135332352 + 2 * (250112 - 32128) * int64_t{4096};
+  CHECK(params_of("mt0-xxl.json") == mt0);
+  CHECK(mt0 == Approx(13e9).epsilon(0.01));
+}
+
+TEST_CASE("hand-derived counts of an encoder-decoder", "[params][t5]") {
+  ModelConfig m;
+  m.model_type = "t5";
+  m.is_encoder_decoder = true;
+  m.hidden_size = 8;
+  m.num_attention_heads = m.num_key_value_heads = 2;
+  m.head_dim = 4;  // d_kv: q, k, v and o are 8 x 8
+  m.intermediate_size = 16;
+  m.vocab_size = 10;
+  m.num_hidden_layers = 1;
+  m.num_decoder_layers = 1;
+  m.relative_attention_num_buckets = 4;
+  m.tie_word_embeddings = true;
+  m.mlp_gated = false;
+  m.hidden_act = "relu";
+  // shared 10*8 = 80. Encoder block: layer_norm 8, q/k/v/o 4*64, layer_norm 8, wi and wo 2*8*16, relative bias
+  // 4 buckets x 2 heads: 536. Decoder block: three norms 24, self- and cross-attention 2*256, wi/wo 256, bias 8:
+  // 800. Final norms of both stacks 16.
+  ModelShape s = build_model_shape(m);
+  CHECK(s.params_total == 80 + 536 + 800 + 16);
+  CHECK(s.num_layers == 2);
+  CHECK(s.num_encoder_layers == 1);
+  m.tie_word_embeddings = false;  // + lm_head 80
+  CHECK(build_model_shape(m).params_total == 1432 + 80);
+  m.mlp_gated = true;  // + wi_1 in both blocks
+  CHECK(build_model_shape(m).params_total == 1512 + 2 * 128);
+  m.num_decoder_layers = 3;  // + two decoder blocks without the bias: 792 + 128 each
+  CHECK(build_model_shape(m).params_total == 1768 + 2 * 920);
+  m.num_decoder_layers = 0;  // T5Config: as many as the encoder
+  m.num_hidden_layers = 2;   // + an encoder block (528 + 128) and a decoder block (920)
+  CHECK(build_model_shape(m).params_total == 1768 + 656 + 920);
+}

@@ -36,6 +36,25 @@ TEST_CASE("LoRA trainable parameter counts", "[peft]") {
   CHECK(r.params_trainable == 41943040 + 32 * (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096));
 }
 
+TEST_CASE("LoRA on an encoder-decoder: PEFT's T5 targets q and v in every attention", "[peft][t5]") {
+  // huggingface/peft README, getting started with bigscience/mt0-large (mT5-large shape; tests/data/hf/mt5-large.json
+  // is google/mt5-large's config.json), LoraConfig(r=8) with the T5 default targets q and v:
+  // "trainable params: 2359296 || all params: 1231940608". 24 encoder self-attentions and 24 decoder self- and
+  // cross-attentions, two modules each, 8 x (1024 + 1024) per module.
+  Config c = from_hf("mt5-large.json");
+  c.training.sequence_length = 256;
+  c.training.decoder_sequence_length = 16;
+  c.training.attention = "auto";
+  c.peft.method = "lora";
+  c.peft.lora_rank = 8;
+  c.peft.target_modules = "q,v";
+  Result r = simulate(c);
+  INFO((r.errors.empty() ? "" : r.errors[0].message));
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 2359296);
+  CHECK(r.params_total == 1231940608);
+}
+
 TEST_CASE("frozen base storage: bf16, NF4 with and without double quantization, int8", "[peft]") {
   Config c = from_hf("llama-2-7b.json");
   c.peft.method = "lora";

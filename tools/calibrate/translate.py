@@ -31,6 +31,7 @@ MEMSIM_DEFAULTS = {
     "training": {
         "micro_batch_size": 4,
         "sequence_length": 4096,
+        "decoder_sequence_length": 0,
         "gradient_accumulation_steps": 1,
         "framework": "deepspeed",
         "precision": "bf16_mixed",
@@ -166,6 +167,7 @@ MEMSIM_MODEL_FIELDS = {
     "shared_expert_intermediate_size": 0, "first_k_dense_replace": 0, "router_bias": False,
     "moe_capacity_factor": 0.0, "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0,
     "v_head_dim": 0, "post_layernorm": False, "type_vocab_size": 0, "task_head": "causal_lm", "num_labels": 2,
+    "is_encoder_decoder": False, "num_decoder_layers": 0, "relative_attention_num_buckets": 32,
 }
 # Older and model-specific HF names memsim reads as its own (serialize.cpp kAliases).
 ALIASES = {
