@@ -149,6 +149,8 @@ struct ParallelConfig {
   std::string zero_overlap_comm = "auto";       // auto (true for stage 3 only, as the code's validator), true, false
   int64_t zero_prefetch_bucket_size = 0;        // stage3_prefetch_bucket_size, default 5e7
   int64_t zero_param_persistence_threshold = 0; // stage3_param_persistence_threshold, default 1e5
+  int64_t zero_max_live_parameters = 0;         // stage3_max_live_parameters, default 1e9
+  bool ddp_gradient_as_bucket_view = false;     // torch DDP: .grad are views into the buckets (from iteration 2)
 
   bool operator==(const ParallelConfig&) const = default;
 };

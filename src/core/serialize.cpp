@@ -123,6 +123,8 @@ void visit_fields(Config& c, V& v) {
   v.str("parallel.zero_overlap_comm", c.parallel.zero_overlap_comm);
   v.integer("parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
   v.integer("parallel.zero_param_persistence_threshold", c.parallel.zero_param_persistence_threshold);
+  v.integer("parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
+  v.boolean("parallel.ddp_gradient_as_bucket_view", c.parallel.ddp_gradient_as_bucket_view);
 
   v.str("hardware.gpu", c.hardware.gpu);
   v.integer("hardware.gpu_memory_bytes", c.hardware.gpu_memory_bytes);

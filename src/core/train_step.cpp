@@ -460,6 +460,9 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   if (grad_created_[slot]) return;  // gradient accumulation: the .grad tensors are already there
   grad_created_[slot] = true;
   const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
+  // DDP with gradient_as_bucket_view: from the second iteration the .grad tensors are views into the buckets
+  // (torch/nn/parallel/distributed.py docstring: "gradients will be views after first iteration").
+  if (bucket_views_) return;
   for (const auto& t : ts) {
     if (layer < 0 && &t == &s_.pre.front() && c_.model.tie_word_embeddings) continue;  // created by lm_head
     if (t.frozen) continue;
@@ -604,7 +607,10 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
   // The coordinator prefetches the next module's parameters, up to stage3_prefetch_bucket_size elements
   // (partitioned_param_coordinator.py), while this one computes.
   const int64_t prefetch_elems = c_.parallel.zero_prefetch_bucket_size > 0 ? c_.parallel.zero_prefetch_bucket_size : 50000000;
-  const int64_t next = std::min(gathered_bytes(layer + 1), mul(prefetch_elems, pr_.weight_bytes));
+  // ... and never beyond stage3_max_live_parameters gathered at once (default 1e9 elements, config.py).
+  const int64_t max_live = c_.parallel.zero_max_live_parameters > 0 ? c_.parallel.zero_max_live_parameters : 1000000000;
+  const int64_t room = std::max<int64_t>(0, mul(max_live, pr_.weight_bytes) - gathered_bytes(layer));
+  const int64_t next = std::min({gathered_bytes(layer + 1), mul(prefetch_elems, pr_.weight_bytes), room});
   if (next > 0) out.push_back(p_.alloc(Component::Communication, next, L_.gathered, static_cast<int32_t>(layer + 1)));
 }
 
@@ -736,6 +742,8 @@ StepProgram StepBuilder::build() {
     const int64_t pp = c_.parallel.pipeline_parallel_size;
     const int64_t repeat_after = c_.parallel.pipeline_schedule == "interleaved_1f1b" && pp > 1 ? 2 * pp : pp + 1;
     const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, repeat_after);
+    bucket_views_ = iter >= 2 && c_.parallel.ddp_gradient_as_bucket_view && n_ > 1 && c_.parallel.zero_stage == 0 &&
+                    !sp_.grad_buffer;
     run_schedule(iter, mbs, gas);
     optimizer_step(iter);
     // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x

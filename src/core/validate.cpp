@@ -51,6 +51,7 @@ const std::map<std::string, IntRange>& ranges() {
       {"parallel.zero_reduce_bucket_size", {0, int64_t(1) << 40}},
       {"parallel.zero_prefetch_bucket_size", {0, int64_t(1) << 40}},
       {"parallel.zero_param_persistence_threshold", {0, int64_t(1) << 40}},
+      {"parallel.zero_max_live_parameters", {0, int64_t(1) << 40}},
       {"parallel.pipeline_parallel_size", {1, 1024}},
       {"parallel.context_parallel_size", {1, 1024}},
       {"parallel.expert_parallel_size", {1, 1 << 16}},
@@ -448,6 +449,7 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size);
   check(e, "parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
   check(e, "parallel.zero_param_persistence_threshold", c.parallel.zero_param_persistence_threshold);
+  check(e, "parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
   if (c.parallel.zero_overlap_comm != "auto" && c.parallel.zero_overlap_comm != "true" && c.parallel.zero_overlap_comm != "false")
     e.push_back({"parallel.zero_overlap_comm", "parallel.zero_overlap_comm must be auto, true or false"});
 

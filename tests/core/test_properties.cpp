@@ -78,6 +78,17 @@ Config random_config(std::mt19937_64& rng) {
     c.peft.lora_dropout = rng() % 2 ? 0.05 : 0.0;
     c.parallel.pipeline_parallel_size = 1;
   }
+  // The distributed layout: the sharding engine, context and expert parallelism, interleaving, offload.
+  auto& p = c.parallel;
+  p.sharding = pick(rng, std::vector<std::string>{"auto", "deepspeed", "fsdp1", "fsdp2", "megatron"});
+  const Sharding engine = resolve(c).sharding;  // a stage the engine offers (FSDP has no 1, Megatron no 2 or 3)
+  if ((engine == Sharding::Fsdp1 || engine == Sharding::Fsdp2) && p.zero_stage == 1) p.zero_stage = 2;
+  if (engine == Sharding::Megatron && p.zero_stage >= 2) p.zero_stage = 1;
+  if (rng() % 6 == 0 && t.sequence_length % 4 == 0) p.context_parallel_size = 2;
+  if (m.num_experts > 0 && rng() % 3 == 0 && m.num_experts % 2 == 0) p.expert_parallel_size = 2;
+  if (p.pipeline_parallel_size > 1 && rng() % 3 == 0) p.pipeline_schedule = "interleaved_1f1b";
+  if (rng() % 8 == 0) p.offload_optimizer = "cpu";
+  if (rng() % 8 == 0) c.hardware.host_memory_bytes = int64_t(1) << 34;
   c.hardware.gpu = pick(rng, std::vector<std::string>{"a100-80gb", "h100-sxm", "rtx-4090", "t4"});
   return c;
 }
@@ -109,7 +120,9 @@ TEST_CASE("invariants over 1500 random valid configs", "[property]") {
       CHECK(d.breakdown.fragmentation_bytes >= 0);
       CHECK(d.peak.requested_bytes <= d.peak.allocated_bytes);
       CHECK(d.peak.allocated_bytes <= d.peak.reserved_bytes);
+      CHECK(d.host_bytes >= 0);
     }
+    CHECK(r.host.per_node_bytes >= 0);
     if (i % 5 == 0) {  // monotonic in batch and sequence: the exact bytes live at the peak never fall
       for (auto grow : {0, 1}) {
         Config bigger = c;

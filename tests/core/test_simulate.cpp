@@ -115,6 +115,26 @@ TEST_CASE("more sharding never raises a device's model-state bytes", "[simulate]
     Result r = simulate(c);
     REQUIRE(r.ok);
   }
+  // Every sharding engine, at every stage it offers, and more ranks: the states never grow.
+  for (const char* engine : {"deepspeed", "fsdp1", "fsdp2", "megatron"}) {
+    Config e;
+    e.parallel.sharding = engine;
+    int64_t last = INT64_MAX;
+    for (int stage = 0; stage <= 3; ++stage) {
+      e.parallel.zero_stage = stage;
+      Result r = simulate(e);
+      if (!r.ok) continue;  // FSDP has no stage 1, Megatron no stage 2 or 3
+      const int64_t states = r.model_states.weights_bytes + r.model_states.gradients_bytes + r.model_states.optimizer_bytes;
+      INFO(engine << " stage " << stage);
+      CHECK(states <= last);
+      last = states;
+      Config more = e;
+      more.parallel.data_parallel_size *= 2;
+      Result rm = simulate(more);
+      REQUIRE(rm.ok);
+      CHECK(rm.model_states.weights_bytes + rm.model_states.gradients_bytes + rm.model_states.optimizer_bytes <= states);
+    }
+  }
 }
 
 TEST_CASE("inconsistent shapes come back as a list of field errors", "[simulate][bad-input]") {
