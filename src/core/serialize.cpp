@@ -844,7 +844,11 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
     }
   }
   if (auto o = doc.find("optimizer"); o != doc.end() && o->is_object()) {
-    const std::string type = o->value("type", "");
+    // json::value() throws when the key holds another type ({"type": 3} aborted the page); read it by hand.
+    auto t = o->find("type");
+    if (t != o->end() && !t->is_string() && !t->is_null())
+      p.errors.push_back({"optimizer.type", "optimizer.type must be a string such as \"AdamW\"; got " + describe(*t)});
+    const std::string type = t != o->end() && t->is_string() ? t->get<std::string>() : "";
     if (type == "AdamW" || type == "Adam" || type == "adamw" || type == "adam")
       c.training.optimizer = type == "Adam" || type == "adam" ? "adam" : "adamw", used.emplace_back("optimizer.type");
     else if (!type.empty()) ignored.push_back("optimizer.type " + type.substr(0, 40));
