@@ -806,7 +806,7 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
   json doc;
   if (!parse_document(text, "the DeepSpeed config", doc, p.errors)) return p;
   Config c = base;
-  std::vector<std::string> used, kept_auto, ignored;
+  std::vector<std::string> used, kept_auto, ignored, notes_extra;
   Reader r{p.errors};
   auto integer = [&](const json& obj, const char* key, const char* field, int64_t& out) {
     auto it = obj.find(key);
@@ -836,13 +836,63 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
               c.parallel.zero_param_persistence_threshold);
       if (auto o = z->find("overlap_comm"); o != z->end() && o->is_boolean())
         c.parallel.zero_overlap_comm = o->get<bool>() ? "true" : "false", used.emplace_back("overlap_comm");
+      // Offload (deepspeed/runtime/zero/offload_config.py: OffloadDeviceEnum none|cpu|nvme, default none;
+      // zero/config.py: the deprecated cpu_offload -> offload_optimizer cpu, cpu_offload_param -> offload_param
+      // cpu). A ZeRO section without them means no offload, whatever the current setup had.
+      auto offload = [&](const char* section, const char* legacy, std::string& out) {
+        const std::string zo = "zero_optimization.";
+        std::string device = "none";
+        bool legacy_given = false;
+        if (auto l = z->find(legacy); l != z->end() && !l->is_null()) {
+          if (!l->is_boolean()) {
+            p.errors.push_back({zo + legacy, zo + legacy + " must be true or false; got " + describe(*l)});
+            return;
+          }
+          if (l->get<bool>()) device = "cpu";
+          legacy_given = true;
+          used.emplace_back(legacy);
+        }
+        if (auto o = z->find(section); o != z->end() && !o->is_null()) {
+          const std::string name = zo + section + ".device";
+          if (!o->is_object()) {
+            p.errors.push_back({name, zo + section + " must be a JSON object such as {\"device\": \"cpu\"}; got " + describe(*o)});
+            return;
+          }
+          auto d = o->find("device");
+          if (d != o->end() && !d->is_string() && !d->is_null()) {
+            p.errors.push_back({name, name + " must be one of: none, cpu, nvme; got " + describe(*d)});
+            return;
+          }
+          const std::string v = d == o->end() || d->is_null() ? "none" : d->get<std::string>();
+          if (v != "none" && v != "cpu" && v != "nvme") {
+            p.errors.push_back({name, name + " must be one of: none, cpu, nvme; got \"" + v.substr(0, 40) + "\""});
+            return;
+          }
+          if (legacy_given && v != device)
+            notes_extra.push_back(zo + section + " (" + v + ") is read, not the deprecated " + zo + legacy);
+          device = v;
+          used.emplace_back(std::string(section) + ".device");
+        }
+        out = device;
+      };
+      offload("offload_optimizer", "cpu_offload", c.parallel.offload_optimizer);
+      offload("offload_param", "cpu_offload_param", c.parallel.offload_params);
       c.training.framework = "deepspeed";
+      static const std::set<std::string> read_keys = {"stage", "reduce_bucket_size", "stage3_prefetch_bucket_size",
+                                                      "stage3_param_persistence_threshold", "overlap_comm",
+                                                      "offload_optimizer", "offload_param", "cpu_offload",
+                                                      "cpu_offload_param"};
       for (auto it = z->begin(); it != z->end(); ++it)
-        if (it.key() != "stage" && it.key() != "reduce_bucket_size" && it.key() != "stage3_prefetch_bucket_size" &&
-            it.key() != "stage3_param_persistence_threshold" && it.key() != "overlap_comm")
-          ignored.push_back("zero_optimization." + it.key());
+        if (!read_keys.count(it.key())) ignored.push_back("zero_optimization." + it.key());
+      // Offload sub-keys other than the device (pin_memory, nvme_path, buffer_count, ...) change speed, not
+      // the GPU's bytes.
+      for (const char* section : {"offload_optimizer", "offload_param"})
+        if (auto o = z->find(section); o != z->end() && o->is_object())
+          for (auto it = o->begin(); it != o->end(); ++it)
+            if (it.key() != "device") ignored.push_back(std::string("zero_optimization.") + section + "." + it.key());
     }
   }
+  c.parallel.sharding = "deepspeed";
   if (auto o = doc.find("optimizer"); o != doc.end() && o->is_object()) {
     // json::value() throws when the key holds another type ({"type": 3} aborted the page); read it by hand.
     auto t = o->find("type");
@@ -869,9 +919,8 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
   };
   if (!used.empty()) p.notes.push_back("DeepSpeed config: read " + list(used));
   if (!kept_auto.empty()) p.notes.push_back("kept the current values for \"auto\": " + list(kept_auto));
-  if (!ignored.empty())
-    p.notes.push_back("not modelled yet, ignored: " + list(ignored) +
-                      " (offload, bucket sizes and overlap_comm come with the distributed-training work)");
+  for (const auto& n : notes_extra) p.notes.push_back(n);
+  if (!ignored.empty()) p.notes.push_back("not modelled, ignored: " + list(ignored));
   p.config = c;
   p.ok = true;
   return p;
@@ -892,6 +941,15 @@ std::string deepspeed_json(const Config& c, int indent) {
     ds["zero_optimization"]["stage3_prefetch_bucket_size"] = c.parallel.zero_prefetch_bucket_size;
   if (c.parallel.zero_param_persistence_threshold > 0)
     ds["zero_optimization"]["stage3_param_persistence_threshold"] = c.parallel.zero_param_persistence_threshold;
+  // Offload blocks as deepspeed/runtime/zero/offload_config.py names them; NVMe needs a path, so the export
+  // writes DeepSpeed's documentation example for the user to replace.
+  auto offload = [&](const char* section, const std::string& device) {
+    if (device == "none") return;
+    ds["zero_optimization"][section] = {{"device", device}};
+    if (device == "nvme") ds["zero_optimization"][section]["nvme_path"] = "/local_nvme";
+  };
+  offload("offload_optimizer", c.parallel.offload_optimizer);
+  offload("offload_param", c.parallel.offload_params);
   if (c.training.optimizer == "adamw" || c.training.optimizer == "adam")
     ds["optimizer"] = {{"type", c.training.optimizer == "adam" ? "Adam" : "AdamW"}, {"params", {{"lr", "auto"}}}};
   if (c.training.activation_checkpointing != "none")

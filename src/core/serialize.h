@@ -43,8 +43,9 @@ std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_val
 Parsed model_from_hf_json(std::string_view text, const Config& base = Config{});
 
 // A DeepSpeed config JSON (the "ds_config" of deepspeed.initialize or HF TrainingArguments(deepspeed=...)).
-// Reads the fields memsim models (ZeRO stage, bf16/fp16, micro-batch, accumulation, optimizer); notes list what
-// was read, what was kept because it says "auto", and what is not modelled yet (offload, bucket sizes).
+// Reads the fields memsim models (ZeRO stage, offload, buffers, bf16/fp16, micro-batch, accumulation, optimizer) and
+// sets parallel.sharding to deepspeed; notes list what was read, what was kept because it says "auto", and what
+// is not modelled.
 Parsed config_from_deepspeed_json(std::string_view text, const Config& base);
 // The training part of a config as a DeepSpeed config a user can start from.
 std::string deepspeed_json(const Config& c, int indent = 2);
