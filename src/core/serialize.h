@@ -50,6 +50,14 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base);
 // The training part of a config as a DeepSpeed config a user can start from.
 std::string deepspeed_json(const Config& c, int indent = 2);
 
+// An Accelerate config (`accelerate config` writes default_config.yaml): the flat YAML it writes (one level of
+// sections, scalars, comments; no anchors, aliases, tags or several documents), or the same content as JSON.
+// Reads distributed_type (FSDP, DEEPSPEED, MULTI_GPU, NO), num_processes, num_machines, mixed_precision,
+// parallelism_config and fsdp_config (or deepspeed_config); notes list what was read, assumed and ignored.
+Parsed config_from_accelerate(std::string_view text, const Config& base);
+// Whether a dropped or pasted text is an Accelerate config: it has a distributed_type or fsdp_config key.
+bool looks_like_accelerate_config(std::string_view text);
+
 // The CLI's JSON result; see README "CLI contract".
 std::string result_to_json(const Result& r, bool with_timeline, int indent = 2);
 

@@ -170,7 +170,7 @@ TEST_CASE("golden files of every shipped schema still decode", "[serialize][gold
 TEST_CASE("fuzzer findings stay fixed", "[serialize][fuzz]") {
   // tests/fuzz/regressions/<target>/: inputs that once crashed a fuzz target. Each must now decode or fail with
   // a message, and whatever decodes must serialise again.
-  for (const char* target : {"fragment", "set", "deepspeed"}) {
+  for (const char* target : {"fragment", "set", "deepspeed", "accelerate"}) {
     const std::string dir = source_path(std::string("tests/fuzz/regressions/") + target);
     if (!std::filesystem::is_directory(dir)) continue;
     for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -179,7 +179,9 @@ TEST_CASE("fuzzer findings stay fixed", "[serialize][fuzz]") {
       Config c;
       bool ok;
       if (std::string(target) != "set") {
-        Parsed p = std::string(target) == "fragment" ? config_from_fragment(input) : config_from_deepspeed_json(input, Config{});
+        Parsed p = std::string(target) == "fragment"    ? config_from_fragment(input)
+                   : std::string(target) == "deepspeed" ? config_from_deepspeed_json(input, Config{})
+                                                        : config_from_accelerate(input, Config{});
         ok = p.ok, c = p.config;
         if (!ok) CHECK(!p.errors.empty());
       } else {
