@@ -30,18 +30,18 @@ check "stdin and --set (Llama-2-7B shape: 6,738,415,616)" py "assert d['params_t
 "$cli" estimate --hf-config "$here/tests/data/hf/llama-3-8b.json" > "$tmp/out.json" 2>/dev/null
 check "--hf-config (Llama-3-8B: 8,030,261,248)" py "assert d['params_total'] == 8030261248"
 
+"$cli" estimate --config "$tmp/default.json" --timeline > "$tmp/out.json"
+check "--timeline adds the timeline" py "t = d['devices'][0]['timeline']; assert len(t['allocated_bytes']) > 0 and len(t['phases']) > 0"
+
+"$cli" estimate --config "$tmp/default.json" --format table > "$tmp/table.txt"
+check "--format table" grep -q "peak allocated" "$tmp/table.txt"
+
 "$cli" config --accelerate-config "$here/tests/data/accelerate/fsdp1_hybrid_2x8.yaml" > "$tmp/acc.json" 2>/dev/null
 check "--accelerate-config (FSDP1 HYBRID_SHARD on 2 x 8 GPUs)" python3 -c "
 import json; p = json.load(open('$tmp/acc.json'))['parallel']
 assert (p['sharding'], p['zero_stage'], p['shard_group_size'], p['data_parallel_size']) == ('fsdp1', 3, 8, 16)"
 "$cli" estimate --accelerate-config - < "$here/tests/data/accelerate/fsdp2_no_reshard.yaml" > "$tmp/out.json" 2>/dev/null
 check "--accelerate-config - (stdin) estimates" py "assert d['devices'][0]['peak']['device_bytes'] > 0"
-
-"$cli" estimate --config "$tmp/default.json" --timeline > "$tmp/out.json"
-check "--timeline adds the timeline" py "t = d['devices'][0]['timeline']; assert len(t['allocated_bytes']) > 0 and len(t['phases']) > 0"
-
-"$cli" estimate --config "$tmp/default.json" --format table > "$tmp/table.txt"
-check "--format table" grep -q "peak allocated" "$tmp/table.txt"
 
 err_case() {  # err_case NAME FIELD ARGS...
   local name="$1" field="$2"; shift 2
