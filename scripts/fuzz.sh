@@ -2,8 +2,9 @@
 # Builds the libFuzzer targets (clang, AddressSanitizer + UndefinedBehaviorSanitizer) and runs each one.
 #   scripts/fuzz.sh [seconds per target]   (default 60; scripts/test.sh runs a short bounded pass)
 # Targets: fragment (URL links), config_json (memsim JSON), hf_config (Hugging Face config.json), deepspeed
-# (DeepSpeed config JSON), set (--set).
-# Seeds: tests/fuzz/corpus/<target>. New inputs go to build/fuzz/corpus/<target>; a crash is written to
+# (DeepSpeed config JSON), accelerate (Accelerate config, YAML or JSON), set (--set).
+# Seeds: tests/fuzz/corpus/<target>; a dictionary tests/fuzz/<target>.dict is used when present. New inputs go to
+# build/fuzz/corpus/<target>; a crash is written to
 # build/fuzz/crashes/ and fails the run: fix it and add the input to tests/fuzz/regressions/<target>/.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,15 +24,17 @@ for f in "${core[@]}"; do
   objs+=("$obj")
 done
 status=0
-for target in fragment config_json hf_config deepspeed set; do
+for target in fragment config_json hf_config deepspeed accelerate set; do
   define="MEMSIM_FUZZ_$(echo "$target" | tr a-z A-Z)"
   bin="$out/fuzz_$target"
   "$CXX" "${flags[@]}" -fsanitize=fuzzer -D"$define" "$here/tests/fuzz/fuzz_targets.cpp" "${objs[@]}" -o "$bin"
   mkdir -p "$out/corpus/$target"
   seeds=("$here/tests/fuzz/corpus/$target")
   [ -d "$here/tests/fuzz/regressions/$target" ] && seeds+=("$here/tests/fuzz/regressions/$target")
+  dict=()
+  [ -f "$here/tests/fuzz/$target.dict" ] && dict=(-dict="$here/tests/fuzz/$target.dict")
   echo "fuzz: $target for ${seconds}s"
-  if ! "$bin" "$out/corpus/$target" "${seeds[@]}" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+  if ! "$bin" "$out/corpus/$target" "${seeds[@]}" "${dict[@]}" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
        -rss_limit_mb=2048 -artifact_prefix="$out/crashes/$target-" -print_final_stats=1 2>"$out/$target.log"; then
     echo "fuzz: $target FAILED (see $out/$target.log and $out/crashes/)"; tail -30 "$out/$target.log"; status=1
   else

@@ -55,7 +55,7 @@
     ready.then(function () { window.memsim.openFragment(window.location.hash); });
   });
 
-  // Drop a memsim config or a Hugging Face config.json anywhere on the page.
+  // Drop a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config anywhere on the page.
   window.addEventListener("dragover", function (e) { e.preventDefault(); });
   window.addEventListener("drop", function (e) {
     e.preventDefault();
@@ -67,10 +67,10 @@
     };
     reader.readAsText(file);
   });
-  // Paste JSON with Ctrl+V outside a text field.
+  // Paste JSON (or an Accelerate config's YAML) with Ctrl+V outside a text field.
   window.addEventListener("paste", function (e) {
     var text = e.clipboardData && e.clipboardData.getData("text");
-    if (text && text.trim().charAt(0) === "{") {
+    if (text && (text.trim().charAt(0) === "{" || /^(distributed_type|fsdp_config)\s*:/m.test(text))) {
       e.preventDefault();
       ready.then(function () { window.memsim.loadText(text, "the pasted JSON"); });
     }

@@ -1,6 +1,7 @@
 // memsim-cli: the simulator from the command line. Uses only the core.
 //   memsim-cli estimate --config FILE.json [--format json|table] [--set KEY=VALUE]... [--timeline]
 //   memsim-cli estimate --hf-config config.json ...
+//   memsim-cli estimate --preset ID --accelerate-config default_config.yaml ...
 //   memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
 //   memsim-cli keys
 //   memsim-cli validate DIR            (published measurements as configs -> markdown report)
@@ -25,8 +26,8 @@ using namespace memsim;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--deepspeed-config FILE] [--preset ID]\n"
-    "                           [--set KEY=VALUE]... [--format json|table] "
+    "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--deepspeed-config FILE]\n"
+    "                           [--accelerate-config FILE] [--preset ID] [--set KEY=VALUE]... [--format json|table] "
     "[--timeline]\n"
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
     "       memsim-cli keys | presets\n"
@@ -147,13 +148,14 @@ int main(int argc, char** argv) {
       return true;
     };
     std::string v;
-    if (a == "--config" || a == "--hf-config" || a == "--deepspeed-config") {
+    if (a == "--config" || a == "--hf-config" || a == "--deepspeed-config" || a == "--accelerate-config") {
       if (!value(v)) return invalid(a + " needs a file name (or - for stdin)");
       std::string text, err;
       if (!read_input(v, text, err)) return invalid(err);
-      Parsed p = a == "--config"      ? config_from_json(text, config)
-                 : a == "--hf-config" ? model_from_hf_json(text, config)
-                                      : config_from_deepspeed_json(text, config);
+      Parsed p = a == "--config"              ? config_from_json(text, config)
+                 : a == "--hf-config"         ? model_from_hf_json(text, config)
+                 : a == "--accelerate-config" ? config_from_accelerate(text, config)
+                                              : config_from_deepspeed_json(text, config);
       if (!p.ok) return invalid(p.errors);
       for (const auto& n : p.notes) std::cerr << "memsim-cli: note: " << n << "\n";
       config = p.config;

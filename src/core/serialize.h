@@ -43,11 +43,20 @@ std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_val
 Parsed model_from_hf_json(std::string_view text, const Config& base = Config{});
 
 // A DeepSpeed config JSON (the "ds_config" of deepspeed.initialize or HF TrainingArguments(deepspeed=...)).
-// Reads the fields memsim models (ZeRO stage, bf16/fp16, micro-batch, accumulation, optimizer); notes list what
-// was read, what was kept because it says "auto", and what is not modelled yet (offload, bucket sizes).
+// Reads the fields memsim models (ZeRO stage, offload, buffers, bf16/fp16, micro-batch, accumulation, optimizer) and
+// sets parallel.sharding to deepspeed; notes list what was read, what was kept because it says "auto", and what
+// is not modelled.
 Parsed config_from_deepspeed_json(std::string_view text, const Config& base);
 // The training part of a config as a DeepSpeed config a user can start from.
 std::string deepspeed_json(const Config& c, int indent = 2);
+
+// An Accelerate config (`accelerate config` writes default_config.yaml): the flat YAML it writes (one level of
+// sections, scalars, comments; no anchors, aliases, tags or several documents), or the same content as JSON.
+// Reads distributed_type (FSDP, DEEPSPEED, MULTI_GPU, NO), num_processes, num_machines, mixed_precision,
+// parallelism_config and fsdp_config (or deepspeed_config); notes list what was read, assumed and ignored.
+Parsed config_from_accelerate(std::string_view text, const Config& base);
+// Whether a dropped or pasted text is an Accelerate config: it has a distributed_type or fsdp_config key.
+bool looks_like_accelerate_config(std::string_view text);
 
 // The CLI's JSON result; see README "CLI contract".
 std::string result_to_json(const Result& r, bool with_timeline, int indent = 2);

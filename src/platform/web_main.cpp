@@ -56,7 +56,7 @@ EM_JS(void, js_download, (const char* name, const char* text), {
 EM_JS(void, js_open_file, (), {
   var input = document.createElement("input");
   input.type = "file";
-  input.accept = ".json,application/json";
+  input.accept = ".json,.yaml,.yml,application/json";
   input.onchange = function() {
     var file = input.files && input.files[0];
     if (file) file.text().then(function(t) { window.memsim.loadText(t, "\"" + file.name + "\""); });

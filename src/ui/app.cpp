@@ -51,23 +51,25 @@ bool App::load_fragment(const std::string& fragment) {
 }
 
 bool App::load_text(const std::string& text, const std::string& origin) {
-  // A memsim config has sections, a DeepSpeed config ZeRO or batch keys; anything else is read as a Hugging Face
-  // config.json for the model section.
+  // A memsim config has sections, an Accelerate config (YAML or JSON) distributed_type or fsdp_config, a DeepSpeed
+  // config ZeRO or batch keys; anything else is read as a Hugging Face config.json for the model section.
   const bool memsim_json = text.find("\"training\"") != std::string::npos || text.find("\"schema\"") != std::string::npos ||
                            text.find("\"hardware\"") != std::string::npos || text.find("\"parallel\"") != std::string::npos;
-  const bool deepspeed = !memsim_json && (text.find("\"zero_optimization\"") != std::string::npos ||
-                                          text.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos);
-  Parsed p = memsim_json ? config_from_json(text, config_)
-             : deepspeed ? config_from_deepspeed_json(text, config_)
-                         : model_from_hf_json(text, config_);
+  const bool accelerate = !memsim_json && looks_like_accelerate_config(text);
+  const bool deepspeed = !memsim_json && !accelerate && (text.find("\"zero_optimization\"") != std::string::npos ||
+                                                         text.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos);
+  Parsed p = memsim_json  ? config_from_json(text, config_)
+             : accelerate ? config_from_accelerate(text, config_)
+             : deepspeed  ? config_from_deepspeed_json(text, config_)
+                          : model_from_hf_json(text, config_);
   if (!p.ok) {
     std::string msg = origin + " was not loaded, so the current setup is kept. " + p.errors[0].message;
     if (p.errors.size() > 1) msg += " (and " + std::to_string(p.errors.size() - 1) + " more problems)";
     messages_.push_back({Message::Kind::Error, msg});
     return false;
   }
-  std::string info = "Loaded " + origin + (memsim_json ? " (memsim config)." : deepspeed ? " (DeepSpeed config)."
-                                                                                        : " as the model (Hugging Face config.json).");
+  std::string info = "Loaded " + origin + (memsim_json ? " (memsim config)." : accelerate ? " (Accelerate config)."
+                                           : deepspeed ? " (DeepSpeed config)." : " as the model (Hugging Face config.json).");
   for (const auto& n : p.notes) info += " " + n + ".";
   messages_.push_back({Message::Kind::Info, info});
   set_config(p.config);
@@ -126,14 +128,14 @@ void App::draw_toolbar() {
   flow("Open JSON");
   if (ImGui::Button("Open JSON")) {
     if (hooks_.open_file) hooks_.open_file();
-    else messages_.push_back({Message::Kind::Info, "Drop a memsim config, a config.json or a DeepSpeed config onto the "
+    else messages_.push_back({Message::Kind::Info, "Drop a memsim config, a config.json, a DeepSpeed or an Accelerate config onto the "
                                                    "window, or pass it on the command line."});
   }
   flow("Paste JSON...");
   if (ImGui::Button("Paste JSON...")) ImGui::OpenPopup("paste");
   if (ImGui::BeginPopup("paste")) {
     static std::string text;
-    ImGui::TextUnformatted("Paste a memsim config or a Hugging Face config.json:");
+    ImGui::TextUnformatted("Paste a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config:");
     ImGui::InputTextMultiline("##json", &text, ImVec2(520, 260));
     if (ImGui::Button("Load")) {
       load_text(text, "the pasted JSON");

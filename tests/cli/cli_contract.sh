@@ -39,6 +39,13 @@ check "--timeline adds the timeline" py "t = d['devices'][0]['timeline']; assert
 "$cli" estimate --config "$tmp/default.json" --format table > "$tmp/table.txt"
 check "--format table" grep -q "peak allocated" "$tmp/table.txt"
 
+"$cli" config --accelerate-config "$here/tests/data/accelerate/fsdp1_hybrid_2x8.yaml" > "$tmp/acc.json" 2>/dev/null
+check "--accelerate-config (FSDP1 HYBRID_SHARD on 2 x 8 GPUs)" python3 -c "
+import json; p = json.load(open('$tmp/acc.json'))['parallel']
+assert (p['sharding'], p['zero_stage'], p['shard_group_size'], p['data_parallel_size']) == ('fsdp1', 3, 8, 16)"
+"$cli" estimate --accelerate-config - < "$here/tests/data/accelerate/fsdp2_no_reshard.yaml" > "$tmp/out.json" 2>/dev/null
+check "--accelerate-config - (stdin) estimates" py "assert d['devices'][0]['peak']['device_bytes'] > 0"
+
 err_case() {  # err_case NAME FIELD ARGS...
   local name="$1" field="$2"; shift 2
   "$cli" "$@" > /dev/null 2> "$tmp/err.txt" < /dev/null; local rc=$?
@@ -55,6 +62,10 @@ err_case "bad type in file" training.micro_batch_size estimate --config "$tmp/ba
 echo '{"model": ' > "$tmp/broken.json"
 err_case "broken JSON" "not valid JSON" estimate --config "$tmp/broken.json"
 err_case "unknown key" "unknown key" estimate --set model.nope=1
+printf 'distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n' > "$tmp/acc.yaml"
+err_case "bad Accelerate config" fsdp_config.fsdp_version estimate --accelerate-config "$tmp/acc.yaml"
+printf 'distributed_type: &a FSDP\n' > "$tmp/anchor.yaml"
+err_case "YAML anchor in an Accelerate config" "anchors" config --accelerate-config "$tmp/anchor.yaml"
 
 echo "cli_contract: $fails failed"
 [ $fails -eq 0 ]

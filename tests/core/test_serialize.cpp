@@ -170,14 +170,18 @@ TEST_CASE("golden files of every shipped schema still decode", "[serialize][gold
 TEST_CASE("fuzzer findings stay fixed", "[serialize][fuzz]") {
   // tests/fuzz/regressions/<target>/: inputs that once crashed a fuzz target. Each must now decode or fail with
   // a message, and whatever decodes must serialise again.
-  for (const char* target : {"fragment", "set"}) {
-    for (const auto& e : std::filesystem::directory_iterator(source_path(std::string("tests/fuzz/regressions/") + target))) {
+  for (const char* target : {"fragment", "set", "deepspeed", "accelerate"}) {
+    const std::string dir = source_path(std::string("tests/fuzz/regressions/") + target);
+    if (!std::filesystem::is_directory(dir)) continue;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
       const std::string input = read_file(e.path().string());
       INFO(e.path().string());
       Config c;
       bool ok;
-      if (std::string(target) == "fragment") {
-        Parsed p = config_from_fragment(input);
+      if (std::string(target) != "set") {
+        Parsed p = std::string(target) == "fragment"    ? config_from_fragment(input)
+                   : std::string(target) == "deepspeed" ? config_from_deepspeed_json(input, Config{})
+                                                        : config_from_accelerate(input, Config{});
         ok = p.ok, c = p.config;
         if (!ok) CHECK(!p.errors.empty());
       } else {
@@ -222,4 +226,61 @@ TEST_CASE("a DeepSpeed config sets what memsim models and lists the rest", "[ser
   REQUIRE(!bad.ok);
   CHECK(bad.errors[0].field == "training.micro_batch_size");
   CHECK(!config_from_deepspeed_json(R"({"zero_optimization": 3})", base).ok);
+}
+
+TEST_CASE("DeepSpeed offload: devices, the deprecated cpu_offload flags, export and read-back", "[serialize][deepspeed]") {
+  // deepspeed/runtime/zero/offload_config.py: device none|cpu|nvme; zero/config.py: cpu_offload (deprecated) ->
+  // offload_optimizer cpu, cpu_offload_param (deprecated) -> offload_param cpu.
+  Config base;
+  base.parallel.sharding = "fsdp2";
+  const std::string ds = R"({"zero_optimization": {"stage": 3,
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true},
+    "offload_param": {"device": "cpu", "pin_memory": true}}})";
+  Parsed p = config_from_deepspeed_json(ds, base);
+  REQUIRE(p.ok);
+  CHECK(p.config.parallel.sharding == "deepspeed");
+  CHECK(p.config.parallel.offload_optimizer == "nvme");
+  CHECK(p.config.parallel.offload_params == "cpu");
+  bool listed = false;
+  for (const auto& n : p.notes) listed |= n.find("offload_param.pin_memory") != std::string::npos;
+  CHECK(listed);
+  // The export writes the same blocks and reads back to the same offload.
+  const std::string out = deepspeed_json(p.config);
+  CHECK(out.find("\"offload_optimizer\"") != std::string::npos);
+  CHECK(out.find("\"nvme_path\"") != std::string::npos);
+  Parsed back = config_from_deepspeed_json(out, base);
+  REQUIRE(back.ok);
+  CHECK(back.config.parallel.offload_optimizer == "nvme");
+  CHECK(back.config.parallel.offload_params == "cpu");
+  CHECK(back.config.parallel.zero_stage == 3);
+  CHECK(simulate(back.config).ok);
+  // No offload: the export has no offload blocks, and a ZeRO section without them clears a previous offload.
+  Config none = back.config;
+  none.parallel.offload_optimizer = none.parallel.offload_params = "none";
+  CHECK(deepspeed_json(none).find("offload") == std::string::npos);
+  Parsed cleared = config_from_deepspeed_json(R"({"zero_optimization": {"stage": 2}})", back.config);
+  REQUIRE(cleared.ok);
+  CHECK(cleared.config.parallel.offload_optimizer == "none");
+  CHECK(cleared.config.parallel.offload_params == "none");
+  // The deprecated flags.
+  Parsed legacy = config_from_deepspeed_json(R"({"zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true}})", base);
+  REQUIRE(legacy.ok);
+  CHECK(legacy.config.parallel.offload_optimizer == "cpu");
+  CHECK(legacy.config.parallel.offload_params == "cpu");
+  Parsed newer = config_from_deepspeed_json(
+      R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "none"}}})", base);
+  REQUIRE(newer.ok);
+  CHECK(newer.config.parallel.offload_optimizer == "none");
+  // Hostile values name the field and keep the setup.
+  for (const char* bad : {R"({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})",
+                          R"({"zero_optimization": {"offload_param": {"device": 1}}})",
+                          R"({"zero_optimization": {"offload_param": "cpu"}})",
+                          R"({"zero_optimization": {"cpu_offload": "yes"}})",
+                          R"({"optimizer": {"type": 3}})"}) {
+    INFO(bad);
+    Parsed b = config_from_deepspeed_json(bad, base);
+    REQUIRE_FALSE(b.ok);
+    CHECK((b.errors[0].field.find("offload") != std::string::npos || b.errors[0].field == "optimizer.type"));
+    CHECK(b.config == base);
+  }
 }

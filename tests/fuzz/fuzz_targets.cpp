@@ -51,6 +51,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   exercise(model_from_hf_json(text));
 #elif defined(MEMSIM_FUZZ_DEEPSPEED)
   exercise(config_from_deepspeed_json(text, Config{}));
+#elif defined(MEMSIM_FUZZ_ACCELERATE)
+  // An Accelerate config (YAML subset or JSON): decodes or fails with a message that keeps the base untouched.
+  Config base;
+  Parsed p = config_from_accelerate(text, base);
+  if (!p.ok) check(p.config == base);
+  exercise(p);
+  if (p.ok) {  // the same text decodes the same way onto the same base
+    Parsed again = config_from_accelerate(text, base);
+    check(again.ok && again.config == p.config && again.notes == p.notes);
+  }
+  (void)looks_like_accelerate_config(text);
 #elif defined(MEMSIM_FUZZ_SET)
   Config c;
   auto errors = apply_setting(c, text);

@@ -85,3 +85,29 @@ TEST_CASE("a dropped config.json replaces only the model", "[ui]") {
   CHECK(app.config().model.hidden_size == 4096);
   gui.frame(app);
 }
+
+TEST_CASE("a dropped Accelerate config (YAML or JSON) sets the layout and keeps the model", "[ui]") {
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  const ModelConfig model = app.config().model;
+  CHECK(app.load_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nfsdp_config:\n"
+                      "  fsdp_offload_params: true\n  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_version: 1\n"
+                      "mixed_precision: bf16\nnum_machines: 2\nnum_processes: 16\n",
+                      "default_config.yaml"));
+  CHECK(app.config().parallel.sharding == "fsdp1");
+  CHECK(app.config().parallel.offload_params == "cpu");
+  CHECK(app.config().parallel.data_parallel_size == 16);
+  CHECK(app.config().hardware.gpus_per_node == 8);
+  CHECK(app.config().model == model);
+  CHECK(app.load_text(R"({"distributed_type": "FSDP", "fsdp_config": {"fsdp_version": 2}, "num_processes": 4})", "a.json"));
+  CHECK(app.config().parallel.sharding == "fsdp2");
+  // A DeepSpeed config still goes to the DeepSpeed importer.
+  CHECK(app.load_text(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})", "ds.json"));
+  CHECK(app.config().parallel.sharding == "deepspeed");
+  CHECK(app.config().parallel.offload_optimizer == "cpu");
+  // Hostile YAML keeps the setup.
+  const Config before = app.config();
+  CHECK(!app.load_text("distributed_type: &a FSDP\nnum_processes: *a\n", "evil.yaml"));
+  CHECK(app.config() == before);
+  gui.frame(app);
+}
