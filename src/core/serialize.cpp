@@ -891,6 +891,7 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
       integer(*z, "stage3_prefetch_bucket_size", "parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
       integer(*z, "stage3_param_persistence_threshold", "parallel.zero_param_persistence_threshold",
               c.parallel.zero_param_persistence_threshold);
+      integer(*z, "stage3_max_live_parameters", "parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
       if (auto o = z->find("overlap_comm"); o != z->end() && o->is_boolean())
         c.parallel.zero_overlap_comm = o->get<bool>() ? "true" : "false", used.emplace_back("overlap_comm");
       // Offload (deepspeed/runtime/zero/offload_config.py: OffloadDeviceEnum none|cpu|nvme, default none;
@@ -937,6 +938,7 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
       c.training.framework = "deepspeed";
       static const std::set<std::string> read_keys = {"stage", "reduce_bucket_size", "stage3_prefetch_bucket_size",
                                                       "stage3_param_persistence_threshold", "overlap_comm",
+                                                      "stage3_max_live_parameters",
                                                       "offload_optimizer", "offload_param", "cpu_offload",
                                                       "cpu_offload_param"};
       for (auto it = z->begin(); it != z->end(); ++it)
@@ -998,6 +1000,8 @@ std::string deepspeed_json(const Config& c, int indent) {
     ds["zero_optimization"]["stage3_prefetch_bucket_size"] = c.parallel.zero_prefetch_bucket_size;
   if (c.parallel.zero_param_persistence_threshold > 0)
     ds["zero_optimization"]["stage3_param_persistence_threshold"] = c.parallel.zero_param_persistence_threshold;
+  if (c.parallel.zero_max_live_parameters > 0)
+    ds["zero_optimization"]["stage3_max_live_parameters"] = c.parallel.zero_max_live_parameters;
   // Offload blocks as deepspeed/runtime/zero/offload_config.py names them; NVMe needs a path, so the export
   // writes DeepSpeed's documentation example for the user to replace.
   auto offload = [&](const char* section, const std::string& device) {

@@ -67,6 +67,9 @@ bool draw_parallel_inputs(Config& c) {
         changed |= int_input("persistence_threshold", "parallel.zero_param_persistence_threshold",
                              p.zero_param_persistence_threshold, 10000,
                              "Parameters smaller than this stay whole on every GPU (0 = DeepSpeed's 1e5).");
+        changed |= int_input("max_live_parameters", "parallel.zero_max_live_parameters", p.zero_max_live_parameters,
+                             100000000, "At most this many elements are gathered at once, the prefetch included "
+                                        "(0 = DeepSpeed's 1e9).");
       }
       ImGui::TreePop();
     }
@@ -76,6 +79,10 @@ bool draw_parallel_inputs(Config& c) {
     changed |= choice_combo("offload params", "parallel.offload_params", p.offload_params, "",
                             "ZeRO-Infinity / FSDP CPUOffload: parameter shards live in host RAM and are copied in per "
                             "layer. Needs stage 3.");
+    if (p.zero_stage == 0 && p.data_parallel_size > 1 && !fsdp && rs.sharding != Sharding::Megatron)
+      changed |= check_input("gradient_as_bucket_view", "parallel.ddp_gradient_as_bucket_view", p.ddp_gradient_as_bucket_view,
+                             "PyTorch DDP: gradients become views into the all-reduce buckets from the second "
+                             "iteration, saving one copy of the gradients.");
     changed |= int_input("tensor_parallel", "parallel.tensor_parallel_size", p.tensor_parallel_size, 1,
                          "Megatron tensor parallelism: attention heads, the MLP and the vocabulary are split over t GPUs; "
                          "norms and the residual stream are not (unless sequence parallel).");

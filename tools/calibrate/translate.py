@@ -81,6 +81,8 @@ MEMSIM_DEFAULTS = {
         "zero_overlap_comm": "auto",
         "zero_prefetch_bucket_size": 0,
         "zero_param_persistence_threshold": 0,
+        "zero_max_live_parameters": 0,
+        "ddp_gradient_as_bucket_view": False,
     },
     "hardware": {"gpu": "a100-80gb", "gpu_memory_bytes": 0, "headroom_fraction": 0.10, "cuda_context_bytes": 0,
                  "nccl_channels": 16, "gpus_per_node": 8, "host_memory_bytes": 0},
