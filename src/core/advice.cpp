@@ -58,7 +58,7 @@ std::vector<Suggestion> suggest(const Config& base) {
       c.parallel.zero_stage = 3;
       c.parallel.offload_params = "cpu";  // FSDP's CPUOffload moves parameters and optimizer together
     }
-    add("Offload the optimizer to CPU (ZeRO-Offload / FSDP CPUOffload)", "the step runs on the CPU and gradients "
+    add("Optimizer offload to CPU", "ZeRO-Offload or FSDP CPUOffload: the step runs on the CPU and gradients "
         "cross PCIe every step: often 1.5-3x slower; needs host RAM (shown below the devices)", c);
   }
   if (p.context_parallel_size == 1 && t.sequence_length >= 16384 && t.sequence_length % 4 == 0 &&
