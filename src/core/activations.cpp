@@ -170,6 +170,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       need_self = true;
     }
     saved.push_back(act(mul(d_.amp ? 2 : ab, tokens, peft.lora_rank), L_.lora_in, layer));
+    if (peft.method == "dora") dora_inputs(layer, m, width, saved, tokens);
   }
   return need_self;
 }
@@ -180,6 +181,29 @@ int64_t StepBuilder::out_width(const std::string& module) const {
          : module == "k_proj" || module == "v_proj"    ? d_.h_kv
          : module == "gate_proj" || module == "up_proj" ? d_.f
                                                         : d_.h;  // o_proj, down_proj
+}
+
+// DoRA (peft tuners/lora/dora.py DoraLinearLayer.forward) on top of the LoRA terms: lora_result = lora_B(lora_A(x))
+// is kept by `mag_norm_scale * lora_result` for the magnitude's gradient, and `(mag_norm_scale - 1) * base_result`
+// keeps base_result. Without dropout (lora/layer.py passes base_result = result when dropout is nn.Identity) that
+// is the base layer's own output; with dropout it is F.linear(x, weight.to(x.dtype)) on the dropped-out input,
+// which saves the frozen weight's cast for x's gradient. Every forward also casts the weight to x's dtype and adds
+// scaling * lora_weight to it for the detached column norm: two weight-sized transients. (x_eye's graph is
+// detached at once, so nothing of it stays.)
+void StepBuilder::dora_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved,
+                              int64_t tokens) {
+  const int64_t ab = d_.amp ? 2 : adapter_bytes();  // under autocast the matmuls return bf16
+  const int64_t out = out_width(module);
+  uint32_t w = tmp(mul(adapter_bytes(), width, out), L_.lora_in, layer);
+  drop(tmp(mul(adapter_bytes(), width, out), L_.lora_in, layer));
+  if (c_.peft.lora_dropout > 0) {
+    saved.push_back(act(mul(ab, width, out), L_.lora_in, layer));   // the weight's cast, saved by F.linear
+    saved.push_back(act(mul(ab, tokens, out), L_.lora_in, layer));  // base_result
+  } else {
+    saved.push_back(act(mul(d_.e, tokens, out), L_.lora_in, layer));  // the base layer's output
+  }
+  drop(w);
+  saved.push_back(act(mul(ab, tokens, out), L_.lora_in, layer));  // lora_result
 }
 
 // IA3 (peft tuners/ia3/layer.py Linear.forward): the learned vector, in its own dtype (fp32: update_layer makes it

@@ -236,7 +236,7 @@ int64_t saved_per_layer(Config c) {
 }
 }  // namespace
 
-TEST_CASE("saved activations of IA3, LN tuning and prompt tuning, derived by hand", "[peft][activations]") {
+TEST_CASE("saved activations of IA3, LN tuning, prompt tuning and DoRA, derived by hand", "[peft][activations]") {
   // Llama-3.2-3B, one sequence of 2048 tokens, pure bf16, SDPA with native GQA. With a frozen base a layer keeps
   // (MEMORY_FORMULAS.md 4.4): the two RMSNorms' fp32 input copies and rstd, attention's v, rotated q and k, output
   // and fp32 logsumexp, and the MLP's gate, up and activation (silu and the product need them); not the norm
@@ -276,11 +276,23 @@ TEST_CASE("saved activations of IA3, LN tuning and prompt tuning, derived by han
   const int64_t T2 = T + 30;
   CHECK(saved_per_layer(c) == 2 * (4 * T2 * h + 4 * T2) + 2 * (2 * T2 * hkv + 2 * T2 * hq) + 4 * a * T2 + 3 * 2 * T2 * f);
 
-  // LoRA with fp32 adapters on q and v: each keeps an fp32 copy of the norm output and lora_A's fp32 output.
+  // DoRA on q and v without dropout (lora/dora.py): on top of LoRA's fp32 input copy and lora_A output, the
+  // magnitude's products keep the base layer's bf16 output and lora_B's fp32 output, [tokens, out] each.
   c.peft.method = "lora";
   c.peft.lora_rank = 16;
   c.peft.target_modules = "q_proj,v_proj";
-  CHECK(saved_per_layer(c) == frozen + 2 * (4 * T * h + 4 * T * 16));
+  const int64_t lora = saved_per_layer(c);
+  CHECK(lora == frozen + 2 * (4 * T * h + 4 * T * 16));
+  c.peft.method = "dora";
+  CHECK(saved_per_layer(c) == lora + (2 + 4) * T * hq + (2 + 4) * T * hkv);
+  // With dropout the base result is recomputed from the dropped-out fp32 input and the weight's fp32 cast, which
+  // F.linear keeps: [out, in] per module, beside the fp32 result.
+  Config d = c;
+  d.peft.lora_dropout = 0.1;
+  d.peft.method = "lora";
+  const int64_t lora_dropout = saved_per_layer(d);
+  d.peft.method = "dora";
+  CHECK(saved_per_layer(d) == lora_dropout + 4 * h * hq + 2 * 4 * T * hq + 4 * h * hkv + 2 * 4 * T * hkv);
 }
 
 TEST_CASE("PEFT methods memsim does not model are refused with the field", "[peft][bad-input]") {
