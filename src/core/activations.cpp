@@ -690,19 +690,21 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // torchtune CEWithChunkedOutputLoss: the output layer runs per chunk (compute dtype, kept until
       // `del logits`); each chunk is upcast and its log-softmax saved. With compile, torchtune compiles
       // compute_cross_entropy alone, and AOTAutograd's min-cut partitioner recomputes the pointwise upcast and
-      // log-softmax in backward: it saves the chunk itself (an input) and a per-token fp32 logsumexp.
+      // log-softmax in backward: it saves the chunk itself (an input) and a per-token fp32 logsumexp. Inductor
+      // fuses the upcast and the log-softmax into the max and sum-exp reductions over the vocabulary, which read
+      // the bf16 chunk directly, so no fp32 [tokens, vocab] tensor is written in the forward; in the backward the
+      // recomputed softmax, the one-hot subtraction and the cast back fuse into one kernel that writes the chunk's
+      // gradient in the compute dtype.
       const int64_t n = c_.training.loss_chunks;
       const bool compiled = c_.training.compile;
       uint32_t chunks = compiled ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
       for (int64_t i = 0; i < n; ++i) {
-        uint32_t up = tmp(mul(4, ceil_div(tv, n)), L_.logits_fp32, post);
         if (compiled) {
-          uint32_t lsm = tmp(mul(4, ceil_div(tv, n)), L_.lse_loss, post);
           saved.push_back(act(mul(4, ceil_div(d_.T, n)), L_.lse_loss, post));
-          drop(lsm);
-        } else {
-          saved.push_back(act(mul(4, ceil_div(tv, n)), L_.lse_loss, post));
+          continue;
         }
+        uint32_t up = tmp(mul(4, ceil_div(tv, n)), L_.logits_fp32, post);
+        saved.push_back(act(mul(4, ceil_div(tv, n)), L_.lse_loss, post));
         drop(up);
       }
       if (compiled) saved.push_back(chunks);  // held by autograd after `del logits`
@@ -777,6 +779,10 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       const int64_t n = c_.training.loss_chunks;
       dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
       for (int64_t i = 0; i < n; ++i) {
+        if (c_.training.compile) {
+          drop(tmp(mul(e, ceil_div(tv, n)), L_.loss_grad_bf16, post));
+          continue;
+        }
         uint32_t g1 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
         uint32_t g2 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
         drop(g1);
