@@ -154,6 +154,10 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       else need_self = true;
     }
     if (!peft_targets(peft, mod)) continue;
+    if (peft.method == "ia3") {
+      need_self |= ia3_inputs(layer, m, width, saved, tokens);
+      continue;
+    }
     const int64_t ab = adapter_bytes();
     if (peft.lora_dropout > 0) {
       saved.push_back(act(tw, L_.lora_in, layer));  // dropout mask
@@ -166,8 +170,74 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       need_self = true;
     }
     saved.push_back(act(mul(d_.amp ? 2 : ab, tokens, peft.lora_rank), L_.lora_in, layer));
+    if (peft.method == "dora") dora_inputs(layer, m, width, saved, tokens);
   }
   return need_self;
+}
+
+// Output width of a layer linear, by PEFT's module name.
+int64_t StepBuilder::out_width(const std::string& module) const {
+  return module == "q_proj"                           ? d_.h_q
+         : module == "k_proj" || module == "v_proj"    ? d_.h_kv
+         : module == "gate_proj" || module == "up_proj" ? d_.f
+                                                        : d_.h;  // o_proj, down_proj
+}
+
+// DoRA (peft tuners/lora/dora.py DoraLinearLayer.forward) on top of the LoRA terms: lora_result = lora_B(lora_A(x))
+// is kept by `mag_norm_scale * lora_result` for the magnitude's gradient, and `(mag_norm_scale - 1) * base_result`
+// keeps base_result. Without dropout (lora/layer.py passes base_result = result when dropout is nn.Identity) that
+// is the base layer's own output; with dropout it is F.linear(x, weight.to(x.dtype)) on the dropped-out input,
+// which saves the frozen weight's cast for x's gradient. Every forward also casts the weight to x's dtype and adds
+// scaling * lora_weight to it for the detached column norm: two weight-sized transients. (x_eye's graph is
+// detached at once, so nothing of it stays.)
+void StepBuilder::dora_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved,
+                              int64_t tokens) {
+  const int64_t ab = d_.amp ? 2 : adapter_bytes();  // under autocast the matmuls return bf16
+  const int64_t out = out_width(module);
+  uint32_t w = tmp(mul(adapter_bytes(), width, out), L_.lora_in, layer);
+  drop(tmp(mul(adapter_bytes(), width, out), L_.lora_in, layer));
+  if (c_.peft.lora_dropout > 0) {
+    saved.push_back(act(mul(ab, width, out), L_.lora_in, layer));   // the weight's cast, saved by F.linear
+    saved.push_back(act(mul(ab, tokens, out), L_.lora_in, layer));  // base_result
+  } else {
+    saved.push_back(act(mul(d_.e, tokens, out), L_.lora_in, layer));  // the base layer's output
+  }
+  drop(w);
+  saved.push_back(act(mul(ab, tokens, out), L_.lora_in, layer));  // lora_result
+}
+
+// IA3 (peft tuners/ia3/layer.py Linear.forward): the learned vector, in its own dtype (fp32: update_layer makes it
+// with torch.randn), scales the base output, `result.to(dtype) * ia3_scaling`, or for a feedforward module the
+// input, `(x.to(dtype) * ia3_scaling).to(weight.dtype)`. The product saves its tensor operand for the vector's
+// gradient: the pre-scale output cast to the vector's dtype, a new [tokens, out] tensor; or the input cast to it,
+// a copy unless the input already has that dtype (then the input itself, and the function returns true). The
+// bitsandbytes layers (ia3/bnb.py) instead upcast x to fp32 when autocast is off (`x = x.float()`) and multiply
+// in that dtype, which saves the same fp32 tensors; under autocast they multiply x (or the output) as it is.
+bool StepBuilder::ia3_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved,
+                             int64_t tokens) {
+  const int64_t ab = any_quantized_ ? (d_.amp ? d_.e : 4) : adapter_bytes();
+  if (ia3_feedforward(c_.peft, module)) {
+    if (ab == d_.e) return true;
+    saved.push_back(act(mul(ab, tokens, width), L_.lora_in, layer));
+    return false;
+  }
+  const int64_t out = out_width(module);
+  saved.push_back(act(mul(ab, tokens, out), L_.lora_in, layer));
+  drop(tmp(mul(ab, tokens, out), L_.lora_in, layer));  // the scaled product, cast back to the input's dtype
+  return false;
+}
+
+// Whether the norm that feeds these consumers has a trainable weight: full fine-tuning, LN tuning's copy, or the
+// norm named in modules_to_save.
+bool StepBuilder::norm_trainable(int32_t layer, std::initializer_list<const char*> consumers) const {
+  if (!c_.peft.enabled()) return true;
+  const std::string first = *consumers.begin();
+  const std::string norm = first == "lm_head"                          ? "norm."
+                           : first == "q_proj" || first == "q_a_proj" ? "input_layernorm."
+                                                                      : "post_attention_layernorm.";
+  for (const auto& t : layer < 0 ? s_.post : s_.params_of(layer))
+    if (t.kind == ParamKind::Norm && !t.frozen && t.name.rfind(norm, 0) == 0) return true;
+  return false;
 }
 
 // Saves what the norm's backward needs and writes its output, kept as linear_inputs decides.
@@ -192,9 +262,9 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     saved.push_back(act(mul(4, d_.Tn), L_.norm_rstd, layer));
     // weight * normed saves normed for the weight's gradient: cast back to the input dtype in HF (eager_fp32),
     // kept in fp32 by torchtune and litgpt (fp32_scale: (x_normed * weight.float()).to(dtype)). A frozen norm
-    // weight (PEFT) needs no gradient, so nothing is saved for it.
+    // weight (PEFT) needs no gradient, so nothing is saved for it; LN tuning's trainable copy needs it again.
     const int64_t scaled = rs_.norm == NormImpl::Fp32Scale ? 4 : d_.e_res;
-    if (!c_.peft.enabled()) saved.push_back(act(mul(scaled, th), L_.norm_scaled, layer));
+    if (norm_trainable(layer, consumers)) saved.push_back(act(mul(scaled, th), L_.norm_scaled, layer));
   }
   if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
   uint32_t y = act(mul(d_.amp ? 4 : d_.e, th), L_.norm_out, layer);
@@ -473,6 +543,13 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
     if (m.shared_expert_intermediate_size > 0)
       mlp_t = std::max(mlp_t, mul(3, e, d_.T, m.shared_expert_intermediate_size));
   }
+  // IA3 on a feedforward down_proj (ia3_inputs): the input's gradient comes back in the base dtype, is cast to the
+  // vector's dtype, and the product's backward makes grad * vector and grad * saved input (summed for the vector's
+  // gradient) beside it: three [tokens, f] tensors in the vector's dtype at once.
+  if (c_.peft.method == "ia3" && !s_.is_moe(layer) && ia3_feedforward(c_.peft, "down_proj")) {
+    const int64_t ab = any_quantized_ ? (d_.amp ? d_.e : 4) : adapter_bytes();
+    if (ab != e) mlp_t = std::max(mlp_t, mul(3, ab, d_.T, d_.f));
+  }
   if (any_quantized_) dequant(layer);
   uint32_t t = tmp(mlp_t, L_.bwd_mlp, layer);
   for (auto it = saved.mlp.rbegin(); it != saved.mlp.rend(); ++it) drop(*it);
@@ -613,19 +690,21 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // torchtune CEWithChunkedOutputLoss: the output layer runs per chunk (compute dtype, kept until
       // `del logits`); each chunk is upcast and its log-softmax saved. With compile, torchtune compiles
       // compute_cross_entropy alone, and AOTAutograd's min-cut partitioner recomputes the pointwise upcast and
-      // log-softmax in backward: it saves the chunk itself (an input) and a per-token fp32 logsumexp.
+      // log-softmax in backward: it saves the chunk itself (an input) and a per-token fp32 logsumexp. Inductor
+      // fuses the upcast and the log-softmax into the max and sum-exp reductions over the vocabulary, which read
+      // the bf16 chunk directly, so no fp32 [tokens, vocab] tensor is written in the forward; in the backward the
+      // recomputed softmax, the one-hot subtraction and the cast back fuse into one kernel that writes the chunk's
+      // gradient in the compute dtype.
       const int64_t n = c_.training.loss_chunks;
       const bool compiled = c_.training.compile;
       uint32_t chunks = compiled ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
       for (int64_t i = 0; i < n; ++i) {
-        uint32_t up = tmp(mul(4, ceil_div(tv, n)), L_.logits_fp32, post);
         if (compiled) {
-          uint32_t lsm = tmp(mul(4, ceil_div(tv, n)), L_.lse_loss, post);
           saved.push_back(act(mul(4, ceil_div(d_.T, n)), L_.lse_loss, post));
-          drop(lsm);
-        } else {
-          saved.push_back(act(mul(4, ceil_div(tv, n)), L_.lse_loss, post));
+          continue;
         }
+        uint32_t up = tmp(mul(4, ceil_div(tv, n)), L_.logits_fp32, post);
+        saved.push_back(act(mul(4, ceil_div(tv, n)), L_.lse_loss, post));
         drop(up);
       }
       if (compiled) saved.push_back(chunks);  // held by autograd after `del logits`
@@ -644,8 +723,13 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
     case LossImpl::FusedLinear: {
       // Liger fused_linear_cross_entropy_forward: grad_input [T, h], grad_weight [V, h] and an fp32 loss per
       // token, all made in forward; logits exist one chunk at a time, chunk = next_pow2(ceil(T / ceil(V / h))).
+      // grad_weight is `torch.zeros_like(weight) if weight.requires_grad else None`: none for a frozen head (PEFT).
+      bool head_trainable = false;
+      for (const auto& t : s_.post)
+        if (module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) head_trainable = !t.frozen;
+      if (c_.model.tie_word_embeddings) head_trainable = !s_.pre.front().frozen;
       saved.push_back(act(mul(e, d_.T, d_.h), L_.flce_buffers, post));
-      saved.push_back(act(mul(pr_.weight_bytes, d_.V, d_.h), L_.flce_buffers, post));
+      if (head_trainable) saved.push_back(act(mul(pr_.weight_bytes, d_.V, d_.h), L_.flce_buffers, post));
       saved.push_back(act(mul(4, d_.T), L_.flce_buffers, post));
       const int64_t chunk = std::min(d_.T, next_pow2(ceil_div(d_.T, ceil_div(d_.V, d_.h))));
       uint32_t lg = tmp(mul(e, chunk, d_.V), L_.logits, post);
@@ -695,6 +779,10 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       const int64_t n = c_.training.loss_chunks;
       dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
       for (int64_t i = 0; i < n; ++i) {
+        if (c_.training.compile) {
+          drop(tmp(mul(e, ceil_div(tv, n)), L_.loss_grad_bf16, post));
+          continue;
+        }
         uint32_t g1 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
         uint32_t g2 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
         drop(g1);
@@ -853,7 +941,8 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
     // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, it is added into
     // the .grad that lm_head's backward created.
     alloc_layer_grads(-1);
-    if (c_.model.tie_word_embeddings) {
+    // A frozen embedding (PEFT) has no backward: its input is token ids and its weight needs no gradient.
+    if (c_.model.tie_word_embeddings && !s_.pre.front().frozen) {
       uint32_t dense = tmp(mul(pr_.grad_bytes, d_.V, d_.h), L_.embed_grad_dense, -1);
       drop(dense);
     }

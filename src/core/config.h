@@ -102,12 +102,16 @@ struct TrainingConfig {
 
 // Parameter-efficient fine-tuning (PEFT's names). With a method the base model is frozen: only the adapters
 // (and modules_to_save) have gradients and optimizer states, and the base may be stored quantized.
+// Methods: lora, dora (LoraConfig, use_dora), ia3 (IA3Config), ln_tuning (LNTuningConfig: target_modules name
+// norms) and prompt_tuning (PromptTuningConfig). prefix_tuning is a known name that validate.cpp refuses.
 struct PeftConfig {
-  std::string method = "none";              // none, lora, dora
+  std::string method = "none";              // none, lora, dora, ia3, ln_tuning, prompt_tuning
   int64_t lora_rank = 8;
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   std::string target_modules = "q_proj,v_proj";  // comma-separated module names, or all-linear
+  std::string feedforward_modules = "down_proj";  // IA3Config.feedforward_modules: scale the input, not the output
+  int64_t num_virtual_tokens = 20;                // PromptTuningConfig.num_virtual_tokens
   std::string adapter_dtype = "fp32";       // PEFT autocast_adapter_dtype=True keeps adapters in fp32
   std::string base_quantization = "none";   // none, int8 (LLM.int8), nf4, fp4 (bitsandbytes)
   bool double_quantization = false;         // bnb_4bit_use_double_quant
@@ -116,6 +120,7 @@ struct PeftConfig {
 
   bool operator==(const PeftConfig&) const = default;
   bool enabled() const { return method != "none"; }
+  bool lora_like() const { return method == "lora" || method == "dora"; }  // low-rank adapters on linears
 };
 
 // The world is data x context x tensor x pipeline parallel (Megatron's layout). Sharding of model states runs

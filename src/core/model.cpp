@@ -255,11 +255,30 @@ bool in_list(const std::string& list, const std::string& name) {
 }  // namespace
 
 // PEFT's target_modules: names, or "all-linear" = every linear layer but the output head
-// (peft/tuners/tuners_utils.py::_maybe_include_all_linear_layers).
+// (peft/tuners/tuners_utils.py::_maybe_include_all_linear_layers). Only LoRA, DoRA and IA3 put something on
+// linears; LN tuning's target_modules name norms, and prompt tuning has no target modules.
 bool peft_targets(const PeftConfig& peft, const std::string& module) {
-  if (!peft.enabled()) return false;
+  if (!peft.lora_like() && peft.method != "ia3") return false;
   if (peft.target_modules == "all-linear") return module != "lm_head" && module != "embed_tokens";
   return in_list(peft.target_modules, module);
+}
+
+// IA3Config.feedforward_modules: targeted modules whose input, not output, the learned vector scales
+// (peft/tuners/ia3/model.py: is_feedforward = any(key.endswith(m) for m in feedforward_modules)).
+bool ia3_feedforward(const PeftConfig& peft, const std::string& module) {
+  return peft.method == "ia3" && peft_targets(peft, module) && in_list(peft.feedforward_modules, module);
+}
+
+// LNTuningConfig.target_modules: the norms that get a trainable copy.
+bool ln_tuning_targets(const PeftConfig& peft, const std::string& module) {
+  return peft.method == "ln_tuning" && in_list(peft.target_modules, module);
+}
+
+// PromptTuningConfig: PeftModelForCausalLM.forward concatenates num_virtual_tokens prompt embeddings before the
+// input embeddings (torch.cat((prompts, inputs_embeds), dim=1)) and pads the labels with -100 to match, so every
+// layer and the loss see sequence_length + num_virtual_tokens positions.
+int64_t virtual_tokens(const PeftConfig& peft) {
+  return peft.method == "prompt_tuning" ? peft.num_virtual_tokens : 0;
 }
 
 int64_t trainable_numel(const ModelShape& s) {
@@ -286,20 +305,45 @@ void apply_peft(ModelShape& s, const PeftConfig& peft) {
       // (transformers integrations/bitsandbytes.py get_keys_to_not_convert).
       t.quantized = quant && t.frozen && in_layers && t.kind == ParamKind::Matmul && mod != "gate";
       out.push_back(t);
-      if (t.kind == ParamKind::Matmul && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0 &&
-          peft_targets(peft, mod)) {
-        // peft/tuners/lora/layer.py update_layer: lora_A = Linear(in, r), lora_B = Linear(r, out);
-        // DoRA adds a magnitude vector of out_features (tuners/lora/dora.py).
+      const bool weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+      if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod)) {
         const int64_t out_f = t.rows, in_f = t.numel / t.rows;
         const std::string base = t.name.substr(0, t.name.size() - 7);
-        out.push_back({base + ".lora_A.weight", mul(peft.lora_rank, in_f), ParamKind::Adapter, peft.lora_rank});
-        out.push_back({base + ".lora_B.weight", mul(out_f, peft.lora_rank), ParamKind::Adapter, out_f});
-        if (peft.method == "dora") out.push_back({base + ".lora_magnitude_vector", out_f, ParamKind::Adapter, out_f});
+        if (peft.method == "ia3") {
+          // peft/tuners/ia3/layer.py IA3Layer.update_layer: one vector, (1, in_features) for a feedforward
+          // module, else (out_features, 1), created by torch.randn (fp32).
+          const int64_t n = ia3_feedforward(peft, mod) ? in_f : out_f;
+          out.push_back({base + ".ia3_l.default", n, ParamKind::Adapter, n});
+        } else {
+          // peft/tuners/lora/layer.py update_layer: lora_A = Linear(in, r), lora_B = Linear(r, out);
+          // DoRA adds a magnitude vector of out_features (tuners/lora/dora.py).
+          out.push_back({base + ".lora_A.weight", mul(peft.lora_rank, in_f), ParamKind::Adapter, peft.lora_rank});
+          out.push_back({base + ".lora_B.weight", mul(out_f, peft.lora_rank), ParamKind::Adapter, out_f});
+          if (peft.method == "dora") out.push_back({base + ".lora_magnitude_vector", out_f, ParamKind::Adapter, out_f});
+        }
+      }
+      if (t.kind == ParamKind::Norm && ln_tuning_targets(peft, mod)) {
+        // peft/tuners/ln_tuning/layer.py LNTuningLayer.update_layer: ln_tuning_layers[adapter] = deepcopy(layer).
+        // The copy trains, in the base's dtype (LNTuningModel._cast_adapter_dtype is a no-op); the original
+        // stays, frozen.
+        ParamTensor copy = t;
+        const size_t dot = t.name.rfind('.');
+        copy.name = t.name.substr(0, dot) + ".ln_tuning_layers.default" + t.name.substr(dot);
+        copy.frozen = false;
+        copy.quantized = false;
+        out.push_back(copy);
       }
     }
     ts = std::move(out);
   };
   adapt(s.pre, false);
+  // PromptEmbedding (peft/tuners/prompt_tuning/model.py): nn.Embedding(num_virtual_tokens, token_dim), created in
+  // the default dtype (fp32) beside the frozen model; token_dim is the hidden size (the word embeddings' width).
+  if (peft.method == "prompt_tuning" && !s.pre.empty()) {
+    const int64_t h = s.pre.front().numel / s.pre.front().rows;
+    s.pre.push_back({"prompt_encoder.embedding.weight", mul(peft.num_virtual_tokens, h), ParamKind::Adapter,
+                     peft.num_virtual_tokens});
+  }
   adapt(s.post, false);
   s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { adapt(ts, true); });
   recount(s);

@@ -15,7 +15,7 @@ enum class ParamKind {
   Embedding,  // token or position embedding table
   Norm,       // norm scale or shift
   Bias,
-  Adapter,    // LoRA A/B matrices, DoRA magnitudes
+  Adapter,    // LoRA A/B matrices, DoRA magnitudes, IA3 vectors, prompt embeddings (the adapter dtype)
 };
 
 struct ParamTensor {
@@ -90,6 +90,9 @@ int64_t trainable_numel(const ModelShape& s);
 // The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"), as PEFT targets it.
 std::string module_name(const std::string& param_name);
 bool peft_targets(const PeftConfig& peft, const std::string& module);
+bool ia3_feedforward(const PeftConfig& peft, const std::string& module);
+bool ln_tuning_targets(const PeftConfig& peft, const std::string& module);
+int64_t virtual_tokens(const PeftConfig& peft);  // prompt tuning: positions added to every sequence
 
 int64_t sum_numel(const std::vector<ParamTensor>& tensors);
 int64_t matmul_numel(const std::vector<ParamTensor>& tensors);  // what autocast casts: linear weights

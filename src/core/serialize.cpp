@@ -99,6 +99,8 @@ void visit_fields(Config& c, V& v) {
   v.number("peft.lora_alpha", p.lora_alpha);
   v.number("peft.lora_dropout", p.lora_dropout);
   v.str("peft.target_modules", p.target_modules);
+  v.str("peft.feedforward_modules", p.feedforward_modules);
+  v.integer("peft.num_virtual_tokens", p.num_virtual_tokens);
   v.str("peft.adapter_dtype", p.adapter_dtype);
   v.str("peft.base_quantization", p.base_quantization);
   v.boolean("peft.double_quantization", p.double_quantization);

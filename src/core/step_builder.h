@@ -97,6 +97,10 @@ class StepBuilder {
   // saves it rather than a cast copy.
   bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved,
                      int64_t tokens, bool low_precision_input = false);
+  int64_t out_width(const std::string& module) const;
+  void dora_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved, int64_t tokens);
+  bool ia3_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved, int64_t tokens);
+  bool norm_trainable(int32_t layer, std::initializer_list<const char*> consumers) const;
   void dequant(int32_t layer);
   uint32_t fp8_input(uint32_t t, int64_t elements, int32_t layer);
   void fp8_cast(int32_t layer);

@@ -268,7 +268,8 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   d_.b = t.micro_batch_size;
   // Context parallel: each rank holds sequence_length / cp tokens of every sequence (2 x cp load-balanced
   // chunks; torchtitan / torch.distributed.tensor.experimental.context_parallel, Megatron-Core with TE).
-  d_.s = t.sequence_length / c_.parallel.context_parallel_size;
+  // Prompt tuning adds its virtual tokens to every sequence (model.cpp virtual_tokens).
+  d_.s = (t.sequence_length + virtual_tokens(c_.peft)) / c_.parallel.context_parallel_size;
   d_.T = mul(d_.b, d_.s);
   d_.h = m.hidden_size;
   d_.h_q = mul(m.num_attention_heads, effective_head_dim(m));

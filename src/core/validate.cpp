@@ -45,6 +45,7 @@ const std::map<std::string, IntRange>& ranges() {
       {"training.loss_chunks", {1, 1024}},
       {"hardware.cuda_context_bytes", {0, int64_t(1) << 40}},
       {"peft.lora_rank", {1, 1 << 16}},
+      {"peft.num_virtual_tokens", {1, 1 << 16}},
       {"parallel.data_parallel_size", {1, 1 << 24}},
       {"parallel.zero_stage", {0, 3}},
       {"parallel.tensor_parallel_size", {1, 1024}},
@@ -81,6 +82,28 @@ std::string ids_of(Span table) {
   return s;
 }
 
+// Every comma-separated item of a list field, trimmed; empty items skipped.
+std::vector<std::string> list_items(const std::string& list) {
+  std::vector<std::string> items;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (!item.empty()) items.push_back(item);
+    pos = end + 1;
+  }
+  return items;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string list;
+  for (const auto& k : names) list += (list.empty() ? "" : ", ") + k;
+  return list;
+}
+
 void validate_peft(const Config& c, std::vector<FieldError>& e) {
   const auto& p = c.peft;
   auto one_of = [&](const char* field, const std::string& value, std::initializer_list<const char*> allowed) {
@@ -89,7 +112,7 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     for (const char* a : allowed) ok |= value == a, list += (list.empty() ? "" : ", ") + std::string(a);
     if (!ok) e.push_back({field, std::string(field) + " must be one of: " + list + "; got \"" + value.substr(0, 40) + "\""});
   };
-  one_of("peft.method", p.method, {"none", "lora", "dora"});
+  one_of("peft.method", p.method, {"none", "lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning"});
   one_of("peft.adapter_dtype", p.adapter_dtype, {"fp32", "bf16", "fp16"});
   one_of("peft.base_quantization", p.base_quantization, {"none", "int8", "nf4", "fp4"});
   if (!p.enabled()) {
@@ -99,20 +122,32 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
                                              "trainable parameters"});
     return;
   }
+  if (p.method == "prefix_tuning") {
+    // PrefixTuningConfig: past_key_values of num_virtual_tokens per layer (an nn.Embedding of num_layers x 2 x
+    // token_dim, or through a two-layer MLP with prefix_projection). Their memory depends on how the model's
+    // attention takes them: transformers' cache concatenates them to every layer's keys and values, and the
+    // past-length mask changes the SDPA kernel (and what it saves) by version. Not guessed.
+    e.push_back({"peft.method", "peft.method prefix_tuning is not modelled: the prefix keys and values go through "
+                                "transformers' cache and a past-length attention mask whose saved tensors depend on "
+                                "the transformers version; use prompt_tuning, lora, ia3 or ln_tuning"});
+    return;
+  }
   const auto& m = c.model;
-  // The smallest linear the adapters can sit on bounds the rank (a rank above it adds parameters, not capacity).
-  const int64_t d = effective_head_dim(m);
-  const int64_t smallest = std::min({m.hidden_size, m.num_key_value_heads * d, m.intermediate_size});
-  check(e, "peft.lora_rank", p.lora_rank);
-  if (p.lora_rank > smallest && smallest > 0)
-    e.push_back({"peft.lora_rank", "peft.lora_rank must be at most the smallest adapted dimension (" +
-                                       std::to_string(smallest) + "); got " + std::to_string(p.lora_rank)});
-  if (!(p.lora_dropout >= 0.0 && p.lora_dropout < 1.0))
-    e.push_back({"peft.lora_dropout", "peft.lora_dropout must be a probability from 0 to below 1"});
-  if (!(p.lora_alpha > 0.0 && p.lora_alpha < 1e6))
-    e.push_back({"peft.lora_alpha", "peft.lora_alpha must be a number above 0"});
-  // Every named target must exist in this architecture.
-  if (p.target_modules != "all-linear") {
+  if (p.lora_like()) {
+    // The smallest linear the adapters can sit on bounds the rank (a rank above it adds parameters, not capacity).
+    const int64_t d = effective_head_dim(m);
+    const int64_t smallest = std::min({m.hidden_size, m.num_key_value_heads * d, m.intermediate_size});
+    check(e, "peft.lora_rank", p.lora_rank);
+    if (p.lora_rank > smallest && smallest > 0)
+      e.push_back({"peft.lora_rank", "peft.lora_rank must be at most the smallest adapted dimension (" +
+                                         std::to_string(smallest) + "); got " + std::to_string(p.lora_rank)});
+    if (!(p.lora_dropout >= 0.0 && p.lora_dropout < 1.0))
+      e.push_back({"peft.lora_dropout", "peft.lora_dropout must be a probability from 0 to below 1"});
+    if (!(p.lora_alpha > 0.0 && p.lora_alpha < 1e6))
+      e.push_back({"peft.lora_alpha", "peft.lora_alpha must be a number above 0"});
+  }
+  // Linear targets (LoRA, DoRA, IA3): every named module must exist in this architecture.
+  if ((p.lora_like() || p.method == "ia3") && p.target_modules != "all-linear") {
     std::vector<std::string> known = {"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "lm_head"};
     if (m.mlp_gated) known.push_back("gate_proj");
     if (m.kv_lora_rank > 0) known = {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
@@ -124,25 +159,60 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
       if (m.mlp_gated) known.insert(known.end(), {"wi_0", "wi_1"});
       else known.push_back("wi");
     }
-    size_t pos = 0;
-    bool any = false;
-    while (pos <= p.target_modules.size()) {
-      size_t end = p.target_modules.find(',', pos);
-      if (end == std::string::npos) end = p.target_modules.size();
-      std::string item = p.target_modules.substr(pos, end - pos);
-      while (!item.empty() && item.front() == ' ') item.erase(0, 1);
-      while (!item.empty() && item.back() == ' ') item.pop_back();
-      pos = end + 1;
-      if (item.empty()) continue;
-      any = true;
-      if (std::find(known.begin(), known.end(), item) == known.end()) {
-        std::string list;
-        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    if (p.method == "ia3") known.erase(std::remove(known.begin(), known.end(), "lm_head"), known.end());
+    const auto items = list_items(p.target_modules);
+    for (const auto& item : items)
+      if (std::find(known.begin(), known.end(), item) == known.end())
         e.push_back({"peft.target_modules", "peft.target_modules names \"" + item.substr(0, 40) +
-                                                "\", which this architecture lacks; it has: " + list + " (or all-linear)"});
-      }
-    }
-    if (!any) e.push_back({"peft.target_modules", "peft.target_modules must name at least one module, or be all-linear"});
+                                                "\", which this architecture lacks" +
+                                                (p.method == "ia3" ? " (IA3 is modelled on the layers' linears)" : "") +
+                                                "; it has: " + joined(known) + " (or all-linear)"});
+    if (items.empty()) e.push_back({"peft.target_modules", "peft.target_modules must name at least one module, or be all-linear"});
+  }
+  if ((p.method == "ia3" || p.method == "ln_tuning" || p.method == "prompt_tuning") && m.is_encoder_decoder)
+    e.push_back({"peft.method", "peft.method " + p.method + " is modelled for decoder-only models; with an "
+                                "encoder-decoder use lora or dora"});
+  if (p.method == "ia3") {
+    // IA3 as PEFT runs it on separate linears of dense pre-norm layers (ia3_inputs in activations.cpp).
+    if (resolve(c).fused_qkv)
+      e.push_back({"peft.method", "peft.method ia3 is modelled as PEFT applies it, on separate q/k/v linears; the "
+                                  "framework " + c.training.framework + " fuses them (use hf_trainer, hf_loop, deepspeed, "
+                                  "torchtune or torchtitan)"});
+    if (m.kv_lora_rank > 0 || m.num_experts > 0 || m.post_layernorm)
+      e.push_back({"peft.method", "peft.method ia3 is modelled for dense decoder layers (no latent attention, mixture "
+                                  "of experts or post-LN encoder)"});
+    // IA3Config.__post_init__: "`feedforward_modules` should be a subset of `target_modules`".
+    const auto targets = list_items(p.target_modules);
+    for (const auto& item : list_items(p.feedforward_modules))
+      if (p.target_modules != "all-linear" && std::find(targets.begin(), targets.end(), item) == targets.end())
+        e.push_back({"peft.feedforward_modules", "peft.feedforward_modules must be a subset of peft.target_modules "
+                                                 "(IA3Config); \"" + item.substr(0, 40) + "\" is not targeted"});
+  }
+  if (p.method == "ln_tuning") {
+    // The norms whose saved tensors memsim models (norm_forward): the two per layer and the final one.
+    std::vector<std::string> known = {"input_layernorm"};
+    if (m.norms_per_layer >= 2) known.push_back("post_attention_layernorm");
+    if (!m.post_layernorm) known.push_back("norm");
+    const auto items = list_items(p.target_modules);
+    for (const auto& item : items)
+      if (std::find(known.begin(), known.end(), item) == known.end())
+        e.push_back({"peft.target_modules", "with peft.method ln_tuning, peft.target_modules names norms; \"" +
+                                                item.substr(0, 40) + "\" is not one memsim models here; it has: " +
+                                                joined(known)});
+    if (items.empty()) e.push_back({"peft.target_modules", "with peft.method ln_tuning, peft.target_modules must name at "
+                                                           "least one norm: " + joined(known)});
+    if (m.kv_lora_rank > 0)
+      e.push_back({"peft.method", "peft.method ln_tuning is not modelled with latent attention (its inner norms)"});
+  }
+  if (p.method == "prompt_tuning") {
+    check(e, "peft.num_virtual_tokens", p.num_virtual_tokens);
+    if (m.position_embedding_type == PositionType::Absolute &&
+        c.training.sequence_length + p.num_virtual_tokens > m.max_position_embeddings)
+      e.push_back({"peft.num_virtual_tokens", "training.sequence_length + peft.num_virtual_tokens must be at most "
+                                              "model.max_position_embeddings (" + std::to_string(m.max_position_embeddings) +
+                                              ") for learned absolute positions"});
+    if (c.parallel.context_parallel_size > 1)
+      e.push_back({"peft.method", "peft.method prompt_tuning is not modelled with context parallelism"});
   }
   if (c.training.optimizer_in_backward)
     e.push_back({"training.optimizer_in_backward", "training.optimizer_in_backward is not modelled with PEFT"});

@@ -1,4 +1,5 @@
-// Fine-tuning inputs: LoRA/DoRA adapters on a frozen, optionally quantized base.
+// Fine-tuning inputs: LoRA/DoRA adapters, IA3 vectors, LayerNorm tuning or prompt tuning on a frozen, optionally
+// quantized base.
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
@@ -6,34 +7,85 @@
 
 namespace memsim::ui {
 
+namespace {
+
+// PEFT's defaults for a Llama-style model when the method changes (peft/utils/constants.py mappings), so that the
+// targets name modules the new method can take.
+void method_defaults(PeftConfig& p, const std::string& previous) {
+  if (p.method == previous) return;
+  if (p.method == "ia3") {
+    p.target_modules = "k_proj,v_proj,down_proj";  // TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING["llama"]
+    p.feedforward_modules = "down_proj";
+  } else if (p.method == "ln_tuning") {
+    p.target_modules = "input_layernorm,post_attention_layernorm,norm";  // ..._LNTUNING_TARGET_MODULES_MAPPING
+  } else if ((p.method == "lora" || p.method == "dora") && previous != "lora" && previous != "dora") {
+    p.target_modules = "q_proj,v_proj";  // TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["llama"]
+  }
+}
+
+}  // namespace
+
 bool draw_peft_inputs(Config& c) {
   auto& p = c.peft;
   bool changed = false;
   if (!ImGui::CollapsingHeader("Fine-tuning (PEFT)", ImGuiTreeNodeFlags_DefaultOpen)) return false;
-  changed |= string_combo("method", "peft.method", p.method, {"none", "lora", "dora"},
-                          "none: full fine-tuning. LoRA/DoRA freeze the base: only the adapters have gradients and "
-                          "optimizer states, and frozen layers keep fewer activations.");
+  const std::string previous = p.method;
+  changed |= string_combo("method", "peft.method", p.method,
+                          {"none", "lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning"},
+                          "none: full fine-tuning. Every other method freezes the base: only what it adds has "
+                          "gradients and optimizer states, and frozen layers keep fewer activations. LoRA/DoRA: "
+                          "low-rank adapters; IA3: one learned vector per targeted linear; ln_tuning: trainable copies "
+                          "of the norms; prompt_tuning: learned virtual tokens before every sequence. prefix_tuning is "
+                          "not modelled (its keys and values go through transformers' cache).");
+  if (changed) method_defaults(p, previous);
   if (!p.enabled()) {
     ImGui::TextDisabled("Full fine-tuning: every parameter is trained.");
     return changed;
   }
-  changed |= int_input("rank", "peft.lora_rank", p.lora_rank, 8, "Adapter rank r: each adapted linear gains r x (in + out) "
-                                                                  "trainable parameters.");
-  changed |= double_input("alpha", "peft.lora_alpha", p.lora_alpha, "Scaling alpha / r; no memory effect.");
-  changed |= double_input("dropout", "peft.lora_dropout", p.lora_dropout,
-                          "Above 0, every adapted linear keeps its own dropout output and a 1-byte mask of its input.");
-  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  changed |= ImGui::InputTextWithHint("targets", "q_proj,v_proj or all-linear", &p.target_modules);
-  help_marker("Module names to adapt (PEFT target_modules), comma-separated, or all-linear.");
-  field_error("peft.target_modules");
-  for (const char* preset : {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear"}) {
-    if (ImGui::SmallButton(preset)) p.target_modules = preset, changed = true;
-    ImGui::SameLine();
+  if (p.lora_like()) {
+    changed |= int_input("rank", "peft.lora_rank", p.lora_rank, 8, "Adapter rank r: each adapted linear gains r x (in + out) "
+                                                                    "trainable parameters.");
+    changed |= double_input("alpha", "peft.lora_alpha", p.lora_alpha, "Scaling alpha / r; no memory effect.");
+    changed |= double_input("dropout", "peft.lora_dropout", p.lora_dropout,
+                            "Above 0, every adapted linear keeps its own dropout output and a 1-byte mask of its input.");
   }
-  ImGui::NewLine();
-  changed |= string_combo("adapter dtype", "peft.adapter_dtype", p.adapter_dtype, {"fp32", "bf16", "fp16"},
-                          "PEFT keeps adapters in fp32 by default (autocast_adapter_dtype); each adapted linear then "
-                          "keeps an fp32 copy of its input.");
+  if (p.lora_like() || p.method == "ia3" || p.method == "ln_tuning") {
+    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+    const bool norms = p.method == "ln_tuning";
+    changed |= ImGui::InputTextWithHint("targets", norms ? "input_layernorm,post_attention_layernorm,norm"
+                                                         : "q_proj,v_proj or all-linear", &p.target_modules);
+    help_marker(norms ? "The norms that get a trainable copy (LNTuningConfig target_modules), comma-separated."
+                      : "Module names to adapt (PEFT target_modules), comma-separated, or all-linear.");
+    field_error("peft.target_modules");
+    if (norms) {
+      if (ImGui::SmallButton("every norm")) p.target_modules = "input_layernorm,post_attention_layernorm,norm", changed = true;
+    } else {
+      static const char* const kLora[] = {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear", nullptr};
+      static const char* const kIa3[] = {"k_proj,v_proj,down_proj", "all-linear", nullptr};
+      for (const char* const* preset = p.method == "ia3" ? kIa3 : kLora; *preset; ++preset) {
+        if (ImGui::SmallButton(*preset)) p.target_modules = *preset, changed = true;
+        ImGui::SameLine();
+      }
+      ImGui::NewLine();
+    }
+  }
+  if (p.method == "ia3") {
+    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+    changed |= ImGui::InputTextWithHint("feedforward", "down_proj", &p.feedforward_modules);
+    help_marker("IA3Config feedforward_modules: targeted linears whose input the vector scales (one value per input "
+                "feature, and an fp32 copy of the input kept); the others scale their output (the fp32 pre-scale "
+                "output kept).");
+    field_error("peft.feedforward_modules");
+  }
+  if (p.method == "prompt_tuning")
+    changed |= int_input("virtual tokens", "peft.num_virtual_tokens", p.num_virtual_tokens, 10,
+                         "PromptTuningConfig num_virtual_tokens: learned embeddings put before every sequence, so the "
+                         "layers and the loss see sequence_length + this many positions.");
+  if (p.method != "ln_tuning")
+    changed |= string_combo("adapter dtype", "peft.adapter_dtype", p.adapter_dtype, {"fp32", "bf16", "fp16"},
+                            "PEFT keeps adapters in fp32 by default (autocast_adapter_dtype); IA3 vectors and prompt "
+                            "embeddings are created in fp32. An adapter dtype other than the activations' makes each "
+                            "adapted linear keep a cast copy.");
   changed |= string_combo("base storage", "peft.base_quantization", p.base_quantization, {"none", "int8", "nf4", "fp4"},
                           "How the frozen linears are stored: the precision's dtype, LLM.int8 (1 byte + row scales), "
                           "or 4-bit NF4/FP4 (4.5 bits per weight, 4.127 with double quantization).");

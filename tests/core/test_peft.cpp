@@ -175,3 +175,181 @@ TEST_CASE("QLoRA paper headline: LLaMA-65B fine-tunes on one 48 GB GPU", "[peft]
   CHECK(r.devices[0].peak.device_bytes > 36 * kGiB);
   CHECK(r.devices[0].peak.device_bytes < 44 * kGiB);
 }
+
+// PEFT's method comparison (method_comparison/MetaMathQA/results/*.json, train_info) reports
+// get_nb_trainable_parameters() for Llama-3.2-3B: the trainable count and the total, which counts what a method adds.
+TEST_CASE("IA3, LN tuning and prompt tuning counts match PEFT's on Llama-3.2-3B", "[peft]") {
+  Config c = from_hf("llama-3.2-3b.json");
+  // ia3--llama-3.2-3B-default.json: IA3Config defaults for llama (k_proj, v_proj, down_proj; down_proj feedforward):
+  // 28 x (1024 + 1024 + 8192) = 286,720 of 3,213,036,544.
+  c.peft.method = "ia3";
+  c.peft.target_modules = "k_proj,v_proj,down_proj";
+  c.peft.feedforward_modules = "down_proj";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 286720);
+  CHECK(r.params_total == 3213036544);
+  // IA3 as the output scaling of down_proj instead: out_features (3072) replaces in_features (8192).
+  c.peft.feedforward_modules = "";
+  CHECK(simulate(c).params_trainable == 28 * (1024 + 1024 + 3072));
+  // ln_tuning--llama-3.2-3B-default.json: trainable copies of input_layernorm, post_attention_layernorm and the final
+  // norm: 28 x 2 x 3072 + 3072 = 175,104 of 3,212,924,928 (the frozen originals stay).
+  c.peft.method = "ln_tuning";
+  c.peft.target_modules = "input_layernorm,post_attention_layernorm,norm";
+  r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 175104);
+  CHECK(r.params_total == 3212924928);
+  // prompt_tuning--llama-3.2-3B-default.json: 200 virtual tokens x 3072 = 614,400 of 3,213,364,224.
+  c.peft.method = "prompt_tuning";
+  c.peft.num_virtual_tokens = 200;
+  r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 614400);
+  CHECK(r.params_total == 3213364224);
+  // The LoRA rows of the same benchmark: rank 64 on q and v, rank 10 on the MLP, DoRA rank 32 on q and v.
+  c.peft.method = "lora";
+  c.peft.lora_rank = 64;
+  c.peft.target_modules = "q_proj,v_proj";
+  CHECK(simulate(c).params_trainable == 18350080);
+  c.peft.lora_rank = 10;
+  c.peft.target_modules = "gate_proj,up_proj,down_proj";
+  CHECK(simulate(c).params_trainable == 9461760);
+  c.peft.method = "dora";
+  c.peft.lora_rank = 32;
+  c.peft.target_modules = "q_proj,v_proj";
+  CHECK(simulate(c).params_trainable == 9289728);
+}
+
+namespace {
+// What one more layer leaves saved for backward: the difference of two runs with one and two layers.
+int64_t saved_per_layer(Config c) {
+  auto live = [](const Config& cfg) {
+    Result r = simulate(cfg);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
+  };
+  Config one = c, two = c;
+  one.model.num_hidden_layers = 1;
+  two.model.num_hidden_layers = 2;
+  return live(two) - live(one);
+}
+}  // namespace
+
+TEST_CASE("saved activations of IA3, LN tuning, prompt tuning and DoRA, derived by hand", "[peft][activations]") {
+  // Llama-3.2-3B, one sequence of 2048 tokens, pure bf16, SDPA with native GQA. With a frozen base a layer keeps
+  // (MEMORY_FORMULAS.md 4.4): the two RMSNorms' fp32 input copies and rstd, attention's v, rotated q and k, output
+  // and fp32 logsumexp, and the MLP's gate, up and activation (silu and the product need them); not the norm
+  // outputs or the down projection's input, whose frozen consumers need no gradient.
+  Config c = single_gpu_config("llama-3.2-3b.json", 1, 2048);
+  const int64_t T = 2048, h = 3072, hq = 3072, hkv = 1024, f = 8192, a = 24;
+  const int64_t norms = 2 * (4 * T * h + 4 * T);
+  const int64_t attention = 2 * T * hkv + 2 * T * hq + 2 * T * hkv + 2 * T * hq + 4 * a * T;
+  const int64_t mlp = 3 * 2 * T * f;
+  c.peft.method = "ia3";
+  c.peft.target_modules = "q_proj";  // smallest IA3 setting: the fp32 pre-scale output of q_proj
+  c.peft.feedforward_modules = "";
+  const int64_t frozen = saved_per_layer(c) - 4 * T * hq;
+  CHECK(frozen == norms + attention + mlp);
+
+  // IA3 (ia3/layer.py): k_proj and v_proj keep `result.to(fp32)`, the pre-scale output, for the vector's gradient;
+  // the feedforward down_proj keeps `x.to(fp32)`, an fp32 copy of its input.
+  c.peft.target_modules = "k_proj,v_proj,down_proj";
+  c.peft.feedforward_modules = "down_proj";
+  CHECK(saved_per_layer(c) == frozen + 2 * 4 * T * hkv + 4 * T * f);
+  // bf16 vectors (autocast_adapter_dtype=False): the pre-scale outputs are kept in bf16, and down_proj's input is
+  // multiplied as it is, so the product keeps the bf16 input itself.
+  c.peft.adapter_dtype = "bf16";
+  CHECK(saved_per_layer(c) == frozen + 2 * 2 * T * hkv + 2 * T * f);
+  c.peft.adapter_dtype = "fp32";
+
+  // LN tuning: each norm's trainable copy needs `hidden_states.to(input_dtype)` (bf16) for its weight's gradient.
+  c.peft.method = "ln_tuning";
+  c.peft.target_modules = "input_layernorm,post_attention_layernorm,norm";
+  CHECK(saved_per_layer(c) == frozen + 2 * 2 * T * h);
+  c.peft.target_modules = "post_attention_layernorm";
+  CHECK(saved_per_layer(c) == frozen + 2 * T * h);
+
+  // Prompt tuning: every layer sees 2048 + 30 positions.
+  c.peft.method = "prompt_tuning";
+  c.peft.num_virtual_tokens = 30;
+  const int64_t T2 = T + 30;
+  CHECK(saved_per_layer(c) == 2 * (4 * T2 * h + 4 * T2) + 2 * (2 * T2 * hkv + 2 * T2 * hq) + 4 * a * T2 + 3 * 2 * T2 * f);
+
+  // DoRA on q and v without dropout (lora/dora.py): on top of LoRA's fp32 input copy and lora_A output, the
+  // magnitude's products keep the base layer's bf16 output and lora_B's fp32 output, [tokens, out] each.
+  c.peft.method = "lora";
+  c.peft.lora_rank = 16;
+  c.peft.target_modules = "q_proj,v_proj";
+  const int64_t lora = saved_per_layer(c);
+  CHECK(lora == frozen + 2 * (4 * T * h + 4 * T * 16));
+  c.peft.method = "dora";
+  CHECK(saved_per_layer(c) == lora + (2 + 4) * T * hq + (2 + 4) * T * hkv);
+  // With dropout the base result is recomputed from the dropped-out fp32 input and the weight's fp32 cast, which
+  // F.linear keeps: [out, in] per module, beside the fp32 result.
+  Config d = c;
+  d.peft.lora_dropout = 0.1;
+  d.peft.method = "lora";
+  const int64_t lora_dropout = saved_per_layer(d);
+  d.peft.method = "dora";
+  CHECK(saved_per_layer(d) == lora_dropout + 4 * h * hq + 2 * 4 * T * hq + 4 * h * hkv + 2 * 4 * T * hkv);
+}
+
+TEST_CASE("PEFT methods memsim does not model are refused with the field", "[peft][bad-input]") {
+  Config c = from_hf("llama-3.2-3b.json");
+  c.peft.method = "prefix_tuning";
+  Result r = simulate(c);
+  REQUIRE(!r.ok);
+  CHECK(r.errors[0].field == "peft.method");
+  CHECK(r.errors[0].message.find("prefix_tuning is not modelled") != std::string::npos);
+  c.peft.method = "p_tuning";
+  CHECK(simulate(c).errors.at(0).field == "peft.method");
+  // IA3's feedforward modules must be among its targets (IA3Config.__post_init__).
+  c.peft.method = "ia3";
+  c.peft.target_modules = "k_proj,v_proj";
+  c.peft.feedforward_modules = "down_proj";
+  r = simulate(c);
+  REQUIRE(!r.ok);
+  CHECK(r.errors[0].field == "peft.feedforward_modules");
+  // IA3 on a fused qkv linear (litgpt) is not PEFT's layout.
+  c.peft.feedforward_modules = "";
+  c.training.framework = "litgpt";
+  CHECK(simulate(c).errors.at(0).field == "peft.method");
+  c.training.framework = "hf_trainer";
+  CHECK(simulate(c).ok);
+  // LN tuning targets norms.
+  c.peft.method = "ln_tuning";
+  c.peft.target_modules = "q_proj";
+  r = simulate(c);
+  REQUIRE(!r.ok);
+  CHECK(r.errors[0].field == "peft.target_modules");
+  CHECK(r.errors[0].message.find("input_layernorm") != std::string::npos);
+  // Prompt tuning needs a virtual token, and learned positions long enough for them.
+  c.peft.method = "prompt_tuning";
+  c.peft.num_virtual_tokens = 0;
+  CHECK(simulate(c).errors.at(0).field == "peft.num_virtual_tokens");
+  Config g = single_gpu_config("gpt2.json", 1, 1024);
+  g.peft.method = "prompt_tuning";
+  g.peft.num_virtual_tokens = 8;  // 1024 + 8 positions, GPT-2 has 1024
+  CHECK(simulate(g).errors.at(0).field == "peft.num_virtual_tokens");
+}
+
+TEST_CASE("the new PEFT fields travel through JSON, the fragment and --set", "[peft][serialize]") {
+  Config c = from_hf("llama-3.2-3b.json");
+  REQUIRE(apply_setting(c, "peft.method=ia3").empty());
+  REQUIRE(apply_setting(c, "peft.feedforward_modules=down_proj,up_proj").empty());
+  REQUIRE(apply_setting(c, "peft.num_virtual_tokens=64").empty());
+  CHECK(c.peft.feedforward_modules == "down_proj,up_proj");
+  CHECK(c.peft.num_virtual_tokens == 64);
+  Parsed j = config_from_json(config_to_json(c));
+  REQUIRE(j.ok);
+  CHECK(j.config == c);
+  Parsed f = config_from_fragment(config_to_fragment(c));
+  REQUIRE(f.ok);
+  CHECK(f.config == c);
+  // A config written before these fields keeps PEFT's defaults for them.
+  Parsed old = config_from_json(R"({"schema": 1, "peft": {"method": "lora"}})");
+  REQUIRE(old.ok);
+  CHECK(old.config.peft.feedforward_modules == "down_proj");
+  CHECK(old.config.peft.num_virtual_tokens == 20);
+}

@@ -71,9 +71,13 @@ Config random_config(std::mt19937_64& rng) {
     c.parallel.zero_stage = std::min<int64_t>(c.parallel.zero_stage, 1);
   }
   if (rng() % 4 == 0) {
-    c.peft.method = rng() % 2 ? "lora" : "dora";
+    c.peft.method = pick(rng, std::vector<std::string>{"lora", "dora", "ia3", "ln_tuning", "prompt_tuning"});
     c.peft.lora_rank = 1 + static_cast<int64_t>(rng() % 8);
     c.peft.target_modules = pick(rng, std::vector<std::string>{"q_proj,v_proj", "all-linear", "o_proj,down_proj"});
+    if (c.peft.method == "ia3") c.peft.feedforward_modules = rng() % 2 ? "down_proj" : "";
+    if (c.peft.method == "ln_tuning")
+      c.peft.target_modules = pick(rng, std::vector<std::string>{"input_layernorm,post_attention_layernorm,norm", "norm"});
+    c.peft.num_virtual_tokens = 1 + static_cast<int64_t>(rng() % 32);
     c.peft.base_quantization = pick(rng, std::vector<std::string>{"none", "int8", "nf4"});
     c.peft.lora_dropout = rng() % 2 ? 0.05 : 0.0;
     c.parallel.pipeline_parallel_size = 1;

@@ -111,3 +111,19 @@ TEST_CASE("a dropped Accelerate config (YAML or JSON) sets the layout and keeps 
   CHECK(app.config() == before);
   gui.frame(app);
 }
+
+TEST_CASE("the fine-tuning panel draws every PEFT method, and a refused one shows its field", "[ui][peft]") {
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  for (const char* method : {"lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning"}) {
+    Config c;
+    c.peft.method = method;
+    if (c.peft.method == "ia3") c.peft.target_modules = "k_proj,v_proj,down_proj";
+    if (c.peft.method == "ln_tuning") c.peft.target_modules = "input_layernorm,post_attention_layernorm,norm";
+    app.set_config(c);
+    for (int i = 0; i < 2; ++i) CHECK(gui.frame(app) > 1000);
+    INFO(method);
+    CHECK(app.result().ok == (c.peft.method != "prefix_tuning"));
+    if (!app.result().ok) CHECK(app.result().errors.at(0).field == "peft.method");
+  }
+}

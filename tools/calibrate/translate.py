@@ -54,6 +54,8 @@ MEMSIM_DEFAULTS = {
         "lora_alpha": 16.0,
         "lora_dropout": 0.0,
         "target_modules": "q_proj,v_proj",
+        "feedforward_modules": "down_proj",
+        "num_virtual_tokens": 20,
         "adapter_dtype": "fp32",
         "base_quantization": "none",
         "double_quantization": False,
