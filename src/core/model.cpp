@@ -196,8 +196,29 @@ ModelShape build_model_shape(const ModelConfig& m) {
 void apply_tensor_parallel(ModelShape& s, const ModelConfig& m, int64_t t) {
   if (t <= 1) return;
   const int64_t d = effective_head_dim(m);
+  // LoRA on a parallel linear (Megatron-Core / NeMo LoRA, ParallelLinearAdapter): on a column-parallel base
+  // lora_B splits its outputs and lora_A stays whole; on a row-parallel base lora_A splits its inputs and lora_B
+  // stays whole. DoRA's magnitude follows the base's outputs.
+  auto split_adapter = [&](ParamTensor& p) {
+    const std::string n = p.name;
+    const auto cut = n.find(".lora_");
+    if (cut == std::string::npos) return;
+    const std::string base = module_name(n.substr(0, cut));
+    const std::string kind = n.substr(cut + 1);
+    const bool column = base == "q_proj" || base == "k_proj" || base == "v_proj" || base == "gate_proj" || base == "up_proj";
+    const bool row = base == "o_proj" || base == "down_proj";
+    if ((column && (kind.rfind("lora_B", 0) == 0 || kind.rfind("lora_magnitude", 0) == 0)) ||
+        (row && kind.rfind("lora_A", 0) == 0)) {
+      p.numel = ceil_div(p.numel, t);
+      if (column) p.rows = ceil_div(p.rows, t);
+    }
+  };
   auto split = [&](std::vector<ParamTensor>& ts) {
     for (auto& p : ts) {
+      if (p.kind == ParamKind::Adapter) {
+        split_adapter(p);
+        continue;
+      }
       const std::string mod = module_name(p.name);
       const bool bias = p.kind == ParamKind::Bias;
       const bool kv = mod == "k_proj" || mod == "v_proj";

@@ -124,7 +124,8 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
   }
   const int64_t threshold = ctx.config.parallel.zero_param_persistence_threshold > 0 ? ctx.config.parallel.zero_param_persistence_threshold : 100000;
   s.weights = sp.shard_weights && t.numel >= threshold ? ceil_div(w, k) : w;
-  if (sp.grad_buffer) s.grads = t.frozen ? 0 : mul(t.numel, std::max(pr.grad_bytes, sp.mixed ? int64_t{4} : pr.grad_bytes));
+  if (sp.grad_buffer && t.kind == ParamKind::Adapter) s.grads = g;  // adapters keep their own dtype
+  else if (sp.grad_buffer) s.grads = t.frozen ? 0 : mul(t.numel, std::max(pr.grad_bytes, sp.mixed ? int64_t{4} : pr.grad_bytes));
   else s.grads = sp.shard_grads ? ceil_div(g, k) : g;
   if (sp.flat_optimizer) s.flat_numel = t.frozen ? 0 : ceil_div(t.numel, k);
   else s.optimizer = param_optimizer_bytes(t, pr, peft, ctx.optimizer, true);

@@ -344,8 +344,13 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
   if (t > 1 && m.num_experts > 0)
     err("parallel.tensor_parallel_size", "tensor parallelism of mixture-of-experts layers is not modelled yet; use "
                                          "parallel.expert_parallel_size for the experts");
-  if ((t > 1 || pp > 1) && c.peft.enabled())
-    err("peft.method", "PEFT with tensor or pipeline parallelism is not modelled yet");
+  // LoRA and DoRA split with their base linears (model.cpp apply_tensor_parallel); a bitsandbytes base and the
+  // other PEFT methods have no tensor-parallel form in the frameworks modelled here.
+  if (t > 1 && c.peft.enabled() && c.peft.method != "lora" && c.peft.method != "dora")
+    err("peft.method", "with tensor parallelism only LoRA and DoRA are modelled (Megatron-Core / NeMo LoRA)");
+  if (t > 1 && c.peft.enabled() && c.peft.base_quantization != "none")
+    err("peft.base_quantization", "a quantized (bitsandbytes) base has no tensor-parallel linears: set "
+                                  "parallel.tensor_parallel_size to 1 or peft.base_quantization to none");
   const long double world = static_cast<long double>(dp) * static_cast<long double>(t) * static_cast<long double>(pp) *
                             static_cast<long double>(cp);
   if (world > 1e9L)

@@ -279,3 +279,26 @@ TEST_CASE("fp8 all-gather halves FSDP's unsharded linear weights", "[fp8][fsdp]"
   ModelShape shape = build_model_shape(c.model);
   CHECK(bf16 - fp8 == shape.num_layers * matmul_numel(shape.layer));  // the output layer stays 16-bit
 }
+
+TEST_CASE("LoRA under tensor parallelism splits with its base linears", "[distributed][peft][tp]") {
+  // Megatron-Core / NeMo LoRA (ParallelLinearAdapter): on column-parallel q and v, lora_B splits its outputs and
+  // lora_A stays whole. Llama-3-8B, rank 8 on q_proj and v_proj, TP 2: per layer A_q 8 x 4096 + B_q 4096 x 8 / 2
+  // + A_v 8 x 4096 + B_v 1024 x 8 / 2, fp32 gradients.
+  Config c = llama3_8b_on(1, "megatron", "bf16_pure", 0);
+  c.peft.method = "lora";
+  c.peft.lora_rank = 8;
+  c.peft.target_modules = "q_proj,v_proj";
+  c.parallel.tensor_parallel_size = 2;
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const int64_t per_layer = 8 * 4096 + 4096 * 8 / 2 + 8 * 4096 + 1024 * 8 / 2;
+  CHECK(r.model_states.gradients_bytes == 32 * per_layer * 4);
+  c.parallel.pipeline_parallel_size = 2;  // and with a pipeline: each stage holds its layers' adapters
+  r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].model_states.gradients_bytes == 16 * per_layer * 4);
+  c.peft.base_quantization = "nf4";
+  r = simulate(c);
+  REQUIRE_FALSE(r.ok);
+  CHECK(r.errors[0].field == "peft.base_quantization");
+}

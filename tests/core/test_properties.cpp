@@ -80,7 +80,6 @@ Config random_config(std::mt19937_64& rng) {
     c.peft.num_virtual_tokens = 1 + static_cast<int64_t>(rng() % 32);
     c.peft.base_quantization = pick(rng, std::vector<std::string>{"none", "int8", "nf4"});
     c.peft.lora_dropout = rng() % 2 ? 0.05 : 0.0;
-    c.parallel.pipeline_parallel_size = 1;
   }
   // The distributed layout: the sharding engine, context and expert parallelism, interleaving, offload.
   auto& p = c.parallel;
