@@ -153,7 +153,9 @@ Result simulate(const Config& config) {
       d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
       d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
       d.breakdown.cuda_context_bytes =
-          config.hardware.cuda_context_bytes > 0 ? config.hardware.cuda_context_bytes : kCudaContextLazyBytes;
+          config.hardware.cuda_context_bytes > 0        ? config.hardware.cuda_context_bytes
+          : config.hardware.cuda_module_loading == "eager" ? kCudaContextEagerBytes
+                                                           : kCudaContextLazyBytes;
       d.breakdown.nccl_bytes = nccl_bytes(config);
       d.program = build_train_step(ctx);
       // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds

@@ -534,6 +534,9 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "hardware.gpu_memory_bytes", hw.gpu_memory_bytes);
   check(e, "hardware.cuda_context_bytes", hw.cuda_context_bytes);
   check(e, "hardware.gpus_per_node", hw.gpus_per_node);
+  if (hw.cuda_module_loading != "lazy" && hw.cuda_module_loading != "eager")
+    e.push_back({"hardware.cuda_module_loading", "hardware.cuda_module_loading must be lazy or eager; got \"" +
+                                                     hw.cuda_module_loading.substr(0, 40) + "\""});
   check(e, "hardware.nccl_channels", hw.nccl_channels);
   check(e, "hardware.host_memory_bytes", hw.host_memory_bytes);
   if (hw.gpu == "custom" && hw.gpu_memory_bytes <= 0)

@@ -141,6 +141,9 @@ bool draw_parallel_inputs(Config& c) {
     changed |= int_input("NCCL channels", "hardware.nccl_channels", hw.nccl_channels, 1,
                          "NCCL's buffers (outside PyTorch's allocator) grow with channels x communicators: about 18 MiB "
                          "per channel per communicator. NCCL's log says \"N coll channels\".");
+    changed |= string_combo("CUDA module loading", "hardware.cuda_module_loading", hw.cuda_module_loading, {"lazy", "eager"},
+                            "lazy (CUDA 11.7+ with PyTorch 1.13+, the default) loads kernels on first use: a context of "
+                            "274 MiB; eager (older CUDA or PyTorch) loads them all: 636 MiB (PyTorch PR #86509).");
     changed |= int_input("CUDA context (bytes)", "hardware.cuda_context_bytes", hw.cuda_context_bytes, 64 << 20,
                          "Memory the CUDA context takes outside PyTorch's allocator; 0 uses 274 MiB, measured with "
                          "lazy module loading (PyTorch's default since 1.13). Old CUDA loads eagerly: 0.7-1.4 GiB.");

@@ -87,7 +87,7 @@ MEMSIM_DEFAULTS = {
         "ddp_gradient_as_bucket_view": False,
     },
     "hardware": {"gpu": "a100-80gb", "gpu_memory_bytes": 0, "headroom_fraction": 0.10, "cuda_context_bytes": 0,
-                 "nccl_channels": 16, "gpus_per_node": 8, "host_memory_bytes": 0},
+                 "cuda_module_loading": "lazy", "nccl_channels": 16, "gpus_per_node": 8, "host_memory_bytes": 0},
 }
 
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware")
