@@ -164,7 +164,9 @@ class StepBuilder {
   uint32_t pending_reduce_ = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
   std::vector<uint32_t> accum_;               // FSDP no_sync: unsharded gradients accumulated, per slot
   bool no_sync_ = false;
-  bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration                      // FSDP under pipeline parallelism: reduce after the last micro-batch
+  bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration
+  mutable int64_t gathered_cache_[4] = {-1, -1, -1, -1};  // gathered_bytes of the embeddings, head, dense, MoE layer
+  mutable int64_t flat_numel_cache_ = -1;                      // FSDP under pipeline parallelism: reduce after the last micro-batch
   bool last_backward_ = true;                 // the backward running is the step's last for its chunk
   std::vector<std::vector<uint32_t>> grads_;  // live .grad tensors per slot: 0 embeddings, l + 1 layer l, L + 1 head
   std::vector<bool> grad_created_;

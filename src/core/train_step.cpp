@@ -246,8 +246,10 @@ int64_t StepBuilder::state_dtype_of(const ParamTensor& t) const {
 }
 
 int64_t StepBuilder::flat_partition_numel() const {
+  if (flat_numel_cache_ >= 0) return flat_numel_cache_;
   int64_t n = 0;
   for_each_param(ctx_, [&](const ParamTensor& t) { n = add(n, param_states(sp_, ctx_, t).flat_numel); });
+  flat_numel_cache_ = n;
   return n;
 }
 
@@ -556,6 +558,9 @@ void StepBuilder::end_backward() {
 
 int64_t StepBuilder::gathered_bytes(int64_t l) const {
   if (l < -1 || l > s_.num_layers) return 0;
+  // The same for every layer of a kind (dense or MoE), so each kind is summed once.
+  const int kind = l < 0 ? 0 : l >= s_.num_layers ? 1 : s_.is_moe(l) ? 3 : 2;
+  if (gathered_cache_[kind] >= 0) return gathered_cache_[kind];
   const std::vector<ParamTensor>& ts = l < 0 ? s_.pre : l >= s_.num_layers ? s_.post : s_.params_of(l);
   int64_t bytes = 0;
   for (const auto& t : ts) {
@@ -566,6 +571,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
     else if (sp_.fsdp) bytes = add(bytes, mul(sp_.ranks_of(t), param_storage_bytes(sp_.local(t), pr_, c_.peft)));
     else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
   }
+  gathered_cache_[kind] = bytes;
   return bytes;
 }
 
