@@ -38,19 +38,90 @@ int32_t CachingAllocator::new_block() {
   return static_cast<int32_t>(blocks_.size() - 1);
 }
 
+CachingAllocator::Bucket* CachingAllocator::find_bucket(FreeSet& set, int64_t size) {
+  if (set.table.empty()) return nullptr;
+  const size_t mask = set.table.size() - 1;
+  for (size_t i = static_cast<size_t>(static_cast<uint64_t>(size / 512) * 0x9E3779B97F4A7C15ull >> 20) & mask;;
+       i = (i + 1) & mask) {
+    if (set.table[i].size == size) return &set.table[i];
+    if (set.table[i].size == -1) return nullptr;
+  }
+}
+
+CachingAllocator::Bucket& CachingAllocator::bucket(FreeSet& set, int64_t size) {
+  if (Bucket* b = find_bucket(set, size)) return *b;
+  if ((set.used_slots + 1) * 2 > static_cast<int64_t>(set.table.size())) {  // keep the table at most half full
+    std::vector<Bucket> old = std::move(set.table);
+    set.table.assign(std::max<size_t>(64, old.size() * 2), Bucket{});
+    set.used_slots = 0;
+    for (const auto& b : old)
+      if (b.size != -1) bucket(set, b.size).head = b.head;
+  }
+  const size_t mask = set.table.size() - 1;
+  size_t i = static_cast<size_t>(static_cast<uint64_t>(size / 512) * 0x9E3779B97F4A7C15ull >> 20) & mask;
+  while (set.table[i].size != -1) i = (i + 1) & mask;
+  set.table[i].size = size;
+  ++set.used_slots;
+  return set.table[i];
+}
+
+void CachingAllocator::insert_free(int32_t b) {
+  FreeSet& set = pool(blocks_[b].small);
+  Bucket& bk = bucket(set, blocks_[b].size);
+  if (bk.head == -1) set.sizes.insert(std::lower_bound(set.sizes.begin(), set.sizes.end(), bk.size), bk.size);
+  // Keep the bucket in address order: walk to the first block above this one (buckets are short).
+  const int64_t addr = blocks_[b].addr;
+  int32_t prev = -1, cur = bk.head;
+  while (cur != -1 && blocks_[cur].addr < addr) prev = cur, cur = blocks_[cur].free_next;
+  blocks_[b].free_prev = prev;
+  blocks_[b].free_next = cur;
+  if (cur != -1) blocks_[cur].free_prev = b;
+  if (prev != -1) blocks_[prev].free_next = b;
+  else bk.head = b;
+  ++set.count;
+}
+
+void CachingAllocator::erase_free(int32_t b) {
+  FreeSet& set = pool(blocks_[b].small);
+  Bucket* bk = find_bucket(set, blocks_[b].size);
+  if (!bk) return;
+  Block& blk = blocks_[b];
+  if (blk.free_prev == -1 && bk->head != b) return;  // not cached
+  if (blk.free_prev != -1) blocks_[blk.free_prev].free_next = blk.free_next;
+  else bk->head = blk.free_next;
+  if (blk.free_next != -1) blocks_[blk.free_next].free_prev = blk.free_prev;
+  blk.free_prev = blk.free_next = -1;
+  --set.count;
+  if (bk->head == -1) set.sizes.erase(std::lower_bound(set.sizes.begin(), set.sizes.end(), bk->size));
+}
+
+int32_t CachingAllocator::take_best_fit(FreeSet& set, int64_t size) {
+  Bucket* bk = find_bucket(set, size);
+  if (!bk || bk->head == -1) {
+    auto it = std::lower_bound(set.sizes.begin(), set.sizes.end(), size);
+    if (it == set.sizes.end()) return -1;
+    bk = find_bucket(set, *it);
+  }
+  const int32_t b = bk->head;
+  erase_free(b);
+  return b;
+}
+
 // release_cached_blocks: every cached segment that is entirely free goes back to the driver.
 void CachingAllocator::release_cached_segments() {
   for (FreeSet* set : {&free_small_, &free_large_}) {
-    set->erase(std::remove_if(set->begin(), set->end(),
-                              [&](const Key& k) {
-                                const int32_t b = k.block;
-                                if (blocks_[b].prev != -1 || blocks_[b].next != -1) return false;
-                                reserved_ -= blocks_[b].size;
-                                --segments_;
-                                spare_.push_back(b);
-                                return true;
-                              }),
-               set->end());
+    for (size_t i = 0; i < set->table.size(); ++i) {
+      for (int32_t b = set->table[i].head; b != -1;) {
+        const int32_t next = blocks_[b].free_next;
+        if (blocks_[b].prev == -1 && blocks_[b].next == -1) {
+          erase_free(b);
+          reserved_ -= blocks_[b].size;
+          --segments_;
+          spare_.push_back(b);
+        }
+        b = next;
+      }
+    }
   }
 }
 
@@ -58,12 +129,8 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes) {
   const int64_t size = round_size(requested_bytes);
   const bool small = size <= kSmallSize;
   FreeSet& set = pool(small);
-  int32_t b = -1;
-  auto it = std::lower_bound(set.begin(), set.end(), Key{size, INT64_MIN, -1});
-  if (it != set.end()) {
-    b = it->block;
-    set.erase(it);
-  } else {
+  int32_t b = take_best_fit(set, size);
+  if (b < 0) {
     const int64_t seg = allocation_size(size);
     if (reserved_ + seg > capacity_) release_cached_segments();
     if (reserved_ + seg > capacity_) return -1;

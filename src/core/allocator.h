@@ -26,7 +26,7 @@ class CachingAllocator {
   int64_t reserved_bytes() const { return reserved_; }
   int64_t requested_bytes() const { return requested_; }
   int64_t segment_count() const { return segments_; }
-  int64_t cached_block_count() const { return static_cast<int64_t>(free_small_.size() + free_large_.size()); }
+  int64_t cached_block_count() const { return free_small_.count + free_large_.count; }
 
   // round_size and get_allocation_size of CUDACachingAllocator.cpp (roundup_power2_divisions off).
   static int64_t round_size(int64_t size);
@@ -38,31 +38,31 @@ class CachingAllocator {
     int64_t size = 0;
     int64_t requested = 0;
     int32_t prev = -1, next = -1;  // neighbours within the same segment
+    int32_t free_prev = -1, free_next = -1;  // neighbours in the bucket of cached blocks of this size
     bool allocated = false;
     bool small = false;
   };
-  // Best fit: smallest size first, then lowest address (BlockComparatorSize). A sorted vector: the cached blocks
-  // number tens to hundreds, where binary search plus a short move beats a node-based set by several times.
-  struct Key {  // trivially copyable, so inserts and erases are one memmove
-    int64_t size, addr;
-    int32_t block;
-    bool operator<(const Key& o) const { return size != o.size ? size < o.size : addr < o.addr; }
-    bool operator==(const Key& o) const { return size == o.size && addr == o.addr; }
+  // Best fit: smallest size first, then lowest address (BlockComparatorSize). The cached blocks of one size sit
+  // in a bucket ordered by address, found by hashing the size: most requests reuse a block of exactly their size
+  // (every layer asks for the same sizes), so they never search. A sorted list of the sizes that have cached
+  // blocks answers the other requests by binary search.
+  struct Bucket {
+    int64_t size = -1;  // -1: an empty slot of the hash table
+    int32_t head = -1;  // lowest-address cached block of this size; the rest follow through Block::free_next
   };
-  using FreeSet = std::vector<Key>;
+  struct FreeSet {
+    std::vector<Bucket> table;   // open addressing, linear probing; sizes are never removed, only emptied
+    std::vector<int64_t> sizes;  // ascending: the sizes whose bucket is non-empty
+    int64_t count = 0;
+    int64_t used_slots = 0;
+  };
 
   FreeSet& pool(bool small) { return small ? free_small_ : free_large_; }
-  void insert_free(int32_t b) {
-    const Key k{blocks_[b].size, blocks_[b].addr, b};
-    FreeSet& set = pool(blocks_[b].small);
-    set.insert(std::lower_bound(set.begin(), set.end(), k), k);
-  }
-  void erase_free(int32_t b) {
-    const Key k{blocks_[b].size, blocks_[b].addr, b};
-    FreeSet& set = pool(blocks_[b].small);
-    auto it = std::lower_bound(set.begin(), set.end(), k);
-    if (it != set.end() && *it == k) set.erase(it);
-  }
+  static Bucket& bucket(FreeSet& set, int64_t size);  // creates it if absent
+  static Bucket* find_bucket(FreeSet& set, int64_t size);
+  void insert_free(int32_t b);
+  void erase_free(int32_t b);
+  int32_t take_best_fit(FreeSet& set, int64_t size);  // -1 if no cached block is large enough
   int32_t new_block();
   void release_cached_segments();
 

@@ -4,6 +4,10 @@
 #include "core/allocator.h"
 #include "core/checked.h"
 
+#include <algorithm>
+#include <random>
+#include <vector>
+
 using namespace memsim;
 
 TEST_CASE("round_size and allocation_size", "[allocator]") {
@@ -78,4 +82,131 @@ TEST_CASE("cached segments are released before an out-of-memory error", "[alloca
   CHECK(y >= 0);
   CHECK(a.reserved_bytes() == 80 * kMiB);
   CHECK(a.malloc(40 * kMiB) == -1);  // now truly out of memory
+}
+
+// The allocator's free lists are a hash of per-size buckets; this reference keeps them as one list sorted by
+// (size, address), the order of CUDACachingAllocator.cpp's BlockComparatorSize, and is checked to make the same
+// choices on random request sequences.
+namespace {
+class ReferenceAllocator {
+ public:
+  explicit ReferenceAllocator(int64_t capacity) : capacity_(capacity) {}
+  int32_t malloc(int64_t requested) {
+    const int64_t size = CachingAllocator::round_size(requested);
+    const bool small = size <= kMiB;
+    auto& set = small ? small_ : large_;
+    int32_t b = -1;
+    auto it = std::lower_bound(set.begin(), set.end(), Key{size, INT64_MIN, -1});
+    if (it != set.end()) {
+      b = it->block;
+      set.erase(it);
+    } else {
+      const int64_t seg = CachingAllocator::allocation_size(size);
+      if (reserved_ + seg > capacity_) release();
+      if (reserved_ + seg > capacity_) return -1;
+      b = static_cast<int32_t>(blocks_.size());
+      blocks_.push_back({next_addr_, seg, -1, -1, false, small});
+      next_addr_ += seg;
+      reserved_ += seg;
+    }
+    const int64_t remaining = blocks_[b].size - size;
+    if (small ? remaining >= 512 : remaining > kMiB) {
+      const int32_t r = static_cast<int32_t>(blocks_.size());
+      blocks_.push_back({blocks_[b].addr + size, remaining, b, blocks_[b].next, false, blocks_[b].small});
+      if (blocks_[b].next != -1) blocks_[blocks_[b].next].prev = r;
+      blocks_[b].next = r;
+      blocks_[b].size = size;
+      insert(r);
+    }
+    blocks_[b].allocated = true;
+    allocated_ += blocks_[b].size;
+    return b;
+  }
+  void free(int32_t h) {
+    blocks_[h].allocated = false;
+    allocated_ -= blocks_[h].size;
+    for (int32_t nb : {blocks_[h].prev, blocks_[h].next}) {
+      if (nb == -1 || blocks_[nb].allocated) continue;
+      erase(nb);
+      if (nb == blocks_[h].prev) {
+        blocks_[h].addr = blocks_[nb].addr;
+        blocks_[h].prev = blocks_[nb].prev;
+        if (blocks_[nb].prev != -1) blocks_[blocks_[nb].prev].next = h;
+      } else {
+        blocks_[h].next = blocks_[nb].next;
+        if (blocks_[nb].next != -1) blocks_[blocks_[nb].next].prev = h;
+      }
+      blocks_[h].size += blocks_[nb].size;
+    }
+    insert(h);
+  }
+  int64_t allocated() const { return allocated_; }
+  int64_t reserved() const { return reserved_; }
+  int64_t block_bytes(int32_t h) const { return blocks_[h].size; }
+
+ private:
+  struct Block {
+    int64_t addr, size;
+    int32_t prev, next;
+    bool allocated, small;
+  };
+  struct Key {
+    int64_t size, addr;
+    int32_t block;
+    bool operator<(const Key& o) const { return size != o.size ? size < o.size : addr < o.addr; }
+  };
+  void insert(int32_t b) {
+    auto& set = blocks_[b].small ? small_ : large_;
+    const Key k{blocks_[b].size, blocks_[b].addr, b};
+    set.insert(std::lower_bound(set.begin(), set.end(), k), k);
+  }
+  void erase(int32_t b) {
+    auto& set = blocks_[b].small ? small_ : large_;
+    const Key k{blocks_[b].size, blocks_[b].addr, b};
+    auto it = std::lower_bound(set.begin(), set.end(), k);
+    if (it != set.end() && it->block == b) set.erase(it);
+  }
+  void release() {
+    for (auto* set : {&small_, &large_})
+      set->erase(std::remove_if(set->begin(), set->end(),
+                                [&](const Key& k) {
+                                  if (blocks_[k.block].prev != -1 || blocks_[k.block].next != -1) return false;
+                                  reserved_ -= blocks_[k.block].size;
+                                  return true;
+                                }),
+                 set->end());
+  }
+  int64_t capacity_, allocated_ = 0, reserved_ = 0, next_addr_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<Key> small_, large_;
+};
+}  // namespace
+
+TEST_CASE("the bucketed free lists choose the blocks a (size, address)-ordered list would", "[allocator]") {
+  std::mt19937_64 rng(7);
+  for (int64_t capacity : {int64_t(1) << 62, int64_t(2) * kGiB}) {
+    CachingAllocator a(capacity);
+    ReferenceAllocator ref(capacity);
+    std::vector<std::pair<int32_t, int32_t>> live;
+    for (int i = 0; i < 20000; ++i) {
+      if (live.empty() || rng() % 5 < 3) {
+        // A few recurring sizes, as a training step makes, and random ones, small and large.
+        static const int64_t kinds[] = {512, 4096, 3 * kMiB / 2, 8 * kMiB, 64 * kMiB, 200 * kMiB};
+        const int64_t bytes = rng() % 2 ? kinds[rng() % 6] : 1 + static_cast<int64_t>(rng() % (300 * kMiB));
+        const int32_t h = a.malloc(bytes), r = ref.malloc(bytes);
+        REQUIRE((h < 0) == (r < 0));
+        if (h >= 0) {
+          CHECK(a.block_bytes(h) == ref.block_bytes(r));
+          live.push_back({h, r});
+        }
+      } else {
+        const size_t k = rng() % live.size();
+        a.free(live[k].first);
+        ref.free(live[k].second);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+      REQUIRE(a.allocated_bytes() == ref.allocated());
+      REQUIRE(a.reserved_bytes() == ref.reserved());
+    }
+  }
 }
