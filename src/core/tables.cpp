@@ -82,7 +82,7 @@ constexpr GpuSpec kGpus[] = {
     {"mi250x", "AMD Instinct MI250X (one GCD, 64GB)", "amd", 65520 * kMiB, 0, "ROCm runtime on gfx90a: 68702699520 B per GCD"},
     {"mi300x", "AMD Instinct MI300X 192GB", "amd", 196608 * kMiB, 0, "rocm-smi: VRAM Total Memory (B): 206158430208"},
     {"mi325x", "AMD Instinct MI325X 256GB", "amd", 262144 * kMiB, 0,
-     "AMD specification: 256 GB HBM3E; the process-visible total is not verified from a rocm-smi table"},
+     "ROCm GPU specifications table: MI325X VRAM 256 GiB (its MI300X row, 192 GiB, equals that card's rocm-smi total)"},
 };
 
 }  // namespace
