@@ -29,6 +29,7 @@ struct ModelConfig {
   std::string hidden_act = "silu";
   bool attention_bias = false;  // HF Llama semantics: bias on q, k, v and o
   bool mlp_bias = false;
+  bool lm_head_bias = false;    // HF PhiMoE: the output head has a bias
   // Structural fields not in HF config.json (defaults per model_type, see serialize.cpp):
   NormType norm_type = NormType::RMSNorm;
   bool mlp_gated = true;        // SwiGLU/GeGLU: gate, up and down projections

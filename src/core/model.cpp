@@ -178,6 +178,8 @@ ModelShape build_model_shape(const ModelConfig& m) {
   } else if (!m.tie_word_embeddings) {
     s.post.push_back({"lm_head.weight", mul(m.vocab_size, h), ParamKind::Matmul, m.vocab_size});
   }
+  if (m.lm_head_bias && m.task_head != "sequence_classification")
+    s.post.push_back({"lm_head.bias", m.vocab_size, ParamKind::Bias, m.vocab_size});
 
   s.params_per_layer = sum_numel(s.layer);
   s.params_per_moe_layer = sum_numel(s.moe_layer);

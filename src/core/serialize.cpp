@@ -44,6 +44,7 @@ void visit_fields(Config& c, V& v) {
   v.str("model.hidden_act", m.hidden_act);
   v.boolean("model.attention_bias", m.attention_bias);
   v.boolean("model.mlp_bias", m.mlp_bias);
+  v.boolean("model.lm_head_bias", m.lm_head_bias);
   v.enumeration("model.norm_type", m.norm_type, kNormNames);
   v.boolean("model.mlp_gated", m.mlp_gated);
   v.boolean("model.qkv_bias", m.qkv_bias);
@@ -427,8 +428,12 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
   m.name = "imported " + model_type + " config";
   m.tie_word_embeddings = false;  // LlamaConfig default
   if (model_type == "llama" || model_type == "mistral" || model_type == "mixtral" || model_type == "phi3" ||
-      model_type == "phimoe" ||
       model_type == "olmo" || model_type == "yi" || model_type == "internlm2") {
+  } else if (model_type == "phimoe") {
+    // PhimoeDecoderLayer: nn.LayerNorm (with bias) before attention and the MoE, and the final norm; config
+    // lm_head_bias = true (modeling_phimoe.py).
+    m.norm_type = NormType::LayerNorm;
+    m.lm_head_bias = true;
   } else if (model_type == "qwen2") {
     m.qkv_bias = true;  // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
   } else if (model_type == "qwen3") {

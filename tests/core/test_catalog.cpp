@@ -71,9 +71,10 @@ TEST_CASE("where a published total counts something else, the difference is what
   // StableLM 2 1.6B: the model card's table leaves out two 2048-vectors per layer of what the checkpoint holds.
   const ModelPreset& stablelm = preset("stablelm-2-1.6b");
   CHECK(stablelm.params_expected - stablelm.params_published == stablelm.model.num_hidden_layers * 2 * 2048);
-  // Phi-3.5-MoE: PhiMoE's 65 norms are LayerNorms with a bias and its head has a bias (lm_head_bias); memsim
-  // reads phimoe as Llama-style (RMSNorm, no head bias), 65 x 4096 + 32064 short.
+  // Phi-3.5-MoE: PhiMoE's 65 norms are LayerNorms with a bias and its head has a bias (lm_head_bias); both are
+  // modelled, so the count equals the published total (it was 65 x 4096 + 32064 short when read as Llama-style).
   const ModelPreset& phi = preset("phi-3.5-moe");
-  CHECK(phi.params_published - phi.params_expected ==
-        (2 * phi.model.num_hidden_layers + 1) * phi.model.hidden_size + phi.model.vocab_size);
+  CHECK(phi.params_published == phi.params_expected);
+  CHECK(phi.model.norm_type == NormType::LayerNorm);
+  CHECK(phi.model.lm_head_bias);
 }

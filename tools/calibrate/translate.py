@@ -165,7 +165,7 @@ MEMSIM_MODEL_FIELDS = {
     "name": "", "model_type": "llama", "hidden_size": 0, "num_hidden_layers": 0, "num_attention_heads": 0,
     "num_key_value_heads": 0, "head_dim": 0, "intermediate_size": 0, "vocab_size": 0,
     "max_position_embeddings": 2048, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
-    "mlp_bias": False, "norm_type": "rmsnorm", "mlp_gated": True, "qkv_bias": False, "qk_norm": False,
+    "mlp_bias": False, "lm_head_bias": False, "norm_type": "rmsnorm", "mlp_gated": True, "qkv_bias": False, "qk_norm": False,
     "qk_norm_per_head": True, "norms_per_layer": 2, "position_embedding_type": "rope", "attention_dropout": 0.0,
     "hidden_dropout": 0.0, "num_experts": 0, "num_experts_per_tok": 0, "moe_intermediate_size": 0,
     "shared_expert_intermediate_size": 0, "first_k_dense_replace": 0, "router_bias": False,
@@ -412,6 +412,9 @@ def _check_model(model, training, errors, notes):
         errors.append(("model.attention_bias", f"true, but transformers' {mtype} attention has no such switch"))
     if eff["mlp_bias"] and mtype not in MLP_BIAS_KEY:
         errors.append(("model.mlp_bias", f"true, but transformers' {mtype} MLP has no such switch"))
+    if eff.get("lm_head_bias"):
+        errors.append(("model.lm_head_bias", "true: the harness builds no model whose head has a bias (PhiMoE's "
+                       "is not among the classes it drives)"))
     heads, kv = eff["num_attention_heads"], eff["num_key_value_heads"]
     if kv <= 0 or heads % kv:
         errors.append(("model.num_key_value_heads", f"{kv} must divide num_attention_heads ({heads})"))
