@@ -236,7 +236,9 @@ bool StepBuilder::norm_trainable(int32_t layer, std::initializer_list<const char
                            : first == "q_proj" || first == "q_a_proj" ? "input_layernorm."
                                                                       : "post_attention_layernorm.";
   for (const auto& t : layer < 0 ? s_.post : s_.params_of(layer))
-    if (t.kind == ParamKind::Norm && !t.frozen && t.name.rfind(norm, 0) == 0) return true;
+    if (t.kind == ParamKind::Norm && !t.frozen &&
+        (t.name.rfind(norm, 0) == 0 || t.name.rfind("modules_to_save." + norm, 0) == 0))
+      return true;
   return false;
 }
 

@@ -323,11 +323,21 @@ void apply_peft(ModelShape& s, const PeftConfig& peft) {
     std::vector<ParamTensor> out;
     for (auto t : ts) {
       const std::string mod = module_name(t.name);
-      t.frozen = !in_list(peft.modules_to_save, mod);
+      t.frozen = true;
       // bitsandbytes replaces the nn.Linear modules of the layers; the head, embeddings and norms stay
       // (transformers integrations/bitsandbytes.py get_keys_to_not_convert).
-      t.quantized = quant && t.frozen && in_layers && t.kind == ParamKind::Matmul && mod != "gate";
+      t.quantized = quant && in_layers && t.kind == ParamKind::Matmul && mod != "gate" && !in_list(peft.modules_to_save, mod);
       out.push_back(t);
+      // modules_to_save: ModulesToSaveWrapper (peft/utils/other.py) keeps the original module, frozen, and trains
+      // a deepcopy of it (modules_to_save[adapter_name] = copy.deepcopy(original_module)).
+      if (in_list(peft.modules_to_save, mod)) {
+        ParamTensor copy = t;
+        const size_t dot = t.name.rfind('.');
+        copy.name = "modules_to_save." + t.name;  // module_name() still gives the module PEFT wraps
+        copy.frozen = false;
+        copy.quantized = false;
+        out.push_back(copy);
+      }
       const bool weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
       if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod)) {
         const int64_t out_f = t.rows, in_f = t.numel / t.rows;

@@ -302,3 +302,19 @@ TEST_CASE("LoRA under tensor parallelism splits with its base linears", "[distri
   REQUIRE_FALSE(r.ok);
   CHECK(r.errors[0].field == "peft.base_quantization");
 }
+
+TEST_CASE("modules_to_save trains a copy beside the frozen original", "[peft]") {
+  // peft/utils/other.py ModulesToSaveWrapper: original_module stays (frozen) and modules_to_save["default"] is a
+  // deepcopy that trains, so lm_head counts twice in the total and once in the trainable parameters.
+  Config c = single_gpu_config("llama-3-8b.json", 1, 512);
+  c.peft.method = "lora";
+  c.peft.target_modules = "q_proj,v_proj";
+  const Result base = simulate(c);
+  c.peft.modules_to_save = "lm_head";
+  const Result saved = simulate(c);
+  REQUIRE(base.ok);
+  REQUIRE(saved.ok);
+  const int64_t head = 128256LL * 4096;
+  CHECK(saved.params_total - base.params_total == head);
+  CHECK(saved.params_trainable - base.params_trainable == head);
+}
