@@ -318,3 +318,20 @@ TEST_CASE("modules_to_save trains a copy beside the frozen original", "[peft]") 
   CHECK(saved.params_total - base.params_total == head);
   CHECK(saved.params_trainable - base.params_trainable == head);
 }
+
+TEST_CASE("QLoRA under FSDP shards the quantized storage", "[peft][fsdp]") {
+  // FSDP over a bitsandbytes base (FSDP-QLoRA, bnb_4bit_quant_storage): each rank holds 1/N of the packed 4-bit
+  // weights and their statistics; the adapters' states shard too.
+  Config c = single_gpu_config("llama-3-8b.json", 1, 1024);
+  c.peft.method = "lora";
+  c.peft.target_modules = "all-linear";
+  c.peft.base_quantization = "nf4";
+  const ModelStates one = simulate(c).model_states;
+  c.training.framework = "torchtune";
+  c.parallel.data_parallel_size = 8;
+  c.parallel.zero_stage = 3;
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(static_cast<double>(r.model_states.weights_bytes) == Approx(static_cast<double>(one.weights_bytes) / 8).epsilon(0.01));
+  CHECK(static_cast<double>(r.model_states.optimizer_bytes) == Approx(static_cast<double>(one.optimizer_bytes) / 8).epsilon(0.01));
+}
