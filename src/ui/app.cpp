@@ -28,6 +28,12 @@ void App::recompute() {
   }
 }
 
+bool App::show_view(const std::string& name) {
+  if (name != "breakdown" && name != "explorer" && name != "advice") return false;
+  view_to_show_ = name;
+  return true;
+}
+
 bool App::load_fragment(const std::string& fragment) {
   std::string f = fragment;
   if (!f.empty() && f[0] == '#') f.erase(0, 1);
@@ -194,18 +200,19 @@ void App::frame() {
   const float results_h = std::max(ImGui::GetContentRegionAvail().y * 0.58f, 260.0f);
   ImGui::BeginChild("results", ImVec2(0, results_h), true);
   if (ImGui::BeginTabBar("views")) {
-    if (ImGui::BeginTabItem("Breakdown")) {
+    auto select = [&](const char* view) { return view_to_show_ == view ? ImGuiTabItemFlags_SetSelected : 0; };
+    if (ImGui::BeginTabItem("Breakdown", nullptr, select("breakdown"))) {
       draw_results_panel(config_, result_, unit_);
       ImGui::EndTabItem();
     }
-    if (ImGui::BeginTabItem("Fit explorer")) {
+    if (ImGui::BeginTabItem("Fit explorer", nullptr, select("explorer"))) {
       if (draw_explorer_panel(config_, unit_)) {
         recompute();
         messages_.push_back({Message::Kind::Info, "Applied the cell's setup."});
       }
       ImGui::EndTabItem();
     }
-    if (ImGui::BeginTabItem("What helps")) {
+    if (ImGui::BeginTabItem("What helps", nullptr, select("advice"))) {
       if (draw_advice_panel(config_, unit_)) {
         recompute();
         messages_.push_back({Message::Kind::Info, "Applied. The link now holds the changed setup."});
@@ -213,6 +220,7 @@ void App::frame() {
       ImGui::EndTabItem();
     }
     ImGui::EndTabBar();
+    view_to_show_.clear();
   }
   ImGui::EndChild();
   ImGui::BeginChild("timeline", ImVec2(0, 0), true);

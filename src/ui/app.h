@@ -42,6 +42,10 @@ class App {
   const Result& result() const { return result_; }
   const std::vector<Message>& messages() const { return messages_; }
   void set_config(const Config& c);
+  // Opens a tab of the results on the next frame: "breakdown", "explorer" or "advice". False for other names.
+  bool show_view(const std::string& name);
+  // Shows a result made elsewhere (the desktop's timeline benchmark) until the config changes.
+  void show_result(Result r) { result_ = std::move(r); }
 
  private:
   void recompute();
@@ -55,6 +59,7 @@ class App {
   Unit unit_ = Unit::GiB;
   bool dark_ = true;
   std::string last_fragment_;
+  std::string view_to_show_;
 };
 
 }  // namespace memsim::ui

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chart.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 #include "core/tables.h"
@@ -54,6 +55,18 @@ std::vector<std::pair<Axis, Axis>> axis_pairs() {
       {{"data-parallel GPUs", labels(dps), [=](Config& c, size_t i) { c.parallel.data_parallel_size = dps[i]; }},
        {"GPU", gpu_ids, [=](Config& c, size_t i) { c.hardware.gpu = gpu_ids[i]; }}},
   };
+}
+
+// Peak over usable memory: green fades as the setup gets tight, yellow within the headroom, red over it (up
+// to 150%, darker the further over). Cells not computed yet, or invalid, are grey.
+ColorScale fit_scale() {
+  ColorScale s;
+  s.lo = 0;
+  s.bands = {{{0.8f, IM_COL32(50, 204, 70, 255), IM_COL32(50, 140, 70, 255)},
+              {1.0f, IM_COL32(200, 170, 50, 255), IM_COL32(200, 170, 50, 255)},
+              {1.5f, IM_COL32(190, 60, 60, 255), IM_COL32(190, 40, 60, 255)}}};
+  s.missing = IM_COL32(60, 60, 60, 255);
+  return s;
 }
 
 }  // namespace
@@ -112,6 +125,16 @@ bool draw_explorer_panel(Config& config, Unit unit) {
   const float avail_h = std::max(ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing() * 2.5f, 60.0f);
   const float cw = avail_w / static_cast<float>(nx), ch = std::min(avail_h / static_cast<float>(ny), ImGui::GetFontSize() * 2.2f);
   ImDrawList* dl = ImGui::GetWindowDrawList();
+  // The cells' colours go to the chart renderer as one grid of peak / usable; the labels, the outline and the
+  // clickable cells stay with ImGui.
+  HeatmapChart heat;
+  heat.rect = {origin.x + label_w, origin.y, origin.x + label_w + static_cast<float>(nx) * cw, origin.y + static_cast<float>(ny) * ch};
+  heat.w = static_cast<int>(nx);
+  heat.h = static_cast<int>(ny);
+  for (const Cell& c : cells) heat.values.push_back(c.done && c.ok ? static_cast<float>(c.ratio) : -1.0f);
+  heat.scale = fit_scale();
+  heat.boundary_color = ImGui::GetColorU32(ImGuiCol_Text);  // white on the dark theme, black on the light one
+  add_chart(dl, std::move(heat));
   for (size_t y = 0; y < ny; ++y) {
     dl->AddText(ImVec2(origin.x, origin.y + static_cast<float>(y) * ch + ch * 0.3f), ImGui::GetColorU32(ImGuiCol_Text),
                 ya.labels[y].c_str());
@@ -122,14 +145,6 @@ bool draw_explorer_panel(Config& config, Unit unit) {
       const Cell& c = cells[y * nx + x];
       const ImVec2 a(origin.x + label_w + static_cast<float>(x) * cw, origin.y + static_cast<float>(y) * ch);
       const ImVec2 b(a.x + cw - 2, a.y + ch - 2);
-      ImU32 col = IM_COL32(60, 60, 60, 255);
-      if (c.done && c.ok) {
-        const double r = std::min(c.ratio, 1.5);
-        col = r < 0.8 ? IM_COL32(50, 140 + static_cast<int>(80 * (0.8 - r)), 70, 255)
-              : r <= 1.0 ? IM_COL32(200, 170, 50, 255)
-                         : IM_COL32(190, 60 - static_cast<int>(40 * (r - 1.0)), 60, 255);
-      }
-      dl->AddRectFilled(a, b, col);
       if (static_cast<int64_t>(x) == best) dl->AddRect(a, b, IM_COL32(255, 255, 255, 255), 0, 0, 2.0f);
       if (c.done && c.ok) {
         const std::string text = bytes_text(c.peak, unit);
@@ -159,8 +174,11 @@ bool draw_explorer_panel(Config& config, Unit unit) {
     ImGui::SameLine(label_w + static_cast<float>(x) * cw + 8);
     ImGui::TextUnformatted(xa.labels[x].c_str());
   }
-  ImGui::TextDisabled("x: %s, y: %s. Green fits with room, yellow is within the headroom, red does not fit; outlined: "
-                      "the largest that fits in its row.", xa.name, ya.name);
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("x: %s, y: %s. Green fits with room, yellow is within the headroom, red does not fit; outlined: "
+                     "the largest that fits in its row; a line between cells: where the peak crosses the usable memory.",
+                     xa.name, ya.name);
+  ImGui::PopStyleColor();
   return changed;
 }
 

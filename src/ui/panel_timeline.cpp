@@ -1,6 +1,6 @@
 // The step as a timeline: allocated and reserved bytes after every event, phases and the peak marked.
-// Drawn with ImGui's draw list, one column per pixel holding the maximum of the events it covers, so a
-// 100k-event step costs the same as a small one.
+// The columns are quads for the chart renderer (chart.h); the phase labels, the usable line, the peak and the
+// hover stay with ImGui.
 #include <imgui.h>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <vector>
 #include <string>
 
+#include "chart.h"
 #include "panels.h"
 
 namespace memsim::ui {
@@ -21,7 +22,7 @@ const char* phase_of(const DeviceResult& d, uint32_t ev) {
 }
 }  // namespace
 
-void draw_timeline_panel(const Result& r, Unit unit) {
+void draw_timeline_panel(const Result& r, Unit unit, bool every_event) {
   if (!r.ok || r.devices.empty() || r.devices[0].timeline.empty()) {
     ImGui::TextDisabled("No timeline: fix the configuration first.");
     return;
@@ -38,7 +39,6 @@ void draw_timeline_panel(const Result& r, Unit unit) {
 
   const double top = static_cast<double>(std::max<int64_t>(1, d.peak.reserved_bytes)) * 1.08;
   const size_t n = tl.size();
-  const int cols = std::max(1, static_cast<int>(width));
   auto y_of = [&](int64_t b) { return p0.y + height - static_cast<float>(static_cast<double>(b) / top * height); };
   auto x_of = [&](size_t ev) { return p0.x + static_cast<float>(static_cast<double>(ev) / static_cast<double>(n) * width); };
 
@@ -53,15 +53,33 @@ void draw_timeline_panel(const Result& r, Unit unit) {
       last_label_x = x;
     }
   }
-  for (int c = 0; c < cols; ++c) {
-    const size_t a = static_cast<size_t>(static_cast<double>(c) / cols * n);
-    const size_t b = std::max(a + 1, static_cast<size_t>(static_cast<double>(c + 1) / cols * n));
+  // One column per event, or, when events outnumber pixels, one per pixel holding the largest value of the
+  // events it covers: a one-event spike still shows at its full height, and a 100k-event step costs the GPU no
+  // more than a small one. Neighbouring columns of the same height merge into one quad (reserved memory changes
+  // rarely), since a software rasteriser pays per triangle as much as per pixel. Quads tile exactly, so the
+  // translucent colours never pile up. Reserved first, then allocated over it.
+  QuadChart chart;
+  chart.rect = {p0.x, p0.y, p0.x + width, p0.y + height};
+  chart.x_max = static_cast<float>(n);
+  chart.y_max = static_cast<float>(top);
+  const size_t cols = every_event ? n : std::min(n, static_cast<size_t>(std::max(1, static_cast<int>(width))));
+  std::vector<ChartQuad> allocated;
+  auto add = [&](std::vector<ChartQuad>& series, float x0, float x1, int64_t bytes, ImU32 color) {
+    const float y = static_cast<float>(bytes);
+    if (!every_event && !series.empty() && series.back().y1 == y) series.back().x1 = x1;
+    else series.push_back({x0, x1, 0.0f, y, color});
+  };
+  for (size_t c = 0; c < cols; ++c) {
+    const size_t a = c * n / cols, b = std::max(a + 1, (c + 1) * n / cols);
     int64_t alloc = 0, res = 0;
-    for (size_t i = a; i < std::min(b, n); ++i) alloc = std::max(alloc, tl[i].allocated_bytes), res = std::max(res, tl[i].reserved_bytes);
-    const float x = p0.x + static_cast<float>(c);
-    dl->AddLine(ImVec2(x, y_of(res)), ImVec2(x, p0.y + height), IM_COL32(140, 140, 140, 90));
-    dl->AddLine(ImVec2(x, y_of(alloc)), ImVec2(x, p0.y + height), IM_COL32(76, 150, 230, 200));
+    for (size_t i = a; i < b; ++i) alloc = std::max(alloc, tl[i].allocated_bytes), res = std::max(res, tl[i].reserved_bytes);
+    const float x0 = static_cast<float>(static_cast<double>(c) * static_cast<double>(n) / static_cast<double>(cols));
+    const float x1 = static_cast<float>(static_cast<double>(c + 1) * static_cast<double>(n) / static_cast<double>(cols));
+    add(chart.quads, x0, x1, res, IM_COL32(140, 140, 140, 90));
+    add(allocated, x0, x1, alloc, IM_COL32(76, 150, 230, 200));
   }
+  chart.quads.insert(chart.quads.end(), allocated.begin(), allocated.end());
+  add_chart(dl, std::move(chart));
   // Usable line and the peak.
   if (static_cast<double>(d.usable_bytes) < top) {
     const float y = y_of(d.usable_bytes);

@@ -16,7 +16,8 @@ bool draw_inputs_panel(Config& config, const Result& result);
 // Fit verdict per device, stacked bar by component and the exact table.
 void draw_results_panel(const Config& config, const Result& result, Unit unit);
 // Allocated and reserved memory over the events of the step, phases and peak marked; hover shows the event.
-void draw_timeline_panel(const Result& result, Unit unit);
+// every_event draws one column per event even where several share a pixel: the renderer benchmark's worst case.
+void draw_timeline_panel(const Result& result, Unit unit, bool every_event = false);
 
 // Single changes that lower the peak, ranked; returns true when one was applied to `config`.
 bool draw_advice_panel(Config& config, Unit unit);

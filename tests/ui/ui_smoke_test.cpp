@@ -5,31 +5,10 @@
 #include <imgui.h>
 
 #include "core/serialize.h"
+#include "headless.h"
 #include "ui/app.h"
 
 using namespace memsim;
-
-namespace {
-struct HeadlessImGui {
-  HeadlessImGui(float w, float h) {
-    ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.IniFilename = nullptr;
-    io.DisplaySize = ImVec2(w, h);
-    unsigned char* px;
-    int tw, th;
-    io.Fonts->GetTexDataAsRGBA32(&px, &tw, &th);
-  }
-  ~HeadlessImGui() { ImGui::DestroyContext(); }
-  int frame(ui::App& app) {
-    ImGui::GetIO().DeltaTime = 1.0f / 60.0f;
-    ImGui::NewFrame();
-    app.frame();
-    ImGui::Render();
-    return ImGui::GetDrawData()->TotalVtxCount;
-  }
-};
-}  // namespace
 
 TEST_CASE("the app draws its default frame at 1280x720 and 800x600", "[ui]") {
   for (auto [w, h] : {std::pair{1280.0f, 720.0f}, std::pair{800.0f, 600.0f}}) {
