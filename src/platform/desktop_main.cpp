@@ -1,21 +1,29 @@
 // Desktop main loop: GLFW + OpenGL 3.3 core. Platform layer: the only place with GLFW/GL on the desktop.
 //   memsim [FILE.json | LINK-or-#fragment] [--frames N] [--screenshot OUT.ppm] [--size WxH]
+//          [--view breakdown|explorer|advice] [--no-gl-charts] [--bench-timeline EVENTS]
 // [x] config file or link on the command line   [x] drag and drop of files   [x] clipboard (GLFW)
 // [x] --frames/--screenshot for the headless smoke test under Xvfb
+// [x] charts drawn by the GL chart renderer (shaders/), or by ImGui's draw list if it cannot be built
+// [x] --bench-timeline: frames per second of the timeline with a synthetic step of that many events
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 #include <imgui_impl_glfw.h>
 #include <imgui_impl_opengl3.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "gl_chart_renderer.h"
 #include "imgui_setup.h"
 #include "ui/app.h"
+#include "ui/bench.h"
 
 namespace {
 
@@ -61,16 +69,101 @@ bool write_screenshot(const std::string& path, int w, int h) {
   return std::fclose(f) == 0;
 }
 
+void render(int& fw, int& fh) {
+  glfwGetFramebufferSize(g_window, &fw, &fh);
+  glViewport(0, 0, fw, fh);
+  glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+}
+
+// CPU time of all the process's threads: llvmpipe rasterises on threads of its own.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+struct Rate {
+  double fps, cpu_ms;
+};
+
+// Frames per second of drawing a frame with `draw`, over `seconds` after a short warm-up, and the CPU time per
+// frame: on a machine shared with other work the frame rate swings, the CPU time much less. The mouse rests at
+// `mouse`, on the timeline, so the hover tooltip's replay of the step is part of every frame.
+Rate measure(const std::function<void()>& draw, ImVec2 mouse, double seconds) {
+  auto frame = [&] {
+    glfwPollEvents();
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui_ImplGlfw_NewFrame();
+    ImGui::GetIO().MousePos = mouse;
+    ImGui::NewFrame();
+    draw();
+    ImGui::Render();
+    int fw, fh;
+    render(fw, fh);
+    glfwSwapBuffers(g_window);
+  };
+  for (int i = 0; i < 5; ++i) frame();
+  glFinish();
+  const double start = glfwGetTime(), cpu_start = cpu_seconds();
+  int frames = 0;
+  while (glfwGetTime() - start < seconds) frame(), ++frames;
+  glFinish();
+  return {frames / (glfwGetTime() - start), (cpu_seconds() - cpu_start) * 1e3 / frames};
+}
+
+void print_rate(const char* what, const char* path, Rate r) {
+  std::printf("  %-36s %6.1f fps  %6.2f ms CPU per frame  %s\n", what, r.fps, r.cpu_ms, path);
+  std::fflush(stdout);
+}
+
+// Prints frames per second of three layouts, each drawn by the GL renderer and by the draw list: the app as it
+// opens with the synthetic step in its timeline (a chart of about 780 x 250 pixels at 1280 x 800), the timeline
+// alone filling the window, and the same with one column per event instead of per pixel (2 quads per event).
+void bench_timeline(size_t events, memsim::platform::GlChartRenderer* gl, memsim::ui::App& app) {
+  app.show_result(memsim::ui::synthetic_step(events));
+  const memsim::Result& step = app.result();
+  int w, h;
+  glfwGetWindowSize(g_window, &w, &h);
+  std::printf("timeline bench: %zu events, %dx%d window, %s\n", events, w, h, reinterpret_cast<const char*>(glGetString(GL_RENDERER)));
+  const ImVec2 on_app_timeline(w * 0.8f, h * 0.85f), centre(w * 0.5f, h * 0.5f);
+  // The floor: the window with nothing but a line of text (ImGui, clear, swap), which no renderer can beat.
+  print_rate("empty window", "", measure([] { memsim::ui::draw_timeline_bench(memsim::Result{}, false); }, centre, 3.0));
+  const struct {
+    const char* what;
+    std::function<void()> draw;
+    ImVec2 mouse;
+  } layouts[] = {
+      {"app, a timeline column per pixel", [&] { app.frame(); }, on_app_timeline},
+      {"timeline alone, a column per pixel", [&] { memsim::ui::draw_timeline_bench(step, false); }, centre},
+      {"timeline alone, a column per event", [&] { memsim::ui::draw_timeline_bench(step, true); }, centre},
+  };
+  for (const auto& l : layouts) {
+    if (gl) {
+      memsim::ui::set_chart_renderer(gl);
+      print_rate(l.what, "GL renderer", measure(l.draw, l.mouse, 3.0));
+    }
+    memsim::ui::set_chart_renderer(nullptr);
+    print_rate(l.what, "draw list", measure(l.draw, l.mouse, 3.0));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int frames = -1, width = 1280, height = 800;
-  std::string screenshot, open;
+  long bench_events = 0;
+  bool gl_charts = true;
+  std::string screenshot, open, view;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--frames" && i + 1 < argc) frames = std::atoi(argv[++i]);
     else if (a == "--screenshot" && i + 1 < argc) screenshot = argv[++i];
     else if (a == "--size" && i + 1 < argc) std::sscanf(argv[++i], "%dx%d", &width, &height);
+    else if (a == "--view" && i + 1 < argc) view = argv[++i];
+    else if (a == "--no-gl-charts") gl_charts = false;
+    else if (a == "--bench-timeline" && i + 1 < argc) bench_events = std::atol(argv[++i]);
     else open = a;
   }
   if (!glfwInit()) {
@@ -88,7 +181,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   glfwMakeContextCurrent(g_window);
-  glfwSwapInterval(frames > 0 ? 0 : 1);
+  glfwSwapInterval(frames > 0 || bench_events > 0 ? 0 : 1);
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
@@ -97,6 +190,18 @@ int main(int argc, char** argv) {
   memsim::platform::setup_imgui("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", sx);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
   ImGui_ImplOpenGL3_Init("#version 330");
+
+  // The smoke test reads these lines: they say which path draws the charts on this machine.
+  auto charts = std::make_unique<memsim::platform::GlChartRenderer>();
+  if (!gl_charts) {
+    std::printf("memsim: charts: draw list (--no-gl-charts)\n");
+  } else if (charts->init()) {
+    memsim::ui::set_chart_renderer(charts.get());
+    std::printf("memsim: charts: %s renderer\n", charts->api());
+  } else {
+    std::printf("memsim: charts: draw list, because the GL renderer could not be built: %s\n", charts->error().c_str());
+  }
+  std::fflush(stdout);
 
   memsim::ui::PlatformHooks hooks;
   hooks.copy_text = [](const std::string& s) { glfwSetClipboardString(g_window, s.c_str()); };
@@ -110,9 +215,11 @@ int main(int argc, char** argv) {
   g_app = &app;
   glfwSetDropCallback(g_window, on_drop);
   if (!open.empty()) open_argument(open);
+  if (!view.empty() && !app.show_view(view)) std::fprintf(stderr, "memsim: no view \"%s\"; keeping the breakdown\n", view.c_str());
+  if (bench_events > 0) bench_timeline(static_cast<size_t>(bench_events), memsim::ui::chart_renderer() ? charts.get() : nullptr, app);
 
   int frame = 0;
-  while (!glfwWindowShouldClose(g_window)) {
+  while (bench_events <= 0 && !glfwWindowShouldClose(g_window)) {
     if (frames > 0) glfwPollEvents();
     else glfwWaitEventsTimeout(0.5);  // idle without spinning the CPU
     ImGui_ImplOpenGL3_NewFrame();
@@ -121,21 +228,21 @@ int main(int argc, char** argv) {
     app.frame();
     ImGui::Render();
     int fw, fh;
-    glfwGetFramebufferSize(g_window, &fw, &fh);
-    glViewport(0, 0, fw, fh);
-    glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
-    glClear(GL_COLOR_BUFFER_BIT);
-    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    render(fw, fh);
     ++frame;
     if (frames > 0 && frame >= frames) {
       if (!screenshot.empty() && !write_screenshot(screenshot, fw, fh)) {
         std::fprintf(stderr, "memsim: cannot write %s\n", screenshot.c_str());
         return 1;
       }
+      std::printf("memsim: charts drawn by the GL renderer: timeline %ld, heatmap %ld\n", charts->quad_draws(),
+                  charts->heatmap_draws());
       break;
     }
     glfwSwapBuffers(g_window);
   }
+  memsim::ui::set_chart_renderer(nullptr);
+  charts.reset();  // while its context is current
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
   ImGui::DestroyContext();

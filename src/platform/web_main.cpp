@@ -5,6 +5,8 @@
 // [x] HiDPI: canvas backing store = CSS size x devicePixelRatio
 // [x] download (Blob) and upload (file picker) of configs
 // [x] window.memsim.estimate(configJson) (memsim_estimate_json), for scripting and the e2e tests
+// [x] charts drawn by the WebGL2 chart renderer (shaders/), or by ImGui's draw list if it cannot be built;
+//     window.memsim.state().charts says which, and how many charts it has drawn
 #include <GLFW/glfw3.h>
 #include <emscripten/emscripten.h>
 #include <emscripten/html5.h>
@@ -18,6 +20,7 @@
 
 #include "core/serialize.h"
 #include "core/simulate.h"
+#include "gl_chart_renderer.h"
 #include "imgui_setup.h"
 #include "ui/app.h"
 
@@ -69,6 +72,7 @@ namespace {
 
 GLFWwindow* g_window = nullptr;
 memsim::ui::App* g_app = nullptr;
+memsim::platform::GlChartRenderer* g_charts = nullptr;  // null when its shaders did not build
 float g_ratio = 1.0f;
 
 std::string take_js_string(char* p) {
@@ -135,7 +139,7 @@ EMSCRIPTEN_KEEPALIVE void memsim_load_text(const char* text, const char* origin)
   if (g_app) g_app->load_text(text ? text : "", origin ? origin : "the file");
 }
 
-// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...]}.
+// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "charts": {...}}.
 EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   if (!g_app) return new_c_string("{}");
   std::string msgs = "[";
@@ -149,8 +153,12 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
     msgs += std::string(msgs.size() > 1 ? "," : "") + "\"" + esc + "\"";
   }
   msgs += "]";
+  const std::string charts = g_charts ? "{\"renderer\":\"webgl2\",\"timeline_draws\":" + std::to_string(g_charts->quad_draws()) +
+                                            ",\"heatmap_draws\":" + std::to_string(g_charts->heatmap_draws()) + "}"
+                                      : "{\"renderer\":\"draw list\"}";
   return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
-                      memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs + "}");
+                      memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs +
+                      ",\"charts\":" + charts + "}");
 }
 }
 
@@ -171,6 +179,15 @@ int main() {
   memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
   ImGui_ImplOpenGL3_Init("#version 300 es");
+  static memsim::platform::GlChartRenderer charts;
+  if (charts.init()) {
+    g_charts = &charts;
+    memsim::ui::set_chart_renderer(&charts);
+    emscripten_log(EM_LOG_CONSOLE, "memsim: charts: WebGL2 renderer");
+  } else {
+    emscripten_log(EM_LOG_CONSOLE | EM_LOG_WARN, "memsim: charts: draw list, because the WebGL2 renderer could not be built: %s",
+                   charts.error().c_str());
+  }
 
   memsim::ui::PlatformHooks hooks;
   hooks.publish_fragment = [](const std::string& f) { js_replace_hash(f.c_str()); };
