@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import net from "node:net";
 import { createRequire } from "node:module";
-import { decodePng, distinctColors } from "./png.mjs";
+import { decodePng, distinctColors, share } from "./png.mjs";
 
 const require = createRequire(import.meta.url);
 const { chromium } = require("playwright-core");
@@ -98,6 +98,13 @@ test("the default page draws the verdict, breakdown and timeline", async () => {
   assert.ok(distinctColors(img, 0, 0, 1280, 720) > 50, "canvas is not blank");
   assert.ok(distinctColors(img, 480, 60, 780, 120) > 10, "verdict and bar region are drawn");
   assert.ok(distinctColors(img, 480, 500, 780, 200) > 3, "timeline region is drawn");
+  // The charts go through the WebGL2 renderer (its shaders compiled under GLSL ES 3.00), and its quads reach the
+  // canvas: the allocated memory's blue fills the bottom of the timeline.
+  const { charts } = await page.evaluate(() => window.memsim.state());
+  assert.equal(charts.renderer, "webgl2", JSON.stringify(charts));
+  assert.ok(charts.timeline_draws > 0, JSON.stringify(charts));
+  const blue = share(img, 530, 655, 700, 25, (r, g, b) => b > r + 80 && b > 150);
+  assert.ok(blue > 0.5, `the timeline's blue covers ${(100 * blue).toFixed(0)}% of its bottom`);
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -170,6 +177,9 @@ test("the fit explorer fills its heatmap and a click applies a cell", async () =
   await page.screenshot({ path: path.join(shots, "fit-explorer.png") });
   const img = decodePng(await page.screenshot());
   assert.ok(distinctColors(img, 550, 95, 700, 220) > 20, "heatmap drawn");
+  assert.ok((await page.evaluate(() => window.memsim.state())).charts.heatmap_draws > 0, "by the WebGL2 renderer");
+  const green = share(img, 552, 100, 100, 20, (r, g, b) => g > r + 80 && g > b + 80);
+  assert.ok(green > 0.5, `micro-batch 1 x sequence 512 fits: its cell is ${(100 * green).toFixed(0)}% green`);
   await until(page, () => page.mouse.click(605, 110),  // micro-batch 1, sequence 512 (once computed)
               () => window.memsim.state().config.training.micro_batch_size === 1);
   const state = await page.evaluate(() => window.memsim.state());

@@ -44,3 +44,15 @@ export function distinctColors(img, x0, y0, w, h) {
     }
   return seen.size;
 }
+
+// Share of a rectangle's pixels for which keep(r, g, b) holds: how much of a chart a colour covers.
+export function share(img, x0, y0, w, h, keep) {
+  let hits = 0, all = 0;
+  for (let y = y0; y < Math.min(img.height, y0 + h); y += 1)
+    for (let x = x0; x < Math.min(img.width, x0 + w); x += 1) {
+      const i = (y * img.width + x) * img.bpp;
+      all += 1;
+      if (keep(img.pixels[i], img.pixels[i + 1], img.pixels[i + 2])) hits += 1;
+    }
+  return all ? hits / all : 0;
+}
