@@ -14,6 +14,7 @@
 #include <imgui_impl_glfw.h>
 #include <imgui_impl_opengl3.h>
 
+#include <cfloat>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -107,6 +108,10 @@ void frame() {
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
   ImGuiIO& io = ImGui::GetIO();
+  // Emscripten's GLFW reports the cursor in backing-store pixels (library_browser.js calculateMouseEvent scales
+  // by canvas.width / rect.width), while the UI lays out in CSS pixels: bring the mouse back to CSS pixels.
+  if (ratio > 0 && ratio != 1.0 && io.MousePos.x > -FLT_MAX / 2)
+    io.MousePos = ImVec2(io.MousePos.x / static_cast<float>(ratio), io.MousePos.y / static_cast<float>(ratio));
   io.DisplaySize = ImVec2(static_cast<float>(css_w), static_cast<float>(css_h));
   io.DisplayFramebufferScale = ImVec2(static_cast<float>(ratio), static_cast<float>(ratio));
   ImGui::NewFrame();
