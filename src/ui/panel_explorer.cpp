@@ -1,6 +1,6 @@
-// Fit explorer: a heatmap over two axes (micro-batch x sequence, TP x PP, GPUs x GPU type) coloured by the
-// peak over the usable memory. Cells are simulated a few per frame, with a progress bar, so the interface stays
-// responsive; clicking a cell applies its setup.
+// Fit explorer: a heatmap over two axes (micro-batch x sequence, TP x PP, GPUs x GPU type, LoRA rank x
+// targets) coloured by the peak over the usable memory. Cells are simulated a few per frame, with a progress bar,
+// so the interface stays responsive; clicking a cell applies its setup.
 #include <imgui.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@ struct Axis {
   const char* name;
   std::vector<std::string> labels;
   std::function<void(Config&, size_t)> apply;
+  bool prefer_small = false;  // outline the smallest value that fits (GPUs), not the largest (micro-batch)
 };
 
 struct Cell {
@@ -37,6 +38,8 @@ std::vector<std::pair<Axis, Axis>> axis_pairs() {
   const std::vector<int64_t> seqs = {512, 1024, 2048, 4096, 8192, 16384, 32768};
   const std::vector<int64_t> par = {1, 2, 4, 8};
   const std::vector<int64_t> dps = {1, 2, 4, 8, 16, 32, 64};
+  const std::vector<int64_t> ranks = {4, 8, 16, 32, 64, 128, 256};
+  const std::vector<std::string> targets = {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear"};
   auto labels = [](const std::vector<int64_t>& v) {
     std::vector<std::string> out;
     for (int64_t x : v) out.push_back(std::to_string(x));
@@ -52,8 +55,16 @@ std::vector<std::pair<Axis, Axis>> axis_pairs() {
           c.parallel.pipeline_parallel_size = par[i];
           if (par[i] > 1) c.parallel.zero_stage = std::min<int64_t>(c.parallel.zero_stage, 1);
         }}},
-      {{"data-parallel GPUs", labels(dps), [=](Config& c, size_t i) { c.parallel.data_parallel_size = dps[i]; }},
+      {{"data-parallel GPUs", labels(dps), [=](Config& c, size_t i) { c.parallel.data_parallel_size = dps[i]; }, true},
        {"GPU", gpu_ids, [=](Config& c, size_t i) { c.hardware.gpu = gpu_ids[i]; }}},
+      {{"LoRA rank", labels(ranks), [=](Config& c, size_t i) {
+          if (c.peft.method != "lora" && c.peft.method != "dora") c.peft.method = "lora";
+          c.peft.lora_rank = ranks[i];
+        }},
+       {"targets", targets, [=](Config& c, size_t i) {
+          if (c.peft.method != "lora" && c.peft.method != "dora") c.peft.method = "lora";
+          c.peft.target_modules = targets[i];
+        }}},
   };
 }
 
@@ -80,8 +91,8 @@ bool draw_explorer_panel(Config& config, Unit unit) {
   bool changed = false;
 
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
-  const char* names[] = {"micro-batch x sequence", "tensor x pipeline parallel", "GPUs x GPU type"};
-  if (ImGui::Combo("axes", &pair_index, names, 3)) cached_for.clear();
+  const char* names[] = {"micro-batch x sequence", "tensor x pipeline parallel", "GPUs x GPU type", "LoRA rank x targets"};
+  if (ImGui::Combo("axes", &pair_index, names, 4)) cached_for.clear();
   const auto& [xa, ya] = pairs[static_cast<size_t>(pair_index)];
   const size_t nx = xa.labels.size(), ny = ya.labels.size();
   const std::string key = std::to_string(pair_index) + config_to_fragment(config);
@@ -118,7 +129,8 @@ bool draw_explorer_panel(Config& config, Unit unit) {
     ImGui::ProgressBar(static_cast<float>(next) / static_cast<float>(cells.size()), ImVec2(ImGui::GetFontSize() * 10, 0));
   }
 
-  // The largest x that fits in each row is outlined (e.g. the largest micro-batch for each sequence length).
+  // The largest x that fits in each row is outlined (e.g. the largest micro-batch for each sequence length), or
+  // the smallest where fewer is better (the fewest GPUs of each type).
   const float label_w = ImGui::GetFontSize() * 4.5f;
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const float avail_w = ImGui::GetContentRegionAvail().x - label_w;
@@ -140,7 +152,7 @@ bool draw_explorer_panel(Config& config, Unit unit) {
                 ya.labels[y].c_str());
     int64_t best = -1;
     for (size_t x = 0; x < nx; ++x)
-      if (cells[y * nx + x].done && cells[y * nx + x].fits) best = static_cast<int64_t>(x);
+      if (cells[y * nx + x].done && cells[y * nx + x].fits && !(xa.prefer_small && best >= 0)) best = static_cast<int64_t>(x);
     for (size_t x = 0; x < nx; ++x) {
       const Cell& c = cells[y * nx + x];
       const ImVec2 a(origin.x + label_w + static_cast<float>(x) * cw, origin.y + static_cast<float>(y) * ch);
