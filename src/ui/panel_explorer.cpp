@@ -188,7 +188,8 @@ bool draw_explorer_panel(Config& config, Unit unit) {
   }
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TextWrapped("x: %s, y: %s. Green fits with room, yellow is within the headroom, red does not fit; outlined: "
-                     "the largest that fits in its row; a line between cells: where the peak crosses the usable memory.",
+                     "the largest that fits in its row (the fewest, for GPUs); a line between cells: where the peak "
+                     "crosses the usable memory.",
                      xa.name, ya.name);
   ImGui::PopStyleColor();
   return changed;
