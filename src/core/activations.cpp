@@ -7,6 +7,7 @@
 // torchtune and litgpt. Backward temporaries are the activation gradients alive at once inside one layer.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "checked.h"
 #include "step_builder.h"
@@ -682,7 +683,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // torch/distributed/tensor/parallel/loss.py _log_softmax): shifted = x - max and exp(shifted) are
       // full-size fp32 tensors beside the input before the result exists.
       uint32_t shifted = UINT32_MAX, ex = UINT32_MAX;
-      if (loss_parallel()) shifted = tmp(mul(4, tv), L_.loss_grad, post), ex = tmp(mul(4, tv), L_.loss_grad, post), drop(ex);
+      if (rs_.loss_parallel) shifted = tmp(mul(4, tv), L_.loss_grad, post), ex = tmp(mul(4, tv), L_.loss_grad, post), drop(ex);
       saved.push_back(act(mul(4, tv), L_.lse_loss, post));
       if (shifted != UINT32_MAX) drop(shifted);
       drop(lg);
@@ -760,7 +761,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       // loss-parallel version fuses both as (zeros_like(x) + exp(x)) * grad_output: four full-size fp32
       // tensors at once (loss.py _nll_loss_and_log_softmax_backward).
       uint32_t g1 = tmp(mul(4, tv), L_.loss_grad, post);
-      if (loss_parallel()) {
+      if (rs_.loss_parallel) {
         uint32_t ex = tmp(mul(4, tv), L_.loss_grad, post);
         uint32_t sum = tmp(mul(4, tv), L_.loss_grad, post);
         drop(ex);
@@ -986,9 +987,8 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
       f.pre = ctx_.has_pre, f.post = ctx_.has_post;
       return;
     }
-    // Model chunk m of the p v chunks; a remainder of layers goes one each to the first chunks.
-    const int64_t per = s_.num_layers / (p * v), rem = s_.num_layers % (p * v), model_chunk = chunk * p + i;
-    f.first = model_chunk * per + std::min(model_chunk, rem), f.end = f.first + per + (model_chunk < rem ? 1 : 0);
+    const int64_t model_chunk = chunk * p + i;
+    std::tie(f.first, f.end) = interleaved_chunk(s_.num_layers, p * v, model_chunk);
     f.pre = model_chunk == 0, f.post = model_chunk == p * v - 1;
     f.owns_inputs = chunk == 0;
   };

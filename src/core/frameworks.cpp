@@ -7,35 +7,36 @@ namespace memsim {
 namespace {
 
 // id, label, attention, norm, loss, optimizer implementation, param groups, holds logits, fused qkv, sharding,
-// source.
+// loss parallel under TP, source.
 constexpr FrameworkSpec kFrameworks[] = {
-    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed",
+    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false,
      "transformers: SDPA default attention (4.36+), LlamaRMSNorm upcasts to fp32, loss_utils.py ForCausalLMLoss "
      "upcasts logits (4.49+), default optim adamw_torch_fused on torch >= 2.8 (PR #37358), "
      "Trainer.create_optimizer: decay and no-decay groups; compute_loss returns only the loss, so the outputs "
      "(logits) are dropped before backward"},
-    {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true, false, "deepspeed",
+    {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true, false, "deepspeed", false,
      "out = model(**batch); out.loss.backward(): `out` keeps the logits alive through backward; "
      "torch.optim.AdamW(model.parameters()) is one group, foreach on CUDA"},
-    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed",
+    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false,
      "DeepSpeed engine with FusedAdam (ops/adam/fused_adam.py: multi_tensor_apply, no full-size temporaries) "
      "around transformers model code"},
-    {"torchtune", "torchtune", "sdpa_repeat_kv", "fp32_scale", "chunked_fp32", "fused", 1, false, false, "fsdp2",
+    {"torchtune", "torchtune", "sdpa_repeat_kv", "fp32_scale", "chunked_fp32", "fused", 1, false, false, "fsdp2", false,
      "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py scales in fp32; "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575); "
      "training/_distributed.py shard_model: FSDP2 fully_shard per layer"},
-    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1",
+    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false,
      "litgpt model.py CausalSelfAttention.attn (one fused qkv linear; LoRAQKVLinear adapts it once);  model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach; "
      "Fabric FSDPStrategy: FSDP1 with one unit per Block"},
-    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron",
+    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron", false,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
      "Apex/TE FusedAdam"},
-    {"torchtitan", "torchtitan", "sdpa_repeat_kv", "eager_fp32", "full_fp32", "foreach", 1, false, false, "fsdp2",
+    {"torchtitan", "torchtitan", "sdpa_repeat_kv", "eager_fp32", "full_fp32", "foreach", 1, false, false, "fsdp2", true,
      "torchtitan models/llama/model.py (repeat_kv before SDPA; RMSNorm: _norm(x.float()).type_as(x) * weight), "
      "train.py: loss = F.cross_entropy(pred.flatten(0, 1).float(), ...) then `del pred` before backward; "
      "optimizer.py: foreach = not --optimizer.fused (default False); parallelize_llama.py apply_fsdp: "
-     "fully_shard per TransformerBlock and the root"},
+     "fully_shard per TransformerBlock and the root; the loss runs under loss_parallel() whenever TP is on "
+     "(parallel_dims.loss_parallel_enabled)"},
 };
 
 constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager"};
@@ -48,6 +49,7 @@ constexpr std::string_view kSharding[] = {"auto", "deepspeed", "fsdp1", "fsdp2",
 constexpr std::string_view kBackwardPrefetch[] = {"backward_pre", "backward_post", "none"};
 constexpr std::string_view kSchedules[] = {"1f1b", "interleaved_1f1b", "gpipe"};
 constexpr std::string_view kOffload[] = {"none", "cpu", "nvme"};
+constexpr std::string_view kModuleLoading[] = {"lazy", "eager"};
 
 template <typename E, size_t N>
 E pick(std::string_view value, std::string_view fallback, const std::string_view (&names)[N], const std::array<E, N - 1>& values) {
@@ -78,6 +80,7 @@ std::span<const std::string_view> choices(std::string_view field) {
   if (field == "parallel.fsdp_backward_prefetch") return kBackwardPrefetch;
   if (field == "parallel.pipeline_schedule") return kSchedules;
   if (field == "parallel.offload_optimizer" || field == "parallel.offload_params") return kOffload;
+  if (field == "hardware.cuda_module_loading") return kModuleLoading;
   return {};
 }
 
@@ -103,6 +106,7 @@ Resolved resolve(const Config& c) {
   r.param_groups = f.param_groups;
   r.holds_logits = f.holds_logits;
   r.fused_qkv = f.fused_qkv;
+  r.loss_parallel = f.loss_parallel && c.parallel.tensor_parallel_size > 1;
   r.sharding = pick<Sharding>(c.parallel.sharding, f.sharding, kSharding,
                               {Sharding::DeepSpeed, Sharding::Fsdp1, Sharding::Fsdp2, Sharding::Megatron});
   return r;

@@ -26,6 +26,7 @@ struct FrameworkSpec {
   bool holds_logits;     // the training loop keeps the model output (logits) alive through backward
   bool fused_qkv;        // one linear computes q, k and v (LoRA on it reads its input once)
   std::string_view sharding;  // deepspeed, fsdp1, fsdp2 or megatron: whose data-parallel sharding it uses
+  bool loss_parallel;         // under TP the loss runs as DTensor's vocabulary-parallel cross-entropy
   std::string_view source;
 };
 
@@ -41,6 +42,7 @@ struct Resolved {
   bool holds_logits;
   bool fused_qkv;
   Sharding sharding;
+  bool loss_parallel;  // vocabulary-parallel cross-entropy through DTensor (the framework's choice, with TP on)
 };
 
 std::span<const FrameworkSpec> frameworks();

@@ -332,7 +332,6 @@ void apply_peft(ModelShape& s, const PeftConfig& peft) {
       // a deepcopy of it (modules_to_save[adapter_name] = copy.deepcopy(original_module)).
       if (in_list(peft.modules_to_save, mod)) {
         ParamTensor copy = t;
-        const size_t dot = t.name.rfind('.');
         copy.name = "modules_to_save." + t.name;  // module_name() still gives the module PEFT wraps
         copy.frozen = false;
         copy.quantized = false;

@@ -23,9 +23,12 @@ namespace {
 // but not in memory_reserved): for every channel, one receive connection for the ring and one for the tree,
 // each holding the three protocols' buffers (nccl src/init.cc computeBuffSizes: DEFAULT_LL_BUFFSIZE =
 // 8 lines x 512 threads x 8 steps x 16 B = 512 KiB, DEFAULT_LL128_BUFFSIZE = 120 x 640 x 8 x 8 B = 4,800 KiB,
-// DEFAULT_BUFFSIZE = 4 MiB). Point-to-point (pipeline) channels use the SIMPLE buffer towards each of 2 peers.
-// The channel count is hardware.nccl_channels (NCCL logs it as "N coll channels").
+// DEFAULT_BUFFSIZE = 4 MiB). Point-to-point (pipeline) sends use the SIMPLE buffer on "2 p2p channels per peer"
+// towards each of 2 peers. The collective channel count is hardware.nccl_channels; 8-GPU nodes' NCCL INFO lines
+// quoted in public issues commonly read "16 coll channels, ... 16 p2p channels, 2 p2p channels per peer" (NVLink
+// and NVLS H100 nodes, EFA and InfiniBand clusters).
 constexpr int64_t kNcclConnectionBytes = 524288 + 4915200 + 4194304;
+constexpr int64_t kNcclP2pChannelsPerPeer = 2;
 int64_t nccl_bytes(const Config& c) {
   const auto& p = c.parallel;
   const int64_t ch = c.hardware.nccl_channels;
@@ -35,7 +38,7 @@ int64_t nccl_bytes(const Config& c) {
                        p.expert_parallel_size, p.shard_group_size > 0 ? p.data_parallel_size / p.shard_group_size : 1})
     if (size > 1) ++comms;
   int64_t bytes = mul(mul(comms, ch), mul(2, kNcclConnectionBytes));
-  if (p.pipeline_parallel_size > 1) bytes = add(bytes, mul(mul(2, ch), 4194304));
+  if (p.pipeline_parallel_size > 1) bytes = add(bytes, mul(mul(2, kNcclP2pChannelsPerPeer), 4194304));
   return bytes;
 }
 
@@ -110,11 +113,14 @@ Result simulate(const Config& config) {
       if (first > 0) counts.front() = first;
       if (last > 0) counts.back() = last;
     }
-    if (interleaved) {  // each stage holds v chunks (a remainder one layer each to the first chunks)
-      const int64_t v = par.virtual_pipeline_stages, chunks = stages * v;
+    const int64_t chunks = stages * par.virtual_pipeline_stages;
+    if (interleaved) {  // stage st holds model chunks j p + st
       for (int64_t st = 0; st < stages; ++st) {
         int64_t n = 0;
-        for (int64_t j = 0; j < v; ++j) n += shape.num_layers / chunks + (j * stages + st < shape.num_layers % chunks ? 1 : 0);
+        for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
+          const auto [f, end] = interleaved_chunk(shape.num_layers, chunks, j * stages + st);
+          n += end - f;
+        }
         counts[static_cast<size_t>(st)] = n;
       }
     }
@@ -132,13 +138,11 @@ Result simulate(const Config& config) {
 
       DeviceResult d;
       std::string layers = std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1);
-      if (interleaved) {  // chunk j of this stage is model chunk j p + stage
-        const int64_t chunks = stages * par.virtual_pipeline_stages;
-        const int64_t per = shape.num_layers / chunks, rem = shape.num_layers % chunks;
+      if (interleaved) {
         layers.clear();
         for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
-          const int64_t m = j * stages + stage, f = m * per + std::min(m, rem), n = per + (m < rem ? 1 : 0);
-          layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(f + n - 1);
+          const auto [f, end] = interleaved_chunk(shape.num_layers, chunks, j * stages + stage);
+          layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(end - 1);
         }
       }
       d.role = stages == 1 ? "every GPU"

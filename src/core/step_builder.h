@@ -120,8 +120,6 @@ class StepBuilder {
   void loss_forward(uint32_t res, std::vector<uint32_t>& saved);
   uint32_t loss_backward(std::vector<uint32_t>& saved);
   bool checkpointed(int64_t layer) const;
-  // torchtitan runs the loss under loss_parallel() whenever TP is on (train.py, parallel_dims.loss_parallel_enabled).
-  bool loss_parallel() const { return rs_.framework->id == "torchtitan" && c_.parallel.tensor_parallel_size > 1; }
   uint32_t forward_layer(int32_t layer, uint32_t in, SavedLayer& saved, bool own_input);
   void forward_mb(InFlight& f, const std::string& tag);
   void backward_mb(InFlight& f, const std::string& tag);

@@ -30,6 +30,10 @@ struct PrecisionRecipe {
 
 enum class OptimizerKind { Adam, Sgd, SgdMomentum, Lion, Adafactor, Adam8bit };
 
+// bitsandbytes pages a tensor's optimizer state (CUDA unified memory) only from this many elements on
+// (optim/optimizer.py Optimizer8bit.get_state_buffer: `if not self.is_paged or A.numel() < 1e5`).
+constexpr int64_t kPagedMinNumel = 100000;
+
 struct OptimizerSpec {
   std::string_view id;
   std::string_view label;

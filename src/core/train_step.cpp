@@ -58,6 +58,17 @@ int64_t shard_group_size(const Config& c) {
 
 bool is_expert_param(const ParamTensor& t) { return t.name.rfind("mlp.experts.", 0) == 0; }
 
+// DeepSpeed's stage3_param_persistence_threshold, 1e5 elements unless set (deepspeed/runtime/zero/config.py).
+int64_t zero_persistence_threshold(const ParallelConfig& p) {
+  return p.zero_param_persistence_threshold > 0 ? p.zero_param_persistence_threshold : 100000;
+}
+
+std::pair<int64_t, int64_t> interleaved_chunk(int64_t layers, int64_t chunks, int64_t m) {
+  const int64_t per = layers / chunks, rem = layers % chunks;
+  const int64_t first = m * per + std::min(m, rem);
+  return {first, first + per + (m < rem ? 1 : 0)};
+}
+
 ShardPlan shard_plan(const StepContext& ctx) {
   const auto& par = ctx.config.parallel;
   ShardPlan sp;
@@ -73,7 +84,6 @@ ShardPlan shard_plan(const StepContext& ctx) {
   sp.mixed = ctx.precision.master_bytes > 0;
   sp.offload_optimizer = par.offload_optimizer != "none";
   sp.offload_params = par.offload_params != "none";
-  sp.nvme = par.offload_optimizer == "nvme" || par.offload_params == "nvme";
   return sp;
 }
 
@@ -119,11 +129,9 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
     no_master.master_bytes = 0;
     if (sp.mixed) no_master.state_bytes = pr.master_bytes;
     s.optimizer = param_optimizer_bytes(l, no_master, peft, ctx.optimizer, true);
-    s.flat_numel = 0;
     return s;
   }
-  const int64_t threshold = ctx.config.parallel.zero_param_persistence_threshold > 0 ? ctx.config.parallel.zero_param_persistence_threshold : 100000;
-  s.weights = sp.shard_weights && t.numel >= threshold ? ceil_div(w, k) : w;
+  s.weights = sp.shard_weights && t.numel >= zero_persistence_threshold(ctx.config.parallel) ? ceil_div(w, k) : w;
   if (sp.grad_buffer && t.kind == ParamKind::Adapter) s.grads = g;  // adapters keep their own dtype
   else if (sp.grad_buffer) s.grads = t.frozen ? 0 : mul(t.numel, std::max(pr.grad_bytes, sp.mixed ? int64_t{4} : pr.grad_bytes));
   else s.grads = sp.shard_grads ? ceil_div(g, k) : g;
@@ -136,7 +144,7 @@ namespace {
 // ZeRO-Infinity keeps parameters under the persistence threshold whole on the GPU.
 int64_t persistent_weight_bytes(const StepContext& ctx, const ShardPlan& sp) {
   int64_t b = 0;
-  const int64_t threshold = ctx.config.parallel.zero_param_persistence_threshold > 0 ? ctx.config.parallel.zero_param_persistence_threshold : 100000;
+  const int64_t threshold = zero_persistence_threshold(ctx.config.parallel);
   for_each_param(ctx, [&](const ParamTensor& t) {
     if (t.numel < threshold) b = add(b, param_states(sp, ctx, t).weights);
   });
@@ -190,8 +198,9 @@ HostStates host_state_bytes(const StepContext& ctx) {
     (ctx.config.parallel.offload_optimizer == "nvme" ? h.nvme_bytes : h.host_bytes) += opt;
     h.host_bytes = add(h.host_bytes, grads);
   }
-  if (sp.offload_params)
-    (ctx.config.parallel.offload_params == "nvme" ? h.nvme_bytes : h.host_bytes) += m.weights_bytes - model_state_bytes(ctx).weights_bytes;
+  if (sp.offload_params)  // everything but what stays on the GPU (model_state_bytes)
+    (ctx.config.parallel.offload_params == "nvme" ? h.nvme_bytes : h.host_bytes) +=
+        m.weights_bytes - (sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp));
   return h;
 }
 
@@ -233,7 +242,7 @@ int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, c
     master = dtype == 4 ? 0 : master;
   }
   int64_t bytes = mul(t.numel, master);
-  if (include_paged || !(opt.paged && t.numel >= 100000)) bytes = add(bytes, optimizer_state_bytes(opt, t.numel, t.rows, dtype));
+  if (include_paged || !(opt.paged && t.numel >= kPagedMinNumel)) bytes = add(bytes, optimizer_state_bytes(opt, t.numel, t.rows, dtype));
   return bytes;
 }
 
@@ -397,7 +406,7 @@ int64_t StepBuilder::zero_reduce_bucket() const {
   return c_.parallel.zero_reduce_bucket_size > 0 ? c_.parallel.zero_reduce_bucket_size : 500000000;
 }
 int64_t StepBuilder::zero_persistence() const {
-  return c_.parallel.zero_param_persistence_threshold > 0 ? c_.parallel.zero_param_persistence_threshold : 100000;
+  return zero_persistence_threshold(c_.parallel);
 }
 bool StepBuilder::zero_overlap() const {  // the validator overlap_comm_valid: None means stage == 3
   return c_.parallel.zero_overlap_comm == "auto" ? c_.parallel.zero_stage == 3 : c_.parallel.zero_overlap_comm == "true";
@@ -598,8 +607,7 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
       if (flat != UINT32_MAX) drop(flat);
     };
     if (keep) {
-      if (!in_backward_ && kept_[slot].empty()) unshard(layer, kept_[slot]);
-      if (in_backward_ && kept_[slot].empty()) unshard(layer, kept_[slot]);  // e.g. a later micro-batch
+      if (kept_[slot].empty()) unshard(layer, kept_[slot]);  // in backward too: e.g. a later micro-batch
     } else {
       unshard(layer, out);
     }
@@ -656,7 +664,7 @@ void StepBuilder::step_in_backward(int64_t layer) {
 
 void StepBuilder::create_state(const ParamTensor& t) {
   int64_t bytes = param_optimizer_bytes(t, pr_, c_.peft, ctx_.optimizer, false);
-  if (sp_.fsdp) bytes = ctx_.optimizer.paged && sp_.local(t).numel >= 100000 ? 0 : param_states(sp_, ctx_, t).optimizer;
+  if (sp_.fsdp) bytes = ctx_.optimizer.paged && sp_.local(t).numel >= kPagedMinNumel ? 0 : param_states(sp_, ctx_, t).optimizer;
   if (bytes > 0) p_.alloc(Component::OptimizerStates, bytes, L_.state);
 }
 
@@ -674,7 +682,7 @@ void StepBuilder::optimizer_step(int iter) {
       // optimizer (distrib_optimizer.py: main params and states of the rank's shard of the grad buffer).
       const int64_t part = flat_partition_numel();
       if (pr_.master_bytes > 0) p_.alloc(Component::OptimizerStates, mul(part, pr_.master_bytes), L_.master);
-      if (!(opt.paged && part >= 100000)) {
+      if (!(opt.paged && part >= kPagedMinNumel)) {
         const int64_t st = optimizer_state_bytes(opt, part, part, pr_.state_bytes);
         if (st > 0) p_.alloc(Component::OptimizerStates, st, L_.state);
       }

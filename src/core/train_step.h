@@ -1,6 +1,7 @@
 // Builds the allocation/free program of a training step on one device from a validated config.
 #pragma once
 #include <cstdint>
+#include <utility>
 
 #include "config.h"
 #include "frameworks.h"
@@ -36,7 +37,7 @@ struct ShardPlan {
   bool shard_grads = false, shard_weights = false;
   bool grad_buffer = false;   // Megatron: fp32 main grads in a contiguous buffer allocated with the model
   bool mixed = false;         // the recipe keeps fp32 master weights
-  bool offload_optimizer = false, offload_params = false, nvme = false;
+  bool offload_optimizer = false, offload_params = false;
   int64_t ranks_of(const ParamTensor& t) const;
   ParamTensor local(const ParamTensor& t) const;  // one rank's shard of an FSDP parameter
 };
@@ -52,6 +53,10 @@ struct HostStates {       // per GPU: what offload keeps in host RAM or on NVMe
 ShardPlan shard_plan(const StepContext& ctx);
 int64_t shard_group_size(const Config& c);
 bool is_expert_param(const ParamTensor& t);
+int64_t zero_persistence_threshold(const ParallelConfig& p);
+// Interleaved pipelines split the layers into `chunks` model chunks, a remainder one layer each to the first
+// chunks: [first, end) of chunk m.
+std::pair<int64_t, int64_t> interleaved_chunk(int64_t layers, int64_t chunks, int64_t m);
 ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const ParamTensor& t);
 
 // Persistent model-state bytes per device, before allocator rounding (ZeRO paper sec. 5, Table 1).

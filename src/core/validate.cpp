@@ -75,6 +75,14 @@ void check(std::vector<FieldError>& errs, const std::string& field, int64_t v) {
                                std::to_string(r.max) + "; got " + std::to_string(v)});
 }
 
+// A string field that must be one of choices(field) (frameworks.h).
+void check_choice(std::vector<FieldError>& errs, const std::string& field, const std::string& value) {
+  bool ok = false;
+  std::string allowed;
+  for (auto a : choices(field)) ok |= a == value, allowed += (allowed.empty() ? "" : ", ") + std::string(a);
+  if (!ok) errs.push_back({field, field + " must be one of: " + allowed + "; got \"" + value.substr(0, 40) + "\""});
+}
+
 template <typename Span>
 std::string ids_of(Span table) {
   std::string s;
@@ -225,17 +233,13 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
   const auto& m = c.model;
   const int64_t t = p.tensor_parallel_size, pp = p.pipeline_parallel_size, cp = p.context_parallel_size;
   const int64_t ep = p.expert_parallel_size, dp = p.data_parallel_size;
-  for (const char* f : {"parallel.tensor_parallel_size", "parallel.pipeline_parallel_size", "parallel.context_parallel_size",
-                        "parallel.expert_parallel_size", "parallel.virtual_pipeline_stages",
-                        "parallel.pipeline_first_stage_layers", "parallel.pipeline_last_stage_layers",
-                        "parallel.shard_group_size"}) {
-    const std::string n = f;
-    check(e, n, n == "parallel.tensor_parallel_size" ? t : n == "parallel.pipeline_parallel_size" ? pp
-               : n == "parallel.context_parallel_size" ? cp : n == "parallel.expert_parallel_size" ? ep
-               : n == "parallel.virtual_pipeline_stages" ? p.virtual_pipeline_stages
-               : n == "parallel.pipeline_first_stage_layers" ? p.pipeline_first_stage_layers
-               : n == "parallel.pipeline_last_stage_layers" ? p.pipeline_last_stage_layers : p.shard_group_size);
-  }
+  for (auto [f, v] : {std::pair{"parallel.tensor_parallel_size", t}, std::pair{"parallel.pipeline_parallel_size", pp},
+                      std::pair{"parallel.context_parallel_size", cp}, std::pair{"parallel.expert_parallel_size", ep},
+                      std::pair{"parallel.virtual_pipeline_stages", p.virtual_pipeline_stages},
+                      std::pair{"parallel.pipeline_first_stage_layers", p.pipeline_first_stage_layers},
+                      std::pair{"parallel.pipeline_last_stage_layers", p.pipeline_last_stage_layers},
+                      std::pair{"parallel.shard_group_size", p.shard_group_size}})
+    check(e, f, v);
   if (t < 1 || pp < 1 || cp < 1 || ep < 1 || dp < 1 || p.virtual_pipeline_stages < 1) return;
   auto err = [&](const char* f, const std::string& msg) { e.push_back({f, msg}); };
   const std::string T = std::to_string(t), PP = std::to_string(pp);
@@ -316,15 +320,10 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
   if (z >= 2 && pp > 1 && rs.sharding == Sharding::DeepSpeed)
     err("parallel.zero_stage", "DeepSpeed ZeRO stage 2 and 3 do not combine with pipeline parallelism (its PipelineEngine "
                                "allows ZeRO-1); use parallel.zero_stage 0 or 1, or FSDP");
-  for (const char* f : {"parallel.sharding", "parallel.fsdp_backward_prefetch", "parallel.offload_optimizer", "parallel.offload_params"}) {
-    const std::string n = f;
-    const std::string& v = n == "parallel.sharding" ? p.sharding : n == "parallel.fsdp_backward_prefetch" ? p.fsdp_backward_prefetch
-                           : n == "parallel.offload_optimizer" ? p.offload_optimizer : p.offload_params;
-    bool ok = false;
-    std::string allowed;
-    for (auto a : choices(n)) ok |= a == v, allowed += (allowed.empty() ? "" : ", ") + std::string(a);
-    if (!ok) err(f, n + " must be one of: " + allowed + "; got \"" + v.substr(0, 40) + "\"");
-  }
+  for (auto [f, v] : {std::pair{"parallel.sharding", &p.sharding}, std::pair{"parallel.fsdp_backward_prefetch", &p.fsdp_backward_prefetch},
+                      std::pair{"parallel.offload_optimizer", &p.offload_optimizer},
+                      std::pair{"parallel.offload_params", &p.offload_params}})
+    check_choice(e, f, *v);
   // Offload engines (MEMORY_FORMULAS.md 2.2, 2.5): ZeRO-Offload needs ZeRO >= 1, parameter offload ZeRO-3;
   // FSDP's CPUOffload moves parameters and gradients together and steps on the CPU; NVMe is DeepSpeed's.
   const bool fsdp = rs.sharding == Sharding::Fsdp1 || rs.sharding == Sharding::Fsdp2;
@@ -486,23 +485,11 @@ std::vector<FieldError> validate(const Config& c) {
 
   check(e, "training.checkpoint_every_k_layers", t.checkpoint_every_k_layers);
   check(e, "training.loss_chunks", t.loss_chunks);
-  for (const char* field : {"training.framework", "training.attention", "training.norm_impl", "training.loss",
-                            "training.optimizer_impl", "training.activation_checkpointing"}) {
-    const std::string& value = field == std::string("training.framework") ? t.framework
-                               : field == std::string("training.attention") ? t.attention
-                               : field == std::string("training.norm_impl") ? t.norm_impl
-                               : field == std::string("training.loss") ? t.loss
-                               : field == std::string("training.optimizer_impl") ? t.optimizer_impl
-                                                                                  : t.activation_checkpointing;
-    bool ok = false;
-    std::string allowed;
-    for (auto a : choices(field)) {
-      ok |= a == value;
-      allowed += (allowed.empty() ? "" : ", ") + std::string(a);
-    }
-    if (!ok)
-      e.push_back({field, std::string(field) + " must be one of: " + allowed + "; got \"" + value.substr(0, 40) + "\""});
-  }
+  for (auto [field, v] : {std::pair{"training.framework", &t.framework}, std::pair{"training.attention", &t.attention},
+                          std::pair{"training.norm_impl", &t.norm_impl}, std::pair{"training.loss", &t.loss},
+                          std::pair{"training.optimizer_impl", &t.optimizer_impl},
+                          std::pair{"training.activation_checkpointing", &t.activation_checkpointing}})
+    check_choice(e, field, *v);
   for (auto [field, p] : {std::pair{"model.attention_dropout", m.attention_dropout}, std::pair{"model.hidden_dropout", m.hidden_dropout}})
     if (!(p >= 0.0 && p < 1.0))
       e.push_back({field, std::string(field) + " must be a probability from 0 to below 1; got " + std::to_string(p)});
@@ -534,9 +521,7 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "hardware.gpu_memory_bytes", hw.gpu_memory_bytes);
   check(e, "hardware.cuda_context_bytes", hw.cuda_context_bytes);
   check(e, "hardware.gpus_per_node", hw.gpus_per_node);
-  if (hw.cuda_module_loading != "lazy" && hw.cuda_module_loading != "eager")
-    e.push_back({"hardware.cuda_module_loading", "hardware.cuda_module_loading must be lazy or eager; got \"" +
-                                                     hw.cuda_module_loading.substr(0, 40) + "\""});
+  check_choice(e, "hardware.cuda_module_loading", hw.cuda_module_loading);
   check(e, "hardware.nccl_channels", hw.nccl_channels);
   check(e, "hardware.host_memory_bytes", hw.host_memory_bytes);
   if (hw.gpu == "custom" && hw.gpu_memory_bytes <= 0)

@@ -50,8 +50,7 @@ bool draw_parallel_inputs(Config& c) {
                            "Hybrid sharding: shard within groups of this many GPUs (often one node) and replicate across "
                            "groups. 0 shards over all data-parallel GPUs.");
       if (rs.sharding == Sharding::Fsdp1)
-        changed |= string_combo("backward prefetch", "parallel.fsdp_backward_prefetch", p.fsdp_backward_prefetch,
-                                {"backward_pre", "backward_post", "none"},
+        changed |= choice_combo("backward prefetch", "parallel.fsdp_backward_prefetch", p.fsdp_backward_prefetch, "",
                                 "backward_pre holds the current and the next unit's parameters with the current "
                                 "gradients; backward_post and none hold one unit's parameters.");
     }
@@ -141,7 +140,7 @@ bool draw_parallel_inputs(Config& c) {
     changed |= int_input("NCCL channels", "hardware.nccl_channels", hw.nccl_channels, 1,
                          "NCCL's buffers (outside PyTorch's allocator) grow with channels x communicators: about 18 MiB "
                          "per channel per communicator. NCCL's log says \"N coll channels\".");
-    changed |= string_combo("CUDA module loading", "hardware.cuda_module_loading", hw.cuda_module_loading, {"lazy", "eager"},
+    changed |= choice_combo("CUDA module loading", "hardware.cuda_module_loading", hw.cuda_module_loading, "",
                             "lazy (CUDA 11.7+ with PyTorch 1.13+, the default) loads kernels on first use: a context of "
                             "274 MiB; eager (older CUDA or PyTorch) loads them all: 636 MiB (PyTorch PR #86509).");
     changed |= int_input("CUDA context (bytes)", "hardware.cuda_context_bytes", hw.cuda_context_bytes, 64 << 20,
