@@ -286,6 +286,39 @@ void StepBuilder::dequant(int32_t layer) {
   drop(w);
 }
 
+// q_norm / k_norm on the projection outputs (Qwen3RMSNorm and Gemma3's per head, OLMo 2's over the whole width;
+// modeling_qwen3.py Qwen3Attention.forward): the same RMSNorm as norm_forward's, at the projection's width, with
+// one rstd per head (or per token). Returns the normalised output, which RoPE (or attention) consumes. Under
+// autocast the fp32 weight times the 16-bit normed tensor promotes the output to fp32.
+uint32_t StepBuilder::qk_norm_forward(int32_t layer, uint32_t x, int64_t width, int64_t heads, const char* name,
+                                      std::vector<uint32_t>& saved, bool out_saved) {
+  const int64_t e = d_.e, T = d_.T;
+  const int64_t rstd = mul(4, T, c_.model.qk_norm_per_head ? heads : 1);
+  bool trainable = false;
+  for (const auto& t : s_.params_of(layer))
+    if (t.kind == ParamKind::Norm && !t.frozen && t.name.find(name) != std::string::npos) trainable = true;
+  if (rs_.norm == NormImpl::Fused) {
+    saved.push_back(x);  // fused kernels save their input and rstd
+    saved.push_back(act(rstd, L_.norm_rstd, layer));
+  } else {
+    // x.to(fp32) is saved by pow and by x32 * rstd; in fp32 it is x itself.
+    if (e == 4) saved.push_back(x);
+    else saved.push_back(act(mul(4, T, width), L_.norm_x32, layer)), drop(x);
+    saved.push_back(act(rstd, L_.norm_rstd, layer));
+    // weight * normed saves normed (cast back to the input dtype, or kept in fp32) for the weight's gradient.
+    const int64_t scaled = rs_.norm == NormImpl::Fp32Scale ? 4 : e;
+    if (trainable && scaled == 4) {
+      saved.push_back(act(mul(4, T, width), L_.norm_scaled, layer));  // x32 * rstd itself
+    } else {
+      uint32_t n32 = tmp(mul(4, T, width), L_.attn_tmp, layer);
+      if (trainable) saved.push_back(act(mul(scaled, T, width), L_.norm_scaled, layer));
+      drop(n32);
+    }
+  }
+  const int64_t out = mul(d_.amp ? 4 : e, T, width);
+  return out_saved ? act(out, L_.norm_out, layer) : tmp(out, L_.norm_out, layer);
+}
+
 void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
   // HF eager RMSNorm backward holds about three fp32 [b, s, h] temporaries (pow/mean/mul backward and the
   // cast back); a fused or native LayerNorm kernel about one.
@@ -344,9 +377,15 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       v = act(mul(e, d_.T, add(d_.h_q, mul(2, d_.h_kv))), L_.v, layer);
       q = k = UINT32_MAX;  // views: nothing allocated until RoPE copies them
     } else {
-      q = rope ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
-      k = rope ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
+      // Under a q/k norm the projection output is what the norm saves when it needs no fp32 copy of it.
+      const bool norm_keeps = m.qk_norm && (e == 4 || rs_.norm == NormImpl::Fused);
+      q = rope && !norm_keeps ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
+      k = rope && !norm_keeps ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
       v = act(mul(e, d_.T, d_.h_kv), L_.v, layer);
+      if (m.qk_norm) {
+        q = qk_norm_forward(layer, q, d_.h_q, d_.a, "self_attn.q_norm.", A, !rope);
+        k = qk_norm_forward(layer, k, d_.h_kv, d_.g, "self_attn.k_norm.", A, !rope);
+      }
     }
     A.push_back(v);
     if (rope) {

@@ -37,6 +37,24 @@ TEST_CASE("Llama-3-8B layer, bf16, SDPA with native GQA", "[activations]") {
   CHECK(mib(expected) == Approx(784.5).margin(0.05));
 }
 
+TEST_CASE("q/k norms (Qwen3) add their saved set to the Llama layer", "[activations]") {
+  // Qwen3RMSNorm on q [bs, h_q] and k [bs, h_kv], one rstd per head (modeling_qwen3.py): the fp32 copy of the
+  // input (4 B), rstd (4 B per head and token) and, for the trainable weight's gradient, normed cast back to bf16
+  // (2 B): 6bs*h_q + 4abs + 6bs*h_kv + 4gbs. The H200 calibration runs of Qwen3-0.6B (docs/validation.md) were
+  // 4-11% under before this; within 2% after.
+  const int64_t b = 1, s = 4096, hq = 4096, hkv = 1024, a = 32, g = 8;
+  Config c = llama3_8b(b, s);
+  c.training.attention = "sdpa";
+  const int64_t plain = per_layer(c);
+  c.model.qk_norm = true;
+  CHECK(per_layer(c) - plain == 6 * b * s * hq + 4 * a * b * s + 6 * b * s * hkv + 4 * g * b * s);
+  // Frozen norms (LoRA) need no normed copy: 4bs*h_q + 4abs + 4bs*h_kv + 4gbs.
+  c.peft.method = "lora";
+  Config base = c;
+  base.model.qk_norm = false;
+  CHECK(per_layer(c) - per_layer(base) == 4 * b * s * hq + 4 * a * b * s + 4 * b * s * hkv + 4 * g * b * s);
+}
+
 TEST_CASE("Llama-3-8B layer, bf16, repeat_kv (torchtune, litgpt, older HF)", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.attention = "sdpa_repeat_kv";
