@@ -32,7 +32,8 @@ constexpr const char* kUsage =
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
     "       memsim-cli keys | presets\n"
     "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
-    "       memsim-cli validate DIR   (predicted against measured for every case file in DIR, as markdown)\n"
+    "       memsim-cli validate DIR [--measured DIR]...   (predicted against measured for every case file in\n"
+    "                                 DIR, as markdown; each --measured folder of calibration runs gets a section)\n"
     "FILE may be - for standard input. KEY uses the URL fragment's names, e.g. --set model.hidden_size=4096.\n";
 
 int invalid(const std::string& message) {
@@ -104,22 +105,40 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "validate") {
     if (args.size() < 2) return invalid("validate needs a folder of case files");
-    std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(args[1], ec))
-      if (entry.path().extension() == ".json") files.push_back(entry.path().string());
-    if (ec) return invalid("cannot read the folder " + args[1]);
-    std::sort(files.begin(), files.end());
+    auto load = [](const std::string& folder, std::vector<ValidationCase>& cases, std::string& err) {
+      std::vector<std::string> files;
+      std::error_code ec;
+      for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
+        if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+      if (ec) return err = "cannot read the folder " + folder, false;
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) {
+        std::string text;
+        if (!read_input(f, text, err)) return false;
+        ValidationCase vc;
+        std::vector<FieldError> errors;
+        if (!parse_validation_case(text, vc, errors)) return err = f + ": " + errors.front().message, false;
+        cases.push_back(vc);
+      }
+      return true;
+    };
     std::vector<ValidationCase> cases;
-    for (const auto& f : files) {
-      std::string text, err;
-      if (!read_input(f, text, err)) return invalid(err);
-      ValidationCase vc;
-      std::vector<FieldError> errors;
-      if (!parse_validation_case(text, vc, errors)) return invalid(f + ": " + errors.front().message);
-      cases.push_back(vc);
+    std::string err;
+    if (!load(args[1], cases, err)) return invalid(err);
+    std::string md = validation_markdown(run_validation(cases));
+    for (size_t i = 2; i < args.size(); i += 2) {
+      if (args[i] != "--measured" || i + 1 >= args.size())
+        return invalid("validate: expected --measured DIR, got " + args[i]);
+      if (i == 2)
+        md += "\n## memsim's own calibration runs\n\n"
+              "tools/calibrate ran each config for three training steps on the GPU named, and wrote every statistic "
+              "to a `.jsonl` file beside these folders (`tests/validation/measured/`); `device` is NVML's used memory "
+              "minus its reading before the run. Each folder holds one statistic's case files.\n\n";
+      std::vector<ValidationCase> measured;
+      if (!load(args[i + 1], measured, err)) return invalid(err);
+      md += calibration_markdown(run_validation(measured), args[i + 1]);
     }
-    std::cout << validation_markdown(run_validation(cases));
+    std::cout << md;
     return 0;
   }
   if (args[0] == "presets") {  // the catalogue: id, name, parameters as published

@@ -86,6 +86,11 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
 
 }  // namespace
 
+int64_t cuda_context_bytes(int compute_capability, bool eager) {
+  if (eager) return kCudaContextEagerBytes;  // only measured on pre-Hopper GPUs; no generation data for eager
+  return compute_capability == 90 ? kCudaContextHopperLazyBytes : kCudaContextLazyBytes;
+}
+
 Result simulate(const Config& config) {
   Result r;
   r.errors = validate(config);
@@ -158,8 +163,7 @@ Result simulate(const Config& config) {
       d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
       d.breakdown.cuda_context_bytes =
           config.hardware.cuda_context_bytes > 0        ? config.hardware.cuda_context_bytes
-          : config.hardware.cuda_module_loading == "eager" ? kCudaContextEagerBytes
-                                                           : kCudaContextLazyBytes;
+          : cuda_context_bytes(gpu ? gpu->compute_capability : 0, config.hardware.cuda_module_loading == "eager");
       d.breakdown.nccl_bytes = nccl_bytes(config);
       d.program = build_train_step(ctx);
       // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds

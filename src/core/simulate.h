@@ -14,5 +14,14 @@ constexpr int64_t kCudaContextLazyBytes = 287047680;
 // ... and 666,632,192 B with eager loading: CUDA before 11.7 (which has no lazy loading), PyTorch before 1.13, or
 // CUDA_MODULE_LOADING=EAGER (same PR's test; CUDA Programming Guide, "Lazy Loading").
 constexpr int64_t kCudaContextEagerBytes = 666632192;
+// Hopper (sm_90) with lazy loading, after real training steps rather than a bare init: NVML used memory minus its
+// idle reading minus max_memory_reserved, median of 27 runs of tools/calibrate/sweep.json on an H200 (driver
+// 580.159.04, CUDA 13.0, torch 2.11.0; spread 751-769 MiB): tests/validation/measured/h200-2026-11-30.jsonl.
+// It holds the context and the kernels those steps loaded (cuBLAS/cuBLASLt, attention, optimizer kernels).
+constexpr int64_t kCudaContextHopperLazyBytes = 804061184;  // 766.8 MiB
+
+// The context a GPU's process holds outside the caching allocator, with the module loading named
+// (hardware.cuda_module_loading): measured per GPU generation where a measurement exists, else PR #86509's.
+int64_t cuda_context_bytes(int compute_capability, bool eager);
 
 }  // namespace memsim

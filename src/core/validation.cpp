@@ -156,4 +156,22 @@ std::string validation_markdown(const ValidationSummary& s) {
   return md;
 }
 
+std::string calibration_markdown(const ValidationSummary& s, std::string_view folder) {
+  char buf[512];
+  const std::string stat = s.rows.empty() ? "" : s.rows.front().vcase.statistic;
+  std::string md = "### `" + std::string(folder) + "` (" + stat + ")\n\n";
+  if (!s.rows.empty()) md += "Source: " + s.rows.front().vcase.source + ".\n\n";
+  std::snprintf(buf, sizeof buf, "%d cases; median absolute error %.1f%%; worst %.1f%%.\n\n", s.counted,
+                100 * s.median_abs_error, 100 * s.worst_high_abs_error);
+  md += buf;
+  md += "| case | measured | predicted | error | peak during |\n|---|---|---|---|---|\n";
+  for (const auto& r : s.rows) {
+    std::string err = r.ok ? "" : "not simulated: " + r.error;
+    if (r.ok) std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * r.relative_error), err = buf;
+    md += "| " + r.vcase.id + " | " + format_bytes(r.vcase.measured_bytes) + " | " +
+          (r.ok ? format_bytes(r.predicted_bytes) : "-") + " | " + err + " | " + r.peak_phase + " |\n";
+  }
+  return md + "\n";
+}
+
 }  // namespace memsim

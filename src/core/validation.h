@@ -56,5 +56,7 @@ bool is_multi_gpu(const Config& c);
 bool parse_validation_case(std::string_view text, ValidationCase& out, std::vector<FieldError>& errors);
 ValidationSummary run_validation(const std::vector<ValidationCase>& cases);
 std::string validation_markdown(const ValidationSummary& s);
+// A section for memsim's own calibration runs (tools/calibrate), one folder of case files of one statistic.
+std::string calibration_markdown(const ValidationSummary& s, std::string_view folder);
 
 }  // namespace memsim

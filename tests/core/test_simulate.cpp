@@ -232,3 +232,33 @@ TEST_CASE("the extremes of the hardening issue answer or refuse clearly", "[simu
   REQUIRE(!r.ok);
   CHECK(r.errors[0].field == "model.num_hidden_layers");
 }
+
+TEST_CASE("the CUDA context follows the GPU generation and the module loading", "[simulate]") {
+  Config c;
+  c.model = ModelConfig{};
+  c.model.hidden_size = 8;
+  c.model.num_hidden_layers = 1;
+  c.model.num_attention_heads = 2;
+  c.model.num_key_value_heads = 2;
+  c.model.intermediate_size = 16;
+  c.model.vocab_size = 10;
+  c.training.micro_batch_size = 1;
+  c.training.sequence_length = 4;
+  c.parallel.data_parallel_size = 1;
+  c.parallel.zero_stage = 0;
+  auto context = [&](const char* gpu, const char* loading, int64_t override_bytes = 0) {
+    c.hardware.gpu = gpu;
+    c.hardware.cuda_module_loading = loading;
+    c.hardware.cuda_context_bytes = override_bytes;
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+    const auto& d = r.devices[0];
+    CHECK(d.peak.device_bytes == d.peak.reserved_bytes + d.breakdown.cuda_context_bytes + d.breakdown.nccl_bytes);
+    return d.breakdown.cuda_context_bytes;
+  };
+  CHECK(context("a100-80gb", "lazy") == kCudaContextLazyBytes);           // PR #86509's bare context
+  CHECK(context("h200", "lazy") == kCudaContextHopperLazyBytes);          // measured after training steps
+  CHECK(context("h100-sxm", "lazy") == kCudaContextHopperLazyBytes);      // the same sm_90 kernels
+  CHECK(context("h200", "eager") == kCudaContextEagerBytes);
+  CHECK(context("h200", "lazy", 123 << 20) == (123 << 20));               // the user's own reading wins
+}

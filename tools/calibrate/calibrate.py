@@ -54,8 +54,10 @@ QUANTITIES = {
     "active": "torch.cuda.memory_stats()['active_bytes.all.peak'] over the whole run (peak statistics never reset)",
     "requested": "torch.cuda.memory_stats()['requested_bytes.all.peak'] over the whole run: bytes asked for, "
                  "before the allocator rounds them up",
-    "device": "NVML used memory of the whole GPU (what nvidia-smi shows: the CUDA context, the caching allocator's "
-              "segments, and anything else on the GPU), the highest value sampled during the run",
+    "device": "NVML used memory of the whole GPU (the CUDA context, the caching allocator's segments, and anything "
+              "else on the GPU, with the memory the driver reserves, which nvidia-smi leaves out of its used figure), "
+              "the highest value sampled during the run; diagnostics.nvml_baseline_bytes is the reading before the "
+              "run, which compare.py subtracts",
 }
 
 
@@ -873,8 +875,9 @@ def main(argv=None):
             res = run_isolated(plan, tr.unwrap(item)[1], a.timeout)
             rec = res["record"] if res.get("ok") else failure_record(cid, res.get("error"), res.get("field"),
                                                                       res.get("partial"))
-            if not res.get("ok") and res.get("stderr_tail"):
-                rec["stderr_tail"] = res["stderr_tail"]
+            for k in ("traceback", "stderr_tail"):
+                if not res.get("ok") and res.get(k):
+                    rec[k] = res[k]
         dt = time.time() - t0
         if rec["kind"] == "measured":
             n_ok += 1
@@ -890,6 +893,8 @@ def main(argv=None):
             with open(failed_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(rec) + "\n")
             print(f"FAIL {cid}: {rec['error']} ({dt:.0f} s)", flush=True)
+            if rec.get("traceback"):  # where it broke, for the log of a run on a borrowed machine
+                print("     " + rec["traceback"].strip().splitlines()[-3:][0], flush=True)
     print(f"{n_ok} measured -> {a.out}; {n_fail} failed" + (f" -> {failed_path}" if n_fail else "")
           + f"; {time.time() - t_all:.0f} s in all")
     return 0 if n_fail == 0 else 1

@@ -7,7 +7,7 @@
 For each measured record, `memsim-cli estimate --config -` runs on its memsim_config (with hardware.gpu set to
 the GPU of the run, unless --config-gpu) and every statistic the harness measured is printed next to memsim's:
 allocated = max_memory_allocated, reserved = max_memory_reserved, active = peak active bytes, requested = peak
-requested bytes, device = NVML used memory (memsim: reserved + CUDA context). Then the median absolute error and
+requested bytes, device = NVML used memory minus its reading before the run (memsim: reserved + CUDA context). Then the median absolute error and
 the worst case per statistic. Error = (predicted - measured) / measured. The parameter count memsim derives is
 checked against the model the harness built.
 
@@ -68,6 +68,12 @@ def measured_stats(rec):
     for b in blocks:
         if isinstance(b, dict) and b.get("bytes") is not None:
             out[b.get("statistic", "allocated")] = b["bytes"]
+    # NVML's used memory includes what the driver reserves before any process runs (615 MiB on an H200 with driver
+    # 580; nvidia-smi leaves it out of "used"), and anything else on the GPU: the run's own share is what memsim
+    # predicts, so the reading taken before the run is subtracted.
+    base = (rec.get("diagnostics") or {}).get("nvml_baseline_bytes")
+    if out.get("device") and isinstance(base, int) and 0 < base < out["device"]:
+        out["device"] -= base
     return out
 
 
@@ -142,12 +148,8 @@ def print_report(rows, summary, out=sys.stdout):
 
 
 def emit_case(rec, statistic, directory):
-    stats = {}
-    for b in [rec.get("measured")] + list((rec.get("also_measured") or {}).values()):
-        if isinstance(b, dict):
-            stats[b.get("statistic", "allocated")] = b
-    b = stats.get(statistic)
-    if not b:
+    nbytes = measured_stats(rec).get(statistic)  # device: the run's own share (baseline subtracted)
+    if not nbytes:
         return None
     hw = rec.get("hardware") or {}
     v = rec.get("versions") or {}
@@ -156,7 +158,7 @@ def emit_case(rec, statistic, directory):
         "id": rec["id"],
         "confidence": rec.get("confidence", "high"),
         "statistic": statistic,
-        "measured_gib": b["gib"],
+        "measured_gib": round(nbytes / GIB, 4),
         "source": f"memsim calibration harness on {hw.get('gpu')} (driver {hw.get('driver')}, torch {v.get('torch')}, "
                   f"transformers {v.get('transformers')}, peft {v.get('peft')}), {rec['source'].get('date')}",
         "notes": rec.get("notes", ""),
