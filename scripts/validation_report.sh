@@ -9,7 +9,7 @@ cd "$here"
 [ -x build/native/memsim-cli ] || scripts/build.sh native
 measured=()
 for d in tests/validation/measured/*/*/; do
-  [ -d "$d" ] && measured+=(--measured "${d%/}")
+  compgen -G "$d*.json" >/dev/null && measured+=(--measured "${d%/}")  # traces/ holds no case files
 done
 report() { build/native/memsim-cli validate tests/validation/cases "${measured[@]}"; }
 if [ "${1:-}" = "--check" ]; then

@@ -125,7 +125,7 @@ void CachingAllocator::release_cached_segments() {
   }
 }
 
-int32_t CachingAllocator::malloc(int64_t requested_bytes) {
+int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_address) {
   const int64_t size = round_size(requested_bytes);
   const bool small = size <= kSmallSize;
   FreeSet& set = pool(small);
@@ -135,7 +135,7 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes) {
     if (reserved_ + seg > capacity_) release_cached_segments();
     if (reserved_ + seg > capacity_) return -1;
     b = new_block();
-    blocks_[b].addr = next_addr_;
+    blocks_[b].addr = segment_address >= 0 ? segment_address : next_addr_;
     blocks_[b].size = seg;
     blocks_[b].small = small;
     next_addr_ = add(next_addr_, seg);

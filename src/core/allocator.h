@@ -16,7 +16,9 @@ class CachingAllocator {
   explicit CachingAllocator(int64_t capacity_bytes);
 
   // Returns a handle, or -1 if the request fails even after releasing cached segments (an OOM).
-  int32_t malloc(int64_t requested_bytes);
+  // segment_address places a segment this request creates, for replaying a recorded trace: on a GPU cudaMalloc
+  // picks it, and the lowest address wins ties between cached blocks of one size. -1 puts segments end to end.
+  int32_t malloc(int64_t requested_bytes, int64_t segment_address = -1);
   void free(int32_t handle);
 
   // Bytes charged for a live handle: the rounded or unsplit block size, as memory_allocated counts it.

@@ -223,6 +223,18 @@ def make_record(plan, config, meas, env):
     }
 
 
+def write_trace(snapshot, path):
+    """The allocator events of a torch.cuda.memory._snapshot() as compact JSON: [action, address, size, stream]."""
+    events = []
+    for trace in snapshot.get("device_traces", []):
+        for e in trace:
+            events.append([e.get("action"), e.get("addr"), e.get("size"), e.get("stream")])
+    segments = [{"address": g.get("address"), "total_size": g.get("total_size"), "stream": g.get("stream"),
+                 "segment_type": g.get("segment_type")} for g in snapshot.get("segments", [])]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"events": events, "segments": segments}, f, separators=(",", ":"))
+
+
 def failure_record(item_id, error, field=None, partial=None):
     rec = {"id": item_id, "kind": "failed", "field": field, "error": str(error)}
     if partial:
@@ -529,6 +541,9 @@ def run_plan(plan, config, probe=None):
     torch.manual_seed(0)
     torch.cuda.init()
     dev = torch.device("cuda", 0)
+    trace_dir = os.environ.get("MEMSIM_CALIB_TRACE_DIR")
+    if trace_dir:  # the caching allocator's own alloc/free/segment events, for replaying through memsim's model
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=2_000_000)
     props = torch.cuda.get_device_properties(dev)
     probe.start()
     t0 = time.time()
@@ -660,6 +675,9 @@ def run_plan(plan, config, probe=None):
         step_seconds.append(round(time.time() - ts, 3))
         mark(f"step {step}")
 
+    if trace_dir:
+        write_trace(torch.cuda.memory._snapshot(), os.path.join(trace_dir, plan["id"] + ".trace.json"))
+        torch.cuda.memory._record_memory_history(enabled=None)
     s = torch.cuda.memory_stats(dev)
     stats = {
         "allocated": torch.cuda.max_memory_allocated(dev),

@@ -644,5 +644,24 @@ class Compare(unittest.TestCase):
             self.assertIn("memsim-cli not found", err.getvalue())
 
 
+class Trace(unittest.TestCase):
+    def test_convert_renumbers_blocks_and_totals_the_peaks(self):
+        import alloc_trace as tracemod
+        ev = [["segment_alloc", 1000, 2097152, 0], ["alloc", 1000, 600, 0], ["alloc", 1600, 100, 0],
+              ["free_requested", 1000, 600, 0], ["free_completed", 1000, 600, 0], ["alloc", 1000, 50, 0],
+              ["segment_alloc", 5000, 20971520, 0], ["alloc", 5000, 2000000, 0]]
+        text = tracemod.convert({"events": ev}, "unit")
+        lines = text.splitlines()
+        self.assertIn("# reserved_peak_bytes 23068672", lines)
+        self.assertIn("# allocated_peak_bytes 2000150", lines)
+        self.assertEqual(lines[4:], ["s 0 2097152", "a 0 600", "a 1 100", "f 0", "a 2 50", "s 4000 20971520",
+                                     "a 3 2000000"])
+
+    def test_a_trace_that_releases_segments_is_refused(self):
+        import alloc_trace as tracemod
+        with self.assertRaises(ValueError):
+            tracemod.convert({"events": [["segment_alloc", 0, 2097152, 0], ["segment_free", 0, 2097152, 0]]}, "x")
+
+
 if __name__ == "__main__":
     unittest.main()
