@@ -781,9 +781,33 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   }
 }
 
+// The bytes of the output head's weight gradient, 0 when the head (or the embedding it is tied to) is frozen.
+int64_t StepBuilder::head_grad_bytes() const {
+  if (c_.model.tie_word_embeddings) return s_.pre.front().frozen ? 0 : grad_bytes_of(s_.pre.front());
+  for (const auto& t : s_.post)
+    if (module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) return t.frozen ? 0 : grad_bytes_of(t);
+  return 0;
+}
+
+// Drops the newest saved tensor with this label: autograd frees a node's saved tensors once the node has run,
+// before the engine moves on (torch/csrc/autograd/engine.cpp: fn.release_variables() after call_function).
+void StepBuilder::release_saved(std::vector<uint32_t>& saved, uint32_t label) {
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it)
+    if (p_.tensors[*it].label == label) {
+      drop(*it);
+      saved.erase(std::next(it).base());
+      return;
+    }
+}
+
 uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   const int32_t post = -1;  // the head belongs to no layer (the timeline shows its tensors unnumbered)
-  alloc_layer_grads(s_.num_layers);
+  // The head's .grad appears when its matmul's backward runs, after the loss's nodes (allocator traces of the H200
+  // calibration runs, tests/validation/measured/traces); the losses below that follow the traces create it there.
+  const bool late_head_grad = (rs_.loss == LossImpl::HfFp32Upcast || rs_.loss == LossImpl::FullFp32 ||
+                               (rs_.loss == LossImpl::ChunkedFp32 && !c_.training.compile)) &&
+                              c_.model.task_head != "sequence_classification";
+  if (!late_head_grad) alloc_layer_grads(s_.num_layers);
   if (c_.model.task_head == "sequence_classification") {
     uint32_t dy = tmp(mul(d_.e_res, d_.T, d_.h), L_.dres, post);  // grad of the last hidden state (first token)
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
@@ -811,27 +835,55 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       }
       uint32_t g2 = tmp(mul(4, tv), L_.loss_grad, post);
       drop(g1);
+      release_saved(saved, L_.lse_loss);  // LogSoftmaxBackward has run
       uint32_t g3 = e < 4 ? tmp(mul(e, tv), L_.loss_grad_bf16, post) : UINT32_MAX;
       if (g3 != UINT32_MAX) drop(g2), g2 = g3;
+      alloc_layer_grads(s_.num_layers);  // lm_head's matmul backward: its .grad, then the hidden state's gradient
       dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
       drop(g2);
       break;
     }
     case LossImpl::ChunkedFp32: {
       const int64_t n = c_.training.loss_chunks;
-      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
-      for (int64_t i = 0; i < n; ++i) {
-        if (c_.training.compile) {
-          drop(tmp(mul(e, ceil_div(tv, n)), L_.loss_grad_bf16, post));
-          continue;
-        }
-        uint32_t g1 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
-        uint32_t g2 = tmp(mul(4, ceil_div(tv, n)), L_.loss_grad, post);
-        drop(g1);
-        uint32_t g3 = tmp(mul(e, ceil_div(tv, n)), L_.loss_grad_bf16, post);
-        drop(g2);
-        drop(g3);
+      if (c_.training.compile) {
+        dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
+        for (int64_t i = 0; i < n; ++i) drop(tmp(mul(e, ceil_div(tv, n)), L_.loss_grad_bf16, post));
+        break;
       }
+      // The chunks' loss nodes were created after every chunk's matmul, so the engine runs them all first
+      // (highest sequence number first): each chunk's logits gradient, cast back, waits for its matmul.
+      const int64_t c = ceil_div(tv, n);
+      std::vector<uint32_t> chunk_grads;
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t g1 = tmp(mul(4, c), L_.loss_grad, post);
+        uint32_t g2 = tmp(mul(4, c), L_.loss_grad, post);
+        drop(g1);
+        release_saved(saved, L_.lse_loss);
+        if (e < 4) {
+          chunk_grads.push_back(tmp(mul(e, c), L_.loss_grad_bf16, post));
+          drop(g2);
+        } else {
+          chunk_grads.push_back(g2);
+        }
+      }
+      // Then one matmul backward per chunk. The engine sums the chunks' weight gradients in the head's input
+      // buffer (input_buffer.cpp): the first is kept, the second added out of place, the rest in place. On the
+      // first micro-batch the sum becomes the .grad; later ones add it into .grad and free it.
+      const bool had_grad = grad_created_[static_cast<size_t>(s_.num_layers + 1)];
+      alloc_layer_grads(s_.num_layers);
+      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
+      const int64_t gw = head_grad_bytes();
+      uint32_t buffer = UINT32_MAX;
+      for (int64_t i = 0; i < n; ++i) {
+        if (gw > 0 && (i > 0 || had_grad)) {
+          uint32_t w = tmp(gw, L_.loss_grad, post);
+          if (buffer == UINT32_MAX && had_grad) buffer = w;
+          else if (i == 1) drop(tmp(gw, L_.loss_grad, post)), drop(w);  // old + new, then both go
+          else drop(w);
+        }
+        drop(chunk_grads[static_cast<size_t>(n - 1 - i)]);
+      }
+      if (buffer != UINT32_MAX) drop(buffer);
       break;
     }
     case LossImpl::ChunkedBf16: {

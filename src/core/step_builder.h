@@ -102,6 +102,8 @@ class StepBuilder {
   bool ia3_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved, int64_t tokens);
   bool norm_trainable(int32_t layer, std::initializer_list<const char*> consumers) const;
   void dequant(int32_t layer);
+  int64_t head_grad_bytes() const;
+  void release_saved(std::vector<uint32_t>& saved, uint32_t label);
   uint32_t qk_norm_forward(int32_t layer, uint32_t x, int64_t width, int64_t heads, const char* name,
                            std::vector<uint32_t>& saved, bool out_saved);
   uint32_t fp8_input(uint32_t t, int64_t elements, int32_t layer);

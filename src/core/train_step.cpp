@@ -665,7 +665,12 @@ void StepBuilder::step_in_backward(int64_t layer) {
 void StepBuilder::create_state(const ParamTensor& t) {
   int64_t bytes = param_optimizer_bytes(t, pr_, c_.peft, ctx_.optimizer, false);
   if (sp_.fsdp) bytes = ctx_.optimizer.paged && sp_.local(t).numel >= kPagedMinNumel ? 0 : param_states(sp_, ctx_, t).optimizer;
-  if (bytes > 0) p_.alloc(Component::OptimizerStates, bytes, L_.state);
+  if (bytes <= 0) return;
+  // Each state is its own tensor (adam.py _init_group: exp_avg and exp_avg_sq, each zeros_like(p); bitsandbytes
+  // state1/state2 with their absmax), so the allocator sees k blocks, not one of k times the size.
+  const int64_t k = optimizer_full_states(ctx_.optimizer);
+  const int64_t parts = k > 1 && bytes % k == 0 ? k : 1;
+  for (int64_t i = 0; i < parts; ++i) p_.alloc(Component::OptimizerStates, bytes / parts, L_.state);
 }
 
 void StepBuilder::optimizer_step(int iter) {
