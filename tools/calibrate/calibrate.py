@@ -235,6 +235,20 @@ def write_trace(snapshot, path):
         json.dump({"events": events, "segments": segments}, f, separators=(",", ":"))
 
 
+def write_live_blocks(snapshot, path, frames=14):
+    """The allocated blocks of a snapshot with the innermost Python frames that allocated each (a diagnosis aid)."""
+    blocks = []
+    for seg in snapshot.get("segments", []):
+        for b in seg.get("blocks", []):
+            if b.get("state") != "active_allocated":
+                continue
+            fr = [f"{f.get('filename', '?').split('site-packages/')[-1]}:{f.get('line')}:{f.get('name')}"
+                  for f in (b.get("frames") or [])[:frames]]
+            blocks.append({"size": b.get("size"), "requested": b.get("requested_size"), "frames": fr})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(blocks, f)
+
+
 def failure_record(item_id, error, field=None, partial=None):
     rec = {"id": item_id, "kind": "failed", "field": field, "error": str(error)}
     if partial:
@@ -542,8 +556,11 @@ def run_plan(plan, config, probe=None):
     torch.cuda.init()
     dev = torch.device("cuda", 0)
     trace_dir = os.environ.get("MEMSIM_CALIB_TRACE_DIR")
+    # MEMSIM_CALIB_SNAPSHOT_STEP=N: after step N, list the live blocks with the Python frames that allocated them
+    snapshot_step = int(os.environ.get("MEMSIM_CALIB_SNAPSHOT_STEP", "0") or 0)
     if trace_dir:  # the caching allocator's own alloc/free/segment events, for replaying through memsim's model
-        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=2_000_000)
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc" if snapshot_step else None,
+                                                 stacks="python", max_entries=2_000_000)
     props = torch.cuda.get_device_properties(dev)
     probe.start()
     t0 = time.time()
@@ -674,6 +691,9 @@ def run_plan(plan, config, probe=None):
         torch.cuda.synchronize(dev)
         step_seconds.append(round(time.time() - ts, 3))
         mark(f"step {step}")
+        if trace_dir and step == snapshot_step:
+            write_live_blocks(torch.cuda.memory._snapshot(),
+                              os.path.join(trace_dir, f"{plan['id']}.step{step}.blocks.json"))
 
     if trace_dir:
         write_trace(torch.cuda.memory._snapshot(), os.path.join(trace_dir, plan["id"] + ".trace.json"))
