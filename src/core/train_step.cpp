@@ -737,7 +737,9 @@ void StepBuilder::optimizer_step(int iter) {
       const int64_t b = state_b > 0 && t.kind != ParamKind::Adapter ? state_b : state_dtype_of(t);
       if (in_group && !t.frozen) tmp.push_back(p_.alloc(Component::Temporaries, mul(local(t).numel, b), L_.opt_tmp));
     });
-    for (uint32_t t : tmp) drop(t);
+    // The list _foreach_sqrt returned goes with the step's frame; CPython's list_dealloc releases its items from
+    // the last to the first (Objects/listobject.c), as the recorded allocator traces show.
+    for (auto it = tmp.rbegin(); it != tmp.rend(); ++it) drop(*it);
   }
 }
 
