@@ -154,6 +154,11 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       if (d_.amp && !low_precision_input) saved.push_back(act(mul(2, tw), L_.norm_out_cast, layer));
       else need_self = true;
     }
+    // Old bitsandbytes keeps a 4-bit linear's input whenever the input requires grad: everywhere but the first
+    // layer's q/k/v, which read the frozen embedding's normalised output.
+    if (peft.bnb_saves_input && (peft.base_quantization == "nf4" || peft.base_quantization == "fp4") &&
+        module_quantized(layer, m) && !(layer == 0 && qkv))
+      need_self = true;
     if (!peft_targets(peft, mod)) continue;
     if (peft.method == "ia3") {
       need_self |= ia3_inputs(layer, m, width, saved, tokens);
@@ -275,6 +280,32 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
   else drop(y);
 }
 
+bool StepBuilder::module_quantized(int32_t layer, const std::string& module) const {
+  const auto& ts = module == "lm_head" ? s_.post : layer >= 0 && layer < s_.num_layers ? s_.params_of(layer) : s_.pre;
+  for (const auto& t : ts)
+    if (t.quantized && module_name(t.name) == module) return true;
+  return false;
+}
+
+// Bytes per element of a dequantized weight on its way into the matmul: bitsandbytes returns the quantization
+// state's dtype; Lightning's plugin quantized an fp16 copy, so under bf16 compute a cast copy follows.
+int64_t StepBuilder::dequant_bytes() const {
+  const bool fp16_compute = c_.training.precision.find("fp16") != std::string::npos;
+  return rs_.framework->bnb_via_lightning && !fp16_compute ? add(d_.e, 2) : d_.e;
+}
+
+// The quantized output head dequantized for one matmul (forward, or the input gradient in backward): alive
+// while the matmul writes its output. UINT32_MAX when the head is not quantized.
+uint32_t StepBuilder::head_dequant() {
+  for (const auto& t : s_.post)
+    if (t.quantized && module_name(t.name) == "lm_head") return tmp(mul(dequant_bytes(), t.numel), L_.dequant, -1);
+  return UINT32_MAX;
+}
+
+void StepBuilder::drop_if(uint32_t t) {
+  if (t != UINT32_MAX) drop(t);
+}
+
 // bitsandbytes MatMul4Bit / 8-bit matmuls dequantize the frozen weight for the GEMM, forward and backward
 // (autograd/_functions.py: grad_A = grad_output @ dequantize_4bit(B)): one layer's largest weight at a time.
 void StepBuilder::dequant(int32_t layer) {
@@ -282,7 +313,7 @@ void StepBuilder::dequant(int32_t layer) {
   for (const auto& t : s_.params_of(layer))
     if (t.quantized) largest = std::max(largest, t.numel);
   if (largest == 0) return;
-  uint32_t w = tmp(mul(d_.e, largest), L_.dequant, layer);
+  uint32_t w = tmp(mul(dequant_bytes(), largest), L_.dequant, layer);
   drop(w);
 }
 
@@ -705,7 +736,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
     case LossImpl::HfFp32Upcast: {
       // transformers >= 4.49 ForCausalLMLoss: logits (compute dtype) -> .float() -> cross_entropy saves its
       // log-softmax (fp32). The Trainer drops the model outputs before backward; a plain loop holds them.
+      uint32_t hd = head_dequant();
       uint32_t lg = rs_.holds_logits ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
+      drop_if(hd);
       uint32_t up = e < 4 ? tmp(mul(4, tv), L_.logits_fp32, post) : UINT32_MAX;
       saved.push_back(act(mul(4, tv), L_.lse_loss, post));
       if (up != UINT32_MAX) drop(up);
@@ -715,7 +748,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
     }
     case LossImpl::FullFp32: {
       // torchtune unembed: output(h).float(), the low-precision logits go at once; `del logits` after the loss.
+      uint32_t hd = head_dequant();
       uint32_t lg = tmp(mul(e, tv), L_.logits, post);
+      drop_if(hd);
       uint32_t up = UINT32_MAX;
       if (e < 4) up = tmp(mul(4, tv), L_.logits_fp32, post), drop(lg), lg = up;
       // Vocabulary-parallel cross-entropy through DTensor (torchtitan's loss_parallel under TP,
@@ -739,7 +774,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // gradient in the compute dtype.
       const int64_t n = c_.training.loss_chunks;
       const bool compiled = c_.training.compile;
+      uint32_t hd = head_dequant();  // once per chunk's matmul; the chunks' logits are one size
       uint32_t chunks = compiled ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
+      drop_if(hd);
       for (int64_t i = 0; i < n; ++i) {
         if (compiled) {
           saved.push_back(act(mul(4, ceil_div(d_.T, n)), L_.lse_loss, post));
@@ -756,7 +793,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
     case LossImpl::ChunkedBf16: {
       // litgpt chunked_cross_entropy: 128-row chunks in the compute dtype, no upcast; fit() keeps `logits`
       // through backward, and b > 1 makes reshape copy the shifted slice.
+      uint32_t hd = head_dequant();
       held_logits_ = act(mul(e, tv), L_.logits, post);
+      drop_if(hd);
       uint32_t copy = d_.b > 1 ? tmp(mul(e, tv), L_.logits, post) : UINT32_MAX;
       saved.push_back(act(mul(e, tv), L_.lse_loss, post));
       if (copy != UINT32_MAX) drop(copy);
@@ -839,14 +878,14 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       uint32_t g3 = e < 4 ? tmp(mul(e, tv), L_.loss_grad_bf16, post) : UINT32_MAX;
       if (g3 != UINT32_MAX) drop(g2), g2 = g3;
       alloc_layer_grads(s_.num_layers);  // lm_head's matmul backward: its .grad, then the hidden state's gradient
-      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
+      { uint32_t hd = head_dequant(); dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post); drop_if(hd); }
       drop(g2);
       break;
     }
     case LossImpl::ChunkedFp32: {
       const int64_t n = c_.training.loss_chunks;
       if (c_.training.compile) {
-        dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
+        { uint32_t hd = head_dequant(); dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post); drop_if(hd); }
         for (int64_t i = 0; i < n; ++i) drop(tmp(mul(e, ceil_div(tv, n)), L_.loss_grad_bf16, post));
         break;
       }
@@ -871,7 +910,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       // first micro-batch the sum becomes the .grad; later ones add it into .grad and free it.
       const bool had_grad = grad_created_[static_cast<size_t>(s_.num_layers + 1)];
       alloc_layer_grads(s_.num_layers);
-      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
+      { uint32_t hd = head_dequant(); dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post); drop_if(hd); }
       const int64_t gw = head_grad_bytes();
       uint32_t buffer = UINT32_MAX;
       for (int64_t i = 0; i < n; ++i) {
@@ -891,7 +930,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       uint32_t g = tmp(mul(e, tv), L_.loss_grad, post);
       uint32_t z = tmp(mul(e, tv), L_.loss_grad, post);
       drop(g);
-      dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post);
+      { uint32_t hd = head_dequant(); dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post); drop_if(hd); }
       drop(z);
       break;
     }

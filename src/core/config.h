@@ -117,6 +117,9 @@ struct PeftConfig {
   std::string base_quantization = "none";   // none, int8 (LLM.int8), nf4, fp4 (bitsandbytes)
   bool double_quantization = false;         // bnb_4bit_use_double_quant
   bool prepare_kbit = true;                 // prepare_model_for_kbit_training: non-quantized params to fp32
+  // bitsandbytes before 0.43.2 keeps each 4-bit linear's input for backward even though the frozen weight needs no
+  // gradient (autograd/_functions.py MatMul4Bit.forward: ctx.tensors = (A, B); PR #1270 made it (None, B)).
+  bool bnb_saves_input = false;
   std::string modules_to_save;              // comma-separated modules trained in full (e.g. lm_head)
 
   bool operator==(const PeftConfig&) const = default;

@@ -27,6 +27,9 @@ struct FrameworkSpec {
   bool fused_qkv;        // one linear computes q, k and v (LoRA on it reads its input once)
   std::string_view sharding;  // deepspeed, fsdp1, fsdp2 or megatron: whose data-parallel sharding it uses
   bool loss_parallel;         // under TP the loss runs as DTensor's vocabulary-parallel cross-entropy
+  // bitsandbytes layers come from Lightning's BitsandbytesPrecision, which replaces every nn.Linear (the output
+  // head too) and quantizes an fp16 copy, so dequantize_4bit returns fp16 that the matmul casts to bf16.
+  bool bnb_via_lightning;
   std::string_view source;
 };
 

@@ -316,7 +316,7 @@ int64_t trainable_numel(const ModelShape& s) {
   return n;
 }
 
-void apply_peft(ModelShape& s, const PeftConfig& peft) {
+void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   if (!peft.enabled()) return;
   const bool quant = peft.base_quantization != "none";
   auto adapt = [&](std::vector<ParamTensor>& ts, bool in_layers) {
@@ -325,8 +325,11 @@ void apply_peft(ModelShape& s, const PeftConfig& peft) {
       const std::string mod = module_name(t.name);
       t.frozen = true;
       // bitsandbytes replaces the nn.Linear modules of the layers; the head, embeddings and norms stay
-      // (transformers integrations/bitsandbytes.py get_keys_to_not_convert).
-      t.quantized = quant && in_layers && t.kind == ParamKind::Matmul && mod != "gate" && !in_list(peft.modules_to_save, mod);
+      // (transformers integrations/bitsandbytes.py get_keys_to_not_convert). Lightning's plugin converts the
+      // (untied) head as well.
+      const bool head = quantize_head && mod == "lm_head";  // present in post only when untied
+      t.quantized = quant && (in_layers || head) && t.kind == ParamKind::Matmul && mod != "gate" &&
+                    !in_list(peft.modules_to_save, mod);
       out.push_back(t);
       // modules_to_save: ModulesToSaveWrapper (peft/utils/other.py) keeps the original module, frozen, and trains
       // a deepcopy of it (modules_to_save[adapter_name] = copy.deepcopy(original_module)).

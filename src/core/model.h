@@ -79,7 +79,8 @@ ModelShape build_model_shape(const ModelConfig& m);
 
 // Freezes the base, adds adapters to the targeted linears, marks the quantized weights (PEFT + bitsandbytes).
 // params_total then includes the adapters; params_trainable counts what has gradients.
-void apply_peft(ModelShape& shape, const PeftConfig& peft);
+// quantize_head: the base quantization converts the output head too (litgpt through Lightning's plugin).
+void apply_peft(ModelShape& shape, const PeftConfig& peft, bool quantize_head = false);
 // One tensor-parallel rank's share of every parameter (params_total becomes per rank).
 void apply_tensor_parallel(ModelShape& shape, const ModelConfig& m, int64_t t);
 // One expert-parallel rank's share of the routed experts (num_experts / ep of them; router and shared experts

@@ -106,6 +106,7 @@ void visit_fields(Config& c, V& v) {
   v.str("peft.base_quantization", p.base_quantization);
   v.boolean("peft.double_quantization", p.double_quantization);
   v.boolean("peft.prepare_kbit", p.prepare_kbit);
+  v.boolean("peft.bnb_saves_input", p.bnb_saves_input);
   v.str("peft.modules_to_save", p.modules_to_save);
 
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);

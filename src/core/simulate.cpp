@@ -97,7 +97,7 @@ Result simulate(const Config& config) {
   if (!r.errors.empty()) return r;
   try {
     ModelShape shape = build_model_shape(config.model);
-    apply_peft(shape, config.peft);
+    apply_peft(shape, config.peft, resolve(config).framework->bnb_via_lightning);
     r.params_total = shape.params_total;
     r.params_trainable = trainable_numel(shape);
     apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here

@@ -103,6 +103,10 @@ class StepBuilder {
   bool norm_trainable(int32_t layer, std::initializer_list<const char*> consumers) const;
   void dequant(int32_t layer);
   int64_t head_grad_bytes() const;
+  bool module_quantized(int32_t layer, const std::string& module) const;
+  int64_t dequant_bytes() const;
+  uint32_t head_dequant();
+  void drop_if(uint32_t t);
   void release_saved(std::vector<uint32_t>& saved, uint32_t label);
   uint32_t qk_norm_forward(int32_t layer, uint32_t x, int64_t width, int64_t heads, const char* name,
                            std::vector<uint32_t>& saved, bool out_saved);

@@ -92,6 +92,10 @@ bool draw_peft_inputs(Config& c) {
   if (p.base_quantization == "nf4" || p.base_quantization == "fp4")
     changed |= check_input("double quantization", "peft.double_quantization", p.double_quantization,
                            "Quantizes the 4-bit blocks' scales too: 0.127 instead of 0.5 bits per weight.");
+  if (p.base_quantization == "nf4" || p.base_quantization == "fp4")
+    changed |= check_input("bitsandbytes before 0.43.2", "peft.bnb_saves_input", p.bnb_saves_input,
+                           "Older bitsandbytes keeps every 4-bit linear's input for backward although the frozen "
+                           "weight needs no gradient (fixed in 0.43.2): about 2 bytes x tokens x (3h + f) per layer.");
   if (p.base_quantization != "none")
     changed |= check_input("prepare_model_for_kbit_training", "peft.prepare_kbit", p.prepare_kbit,
                            "PEFT's helper casts every parameter that is not quantized (embeddings, head, norms) to fp32.");

@@ -55,6 +55,22 @@ TEST_CASE("q/k norms (Qwen3) add their saved set to the Llama layer", "[activati
   CHECK(per_layer(c) - per_layer(base) == 4 * b * s * hq + 4 * a * b * s + 4 * b * s * hkv + 4 * g * b * s);
 }
 
+TEST_CASE("old bitsandbytes keeps every 4-bit linear's input (peft.bnb_saves_input)", "[activations][peft]") {
+  // QLoRA on q and v (lora_A reads the normed input unchanged, so it is saved already) and SDPA keeps the
+  // attention output that o_proj reads: the flag adds the MLP's input [bs, h] and down_proj's input [bs, f], 2 bytes
+  // each (MatMul4Bit.forward before bitsandbytes 0.43.2: ctx.tensors = (A, B)).
+  const int64_t b = 1, s = 2048, h = 4096, f = 14336;
+  Config c = llama3_8b(b, s);
+  c.training.attention = "sdpa";
+  c.training.precision = "bf16_pure";
+  c.peft.method = "lora";
+  c.peft.adapter_dtype = "bf16";
+  c.peft.base_quantization = "nf4";
+  const int64_t modern = per_layer(c);
+  c.peft.bnb_saves_input = true;
+  CHECK(per_layer(c) - modern == 2 * b * s * (h + f));
+}
+
 TEST_CASE("Llama-3-8B layer, bf16, repeat_kv (torchtune, litgpt, older HF)", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.attention = "sdpa_repeat_kv";

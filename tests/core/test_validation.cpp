@@ -3,12 +3,11 @@
 //
 // Targets of the step-simulator issue: median absolute error <= 5% over the high- and medium-confidence
 // single-GPU cases, and no high-confidence case beyond 15%; fine-tuning cases (LoRA/QLoRA/DoRA/IA3/LN tuning) 7%.
-// Reached now (docs/validation.md): median 5.4% over 47 counted cases, 5.2% over the 34 that use a PEFT method
-// (before this branch: 19.2% over the 5 lit-gpt rows then expressed; the old simulator on today's LoRA/DoRA/QLoRA
-// rows, 31 of them: 8.1%). Beyond 15%: the NF4 runs of lit-gpt's resource tables, litgpt's config hub and
-// torchtune's May 2024 table, 19-28% under while the bf16 LoRA runs of the same tables are within 1-11%; two
-// high-confidence torchtune rows with torch.compile and no checkpointing, 24-25% over (Inductor inside the
-// layers is not modelled), and the unpacked torchtune baseline 17% over. The BERT batch-4 runs are 10-14% under.
+// Reached now (docs/validation.md): median 5.0% over 47 counted cases, 4.7% over the 34 that use a PEFT method.
+// The NF4 runs of lit-gpt's resource tables, 19-25% under before, are 3-7% under since old bitsandbytes' saved
+// linear inputs and Lightning's quantized head are modelled (the config hub's two QLoRA rows remain 13% under).
+// Beyond 15%: two high-confidence torchtune rows with torch.compile and no checkpointing, 22-25% over (Inductor
+// inside the layers is not modelled), and the unpacked torchtune baseline 17% over.
 // The bounds below guard what is reached, so a regression fails; tighten them as the model improves.
 #include <catch2/catch.hpp>
 
@@ -56,18 +55,17 @@ TEST_CASE("single-GPU measured peaks: median and worst error", "[validation]") {
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
     CHECK(std::abs(r.relative_error) < 0.30);
   }
-  CHECK(s.median_abs_error <= 0.06);
-  CHECK(s.worst_high_abs_error < 0.27);
+  CHECK(s.median_abs_error <= 0.0505);
+  CHECK(s.worst_high_abs_error < 0.26);
 }
 
 // The fine-tuning issue's target: median absolute error <= 7% over the high- and medium-confidence single-GPU cases
-// that use a PEFT method. Reached now: 5.2% over 34 cases (the median sits between the MetaMathQA rows, 3-11% over,
-// and the NF4 rows, 19-28% under, so it is sensitive to both findings).
+// that use a PEFT method. Reached now: 4.7% over 34 cases, the worst high-confidence one 10.9%.
 TEST_CASE("single-GPU fine-tuning (PEFT) peaks: median error", "[validation][peft]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.peft_counted >= 30);
   CHECK(s.peft_median_abs_error <= 0.07);
-  CHECK(s.peft_worst_high_abs_error < 0.27);
+  CHECK(s.peft_worst_high_abs_error < 0.12);
 }
 
 // Target of the distributed issue: median absolute error <= 8% over the high- and medium-confidence multi-GPU

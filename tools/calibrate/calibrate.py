@@ -394,9 +394,19 @@ def _decoder(model):
     return dec
 
 
+def bnb_saves_input(version):
+    """Whether this bitsandbytes keeps a 4-bit linear's input for backward (before 0.43.2; PR #1270 dropped it)."""
+    nums = tuple(int(x) for x in re.findall(r"\d+", version or "")[:3])
+    return nums < (0, 43, 2)
+
+
 def _quantize_linears(model, plan, torch, notes):
     import bitsandbytes as bnb
     q = plan["peft"]["quantization"]
+    if q["bits"] == 4 and q.get("saves_input", False) != bnb_saves_input(bnb.__version__):
+        raise HarnessError("peft.bnb_saves_input", f"{q.get('saves_input', False)}, but the installed bitsandbytes "
+                           f"{bnb.__version__} {'does' if bnb_saves_input(bnb.__version__) else 'does not'} keep the "
+                           "inputs (before 0.43.2 it does): set the field to match, or install another version")
     cdtype = getattr(torch, q["compute_dtype"])
     layers = _decoder(model).layers
     count = 0

@@ -644,6 +644,15 @@ class Compare(unittest.TestCase):
             self.assertIn("memsim-cli not found", err.getvalue())
 
 
+class BnbVersion(unittest.TestCase):
+    def test_saves_input_before_0_43_2(self):
+        import calibrate
+        self.assertTrue(calibrate.bnb_saves_input("0.41.1"))
+        self.assertTrue(calibrate.bnb_saves_input("0.43.1"))
+        self.assertFalse(calibrate.bnb_saves_input("0.43.2"))
+        self.assertFalse(calibrate.bnb_saves_input("0.45.0.dev0"))
+
+
 class Trace(unittest.TestCase):
     def test_convert_renumbers_blocks_and_totals_the_peaks(self):
         import alloc_trace as tracemod

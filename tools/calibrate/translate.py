@@ -60,6 +60,7 @@ MEMSIM_DEFAULTS = {
         "base_quantization": "none",
         "double_quantization": False,
         "prepare_kbit": True,
+        "bnb_saves_input": False,
         "modules_to_save": "",
     },
     "parallel": {
@@ -690,6 +691,8 @@ def translate(item, steps=DEFAULT_STEPS):
             if not isinstance(pf["double_quantization"], bool) or not isinstance(pf["prepare_kbit"], bool):
                 errors.append(("peft.double_quantization", "double_quantization and prepare_kbit must be true or "
                                "false"))
+            if not isinstance(pf["bnb_saves_input"], bool):
+                errors.append(("peft.bnb_saves_input", "must be true or false"))
             if pf["double_quantization"] and quant not in ("nf4", "fp4"):
                 errors.append(("peft.double_quantization", f"true needs 4-bit base_quantization; got {quant}"))
             if eff is not None and eff["num_experts"] > 0:
@@ -723,6 +726,7 @@ def translate(item, steps=DEFAULT_STEPS):
                     "double_quant": bool(pf["double_quantization"]),
                     "compute_dtype": compute,
                     "prepare_kbit": bool(pf["prepare_kbit"]),
+                    "saves_input": bool(pf["bnb_saves_input"]),
                     "skip_modules": ["lm_head"],
                     "how": ("every nn.Linear of the decoder layers replaced by bitsandbytes "
                             + ("Linear8bitLt (has_fp16_weights=False, threshold 6.0)" if quant == "int8"
