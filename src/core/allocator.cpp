@@ -58,7 +58,7 @@ void CachingAllocator::CachedList::insert(const Cached& c) {
     buf_.push_back(c);
     return;
   }
-  const size_t p = position(c), n = size();
+  const size_t p = front() > c ? position(c) : 0, n = size();  // blocks of new segments come in at the front
   if (p >= n / 2) {  // the back half moves up one
     buf_.insert(buf_.begin() + static_cast<std::ptrdiff_t>(head_ + p), c);
     return;
@@ -98,13 +98,8 @@ void CachingAllocator::CachedList::drop_front(size_t n) {
   if (empty()) buf_.clear(), head_ = 0;
 }
 
-size_t CachingAllocator::rank_of_size(FreeSet& set, int64_t size) {
-  FreeSet::Memo& m = set.memo[static_cast<uint64_t>(size / 512) * 0x9E3779B97F4A7C15ull >> 56];
-  if (m.size != size) {
-    m.size = size;
-    m.rank = static_cast<int32_t>(std::upper_bound(set.bounds.begin(), set.bounds.end(), size) - set.bounds.begin() - 1);
-  }
-  return static_cast<size_t>(m.rank);
+size_t CachingAllocator::rank_of_size(const FreeSet& set, int64_t size) {
+  return static_cast<size_t>(std::upper_bound(set.bounds.begin(), set.bounds.end(), size) - set.bounds.begin() - 1);
 }
 
 // A request of a size not seen before: a new class bound at `rank`, taking from the class below it the cached
@@ -115,7 +110,6 @@ int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
   set.bounds.insert(set.bounds.begin() + static_cast<std::ptrdiff_t>(rank), size);
   set.slot_at.insert(set.slot_at.begin() + static_cast<std::ptrdiff_t>(rank), slot);
   set.rank_of.push_back(0);
-  set.memo.fill(FreeSet::Memo{});
   for (size_t r = rank; r < set.slot_at.size(); ++r) set.rank_of[set.slot_at[r]] = static_cast<int32_t>(r);
   CachedList& below = set.classes[set.slot_at[rank - 1]];
   CachedList& above = set.classes[slot];

@@ -6,7 +6,6 @@
 #pragma once
 #include <cstdint>
 #include <algorithm>
-#include <array>
 #include <vector>
 
 namespace memsim {
@@ -64,11 +63,12 @@ class CachingAllocator {
     bool empty() const { return buf_.size() == head_; }
     const Cached* begin() const { return buf_.data() + head_; }
     const Cached* end() const { return buf_.data() + buf_.size(); }
+    const Cached& front() const { return buf_[head_]; }
     const Cached& back() const { return buf_.back(); }
     void pop_back();
     void push_back(const Cached& c) { buf_.push_back(c); }
     void drop_front(size_t n);
-    size_t position(const Cached& c) const;  // index of the first entry below c
+    size_t position(const Cached& c) const;  // index of the first entry not above c
     void insert(const Cached& c);
     void erase(const Cached& c);
 
@@ -83,16 +83,10 @@ class CachingAllocator {
     std::vector<CachedList> classes{1};      // slot -> its cached blocks
     std::vector<uint64_t> nonempty{0};       // bit per rank: that class has a cached block
     int64_t count = 0;
-    // The rank of a block size, remembered: the same few sizes come back all the time. Emptied by add_bound.
-    struct Memo {
-      int64_t size = -1;
-      int32_t rank = 0;
-    };
-    std::array<Memo, 256> memo{};
   };
 
   FreeSet& pool(bool small) { return small ? free_small_ : free_large_; }
-  static size_t rank_of_size(FreeSet& set, int64_t size);     // the class a block of this size belongs to
+  static size_t rank_of_size(const FreeSet& set, int64_t size);  // the class a block of this size belongs to
   int32_t add_bound(FreeSet& set, int64_t size, size_t rank);  // returns the new class's rank
   void insert_free(int32_t b);
   void erase_free(int32_t b);
