@@ -137,6 +137,18 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
 // saves what it reads: the tensor itself when it reads it unchanged, else its own copy (cast to the adapter
 // dtype, autocast's cast, or dropout's output and mask), and lora_B saves lora_A's output (peft
 // tuners/lora/layer.py Linear.forward; MEMORY_FORMULAS.md 4.4). Returns whether the tensor itself is saved.
+const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) const {
+  for (const auto& [name, info] : module_info_)
+    if (name == module) return info;
+  const std::string m(module);
+  ModuleInfo info;
+  info.qkv = m == "q_proj" || m == "k_proj" || m == "v_proj";
+  info.targeted = peft_targets(c_.peft, m);
+  info.trainable = !c_.peft.enabled() || trainable_module(module);
+  module_info_.push_back({module, info});
+  return module_info_.back().second;
+}
+
 bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width,
                                 std::vector<uint32_t>& saved, int64_t tokens, bool low_precision_input) {
   const int64_t tw = mul(tokens, width);
@@ -144,24 +156,23 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
   bool need_self = false;
   bool qkv_done = false;  // a fused qkv linear (litgpt, Megatron) carries one adapter for all of q, k, v
   for (const char* mod : modules) {
-    const std::string m(mod);
-    const bool qkv = m == "q_proj" || m == "k_proj" || m == "v_proj";
-    if (rs_.fused_qkv && qkv && peft_targets(peft, mod)) {
+    const ModuleInfo& info = module_info(mod);
+    if (rs_.fused_qkv && info.qkv && info.targeted) {
       if (qkv_done) continue;
       qkv_done = true;
     }
-    if (!peft.enabled() || trainable_module(mod)) {
+    if (info.trainable) {
       if (d_.amp && !low_precision_input) saved.push_back(act(mul(2, tw), L_.norm_out_cast, layer));
       else need_self = true;
     }
     // Old bitsandbytes keeps a 4-bit linear's input whenever the input requires grad: everywhere but the first
     // layer's q/k/v, which read the frozen embedding's normalised output.
     if (peft.bnb_saves_input && (peft.base_quantization == "nf4" || peft.base_quantization == "fp4") &&
-        module_quantized(layer, m) && !(layer == 0 && qkv))
+        module_quantized(layer, mod) && !(layer == 0 && info.qkv))
       need_self = true;
-    if (!peft_targets(peft, mod)) continue;
+    if (!info.targeted) continue;
     if (peft.method == "ia3") {
-      need_self |= ia3_inputs(layer, m, width, saved, tokens);
+      need_self |= ia3_inputs(layer, mod, width, saved, tokens);
       continue;
     }
     const int64_t ab = adapter_bytes();
@@ -176,7 +187,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       need_self = true;
     }
     saved.push_back(act(mul(d_.amp ? 2 : ab, tokens, peft.lora_rank), L_.lora_in, layer));
-    if (peft.method == "dora") dora_inputs(layer, m, width, saved, tokens);
+    if (peft.method == "dora") dora_inputs(layer, mod, width, saved, tokens);
   }
   return need_self;
 }
@@ -964,13 +975,19 @@ uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool
 // once (schedules.py deallocate_output_tensor).
 void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
   p_.phase("forward" + tag);
+  reuse(f);
   if (c_.model.is_encoder_decoder) return forward_encdec(f);
   f.casts.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
   casts_.swap(f.casts);
   const int64_t first = f.first, end = f.end;
-  f.saved.assign(static_cast<size_t>(end - first), SavedLayer{});
-  f.host.assign(static_cast<size_t>(end - first), {});
-  for (auto& sl : f.saved) sl.attn.reserve(16), sl.mlp.reserve(12);
+  const size_t n = static_cast<size_t>(end - first);
+  f.saved.resize(n);
+  f.host.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    f.saved[i].attn.clear(), f.saved[i].mlp.clear(), f.saved[i].cross.clear();
+    f.saved[i].attn.reserve(16), f.saved[i].mlp.reserve(12);
+    f.host[i].clear();
+  }
   if (f.owns_inputs)  // once per micro-batch: int64 ids and/or labels
     f.inputs = act(mul(ctx_.has_pre && ctx_.has_post ? 2 : 1, 8, d_.T), L_.inputs, -1);
   std::vector<uint32_t> gathered;
@@ -1091,6 +1108,21 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
   end_backward();
 }
 
+// A finished micro-batch's per-layer vectors wait in a pool for the next forward, which clears them: a pipeline
+// stage runs dozens of short chunk forwards, and allocating their vectors anew cost more than filling them.
+void StepBuilder::recycle(InFlight& f) {
+  spare_.push_back({std::move(f.saved), std::move(f.host), std::move(f.casts)});
+  f = InFlight{};
+}
+
+void StepBuilder::reuse(InFlight& f) {
+  if (spare_.empty()) return;
+  f.saved = std::move(spare_.back().saved);
+  f.host = std::move(spare_.back().host);
+  f.casts = std::move(spare_.back().casts);
+  spare_.pop_back();
+}
+
 // The micro-batches of one step in the order this device runs them (Megatron schedules.py): without a
 // pipeline, forward and backward alternate; GPipe runs every forward, then every backward; 1F1B warms up with
 // (stages - stage - 1) forwards, then alternates, so at most (stages - stage) micro-batches are in flight.
@@ -1104,12 +1136,16 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
   const bool interleaved = p > 1 && c_.parallel.pipeline_schedule == "interleaved_1f1b";
   const int64_t v = interleaved ? c_.parallel.virtual_pipeline_stages : 1;
   auto tag = [&](int64_t mb) {
-    std::string t = " (step " + std::to_string(iter);
+    std::string t;
+    t.reserve(64);  // one allocation: a pipeline stage names hundreds of phases
+    t += " (step ";
+    t += std::to_string(iter);
     if (gas > 1 && iter == 2) {
-      if (mb == mbs && gas > mbs) t += ", micro-batches " + std::to_string(mb) + "-" + std::to_string(gas);
-      else t += ", micro-batch " + std::to_string(mb);
+      if (mb == mbs && gas > mbs) t += ", micro-batches ", t += std::to_string(mb), t += '-', t += std::to_string(gas);
+      else t += ", micro-batch ", t += std::to_string(mb);
     }
-    return t + ")";
+    t += ')';
+    return t;
   };
   auto chunk_of = [&](InFlight& f, int64_t chunk) {
     if (!interleaved) {
@@ -1131,7 +1167,7 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
       InFlight& f = flights[next_b];
       last_backward_ = next_b == mbs - 1;
       backward_mb(f, tag(next_b + 1));
-      f = InFlight{}, chunk_of(f, 0), ++next_b;
+      recycle(f), chunk_of(f, 0), ++next_b;
     };
     if (p > 1 && c_.parallel.pipeline_schedule == "gpipe") {
       while (next_f < mbs) F();
@@ -1165,7 +1201,7 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     InFlight& f = flights[static_cast<size_t>(slot(k, false))];
     last_backward_ = mb_of(k) == mbs - 1;
     backward_mb(f, tag(mb_of(k) + 1));
-    f = InFlight{};
+    recycle(f);
   };
   const int64_t rounds = ceil_div(mbs, p) * p * v;  // virtual micro-batches, padded to whole rounds
   const int64_t warmup = std::min((p - i - 1) * 2 + (v - 1) * p, rounds);

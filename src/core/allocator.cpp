@@ -38,89 +38,153 @@ int32_t CachingAllocator::new_block() {
   return static_cast<int32_t>(blocks_.size() - 1);
 }
 
-CachingAllocator::Bucket* CachingAllocator::find_bucket(FreeSet& set, int64_t size) {
-  if (set.table.empty()) return nullptr;
-  const size_t mask = set.table.size() - 1;
-  for (size_t i = static_cast<size_t>(static_cast<uint64_t>(size / 512) * 0x9E3779B97F4A7C15ull >> 20) & mask;;
-       i = (i + 1) & mask) {
-    if (set.table[i].size == size) return &set.table[i];
-    if (set.table[i].size == -1) return nullptr;
+// Binary search without branches on the comparison (the outcome is unpredictable).
+size_t CachingAllocator::CachedList::position(const Cached& c) const {
+  const Cached* list = begin();
+  size_t lo = 0, n = size();
+  while (n > 0) {
+    const size_t half = n / 2;
+    const bool above = list[lo + half] > c;
+    lo = above ? lo + half + 1 : lo;
+    n = above ? n - half - 1 : half;
   }
+  return lo;
 }
 
-CachingAllocator::Bucket& CachingAllocator::bucket(FreeSet& set, int64_t size) {
-  if (Bucket* b = find_bucket(set, size)) return *b;
-  if ((set.used_slots + 1) * 2 > static_cast<int64_t>(set.table.size())) {  // keep the table at most half full
-    std::vector<Bucket> old = std::move(set.table);
-    set.table.assign(std::max<size_t>(64, old.size() * 2), Bucket{});
-    set.used_slots = 0;
-    for (const auto& b : old)
-      if (b.size != -1) bucket(set, b.size).head = b.head;
+void CachingAllocator::CachedList::insert(const Cached& c) {
+  // Most blocks come in as their class's new smallest (a split's remainder, a block freed in the segment that is
+  // reused first): no search, no move.
+  if (empty() || back() > c) {
+    buf_.push_back(c);
+    return;
   }
-  const size_t mask = set.table.size() - 1;
-  size_t i = static_cast<size_t>(static_cast<uint64_t>(size / 512) * 0x9E3779B97F4A7C15ull >> 20) & mask;
-  while (set.table[i].size != -1) i = (i + 1) & mask;
-  set.table[i].size = size;
-  ++set.used_slots;
-  return set.table[i];
+  const size_t p = front() > c ? position(c) : 0, n = size();  // blocks of new segments come in at the front
+  if (p >= n / 2) {  // the back half moves up one
+    buf_.insert(buf_.begin() + static_cast<std::ptrdiff_t>(head_ + p), c);
+    return;
+  }
+  if (head_ == 0) {  // room at the front, as much as the list holds
+    const size_t room = std::max<size_t>(8, n);
+    buf_.insert(buf_.begin(), room, Cached{});
+    head_ = room;
+  }
+  // the front half moves down one
+  std::copy(buf_.begin() + static_cast<std::ptrdiff_t>(head_), buf_.begin() + static_cast<std::ptrdiff_t>(head_ + p),
+            buf_.begin() + static_cast<std::ptrdiff_t>(head_ - 1));
+  --head_;
+  buf_[head_ + p] = c;
+}
+
+void CachingAllocator::CachedList::erase(const Cached& c) {
+  if (back().block == c.block) return pop_back();  // often the block a split just left there
+  const size_t p = position(c), n = size();
+  if (p >= n / 2) {
+    buf_.erase(buf_.begin() + static_cast<std::ptrdiff_t>(head_ + p));
+  } else {
+    std::copy_backward(buf_.begin() + static_cast<std::ptrdiff_t>(head_), buf_.begin() + static_cast<std::ptrdiff_t>(head_ + p),
+                       buf_.begin() + static_cast<std::ptrdiff_t>(head_ + p + 1));
+    ++head_;
+  }
+  if (empty()) buf_.clear(), head_ = 0;
+}
+
+void CachingAllocator::CachedList::pop_back() {
+  buf_.pop_back();
+  if (empty()) buf_.clear(), head_ = 0;
+}
+
+void CachingAllocator::CachedList::drop_front(size_t n) {
+  head_ += n;
+  if (empty()) buf_.clear(), head_ = 0;
+}
+
+size_t CachingAllocator::rank_of_size(const FreeSet& set, int64_t size) {
+  return static_cast<size_t>(std::upper_bound(set.bounds.begin(), set.bounds.end(), size) - set.bounds.begin() - 1);
+}
+
+// A request of a size not seen before: a new class bound at `rank`, taking from the class below it the cached
+// blocks that are at least that large (a prefix of its list). Happens once per distinct request size.
+int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
+  const int32_t slot = static_cast<int32_t>(set.classes.size());
+  set.classes.emplace_back();
+  set.bounds.insert(set.bounds.begin() + static_cast<std::ptrdiff_t>(rank), size);
+  set.slot_at.insert(set.slot_at.begin() + static_cast<std::ptrdiff_t>(rank), slot);
+  set.rank_of.push_back(0);
+  for (size_t r = rank; r < set.slot_at.size(); ++r) set.rank_of[set.slot_at[r]] = static_cast<int32_t>(r);
+  CachedList& below = set.classes[set.slot_at[rank - 1]];
+  CachedList& above = set.classes[slot];
+  size_t moved = 0;
+  for (const Cached* c = below.begin(); c != below.end() && c->size >= size; ++c, ++moved) {
+    blocks_[c->block].cls = slot;
+    above.push_back(*c);
+  }
+  below.drop_front(moved);
+  // The ranks from rank - 1 up have moved or changed: rebuild their bits.
+  set.nonempty.resize((set.bounds.size() + 63) / 64, 0);
+  for (size_t r = rank - 1; r < set.bounds.size(); ++r) {
+    const uint64_t bit = uint64_t{1} << (r % 64);
+    if (set.classes[set.slot_at[r]].empty()) set.nonempty[r / 64] &= ~bit;
+    else set.nonempty[r / 64] |= bit;
+  }
+  return static_cast<int32_t>(rank);
 }
 
 void CachingAllocator::insert_free(int32_t b) {
-  FreeSet& set = pool(blocks_[b].small);
-  Bucket& bk = bucket(set, blocks_[b].size);
-  if (bk.head == -1) set.sizes.insert(std::lower_bound(set.sizes.begin(), set.sizes.end(), bk.size), bk.size);
-  // Keep the bucket in address order: walk to the first block above this one (buckets are short).
-  const int64_t addr = blocks_[b].addr;
-  int32_t prev = -1, cur = bk.head;
-  while (cur != -1 && blocks_[cur].addr < addr) prev = cur, cur = blocks_[cur].free_next;
-  blocks_[b].free_prev = prev;
-  blocks_[b].free_next = cur;
-  if (cur != -1) blocks_[cur].free_prev = b;
-  if (prev != -1) blocks_[prev].free_next = b;
-  else bk.head = b;
+  Block& blk = blocks_[b];
+  FreeSet& set = pool(blk.small);
+  const size_t rank = rank_of_size(set, blk.size);
+  const int32_t slot = set.slot_at[rank];
+  set.classes[slot].insert(Cached{blk.size, blk.addr, b});
+  blk.cls = slot;
+  set.nonempty[rank / 64] |= uint64_t{1} << (rank % 64);
   ++set.count;
 }
 
 void CachingAllocator::erase_free(int32_t b) {
-  FreeSet& set = pool(blocks_[b].small);
-  Bucket* bk = find_bucket(set, blocks_[b].size);
-  if (!bk) return;
   Block& blk = blocks_[b];
-  if (blk.free_prev == -1 && bk->head != b) return;  // not cached
-  if (blk.free_prev != -1) blocks_[blk.free_prev].free_next = blk.free_next;
-  else bk->head = blk.free_next;
-  if (blk.free_next != -1) blocks_[blk.free_next].free_prev = blk.free_prev;
-  blk.free_prev = blk.free_next = -1;
+  if (blk.cls < 0) return;  // not cached
+  FreeSet& set = pool(blk.small);
+  CachedList& list = set.classes[blk.cls];
+  list.erase(Cached{blk.size, blk.addr, b});
+  if (list.empty()) {
+    const int32_t rank = set.rank_of[blk.cls];
+    set.nonempty[rank / 64] &= ~(uint64_t{1} << (rank % 64));
+  }
+  blk.cls = -1;
   --set.count;
-  if (bk->head == -1) set.sizes.erase(std::lower_bound(set.sizes.begin(), set.sizes.end(), bk->size));
 }
 
 int32_t CachingAllocator::take_best_fit(FreeSet& set, int64_t size) {
-  Bucket* bk = find_bucket(set, size);
-  if (!bk || bk->head == -1) {
-    auto it = std::lower_bound(set.sizes.begin(), set.sizes.end(), size);
-    if (it == set.sizes.end()) return -1;
-    bk = find_bucket(set, *it);
+  size_t rank = rank_of_size(set, size);
+  if (set.bounds[rank] != size) rank = static_cast<size_t>(add_bound(set, size, rank + 1));
+  size_t w = rank / 64;
+  uint64_t word = set.nonempty[w] & (~uint64_t{0} << (rank % 64));
+  while (word == 0) {
+    if (++w == set.nonempty.size()) return -1;
+    word = set.nonempty[w];
   }
-  const int32_t b = bk->head;
-  erase_free(b);
+  const size_t found = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
+  CachedList& list = set.classes[set.slot_at[found]];
+  const int32_t b = list.back().block;  // the smallest, lowest-address block of the class
+  list.pop_back();
+  if (list.empty()) set.nonempty[w] &= ~(uint64_t{1} << (found % 64));
+  blocks_[b].cls = -1;
+  --set.count;
   return b;
 }
 
 // release_cached_blocks: every cached segment that is entirely free goes back to the driver.
 void CachingAllocator::release_cached_segments() {
   for (FreeSet* set : {&free_small_, &free_large_}) {
-    for (size_t i = 0; i < set->table.size(); ++i) {
-      for (int32_t b = set->table[i].head; b != -1;) {
-        const int32_t next = blocks_[b].free_next;
-        if (blocks_[b].prev == -1 && blocks_[b].next == -1) {
-          erase_free(b);
-          reserved_ -= blocks_[b].size;
-          --segments_;
-          spare_.push_back(b);
-        }
-        b = next;
-      }
+    std::vector<int32_t> whole;
+    for (const auto& list : set->classes)
+      for (const Cached& c : list)
+        if (blocks_[c.block].prev == -1 && blocks_[c.block].next == -1) whole.push_back(c.block);
+    for (int32_t b : whole) {
+      erase_free(b);
+      reserved_ -= blocks_[b].size;
+      --segments_;
+      spare_.push_back(b);
     }
   }
 }

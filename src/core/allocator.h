@@ -40,28 +40,56 @@ class CachingAllocator {
     int64_t size = 0;
     int64_t requested = 0;
     int32_t prev = -1, next = -1;  // neighbours within the same segment
-    int32_t free_prev = -1, free_next = -1;  // neighbours in the bucket of cached blocks of this size
+    int32_t cls = -1;              // cached: the class (FreeSet slot) holding it; -1 while allocated
     bool allocated = false;
     bool small = false;
   };
-  // Best fit: smallest size first, then lowest address (BlockComparatorSize). The cached blocks of one size sit
-  // in a bucket ordered by address, found by hashing the size: most requests reuse a block of exactly their size
-  // (every layer asks for the same sizes), so they never search. A sorted list of the sizes that have cached
-  // blocks answers the other requests by binary search.
-  struct Bucket {
-    int64_t size = -1;  // -1: an empty slot of the hash table
-    int32_t head = -1;  // lowest-address cached block of this size; the rest follow through Block::free_next
+  // Best fit: smallest size first, then lowest address (BlockComparatorSize). A training step asks for a few dozen
+  // distinct sizes, so the cached blocks are kept in classes bounded by the request sizes seen so far: the class
+  // of bound b holds the cached blocks of sizes in [b, next bound). A request of a seen size s can take a block
+  // of any class from s's own upwards, and every block of a lower class is smaller than every block of a higher
+  // one, so the best fit is the smallest block of the first non-empty class at or above s: one bit scan, then the
+  // last entry of that class's list, which is sorted by descending (size, address). A request of an unseen size
+  // first adds its bound, splitting the class it falls in.
+  struct Cached {  // one cached block in its class's list, with the sort key beside its index
+    int64_t size = 0, addr = 0;
+    int32_t block = -1;
+    bool operator>(const Cached& o) const { return size != o.size ? size > o.size : addr > o.addr; }
+  };
+  // One class's list. Best fits leave from the back (lowest address), and blocks freed in segments made later
+  // (higher addresses) come in at the front, so the list keeps room at both ends and an insert or erase shifts
+  // the shorter side: a pipeline stage caches thousands of blocks of one size.
+  class CachedList {
+   public:
+    size_t size() const { return buf_.size() - head_; }
+    bool empty() const { return buf_.size() == head_; }
+    const Cached* begin() const { return buf_.data() + head_; }
+    const Cached* end() const { return buf_.data() + buf_.size(); }
+    const Cached& front() const { return buf_[head_]; }
+    const Cached& back() const { return buf_.back(); }
+    void pop_back();
+    void push_back(const Cached& c) { buf_.push_back(c); }
+    void drop_front(size_t n);
+    size_t position(const Cached& c) const;  // index of the first entry not above c
+    void insert(const Cached& c);
+    void erase(const Cached& c);
+
+   private:
+    std::vector<Cached> buf_;
+    size_t head_ = 0;  // entries are buf_[head_, size)
   };
   struct FreeSet {
-    std::vector<Bucket> table;   // open addressing, linear probing; sizes are never removed, only emptied
-    std::vector<int64_t> sizes;  // ascending: the sizes whose bucket is non-empty
+    std::vector<int64_t> bounds{0};          // ascending lower bounds of the classes, by rank; 0 takes the rest
+    std::vector<int32_t> slot_at{0};         // rank -> slot (slots never move, so a block can name its class)
+    std::vector<int32_t> rank_of{0};         // slot -> rank
+    std::vector<CachedList> classes{1};      // slot -> its cached blocks
+    std::vector<uint64_t> nonempty{0};       // bit per rank: that class has a cached block
     int64_t count = 0;
-    int64_t used_slots = 0;
   };
 
   FreeSet& pool(bool small) { return small ? free_small_ : free_large_; }
-  static Bucket& bucket(FreeSet& set, int64_t size);  // creates it if absent
-  static Bucket* find_bucket(FreeSet& set, int64_t size);
+  static size_t rank_of_size(const FreeSet& set, int64_t size);  // the class a block of this size belongs to
+  int32_t add_bound(FreeSet& set, int64_t size, size_t rank);  // returns the new class's rank
   void insert_free(int32_t b);
   void erase_free(int32_t b);
   int32_t take_best_fit(FreeSet& set, int64_t size);  // -1 if no cached block is large enough

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace memsim {
@@ -48,9 +49,15 @@ struct StepProgram {
   std::vector<Phase> phases;
 
   uint32_t label(const std::string& text);
-  uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1);
-  void free(uint32_t tensor);
-  void phase(const std::string& name) { phases.push_back({name, static_cast<uint32_t>(events.size())}); }
+  // Inline: the step builder calls these for every event.
+  uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1) {
+    tensors.push_back({bytes, c, static_cast<uint16_t>(label_id), static_cast<int16_t>(layer)});
+    const uint32_t t = static_cast<uint32_t>(tensors.size() - 1);
+    events.push_back({Event::Op::Alloc, c, t});
+    return t;
+  }
+  void free(uint32_t tensor) { events.push_back({Event::Op::Free, tensors[tensor].component, tensor}); }
+  void phase(std::string name) { phases.push_back({std::move(name), static_cast<uint32_t>(events.size())}); }
 };
 
 }  // namespace memsim

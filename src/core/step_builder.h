@@ -2,6 +2,7 @@
 // activations.cpp (what autograd saves in forward and frees in backward, per layer and in the loss).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -13,6 +14,38 @@
 #include "train_step.h"
 
 namespace memsim {
+
+// A value per parameter tensor of the model, computed on first use. The layers share a few parameter lists (all
+// dense layers one), so a step that asks about each of its thousands of layer tensors, several times, computes
+// a few dozen. A tensor outside the model's lists (a shard, a flat partition) is computed every time.
+template <typename T>
+class PerTensor {
+ public:
+  explicit PerTensor(const ModelShape& s) {
+    for (const auto* l : {&s.pre, &s.layer, &s.moe_layer, &s.post, &s.first_encoder_layer, &s.decoder_layer,
+                          &s.first_decoder_layer})
+      lists_.push_back({l->data(), l->data() + l->size(), std::vector<T>(l->size()), std::vector<bool>(l->size())});
+  }
+  template <typename F>
+  T get(const ParamTensor& t, F&& compute) {
+    const std::less<const ParamTensor*> below;
+    for (auto& l : lists_) {
+      if (below(&t, l.begin) || !below(&t, l.end)) continue;
+      const size_t i = static_cast<size_t>(&t - l.begin);
+      if (!l.known[i]) l.values[i] = compute(t), l.known[i] = true;
+      return l.values[i];
+    }
+    return compute(t);
+  }
+
+ private:
+  struct List {
+    const ParamTensor *begin, *end;
+    std::vector<T> values;
+    std::vector<bool> known;
+  };
+  std::vector<List> lists_;
+};
 
 // Per micro-batch sizes in elements, and element sizes in bytes.
 struct ActDims {
@@ -113,9 +146,18 @@ class StepBuilder {
   uint32_t fp8_input(uint32_t t, int64_t elements, int32_t layer);
   void fp8_cast(int32_t layer);
   bool trainable_module(const char* module) const;
+  // What linear_inputs asks of a module (PEFT's name for it), worked out once per name: it asks for every linear
+  // of every layer and micro-batch, and the answers need string matching over the parameter names.
+  struct ModuleInfo {
+    bool qkv = false;        // q_proj, k_proj or v_proj
+    bool targeted = false;   // peft_targets
+    bool trainable = false;  // its weight has a gradient: no PEFT, or trainable_module
+  };
+  const ModuleInfo& module_info(const char* module) const;
   int64_t adapter_bytes() const;
   int64_t weight_bytes_of(const ParamTensor& t) const;
   int64_t grad_bytes_of(const ParamTensor& t) const;
+  ParamStates states_of(const ParamTensor& t) const;  // param_states(sp_, ctx_, t)
   int64_t state_dtype_of(const ParamTensor& t) const;
   int64_t flat_partition_numel() const;  // this device's share of the flat optimizer partition
   int64_t zero_reduce_bucket() const;
@@ -132,6 +174,8 @@ class StepBuilder {
   void forward_mb(InFlight& f, const std::string& tag);
   void backward_mb(InFlight& f, const std::string& tag);
   void run_schedule(int iter, int64_t micro_batches, int64_t gas);
+  void recycle(InFlight& f);  // after its backward: f's vectors to spare_, f reset
+  void reuse(InFlight& f);    // before a forward: vectors from spare_ (their contents are stale)
 
   // encoder_decoder.cpp: T5ForConditionalGeneration, encoder on the source length, decoder on the target length.
   void forward_encdec(InFlight& f);
@@ -161,6 +205,11 @@ class StepBuilder {
   Labels L_;
   StepProgram p_;
   ShardPlan sp_;
+  mutable PerTensor<ParamStates> states_{s_};  // param_states(sp_, ctx_, t)
+  mutable PerTensor<int64_t> grad_bytes_{s_};  // grad_bytes_of(t)
+  // module_info by name. The callers pass string literals, so the name's address finds it; a name spelled in two
+  // places has two entries with the same answers.
+  mutable std::vector<std::pair<const char*, ModuleInfo>> module_info_;
   int64_t n_ = 1;  // ranks of the shard group
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
   bool in_backward_ = false;
@@ -181,6 +230,12 @@ class StepBuilder {
   std::vector<uint32_t> casts_;               // autocast weight copies alive, per layer
   std::vector<uint32_t> ckpt_casts_;          // layers whose casts were made under a checkpoint's no_grad
   SavedLayer recompute_;
+  struct Spare {
+    std::vector<SavedLayer> saved;
+    std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;
+    std::vector<uint32_t> casts;
+  };
+  std::vector<Spare> spare_;
   std::vector<uint32_t> embed_saved_;         // post-LN embedding norm and dropout                      // scratch for a checkpointed layer's recomputed saved set
   uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
   bool grads_live_ = false;

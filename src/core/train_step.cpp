@@ -142,21 +142,21 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
 
 namespace {
 // ZeRO-Infinity keeps parameters under the persistence threshold whole on the GPU.
-int64_t persistent_weight_bytes(const StepContext& ctx, const ShardPlan& sp) {
+int64_t persistent_weight_bytes(const StepContext& ctx, const ShardPlan& sp, PerTensor<ParamStates>& states) {
   int64_t b = 0;
   const int64_t threshold = zero_persistence_threshold(ctx.config.parallel);
   for_each_param(ctx, [&](const ParamTensor& t) {
-    if (t.numel < threshold) b = add(b, param_states(sp, ctx, t).weights);
+    if (t.numel < threshold) b = add(b, states.get(t, [&](const ParamTensor& x) { return param_states(sp, ctx, x); }).weights);
   });
   return b;
 }
 
 // Model states as if nothing were offloaded.
-ModelStates raw_model_states(const StepContext& ctx, const ShardPlan& sp) {
+ModelStates raw_model_states(const StepContext& ctx, const ShardPlan& sp, PerTensor<ParamStates>& states) {
   ModelStates m;
   int64_t flat = 0;
   for_each_param(ctx, [&](const ParamTensor& t) {
-    const ParamStates s = param_states(sp, ctx, t);
+    const ParamStates s = states.get(t, [&](const ParamTensor& x) { return param_states(sp, ctx, x); });
     m.weights_bytes = add(m.weights_bytes, s.weights);
     m.gradients_bytes = add(m.gradients_bytes, s.grads);
     m.optimizer_bytes = add(m.optimizer_bytes, s.optimizer);
@@ -172,12 +172,13 @@ ModelStates raw_model_states(const StepContext& ctx, const ShardPlan& sp) {
 
 ModelStates model_state_bytes(const StepContext& ctx) {
   const ShardPlan sp = shard_plan(ctx);
-  ModelStates m = raw_model_states(ctx, sp);
+  PerTensor<ParamStates> states(ctx.shape);
+  ModelStates m = raw_model_states(ctx, sp, states);
   if (sp.offload_optimizer) {
     m.optimizer_bytes = 0;
     if (sp.shard_grads && !sp.grad_buffer) m.gradients_bytes = 0;  // reduced straight into host partitions
   }
-  if (sp.offload_params) m.weights_bytes = sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp);
+  if (sp.offload_params) m.weights_bytes = sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp, states);
   return m;
 }
 
@@ -186,7 +187,8 @@ ModelStates model_state_bytes(const StepContext& ctx) {
 // parameters and gradients, with the optimizer stepping on the CPU.
 HostStates host_state_bytes(const StepContext& ctx) {
   const ShardPlan sp = shard_plan(ctx);
-  const ModelStates m = raw_model_states(ctx, sp);
+  PerTensor<ParamStates> states(ctx.shape);
+  const ModelStates m = raw_model_states(ctx, sp, states);
   HostStates h;
   if (sp.offload_optimizer) {
     int64_t grads_fp32 = 0;
@@ -200,7 +202,7 @@ HostStates host_state_bytes(const StepContext& ctx) {
   }
   if (sp.offload_params)  // everything but what stays on the GPU (model_state_bytes)
     (ctx.config.parallel.offload_params == "nvme" ? h.nvme_bytes : h.host_bytes) +=
-        m.weights_bytes - (sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp));
+        m.weights_bytes - (sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp, states));
   return h;
 }
 
@@ -257,7 +259,7 @@ int64_t StepBuilder::state_dtype_of(const ParamTensor& t) const {
 int64_t StepBuilder::flat_partition_numel() const {
   if (flat_numel_cache_ >= 0) return flat_numel_cache_;
   int64_t n = 0;
-  for_each_param(ctx_, [&](const ParamTensor& t) { n = add(n, param_states(sp_, ctx_, t).flat_numel); });
+  for_each_param(ctx_, [&](const ParamTensor& t) { n = add(n, states_of(t).flat_numel); });
   flat_numel_cache_ = n;
   return n;
 }
@@ -271,7 +273,12 @@ bool StepBuilder::trainable_module(const char* module) const {
 
 int64_t StepBuilder::adapter_bytes() const { return c_.peft.adapter_dtype == "fp32" ? 4 : 2; }
 int64_t StepBuilder::weight_bytes_of(const ParamTensor& t) const { return param_storage_bytes(t, pr_, c_.peft); }
-int64_t StepBuilder::grad_bytes_of(const ParamTensor& t) const { return param_grad_bytes(t, pr_, c_.peft); }
+int64_t StepBuilder::grad_bytes_of(const ParamTensor& t) const {
+  return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, pr_, c_.peft); });
+}
+ParamStates StepBuilder::states_of(const ParamTensor& t) const {
+  return states_.get(t, [&](const ParamTensor& x) { return param_states(sp_, ctx_, x); });
+}
 
 StepBuilder::StepBuilder(const StepContext& ctx)
     : ctx_(ctx), c_(ctx.config), s_(ctx.shape), pr_(ctx.precision), rs_(resolve(ctx.config)) {
@@ -420,7 +427,7 @@ void StepBuilder::alloc_weights() {
   const int64_t threshold = zero_persistence();
   for_each_param(ctx_, [&](const ParamTensor& t) {
     if (sp_.offload_params && (sp_.fsdp || t.numel >= threshold)) return;
-    p_.alloc(Component::Weights, param_states(sp_, ctx_, t).weights, L_.weights);
+    p_.alloc(Component::Weights, states_of(t).weights, L_.weights);
   });
   // Transformer Engine's fp8 copies of every linear weight and its transpose, module buffers kept across steps
   // (linear.py: weight_fp8, weight_t_fp8). The transformer layers only: the output layer is not a TE module.
@@ -434,7 +441,7 @@ void StepBuilder::alloc_weights() {
   // _ParamAndGradBuffer: grad_data = torch.zeros(numel, dtype=grad_dtype)); zero_grad only zeroes it.
   if (sp_.grad_buffer) {
     int64_t bytes = 0;
-    for_each_param(ctx_, [&](const ParamTensor& t) { bytes = add(bytes, param_states(sp_, ctx_, t).grads); });
+    for_each_param(ctx_, [&](const ParamTensor& t) { bytes = add(bytes, states_of(t).grads); });
     if (bytes > 0) p_.alloc(Component::Gradients, bytes, L_.main_grads);
   }
   // ZeRO-3 allocates its gradient bucket with the optimizer (stage3.py _setup_for_real_optimizer:
@@ -456,7 +463,7 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
     const bool deepspeed = sp_.sharding == Sharding::DeepSpeed;
     if (deepspeed && shard_grads_ && !(sp_.offload_optimizer)) {
       int64_t part = 0;
-      for_each_param(ctx_, [&](const ParamTensor& t) { part = add(part, param_states(sp_, ctx_, t).grads); });
+      for_each_param(ctx_, [&](const ParamTensor& t) { part = add(part, states_of(t).grads); });
       other_grads_.push_back(p_.alloc(Component::Gradients, part, L_.grad_partition));
     }
     // ZeRO-1/2 reduce gradients through ipg buffers of reduce_bucket_size elements in the model dtype, two with
@@ -525,9 +532,9 @@ void StepBuilder::reduce_slot(int64_t layer) {
     const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
     int64_t numel = 0, shard = 0;
     for (const auto& t : ts)
-      if (!t.frozen) numel = add(numel, t.numel), shard = add(shard, param_states(sp_, ctx_, t).grads);
+      if (!t.frozen) numel = add(numel, t.numel), shard = add(shard, states_of(t).grads);
     if (layer >= s_.num_layers && c_.model.tie_word_embeddings && !s_.pre.front().frozen)
-      numel = add(numel, s_.pre.front().numel), shard = add(shard, param_states(sp_, ctx_, s_.pre.front()).grads);
+      numel = add(numel, s_.pre.front().numel), shard = add(shard, states_of(s_.pre.front()).grads);
     const int64_t reduce_bytes = sp_.mixed ? pr_.master_bytes : pr_.grad_bytes;
     uint32_t input = UINT32_MAX;
     if (sp_.sharding == Sharding::Fsdp2) {
@@ -664,7 +671,7 @@ void StepBuilder::step_in_backward(int64_t layer) {
 
 void StepBuilder::create_state(const ParamTensor& t) {
   int64_t bytes = param_optimizer_bytes(t, pr_, c_.peft, ctx_.optimizer, false);
-  if (sp_.fsdp) bytes = ctx_.optimizer.paged && sp_.local(t).numel >= kPagedMinNumel ? 0 : param_states(sp_, ctx_, t).optimizer;
+  if (sp_.fsdp) bytes = ctx_.optimizer.paged && sp_.local(t).numel >= kPagedMinNumel ? 0 : states_of(t).optimizer;
   if (bytes <= 0) return;
   // Each state is its own tensor (adam.py _init_group: exp_avg and exp_avg_sq, each zeros_like(p); bitsandbytes
   // state1/state2 with their absmax), so the allocator sees k blocks, not one of k times the size.

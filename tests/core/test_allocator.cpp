@@ -90,9 +90,9 @@ TEST_CASE("cached segments are released before an out-of-memory error", "[alloca
   CHECK(a.malloc(40 * kMiB) == -1);  // now truly out of memory
 }
 
-// The allocator's free lists are a hash of per-size buckets; this reference keeps them as one list sorted by
-// (size, address), the order of CUDACachingAllocator.cpp's BlockComparatorSize, and is checked to make the same
-// choices on random request sequences.
+// The allocator keeps its cached blocks in classes bounded by the request sizes seen; this reference keeps them
+// as one list sorted by (size, address), the order of CUDACachingAllocator.cpp's BlockComparatorSize, and is
+// checked to make the same choices on random request sequences.
 namespace {
 class ReferenceAllocator {
  public:
@@ -273,5 +273,40 @@ TEST_CASE("recorded PyTorch allocator traces replay to the measured reserved pea
     REQUIRE(want_reserved > 0);
     CHECK(peak_reserved == want_reserved);
     CHECK(peak_requested == want_requested);
+  }
+}
+
+// A pipeline stage caches thousands of blocks of a few sizes and frees them in every order: the classes' lists
+// grow long and take blocks at both ends and in the middle.
+TEST_CASE("thousands of cached blocks of a few sizes are reused as a (size, address)-ordered list would", "[allocator]") {
+  std::mt19937_64 rng(11);
+  CachingAllocator a(int64_t(1) << 62);
+  ReferenceAllocator ref(int64_t(1) << 62);
+  std::vector<std::pair<int32_t, int32_t>> live;
+  static const int64_t kinds[] = {4096, 3 * kMiB / 2, 8 * kMiB, 24 * kMiB, 64 * kMiB};
+  for (int round = 0; round < 6; ++round) {
+    const int n = 3000;
+    for (int i = 0; i < n; ++i) {
+      const int64_t bytes = kinds[rng() % 5];
+      const int32_t h = a.malloc(bytes), r = ref.malloc(bytes);
+      REQUIRE(h >= 0);
+      CHECK(a.block_bytes(h) == ref.block_bytes(r));
+      live.push_back({h, r});
+    }
+    // free most of them: in allocation order, in reverse, then at random
+    std::vector<std::pair<int32_t, int32_t>> keep;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const size_t k = round % 3 == 0 ? i : round % 3 == 1 ? live.size() - 1 - i : i;
+      if (round % 3 == 2) std::swap(live[i], live[i + rng() % (live.size() - i)]);
+      if (rng() % 8 == 0) {
+        keep.push_back(live[k]);
+        continue;
+      }
+      a.free(live[k].first);
+      ref.free(live[k].second);
+    }
+    live = keep;
+    REQUIRE(a.allocated_bytes() == ref.allocated());
+    REQUIRE(a.reserved_bytes() == ref.reserved());
   }
 }
