@@ -1027,6 +1027,7 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
   } else {
     drop(res);  // sent to the next stage
   }
+  release_all_gather();  // the root's post_forward frees the last all-gather output
   if (offload && end > first) offload_layer(end - 1 - first);
   // The outermost autocast region exits here: weight copies cached in checkpointed (no_grad) forwards are
   // held by no graph and go.

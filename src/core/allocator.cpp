@@ -131,7 +131,7 @@ int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
 
 void CachingAllocator::insert_free(int32_t b) {
   Block& blk = blocks_[b];
-  FreeSet& set = pool(blk.small);
+  FreeSet& set = pool(blk.stream, blk.small);
   const size_t rank = rank_of_size(set, blk.size);
   const int32_t slot = set.slot_at[rank];
   set.classes[slot].insert(Cached{blk.size, blk.addr, b});
@@ -143,7 +143,7 @@ void CachingAllocator::insert_free(int32_t b) {
 void CachingAllocator::erase_free(int32_t b) {
   Block& blk = blocks_[b];
   if (blk.cls < 0) return;  // not cached
-  FreeSet& set = pool(blk.small);
+  FreeSet& set = pool(blk.stream, blk.small);
   CachedList& list = set.classes[blk.cls];
   list.erase(Cached{blk.size, blk.addr, b});
   if (list.empty()) {
@@ -175,7 +175,8 @@ int32_t CachingAllocator::take_best_fit(FreeSet& set, int64_t size) {
 
 // release_cached_blocks: every cached segment that is entirely free goes back to the driver.
 void CachingAllocator::release_cached_segments() {
-  for (FreeSet* set : {&free_small_, &free_large_}) {
+  for (FreeSet& pool_set : pools_) {
+    FreeSet* set = &pool_set;
     std::vector<int32_t> whole;
     for (const auto& list : set->classes)
       for (const Cached& c : list)
@@ -189,10 +190,11 @@ void CachingAllocator::release_cached_segments() {
   }
 }
 
-int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_address) {
+int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_address, int stream) {
   const int64_t size = round_size(requested_bytes);
   const bool small = size <= kSmallSize;
-  FreeSet& set = pool(small);
+  stream = std::clamp(stream, 0, kMaxStreams - 1);
+  FreeSet& set = pool(stream, small);
   int32_t b = take_best_fit(set, size);
   if (b < 0) {
     const int64_t seg = allocation_size(size);
@@ -202,6 +204,7 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
     blocks_[b].addr = segment_address >= 0 ? segment_address : next_addr_;
     blocks_[b].size = seg;
     blocks_[b].small = small;
+    blocks_[b].stream = static_cast<uint8_t>(stream);
     next_addr_ = add(next_addr_, seg);
     reserved_ += seg;
     ++segments_;
@@ -216,6 +219,7 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
     rest.addr = blk.addr + size;
     rest.size = remaining;
     rest.small = blk.small;
+    rest.stream = blk.stream;
     rest.prev = b;
     rest.next = blk.next;
     if (blk.next != -1) blocks_[blk.next].prev = r;

@@ -2,7 +2,8 @@
 // MEMORY_FORMULAS.md 5.4): 512-byte rounding, a small pool (<= 1 MiB, 2 MiB segments) and a large pool
 // (20 MiB segments for 1-10 MiB requests, 2 MiB-rounded segments above), best-fit reuse of cached blocks,
 // block splitting, coalescing on free, and the release of cached segments before an out-of-memory error.
-// One stream, default PYTORCH_CUDA_ALLOC_CONF (max_split_size unlimited, no expandable segments).
+// Per-stream pools: a cached block serves only requests on the stream that allocated it. Default
+// PYTORCH_CUDA_ALLOC_CONF (max_split_size unlimited, no expandable segments).
 #pragma once
 #include <cstdint>
 #include <algorithm>
@@ -18,7 +19,9 @@ class CachingAllocator {
   // Returns a handle, or -1 if the request fails even after releasing cached segments (an OOM).
   // segment_address places a segment this request creates, for replaying a recorded trace: on a GPU cudaMalloc
   // picks it, and the lowest address wins ties between cached blocks of one size. -1 puts segments end to end.
-  int32_t malloc(int64_t requested_bytes, int64_t segment_address = -1);
+  // stream: the CUDA stream the request runs on (0 = the compute stream), below kMaxStreams.
+  int32_t malloc(int64_t requested_bytes, int64_t segment_address = -1, int stream = 0);
+  static constexpr int kMaxStreams = 4;
   void free(int32_t handle);
 
   // Bytes charged for a live handle: the rounded or unsplit block size, as memory_allocated counts it.
@@ -28,7 +31,11 @@ class CachingAllocator {
   int64_t reserved_bytes() const { return reserved_; }
   int64_t requested_bytes() const { return requested_; }
   int64_t segment_count() const { return segments_; }
-  int64_t cached_block_count() const { return free_small_.count + free_large_.count; }
+  int64_t cached_block_count() const {
+    int64_t n = 0;
+    for (const auto& set : pools_) n += set.count;
+    return n;
+  }
 
   // round_size and get_allocation_size of CUDACachingAllocator.cpp (roundup_power2_divisions off).
   static int64_t round_size(int64_t size);
@@ -43,6 +50,7 @@ class CachingAllocator {
     int32_t cls = -1;              // cached: the class (FreeSet slot) holding it; -1 while allocated
     bool allocated = false;
     bool small = false;
+    uint8_t stream = 0;
   };
   // Best fit: smallest size first, then lowest address (BlockComparatorSize). A training step asks for a few dozen
   // distinct sizes, so the cached blocks are kept in classes bounded by the request sizes seen so far: the class
@@ -87,7 +95,7 @@ class CachingAllocator {
     int64_t count = 0;
   };
 
-  FreeSet& pool(bool small) { return small ? free_small_ : free_large_; }
+  FreeSet& pool(int stream, bool small) { return pools_[static_cast<size_t>(2 * stream + (small ? 1 : 0))]; }
   static size_t rank_of_size(const FreeSet& set, int64_t size);  // the class a block of this size belongs to
   int32_t add_bound(FreeSet& set, int64_t size, size_t rank);  // returns the new class's rank
   void insert_free(int32_t b);
@@ -101,7 +109,7 @@ class CachingAllocator {
   int64_t next_addr_ = 0;
   std::vector<Block> blocks_;
   std::vector<int32_t> spare_;  // recycled block slots
-  FreeSet free_small_, free_large_;
+  FreeSet pools_[2 * kMaxStreams];  // per stream: large, small
 };
 
 }  // namespace memsim

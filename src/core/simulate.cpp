@@ -53,7 +53,8 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
     const Event& e = prog.events[i];
     const int comp = static_cast<int>(e.component);
     if (e.op == Event::Op::Alloc) {
-      int32_t h = alloc.malloc(prog.tensors[e.tensor].bytes);
+      const Tensor& t = prog.tensors[e.tensor];
+      int32_t h = alloc.malloc(t.bytes, -1, static_cast<int>(t.stream));
       if (h < 0) {
         // An OOM: the real step would stop here. Report the peak so far and flag it.
         d.oom = true;

@@ -30,9 +30,16 @@ struct Event {  // 8 bytes: a 70B step has tens of thousands
   uint32_t tensor;  // index into StepProgram::tensors
 };
 
+// CUDA streams the step allocates on. The caching allocator reuses a cached block only for a request on the
+// stream that allocated it (CUDACachingAllocator.cpp BlockComparatorSize orders by stream first; get_free_block
+// rejects another stream's block), so FSDP's side streams keep pools of their own.
+enum class Stream : uint8_t { Compute = 0, AllGather = 1, ReduceScatter = 2 };
+constexpr int kStreamCount = 3;
+
 struct Tensor {  // 16 bytes
   int64_t bytes;
   Component component;
+  Stream stream;
   uint16_t label;  // index into StepProgram::labels
   int16_t layer;   // transformer layer the tensor belongs to, -1 for none (layers are at most 4096)
 };
@@ -50,8 +57,8 @@ struct StepProgram {
 
   uint32_t label(const std::string& text);
   // Inline: the step builder calls these for every event.
-  uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1) {
-    tensors.push_back({bytes, c, static_cast<uint16_t>(label_id), static_cast<int16_t>(layer)});
+  uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1, Stream stream = Stream::Compute) {
+    tensors.push_back({bytes, c, stream, static_cast<uint16_t>(label_id), static_cast<int16_t>(layer)});
     const uint32_t t = static_cast<uint32_t>(tensors.size() - 1);
     events.push_back({Event::Op::Alloc, c, t});
     return t;

@@ -109,7 +109,8 @@ class StepBuilder {
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
   void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3 / FSDP: all-gather the layer's params
   int64_t gathered_bytes(int64_t layer) const;              // the unsharded parameters of one slot
-  void begin_backward() { in_backward_ = true; }
+  void release_all_gather();
+  void begin_backward() { release_all_gather(), in_backward_ = true; }
   void end_backward();                                       // FSDP2: the last reduce-scatter completes
   void reshard_after_backward(int64_t layer);                // FSDP: kept unsharded params go
   void reduce_slot(int64_t layer);
@@ -217,6 +218,7 @@ class StepBuilder {
   std::vector<uint32_t> sharded_grads_;       // FSDP: gradient shards (persist across micro-batches)
   std::vector<bool> sharded_grad_made_;
   uint32_t pending_reduce_ = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
+  uint32_t pending_all_gather_ = UINT32_MAX;  // FSDP2: forward all-gather output held until the next unshard
   std::vector<uint32_t> accum_;               // FSDP no_sync: unsharded gradients accumulated, per slot
   bool no_sync_ = false;
   bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration

@@ -539,6 +539,7 @@ void StepBuilder::reduce_slot(int64_t layer) {
     uint32_t input = UINT32_MAX;
     if (sp_.sharding == Sharding::Fsdp2) {
       if (pending_reduce_ != UINT32_MAX) drop(pending_reduce_), pending_reduce_ = UINT32_MAX;
+      // FSDP2 copies the gradients into the reduce-scatter input on the compute stream (PR #129721, torch 2.5).
       input = p_.alloc(Component::Communication, mul(numel, reduce_bytes), L_.rs_input, static_cast<int32_t>(layer));
     }
     for (uint32_t g : grads_[slot]) drop(g);
@@ -547,9 +548,14 @@ void StepBuilder::reduce_slot(int64_t layer) {
     if (accum_[slot] != UINT32_MAX) drop(accum_[slot]), accum_[slot] = UINT32_MAX;
     if (!sharded_grad_made_[slot] && !sp_.offload_optimizer) {
       sharded_grad_made_[slot] = true;
-      sharded_grads_.push_back(p_.alloc(Component::Gradients, shard, L_.grad_shard, static_cast<int32_t>(layer)));
+      // The reduce-scatter output is allocated on the reduce-scatter stream and becomes the sharded gradient
+      // (FSDP2 foreach_reduce: reduce_output under reduce_scatter_stream; FSDP1 _post_backward_hook:
+      // new_sharded_grad = torch.empty_like(...) under the post-backward stream), so the gradients live in
+      // that stream's pool until zero_grad.
+      sharded_grads_.push_back(p_.alloc(Component::Gradients, shard, L_.grad_shard, static_cast<int32_t>(layer),
+                                        Stream::ReduceScatter));
     } else {
-      uint32_t out = p_.alloc(Component::Communication, shard, L_.rs_input, static_cast<int32_t>(layer));
+      uint32_t out = p_.alloc(Component::Communication, shard, L_.rs_input, static_cast<int32_t>(layer), Stream::ReduceScatter);
       drop(out);  // added into the shard (or copied to the host shard under CPU offload)
     }
     if (input != UINT32_MAX) pending_reduce_ = input;
@@ -558,6 +564,10 @@ void StepBuilder::reduce_slot(int64_t layer) {
   for (uint32_t g : grads_[slot]) drop(g);
   grads_[slot].clear();
   grad_created_[slot] = false;  // the next micro-batch makes new full gradients and reduces them again
+}
+
+void StepBuilder::release_all_gather() {
+  if (pending_all_gather_ != UINT32_MAX) drop(pending_all_gather_), pending_all_gather_ = UINT32_MAX;
 }
 
 void StepBuilder::end_backward() {
@@ -606,12 +616,20 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     auto unshard = [&](int64_t l, std::vector<uint32_t>& into) {
       const int64_t bytes = gathered_bytes(l);
       if (bytes == 0) return;
-      // FSDP2 all-gathers into one flat buffer and copies out into per-parameter tensors (foreach_all_gather,
-      // foreach_all_gather_copy_out); FSDP1 all-gathers straight into the flat parameter's padded storage.
-      uint32_t flat = sp_.sharding == Sharding::Fsdp2 ? p_.alloc(Component::Communication, bytes, L_.ag_buffer, static_cast<int32_t>(l))
-                                                      : UINT32_MAX;
-      into.push_back(p_.alloc(Component::Communication, bytes, L_.gathered, static_cast<int32_t>(l)));
-      if (flat != UINT32_MAX) drop(flat);
+      // FSDP2 all-gathers into one flat buffer on its all-gather copy-in stream and copies out into per-parameter
+      // tensors on the compute stream (_fsdp_collectives.py foreach_all_gather, foreach_all_gather_copy_out). In
+      // forward the buffer waits for the next group's unshard ("Defer free to allow for overlap of this copy-out
+      // with next all-gather", _fsdp_param_group.py wait_for_unshard); in backward it goes after the copy-out.
+      // FSDP1 all-gathers straight into the flat parameter's padded storage on its unshard stream.
+      const bool fsdp2 = sp_.sharding == Sharding::Fsdp2;
+      const int32_t li = static_cast<int32_t>(l);
+      uint32_t flat = fsdp2 ? p_.alloc(Component::Communication, bytes, L_.ag_buffer, li, Stream::AllGather) : UINT32_MAX;
+      if (fsdp2 && !in_backward_) release_all_gather();
+      into.push_back(p_.alloc(Component::Communication, bytes, L_.gathered, li, fsdp2 ? Stream::Compute : Stream::AllGather));
+      if (flat != UINT32_MAX) {
+        if (in_backward_) drop(flat);
+        else pending_all_gather_ = flat;
+      }
     };
     if (keep) {
       if (kept_[slot].empty()) unshard(layer, kept_[slot]);  // in backward too: e.g. a later micro-batch

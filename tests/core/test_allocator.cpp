@@ -310,3 +310,24 @@ TEST_CASE("thousands of cached blocks of a few sizes are reused as a (size, addr
     REQUIRE(a.reserved_bytes() == ref.reserved());
   }
 }
+
+TEST_CASE("a cached block serves only its own stream", "[allocator][streams]") {
+  // CUDACachingAllocator.cpp get_free_block: `(*it)->stream != p.stream()` rejects another stream's block, so a
+  // side stream (FSDP's all-gather or reduce-scatter) grows a pool of its own; an OOM releases every stream's
+  // whole cached segments before failing.
+  CachingAllocator a(int64_t{100} << 20);
+  const int32_t x = a.malloc(int64_t{40} << 20, -1, 1);  // 40 MiB on the all-gather stream
+  a.free(x);
+  CHECK(a.reserved_bytes() == (int64_t{40} << 20));
+  const int32_t y = a.malloc(int64_t{40} << 20, -1, 0);  // the compute stream cannot take it: a new segment
+  CHECK(a.reserved_bytes() == (int64_t{80} << 20));
+  const int32_t z = a.malloc(int64_t{40} << 20, -1, 1);  // the side stream reuses its own
+  CHECK(a.reserved_bytes() == (int64_t{80} << 20));
+  a.free(z);
+  // 40 MiB more on the compute stream does not fit beside 80 MiB reserved: the side stream's cached segment goes.
+  const int32_t w = a.malloc(int64_t{40} << 20, -1, 0);
+  CHECK(w >= 0);
+  CHECK(a.reserved_bytes() == (int64_t{80} << 20));
+  a.free(y);
+  a.free(w);
+}

@@ -49,6 +49,34 @@ TEST_CASE("FSDP2 mixed precision keeps fp32 shards only: 16 bytes per parameter 
   }
 }
 
+TEST_CASE("FSDP2's side streams: all-gather buffers and gradient shards in pools of their own", "[distributed][fsdp][streams]") {
+  // _fsdp_collectives.py: foreach_all_gather allocates its output under all_gather_copy_in_stream and
+  // foreach_reduce the reduce-scatter output (the sharded gradient) under reduce_scatter_stream; the caching
+  // allocator never hands one stream's cached block to another. In forward an all-gather output waits for the
+  // next group's unshard, so two are live at once; in backward each goes after its copy-out.
+  Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 3);
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& p = r.devices[0].program;
+  int live = 0, most_forward = 0, most_backward = 0;
+  bool backward = false;
+  size_t phase = 0;
+  for (uint32_t i = 0; i < p.events.size(); ++i) {
+    while (phase < p.phases.size() && p.phases[phase].first_event <= i)
+      backward = p.phases[phase++].name.rfind("backward", 0) == 0;
+    const Tensor& t = p.tensors[p.events[i].tensor];
+    const std::string& label = p.labels[t.label];
+    if (label == "gradient shard") CHECK(t.stream == Stream::ReduceScatter);
+    if (label.rfind("FSDP2 all-gather output", 0) != 0) continue;
+    CHECK(t.stream == Stream::AllGather);
+    live += p.events[i].op == Event::Op::Alloc ? 1 : -1;
+    (backward ? most_backward : most_forward) = std::max(backward ? most_backward : most_forward, live);
+  }
+  CHECK(most_forward == 2);
+  CHECK(most_backward == 1);
+  CHECK(live == 0);
+}
+
 TEST_CASE("FSDP SHARD_GRAD_OP keeps every layer unsharded from forward to backward", "[distributed][fsdp]") {
   // MEMORY_FORMULAS.md 2.5: "unsharded params of ALL units stay resident from forward until their backward";
   // FULL_SHARD keeps only the root unit (embeddings, final norm, head: FSDP2 root reshard_after_forward=False).
