@@ -997,6 +997,9 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
     res = embed_forward();
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
+  } else if (rs_.framework->pp_persistent_recv) {
+    recv_buffers(first, false);
+    res = act(0, L_.p2p, static_cast<int32_t>(first));  // a view of this micro-batch's receive buffer
   } else {
     res = act(mul(d_.e_res, d_.Tn, d_.h), L_.p2p, static_cast<int32_t>(first));
   }
@@ -1055,6 +1058,9 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
     step_in_backward(s_.num_layers);
     for (uint32_t g : f.gathered_post) drop(g);
     f.gathered_post.clear();
+  } else if (rs_.framework->pp_persistent_recv) {
+    recv_buffers(end - 1, true);
+    dres = tmp(0, L_.p2p, static_cast<int32_t>(end - 1));  // a view of this micro-batch's gradient buffer
   } else {
     dres = tmp(mul(d_.e_res, d_.Tn, d_.h), L_.p2p, static_cast<int32_t>(end - 1));  // received from the next stage
   }
@@ -1103,7 +1109,10 @@ void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
     step_in_backward(-1);
   }
   if (f.held_logits != UINT32_MAX) drop(f.held_logits), f.held_logits = UINT32_MAX;
-  drop(dres);  // sent to the previous stage, or done
+  // The input's gradient is sent to the previous stage; under torch.distributed.pipelining it is also the
+  // receive buffer's .grad, which stays until the next step() clears it.
+  if (!f.pre && rs_.framework->pp_persistent_recv) input_grads_.push_back(dres);
+  else drop(dres);
   if (f.inputs != UINT32_MAX) drop(f.inputs);
   casts_.swap(f.casts);
   end_backward();

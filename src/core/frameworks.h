@@ -30,6 +30,11 @@ struct FrameworkSpec {
   // bitsandbytes layers come from Lightning's BitsandbytesPrecision, which replaces every nn.Linear (the output
   // head too) and quantizes an fp16 copy, so dequantize_4bit returns fp16 that the matmul casts to bf16.
   bool bnb_via_lightning;
+  // Pipeline stages come from torch.distributed.pipelining, which allocates a receive buffer for every
+  // micro-batch's input activation and output gradient on the first step and keeps them (stage.py
+  // _prepare_forward_infra / _prepare_backward_infra); the input gradients stay in the buffers' .grad until the
+  // next step() (clear_runtime_states).
+  bool pp_persistent_recv;
   std::string_view source;
 };
 

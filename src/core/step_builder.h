@@ -94,7 +94,7 @@ struct Labels {
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
-      router, expert_in, expert_out, lora_in, dequant, quant_stats, p2p, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense;
+      router, expert_in, expert_out, lora_in, dequant, quant_stats, p2p, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense, recv_buffer;
 };
 
 class StepBuilder {
@@ -110,6 +110,7 @@ class StepBuilder {
   void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3 / FSDP: all-gather the layer's params
   int64_t gathered_bytes(int64_t layer) const;              // the unsharded parameters of one slot
   void release_all_gather();
+  void recv_buffers(int64_t stage_layer, bool grads);
   void begin_backward() { release_all_gather(), in_backward_ = true; }
   void end_backward();                                       // FSDP2: the last reduce-scatter completes
   void reshard_after_backward(int64_t layer);                // FSDP: kept unsharded params go
@@ -219,6 +220,8 @@ class StepBuilder {
   std::vector<bool> sharded_grad_made_;
   uint32_t pending_reduce_ = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
   uint32_t pending_all_gather_ = UINT32_MAX;  // FSDP2: forward all-gather output held until the next unshard
+  std::vector<std::pair<int64_t, bool>> recv_made_;  // pipelining: stages (first layer, gradients?) with buffers
+  std::vector<uint32_t> input_grads_;               // pipelining: the receive buffers' .grad until the next step
   std::vector<uint32_t> accum_;               // FSDP no_sync: unsharded gradients accumulated, per slot
   bool no_sync_ = false;
   bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration

@@ -396,6 +396,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.dequant = p.label("dequantized frozen weight (bitsandbytes matmul)");
   L_.quant_stats = p.label("quantization statistics (absmax, row scales)");
   L_.p2p = p.label("activation or gradient exchanged with the next pipeline stage");
+  L_.recv_buffer = p.label("pipeline receive buffers (one per micro-batch, kept across steps)");
   L_.logits = p.label("logits");
   L_.logits_fp32 = p.label("logits upcast to fp32");
   L_.lse_loss = p.label("log-softmax of the logits (saved by the loss)");
@@ -564,6 +565,17 @@ void StepBuilder::reduce_slot(int64_t layer) {
   for (uint32_t g : grads_[slot]) drop(g);
   grads_[slot].clear();
   grad_created_[slot] = false;  // the next micro-batch makes new full gradients and reduces them again
+}
+
+// torch.distributed.pipelining: every micro-batch's receive buffer (activations into a stage after the first,
+// gradients into a stage before the last) is allocated on the first step and kept; one set per stage (model chunk).
+void StepBuilder::recv_buffers(int64_t stage_layer, bool grads) {
+  for (const auto& [layer, g] : recv_made_)
+    if (layer == stage_layer && g == grads) return;
+  recv_made_.push_back({stage_layer, grads});
+  const int64_t bytes = mul(d_.e_res, d_.Tn, d_.h);
+  for (int64_t k = 0; k < c_.training.gradient_accumulation_steps; ++k)
+    p_.alloc(Component::Communication, bytes, L_.recv_buffer, static_cast<int32_t>(stage_layer));
 }
 
 void StepBuilder::release_all_gather() {
@@ -792,7 +804,15 @@ StepProgram StepBuilder::build() {
     const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, repeat_after);
     bucket_views_ = iter >= 2 && c_.parallel.ddp_gradient_as_bucket_view && n_ > 1 && c_.parallel.zero_stage == 0 &&
                     !sp_.grad_buffer;
+    // step() starts by clearing the receive buffers' .grad (clear_runtime_states); the micro-batches this replay
+    // leaves out left theirs too, one per stage that receives activations.
+    for (uint32_t g : input_grads_) drop(g);
+    input_grads_.clear();
     run_schedule(iter, mbs, gas);
+    int64_t receiving = 0;
+    for (const auto& [layer, g] : recv_made_) receiving += g ? 0 : 1;
+    for (int64_t k = 0; k < receiving * (gas - mbs); ++k)
+      input_grads_.push_back(p_.alloc(Component::Communication, mul(d_.e_res, d_.Tn, d_.h), L_.p2p, -1));
     optimizer_step(iter);
     // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
     // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.

@@ -206,6 +206,35 @@ TEST_CASE("interleaved 1F1B: the first stage holds 1 + (p - 1) / (p v) times 1F1
   CHECK(inter.devices[0].role.find("layers 0-3, 16-19") != std::string::npos);
 }
 
+TEST_CASE("torch.distributed.pipelining keeps a receive buffer per micro-batch", "[distributed][pp]") {
+  // stage.py _prepare_forward_infra / _prepare_backward_infra: every stage after the first allocates an input
+  // buffer for each micro-batch, every stage before the last a gradient buffer, on the first step, and keeps them.
+  // Each is [micro-batch, sequence / tp, hidden] in the residual dtype: 1 x 2048 x 4096 x 2 B = 16 MiB here.
+  Config c = llama3_8b_on(1, "torchtitan", "bf16_pure", 0);
+  c.parallel.pipeline_parallel_size = 4;
+  c.training.gradient_accumulation_steps = 8;
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  REQUIRE(r.devices.size() == 4);
+  auto buffers = [](const DeviceResult& d) {
+    int64_t n = 0;
+    for (const auto& t : d.program.tensors)
+      if (d.program.labels[t.label].rfind("pipeline receive buffers", 0) == 0) {
+        CHECK(t.bytes == 2048 * 4096 * 2);
+        ++n;
+      }
+    return n;
+  };
+  CHECK(buffers(r.devices[0]) == 8);       // gradients from stage 1
+  CHECK(buffers(r.devices[1]) == 16);      // activations and gradients
+  CHECK(buffers(r.devices[3]) == 8);       // activations from stage 2
+  c.training.framework = "megatron";       // Megatron's p2p receives into a fresh tensor per micro-batch
+  c.training.precision = "bf16_fp32_grads";
+  Result m = simulate(c);
+  REQUIRE(m.ok);
+  CHECK(buffers(m.devices[1]) == 0);
+}
+
 TEST_CASE("uneven pipeline splits give the first and last stage their own layer counts", "[distributed][pp]") {
   Config c = llama3_8b_on(1, "megatron", "bf16_fp32_grads", 0);
   c.parallel.pipeline_parallel_size = 4;
