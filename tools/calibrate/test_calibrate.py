@@ -32,6 +32,9 @@ HAVE_CLI = os.path.exists(CLI)
 SWEEP = os.path.join(HERE, "sweep.json")
 SHARED_CASES = os.path.join(os.path.dirname(REPO), "shared", "validation", "cases.jsonl")
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+if importlib.util.find_spec("torch") is None:
+    print("test_calibrate: PyTorch is not installed here, so no training step runs; these tests cover the "
+          "translation, the records and the comparison (tests/validation/measured/ holds GPU runs)", file=sys.stderr)
 
 LLAMA_1B = {
     "name": "Llama-3.2-1B shape", "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16,
