@@ -46,7 +46,11 @@
     canvas: document.getElementById("canvas"),
     print: function (t) { console.log(t); },
     printErr: function (t) { console.warn(t); },
-    onRuntimeInitialized: function () { setStatus("", false); readyResolve(true); },
+    onRuntimeInitialized: function () {
+      window.memsimRuntimeInitialized = performance.now();  // the wasm compiled and instantiated; main() runs next
+      setStatus("", false);
+      readyResolve(true);
+    },
     onAbort: function (what) { setStatus("memsim stopped: " + String(what) + ". Reload the page.", true); },
   };
 

@@ -15,6 +15,7 @@
 #include <imgui_impl_opengl3.h>
 
 #include <cfloat>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -42,6 +43,10 @@ EM_JS(char*, js_page_url, (), {
 });
 EM_JS(void, js_replace_hash, (const char* frag), {
   history.replaceState(null, "", "#" + UTF8ToString(frag));
+});
+// The first frame is on the screen once the browser starts the next animation frame (it has composited this one).
+EM_JS(void, js_note_first_frame_presented, (), {
+  requestAnimationFrame(function() { window.memsimFirstFramePresented = performance.now(); });
 });
 EM_JS(void, js_copy_text, (const char* text), {
   var s = UTF8ToString(text);
@@ -76,6 +81,13 @@ memsim::ui::App* g_app = nullptr;
 memsim::platform::GlChartRenderer* g_charts = nullptr;  // null when its shaders did not build
 float g_ratio = 1.0f;
 
+// Where the page's first second goes, in ms since navigation (performance.now()): reported by
+// window.memsim.state().timings and printed by the first-frame e2e test.
+struct StartupTimings {
+  double main = 0, context = 0, fonts = 0, charts = 0, app = 0, first_frame_start = 0, first_frame_device = 0, first_frame_ui = 0, first_frame_end = 0;
+  bool first_frame_result = false;  // the first frame showed a verdict, breakdown and timeline
+} g_t;
+
 std::string take_js_string(char* p) {
   std::string s = p ? p : "";
   std::free(p);
@@ -89,6 +101,8 @@ char* new_c_string(const std::string& s) {
 }
 
 void frame() {
+  const bool first = g_t.first_frame_start == 0;
+  if (first) g_t.first_frame_start = emscripten_get_now();
   // Size the canvas backing store to its CSS box times the device pixel ratio, every frame (resizes, zoom).
   double css_w = 0, css_h = 0;
   emscripten_get_element_css_size("#canvas", &css_w, &css_h);
@@ -105,7 +119,8 @@ void frame() {
     ImGui_ImplOpenGL3_DestroyFontsTexture();
     memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
   }
-  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplOpenGL3_NewFrame();  // the first one builds the font atlas and the backend's shaders
+  if (first) g_t.first_frame_device = emscripten_get_now();
   ImGui_ImplGlfw_NewFrame();
   ImGuiIO& io = ImGui::GetIO();
   // Emscripten's GLFW reports the cursor in backing-store pixels (library_browser.js calculateMouseEvent scales
@@ -117,10 +132,16 @@ void frame() {
   ImGui::NewFrame();
   g_app->frame();
   ImGui::Render();
+  if (first) g_t.first_frame_ui = emscripten_get_now();
   glViewport(0, 0, px_w, px_h);
   glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
   glClear(GL_COLOR_BUFFER_BIT);
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  if (first) {
+    g_t.first_frame_end = emscripten_get_now();
+    g_t.first_frame_result = g_app->result().ok && !g_app->result().devices.empty();
+    js_note_first_frame_presented();
+  }
 }
 
 }  // namespace
@@ -161,13 +182,20 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   const std::string charts = g_charts ? "{\"renderer\":\"webgl2\",\"timeline_draws\":" + std::to_string(g_charts->quad_draws()) +
                                             ",\"heatmap_draws\":" + std::to_string(g_charts->heatmap_draws()) + "}"
                                       : "{\"renderer\":\"draw list\"}";
+  char timings[360];
+  std::snprintf(timings, sizeof timings,
+                "{\"main\":%.1f,\"context\":%.1f,\"fonts\":%.1f,\"charts\":%.1f,\"app\":%.1f,\"first_frame_start\":%.1f,"
+                "\"first_frame_device\":%.1f,\"first_frame_ui\":%.1f,\"first_frame_end\":%.1f,\"first_frame_result\":%s}",
+                g_t.main, g_t.context, g_t.fonts, g_t.charts, g_t.app, g_t.first_frame_start, g_t.first_frame_device,
+                g_t.first_frame_ui, g_t.first_frame_end, g_t.first_frame_result ? "true" : "false");
   return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
                       memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs +
-                      ",\"charts\":" + charts + "}");
+                      ",\"charts\":" + charts + ",\"timings\":" + timings + "}");
 }
 }
 
 int main() {
+  g_t.main = emscripten_get_now();
   if (!glfwInit()) return 1;
   glfwWindowHint(GLFW_CLIENT_API, GLFW_OPENGL_ES_API);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
@@ -177,6 +205,7 @@ int main() {
   g_window = glfwCreateWindow(static_cast<int>(css_w), static_cast<int>(css_h), "memsim", nullptr, nullptr);
   if (!g_window) return 1;
   glfwMakeContextCurrent(g_window);
+  g_t.context = emscripten_get_now();
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
@@ -184,6 +213,7 @@ int main() {
   memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
   ImGui_ImplOpenGL3_Init("#version 300 es");
+  g_t.fonts = emscripten_get_now();
   static memsim::platform::GlChartRenderer charts;
   if (charts.init()) {
     g_charts = &charts;
@@ -193,6 +223,8 @@ int main() {
     emscripten_log(EM_LOG_CONSOLE | EM_LOG_WARN, "memsim: charts: draw list, because the WebGL2 renderer could not be built: %s",
                    charts.error().c_str());
   }
+
+  g_t.charts = emscripten_get_now();
 
   memsim::ui::PlatformHooks hooks;
   hooks.publish_fragment = [](const std::string& f) { js_replace_hash(f.c_str()); };
@@ -206,6 +238,7 @@ int main() {
   const std::string hash = take_js_string(js_location_hash());  // before the app publishes its own
   static memsim::ui::App app(hooks);
   g_app = &app;
+  g_t.app = emscripten_get_now();
   if (!hash.empty() && hash != "#") app.load_fragment(hash);
   else hooks.publish_fragment(memsim::config_to_fragment(app.config()));
   emscripten_set_main_loop(frame, 0, false);
