@@ -42,8 +42,29 @@
     loadText: function (text, origin) { callWithString(Module._memsim_load_text, text, origin || "the text"); },
   };
 
+  // Start-up work that does not need the wasm module runs while memsim.js and memsim.wasm download:
+  // - the wasm is fetched and compiled as it streams in (served as application/wasm), instead of only after memsim.js
+  //   has been parsed and run; Module.instantiateWasm below instantiates the compiled module;
+  // - the WebGL2 context is created now, with the attributes web_main.cpp asks GLFW for (no alpha, depth, stencil
+  //   or antialiasing), so Emscripten's getContext call later gets this same context instead of waiting for one.
+  var canvas = document.getElementById("canvas");
+  var compiled = typeof WebAssembly.compileStreaming === "function"
+    ? WebAssembly.compileStreaming(fetch("memsim.wasm", { credentials: "same-origin" })) : null;
+  if (compiled) compiled.catch(function () {});  // handled in instantiateWasm
+  try { canvas.getContext("webgl2", { alpha: false, depth: false, stencil: false, antialias: false }); } catch (e) {}
+
   window.Module = {
-    canvas: document.getElementById("canvas"),
+    canvas: canvas,
+    instantiateWasm: compiled ? function (imports, receiveInstance) {
+      compiled.then(function (module) {
+        return WebAssembly.instantiate(module, imports).then(function (instance) { receiveInstance(instance, module); });
+      }, function () {  // e.g. a server that does not send application/wasm: compile from the bytes instead
+        return fetch("memsim.wasm", { credentials: "same-origin" }).then(function (r) { return r.arrayBuffer(); })
+          .then(function (bytes) { return WebAssembly.instantiate(bytes, imports); })
+          .then(function (result) { receiveInstance(result.instance, result.module); });
+      }).catch(function (e) { setStatus("memsim could not start: " + String(e) + ". Reload the page.", true); });
+      return {};  // the exports arrive through receiveInstance
+    } : undefined,
     print: function (t) { console.log(t); },
     printErr: function (t) { console.warn(t); },
     onRuntimeInitialized: function () {

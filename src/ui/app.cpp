@@ -11,7 +11,10 @@
 
 namespace memsim::ui {
 
-App::App(PlatformHooks hooks) : hooks_(std::move(hooks)) { recompute(); }
+App::App(PlatformHooks hooks, const std::string& fragment) : hooks_(std::move(hooks)) {
+  const bool link = !fragment.empty() && fragment != "#";
+  if (!link || !load_fragment(fragment)) recompute();
+}
 
 void App::set_config(const Config& c) {
   config_ = c;
@@ -20,6 +23,10 @@ void App::set_config(const Config& c) {
 
 void App::recompute() {
   result_ = simulate(config_);
+  publish();
+}
+
+void App::publish() {
   // Publish only configs that simulate, so that a shared link always opens on an answer.
   if (result_.ok) {
     std::string frag = config_to_fragment(config_);
@@ -39,8 +46,9 @@ bool App::load_fragment(const std::string& fragment) {
   if (!f.empty() && f[0] == '#') f.erase(0, 1);
   if (f.empty()) return true;  // no link state: keep the current setup
   Parsed p = config_from_fragment(f, Config{});
+  Result r;
   if (p.ok) {
-    Result r = simulate(p.config);
+    r = simulate(p.config);
     if (!r.ok) {
       p.ok = false;
       p.errors = r.errors;
@@ -52,7 +60,9 @@ bool App::load_fragment(const std::string& fragment) {
     messages_.push_back({Message::Kind::Error, text});
     return false;
   }
-  set_config(p.config);
+  config_ = p.config;
+  result_ = std::move(r);  // simulated above: no need to run it twice
+  publish();
   return true;
 }
 

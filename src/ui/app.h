@@ -30,7 +30,9 @@ struct Message {
 
 class App {
  public:
-  explicit App(PlatformHooks hooks);
+  // Opens on the setup of `fragment` (a link's "#..." or bare fragment) when it is given and valid, otherwise on the
+  // defaults (with a message when the link was broken). Either way it simulates once and publishes the fragment.
+  explicit App(PlatformHooks hooks, const std::string& fragment = "");
 
   void frame();  // draws one frame into the current ImGui context, full window
 
@@ -49,6 +51,7 @@ class App {
 
  private:
   void recompute();
+  void publish();
   void draw_toolbar();
   void draw_messages();
 
