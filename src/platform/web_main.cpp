@@ -159,7 +159,8 @@ void frame() {
   ImGui::Render();
   if (first) g_t.first_frame_ui = emscripten_get_now();
   glViewport(0, 0, px_w, px_h);
-  glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
+  const ImVec4 clear = memsim::platform::clear_color();
+  glClearColor(clear.x, clear.y, clear.z, clear.w);
   glClear(GL_COLOR_BUFFER_BIT);
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
   if (first) {
@@ -205,6 +206,7 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   }
   msgs += "]";
   const std::string charts = g_charts ? "{\"renderer\":\"webgl2\",\"timeline_draws\":" + std::to_string(g_charts->quad_draws()) +
+                                            ",\"timeline_uploads\":" + std::to_string(g_charts->quad_uploads()) +
                                             ",\"heatmap_draws\":" + std::to_string(g_charts->heatmap_draws()) + "}"
                                       : "{\"renderer\":\"draw list\"}";
   char timings[400];

@@ -11,6 +11,10 @@
 
 namespace memsim::ui {
 
+namespace {
+uint64_t g_last_result_version = 0;  // versions are unique across App instances (the panels' caches are shared)
+}  // namespace
+
 App::App(PlatformHooks hooks, const std::string& fragment) : hooks_(std::move(hooks)) {
   const bool link = !fragment.empty() && fragment != "#";
   if (!link || !load_fragment(fragment)) recompute();
@@ -21,8 +25,14 @@ void App::set_config(const Config& c) {
   recompute();
 }
 
+void App::show_result(Result r) {
+  result_ = std::move(r);
+  result_version_ = ++g_last_result_version;
+}
+
 void App::recompute() {
   result_ = simulate(config_);
+  result_version_ = ++g_last_result_version;
   publish();
 }
 
@@ -62,6 +72,7 @@ bool App::load_fragment(const std::string& fragment) {
   }
   config_ = p.config;
   result_ = std::move(r);  // simulated above: no need to run it twice
+  result_version_ = ++g_last_result_version;
   publish();
   return true;
 }
@@ -195,7 +206,7 @@ void App::frame() {
   ImGui::SetNextWindowSize(vp->WorkSize);
   ImGui::Begin("memsim", nullptr,
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
-                   ImGuiWindowFlags_NoBringToFrontOnFocus);
+                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoBackground);
   draw_toolbar();
   draw_messages();
   ImGui::Separator();
@@ -235,7 +246,7 @@ void App::frame() {
   ImGui::EndChild();
   ImGui::BeginChild("timeline", ImVec2(0, 0), true);
   ImGui::TextUnformatted("One training step (two iterations: the optimizer state appears in the first)");
-  draw_timeline_panel(result_, unit_);
+  draw_timeline_panel(result_, unit_, result_version_);
   ImGui::EndChild();
   ImGui::EndChild();
   ImGui::End();

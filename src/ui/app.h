@@ -2,6 +2,7 @@
 // State flows once per frame: panels edit `config` in place; when it changed, the app re-runs the simulator
 // and publishes the new URL fragment through the platform hooks.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -47,7 +48,9 @@ class App {
   // Opens a tab of the results on the next frame: "breakdown", "explorer" or "advice". False for other names.
   bool show_view(const std::string& name);
   // Shows a result made elsewhere (the desktop's timeline benchmark) until the config changes.
-  void show_result(Result r) { result_ = std::move(r); }
+  void show_result(Result r);
+  // Names result()'s content, unique in the process: it changes whenever the result does.
+  uint64_t result_version() const { return result_version_; }
 
  private:
   void recompute();
@@ -58,6 +61,7 @@ class App {
   PlatformHooks hooks_;
   Config config_;
   Result result_;
+  uint64_t result_version_ = 0;  // changes with result_: the charts rebuild their data only then
   std::vector<Message> messages_;
   Unit unit_ = Unit::GiB;
   bool dark_ = true;

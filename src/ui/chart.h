@@ -8,6 +8,7 @@
 #include <imgui.h>
 
 #include <array>
+#include <cstdint>
 #include <vector>
 
 namespace memsim::ui {
@@ -31,6 +32,9 @@ struct QuadChart {
   ScreenRect rect;
   float x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   std::vector<ChartQuad> quads;
+  // Nonzero: names these quads. A chart with the key of an earlier one has the same quads, so a renderer may draw
+  // the copy it already holds instead of uploading them again. 0: new quads every time.
+  uint64_t key = 0;
 };
 
 // A piecewise-linear colour scale. Band i covers (hi of band i-1, hi] (the first starts at `lo`) and blends from
@@ -46,6 +50,11 @@ struct ColorScale {
   ImU32 missing = 0;
 };
 ImU32 scale_color(const ColorScale& scale, float value);
+
+// The one colour that, blended once over any opaque background (straight alpha, as ImGui's backends blend), looks
+// like `top` blended over `bottom` blended over that background. Charts use it to draw stacked translucent layers as
+// one layer of quads that do not overlap: a software rasteriser pays for every blended pixel.
+ImU32 blend_over(ImU32 top, ImU32 bottom);
 
 // A grid of values, row 0 on top. Each cell is the grid's rect divided by (w, h), less `gap` pixels on its right
 // and bottom. Where two neighbouring cells lie on either side of `boundary` (one <= it, one above), the gap

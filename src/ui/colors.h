@@ -18,4 +18,8 @@ inline ImU32 slot_color(int slot) {
   };
   return colors[slot];
 }
+
+// The timeline's series (straight alpha), drawn over the chart's frame colour (ImGuiCol_FrameBg).
+constexpr ImU32 kTimelineReserved = IM_COL32(140, 140, 140, 90);
+constexpr ImU32 kTimelineAllocated = IM_COL32(76, 150, 230, 200);
 }  // namespace memsim::ui

@@ -16,8 +16,10 @@ bool draw_inputs_panel(Config& config, const Result& result);
 // Fit verdict per device, stacked bar by component and the exact table.
 void draw_results_panel(const Config& config, const Result& result, Unit unit);
 // Allocated and reserved memory over the events of the step, phases and peak marked; hover shows the event.
-// every_event draws one column per event even where several share a pixel: the renderer benchmark's worst case.
-void draw_timeline_panel(const Result& result, Unit unit, bool every_event = false);
+// `version` names the result's content (0: unknown): the chart's columns are rebuilt, and uploaded by a renderer,
+// only when it, the chart's size or the theme change. every_event draws one column per event even where several
+// share a pixel: the renderer benchmark's worst case.
+void draw_timeline_panel(const Result& result, Unit unit, uint64_t version = 0, bool every_event = false);
 
 // Single changes that lower the peak, ranked; returns true when one was applied to `config`.
 bool draw_advice_panel(Config& config, Unit unit);

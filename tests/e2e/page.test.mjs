@@ -105,6 +105,11 @@ test("the default page draws the verdict, breakdown and timeline", async () => {
   assert.ok(charts.timeline_draws > 0, JSON.stringify(charts));
   const blue = share(img, 530, 655, 700, 25, (r, g, b) => b > r + 80 && b > 150);
   assert.ok(blue > 0.5, `the timeline's blue covers ${(100 * blue).toFixed(0)}% of its bottom`);
+  // While nothing changes, the timeline is drawn every frame from the instances uploaded once.
+  await page.waitForTimeout(500);
+  const later = (await page.evaluate(() => window.memsim.state())).charts;
+  assert.ok(later.timeline_draws > charts.timeline_draws, JSON.stringify([charts, later]));
+  assert.equal(later.timeline_uploads, charts.timeline_uploads, JSON.stringify([charts, later]));
   assert.deepEqual(errors, []);
   await page.close();
 });

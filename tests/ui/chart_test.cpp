@@ -4,12 +4,15 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "headless.h"
 #include "ui/app.h"
 #include "ui/bench.h"
 #include "ui/chart.h"
+#include "ui/colors.h"
 
 using namespace memsim;
 
@@ -63,7 +66,7 @@ TEST_CASE("without a renderer the charts are drawn by the draw list", "[ui][char
   CHECK(play_callbacks() == 0);
 }
 
-TEST_CASE("with a renderer the timeline is one chart of tiling columns that keep every spike", "[ui][chart]") {
+TEST_CASE("with a renderer the timeline is one chart of columns that cover it once and keep every spike", "[ui][chart]") {
   Recorder rec;
   Registered on(&rec);
   HeadlessImGui gui(1280, 720);
@@ -76,19 +79,81 @@ TEST_CASE("with a renderer the timeline is one chart of tiling columns that keep
   const DeviceResult& d = app.result().devices[0];
   CHECK(c.x_max == 50000.0f);
   CHECK(c.y_max > static_cast<float>(d.peak.reserved_bytes));
-  // At most one column per pixel for each series, however many events.
-  CHECK(c.quads.size() <= 2 * static_cast<size_t>(c.rect.x1 - c.rect.x0));
-  for (ImU32 color : {IM_COL32(140, 140, 140, 90), IM_COL32(76, 150, 230, 200)}) {
-    const auto s = series(c, color);
-    REQUIRE(!s.empty());
-    CHECK(s.front().x0 == 0.0f);
-    CHECK(s.back().x1 == c.x_max);
-    for (size_t i = 1; i < s.size(); ++i) CHECK(s[i].x0 == s[i - 1].x1);  // no gap, no overlap
+  // At most one column per pixel, of at most three quads (allocated, reserved above it, the empty frame above that),
+  // however many events.
+  CHECK(c.quads.size() <= 3 * static_cast<size_t>(c.rect.x1 - c.rect.x0));
+  // The quads cover the chart exactly once, so that every pixel is blended once: no overlap, and their areas add
+  // up to the chart's.
+  std::vector<ui::ChartQuad> q = c.quads;
+  std::sort(q.begin(), q.end(), [](auto& a, auto& b) { return a.x0 < b.x0; });
+  double area = 0;
+  int overlaps = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    CHECK((q[i].x0 >= 0 && q[i].x1 <= c.x_max && q[i].y0 >= 0 && q[i].y1 <= c.y_max && q[i].x0 < q[i].x1 && q[i].y0 < q[i].y1));
+    area += (static_cast<double>(q[i].x1) - q[i].x0) * (static_cast<double>(q[i].y1) - q[i].y0);
+    for (size_t j = i + 1; j < q.size() && q[j].x0 < q[i].x1; ++j)
+      overlaps += q[j].y0 < q[i].y1 && q[i].y0 < q[j].y1;
   }
-  // The tallest allocated column is the peak itself, though it lasts one event of the 50,000.
-  const auto allocated = series(c, IM_COL32(76, 150, 230, 200));
-  const float tallest = std::max_element(allocated.begin(), allocated.end(), [](auto& a, auto& b) { return a.y1 < b.y1; })->y1;
+  CHECK(overlaps == 0);
+  CHECK(area == Approx(static_cast<double>(c.x_max) * c.y_max).epsilon(1e-4));
+  // The allocated memory runs from the first event to the last, and its tallest column is the peak itself, though
+  // it lasts one event of the 50,000.
+  const ImU32 allocated = ui::blend_over(ui::kTimelineAllocated, ui::blend_over(ui::kTimelineReserved, ImGui::GetColorU32(ImGuiCol_FrameBg)));
+  const auto s = series(c, allocated);
+  REQUIRE(!s.empty());
+  CHECK(s.front().x0 == 0.0f);
+  CHECK(s.back().x1 == c.x_max);
+  for (size_t i = 1; i < s.size(); ++i) CHECK(s[i].x0 == s[i - 1].x1);  // no gap
+  const float tallest = std::max_element(s.begin(), s.end(), [](auto& a, auto& b) { return a.y1 < b.y1; })->y1;
   CHECK(tallest == static_cast<float>(d.peak.allocated_bytes));
+}
+
+TEST_CASE("the timeline's chart keeps its key while nothing changes, so a renderer uploads it once", "[ui][chart]") {
+  Recorder rec;
+  Registered on(&rec);
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  for (int i = 0; i < 3; ++i) gui.frame(app), play_callbacks();
+  REQUIRE(rec.quads.size() == 3);
+  CHECK(rec.quads[0].key != 0);
+  CHECK(rec.quads[1].key == rec.quads[0].key);
+  CHECK(rec.quads[2].key == rec.quads[0].key);
+  Config c = app.config();
+  c.training.micro_batch_size = 2;  // a new result: new columns, a new key
+  app.set_config(c);
+  gui.frame(app), play_callbacks();
+  REQUIRE(rec.quads.size() == 4);
+  CHECK(rec.quads[3].key != rec.quads[0].key);
+  CHECK(rec.quads[3].y_max < rec.quads[0].y_max);  // and the new result's columns: a smaller micro-batch, a lower peak
+  ImGui::StyleColorsLight();  // another theme: other colours, a new key
+  gui.frame(app), play_callbacks();
+  CHECK(rec.quads[4].key != rec.quads[3].key);
+  ImGui::StyleColorsDark();
+}
+
+TEST_CASE("blend_over folds two translucent layers into one", "[ui][chart]") {
+  auto over = [](ImU32 top, ImU32 under) {  // what GL's SRC_ALPHA, ONE_MINUS_SRC_ALPHA blending does to an opaque colour
+    ImU32 out = IM_COL32(0, 0, 0, 255);
+    const float a = static_cast<float>((top >> IM_COL32_A_SHIFT) & 0xFF) / 255.0f;
+    for (int shift : {IM_COL32_R_SHIFT, IM_COL32_G_SHIFT, IM_COL32_B_SHIFT}) {
+      const float t = static_cast<float>((top >> shift) & 0xFF), u = static_cast<float>((under >> shift) & 0xFF);
+      out |= static_cast<ImU32>(std::lround(t * a + u * (1 - a))) << shift;
+    }
+    return out;
+  };
+  auto near = [](ImU32 a, ImU32 b) {
+    for (int shift : {IM_COL32_R_SHIFT, IM_COL32_G_SHIFT, IM_COL32_B_SHIFT})
+      if (std::abs(static_cast<int>((a >> shift) & 0xFF) - static_cast<int>((b >> shift) & 0xFF)) > 1) return false;
+    return true;
+  };
+  for (ImU32 bg : {IM_COL32(15, 15, 16, 255), IM_COL32(240, 240, 240, 255), IM_COL32(200, 30, 90, 255)}) {
+    const ImU32 frame = IM_COL32(41, 74, 122, 138);
+    INFO(bg);
+    CHECK(near(over(ui::blend_over(ui::kTimelineReserved, frame), bg), over(ui::kTimelineReserved, over(frame, bg))));
+    CHECK(near(over(ui::blend_over(ui::kTimelineAllocated, ui::blend_over(ui::kTimelineReserved, frame)), bg),
+               over(ui::kTimelineAllocated, over(ui::kTimelineReserved, over(frame, bg)))));
+  }
+  CHECK(ui::blend_over(IM_COL32(1, 2, 3, 255), IM_COL32(9, 9, 9, 100)) == IM_COL32(1, 2, 3, 255));  // opaque on top
 }
 
 TEST_CASE("the fit explorer hands its cells to the renderer as one grid", "[ui][chart]") {
