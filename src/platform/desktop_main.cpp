@@ -5,6 +5,7 @@
 // [x] --frames/--screenshot for the headless smoke test under Xvfb
 // [x] charts drawn by the GL chart renderer (shaders/), or by ImGui's draw list if it cannot be built
 // [x] --bench-timeline: frames per second of the timeline with a synthetic step of that many events
+// [x] keyboard: one key event per frame (key_queue.h), so a quick tap is never lost
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 #include <imgui_impl_glfw.h>
@@ -22,6 +23,7 @@
 
 #include "gl_chart_renderer.h"
 #include "imgui_setup.h"
+#include "key_queue.h"
 #include "ui/app.h"
 #include "ui/bench.h"
 
@@ -190,6 +192,7 @@ int main(int argc, char** argv) {
   glfwGetWindowContentScale(g_window, &sx, &sy);
   memsim::platform::setup_imgui("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", sx);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
+  memsim::platform::KeyQueue::install(g_window);
   ImGui_ImplOpenGL3_Init("#version 330");
 
   // The smoke test reads these lines: they say which path draws the charts on this machine.
@@ -221,9 +224,10 @@ int main(int argc, char** argv) {
 
   int frame = 0;
   while (bench_events <= 0 && !glfwWindowShouldClose(g_window)) {
-    if (frames > 0) glfwPollEvents();
+    if (frames > 0 || memsim::platform::KeyQueue::pending()) glfwPollEvents();
     else glfwWaitEventsTimeout(0.5);  // idle without spinning the CPU
     ImGui_ImplOpenGL3_NewFrame();
+    memsim::platform::KeyQueue::feed();
     ImGui_ImplGlfw_NewFrame();
     ImGui::NewFrame();
     app.frame();

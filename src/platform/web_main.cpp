@@ -7,6 +7,7 @@
 // [x] window.memsim.estimate(configJson) (memsim_estimate_json), for scripting and the e2e tests
 // [x] charts drawn by the WebGL2 chart renderer (shaders/), or by ImGui's draw list if it cannot be built;
 //     window.memsim.state().charts says which, and how many charts it has drawn
+// [x] keyboard: one key event per frame (key_queue.h); the focused control read out by a live region (#focus)
 #include <GLFW/glfw3.h>
 #include <emscripten/emscripten.h>
 #include <emscripten/html5.h>
@@ -24,6 +25,7 @@
 #include "core/simulate.h"
 #include "gl_chart_renderer.h"
 #include "imgui_setup.h"
+#include "key_queue.h"
 #include "ui/app.h"
 
 // clang-format off
@@ -49,6 +51,11 @@ EM_JS(void, js_note_first_frame_presented, (), {
   requestAnimationFrame(function() { window.memsimFirstFramePresented = performance.now(); });
 });
 EM_JS(bool, js_first_frame_presented, (), { return typeof window.memsimFirstFramePresented === "number"; });
+// The focused control in words, for screen readers: a live region reads out each new text (textContent only).
+EM_JS(void, js_announce, (const char* text), {
+  var el = document.getElementById("focus");
+  if (el) el.textContent = UTF8ToString(text);
+});
 EM_JS(void, js_copy_text, (const char* text), {
   var s = UTF8ToString(text);
   if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(s).catch(function() {});
@@ -95,6 +102,17 @@ std::string take_js_string(char* p) {
   std::string s = p ? p : "";
   std::free(p);
   return s;
+}
+
+// A JSON string literal of `text` (control characters become spaces).
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') out += '\\', out += ch;
+    else if (static_cast<unsigned char>(ch) < 0x20) out += ' ';
+    else out += ch;
+  }
+  return out + "\"";
 }
 
 char* new_c_string(const std::string& s) {
@@ -146,6 +164,7 @@ void frame() {
   }
   ImGui_ImplOpenGL3_NewFrame();  // the first one builds the font atlas and the backend's shaders
   if (first) g_t.first_frame_device = emscripten_get_now();
+  memsim::platform::KeyQueue::feed();
   ImGui_ImplGlfw_NewFrame();
   ImGuiIO& io = ImGui::GetIO();
   // Emscripten's GLFW reports the cursor in backing-store pixels (library_browser.js calculateMouseEvent scales
@@ -156,6 +175,11 @@ void frame() {
   io.DisplayFramebufferScale = ImVec2(static_cast<float>(ratio), static_cast<float>(ratio));
   ImGui::NewFrame();
   g_app->frame();
+  static std::string announced;
+  if (g_app->focus_announcement() != announced) {
+    announced = g_app->focus_announcement();
+    js_announce(announced.c_str());
+  }
   ImGui::Render();
   if (first) g_t.first_frame_ui = emscripten_get_now();
   glViewport(0, 0, px_w, px_h);
@@ -191,19 +215,12 @@ EMSCRIPTEN_KEEPALIVE void memsim_load_text(const char* text, const char* origin)
   if (g_app) g_app->load_text(text ? text : "", origin ? origin : "the file");
 }
 
-// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "charts": {...}}.
+// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "focus": "...",
+// "charts": {...}, "timings": {...}}.
 EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   if (!g_app) return new_c_string("{}");
   std::string msgs = "[";
-  for (const auto& m : g_app->messages()) {
-    std::string esc;
-    for (char ch : m.text) {
-      if (ch == '"' || ch == '\\') esc += '\\', esc += ch;
-      else if (static_cast<unsigned char>(ch) < 0x20) esc += ' ';
-      else esc += ch;
-    }
-    msgs += std::string(msgs.size() > 1 ? "," : "") + "\"" + esc + "\"";
-  }
+  for (const auto& m : g_app->messages()) msgs += std::string(msgs.size() > 1 ? "," : "") + json_string(m.text);
   msgs += "]";
   const std::string charts = g_charts ? "{\"renderer\":\"webgl2\",\"timeline_draws\":" + std::to_string(g_charts->quad_draws()) +
                                             ",\"timeline_uploads\":" + std::to_string(g_charts->quad_uploads()) +
@@ -218,7 +235,8 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
                 g_t.first_frame_end, g_t.first_frame_result ? "true" : "false", g_t.chart_renderer_ms);
   return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
                       memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs +
-                      ",\"charts\":" + charts + ",\"timings\":" + timings + "}");
+                      ",\"focus\":" + json_string(g_app->focus_announcement()) + ",\"charts\":" + charts +
+                      ",\"timings\":" + timings + "}");
 }
 }
 
@@ -245,6 +263,7 @@ int main() {
   g_ratio = static_cast<float>(emscripten_get_device_pixel_ratio());
   memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
+  memsim::platform::KeyQueue::install(g_window);
   ImGui_ImplOpenGL3_Init("#version 300 es");
   g_t.imgui = emscripten_get_now();
   memsim::ui::PlatformHooks hooks;

@@ -44,6 +44,9 @@ class App {
   const Config& config() const { return config_; }
   const Result& result() const { return result_; }
   const std::vector<Message>& messages() const { return messages_; }
+  // The control the keyboard focus is on, in words ("micro_batch_size: 4, ..."), "" when the focus is not shown:
+  // for screen readers (the page's live region) and the tests. ui/keyboard.h describes the keys.
+  const std::string& focus_announcement() const;
   void set_config(const Config& c);
   // Opens a tab of the results on the next frame: "breakdown", "explorer" or "advice". False for other names.
   bool show_view(const std::string& name);

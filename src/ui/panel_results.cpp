@@ -7,6 +7,7 @@
 
 #include "colors.h"
 #include "core/step.h"
+#include "keyboard.h"
 #include "panels.h"
 
 namespace memsim::ui {
@@ -64,6 +65,7 @@ void stacked_bar(const DeviceResult& d, Unit unit) {
   dl->AddRectFilled(p0, ImVec2(p0.x + width, p0.y + height), ImGui::GetColorU32(ImGuiCol_FrameBg));
   ImGui::InvisibleButton("bar", ImVec2(width, height));
   const bool hovered = ImGui::IsItemHovered();
+  const bool focused = item_has_keyboard_focus();
   const float mouse_x = ImGui::GetIO().MousePos.x;
   float x = p0.x;
   for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
@@ -82,6 +84,22 @@ void stacked_bar(const DeviceResult& d, Unit unit) {
   const float cap_x = p0.x + static_cast<float>(static_cast<double>(d.capacity_bytes) / scale_to * width);
   dl->AddLine(ImVec2(usable_x, p0.y - 3), ImVec2(usable_x, p0.y + height + 3), IM_COL32(255, 220, 80, 255), 2.0f);
   dl->AddLine(ImVec2(cap_x - 1, p0.y - 3), ImVec2(cap_x - 1, p0.y + height + 3), IM_COL32(255, 80, 80, 255), 2.0f);
+  // The keyboard's focus on the bar shows every component at once (the table below has the same numbers).
+  if (focused) {
+    draw_focus_frame(p0.x, p0.y, p0.x + width, p0.y + height);
+    std::string words = "Breakdown of " + d.role + " at the peak, " + bytes_text(d.peak.device_bytes, unit) + ":";
+    ImGui::BeginTooltip();
+    for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
+      if (slots[i].bytes <= 0) continue;
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(slot_color(i)), "%s", "#");
+      ImGui::SameLine();
+      ImGui::Text("%s: %s", slots[i].label, bytes_text(slots[i].bytes, unit).c_str());
+      words += std::string(" ") + slots[i].label + " " + bytes_text(slots[i].bytes, unit) + ",";
+    }
+    ImGui::EndTooltip();
+    words.back() = '.';
+    announce_focus(words, true);
+  }
 }
 
 void breakdown_table(const DeviceResult& d, Unit unit) {

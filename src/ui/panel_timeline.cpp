@@ -11,6 +11,7 @@
 
 #include "chart.h"
 #include "colors.h"
+#include "keyboard.h"
 #include "panels.h"
 
 namespace memsim::ui {
@@ -79,6 +80,11 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImGui::InvisibleButton("timeline", ImVec2(width, height));
   const bool hovered = ImGui::IsItemHovered();
+  const bool focused = item_has_keyboard_focus();  // the keyboard shows the peak's moment
+  announce_focus("Timeline of one step, " + std::to_string(tl.size()) + " events: the peak, " +
+                     bytes_text(d.peak.allocated_bytes, unit) + " allocated, comes during " + d.peak_phase + ", at the allocation of " +
+                     d.peak_label,
+                 focused);
 
   const double top = static_cast<double>(std::max<int64_t>(1, d.peak.reserved_bytes)) * 1.08;
   const size_t n = tl.size();
@@ -128,9 +134,11 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
   dl->AddText(ImVec2(std::min(peak.x + 6, p0.x + width - 140), peak.y - 2), IM_COL32(255, 120, 120, 255),
               ("peak " + bytes_text(d.peak.allocated_bytes, unit)).c_str());
 
-  if (hovered) {
+  if (focused) draw_focus_frame(p0.x, p0.y, p0.x + width, p0.y + height);
+  if (hovered || focused) {
     const float mx = ImGui::GetIO().MousePos.x - p0.x;
-    const size_t ev = std::min(n - 1, static_cast<size_t>(std::max(0.0f, mx) / width * static_cast<float>(n)));
+    const size_t ev = hovered ? std::min(n - 1, static_cast<size_t>(std::max(0.0f, mx) / width * static_cast<float>(n)))
+                              : std::min<size_t>(n - 1, d.peak_event);
     dl->AddLine(ImVec2(x_of(ev), p0.y), ImVec2(x_of(ev), p0.y + height), IM_COL32(255, 255, 255, 120));
     const Event& e = d.program.events[ev];
     const Tensor& t = d.program.tensors[e.tensor];
