@@ -240,6 +240,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "memsim: cannot write %s\n", screenshot.c_str());
         return 1;
       }
+      // "timeline" counts every quad chart (the timeline and the breakdown bars): tests/desktop/smoke.sh reads it.
       std::printf("memsim: charts drawn by the GL renderer: timeline %ld, heatmap %ld; quad uploads %ld\n",
                   charts->quad_draws(), charts->heatmap_draws(), charts->quad_uploads());
       break;

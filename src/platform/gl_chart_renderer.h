@@ -21,7 +21,7 @@ class GlChartRenderer final : public ui::ChartRenderer {
   bool init();
   const std::string& error() const { return error_; }
   static const char* api();  // "GL 3.3 core" or "WebGL2"
-  long quad_draws() const { return quad_draws_; }
+  long quad_draws() const { return quad_draws_; }      // quad charts: the timeline and the breakdown bars
   long quad_uploads() const { return quad_uploads_; }  // instance data sent to the GPU; a keyed chart only once
   long heatmap_draws() const { return heatmap_draws_; }
 
@@ -38,7 +38,7 @@ class GlChartRenderer final : public ui::ChartRenderer {
     unsigned vao = 0, vbo = 0;
     long used = 0;  // when it was last drawn, for reuse of the least recent
   };
-  std::array<QuadBuffer, 4> quad_buffers_{};
+  std::array<QuadBuffer, 8> quad_buffers_{};
   struct QuadUniforms {
     int view, rect, display, scale;
   } qu_{};

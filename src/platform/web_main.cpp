@@ -222,6 +222,7 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   std::string msgs = "[";
   for (const auto& m : g_app->messages()) msgs += std::string(msgs.size() > 1 ? "," : "") + json_string(m.text);
   msgs += "]";
+  // timeline_draws counts every quad chart (the timeline and the breakdown bars), as it did when the timeline was the only one.
   const std::string charts = g_charts ? "{\"renderer\":\"webgl2\",\"timeline_draws\":" + std::to_string(g_charts->quad_draws()) +
                                             ",\"timeline_uploads\":" + std::to_string(g_charts->quad_uploads()) +
                                             ",\"heatmap_draws\":" + std::to_string(g_charts->heatmap_draws()) + "}"

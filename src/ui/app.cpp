@@ -252,7 +252,7 @@ void App::frame() {
       return open;
     };
     if (tab("Breakdown", "breakdown")) {
-      draw_results_panel(config_, result_, unit_);
+      draw_results_panel(config_, result_, unit_, result_version_);
       ImGui::EndTabItem();
     }
     if (tab("Fit explorer", "explorer")) {

@@ -112,6 +112,13 @@ ImU32 blend_over(ImU32 top, ImU32 bottom) {
   return out;
 }
 
+uint64_t chart_key(uint64_t version, std::initializer_list<uint64_t> parts) {
+  if (version == 0) return 0;
+  uint64_t key = 0xCBF29CE484222325ull ^ version;
+  for (uint64_t part : parts) key = (key ^ part) * 0x100000001B3ull;  // FNV-1a over whole words
+  return key | 1;
+}
+
 void set_chart_renderer(ChartRenderer* renderer) { g_renderer = renderer; }
 ChartRenderer* chart_renderer() { return g_renderer; }
 

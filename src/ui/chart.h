@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace memsim::ui {
@@ -83,6 +84,10 @@ class ChartRenderer {
   virtual void draw(const QuadChart& chart, const ChartTarget& target) = 0;
   virtual void draw(const HeatmapChart& chart, const ChartTarget& target) = 0;
 };
+
+// A QuadChart key from the version of the data it shows and what else shapes its quads (size, colours, index):
+// nonzero, and the same for the same inputs. A version of 0 means "unknown" and gives 0: upload every time.
+uint64_t chart_key(uint64_t version, std::initializer_list<uint64_t> parts);
 
 // The platform registers its renderer once its shaders have compiled; nullptr returns to the draw-list path.
 void set_chart_renderer(ChartRenderer* renderer);

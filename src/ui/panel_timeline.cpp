@@ -96,14 +96,8 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
   static QuadChart cached;
   static uint64_t cached_key = 0;
   const ScreenRect rect{p0.x, p0.y, p0.x + width, p0.y + height};
-  uint64_t key = 0;
-  if (version != 0) {
-    key = version;
-    for (uint64_t part : {static_cast<uint64_t>(width), static_cast<uint64_t>(height), static_cast<uint64_t>(every_event),
-                          static_cast<uint64_t>(ImGui::GetColorU32(ImGuiCol_FrameBg))})
-      key = (key ^ part) * 0x100000001B3ull;  // FNV-style mixing
-    key |= 1;
-  }
+  const uint64_t key = chart_key(version, {static_cast<uint64_t>(width), static_cast<uint64_t>(height), every_event ? 1u : 0u,
+                                           ImGui::GetColorU32(ImGuiCol_FrameBg)});
   if (key == 0 || key != cached_key) {
     cached = timeline_chart(d, rect, every_event);
     cached.key = key;

@@ -14,8 +14,9 @@ namespace memsim::ui {
 
 // Inputs grouped as model, training, parallelism, hardware. Returns true when the config changed.
 bool draw_inputs_panel(Config& config, const Result& result);
-// Fit verdict per device, stacked bar by component and the exact table.
-void draw_results_panel(const Config& config, const Result& result, Unit unit);
+// Fit verdict per device, stacked bar by component and the exact table. `version` names the result's content, as for
+// the timeline (0: unknown).
+void draw_results_panel(const Config& config, const Result& result, Unit unit, uint64_t version = 0);
 // Allocated and reserved memory over the events of the step, phases and peak marked; hover shows the event.
 // `version` names the result's content (0: unknown): the chart's columns are rebuilt, and uploaded by a renderer,
 // only when it, the chart's size or the theme change. every_event draws one column per event even where several

@@ -2,6 +2,7 @@
 // and the test plays the draw lists' callbacks as ImGui's GL backend would.
 #include <catch2/catch.hpp>
 #include <imgui.h>
+#include <imgui_internal.h>
 
 #include <algorithm>
 #include <cmath>
@@ -50,6 +51,30 @@ int play_callbacks() {
   return played;
 }
 
+// The charts a frame drew with x_max == x_max (the timeline's: its events; the breakdown bars': 1).
+std::vector<ui::QuadChart> charts_of(const std::vector<ui::QuadChart>& all, float x_max) {
+  std::vector<ui::QuadChart> out;
+  std::copy_if(all.begin(), all.end(), std::back_inserter(out), [&](const ui::QuadChart& c) { return c.x_max == x_max; });
+  return out;
+}
+
+// Whether the quads cover the chart's units exactly once: none outside, no two overlapping, areas adding up.
+void check_covers_once(const ui::QuadChart& c) {
+  std::vector<ui::ChartQuad> q = c.quads;
+  std::sort(q.begin(), q.end(), [](auto& a, auto& b) { return a.x0 < b.x0; });
+  double area = 0;
+  int overlaps = 0, outside = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    outside += !(q[i].x0 >= c.x_min && q[i].x1 <= c.x_max && q[i].y0 >= c.y_min && q[i].y1 <= c.y_max && q[i].x0 < q[i].x1 &&
+                 q[i].y0 < q[i].y1);
+    area += (static_cast<double>(q[i].x1) - q[i].x0) * (static_cast<double>(q[i].y1) - q[i].y0);
+    for (size_t j = i + 1; j < q.size() && q[j].x0 < q[i].x1; ++j) overlaps += q[j].y0 < q[i].y1 && q[i].y0 < q[j].y1;
+  }
+  CHECK(outside == 0);
+  CHECK(overlaps == 0);
+  CHECK(area == Approx((static_cast<double>(c.x_max) - c.x_min) * (static_cast<double>(c.y_max) - c.y_min)).epsilon(1e-4));
+}
+
 std::vector<ui::ChartQuad> series(const ui::QuadChart& c, ImU32 color) {
   std::vector<ui::ChartQuad> out;
   std::copy_if(c.quads.begin(), c.quads.end(), std::back_inserter(out), [&](const ui::ChartQuad& q) { return q.rgba == color; });
@@ -73,29 +98,18 @@ TEST_CASE("with a renderer the timeline is one chart of columns that cover it on
   ui::App app({});
   app.show_result(ui::synthetic_step(50000));
   gui.frame(app);
-  CHECK(play_callbacks() == 1);
-  REQUIRE(rec.quads.size() == 1);
-  const ui::QuadChart& c = rec.quads[0];
+  CHECK(play_callbacks() == 2);  // the breakdown's bar, then the timeline
+  const auto timelines = charts_of(rec.quads, 50000.0f);
+  REQUIRE(timelines.size() == 1);
+  const ui::QuadChart& c = timelines[0];
   const DeviceResult& d = app.result().devices[0];
   CHECK(c.x_max == 50000.0f);
   CHECK(c.y_max > static_cast<float>(d.peak.reserved_bytes));
   // At most one column per pixel, of at most three quads (allocated, reserved above it, the empty frame above that),
   // however many events.
   CHECK(c.quads.size() <= 3 * static_cast<size_t>(c.rect.x1 - c.rect.x0));
-  // The quads cover the chart exactly once, so that every pixel is blended once: no overlap, and their areas add
-  // up to the chart's.
-  std::vector<ui::ChartQuad> q = c.quads;
-  std::sort(q.begin(), q.end(), [](auto& a, auto& b) { return a.x0 < b.x0; });
-  double area = 0;
-  int overlaps = 0;
-  for (size_t i = 0; i < q.size(); ++i) {
-    CHECK((q[i].x0 >= 0 && q[i].x1 <= c.x_max && q[i].y0 >= 0 && q[i].y1 <= c.y_max && q[i].x0 < q[i].x1 && q[i].y0 < q[i].y1));
-    area += (static_cast<double>(q[i].x1) - q[i].x0) * (static_cast<double>(q[i].y1) - q[i].y0);
-    for (size_t j = i + 1; j < q.size() && q[j].x0 < q[i].x1; ++j)
-      overlaps += q[j].y0 < q[i].y1 && q[i].y0 < q[j].y1;
-  }
-  CHECK(overlaps == 0);
-  CHECK(area == Approx(static_cast<double>(c.x_max) * c.y_max).epsilon(1e-4));
+  // The quads cover the chart exactly once, so that every pixel is blended once.
+  check_covers_once(c);
   // The allocated memory runs from the first event to the last, and its tallest column is the peak itself, though
   // it lasts one event of the 50,000.
   const ImU32 allocated = ui::blend_over(ui::kTimelineAllocated, ui::blend_over(ui::kTimelineReserved, ImGui::GetColorU32(ImGuiCol_FrameBg)));
@@ -113,22 +127,74 @@ TEST_CASE("the timeline's chart keeps its key while nothing changes, so a render
   Registered on(&rec);
   HeadlessImGui gui(1280, 720);
   ui::App app({});
-  for (int i = 0; i < 3; ++i) gui.frame(app), play_callbacks();
-  REQUIRE(rec.quads.size() == 3);
-  CHECK(rec.quads[0].key != 0);
-  CHECK(rec.quads[1].key == rec.quads[0].key);
-  CHECK(rec.quads[2].key == rec.quads[0].key);
+  // Each frame draws the breakdown's bar (x_max 1) and then the timeline.
+  auto frame = [&] {
+    rec.quads.clear();
+    gui.frame(app);
+    play_callbacks();
+    REQUIRE(rec.quads.size() == 2);
+    return std::pair{rec.quads[0], rec.quads[1]};
+  };
+  const auto [bar, timeline] = frame();
+  CHECK(bar.key != 0);
+  CHECK(timeline.key != 0);
+  CHECK(bar.key != timeline.key);
+  for (int i = 0; i < 2; ++i) {
+    const auto [b, t] = frame();
+    CHECK(b.key == bar.key);
+    CHECK(t.key == timeline.key);
+  }
   Config c = app.config();
-  c.training.micro_batch_size = 2;  // a new result: new columns, a new key
+  c.training.micro_batch_size = 2;  // a new result: new columns, new keys
   app.set_config(c);
-  gui.frame(app), play_callbacks();
-  REQUIRE(rec.quads.size() == 4);
-  CHECK(rec.quads[3].key != rec.quads[0].key);
-  CHECK(rec.quads[3].y_max < rec.quads[0].y_max);  // and the new result's columns: a smaller micro-batch, a lower peak
-  ImGui::StyleColorsLight();  // another theme: other colours, a new key
-  gui.frame(app), play_callbacks();
-  CHECK(rec.quads[4].key != rec.quads[3].key);
+  const auto [bar2, timeline2] = frame();
+  CHECK(bar2.key != bar.key);
+  CHECK(timeline2.key != timeline.key);
+  CHECK(timeline2.y_max < timeline.y_max);  // and the new result's columns: a smaller micro-batch, a lower peak
+  ImGui::StyleColorsLight();  // another theme: other colours, new keys
+  const auto [bar3, timeline3] = frame();
+  CHECK(bar3.key != bar2.key);
+  CHECK(timeline3.key != timeline2.key);
   ImGui::StyleColorsDark();
+}
+
+TEST_CASE("with a renderer each breakdown bar is a chart of its components and the empty rest, in the slots' colours",
+          "[ui][chart]") {
+  Recorder rec;
+  Registered on(&rec);
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  gui.frame(app);
+  play_callbacks();
+  const auto bars = charts_of(rec.quads, 1.0f);
+  const DeviceResult& d = app.result().devices.at(0);
+  REQUIRE(bars.size() == app.result().devices.size());
+  const ui::QuadChart& bar = bars[0];
+  check_covers_once(bar);
+  // Every component with bytes is a segment in its own colour, as wide as its share of the capacity; the NCCL
+  // buffers (the tenth slot, outside the allocator) have a colour of their own.
+  REQUIRE(d.breakdown.nccl_bytes > 0);
+  const double scale = static_cast<double>(std::max(d.capacity_bytes, d.peak.device_bytes));
+  const auto nccl = series(bar, ui::slot_color(9));
+  REQUIRE(nccl.size() == 1);
+  CHECK(nccl[0].x1 - nccl[0].x0 == Approx(static_cast<double>(d.breakdown.nccl_bytes) / scale).epsilon(1e-3));
+  const auto weights = series(bar, ui::slot_color(0));
+  REQUIRE(weights.size() == 1);
+  CHECK(weights[0].x0 == 0.0f);
+  CHECK(weights[0].x1 == Approx(static_cast<double>(d.breakdown.allocator[0]) / scale).epsilon(1e-3));
+  for (int i = 0; i < ui::kSlotCount; ++i)
+    for (int j = i + 1; j < ui::kSlotCount; ++j) CHECK(ui::slot_color(i) != ui::slot_color(j));
+  // Hovering a segment still shows its details: a tooltip over the bar, none beside it.
+  auto tooltip_at = [&](float x, float y) {
+    ImGui::GetIO().MousePos = ImVec2(x, y);
+    gui.frame(app);
+    gui.frame(app);
+    const ImGuiWindow* w = ImGui::FindWindowByName("##Tooltip_00");
+    return w != nullptr && w->Active;
+  };
+  const float y = (bar.rect.y0 + bar.rect.y1) / 2;
+  CHECK(tooltip_at(bar.rect.x0 + 3, y));
+  CHECK(!tooltip_at(bar.rect.x0 + 3, bar.rect.y0 - 40));
 }
 
 TEST_CASE("blend_over folds two translucent layers into one", "[ui][chart]") {
