@@ -46,12 +46,20 @@
   // - the wasm is fetched and compiled as it streams in (served as application/wasm), instead of only after memsim.js
   //   has been parsed and run; Module.instantiateWasm below instantiates the compiled module;
   // - the WebGL2 context is created now, with the attributes web_main.cpp asks GLFW for (no alpha, depth, stencil
-  //   or antialiasing), so Emscripten's getContext call later gets this same context instead of waiting for one.
+  //   or antialiasing), so Emscripten's getContext call later gets this same context instead of waiting for one,
+  //   and with its extensions on.
   var canvas = document.getElementById("canvas");
   var compiled = typeof WebAssembly.compileStreaming === "function"
     ? WebAssembly.compileStreaming(fetch("memsim.wasm", { credentials: "same-origin" })) : null;
   if (compiled) compiled.catch(function () {});  // handled in instantiateWasm
-  try { canvas.getContext("webgl2", { alpha: false, depth: false, stencil: false, antialias: false }); } catch (e) {}
+  try {
+    var gl = canvas.getContext("webgl2", { alpha: false, depth: false, stencil: false, antialias: false });
+    // Emscripten turns on every extension but the debug and lose_context ones when it takes the context over
+    // (GL.initExtensions); turning them on now spares main() the round trips to the GPU process.
+    if (gl) (gl.getSupportedExtensions() || []).forEach(function (ext) {
+      if (ext.indexOf("lose_context") < 0 && ext.indexOf("debug") < 0) gl.getExtension(ext);
+    });
+  } catch (e) {}
 
   window.Module = {
     canvas: canvas,
