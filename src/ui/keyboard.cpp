@@ -7,6 +7,14 @@ namespace memsim::ui {
 
 namespace {
 std::string g_building, g_announced;  // this frame's words, and the last completed frame's
+// Where the focus was at the end of the last frame (checked against the current context and its windows before use:
+// the tests make and destroy several contexts).
+struct SavedFocus {
+  ImGuiContext* context = nullptr;
+  ImGuiID id = 0, scope = 0;
+  ImGuiWindow* window = nullptr;
+  ImRect rect;
+} g_saved;
 }  // namespace
 
 void keyboard_frame_start() {
@@ -22,6 +30,15 @@ void keyboard_frame_start() {
     g.NavMoveFlags |= ImGuiNavMoveFlags_FocusApi;
     if (g.NavTabbingDir == 0 && shown) g.NavTabbingDir = +1;
   }
+  // Escape on a control that is not being edited: ImGui leaves the child window the focus is in, and focuses the
+  // child itself. The panels are flattened into one navigation space (ui/app.cpp), so that child is not a control:
+  // the focus would vanish and Tab find nothing. Keep the focus on its control instead.
+  ImGuiWindow* left = g_saved.context == &g && g.Windows.contains(g_saved.window) ? g_saved.window : nullptr;
+  if (left && g.NavId != 0 && g.NavId == left->ChildId && (left->Flags & ImGuiWindowFlags_NavFlattened) &&
+      left->ParentWindow == g.NavWindow) {
+    ImGui::FocusWindow(left);
+    ImGui::SetNavID(g_saved.id, ImGuiNavLayer_Main, g_saved.scope, g_saved.rect);
+  }
   // Enter: ImGui 1.86 reads it as "edit the text of the focused item" only. Make it press the focused item as Space
   // does, unless a field is being edited (then Enter commits it, as before).
   const bool enter = ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Enter), false) ||
@@ -34,7 +51,15 @@ void keyboard_frame_start() {
 #endif
 }
 
-void keyboard_frame_end() { g_announced = g_building; }
+void keyboard_frame_end() {
+  g_announced = g_building;
+#if IMGUI_VERSION_NUM < 18700
+  ImGuiContext& g = *GImGui;
+  g_saved = {};
+  if (g.NavId != 0 && g.NavIdIsAlive && g.NavWindow)
+    g_saved = {&g, g.NavId, g.NavFocusScopeId, g.NavWindow, g.NavWindow->NavRectRel[ImGuiNavLayer_Main]};
+#endif
+}
 
 bool item_has_keyboard_focus() { return ImGui::IsItemFocused() && ImGui::GetIO().NavVisible; }
 

@@ -180,3 +180,15 @@ TEST_CASE("keyboard: a Fit explorer cell is reached by Tab and the arrows and ap
   CHECK(k.app.config().training.micro_batch_size == 2);
   CHECK(k.app.config().training.sequence_length == 1024);
 }
+
+TEST_CASE("keyboard: Escape on a control that is not being edited keeps the focus where it is", "[ui][keyboard]") {
+  Keyboard k;
+  REQUIRE(k.tab_to("tie_word_embeddings: "));  // a checkbox inside the inputs panel
+  const std::string here = k.focus();
+  k.press(ImGuiKey_Escape);
+  k.press(ImGuiKey_Tab);
+  CHECK(!k.focus().empty());
+  CHECK(k.focus() != here);
+  k.press(ImGuiKey_Tab, true);
+  CHECK(k.focus() == here);
+}
