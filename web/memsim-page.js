@@ -42,11 +42,44 @@
     loadText: function (text, origin) { callWithString(Module._memsim_load_text, text, origin || "the text"); },
   };
 
+  // Start-up work that does not need the wasm module runs while memsim.js and memsim.wasm download:
+  // - the wasm is fetched and compiled as it streams in (served as application/wasm), instead of only after memsim.js
+  //   has been parsed and run; Module.instantiateWasm below instantiates the compiled module;
+  // - the WebGL2 context is created now, with the attributes web_main.cpp asks GLFW for (no alpha, depth, stencil
+  //   or antialiasing), so Emscripten's getContext call later gets this same context instead of waiting for one,
+  //   and with its extensions on.
+  var canvas = document.getElementById("canvas");
+  var compiled = typeof WebAssembly.compileStreaming === "function"
+    ? WebAssembly.compileStreaming(fetch("memsim.wasm", { credentials: "same-origin" })) : null;
+  if (compiled) compiled.catch(function () {});  // handled in instantiateWasm
+  try {
+    var gl = canvas.getContext("webgl2", { alpha: false, depth: false, stencil: false, antialias: false });
+    // Emscripten turns on every extension but the debug and lose_context ones when it takes the context over
+    // (GL.initExtensions); turning them on now spares main() the round trips to the GPU process.
+    if (gl) (gl.getSupportedExtensions() || []).forEach(function (ext) {
+      if (ext.indexOf("lose_context") < 0 && ext.indexOf("debug") < 0) gl.getExtension(ext);
+    });
+  } catch (e) {}
+
   window.Module = {
-    canvas: document.getElementById("canvas"),
+    canvas: canvas,
+    instantiateWasm: compiled ? function (imports, receiveInstance) {
+      compiled.then(function (module) {
+        return WebAssembly.instantiate(module, imports).then(function (instance) { receiveInstance(instance, module); });
+      }, function () {  // e.g. a server that does not send application/wasm: compile from the bytes instead
+        return fetch("memsim.wasm", { credentials: "same-origin" }).then(function (r) { return r.arrayBuffer(); })
+          .then(function (bytes) { return WebAssembly.instantiate(bytes, imports); })
+          .then(function (result) { receiveInstance(result.instance, result.module); });
+      }).catch(function (e) { setStatus("memsim could not start: " + String(e) + ". Reload the page.", true); });
+      return {};  // the exports arrive through receiveInstance
+    } : undefined,
     print: function (t) { console.log(t); },
     printErr: function (t) { console.warn(t); },
-    onRuntimeInitialized: function () { setStatus("", false); readyResolve(true); },
+    onRuntimeInitialized: function () {
+      window.memsimRuntimeInitialized = performance.now();  // the wasm compiled and instantiated; main() runs next
+      setStatus("", false);
+      readyResolve(true);
+    },
     onAbort: function (what) { setStatus("memsim stopped: " + String(what) + ". Reload the page.", true); },
   };
 

@@ -5,6 +5,7 @@
 // [x] --frames/--screenshot for the headless smoke test under Xvfb
 // [x] charts drawn by the GL chart renderer (shaders/), or by ImGui's draw list if it cannot be built
 // [x] --bench-timeline: frames per second of the timeline with a synthetic step of that many events
+// [x] keyboard: one key event per frame (key_queue.h), so a quick tap is never lost
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 #include <imgui_impl_glfw.h>
@@ -22,6 +23,7 @@
 
 #include "gl_chart_renderer.h"
 #include "imgui_setup.h"
+#include "key_queue.h"
 #include "ui/app.h"
 #include "ui/bench.h"
 
@@ -72,7 +74,8 @@ bool write_screenshot(const std::string& path, int w, int h) {
 void render(int& fw, int& fh) {
   glfwGetFramebufferSize(g_window, &fw, &fh);
   glViewport(0, 0, fw, fh);
-  glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
+  const ImVec4 clear = memsim::platform::clear_color();
+  glClearColor(clear.x, clear.y, clear.z, clear.w);
   glClear(GL_COLOR_BUFFER_BIT);
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
 }
@@ -129,15 +132,15 @@ void bench_timeline(size_t events, memsim::platform::GlChartRenderer* gl, memsim
   std::printf("timeline bench: %zu events, %dx%d window, %s\n", events, w, h, reinterpret_cast<const char*>(glGetString(GL_RENDERER)));
   const ImVec2 on_app_timeline(w * 0.8f, h * 0.85f), centre(w * 0.5f, h * 0.5f);
   // The floor: the window with nothing but a line of text (ImGui, clear, swap), which no renderer can beat.
-  print_rate("empty window", "", measure([] { memsim::ui::draw_timeline_bench(memsim::Result{}, false); }, centre, 3.0));
+  print_rate("empty window", "", measure([] { memsim::ui::draw_timeline_bench(memsim::Result{}, 0, false); }, centre, 3.0));
   const struct {
     const char* what;
     std::function<void()> draw;
     ImVec2 mouse;
   } layouts[] = {
       {"app, a timeline column per pixel", [&] { app.frame(); }, on_app_timeline},
-      {"timeline alone, a column per pixel", [&] { memsim::ui::draw_timeline_bench(step, false); }, centre},
-      {"timeline alone, a column per event", [&] { memsim::ui::draw_timeline_bench(step, true); }, centre},
+      {"timeline alone, a column per pixel", [&] { memsim::ui::draw_timeline_bench(step, app.result_version(), false); }, centre},
+      {"timeline alone, a column per event", [&] { memsim::ui::draw_timeline_bench(step, app.result_version(), true); }, centre},
   };
   for (const auto& l : layouts) {
     if (gl) {
@@ -189,6 +192,7 @@ int main(int argc, char** argv) {
   glfwGetWindowContentScale(g_window, &sx, &sy);
   memsim::platform::setup_imgui("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", sx);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
+  memsim::platform::KeyQueue::install(g_window);
   ImGui_ImplOpenGL3_Init("#version 330");
 
   // The smoke test reads these lines: they say which path draws the charts on this machine.
@@ -220,9 +224,10 @@ int main(int argc, char** argv) {
 
   int frame = 0;
   while (bench_events <= 0 && !glfwWindowShouldClose(g_window)) {
-    if (frames > 0) glfwPollEvents();
+    if (frames > 0 || memsim::platform::KeyQueue::pending()) glfwPollEvents();
     else glfwWaitEventsTimeout(0.5);  // idle without spinning the CPU
     ImGui_ImplOpenGL3_NewFrame();
+    memsim::platform::KeyQueue::feed();
     ImGui_ImplGlfw_NewFrame();
     ImGui::NewFrame();
     app.frame();
@@ -235,8 +240,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "memsim: cannot write %s\n", screenshot.c_str());
         return 1;
       }
-      std::printf("memsim: charts drawn by the GL renderer: timeline %ld, heatmap %ld\n", charts->quad_draws(),
-                  charts->heatmap_draws());
+      // "timeline" counts every quad chart (the timeline and the breakdown bars): tests/desktop/smoke.sh reads it.
+      std::printf("memsim: charts drawn by the GL renderer: timeline %ld, heatmap %ld; quad uploads %ld\n",
+                  charts->quad_draws(), charts->heatmap_draws(), charts->quad_uploads());
       break;
     }
     glfwSwapBuffers(g_window);

@@ -110,19 +110,21 @@ bool GlChartRenderer::init() {
   hu_ = {u("u_values"), u("u_grid"), u("u_cell"), u("u_gap"), u("u_lo"), u("u_band_hi"), u("u_band_lo_color"),
          u("u_band_hi_color"), u("u_missing"), u("u_boundary"), u("u_boundary_color"), u("u_rect"), u("u_display")};
 
-  // The quads' VAO: two per-instance attributes (divisor 1) read from one buffer; the corners come from
+  // Each quad buffer's VAO: two per-instance attributes (divisor 1) read from its buffer; the corners come from
   // gl_VertexID. The heatmap's VAO has no attributes at all, but core profiles need one bound to draw.
-  glGenVertexArrays(1, &quad_vao_);
-  glGenBuffers(1, &quad_vbo_);
-  glBindVertexArray(quad_vao_);
-  glBindBuffer(GL_ARRAY_BUFFER, quad_vbo_);
-  glEnableVertexAttribArray(0);
-  glVertexAttribPointer(0, 4, GL_FLOAT, GL_FALSE, sizeof(ui::ChartQuad), nullptr);
-  glVertexAttribDivisor(0, 1);
-  glEnableVertexAttribArray(1);
-  glVertexAttribPointer(1, 4, GL_UNSIGNED_BYTE, GL_TRUE, sizeof(ui::ChartQuad),
-                        reinterpret_cast<const void*>(offsetof(ui::ChartQuad, rgba)));
-  glVertexAttribDivisor(1, 1);
+  for (QuadBuffer& b : quad_buffers_) {
+    glGenVertexArrays(1, &b.vao);
+    glGenBuffers(1, &b.vbo);
+    glBindVertexArray(b.vao);
+    glBindBuffer(GL_ARRAY_BUFFER, b.vbo);
+    glEnableVertexAttribArray(0);
+    glVertexAttribPointer(0, 4, GL_FLOAT, GL_FALSE, sizeof(ui::ChartQuad), nullptr);
+    glVertexAttribDivisor(0, 1);
+    glEnableVertexAttribArray(1);
+    glVertexAttribPointer(1, 4, GL_UNSIGNED_BYTE, GL_TRUE, sizeof(ui::ChartQuad),
+                          reinterpret_cast<const void*>(offsetof(ui::ChartQuad, rgba)));
+    glVertexAttribDivisor(1, 1);
+  }
   glGenVertexArrays(1, &heat_vao_);
   glBindVertexArray(0);
 
@@ -143,9 +145,11 @@ bool GlChartRenderer::init() {
 GlChartRenderer::~GlChartRenderer() {
   glDeleteProgram(quad_program_);
   glDeleteProgram(heat_program_);
-  glDeleteVertexArrays(1, &quad_vao_);
+  for (QuadBuffer& b : quad_buffers_) {
+    glDeleteVertexArrays(1, &b.vao);
+    glDeleteBuffers(1, &b.vbo);
+  }
   glDeleteVertexArrays(1, &heat_vao_);
-  glDeleteBuffers(1, &quad_vbo_);
   glDeleteTextures(1, &texture_);
 }
 
@@ -158,11 +162,25 @@ void GlChartRenderer::draw(const ui::QuadChart& c, const ui::ChartTarget& t) {
   glUniform4f(qu_.rect, c.rect.x0, c.rect.y0, c.rect.x1, c.rect.y1);
   glUniform4f(qu_.display, t.display_x, t.display_y, t.display_w, t.display_h);
   glUniform2f(qu_.scale, t.scale_x, t.scale_y);
-  glBindVertexArray(quad_vao_);
-  glBindBuffer(GL_ARRAY_BUFFER, quad_vbo_);
-  glBufferData(GL_ARRAY_BUFFER, static_cast<GLsizeiptr>(c.quads.size() * sizeof(ui::ChartQuad)), c.quads.data(), GL_STREAM_DRAW);
+  // The buffer that holds this chart's quads already, or the least recently drawn one, filled now.
+  QuadBuffer* buffer = &quad_buffers_[0];
+  for (QuadBuffer& b : quad_buffers_) {
+    if (c.key != 0 && b.key == c.key) {
+      buffer = &b;
+      break;
+    }
+    if (b.used < buffer->used) buffer = &b;
+  }
+  buffer->used = ++quad_draws_;
+  glBindVertexArray(buffer->vao);
+  if (c.key == 0 || buffer->key != c.key) {
+    glBindBuffer(GL_ARRAY_BUFFER, buffer->vbo);
+    glBufferData(GL_ARRAY_BUFFER, static_cast<GLsizeiptr>(c.quads.size() * sizeof(ui::ChartQuad)), c.quads.data(),
+                 c.key == 0 ? GL_STREAM_DRAW : GL_STATIC_DRAW);
+    buffer->key = c.key;
+    ++quad_uploads_;
+  }
   glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, static_cast<GLsizei>(c.quads.size()));
-  ++quad_draws_;
 }
 
 void GlChartRenderer::draw(const ui::HeatmapChart& c, const ui::ChartTarget& t) {

@@ -1,6 +1,8 @@
 // The chart renderer of both apps: GL 3.3 core on the desktop and WebGL2 in the page, from this one source and
 // the shaders in shaders/ (embedded at build time). Platform layer: the UI sees only ui::ChartRenderer.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <string>
 
 #include "ui/chart.h"
@@ -19,7 +21,8 @@ class GlChartRenderer final : public ui::ChartRenderer {
   bool init();
   const std::string& error() const { return error_; }
   static const char* api();  // "GL 3.3 core" or "WebGL2"
-  long quad_draws() const { return quad_draws_; }
+  long quad_draws() const { return quad_draws_; }      // quad charts: the timeline and the breakdown bars
+  long quad_uploads() const { return quad_uploads_; }  // instance data sent to the GPU; a keyed chart only once
   long heatmap_draws() const { return heatmap_draws_; }
 
   void draw(const ui::QuadChart& chart, const ui::ChartTarget& target) override;
@@ -27,7 +30,15 @@ class GlChartRenderer final : public ui::ChartRenderer {
 
  private:
   unsigned quad_program_ = 0, heat_program_ = 0;
-  unsigned quad_vao_ = 0, quad_vbo_ = 0, heat_vao_ = 0, texture_ = 0;
+  unsigned heat_vao_ = 0, texture_ = 0;
+  // The instances of the last few charts, each in a buffer of its own with its VAO: a chart whose key matches one
+  // of them is drawn from it without uploading (ui::QuadChart::key).
+  struct QuadBuffer {
+    uint64_t key = 0;
+    unsigned vao = 0, vbo = 0;
+    long used = 0;  // when it was last drawn, for reuse of the least recent
+  };
+  std::array<QuadBuffer, 8> quad_buffers_{};
   struct QuadUniforms {
     int view, rect, display, scale;
   } qu_{};
@@ -35,7 +46,7 @@ class GlChartRenderer final : public ui::ChartRenderer {
     int values, grid, cell, gap, lo, band_hi, band_lo_color, band_hi_color, missing, boundary, boundary_color, rect, display;
   } hu_{};
   std::string error_;
-  long quad_draws_ = 0, heatmap_draws_ = 0;
+  long quad_draws_ = 0, quad_uploads_ = 0, heatmap_draws_ = 0;
 };
 
 }  // namespace memsim::platform

@@ -27,4 +27,13 @@ inline void setup_imgui(const char* font_path, float pixel_ratio) {
   io.FontGlobalScale = font ? 1.0f / pixel_ratio : 1.0f;
 }
 
+// The colour to clear the frame with: the main window's background as it would look over the old clear colour.
+// The app draws its full-window window without a background (ui/app.cpp), so a software rasteriser clears the
+// frame instead of blending and texturing a quad the size of the window.
+inline ImVec4 clear_color() {
+  const ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
+  const float under[3] = {0.08f, 0.08f, 0.09f};
+  return ImVec4(bg.x * bg.w + under[0] * (1 - bg.w), bg.y * bg.w + under[1] * (1 - bg.w), bg.z * bg.w + under[2] * (1 - bg.w), 1.0f);
+}
+
 }  // namespace memsim::platform

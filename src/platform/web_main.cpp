@@ -7,6 +7,7 @@
 // [x] window.memsim.estimate(configJson) (memsim_estimate_json), for scripting and the e2e tests
 // [x] charts drawn by the WebGL2 chart renderer (shaders/), or by ImGui's draw list if it cannot be built;
 //     window.memsim.state().charts says which, and how many charts it has drawn
+// [x] keyboard: one key event per frame (key_queue.h); the focused control read out by a live region (#focus)
 #include <GLFW/glfw3.h>
 #include <emscripten/emscripten.h>
 #include <emscripten/html5.h>
@@ -15,6 +16,7 @@
 #include <imgui_impl_opengl3.h>
 
 #include <cfloat>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -23,6 +25,7 @@
 #include "core/simulate.h"
 #include "gl_chart_renderer.h"
 #include "imgui_setup.h"
+#include "key_queue.h"
 #include "ui/app.h"
 
 // clang-format off
@@ -42,6 +45,16 @@ EM_JS(char*, js_page_url, (), {
 });
 EM_JS(void, js_replace_hash, (const char* frag), {
   history.replaceState(null, "", "#" + UTF8ToString(frag));
+});
+// The first frame is on the screen once the browser starts the next animation frame (it has composited this one).
+EM_JS(void, js_note_first_frame_presented, (), {
+  requestAnimationFrame(function() { window.memsimFirstFramePresented = performance.now(); });
+});
+EM_JS(bool, js_first_frame_presented, (), { return typeof window.memsimFirstFramePresented === "number"; });
+// The focused control in words, for screen readers: a live region reads out each new text (textContent only).
+EM_JS(void, js_announce, (const char* text), {
+  var el = document.getElementById("focus");
+  if (el) el.textContent = UTF8ToString(text);
 });
 EM_JS(void, js_copy_text, (const char* text), {
   var s = UTF8ToString(text);
@@ -76,10 +89,30 @@ memsim::ui::App* g_app = nullptr;
 memsim::platform::GlChartRenderer* g_charts = nullptr;  // null when its shaders did not build
 float g_ratio = 1.0f;
 
+// Where the page's first second goes, in ms since navigation (performance.now()): reported by
+// window.memsim.state().timings and printed by the first-frame e2e test.
+struct StartupTimings {
+  double main = 0, context = 0, imgui = 0, app = 0;                               // main()'s steps, each when done
+  double first_frame_start = 0, first_frame_device = 0, first_frame_ui = 0, first_frame_end = 0;
+  bool first_frame_result = false;  // the first frame showed a verdict, breakdown and timeline
+  double chart_renderer_ms = 0;     // building the chart renderer, once the first frame is on the screen
+} g_t;
+
 std::string take_js_string(char* p) {
   std::string s = p ? p : "";
   std::free(p);
   return s;
+}
+
+// A JSON string literal of `text` (control characters become spaces).
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') out += '\\', out += ch;
+    else if (static_cast<unsigned char>(ch) < 0x20) out += ' ';
+    else out += ch;
+  }
+  return out + "\"";
 }
 
 char* new_c_string(const std::string& s) {
@@ -88,7 +121,31 @@ char* new_c_string(const std::string& s) {
   return p;
 }
 
+// The chart renderer compiles two more shader programs, which a software GL (SwiftShader) also has to translate
+// at their first draw: that work waits until the first frame is on the screen. Until then the charts go through
+// ImGui's draw list, which draws the same pixels (docs/renderer.md).
+void start_chart_renderer() {
+  const double start = emscripten_get_now();
+  static memsim::platform::GlChartRenderer charts;
+  if (charts.init()) {
+    g_charts = &charts;
+    memsim::ui::set_chart_renderer(&charts);
+    emscripten_log(EM_LOG_CONSOLE, "memsim: charts: WebGL2 renderer");
+  } else {
+    emscripten_log(EM_LOG_CONSOLE | EM_LOG_WARN, "memsim: charts: draw list, because the WebGL2 renderer could not be built: %s",
+                   charts.error().c_str());
+  }
+  g_t.chart_renderer_ms = emscripten_get_now() - start;
+}
+
 void frame() {
+  static bool charts_started = false;
+  if (!charts_started && js_first_frame_presented()) {
+    charts_started = true;
+    start_chart_renderer();
+  }
+  const bool first = g_t.first_frame_start == 0;
+  if (first) g_t.first_frame_start = emscripten_get_now();
   // Size the canvas backing store to its CSS box times the device pixel ratio, every frame (resizes, zoom).
   double css_w = 0, css_h = 0;
   emscripten_get_element_css_size("#canvas", &css_w, &css_h);
@@ -105,7 +162,9 @@ void frame() {
     ImGui_ImplOpenGL3_DestroyFontsTexture();
     memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
   }
-  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplOpenGL3_NewFrame();  // the first one builds the font atlas and the backend's shaders
+  if (first) g_t.first_frame_device = emscripten_get_now();
+  memsim::platform::KeyQueue::feed();
   ImGui_ImplGlfw_NewFrame();
   ImGuiIO& io = ImGui::GetIO();
   // Emscripten's GLFW reports the cursor in backing-store pixels (library_browser.js calculateMouseEvent scales
@@ -116,11 +175,23 @@ void frame() {
   io.DisplayFramebufferScale = ImVec2(static_cast<float>(ratio), static_cast<float>(ratio));
   ImGui::NewFrame();
   g_app->frame();
+  static std::string announced;
+  if (g_app->focus_announcement() != announced) {
+    announced = g_app->focus_announcement();
+    js_announce(announced.c_str());
+  }
   ImGui::Render();
+  if (first) g_t.first_frame_ui = emscripten_get_now();
   glViewport(0, 0, px_w, px_h);
-  glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
+  const ImVec4 clear = memsim::platform::clear_color();
+  glClearColor(clear.x, clear.y, clear.z, clear.w);
   glClear(GL_COLOR_BUFFER_BIT);
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  if (first) {
+    g_t.first_frame_end = emscripten_get_now();
+    g_t.first_frame_result = g_app->result().ok && !g_app->result().devices.empty();
+    js_note_first_frame_presented();
+  }
 }
 
 }  // namespace
@@ -144,56 +215,58 @@ EMSCRIPTEN_KEEPALIVE void memsim_load_text(const char* text, const char* origin)
   if (g_app) g_app->load_text(text ? text : "", origin ? origin : "the file");
 }
 
-// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "charts": {...}}.
+// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "focus": "...",
+// "charts": {...}, "timings": {...}}.
 EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   if (!g_app) return new_c_string("{}");
   std::string msgs = "[";
-  for (const auto& m : g_app->messages()) {
-    std::string esc;
-    for (char ch : m.text) {
-      if (ch == '"' || ch == '\\') esc += '\\', esc += ch;
-      else if (static_cast<unsigned char>(ch) < 0x20) esc += ' ';
-      else esc += ch;
-    }
-    msgs += std::string(msgs.size() > 1 ? "," : "") + "\"" + esc + "\"";
-  }
+  for (const auto& m : g_app->messages()) msgs += std::string(msgs.size() > 1 ? "," : "") + json_string(m.text);
   msgs += "]";
+  // timeline_draws counts every quad chart (the timeline and the breakdown bars), as it did when the timeline was the only one.
   const std::string charts = g_charts ? "{\"renderer\":\"webgl2\",\"timeline_draws\":" + std::to_string(g_charts->quad_draws()) +
+                                            ",\"timeline_uploads\":" + std::to_string(g_charts->quad_uploads()) +
                                             ",\"heatmap_draws\":" + std::to_string(g_charts->heatmap_draws()) + "}"
                                       : "{\"renderer\":\"draw list\"}";
+  char timings[400];
+  std::snprintf(timings, sizeof timings,
+                "{\"main\":%.1f,\"context\":%.1f,\"imgui\":%.1f,\"app\":%.1f,\"first_frame_start\":%.1f,"
+                "\"first_frame_device\":%.1f,\"first_frame_ui\":%.1f,\"first_frame_end\":%.1f,\"first_frame_result\":%s,"
+                "\"chart_renderer_ms\":%.1f}",
+                g_t.main, g_t.context, g_t.imgui, g_t.app, g_t.first_frame_start, g_t.first_frame_device, g_t.first_frame_ui,
+                g_t.first_frame_end, g_t.first_frame_result ? "true" : "false", g_t.chart_renderer_ms);
   return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
                       memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs +
-                      ",\"charts\":" + charts + "}");
+                      ",\"focus\":" + json_string(g_app->focus_announcement()) + ",\"charts\":" + charts +
+                      ",\"timings\":" + timings + "}");
 }
 }
 
 int main() {
+  g_t.main = emscripten_get_now();
   if (!glfwInit()) return 1;
   glfwWindowHint(GLFW_CLIENT_API, GLFW_OPENGL_ES_API);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  // ImGui and the charts need colour only: no depth or stencil buffer, and an opaque canvas, which the browser
+  // composites without blending. web/memsim-page.js creates the context early with these same attributes.
+  glfwWindowHint(GLFW_ALPHA_BITS, 0);
+  glfwWindowHint(GLFW_DEPTH_BITS, 0);
+  glfwWindowHint(GLFW_STENCIL_BITS, 0);
   double css_w = 1280, css_h = 720;
   emscripten_get_element_css_size("#canvas", &css_w, &css_h);
   g_window = glfwCreateWindow(static_cast<int>(css_w), static_cast<int>(css_h), "memsim", nullptr, nullptr);
   if (!g_window) return 1;
   glfwMakeContextCurrent(g_window);
+  g_t.context = emscripten_get_now();
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
   g_ratio = static_cast<float>(emscripten_get_device_pixel_ratio());
   memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
+  memsim::platform::KeyQueue::install(g_window);
   ImGui_ImplOpenGL3_Init("#version 300 es");
-  static memsim::platform::GlChartRenderer charts;
-  if (charts.init()) {
-    g_charts = &charts;
-    memsim::ui::set_chart_renderer(&charts);
-    emscripten_log(EM_LOG_CONSOLE, "memsim: charts: WebGL2 renderer");
-  } else {
-    emscripten_log(EM_LOG_CONSOLE | EM_LOG_WARN, "memsim: charts: draw list, because the WebGL2 renderer could not be built: %s",
-                   charts.error().c_str());
-  }
-
+  g_t.imgui = emscripten_get_now();
   memsim::ui::PlatformHooks hooks;
   hooks.publish_fragment = [](const std::string& f) { js_replace_hash(f.c_str()); };
   hooks.copy_text = [](const std::string& s) { js_copy_text(s.c_str()); };
@@ -203,11 +276,10 @@ int main() {
   };
   hooks.open_file = [] { js_open_file(); };
   hooks.page_url = take_js_string(js_page_url());
-  const std::string hash = take_js_string(js_location_hash());  // before the app publishes its own
-  static memsim::ui::App app(hooks);
+  // The link's setup, simulated once; the defaults when there is none (or, with a message, when it is broken).
+  static memsim::ui::App app(hooks, take_js_string(js_location_hash()));
   g_app = &app;
-  if (!hash.empty() && hash != "#") app.load_fragment(hash);
-  else hooks.publish_fragment(memsim::config_to_fragment(app.config()));
+  g_t.app = emscripten_get_now();
   emscripten_set_main_loop(frame, 0, false);
   return 0;
 }

@@ -7,19 +7,37 @@
 
 #include "core/serialize.h"
 #include "core/simulate.h"
+#include "keyboard.h"
 #include "panels.h"
 
 namespace memsim::ui {
 
-App::App(PlatformHooks hooks) : hooks_(std::move(hooks)) { recompute(); }
+namespace {
+uint64_t g_last_result_version = 0;  // versions are unique across App instances (the panels' caches are shared)
+}  // namespace
+
+App::App(PlatformHooks hooks, const std::string& fragment) : hooks_(std::move(hooks)) {
+  const bool link = !fragment.empty() && fragment != "#";
+  if (!link || !load_fragment(fragment)) recompute();
+}
 
 void App::set_config(const Config& c) {
   config_ = c;
   recompute();
 }
 
+void App::show_result(Result r) {
+  result_ = std::move(r);
+  result_version_ = ++g_last_result_version;
+}
+
 void App::recompute() {
   result_ = simulate(config_);
+  result_version_ = ++g_last_result_version;
+  publish();
+}
+
+void App::publish() {
   // Publish only configs that simulate, so that a shared link always opens on an answer.
   if (result_.ok) {
     std::string frag = config_to_fragment(config_);
@@ -27,6 +45,8 @@ void App::recompute() {
     last_fragment_ = frag;
   }
 }
+
+const std::string& App::focus_announcement() const { return ui::focus_announcement(); }
 
 bool App::show_view(const std::string& name) {
   if (name != "breakdown" && name != "explorer" && name != "advice") return false;
@@ -39,8 +59,9 @@ bool App::load_fragment(const std::string& fragment) {
   if (!f.empty() && f[0] == '#') f.erase(0, 1);
   if (f.empty()) return true;  // no link state: keep the current setup
   Parsed p = config_from_fragment(f, Config{});
+  Result r;
   if (p.ok) {
-    Result r = simulate(p.config);
+    r = simulate(p.config);
     if (!r.ok) {
       p.ok = false;
       p.errors = r.errors;
@@ -52,7 +73,10 @@ bool App::load_fragment(const std::string& fragment) {
     messages_.push_back({Message::Kind::Error, text});
     return false;
   }
-  set_config(p.config);
+  config_ = p.config;
+  result_ = std::move(r);  // simulated above: no need to run it twice
+  result_version_ = ++g_last_result_version;
+  publish();
   return true;
 }
 
@@ -114,50 +138,68 @@ void App::draw_toolbar() {
     ImGui::TextDisabled("training memory simulator");
   }
   ImGui::SameLine();
-  const std::string link = hooks_.page_url + "#" + config_to_fragment(config_);
-  if (ImGui::Button("Copy link") && hooks_.copy_text) {
-    hooks_.copy_text(link);
+  // The link is made when it is copied, not every frame.
+  auto link = [&] { return hooks_.page_url + "#" + config_to_fragment(config_); };
+  const bool copy_link = ImGui::Button("Copy link");
+  announce_focus("Copy link, button: copies a link that reopens this setup");
+  if (copy_link && hooks_.copy_text) {
+    hooks_.copy_text(link());
     messages_.push_back({Message::Kind::Info, "Link copied: it reopens exactly this setup."});
   }
   flow("Copy summary");
-  if (ImGui::Button("Copy summary") && hooks_.copy_text && result_.ok) {
-    hooks_.copy_text(summary_markdown(config_, result_, unit_, link));
+  const bool copy_summary = ImGui::Button("Copy summary");
+  announce_focus("Copy summary, button: copies a Markdown table of the result for chat");
+  if (copy_summary && hooks_.copy_text && result_.ok) {
+    hooks_.copy_text(summary_markdown(config_, result_, unit_, link()));
     messages_.push_back({Message::Kind::Info, "Markdown summary copied."});
   }
   flow("Save JSON");
-  if (ImGui::Button("Save JSON") && hooks_.save_text)
+  const bool save = ImGui::Button("Save JSON");
+  announce_focus("Save JSON, button: downloads this setup as a memsim config");
+  if (save && hooks_.save_text)
     messages_.push_back({Message::Kind::Info, hooks_.save_text("memsim-config.json", config_to_json(config_))});
   flow("DeepSpeed JSON");
-  if (ImGui::Button("DeepSpeed JSON") && hooks_.save_text)
+  const bool deepspeed = ImGui::Button("DeepSpeed JSON");
+  announce_focus("DeepSpeed JSON, button: downloads the training part of this setup as a DeepSpeed config");
+  if (deepspeed && hooks_.save_text)
     messages_.push_back({Message::Kind::Info, hooks_.save_text("ds_config.json", deepspeed_json(config_))});
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("The training part of this setup as a DeepSpeed config to start from.");
+  if (ImGui::IsItemHovered() || item_has_keyboard_focus())
+    ImGui::SetTooltip("The training part of this setup as a DeepSpeed config to start from.");
   flow("Open JSON");
-  if (ImGui::Button("Open JSON")) {
+  const bool open = ImGui::Button("Open JSON");
+  announce_focus("Open JSON, button: loads a memsim, Hugging Face, DeepSpeed or Accelerate config from a file");
+  if (open) {
     if (hooks_.open_file) hooks_.open_file();
     else messages_.push_back({Message::Kind::Info, "Drop a memsim config, a config.json, a DeepSpeed or an Accelerate config onto the "
                                                    "window, or pass it on the command line."});
   }
   flow("Paste JSON...");
   if (ImGui::Button("Paste JSON...")) ImGui::OpenPopup("paste");
+  announce_focus("Paste JSON, button: opens a box to paste a config into");
   if (ImGui::BeginPopup("paste")) {
     static std::string text;
     ImGui::TextUnformatted("Paste a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config:");
+    if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
     ImGui::InputTextMultiline("##json", &text, ImVec2(520, 260));
+    announce_focus("Config text to paste");
     if (ImGui::Button("Load")) {
       load_text(text, "the pasted JSON");
       ImGui::CloseCurrentPopup();
     }
+    announce_focus("Load, button: loads the pasted config");
     ImGui::EndPopup();
   }
   flow("GiB   ");
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.5f);
   int u = static_cast<int>(unit_);
-  if (ImGui::Combo("##unit", &u, "GiB\0GB\0MiB\0")) unit_ = static_cast<Unit>(u);
+  if (index_combo("##unit", u, {"GiB", "GB", "MiB"})) unit_ = static_cast<Unit>(u);
+  announce_focus(std::string("Unit: ") + (unit_ == Unit::GiB ? "GiB" : unit_ == Unit::GB ? "GB" : "MiB"));
   flow("Light");
   if (ImGui::Button(dark_ ? "Light" : "Dark")) {
     dark_ = !dark_;
     dark_ ? ImGui::StyleColorsDark() : ImGui::StyleColorsLight();
   }
+  announce_focus(dark_ ? "Light, button: switches to the light theme" : "Dark, button: switches to the dark theme");
 }
 
 void App::draw_messages() {
@@ -165,7 +207,9 @@ void App::draw_messages() {
   for (size_t i = 0; i < messages_.size(); ++i) {
     const auto& m = messages_[i];
     ImGui::PushID(static_cast<int>(i));
-    if (ImGui::SmallButton("x")) {
+    const bool dismiss = ImGui::SmallButton("x");
+    announce_focus("Dismiss the message: " + m.text);
+    if (dismiss) {
       messages_.erase(messages_.begin() + static_cast<long>(i));
       ImGui::PopID();
       break;
@@ -180,39 +224,45 @@ void App::draw_messages() {
 }
 
 void App::frame() {
+  keyboard_frame_start();
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos(vp->WorkPos);
   ImGui::SetNextWindowSize(vp->WorkSize);
   ImGui::Begin("memsim", nullptr,
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
-                   ImGuiWindowFlags_NoBringToFrontOnFocus);
+                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoBackground);
   draw_toolbar();
   draw_messages();
   ImGui::Separator();
 
   const float avail = ImGui::GetContentRegionAvail().x;
   const float left = std::clamp(avail * 0.36f, 280.0f, 470.0f);
-  ImGui::BeginChild("inputs", ImVec2(left, 0), true);
+  // The panels are one space for the keyboard: the arrows and Tab cross from one to the next (ui/keyboard.h).
+  ImGui::BeginChild("inputs", ImVec2(left, 0), true, ImGuiWindowFlags_NavFlattened);
   if (draw_inputs_panel(config_, result_)) recompute();
   ImGui::EndChild();
   ImGui::SameLine();
-  ImGui::BeginChild("outputs", ImVec2(0, 0), false);
+  ImGui::BeginChild("outputs", ImVec2(0, 0), false, ImGuiWindowFlags_NavFlattened);
   const float results_h = std::max(ImGui::GetContentRegionAvail().y * 0.58f, 260.0f);
-  ImGui::BeginChild("results", ImVec2(0, results_h), true);
+  ImGui::BeginChild("results", ImVec2(0, results_h), true, ImGuiWindowFlags_NavFlattened);
   if (ImGui::BeginTabBar("views")) {
-    auto select = [&](const char* view) { return view_to_show_ == view ? ImGuiTabItemFlags_SetSelected : 0; };
-    if (ImGui::BeginTabItem("Breakdown", nullptr, select("breakdown"))) {
-      draw_results_panel(config_, result_, unit_);
+    auto tab = [&](const char* label, const char* view) {
+      const bool open = ImGui::BeginTabItem(label, nullptr, view_to_show_ == view ? ImGuiTabItemFlags_SetSelected : 0);
+      announce_focus(std::string(label) + (open ? ", tab, shown" : ", tab: Space or Enter shows it"));
+      return open;
+    };
+    if (tab("Breakdown", "breakdown")) {
+      draw_results_panel(config_, result_, unit_, result_version_);
       ImGui::EndTabItem();
     }
-    if (ImGui::BeginTabItem("Fit explorer", nullptr, select("explorer"))) {
+    if (tab("Fit explorer", "explorer")) {
       if (draw_explorer_panel(config_, unit_)) {
         recompute();
         messages_.push_back({Message::Kind::Info, "Applied the cell's setup."});
       }
       ImGui::EndTabItem();
     }
-    if (ImGui::BeginTabItem("What helps", nullptr, select("advice"))) {
+    if (tab("What helps", "advice")) {
       if (draw_advice_panel(config_, unit_)) {
         recompute();
         messages_.push_back({Message::Kind::Info, "Applied. The link now holds the changed setup."});
@@ -223,12 +273,13 @@ void App::frame() {
     view_to_show_.clear();
   }
   ImGui::EndChild();
-  ImGui::BeginChild("timeline", ImVec2(0, 0), true);
+  ImGui::BeginChild("timeline", ImVec2(0, 0), true, ImGuiWindowFlags_NavFlattened);
   ImGui::TextUnformatted("One training step (two iterations: the optimizer state appears in the first)");
-  draw_timeline_panel(result_, unit_);
+  draw_timeline_panel(result_, unit_, result_version_);
   ImGui::EndChild();
   ImGui::EndChild();
   ImGui::End();
+  keyboard_frame_end();
 }
 
 }  // namespace memsim::ui

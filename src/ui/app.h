@@ -2,6 +2,7 @@
 // State flows once per frame: panels edit `config` in place; when it changed, the app re-runs the simulator
 // and publishes the new URL fragment through the platform hooks.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,7 +31,9 @@ struct Message {
 
 class App {
  public:
-  explicit App(PlatformHooks hooks);
+  // Opens on the setup of `fragment` (a link's "#..." or bare fragment) when it is given and valid, otherwise on the
+  // defaults (with a message when the link was broken). Either way it simulates once and publishes the fragment.
+  explicit App(PlatformHooks hooks, const std::string& fragment = "");
 
   void frame();  // draws one frame into the current ImGui context, full window
 
@@ -41,20 +44,27 @@ class App {
   const Config& config() const { return config_; }
   const Result& result() const { return result_; }
   const std::vector<Message>& messages() const { return messages_; }
+  // The control the keyboard focus is on, in words ("micro_batch_size: 4, ..."), "" when the focus is not shown:
+  // for screen readers (the page's live region) and the tests. ui/keyboard.h describes the keys.
+  const std::string& focus_announcement() const;
   void set_config(const Config& c);
   // Opens a tab of the results on the next frame: "breakdown", "explorer" or "advice". False for other names.
   bool show_view(const std::string& name);
   // Shows a result made elsewhere (the desktop's timeline benchmark) until the config changes.
-  void show_result(Result r) { result_ = std::move(r); }
+  void show_result(Result r);
+  // Names result()'s content, unique in the process: it changes whenever the result does.
+  uint64_t result_version() const { return result_version_; }
 
  private:
   void recompute();
+  void publish();
   void draw_toolbar();
   void draw_messages();
 
   PlatformHooks hooks_;
   Config config_;
   Result result_;
+  uint64_t result_version_ = 0;  // changes with result_: the charts rebuild their data only then
   std::vector<Message> messages_;
   Unit unit_ = Unit::GiB;
   bool dark_ = true;

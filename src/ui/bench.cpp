@@ -53,12 +53,14 @@ Result synthetic_step(size_t events) {
   return r;
 }
 
-void draw_timeline_bench(const Result& r, bool every_event) {
+void draw_timeline_bench(const Result& r, uint64_t version, bool every_event) {
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos(vp->WorkPos);
   ImGui::SetNextWindowSize(vp->WorkSize);
-  ImGui::Begin("timeline bench", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoSavedSettings);
-  draw_timeline_panel(r, Unit::GiB, every_event);
+  // Without a background, as the app's own window: the platform clears the frame in its colour.
+  ImGui::Begin("timeline bench", nullptr,
+               ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoBackground);
+  draw_timeline_panel(r, Unit::GiB, version, every_event);
   ImGui::End();
 }
 

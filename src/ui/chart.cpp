@@ -99,6 +99,26 @@ ImU32 scale_color(const ColorScale& scale, float value) {
   return scale.bands.back().hi_color;
 }
 
+ImU32 blend_over(ImU32 top, ImU32 bottom) {
+  auto channel = [](ImU32 c, int shift) { return static_cast<float>((c >> shift) & 0xFF) / 255.0f; };
+  const float ta = channel(top, IM_COL32_A_SHIFT), ba = channel(bottom, IM_COL32_A_SHIFT);
+  const float a = ta + ba - ta * ba;  // what the background keeps: (1 - ta) * (1 - ba) = 1 - a
+  if (a <= 0) return 0;
+  ImU32 out = static_cast<ImU32>(std::lround(a * 255.0f)) << IM_COL32_A_SHIFT;
+  for (int shift : {IM_COL32_R_SHIFT, IM_COL32_G_SHIFT, IM_COL32_B_SHIFT}) {
+    const float c = (channel(top, shift) * ta + channel(bottom, shift) * ba * (1 - ta)) / a;
+    out |= static_cast<ImU32>(std::lround(std::clamp(c, 0.0f, 1.0f) * 255.0f)) << shift;
+  }
+  return out;
+}
+
+uint64_t chart_key(uint64_t version, std::initializer_list<uint64_t> parts) {
+  if (version == 0) return 0;
+  uint64_t key = 0xCBF29CE484222325ull ^ version;
+  for (uint64_t part : parts) key = (key ^ part) * 0x100000001B3ull;  // FNV-1a over whole words
+  return key | 1;
+}
+
 void set_chart_renderer(ChartRenderer* renderer) { g_renderer = renderer; }
 ChartRenderer* chart_renderer() { return g_renderer; }
 

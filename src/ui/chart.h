@@ -8,6 +8,8 @@
 #include <imgui.h>
 
 #include <array>
+#include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace memsim::ui {
@@ -31,6 +33,9 @@ struct QuadChart {
   ScreenRect rect;
   float x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   std::vector<ChartQuad> quads;
+  // Nonzero: names these quads. A chart with the key of an earlier one has the same quads, so a renderer may draw
+  // the copy it already holds instead of uploading them again. 0: new quads every time.
+  uint64_t key = 0;
 };
 
 // A piecewise-linear colour scale. Band i covers (hi of band i-1, hi] (the first starts at `lo`) and blends from
@@ -46,6 +51,11 @@ struct ColorScale {
   ImU32 missing = 0;
 };
 ImU32 scale_color(const ColorScale& scale, float value);
+
+// The one colour that, blended once over any opaque background (straight alpha, as ImGui's backends blend), looks
+// like `top` blended over `bottom` blended over that background. Charts use it to draw stacked translucent layers as
+// one layer of quads that do not overlap: a software rasteriser pays for every blended pixel.
+ImU32 blend_over(ImU32 top, ImU32 bottom);
 
 // A grid of values, row 0 on top. Each cell is the grid's rect divided by (w, h), less `gap` pixels on its right
 // and bottom. Where two neighbouring cells lie on either side of `boundary` (one <= it, one above), the gap
@@ -74,6 +84,10 @@ class ChartRenderer {
   virtual void draw(const QuadChart& chart, const ChartTarget& target) = 0;
   virtual void draw(const HeatmapChart& chart, const ChartTarget& target) = 0;
 };
+
+// A QuadChart key from the version of the data it shows and what else shapes its quads (size, colours, index):
+// nonzero, and the same for the same inputs. A version of 0 means "unknown" and gives 0: upload every time.
+uint64_t chart_key(uint64_t version, std::initializer_list<uint64_t> parts);
 
 // The platform registers its renderer once its shaders have compiled; nullptr returns to the draw-list path.
 void set_chart_renderer(ChartRenderer* renderer);

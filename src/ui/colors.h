@@ -2,8 +2,8 @@
 #include <imgui.h>
 
 namespace memsim::ui {
-// One colour per breakdown slot: the allocator components in Component order, then cache and CUDA context.
-constexpr int kSlotCount = 9;
+// One colour per breakdown slot: the allocator components in Component order, then cache, CUDA context and NCCL.
+constexpr int kSlotCount = 10;
 inline ImU32 slot_color(int slot) {
   static const ImU32 colors[kSlotCount] = {
       IM_COL32(76, 114, 176, 255),   // weights
@@ -15,7 +15,12 @@ inline ImU32 slot_color(int slot) {
       IM_COL32(218, 139, 195, 255),  // framework overhead
       IM_COL32(140, 140, 140, 255),  // allocator cache
       IM_COL32(204, 185, 116, 255),  // CUDA context
+      IM_COL32(100, 181, 205, 255),  // NCCL buffers
   };
-  return colors[slot];
+  return colors[slot >= 0 && slot < kSlotCount ? slot : kSlotCount - 1];
 }
+
+// The timeline's series (straight alpha), drawn over the chart's frame colour (ImGuiCol_FrameBg).
+constexpr ImU32 kTimelineReserved = IM_COL32(140, 140, 140, 90);
+constexpr ImU32 kTimelineAllocated = IM_COL32(76, 150, 230, 200);
 }  // namespace memsim::ui

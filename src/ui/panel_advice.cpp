@@ -3,18 +3,19 @@
 #include <imgui.h>
 
 #include "core/advice.h"
-#include "core/serialize.h"
+#include "keyboard.h"
 #include "panels.h"
 
 namespace memsim::ui {
 
 bool draw_advice_panel(Config& config, Unit unit) {
-  static std::string cached_for;
+  static Config cached_for;
+  static bool computed = false;
   static std::vector<Suggestion> cached;
-  const std::string key = config_to_fragment(config);
-  if (key != cached_for) {
+  if (!computed || !(config == cached_for)) {
     cached = suggest(config);
-    cached_for = key;
+    cached_for = config;
+    computed = true;
   }
   if (cached.empty()) {
     ImGui::TextDisabled("No single change from the list lowers this setup's peak.");
@@ -51,10 +52,20 @@ bool draw_advice_panel(Config& config, Unit unit) {
       config = s.config;
       changed = true;
     }
+    // The keyboard reaches the row through its button: the cost shows as the hover over the change would show it.
+    if (item_has_keyboard_focus()) {
+      ImGui::BeginTooltip();
+      ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
+      ImGui::TextUnformatted((s.change + "\nCost: " + s.cost).c_str());
+      ImGui::PopTextWrapPos();
+      ImGui::EndTooltip();
+    }
+    announce_focus("Apply, button: " + s.change + ". Saves " + bytes_text(s.saved_bytes, unit) + ", peak after " +
+                   bytes_text(s.peak_bytes, unit) + (s.fits ? ", fits" : ", does not fit") + ". Cost: " + s.cost);
     ImGui::PopID();
   }
   ImGui::EndTable();
-  ImGui::TextDisabled("Hover a change for its cost. Each row is a full simulation of the changed setup.");
+  ImGui::TextDisabled("Hover a change, or focus its Apply, for its cost. Each row is a full simulation of the changed setup.");
   return changed;
 }
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "chart.h"
-#include "core/serialize.h"
 #include "core/simulate.h"
 #include "core/tables.h"
+#include "keyboard.h"
 #include "panels.h"
 
 namespace memsim::ui {
@@ -84,7 +84,8 @@ ColorScale fit_scale() {
 
 bool draw_explorer_panel(Config& config, Unit unit) {
   static int pair_index = 0;
-  static std::string cached_for;
+  static int cached_pair = -1;
+  static Config cached_for;
   static std::vector<Cell> cells;
   static size_t next = 0;
   static const auto pairs = axis_pairs();
@@ -92,12 +93,13 @@ bool draw_explorer_panel(Config& config, Unit unit) {
 
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
   const char* names[] = {"micro-batch x sequence", "tensor x pipeline parallel", "GPUs x GPU type", "LoRA rank x targets"};
-  if (ImGui::Combo("axes", &pair_index, names, 4)) cached_for.clear();
+  index_combo("axes", pair_index, {names[0], names[1], names[2], names[3]});
+  announce_focus(std::string("axes: ") + names[pair_index] + ", list");
   const auto& [xa, ya] = pairs[static_cast<size_t>(pair_index)];
   const size_t nx = xa.labels.size(), ny = ya.labels.size();
-  const std::string key = std::to_string(pair_index) + config_to_fragment(config);
-  if (key != cached_for) {
-    cached_for = key;
+  if (pair_index != cached_pair || !(config == cached_for)) {
+    cached_pair = pair_index;
+    cached_for = config;
     cells.assign(nx * ny, Cell{});
     next = 0;
   }
@@ -169,11 +171,21 @@ bool draw_explorer_panel(Config& config, Unit unit) {
         ya.apply(config, y);
         changed = true;
       }
-      if (ImGui::IsItemHovered() && c.done) {
+      // The keyboard reaches every cell (arrows, Tab) and applies it with Space or Enter: its outline and its
+      // tooltip show where the focus is.
+      const bool focused = item_has_keyboard_focus();
+      if (focused) draw_focus_frame(a.x, a.y, b.x, b.y);
+      std::string words = std::string(xa.name) + " " + xa.labels[x] + ", " + ya.name + " " + ya.labels[y] + ": ";
+      if (!c.done) words += "not computed yet";
+      else if (!c.ok) words += c.error;
+      else words += bytes_text(c.peak, unit) + ", " + std::to_string(static_cast<int>(100 * c.ratio + 0.5)) + "% of usable, " +
+                    (c.fits ? "fits" : "does not fit") + ". Space or Enter applies it";
+      announce_focus(words, focused);
+      if ((ImGui::IsItemHovered() || focused) && c.done) {
         ImGui::BeginTooltip();
         ImGui::Text("%s %s, %s %s", xa.name, xa.labels[x].c_str(), ya.name, ya.labels[y].c_str());
-        if (c.ok) ImGui::Text("peak %s = %.0f%% of usable: %s (click to apply)", bytes_text(c.peak, unit).c_str(),
-                              100 * c.ratio, c.fits ? "fits" : "does not fit");
+        if (c.ok) ImGui::Text("peak %s = %.0f%% of usable: %s (%s to apply)", bytes_text(c.peak, unit).c_str(),
+                              100 * c.ratio, c.fits ? "fits" : "does not fit", focused ? "Space or Enter" : "click");
         else ImGui::TextUnformatted(c.error.c_str());
         ImGui::EndTooltip();
       }

@@ -20,12 +20,17 @@ bool preset_picker(ModelConfig& m) {
   static std::string filter;
   bool changed = false;
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  if (ImGui::BeginCombo("preset", m.name.c_str(), ImGuiComboFlags_HeightLarge)) {
+  const bool open = ImGui::BeginCombo("preset", m.name.c_str(), ImGuiComboFlags_HeightLarge);
+  const bool focused = item_has_keyboard_focus();
+  announce_focus("preset: " + m.name + ", list with a search box: Space or Enter opens it, type to search, Enter picks "
+                 "the first match", focused);
+  if (open) {
     if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
     ImGui::SetNextItemWidth(-1);
     // Enter picks the first match, so the keyboard alone can choose a model.
     const bool enter = ImGui::InputTextWithHint("##filter", "search, e.g. llama 8b", &filter,
                                                 ImGuiInputTextFlags_EnterReturnsTrue);
+    announce_focus("Search the models: " + (filter.empty() ? std::string("empty") : filter) + ". Enter picks the first match");
     std::string needle;
     for (char ch : filter) needle += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     for (const auto& p : model_presets()) {
@@ -47,7 +52,8 @@ bool preset_picker(ModelConfig& m) {
         if (enter) ImGui::CloseCurrentPopup();
       }
       ImGui::EndDisabled();
-      if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+      announce_focus(p.name + (p.supported ? "" : ", not simulated: " + p.unsupported_reason));
+      if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled) || item_has_keyboard_focus()) {
         ImGui::BeginTooltip();
         ImGui::Text("%s (%s)", p.hf_id.c_str(), p.id.c_str());
         if (!p.supported) ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", p.unsupported_reason.c_str());
@@ -58,7 +64,7 @@ bool preset_picker(ModelConfig& m) {
     ImGui::EndCombo();
   }
   help_marker("Models from the catalogue (src/core/catalog): each fills the fields below from its Hugging Face "
-              "config.json. Paste or drop any other config.json.");
+              "config.json. Paste or drop any other config.json.", focused);
   return changed;
 }
 
@@ -68,12 +74,14 @@ bool draw_inputs_panel(Config& c, const Result& result) {
   set_field_errors(&result);
   bool changed = false;
   auto& m = c.model;
-  if (ImGui::CollapsingHeader("Model", ImGuiTreeNodeFlags_DefaultOpen)) {
+  if (section("Model")) {
     changed |= preset_picker(m);
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     changed |= ImGui::InputText("model_type", &m.model_type);
-    help_marker("Hugging Face model_type. Informational once the fields below are set; paste a config.json to fill "
-                "everything from it.");
+    const char* model_type_help = "Hugging Face model_type. Informational once the fields below are set; paste a config.json "
+                                  "to fill everything from it.";
+    announce_text_input("model_type", m.model_type, model_type_help);
+    help_marker(model_type_help, item_has_keyboard_focus());
     changed |= int_input("hidden_size", "model.hidden_size", m.hidden_size, 128,
                          "Width of the residual stream. Weights grow with its square; activations linearly.");
     changed |= int_input("num_hidden_layers", "model.num_hidden_layers", m.num_hidden_layers, 1,
@@ -91,14 +99,16 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                          "Vocabulary. The embedding (and an untied output head) hold vocab x hidden parameters.");
     changed |= check_input("tie_word_embeddings", "model.tie_word_embeddings", m.tie_word_embeddings,
                            "The output head reuses the input embedding: one vocab x hidden matrix instead of two.");
-    if (ImGui::TreeNode("Architecture details")) {
+    if (subsection("Architecture details")) {
       int norm = m.norm_type == NormType::RMSNorm ? 0 : 1;
       ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-      if (ImGui::Combo("norm_type", &norm, "RMSNorm\0LayerNorm\0")) {
+      if (index_combo("norm_type", norm, {"RMSNorm", "LayerNorm"})) {
         m.norm_type = norm == 0 ? NormType::RMSNorm : NormType::LayerNorm;
         changed = true;
       }
-      help_marker("RMSNorm has a scale vector; LayerNorm a scale and a shift.");
+      const char* norm_help = "RMSNorm has a scale vector; LayerNorm a scale and a shift.";
+      announce_focus(focus_words("norm_type", norm == 0 ? "RMSNorm, list" : "LayerNorm, list", "model.norm_type", norm_help));
+      help_marker(norm_help, item_has_keyboard_focus());
       changed |= check_input("mlp_gated", "model.mlp_gated", m.mlp_gated,
                              "SwiGLU/GeGLU MLP with gate, up and down projections (Llama) instead of two (GPT-2).");
       changed |= check_input("attention_bias", "model.attention_bias", m.attention_bias, "Biases on q, k, v and o.");
@@ -110,11 +120,14 @@ bool draw_inputs_panel(Config& c, const Result& result) {
       if (!m.is_encoder_decoder) {  // T5's positions are its relative attention bias (below)
         int pos = m.position_embedding_type == PositionType::Rope ? 0 : 1;
         ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-        if (ImGui::Combo("positions", &pos, "RoPE (no parameters)\0Learned absolute\0")) {
+        if (index_combo("positions", pos, {"RoPE (no parameters)", "Learned absolute"})) {
           m.position_embedding_type = pos == 0 ? PositionType::Rope : PositionType::Absolute;
           changed = true;
         }
-        help_marker("Learned absolute positions (GPT-2, BERT) add max_position_embeddings x hidden parameters.");
+        const char* pos_help = "Learned absolute positions (GPT-2, BERT) add max_position_embeddings x hidden parameters.";
+        announce_focus(focus_words("positions", pos == 0 ? "RoPE, list" : "learned absolute, list",
+                                   "model.position_embedding_type", pos_help));
+        help_marker(pos_help, item_has_keyboard_focus());
       }
       changed |= double_input("attention_dropout", "model.attention_dropout", m.attention_dropout,
                               "Dropout on attention probabilities: with eager attention it saves a 1-byte mask of "
@@ -125,7 +138,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                              "BERT-style layers: LayerNorm after each residual add, which saves the sum.");
       ImGui::TreePop();
     }
-    if (ImGui::TreeNode("Encoder-decoder (T5)")) {
+    if (subsection("Encoder-decoder (T5)")) {
       changed |= check_input("is_encoder_decoder", "model.is_encoder_decoder", m.is_encoder_decoder,
                              "T5's layout: num_hidden_layers encoder blocks on the source tokens, then decoder blocks "
                              "with cross-attention to the encoder output on the target tokens.");
@@ -138,7 +151,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
       }
       ImGui::TreePop();
     }
-    if (ImGui::TreeNode("Mixture of experts")) {
+    if (subsection("Mixture of experts")) {
       changed |= int_input("num_experts", "model.num_experts", m.num_experts, 1,
                            "Routed experts per MoE layer; 0 = dense. Every expert's weights, gradients and optimizer "
                            "states are held unless expert parallelism splits them.");
@@ -155,7 +168,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                               "0 = dropless (HF). Above 1, each expert buffers capacity x k x tokens / experts tokens.");
       ImGui::TreePop();
     }
-    if (ImGui::TreeNode("Latent attention (MLA)")) {
+    if (subsection("Latent attention (MLA)")) {
       changed |= int_input("kv_lora_rank", "model.kv_lora_rank", m.kv_lora_rank, 64,
                            "DeepSeek-V2/V3 compress keys and values to this rank; 0 = standard attention.");
       changed |= int_input("q_lora_rank", "model.q_lora_rank", m.q_lora_rank, 64, "Query compression rank; 0 = none.");
@@ -169,7 +182,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
     }
   }
   auto& t = c.training;
-  if (ImGui::CollapsingHeader("Training", ImGuiTreeNodeFlags_DefaultOpen)) {
+  if (section("Training")) {
     changed |= int_input("micro_batch_size", "training.micro_batch_size", t.micro_batch_size, 1,
                          "Sequences per GPU per forward pass. Activations grow linearly with it.");
     changed |= int_input("sequence_length", "training.sequence_length", t.sequence_length, 512,

@@ -14,17 +14,23 @@ namespace {
 
 // The stage combo says what each level means in the chosen engine's own words.
 bool stage_combo(ParallelConfig& p, Sharding s) {
-  const char* items = s == Sharding::Megatron ? "0 (no distributed optimizer)\0001 (distributed optimizer)\0"
-                      : (s == Sharding::Fsdp1 || s == Sharding::Fsdp2)
-                          ? "0 (NO_SHARD)\0001 (not in FSDP)\0002 (SHARD_GRAD_OP / no reshard after forward)\0003 (FULL_SHARD)\0"
-                          : "0 (DDP, no sharding)\0001 (optimizer states)\0002 (+ gradients)\0003 (+ weights)\0";
+  static const char* const kMegatron[] = {"0 (no distributed optimizer)", "1 (distributed optimizer)"};
+  static const char* const kFsdp[] = {"0 (NO_SHARD)", "1 (not in FSDP)", "2 (SHARD_GRAD_OP / no reshard after forward)",
+                                      "3 (FULL_SHARD)"};
+  static const char* const kZero[] = {"0 (DDP, no sharding)", "1 (optimizer states)", "2 (+ gradients)", "3 (+ weights)"};
+  const bool megatron = s == Sharding::Megatron, fsdp = s == Sharding::Fsdp1 || s == Sharding::Fsdp2;
+  const char* const* items = megatron ? kMegatron : fsdp ? kFsdp : kZero;
+  const int count = megatron ? 2 : 4;
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   int stage = static_cast<int>(p.zero_stage);
   bool changed = false;
-  if (ImGui::Combo("sharding stage", &stage, items)) p.zero_stage = stage, changed = true;
-  help_marker("What the data-parallel GPUs shard: 1 the optimizer states (ZeRO-1, Megatron's distributed optimizer), "
-              "2 also the gradients (ZeRO-2, FSDP SHARD_GRAD_OP), 3 also the weights (ZeRO-3, FSDP FULL_SHARD). "
-              "Rajbhandari et al. 2020.");
+  if (index_combo("sharding stage", stage, items, count)) p.zero_stage = stage, changed = true;
+  const char* help = "What the data-parallel GPUs shard: 1 the optimizer states (ZeRO-1, Megatron's distributed optimizer), "
+                     "2 also the gradients (ZeRO-2, FSDP SHARD_GRAD_OP), 3 also the weights (ZeRO-3, FSDP FULL_SHARD). "
+                     "Rajbhandari et al. 2020.";
+  const bool focused = item_has_keyboard_focus();
+  announce_focus(focus_words("sharding stage", std::to_string(p.zero_stage) + ", list", "parallel.zero_stage", help), focused);
+  help_marker(help, focused);
   field_error("parallel.zero_stage");
   return changed;
 }
@@ -36,7 +42,7 @@ bool draw_parallel_inputs(Config& c) {
   auto& p = c.parallel;
   const Resolved rs = resolve(c);
   const bool fsdp = rs.sharding == Sharding::Fsdp1 || rs.sharding == Sharding::Fsdp2;
-  if (ImGui::CollapsingHeader("Parallelism", ImGuiTreeNodeFlags_DefaultOpen)) {
+  if (section("Parallelism")) {
     changed |= int_input("data_parallel", "parallel.data_parallel_size", p.data_parallel_size, 1,
                          "GPUs that each train on their own data. With sharding they share the model states.");
     const std::string engine(rs.framework->sharding);
@@ -54,7 +60,7 @@ bool draw_parallel_inputs(Config& c) {
                                 "backward_pre holds the current and the next unit's parameters with the current "
                                 "gradients; backward_post and none hold one unit's parameters.");
     }
-    if (rs.sharding == Sharding::DeepSpeed && p.zero_stage >= 1 && ImGui::TreeNode("DeepSpeed buffers")) {
+    if (rs.sharding == Sharding::DeepSpeed && p.zero_stage >= 1 && subsection("DeepSpeed buffers")) {
       changed |= int_input("reduce_bucket_size", "parallel.zero_reduce_bucket_size", p.zero_reduce_bucket_size,
                            50000000, "Elements per gradient bucket (0 = DeepSpeed's 5e8; HF's auto = hidden^2). One "
                                      "bucket, two with overlap_comm, in the model dtype.");
@@ -118,7 +124,7 @@ bool draw_parallel_inputs(Config& c) {
     ImGui::TextDisabled("world: %lld GPUs (data x context x tensor x pipeline)", world);
   }
   auto& hw = c.hardware;
-  if (ImGui::CollapsingHeader("Hardware", ImGuiTreeNodeFlags_DefaultOpen)) {
+  if (section("Hardware")) {
     changed |= table_combo("GPU", "hardware.gpu", hw.gpu, gpus(), "Memory as the process sees it (nvidia-smi total).", true);
     if (hw.gpu == "custom") {
       changed |= int_input("capacity (bytes)", "hardware.gpu_memory_bytes", hw.gpu_memory_bytes, int64_t(1) << 30,
@@ -130,8 +136,12 @@ bool draw_parallel_inputs(Config& c) {
       hw.headroom_fraction = headroom / 100.0;
       changed = true;
     }
-    help_marker("Memory kept free for what no model predicts (other processes, allocator spikes). Practitioners "
-                "budget 10-15%.");
+    const char* headroom_help = "Memory kept free for what no model predicts (other processes, allocator spikes). "
+                                "Practitioners budget 10-15%. Space, then the left and right arrows, changes it; Enter "
+                                "types it.";
+    announce_focus(focus_words("headroom", std::to_string(static_cast<int>(headroom + 0.5f)) + " percent, slider",
+                               "hardware.headroom_fraction", headroom_help));
+    help_marker(headroom_help, item_has_keyboard_focus());
     changed |= int_input("GPUs per node", "hardware.gpus_per_node", hw.gpus_per_node, 1,
                          "GPUs sharing one host: offloaded states of all of them share its RAM.");
     changed |= int_input("host RAM per node (bytes)", "hardware.host_memory_bytes", hw.host_memory_bytes, int64_t(1) << 30,

@@ -28,7 +28,7 @@ void method_defaults(PeftConfig& p, const std::string& previous) {
 bool draw_peft_inputs(Config& c) {
   auto& p = c.peft;
   bool changed = false;
-  if (!ImGui::CollapsingHeader("Fine-tuning (PEFT)", ImGuiTreeNodeFlags_DefaultOpen)) return false;
+  if (!section("Fine-tuning (PEFT)")) return false;
   const std::string previous = p.method;
   changed |= string_combo("method", "peft.method", p.method,
                           {"none", "lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning"},
@@ -54,16 +54,20 @@ bool draw_peft_inputs(Config& c) {
     const bool norms = p.method == "ln_tuning";
     changed |= ImGui::InputTextWithHint("targets", norms ? "input_layernorm,post_attention_layernorm,norm"
                                                          : "q_proj,v_proj or all-linear", &p.target_modules);
-    help_marker(norms ? "The norms that get a trainable copy (LNTuningConfig target_modules), comma-separated."
-                      : "Module names to adapt (PEFT target_modules), comma-separated, or all-linear.");
+    const char* targets_help = norms ? "The norms that get a trainable copy (LNTuningConfig target_modules), comma-separated."
+                                     : "Module names to adapt (PEFT target_modules), comma-separated, or all-linear.";
+    announce_text_input("targets", p.target_modules, targets_help);
+    help_marker(targets_help, item_has_keyboard_focus());
     field_error("peft.target_modules");
     if (norms) {
       if (ImGui::SmallButton("every norm")) p.target_modules = "input_layernorm,post_attention_layernorm,norm", changed = true;
+      announce_focus("every norm, button: targets every norm");
     } else {
       static const char* const kLora[] = {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear", nullptr};
       static const char* const kIa3[] = {"k_proj,v_proj,down_proj", "all-linear", nullptr};
       for (const char* const* preset = p.method == "ia3" ? kIa3 : kLora; *preset; ++preset) {
         if (ImGui::SmallButton(*preset)) p.target_modules = *preset, changed = true;
+        announce_focus(std::string(*preset) + ", button: sets the targets to it");
         ImGui::SameLine();
       }
       ImGui::NewLine();
@@ -72,9 +76,11 @@ bool draw_peft_inputs(Config& c) {
   if (p.method == "ia3") {
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     changed |= ImGui::InputTextWithHint("feedforward", "down_proj", &p.feedforward_modules);
-    help_marker("IA3Config feedforward_modules: targeted linears whose input the vector scales (one value per input "
-                "feature, and an fp32 copy of the input kept); the others scale their output (the fp32 pre-scale "
-                "output kept).");
+    const char* ff_help = "IA3Config feedforward_modules: targeted linears whose input the vector scales (one value per "
+                          "input feature, and an fp32 copy of the input kept); the others scale their output (the fp32 "
+                          "pre-scale output kept).";
+    announce_text_input("feedforward", p.feedforward_modules, ff_help);
+    help_marker(ff_help, item_has_keyboard_focus());
     field_error("peft.feedforward_modules");
   }
   if (p.method == "prompt_tuning")
@@ -101,7 +107,9 @@ bool draw_peft_inputs(Config& c) {
                            "PEFT's helper casts every parameter that is not quantized (embeddings, head, norms) to fp32.");
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   changed |= ImGui::InputTextWithHint("modules_to_save", "e.g. lm_head", &p.modules_to_save);
-  help_marker("Modules trained in full beside the adapters (PEFT modules_to_save).");
+  const char* save_help = "Modules trained in full beside the adapters (PEFT modules_to_save).";
+  announce_text_input("modules_to_save", p.modules_to_save, save_help);
+  help_marker(save_help, item_has_keyboard_focus());
   field_error("peft.modules_to_save");
   return changed;
 }

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <string>
 
+#include "chart.h"
 #include "colors.h"
 #include "core/step.h"
+#include "keyboard.h"
 #include "panels.h"
 
 namespace memsim::ui {
@@ -53,35 +55,60 @@ void verdict(const DeviceResult& d, Unit unit) {
   ImGui::TextDisabled("peak during %s, at the allocation of: %s", d.peak_phase.c_str(), d.peak_label.c_str());
 }
 
-// Stacked bar of the breakdown against the GPU's capacity, with the usable line.
-void stacked_bar(const DeviceResult& d, Unit unit) {
+// Stacked bar of the breakdown against the GPU's capacity, with the usable line. The segments, and the empty frame
+// after them, are quads for the chart renderer (chart.h) that do not overlap; the lines and the hover stay with ImGui.
+void stacked_bar(const DeviceResult& d, Unit unit, uint64_t key) {
   const auto slots = slots_of(d);
   const float width = ImGui::GetContentRegionAvail().x;
   const float height = ImGui::GetFrameHeight() * 1.4f;
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const double scale_to = static_cast<double>(std::max(d.capacity_bytes, d.peak.device_bytes));
-  dl->AddRectFilled(p0, ImVec2(p0.x + width, p0.y + height), ImGui::GetColorU32(ImGuiCol_FrameBg));
   ImGui::InvisibleButton("bar", ImVec2(width, height));
   const bool hovered = ImGui::IsItemHovered();
-  const float mouse_x = ImGui::GetIO().MousePos.x;
-  float x = p0.x;
+  const bool focused = item_has_keyboard_focus();
+  const float mouse = (ImGui::GetIO().MousePos.x - p0.x) / width;  // where the mouse is, in the bar's units (0..1)
+  QuadChart chart;  // x: share of scale_to, y: the bar's height
+  chart.rect = {p0.x, p0.y, p0.x + width, p0.y + height};
+  const ImU32 frame = ImGui::GetColorU32(ImGuiCol_FrameBg);
+  chart.key = chart_key(key, {static_cast<uint64_t>(width), static_cast<uint64_t>(height), frame});
+  double done = 0;
   for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
-    const float w = static_cast<float>(static_cast<double>(slots[i].bytes) / scale_to * width);
-    if (w <= 0) continue;
-    dl->AddRectFilled(ImVec2(x, p0.y), ImVec2(x + w, p0.y + height), slot_color(i));
-    if (hovered && mouse_x >= x && mouse_x < x + w) {
+    if (slots[i].bytes <= 0) continue;
+    const float x0 = static_cast<float>(done / scale_to);
+    const float x1 = std::min(1.0f, static_cast<float>((done + static_cast<double>(slots[i].bytes)) / scale_to));
+    done += static_cast<double>(slots[i].bytes);
+    chart.quads.push_back({x0, x1, 0.0f, 1.0f, slot_color(i)});
+    if (hovered && mouse >= x0 && mouse < x1) {
       ImGui::BeginTooltip();
       ImGui::Text("%s: %s (%.1f%% of the device peak)", slots[i].label, bytes_text(slots[i].bytes, unit).c_str(),
                   100.0 * static_cast<double>(slots[i].bytes) / static_cast<double>(std::max<int64_t>(1, d.peak.device_bytes)));
       ImGui::EndTooltip();
     }
-    x += w;
   }
+  const float filled = static_cast<float>(done / scale_to);
+  if (filled < 1.0f) chart.quads.push_back({filled, 1.0f, 0.0f, 1.0f, frame});
+  add_chart(dl, std::move(chart));
   const float usable_x = p0.x + static_cast<float>(static_cast<double>(d.usable_bytes) / scale_to * width);
   const float cap_x = p0.x + static_cast<float>(static_cast<double>(d.capacity_bytes) / scale_to * width);
   dl->AddLine(ImVec2(usable_x, p0.y - 3), ImVec2(usable_x, p0.y + height + 3), IM_COL32(255, 220, 80, 255), 2.0f);
   dl->AddLine(ImVec2(cap_x - 1, p0.y - 3), ImVec2(cap_x - 1, p0.y + height + 3), IM_COL32(255, 80, 80, 255), 2.0f);
+  // The keyboard's focus on the bar shows every component at once (the table below has the same numbers).
+  if (focused) {
+    draw_focus_frame(p0.x, p0.y, p0.x + width, p0.y + height);
+    std::string words = "Breakdown of " + d.role + " at the peak, " + bytes_text(d.peak.device_bytes, unit) + ":";
+    ImGui::BeginTooltip();
+    for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
+      if (slots[i].bytes <= 0) continue;
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(slot_color(i)), "%s", "#");
+      ImGui::SameLine();
+      ImGui::Text("%s: %s", slots[i].label, bytes_text(slots[i].bytes, unit).c_str());
+      words += std::string(" ") + slots[i].label + " " + bytes_text(slots[i].bytes, unit) + ",";
+    }
+    ImGui::EndTooltip();
+    words.back() = '.';
+    announce_focus(words, true);
+  }
 }
 
 void breakdown_table(const DeviceResult& d, Unit unit) {
@@ -124,7 +151,7 @@ void breakdown_table(const DeviceResult& d, Unit unit) {
 
 }  // namespace
 
-void draw_results_panel(const Config& config, const Result& r, Unit unit) {
+void draw_results_panel(const Config& config, const Result& r, Unit unit, uint64_t version) {
   if (!r.ok) {
     ImGui::TextColored(ImVec4(1.0f, 0.4f, 0.4f, 1), "The configuration has problems:");
     for (const auto& e : r.errors) ImGui::BulletText("%s", e.message.c_str());
@@ -146,7 +173,7 @@ void draw_results_panel(const Config& config, const Result& r, Unit unit) {
     ImGui::PushID(&d);
     ImGui::Separator();
     verdict(d, unit);
-    stacked_bar(d, unit);
+    stacked_bar(d, unit, chart_key(version, {static_cast<uint64_t>(&d - r.devices.data())}));
     breakdown_table(d, unit);
     ImGui::PopID();
   }

@@ -5,24 +5,69 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <vector>
 #include <string>
 
 #include "chart.h"
+#include "colors.h"
+#include "keyboard.h"
 #include "panels.h"
 
 namespace memsim::ui {
 
 namespace {
+
 const char* phase_of(const DeviceResult& d, uint32_t ev) {
   const char* name = "";
   for (const auto& p : d.program.phases)
     if (p.first_event <= ev) name = p.name.c_str();
   return name;
 }
+
+// The chart's columns: one per event, or, when events outnumber pixels, one per pixel holding the largest value of
+// the events it covers, so a one-event spike still shows at its full height and a 100k-event step costs the GPU no
+// more than a small one. Each column is up to three quads stacked without overlap: allocated from 0, the reserved
+// rest above it, the empty frame above that; their colours are the translucent layers (frame, reserved over it,
+// allocated over both) folded into one, so every pixel of the chart is blended once (chart.h, blend_over).
+// Neighbouring columns of the same heights merge into one quad: a software rasteriser pays per triangle as much as
+// per pixel.
+QuadChart timeline_chart(const DeviceResult& d, ScreenRect rect, bool every_event) {
+  const auto& tl = d.timeline;
+  const size_t n = tl.size();
+  const float width = rect.x1 - rect.x0;
+  QuadChart chart;
+  chart.rect = rect;
+  chart.x_max = static_cast<float>(n);
+  chart.y_max = static_cast<float>(static_cast<double>(std::max<int64_t>(1, d.peak.reserved_bytes)) * 1.08);
+  const ImU32 frame = ImGui::GetColorU32(ImGuiCol_FrameBg);
+  const ImU32 reserved = blend_over(kTimelineReserved, frame), allocated = blend_over(kTimelineAllocated, reserved);
+  std::array<std::vector<ChartQuad>, 3> series;  // allocated, reserved above it, the frame above that
+  auto add = [&](std::vector<ChartQuad>& s, float x0, float x1, float y0, float y1, ImU32 color) {
+    if (y1 <= y0) return;
+    const bool merge = !every_event || &s == &series[2];  // one column per event keeps its two data quads apart
+    if (merge && !s.empty() && s.back().y0 == y0 && s.back().y1 == y1 && s.back().x1 == x0) s.back().x1 = x1;
+    else s.push_back({x0, x1, y0, y1, color});
+  };
+  const size_t cols = every_event ? n : std::min(n, static_cast<size_t>(std::max(1, static_cast<int>(width))));
+  for (size_t c = 0; c < cols; ++c) {
+    const size_t a = c * n / cols, b = std::max(a + 1, (c + 1) * n / cols);
+    int64_t alloc = 0, res = 0;
+    for (size_t i = a; i < b; ++i) alloc = std::max(alloc, tl[i].allocated_bytes), res = std::max(res, tl[i].reserved_bytes);
+    const float x0 = static_cast<float>(static_cast<double>(c) * static_cast<double>(n) / static_cast<double>(cols));
+    const float x1 = static_cast<float>(static_cast<double>(c + 1) * static_cast<double>(n) / static_cast<double>(cols));
+    const float ya = static_cast<float>(alloc), yr = std::max(ya, static_cast<float>(res));
+    add(series[0], x0, x1, 0.0f, ya, allocated);
+    add(series[1], x0, x1, ya, yr, reserved);
+    add(series[2], x0, x1, yr, chart.y_max, frame);
+  }
+  for (auto& s : series) chart.quads.insert(chart.quads.end(), s.begin(), s.end());
+  return chart;
+}
+
 }  // namespace
 
-void draw_timeline_panel(const Result& r, Unit unit, bool every_event) {
+void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool every_event) {
   if (!r.ok || r.devices.empty() || r.devices[0].timeline.empty()) {
     ImGui::TextDisabled("No timeline: fix the configuration first.");
     return;
@@ -33,16 +78,36 @@ void draw_timeline_panel(const Result& r, Unit unit, bool every_event) {
   const float height = std::max(120.0f, ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing());
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  dl->AddRectFilled(p0, ImVec2(p0.x + width, p0.y + height), ImGui::GetColorU32(ImGuiCol_FrameBg));
   ImGui::InvisibleButton("timeline", ImVec2(width, height));
   const bool hovered = ImGui::IsItemHovered();
+  const bool focused = item_has_keyboard_focus();  // the keyboard shows the peak's moment
+  announce_focus("Timeline of one step, " + std::to_string(tl.size()) + " events: the peak, " +
+                     bytes_text(d.peak.allocated_bytes, unit) + " allocated, comes during " + d.peak_phase + ", at the allocation of " +
+                     d.peak_label,
+                 focused);
 
   const double top = static_cast<double>(std::max<int64_t>(1, d.peak.reserved_bytes)) * 1.08;
   const size_t n = tl.size();
   auto y_of = [&](int64_t b) { return p0.y + height - static_cast<float>(static_cast<double>(b) / top * height); };
   auto x_of = [&](size_t ev) { return p0.x + static_cast<float>(static_cast<double>(ev) / static_cast<double>(n) * width); };
 
-  // Phase boundaries first, under the curves.
+  // The columns are rebuilt only when the result, the chart's size or the theme changed; the same key lets the
+  // renderer keep them uploaded (chart.h).
+  static QuadChart cached;
+  static uint64_t cached_key = 0;
+  const ScreenRect rect{p0.x, p0.y, p0.x + width, p0.y + height};
+  const uint64_t key = chart_key(version, {static_cast<uint64_t>(width), static_cast<uint64_t>(height), every_event ? 1u : 0u,
+                                           ImGui::GetColorU32(ImGuiCol_FrameBg)});
+  if (key == 0 || key != cached_key) {
+    cached = timeline_chart(d, rect, every_event);
+    cached.key = key;
+    cached_key = key;
+  }
+  QuadChart chart = cached;
+  chart.rect = rect;  // the same size, possibly moved (the quads are in chart units)
+  add_chart(dl, std::move(chart));
+
+  // Phase boundaries and their names, over the columns.
   float last_label_x = -1e9f;
   for (const auto& ph : d.program.phases) {
     const float x = x_of(ph.first_event);
@@ -53,33 +118,6 @@ void draw_timeline_panel(const Result& r, Unit unit, bool every_event) {
       last_label_x = x;
     }
   }
-  // One column per event, or, when events outnumber pixels, one per pixel holding the largest value of the
-  // events it covers: a one-event spike still shows at its full height, and a 100k-event step costs the GPU no
-  // more than a small one. Neighbouring columns of the same height merge into one quad (reserved memory changes
-  // rarely), since a software rasteriser pays per triangle as much as per pixel. Quads tile exactly, so the
-  // translucent colours never pile up. Reserved first, then allocated over it.
-  QuadChart chart;
-  chart.rect = {p0.x, p0.y, p0.x + width, p0.y + height};
-  chart.x_max = static_cast<float>(n);
-  chart.y_max = static_cast<float>(top);
-  const size_t cols = every_event ? n : std::min(n, static_cast<size_t>(std::max(1, static_cast<int>(width))));
-  std::vector<ChartQuad> allocated;
-  auto add = [&](std::vector<ChartQuad>& series, float x0, float x1, int64_t bytes, ImU32 color) {
-    const float y = static_cast<float>(bytes);
-    if (!every_event && !series.empty() && series.back().y1 == y) series.back().x1 = x1;
-    else series.push_back({x0, x1, 0.0f, y, color});
-  };
-  for (size_t c = 0; c < cols; ++c) {
-    const size_t a = c * n / cols, b = std::max(a + 1, (c + 1) * n / cols);
-    int64_t alloc = 0, res = 0;
-    for (size_t i = a; i < b; ++i) alloc = std::max(alloc, tl[i].allocated_bytes), res = std::max(res, tl[i].reserved_bytes);
-    const float x0 = static_cast<float>(static_cast<double>(c) * static_cast<double>(n) / static_cast<double>(cols));
-    const float x1 = static_cast<float>(static_cast<double>(c + 1) * static_cast<double>(n) / static_cast<double>(cols));
-    add(chart.quads, x0, x1, res, IM_COL32(140, 140, 140, 90));
-    add(allocated, x0, x1, alloc, IM_COL32(76, 150, 230, 200));
-  }
-  chart.quads.insert(chart.quads.end(), allocated.begin(), allocated.end());
-  add_chart(dl, std::move(chart));
   // Usable line and the peak.
   if (static_cast<double>(d.usable_bytes) < top) {
     const float y = y_of(d.usable_bytes);
@@ -90,9 +128,11 @@ void draw_timeline_panel(const Result& r, Unit unit, bool every_event) {
   dl->AddText(ImVec2(std::min(peak.x + 6, p0.x + width - 140), peak.y - 2), IM_COL32(255, 120, 120, 255),
               ("peak " + bytes_text(d.peak.allocated_bytes, unit)).c_str());
 
-  if (hovered) {
+  if (focused) draw_focus_frame(p0.x, p0.y, p0.x + width, p0.y + height);
+  if (hovered || focused) {
     const float mx = ImGui::GetIO().MousePos.x - p0.x;
-    const size_t ev = std::min(n - 1, static_cast<size_t>(std::max(0.0f, mx) / width * static_cast<float>(n)));
+    const size_t ev = hovered ? std::min(n - 1, static_cast<size_t>(std::max(0.0f, mx) / width * static_cast<float>(n)))
+                              : std::min<size_t>(n - 1, d.peak_event);
     dl->AddLine(ImVec2(x_of(ev), p0.y), ImVec2(x_of(ev), p0.y + height), IM_COL32(255, 255, 255, 120));
     const Event& e = d.program.events[ev];
     const Tensor& t = d.program.tensors[e.tensor];

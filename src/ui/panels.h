@@ -8,16 +8,20 @@
 #include "core/config.h"
 #include "core/format.h"
 #include "core/result.h"
+#include "keyboard.h"
 
 namespace memsim::ui {
 
 // Inputs grouped as model, training, parallelism, hardware. Returns true when the config changed.
 bool draw_inputs_panel(Config& config, const Result& result);
-// Fit verdict per device, stacked bar by component and the exact table.
-void draw_results_panel(const Config& config, const Result& result, Unit unit);
+// Fit verdict per device, stacked bar by component and the exact table. `version` names the result's content, as for
+// the timeline (0: unknown).
+void draw_results_panel(const Config& config, const Result& result, Unit unit, uint64_t version = 0);
 // Allocated and reserved memory over the events of the step, phases and peak marked; hover shows the event.
-// every_event draws one column per event even where several share a pixel: the renderer benchmark's worst case.
-void draw_timeline_panel(const Result& result, Unit unit, bool every_event = false);
+// `version` names the result's content (0: unknown): the chart's columns are rebuilt, and uploaded by a renderer,
+// only when it, the chart's size or the theme change. every_event draws one column per event even where several
+// share a pixel: the renderer benchmark's worst case.
+void draw_timeline_panel(const Result& result, Unit unit, uint64_t version = 0, bool every_event = false);
 
 // Single changes that lower the peak, ranked; returns true when one was applied to `config`.
 bool draw_advice_panel(Config& config, Unit unit);
@@ -32,7 +36,10 @@ bool draw_parallel_inputs(Config& config);
 bool draw_peft_inputs(Config& config);
 
 // Shared widgets. Inputs show the simulator's message for their field under them (set_field_errors).
-void help_marker(const char* text);
+// A "(?)" that shows `text` when hovered, or when `focused` (the keyboard focus is on the input it explains).
+void help_marker(const char* text, bool focused = false);
+// The words that announce a focused input: "label: value. help", and the field's problem if it has one.
+std::string focus_words(const char* label, const std::string& value, const char* field, const char* help);
 void set_field_errors(const Result* result);
 void field_error(const char* field);
 bool int_input(const char* label, const char* field, int64_t& v, int64_t step, const char* help);
@@ -49,16 +56,21 @@ bool table_combo(const char* label, const char* field, std::string& id, Table ta
   for (const auto& e : table)
     if (e.id == id) preview = std::string(e.label);
   bool changed = false;
-  if (ImGui::BeginCombo(label, preview.c_str())) {
+  const bool open = ImGui::BeginCombo(label, preview.c_str());
+  const bool focused = item_has_keyboard_focus();
+  announce_focus(focus_words(label, preview + ", list", field, help), focused);
+  if (open) {
     for (const auto& e : table) {
       bool selected = e.id == id;
       if (ImGui::Selectable(std::string(e.label).c_str(), selected)) id = std::string(e.id), changed = true;
       if (selected) ImGui::SetItemDefaultFocus();
+      announce_focus(std::string(e.label) + (selected ? ", chosen" : ""));
     }
     if (allow_custom && ImGui::Selectable("Custom capacity", id == "custom")) id = "custom", changed = true;
+    announce_focus("Custom capacity");
     ImGui::EndCombo();
   }
-  help_marker(help);
+  help_marker(help, focused);
   field_error(field);
   return changed;
 }
@@ -66,5 +78,15 @@ bool table_combo(const char* label, const char* field, std::string& id, Table ta
 bool string_combo(const char* label, const char* field, std::string& value, std::initializer_list<const char*> values,
                   const char* help);
 std::string bytes_text(int64_t bytes, Unit unit);
+// ImGui::Combo over `items`, whose open list announces the focused item: the caller announces the combo itself
+// (right after this call, the combo is the last item). True when another item was picked.
+bool index_combo(const char* label, int& index, std::initializer_list<const char*> items);
+bool index_combo(const char* label, int& index, const char* const* items, int count);
+// A section of the inputs (a collapsing header, open at first) and a subsection (a tree node: TreePop() it when open),
+// each announced with its state when focused.
+bool section(const char* label);
+bool subsection(const char* label);
+// Announces the last item, a text field, when it has the keyboard focus.
+void announce_text_input(const char* label, const std::string& value, const char* help);
 
 }  // namespace memsim::ui

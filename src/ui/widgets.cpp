@@ -2,15 +2,21 @@
 
 #include <imgui_stdlib.h>
 
+#include <cstdio>
+#include <string>
+
 #include "core/frameworks.h"
+#include "keyboard.h"
 #include "panels.h"
 
 namespace memsim::ui {
 
-void help_marker(const char* text) {
+void help_marker(const char* text, bool focused) {
   ImGui::SameLine();
   ImGui::TextDisabled("(?)");
-  if (ImGui::IsItemHovered()) {
+  // Hovering the mark shows the help, and so does the keyboard focus on the input it explains (while the input is
+  // not being edited: the tooltip would cover what is typed).
+  if (ImGui::IsItemHovered() || (focused && !ImGui::GetIO().WantTextInput)) {
     ImGui::BeginTooltip();
     ImGui::PushTextWrapPos(ImGui::GetFontSize() * 32.0f);
     ImGui::TextUnformatted(text);
@@ -38,18 +44,32 @@ void field_error(const char* field) {
     }
 }
 
+// "label: value. help", or with the field's error, for the announcement of a focused input.
+std::string focus_words(const char* label, const std::string& value, const char* field, const char* help) {
+  std::string words = std::string(label) + ": " + value + ". " + help;
+  if (g_result)
+    for (const auto& e : g_result->errors)
+      if (e.field == field) words += " Problem: " + e.message;
+  return words;
+}
+
 bool int_input(const char* label, const char* field, int64_t& v, int64_t step, const char* help) {
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   const int64_t fast = step * 8;
+  FocusProbe probe;  // the field and its - and + buttons
   bool changed = ImGui::InputScalar(label, ImGuiDataType_S64, &v, &step, &fast, "%lld");
-  help_marker(help);
+  const bool focused = probe.focused();
+  announce_focus(focus_words(label, std::to_string(v), field, help), focused);
+  help_marker(help, focused);
   field_error(field);
   return changed;
 }
 
 bool check_input(const char* label, const char* field, bool& v, const char* help) {
   bool changed = ImGui::Checkbox(label, &v);
-  help_marker(help);
+  const bool focused = item_has_keyboard_focus();
+  announce_focus(focus_words(label, v ? "on, checkbox" : "off, checkbox", field, help), focused);
+  help_marker(help, focused);
   field_error(field);
   return changed;
 }
@@ -58,27 +78,70 @@ bool choice_combo(const char* label, const char* field, std::string& value, cons
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   bool changed = false;
   std::string preview = value == "auto" ? std::string("auto (") + auto_means + ")" : value;
-  if (ImGui::BeginCombo(label, preview.c_str())) {
+  const bool open = ImGui::BeginCombo(label, preview.c_str());
+  const bool focused = item_has_keyboard_focus();
+  announce_focus(focus_words(label, preview + ", list", field, help), focused);
+  if (open) {
     for (auto v : choices(field)) {
       const bool selected = v == value;
       std::string text = v == "auto" ? std::string("auto (") + auto_means + ")" : std::string(v);
       if (ImGui::Selectable(text.c_str(), selected)) value = std::string(v), changed = true;
+      if (selected && ImGui::IsWindowAppearing()) ImGui::SetItemDefaultFocus();
+      announce_focus(text + (selected ? ", chosen" : ""));
     }
     ImGui::EndCombo();
   }
-  help_marker(help);
+  help_marker(help, focused);
   field_error(field);
   return changed;
 }
 
 bool double_input(const char* label, const char* field, double& v, const char* help) {
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  FocusProbe probe;
   bool changed = ImGui::InputDouble(label, &v, 0.05, 0.1, "%.2f");
-  help_marker(help);
+  const bool focused = probe.focused();
+  char value[32];
+  std::snprintf(value, sizeof value, "%.2f", v);
+  announce_focus(focus_words(label, value, field, help), focused);
+  help_marker(help, focused);
   field_error(field);
   return changed;
 }
 
+
+bool index_combo(const char* label, int& index, std::initializer_list<const char*> items) {
+  return index_combo(label, index, items.begin(), static_cast<int>(items.size()));
+}
+
+bool index_combo(const char* label, int& index, const char* const* begin, int count) {
+  bool changed = false;
+  if (ImGui::BeginCombo(label, index >= 0 && index < count ? begin[index] : "")) {
+    for (int i = 0; i < count; ++i) {
+      if (ImGui::Selectable(begin[i], i == index) && i != index) index = i, changed = true;
+      if (i == index && ImGui::IsWindowAppearing()) ImGui::SetItemDefaultFocus();
+      announce_focus(std::string(begin[i]) + (i == index ? ", chosen" : ""));
+    }
+    ImGui::EndCombo();
+  }
+  return changed;
+}
+
+bool section(const char* label) {
+  const bool open = ImGui::CollapsingHeader(label, ImGuiTreeNodeFlags_DefaultOpen);
+  announce_focus(std::string(label) + (open ? " section, open" : " section, closed: Space or Enter opens it"));
+  return open;
+}
+
+bool subsection(const char* label) {
+  const bool open = ImGui::TreeNode(label);
+  announce_focus(std::string(label) + (open ? ", open" : ", closed: Space, Enter or the right arrow opens it"));
+  return open;
+}
+
+void announce_text_input(const char* label, const std::string& value, const char* help) {
+  announce_focus(std::string(label) + ": " + (value.empty() ? "empty" : value) + ", text. " + help);
+}
 
 std::string bytes_text(int64_t bytes, Unit unit) { return format_bytes(bytes, unit, unit == Unit::MiB ? 0 : 2); }
 
@@ -86,12 +149,18 @@ bool string_combo(const char* label, const char* field, std::string& value, std:
                   const char* help) {
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   bool changed = false;
-  if (ImGui::BeginCombo(label, value.c_str())) {
-    for (const char* v : values)
+  const bool open = ImGui::BeginCombo(label, value.c_str());
+  const bool focused = item_has_keyboard_focus();
+  announce_focus(focus_words(label, value + ", list", field, help), focused);
+  if (open) {
+    for (const char* v : values) {
       if (ImGui::Selectable(v, value == v)) value = v, changed = true;
+      if (value == v && ImGui::IsWindowAppearing()) ImGui::SetItemDefaultFocus();
+      announce_focus(std::string(v) + (value == v ? ", chosen" : ""));
+    }
     ImGui::EndCombo();
   }
-  help_marker(help);
+  help_marker(help, focused);
   field_error(field);
   return changed;
 }

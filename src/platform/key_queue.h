@@ -1,0 +1,57 @@
+// Keys for Dear ImGui, one press or release of a key per frame. ImGui 1.86's GLFW backend only records whether a
+// key is down when the frame starts, so a key pressed and released between two frames (a quick tap, a slow frame
+// under a software renderer, a test's keyboard) never reaches the interface. The queue keeps GLFW's key and
+// character events in order and hands them to the backend at the start of each frame, stopping before a second
+// event of a key already seen in that frame: the press lands in one frame, its release in the next. Platform layer
+// (GLFW); both main loops use it.
+#pragma once
+#include <GLFW/glfw3.h>
+#include <imgui_impl_glfw.h>
+
+#include <deque>
+#include <vector>
+
+namespace memsim::platform {
+
+class KeyQueue {
+ public:
+  // After ImGui_ImplGlfw_InitForOpenGL(window, true): GLFW's key and character callbacks now go through the queue.
+  static void install(GLFWwindow* window) {
+    window_ = window;
+    glfwSetKeyCallback(window, [](GLFWwindow*, int key, int scancode, int action, int mods) {
+      events_.push_back({key, scancode, action, mods, 0});
+    });
+    glfwSetCharCallback(window, [](GLFWwindow*, unsigned int c) { events_.push_back({0, 0, kChar, 0, c}); });
+  }
+
+  // Whether events wait for the next frame: a loop that sleeps until the next event should not sleep now.
+  static bool pending() { return !events_.empty(); }
+
+  // Before ImGui_ImplGlfw_NewFrame(): the events of this frame reach the backend.
+  static void feed() {
+    std::vector<int> seen;
+    while (!events_.empty()) {
+      const Event e = events_.front();
+      if (e.action != kChar) {
+        for (int k : seen)
+          if (k == e.key) return;  // the rest waits for the next frame
+        seen.push_back(e.key);
+        ImGui_ImplGlfw_KeyCallback(window_, e.key, e.scancode, e.action, e.mods);
+      } else {
+        ImGui_ImplGlfw_CharCallback(window_, e.codepoint);
+      }
+      events_.pop_front();
+    }
+  }
+
+ private:
+  static constexpr int kChar = -1;
+  struct Event {
+    int key, scancode, action, mods;
+    unsigned int codepoint;
+  };
+  static inline GLFWwindow* window_ = nullptr;
+  static inline std::deque<Event> events_;
+};
+
+}  // namespace memsim::platform

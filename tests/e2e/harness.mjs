@@ -1,0 +1,80 @@
+// What the end-to-end tests share: the served site, one headless Chromium (playwright-core), and helpers that open
+// the page and wait for the effects of canvas interactions. A test file calls useBrowser() once.
+import { before, after } from "node:test";
+import { spawn } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import net from "node:net";
+import { createRequire } from "node:module";
+
+const require = createRequire(import.meta.url);
+const { chromium } = require("playwright-core");
+export const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
+export const site = process.env.MEMSIM_SITE || path.join(root, "build/web/site");
+export const cli = process.env.MEMSIM_CLI || path.join(root, "build/native/memsim-cli");
+export const shots = process.env.MEMSIM_SCREENSHOTS || mkdtempSync(path.join(tmpdir(), "memsim-shots-"));
+
+let server;
+export let browser, base;  // set once the browser is up (live bindings: importers see them)
+export const requests = [];
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
+  });
+}
+
+async function waitForServer(url) {
+  for (let i = 0; i < 100; i++) {
+    try { const r = await fetch(url); if (r.ok) return; } catch {}
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("server did not start: " + url);
+}
+
+// Serves the site and starts Chromium before the file's tests, and stops both after them.
+export function useBrowser() {
+  before(async () => {
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}/`;
+    server = spawn("python3", [path.join(root, "scripts/serve.py"), site, String(port)], { stdio: "ignore" });
+    await waitForServer(base);
+    browser = await chromium.launch({
+      executablePath: process.env.MEMSIM_CHROMIUM || "/usr/bin/chromium",
+      args: ["--no-sandbox", "--disable-gpu", "--use-gl=swiftshader", "--enable-unsafe-swiftshader", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    });
+  });
+  after(async () => {
+    if (browser) await browser.close();
+    if (server) server.kill();
+  });
+}
+
+export async function openPage(hash = "", viewport = { width: 1280, height: 720 }, options = {}) {
+  const page = await browser.newPage({ viewport, acceptDownloads: true, ...options });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.on("request", (r) => requests.push(r.url()));
+  await page.goto(base + hash);
+  await page.waitForFunction(() => window.memsim && window.Module && window.Module.calledRun, null, { timeout: 20000 });
+  await page.evaluate(() => window.memsim.ready);
+  await page.waitForTimeout(300);  // a few frames
+  return { page, errors };
+}
+
+// Canvas interactions land on a later animation frame, which a loaded machine delays: repeat an action until
+// the page's state shows its effect.
+export async function until(page, action, predicate, arg, attempts = 4) {
+  for (let i = 0; i < attempts; i++) {
+    await action();
+    try {
+      await page.waitForFunction(predicate, arg, { timeout: 4000 });
+      return;
+    } catch {}
+  }
+  throw new Error("the interaction had no effect: " + predicate.toString());
+}

@@ -1,0 +1,169 @@
+// The page with the keyboard alone: every action below is a key press (page.keyboard); the page's state
+// (window.memsim.state(), the URL, the clipboard text, screenshots) only observes. state().focus is what the page's
+// live region reads out for the focused control (src/ui/keyboard.h).
+//   node --test tests/e2e/keyboard.test.mjs     (scripts/test.sh sets MEMSIM_SITE, MEMSIM_CLI, NODE_PATH)
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import path from "node:path";
+import { decodePng, share } from "./png.mjs";
+import { openPage, shots, useBrowser } from "./harness.mjs";
+
+useBrowser();
+
+const state = (page) => page.evaluate(() => window.memsim.state());
+// Three animation frames: the app has run two frames since, the key's press in one and its release in the next
+// (src/platform/key_queue.h), and the focus it moved is announced.
+const frames = (page) => page.evaluate(() => new Promise((r) => {
+  let n = 0;
+  const step = () => (++n === 3 ? r() : requestAnimationFrame(step));
+  requestAnimationFrame(step);
+}));
+
+async function press(page, key) {
+  await page.keyboard.press(key);
+  await frames(page);
+}
+
+// Presses Tab (or Shift+Tab) until the focus is on a control whose words start with `prefix`. The results panel and
+// the end of the inputs are nearer backwards from the toolbar.
+async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
+  for (let i = 0; i < limit; i++) {
+    await press(page, back ? "Shift+Tab" : "Tab");
+    const focus = (await state(page)).focus;
+    if (focus.startsWith(prefix)) return focus;
+  }
+  throw new Error("Tab never reached " + prefix);
+}
+
+async function typeText(page, text) {
+  for (const ch of text) await press(page, ch);
+}
+
+test("keyboard: Tab reaches Copy link and Enter copies the link; Space on Copy summary copies the summary", async () => {
+  const { page, errors } = await openPage("#schema=1&training.micro_batch_size=2");
+  assert.equal((await state(page)).focus, "", "nothing is focused before a key is pressed");
+  await tabTo(page, "Copy link");
+  await press(page, "Enter");
+  const link = await page.evaluate(() => window.memsimLastCopied);
+  assert.ok(typeof link === "string" && link.includes("#schema=1&") && link.includes("training.micro_batch_size=2"), String(link));
+  await tabTo(page, "Copy summary");
+  await press(page, " ");
+  assert.match(await page.evaluate(() => window.memsimLastCopied), /\| device \| peak/);
+  assert.deepEqual(errors.filter((e) => !/Permissions check failed/.test(e)), []);
+  await page.close();
+});
+
+test("keyboard: micro-batch typed into its field, and the URL fragment follows", async () => {
+  const { page, errors } = await openPage();
+  await tabTo(page, "micro_batch_size: 4");  // Tab lands in the field with its text selected
+  await typeText(page, "2");
+  await press(page, "Enter");
+  await page.waitForFunction(() => location.hash.includes("training.micro_batch_size=2"), null, { timeout: 5000 });
+  assert.equal((await state(page)).config.training.micro_batch_size, 2);
+  // Tab on to the field's + button and step it with Space.
+  await press(page, "Tab");
+  await press(page, "Tab");
+  await press(page, " ");
+  await page.waitForFunction(() => location.hash.includes("training.micro_batch_size=3"), null, { timeout: 5000 });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("keyboard: the model group: a number typed in, and the fragment follows", async () => {
+  const { page, errors } = await openPage();
+  await tabTo(page, "hidden_size: 5120");
+  await typeText(page, "4096");
+  await press(page, "Enter");
+  await page.waitForFunction(() => location.hash.includes("model.hidden_size=4096"), null, { timeout: 5000 });
+  assert.equal((await state(page)).config.model.hidden_size, 4096);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("keyboard: the hardware and parallelism groups: lists open, the arrows move, Enter picks", async () => {
+  const { page, errors } = await openPage();
+  await tabTo(page, "GPU: ", { back: true });
+  const gpu = (await state(page)).config.hardware.gpu;
+  await press(page, " ");
+  assert.match((await state(page)).focus, /, chosen$/, "the open list starts on the current GPU");
+  await press(page, "ArrowDown");
+  await press(page, "Enter");
+  const after = await state(page);
+  assert.notEqual(after.config.hardware.gpu, gpu);
+  assert.ok((await page.evaluate(() => location.hash)).includes("hardware.gpu=" + after.config.hardware.gpu));
+  await tabTo(page, "sharding stage: 3", { back: true });
+  await press(page, "Enter");
+  assert.match((await state(page)).focus, /^3 .*, chosen$/);
+  await press(page, "ArrowUp");
+  await press(page, "Enter");
+  await page.waitForFunction(() => location.hash.includes("parallel.zero_stage=2"), null, { timeout: 5000 });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("keyboard: What helps opens with Enter and Enter on Apply applies its first change", async () => {
+  const { page, errors } = await openPage();
+  const before = await state(page);
+  await tabTo(page, "What helps, tab", { back: true });
+  await press(page, "Enter");
+  assert.equal((await state(page)).focus, "What helps, tab, shown");
+  const apply = await tabTo(page, "Apply, button: ");
+  await page.screenshot({ path: path.join(shots, "keyboard-what-helps.png") });
+  await press(page, "Enter");
+  const after = await state(page);
+  assert.notEqual(after.fragment, before.fragment, apply);
+  const [p0, p1] = await page.evaluate(([a, b]) => [a, b].map((s) => window.memsim.estimate(s.config).devices[0].peak.device_bytes), [before, after]);
+  assert.ok(p1 < p0, `the applied change lowers the peak: ${p0} -> ${p1}`);
+  assert.ok((await page.evaluate(() => location.hash)) === "#" + after.fragment);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("keyboard: a Fit explorer cell is reached with Tab and the arrows and applied with Space", async () => {
+  const { page, errors } = await openPage();
+  await tabTo(page, "Fit explorer, tab", { back: true });
+  await press(page, " ");
+  await page.waitForTimeout(3000);  // the sweep fills a few cells a frame
+  await tabTo(page, "micro-batch 1, sequence 512: ");
+  await press(page, "ArrowRight");
+  await press(page, "ArrowDown");
+  const focus = (await state(page)).focus;
+  assert.ok(focus.startsWith("micro-batch 2, sequence 1024: ") && focus.includes("fits"), focus);
+  // The focused cell is outlined in the navigation colour (ImGuiCol_NavHighlight, 66,150,250).
+  const img = decodePng(await page.screenshot({ path: path.join(shots, "keyboard-fit-explorer.png") }));
+  const outline = share(img, 660, 125, 130, 40, (r, g, b) => Math.abs(r - 66) < 20 && Math.abs(g - 150) < 20 && Math.abs(b - 250) < 20);
+  assert.ok(outline > 0.02, `the focused cell's outline covers ${(100 * outline).toFixed(1)}% of its surroundings`);
+  await press(page, " ");
+  const s = await state(page);
+  assert.equal(s.config.training.micro_batch_size, 2);
+  assert.equal(s.config.training.sequence_length, 1024);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("keyboard: the focus is outlined, and read out by the page's live region", async () => {
+  const { page } = await openPage();
+  const nav = (r, g, b) => Math.abs(r - 66) < 20 && Math.abs(g - 150) < 20 && Math.abs(b - 250) < 20;
+  const region = [245, 2, 90, 32];  // around Copy link
+  const before = share(decodePng(await page.screenshot()), ...region, nav);
+  await tabTo(page, "Copy link");
+  const focused = share(decodePng(await page.screenshot({ path: path.join(shots, "keyboard-focus.png") })), ...region, nav);
+  assert.ok(before < 0.01 && focused > 0.05, `outline pixels around Copy link: ${before} before, ${focused} focused`);
+  const live = await page.evaluate(() => ({ text: document.getElementById("focus").textContent,
+                                             polite: document.getElementById("focus").getAttribute("aria-live") }));
+  assert.equal(live.polite, "polite");
+  assert.equal(live.text, (await state(page)).focus);
+  await page.close();
+});
+
+test("keyboard: quick presses are not lost (one key event per frame)", async () => {
+  const { page } = await openPage();
+  await tabTo(page, "Copy link");
+  const stops = [];
+  for (let i = 0; i < 6; i++) { await press(page, "Tab"); stops.push((await state(page)).focus); }
+  assert.equal(new Set(stops).size, 6, JSON.stringify(stops));
+  await tabTo(page, "Copy link", { back: true });
+  for (let i = 0; i < 6; i++) await page.keyboard.press("Tab");  // back to back, faster than frames
+  await page.waitForFunction((s) => window.memsim.state().focus === s, stops[5], { timeout: 10000 });
+  await page.close();
+});
