@@ -66,8 +66,8 @@ TEST_CASE("the default scenario simulates, and its breakdown adds up to the devi
   CHECK(r.params_total == 13015864320);
 }
 
-TEST_CASE("a hand-derived tiny case: allocator rounding of the weights", "[simulate]") {
-  // 1 layer, hidden 8, MHA 2 heads, MLP 16, vocab 10, untied, fp32, SGD without momentum, one GPU.
+// 1 layer, hidden 8, MHA 2 heads, MLP 16, vocab 10, untied, fp32, SGD without momentum, one GPU.
+static Config tiny_config() {
   Config c;
   c.model = ModelConfig{};
   c.model.hidden_size = 8;
@@ -83,6 +83,11 @@ TEST_CASE("a hand-derived tiny case: allocator rounding of the weights", "[simul
   c.training.optimizer = "sgd";
   c.parallel.data_parallel_size = 1;
   c.parallel.zero_stage = 0;
+  return c;
+}
+
+TEST_CASE("a hand-derived tiny case: allocator rounding of the weights", "[simulate]") {
+  Config c = tiny_config();
   Result r = simulate(c);
   REQUIRE(r.ok);
   const auto& d = r.devices[0];
@@ -234,18 +239,7 @@ TEST_CASE("the extremes of the hardening issue answer or refuse clearly", "[simu
 }
 
 TEST_CASE("the CUDA context follows the GPU generation and the module loading", "[simulate]") {
-  Config c;
-  c.model = ModelConfig{};
-  c.model.hidden_size = 8;
-  c.model.num_hidden_layers = 1;
-  c.model.num_attention_heads = 2;
-  c.model.num_key_value_heads = 2;
-  c.model.intermediate_size = 16;
-  c.model.vocab_size = 10;
-  c.training.micro_batch_size = 1;
-  c.training.sequence_length = 4;
-  c.parallel.data_parallel_size = 1;
-  c.parallel.zero_stage = 0;
+  Config c = tiny_config();
   auto context = [&](const char* gpu, const char* loading, int64_t override_bytes = 0) {
     c.hardware.gpu = gpu;
     c.hardware.cuda_module_loading = loading;

@@ -19,21 +19,26 @@
 
 using namespace memsim;
 
-static std::vector<ValidationCase> load_cases() {
+// The case files of these folders, in name order.
+static std::vector<ValidationCase> parse_cases(const std::vector<std::filesystem::path>& folders) {
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(source_path("tests/validation/cases")))
-    if (e.path().extension() == ".json") files.push_back(e.path().string());
+  for (const auto& dir : folders)
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().extension() == ".json") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   std::vector<ValidationCase> cases;
   for (const auto& f : files) {
     ValidationCase c;
     std::vector<FieldError> errors;
+    const bool ok = parse_validation_case(read_file(f), c, errors);
     INFO(f << ": " << (errors.empty() ? "" : errors[0].message));
-    REQUIRE(parse_validation_case(read_file(f), c, errors));
+    REQUIRE(ok);
     cases.push_back(c);
   }
   return cases;
 }
+
+static std::vector<ValidationCase> load_cases() { return parse_cases({source_path("tests/validation/cases")}); }
 
 TEST_CASE("every validation case parses and simulates", "[validation]") {
   auto cases = load_cases();
@@ -88,22 +93,10 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 // 1.2%, worst 17.8% (two configs whose segments memsim lays out differently, +17.8% and -8.5%; see
 // tests/validation/measured/README.md).
 static std::vector<ValidationCase> load_measured(const std::string& statistic) {
-  std::vector<std::string> files;
-  for (const auto& run : std::filesystem::directory_iterator(source_path("tests/validation/measured"))) {
-    const auto dir = run.path() / statistic;
-    if (!run.is_directory() || !std::filesystem::is_directory(dir)) continue;
-    for (const auto& e : std::filesystem::directory_iterator(dir))
-      if (e.path().extension() == ".json") files.push_back(e.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  std::vector<ValidationCase> cases;
-  for (const auto& f : files) {
-    ValidationCase c;
-    std::vector<FieldError> errors;
-    REQUIRE(parse_validation_case(read_file(f), c, errors));
-    cases.push_back(c);
-  }
-  return cases;
+  std::vector<std::filesystem::path> folders;
+  for (const auto& run : std::filesystem::directory_iterator(source_path("tests/validation/measured")))
+    if (run.is_directory() && std::filesystem::is_directory(run.path() / statistic)) folders.push_back(run.path() / statistic);
+  return parse_cases(folders);
 }
 
 TEST_CASE("calibration runs: allocated and reserved against memsim", "[validation][calibration]") {
