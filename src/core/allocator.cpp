@@ -129,9 +129,8 @@ int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
   return static_cast<int32_t>(rank);
 }
 
-void CachingAllocator::insert_free(int32_t b) {
+void CachingAllocator::insert_free(FreeSet& set, int32_t b) {
   Block& blk = blocks_[b];
-  FreeSet& set = pool(blk.stream, blk.small);
   const size_t rank = rank_of_size(set, blk.size);
   const int32_t slot = set.slot_at[rank];
   set.classes[slot].insert(Cached{blk.size, blk.addr, b});
@@ -140,10 +139,9 @@ void CachingAllocator::insert_free(int32_t b) {
   ++set.count;
 }
 
-void CachingAllocator::erase_free(int32_t b) {
+void CachingAllocator::erase_free(FreeSet& set, int32_t b) {
   Block& blk = blocks_[b];
   if (blk.cls < 0) return;  // not cached
-  FreeSet& set = pool(blk.stream, blk.small);
   CachedList& list = set.classes[blk.cls];
   list.erase(Cached{blk.size, blk.addr, b});
   if (list.empty()) {
@@ -182,7 +180,7 @@ void CachingAllocator::release_cached_segments() {
       for (const Cached& c : list)
         if (blocks_[c.block].prev == -1 && blocks_[c.block].next == -1) whole.push_back(c.block);
     for (int32_t b : whole) {
-      erase_free(b);
+      erase_free(*set, b);
       reserved_ -= blocks_[b].size;
       --segments_;
       spare_.push_back(b);
@@ -225,7 +223,7 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
     if (blk.next != -1) blocks_[blk.next].prev = r;
     blk.next = r;
     blk.size = size;
-    insert_free(r);
+    insert_free(set, r);
   }
   Block& blk = blocks_[b];
   blk.allocated = true;
@@ -237,13 +235,14 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
 
 void CachingAllocator::free(int32_t handle) {
   Block* blk = &blocks_[handle];
+  FreeSet& set = pool(blk->stream, blk->small);  // its neighbours', too: one segment
   blk->allocated = false;
   allocated_ -= blk->size;
   requested_ -= blk->requested;
   // try_merge_blocks: coalesce with free neighbours of the same segment.
   for (int32_t nb : {blk->prev, blk->next}) {
     if (nb == -1 || blocks_[nb].allocated) continue;
-    erase_free(nb);
+    erase_free(set, nb);
     Block& n = blocks_[nb];
     blk = &blocks_[handle];
     if (nb == blk->prev) {
@@ -257,7 +256,7 @@ void CachingAllocator::free(int32_t handle) {
     blk->size += n.size;
     spare_.push_back(nb);
   }
-  insert_free(handle);
+  insert_free(set, handle);
 }
 
 }  // namespace memsim
