@@ -103,19 +103,18 @@ size_t CachingAllocator::rank_of_size(const FreeSet& set, int64_t size) {
 }
 
 // A request of a size not seen before: a new class bound at `rank`, taking from the class below it the cached
-// blocks that are at least that large (a prefix of its list). Happens once per distinct request size.
+// blocks that are at least that large (a prefix of its list), and the classes above move up a rank. Happens once
+// per distinct request size.
 int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
-  const int32_t slot = static_cast<int32_t>(set.classes.size());
-  set.classes.emplace_back();
   set.bounds.insert(set.bounds.begin() + static_cast<std::ptrdiff_t>(rank), size);
-  set.slot_at.insert(set.slot_at.begin() + static_cast<std::ptrdiff_t>(rank), slot);
-  set.rank_of.push_back(0);
-  for (size_t r = rank; r < set.slot_at.size(); ++r) set.rank_of[set.slot_at[r]] = static_cast<int32_t>(r);
-  CachedList& below = set.classes[set.slot_at[rank - 1]];
-  CachedList& above = set.classes[slot];
+  set.classes.insert(set.classes.begin() + static_cast<std::ptrdiff_t>(rank), CachedList{});
+  for (size_t r = rank + 1; r < set.classes.size(); ++r)
+    for (const Cached& c : set.classes[r]) blocks_[c.block].cls = static_cast<int32_t>(r);
+  CachedList& below = set.classes[rank - 1];
+  CachedList& above = set.classes[rank];
   size_t moved = 0;
   for (const Cached* c = below.begin(); c != below.end() && c->size >= size; ++c, ++moved) {
-    blocks_[c->block].cls = slot;
+    blocks_[c->block].cls = static_cast<int32_t>(rank);
     above.push_back(*c);
   }
   below.drop_front(moved);
@@ -123,7 +122,7 @@ int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
   set.nonempty.resize((set.bounds.size() + 63) / 64, 0);
   for (size_t r = rank - 1; r < set.bounds.size(); ++r) {
     const uint64_t bit = uint64_t{1} << (r % 64);
-    if (set.classes[set.slot_at[r]].empty()) set.nonempty[r / 64] &= ~bit;
+    if (set.classes[r].empty()) set.nonempty[r / 64] &= ~bit;
     else set.nonempty[r / 64] |= bit;
   }
   return static_cast<int32_t>(rank);
@@ -132,9 +131,8 @@ int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
 void CachingAllocator::insert_free(FreeSet& set, int32_t b) {
   Block& blk = blocks_[b];
   const size_t rank = rank_of_size(set, blk.size);
-  const int32_t slot = set.slot_at[rank];
-  set.classes[slot].insert(Cached{blk.size, blk.addr, b});
-  blk.cls = slot;
+  set.classes[rank].insert(Cached{blk.size, blk.addr, b});
+  blk.cls = static_cast<int32_t>(rank);
   set.nonempty[rank / 64] |= uint64_t{1} << (rank % 64);
   ++set.count;
 }
@@ -142,12 +140,9 @@ void CachingAllocator::insert_free(FreeSet& set, int32_t b) {
 void CachingAllocator::erase_free(FreeSet& set, int32_t b) {
   Block& blk = blocks_[b];
   if (blk.cls < 0) return;  // not cached
-  CachedList& list = set.classes[blk.cls];
+  CachedList& list = set.classes[static_cast<size_t>(blk.cls)];
   list.erase(Cached{blk.size, blk.addr, b});
-  if (list.empty()) {
-    const int32_t rank = set.rank_of[blk.cls];
-    set.nonempty[rank / 64] &= ~(uint64_t{1} << (rank % 64));
-  }
+  if (list.empty()) set.nonempty[static_cast<size_t>(blk.cls) / 64] &= ~(uint64_t{1} << (blk.cls % 64));
   blk.cls = -1;
   --set.count;
 }
@@ -162,7 +157,7 @@ int32_t CachingAllocator::take_best_fit(FreeSet& set, int64_t size) {
     word = set.nonempty[w];
   }
   const size_t found = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
-  CachedList& list = set.classes[set.slot_at[found]];
+  CachedList& list = set.classes[found];
   const int32_t b = list.back().block;  // the smallest, lowest-address block of the class
   list.pop_back();
   if (list.empty()) set.nonempty[w] &= ~(uint64_t{1} << (found % 64));

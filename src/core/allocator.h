@@ -47,7 +47,7 @@ class CachingAllocator {
     int64_t size = 0;
     int64_t requested = 0;
     int32_t prev = -1, next = -1;  // neighbours within the same segment
-    int32_t cls = -1;              // cached: the class (FreeSet slot) holding it; -1 while allocated
+    int32_t cls = -1;              // cached: the rank of the class holding it; -1 while allocated
     bool allocated = false;
     bool small = false;
     uint8_t stream = 0;
@@ -87,11 +87,9 @@ class CachingAllocator {
     size_t head_ = 0;  // entries are buf_[head_, size)
   };
   struct FreeSet {
-    std::vector<int64_t> bounds{0};          // ascending lower bounds of the classes, by rank; 0 takes the rest
-    std::vector<int32_t> slot_at{0};         // rank -> slot (slots never move, so a block can name its class)
-    std::vector<int32_t> rank_of{0};         // slot -> rank
-    std::vector<CachedList> classes{1};      // slot -> its cached blocks
-    std::vector<uint64_t> nonempty{0};       // bit per rank: that class has a cached block
+    std::vector<int64_t> bounds{0};      // ascending lower bounds of the classes; 0 takes the rest
+    std::vector<CachedList> classes{1};  // by rank, as bounds
+    std::vector<uint64_t> nonempty{0};   // bit per rank: that class has a cached block
     int64_t count = 0;
   };
 
