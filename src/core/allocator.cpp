@@ -150,17 +150,22 @@ void CachingAllocator::erase_free(FreeSet& set, int32_t b) {
 int32_t CachingAllocator::take_best_fit(FreeSet& set, int64_t size) {
   size_t rank = rank_of_size(set, size);
   if (set.bounds[rank] != size) rank = static_cast<size_t>(add_bound(set, size, rank + 1));
-  size_t w = rank / 64;
-  uint64_t word = set.nonempty[w] & (~uint64_t{0} << (rank % 64));
-  while (word == 0) {
-    if (++w == set.nonempty.size()) return -1;
-    word = set.nonempty[w];
+  size_t found = rank;
+  // Usually the request's own class has a block: a branch the CPU predicts, so that it reads the class without
+  // waiting for the bit scan.
+  if (!(set.nonempty[rank / 64] >> (rank % 64) & 1)) {
+    size_t w = rank / 64;
+    uint64_t word = set.nonempty[w] & (~uint64_t{0} << (rank % 64));
+    while (word == 0) {
+      if (++w == set.nonempty.size()) return -1;
+      word = set.nonempty[w];
+    }
+    found = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
   }
-  const size_t found = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
   CachedList& list = set.classes[found];
   const int32_t b = list.back().block;  // the smallest, lowest-address block of the class
   list.pop_back();
-  if (list.empty()) set.nonempty[w] &= ~(uint64_t{1} << (found % 64));
+  if (list.empty()) set.nonempty[found / 64] &= ~(uint64_t{1} << (found % 64));
   blocks_[b].cls = -1;
   --set.count;
   return b;
