@@ -145,6 +145,8 @@ const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) cons
   info.qkv = m == "q_proj" || m == "k_proj" || m == "v_proj";
   info.targeted = peft_targets(c_.peft, m);
   info.trainable = !c_.peft.enabled() || trainable_module(module);
+  info.ia3 = c_.peft.method == "ia3";
+  info.dora = c_.peft.method == "dora";
   module_info_.push_back({module, info});
   return module_info_.back().second;
 }
@@ -171,7 +173,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
         module_quantized(layer, mod) && !(layer == 0 && info.qkv))
       need_self = true;
     if (!info.targeted) continue;
-    if (peft.method == "ia3") {
+    if (info.ia3) {
       need_self |= ia3_inputs(layer, mod, width, saved, tokens);
       continue;
     }
@@ -187,7 +189,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       need_self = true;
     }
     saved.push_back(act(mul(d_.amp ? 2 : ab, tokens, peft.lora_rank), L_.lora_in, layer));
-    if (peft.method == "dora") dora_inputs(layer, mod, width, saved, tokens);
+    if (info.dora) dora_inputs(layer, mod, width, saved, tokens);
   }
   return need_self;
 }
@@ -248,15 +250,23 @@ bool StepBuilder::ia3_inputs(int32_t layer, const std::string& module, int64_t w
 // norm named in modules_to_save.
 bool StepBuilder::norm_trainable(int32_t layer, std::initializer_list<const char*> consumers) const {
   if (!c_.peft.enabled()) return true;
+  // The answer depends on the layer's parameter list and the first consumer only: worked out once per pair.
+  const std::vector<ParamTensor>* params = layer < 0 ? &s_.post : &s_.params_of(layer);
+  for (const auto& [key, trainable] : norm_trainable_)
+    if (key.first == params && key.second == *consumers.begin()) return trainable;
   const std::string first = *consumers.begin();
   const std::string norm = first == "lm_head"                          ? "norm."
                            : first == "q_proj" || first == "q_a_proj" ? "input_layernorm."
                                                                       : "post_attention_layernorm.";
-  for (const auto& t : layer < 0 ? s_.post : s_.params_of(layer))
+  bool trainable = false;
+  for (const auto& t : *params)
     if (t.kind == ParamKind::Norm && !t.frozen &&
-        (t.name.rfind(norm, 0) == 0 || t.name.rfind("modules_to_save." + norm, 0) == 0))
-      return true;
-  return false;
+        (t.name.rfind(norm, 0) == 0 || t.name.rfind("modules_to_save." + norm, 0) == 0)) {
+      trainable = true;
+      break;
+    }
+  norm_trainable_.push_back({{params, *consumers.begin()}, trainable});
+  return trainable;
 }
 
 // Saves what the norm's backward needs and writes its output, kept as linear_inputs decides.

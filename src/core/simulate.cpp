@@ -43,13 +43,19 @@ int64_t nccl_bytes(const Config& c) {
 }
 
 // Replays the program through the allocator model. The peak, the breakdown at the peak and the timeline all
-// come from this one pass.
+// come from this one pass. `d` is fresh; its peak and timeline are kept in locals during the loop, which the
+// compiler can hold in registers across the allocator's calls.
 void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity) {
   CachingAllocator alloc(allocator_capacity);
   std::vector<int32_t> handle(prog.tensors.size(), -1);
   std::array<int64_t, kComponentCount> live{};
-  d.timeline.reserve(prog.events.size());
-  for (uint32_t i = 0; i < prog.events.size(); ++i) {
+  std::array<int64_t, kComponentCount> at_peak{};
+  int64_t peak_allocated = 0, peak_reserved = 0, peak_requested = 0;
+  uint32_t peak_event = 0;
+  std::vector<TimelinePoint> timeline;
+  timeline.reserve(prog.events.size());
+  const uint32_t n = static_cast<uint32_t>(prog.events.size());
+  for (uint32_t i = 0; i < n; ++i) {
     const Event& e = prog.events[i];
     const int comp = static_cast<int>(e.component);
     if (e.op == Event::Op::Alloc) {
@@ -58,7 +64,7 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
       if (h < 0) {
         // An OOM: the real step would stop here. Report the peak so far and flag it.
         d.oom = true;
-        d.peak_event = i;
+        peak_event = i;
         d.peak_label = prog.labels[prog.tensors[e.tensor].label];
         break;
       }
@@ -69,20 +75,29 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
       alloc.free(handle[e.tensor]);
       handle[e.tensor] = -1;
     }
-    d.timeline.push_back({alloc.allocated_bytes(), alloc.reserved_bytes()});
-    if (alloc.allocated_bytes() > d.peak.allocated_bytes) {  // the label is looked up once, after the loop
-      d.peak.allocated_bytes = alloc.allocated_bytes();
-      d.breakdown.allocator = live;
-      d.peak_event = i;
+    timeline.push_back({alloc.allocated_bytes(), alloc.reserved_bytes()});
+    if (alloc.allocated_bytes() > peak_allocated) {  // the label is looked up once, after the loop
+      peak_allocated = alloc.allocated_bytes();
+      at_peak = live;
+      peak_event = i;
     }
-    d.peak.reserved_bytes = std::max(d.peak.reserved_bytes, alloc.reserved_bytes());
-    d.peak.requested_bytes = std::max(d.peak.requested_bytes, alloc.requested_bytes());
+    peak_reserved = std::max(peak_reserved, alloc.reserved_bytes());
+    peak_requested = std::max(peak_requested, alloc.requested_bytes());
   }
+  d.timeline = std::move(timeline);
+  d.peak.allocated_bytes = peak_allocated;
+  d.peak.reserved_bytes = peak_reserved;
+  d.peak.requested_bytes = peak_requested;
+  d.breakdown.allocator = at_peak;
+  d.peak_event = peak_event;
   if (!d.oom && d.peak_event < prog.events.size())
     d.peak_label = prog.labels[prog.tensors[prog.events[d.peak_event].tensor].label];
   d.peak.active_bytes = d.peak.allocated_bytes;  // one stream, no record_stream: active == allocated
-  for (const Phase& p : prog.phases)
-    if (p.first_event <= d.peak_event) d.peak_phase = p.name;
+  for (auto p = prog.phases.rbegin(); p != prog.phases.rend(); ++p)  // the last phase that began by the peak
+    if (p->first_event <= d.peak_event) {
+      d.peak_phase = p->name;
+      break;
+    }
 }
 
 }  // namespace

@@ -56,14 +56,15 @@ struct StepProgram {
   std::vector<Phase> phases;
 
   uint32_t label(const std::string& text);
-  // Inline: the step builder calls these for every event.
-  uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1, Stream stream = Stream::Compute) {
+  // Inline, and flattened: the step builder calls these for every event, and the compiler otherwise keeps
+  // vector's append out of line, a call per event (flatten measured 7-12% off whole simulations).
+  [[gnu::flatten]] uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1, Stream stream = Stream::Compute) {
     tensors.push_back({bytes, c, stream, static_cast<uint16_t>(label_id), static_cast<int16_t>(layer)});
     const uint32_t t = static_cast<uint32_t>(tensors.size() - 1);
     events.push_back({Event::Op::Alloc, c, t});
     return t;
   }
-  void free(uint32_t tensor) { events.push_back({Event::Op::Free, tensors[tensor].component, tensor}); }
+  [[gnu::flatten]] void free(uint32_t tensor) { events.push_back({Event::Op::Free, tensors[tensor].component, tensor}); }
   void phase(std::string name) { phases.push_back({std::move(name), static_cast<uint32_t>(events.size())}); }
 };
 

@@ -154,6 +154,7 @@ class StepBuilder {
     bool qkv = false;        // q_proj, k_proj or v_proj
     bool targeted = false;   // peft_targets
     bool trainable = false;  // its weight has a gradient: no PEFT, or trainable_module
+    bool ia3 = false, dora = false;  // the PEFT method, beside the rest (a string compare per linear otherwise)
   };
   const ModuleInfo& module_info(const char* module) const;
   int64_t adapter_bytes() const;
@@ -212,6 +213,9 @@ class StepBuilder {
   // module_info by name. The callers pass string literals, so the name's address finds it; a name spelled in two
   // places has two entries with the same answers.
   mutable std::vector<std::pair<const char*, ModuleInfo>> module_info_;
+  // norm_trainable by (parameter list, first consumer), the consumer found by its literal's address as above.
+  mutable std::vector<std::pair<std::pair<const std::vector<ParamTensor>*, const char*>, bool>> norm_trainable_;
+  int64_t adapter_bytes_ = 2;  // adapter_bytes(), from the config once
   int64_t n_ = 1;  // ranks of the shard group
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
   bool in_backward_ = false;

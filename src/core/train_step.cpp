@@ -271,7 +271,7 @@ bool StepBuilder::trainable_module(const char* module) const {
   return false;
 }
 
-int64_t StepBuilder::adapter_bytes() const { return c_.peft.adapter_dtype == "fp32" ? 4 : 2; }
+int64_t StepBuilder::adapter_bytes() const { return adapter_bytes_; }
 int64_t StepBuilder::weight_bytes_of(const ParamTensor& t) const { return param_storage_bytes(t, pr_, c_.peft); }
 int64_t StepBuilder::grad_bytes_of(const ParamTensor& t) const {
   return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, pr_, c_.peft); });
@@ -315,6 +315,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   d_.e_res = pr_.residual_bytes;
   d_.amp = pr_.autocast_copy_bytes > 0;
   sp_ = shard_plan(ctx);
+  adapter_bytes_ = c_.peft.adapter_dtype == "fp32" ? 4 : 2;
   n_ = sp_.n;
   shard_opt_ = sp_.flat_optimizer;
   shard_grads_ = sp_.shard_grads;
