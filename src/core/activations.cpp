@@ -983,8 +983,8 @@ uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool
 // The forward of one micro-batch on this device's layers [first_layer_, end_layer_). A pipeline stage other
 // than the first receives its input; one other than the last sends its output, whose memory Megatron frees at
 // once (schedules.py deallocate_output_tensor).
-void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
-  p_.phase("forward" + tag);
+void StepBuilder::forward_mb(InFlight& f, std::string phase) {
+  p_.phase(std::move(phase));
   reuse(f);
   if (c_.model.is_encoder_decoder) return forward_encdec(f);
   f.casts.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
@@ -1052,8 +1052,8 @@ void StepBuilder::forward_mb(InFlight& f, const std::string& tag) {
   held_logits_ = UINT32_MAX;
 }
 
-void StepBuilder::backward_mb(InFlight& f, const std::string& tag) {
-  p_.phase("backward" + tag);
+void StepBuilder::backward_mb(InFlight& f, std::string phase) {
+  p_.phase(std::move(phase));
   if (c_.model.is_encoder_decoder) return backward_encdec(f);
   begin_backward();
   casts_.swap(f.casts);
@@ -1155,9 +1155,11 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
   const int64_t p = c_.parallel.pipeline_parallel_size, i = ctx_.stage;
   const bool interleaved = p > 1 && c_.parallel.pipeline_schedule == "interleaved_1f1b";
   const int64_t v = interleaved ? c_.parallel.virtual_pipeline_stages : 1;
-  auto tag = [&](int64_t mb) {
+  // "forward (step 2, micro-batch 3)": the phase's name, built in one string.
+  auto phase_name = [&](const char* pass, int64_t mb) {
     std::string t;
-    t.reserve(64);  // one allocation: a pipeline stage names hundreds of phases
+    t.reserve(64);
+    t += pass;
     t += " (step ";
     t += std::to_string(iter);
     if (gas > 1 && iter == 2) {
@@ -1182,11 +1184,11 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     std::vector<InFlight> flights(static_cast<size_t>(mbs));
     for (auto& f : flights) chunk_of(f, 0);
     int64_t next_f = 0, next_b = 0;
-    auto F = [&]() { forward_mb(flights[next_f], tag(next_f + 1)), ++next_f; };
+    auto F = [&]() { forward_mb(flights[next_f], phase_name("forward", next_f + 1)), ++next_f; };
     auto B = [&]() {
       InFlight& f = flights[next_b];
       last_backward_ = next_b == mbs - 1;
-      backward_mb(f, tag(next_b + 1));
+      backward_mb(f, phase_name("backward", next_b + 1));
       recycle(f), chunk_of(f, 0), ++next_b;
     };
     if (p > 1 && c_.parallel.pipeline_schedule == "gpipe") {
@@ -1213,14 +1215,14 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     if (mb_of(k) >= mbs) return;  // a partial last round (micro-batches not a multiple of the stages)
     InFlight& f = flights[static_cast<size_t>(slot(k, true))];
     chunk_of(f, (k / p) % v);
-    forward_mb(f, tag(mb_of(k) + 1));
+    forward_mb(f, phase_name("forward", mb_of(k) + 1));
   };
   auto B = [&]() {
     const int64_t k = next_b++;
     if (mb_of(k) >= mbs) return;
     InFlight& f = flights[static_cast<size_t>(slot(k, false))];
     last_backward_ = mb_of(k) == mbs - 1;
-    backward_mb(f, tag(mb_of(k) + 1));
+    backward_mb(f, phase_name("backward", mb_of(k) + 1));
     recycle(f);
   };
   const int64_t rounds = ceil_div(mbs, p) * p * v;  // virtual micro-batches, padded to whole rounds

@@ -121,8 +121,11 @@ void CachingAllocator::CachedList::drop_front(size_t n) {
   if (empty()) buf_.clear(), head_ = 0;
 }
 
-size_t CachingAllocator::rank_of_size(const FreeSet& set, int64_t size) {
-  return static_cast<size_t>(std::upper_bound(set.bounds.begin(), set.bounds.end(), size) - set.bounds.begin() - 1);
+size_t CachingAllocator::rank_of_size(FreeSet& set, int64_t size) {
+  if (size == set.last_size) return set.last_rank;
+  set.last_size = size;
+  set.last_rank = static_cast<size_t>(std::upper_bound(set.bounds.begin(), set.bounds.end(), size) - set.bounds.begin() - 1);
+  return set.last_rank;
 }
 
 // A request of a size not seen before: a new class bound at `rank`, taking from the class below it the cached
@@ -130,6 +133,7 @@ size_t CachingAllocator::rank_of_size(const FreeSet& set, int64_t size) {
 // per distinct request size.
 int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
   set.bounds.insert(set.bounds.begin() + static_cast<std::ptrdiff_t>(rank), size);
+  set.last_size = -1;
   set.classes.insert(set.classes.begin() + static_cast<std::ptrdiff_t>(rank), CachedList{});
   for (size_t r = rank + 1; r < set.classes.size(); ++r)
     for (const Cached& c : set.classes[r]) blocks_[c.block].cls = static_cast<int32_t>(r);

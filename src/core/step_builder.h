@@ -174,8 +174,8 @@ class StepBuilder {
   uint32_t loss_backward(std::vector<uint32_t>& saved);
   bool checkpointed(int64_t layer) const;
   uint32_t forward_layer(int32_t layer, uint32_t in, SavedLayer& saved, bool own_input);
-  void forward_mb(InFlight& f, const std::string& tag);
-  void backward_mb(InFlight& f, const std::string& tag);
+  void forward_mb(InFlight& f, std::string phase);   // phase: its name, "forward (step 1)"
+  void backward_mb(InFlight& f, std::string phase);
   void run_schedule(int iter, int64_t micro_batches, int64_t gas);
   void recycle(InFlight& f);  // after its backward: f's vectors to spare_, f reset
   void reuse(InFlight& f);    // before a forward: vectors from spare_ (their contents are stale)

@@ -589,6 +589,7 @@ void StepBuilder::end_backward() {
   if (no_sync_)  // the last micro-batch: every group reduces in turn (run_post_backward)
     for (int64_t l = s_.num_layers; l >= -1; --l) reduce_slot(l);
   if (pending_reduce_ != UINT32_MAX) drop(pending_reduce_), pending_reduce_ = UINT32_MAX;
+  if (!sp_.fsdp) return;  // only FSDP keeps parameters unsharded (gather): no need to visit every slot
   for (auto& k : kept_) {  // anything still unsharded (a stage without its backward) is freed
     for (uint32_t t : k) drop(t);
     k.clear();
