@@ -261,8 +261,8 @@ std::string module_name(const std::string& param_name) {
   return dot == std::string::npos ? n : n.substr(dot + 1);
 }
 
-namespace {
-bool in_list(const std::string& list, const std::string& name) {
+std::vector<std::string> list_items(const std::string& list) {
+  std::vector<std::string> items;
   size_t pos = 0;
   while (pos <= list.size()) {
     size_t end = list.find(',', pos);
@@ -270,10 +270,16 @@ bool in_list(const std::string& list, const std::string& name) {
     std::string item = list.substr(pos, end - pos);
     while (!item.empty() && item.front() == ' ') item.erase(0, 1);
     while (!item.empty() && item.back() == ' ') item.pop_back();
-    if (item == name) return true;
+    if (!item.empty()) items.push_back(item);
     pos = end + 1;
   }
-  return false;
+  return items;
+}
+
+namespace {
+bool in_list(const std::string& list, const std::string& name) {
+  const auto items = list_items(list);
+  return std::find(items.begin(), items.end(), name) != items.end();
 }
 }  // namespace
 

@@ -90,6 +90,8 @@ int64_t trainable_numel(const ModelShape& s);
 
 // The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"), as PEFT targets it.
 std::string module_name(const std::string& param_name);
+// Every comma-separated item of a list field (target_modules, modules_to_save, ...), trimmed; empty items skipped.
+std::vector<std::string> list_items(const std::string& list);
 bool peft_targets(const PeftConfig& peft, const std::string& module);
 bool ia3_feedforward(const PeftConfig& peft, const std::string& module);
 bool ln_tuning_targets(const PeftConfig& peft, const std::string& module);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "frameworks.h"
+#include "model.h"
 #include "tables.h"
 
 namespace memsim {
@@ -88,22 +89,6 @@ std::string ids_of(Span table) {
   std::string s;
   for (const auto& e : table) s += (s.empty() ? "" : ", ") + std::string(e.id);
   return s;
-}
-
-// Every comma-separated item of a list field, trimmed; empty items skipped.
-std::vector<std::string> list_items(const std::string& list) {
-  std::vector<std::string> items;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t end = list.find(',', pos);
-    if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(pos, end - pos);
-    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    if (!item.empty()) items.push_back(item);
-    pos = end + 1;
-  }
-  return items;
 }
 
 std::string joined(const std::vector<std::string>& names) {
