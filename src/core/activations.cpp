@@ -826,12 +826,8 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // Liger fused_linear_cross_entropy_forward: grad_input [T, h], grad_weight [V, h] and an fp32 loss per
       // token, all made in forward; logits exist one chunk at a time, chunk = next_pow2(ceil(T / ceil(V / h))).
       // grad_weight is `torch.zeros_like(weight) if weight.requires_grad else None`: none for a frozen head (PEFT).
-      bool head_trainable = false;
-      for (const auto& t : s_.post)
-        if (module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) head_trainable = !t.frozen;
-      if (c_.model.tie_word_embeddings) head_trainable = !s_.pre.front().frozen;
       saved.push_back(act(mul(e, d_.T, d_.h), L_.flce_buffers, post));
-      if (head_trainable) saved.push_back(act(mul(pr_.weight_bytes, d_.V, d_.h), L_.flce_buffers, post));
+      if (head_grad_bytes() > 0) saved.push_back(act(mul(pr_.weight_bytes, d_.V, d_.h), L_.flce_buffers, post));
       saved.push_back(act(mul(4, d_.T), L_.flce_buffers, post));
       const int64_t chunk = std::min(d_.T, next_pow2(ceil_div(d_.T, ceil_div(d_.V, d_.h))));
       uint32_t lg = tmp(mul(e, chunk, d_.V), L_.logits, post);

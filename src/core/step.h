@@ -34,7 +34,6 @@ struct Event {  // 8 bytes: a 70B step has tens of thousands
 // stream that allocated it (CUDACachingAllocator.cpp BlockComparatorSize orders by stream first; get_free_block
 // rejects another stream's block), so FSDP's side streams keep pools of their own.
 enum class Stream : uint8_t { Compute = 0, AllGather = 1, ReduceScatter = 2 };
-constexpr int kStreamCount = 3;
 
 struct Tensor {  // 16 bytes
   int64_t bytes;
