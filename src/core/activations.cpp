@@ -279,8 +279,8 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     res_retained = true;
     saved.push_back(act(mul(4, d_.Tn), L_.norm_rstd, layer));
     saved.push_back(act(mul(4, d_.Tn), L_.norm_rstd, layer));
-  } else if (rs_.norm == NormImpl::Fused) {
-    // Fused RMSNorm kernels (Apex, TE, Liger) save their input and rstd.
+  } else if (norm_impl(layer) == NormImpl::Fused) {
+    // Fused RMSNorm kernels (Apex, TE, Liger) save their input and rstd, and so does a compiled layer's norm.
     res_retained = true;
     saved.push_back(act(mul(4, d_.Tn), L_.norm_rstd, layer));
   } else {
@@ -292,7 +292,7 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     // weight * normed saves normed for the weight's gradient: cast back to the input dtype in HF (eager_fp32),
     // kept in fp32 by torchtune and litgpt (fp32_scale: (x_normed * weight.float()).to(dtype)). A frozen norm
     // weight (PEFT) needs no gradient, so nothing is saved for it; LN tuning's trainable copy needs it again.
-    const int64_t scaled = rs_.norm == NormImpl::Fp32Scale ? 4 : d_.e_res;
+    const int64_t scaled = norm_impl(layer) == NormImpl::Fp32Scale ? 4 : d_.e_res;
     if (norm_trainable(layer, consumers)) saved.push_back(act(mul(scaled, th), L_.norm_scaled, layer));
   }
   if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
@@ -349,8 +349,8 @@ uint32_t StepBuilder::qk_norm_forward(int32_t layer, uint32_t x, int64_t width, 
   bool trainable = false;
   for (const auto& t : s_.params_of(layer))
     if (t.kind == ParamKind::Norm && !t.frozen && t.name.find(name) != std::string::npos) trainable = true;
-  if (rs_.norm == NormImpl::Fused) {
-    saved.push_back(x);  // fused kernels save their input and rstd
+  if (norm_impl(layer) == NormImpl::Fused) {
+    saved.push_back(x);  // fused kernels (and compiled layers) save their input and rstd
     saved.push_back(act(rstd, L_.norm_rstd, layer));
   } else {
     // x.to(fp32) is saved by pow and by x32 * rstd; in fp32 it is x itself.
@@ -358,7 +358,7 @@ uint32_t StepBuilder::qk_norm_forward(int32_t layer, uint32_t x, int64_t width, 
     else saved.push_back(act(mul(4, T, width), L_.norm_x32, layer)), drop(x);
     saved.push_back(act(rstd, L_.norm_rstd, layer));
     // weight * normed saves normed (cast back to the input dtype, or kept in fp32) for the weight's gradient.
-    const int64_t scaled = rs_.norm == NormImpl::Fp32Scale ? 4 : e;
+    const int64_t scaled = norm_impl(layer) == NormImpl::Fp32Scale ? 4 : e;
     if (trainable && scaled == 4) {
       saved.push_back(act(mul(4, T, width), L_.norm_scaled, layer));  // x32 * rstd itself
     } else {
@@ -371,10 +371,24 @@ uint32_t StepBuilder::qk_norm_forward(int32_t layer, uint32_t x, int64_t width, 
   return out_saved ? act(out, L_.norm_out, layer) : tmp(out, L_.norm_out, layer);
 }
 
+// torch.compile of the decoder layers (torchtune training/_compile.py compile_model, torchtitan apply_compile: per
+// block; HF Trainer: the whole model) with Inductor's default min-cut partitioner (torch/_functorch/
+// partitioners.py): matmul and attention inputs and outputs must be saved (ban_recompute_materialized_backward,
+// and mm/attention are not in recomputable_ops), a reduction's small output is saved (ban_recompute_reductions),
+// and the pointwise ops between them are recomputed in backward. An RMSNorm thus keeps its input and rstd, like a
+// fused kernel, instead of the fp32 copy and the normed tensor; the final norm before the head stays eager in
+// torchtune (only the layers are compiled). Per layer this is 8 s b h + 2 s b f less (the SwiGLU's silu output
+// too): 8.75 GiB over Llama 3.2 3B's 28 layers at 2 x 4096 tokens, against the 9.0 GiB drop of torchtune's README
+// 'Optimization flags' table from '+ Packed' to '+ Compile' (PR #2003; tests/validation/cases/
+// torchtune-flags-llama3.2-3b-packed+compile.json).
+NormImpl StepBuilder::norm_impl(int32_t layer) const {
+  return c_.training.compile && layer >= 0 && layer < s_.num_layers ? NormImpl::Fused : rs_.norm;
+}
+
 void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
   // HF eager RMSNorm backward holds about three fp32 [b, s, h] temporaries (pow/mean/mul backward and the
   // cast back); a fused or native LayerNorm kernel about one.
-  const bool eager = c_.model.norm_type == NormType::RMSNorm && rs_.norm != NormImpl::Fused;
+  const bool eager = c_.model.norm_type == NormType::RMSNorm && norm_impl(layer) != NormImpl::Fused;
   uint32_t t = tmp(mul(eager ? 12 : 4, d_.Tn, d_.h), L_.bwd_norm, layer);
   uint32_t nd = tmp(mul(d_.e_res, d_.Tn, d_.h), L_.dres, layer);
   drop(dres);
@@ -430,7 +444,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       q = k = UINT32_MAX;  // views: nothing allocated until RoPE copies them
     } else {
       // Under a q/k norm the projection output is what the norm saves when it needs no fp32 copy of it.
-      const bool norm_keeps = m.qk_norm && (e == 4 || rs_.norm == NormImpl::Fused);
+      const bool norm_keeps = m.qk_norm && (e == 4 || norm_impl(layer) == NormImpl::Fused);
       q = rope && !norm_keeps ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
       k = rope && !norm_keeps ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
       v = act(mul(e, d_.T, d_.h_kv), L_.v, layer);
@@ -548,8 +562,11 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   } else if (m.mlp_gated) {
     M.push_back(act(tf, L_.mlp_gate, layer));  // saved by silu
     M.push_back(act(tf, L_.mlp_up, layer));    // saved by act * up
-    M.push_back(act(tf, L_.mlp_act, layer));   // saved by act * up
+    // A compiled layer recomputes silu(gate) in backward (a pointwise op on the saved gate: see norm_impl).
+    const uint32_t a = act(tf, L_.mlp_act, layer);  // saved by act * up
+    if (!c_.training.compile) M.push_back(a);
     uint32_t prod = act(tf, L_.mlp_prod, layer);
+    if (c_.training.compile) drop(a);
     if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(fp8_input(prod, mul(d_.T, d_.f), layer));
     else prod_transient = prod;
   } else {

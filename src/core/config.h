@@ -95,7 +95,7 @@ struct TrainingConfig {
   int64_t loss_chunks = 8;               // chunks of chunked_fp32 (torchtune CEWithChunkedOutputLoss default)
   bool activation_offload = false;       // saved activations go to host memory (torchtune/Megatron offloading)
   bool optimizer_in_backward = false;    // step each parameter in a post-accumulate-grad hook (torchtune)
-  bool compile = false;                  // torch.compile: modelled for the chunked loss only (activations.cpp)
+  bool compile = false;                  // torch.compile: the layers' saved set (norm_impl) and the chunked loss
   bool zero_grad_set_to_none = true;     // torch >= 2.0 default; torch 1.x zeroed gradients in place (kept them)
 
   bool operator==(const TrainingConfig&) const = default;

@@ -20,8 +20,9 @@ constexpr FrameworkSpec kFrameworks[] = {
     {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false, false, false,
      "DeepSpeed engine with FusedAdam (ops/adam/fused_adam.py: multi_tensor_apply, no full-size temporaries) "
      "around transformers model code"},
-    {"torchtune", "torchtune", "sdpa_repeat_kv", "fp32_scale", "chunked_fp32", "fused", 1, false, false, "fsdp2", false, false, false,
-     "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py scales in fp32; "
+    {"torchtune", "torchtune", "sdpa_repeat_kv", "eager_fp32", "chunked_fp32", "fused", 1, false, false, "fsdp2", false, false, false,
+     "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py normalises in fp32 and casts back "
+     "before the scale (x_normed = (x_fp32 * rsqrt(...)).type_as(x); return x_normed * self.scale); "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575); "
      "training/_distributed.py shard_model: FSDP2 fully_shard per layer"},
     {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false, true, false,

@@ -142,6 +142,7 @@ class StepBuilder {
   int64_t dequant_bytes() const;
   uint32_t head_dequant();
   void drop_if(uint32_t t);
+  NormImpl norm_impl(int32_t layer) const;  // the norm kernel this layer runs (compiled layers: Fused)
   void release_saved(std::vector<uint32_t>& saved, uint32_t label);
   uint32_t qk_norm_forward(int32_t layer, uint32_t x, int64_t width, int64_t heads, const char* name,
                            std::vector<uint32_t>& saved, bool out_saved);
