@@ -152,11 +152,11 @@ bool draw_parallel_inputs(Config& c) {
                          "per channel per communicator. NCCL's log says \"N coll channels\".");
     changed |= choice_combo("CUDA module loading", "hardware.cuda_module_loading", hw.cuda_module_loading, "",
                             "lazy (CUDA 11.7+ with PyTorch 1.13+, the default) loads kernels on first use: a context of "
-                            "274 MiB (PyTorch PR #86509), 767 MiB on Hopper after real training steps (memsim's own "
-                            "H200 calibration); eager (older CUDA or PyTorch) loads them all: 636 MiB.");
+                            "254 MiB (PyTorch PR #86509), 767 MiB on Hopper after real training steps (memsim's own "
+                            "H200 calibration); eager (older CUDA or PyTorch) loads them all: 616 MiB.");
     changed |= int_input("CUDA context (bytes)", "hardware.cuda_context_bytes", hw.cuda_context_bytes, 64 << 20,
                          "Memory the CUDA context and its loaded kernels take outside PyTorch's allocator; 0 uses the "
-                         "measured default for the GPU and module loading (274 MiB lazy; 767 MiB lazy on Hopper). Old "
+                         "measured default for the GPU and module loading (254 MiB lazy; 767 MiB lazy on Hopper). Old "
                          "CUDA loads eagerly: 0.7-1.4 GiB.");
   }
   return changed;
