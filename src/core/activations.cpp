@@ -16,7 +16,12 @@ namespace memsim {
 
 namespace {
 
-void erase(std::vector<uint32_t>& v, uint32_t t) { v.erase(std::remove(v.begin(), v.end(), t), v.end()); }
+bool erase(std::vector<uint32_t>& v, uint32_t t) {
+  const auto it = std::remove(v.begin(), v.end(), t);
+  const bool found = it != v.end();
+  v.erase(it, v.end());
+  return found;
+}
 
 int64_t next_pow2(int64_t x) {
   int64_t p = 1;
@@ -273,6 +278,7 @@ bool StepBuilder::norm_trainable(int32_t layer, std::initializer_list<const char
 void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
                                std::initializer_list<const char*> consumers, bool own_res) {
   const int64_t th = mul(d_.Tn, d_.h);  // sequence parallel: norms see T / t tokens
+  const size_t mark = saved.size();
   res_retained = false;
   if (c_.model.norm_type == NormType::LayerNorm) {
     // aten native_layer_norm saves its input, mean and rstd (fp32, one per token).
@@ -297,6 +303,17 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
   }
   if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
   uint32_t y = act(mul(d_.amp ? 4 : d_.e, th), L_.norm_out, layer);
+  if (no_grad_) {
+    // Under no_grad the norm's own intermediates go as soon as its output exists (the input stays with its
+    // owner), and the output lives until its consumers' projections have run: no_grad_norm_out_.
+    for (size_t i = mark; i < saved.size(); ++i)
+      if (saved[i] != res) drop(saved[i]);
+    saved.resize(mark);
+    if (res_retained && own_res) saved.push_back(res);
+    saved.push_back(y);
+    no_grad_norm_out_ = y;
+    return;
+  }
   if (linear_inputs(layer, consumers, d_.h, saved, d_.Tn)) saved.push_back(fp8_input(y, th, layer));
   else drop(y);
 }
@@ -454,6 +471,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       }
     }
     A.push_back(v);
+    no_grad_release(A, {no_grad_norm_out_});  // q, k and v are projected: the norm's output has no reader left
     if (rope) {
       // RoPE saves nothing sized (cos/sin need no grad); its outputs are what attention saves. Under autocast
       // HF computes cos/sin in fp32, so the rotated q/k are fp32 transients and SDPA saves their casts.
@@ -499,6 +517,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       uint32_t o_pre = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));
       drop(o_pre);
+      no_grad_release(A, {q, k, v});
       // Selective recomputation (Megatron) recomputes the core attention instead of keeping these.
       if (keep_s2) A.insert(A.end(), s2_tensors.begin(), s2_tensors.end());
       else for (uint32_t t : s2_tensors) drop(t);
@@ -515,6 +534,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
         ring = tmp(add(mul(2 * 2, e, d_.T, kvw), mul(4, d_.T, d_.h_q)), L_.ring, layer);
       }
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
+      no_grad_release(A, {q, k, v});
       // Selective recomputation checkpoints the core attention, so its logsumexp is recomputed, not kept
       // (Megatron transformer/attention.py _checkpointed_attention_forward).
       const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
@@ -528,14 +548,15 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   if (pr_.fp8_saved_inputs) A.push_back(act(mul(d_.T, mla ? mul(d_.a, m.v_head_dim) : d_.h_q), L_.fp8_input, layer));
   // Row-parallel output: all-reduced (TP) or reduce-scattered to T / t tokens (sequence parallel).
   uint32_t o = tmp(mul(e, d_.Tn, d_.h), L_.o_out, layer);
+  // Parallel attention (one norm per layer, Falcon): the MLP reads the same norm output and both results are
+  // added to the input at the end, so no middle residual exists.
+  const bool parallel = m.norms_per_layer == 1;
+  if (no_grad_ && !parallel) no_grad_release_all(A);  // o_proj has run: the attention half has no reader left
   if (m.hidden_dropout > 0) {
     A.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, layer));
     uint32_t o2 = tmp(mul(e, d_.Tn, d_.h), L_.o_out, layer);
     drop(o), o = o2;
   }
-  // Parallel attention (one norm per layer, Falcon): the MLP reads the same norm output and both results are
-  // added to the input at the end, so no middle residual exists.
-  const bool parallel = m.norms_per_layer == 1;
   const bool retained_in = retained;
   uint32_t mid = UINT32_MAX;
   if (!parallel) {
@@ -560,19 +581,28 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   if (moe) {
     moe_forward(layer, M);
   } else if (m.mlp_gated) {
-    M.push_back(act(tf, L_.mlp_gate, layer));  // saved by silu
-    M.push_back(act(tf, L_.mlp_up, layer));    // saved by act * up
+    const uint32_t gate = act(tf, L_.mlp_gate, layer);  // saved by silu
+    const uint32_t up = act(tf, L_.mlp_up, layer);      // saved by act * up
+    M.push_back(gate), M.push_back(up);
+    no_grad_release(M, {no_grad_norm_out_});
     // A compiled layer recomputes silu(gate) in backward (a pointwise op on the saved gate: see norm_impl).
-    const uint32_t a = act(tf, L_.mlp_act, layer);  // saved by act * up
-    if (!c_.training.compile) M.push_back(a);
+    const uint32_t a = act(tf, L_.mlp_act, layer);      // saved by act * up
+    M.push_back(a);
+    no_grad_release(M, {gate});
     uint32_t prod = act(tf, L_.mlp_prod, layer);
-    if (c_.training.compile) drop(a);
-    if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(fp8_input(prod, mul(d_.T, d_.f), layer));
+    no_grad_release(M, {up, a});
+    if (c_.training.compile && !no_grad_) erase(M, a), drop(a);
+    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T))
+      M.push_back(fp8_input(prod, mul(d_.T, d_.f), layer));
     else prod_transient = prod;
   } else {
-    M.push_back(act(tf, L_.mlp_fc1, layer));   // saved by gelu
+    const uint32_t fc1 = act(tf, L_.mlp_fc1, layer);  // saved by gelu
+    M.push_back(fc1);
+    no_grad_release(M, {no_grad_norm_out_});
     uint32_t g = act(tf, L_.mlp_gelu, layer);
-    if (linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T)) M.push_back(fp8_input(g, mul(d_.T, d_.f), layer));
+    no_grad_release(M, {fc1});
+    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T))
+      M.push_back(fp8_input(g, mul(d_.T, d_.f), layer));
     else prod_transient = g;
   }
   uint32_t out = tmp(mul(e, d_.Tn, d_.h), L_.mlp_out, layer);
@@ -582,8 +612,10 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     uint32_t o2 = tmp(mul(e, d_.Tn, d_.h), L_.mlp_out, layer);
     drop(out), out = o2;
   }
-  uint32_t next = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
+  // The layer's output is saved by the next layer (or the next checkpoint) even when this forward is no_grad's.
+  uint32_t next = p_.alloc(Component::Activations, mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
   drop(out);
+  if (no_grad_) no_grad_release_all(A), no_grad_release_all(M);
   if (parallel) {
     drop(o);
     if (!retained_in && free_input) drop(res);
@@ -601,12 +633,38 @@ uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, Sa
     casts_[layer] = tmp(mul(matmul_numel(s_.params_of(layer)), pr_.autocast_copy_bytes), L_.cast, layer);
     ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
-  int64_t peak = mul(3, d_.e, d_.T, d_.f);
-  if (rs_.attention == Attention::Eager) peak = std::max(peak, mul(4 + d_.e, d_.a, d_.b, mul(d_.s, d_.s)));
-  uint32_t t = tmp(peak, L_.ckpt_tmp, layer);
-  uint32_t next = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
-  drop(t);
+  if (c_.model.post_layernorm || c_.model.kv_lora_rank > 0 || s_.is_moe(layer)) {
+    // Post-LN, MLA and MoE layers: their largest moment only (gate, up and their product; in eager attention
+    // the softmax), not yet op by op.
+    int64_t peak = mul(3, d_.e, d_.T, d_.f);
+    if (rs_.attention == Attention::Eager) peak = std::max(peak, mul(4 + d_.e, d_.a, d_.b, mul(d_.s, d_.s)));
+    uint32_t t = tmp(peak, L_.ckpt_tmp, layer);
+    uint32_t next = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
+    drop(t);
+    return next;
+  }
+  // The same ops as a saving forward, each result freed once its last reader has run (the caching allocator
+  // sees every one of them: the no_grad forward of one decoder layer in a recorded H200 trace,
+  // tests/validation/measured/h200-2026-11-30/traces, allocates and frees its norms, q/k/v, RoPE, attention and
+  // MLP tensors one by one). keep_s2 = false: eager attention's softmax is not kept either.
+  no_grad_ = true;
+  SavedLayer scratch;
+  const uint32_t next = layer_forward(layer, res, scratch, false, false);
+  no_grad_ = false;
+  no_grad_norm_out_ = UINT32_MAX;
   return next;
+}
+
+// Under no_grad: frees these tensors of `saved` (a checkpointed forward's scratch), in the order given.
+void StepBuilder::no_grad_release(std::vector<uint32_t>& saved, std::initializer_list<uint32_t> tensors) {
+  if (!no_grad_) return;
+  for (uint32_t t : tensors)
+    if (t != UINT32_MAX && erase(saved, t)) drop(t);
+}
+
+void StepBuilder::no_grad_release_all(std::vector<uint32_t>& saved) {
+  for (uint32_t t : saved) drop(t);
+  saved.clear();
 }
 
 // torchtitan's op-level selective checkpointing (torchtitan/models/llama/parallelize_llama.py _apply_ac_to_

@@ -143,6 +143,8 @@ class StepBuilder {
   uint32_t head_dequant();
   void drop_if(uint32_t t);
   NormImpl norm_impl(int32_t layer) const;  // the norm kernel this layer runs (compiled layers: Fused)
+  void no_grad_release(std::vector<uint32_t>& saved, std::initializer_list<uint32_t> tensors);
+  void no_grad_release_all(std::vector<uint32_t>& saved);
   void release_saved(std::vector<uint32_t>& saved, uint32_t label);
   uint32_t qk_norm_forward(int32_t layer, uint32_t x, int64_t width, int64_t heads, const char* name,
                            std::vector<uint32_t>& saved, bool out_saved);
@@ -196,7 +198,10 @@ class StepBuilder {
   void t5_head_forward(uint32_t res, std::vector<uint32_t>& saved, std::vector<uint32_t>& transient);
   uint32_t t5_head_backward(std::vector<uint32_t>& saved);
 
-  uint32_t act(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Activations, bytes, label, layer); }
+  // Under a checkpoint's no_grad forward nothing is saved: what would be an activation is a temporary there.
+  uint32_t act(int64_t bytes, uint32_t label, int32_t layer) {
+    return p_.alloc(no_grad_ ? Component::Temporaries : Component::Activations, bytes, label, layer);
+  }
   uint32_t tmp(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Temporaries, bytes, label, layer); }
   void drop(uint32_t t) { p_.free(t); }
 
@@ -220,6 +225,10 @@ class StepBuilder {
   int64_t n_ = 1;  // ranks of the shard group
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
   bool in_backward_ = false;
+  // A checkpointed layer's forward under no_grad: layer_forward runs its ops, and each intermediate goes when its
+  // last reader has run instead of being saved (no_grad_release). no_grad_norm_out_ is the last norm's output.
+  bool no_grad_ = false;
+  uint32_t no_grad_norm_out_ = UINT32_MAX;
   std::vector<std::vector<uint32_t>> kept_;   // FSDP: unsharded params kept from forward to backward, per slot
   std::vector<uint32_t> sharded_grads_;       // FSDP: gradient shards (persist across micro-batches)
   std::vector<bool> sharded_grad_made_;

@@ -219,11 +219,15 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                             "sdpa / flash_attention_2 save q, k, v, the output and a small logsumexp; eager saves the "
                             "heads x seq^2 softmax. repeat_kv materialises k and v for every query head (GQA).");
     changed |= choice_combo("norm", "training.norm_impl", t.norm_impl, std::string(fw.norm_impl).c_str(),
-                            "HF's eager RMSNorm keeps an fp32 copy of its input; torchtune/litgpt also keep the fp32 "
-                            "normalised input; a fused kernel keeps only its input.");
+                            "HF's and torchtune's eager RMSNorm keep an fp32 copy of their input; litgpt also keeps "
+                            "the fp32 normalised input; a fused kernel keeps only its input.");
     changed |= choice_combo("loss", "training.loss", t.loss, std::string(fw.loss).c_str(),
                             "The logits are tokens x vocabulary: HF upcasts them to fp32, chunked losses keep one "
                             "chunk's fp32 copy at a time, fused linear cross-entropy (Liger) never builds them.");
+    changed |= check_input("torch.compile", "training.compile", t.compile,
+                           "Inductor recomputes the cheap pointwise ops in backward: a compiled layer's norms keep "
+                           "only their input and rstd, and SwiGLU does not keep silu(gate). torchtune's chunked loss "
+                           "compiles too.");
     changed |= check_input("CPU activation offload", "training.activation_offload", t.activation_offload,
                            "Saved activations move to host memory after the next layer's forward and come back for "
                            "backward: about one layer stays on the GPU.");
