@@ -303,6 +303,13 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
   }
   if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
   uint32_t y = act(mul(d_.amp ? 4 : d_.e, th), L_.norm_out, layer);
+  int64_t tokens = d_.Tn;
+  if (gathered_inputs()) {  // DTensor sequence parallel: the linears read the all-gathered output
+    tokens = d_.T;
+    const uint32_t g = act(mul(d_.amp ? 4 : d_.e, d_.T, d_.h), L_.norm_out, layer);
+    drop(y);
+    y = g;
+  }
   if (no_grad_) {
     // Under no_grad the norm's own intermediates go as soon as its output exists (the input stays with its
     // owner), and the output lives until its consumers' projections have run: no_grad_norm_out_.
@@ -314,9 +321,13 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     no_grad_norm_out_ = y;
     return;
   }
-  if (linear_inputs(layer, consumers, d_.h, saved, d_.Tn)) saved.push_back(fp8_input(y, th, layer));
+  if (linear_inputs(layer, consumers, d_.h, saved, tokens)) saved.push_back(fp8_input(y, mul(tokens, d_.h), layer));
   else drop(y);
 }
+
+// FrameworkSpec::tp_saves_gathered_input, with sequence parallelism on: each norm's output is all-gathered to the
+// whole sequence for the column-parallel linears that read it, and they save that.
+bool StepBuilder::gathered_inputs() const { return rs_.framework->tp_saves_gathered_input && d_.Tn < d_.T; }
 
 bool StepBuilder::module_quantized(int32_t layer, const std::string& module) const {
   const auto& ts = module == "lm_head" ? s_.post : layer >= 0 && layer < s_.num_layers ? s_.params_of(layer) : s_.pre;
@@ -403,6 +414,8 @@ NormImpl StepBuilder::norm_impl(int32_t layer) const {
 }
 
 void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
+  // The gathered input's gradient is whole-sequence until the all-gather's backward reduce-scatters it.
+  if (gathered_inputs()) drop(tmp(mul(d_.e, d_.T, d_.h), L_.dres, layer));
   // HF eager RMSNorm backward holds about three fp32 [b, s, h] temporaries (pow/mean/mul backward and the
   // cast back); a fused or native LayerNorm kernel about one.
   const bool eager = c_.model.norm_type == NormType::RMSNorm && norm_impl(layer) != NormImpl::Fused;

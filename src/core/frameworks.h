@@ -35,6 +35,13 @@ struct FrameworkSpec {
   // _prepare_forward_infra / _prepare_backward_infra); the input gradients stay in the buffers' .grad until the
   // next step() (clear_runtime_states).
   bool pp_persistent_recv;
+  // FSDP2 without a pipeline: the last transformer block keeps reshard_after_forward=False, since backward would
+  // all-gather it again at once (torchtitan parallelize_llama.py apply_fsdp).
+  bool fsdp_last_block_kept;
+  // Sequence parallel through DTensor: ColwiseParallel all-gathers the sequence-sharded norm output (redistribute
+  // Shard(1) -> Replicate) and the linear saves that full [T, h] tensor, where Megatron saves its shard and
+  // all-gathers again in backward (tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication).
+  bool tp_saves_gathered_input;
   std::string_view source;
 };
 

@@ -143,6 +143,7 @@ class StepBuilder {
   uint32_t head_dequant();
   void drop_if(uint32_t t);
   NormImpl norm_impl(int32_t layer) const;  // the norm kernel this layer runs (compiled layers: Fused)
+  bool gathered_inputs() const;
   void no_grad_release(std::vector<uint32_t>& saved, std::initializer_list<uint32_t> tensors);
   void no_grad_release_all(std::vector<uint32_t>& saved);
   void release_saved(std::vector<uint32_t>& saved, uint32_t label);

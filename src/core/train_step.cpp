@@ -626,7 +626,9 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     // FSDP2 sets the root's reshard_after_forward to False.
     const size_t slot = static_cast<size_t>(layer + 1);
     const bool root = layer < 0 || layer >= s_.num_layers;
-    const bool keep = root || c_.parallel.zero_stage == 2 || no_sync_;
+    const bool last_kept = rs_.framework->fsdp_last_block_kept && sp_.sharding == Sharding::Fsdp2 &&
+                           c_.parallel.pipeline_parallel_size == 1 && layer == s_.num_layers - 1;
+    const bool keep = root || c_.parallel.zero_stage == 2 || no_sync_ || last_kept;
     auto unshard = [&](int64_t l, std::vector<uint32_t>& into) {
       const int64_t bytes = gathered_bytes(l);
       if (bytes == 0) return;

@@ -88,11 +88,39 @@ TEST_CASE("FSDP SHARD_GRAD_OP keeps every layer unsharded from forward to backwa
   REQUIRE(grad_op.ok);
   const int64_t kept_full = live_before(full.devices[0], "backward (step 2", Component::Communication);
   const int64_t kept_op = live_before(grad_op.devices[0], "backward (step 2", Component::Communication);
-  // Root unit: embed_tokens + lm_head + norm in bf16 = 2 x (2 x 128256 x 4096 + 4096) bytes.
+  // Root unit: embed_tokens + lm_head + norm in bf16 = 2 x (2 x 128256 x 4096 + 4096) bytes; torchtitan also keeps
+  // the last block (apply_fsdp: reshard_after_forward = layer_id < len(layers) - 1): q, o 4096^2, k, v 1024 x 4096,
+  // gate, up, down 4096 x 14336 and two norms, in bf16.
   const int64_t root = 2 * (2 * 128256LL * 4096 + 4096);
-  CHECK(kept_full == root);
+  const int64_t last_block = 2 * (2 * 4096LL * 4096 + 2 * 1024 * 4096 + 3 * 4096LL * 14336 + 2 * 4096);
+  CHECK(kept_full == root + last_block);
+  c.training.framework = "torchtune";  // fully_shard of every layer with the same reshard_after_forward
+  c.parallel.zero_stage = 3;
+  CHECK(live_before(simulate(c).devices[0], "backward (step 2", Component::Communication) == root);
   CHECK(per_param(kept_op) == Approx(2.0).epsilon(0.001));  // the whole model in bf16
   CHECK(grad_op.devices[0].peak.allocated_bytes > full.devices[0].peak.allocated_bytes);
+}
+
+TEST_CASE("DTensor sequence parallel: the column-parallel linears save the all-gathered norm output", "[distributed][tp]") {
+  // torchtitan's TP plan (SequenceParallel norms, ColwiseParallel(input_layouts=Shard(1))) all-gathers each norm's
+  // sequence-sharded output and F.linear saves that [T, h] tensor; Megatron saves its T / t shard and all-gathers
+  // again in backward (Korthikanti et al. 2022 sec. 4.2.2). Two norms per layer: 2 x 2 x (T - T / t) x h more.
+  const int64_t s = 2048, h = 4096, t = 4;
+  Config c = llama3_8b_on(1, "torchtune", "bf16_pure", 0);
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "sdpa_repeat_kv";
+  c.training.norm_impl = "eager_fp32";
+  c.training.loss = "full_fp32";
+  c.parallel.tensor_parallel_size = t;
+  c.parallel.sequence_parallel = true;
+  auto per_layer = [&](const std::string& framework) {
+    c.training.framework = framework;
+    c.model.num_hidden_layers = 1;
+    const int64_t one = live_before(simulate(c).devices[0], "backward", Component::Activations);
+    c.model.num_hidden_layers = 2;
+    return live_before(simulate(c).devices[0], "backward", Component::Activations) - one;
+  };
+  CHECK(per_layer("torchtitan") - per_layer("torchtune") == 2 * 2 * (s - s / t) * h);
 }
 
 TEST_CASE("HSDP shards over the shard group only", "[distributed][fsdp]") {

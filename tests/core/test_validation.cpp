@@ -75,9 +75,9 @@ TEST_CASE("single-GPU fine-tuning (PEFT) peaks: median error", "[validation][pef
 }
 
 // Target of the distributed issue: median absolute error <= 8% over the high- and medium-confidence multi-GPU
-// cases. Reached now (docs/validation.md): 6.6% (14.1% before FSDP2's side-stream pools and pipelining's receive
+// cases. Reached now (docs/validation.md): 5.8% (14.1% before FSDP2's side-stream pools and pipelining's receive
 // buffers were modelled, 8.7% before checkpointed layers' no_grad forwards ran op by op); every torchtitan case is
-// still under its measured reserved peak, by 4-12%; see the findings there. The bounds guard it.
+// still under its measured reserved peak, by 4-11%; see the findings there. The bounds guard it.
 TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][distributed]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.multi_counted >= 5);
@@ -86,7 +86,7 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
     CHECK(std::abs(r.relative_error) < 0.15);
   }
-  CHECK(s.multi_median_abs_error <= 0.08);  // the distributed issue's target; reached: 6.6%
+  CHECK(s.multi_median_abs_error <= 0.08);  // the distributed issue's target; reached: 5.8%
 }
 
 // memsim's own calibration runs (tools/calibrate on an H200, tests/validation/measured/): every statistic of
