@@ -94,7 +94,7 @@ struct Labels {
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
-      router, expert_in, expert_out, lora_in, dequant, quant_stats, p2p, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense, recv_buffer;
+      router, expert_in, expert_out, lora_in, dequant, quant_stats, p2p, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense, tied_sum, tied_pending, recv_buffer;
 };
 
 class StepBuilder {
@@ -257,7 +257,9 @@ class StepBuilder {
   };
   std::vector<Spare> spare_;
   std::vector<uint32_t> embed_saved_;         // post-LN embedding norm and dropout                      // scratch for a checkpointed layer's recomputed saved set
-  uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
+  uint32_t held_logits_ = UINT32_MAX;
+  uint32_t tied_pending_ = UINT32_MAX;        // tied weights, a later micro-batch: lm_head's gradient in the engine
+  bool tied_sum() const;         // logits the training loop keeps until after backward
   bool grads_live_ = false;
   bool any_quantized_ = false;
   bool zero_buckets_ = false;

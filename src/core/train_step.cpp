@@ -405,7 +405,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.loss_grad_bf16 = p.label("gradient of the logits cast back to the compute dtype");
   L_.flce_buffers = p.label("fused linear cross-entropy buffers (grad of lm_head input and weight)");
   L_.lm_head_in = p.label("final norm output (saved by lm_head)");
-  L_.embed_grad_dense = p.label("dense embedding gradient (tied weights: added into lm_head's grad)");
+  L_.embed_grad_dense = p.label("dense embedding gradient");
+  L_.tied_sum = p.label("tied weights: lm_head's and the embedding's gradients summed");
+  L_.tied_pending = p.label("tied weights: lm_head's gradient, waiting for the embedding's");
 }
 
 // nn.Module init: one allocation per parameter tensor. Under ZeRO-3 each rank keeps only its partition of
@@ -479,7 +481,11 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
     }
   }
   const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
-  if (grad_created_[slot]) return;  // gradient accumulation: the .grad tensors are already there
+  if (grad_created_[slot]) {  // gradient accumulation: the .grad tensors are already there
+    if (layer >= s_.num_layers && tied_sum())  // ... but a tied matrix's gradient waits in the engine (tied_sum)
+      tied_pending_ = p_.alloc(Component::Gradients, grad_bytes_of(s_.pre.front()), L_.tied_pending);
+    return;
+  }
   grad_created_[slot] = true;
   const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
   // DDP with gradient_as_bucket_view: from the second iteration the .grad tensors are views into the buckets

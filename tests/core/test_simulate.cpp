@@ -6,6 +6,7 @@
 #include "core/simulate.h"
 #include "core/tables.h"
 #include "core/train_step.h"
+#include "test_util.h"
 
 using namespace memsim;
 
@@ -255,4 +256,35 @@ TEST_CASE("the CUDA context follows the GPU generation and the module loading", 
   CHECK(context("h100-sxm", "lazy") == kCudaContextHopperLazyBytes);      // the same sm_90 kernels
   CHECK(context("h200", "eager") == kCudaContextEagerBytes);
   CHECK(context("h200", "lazy", 123 << 20) == (123 << 20));               // the user's own reading wins
+}
+
+TEST_CASE("tied embeddings: lm_head's and the embedding's gradients are summed into a new block", "[simulate]") {
+  // Llama 3.2 1B ties lm_head to the embedding: one parameter whose AccumulateGrad node waits for both gradients.
+  // The H200 traces (bf16 and fp32) show the dense embedding gradient, a third [V, h] block for their sum, then
+  // both addends freed; the sum is the new .grad, so the gradients' total is unchanged after the step's backward.
+  Config c = single_gpu_config("llama-3.2-1b.json", 1, 512);
+  c.training.optimizer = "sgd";  // no state: the gradients are all that the Gradients component holds
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& p = r.devices[0].program;
+  const int64_t vh2 = 2 * 128256LL * 2048;
+  int64_t live = 0, at_sum = -1;
+  for (const Event& e : p.events) {
+    if (e.component != Component::Gradients) continue;
+    live += (e.op == Event::Op::Alloc ? 1 : -1) * p.tensors[e.tensor].bytes;
+    const std::string& label = p.labels[p.tensors[e.tensor].label];
+    if (e.op == Event::Op::Alloc && label.rfind("tied weights: lm_head's and", 0) == 0) {
+      at_sum = live;
+      break;
+    }
+  }
+  const int64_t after = live_bytes_before_phase(p, "optimizer step 1", Component::Gradients);
+  REQUIRE(at_sum > 0);
+  CHECK(at_sum - after == vh2);  // the sum beside lm_head's gradient, which goes next
+  CHECK(after == 2 * r.params_trainable);  // every .grad once, in bf16
+  c.training.precision = "amp_bf16";  // through the cast's backward: added in place (tied_sum)
+  Result amp = simulate(c);
+  REQUIRE(amp.ok);
+  for (const Tensor& t : amp.devices[0].program.tensors)
+    CHECK(amp.devices[0].program.labels[t.label].rfind("tied weights: lm_head's and", 0) != 0);
 }
