@@ -139,6 +139,11 @@ struct ParallelConfig {
   std::string sharding = "auto";
   int64_t shard_group_size = 0;  // HSDP / FSDP HYBRID_SHARD: ranks one shard spans (0: all data-parallel ranks)
   std::string fsdp_backward_prefetch = "backward_pre";  // FSDP1: backward_pre, backward_post, none
+  // Units all-gathered ahead of the one computing in forward: FSDP1 forward_prefetch=True is 1, FSDP2
+  // set_modules_to_forward_prefetch(next k blocks) is k; 0 is both defaults.
+  int64_t fsdp_forward_prefetch = 0;
+  // FSDP2 in backward: 1 is its implicit prefetch of the next block, k set_modules_to_backward_prefetch of k.
+  int64_t fsdp2_backward_prefetch = 1;
   int64_t tensor_parallel_size = 1;
   bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
   int64_t context_parallel_size = 1;   // ring attention: each rank holds sequence_length / cp tokens

@@ -658,12 +658,22 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     } else {
       unshard(layer, out);
     }
-    // Backward prefetch: FSDP2 always unshards the next group in backward order (_fsdp_param_group.py
-    // _prefetch_unshard); FSDP1 does with BACKWARD_PRE (the default), holding "the current set of parameters,
-    // next set of parameters, and current set of gradients". Neither prefetches in forward by default.
-    const bool prefetch = in_backward_ && layer - 1 >= ctx_.first_layer && c_.parallel.zero_stage == 3 &&
-                          (sp_.sharding == Sharding::Fsdp2 || c_.parallel.fsdp_backward_prefetch == "backward_pre");
-    if (prefetch) unshard(layer - 1, out);
+    // Backward prefetch: FSDP2 unshards the next group in backward order (_fsdp_param_group.py _prefetch_unshard),
+    // or the k set by set_modules_to_backward_prefetch; FSDP1 does with BACKWARD_PRE (the default), holding "the
+    // current set of parameters, next set of parameters, and current set of gradients". In forward, FSDP1's
+    // forward_prefetch and FSDP2's set_modules_to_forward_prefetch all-gather the next unit(s) during this one;
+    // neither prefetches in forward by default. A prefetched unit's parameters are held with this one's.
+    if (c_.parallel.zero_stage != 3 || no_sync_) return;
+    const int64_t depth = !in_backward_ ? c_.parallel.fsdp_forward_prefetch
+                          : sp_.sharding == Sharding::Fsdp2 ? c_.parallel.fsdp2_backward_prefetch
+                          : c_.parallel.fsdp_backward_prefetch == "backward_pre" ? 1 : 0;
+    const int64_t step = in_backward_ ? -1 : 1;
+    for (int64_t j = 1; j <= depth; ++j) {
+      const int64_t next = layer + step * j;
+      if (next < ctx_.first_layer || next >= std::min(ctx_.end_layer, s_.num_layers)) break;
+      if (!kept_[static_cast<size_t>(next + 1)].empty()) continue;
+      unshard(next, out);
+    }
     return;
   }
   out.push_back(p_.alloc(Component::Communication, gathered_bytes(layer), L_.gathered, static_cast<int32_t>(layer)));

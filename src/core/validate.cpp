@@ -61,6 +61,8 @@ const std::map<std::string, IntRange>& ranges() {
       {"parallel.pipeline_first_stage_layers", {0, 4096}},
       {"parallel.pipeline_last_stage_layers", {0, 4096}},
       {"parallel.shard_group_size", {0, 1 << 24}},
+      {"parallel.fsdp_forward_prefetch", {0, 4096}},
+      {"parallel.fsdp2_backward_prefetch", {0, 4096}},
       {"hardware.gpu_memory_bytes", {0, int64_t(1) << 50}},
       {"hardware.gpus_per_node", {1, 1024}},
       {"hardware.nccl_channels", {1, 64}},
@@ -497,6 +499,12 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
   check(e, "parallel.zero_param_persistence_threshold", c.parallel.zero_param_persistence_threshold);
   check(e, "parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
+  check(e, "parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
+  check(e, "parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
+  if (c.parallel.fsdp_forward_prefetch > 1 && resolve(c).sharding == Sharding::Fsdp1)
+    e.push_back({"parallel.fsdp_forward_prefetch",
+                 "FSDP1's forward_prefetch all-gathers one unit ahead: parallel.fsdp_forward_prefetch must be 0 or 1 "
+                 "(FSDP2's set_modules_to_forward_prefetch takes more: set parallel.sharding to fsdp2)"});
   if (c.parallel.zero_overlap_comm != "auto" && c.parallel.zero_overlap_comm != "true" && c.parallel.zero_overlap_comm != "false")
     e.push_back({"parallel.zero_overlap_comm", "parallel.zero_overlap_comm must be auto, true or false"});
 

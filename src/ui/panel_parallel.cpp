@@ -59,6 +59,13 @@ bool draw_parallel_inputs(Config& c) {
         changed |= choice_combo("backward prefetch", "parallel.fsdp_backward_prefetch", p.fsdp_backward_prefetch, "",
                                 "backward_pre holds the current and the next unit's parameters with the current "
                                 "gradients; backward_post and none hold one unit's parameters.");
+      else
+        changed |= int_input("backward prefetch", "parallel.fsdp2_backward_prefetch", p.fsdp2_backward_prefetch, 1,
+                             "Blocks all-gathered ahead in backward: 1 is FSDP2's own prefetch of the next block, k "
+                             "what set_modules_to_backward_prefetch(k blocks) asks for, 0 none.");
+      changed |= int_input("forward prefetch", "parallel.fsdp_forward_prefetch", p.fsdp_forward_prefetch, 1,
+                           "Units all-gathered ahead in forward, their parameters held with the current one's: "
+                           "FSDP1 forward_prefetch=True is 1; FSDP2 set_modules_to_forward_prefetch(k blocks) is k.");
     }
     if (rs.sharding == Sharding::DeepSpeed && p.zero_stage >= 1 && subsection("DeepSpeed buffers")) {
       changed |= int_input("reduce_bucket_size", "parallel.zero_reduce_bucket_size", p.zero_reduce_bucket_size,

@@ -123,6 +123,43 @@ TEST_CASE("DTensor sequence parallel: the column-parallel linears save the all-g
   CHECK(per_layer("torchtitan") - per_layer("torchtune") == 2 * 2 * (s - s / t) * h);
 }
 
+TEST_CASE("FSDP prefetch depth: k more blocks' parameters held while one computes", "[distributed][fsdp]") {
+  // FSDP2 set_modules_to_forward_prefetch / set_modules_to_backward_prefetch (k next blocks) and FSDP1
+  // forward_prefetch=True (k = 1): the prefetched blocks are unsharded while the current one runs. Llama-3-8B's
+  // block in bf16: q, o 4096^2, k, v 1024 x 4096, gate, up, down 4096 x 14336 and two norms.
+  const int64_t block = 2 * (2 * 4096LL * 4096 + 2 * 1024 * 4096 + 3 * 4096LL * 14336 + 2 * 4096);
+  Config c = llama3_8b_on(8, "torchtune", "bf16_mixed", 3);
+  auto most_gathered = [&](const char* phase) {
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+    const StepProgram& p = r.devices[0].program;
+    uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
+    for (size_t i = 0; i < p.phases.size(); ++i)
+      if (p.phases[i].name.rfind(phase, 0) == 0) {
+        begin = p.phases[i].first_event;
+        if (i + 1 < p.phases.size()) end = p.phases[i + 1].first_event;
+        break;
+      }
+    int64_t live = 0, most = 0;
+    for (uint32_t i = 0; i < end; ++i) {
+      const Tensor& t = p.tensors[p.events[i].tensor];
+      if (t.component != Component::Communication || t.stream != Stream::Compute) continue;
+      live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
+      if (i >= begin && t.layer >= 4 && t.layer < 24) most = std::max(most, live);  // away from the root's units
+    }
+    return most;
+  };
+  const int64_t fwd = most_gathered("forward (step 2"), bwd = most_gathered("backward (step 2");
+  c.parallel.fsdp_forward_prefetch = 2;
+  CHECK(most_gathered("forward (step 2") - fwd == 2 * block);
+  c.parallel.fsdp2_backward_prefetch = 3;  // the default is 1
+  CHECK(most_gathered("backward (step 2") - bwd == 2 * block);
+  c.parallel.sharding = "fsdp1";
+  Result bad = simulate(c);
+  REQUIRE_FALSE(bad.ok);
+  CHECK(bad.errors[0].field == "parallel.fsdp_forward_prefetch");
+}
+
 TEST_CASE("HSDP shards over the shard group only", "[distributed][fsdp]") {
   Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 3);
   const ModelStates eight = simulate(c).model_states;

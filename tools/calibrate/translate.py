@@ -69,6 +69,8 @@ MEMSIM_DEFAULTS = {
         "sharding": "auto",
         "shard_group_size": 0,
         "fsdp_backward_prefetch": "backward_pre",
+        "fsdp_forward_prefetch": 0,
+        "fsdp2_backward_prefetch": 1,
         "tensor_parallel_size": 1,
         "sequence_parallel": False,
         "context_parallel_size": 1,
