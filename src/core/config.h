@@ -144,6 +144,8 @@ struct ParallelConfig {
   int64_t fsdp_forward_prefetch = 0;
   // FSDP2 in backward: 1 is its implicit prefetch of the next block, k set_modules_to_backward_prefetch of k.
   int64_t fsdp2_backward_prefetch = 1;
+  // FSDP1 use_orig_params: auto (the framework's: Fabric sets it, FSDP1's own default is false), true or false.
+  std::string fsdp_use_orig_params = "auto";
   int64_t tensor_parallel_size = 1;
   bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
   int64_t context_parallel_size = 1;   // ring attention: each rank holds sequence_length / cp tokens

@@ -9,31 +9,33 @@ namespace {
 // id, label, attention, norm, loss, optimizer implementation, param groups, holds logits, fused qkv, sharding,
 // loss parallel under TP, source.
 constexpr FrameworkSpec kFrameworks[] = {
-    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false, false, false, false, false,
+    {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false, false, false, false, false, true, false,
      "transformers: SDPA default attention (4.36+), LlamaRMSNorm upcasts to fp32, loss_utils.py ForCausalLMLoss "
      "upcasts logits (4.49+), default optim adamw_torch_fused on torch >= 2.8 (PR #37358), "
      "Trainer.create_optimizer: decay and no-decay groups; compute_loss returns only the loss, so the outputs "
-     "(logits) are dropped before backward"},
-    {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true, false, "deepspeed", false, false, false, false, false,
+     "(logits) are dropped before backward; gradient accumulation through Accelerator.accumulate, which runs the "
+     "micro-batches that do not sync under model.no_sync() (accelerator.py no_sync: getattr(model, 'no_sync'))"},
+    {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true, false, "deepspeed", false, false, false, false, false, false, false,
      "out = model(**batch); out.loss.backward(): `out` keeps the logits alive through backward; "
      "torch.optim.AdamW(model.parameters()) is one group, foreach on CUDA"},
-    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false, false, false, false, false,
+    {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false, false, false, false, false, false, false,
      "DeepSpeed engine with FusedAdam (ops/adam/fused_adam.py: multi_tensor_apply, no full-size temporaries) "
      "around transformers model code"},
-    {"torchtune", "torchtune", "sdpa_repeat_kv", "eager_fp32", "chunked_fp32", "fused", 1, false, false, "fsdp2", false, false, false, false, false,
+    {"torchtune", "torchtune", "sdpa_repeat_kv", "eager_fp32", "chunked_fp32", "fused", 1, false, false, "fsdp2", false, false, false, false, false, false, false,
      "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py normalises in fp32 and casts back "
      "before the scale (x_normed = (x_fp32 * rsqrt(...)).type_as(x); return x_normed * self.scale); "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575); "
      "training/_distributed.py shard_model: FSDP2 fully_shard per layer"},
-    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false, true, false, false, false,
+    {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false, true, false, false, false, true, true,
      "litgpt model.py CausalSelfAttention.attn (one fused qkv linear; LoRAQKVLinear adapts it once);  model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach; "
-     "Fabric FSDPStrategy: FSDP1 with one unit per Block; quantize bnb.*: Lightning plugins/precision/bitsandbytes.py "
+     "Fabric FSDPStrategy: FSDP1 with one unit per Block and use_orig_params=True (torch >= 2.0), accumulating "
+     "micro-batches under fabric.no_backward_sync (FSDP no_sync); quantize bnb.*: Lightning plugins/precision/bitsandbytes.py "
      "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included"},
-    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron", false, false, false, false, false,
+    {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron", false, false, false, false, false, false, false,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
      "Apex/TE FusedAdam"},
-    {"torchtitan", "torchtitan", "sdpa_repeat_kv", "eager_fp32", "full_fp32", "foreach", 1, false, false, "fsdp2", true, false, true, true, true,
+    {"torchtitan", "torchtitan", "sdpa_repeat_kv", "eager_fp32", "full_fp32", "foreach", 1, false, false, "fsdp2", true, false, true, true, true, false, false,
      "torchtitan models/llama/model.py (repeat_kv before SDPA; RMSNorm: _norm(x.float()).type_as(x) * weight), "
      "train.py: loss = F.cross_entropy(pred.flatten(0, 1).float(), ...) then `del pred` before backward; "
      "optimizer.py: foreach = not --optimizer.fused (default False); parallelize_llama.py apply_fsdp: "

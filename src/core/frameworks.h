@@ -42,6 +42,13 @@ struct FrameworkSpec {
   // Shard(1) -> Replicate) and the linear saves that full [T, h] tensor, where Megatron saves its shard and
   // all-gathers again in backward (tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication).
   bool tp_saves_gathered_input;
+  // FSDP gradient accumulation under no_sync(): the micro-batches before the last keep unsharded gradients and
+  // reduce-scatter nothing (Accelerate's accumulate, Fabric's no_backward_sync); the others sync every backward.
+  bool fsdp_no_sync_accumulation;
+  // FSDP1 use_orig_params=True (Fabric's default for torch >= 2.0): a unit whose FlatParameter mixes frozen and
+  // trainable tensors has a gradient for all of it, "equivalent to not freezing those parameters" (PyTorch FSDP
+  // docs), so under PEFT every Block unit holds gradients for its frozen base weights too.
+  bool fsdp_use_orig_params;
   std::string_view source;
 };
 

@@ -322,6 +322,18 @@ int64_t trainable_numel(const ModelShape& s) {
   return n;
 }
 
+void mark_unit_gradients(ModelShape& s) {
+  auto mark = [](std::vector<std::vector<ParamTensor>*> unit) {
+    bool trains = false;
+    for (const auto* ts : unit)
+      for (const auto& t : *ts) trains |= !t.frozen;
+    for (auto* ts : unit)
+      for (auto& t : *ts) t.unit_grad = trains && t.frozen && !t.quantized;
+  };
+  mark({&s.pre, &s.post});  // the root unit
+  s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { mark({&ts}); });
+}
+
 void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   if (!peft.enabled()) return;
   const bool quant = peft.base_quantization != "none";

@@ -25,6 +25,8 @@ struct ParamTensor {
   int64_t rows = 0;  // first dimension (out_features of a linear, vocab of an embedding); numel for vectors
   bool frozen = false;     // no gradient, no optimizer state (PEFT)
   bool quantized = false;  // stored by bitsandbytes (int8 or 4-bit) instead of the weight dtype
+  // Frozen, yet its FSDP unit holds a gradient for it (FSDP1 use_orig_params, mark_unit_gradients).
+  bool unit_grad = false;
 };
 
 struct ModelShape {
@@ -81,6 +83,9 @@ ModelShape build_model_shape(const ModelConfig& m);
 // params_total then includes the adapters; params_trainable counts what has gradients.
 // quantize_head: the base quantization converts the output head too (litgpt through Lightning's plugin).
 void apply_peft(ModelShape& shape, const PeftConfig& peft, bool quantize_head = false);
+// FSDP1 with use_orig_params=True: each unit (a layer; the embeddings with the head as the root) that trains any
+// tensor keeps a gradient for its frozen, unquantized tensors too (ParamTensor::unit_grad).
+void mark_unit_gradients(ModelShape& shape);
 // One tensor-parallel rank's share of every parameter (params_total becomes per rank).
 void apply_tensor_parallel(ModelShape& shape, const ModelConfig& m, int64_t t);
 // One expert-parallel rank's share of the routed experts (num_experts / ep of them; router and shared experts

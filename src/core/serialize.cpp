@@ -116,6 +116,7 @@ void visit_fields(Config& c, V& v) {
   v.str("parallel.fsdp_backward_prefetch", c.parallel.fsdp_backward_prefetch);
   v.integer("parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
   v.integer("parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
+  v.str("parallel.fsdp_use_orig_params", c.parallel.fsdp_use_orig_params);
   v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);
   v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
   v.integer("parallel.context_parallel_size", c.parallel.context_parallel_size);
@@ -1685,8 +1686,9 @@ Parsed config_from_accelerate(std::string_view text, const Config& base) {
     std::optional<size_t> prefetch;
     const char* prefetch_key = f.contains("fsdp_backward_prefetch") ? "fsdp_backward_prefetch" : "fsdp_backward_prefetch_policy";
     rd.choice(f, fs, prefetch_key, kPrefetch, prefetch);
-    std::optional<bool> forward_prefetch;
+    std::optional<bool> forward_prefetch, orig_params;
     rd.boolean(f, fs, "fsdp_forward_prefetch", forward_prefetch);
+    rd.boolean(f, fs, "fsdp_use_orig_params", orig_params);
     static const std::vector<std::string> kWrap = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
     std::optional<size_t> wrap;
     rd.choice(f, fs, "fsdp_auto_wrap_policy", kWrap, wrap);
@@ -1745,6 +1747,7 @@ Parsed config_from_accelerate(std::string_view text, const Config& base) {
     } else if (prefetch) {
       assumed.push_back(std::string(prefetch_key) + " does not apply to FSDP2, which prefetches as BACKWARD_PRE");
     }
+    if (orig_params && v == 1) c.parallel.fsdp_use_orig_params = *orig_params ? "true" : "false";
     if (forward_prefetch.value_or(false)) {
       if (v == 1) c.parallel.fsdp_forward_prefetch = 1;  // FullyShardedDataParallel(forward_prefetch=True)
       else assumed.push_back("fsdp_forward_prefetch does not apply to FSDP2 (Accelerate passes it to FSDP1 only)");

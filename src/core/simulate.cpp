@@ -113,7 +113,12 @@ Result simulate(const Config& config) {
   if (!r.errors.empty()) return r;
   try {
     ModelShape shape = build_model_shape(config.model);
-    apply_peft(shape, config.peft, resolve(config).framework->bnb_via_lightning);
+    const Resolved rs = resolve(config);
+    apply_peft(shape, config.peft, rs.framework->bnb_via_lightning);
+    const std::string& orig = config.parallel.fsdp_use_orig_params;
+    if (rs.sharding == Sharding::Fsdp1 && config.parallel.zero_stage >= 2 && shard_group_size(config) > 1 &&
+        (orig == "true" || (orig == "auto" && rs.framework->fsdp_use_orig_params)))
+      mark_unit_gradients(shape);
     r.params_total = shape.params_total;
     r.params_trainable = trainable_numel(shape);
     apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here

@@ -239,6 +239,7 @@ class StepBuilder {
   std::vector<uint32_t> input_grads_;               // pipelining: the receive buffers' .grad until the next step
   std::vector<uint32_t> accum_;               // FSDP no_sync: unsharded gradients accumulated, per slot
   bool no_sync_ = false;
+  bool accum_no_sync_ = false;  // FrameworkSpec::fsdp_no_sync_accumulation with gradient accumulation
   bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration
   mutable int64_t gathered_cache_[4] = {-1, -1, -1, -1};  // gathered_bytes of the embeddings, head, dense, MoE layer
   mutable int64_t flat_numel_cache_ = -1;                      // FSDP under pipeline parallelism: reduce after the last micro-batch

@@ -124,7 +124,7 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
     const ParamTensor l = sp.local(t);
     s.weights = param_storage_bytes(l, pr, peft);
     if (sp.mixed && plain) s.weights = std::max(s.weights, mul(l.numel, pr.master_bytes));
-    s.grads = t.frozen ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft);
+    s.grads = t.frozen && !t.unit_grad ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft);
     PrecisionRecipe no_master = pr;
     no_master.master_bytes = 0;
     if (sp.mixed) no_master.state_bytes = pr.master_bytes;
@@ -227,7 +227,7 @@ int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, con
 }
 
 int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft) {
-  if (t.frozen) return 0;
+  if (t.frozen && !t.unit_grad) return 0;
   if (t.kind == ParamKind::Adapter) return mul(t.numel, peft.adapter_dtype == "fp32" ? 4 : 2);
   if (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit) return mul(t.numel, 4);
   return mul(t.numel, pr.grad_bytes);
@@ -325,6 +325,8 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // torchtitan also keeps parameters unsharded after forward under PP (parallelize_llama.py apply_fsdp:
   // reshard_after_forward = False when pp_enabled); the pipeline's no_sync keeps them to the last backward.
   no_sync_ = sp_.fsdp && c_.parallel.pipeline_parallel_size > 1;
+  accum_no_sync_ = sp_.fsdp && rs_.framework->fsdp_no_sync_accumulation && c_.parallel.pipeline_parallel_size == 1 &&
+                   c_.training.gradient_accumulation_steps > 1;
   sharded_grad_made_.assign(static_cast<size_t>(s_.num_layers + 2), false);
   for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.decoder_layer})
     for (const auto& t : *list) any_quantized_ |= t.quantized;
@@ -493,7 +495,7 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   if (bucket_views_) return;
   for (const auto& t : ts) {
     if (layer < 0 && &t == &s_.pre.front() && c_.model.tie_word_embeddings) continue;  // created by lm_head
-    if (t.frozen) continue;
+    if (t.frozen && !t.unit_grad) continue;
     grads_[slot].push_back(p_.alloc(Component::Gradients, grad_bytes_of(t), L_.grads, static_cast<int32_t>(layer)));
   }
   // Tied weights: lm_head is the embedding matrix, so its .grad appears in the loss backward.
@@ -508,7 +510,8 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
 // (_runtime_utils.py _reduce_grad). The first micro-batch's output becomes the shard; later ones add into it.
 void StepBuilder::release_layer_grads(int64_t layer) {
   if (!shard_grads_ || sp_.grad_buffer) return;
-  if (no_sync_) {
+  // ... and so do the micro-batches before the last under no_sync gradient accumulation (accum_no_sync_).
+  if (no_sync_ || (accum_no_sync_ && !last_backward_)) {
     // Pipeline stages under FSDP accumulate unsharded gradients and reduce once after the last micro-batch
     // (torch/distributed/pipelining/stage.py backward_maybe_with_nosync: set_requires_gradient_sync(False),
     // then post_backward of every group); FSDP2 accumulates them in the reduce dtype
@@ -519,7 +522,7 @@ void StepBuilder::release_layer_grads(int64_t layer) {
     if (accum_[slot] == UINT32_MAX) {
       int64_t numel = 0;
       for (const auto& t : layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer))
-        if (!t.frozen) numel = add(numel, t.numel);
+        if (!t.frozen || t.unit_grad) numel = add(numel, t.numel);
       accum_[slot] = p_.alloc(Component::Gradients, mul(numel, reduce_bytes), L_.grad_accum, static_cast<int32_t>(layer));
     }
     for (uint32_t g : grads_[slot]) drop(g);
@@ -540,7 +543,7 @@ void StepBuilder::reduce_slot(int64_t layer) {
     const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
     int64_t numel = 0, shard = 0;
     for (const auto& t : ts)
-      if (!t.frozen) numel = add(numel, t.numel), shard = add(shard, states_of(t).grads);
+      if (!t.frozen || t.unit_grad) numel = add(numel, t.numel), shard = add(shard, states_of(t).grads);
     if (layer >= s_.num_layers && c_.model.tie_word_embeddings && !s_.pre.front().frozen)
       numel = add(numel, s_.pre.front().numel), shard = add(shard, states_of(s_.pre.front()).grads);
     const int64_t reduce_bytes = sp_.mixed ? pr_.master_bytes : pr_.grad_bytes;

@@ -501,6 +501,9 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
   check(e, "parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
   check(e, "parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
+  const std::string& orig = c.parallel.fsdp_use_orig_params;
+  if (orig != "auto" && orig != "true" && orig != "false")
+    e.push_back({"parallel.fsdp_use_orig_params", "parallel.fsdp_use_orig_params must be auto, true or false; got \"" + orig + "\""});
   if (c.parallel.fsdp_forward_prefetch > 1 && resolve(c).sharding == Sharding::Fsdp1)
     e.push_back({"parallel.fsdp_forward_prefetch",
                  "FSDP1's forward_prefetch all-gathers one unit ahead: parallel.fsdp_forward_prefetch must be 0 or 1 "

@@ -55,11 +55,16 @@ bool draw_parallel_inputs(Config& c) {
       changed |= int_input("shard group (HSDP)", "parallel.shard_group_size", p.shard_group_size, 1,
                            "Hybrid sharding: shard within groups of this many GPUs (often one node) and replicate across "
                            "groups. 0 shards over all data-parallel GPUs.");
-      if (rs.sharding == Sharding::Fsdp1)
+      if (rs.sharding == Sharding::Fsdp1) {
         changed |= choice_combo("backward prefetch", "parallel.fsdp_backward_prefetch", p.fsdp_backward_prefetch, "",
                                 "backward_pre holds the current and the next unit's parameters with the current "
                                 "gradients; backward_post and none hold one unit's parameters.");
-      else
+        changed |= string_combo("use_orig_params", "parallel.fsdp_use_orig_params", p.fsdp_use_orig_params,
+                                {"auto", "true", "false"},
+                                "true: a unit that trains any tensor (a LoRA Block) keeps gradients for its frozen "
+                                "weights too, as if they were not frozen. auto follows the framework (Lightning "
+                                "Fabric sets it; FSDP1's own default is false).");
+      } else
         changed |= int_input("backward prefetch", "parallel.fsdp2_backward_prefetch", p.fsdp2_backward_prefetch, 1,
                              "Blocks all-gathered ahead in backward: 1 is FSDP2's own prefetch of the next block, k "
                              "what set_modules_to_backward_prefetch(k blocks) asks for, 0 none.");

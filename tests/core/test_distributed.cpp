@@ -160,6 +160,32 @@ TEST_CASE("FSDP prefetch depth: k more blocks' parameters held while one compute
   CHECK(bad.errors[0].field == "parallel.fsdp_forward_prefetch");
 }
 
+TEST_CASE("FSDP1 use_orig_params gives frozen weights gradients; no_sync accumulation holds them unsharded", "[distributed][fsdp][peft]") {
+  // Fabric's FSDPStrategy (framework litgpt) wraps with use_orig_params=True: a Block's FlatParameter mixes the
+  // frozen base weights with the LoRA matrices and has a gradient for all of it ("equivalent to not freezing those
+  // parameters", PyTorch FSDP docs); its micro-batches accumulate under no_sync(), unsharded until the last.
+  // Llama-3-8B's Block: q, o 4096^2, k, v 1024 x 4096, gate, up, down 4096 x 14336, two norms; 32 of them.
+  const int64_t block = 2 * 4096LL * 4096 + 2 * 1024 * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
+  Config c = llama3_8b_on(2, "litgpt", "bf16_pure", 3);
+  c.peft.method = "lora";
+  c.peft.target_modules = "q_proj,v_proj";
+  c.training.gradient_accumulation_steps = 4;
+  Result with = simulate(c);
+  c.parallel.fsdp_use_orig_params = "false";
+  Result without = simulate(c);
+  REQUIRE(with.ok);
+  REQUIRE(without.ok);
+  // The root (embeddings, final norm, head) trains nothing, so only the Blocks' frozen weights gain a shard.
+  CHECK(with.model_states.gradients_bytes - without.model_states.gradients_bytes == 2 * 32 * block / 2);
+  // Before the last micro-batch's backward every Block's unsharded gradient is held: 2 bytes x its parameters.
+  const int64_t held = live_before(with.devices[0], "backward (step 2, micro-batches 2-4)", Component::Gradients);
+  CHECK(held >= 2 * 32 * block);
+  c.parallel.fsdp_use_orig_params = "maybe";
+  Result bad = simulate(c);
+  REQUIRE_FALSE(bad.ok);
+  CHECK(bad.errors[0].field == "parallel.fsdp_use_orig_params");
+}
+
 TEST_CASE("HSDP shards over the shard group only", "[distributed][fsdp]") {
   Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 3);
   const ModelStates eight = simulate(c).model_states;
