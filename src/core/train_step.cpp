@@ -75,7 +75,10 @@ ShardPlan shard_plan(const StepContext& ctx) {
   sp.sharding = resolve(ctx.config).sharding;
   sp.n = shard_group_size(ctx.config);
   sp.ep = par.expert_parallel_size;
-  const int64_t z = sp.n > 1 ? par.zero_stage : 0;
+  // DeepSpeed runs ZeRO on one GPU too; that only changes memory where parameters live on the host and are
+  // fetched module by module (ZeRO-Infinity), so a single GPU counts as unsharded otherwise.
+  const bool one_gpu_offload = sp.sharding == Sharding::DeepSpeed && par.offload_params != "none" && par.zero_stage == 3;
+  const int64_t z = sp.n > 1 || one_gpu_offload ? par.zero_stage : 0;
   sp.fsdp = (sp.sharding == Sharding::Fsdp1 || sp.sharding == Sharding::Fsdp2) && z >= 2;
   sp.flat_optimizer = (sp.sharding == Sharding::DeepSpeed || sp.sharding == Sharding::Megatron) && z >= 1;
   sp.shard_grads = z >= 2;
@@ -452,7 +455,7 @@ void StepBuilder::alloc_weights() {
   }
   // ZeRO-3 allocates its gradient bucket with the optimizer (stage3.py _setup_for_real_optimizer:
   // __ipg_bucket_flat_buffer of reduce_bucket_size elements in the model dtype, contiguous_gradients on).
-  if (sp_.sharding == Sharding::DeepSpeed && shard_weights_ && n_ > 1)
+  if (sp_.sharding == Sharding::DeepSpeed && shard_weights_ && (n_ > 1 || sp_.offload_params))
     p_.alloc(Component::Communication, mul(zero_reduce_bucket(), pr_.weight_bytes), L_.grad_bucket);
 }
 
@@ -628,7 +631,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
 // after (partitioned_param_coordinator.py). Parameters under stage3_param_persistence_threshold (1e5 elements)
 // stay whole; they are small and counted with the partitioned weights here.
 void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
-  if (!shard_weights_ || n_ == 1) return;
+  if (!shard_weights_ || (n_ == 1 && !sp_.offload_params)) return;  // one GPU: only offloaded parameters move
   if (sp_.fsdp) {
     // Parameters stay unsharded from forward to backward under SHARD_GRAD_OP / reshard_after_forward=False, and
     // always for the root unit (embeddings, final norm and head): FSDP1 _post_forward_reshard skips the root,

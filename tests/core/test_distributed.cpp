@@ -360,6 +360,20 @@ TEST_CASE("offload moves the optimizer to host RAM and says whether the node hol
   REQUIRE(both.ok);
   CHECK(both.model_states.weights_bytes < r.model_states.weights_bytes / 10);  // only persistent small params
   CHECK(both.devices[0].peak.allocated_bytes < r.devices[0].peak.allocated_bytes);
+  // On one GPU ZeRO-Infinity still fetches each module's parameters before its forward and backward
+  // (partitioned_param_coordinator.py), so a layer's bf16 weights come and go on the GPU.
+  c.parallel.data_parallel_size = 1;
+  Result one = simulate(c);
+  REQUIRE(one.ok);
+  const int64_t block = 2 * (2 * 4096LL * 4096 + 2 * 1024 * 4096 + 3 * 4096LL * 14336 + 2 * 4096);
+  int64_t most = 0, live = 0;
+  for (const Event& e : one.devices[0].program.events) {
+    const Tensor& t = one.devices[0].program.tensors[e.tensor];
+    if (one.devices[0].program.labels[t.label] != "ZeRO-3 all-gathered layer parameters") continue;
+    live += (e.op == Event::Op::Alloc ? 1 : -1) * t.bytes;
+    most = std::max(most, live);
+  }
+  CHECK(most >= block);
   c.parallel.zero_stage = 0;
   CHECK_FALSE(simulate(c).ok);  // offload needs sharding
 }
