@@ -661,8 +661,8 @@ uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, Sa
     casts_[layer] = tmp(mul(matmul_numel(s_.params_of(layer)), pr_.autocast_copy_bytes), L_.cast, layer);
     ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
-  if (c_.model.post_layernorm || c_.model.kv_lora_rank > 0 || s_.is_moe(layer)) {
-    // Post-LN, MLA and MoE layers: their largest moment only (gate, up and their product; in eager attention
+  if (c_.model.post_layernorm || c_.model.kv_lora_rank > 0) {
+    // Post-LN and MLA layers: their largest moment only (gate, up and their product; in eager attention
     // the softmax), not yet op by op.
     int64_t peak = mul(3, d_.e, d_.T, d_.f);
     if (rs_.attention == Attention::Eager) peak = std::max(peak, mul(4 + d_.e, d_.a, d_.b, mul(d_.s, d_.s)));
@@ -813,6 +813,7 @@ void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
   const auto& m = c_.model;
   const int64_t e = d_.e, T = d_.T, E = m.num_experts, k = m.num_experts_per_tok;
   const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+  if (no_grad_) return moe_forward_no_grad(layer);
   uint32_t logits = tmp(mul(e, T, E), L_.attn_tmp, layer);
   M.push_back(act(mul(4, T, E), L_.router, layer));        // softmax(dtype=fp32) saves its output
   M.push_back(act(mul(4 + 8, T, k), L_.router, layer));    // top-k weights (fp32) and indices (int64)
@@ -834,6 +835,44 @@ void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
     const int64_t ts = mul(e, T, m.shared_expert_intermediate_size);
     for (uint32_t lbl : {L_.mlp_gate, L_.mlp_up, L_.mlp_act, L_.mlp_prod}) M.push_back(act(ts, lbl, layer));
   }
+}
+
+// The same MoE block under a checkpoint's no_grad (HF MixtralSparseMoeBlock.forward): the router's logits, fp32
+// softmax and top-k, the int64 one-hot expert mask (E x k x tokens), then one expert at a time: its gathered
+// tokens, gate, silu, up and their product, the down projection scaled by the routing weight and added into the
+// output (index_add_), each freed as the next op has read it. An expert sees k x tokens / E tokens on average.
+void StepBuilder::moe_forward_no_grad(int32_t layer) {
+  const auto& m = c_.model;
+  const int64_t e = d_.e, T = d_.T, E = m.num_experts, k = m.num_experts_per_tok, h = d_.h;
+  const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+  const int64_t ep = std::max<int64_t>(1, c_.parallel.expert_parallel_size);
+  // Each of this rank's E / ep experts gets its share of the k x T token copies (all of them arrive under EP).
+  const int64_t per = ceil_div(mul(k, T), std::max<int64_t>(1, E / ep));
+  uint32_t logits = tmp(mul(e, T, E), L_.attn_tmp, layer);
+  uint32_t probs = tmp(mul(4, T, E), L_.router, layer);
+  uint32_t top = tmp(mul(4 + 8, T, k), L_.router, layer);
+  drop(logits), drop(probs);
+  uint32_t mask = tmp(mul(8, E, k, T), L_.router, layer);
+  if (ep > 1) drop(tmp(mul(e, k, T, h), L_.a2a, layer));  // the dispatch all-to-all's send buffer
+  auto mlp = [&](int64_t tokens, int64_t f) {
+    uint32_t g = tmp(mul(e, tokens, f), L_.mlp_gate, layer);
+    uint32_t a = tmp(mul(e, tokens, f), L_.mlp_act, layer);
+    drop(g);
+    uint32_t u = tmp(mul(e, tokens, f), L_.mlp_up, layer);
+    uint32_t p = tmp(mul(e, tokens, f), L_.mlp_prod, layer);
+    drop(a), drop(u);
+    uint32_t o = tmp(mul(e, tokens, h), L_.expert_out, layer);
+    drop(p);
+    return o;
+  };
+  uint32_t x = tmp(mul(d_.amp ? 4 : e, per, h), L_.expert_in, layer);
+  uint32_t o = mlp(per, fe);
+  drop(x);
+  drop(tmp(mul(e, per, h), L_.expert_out, layer));  // scaled by the routing weight, then index_add_ into the output
+  drop(o);
+  if (ep > 1) drop(tmp(mul(e, k, T, h), L_.a2a, layer));  // the combine all-to-all
+  drop(mask), drop(top);
+  if (m.shared_expert_intermediate_size > 0) drop(mlp(T, m.shared_expert_intermediate_size));
 }
 
 void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {

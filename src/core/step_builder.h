@@ -146,6 +146,7 @@ class StepBuilder {
   bool gathered_inputs() const;
   void no_grad_release(std::vector<uint32_t>& saved, std::initializer_list<uint32_t> tensors);
   void no_grad_release_all(std::vector<uint32_t>& saved);
+  void moe_forward_no_grad(int32_t layer);
   void release_saved(std::vector<uint32_t>& saved, uint32_t label);
   uint32_t qk_norm_forward(int32_t layer, uint32_t x, int64_t width, int64_t heads, const char* name,
                            std::vector<uint32_t>& saved, bool out_saved);

@@ -192,6 +192,19 @@ TEST_CASE("a checkpointed layer's no_grad forward frees each intermediate after 
   REQUIRE(in_layer);
   CHECK(peak == 2 * b * s * h + 6 * b * s * f);
   CHECK(live == 0);  // nothing of the layer outlives its forward
+  // A MoE layer runs one expert at a time under no_grad: nothing of its forward outlives it either.
+  Config moe = single_gpu_config("mixtral-8x7b.json", 1, 1024);
+  moe.model.num_hidden_layers = 2;
+  moe.training.activation_checkpointing = "full";
+  Result mr = simulate(moe);
+  REQUIRE(mr.ok);
+  int64_t moe_live = 0;
+  for (const Event& e : mr.devices[0].program.events) {
+    const Tensor& t = mr.devices[0].program.tensors[e.tensor];
+    if (e.op == Event::Op::Alloc && t.component == Component::Activations && t.layer == 1) break;
+    if (t.component == Component::Temporaries && t.layer == 0) moe_live += (e.op == Event::Op::Alloc ? 1 : -1) * t.bytes;
+  }
+  CHECK(moe_live == 0);
 }
 
 TEST_CASE("memory never falls as batch, sequence, layers or hidden size grow", "[simulate][property]") {
