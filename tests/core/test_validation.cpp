@@ -75,9 +75,12 @@ TEST_CASE("single-GPU fine-tuning (PEFT) peaks: median error", "[validation][pef
 }
 
 // Target of the distributed issue: median absolute error <= 8% over the high- and medium-confidence multi-GPU
-// cases. Reached now (docs/validation.md): 6.6% (14.1% before FSDP2's side-stream pools and pipelining's receive
-// buffers were modelled, 8.7% before checkpointed layers' no_grad forwards ran op by op); every torchtitan case is
-// still under its measured reserved peak, by 4-12%; see the findings there. The bounds guard it.
+// cases. Reached now (docs/validation.md): 7.0% (14.1% before FSDP2's side-stream pools and pipelining's receive
+// buffers were modelled, 8.7% before checkpointed layers' no_grad forwards ran op by op, 6.6% before the 8-GPU runs
+// replayed through expandable segments, as torchtitan's launch script sets); every torchtitan case is still under
+// its measured reserved peak, by 2-12%; see the findings there. The bounds guard it. (With expandable segments on
+// the 256- and 512-GPU runs too, whose launcher is unknown, the median would be 9.0% and the 405B interleaved case
+// 15.5% under: both bounds would fail.)
 TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][distributed]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.multi_counted >= 5);
@@ -86,7 +89,7 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
     CHECK(std::abs(r.relative_error) < 0.15);
   }
-  CHECK(s.multi_median_abs_error <= 0.08);  // the distributed issue's target; reached: 6.6%
+  CHECK(s.multi_median_abs_error <= 0.08);  // the distributed issue's target; reached: 7.0%
 }
 
 // memsim's own calibration runs (tools/calibrate on an H200, tests/validation/measured/): every statistic of
