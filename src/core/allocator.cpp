@@ -1,5 +1,8 @@
 #include "allocator.h"
 
+#include <climits>
+#include <iterator>
+
 #include "checked.h"
 
 namespace memsim {
@@ -284,6 +287,271 @@ void CachingAllocator::free(int32_t handle) {
     spare_.push_back(nb);
   }
   insert_free(set, handle);
+}
+
+}  // namespace memsim
+
+// ---------------------------------------------------------------------------------------------------------
+// ExpandableSegmentsAllocator: DeviceCachingAllocator with CUDAAllocatorConfig::expandable_segments() true.
+// ---------------------------------------------------------------------------------------------------------
+
+namespace memsim {
+
+// ExpandableSegment's constructor reserves max_handles_ = numSegments(totalGlobalMem + totalGlobalMem / 8) pages.
+ExpandableSegmentsAllocator::ExpandableSegmentsAllocator(int64_t capacity_bytes, int64_t gpu_total_bytes)
+    : capacity_(capacity_bytes) {
+  const int64_t space = std::max<int64_t>(1, add(gpu_total_bytes, gpu_total_bytes / 8));
+  segment_bytes_large_ = round_up(space, kLargePage);
+  segment_bytes_small_ = round_up(space, kSmallPage);
+  for (int i = 0; i < 2 * CachingAllocator::kMaxStreams; ++i) pools_[i].page = i % 2 ? kSmallPage : kLargePage;
+}
+
+int32_t ExpandableSegmentsAllocator::new_block() {
+  if (!spare_.empty()) {
+    const int32_t b = spare_.back();
+    spare_.pop_back();
+    blocks_[b] = Block{};
+    return b;
+  }
+  blocks_.push_back(Block{});
+  return static_cast<int32_t>(blocks_.size() - 1);
+}
+
+void ExpandableSegmentsAllocator::drop_block(int32_t b) { spare_.push_back(b); }
+
+int64_t ExpandableSegmentsAllocator::mapped_bytes(int stream, bool small) const {
+  return pools_[2 * std::clamp(stream, 0, CachingAllocator::kMaxStreams - 1) + (small ? 1 : 0)].mapped;
+}
+
+// get_free_block: "for the purposes of best fit we consider its size to be the size it can expand to".
+int64_t ExpandableSegmentsAllocator::expandable_size(int32_t b) const {
+  const Block& blk = blocks_[b];
+  return blk.size + (blk.next != -1 && !blocks_[blk.next].mapped ? blocks_[blk.next].size : 0);
+}
+
+// get_free_block: from the smallest block of at least `size` (lower_bound in size, address order), move on to the
+// next one while that one's expandable size is smaller.
+int32_t ExpandableSegmentsAllocator::get_free_block(Pool& p, int64_t size) {
+  auto it = p.free.lower_bound(Key{size, INT64_MIN, -1});
+  if (it == p.free.end()) return -1;
+  for (auto next = std::next(it); next != p.free.end() && expandable_size(next->block) < expandable_size(it->block);
+       ++next)
+    it = next;
+  const int32_t b = it->block;
+  p.free.erase(it);
+  return b;
+}
+
+// try_merge_blocks: free neighbours of the same mapped state coalesce; `dst` is in neither set.
+void ExpandableSegmentsAllocator::try_merge(int32_t dst, int32_t src) {
+  if (src == -1 || blocks_[src].allocated || blocks_[src].mapped != blocks_[dst].mapped) return;
+  Pool& p = pools_[blocks_[src].pool];
+  Block& s = blocks_[src];
+  Block& d = blocks_[dst];
+  if (s.mapped) p.free.erase(key(src));
+  else p.unmapped.erase({s.addr, src});
+  if (d.prev == src) {
+    d.addr = s.addr;
+    d.prev = s.prev;
+    if (d.prev != -1) blocks_[d.prev].next = dst;
+  } else {
+    d.next = s.next;
+    if (d.next != -1) blocks_[d.next].prev = dst;
+  }
+  d.size += s.size;
+  drop_block(src);
+}
+
+// find_expandable_block: the lowest-address unmapped range of this stream's pool, together with the free block
+// just before it, that has room for `size`; else a new segment (all of it unmapped).
+int32_t ExpandableSegmentsAllocator::find_expandable_block(Pool& p, int pool, int64_t size) {
+  for (const auto& [addr, u] : p.unmapped) {
+    int32_t c = u;
+    if (blocks_[u].prev != -1 && !blocks_[blocks_[u].prev].allocated) c = blocks_[u].prev;
+    int64_t bytes = 0;  // has_available_address_space
+    for (int32_t x = c; bytes < size && x != -1 && !blocks_[x].allocated; x = blocks_[x].next) bytes += blocks_[x].size;
+    if (bytes >= size) return c;
+  }
+  const int64_t bytes = pool % 2 ? segment_bytes_small_ : segment_bytes_large_;
+  segment_info_.push_back({next_addr_, pool});
+  const int32_t b = new_block();
+  Block& blk = blocks_[b];
+  blk.addr = next_addr_;
+  blk.size = bytes;
+  blk.mapped = false;
+  blk.segment = static_cast<int32_t>(segment_info_.size() - 1);
+  blk.pool = static_cast<uint8_t>(pool);
+  next_addr_ = add(next_addr_, bytes);
+  p.unmapped.insert({blk.addr, b});
+  ++segments_;
+  return b;
+}
+
+// map_block: ExpandableSegment::map maps whole pages from the block's start (segmentRight rounds the end up), and
+// fails as a whole when cuMemCreate runs out of memory. The mapped part merges with free mapped neighbours.
+bool ExpandableSegmentsAllocator::map_block(int32_t b, int64_t size) {
+  const int pool = blocks_[b].pool;
+  Pool& p = pools_[pool];
+  const int64_t mapped = round_up(size, p.page);
+  if (size <= 0 || mapped > capacity_ - reserved_) return false;
+  p.unmapped.erase({blocks_[b].addr, b});
+  blocks_[b].mapped = true;
+  if (mapped < blocks_[b].size) {  // to_map -> remaining (unmapped) -> to_map->next
+    const int32_t r = new_block();
+    Block& blk = blocks_[b];
+    Block& rest = blocks_[r];
+    rest.addr = blk.addr + mapped;
+    rest.size = blk.size - mapped;
+    rest.mapped = false;
+    rest.segment = blk.segment;
+    rest.pool = blk.pool;
+    rest.prev = b;
+    rest.next = blk.next;
+    if (blk.next != -1) blocks_[blk.next].prev = r;
+    blk.next = r;
+    blk.size = mapped;
+    p.unmapped.insert({rest.addr, r});
+  }
+  try_merge(b, blocks_[b].prev);
+  try_merge(b, blocks_[b].next);
+  p.free.insert(key(b));
+  reserved_ += mapped;
+  p.mapped += mapped;
+  return true;
+}
+
+// try_allocate_expandable_block: map the candidate if it is unmapped, then map the unmapped ranges after it until
+// the merged free block holds `size`.
+int32_t ExpandableSegmentsAllocator::try_allocate_expandable_block(Pool& p, int pool, int64_t size) {
+  int32_t c = find_expandable_block(p, pool, size);
+  if (!blocks_[c].mapped && !map_block(c, std::min(blocks_[c].size, size))) return -1;
+  while (blocks_[c].size < size) {  // free -> unmapped -> ...: map some of the next and merge the free one into it
+    const int32_t next = blocks_[c].next;
+    if (!map_block(next, std::min(size - blocks_[c].size, blocks_[next].size))) return -1;
+    c = next;
+  }
+  p.free.erase(key(c));
+  return c;
+}
+
+// unmap_block: the whole pages inside a free block go back to the driver; the partial pages at either end stay
+// mapped as free blocks of their own (before_free, after_free).
+void ExpandableSegmentsAllocator::unmap_block(int32_t b) {
+  const int pool = blocks_[b].pool;
+  Pool& p = pools_[pool];
+  const int64_t base = segment_info_[static_cast<size_t>(blocks_[b].segment)].base;
+  const int64_t off = blocks_[b].addr - base, size = blocks_[b].size;
+  const int64_t begin = round_up(off, p.page), end = (off + size) / p.page * p.page;
+  if (begin >= end) return;
+  p.free.erase(key(b));
+  const int64_t before = begin - off, after = size - (before + (end - begin));
+  if (before > 0) {  // prev? -> before_free -> block
+    const int32_t f = new_block();
+    Block& blk = blocks_[b];
+    Block& nb = blocks_[f];
+    nb.addr = blk.addr;
+    nb.size = before;
+    nb.segment = blk.segment;
+    nb.pool = blk.pool;
+    nb.prev = blk.prev;
+    nb.next = b;
+    if (blk.prev != -1) blocks_[blk.prev].next = f;
+    blk.prev = f;
+    p.free.insert(key(f));
+  }
+  if (after > 0) {  // block -> after_free -> next?
+    const int32_t f = new_block();
+    Block& blk = blocks_[b];
+    Block& na = blocks_[f];
+    na.addr = base + end;
+    na.size = after;
+    na.segment = blk.segment;
+    na.pool = blk.pool;
+    na.prev = b;
+    na.next = blk.next;
+    if (blk.next != -1) blocks_[blk.next].prev = f;
+    blk.next = f;
+    p.free.insert(key(f));
+  }
+  Block& blk = blocks_[b];
+  blk.addr = base + begin;
+  blk.size = end - begin;
+  blk.mapped = false;
+  try_merge(b, blocks_[b].prev);
+  try_merge(b, blocks_[b].next);
+  p.unmapped.insert({blocks_[b].addr, b});
+  reserved_ -= end - begin;
+  p.mapped -= end - begin;
+}
+
+// release_cached_blocks -> release_blocks: unmap every free block's whole pages, then release a segment whose one
+// remaining block is unmapped (release_expandable_segment).
+void ExpandableSegmentsAllocator::empty_cache() {
+  for (Pool& p : pools_) {
+    std::vector<int32_t> to_unmap;
+    for (const Key& k : p.free) to_unmap.push_back(k.block);
+    for (int32_t b : to_unmap) {
+      unmap_block(b);
+      const Block& blk = blocks_[b];
+      if (!blk.mapped && blk.prev == -1 && blk.next == -1) {
+        p.unmapped.erase({blk.addr, b});
+        --segments_;
+        drop_block(b);
+      }
+    }
+  }
+}
+
+// malloc: get_free_block, else alloc_block (try_allocate_expandable_block), else release_cached_blocks and
+// alloc_block again (release_available_cached_blocks does nothing with max_split_size unlimited). should_split
+// under expandable segments: any remainder of kMinBlockSize or more.
+int32_t ExpandableSegmentsAllocator::malloc(int64_t requested_bytes, int stream) {
+  const int64_t size = CachingAllocator::round_size(requested_bytes);
+  const bool small = size <= kSmallSize;
+  const int pool = 2 * std::clamp(stream, 0, CachingAllocator::kMaxStreams - 1) + (small ? 1 : 0);
+  Pool& p = pools_[pool];
+  int32_t b = get_free_block(p, size);
+  if (b < 0) b = try_allocate_expandable_block(p, pool, size);
+  if (b < 0) {
+    empty_cache();
+    b = try_allocate_expandable_block(p, pool, size);
+  }
+  if (b < 0) return -1;
+  const int64_t remaining = blocks_[b].size - size;
+  if (remaining >= kMinBlockSize) {
+    const int32_t r = new_block();
+    Block& blk = blocks_[b];
+    Block& rest = blocks_[r];
+    rest.addr = blk.addr + size;
+    rest.size = remaining;
+    rest.segment = blk.segment;
+    rest.pool = blk.pool;
+    rest.prev = b;
+    rest.next = blk.next;
+    if (blk.next != -1) blocks_[blk.next].prev = r;
+    blk.next = r;
+    blk.size = size;
+    p.free.insert(key(r));
+  }
+  Block& blk = blocks_[b];
+  blk.allocated = true;
+  blk.requested = requested_bytes;
+  allocated_ += blk.size;
+  requested_ += requested_bytes;
+  return b;
+}
+
+// free -> free_block: merge with free mapped neighbours (an unmapped neighbour differs in mapped state), back to the
+// pool. Nothing is unmapped here.
+void ExpandableSegmentsAllocator::free(int32_t handle) {
+  Block& blk = blocks_[handle];
+  blk.allocated = false;
+  allocated_ -= blk.size;
+  requested_ -= blk.requested;
+  const int32_t prev = blk.prev, next = blk.next;
+  try_merge(handle, prev);
+  try_merge(handle, next);
+  pools_[blocks_[handle].pool].free.insert(key(handle));
 }
 
 }  // namespace memsim

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <algorithm>
+#include <set>
 #include <vector>
 
 namespace memsim {
@@ -120,6 +121,83 @@ class CachingAllocator {
   std::vector<Block> blocks_;
   std::vector<int32_t> spare_;  // recycled block slots
   FreeSet pools_[2 * kMaxStreams];  // per stream: large, small
+};
+
+// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (CUDACachingAllocator.cpp, Note [Expandable Segments]): instead
+// of one cudaMalloc per segment, each (stream, pool) reserves virtual address space once (ExpandableSegment: 9/8 of
+// the GPU's memory) and maps physical pages into it on demand, 20 MiB pages for the large pool and 2 MiB for the
+// small (find_expandable_block: kLargeBuffer / kSmallBuffer). memory_reserved counts the mapped pages (map_block,
+// unmap_block). Requests are not rounded to a segment size, any remainder of 512 B or more is split off
+// (should_split), and a free block that ends where unmapped space begins counts as that much larger for best fit
+// (get_free_block's expandable_size), so every other fitting block is used first. Pages are unmapped only when the
+// cache is released: torch.cuda.empty_cache, or before an out-of-memory error (release_cached_blocks ->
+// release_blocks -> unmap_block). A class of its own, so that the default allocator's replay does not pay for it.
+class ExpandableSegmentsAllocator {
+ public:
+  // capacity_bytes: physical memory the driver can map (as CachingAllocator's). gpu_total_bytes: the GPU's whole
+  // memory (cudaDeviceProp::totalGlobalMem), which sizes each segment's address space.
+  ExpandableSegmentsAllocator(int64_t capacity_bytes, int64_t gpu_total_bytes);
+
+  // Returns a handle, or -1 if the request fails even after unmapping every free page (an OOM).
+  int32_t malloc(int64_t requested_bytes, int stream = 0);
+  void free(int32_t handle);
+  // release_cached_blocks (torch.cuda.empty_cache; also the OOM path): unmaps every page no live block touches,
+  // and releases a segment left with nothing mapped.
+  void empty_cache();
+
+  int64_t block_bytes(int32_t handle) const { return blocks_[handle].size; }
+  int64_t block_address(int32_t handle) const { return blocks_[handle].addr; }  // segments lie end to end from 0
+  int64_t allocated_bytes() const { return allocated_; }
+  int64_t reserved_bytes() const { return reserved_; }  // mapped pages
+  int64_t requested_bytes() const { return requested_; }
+  int64_t segment_count() const { return segments_; }   // live ExpandableSegments (address-space reservations)
+  int64_t mapped_bytes(int stream, bool small) const;   // one (stream, pool)'s mapped pages
+
+  static constexpr int64_t kLargePage = 20 << 20;  // kLargeBuffer
+  static constexpr int64_t kSmallPage = 2 << 20;   // kSmallBuffer
+
+ private:
+  struct Block {
+    int64_t addr = 0, size = 0, requested = 0;
+    int32_t prev = -1, next = -1;  // neighbours in the segment's address range, mapped or not
+    int32_t segment = -1;
+    bool allocated = false;
+    bool mapped = true;  // backed by physical pages; unmapped blocks are whole pages
+    uint8_t pool = 0;    // 2 * stream + small
+  };
+  struct Key {  // BlockComparatorSize within one stream's pool: size, then address
+    int64_t size, addr;
+    int32_t block;
+    bool operator<(const Key& o) const { return size != o.size ? size < o.size : addr < o.addr; }
+  };
+  struct Pool {
+    std::set<Key> free;                              // BlockPool::blocks: free, mapped
+    std::set<std::pair<int64_t, int32_t>> unmapped;  // BlockPool::unmapped, by address
+    int64_t page = 0, mapped = 0;
+  };
+  struct Segment {
+    int64_t base = 0;
+    int32_t pool = 0;
+  };
+
+  int32_t new_block();
+  void drop_block(int32_t b);
+  Key key(int32_t b) const { return {blocks_[b].size, blocks_[b].addr, b}; }
+  int64_t expandable_size(int32_t b) const;
+  int32_t get_free_block(Pool& p, int64_t size);
+  int32_t find_expandable_block(Pool& p, int pool, int64_t size);
+  bool map_block(int32_t b, int64_t size);
+  int32_t try_allocate_expandable_block(Pool& p, int pool, int64_t size);
+  void try_merge(int32_t dst, int32_t src);
+  void unmap_block(int32_t b);
+
+  int64_t capacity_, segment_bytes_large_, segment_bytes_small_;
+  int64_t allocated_ = 0, reserved_ = 0, requested_ = 0, segments_ = 0;
+  int64_t next_addr_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<int32_t> spare_;
+  std::vector<Segment> segment_info_;
+  Pool pools_[2 * CachingAllocator::kMaxStreams];
 };
 
 }  // namespace memsim

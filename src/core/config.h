@@ -177,6 +177,7 @@ struct HardwareConfig {
   double headroom_fraction = 0.10;    // budget practitioners keep free (10-15%)
   int64_t cuda_context_bytes = 0;     // 0: by CUDA module loading (lazy since PyTorch 1.13); else measured
   std::string cuda_module_loading = "lazy";  // lazy (CUDA >= 11.7 with PyTorch >= 1.13) or eager (older, or forced)
+  bool expandable_segments = false;   // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (allocator.h)
   int64_t nccl_channels = 16;         // NCCL channels per communicator (its log: "N coll channels"); 16 is what
                                       // 8-GPU nodes' logs commonly show (simulate.cpp nccl_bytes)
   int64_t gpus_per_node = 8;          // GPUs sharing one host (for host RAM under offload and NCCL's transports)

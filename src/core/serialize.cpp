@@ -140,6 +140,7 @@ void visit_fields(Config& c, V& v) {
   v.number("hardware.headroom_fraction", c.hardware.headroom_fraction);
   v.integer("hardware.cuda_context_bytes", c.hardware.cuda_context_bytes);
   v.str("hardware.cuda_module_loading", c.hardware.cuda_module_loading);
+  v.boolean("hardware.expandable_segments", c.hardware.expandable_segments);
   v.integer("hardware.nccl_channels", c.hardware.nccl_channels);
   v.integer("hardware.gpus_per_node", c.hardware.gpus_per_node);
   v.integer("hardware.host_memory_bytes", c.hardware.host_memory_bytes);

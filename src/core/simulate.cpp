@@ -42,11 +42,15 @@ int64_t nccl_bytes(const Config& c) {
   return bytes;
 }
 
+int32_t request(CachingAllocator& a, int64_t bytes, int stream) { return a.malloc(bytes, -1, stream); }
+int32_t request(ExpandableSegmentsAllocator& a, int64_t bytes, int stream) { return a.malloc(bytes, stream); }
+
 // Replays the program through the allocator model. The peak, the breakdown at the peak and the timeline all
 // come from this one pass. `d` is fresh; its peak and timeline are kept in locals during the loop, which the
-// compiler can hold in registers across the allocator's calls.
-void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity) {
-  CachingAllocator alloc(allocator_capacity);
+// compiler can hold in registers across the allocator's calls. A template over the allocator, so that the default
+// one's replay is the same code it was before expandable segments were modelled.
+template <class Allocator>
+void replay_with(Allocator& alloc, const StepProgram& prog, DeviceResult& d) {
   std::vector<int32_t> handle(prog.tensors.size(), -1);
   std::array<int64_t, kComponentCount> live{};
   std::array<int64_t, kComponentCount> at_peak{};
@@ -60,7 +64,7 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
     const int comp = static_cast<int>(e.component);
     if (e.op == Event::Op::Alloc) {
       const Tensor& t = prog.tensors[e.tensor];
-      int32_t h = alloc.malloc(t.bytes, -1, static_cast<int>(t.stream));
+      int32_t h = request(alloc, t.bytes, static_cast<int>(t.stream));
       if (h < 0) {
         // An OOM: the real step would stop here. Report the peak so far and flag it.
         d.oom = true;
@@ -98,6 +102,18 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
       d.peak_phase = p->name;
       break;
     }
+}
+
+// hardware.expandable_segments picks the allocator model. gpu_total_bytes sizes an expandable segment's address
+// space (9/8 of the GPU's memory).
+void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity, bool expandable, int64_t gpu_total_bytes) {
+  if (expandable) {
+    ExpandableSegmentsAllocator alloc(allocator_capacity, gpu_total_bytes);
+    replay_with(alloc, prog, d);
+  } else {
+    CachingAllocator alloc(allocator_capacity);
+    replay_with(alloc, prog, d);
+  }
 }
 
 }  // namespace
@@ -192,7 +208,8 @@ Result simulate(const Config& config) {
       // OOM, so only then is the step replayed again against the real capacity. Where even the allocated peak
       // exceeds the GPU, the step runs out of memory at the first event past the capacity.
       const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
-      replay(d.program, d, int64_t{1} << 62);
+      const bool expandable = config.hardware.expandable_segments;
+      replay(d.program, d, int64_t{1} << 62, expandable, d.capacity_bytes);
       if (d.peak.allocated_bytes > capacity) {
         d.oom = true;
         for (uint32_t i = 0; i < d.timeline.size(); ++i)
@@ -202,7 +219,7 @@ Result simulate(const Config& config) {
           }
       } else if (d.peak.reserved_bytes > capacity) {
         DeviceResult limited;
-        replay(d.program, limited, capacity);
+        replay(d.program, limited, capacity, expandable, d.capacity_bytes);
         if (limited.oom) {
           d.oom = true;
           d.oom_event = limited.peak_event;

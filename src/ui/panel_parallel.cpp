@@ -170,6 +170,11 @@ bool draw_parallel_inputs(Config& c) {
                          "Memory the CUDA context and its loaded kernels take outside PyTorch's allocator; 0 uses the "
                          "measured default for the GPU and module loading (254 MiB lazy; 767 MiB lazy on Hopper). Old "
                          "CUDA loads eagerly: 0.7-1.4 GiB.");
+    changed |= check_input("expandable segments", "hardware.expandable_segments", hw.expandable_segments,
+                           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan's launch script sets it): one "
+                           "segment per stream that grows by mapping 20 MiB pages (2 MiB for requests up to 1 MiB), "
+                           "instead of one cudaMalloc per segment. No segment rounding, but a freed block between live "
+                           "ones stays mapped, so reserved can come out lower or higher than the default.");
   }
   return changed;
 }

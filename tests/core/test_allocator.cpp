@@ -5,10 +5,13 @@
 #include "core/checked.h"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -330,4 +333,280 @@ TEST_CASE("a cached block serves only its own stream", "[allocator][streams]") {
   CHECK(a.reserved_bytes() == (int64_t{80} << 20));
   a.free(y);
   a.free(w);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// expandable_segments:True (ExpandableSegmentsAllocator; CUDACachingAllocator.cpp Note [Expandable Segments])
+// ---------------------------------------------------------------------------------------------------------
+
+TEST_CASE("expandable: one segment grows by 20 MiB pages and splits off any remainder", "[allocator][expandable]") {
+  ExpandableSegmentsAllocator a(80 * kGiB, 80 * kGiB);
+  // 30 MiB: a new segment, ceil(30 / 20) = 2 pages mapped = 40 MiB; the 10 MiB left is split off (>= 512 B).
+  const int32_t x = a.malloc(30 * kMiB);
+  CHECK(a.reserved_bytes() == 40 * kMiB);
+  CHECK(a.allocated_bytes() == 30 * kMiB);
+  CHECK(a.block_bytes(x) == 30 * kMiB);
+  CHECK(a.segment_count() == 1);
+  // 25 MiB: the free 10 MiB at the end does not fit; it merges with ceil((25 - 10) / 20) = 1 new page:
+  // 10 + 20 = 30 MiB, of which 25 are taken, right after x. Reserved 60 MiB, still one segment.
+  const int32_t y = a.malloc(25 * kMiB);
+  CHECK(a.reserved_bytes() == 60 * kMiB);
+  CHECK(a.block_address(y) == a.block_address(x) + 30 * kMiB);
+  CHECK(a.segment_count() == 1);
+  // The default allocator would have made a 30 MiB and a 26 MiB segment (2 MiB rounding): 56 MiB.
+  CachingAllocator d(80 * kGiB);
+  d.malloc(30 * kMiB);
+  d.malloc(25 * kMiB);
+  CHECK(d.reserved_bytes() == 56 * kMiB);
+  // An 11.5 MiB request is charged 11.5 MiB here (the default allocator charges a 12 MiB block).
+  const int32_t z = a.malloc(11 * kMiB + kMiB / 2);
+  CHECK(a.block_bytes(z) == 11 * kMiB + kMiB / 2);
+  // 5 MiB were left at the end; 11.5 - 5 = 6.5 MiB more needs one page: 80 MiB.
+  CHECK(a.reserved_bytes() == 80 * kMiB);
+}
+
+TEST_CASE("expandable: a hole between live blocks stays mapped", "[allocator][expandable]") {
+  ExpandableSegmentsAllocator a(80 * kGiB, 80 * kGiB);
+  const int32_t p = a.malloc(20 * kMiB), q = a.malloc(20 * kMiB), r = a.malloc(20 * kMiB);  // one page each
+  CHECK(a.reserved_bytes() == 60 * kMiB);
+  a.free(q);  // free_block only returns it to the pool: [p 20][hole 20][r 20]
+  CHECK(a.reserved_bytes() == 60 * kMiB);
+  CHECK(a.allocated_bytes() == 40 * kMiB);
+  // 30 MiB does not fit the 20 MiB hole: two more pages at the end, 10 MiB of them left free.
+  // Reserved 100 = live 20 + 20 + 30, the hole 20 and the free 10 at the end.
+  const int32_t s = a.malloc(30 * kMiB);
+  CHECK(a.reserved_bytes() == 100 * kMiB);
+  CHECK(a.allocated_bytes() == 70 * kMiB);
+  // 15 MiB goes into the hole (the only free block that fits): nothing new is mapped.
+  const int32_t t = a.malloc(15 * kMiB);
+  CHECK(a.block_address(t) == a.block_address(q));
+  CHECK(a.reserved_bytes() == 100 * kMiB);
+  // The default allocator on the same events: three 20 MiB segments, a 30 MiB one, and 15 MiB split from the cached
+  // 20 MiB: 90 MiB. Expandable segments can reserve more than the default, so there is no "never more" property.
+  CachingAllocator d(80 * kGiB);
+  d.malloc(20 * kMiB);
+  const int32_t dq = d.malloc(20 * kMiB);
+  d.malloc(20 * kMiB);
+  d.free(dq);
+  d.malloc(30 * kMiB);
+  d.malloc(15 * kMiB);
+  CHECK(d.reserved_bytes() == 90 * kMiB);
+  (void)p, (void)r, (void)s;
+}
+
+TEST_CASE("expandable: the free block at the end of the mapped range is used last", "[allocator][expandable]") {
+  // get_free_block counts a free block followed by unmapped space as that much larger, so any other fitting block
+  // goes first, even a larger one.
+  ExpandableSegmentsAllocator a(80 * kGiB, 80 * kGiB);
+  const int32_t x = a.malloc(12 * kMiB);  // one page: [x 12][free 8]
+  const int32_t y = a.malloc(2 * kMiB);   // the 8 MiB at the end is the only fit: [x 12][y 2][free 6]
+  CHECK(a.block_address(y) == a.block_address(x) + 12 * kMiB);
+  a.free(x);                               // [hole 12][y 2][end 6]
+  const int32_t z = a.malloc(5 * kMiB);   // the end block (6) fits best, but the hole (12) is taken
+  CHECK(a.block_address(z) == a.block_address(x));
+  CHECK(a.reserved_bytes() == 20 * kMiB);
+  // So 12 MiB no longer fits anywhere ([z 5][hole 7][y 2][end 6]): the end block grows by a page, to 26 MiB.
+  a.malloc(12 * kMiB);
+  CHECK(a.reserved_bytes() == 40 * kMiB);
+}
+
+TEST_CASE("expandable: the small pool maps 2 MiB pages, each stream and pool has its own segment", "[allocator][expandable]") {
+  ExpandableSegmentsAllocator a(80 * kGiB, 80 * kGiB);
+  for (int i = 0; i < 4096; ++i) a.malloc(512);  // 4096 x 512 B = 2 MiB: one small page
+  CHECK(a.reserved_bytes() == 2 * kMiB);
+  a.malloc(512);
+  CHECK(a.reserved_bytes() == 4 * kMiB);
+  CHECK(a.mapped_bytes(0, true) == 4 * kMiB);
+  CHECK(a.segment_count() == 1);
+  const int32_t x = a.malloc(40 * kMiB, 1);  // the all-gather stream: a large-pool segment of its own
+  a.free(x);
+  CHECK(a.mapped_bytes(1, false) == 40 * kMiB);
+  a.malloc(40 * kMiB, 0);  // the compute stream cannot use stream 1's free pages
+  CHECK(a.mapped_bytes(0, false) == 40 * kMiB);
+  CHECK(a.reserved_bytes() == 84 * kMiB);
+  CHECK(a.segment_count() == 3);
+}
+
+TEST_CASE("expandable: before an out-of-memory error every free page is unmapped", "[allocator][expandable]") {
+  ExpandableSegmentsAllocator a(100 * kMiB, 80 * kGiB);
+  const int32_t x = a.malloc(40 * kMiB, 1);
+  a.free(x);                                   // stream 1: 40 MiB mapped, all free
+  const int32_t y = a.malloc(50 * kMiB, 0);   // stream 0: 3 pages = 60 MiB; [y 50][free 10]
+  CHECK(a.reserved_bytes() == 100 * kMiB);
+  CHECK(a.segment_count() == 2);
+  // 15 MiB: the free 10 at the end needs one more page, 100 + 20 > 100. release_cached_blocks unmaps stream 1's two
+  // free pages (its segment, now wholly unmapped, is released) and none of stream 0's (the free 10 MiB lies inside
+  // the page y also uses); the retry maps the page: 60 + 20 = 80 MiB, [y 50][z 15][free 15].
+  const int32_t z = a.malloc(15 * kMiB, 0);
+  REQUIRE(z >= 0);
+  CHECK(a.reserved_bytes() == 80 * kMiB);
+  CHECK(a.mapped_bytes(1, false) == 0);
+  CHECK(a.segment_count() == 1);
+  const int32_t w = a.malloc(30 * kMiB, 0);  // the free 15 + one page = 35: reserved 100, [y 50][z 15][w 30][free 5]
+  REQUIRE(w >= 0);
+  CHECK(a.reserved_bytes() == 100 * kMiB);
+  CHECK(a.malloc(20 * kMiB, 0) == -1);  // the free 5 MiB shares a page with w: nothing to unmap, a real OOM
+  CHECK(a.reserved_bytes() == 100 * kMiB);
+  // A freed 50 MiB at the start: its pages 0 and 1 lie wholly inside it, the third also holds z. An OOM on stream 1
+  // unmaps those two pages (40 MiB) and maps them for stream 1 instead; the 10 MiB left of y stay mapped and free.
+  a.free(y);
+  const int32_t v = a.malloc(40 * kMiB, 1);
+  REQUIRE(v >= 0);
+  CHECK(a.mapped_bytes(0, false) == 60 * kMiB);
+  CHECK(a.mapped_bytes(1, false) == 40 * kMiB);
+  CHECK(a.reserved_bytes() == 100 * kMiB);
+  CHECK(a.segment_count() == 2);
+  // Stream 0 maps its unmapped hole again first (the lowest address with room): 40 MiB from offset 0 merge with the
+  // free 10 after them.
+  a.free(v);
+  const int32_t u = a.malloc(45 * kMiB, 0);
+  REQUIRE(u >= 0);
+  CHECK(a.block_address(u) == a.block_address(y));
+  CHECK(a.mapped_bytes(0, false) == 100 * kMiB);
+  CHECK(a.mapped_bytes(1, false) == 0);
+  // empty_cache with everything freed unmaps every page and releases every segment.
+  for (int32_t h : {u, z, w}) a.free(h);
+  a.empty_cache();
+  CHECK(a.reserved_bytes() == 0);
+  CHECK(a.segment_count() == 0);
+}
+
+// With memory to spare nothing is ever unmapped, and each (stream, pool) is one address range that grows at its end.
+// This reference keeps exactly that: per pool, blocks in address order over [0, mapped); best fit by (size, address)
+// among the free blocks except the one at the end, which is used only when nothing else fits; else the end grows by
+// whole pages, merging with a free block there. The allocator, written from CUDACachingAllocator.cpp's general
+// mechanism (unmapped blocks, find_expandable_block, map_block), must make the same choices.
+namespace {
+class GrowingReference {
+ public:
+  int32_t malloc(int64_t requested, int stream) {
+    const int64_t size = CachingAllocator::round_size(requested);
+    const bool small = size <= kMiB;
+    Range& r = ranges_[{stream, small}];
+    const int64_t page = small ? 2 * kMiB : 20 * kMiB;
+    int64_t at = -1, best = INT64_MAX, tail = -1;
+    for (const auto& [addr, blk] : r.blocks) {
+      if (!blk.free || blk.size < size) continue;
+      if (addr + blk.size == r.mapped) tail = addr;
+      else if (blk.size < best) best = blk.size, at = addr;
+    }
+    if (at < 0) at = tail;
+    if (at < 0) {
+      int64_t start = r.mapped, have = 0;
+      if (!r.blocks.empty() && std::prev(r.blocks.end())->second.free) {
+        start = std::prev(r.blocks.end())->first;
+        have = std::prev(r.blocks.end())->second.size;
+      }
+      const int64_t grow = round_up(size - have, page);
+      r.mapped += grow;
+      reserved_ += grow;
+      r.blocks[start] = {have + grow, true};
+      at = start;
+    }
+    Blk& b = r.blocks[at];
+    if (b.size - size >= 512) {
+      r.blocks[at + size] = {b.size - size, true};
+      b.size = size;
+    }
+    b.free = false;
+    allocated_ += b.size;
+    live_.push_back({stream, small, at});
+    return static_cast<int32_t>(live_.size() - 1);
+  }
+  void free(int32_t h) {
+    auto [stream, small, addr] = live_[static_cast<size_t>(h)];
+    auto& blocks = ranges_[{stream, small}].blocks;
+    auto it = blocks.find(addr);
+    allocated_ -= it->second.size;
+    it->second.free = true;
+    if (auto nx = std::next(it); nx != blocks.end() && nx->second.free) {
+      it->second.size += nx->second.size;
+      blocks.erase(nx);
+    }
+    if (it != blocks.begin() && std::prev(it)->second.free) {
+      std::prev(it)->second.size += it->second.size;
+      blocks.erase(it);
+    }
+  }
+  int64_t allocated() const { return allocated_; }
+  int64_t reserved() const { return reserved_; }
+
+ private:
+  struct Blk {
+    int64_t size;
+    bool free;
+  };
+  struct Range {
+    std::map<int64_t, Blk> blocks;
+    int64_t mapped = 0;
+  };
+  std::map<std::pair<int, bool>, Range> ranges_;
+  std::vector<std::tuple<int, bool, int64_t>> live_;
+  int64_t allocated_ = 0, reserved_ = 0;
+};
+}  // namespace
+
+TEST_CASE("expandable: with memory to spare, each stream's pool is one range growing at its end", "[allocator][expandable]") {
+  std::mt19937_64 rng(5);
+  ExpandableSegmentsAllocator a(int64_t{1} << 62, int64_t{1} << 40);
+  GrowingReference ref;
+  std::vector<std::pair<int32_t, int32_t>> live;
+  static const int64_t kinds[] = {512, 4096, 3 * kMiB / 2, 8 * kMiB, 20 * kMiB, 64 * kMiB, 200 * kMiB};
+  for (int i = 0; i < 20000; ++i) {
+    if (live.empty() || rng() % 5 < 3) {
+      const int64_t bytes = rng() % 2 ? kinds[rng() % 7] : 1 + static_cast<int64_t>(rng() % (300 * kMiB));
+      const int stream = rng() % 4 == 0 ? 1 : 0;
+      const int32_t h = a.malloc(bytes, stream), r = ref.malloc(bytes, stream);
+      REQUIRE(h >= 0);
+      live.push_back({h, r});
+    } else {
+      const size_t k = rng() % live.size();
+      a.free(live[k].first);
+      ref.free(live[k].second);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    REQUIRE(a.allocated_bytes() == ref.allocated());
+    REQUIRE(a.reserved_bytes() == ref.reserved());
+  }
+  CHECK(a.segment_count() == 4);  // two streams, two pools
+}
+
+// Under a capacity the OOM path unmaps and remaps pages in the middle of segments. Whatever it does, the counters
+// must stay consistent: reserved is the pools' mapped pages, never above the capacity, and never below what is
+// allocated; emptying the cache with nothing live returns every page.
+TEST_CASE("expandable: under a tight capacity the counters stay consistent", "[allocator][expandable]") {
+  std::mt19937_64 rng(9);
+  const int64_t capacity = 2 * kGiB;
+  ExpandableSegmentsAllocator a(capacity, 2 * kGiB);
+  std::vector<int32_t> live;
+  int64_t ooms = 0, live_bytes = 0;
+  for (int i = 0; i < 20000; ++i) {
+    if (live.empty() || rng() % 5 < 3) {
+      static const int64_t kinds[] = {512, 4096, 3 * kMiB / 2, 8 * kMiB, 64 * kMiB, 200 * kMiB};
+      const int64_t bytes = rng() % 2 ? kinds[rng() % 6] : 1 + static_cast<int64_t>(rng() % (300 * kMiB));
+      const int32_t h = a.malloc(bytes, static_cast<int>(rng() % 3));
+      if (h < 0) {
+        ++ooms;
+        continue;
+      }
+      live.push_back(h);
+      live_bytes += a.block_bytes(h);
+    } else {
+      const size_t k = rng() % live.size();
+      live_bytes -= a.block_bytes(live[k]);
+      a.free(live[k]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    int64_t mapped = 0;
+    for (int s = 0; s < CachingAllocator::kMaxStreams; ++s) mapped += a.mapped_bytes(s, false) + a.mapped_bytes(s, true);
+    REQUIRE(a.reserved_bytes() == mapped);
+    REQUIRE(a.reserved_bytes() <= capacity);
+    REQUIRE(a.allocated_bytes() == live_bytes);
+    REQUIRE(a.allocated_bytes() <= a.reserved_bytes());
+  }
+  CHECK(ooms > 0);  // the capacity did bind
+  for (int32_t h : live) a.free(h);
+  a.empty_cache();
+  CHECK(a.reserved_bytes() == 0);
+  CHECK(a.segment_count() == 0);
 }

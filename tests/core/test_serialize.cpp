@@ -30,6 +30,7 @@ static Config modified() {
   c.parallel.zero_stage = 1;
   c.hardware.gpu = "h100-sxm";
   c.hardware.headroom_fraction = 0.125;
+  c.hardware.expandable_segments = true;
   return c;
 }
 

@@ -26,6 +26,9 @@ def convert(trace, source):
     seg_addrs = [e[1] for e in events if e[0] == "segment_alloc"]
     if any(e[0] == "segment_free" for e in events):
         raise ValueError("the trace releases segments (empty_cache or an OOM retry): not a plain replay")
+    if any(e[0] in ("segment_map", "segment_unmap") for e in events):
+        raise ValueError("the trace maps pages into expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+                         "expandable_segments:True): the replay format holds cudaMalloc segments only")
     base = min(seg_addrs) if seg_addrs else 0
     ids, next_id, live = {}, 0, {}
     reserved = allocated = peak_allocated = 0

@@ -560,8 +560,19 @@ def run_plan(plan, config, probe=None):
     _require(plan)
     notes, diag = [], {"nvml": probe.kind, "nvml_device": probe.name(), "nvml_baseline_bytes": baseline}
     alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
-    if alloc_conf:
-        notes.append(f"PYTORCH_CUDA_ALLOC_CONF={alloc_conf} (memsim models the default allocator)")
+    if alloc_conf and alloc_conf != "expandable_segments:True":  # not only what run_isolated put there
+        notes.append(f"PYTORCH_CUDA_ALLOC_CONF={alloc_conf} in the environment (memsim models the default allocator "
+                     "and expandable_segments, which the config sets)")
+    # hardware.expandable_segments, before the first allocation: the allocator reads its settings then (run_isolated
+    # also puts it in the worker's PYTORCH_CUDA_ALLOC_CONF); other settings in the environment stay.
+    expandable = bool(plan.get("expandable_segments"))
+    if expandable or (alloc_conf and "expandable_segments" in alloc_conf):
+        setter = getattr(torch.cuda.memory, "_set_allocator_settings", None)
+        if setter is None:
+            raise HarnessError("hardware.expandable_segments", "this torch cannot set expandable_segments at run time")
+        setter(f"expandable_segments:{expandable}")
+        if expandable:
+            notes.append("allocator: expandable_segments:True (hardware.expandable_segments)")
     torch.manual_seed(0)
     torch.cuda.init()
     dev = torch.device("cuda", 0)
@@ -792,6 +803,10 @@ def run_isolated(plan, config, timeout):
         with open(job, "w", encoding="utf-8") as f:
             json.dump({"plan": plan, "config": config}, f)
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        if plan.get("expandable_segments"):  # hardware.expandable_segments, from the worker's start
+            env["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(
+                [s for s in env.get("PYTORCH_CUDA_ALLOC_CONF", "").split(",") if s and "expandable_segments" not in s]
+                + ["expandable_segments:True"])
         try:
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", job, res], env=env,
                                   capture_output=True, text=True, timeout=timeout)

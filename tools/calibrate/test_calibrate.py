@@ -312,6 +312,14 @@ class TrainingTranslation(unittest.TestCase):
         c["parallel"] = {"data_parallel_size": 2, "zero_stage": 0}
         self.assertEqual(refused(c), ["parallel.data_parallel_size"])
 
+    def test_expandable_segments(self):
+        self.assertFalse(tr.translate(config())["expandable_segments"])  # memsim's default allocator
+        c = config()
+        c["hardware"]["expandable_segments"] = True
+        self.assertTrue(tr.translate(c)["expandable_segments"])  # calibrate.py sets PYTORCH_CUDA_ALLOC_CONF from it
+        c["hardware"]["expandable_segments"] = "yes"
+        self.assertEqual(refused(c), ["hardware.expandable_segments"])
+
     def test_every_error_is_reported(self):
         c = config(compile=True, precision="bf16_mixed", framework="torchtune")
         c["parallel"]["zero_stage"] = 3
@@ -673,6 +681,11 @@ class Trace(unittest.TestCase):
         import alloc_trace as tracemod
         with self.assertRaises(ValueError):
             tracemod.convert({"events": [["segment_alloc", 0, 2097152, 0], ["segment_free", 0, 2097152, 0]]}, "x")
+
+    def test_an_expandable_segments_trace_is_refused(self):
+        import alloc_trace as tracemod
+        with self.assertRaises(ValueError):
+            tracemod.convert({"events": [["segment_map", 0, 20971520, 0], ["alloc", 0, 600, 0]]}, "x")
 
 
 if __name__ == "__main__":

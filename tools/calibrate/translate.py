@@ -91,7 +91,8 @@ MEMSIM_DEFAULTS = {
         "ddp_gradient_as_bucket_view": False,
     },
     "hardware": {"gpu": "a100-80gb", "gpu_memory_bytes": 0, "headroom_fraction": 0.10, "cuda_context_bytes": 0,
-                 "cuda_module_loading": "lazy", "nccl_channels": 16, "gpus_per_node": 8, "host_memory_bytes": 0},
+                 "cuda_module_loading": "lazy", "expandable_segments": False, "nccl_channels": 16, "gpus_per_node": 8,
+                 "host_memory_bytes": 0},
 }
 
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware")
@@ -788,6 +789,9 @@ def translate(item, steps=DEFAULT_STEPS):
         if scaler:
             errors.append(("training.optimizer_in_backward", "true cannot be combined with amp_fp16's GradScaler"))
 
+    if hw and not isinstance(hw["expandable_segments"], bool):
+        errors.append(("hardware.expandable_segments", f"must be true or false; got {hw['expandable_segments']!r}"))
+
     if errors:
         raise Unsupported(errors)
 
@@ -832,6 +836,8 @@ def translate(item, steps=DEFAULT_STEPS):
         "expected_params": expected_params(eff),
         "expected_adapter_params": expected_adapter_params(eff, peft),
         "memsim_gpu": hw["gpu"],
+        # PYTORCH_CUDA_ALLOC_CONF's expandable_segments, which memsim models (hardware.expandable_segments)
+        "expandable_segments": hw["expandable_segments"] is True,
         "notes": notes,
         "extra": extra,
         "effective_model": {k: eff[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
