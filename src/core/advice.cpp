@@ -111,6 +111,13 @@ std::vector<Suggestion> suggest(const Config& base) {
     c.training.activation_offload = true;
     add("CPU activation offloading", "PCIe traffic each step; slower unless overlapped", c);
   }
+  if (!base.hardware.expandable_segments) {
+    Config c = base;
+    c.hardware.expandable_segments = true;
+    add("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "no change to the training itself: the allocator grows "
+        "one segment per stream in 20 MiB pages instead of caching whole cudaMalloc blocks (PyTorch CUDA semantics "
+        "docs: it helps where fragmentation wastes memory); mapped pages are kept until empty_cache", c);
+  }
   if (t.precision == "fp32") {
     Config c = base;
     c.training.precision = "amp_bf16";
