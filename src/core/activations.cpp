@@ -473,6 +473,9 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   // ---- attention half
   bool retained = false;
   const bool mla = m.kv_lora_rank > 0;
+  // Parallel attention (one norm per layer, Falcon): the MLP reads the same norm output and both results are
+  // added to the input at the end, so no middle residual exists.
+  const bool parallel = m.norms_per_layer == 1;
   if (mla) norm_forward(layer, res, retained, saved.attn, {"q_a_proj", "q_proj", "kv_a_proj_with_mqa"}, free_input);
   else norm_forward(layer, res, retained, saved.attn, {"q_proj", "k_proj", "v_proj"}, free_input);
   if (any_quantized_) dequant(layer);
@@ -499,7 +502,8 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       }
     }
     A.push_back(v);
-    no_grad_release(A, {no_grad_norm_out_});  // q, k and v are projected: the norm's output has no reader left
+    // q, k and v are projected: the norm's output has no reader left, unless the MLP reads it too (parallel).
+    if (!parallel) no_grad_release(A, {no_grad_norm_out_});
     if (rope) {
       // RoPE saves nothing sized (cos/sin need no grad); its outputs are what attention saves. Under autocast
       // HF computes cos/sin in fp32, so the rotated q/k are fp32 transients and SDPA saves their casts.
@@ -516,10 +520,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     // repeat_kv materialises k and v with all query heads (HF eager and older SDPA, torchtune, litgpt).
     const bool repeat = gqa && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager);
     if (repeat) {
-      A.push_back(act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer));
-      A.push_back(act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer));
+      const uint32_t kr = act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer);
+      const uint32_t vr = act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer);
+      A.push_back(kr), A.push_back(vr);
       erase(A, k), drop(k);
       erase(A, v), drop(v);
+      k = kr, v = vr;  // what attention reads from here on
     }
     const int64_t s2 = mul(d_.a, d_.b, d_.s, d_.s);
     if (rs_.attention == Attention::Eager) {
@@ -571,15 +577,16 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     }
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
-  if (c_.peft.enabled()) linear_inputs(layer, {"o_proj"}, mla ? mul(d_.a, m.v_head_dim) : d_.h_q, A, d_.T);
+  if (c_.peft.enabled() && !no_grad_) linear_inputs(layer, {"o_proj"}, mla ? mul(d_.a, m.v_head_dim) : d_.h_q, A, d_.T);
   // An fp8 o_proj saves its own fp8 copy of the attention output, which the kernel keeps in 16 bits.
   if (pr_.fp8_saved_inputs) A.push_back(act(mul(d_.T, mla ? mul(d_.a, m.v_head_dim) : d_.h_q), L_.fp8_input, layer));
   // Row-parallel output: all-reduced (TP) or reduce-scattered to T / t tokens (sequence parallel).
   uint32_t o = tmp(mul(e, d_.Tn, d_.h), L_.o_out, layer);
-  // Parallel attention (one norm per layer, Falcon): the MLP reads the same norm output and both results are
-  // added to the input at the end, so no middle residual exists.
-  const bool parallel = m.norms_per_layer == 1;
-  if (no_grad_ && !parallel) no_grad_release_all(A);  // o_proj has run: the attention half has no reader left
+  if (no_grad_) {  // o_proj has run: the attention half has no reader left but the shared norm's output
+    const bool keep = parallel && erase(A, no_grad_norm_out_);
+    no_grad_release_all(A);
+    if (keep) A.push_back(no_grad_norm_out_);
+  }
   if (m.hidden_dropout > 0) {
     A.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, layer));
     uint32_t o2 = tmp(mul(e, d_.Tn, d_.h), L_.o_out, layer);
@@ -601,7 +608,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     else if (m.mlp_gated) norm_forward(layer, mid, retained, saved.mlp, {"gate_proj", "up_proj"}, true);
     else norm_forward(layer, mid, retained, saved.mlp, {"up_proj"}, true);
   } else {
-    linear_inputs(layer, {"gate_proj", "up_proj"}, d_.h, M, d_.Tn);  // norm 1's output is kept already
+    if (!no_grad_) linear_inputs(layer, {"gate_proj", "up_proj"}, d_.h, M, d_.Tn);  // norm 1's output is kept already
   }
   if (any_quantized_) dequant(layer);
   const int64_t tf = mul(e, d_.T, d_.f);
@@ -613,6 +620,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     const uint32_t up = act(tf, L_.mlp_up, layer);      // saved by act * up
     M.push_back(gate), M.push_back(up);
     no_grad_release(M, {no_grad_norm_out_});
+    no_grad_release(A, {no_grad_norm_out_});  // parallel attention's shared norm output
     // A compiled layer recomputes silu(gate) in backward (a pointwise op on the saved gate: see norm_impl).
     const uint32_t a = act(tf, L_.mlp_act, layer);      // saved by act * up
     M.push_back(a);
@@ -627,6 +635,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     const uint32_t fc1 = act(tf, L_.mlp_fc1, layer);  // saved by gelu
     M.push_back(fc1);
     no_grad_release(M, {no_grad_norm_out_});
+    no_grad_release(A, {no_grad_norm_out_});  // parallel attention's shared norm output
     uint32_t g = act(tf, L_.mlp_gelu, layer);
     no_grad_release(M, {fc1});
     if (!no_grad_ && linear_inputs(layer, {"down_proj"}, d_.f, M, d_.T))
@@ -853,6 +862,7 @@ void StepBuilder::moe_forward_no_grad(int32_t layer) {
   uint32_t top = tmp(mul(4 + 8, T, k), L_.router, layer);
   drop(logits), drop(probs);
   uint32_t mask = tmp(mul(8, E, k, T), L_.router, layer);
+  uint32_t acc = tmp(mul(e, T, h), L_.expert_out, layer);  // final_hidden_states = zeros: the experts add into it
   if (ep > 1) drop(tmp(mul(e, k, T, h), L_.a2a, layer));  // the dispatch all-to-all's send buffer
   auto mlp = [&](int64_t tokens, int64_t f) {
     uint32_t g = tmp(mul(e, tokens, f), L_.mlp_gate, layer);
@@ -873,6 +883,7 @@ void StepBuilder::moe_forward_no_grad(int32_t layer) {
   if (ep > 1) drop(tmp(mul(e, k, T, h), L_.a2a, layer));  // the combine all-to-all
   drop(mask), drop(top);
   if (m.shared_expert_intermediate_size > 0) drop(mlp(T, m.shared_expert_intermediate_size));
+  drop(acc);  // (it is the block's output, which the layer allocates next as the MLP output)
 }
 
 void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {

@@ -373,6 +373,7 @@ int32_t ExpandableSegmentsAllocator::find_expandable_block(Pool& p, int pool, in
     if (bytes >= size) return c;
   }
   const int64_t bytes = pool % 2 ? segment_bytes_small_ : segment_bytes_large_;
+  if (size > bytes) return -1;  // beyond one segment's address space: the mapping fails (an OOM)
   segment_info_.push_back({next_addr_, pool});
   const int32_t b = new_block();
   Block& blk = blocks_[b];
@@ -424,10 +425,11 @@ bool ExpandableSegmentsAllocator::map_block(int32_t b, int64_t size) {
 // the merged free block holds `size`.
 int32_t ExpandableSegmentsAllocator::try_allocate_expandable_block(Pool& p, int pool, int64_t size) {
   int32_t c = find_expandable_block(p, pool, size);
+  if (c < 0) return -1;
   if (!blocks_[c].mapped && !map_block(c, std::min(blocks_[c].size, size))) return -1;
   while (blocks_[c].size < size) {  // free -> unmapped -> ...: map some of the next and merge the free one into it
     const int32_t next = blocks_[c].next;
-    if (!map_block(next, std::min(size - blocks_[c].size, blocks_[next].size))) return -1;
+    if (next < 0 || !map_block(next, std::min(size - blocks_[c].size, blocks_[next].size))) return -1;
     c = next;
   }
   p.free.erase(key(c));

@@ -209,7 +209,9 @@ Result simulate(const Config& config) {
       // exceeds the GPU, the step runs out of memory at the first event past the capacity.
       const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
       const bool expandable = config.hardware.expandable_segments;
-      replay(d.program, d, int64_t{1} << 62, expandable, d.capacity_bytes);
+      // (The unlimited replay gives expandable segments an address space as unlimited as its memory, so that a
+      // tensor larger than the GPU still shows the step's whole allocated peak; the limited one uses the GPU's.)
+      replay(d.program, d, int64_t{1} << 62, expandable, int64_t{1} << 58);
       if (d.peak.allocated_bytes > capacity) {
         d.oom = true;
         for (uint32_t i = 0; i < d.timeline.size(); ++i)

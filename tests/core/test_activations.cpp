@@ -4,6 +4,8 @@
 // with L layers: exactly one layer's saved set.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "core/serialize.h"
 #include "core/simulate.h"
 #include "test_util.h"
@@ -205,6 +207,35 @@ TEST_CASE("a checkpointed layer's no_grad forward frees each intermediate after 
     if (t.component == Component::Temporaries && t.layer == 0) moe_live += (e.op == Event::Op::Alloc ? 1 : -1) * t.bytes;
   }
   CHECK(moe_live == 0);
+}
+
+TEST_CASE("no_grad forward of a parallel-attention layer keeps the shared norm output for the MLP", "[activations]") {
+  // One norm per layer (Falcon, GPT-J, phi-1.5): attention and the MLP both read its output, so under a checkpoint's
+  // no_grad it lives until the MLP's first projection has run, while the attention output goes once o_proj has.
+  Config c = llama3_8b(1, 2048);
+  c.model.num_hidden_layers = 2;
+  c.model.norms_per_layer = 1;
+  c.model.mlp_gated = false;
+  c.model.hidden_act = "gelu";
+  c.training.activation_checkpointing = "full";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& p = r.devices[0].program;
+  std::map<std::string, int> live;  // layer 0's live tensors by label, during its first (no_grad) forward
+  bool checked = false;
+  for (const Event& e : p.events) {
+    const Tensor& t = p.tensors[e.tensor];
+    if (t.layer != 0) continue;
+    const std::string& label = p.labels[t.label];
+    if (e.op == Event::Op::Alloc && label.rfind("MLP first projection", 0) == 0) {
+      CHECK(live["norm output (saved by the next matmuls)"] == 1);
+      CHECK(live["attention output (saved by the kernel and o_proj)"] == 0);
+      checked = true;
+      break;
+    }
+    live[label] += e.op == Event::Op::Alloc ? 1 : -1;
+  }
+  CHECK(checked);
 }
 
 TEST_CASE("memory never falls as batch, sequence, layers or hidden size grow", "[simulate][property]") {

@@ -339,6 +339,17 @@ TEST_CASE("a cached block serves only its own stream", "[allocator][streams]") {
 // expandable_segments:True (ExpandableSegmentsAllocator; CUDACachingAllocator.cpp Note [Expandable Segments])
 // ---------------------------------------------------------------------------------------------------------
 
+TEST_CASE("expandable: a request beyond one segment's address space fails instead of reading past the blocks", "[allocator][expandable]") {
+  // Each pool's segment reserves 9/8 of the GPU's memory (ExpandableSegment's constructor): a 2 GiB request on a
+  // 1 GiB GPU cannot be mapped, however much physical memory is left.
+  ExpandableSegmentsAllocator a(int64_t(1) << 62, kGiB);
+  CHECK(a.malloc(2 * kGiB) == -1);
+  CHECK(a.reserved_bytes() == 0);
+  CHECK(a.malloc(kGiB) >= 0);  // fits the 1.125 GiB of address space
+  CHECK(a.malloc(kGiB) >= 0);  // a second segment of its own: the first has 0.125 GiB left
+  CHECK(a.segment_count() == 2);
+}
+
 TEST_CASE("expandable: one segment grows by 20 MiB pages and splits off any remainder", "[allocator][expandable]") {
   ExpandableSegmentsAllocator a(80 * kGiB, 80 * kGiB);
   // 30 MiB: a new segment, ceil(30 / 20) = 2 pages mapped = 40 MiB; the 10 MiB left is split off (>= 512 B).

@@ -318,3 +318,16 @@ TEST_CASE("expandable segments: pages instead of segments, and a tight GPU repla
   CHECK(td.peak.reserved_bytes <= td.capacity_bytes - outside);
   CHECK(td.peak.reserved_bytes < d.peak.reserved_bytes);
 }
+
+TEST_CASE("expandable segments: a tensor larger than the GPU's address space is an OOM, not a crash", "[simulate][expandable][bad-input]") {
+  // The default 13B shape's weight shards alone exceed a 1 GB card, and an expandable segment holds 9/8 of the card:
+  // the unlimited replay still finds the whole allocated peak, and the replay against the card reports the OOM.
+  Config c;
+  c.hardware.gpu = "custom";
+  c.hardware.gpu_memory_bytes = 1000000000;  // 0.93 GiB: the default 13B shape's first weights do not fit
+  c.hardware.expandable_segments = true;
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].oom);
+  CHECK(r.devices[0].peak.allocated_bytes > c.hardware.gpu_memory_bytes);
+}
