@@ -265,7 +265,7 @@ bool StepBuilder::norm_trainable(int32_t layer, std::initializer_list<const char
                                                                       : "post_attention_layernorm.";
   bool trainable = false;
   for (const auto& t : *params)
-    if (t.kind == ParamKind::Norm && !t.frozen &&
+    if (t.kind == ParamKind::Norm && has_grad(t) &&
         (t.name.rfind(norm, 0) == 0 || t.name.rfind("modules_to_save." + norm, 0) == 0)) {
       trainable = true;
       break;
@@ -336,7 +336,7 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
 // 2.9% over with it). Modelled where the gradients are plain tensors (not sharded, in Megatron's buffer, or stepped
 // in backward).
 bool StepBuilder::tied_sum() const {
-  return c_.model.tie_word_embeddings && !s_.pre.front().frozen && !d_.amp && !shard_grads_ && !sp_.grad_buffer &&
+  return c_.model.tie_word_embeddings && has_grad(s_.pre.front()) && !d_.amp && !shard_grads_ && !sp_.grad_buffer &&
          !c_.training.optimizer_in_backward && ctx_.has_pre && ctx_.has_post;
 }
 
@@ -391,7 +391,7 @@ uint32_t StepBuilder::qk_norm_forward(int32_t layer, uint32_t x, int64_t width, 
   const int64_t rstd = mul(4, T, c_.model.qk_norm_per_head ? heads : 1);
   bool trainable = false;
   for (const auto& t : s_.params_of(layer))
-    if (t.kind == ParamKind::Norm && !t.frozen && t.name.find(name) != std::string::npos) trainable = true;
+    if (t.kind == ParamKind::Norm && has_grad(t) && t.name.find(name) != std::string::npos) trainable = true;
   if (norm_impl(layer) == NormImpl::Fused) {
     saved.push_back(x);  // fused kernels (and compiled layers) save their input and rstd
     saved.push_back(act(rstd, L_.norm_rstd, layer));
@@ -419,8 +419,9 @@ uint32_t StepBuilder::qk_norm_forward(int32_t layer, uint32_t x, int64_t width, 
 // partitioners.py): matmul and attention inputs and outputs must be saved (ban_recompute_materialized_backward,
 // and mm/attention are not in recomputable_ops), a reduction's small output is saved (ban_recompute_reductions),
 // and the pointwise ops between them are recomputed in backward. An RMSNorm thus keeps its input and rstd, like a
-// fused kernel, instead of the fp32 copy and the normed tensor; the final norm before the head stays eager in
-// torchtune (only the layers are compiled). Per layer this is 8 s b h + 2 s b f less (the SwiGLU's silu output
+// fused kernel, instead of the fp32 copy and the normed tensor. Only the decoder layers are treated as compiled:
+// torchtune and torchtitan compile per layer and leave the final norm before the head eager (HF Trainer's
+// torch_compile wraps the whole model, whose final norm would be compiled too; that one norm is not modelled). Per layer this is 8 s b h + 2 s b f less (the SwiGLU's silu output
 // too): 8.75 GiB over Llama 3.2 3B's 28 layers at 2 x 4096 tokens, against the 9.0 GiB drop of torchtune's README
 // 'Optimization flags' table from '+ Packed' to '+ Compile' (PR #2003; tests/validation/cases/
 // torchtune-flags-llama3.2-3b-packed+compile.json).
@@ -429,8 +430,15 @@ NormImpl StepBuilder::norm_impl(int32_t layer) const {
 }
 
 void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
-  // The gathered input's gradient is whole-sequence until the all-gather's backward reduce-scatters it.
-  if (gathered_inputs()) drop(tmp(mul(d_.e, d_.T, d_.h), L_.dres, layer));
+  // The gathered input's gradient is whole-sequence (in the gathered output's dtype) until the all-gather's
+  // backward reduce-scatters it into this rank's tokens, which the norm's backward then reads.
+  uint32_t scattered = UINT32_MAX;
+  if (gathered_inputs()) {
+    const int64_t eb = d_.amp ? 4 : d_.e;
+    const uint32_t whole = tmp(mul(eb, d_.T, d_.h), L_.dres, layer);
+    scattered = tmp(mul(eb, d_.Tn, d_.h), L_.dres, layer);
+    drop(whole);
+  }
   // HF eager RMSNorm backward holds about three fp32 [b, s, h] temporaries (pow/mean/mul backward and the
   // cast back); a fused or native LayerNorm kernel about one.
   const bool eager = c_.model.norm_type == NormType::RMSNorm && norm_impl(layer) != NormImpl::Fused;
@@ -439,6 +447,7 @@ void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
   drop(dres);
   dres = nd;
   drop(t);
+  drop_if(scattered);
 }
 
 // A linear's saved input: the 16-bit tensor itself, or under Transformer Engine's fp8 its 1-byte cast
@@ -992,9 +1001,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
 
 // The bytes of the output head's weight gradient, 0 when the head (or the embedding it is tied to) is frozen.
 int64_t StepBuilder::head_grad_bytes() const {
-  if (c_.model.tie_word_embeddings) return s_.pre.front().frozen ? 0 : grad_bytes_of(s_.pre.front());
+  if (c_.model.tie_word_embeddings) return has_grad(s_.pre.front()) ? grad_bytes_of(s_.pre.front()) : 0;
   for (const auto& t : s_.post)
-    if (module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) return t.frozen ? 0 : grad_bytes_of(t);
+    if (module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) return has_grad(t) ? grad_bytes_of(t) : 0;
   return 0;
 }
 
@@ -1257,7 +1266,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, see tied_sum.
     alloc_layer_grads(-1);
     // A frozen embedding (PEFT) has no backward: its input is token ids and its weight needs no gradient.
-    if (c_.model.tie_word_embeddings && !s_.pre.front().frozen) {
+    if (c_.model.tie_word_embeddings && has_grad(s_.pre.front())) {
       const int64_t bytes = mul(pr_.grad_bytes, d_.V, d_.h);
       uint32_t dense = tmp(bytes, L_.embed_grad_dense, -1);
       if (tied_sum()) {

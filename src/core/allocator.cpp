@@ -374,7 +374,7 @@ int32_t ExpandableSegmentsAllocator::find_expandable_block(Pool& p, int pool, in
   }
   const int64_t bytes = pool % 2 ? segment_bytes_small_ : segment_bytes_large_;
   if (size > bytes) return -1;  // beyond one segment's address space: the mapping fails (an OOM)
-  segment_info_.push_back({next_addr_, pool});
+  segment_info_.push_back({next_addr_});
   const int32_t b = new_block();
   Block& blk = blocks_[b];
   blk.addr = next_addr_;

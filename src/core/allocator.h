@@ -177,7 +177,6 @@ class ExpandableSegmentsAllocator {
   };
   struct Segment {
     int64_t base = 0;
-    int32_t pool = 0;
   };
 
   int32_t new_block();

@@ -47,7 +47,10 @@ struct FrameworkSpec {
   bool fsdp_no_sync_accumulation;
   // FSDP1 use_orig_params=True (Fabric's default for torch >= 2.0): a unit whose FlatParameter mixes frozen and
   // trainable tensors has a gradient for all of it, "equivalent to not freezing those parameters" (PyTorch FSDP
-  // docs), so under PEFT every Block unit holds gradients for its frozen base weights too.
+  // docs), so under PEFT every Block unit holds gradients for its frozen base weights too. HF Trainer: transformers
+  // defaults use_orig_params to true (TrainingArguments: fsdp_config.get("use_orig_params", "true")), but with PEFT
+  // it wraps the trainable LoRA modules as units of their own (Trainer._fsdp_qlora_plugin_updates installs peft's
+  // fsdp_auto_wrap_policy), so Block units do not mix: false here. Other partial freezing under the Trainer mixes.
   bool fsdp_use_orig_params;
   std::string_view source;
 };

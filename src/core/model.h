@@ -28,6 +28,8 @@ struct ParamTensor {
   // Frozen, yet its FSDP unit holds a gradient for it (FSDP1 use_orig_params, mark_unit_gradients).
   bool unit_grad = false;
 };
+// Whether backward computes a gradient for the tensor (its optimizer state follows `frozen` alone).
+inline bool has_grad(const ParamTensor& t) { return !t.frozen || t.unit_grad; }
 
 struct ModelShape {
   std::vector<ParamTensor> pre;        // embeddings, before the first layer
@@ -84,7 +86,9 @@ ModelShape build_model_shape(const ModelConfig& m);
 // quantize_head: the base quantization converts the output head too (litgpt through Lightning's plugin).
 void apply_peft(ModelShape& shape, const PeftConfig& peft, bool quantize_head = false);
 // FSDP1 with use_orig_params=True: each unit (a layer; the embeddings with the head as the root) that trains any
-// tensor keeps a gradient for its frozen, unquantized tensors too (ParamTensor::unit_grad).
+// tensor keeps a gradient for its frozen, unquantized tensors too (ParamTensor::unit_grad). In forward the module's
+// parameters are views of the FlatParameter, which requires grad (flat_param.py _use_unsharded_views), so autograd
+// computes those gradients, and the linears save their inputs for them; only the optimizer skips them.
 void mark_unit_gradients(ModelShape& shape);
 // One tensor-parallel rank's share of every parameter (params_total becomes per rank).
 void apply_tensor_parallel(ModelShape& shape, const ModelConfig& m, int64_t t);

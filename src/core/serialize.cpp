@@ -1749,6 +1749,7 @@ Parsed config_from_accelerate(std::string_view text, const Config& base) {
       assumed.push_back(std::string(prefetch_key) + " does not apply to FSDP2, which prefetches as BACKWARD_PRE");
     }
     if (orig_params && v == 1) c.parallel.fsdp_use_orig_params = *orig_params ? "true" : "false";
+    else if (orig_params) assumed.push_back("fsdp_use_orig_params does not apply to FSDP2 (per-parameter sharding)");
     if (forward_prefetch.value_or(false)) {
       if (v == 1) c.parallel.fsdp_forward_prefetch = 1;  // FullyShardedDataParallel(forward_prefetch=True)
       else assumed.push_back("fsdp_forward_prefetch does not apply to FSDP2 (Accelerate passes it to FSDP1 only)");

@@ -147,6 +147,7 @@ class StepBuilder {
   void no_grad_release(std::vector<uint32_t>& saved, std::initializer_list<uint32_t> tensors);
   void no_grad_release_all(std::vector<uint32_t>& saved);
   void moe_forward_no_grad(int32_t layer);
+  bool tied_sum() const;
   void release_saved(std::vector<uint32_t>& saved, uint32_t label);
   uint32_t qk_norm_forward(int32_t layer, uint32_t x, int64_t width, int64_t heads, const char* name,
                            std::vector<uint32_t>& saved, bool out_saved);
@@ -258,10 +259,9 @@ class StepBuilder {
     std::vector<uint32_t> casts;
   };
   std::vector<Spare> spare_;
-  std::vector<uint32_t> embed_saved_;         // post-LN embedding norm and dropout                      // scratch for a checkpointed layer's recomputed saved set
-  uint32_t held_logits_ = UINT32_MAX;
+  std::vector<uint32_t> embed_saved_;         // post-LN embedding norm and dropout
+  uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
   uint32_t tied_pending_ = UINT32_MAX;        // tied weights, a later micro-batch: lm_head's gradient in the engine
-  bool tied_sum() const;         // logits the training loop keeps until after backward
   bool grads_live_ = false;
   bool any_quantized_ = false;
   bool zero_buckets_ = false;

@@ -127,7 +127,7 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
     const ParamTensor l = sp.local(t);
     s.weights = param_storage_bytes(l, pr, peft);
     if (sp.mixed && plain) s.weights = std::max(s.weights, mul(l.numel, pr.master_bytes));
-    s.grads = t.frozen && !t.unit_grad ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft);
+    s.grads = !has_grad(t) ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft);
     PrecisionRecipe no_master = pr;
     no_master.master_bytes = 0;
     if (sp.mixed) no_master.state_bytes = pr.master_bytes;
@@ -196,7 +196,7 @@ HostStates host_state_bytes(const StepContext& ctx) {
   if (sp.offload_optimizer) {
     int64_t grads_fp32 = 0;
     for_each_param(ctx, [&](const ParamTensor& t) {
-      if (!t.frozen) grads_fp32 = add(grads_fp32, mul(4, sp.shard_grads || sp.flat_optimizer ? ceil_div(t.numel, sp.ranks_of(t)) : t.numel));
+      if (has_grad(t)) grads_fp32 = add(grads_fp32, mul(4, sp.shard_grads || sp.flat_optimizer ? ceil_div(t.numel, sp.ranks_of(t)) : t.numel));
     });
     const int64_t opt = m.optimizer_bytes;
     const int64_t grads = sp.sharding == Sharding::Megatron ? 0 : grads_fp32;  // Megatron keeps main grads on the GPU
@@ -230,7 +230,7 @@ int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, con
 }
 
 int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft) {
-  if (t.frozen && !t.unit_grad) return 0;
+  if (!has_grad(t)) return 0;
   if (t.kind == ParamKind::Adapter) return mul(t.numel, peft.adapter_dtype == "fp32" ? 4 : 2);
   if (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit) return mul(t.numel, 4);
   return mul(t.numel, pr.grad_bytes);
@@ -270,7 +270,7 @@ int64_t StepBuilder::flat_partition_numel() const {
 bool StepBuilder::trainable_module(const char* module) const {
   for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.decoder_layer, &s_.post})
     for (const auto& t : *list)
-      if (!t.frozen && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
+      if (has_grad(t) && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
   return false;
 }
 
@@ -498,11 +498,11 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   if (bucket_views_) return;
   for (const auto& t : ts) {
     if (layer < 0 && &t == &s_.pre.front() && c_.model.tie_word_embeddings) continue;  // created by lm_head
-    if (t.frozen && !t.unit_grad) continue;
+    if (!has_grad(t)) continue;
     grads_[slot].push_back(p_.alloc(Component::Gradients, grad_bytes_of(t), L_.grads, static_cast<int32_t>(layer)));
   }
   // Tied weights: lm_head is the embedding matrix, so its .grad appears in the loss backward.
-  if (layer >= s_.num_layers && c_.model.tie_word_embeddings && !s_.pre.front().frozen)
+  if (layer >= s_.num_layers && c_.model.tie_word_embeddings && has_grad(s_.pre.front()))
     grads_[slot].push_back(p_.alloc(Component::Gradients, grad_bytes_of(s_.pre.front()), L_.grads));
 }
 
@@ -525,7 +525,7 @@ void StepBuilder::release_layer_grads(int64_t layer) {
     if (accum_[slot] == UINT32_MAX) {
       int64_t numel = 0;
       for (const auto& t : layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer))
-        if (!t.frozen || t.unit_grad) numel = add(numel, t.numel);
+        if (has_grad(t)) numel = add(numel, t.numel);
       accum_[slot] = p_.alloc(Component::Gradients, mul(numel, reduce_bytes), L_.grad_accum, static_cast<int32_t>(layer));
     }
     for (uint32_t g : grads_[slot]) drop(g);
@@ -546,8 +546,8 @@ void StepBuilder::reduce_slot(int64_t layer) {
     const std::vector<ParamTensor>& ts = layer < 0 ? s_.pre : layer >= s_.num_layers ? s_.post : s_.params_of(layer);
     int64_t numel = 0, shard = 0;
     for (const auto& t : ts)
-      if (!t.frozen || t.unit_grad) numel = add(numel, t.numel), shard = add(shard, states_of(t).grads);
-    if (layer >= s_.num_layers && c_.model.tie_word_embeddings && !s_.pre.front().frozen)
+      if (has_grad(t)) numel = add(numel, t.numel), shard = add(shard, states_of(t).grads);
+    if (layer >= s_.num_layers && c_.model.tie_word_embeddings && has_grad(s_.pre.front()))
       numel = add(numel, s_.pre.front().numel), shard = add(shard, states_of(s_.pre.front()).grads);
     const int64_t reduce_bytes = sp_.mixed ? pr_.master_bytes : pr_.grad_bytes;
     uint32_t input = UINT32_MAX;

@@ -307,6 +307,10 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
   if (z >= 2 && pp > 1 && rs.sharding == Sharding::DeepSpeed)
     err("parallel.zero_stage", "DeepSpeed ZeRO stage 2 and 3 do not combine with pipeline parallelism (its PipelineEngine "
                                "allows ZeRO-1); use parallel.zero_stage 0 or 1, or FSDP");
+  if (p.fsdp_forward_prefetch > 1 && rs.sharding == Sharding::Fsdp1)
+    err("parallel.fsdp_forward_prefetch",
+        "FSDP1's forward_prefetch all-gathers one unit ahead: parallel.fsdp_forward_prefetch must be 0 or 1 "
+        "(FSDP2's set_modules_to_forward_prefetch takes more: set parallel.sharding to fsdp2)");
   for (auto [f, v] : {std::pair{"parallel.sharding", &p.sharding}, std::pair{"parallel.fsdp_backward_prefetch", &p.fsdp_backward_prefetch},
                       std::pair{"parallel.offload_optimizer", &p.offload_optimizer},
                       std::pair{"parallel.offload_params", &p.offload_params}})
@@ -504,10 +508,6 @@ std::vector<FieldError> validate(const Config& c) {
   const std::string& orig = c.parallel.fsdp_use_orig_params;
   if (orig != "auto" && orig != "true" && orig != "false")
     e.push_back({"parallel.fsdp_use_orig_params", "parallel.fsdp_use_orig_params must be auto, true or false; got \"" + orig + "\""});
-  if (c.parallel.fsdp_forward_prefetch > 1 && resolve(c).sharding == Sharding::Fsdp1)
-    e.push_back({"parallel.fsdp_forward_prefetch",
-                 "FSDP1's forward_prefetch all-gathers one unit ahead: parallel.fsdp_forward_prefetch must be 0 or 1 "
-                 "(FSDP2's set_modules_to_forward_prefetch takes more: set parallel.sharding to fsdp2)"});
   if (c.parallel.zero_overlap_comm != "auto" && c.parallel.zero_overlap_comm != "true" && c.parallel.zero_overlap_comm != "false")
     e.push_back({"parallel.zero_overlap_comm", "parallel.zero_overlap_comm must be auto, true or false"});
 

@@ -47,6 +47,8 @@ TEST_CASE("Accelerate FSDP1 FULL_SHARD with CPU offload", "[serialize][accelerat
   CHECK(par.offload_params == "cpu");
   CHECK(par.offload_optimizer == "cpu");
   CHECK(par.fsdp_backward_prefetch == "backward_pre");
+  CHECK(par.fsdp_use_orig_params == "true");  // fsdp_use_orig_params: true
+  CHECK(par.fsdp_forward_prefetch == 0);      // fsdp_forward_prefetch: false
   CHECK(par.shard_group_size == 0);
   CHECK(par.data_parallel_size == 8);
   CHECK(par.tensor_parallel_size == 1);

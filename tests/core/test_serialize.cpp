@@ -31,6 +31,10 @@ static Config modified() {
   c.hardware.gpu = "h100-sxm";
   c.hardware.headroom_fraction = 0.125;
   c.hardware.expandable_segments = true;
+  c.training.compile = true;
+  c.parallel.fsdp_forward_prefetch = 2;
+  c.parallel.fsdp2_backward_prefetch = 3;
+  c.parallel.fsdp_use_orig_params = "true";
   return c;
 }
 

@@ -573,6 +573,9 @@ def run_plan(plan, config, probe=None):
         setter(f"expandable_segments:{expandable}")
         if expandable:
             notes.append("allocator: expandable_segments:True (hardware.expandable_segments)")
+        else:
+            notes.append("allocator: expandable_segments from the environment turned off, as the config says "
+                         "(hardware.expandable_segments false)")
     torch.manual_seed(0)
     torch.cuda.init()
     dev = torch.device("cuda", 0)

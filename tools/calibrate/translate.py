@@ -650,8 +650,8 @@ def translate(item, steps=DEFAULT_STEPS):
         errors.append(("training.activation_offload", "true: offloading saved activations to the host is a "
                        "torchtune/Megatron feature; not reproduced"))
     if t["compile"]:
-        errors.append(("training.compile", "true: torch.compile changes what is saved in ways memsim models only "
-                       "for the chunked loss; not reproduced"))
+        errors.append(("training.compile", "true: the harness runs eager PyTorch and does not torch.compile the model "
+                       "(memsim models compile's saved set; tools/calibrate/probes/compile_saved.py measures it)"))
     for k in ("activation_offload", "compile", "optimizer_in_backward", "zero_grad_set_to_none"):
         if not isinstance(t[k], bool):
             errors.append((f"training.{k}", f"must be true or false; got {t[k]!r}"))
