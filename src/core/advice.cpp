@@ -111,6 +111,14 @@ std::vector<Suggestion> suggest(const Config& base) {
     c.training.activation_offload = true;
     add("CPU activation offloading", "PCIe traffic each step; slower unless overlapped", c);
   }
+  if (resolve(base).sharding == Sharding::Fsdp1 || resolve(base).sharding == Sharding::Fsdp2) {
+    if (t.gradient_accumulation_steps > 1 && p.fsdp_no_sync != "false" && p.pipeline_parallel_size == 1) {
+      Config c = base;
+      c.parallel.fsdp_no_sync = "false";
+      add("Reduce-scatter every micro-batch (Accelerate sync_each_batch=True)", "a reduce-scatter per micro-batch (in Fabric: no_backward_sync(enabled=False)) "
+          "instead of one per step; FSDP's no_sync() holds the whole model's unsharded gradients otherwise", c);
+    }
+  }
   if (!base.hardware.expandable_segments) {
     Config c = base;
     c.hardware.expandable_segments = true;

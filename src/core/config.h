@@ -146,6 +146,10 @@ struct ParallelConfig {
   int64_t fsdp2_backward_prefetch = 1;
   // FSDP1 use_orig_params: auto (the framework's: Fabric sets it, FSDP1's own default is false), true or false.
   std::string fsdp_use_orig_params = "auto";
+  // FSDP gradient accumulation under no_sync() (unsharded gradients until the last micro-batch): auto (the
+  // framework's: HF Trainer and Fabric do), true, or false (Accelerate's sync_each_batch=True, or syncing every
+  // micro-batch by hand).
+  std::string fsdp_no_sync = "auto";
   int64_t tensor_parallel_size = 1;
   bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
   int64_t context_parallel_size = 1;   // ring attention: each rank holds sequence_length / cp tokens

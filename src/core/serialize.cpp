@@ -117,6 +117,7 @@ void visit_fields(Config& c, V& v) {
   v.integer("parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
   v.integer("parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
   v.str("parallel.fsdp_use_orig_params", c.parallel.fsdp_use_orig_params);
+  v.str("parallel.fsdp_no_sync", c.parallel.fsdp_no_sync);
   v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);
   v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
   v.integer("parallel.context_parallel_size", c.parallel.context_parallel_size);

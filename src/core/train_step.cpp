@@ -328,8 +328,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // torchtitan also keeps parameters unsharded after forward under PP (parallelize_llama.py apply_fsdp:
   // reshard_after_forward = False when pp_enabled); the pipeline's no_sync keeps them to the last backward.
   no_sync_ = sp_.fsdp && c_.parallel.pipeline_parallel_size > 1;
-  accum_no_sync_ = sp_.fsdp && rs_.framework->fsdp_no_sync_accumulation && c_.parallel.pipeline_parallel_size == 1 &&
-                   c_.training.gradient_accumulation_steps > 1;
+  const std::string& no_sync = c_.parallel.fsdp_no_sync;
+  accum_no_sync_ = sp_.fsdp && (no_sync == "true" || (no_sync == "auto" && rs_.framework->fsdp_no_sync_accumulation)) &&
+                   c_.parallel.pipeline_parallel_size == 1 && c_.training.gradient_accumulation_steps > 1;
   sharded_grad_made_.assign(static_cast<size_t>(s_.num_layers + 2), false);
   for (const auto* list : {&s_.layer, &s_.moe_layer, &s_.decoder_layer})
     for (const auto& t : *list) any_quantized_ |= t.quantized;

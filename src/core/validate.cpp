@@ -505,9 +505,10 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
   check(e, "parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
   check(e, "parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
-  const std::string& orig = c.parallel.fsdp_use_orig_params;
-  if (orig != "auto" && orig != "true" && orig != "false")
-    e.push_back({"parallel.fsdp_use_orig_params", "parallel.fsdp_use_orig_params must be auto, true or false; got \"" + orig + "\""});
+  for (auto [field, value] : {std::pair{"parallel.fsdp_use_orig_params", &c.parallel.fsdp_use_orig_params},
+                               std::pair{"parallel.fsdp_no_sync", &c.parallel.fsdp_no_sync}})
+    if (*value != "auto" && *value != "true" && *value != "false")
+      e.push_back({field, std::string(field) + " must be auto, true or false; got \"" + *value + "\""});
   if (c.parallel.zero_overlap_comm != "auto" && c.parallel.zero_overlap_comm != "true" && c.parallel.zero_overlap_comm != "false")
     e.push_back({"parallel.zero_overlap_comm", "parallel.zero_overlap_comm must be auto, true or false"});
 

@@ -68,6 +68,10 @@ bool draw_parallel_inputs(Config& c) {
         changed |= int_input("backward prefetch", "parallel.fsdp2_backward_prefetch", p.fsdp2_backward_prefetch, 1,
                              "Blocks all-gathered ahead in backward: 1 is FSDP2's own prefetch of the next block, k "
                              "what set_modules_to_backward_prefetch(k blocks) asks for, 0 none.");
+      changed |= string_combo("accumulate under no_sync", "parallel.fsdp_no_sync", p.fsdp_no_sync, {"auto", "true", "false"},
+                              "true: micro-batches before the last keep unsharded gradients of the whole model (FSDP's "
+                              "no_sync(), as HF Trainer and Lightning Fabric accumulate); false: every micro-batch "
+                              "reduce-scatters (Accelerate's sync_each_batch=True). auto follows the framework.");
       changed |= int_input("forward prefetch", "parallel.fsdp_forward_prefetch", p.fsdp_forward_prefetch, 1,
                            "Units all-gathered ahead in forward, their parameters held with the current one's: "
                            "FSDP1 forward_prefetch=True is 1; FSDP2 set_modules_to_forward_prefetch(k blocks) is k.");

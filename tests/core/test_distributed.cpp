@@ -180,6 +180,14 @@ TEST_CASE("FSDP1 use_orig_params gives frozen weights gradients; no_sync accumul
   // Before the last micro-batch's backward every Block's unsharded gradient is held: 2 bytes x its parameters.
   const int64_t held = live_before(with.devices[0], "backward (step 2, micro-batches 2-4)", Component::Gradients);
   CHECK(held >= 2 * 32 * block);
+  // Syncing every micro-batch (Accelerate's sync_each_batch=True) keeps only the gradient shards between them.
+  c.parallel.fsdp_use_orig_params = "auto";
+  c.parallel.fsdp_no_sync = "false";
+  Result synced = simulate(c);
+  REQUIRE(synced.ok);
+  CHECK(live_before(synced.devices[0], "backward (step 2, micro-batches 2-4)", Component::Gradients) ==
+        synced.model_states.gradients_bytes);
+  CHECK(synced.devices[0].peak.allocated_bytes < with.devices[0].peak.allocated_bytes);
   c.parallel.fsdp_use_orig_params = "maybe";
   Result bad = simulate(c);
   REQUIRE_FALSE(bad.ok);

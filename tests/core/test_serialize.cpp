@@ -35,6 +35,7 @@ static Config modified() {
   c.parallel.fsdp_forward_prefetch = 2;
   c.parallel.fsdp2_backward_prefetch = 3;
   c.parallel.fsdp_use_orig_params = "true";
+  c.parallel.fsdp_no_sync = "false";
   return c;
 }
 

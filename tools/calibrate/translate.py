@@ -72,6 +72,7 @@ MEMSIM_DEFAULTS = {
         "fsdp_forward_prefetch": 0,
         "fsdp2_backward_prefetch": 1,
         "fsdp_use_orig_params": "auto",
+        "fsdp_no_sync": "auto",
         "tensor_parallel_size": 1,
         "sequence_parallel": False,
         "context_parallel_size": 1,
