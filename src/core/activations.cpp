@@ -421,8 +421,9 @@ uint32_t StepBuilder::qk_norm_forward(int32_t layer, uint32_t x, int64_t width, 
 // and the pointwise ops between them are recomputed in backward. An RMSNorm thus keeps its input and rstd, like a
 // fused kernel, instead of the fp32 copy and the normed tensor. Only the decoder layers are treated as compiled:
 // torchtune and torchtitan compile per layer and leave the final norm before the head eager (HF Trainer's
-// torch_compile wraps the whole model, whose final norm would be compiled too; that one norm is not modelled). Per layer this is 8 s b h + 2 s b f less (the SwiGLU's silu output
-// too): 8.75 GiB over Llama 3.2 3B's 28 layers at 2 x 4096 tokens, against the 9.0 GiB drop of torchtune's README
+// torch_compile wraps the whole model, whose final norm would be compiled too; that one norm is not modelled).
+// Per layer this is 8 s b h + 2 s b f less (the SwiGLU's silu output too): 8.75 GiB over Llama 3.2 3B's 28 layers
+// at 2 x 4096 tokens, against the 9.0 GiB drop of torchtune's README
 // 'Optimization flags' table from '+ Packed' to '+ Compile' (PR #2003; tests/validation/cases/
 // torchtune-flags-llama3.2-3b-packed+compile.json).
 NormImpl StepBuilder::norm_impl(int32_t layer) const {

@@ -115,8 +115,9 @@ std::vector<Suggestion> suggest(const Config& base) {
     if (t.gradient_accumulation_steps > 1 && p.fsdp_no_sync != "false" && p.pipeline_parallel_size == 1) {
       Config c = base;
       c.parallel.fsdp_no_sync = "false";
-      add("Reduce-scatter every micro-batch (Accelerate sync_each_batch=True)", "a reduce-scatter per micro-batch (in Fabric: no_backward_sync(enabled=False)) "
-          "instead of one per step; FSDP's no_sync() holds the whole model's unsharded gradients otherwise", c);
+      add("Reduce-scatter every micro-batch (Accelerate sync_each_batch=True)",
+          "a reduce-scatter per micro-batch (in Fabric: no_backward_sync(enabled=False)) instead of one per step; "
+          "FSDP's no_sync() holds the whole model's unsharded gradients otherwise", c);
     }
   }
   if (!base.hardware.expandable_segments) {
