@@ -115,9 +115,9 @@ std::vector<Suggestion> suggest(const Config& base) {
     if (t.gradient_accumulation_steps > 1 && p.fsdp_no_sync != "false" && p.pipeline_parallel_size == 1) {
       Config c = base;
       c.parallel.fsdp_no_sync = "false";
-      add("Reduce-scatter every micro-batch (Accelerate sync_each_batch=True)",
-          "a reduce-scatter per micro-batch (in Fabric: no_backward_sync(enabled=False)) instead of one per step; "
-          "FSDP's no_sync() holds the whole model's unsharded gradients otherwise", c);
+      add("Sync gradients every micro-batch", "Accelerate's sync_each_batch=True (in Fabric, "
+          "no_backward_sync(enabled=False)): a reduce-scatter per micro-batch instead of one per step, where FSDP's "
+          "no_sync() holds the whole model's unsharded gradients", c);
     }
   }
   if (!base.hardware.expandable_segments) {
@@ -139,7 +139,8 @@ std::vector<Suggestion> suggest(const Config& base) {
     if (!r.ok) continue;
     s.peak_bytes = worst_peak(r, s.fits);
     s.saved_bytes = peak_now - s.peak_bytes;
-    if (s.saved_bytes > 0) out.push_back(std::move(s));
+    // A change that saves less than 16 MiB would read as 0.00 GiB: not worth a row.
+    if (s.saved_bytes >= (int64_t{16} << 20)) out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const Suggestion& a, const Suggestion& b) { return a.saved_bytes > b.saved_bytes; });
   return out;
