@@ -101,6 +101,12 @@ std::vector<Suggestion> suggest(const Config& base) {
     c.training.loss = "fused_linear";
     add("Fused linear cross-entropy (Liger)", "no full logits; about as fast", c);
   }
+  if (!t.compile && t.activation_checkpointing != "full") {
+    Config c = base;
+    c.training.compile = true;
+    add("torch.compile the layers", "compile time at start-up; Inductor recomputes the norms' fp32 copies and "
+        "SwiGLU's activation in backward instead of saving them (usually faster, not slower)", c);
+  }
   if (t.attention == "eager") {
     Config c = base;
     c.training.attention = "sdpa";
