@@ -29,6 +29,8 @@ std::vector<Suggestion> suggest(const Config& base) {
   auto add = [&](std::string change, std::string cost, Config c) { candidates.push_back({std::move(change), std::move(cost), std::move(c)}); };
   const auto& t = base.training;
   const auto& p = base.parallel;
+  const Sharding sharding = resolve(base).sharding;
+  const bool fsdp = sharding == Sharding::Fsdp1 || sharding == Sharding::Fsdp2;
 
   if (t.activation_checkpointing != "full") {
     Config c = base;
@@ -54,7 +56,7 @@ std::vector<Suggestion> suggest(const Config& base) {
   if (p.data_parallel_size > 1 && p.zero_stage >= 1 && p.offload_optimizer == "none") {
     Config c = base;
     c.parallel.offload_optimizer = "cpu";
-    if (resolve(base).sharding == Sharding::Fsdp1 || resolve(base).sharding == Sharding::Fsdp2) {
+    if (fsdp) {
       c.parallel.zero_stage = 3;
       c.parallel.offload_params = "cpu";  // FSDP's CPUOffload moves parameters and optimizer together
     }
@@ -117,14 +119,12 @@ std::vector<Suggestion> suggest(const Config& base) {
     c.training.activation_offload = true;
     add("CPU activation offloading", "PCIe traffic each step; slower unless overlapped", c);
   }
-  if (resolve(base).sharding == Sharding::Fsdp1 || resolve(base).sharding == Sharding::Fsdp2) {
-    if (t.gradient_accumulation_steps > 1 && p.fsdp_no_sync != "false" && p.pipeline_parallel_size == 1) {
-      Config c = base;
-      c.parallel.fsdp_no_sync = "false";
-      add("Sync gradients every micro-batch", "Accelerate's sync_each_batch=True (in Fabric, "
-          "no_backward_sync(enabled=False)): a reduce-scatter per micro-batch instead of one per step, where FSDP's "
-          "no_sync() holds the whole model's unsharded gradients", c);
-    }
+  if (fsdp && t.gradient_accumulation_steps > 1 && p.fsdp_no_sync != "false" && p.pipeline_parallel_size == 1) {
+    Config c = base;
+    c.parallel.fsdp_no_sync = "false";
+    add("Sync gradients every micro-batch", "Accelerate's sync_each_batch=True (in Fabric, "
+        "no_backward_sync(enabled=False)): a reduce-scatter per micro-batch instead of one per step, where FSDP's "
+        "no_sync() holds the whole model's unsharded gradients", c);
   }
   if (!base.hardware.expandable_segments) {
     Config c = base;

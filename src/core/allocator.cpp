@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <iterator>
+#include <vector>
 
 #include "checked.h"
 
@@ -15,6 +16,34 @@ constexpr int64_t kSmallBuffer = 2 * kMiB;
 constexpr int64_t kMinLargeAlloc = 10 * kMiB;
 constexpr int64_t kRoundLarge = 2 * kMiB;
 constexpr int64_t kLargeBuffer = 20 * kMiB;
+
+// A block slot for either allocator's list: a recycled one, reset, or a new one at the end.
+template <class B>
+int32_t take_slot(std::vector<B>& blocks, std::vector<int32_t>& spare) {
+  if (!spare.empty()) {
+    const int32_t b = spare.back();
+    spare.pop_back();
+    blocks[b] = B{};
+    return b;
+  }
+  blocks.push_back(B{});
+  return static_cast<int32_t>(blocks.size() - 1);
+}
+
+// Block b keeps its first `size` bytes; the fresh slot r takes the rest of its range and follows it in the
+// segment's list (Block::splitting in CUDACachingAllocator.cpp). The caller copies r's other fields and files it.
+template <class B>
+void split_block(std::vector<B>& blocks, int32_t b, int32_t r, int64_t size) {
+  B& blk = blocks[b];
+  B& rest = blocks[r];
+  rest.addr = blk.addr + size;
+  rest.size = blk.size - size;
+  rest.prev = b;
+  rest.next = blk.next;
+  if (blk.next != -1) blocks[blk.next].prev = r;
+  blk.next = r;
+  blk.size = size;
+}
 }  // namespace
 
 CachingAllocator::CachingAllocator(int64_t capacity_bytes) : capacity_(capacity_bytes) {}
@@ -30,16 +59,7 @@ int64_t CachingAllocator::allocation_size(int64_t rounded) {
   return round_up(rounded, kRoundLarge);
 }
 
-int32_t CachingAllocator::new_block() {
-  if (!spare_.empty()) {
-    int32_t b = spare_.back();
-    spare_.pop_back();
-    blocks_[b] = Block{};
-    return b;
-  }
-  blocks_.push_back(Block{});
-  return static_cast<int32_t>(blocks_.size() - 1);
-}
+int32_t CachingAllocator::new_block() { return take_slot(blocks_, spare_); }
 
 // The first entry not above c. Blocks come and go near one end or the other (new segments' at the front, reused
 // ones at the back), so the search gallops in from the end the middle entry points to, then bisects what is left:
@@ -241,18 +261,10 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
   const int64_t remaining = blocks_[b].size - size;
   const bool split = small ? remaining >= kMinBlockSize : remaining > kSmallSize;
   if (split) {
-    int32_t r = new_block();
-    Block& blk = blocks_[b];
-    Block& rest = blocks_[r];
-    rest.addr = blk.addr + size;
-    rest.size = remaining;
-    rest.small = blk.small;
-    rest.stream = blk.stream;
-    rest.prev = b;
-    rest.next = blk.next;
-    if (blk.next != -1) blocks_[blk.next].prev = r;
-    blk.next = r;
-    blk.size = size;
+    const int32_t r = new_block();
+    split_block(blocks_, b, r, size);
+    blocks_[r].small = blocks_[b].small;
+    blocks_[r].stream = blocks_[b].stream;
     insert_free(set, r);
   }
   Block& blk = blocks_[b];
@@ -301,21 +313,13 @@ namespace memsim {
 ExpandableSegmentsAllocator::ExpandableSegmentsAllocator(int64_t capacity_bytes, int64_t gpu_total_bytes)
     : capacity_(capacity_bytes) {
   const int64_t space = std::max<int64_t>(1, add(gpu_total_bytes, gpu_total_bytes / 8));
-  segment_bytes_large_ = round_up(space, kLargePage);
-  segment_bytes_small_ = round_up(space, kSmallPage);
-  for (int i = 0; i < 2 * CachingAllocator::kMaxStreams; ++i) pools_[i].page = i % 2 ? kSmallPage : kLargePage;
+  // Pages are kLargeBuffer for the large pool and kSmallBuffer for the small one (find_expandable_block).
+  segment_bytes_large_ = round_up(space, kLargeBuffer);
+  segment_bytes_small_ = round_up(space, kSmallBuffer);
+  for (int i = 0; i < 2 * CachingAllocator::kMaxStreams; ++i) pools_[i].page = i % 2 ? kSmallBuffer : kLargeBuffer;
 }
 
-int32_t ExpandableSegmentsAllocator::new_block() {
-  if (!spare_.empty()) {
-    const int32_t b = spare_.back();
-    spare_.pop_back();
-    blocks_[b] = Block{};
-    return b;
-  }
-  blocks_.push_back(Block{});
-  return static_cast<int32_t>(blocks_.size() - 1);
-}
+int32_t ExpandableSegmentsAllocator::new_block() { return take_slot(blocks_, spare_); }
 
 void ExpandableSegmentsAllocator::drop_block(int32_t b) { spare_.push_back(b); }
 
@@ -399,19 +403,11 @@ bool ExpandableSegmentsAllocator::map_block(int32_t b, int64_t size) {
   blocks_[b].mapped = true;
   if (mapped < blocks_[b].size) {  // to_map -> remaining (unmapped) -> to_map->next
     const int32_t r = new_block();
-    Block& blk = blocks_[b];
-    Block& rest = blocks_[r];
-    rest.addr = blk.addr + mapped;
-    rest.size = blk.size - mapped;
-    rest.mapped = false;
-    rest.segment = blk.segment;
-    rest.pool = blk.pool;
-    rest.prev = b;
-    rest.next = blk.next;
-    if (blk.next != -1) blocks_[blk.next].prev = r;
-    blk.next = r;
-    blk.size = mapped;
-    p.unmapped.insert({rest.addr, r});
+    split_block(blocks_, b, r, mapped);
+    blocks_[r].mapped = false;
+    blocks_[r].segment = blocks_[b].segment;
+    blocks_[r].pool = blocks_[b].pool;
+    p.unmapped.insert({blocks_[r].addr, r});
   }
   try_merge(b, blocks_[b].prev);
   try_merge(b, blocks_[b].next);
@@ -522,17 +518,9 @@ int32_t ExpandableSegmentsAllocator::malloc(int64_t requested_bytes, int stream)
   const int64_t remaining = blocks_[b].size - size;
   if (remaining >= kMinBlockSize) {
     const int32_t r = new_block();
-    Block& blk = blocks_[b];
-    Block& rest = blocks_[r];
-    rest.addr = blk.addr + size;
-    rest.size = remaining;
-    rest.segment = blk.segment;
-    rest.pool = blk.pool;
-    rest.prev = b;
-    rest.next = blk.next;
-    if (blk.next != -1) blocks_[blk.next].prev = r;
-    blk.next = r;
-    blk.size = size;
+    split_block(blocks_, b, r, size);
+    blocks_[r].segment = blocks_[b].segment;
+    blocks_[r].pool = blocks_[b].pool;
     p.free.insert(key(r));
   }
   Block& blk = blocks_[b];

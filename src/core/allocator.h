@@ -153,9 +153,6 @@ class ExpandableSegmentsAllocator {
   int64_t segment_count() const { return segments_; }   // live ExpandableSegments (address-space reservations)
   int64_t mapped_bytes(int stream, bool small) const;   // one (stream, pool)'s mapped pages
 
-  static constexpr int64_t kLargePage = 20 << 20;  // kLargeBuffer
-  static constexpr int64_t kSmallPage = 2 << 20;   // kSmallBuffer
-
  private:
   struct Block {
     int64_t addr = 0, size = 0, requested = 0;

@@ -12,19 +12,6 @@
 
 using namespace memsim;
 
-static int64_t live_activations_at_backward(const Config& c) {
-  Result r = simulate(c);
-  REQUIRE(r.ok);
-  return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
-}
-
-static int64_t per_layer(Config c) {
-  c.model.num_hidden_layers = 1;
-  const int64_t one = live_activations_at_backward(c);
-  c.model.num_hidden_layers = 2;
-  return live_activations_at_backward(c) - one;
-}
-
 static Config llama3_8b(int64_t b, int64_t s) { return single_gpu_config("llama-3-8b.json", b, s); }
 
 static double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
@@ -35,7 +22,7 @@ TEST_CASE("Llama-3-8B layer, bf16, SDPA with native GQA", "[activations]") {
   Config c = llama3_8b(b, s);
   c.training.attention = "sdpa";
   const int64_t expected = 16 * b * s * h + 4 * b * s * hq + 4 * b * s * hkv + 8 * b * s * f + 8 * b * s + 4 * a * b * s;
-  CHECK(per_layer(c) == expected);
+  CHECK(per_layer_activations(c) == expected);
   CHECK(mib(expected) == Approx(784.5).margin(0.05));
 }
 
@@ -47,14 +34,15 @@ TEST_CASE("q/k norms (Qwen3) add their saved set to the Llama layer", "[activati
   const int64_t b = 1, s = 4096, hq = 4096, hkv = 1024, a = 32, g = 8;
   Config c = llama3_8b(b, s);
   c.training.attention = "sdpa";
-  const int64_t plain = per_layer(c);
+  const int64_t plain = per_layer_activations(c);
   c.model.qk_norm = true;
-  CHECK(per_layer(c) - plain == 6 * b * s * hq + 4 * a * b * s + 6 * b * s * hkv + 4 * g * b * s);
+  CHECK(per_layer_activations(c) - plain == 6 * b * s * hq + 4 * a * b * s + 6 * b * s * hkv + 4 * g * b * s);
   // Frozen norms (LoRA) need no normed copy: 4bs*h_q + 4abs + 4bs*h_kv + 4gbs.
   c.peft.method = "lora";
   Config base = c;
   base.model.qk_norm = false;
-  CHECK(per_layer(c) - per_layer(base) == 4 * b * s * hq + 4 * a * b * s + 4 * b * s * hkv + 4 * g * b * s);
+  CHECK(per_layer_activations(c) - per_layer_activations(base) ==
+        4 * b * s * hq + 4 * a * b * s + 4 * b * s * hkv + 4 * g * b * s);
 }
 
 TEST_CASE("torch.compile: each norm keeps its input and rstd, and silu(gate) is recomputed", "[activations]") {
@@ -67,16 +55,16 @@ TEST_CASE("torch.compile: each norm keeps its input and rstd, and silu(gate) is 
   const int64_t b = 1, s = 4096, h = 4096, f = 14336;
   Config c = llama3_8b(b, s);
   c.training.attention = "sdpa";
-  const int64_t eager = per_layer(c);
+  const int64_t eager = per_layer_activations(c);
   c.training.compile = true;
-  CHECK(eager - per_layer(c) == 8 * b * s * h + 2 * b * s * f);
+  CHECK(eager - per_layer_activations(c) == 8 * b * s * h + 2 * b * s * f);
   // The torchtune row's shape: Llama 3.2 3B at 2 x 4096 tokens, torchtune's eager norm (cast back before the scale).
   Config t = single_gpu_config("llama-3.2-3b.json", 2, 4096);
   t.training.framework = "torchtune";
   t.training.attention = "sdpa";
-  const int64_t t_eager = per_layer(t);
+  const int64_t t_eager = per_layer_activations(t);
   t.training.compile = true;
-  const int64_t saved = t_eager - per_layer(t);
+  const int64_t saved = t_eager - per_layer_activations(t);
   CHECK(saved == 8 * 2 * 4096 * 3072LL + 2 * 2 * 4096 * 8192LL);
   CHECK(mib(saved) * 28 / 1024 == Approx(8.75).margin(0.005));  // GiB over 28 layers; the README row drops 9.0
 }
@@ -92,22 +80,22 @@ TEST_CASE("old bitsandbytes keeps every 4-bit linear's input (peft.bnb_saves_inp
   c.peft.method = "lora";
   c.peft.adapter_dtype = "bf16";
   c.peft.base_quantization = "nf4";
-  const int64_t modern = per_layer(c);
+  const int64_t modern = per_layer_activations(c);
   c.peft.bnb_saves_input = true;
-  CHECK(per_layer(c) - modern == 2 * b * s * (h + f));
+  CHECK(per_layer_activations(c) - modern == 2 * b * s * (h + f));
 }
 
 TEST_CASE("Llama-3-8B layer, bf16, repeat_kv (torchtune, litgpt, older HF)", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.attention = "sdpa_repeat_kv";
-  CHECK(mib(per_layer(c)) == Approx(832.5).margin(0.05));
+  CHECK(mib(per_layer_activations(c)) == Approx(832.5).margin(0.05));
 }
 
 TEST_CASE("Llama-3-8B layer, bf16, eager attention keeps the s^2 softmax", "[activations]") {
   // 16bsh + 8bs*h_q + 8bsf + 8bs + 6*a*s^2*b: 3904.0 MiB
   Config c = llama3_8b(1, 4096);
   c.training.attention = "eager";
-  CHECK(mib(per_layer(c)) == Approx(3904.0).margin(0.05));
+  CHECK(mib(per_layer_activations(c)) == Approx(3904.0).margin(0.05));
 }
 
 TEST_CASE("Llama-3-8B layer, autocast over fp32 weights", "[activations]") {
@@ -115,14 +103,14 @@ TEST_CASE("Llama-3-8B layer, autocast over fp32 weights", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.precision = "amp_bf16";
   c.training.attention = "sdpa";
-  CHECK(mib(per_layer(c)) == Approx(944.5).margin(0.05));
+  CHECK(mib(per_layer_activations(c)) == Approx(944.5).margin(0.05));
 }
 
 TEST_CASE("Llama-2-7B layer (MHA), fp32", "[activations]") {
   // 24bsh + 8bs*h_q + 8bs*h_kv + 16bsf + 8bs + 4ab*s32 (b=4, s=2048): 2657.1 MiB
   Config c = single_gpu_config("llama-2-7b.json", 4, 2048);
   c.training.precision = "fp32";
-  CHECK(mib(per_layer(c)) == Approx(2657.1).margin(0.05));
+  CHECK(mib(per_layer_activations(c)) == Approx(2657.1).margin(0.05));
 }
 
 static Config bert_large(const char* precision) {
@@ -136,10 +124,10 @@ TEST_CASE("BERT-large post-LN layer with dropout, fp32 and fp16 autocast", "[act
   // fp32: 66bsh + 9as^2b + 16bs (Korthikanti et al. 2022 sec. 4.1, 34sbh + 5as^2b in 2-byte units, plus the
   // fp32 LayerNorm statistics); b=4, s=512: 276.0 MiB. fp16 autocast: 42bsh + 7as^2b + 16bs = 196.0 MiB.
   const int64_t b = 4, s = 512, h = 1024, a = 16;
-  CHECK(per_layer(bert_large("fp32")) == 66 * b * s * h + 9 * a * s * s * b + 16 * b * s);
-  CHECK(per_layer(bert_large("amp_fp16")) == 42 * b * s * h + 7 * a * s * s * b + 16 * b * s);
-  CHECK(mib(per_layer(bert_large("fp32"))) == Approx(276.0).margin(0.1));
-  CHECK(mib(per_layer(bert_large("amp_fp16"))) == Approx(196.0).margin(0.1));
+  CHECK(per_layer_activations(bert_large("fp32")) == 66 * b * s * h + 9 * a * s * s * b + 16 * b * s);
+  CHECK(per_layer_activations(bert_large("amp_fp16")) == 42 * b * s * h + 7 * a * s * s * b + 16 * b * s);
+  CHECK(mib(per_layer_activations(bert_large("fp32"))) == Approx(276.0).margin(0.1));
+  CHECK(mib(per_layer_activations(bert_large("amp_fp16"))) == Approx(196.0).margin(0.1));
 }
 
 TEST_CASE("Mixtral MoE layer: router, gathered tokens, expert MLPs and outputs", "[activations][moe]") {
@@ -149,10 +137,10 @@ TEST_CASE("Mixtral MoE layer: router, gathered tokens, expert MLPs and outputs",
   const int64_t norm2 = 8 * T * h + 4 * T;
   const int64_t router = 4 * T * E + 12 * T * k;               // fp32 softmax, top-k weights and indices
   const int64_t experts = 2 * N * h + 4 * 2 * N * f + 2 * N * h;  // gathered in, gate/up/act/prod, out
-  CHECK(per_layer(c) == attention + norm2 + router + experts);
+  CHECK(per_layer_activations(c) == attention + norm2 + router + experts);
   c.model.moe_capacity_factor = 1.25;  // each expert buffers ceil(1.25 * k * T / E) tokens
   const int64_t n_cap = E * ((5 * k * T + 4 * E - 1) / (4 * E));
-  CHECK(per_layer(c) == attention + norm2 + router + (2 * n_cap * h + 8 * n_cap * f + 2 * n_cap * h));
+  CHECK(per_layer_activations(c) == attention + norm2 + router + (2 * n_cap * h + 8 * n_cap * f + 2 * n_cap * h));
 }
 
 TEST_CASE("tensor parallel splits attention and MLP activations; sequence parallel also the norms", "[activations][tp]") {
@@ -164,17 +152,17 @@ TEST_CASE("tensor parallel splits attention and MLP activations; sequence parall
   c.parallel.tensor_parallel_size = t;
   const int64_t inside = (4 * b * s * hq + 4 * b * s * hkv + 8 * b * s * f + 4 * a * b * s) / t;
   const int64_t norms = 16 * b * s * h + 8 * b * s;
-  CHECK(per_layer(c) == norms + inside);
+  CHECK(per_layer_activations(c) == norms + inside);
   c.parallel.sequence_parallel = true;
-  CHECK(per_layer(c) == norms / t + inside);
+  CHECK(per_layer_activations(c) == norms / t + inside);
 }
 
 TEST_CASE("full checkpointing keeps one residual per layer", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.activation_checkpointing = "full";
-  CHECK(per_layer(c) == 2 * 1 * 4096 * 4096);  // the bf16 layer input, 2bsh
+  CHECK(per_layer_activations(c) == 2 * 1 * 4096 * 4096);  // the bf16 layer input, 2bsh
   c.training.precision = "amp_bf16";
-  CHECK(per_layer(c) == 4 * 1 * 4096 * 4096);  // fp32 residual under autocast, 4bsh
+  CHECK(per_layer_activations(c) == 4 * 1 * 4096 * 4096);  // fp32 residual under autocast, 4bsh
 }
 
 TEST_CASE("a checkpointed layer's no_grad forward frees each intermediate after its last reader", "[activations]") {

@@ -115,10 +115,7 @@ TEST_CASE("DTensor sequence parallel: the column-parallel linears save the all-g
   c.parallel.sequence_parallel = true;
   auto per_layer = [&](const std::string& framework) {
     c.training.framework = framework;
-    c.model.num_hidden_layers = 1;
-    const int64_t one = live_before(simulate(c).devices[0], "backward", Component::Activations);
-    c.model.num_hidden_layers = 2;
-    return live_before(simulate(c).devices[0], "backward", Component::Activations) - one;
+    return per_layer_activations(c);
   };
   CHECK(per_layer("torchtitan") - per_layer("torchtune") == 2 * 2 * (s - s / t) * h);
 }

@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/serialize.h"
+#include "core/simulate.h"
 #include "core/step.h"
 
 inline std::string read_file(const std::string& path) {
@@ -29,6 +30,18 @@ inline int64_t live_bytes_before_phase(const memsim::StepProgram& p, const std::
     if (p.events[i].component == c)
       live += (p.events[i].op == memsim::Event::Op::Alloc ? 1 : -1) * p.tensors[p.events[i].tensor].bytes;
   return live;
+}
+
+// One layer's saved set: the activations live at the start of backward with two layers minus with one.
+inline int64_t per_layer_activations(memsim::Config c) {
+  auto at_backward = [&](int64_t layers) {
+    c.model.num_hidden_layers = layers;
+    memsim::Result r = memsim::simulate(c);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "backward", memsim::Component::Activations);
+  };
+  const int64_t one = at_backward(1);
+  return at_backward(2) - one;
 }
 
 // A model from tests/data/hf/<file> on one GPU with the HF Trainer, pure bf16, SDPA and no checkpointing: the
