@@ -13,7 +13,8 @@ out="$here/build/fuzz"
 mkdir -p "$out/obj" "$out/crashes"
 CXX="${MEMSIM_FUZZ_CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || CXX=clang++
-flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I"$here/src")
+# MEMSIM_THREADS as in the native build, so that the sanitizers also see pipeline stages simulated on threads.
+flags=(-std=c++20 -O1 -g -pthread -DMEMSIM_THREADS=1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I"$here/src")
 core=(activations allocator encoder_decoder format frameworks model serialize simulate step tables train_step validate)
 objs=()
 for f in "${core[@]}"; do

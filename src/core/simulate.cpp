@@ -1,7 +1,13 @@
 #include "simulate.h"
 
+#include <atomic>
+#include <exception>
 #include <string>
 #include <vector>
+#if MEMSIM_THREADS
+#include <system_error>
+#include <thread>
+#endif
 
 #include "allocator.h"
 #include "checked.h"
@@ -116,6 +122,99 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
   }
 }
 
+// Runs f(0), ..., f(n - 1), spread over the machine's cores where the build has threads (MEMSIM_THREADS: the
+// native builds; the web page's wasm is built without them). Each index's exception is kept, and the first by
+// index is rethrown after all have run, so that the outcome does not depend on the threads' timing.
+template <class F>
+void for_each_index(size_t n, F&& f) {
+  std::vector<std::exception_ptr> errors(n);
+  auto run = [&](size_t i) {
+    try {
+      f(i);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  size_t workers = 1;
+#if MEMSIM_THREADS
+  workers = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  if (workers > 1) {
+    std::atomic<size_t> next{0};
+    auto loop = [&] {
+      for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) run(i);
+    };
+    std::vector<std::thread> threads;
+    try {
+      for (size_t w = 1; w < workers; ++w) threads.emplace_back(loop);
+    } catch (const std::system_error&) {  // no more threads to be had: the ones started and this one do the rest
+    }
+    loop();
+    for (auto& t : threads) t.join();
+  }
+#endif
+  if (workers <= 1)
+    for (size_t i = 0; i < n; ++i) run(i);
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// One pipeline stage's device: its step program and the replay. Stages share nothing but the (read-only) config
+// and model shape, so they can run on different threads.
+DeviceResult simulate_device(const StepContext& ctx, std::string role) {
+  const Config& config = ctx.config;
+  const GpuSpec* gpu = ctx.gpu;
+  const auto& par = config.parallel;
+  DeviceResult d;
+  d.role = std::move(role);
+  d.device_count = mul(mul(par.data_parallel_size, par.tensor_parallel_size), par.context_parallel_size);
+  d.model_states = model_state_bytes(ctx);
+  const HostStates hs = host_state_bytes(ctx);
+  d.host_bytes = hs.host_bytes;
+  d.nvme_bytes = hs.nvme_bytes;
+  d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
+  d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
+  d.breakdown.cuda_context_bytes =
+      config.hardware.cuda_context_bytes > 0        ? config.hardware.cuda_context_bytes
+      : cuda_context_bytes(gpu ? gpu->compute_capability : 0, config.hardware.cuda_module_loading == "eager");
+  d.breakdown.nccl_bytes = nccl_bytes(config);
+  d.program = build_train_step(ctx);
+  // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds
+  // the GPU but its allocated peak does not can the allocator's cache release decide between fitting and an
+  // OOM, so only then is the step replayed again against the real capacity. Where even the allocated peak
+  // exceeds the GPU, the step runs out of memory at the first event past the capacity.
+  const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
+  const bool expandable = config.hardware.expandable_segments;
+  // (The unlimited replay gives expandable segments an address space as unlimited as its memory, so that a
+  // tensor larger than the GPU still shows the step's whole allocated peak; the limited one uses the GPU's.)
+  replay(d.program, d, int64_t{1} << 62, expandable, int64_t{1} << 58);
+  if (d.peak.allocated_bytes > capacity) {
+    d.oom = true;
+    for (uint32_t i = 0; i < d.timeline.size(); ++i)
+      if (d.timeline[i].allocated_bytes > capacity) {
+        d.oom_event = i;
+        break;
+      }
+  } else if (d.peak.reserved_bytes > capacity) {
+    DeviceResult limited;
+    replay(d.program, limited, capacity, expandable, d.capacity_bytes);
+    if (limited.oom) {
+      d.oom = true;
+      d.oom_event = limited.peak_event;
+    } else {  // the cache release kept it within the GPU: the limited replay is what happens
+      d.timeline = std::move(limited.timeline);
+      d.peak = limited.peak;
+      d.breakdown.allocator = limited.breakdown.allocator;
+      d.peak_event = limited.peak_event;
+      d.peak_label = limited.peak_label;
+      d.peak_phase = limited.peak_phase;
+    }
+  }
+  d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
+  d.peak.device_bytes = add(add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes), d.breakdown.nccl_bytes);
+  d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
+  return d;
+}
+
 }  // namespace
 
 int64_t cuda_context_bytes(int compute_capability, bool eager) {
@@ -166,6 +265,8 @@ Result simulate(const Config& config) {
         counts[static_cast<size_t>(st)] = n;
       }
     }
+    std::vector<StepContext> contexts;
+    std::vector<std::string> roles;
     int64_t next_layer = 0;
     for (int64_t stage = 0; stage < stages; ++stage) {
       const int64_t count = counts[static_cast<size_t>(stage)];
@@ -177,8 +278,6 @@ Result simulate(const Config& config) {
       ctx.has_pre = stage == 0;
       ctx.has_post = stage == stages - 1;
       next_layer += count;
-
-      DeviceResult d;
       std::string layers = std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1);
       if (interleaved) {
         layers.clear();
@@ -187,58 +286,14 @@ Result simulate(const Config& config) {
           layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(end - 1);
         }
       }
-      d.role = stages == 1 ? "every GPU"
-                           : "pipeline stage " + std::to_string(stage + 1) + " of " + std::to_string(stages) +
-                                 " (layers " + layers + (ctx.has_pre ? ", embeddings" : "") +
-                                 (ctx.has_post ? ", head and loss" : "") + ")";
-      d.device_count = mul(mul(par.data_parallel_size, par.tensor_parallel_size), par.context_parallel_size);
-      d.model_states = model_state_bytes(ctx);
-      const HostStates hs = host_state_bytes(ctx);
-      d.host_bytes = hs.host_bytes;
-      d.nvme_bytes = hs.nvme_bytes;
-      d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
-      d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
-      d.breakdown.cuda_context_bytes =
-          config.hardware.cuda_context_bytes > 0        ? config.hardware.cuda_context_bytes
-          : cuda_context_bytes(gpu ? gpu->compute_capability : 0, config.hardware.cuda_module_loading == "eager");
-      d.breakdown.nccl_bytes = nccl_bytes(config);
-      d.program = build_train_step(ctx);
-      // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds
-      // the GPU but its allocated peak does not can the allocator's cache release decide between fitting and an
-      // OOM, so only then is the step replayed again against the real capacity. Where even the allocated peak
-      // exceeds the GPU, the step runs out of memory at the first event past the capacity.
-      const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
-      const bool expandable = config.hardware.expandable_segments;
-      // (The unlimited replay gives expandable segments an address space as unlimited as its memory, so that a
-      // tensor larger than the GPU still shows the step's whole allocated peak; the limited one uses the GPU's.)
-      replay(d.program, d, int64_t{1} << 62, expandable, int64_t{1} << 58);
-      if (d.peak.allocated_bytes > capacity) {
-        d.oom = true;
-        for (uint32_t i = 0; i < d.timeline.size(); ++i)
-          if (d.timeline[i].allocated_bytes > capacity) {
-            d.oom_event = i;
-            break;
-          }
-      } else if (d.peak.reserved_bytes > capacity) {
-        DeviceResult limited;
-        replay(d.program, limited, capacity, expandable, d.capacity_bytes);
-        if (limited.oom) {
-          d.oom = true;
-          d.oom_event = limited.peak_event;
-        } else {  // the cache release kept it within the GPU: the limited replay is what happens
-          d.timeline = std::move(limited.timeline);
-          d.peak = limited.peak;
-          d.breakdown.allocator = limited.breakdown.allocator;
-          d.peak_event = limited.peak_event;
-          d.peak_label = limited.peak_label;
-          d.peak_phase = limited.peak_phase;
-        }
-      }
-      d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
-      d.peak.device_bytes = add(add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes), d.breakdown.nccl_bytes);
-      d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
-      r.devices.push_back(std::move(d));
+      roles.push_back(stages == 1 ? "every GPU"
+                                  : "pipeline stage " + std::to_string(stage + 1) + " of " + std::to_string(stages) +
+                                        " (layers " + layers + (ctx.has_pre ? ", embeddings" : "") +
+                                        (ctx.has_post ? ", head and loss" : "") + ")");
+      contexts.push_back(ctx);
     }
+    r.devices.resize(contexts.size());
+    for_each_index(contexts.size(), [&](size_t i) { r.devices[i] = simulate_device(contexts[i], std::move(roles[i])); });
     r.model_states = r.devices.front().model_states;
     // Host RAM per node under offload: every GPU of a node keeps its offloaded states there. Nodes hold
     // consecutive ranks; with pipeline stages on different nodes the largest stage sets the need.
