@@ -88,11 +88,14 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
   uint32_t sc = tmp(mul(e, s2), L_.scores, layer);
   uint32_t scaled = tmp(mul(e, s2), L_.scores, layer);
   drop(sc);
-  uint32_t masked = tmp(mul(sm_bytes, s2), L_.scores, layer);
+  // torch <= 1.10's softmax kept its input for backward as well (training.softmax_saves_input).
+  const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
+  uint32_t masked = keep_input ? act(mul(sm_bytes, s2), L_.softmax_in, layer) : tmp(mul(sm_bytes, s2), L_.scores, layer);
   drop(scaled);
   uint32_t sm = keep_s2 ? act(mul(sm_bytes, s2), L_.softmax, layer) : tmp(mul(sm_bytes, s2), L_.softmax, layer);
   s2_saved.push_back(sm);
-  drop(masked);
+  if (keep_input) s2_saved.push_back(masked);
+  else drop(masked);
   auto s2_alloc = [&](int64_t bytes, uint32_t label) { return keep_s2 ? act(bytes, label, layer) : tmp(bytes, label, layer); };
   uint32_t probs = sm;
   if (m.attention_dropout > 0) {
@@ -547,11 +550,18 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
         s2_tensors.push_back(t);
         return t;
       };
-      uint32_t scores = tmp(mul(e, s2), L_.scores, layer);
-      uint32_t conv = e < 4 ? tmp(mul(4, s2), L_.attn_tmp, layer) : UINT32_MAX;
+      // softmax(x, dtype=fp32) is _softmax(x.to(fp32)); torch <= 1.10 kept that input for backward too.
+      const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
+      uint32_t scores = keep_input && e == 4 ? act(mul(e, s2), L_.softmax_in, layer) : tmp(mul(e, s2), L_.scores, layer);
+      uint32_t conv = e < 4 ? (keep_input ? act(mul(4, s2), L_.softmax_in, layer) : tmp(mul(4, s2), L_.attn_tmp, layer)) : UINT32_MAX;
       s2_alloc(mul(4, s2), L_.softmax);
-      if (conv != UINT32_MAX) drop(conv);
-      drop(scores);
+      if (keep_input) {
+        s2_tensors.push_back(conv != UINT32_MAX ? conv : scores);
+        if (conv != UINT32_MAX) drop(scores);
+      } else {
+        if (conv != UINT32_MAX) drop(conv);
+        drop(scores);
+      }
       uint32_t probs = e < 4 ? s2_alloc(mul(e, s2), L_.probs) : UINT32_MAX;
       if (m.attention_dropout > 0) {
         s2_alloc(s2, L_.attn_mask);

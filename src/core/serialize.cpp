@@ -93,6 +93,7 @@ void visit_fields(Config& c, V& v) {
   v.boolean("training.optimizer_in_backward", t.optimizer_in_backward);
   v.boolean("training.compile", t.compile);
   v.boolean("training.zero_grad_set_to_none", t.zero_grad_set_to_none);
+  v.boolean("training.softmax_saves_input", t.softmax_saves_input);
 
   auto& p = c.peft;
   v.str("peft.method", p.method);

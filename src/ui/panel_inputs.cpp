@@ -228,6 +228,12 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                            "Inductor recomputes the cheap pointwise ops in backward: a compiled layer's norms keep "
                            "only their input and rstd, and SwiGLU does not keep silu(gate). torchtune's chunked loss "
                            "compiles too.");
+    changed |= check_input("zero_grad(set_to_none)", "training.zero_grad_set_to_none", t.zero_grad_set_to_none,
+                           "torch >= 2.0's default: the gradients are freed after each step. Off: torch 1.x zeroed "
+                           "them in place, so they stay allocated through the next forward.");
+    changed |= check_input("softmax keeps its input (torch <= 1.10)", "training.softmax_saves_input", t.softmax_saves_input,
+                           "Before torch 1.11 (PR #66018) softmax and log_softmax saved their input as well as their "
+                           "output: eager attention kept one more heads x seq^2 tensor per layer.");
     changed |= check_input("CPU activation offload", "training.activation_offload", t.activation_offload,
                            "Saved activations move to host memory after the next layer's forward and come back for "
                            "backward: about one layer stays on the GPU.");

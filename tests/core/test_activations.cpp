@@ -130,6 +130,26 @@ TEST_CASE("BERT-large post-LN layer with dropout, fp32 and fp16 autocast", "[act
   CHECK(mib(per_layer_activations(bert_large("amp_fp16"))) == Approx(196.0).margin(0.1));
 }
 
+TEST_CASE("torch <= 1.10 softmax also keeps its input: one more heads x seq^2 tensor per layer", "[activations]") {
+  // _softmax saved self until pytorch PR #66018 (torch 1.11). In BERT the input is scores / sqrt(d) + mask: fp32,
+  // and fp32 under autocast as well, because the fp32 extended mask promotes the fp16 scores (4as^2b bytes).
+  const int64_t b = 4, s = 512, a = 16;
+  for (const char* precision : {"fp32", "amp_fp16"}) {
+    Config old = bert_large(precision);
+    old.training.softmax_saves_input = true;
+    CHECK(per_layer_activations(old) - per_layer_activations(bert_large(precision)) == 4 * a * s * s * b);
+  }
+  // A decoder's eager softmax(x, dtype=fp32) is _softmax(x.to(fp32)): the fp32 copy of the bf16 scores is kept.
+  Config llama = single_gpu_config("llama-2-7b.json", 1, 2048);
+  llama.training.attention = "eager";
+  Config old = llama;
+  old.training.softmax_saves_input = true;
+  CHECK(per_layer_activations(old) - per_layer_activations(llama) == 4 * 32 * 2048 * 2048);
+  // Under full checkpointing nothing inside the layer is saved, the softmax input included.
+  llama.training.activation_checkpointing = old.training.activation_checkpointing = "full";
+  CHECK(per_layer_activations(old) == per_layer_activations(llama));
+}
+
 TEST_CASE("Mixtral MoE layer: router, gathered tokens, expert MLPs and outputs", "[activations][moe]") {
   Config c = single_gpu_config("mixtral-8x7b.json", 1, 4096);
   const int64_t T = 4096, h = 4096, hq = 4096, hkv = 1024, a = 32, E = 8, k = 2, f = 14336, N = k * T;

@@ -47,6 +47,7 @@ MEMSIM_DEFAULTS = {
         "optimizer_in_backward": False,
         "compile": False,
         "zero_grad_set_to_none": True,
+        "softmax_saves_input": False,
     },
     "peft": {
         "method": "none",
@@ -653,7 +654,10 @@ def translate(item, steps=DEFAULT_STEPS):
     if t["compile"]:
         errors.append(("training.compile", "true: the harness runs eager PyTorch and does not torch.compile the model "
                        "(memsim models compile's saved set; tools/calibrate/probes/compile_saved.py measures it)"))
-    for k in ("activation_offload", "compile", "optimizer_in_backward", "zero_grad_set_to_none"):
+    if t["softmax_saves_input"] is True:
+        errors.append(("training.softmax_saves_input", "true: that is torch <= 1.10's softmax; the harness runs the "
+                       "installed torch, whose softmax keeps only its output"))
+    for k in ("activation_offload", "compile", "optimizer_in_backward", "zero_grad_set_to_none", "softmax_saves_input"):
         if not isinstance(t[k], bool):
             errors.append((f"training.{k}", f"must be true or false; got {t[k]!r}"))
 
