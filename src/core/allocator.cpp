@@ -63,31 +63,42 @@ int32_t CachingAllocator::new_block() { return take_slot(blocks_, spare_); }
 
 // The first entry not above c. Blocks come and go near one end or the other (new segments' at the front, reused
 // ones at the back), so the search gallops in from the end the middle entry points to, then bisects what is left:
-// a few steps where a bisection of a pipeline stage's thousands of cached blocks took a dozen.
+// a few steps where a bisection of a pipeline stage's thousands of cached blocks took a dozen. A pipeline stage also
+// frees a micro-batch's activations one after another, each cached just after the one before, in the middle of
+// such a list: there the search gallops out from where the last insert went.
 size_t CachingAllocator::CachedList::position(const Cached& c) const {
   const Cached* list = begin();
   const size_t n = size();
   if (n == 0) return 0;
-  // The answer lies in [a, b]: every entry before a is above c, and b is n or an entry not above it.
+  const bool from_hint = n >= kHintMin && hint_ < n;
+  const size_t h = from_hint ? hint_ : n / 2;
+  // The answer lies in [a, b]: every entry before a is above c, and b is n or an entry not above it. Gallop
+  // upwards from a or downwards from b until the step crosses the answer.
   size_t a, b;
-  if (list[n / 2] > c) {
-    a = n / 2 + 1, b = n;
-    for (size_t step = 1; b - step >= a; step *= 2) {
-      if (list[b - step] > c) {
-        a = b - step + 1;
-        break;
-      }
-      b -= step;
-    }
-  } else {
-    a = 0, b = n / 2;
+  auto up = [&] {
     for (size_t step = 1; a + step - 1 < b; step *= 2) {
       if (!(list[a + step - 1] > c)) {
         b = a + step - 1;
-        break;
+        return;
       }
       a += step;
     }
+  };
+  auto down = [&] {
+    for (size_t step = 1; b >= a + step; step *= 2) {
+      if (list[b - step] > c) {
+        a = b - step + 1;
+        return;
+      }
+      b -= step;
+    }
+  };
+  if (list[h] > c) {
+    a = h + 1, b = n;
+    from_hint ? up() : down();
+  } else {
+    a = 0, b = h;
+    from_hint ? down() : up();
   }
   while (a < b) {
     const size_t mid = a + (b - a) / 2;
@@ -97,14 +108,9 @@ size_t CachingAllocator::CachedList::position(const Cached& c) const {
   return a;
 }
 
-void CachingAllocator::CachedList::insert(const Cached& c) {
-  // Most blocks come in as their class's new smallest (a split's remainder, a block freed in the segment that is
-  // reused first): no search, no move.
-  if (empty() || back() > c) {
-    buf_.push_back(c);
-    return;
-  }
+void CachingAllocator::CachedList::insert_inside(const Cached& c) {
   const size_t p = front() > c ? position(c) : 0, n = size();  // blocks of new segments come in at the front
+  hint_ = p + 1;
   if (p >= n / 2) {  // the back half moves up one
     buf_.insert(buf_.begin() + static_cast<std::ptrdiff_t>(head_ + p), c);
     return;
@@ -121,8 +127,7 @@ void CachingAllocator::CachedList::insert(const Cached& c) {
   buf_[head_ + p] = c;
 }
 
-void CachingAllocator::CachedList::erase(const Cached& c) {
-  if (back().block == c.block) return pop_back();  // often the block a split just left there
+void CachingAllocator::CachedList::erase_inside(const Cached& c) {
   const size_t p = position(c), n = size();
   if (p >= n / 2) {
     buf_.erase(buf_.begin() + static_cast<std::ptrdiff_t>(head_ + p));
@@ -197,28 +202,27 @@ void CachingAllocator::erase_free(FreeSet& set, int32_t b) {
   --set.count;
 }
 
-int32_t CachingAllocator::take_best_fit(FreeSet& set, int64_t size) {
+int32_t CachingAllocator::best_fit_class(FreeSet& set, int64_t size) {
   size_t rank = rank_of_size(set, size);
   if (set.bounds[rank] != size) rank = static_cast<size_t>(add_bound(set, size, rank + 1));
-  size_t found = rank;
   // Usually the request's own class has a block: a branch the CPU predicts, so that it reads the class without
   // waiting for the bit scan.
-  if (!(set.nonempty[rank / 64] >> (rank % 64) & 1)) {
-    size_t w = rank / 64;
-    uint64_t word = set.nonempty[w] & (~uint64_t{0} << (rank % 64));
-    while (word == 0) {
-      if (++w == set.nonempty.size()) return -1;
-      word = set.nonempty[w];
-    }
-    found = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
+  if (set.nonempty[rank / 64] >> (rank % 64) & 1) return static_cast<int32_t>(rank);
+  size_t w = rank / 64;
+  uint64_t word = set.nonempty[w] & (~uint64_t{0} << (rank % 64));
+  while (word == 0) {
+    if (++w == set.nonempty.size()) return -1;
+    word = set.nonempty[w];
   }
-  CachedList& list = set.classes[found];
-  const int32_t b = list.back().block;  // the smallest, lowest-address block of the class
+  return static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
+}
+
+void CachingAllocator::pop_best_fit(FreeSet& set, int32_t rank) {
+  CachedList& list = set.classes[static_cast<size_t>(rank)];
+  blocks_[list.back().block].cls = -1;
   list.pop_back();
-  if (list.empty()) set.nonempty[found / 64] &= ~(uint64_t{1} << (found % 64));
-  blocks_[b].cls = -1;
+  if (list.empty()) set.nonempty[static_cast<size_t>(rank) / 64] &= ~(uint64_t{1} << (rank % 64));
   --set.count;
-  return b;
 }
 
 // release_cached_blocks: every cached segment that is entirely free goes back to the driver.
@@ -228,7 +232,8 @@ void CachingAllocator::release_cached_segments() {
     std::vector<int32_t> whole;
     for (const auto& list : set->classes)
       for (const Cached& c : list)
-        if (blocks_[c.block].prev == -1 && blocks_[c.block].next == -1) whole.push_back(c.block);
+        if (blocks_[c.block].prev == -1 && blocks_[c.block].next == -1)
+          whole.push_back(static_cast<int32_t>(c.block));
     for (int32_t b : whole) {
       erase_free(*set, b);
       reserved_ -= blocks_[b].size;
@@ -243,7 +248,9 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
   const bool small = size <= kSmallSize;
   stream = std::clamp(stream, 0, kMaxStreams - 1);
   FreeSet& set = pool(stream, small);
-  int32_t b = take_best_fit(set, size);
+  const int32_t found = best_fit_class(set, size);  // -1: no cached block fits
+  // The best fit, the smallest, lowest-address block of that class, stays in its list until the split is known.
+  int32_t b = found >= 0 ? static_cast<int32_t>(set.classes[static_cast<size_t>(found)].back().block) : -1;
   if (b < 0) {
     const int64_t seg = allocation_size(size);
     if (reserved_ + seg > capacity_) release_cached_segments();
@@ -260,12 +267,22 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
   // should_split: the small pool splits on any remainder >= 512 B; the large pool only if > 1 MiB remains.
   const int64_t remaining = blocks_[b].size - size;
   const bool split = small ? remaining >= kMinBlockSize : remaining > kSmallSize;
+  // The remainder is smaller than every other block of b's class; if it is still large enough for the class, it
+  // takes b's place at the back of its list, with no search and no move.
+  const bool in_place = found >= 0 && split && remaining >= set.bounds[static_cast<size_t>(found)];
+  if (found >= 0 && !in_place) pop_best_fit(set, found);
   if (split) {
     const int32_t r = new_block();
     split_block(blocks_, b, r, size);
     blocks_[r].small = blocks_[b].small;
     blocks_[r].stream = blocks_[b].stream;
-    insert_free(set, r);
+    if (in_place) {
+      set.classes[static_cast<size_t>(found)].replace_back(Cached{remaining, blocks_[r].addr, r});
+      blocks_[r].cls = found;
+      blocks_[b].cls = -1;
+    } else {
+      insert_free(set, r);
+    }
   }
   Block& blk = blocks_[b];
   blk.allocated = true;

@@ -62,7 +62,10 @@ class CachingAllocator {
   // first adds its bound, splitting the class it falls in.
   struct Cached {  // one cached block in its class's list, with the sort key beside its index
     int64_t size = 0, addr = 0;
-    int32_t block = -1;
+    // 8 bytes, as wide as the copy of an entry reads it: with an int32_t, the copy read the index and its 4 bytes of
+    // padding as one 8-byte load, which the CPU cannot forward from the 4-byte store that had just made the entry
+    // (perf put insert_free's samples there; the measured gain was within noise).
+    int64_t block = -1;
     bool operator>(const Cached& o) const { return size != o.size ? size > o.size : addr > o.addr; }
   };
   // One class's list. Best fits leave from the back (lowest address), and blocks freed in segments made later
@@ -78,14 +81,27 @@ class CachingAllocator {
     const Cached& back() const { return buf_.back(); }
     void pop_back();
     void push_back(const Cached& c) { buf_.push_back(c); }
+    void replace_back(const Cached& c) { buf_.back() = c; }  // c must not be above the entry before
     void drop_front(size_t n);
     size_t position(const Cached& c) const;  // index of the first entry not above c
-    void insert(const Cached& c);
-    void erase(const Cached& c);
+    // Most blocks come in as their class's new smallest (a split's remainder, a block freed in the segment that is
+    // reused first): no search, no move. Inline, so that such an entry goes from registers into the list.
+    void insert(const Cached& c) {
+      if (empty() || back() > c) return buf_.push_back(c);
+      insert_inside(c);
+    }
+    void erase(const Cached& c) {
+      if (back().block == c.block) return pop_back();  // often the block a split just left there
+      erase_inside(c);
+    }
 
    private:
+    void insert_inside(const Cached& c);
+    void erase_inside(const Cached& c);
     std::vector<Cached> buf_;
     size_t head_ = 0;  // entries are buf_[head_, size)
+    size_t hint_ = 0;  // just after the entry the last insert placed
+    static constexpr size_t kHintMin = 64;  // a list this long searches from hint_
   };
   struct FreeSet {
     std::vector<int64_t> bounds{0};      // ascending lower bounds of the classes; 0 takes the rest
@@ -111,7 +127,9 @@ class CachingAllocator {
   // every read of the pool and made whole replays 15-25% slower.
   void insert_free(FreeSet& set, int32_t b);
   void erase_free(FreeSet& set, int32_t b);
-  int32_t take_best_fit(FreeSet& set, int64_t size);  // -1 if no cached block is large enough
+  // The rank of the class holding the best fit (its list's last entry), or -1 if no cached block is large enough.
+  int32_t best_fit_class(FreeSet& set, int64_t size);
+  void pop_best_fit(FreeSet& set, int32_t rank);  // takes that block out of the cache
   int32_t new_block();
   void release_cached_segments();
 
