@@ -65,7 +65,7 @@ uint32_t StepBuilder::embed_forward() {
   return res;
 }
 
-// A post-LN encoder layer (HF BertLayer): attention with eager softmax and dropout, then
+// A post-LN encoder layer (HF BertLayer): attention (eager softmax and dropout, or SDPA), then
 // LayerNorm(attention + x), the GELU MLP, and LayerNorm(mlp + that). Autograd saves, per token and hidden unit
 // in fp32: x, q, k, v, the context copy, two LayerNorm inputs, the attention output, both MLP tensors and the
 // dropout masks (66 bsh + 9 a s^2 b + 16 bs, Korthikanti et al. 2022 sec. 4.1 counted for fp32); under fp16
@@ -81,38 +81,48 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
   if (d_.amp) for (int i = 0; i < 3; ++i) A.push_back(act(mul(2, th), L_.norm_out_cast, layer));
   else if (free_input) A.push_back(x);
   for (uint32_t lbl : {L_.q, L_.k, L_.v}) A.push_back(act(mul(e, d_.T, d_.h_q), lbl, layer));
-  // scores / sqrt(d) + mask -> softmax (fp32 under autocast: softmax is on its fp32 list) -> dropout
-  const int64_t s2 = mul(d_.a, d_.b, d_.s, d_.s);
-  const int64_t sm_bytes = d_.amp ? 4 : e;
-  std::vector<uint32_t> s2_saved;
-  uint32_t sc = tmp(mul(e, s2), L_.scores, layer);
-  uint32_t scaled = tmp(mul(e, s2), L_.scores, layer);
-  drop(sc);
-  // torch <= 1.10's softmax kept its input for backward as well (training.softmax_saves_input).
-  const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
-  uint32_t masked = keep_input ? act(mul(sm_bytes, s2), L_.softmax_in, layer) : tmp(mul(sm_bytes, s2), L_.scores, layer);
-  drop(scaled);
-  uint32_t sm = keep_s2 ? act(mul(sm_bytes, s2), L_.softmax, layer) : tmp(mul(sm_bytes, s2), L_.softmax, layer);
-  s2_saved.push_back(sm);
-  if (keep_input) s2_saved.push_back(masked);
-  else drop(masked);
-  auto s2_alloc = [&](int64_t bytes, uint32_t label) { return keep_s2 ? act(bytes, label, layer) : tmp(bytes, label, layer); };
-  uint32_t probs = sm;
-  if (m.attention_dropout > 0) {
-    s2_saved.push_back(s2_alloc(s2, L_.attn_mask));
-    // the dropout output feeds probs @ v directly, or through a cast under autocast
-    probs = d_.amp ? tmp(mul(sm_bytes, s2), L_.probs, layer) : s2_alloc(mul(sm_bytes, s2), L_.probs);
-    if (!d_.amp) s2_saved.push_back(probs);
+  if (rs_.attention != Attention::Eager) {
+    // BertSdpaSelfAttention (transformers >= 4.41): scaled_dot_product_attention with the dropout inside the
+    // kernel, and no mask when nothing is padded. The flash or memory-efficient kernel keeps q, k, v, its output
+    // (whose transpose back is contiguous, so the dense reads it without a copy) and an fp32 logsumexp, as the
+    // decoders' SDPA path.
+    A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));
+    const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;  // the efficient kernel pads the LSE to 32
+    if (keep_s2) A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
+  } else {
+    // scores / sqrt(d) + mask -> softmax (fp32 under autocast: softmax is on its fp32 list) -> dropout
+    const int64_t s2 = mul(d_.a, d_.b, d_.s, d_.s);
+    const int64_t sm_bytes = d_.amp ? 4 : e;
+    std::vector<uint32_t> s2_saved;
+    uint32_t sc = tmp(mul(e, s2), L_.scores, layer);
+    uint32_t scaled = tmp(mul(e, s2), L_.scores, layer);
+    drop(sc);
+    // torch <= 1.10's softmax kept its input for backward as well (training.softmax_saves_input).
+    const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
+    uint32_t masked = keep_input ? act(mul(sm_bytes, s2), L_.softmax_in, layer) : tmp(mul(sm_bytes, s2), L_.scores, layer);
+    drop(scaled);
+    uint32_t sm = keep_s2 ? act(mul(sm_bytes, s2), L_.softmax, layer) : tmp(mul(sm_bytes, s2), L_.softmax, layer);
+    s2_saved.push_back(sm);
+    if (keep_input) s2_saved.push_back(masked);
+    else drop(masked);
+    auto s2_alloc = [&](int64_t bytes, uint32_t label) { return keep_s2 ? act(bytes, label, layer) : tmp(bytes, label, layer); };
+    uint32_t probs = sm;
+    if (m.attention_dropout > 0) {
+      s2_saved.push_back(s2_alloc(s2, L_.attn_mask));
+      // the dropout output feeds probs @ v directly, or through a cast under autocast
+      probs = d_.amp ? tmp(mul(sm_bytes, s2), L_.probs, layer) : s2_alloc(mul(sm_bytes, s2), L_.probs);
+      if (!d_.amp) s2_saved.push_back(probs);
+    }
+    if (d_.amp) {  // probs @ v saves the low-precision cast
+      s2_saved.push_back(s2_alloc(mul(e, s2), L_.probs));
+      if (probs != sm) drop(probs);
+    }
+    uint32_t ctx = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
+    A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // permute(...).contiguous(), saved by dense
+    drop(ctx);
+    if (keep_s2) A.insert(A.end(), s2_saved.begin(), s2_saved.end());
+    else for (uint32_t t : s2_saved) drop(t);
   }
-  if (d_.amp) {  // probs @ v saves the low-precision cast
-    s2_saved.push_back(s2_alloc(mul(e, s2), L_.probs));
-    if (probs != sm) drop(probs);
-  }
-  uint32_t ctx = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
-  A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // permute(...).contiguous(), saved by dense
-  drop(ctx);
-  if (keep_s2) A.insert(A.end(), s2_saved.begin(), s2_saved.end());
-  else for (uint32_t t : s2_saved) drop(t);
   uint32_t o = tmp(mul(e, th), L_.o_out, layer);
   if (m.hidden_dropout > 0) A.push_back(act(th, L_.hidden_mask, layer));
   uint32_t sum = act(mul(d_.e_res, th), L_.residual, layer);  // saved by LayerNorm

@@ -133,6 +133,18 @@ std::vector<Suggestion> suggest(const Config& base) {
         "one segment per stream in 20 MiB pages instead of caching whole cudaMalloc blocks (PyTorch CUDA semantics "
         "docs: it helps where fragmentation wastes memory); mapped pages are kept until empty_cache", c);
   }
+  if (t.softmax_saves_input) {
+    Config c = base;
+    c.training.softmax_saves_input = false;
+    add("PyTorch 1.11 or newer", "its softmax keeps only its output for backward, not its input as well "
+        "(pytorch/pytorch#66018); check the rest of the stack supports it", c);
+  }
+  if (!t.zero_grad_set_to_none) {
+    Config c = base;
+    c.training.zero_grad_set_to_none = true;
+    add("zero_grad(set_to_none=True)", "the default since PyTorch 2.0: gradients are freed after the step instead "
+        "of zeroed in place, so they are not held through the next forward", c);
+  }
   if (t.precision == "fp32") {
     Config c = base;
     c.training.precision = "amp_bf16";

@@ -128,6 +128,10 @@ TEST_CASE("BERT-large post-LN layer with dropout, fp32 and fp16 autocast", "[act
   CHECK(per_layer_activations(bert_large("amp_fp16")) == 42 * b * s * h + 7 * a * s * s * b + 16 * b * s);
   CHECK(mib(per_layer_activations(bert_large("fp32"))) == Approx(276.0).margin(0.1));
   CHECK(mib(per_layer_activations(bert_large("amp_fp16"))) == Approx(196.0).margin(0.1));
+  // SDPA (BertSdpaSelfAttention): no heads x seq^2 tensors; the kernel's fp32 logsumexp (4abs) instead.
+  Config sdpa = bert_large("fp32");
+  sdpa.training.attention = "sdpa";
+  CHECK(per_layer_activations(sdpa) == 66 * b * s * h + 16 * b * s + 4 * a * b * s);
 }
 
 TEST_CASE("torch <= 1.10 softmax also keeps its input: one more heads x seq^2 tensor per layer", "[activations]") {
