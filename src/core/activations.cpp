@@ -560,10 +560,15 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
         s2_tensors.push_back(t);
         return t;
       };
-      // softmax(x, dtype=fp32) is _softmax(x.to(fp32)); torch <= 1.10 kept that input for backward too.
+      // softmax(x, dtype=fp32) (ATen SoftMax.cpp softmax): a CUDA fp16 tensor goes to _softmax(x, half_to_float)
+      // as it is; any other is converted to fp32 first. Under autocast the fp32 mask has already promoted the
+      // scores, so the 4-byte tensor is their masked sum rather than a conversion. torch <= 1.10 kept _softmax's
+      // input for backward too.
+      const bool half_to_float = e == 2 && !d_.amp && pr_.id.find("fp16") != std::string_view::npos;
+      const bool convert = e < 4 && !half_to_float;
       const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
-      uint32_t scores = keep_input && e == 4 ? act(mul(e, s2), L_.softmax_in, layer) : tmp(mul(e, s2), L_.scores, layer);
-      uint32_t conv = e < 4 ? (keep_input ? act(mul(4, s2), L_.softmax_in, layer) : tmp(mul(4, s2), L_.attn_tmp, layer)) : UINT32_MAX;
+      uint32_t scores = keep_input && !convert ? act(mul(e, s2), L_.softmax_in, layer) : tmp(mul(e, s2), L_.scores, layer);
+      uint32_t conv = convert ? (keep_input ? act(mul(4, s2), L_.softmax_in, layer) : tmp(mul(4, s2), L_.attn_tmp, layer)) : UINT32_MAX;
       s2_alloc(mul(4, s2), L_.softmax);
       if (keep_input) {
         s2_tensors.push_back(conv != UINT32_MAX ? conv : scores);
@@ -940,13 +945,19 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
     case LossImpl::HfFp32Upcast: {
       // transformers >= 4.49 ForCausalLMLoss: logits (compute dtype) -> .float() -> cross_entropy saves its
       // log-softmax (fp32). The Trainer drops the model outputs before backward; a plain loop holds them.
+      // torch <= 1.10's log_softmax also kept its input: the fp32 upcast, or the fp32 logits themselves.
+      const bool keep_input = c_.training.softmax_saves_input;
       uint32_t hd = head_dequant();
-      uint32_t lg = rs_.holds_logits ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
+      uint32_t lg = rs_.holds_logits ? act(mul(e, tv), L_.logits, post)
+                    : keep_input && e == 4 ? act(mul(e, tv), L_.softmax_in, post)
+                                           : tmp(mul(e, tv), L_.logits, post);
       drop_if(hd);
-      uint32_t up = e < 4 ? tmp(mul(4, tv), L_.logits_fp32, post) : UINT32_MAX;
+      uint32_t up = e < 4 ? (keep_input ? act(mul(4, tv), L_.softmax_in, post) : tmp(mul(4, tv), L_.logits_fp32, post))
+                          : UINT32_MAX;
       saved.push_back(act(mul(4, tv), L_.lse_loss, post));
-      if (up != UINT32_MAX) drop(up);
+      if (up != UINT32_MAX) keep_input ? saved.push_back(up) : drop(up);
       if (rs_.holds_logits) held_logits_ = lg;  // freed when the loop lets go of the outputs
+      else if (keep_input && e == 4) saved.push_back(lg);
       else drop(lg);
       break;
     }
@@ -1075,6 +1086,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       uint32_t g2 = tmp(mul(4, tv), L_.loss_grad, post);
       drop(g1);
       release_saved(saved, L_.lse_loss);  // LogSoftmaxBackward has run
+      if (c_.training.softmax_saves_input) release_saved(saved, L_.softmax_in);
       uint32_t g3 = e < 4 ? tmp(mul(e, tv), L_.loss_grad_bf16, post) : UINT32_MAX;
       if (g3 != UINT32_MAX) drop(g2), g2 = g3;
       alloc_layer_grads(s_.num_layers);  // lm_head's matmul backward: its .grad, then the hidden state's gradient

@@ -97,7 +97,8 @@ struct TrainingConfig {
   bool optimizer_in_backward = false;    // step each parameter in a post-accumulate-grad hook (torchtune)
   bool compile = false;                  // torch.compile: the layers' saved set (norm_impl) and the chunked loss
   bool zero_grad_set_to_none = true;     // torch >= 2.0 default; torch 1.x zeroed gradients in place (kept them)
-  bool softmax_saves_input = false;      // torch <= 1.10: softmax and log_softmax also saved their input
+  bool softmax_saves_input = false;      // torch <= 1.10: softmax and log_softmax also saved their input (eager
+                                         // attention, T5 attention, the HF loss)
 
   bool operator==(const TrainingConfig&) const = default;
 };

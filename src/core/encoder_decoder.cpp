@@ -92,12 +92,21 @@ uint32_t StepBuilder::t5_attention(int32_t layer, std::vector<uint32_t>& A, int6
   // matmul(q, k.transpose(3, 2)) reshapes both [b, heads, len, d_kv] views for bmm, a copy each, and bmm saves them.
   A.push_back(act(mul(e, tq, hq), L_.q, layer));
   A.push_back(act(mul(e, tk, hq), L_.k, layer));
-  uint32_t scores = tmp(mul(e, s2), L_.scores, layer);  // the position bias is added in place
-  // softmax(scores.float()) saves its fp32 result; .type_as(scores) casts back when the scores are half.
-  uint32_t up = e < 4 ? tmp(mul(4, s2), L_.attn_tmp, layer) : UINT32_MAX;
+  // softmax(scores.float()) saves its fp32 result; .type_as(scores) casts back when the scores are half. torch <=
+  // 1.10's softmax also kept its input: the fp32 copy, or the fp32 scores themselves.
+  const bool keep_input = c_.training.softmax_saves_input;
+  uint32_t scores = keep_input && e == 4 ? act(mul(e, s2), L_.softmax_in, layer)
+                                         : tmp(mul(e, s2), L_.scores, layer);  // the position bias is added in place
+  uint32_t up = e < 4 ? (keep_input ? act(mul(4, s2), L_.softmax_in, layer) : tmp(mul(4, s2), L_.attn_tmp, layer))
+                      : UINT32_MAX;
   A.push_back(act(mul(4, s2), L_.softmax, layer));
-  if (up != UINT32_MAX) drop(up);
-  drop(scores);
+  if (keep_input) {
+    A.push_back(up != UINT32_MAX ? up : scores);
+    if (up != UINT32_MAX) drop(scores);
+  } else {
+    if (up != UINT32_MAX) drop(up);
+    drop(scores);
+  }
   const bool dropout = m.attention_dropout > 0;
   uint32_t w = UINT32_MAX;
   if (e < 4) w = dropout ? tmp(mul(e, s2), L_.probs, layer) : act(mul(e, s2), L_.probs, layer);

@@ -123,16 +123,21 @@ void replay(const StepProgram& prog, DeviceResult& d, int64_t allocator_capacity
 }
 
 // Runs f(0), ..., f(n - 1), spread over the machine's cores where the build has threads (MEMSIM_THREADS: the
-// native builds; the web page's wasm is built without them). Each index's exception is kept, and the first by
-// index is rethrown after all have run, so that the outcome does not depend on the threads' timing.
+// native builds; the web page's wasm is built without them). The exception of the lowest index that throws is
+// rethrown once the others have stopped, and indices above it are skipped, as a plain loop would: the outcome does
+// not depend on the threads' timing.
 template <class F>
 void for_each_index(size_t n, F&& f) {
   std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> first_error{n};
   auto run = [&](size_t i) {
+    if (i > first_error.load(std::memory_order_relaxed)) return;
     try {
       f(i);
     } catch (...) {
       errors[i] = std::current_exception();
+      for (size_t seen = first_error.load(); i < seen && !first_error.compare_exchange_weak(seen, i);) {
+      }
     }
   };
   size_t workers = 1;
@@ -145,8 +150,9 @@ void for_each_index(size_t n, F&& f) {
     };
     std::vector<std::thread> threads;
     try {
+      threads.reserve(workers - 1);
       for (size_t w = 1; w < workers; ++w) threads.emplace_back(loop);
-    } catch (const std::system_error&) {  // no more threads to be had: the ones started and this one do the rest
+    } catch (...) {  // no more threads to be had: the ones started and this one do the rest
     }
     loop();
     for (auto& t : threads) t.join();
@@ -154,8 +160,7 @@ void for_each_index(size_t n, F&& f) {
 #endif
   if (workers <= 1)
     for (size_t i = 0; i < n; ++i) run(i);
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  if (first_error.load() < n) std::rethrow_exception(errors[first_error.load()]);
 }
 
 // One pipeline stage's device: its step program and the replay. Stages share nothing but the (read-only) config

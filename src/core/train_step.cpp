@@ -377,7 +377,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.attn_out = p.label("attention output (saved by the kernel and o_proj)");
   L_.lse = p.label("attention logsumexp, fp32 (saved)");
   L_.scores = p.label("attention scores (eager)");
-  L_.softmax_in = p.label("softmax input (saved by torch <= 1.10)");
+  L_.softmax_in = p.label("softmax / log_softmax input (saved by torch <= 1.10)");
   L_.softmax = p.label("attention softmax, fp32 (eager, saved)");
   L_.probs = p.label("attention probabilities cast for attn @ V (eager, saved)");
   L_.attn_mask = p.label("attention dropout mask (saved)");

@@ -233,7 +233,8 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                            "them in place, so they stay allocated through the next forward.");
     changed |= check_input("softmax keeps its input (torch <= 1.10)", "training.softmax_saves_input", t.softmax_saves_input,
                            "Before torch 1.11 (PR #66018) softmax and log_softmax saved their input as well as their "
-                           "output: eager attention kept one more heads x seq^2 tensor per layer.");
+                           "output: eager attention kept one more heads x seq^2 tensor per layer, and the loss one more "
+                           "tokens x vocabulary tensor.");
     changed |= check_input("CPU activation offload", "training.activation_offload", t.activation_offload,
                            "Saved activations move to host memory after the next layer's forward and come back for "
                            "backward: about one layer stays on the GPU.");

@@ -149,6 +149,18 @@ TEST_CASE("torch <= 1.10 softmax also keeps its input: one more heads x seq^2 te
   Config old = llama;
   old.training.softmax_saves_input = true;
   CHECK(per_layer_activations(old) - per_layer_activations(llama) == 4 * 32 * 2048 * 2048);
+  // The HF loss's log_softmax also kept its input, the fp32 upcast of the bf16 logits (4TV), until its backward.
+  auto at_backward = [](Config x) {
+    x.model.num_hidden_layers = 1;
+    Result r = simulate(x);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
+  };
+  CHECK(at_backward(old) - at_backward(llama) == 4 * 32 * 2048 * 2048 + int64_t{4} * 2048 * 32000);
+  // An fp16 model's softmax(x, dtype=fp32) runs _softmax(x, half_to_float) on the scores themselves: those are kept.
+  Config f16 = llama, f16_old = old;
+  f16.training.precision = f16_old.training.precision = "fp16_mixed";
+  CHECK(per_layer_activations(f16_old) - per_layer_activations(f16) == 2 * 32 * 2048 * 2048);
   // Under full checkpointing nothing inside the layer is saved, the softmax input included.
   llama.training.activation_checkpointing = old.training.activation_checkpointing = "full";
   CHECK(per_layer_activations(old) == per_layer_activations(llama));
