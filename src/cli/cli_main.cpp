@@ -1,5 +1,5 @@
 // memsim-cli: the simulator from the command line. Uses only the core.
-//   memsim-cli estimate --config FILE.json [--format json|table] [--set KEY=VALUE]... [--timeline]
+//   memsim-cli estimate --config FILE.json [--format json|table] [--set KEY=VALUE]... [--timeline] [--suggest]
 //   memsim-cli estimate --hf-config config.json ...
 //   memsim-cli estimate --preset ID --accelerate-config default_config.yaml ...
 //   memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/advice.h"
 #include "core/catalog.h"
 #include "core/format.h"
 #include "core/serialize.h"
@@ -28,7 +29,9 @@ namespace {
 constexpr const char* kUsage =
     "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--deepspeed-config FILE]\n"
     "                           [--accelerate-config FILE] [--preset ID] [--set KEY=VALUE]... [--format json|table] "
-    "[--timeline]\n"
+    "[--timeline] [--suggest]\n"
+    "--suggest adds what helps: each single change that lowers the peak, simulated in full, ranked by the memory "
+    "it saves.\n"
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
     "       memsim-cli keys | presets\n"
     "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
@@ -95,6 +98,18 @@ void print_table(const Result& r) {
   for (const auto& n : r.notes) std::printf("\nnote: %s\n", n.c_str());
 }
 
+void print_suggestions(const Config& config, const std::vector<Suggestion>& suggestions) {
+  std::printf("\nwhat helps (each change simulated in full; device peak of the most loaded GPU):\n");
+  if (suggestions.empty()) std::printf("  no single change from the list lowers this setup's peak\n");
+  for (const auto& s : suggestions) {
+    std::printf("  %-58s saves %12s  -> %12s%s\n", s.change.c_str(), format_bytes(s.saved_bytes).c_str(),
+                format_bytes(s.peak_bytes).c_str(), s.fits ? "  fits" : "");
+    std::string sets;
+    for (const auto& c : config_changes(config, s.config)) sets += " --set " + c;
+    std::printf("    cost: %s\n    apply:%s\n", s.cost.c_str(), sets.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,7 +172,7 @@ int main(int argc, char** argv) {
 
   Config config;
   std::string format = "json";
-  bool timeline = false;
+  bool timeline = false, with_suggestions = false;
   std::vector<std::string> sets;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -192,6 +207,8 @@ int main(int argc, char** argv) {
         return invalid(std::string("--format must be json or ") + (estimate ? "table" : "fragment or deepspeed"));
     } else if (a == "--timeline") {
       timeline = true;
+    } else if (a == "--suggest") {
+      with_suggestions = true;
     } else {
       return invalid("unknown option \"" + a + "\"; try memsim-cli --help");
     }
@@ -208,7 +225,13 @@ int main(int argc, char** argv) {
   }
   Result r = simulate(config);
   if (!r.ok) return invalid(r.errors);
-  if (format == "json") std::cout << result_to_json(r, timeline) << "\n";
-  else print_table(r);
+  std::vector<Suggestion> suggestions;
+  if (with_suggestions) suggestions = suggest(config);
+  if (format == "json") {
+    std::cout << result_to_json(r, timeline, 2, with_suggestions ? &suggestions : nullptr, &config) << "\n";
+  } else {
+    print_table(r);
+    if (with_suggestions) print_suggestions(config, suggestions);
+  }
   return 0;
 }

@@ -19,12 +19,40 @@ int64_t worst_peak(const Result& r, bool& fits) {
 
 }  // namespace
 
-std::vector<Suggestion> suggest(const Config& base) {
-  Result now = simulate(base);
-  if (!now.ok) return {};
-  bool fits_now = false;
-  const int64_t peak_now = worst_peak(now, fits_now);
+int64_t worst_device_peak(const Config& config) {
+  Result now = simulate(config);
+  if (!now.ok) return -1;
+  bool fits = false;
+  return worst_peak(now, fits);
+}
 
+bool evaluate_suggestion(Suggestion& s, int64_t peak_now) {
+  Result r = simulate(s.config);
+  if (!r.ok) return false;
+  s.peak_bytes = worst_peak(r, s.fits);
+  s.saved_bytes = peak_now - s.peak_bytes;
+  return true;
+}
+
+std::vector<Suggestion> rank_suggestions(std::vector<Suggestion> evaluated) {
+  std::vector<Suggestion> out;
+  // A change that saves less than 16 MiB would read as 0.00 GiB: not worth a row.
+  for (auto& s : evaluated)
+    if (s.saved_bytes >= (int64_t{16} << 20)) out.push_back(std::move(s));
+  std::stable_sort(out.begin(), out.end(), [](const Suggestion& a, const Suggestion& b) { return a.saved_bytes > b.saved_bytes; });
+  return out;
+}
+
+std::vector<Suggestion> suggest(const Config& base) {
+  const int64_t peak_now = worst_device_peak(base);
+  if (peak_now < 0) return {};
+  std::vector<Suggestion> out;
+  for (auto& s : suggestion_candidates(base))
+    if (evaluate_suggestion(s, peak_now)) out.push_back(std::move(s));
+  return rank_suggestions(std::move(out));
+}
+
+std::vector<Suggestion> suggestion_candidates(const Config& base) {
   std::vector<Suggestion> candidates;
   auto add = [&](std::string change, std::string cost, Config c) { candidates.push_back({std::move(change), std::move(cost), std::move(c)}); };
   const auto& t = base.training;
@@ -146,22 +174,17 @@ std::vector<Suggestion> suggest(const Config& base) {
         "of zeroed in place, so they are not held through the next forward", c);
   }
   if (t.precision == "fp32") {
+    // bf16 needs Ampere (sm_80) or newer; older GPUs get fp16 autocast, with its loss scaling.
+    const GpuSpec* gpu = find_gpu(base.hardware.gpu);
+    const bool bf16 = !gpu || gpu->compute_capability >= 80;
     Config c = base;
-    c.training.precision = "amp_bf16";
-    add("bf16 autocast instead of fp32", "faster on tensor cores; bf16 needs Ampere or newer", c);
+    c.training.precision = bf16 ? "amp_bf16" : "amp_fp16";
+    if (bf16) add("bf16 autocast instead of fp32", "faster on tensor cores; bf16 needs Ampere or newer", c);
+    else add("fp16 autocast instead of fp32", "faster on tensor cores; needs loss scaling (torch.cuda.amp.GradScaler), "
+             "as this GPU has no bf16", c);
   }
 
-  std::vector<Suggestion> out;
-  for (auto& s : candidates) {
-    Result r = simulate(s.config);
-    if (!r.ok) continue;
-    s.peak_bytes = worst_peak(r, s.fits);
-    s.saved_bytes = peak_now - s.peak_bytes;
-    // A change that saves less than 16 MiB would read as 0.00 GiB: not worth a row.
-    if (s.saved_bytes >= (int64_t{16} << 20)) out.push_back(std::move(s));
-  }
-  std::sort(out.begin(), out.end(), [](const Suggestion& a, const Suggestion& b) { return a.saved_bytes > b.saved_bytes; });
-  return out;
+  return candidates;
 }
 
 }  // namespace memsim

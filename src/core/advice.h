@@ -21,4 +21,12 @@ struct Suggestion {
 // Ranked by memory saved, largest first; only changes that simulate and save memory are returned.
 std::vector<Suggestion> suggest(const Config& config);
 
+// The same in steps, for a caller that spreads the simulations over time (the interface, a few per frame):
+// the candidate changes, not yet simulated; the current setup's peak (the most loaded GPU's device bytes);
+// one candidate simulated against it (false where the changed setup does not simulate); and the ranking.
+std::vector<Suggestion> suggestion_candidates(const Config& config);
+int64_t worst_device_peak(const Config& config);  // -1 if the setup does not simulate
+bool evaluate_suggestion(Suggestion& s, int64_t peak_now);
+std::vector<Suggestion> rank_suggestions(std::vector<Suggestion> evaluated);
+
 }  // namespace memsim

@@ -1815,7 +1815,21 @@ Parsed config_from_accelerate(std::string_view text, const Config& base) {
   return p;
 }
 
-std::string result_to_json(const Result& r, bool with_timeline, int indent) {
+std::vector<std::string> config_changes(const Config& from, const Config& to) {
+  const json a = json::parse(config_to_json(from, -1), nullptr, false);
+  const json b = json::parse(config_to_json(to, -1), nullptr, false);
+  std::vector<std::string> out;
+  for (const std::string& key : field_keys()) {
+    auto [sec, name] = split_key(key);
+    const json& va = a[sec][name];
+    const json& vb = b[sec][name];
+    if (va != vb) out.push_back(key + "=" + (vb.is_string() ? vb.get<std::string>() : vb.dump()));
+  }
+  return out;
+}
+
+std::string result_to_json(const Result& r, bool with_timeline, int indent, const std::vector<Suggestion>* suggestions,
+                           const Config* base) {
   json out;
   out["schema"] = kResultSchema;
   out["ok"] = r.ok;
@@ -1867,6 +1881,14 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent) {
     if (r.host.capacity_bytes > 0) out["host"]["capacity_bytes"] = r.host.capacity_bytes, out["host"]["fits"] = r.host.fits;
   }
   out["notes"] = r.notes;
+  if (suggestions) {
+    json list = json::array();
+    for (const auto& sg : *suggestions)
+      list.push_back({{"change", sg.change}, {"cost", sg.cost},
+                      {"set", base ? config_changes(*base, sg.config) : std::vector<std::string>{}},
+                      {"device_bytes_after", sg.peak_bytes}, {"saved_bytes", sg.saved_bytes}, {"fits", sg.fits}});
+    out["suggestions"] = list;
+  }
   return out.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "advice.h"
 #include "config.h"
 #include "result.h"
 #include "validate.h"
@@ -58,8 +59,12 @@ Parsed config_from_accelerate(std::string_view text, const Config& base);
 // Whether a dropped or pasted text is an Accelerate config: it has a distributed_type or fsdp_config key.
 bool looks_like_accelerate_config(std::string_view text);
 
-// The CLI's JSON result; see README "CLI contract".
-std::string result_to_json(const Result& r, bool with_timeline, int indent = 2);
+// The CLI's JSON result; see README "CLI contract". With suggestions (core/advice.h), a "suggestions" array.
+std::string result_to_json(const Result& r, bool with_timeline, int indent = 2,
+                           const std::vector<Suggestion>* suggestions = nullptr, const Config* base = nullptr);
+
+// The fields that differ between two configs, as the KEY=VALUE settings that turn `from` into `to` (--set's form).
+std::vector<std::string> config_changes(const Config& from, const Config& to);
 
 // Every flattened key, in order (for docs, completion and tests).
 std::vector<std::string> field_keys();

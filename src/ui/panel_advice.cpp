@@ -1,6 +1,10 @@
 // "What helps": each single change that lowers the peak, ranked by the memory it saves, with its cost; one click
-// applies it. The suggestions are simulated in full (core/advice.h) and cached until the setup changes.
+// applies it. The suggestions are simulated in full (core/advice.h) and cached until the setup changes; like the
+// fit explorer, a frame simulates only as many as fit in about 8 ms, so that a large layout (a 405B pipeline is
+// some 20 ms a simulation in wasm) does not freeze the page while the list fills in.
 #include <imgui.h>
+
+#include <chrono>
 
 #include "core/advice.h"
 #include "keyboard.h"
@@ -10,15 +14,34 @@ namespace memsim::ui {
 
 bool draw_advice_panel(Config& config, Unit unit) {
   static Config cached_for;
-  static bool computed = false;
-  static std::vector<Suggestion> cached;
-  if (!computed || !(config == cached_for)) {
-    cached = suggest(config);
+  static bool started = false;
+  static int64_t peak_now = -1;
+  static std::vector<Suggestion> pending, evaluated, cached;
+  static size_t next = 0;
+  if (!started || !(config == cached_for)) {
     cached_for = config;
-    computed = true;
+    started = true;
+    peak_now = -2;  // not simulated yet
+    pending = suggestion_candidates(config);
+    evaluated.clear();
+    cached.clear();
+    next = 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto budget = std::chrono::milliseconds(8);
+  if (peak_now == -2) peak_now = worst_device_peak(config);
+  bool grew = false;
+  while (peak_now >= 0 && next < pending.size() && std::chrono::steady_clock::now() - start < budget) {
+    Suggestion& s = pending[next++];
+    if (evaluate_suggestion(s, peak_now)) evaluated.push_back(s), grew = true;
+  }
+  if (grew) cached = rank_suggestions(evaluated);
+  const bool working = peak_now >= 0 && next < pending.size();
+  if (working) {
+    ImGui::TextDisabled("Simulating the changes: %zu of %zu...", next, pending.size());
   }
   if (cached.empty()) {
-    ImGui::TextDisabled("No single change from the list lowers this setup's peak.");
+    if (!working) ImGui::TextDisabled("No single change from the list lowers this setup's peak.");
     return false;
   }
   bool changed = false;

@@ -39,6 +39,23 @@ check "--timeline adds the timeline" py "t = d['devices'][0]['timeline']; assert
 "$cli" estimate --config "$tmp/default.json" --format table > "$tmp/table.txt"
 check "--format table" grep -q "peak allocated" "$tmp/table.txt"
 
+# --suggest: every suggestion's --set settings, applied to the same config, give the peak it promises.
+"$cli" estimate --config "$tmp/default.json" --set training.activation_checkpointing=none --suggest > "$tmp/out.json"
+check "--suggest adds ranked suggestions with their settings" py "
+s = d['suggestions']
+assert len(s) > 0 and all(x['saved_bytes'] > 0 and x['set'] for x in s)
+assert [x['saved_bytes'] for x in s] == sorted((x['saved_bytes'] for x in s), reverse=True)
+assert any(x['set'] == ['training.activation_checkpointing=full'] for x in s)"
+sets=$(python3 -c "import json; s = json.load(open('$tmp/out.json'))['suggestions'][0]; print(' '.join('--set ' + x for x in s['set']))")
+want=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['suggestions'][0]['device_bytes_after'])")
+# shellcheck disable=SC2086
+"$cli" estimate --config "$tmp/default.json" --set training.activation_checkpointing=none $sets > "$tmp/applied.json"
+check "--suggest: the first suggestion's settings reproduce its peak" python3 -c "
+import json; d = json.load(open('$tmp/applied.json'))
+assert max(x['peak']['device_bytes'] for x in d['devices']) == $want"
+"$cli" estimate --config "$tmp/default.json" --format table --suggest > "$tmp/table.txt"
+check "--suggest in the table" grep -q "what helps" "$tmp/table.txt"
+
 "$cli" config --accelerate-config "$here/tests/data/accelerate/fsdp1_hybrid_2x8.yaml" > "$tmp/acc.json" 2>/dev/null
 check "--accelerate-config (FSDP1 HYBRID_SHARD on 2 x 8 GPUs)" python3 -c "
 import json; p = json.load(open('$tmp/acc.json'))['parallel']
