@@ -176,7 +176,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
   bool need_self = false;
   bool qkv_done = false;  // a fused qkv linear (litgpt, Megatron) carries one adapter for all of q, k, v
   for (const char* mod : modules) {
-    const ModuleInfo& info = module_info(mod);
+    const ModuleInfo info = module_info(mod);  // a copy: module_info may grow its cache below
     if (rs_.fused_qkv && info.qkv && info.targeted) {
       if (qkv_done) continue;
       qkv_done = true;
@@ -207,6 +207,15 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       need_self = true;
     }
     saved.push_back(act(mul(d_.amp ? 2 : ab, tokens, peft.lora_rank), L_.lora_in, layer));
+    // A fused qkv linear adapted on some of q, k, v only: the adapter's [T, enabled width] delta is scattered into
+    // zeros of the full width (litgpt lora.py LoRAQKVLinear.zero_pad: index_copy), whose backward keeps that source
+    // (derivatives.yaml index_copy: grad.index_select(dim, index).expand_as(source)).
+    if (rs_.fused_qkv && info.qkv) {
+      const bool q = module_info("q_proj").targeted, k = module_info("k_proj").targeted,
+                 v = module_info("v_proj").targeted;
+      const int64_t enabled = add(q ? d_.h_q : 0, mul(d_.h_kv, int64_t{k} + int64_t{v}));
+      if (!(q && k && v)) saved.push_back(act(mul(d_.amp ? 2 : ab, tokens, enabled), L_.lora_in, layer));
+    }
     if (info.dora) dora_inputs(layer, mod, width, saved, tokens);
   }
   return need_self;
@@ -938,7 +947,13 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   if (!retained) drop(res);
   // Autocast caches a low-precision copy of every fp32 leaf weight a matmul reads, lm_head's included
   // (autocast_mode.cpp cached_cast); the linear saves it for the input's gradient until the head's backward.
-  if (d_.amp) saved.push_back(tmp(mul(pr_.autocast_copy_bytes, d_.V, d_.h), L_.cast, post));
+  // cached_cast caches only weights that require grad: a frozen head is cast again at every call, and litgpt
+  // calls it on each 128-token chunk (model.py GPT.forward lm_head_chunk_size), each cast saved by its matmul.
+  if (d_.amp) {
+    const bool per_chunk = rs_.loss == LossImpl::ChunkedBf16 && !module_info("lm_head").trainable && !any_quantized_;
+    const int64_t casts = per_chunk ? ceil_div(d_.s, 128) : 1;
+    for (int64_t i = 0; i < casts; ++i) saved.push_back(tmp(mul(pr_.autocast_copy_bytes, d_.V, d_.h), L_.cast, post));
+  }
   const int64_t tv = mul(d_.T, d_.V);
   const int64_t e = d_.e;
   switch (rs_.loss) {

