@@ -19,10 +19,23 @@ namespace {
 bool preset_picker(ModelConfig& m) {
   static std::string filter;
   bool changed = false;
+  // A preset whose fields were changed afterwards keeps its name in the config; the picker says it was edited, so
+  // that "Llama 3.1 8B" is not shown for a model that no longer is one.
+  std::string shown = m.name;
+  static const ModelConfig default_model;
+  if (m.name == default_model.name) {
+    if (!(m == default_model)) shown += " (edited)";
+  } else {
+    for (const auto& p : model_presets())
+      if (p.name == m.name) {
+        if (!(p.model == m)) shown += " (edited)";
+        break;
+      }
+  }
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  const bool open = ImGui::BeginCombo("preset", m.name.c_str(), ImGuiComboFlags_HeightLarge);
+  const bool open = ImGui::BeginCombo("preset", shown.c_str(), ImGuiComboFlags_HeightLarge);
   const bool focused = item_has_keyboard_focus();
-  announce_focus("preset: " + m.name + ", list with a search box: Space or Enter opens it, type to search, Enter picks "
+  announce_focus("preset: " + shown + ", list with a search box: Space or Enter opens it, type to search, Enter picks "
                  "the first match", focused);
   if (open) {
     if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
