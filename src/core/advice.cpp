@@ -161,6 +161,25 @@ std::vector<Suggestion> suggestion_candidates(const Config& base) {
         "one segment per stream in 20 MiB pages instead of caching whole cudaMalloc blocks (PyTorch CUDA semantics "
         "docs: it helps where fragmentation wastes memory); mapped pages are kept until empty_cache", c);
   }
+  // A 1F1B pipeline's first stage keeps the most micro-batches' activations in flight (the stage count, against
+  // one on the last): giving it fewer layers and the others more evens the devices out (Megatron
+  // --decoder-first-pipeline-num-layers; transformer_block.py get_num_layers_to_build). The first split that keeps
+  // the other stages even is offered.
+  if (p.pipeline_parallel_size > 1 && p.pipeline_schedule != "interleaved_1f1b" && p.pipeline_first_stage_layers == 0 &&
+      p.pipeline_last_stage_layers == 0) {
+    const int64_t layers = base.model.num_hidden_layers, stages = p.pipeline_parallel_size;
+    for (int64_t first = layers / stages - 1; first >= 1; --first)
+      if ((layers - first) % (stages - 1) == 0) {
+        Config c = base;
+        c.parallel.pipeline_first_stage_layers = first;
+        add("Fewer layers on the first pipeline stage (" + std::to_string(first) + ", the others " +
+                std::to_string((layers - first) / (stages - 1)) + " each)",
+            "Megatron's --decoder-first-pipeline-num-layers: the first stage holds the most micro-batches in flight; "
+            "the other stages then compute more, so the step can take a little longer",
+            c);
+        break;
+      }
+  }
   if (t.softmax_saves_input) {
     Config c = base;
     c.training.softmax_saves_input = false;

@@ -213,6 +213,26 @@ TEST_CASE("what helps: an early-2022 BERT run on torch 1.10 is told what a newer
   CHECK(saving("zero_grad(set_to_none=True)") > 0);
 }
 
+TEST_CASE("what helps: a 1F1B pipeline is offered fewer layers on its first stage", "[advice][pipeline]") {
+  Config c;  // 13B shape, 40 layers, on 4 pipeline stages of 10: the first holds 4 micro-batches in flight
+  c.training.activation_checkpointing = "none";
+  c.training.gradient_accumulation_steps = 8;
+  c.parallel.zero_stage = 1;
+  c.parallel.data_parallel_size = 2;
+  c.parallel.pipeline_parallel_size = 4;
+  const Result now = simulate(c);
+  REQUIRE(now.ok);
+  REQUIRE(now.devices.front().peak.device_bytes > now.devices.back().peak.device_bytes);
+  const auto s = suggest(c);
+  const Suggestion* split = nullptr;
+  for (const auto& x : s)
+    if (x.config.parallel.pipeline_first_stage_layers > 0) split = &x;
+  REQUIRE(split != nullptr);
+  // 40 layers: the first stage 7, the other three 11 each (the first split below 10 that keeps them even).
+  CHECK(split->config.parallel.pipeline_first_stage_layers == 7);
+  CHECK(split->saved_bytes > 0);
+}
+
 TEST_CASE("the extremes of the hardening issue answer or refuse clearly", "[simulate][extreme]") {
   // 100T parameters: hidden 65536, 2000 layers, MLP 4x -> 12 * 65536^2 * 2000 = 1.03e14. Needs ZeRO-3 over many
   // GPUs; the answer is a number (it does not fit 80 GB), never an overflow.
