@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "core/advice.h"
+#include "core/serialize.h"
 #include "keyboard.h"
 #include "panels.h"
 
@@ -17,6 +18,7 @@ bool draw_advice_panel(Config& config, Unit unit) {
   static bool started = false;
   static int64_t peak_now = -1;
   static std::vector<Suggestion> pending, evaluated, cached;
+  static std::vector<std::string> cached_sets;  // per row: the fields Apply changes, as --set would write them
   static size_t next = 0;
   if (!started || !(config == cached_for)) {
     cached_for = config;
@@ -25,6 +27,7 @@ bool draw_advice_panel(Config& config, Unit unit) {
     pending = suggestion_candidates(config);
     evaluated.clear();
     cached.clear();
+    cached_sets.clear();
     next = 0;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -35,7 +38,15 @@ bool draw_advice_panel(Config& config, Unit unit) {
     Suggestion& s = pending[next++];
     if (evaluate_suggestion(s, peak_now)) evaluated.push_back(s), grew = true;
   }
-  if (grew) cached = rank_suggestions(evaluated);
+  if (grew) {
+    cached = rank_suggestions(evaluated);
+    cached_sets.clear();
+    for (const auto& sg : cached) {
+      std::string sets;
+      for (const auto& kv : config_changes(config, sg.config)) sets += "\n  " + kv;
+      cached_sets.push_back(sets);
+    }
+  }
   const bool working = peak_now >= 0 && next < pending.size();
   if (working) {
     ImGui::TextDisabled("Simulating the changes: %zu of %zu...", next, pending.size());
@@ -61,7 +72,7 @@ bool draw_advice_panel(Config& config, Unit unit) {
     if (ImGui::IsItemHovered()) {
       ImGui::BeginTooltip();
       ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
-      ImGui::TextUnformatted(("Cost: " + s.cost).c_str());
+      ImGui::TextUnformatted(("Cost: " + s.cost + "\nSets:" + cached_sets[i]).c_str());
       ImGui::PopTextWrapPos();
       ImGui::EndTooltip();
     }
@@ -79,7 +90,7 @@ bool draw_advice_panel(Config& config, Unit unit) {
     if (item_has_keyboard_focus()) {
       ImGui::BeginTooltip();
       ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
-      ImGui::TextUnformatted((s.change + "\nCost: " + s.cost).c_str());
+      ImGui::TextUnformatted((s.change + "\nCost: " + s.cost + "\nSets:" + cached_sets[i]).c_str());
       ImGui::PopTextWrapPos();
       ImGui::EndTooltip();
     }
@@ -88,7 +99,7 @@ bool draw_advice_panel(Config& config, Unit unit) {
     ImGui::PopID();
   }
   ImGui::EndTable();
-  ImGui::TextDisabled("Hover a change, or focus its Apply, for its cost. Each row is a full simulation of the changed setup.");
+  ImGui::TextDisabled("Hover a change, or focus its Apply, for its cost and the fields it sets. Each row is a full simulation of the changed setup.");
   return changed;
 }
 
