@@ -99,7 +99,7 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
     drop(sc);
     // torch <= 1.10's softmax kept its input for backward as well (training.softmax_saves_input).
     const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
-    uint32_t masked = keep_input ? act(mul(sm_bytes, s2), L_.softmax_in, layer) : tmp(mul(sm_bytes, s2), L_.scores, layer);
+    uint32_t masked = softmax_input(mul(sm_bytes, s2), L_.scores, layer, keep_input);
     drop(scaled);
     uint32_t sm = keep_s2 ? act(mul(sm_bytes, s2), L_.softmax, layer) : tmp(mul(sm_bytes, s2), L_.softmax, layer);
     s2_saved.push_back(sm);
@@ -576,8 +576,8 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       const bool half_to_float = e == 2 && !d_.amp && pr_.id.find("fp16") != std::string_view::npos;
       const bool convert = e < 4 && !half_to_float;
       const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
-      uint32_t scores = keep_input && !convert ? act(mul(e, s2), L_.softmax_in, layer) : tmp(mul(e, s2), L_.scores, layer);
-      uint32_t conv = convert ? (keep_input ? act(mul(4, s2), L_.softmax_in, layer) : tmp(mul(4, s2), L_.attn_tmp, layer)) : UINT32_MAX;
+      uint32_t scores = softmax_input(mul(e, s2), L_.scores, layer, keep_input && !convert);
+      uint32_t conv = convert ? softmax_input(mul(4, s2), L_.attn_tmp, layer, keep_input) : UINT32_MAX;
       s2_alloc(mul(4, s2), L_.softmax);
       if (keep_input) {
         s2_tensors.push_back(conv != UINT32_MAX ? conv : scores);
@@ -964,11 +964,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       const bool keep_input = c_.training.softmax_saves_input;
       uint32_t hd = head_dequant();
       uint32_t lg = rs_.holds_logits ? act(mul(e, tv), L_.logits, post)
-                    : keep_input && e == 4 ? act(mul(e, tv), L_.softmax_in, post)
-                                           : tmp(mul(e, tv), L_.logits, post);
+                                     : softmax_input(mul(e, tv), L_.logits, post, keep_input && e == 4);
       drop_if(hd);
-      uint32_t up = e < 4 ? (keep_input ? act(mul(4, tv), L_.softmax_in, post) : tmp(mul(4, tv), L_.logits_fp32, post))
-                          : UINT32_MAX;
+      uint32_t up = e < 4 ? softmax_input(mul(4, tv), L_.logits_fp32, post, keep_input) : UINT32_MAX;
       saved.push_back(act(mul(4, tv), L_.lse_loss, post));
       if (up != UINT32_MAX) keep_input ? saved.push_back(up) : drop(up);
       if (rs_.holds_logits) held_logits_ = lg;  // freed when the loop lets go of the outputs

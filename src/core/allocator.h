@@ -101,7 +101,9 @@ class CachingAllocator {
     std::vector<Cached> buf_;
     size_t head_ = 0;  // entries are buf_[head_, size)
     size_t hint_ = 0;  // just after the entry the last insert placed
-    static constexpr size_t kHintMin = 64;  // a list this long searches from hint_
+    // A list this long searches from hint_; shorter ones from their ends, which measured faster for them (the 70B
+    // benchmark's lists stay under 32 entries, a pipeline stage's reach about 1,000).
+    static constexpr size_t kHintMin = 64;
   };
   struct FreeSet {
     std::vector<int64_t> bounds{0};      // ascending lower bounds of the classes; 0 takes the rest

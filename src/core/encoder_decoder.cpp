@@ -95,10 +95,9 @@ uint32_t StepBuilder::t5_attention(int32_t layer, std::vector<uint32_t>& A, int6
   // softmax(scores.float()) saves its fp32 result; .type_as(scores) casts back when the scores are half. torch <=
   // 1.10's softmax also kept its input: the fp32 copy, or the fp32 scores themselves.
   const bool keep_input = c_.training.softmax_saves_input;
-  uint32_t scores = keep_input && e == 4 ? act(mul(e, s2), L_.softmax_in, layer)
-                                         : tmp(mul(e, s2), L_.scores, layer);  // the position bias is added in place
-  uint32_t up = e < 4 ? (keep_input ? act(mul(4, s2), L_.softmax_in, layer) : tmp(mul(4, s2), L_.attn_tmp, layer))
-                      : UINT32_MAX;
+  // (The position bias is added to the scores in place.)
+  uint32_t scores = softmax_input(mul(e, s2), L_.scores, layer, keep_input && e == 4);
+  uint32_t up = e < 4 ? softmax_input(mul(4, s2), L_.attn_tmp, layer, keep_input) : UINT32_MAX;
   A.push_back(act(mul(4, s2), L_.softmax, layer));
   if (keep_input) {
     A.push_back(up != UINT32_MAX ? up : scores);

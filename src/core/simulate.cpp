@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 #if MEMSIM_THREADS
-#include <system_error>
 #include <thread>
 #endif
 

@@ -206,6 +206,11 @@ class StepBuilder {
     return p_.alloc(no_grad_ ? Component::Temporaries : Component::Activations, bytes, label, layer);
   }
   uint32_t tmp(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Temporaries, bytes, label, layer); }
+  // The input of a softmax or log_softmax: an activation when torch <= 1.10 kept it for backward (kept:
+  // training.softmax_saves_input where the graph saves), else a temporary labelled `label`.
+  uint32_t softmax_input(int64_t bytes, uint32_t label, int32_t layer, bool kept) {
+    return kept ? act(bytes, L_.softmax_in, layer) : tmp(bytes, label, layer);
+  }
   void drop(uint32_t t) { p_.free(t); }
 
   const StepContext& ctx_;
