@@ -1190,6 +1190,8 @@ uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool
 void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   p_.phase(std::move(phase));
   reuse(f);
+  if (run_shapes_ && f.owns_inputs) use_shape((*run_shapes_)[next_shape_++]);
+  f.dims = d_;
   if (c_.model.is_encoder_decoder) return forward_encdec(f);
   f.casts.assign(static_cast<size_t>(s_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
   casts_.swap(f.casts);
@@ -1258,6 +1260,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
 
 void StepBuilder::backward_mb(InFlight& f, std::string phase) {
   p_.phase(std::move(phase));
+  if (run_shapes_) d_ = f.dims;
   if (c_.model.is_encoder_decoder) return backward_encdec(f);
   begin_backward();
   casts_.swap(f.casts);
@@ -1380,7 +1383,7 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     t += pass;
     t += " (step ";
     t += std::to_string(iter);
-    if (gas > 1 && iter == 2) {
+    if (gas > 1 && (iter == 2 || run_shapes_)) {
       if (mb == mbs && gas > mbs) t += ", micro-batches ", t += std::to_string(mb), t += '-', t += std::to_string(gas);
       else t += ", micro-batch ", t += std::to_string(mb);
     }

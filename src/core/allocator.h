@@ -24,6 +24,8 @@ class CachingAllocator {
   int32_t malloc(int64_t requested_bytes, int64_t segment_address = -1, int stream = 0);
   static constexpr int kMaxStreams = 4;
   void free(int32_t handle);
+  // torch.cuda.empty_cache(): release_cached_blocks, as before an out-of-memory error.
+  void empty_cache() { release_cached_segments(); }
 
   // Bytes charged for a live handle: the rounded or unsplit block size, as memory_allocated counts it.
   int64_t block_bytes(int32_t handle) const { return blocks_[handle].size; }

@@ -99,6 +99,9 @@ struct TrainingConfig {
   bool zero_grad_set_to_none = true;     // torch >= 2.0 default; torch 1.x zeroed gradients in place (kept them)
   bool softmax_saves_input = false;      // torch <= 1.10: softmax and log_softmax also saved their input (eager
                                          // attention, T5 attention, the HF loss)
+  // torch.cuda.empty_cache() every k optimizer steps (HF TrainingArguments.torch_empty_cache_steps, PEFT's
+  // method_comparison run.py after every step); 0: never. Matters only in a run replay (DataConfig).
+  int64_t empty_cache_steps = 0;
 
   bool operator==(const TrainingConfig&) const = default;
 };
@@ -192,12 +195,39 @@ struct HardwareConfig {
   bool operator==(const HardwareConfig&) const = default;
 };
 
+// The data a run reads, and how much of the run memsim replays. With `lengths` fixed, every micro-batch holds
+// training.sequence_length tokens per sequence (packed data, or padding to max_length): memsim replays two steps,
+// which is the whole story of a fixed shape. Otherwise every micro-batch has its own length, drawn as the run's
+// data loader makes them (data_shape.h), and memsim replays `steps` optimizer steps through one allocator model,
+// carrying its cache from step to step: the peak of a real run belongs to its longest batch, and reserved memory
+// grows as batches of new sizes cannot reuse the cached blocks of earlier ones.
+struct DataConfig {
+  std::string lengths = "fixed";    // fixed, micro_batches (listed) or samples (a length distribution)
+  std::string micro_batch_lengths;  // micro_batches: each micro-batch's padded length in order, "512,380,1024"
+  // samples: per-sample token lengths, as percentiles "p0=12,p50=310,p90=720,p100=2048" or a histogram
+  // "0-256:40,256-512:35,512-2048:25" (bins of lengths with relative weights). Samples longer than
+  // training.sequence_length are truncated to it.
+  std::string sample_lengths;
+  std::string padding = "longest";  // samples: longest (pad to the micro-batch's longest), max_length, none (flattened)
+  int64_t pad_to_multiple_of = 1;   // the collator's pad_to_multiple_of (HF DataCollatorWithPadding)
+  bool group_by_length = false;     // HF TrainingArguments.group_by_length (LengthGroupedSampler)
+  bool longest_first = false;       // the longest sample goes into the first micro-batch (lit-gpt 2023's loops)
+  int64_t dataset_samples = 0;      // samples in the training set; 0: not given
+  int64_t epochs = 1;
+  int64_t steps = 0;                // optimizer steps to replay; 0: the run's (dataset_samples x epochs), at most 1,000
+  int64_t seed = 1;                 // the shuffle's and the draws' seed (the replay is deterministic)
+
+  bool operator==(const DataConfig&) const = default;
+  bool varies() const { return lengths != "fixed"; }
+};
+
 struct Config {
   ModelConfig model;
   TrainingConfig training;
   PeftConfig peft;
   ParallelConfig parallel;
   HardwareConfig hardware;
+  DataConfig data;
 
   bool operator==(const Config&) const = default;
 };

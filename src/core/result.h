@@ -39,6 +39,23 @@ struct ModelStates {  // per device, bytes of the persistent model states (befor
   int64_t optimizer_bytes = 0;  // states plus the fp32 master copy
 };
 
+// A run of varying shapes (DataConfig), step by step: what the allocator held as the run went on.
+struct RunStepPoint {
+  int64_t tokens = 0;           // the step's longest micro-batch, in tokens per row
+  int64_t allocated_bytes = 0;  // the step's allocated peak
+  int64_t reserved_bytes = 0;   // the step's reserved peak (the cache carried over from earlier steps included)
+};
+struct RunTrace {
+  int64_t steps = 0;                   // optimizer steps replayed; 0: a fixed shape (two steps replayed, no run)
+  std::vector<RunStepPoint> per_step;  // one per step
+  int64_t allocated_peak_step = 0;     // steps count from 1
+  int64_t reserved_peak_step = 0;      // the first step whose reserved peak is the run's
+  int64_t longest_step = 0;            // the step holding the run's longest sample
+  int64_t longest_tokens = 0;
+  int64_t first_step_reserved_bytes = 0;  // reserved peak of step 1: the run's growth is measured from it
+  int64_t empty_cache_calls = 0;       // torch.cuda.empty_cache() calls replayed (training.empty_cache_steps)
+};
+
 struct DeviceResult {
   std::string role;       // "every GPU" for symmetric layouts; pipeline stages etc. later
   int64_t device_count = 1;
@@ -55,8 +72,11 @@ struct DeviceResult {
   uint32_t oom_event = 0;            // where it does (the peak and breakdown then show the unlimited demand)
   int64_t host_bytes = 0;            // offloaded model states this GPU keeps in host RAM
   int64_t nvme_bytes = 0;            // ... and on NVMe (ZeRO-Infinity)
+  // The timeline of the step (a run: of the step that holds the allocated peak, after one event per tensor that
+  // the earlier steps left alive) and the events behind it (labels, phases, tensors).
   std::vector<TimelinePoint> timeline;
-  StepProgram program;               // the events behind the timeline (labels, phases, tensors)
+  StepProgram program;
+  RunTrace run;                      // a run of varying shapes, step by step
 };
 
 // Host RAM that offload needs on each node, next to the node's RAM when the config gives it.

@@ -94,6 +94,7 @@ void visit_fields(Config& c, V& v) {
   v.boolean("training.compile", t.compile);
   v.boolean("training.zero_grad_set_to_none", t.zero_grad_set_to_none);
   v.boolean("training.softmax_saves_input", t.softmax_saves_input);
+  v.integer("training.empty_cache_steps", t.empty_cache_steps);
 
   auto& p = c.peft;
   v.str("peft.method", p.method);
@@ -146,6 +147,19 @@ void visit_fields(Config& c, V& v) {
   v.integer("hardware.nccl_channels", c.hardware.nccl_channels);
   v.integer("hardware.gpus_per_node", c.hardware.gpus_per_node);
   v.integer("hardware.host_memory_bytes", c.hardware.host_memory_bytes);
+
+  auto& d = c.data;
+  v.str("data.lengths", d.lengths);
+  v.str("data.micro_batch_lengths", d.micro_batch_lengths);
+  v.str("data.sample_lengths", d.sample_lengths);
+  v.str("data.padding", d.padding);
+  v.integer("data.pad_to_multiple_of", d.pad_to_multiple_of);
+  v.boolean("data.group_by_length", d.group_by_length);
+  v.boolean("data.longest_first", d.longest_first);
+  v.integer("data.dataset_samples", d.dataset_samples);
+  v.integer("data.epochs", d.epochs);
+  v.integer("data.steps", d.steps);
+  v.integer("data.seed", d.seed);
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -154,6 +168,8 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
 }
 
 constexpr size_t kMaxStringBytes = 256;
+// The data section's length lists (data.micro_batch_lengths, data.sample_lengths) hold hundreds of numbers.
+constexpr size_t kMaxListBytes = 8192;
 constexpr size_t kMaxDocumentBytes = 8 * 1024 * 1024;  // far above any real config.json (a few KB)
 constexpr size_t kMaxFragmentBytes = 64 * 1024;
 constexpr int kMaxDepth = 64;
@@ -261,12 +277,22 @@ struct Reader {
   }
   bool str(const std::string& f, const json& v, std::string& out) {
     if (v.is_string()) return str(f, v.get<std::string>(), out);
+    // A length list may be written as a JSON array of integers: [512, 380, 1024].
+    if (v.is_array() && f == "data.micro_batch_lengths" && v.size() <= kMaxListBytes / 2) {
+      std::string joined;
+      for (const auto& x : v) {
+        if (!x.is_number_integer()) return fail(f, "a list of integers", describe(v)), false;
+        joined += (joined.empty() ? "" : ",") + x.dump();
+      }
+      return str(f, joined, out);
+    }
     fail(f, "a string", describe(v));
     return false;
   }
   bool str(const std::string& f, const std::string& s, std::string& out) {
-    if (s.size() > kMaxStringBytes) {
-      fail(f, "a string of at most 256 bytes", std::to_string(s.size()) + " bytes");
+    const size_t limit = f.rfind("data.", 0) == 0 ? kMaxListBytes : kMaxStringBytes;
+    if (s.size() > limit) {
+      fail(f, "a string of at most " + std::to_string(limit) + " bytes", std::to_string(s.size()) + " bytes");
       return false;
     }
     if (!valid_utf8(s)) {  // found by the fragment fuzzer: JSON output of such a string used to throw
@@ -744,12 +770,12 @@ Parsed config_from_json(std::string_view text, const Config& base) {
   if (!migrate(doc, version, p.errors)) return p;
 
   Config c = base;
-  static const std::set<std::string> sections = {"model", "training", "peft", "parallel", "hardware"};
+  static const std::set<std::string> sections = {"model", "training", "peft", "parallel", "hardware", "data"};
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (it.key() == "schema") continue;
     if (!sections.count(it.key())) {
       p.errors.push_back({it.key(), "unknown section \"" + it.key().substr(0, 40) +
-                                        "\"; a config has schema, model, training, peft, parallel and hardware"});
+                                        "\"; a config has schema, model, training, peft, parallel, hardware and data"});
       continue;
     }
     if (!it->is_object()) {
@@ -1865,6 +1891,22 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
     dev["usable_bytes"] = d.usable_bytes;
     dev["peak_at"] = {{"event", d.peak_event}, {"phase", d.peak_phase}, {"tensor", d.peak_label}};
     if (d.host_bytes > 0 || d.nvme_bytes > 0) dev["offloaded"] = {{"host_bytes", d.host_bytes}, {"nvme_bytes", d.nvme_bytes}};
+    if (d.run.steps > 0) {  // a run of varying shapes: where in the run the peaks fell, and how reserved grew
+      const auto& run = d.run;
+      dev["run"] = {{"steps", run.steps},
+                    {"allocated_peak_step", run.allocated_peak_step},
+                    {"reserved_peak_step", run.reserved_peak_step},
+                    {"longest_step", run.longest_step},
+                    {"longest_tokens", run.longest_tokens},
+                    {"first_step_reserved_bytes", run.first_step_reserved_bytes},
+                    {"empty_cache_calls", run.empty_cache_calls}};
+      if (with_timeline) {
+        json tokens = json::array(), alloc = json::array(), res = json::array();
+        for (const auto& pt : run.per_step)
+          tokens.push_back(pt.tokens), alloc.push_back(pt.allocated_bytes), res.push_back(pt.reserved_bytes);
+        dev["run"]["per_step"] = {{"tokens", tokens}, {"allocated_bytes", alloc}, {"reserved_bytes", res}};
+      }
+    }
     if (with_timeline) {
       json phases = json::array();
       for (const auto& ph : d.program.phases) phases.push_back({{"name", ph.name}, {"first_event", ph.first_event}});

@@ -11,6 +11,7 @@
 #include "allocator.h"
 #include "checked.h"
 #include "model.h"
+#include "run_replay.h"
 #include "tables.h"
 #include "train_step.h"
 
@@ -162,9 +163,45 @@ void for_each_index(size_t n, F&& f) {
   if (first_error.load() < n) std::rethrow_exception(errors[first_error.load()]);
 }
 
-// One pipeline stage's device: its step program and the replay. Stages share nothing but the (read-only) config
-// and model shape, so they can run on different threads.
-DeviceResult simulate_device(const StepContext& ctx, std::string role) {
+void simulate_step(const StepContext& ctx, DeviceResult& d, int64_t capacity, bool expandable);
+
+// A run of varying shapes (plan): the same decisions as a step's replay (simulate_step), each made over the run.
+void simulate_run(const StepContext& ctx, const RunPlan& plan, DeviceResult& d, int64_t capacity, bool expandable) {
+  replay_run(ctx, plan, d, int64_t{1} << 62, expandable, int64_t{1} << 58);
+  if (d.peak.allocated_bytes > capacity) {
+    d.oom = true;
+    for (uint32_t i = 0; i < d.timeline.size(); ++i)
+      if (d.timeline[i].allocated_bytes > capacity) {
+        d.oom_event = i;
+        break;
+      }
+  } else if (d.peak.reserved_bytes > capacity) {
+    DeviceResult limited;
+    replay_run(ctx, plan, limited, capacity, expandable, d.capacity_bytes);
+    if (limited.oom) {  // the run stops in that step: show it, with the whole run's demand beside it
+      d.oom = true;
+      d.oom_event = limited.peak_event;
+      d.timeline = std::move(limited.timeline);
+      d.program = std::move(limited.program);
+      d.peak_event = limited.peak_event;
+      d.peak_label = limited.peak_label;
+      d.peak_phase = limited.peak_phase;
+    } else {  // the cache releases kept the run within the GPU: the limited replay is what happens
+      d.timeline = std::move(limited.timeline);
+      d.program = std::move(limited.program);
+      d.peak = limited.peak;
+      d.breakdown.allocator = limited.breakdown.allocator;
+      d.peak_event = limited.peak_event;
+      d.peak_label = limited.peak_label;
+      d.peak_phase = limited.peak_phase;
+      d.run = std::move(limited.run);
+    }
+  }
+}
+
+// One pipeline stage's device: its step program (or run) and the replay. Stages share nothing but the (read-only)
+// config and model shape, so they can run on different threads.
+DeviceResult simulate_device(const StepContext& ctx, std::string role, const RunPlan* plan) {
   const Config& config = ctx.config;
   const GpuSpec* gpu = ctx.gpu;
   const auto& par = config.parallel;
@@ -181,13 +218,26 @@ DeviceResult simulate_device(const StepContext& ctx, std::string role) {
       config.hardware.cuda_context_bytes > 0        ? config.hardware.cuda_context_bytes
       : cuda_context_bytes(gpu ? gpu->compute_capability : 0, config.hardware.cuda_module_loading == "eager");
   d.breakdown.nccl_bytes = nccl_bytes(config);
+  const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
+  const bool expandable = config.hardware.expandable_segments;
+  if (plan) {
+    simulate_run(ctx, *plan, d, capacity, expandable);
+  } else {
+    simulate_step(ctx, d, capacity, expandable);
+  }
+  d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
+  d.peak.device_bytes = add(add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes), d.breakdown.nccl_bytes);
+  d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
+  return d;
+}
+
+// A fixed shape: two steps, built at once and replayed.
+void simulate_step(const StepContext& ctx, DeviceResult& d, int64_t capacity, bool expandable) {
   d.program = build_train_step(ctx);
   // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds
   // the GPU but its allocated peak does not can the allocator's cache release decide between fitting and an
   // OOM, so only then is the step replayed again against the real capacity. Where even the allocated peak
   // exceeds the GPU, the step runs out of memory at the first event past the capacity.
-  const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
-  const bool expandable = config.hardware.expandable_segments;
   // (The unlimited replay gives expandable segments an address space as unlimited as its memory, so that a
   // tensor larger than the GPU still shows the step's whole allocated peak; the limited one uses the GPU's.)
   replay(d.program, d, int64_t{1} << 62, expandable, int64_t{1} << 58);
@@ -213,10 +263,6 @@ DeviceResult simulate_device(const StepContext& ctx, std::string role) {
       d.peak_phase = limited.peak_phase;
     }
   }
-  d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
-  d.peak.device_bytes = add(add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes), d.breakdown.nccl_bytes);
-  d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
-  return d;
 }
 
 }  // namespace
@@ -296,8 +342,14 @@ Result simulate(const Config& config) {
                                         (ctx.has_post ? ", head and loss" : "") + ")");
       contexts.push_back(ctx);
     }
+    RunPlan plan;
+    if (config.data.varies()) {
+      plan = plan_run(config);
+      r.notes.insert(r.notes.end(), plan.notes.begin(), plan.notes.end());
+    }
+    const RunPlan* run = config.data.varies() ? &plan : nullptr;
     r.devices.resize(contexts.size());
-    for_each_index(contexts.size(), [&](size_t i) { r.devices[i] = simulate_device(contexts[i], std::move(roles[i])); });
+    for_each_index(contexts.size(), [&](size_t i) { r.devices[i] = simulate_device(contexts[i], std::move(roles[i]), run); });
     r.model_states = r.devices.front().model_states;
     // Host RAM per node under offload: every GPU of a node keeps its offloaded states there. Nodes hold
     // consecutive ranks; with pipeline stages on different nodes the largest stage sets the need.

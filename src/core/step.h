@@ -54,16 +54,37 @@ struct StepProgram {
   std::vector<std::string> labels;
   std::vector<Phase> phases;
 
+  // A run replay (train_step.h build_run) recycles the ids of freed tensors, or a run of thousands of steps would
+  // keep a table entry for every tensor it ever made. Ids freed in one step are reused from the next step on
+  // (recycle_freed_ids), so within one step's events every id names one tensor.
+  bool recycle_ids = false;
+  std::vector<uint32_t> freed_ids, reusable_ids;
+
   uint32_t label(const std::string& text);
   // Inline, and flattened: the step builder calls these for every event, and the compiler otherwise keeps
   // vector's append out of line, a call per event (flatten measured 7-12% off whole simulations).
   [[gnu::flatten]] uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1, Stream stream = Stream::Compute) {
-    tensors.push_back({bytes, c, stream, static_cast<uint16_t>(label_id), static_cast<int16_t>(layer)});
-    const uint32_t t = static_cast<uint32_t>(tensors.size() - 1);
-    events.push_back({Event::Op::Alloc, c, t});
-    return t;
+    const Tensor t{bytes, c, stream, static_cast<uint16_t>(label_id), static_cast<int16_t>(layer)};
+    uint32_t id;
+    if (recycle_ids && !reusable_ids.empty()) {
+      id = reusable_ids.back();
+      reusable_ids.pop_back();
+      tensors[id] = t;
+    } else {
+      tensors.push_back(t);
+      id = static_cast<uint32_t>(tensors.size() - 1);
+    }
+    events.push_back({Event::Op::Alloc, c, id});
+    return id;
   }
-  [[gnu::flatten]] void free(uint32_t tensor) { events.push_back({Event::Op::Free, tensors[tensor].component, tensor}); }
+  [[gnu::flatten]] void free(uint32_t tensor) {
+    events.push_back({Event::Op::Free, tensors[tensor].component, tensor});
+    if (recycle_ids) freed_ids.push_back(tensor);
+  }
+  void recycle_freed_ids() {
+    reusable_ids.insert(reusable_ids.end(), freed_ids.begin(), freed_ids.end());
+    freed_ids.clear();
+  }
   void phase(std::string name) { phases.push_back({std::move(name), static_cast<uint32_t>(events.size())}); }
 };
 

@@ -81,6 +81,7 @@ struct InFlight {
   // dec_keep after the decoder's, out_keep with the model outputs the training loop holds.
   std::vector<uint32_t> enc_final_saved, dec_embed_saved, enc_keep, dec_keep, out_keep;
   uint32_t enc_out = UINT32_MAX;
+  ActDims dims{};  // a run of varying shapes: this micro-batch's shape, which its backward uses again
 };
 
 // Labels of the encoder-decoder tensors, made on first use so that decoder-only programs are unchanged.
@@ -101,9 +102,13 @@ class StepBuilder {
  public:
   explicit StepBuilder(const StepContext& ctx);
   StepProgram build();
+  void build_run(const RunPlan& plan, const std::function<void(StepProgram&, int64_t)>& on_step);
 
  private:
   // train_step.cpp
+  void prologue();  // weights and workspaces, before the first step
+  void step(int iter, int64_t mbs, int64_t gas);
+  void use_shape(const MicroBatchShape& shape);  // the micro-batch's dims (d_)
   void alloc_weights();
   void alloc_layer_grads(int64_t layer);  // first backward of an iteration: .grad of the layer's params
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
@@ -270,6 +275,8 @@ class StepBuilder {
   bool grads_live_ = false;
   bool any_quantized_ = false;
   bool zero_buckets_ = false;
+  const std::vector<MicroBatchShape>* run_shapes_ = nullptr;  // a run of varying shapes: every micro-batch's
+  size_t next_shape_ = 0;                                     // ... and the next forward's index into them
   EncDecLabels LE_{};
   bool encdec_labels_ = false;
   int64_t enc_s_ = 0, dec_s_ = 0;  // encoder (source) and decoder (target) tokens per sequence

@@ -283,16 +283,23 @@ ParamStates StepBuilder::states_of(const ParamTensor& t) const {
   return states_.get(t, [&](const ParamTensor& x) { return param_states(sp_, ctx_, x); });
 }
 
+// The micro-batch's rows and tokens per row. Context parallel: each rank holds sequence_length / cp tokens of every
+// sequence (2 x cp load-balanced chunks; torchtitan / torch.distributed.tensor.experimental.context_parallel,
+// Megatron-Core with TE). Prompt tuning adds its virtual tokens to every sequence (model.cpp virtual_tokens).
+// Sequence parallel splits the tokens that norms, dropout and the residual stream see over the TP ranks
+// (Korthikanti et al. 2022 sec. 4.2.2).
+void StepBuilder::use_shape(const MicroBatchShape& shape) {
+  d_.b = shape.sequences;
+  d_.s = (shape.tokens + virtual_tokens(c_.peft)) / c_.parallel.context_parallel_size;
+  d_.T = mul(d_.b, d_.s);
+  d_.Tn = c_.parallel.sequence_parallel ? d_.T / c_.parallel.tensor_parallel_size : d_.T;
+}
+
 StepBuilder::StepBuilder(const StepContext& ctx)
     : ctx_(ctx), c_(ctx.config), s_(ctx.shape), pr_(ctx.precision), rs_(resolve(ctx.config)) {
   const auto& m = c_.model;
   const auto& t = c_.training;
-  d_.b = t.micro_batch_size;
-  // Context parallel: each rank holds sequence_length / cp tokens of every sequence (2 x cp load-balanced
-  // chunks; torchtitan / torch.distributed.tensor.experimental.context_parallel, Megatron-Core with TE).
-  // Prompt tuning adds its virtual tokens to every sequence (model.cpp virtual_tokens).
-  d_.s = (t.sequence_length + virtual_tokens(c_.peft)) / c_.parallel.context_parallel_size;
-  d_.T = mul(d_.b, d_.s);
+  use_shape({t.micro_batch_size, t.sequence_length});
   d_.h = m.hidden_size;
   d_.h_q = mul(m.num_attention_heads, effective_head_dim(m));
   d_.h_kv = mul(m.num_key_value_heads, effective_head_dim(m));
@@ -304,7 +311,6 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // heads are replicated when there are fewer than t. Sequence parallel also splits the tokens that norms,
   // dropout and the residual stream see (Korthikanti et al. 2022 sec. 4.2.2).
   const int64_t tp = c_.parallel.tensor_parallel_size;
-  d_.Tn = c_.parallel.sequence_parallel ? d_.T / tp : d_.T;
   if (tp > 1) {
     const int64_t hd = effective_head_dim(m);
     d_.a = m.num_attention_heads / tp;
@@ -808,7 +814,7 @@ void StepBuilder::optimizer_step(int iter) {
   }
 }
 
-StepProgram StepBuilder::build() {
+void StepBuilder::prologue() {
   // About 70 events per layer and micro-batch, 8 per parameter tensor: reserve once instead of regrowing.
   const int64_t passes = 1 + std::min<int64_t>(c_.training.gradient_accumulation_steps, 2 * c_.parallel.pipeline_parallel_size + 1);
   const int64_t layers = std::min(ctx_.end_layer, s_.num_layers) - ctx_.first_layer;
@@ -819,48 +825,73 @@ StepProgram StepBuilder::build() {
   alloc_weights();
   p_.alloc(Component::Overhead, cublas_workspace_bytes(ctx_.gpu), L_.ws);
   p_.alloc(Component::Overhead, kCublasLtWorkspaceBytes, L_.ws_lt);
+}
+
+// One optimizer step: its micro-batches (mbs of the step's gas), the optimizer step and zero_grad.
+void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
+  bucket_views_ = iter >= 2 && c_.parallel.ddp_gradient_as_bucket_view && n_ > 1 && c_.parallel.zero_stage == 0 &&
+                  !sp_.grad_buffer;
+  // step() starts by clearing the receive buffers' .grad (clear_runtime_states); the micro-batches this replay
+  // leaves out left theirs too, one per stage that receives activations.
+  for (uint32_t g : input_grads_) drop(g);
+  input_grads_.clear();
+  run_schedule(iter, mbs, gas);
+  int64_t receiving = 0;
+  for (const auto& [layer, g] : recv_made_) receiving += g ? 0 : 1;
+  for (int64_t k = 0; k < receiving * (gas - mbs); ++k)
+    input_grads_.push_back(p_.alloc(Component::Communication, mul(d_.e_res, d_.Tn, d_.h), L_.p2p, -1));
+  optimizer_step(iter);
+  // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
+  // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.
+  p_.phase("zero_grad " + std::to_string(iter));
+  if (!c_.training.zero_grad_set_to_none) return;
+  for (size_t slot = 0; slot < grads_.size(); ++slot) {
+    for (uint32_t g : grads_[slot]) drop(g);
+    grads_[slot].clear();
+    grad_created_[slot] = false;
+  }
+  for (uint32_t g : other_grads_) drop(g);
+  other_grads_.clear();
+  for (uint32_t g : sharded_grads_) drop(g);
+  sharded_grads_.clear();
+  sharded_grad_made_.assign(sharded_grad_made_.size(), false);
+  grads_live_ = false;
+}
+
+StepProgram StepBuilder::build() {
+  prologue();
+  const int64_t gas = c_.training.gradient_accumulation_steps;
   for (int iter = 1; iter <= 2; ++iter) {
     // Step 1 differs from the steady state only in lacking optimizer state until its step, so it is replayed
     // with one micro-batch. In step 2 every micro-batch after the first starts from the same live tensors
     // (gradients included) and makes the same requests, so the second stands for all the others; a pipeline
     // stage needs (stages - stage) micro-batches in flight before its pattern repeats, so it replays one more
     // than the stages.
-    const int64_t gas = c_.training.gradient_accumulation_steps;
     // Interleaving reaches its steady state after 2 x stages micro-batches.
     const int64_t pp = c_.parallel.pipeline_parallel_size;
     const int64_t repeat_after = c_.parallel.pipeline_schedule == "interleaved_1f1b" && pp > 1 ? 2 * pp : pp + 1;
-    const int64_t mbs = iter == 1 ? 1 : std::min<int64_t>(gas, repeat_after);
-    bucket_views_ = iter >= 2 && c_.parallel.ddp_gradient_as_bucket_view && n_ > 1 && c_.parallel.zero_stage == 0 &&
-                    !sp_.grad_buffer;
-    // step() starts by clearing the receive buffers' .grad (clear_runtime_states); the micro-batches this replay
-    // leaves out left theirs too, one per stage that receives activations.
-    for (uint32_t g : input_grads_) drop(g);
-    input_grads_.clear();
-    run_schedule(iter, mbs, gas);
-    int64_t receiving = 0;
-    for (const auto& [layer, g] : recv_made_) receiving += g ? 0 : 1;
-    for (int64_t k = 0; k < receiving * (gas - mbs); ++k)
-      input_grads_.push_back(p_.alloc(Component::Communication, mul(d_.e_res, d_.Tn, d_.h), L_.p2p, -1));
-    optimizer_step(iter);
-    // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
-    // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.
-    p_.phase("zero_grad " + std::to_string(iter));
-    if (!c_.training.zero_grad_set_to_none) continue;
-    for (size_t slot = 0; slot < grads_.size(); ++slot) {
-      for (uint32_t g : grads_[slot]) drop(g);
-      grads_[slot].clear();
-      grad_created_[slot] = false;
-    }
-    for (uint32_t g : other_grads_) drop(g);
-    other_grads_.clear();
-    for (uint32_t g : sharded_grads_) drop(g);
-    sharded_grads_.clear();
-    sharded_grad_made_.assign(sharded_grad_made_.size(), false);
-    grads_live_ = false;
+    step(iter, iter == 1 ? 1 : std::min<int64_t>(gas, repeat_after), gas);
   }
   return std::move(p_);
 }
 
+void StepBuilder::build_run(const RunPlan& plan, const std::function<void(StepProgram&, int64_t)>& on_step) {
+  run_shapes_ = &plan.micro_batches;
+  next_shape_ = 0;
+  p_.recycle_ids = true;
+  prologue();
+  // Shapes vary, so no micro-batch stands for another: every step replays all of its micro-batches.
+  for (int64_t k = 1; k <= plan.steps; ++k) {
+    step(static_cast<int>(k), plan.gas, plan.gas);
+    on_step(p_, k);
+  }
+  run_shapes_ = nullptr;
+}
+
 StepProgram build_train_step(const StepContext& ctx) { return StepBuilder(ctx).build(); }
+
+void build_run(const StepContext& ctx, const RunPlan& plan, const std::function<void(StepProgram&, int64_t)>& on_step) {
+  StepBuilder(ctx).build_run(plan, on_step);
+}
 
 }  // namespace memsim

@@ -1,9 +1,11 @@
 // Builds the allocation/free program of a training step on one device from a validated config.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <utility>
 
 #include "config.h"
+#include "data_shape.h"
 #include "frameworks.h"
 #include "model.h"
 #include "result.h"
@@ -66,5 +68,11 @@ HostStates host_state_bytes(const StepContext& ctx);
 // Two iterations, so that the lazily created optimizer state (first step) and the steady state (second
 // step, where the forward already carries that state) are both replayed.
 StepProgram build_train_step(const StepContext& ctx);
+
+// A run of varying shapes (data_shape.h): plan.steps optimizer steps, each of plan.gas micro-batches with the
+// plan's shapes. After each step, on_step(program, step) sees the program so far; it replays the step's events and
+// clears them (and the phases), and the builder goes on appending. Tensor ids are recycled from step to step
+// (StepProgram::recycle_ids), so the table stays as small as one step's.
+void build_run(const StepContext& ctx, const RunPlan& plan, const std::function<void(StepProgram&, int64_t)>& on_step);
 
 }  // namespace memsim

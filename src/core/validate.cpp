@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "data_shape.h"
 #include "frameworks.h"
 #include "model.h"
 #include "tables.h"
@@ -526,6 +527,7 @@ std::vector<FieldError> validate(const Config& c) {
   if (!(hw.headroom_fraction >= 0.0 && hw.headroom_fraction < 1.0))  // also rejects NaN
     e.push_back({"hardware.headroom_fraction", "hardware.headroom_fraction must be a number from 0 to below 1; got " +
                                                    std::to_string(hw.headroom_fraction)});
+  if (e.empty()) validate_data(c, e);  // the run's bound uses the model's layers, valid by now
   return e;
 }
 

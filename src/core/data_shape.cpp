@@ -1,0 +1,336 @@
+#include "data_shape.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <tuple>
+
+#include "checked.h"
+#include "model.h"
+
+namespace memsim {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return s.substr(a, b - a);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i)
+    if (i == s.size() || s[i] == sep) out.push_back(trim(s.substr(start, i - start))), start = i + 1;
+  return out;
+}
+
+// A finite number, the whole text of `s`.
+bool parse_number(const std::string& s, double& out) {
+  if (s.empty() || s.size() > 32) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(out);
+}
+
+std::string shown(const std::string& s) {  // a piece of the user's text, short and printable, for an error
+  std::string out;
+  for (char ch : s.substr(0, 24)) out += std::isprint(static_cast<unsigned char>(ch)) ? ch : '?';
+  return s.size() > 24 ? out + "..." : out;
+}
+
+constexpr size_t kMaxPoints = 1000;
+
+// splitmix64 (Steele, Lea and Flood 2014): a small generator that is the same natively and in wasm, so a seed
+// gives the same run everywhere.
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  uint64_t below(uint64_t n) { return n == 0 ? 0 : next() % n; }
+};
+
+// HF LengthGroupedSampler (transformers trainer_pt_utils.py get_length_grouped_indices): mega-batches of
+// mega_batch_mult x batch_size samples, each sorted longest first, split into batches in order; mega_batch_mult
+// is min(len(lengths) // (4 batch_size), 50), at least 1. (The longest sample's move to the very first place is
+// done by the caller for every way of putting it first.)
+void group_by_length(std::vector<int64_t>& lengths, int64_t batch_size, int64_t dataset_samples) {
+  const int64_t n = dataset_samples > 0 ? dataset_samples : static_cast<int64_t>(lengths.size());
+  const int64_t mult = std::max<int64_t>(1, std::min<int64_t>(n / std::max<int64_t>(1, 4 * batch_size), 50));
+  const size_t mega = static_cast<size_t>(mult * batch_size);
+  for (size_t i = 0; i < lengths.size(); i += mega)
+    std::sort(lengths.begin() + static_cast<std::ptrdiff_t>(i),
+              lengths.begin() + static_cast<std::ptrdiff_t>(std::min(lengths.size(), i + mega)), std::greater<>());
+}
+
+
+int64_t model_layers(const Config& c) { return c.model.num_hidden_layers + decoder_layers(c.model); }
+
+// Steps a run replays: data.steps, or the run's own length (dataset_samples x epochs over the samples each step
+// takes on one device, as a DataLoader without drop_last counts them), at most kAutoRunSteps and within the work
+// bound.
+int64_t run_steps(const Config& c, int64_t listed_micro_batches) {
+  const auto& d = c.data;
+  if (d.steps > 0) return d.steps;
+  const int64_t gas = c.training.gradient_accumulation_steps;
+  int64_t steps = kAutoRunSteps;
+  if (d.lengths == "micro_batches") steps = ceil_div(listed_micro_batches, gas);
+  else if (d.dataset_samples > 0) {
+    const int64_t per_step = mul(mul(c.training.micro_batch_size, gas), c.parallel.data_parallel_size);
+    steps = std::min(steps, mul(ceil_div(d.dataset_samples, per_step), d.epochs));
+  }
+  const int64_t passes_per_step = mul(gas, model_layers(c) + 2);
+  steps = std::min(steps, std::max<int64_t>(1, kMaxRunLayerPasses / passes_per_step));
+  if (d.lengths == "samples")
+    steps = std::min(steps, std::max<int64_t>(1, kMaxRunSamples / mul(gas, c.training.micro_batch_size)));
+  return std::max<int64_t>(1, steps);
+}
+
+}  // namespace
+
+double LengthDistribution::quantile(double u) const {
+  if (points.empty()) return 0;
+  if (u <= points.front().first) return points.front().second;
+  for (size_t i = 1; i < points.size(); ++i) {
+    const auto [q0, l0] = points[i - 1];
+    const auto [q1, l1] = points[i];
+    if (u < q1 || i + 1 == points.size()) return q1 > q0 ? l0 + (l1 - l0) * (std::min(u, q1) - q0) / (q1 - q0) : l1;
+  }
+  return points.back().second;
+}
+
+std::string parse_sample_lengths(const std::string& text, int64_t max_length, LengthDistribution& out,
+                                 std::vector<std::string>* notes) {
+  const std::string field = "data.sample_lengths";
+  out.points.clear();
+  const auto items = split(text, ',');
+  if (trim(text).empty())
+    return field + " must give percentiles (\"p50=310,p90=720,p100=2048\") or a histogram (\"0-256:40,256-512:35\")";
+  if (items.size() > kMaxPoints) return field + " must have at most 1000 entries; got " + std::to_string(items.size());
+  const bool histogram = items.front().find(':') != std::string::npos;
+  if (histogram) {
+    struct Bin {
+      double lo, hi, weight;
+    };
+    std::vector<Bin> bins;
+    for (const auto& item : items) {
+      const size_t colon = item.find(':'), dash = item.find('-', 1);
+      Bin b{};
+      if (colon == std::string::npos || dash == std::string::npos || dash > colon ||
+          !parse_number(trim(item.substr(0, dash)), b.lo) || !parse_number(trim(item.substr(dash + 1, colon - dash - 1)), b.hi) ||
+          !parse_number(trim(item.substr(colon + 1)), b.weight))
+        return field + ": a histogram bin must read LOW-HIGH:WEIGHT, e.g. 256-512:35; got \"" + shown(item) + "\"";
+      if (!(b.lo >= 0 && b.hi > b.lo && b.hi <= 1e9))
+        return field + ": a bin's lengths must satisfy 0 <= LOW < HIGH <= 1e9; got \"" + shown(item) + "\"";
+      if (!(b.weight >= 0 && b.weight <= 1e15)) return field + ": a bin's weight must be from 0 to 1e15; got \"" + shown(item) + "\"";
+      bins.push_back(b);
+    }
+    std::sort(bins.begin(), bins.end(), [](const Bin& a, const Bin& b) { return a.lo < b.lo; });
+    double total = 0;
+    for (size_t i = 0; i < bins.size(); ++i) {
+      if (i > 0 && bins[i].lo < bins[i - 1].hi) return field + ": histogram bins must not overlap";
+      total += bins[i].weight;
+    }
+    if (!(total > 0)) return field + ": the histogram's weights must add up to more than 0";
+    double cum = 0;
+    for (const auto& b : bins) {
+      if (b.weight == 0) continue;
+      out.points.push_back({cum / total, b.lo});
+      cum += b.weight;
+      out.points.push_back({cum / total, b.hi});
+    }
+    out.points.back().first = 1.0;
+  } else {
+    for (const auto& item : items) {
+      const size_t eq = item.find('=');
+      double p = -1, len = 0;
+      const std::string key = eq == std::string::npos ? "" : trim(item.substr(0, eq));
+      if (key == "min") p = 0;
+      else if (key == "median") p = 50;
+      else if (key == "max") p = 100;
+      else if (key.size() > 1 && (key[0] == 'p' || key[0] == 'P') && !parse_number(key.substr(1), p)) p = -1;
+      if (eq == std::string::npos || !parse_number(trim(item.substr(eq + 1)), len) || key.empty())
+        return field + ": each entry must read pNN=LENGTH (or min=, median=, max=), e.g. p90=720, or be a histogram "
+                       "bin LOW-HIGH:WEIGHT; got \"" + shown(item) + "\"";
+      if (!(p >= 0 && p <= 100)) return field + ": a percentile must be from p0 to p100; got \"" + shown(item) + "\"";
+      if (!(len >= 0 && len <= 1e9)) return field + ": a length must be from 0 to 1e9 tokens; got \"" + shown(item) + "\"";
+      out.points.push_back({p / 100.0, len});
+    }
+    std::sort(out.points.begin(), out.points.end());
+    for (size_t i = 1; i < out.points.size(); ++i) {
+      if (out.points[i].first == out.points[i - 1].first) return field + ": a percentile is given twice";
+      if (out.points[i].second < out.points[i - 1].second)
+        return field + ": lengths must not fall as the percentile rises (p" +
+               std::to_string(static_cast<int>(out.points[i].first * 100)) + " is below an earlier one)";
+    }
+    if (out.points.front().first > 0) {
+      out.points.insert(out.points.begin(), {0.0, std::min(1.0, out.points.front().second)});
+      if (notes) notes->push_back(field + ": no p0 (min) given; the shortest sample is taken as 1 token");
+    }
+    if (out.points.back().first < 1) {
+      const double top = std::max<double>(static_cast<double>(max_length), out.points.back().second);
+      out.points.push_back({1.0, top});
+      if (notes)
+        notes->push_back(field + ": no p100 (max) given; the longest sample is taken as training.sequence_length (" +
+                         std::to_string(max_length) + "), the truncation length, since the data can be no longer");
+    }
+  }
+  if (!(out.longest() >= 1)) return field + ": the longest sample must be at least 1 token";
+  return "";
+}
+
+std::string parse_micro_batch_lengths(const std::string& text, std::vector<int64_t>& out) {
+  const std::string field = "data.micro_batch_lengths";
+  out.clear();
+  if (trim(text).empty()) return field + " must list each micro-batch's length, e.g. \"512,380,1024\"";
+  const auto items = split(text, ',');
+  if (items.size() > 2000) return field + " must list at most 2000 lengths; got " + std::to_string(items.size());
+  for (const auto& item : items) {
+    double v = 0;
+    if (!parse_number(item, v) || v != std::floor(v) || v < 1 || v > (1 << 26))
+      return field + ": each length must be an integer from 1 to 67108864; got \"" + shown(item) + "\"";
+    out.push_back(static_cast<int64_t>(v));
+  }
+  return "";
+}
+
+void validate_data(const Config& c, std::vector<FieldError>& e) {
+  const auto& d = c.data;
+  auto err = [&](const char* field, const std::string& msg) { e.push_back({field, msg}); };
+  if (d.lengths != "fixed" && d.lengths != "micro_batches" && d.lengths != "samples")
+    return err("data.lengths", "data.lengths must be one of: fixed, micro_batches, samples; got \"" + shown(d.lengths) + "\"");
+  if (d.padding != "longest" && d.padding != "max_length" && d.padding != "none")
+    err("data.padding", "data.padding must be one of: longest, max_length, none; got \"" + shown(d.padding) + "\"");
+  for (auto [field, v, lo, hi] : {std::tuple{"data.pad_to_multiple_of", d.pad_to_multiple_of, int64_t{1}, int64_t{1} << 16},
+                                  std::tuple{"data.dataset_samples", d.dataset_samples, int64_t{0}, int64_t{1} << 40},
+                                  std::tuple{"data.epochs", d.epochs, int64_t{1}, int64_t{1} << 20},
+                                  std::tuple{"data.steps", d.steps, int64_t{0}, int64_t{1} << 40},
+                                  std::tuple{"data.seed", d.seed, int64_t{0}, int64_t{1} << 62}})
+    if (v < lo || v > hi)
+      err(field, std::string(field) + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                     "; got " + std::to_string(v));
+  if (c.training.empty_cache_steps < 0 || c.training.empty_cache_steps > (int64_t{1} << 40))
+    err("training.empty_cache_steps", "training.empty_cache_steps must be an integer from 0 to 1099511627776; got " +
+                                          std::to_string(c.training.empty_cache_steps));
+  if (!d.varies() || !e.empty()) return;
+  const auto& m = c.model;
+  if (m.is_encoder_decoder)
+    return err("data.lengths", "data.lengths must be fixed for encoder-decoder models: a run of varying source and "
+                               "target lengths is not modelled for T5 yet");
+  const int64_t positions = m.max_position_embeddings;
+  int64_t longest = 0;
+  if (d.lengths == "micro_batches") {
+    std::vector<int64_t> lengths;
+    const std::string msg = parse_micro_batch_lengths(d.micro_batch_lengths, lengths);
+    if (!msg.empty()) return err("data.micro_batch_lengths", msg);
+    longest = *std::max_element(lengths.begin(), lengths.end());
+    if (longest > positions)
+      return err("data.micro_batch_lengths", "data.micro_batch_lengths: a micro-batch of " + std::to_string(longest) +
+                                                 " tokens is longer than model.max_position_embeddings (" +
+                                                 std::to_string(positions) + ")");
+  } else {
+    LengthDistribution dist;
+    const std::string msg = parse_sample_lengths(d.sample_lengths, c.training.sequence_length, dist);
+    if (!msg.empty()) return err("data.sample_lengths", msg);
+    longest = std::min<int64_t>(c.training.sequence_length, static_cast<int64_t>(std::ceil(dist.longest())));
+    if (longest > positions)
+      return err("data.sample_lengths", "data.sample_lengths: samples reach " + std::to_string(longest) +
+                                            " tokens (after truncation to training.sequence_length), more than "
+                                            "model.max_position_embeddings (" + std::to_string(positions) +
+                                            "); lower training.sequence_length, the truncation length");
+  }
+  // What the longest micro-batch needs must stay as checkable as a fixed shape: padding-free packs a micro-batch's
+  // samples into one row of up to micro_batch_size x longest tokens.
+  if (static_cast<long double>(longest) * static_cast<long double>(c.training.micro_batch_size) > (int64_t{1} << 40))
+    return err("data.padding", "the longest micro-batch (" + std::to_string(longest) + " tokens x training.micro_batch_size) "
+                               "is above 2^40 tokens");
+  if (c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1)
+    return err("data.lengths", "data.lengths must be fixed with pipeline or context parallelism: their schedules are "
+                               "modelled for one shape (Megatron's variable_seq_lengths is not modelled)");
+  if (c.parallel.sequence_parallel)
+    return err("data.lengths", "data.lengths must be fixed with sequence parallelism (each length must divide by the "
+                               "tensor-parallel size)");
+  // The work bound (kMaxRunLayerPasses): refuse a request above it, naming the limit.
+  const long double passes = static_cast<long double>(d.steps) * c.training.gradient_accumulation_steps *
+                             static_cast<long double>(model_layers(c) + 2);
+  if (d.steps > 0 && passes > kMaxRunLayerPasses)
+    err("data.steps", "data.steps: the run replays data.steps x training.gradient_accumulation_steps micro-batches "
+                      "through " + std::to_string(model_layers(c)) + " layers, " + std::to_string(static_cast<int64_t>(passes)) +
+                      " layer passes; at most " + std::to_string(kMaxRunLayerPasses) + " are replayed (use at most " +
+                      std::to_string(std::max<int64_t>(1, kMaxRunLayerPasses / static_cast<int64_t>(passes / d.steps))) +
+                      " steps)");
+  else if (d.steps > 0 && d.lengths == "samples" &&
+           static_cast<long double>(d.steps) * c.training.gradient_accumulation_steps * c.training.micro_batch_size > kMaxRunSamples)
+    err("data.steps", "data.steps: the run would draw data.steps x training.gradient_accumulation_steps x "
+                      "training.micro_batch_size samples, more than " + std::to_string(kMaxRunSamples));
+}
+
+RunPlan plan_run(const Config& c) {
+  const auto& d = c.data;
+  const auto& t = c.training;
+  RunPlan plan;
+  plan.gas = t.gradient_accumulation_steps;
+  const int64_t max_length = t.sequence_length;
+  const int64_t multiple = d.pad_to_multiple_of;
+  if (d.lengths == "micro_batches") {
+    std::vector<int64_t> lengths;
+    parse_micro_batch_lengths(d.micro_batch_lengths, lengths);
+    plan.steps = run_steps(c, static_cast<int64_t>(lengths.size()));
+    const int64_t n = mul(plan.steps, plan.gas);
+    plan.micro_batches.reserve(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k)
+      plan.micro_batches.push_back({t.micro_batch_size, lengths[static_cast<size_t>(k) % lengths.size()]});
+    const auto top = std::max_element(lengths.begin(), lengths.end());
+    plan.longest_tokens = *top;
+    plan.longest_step = (top - lengths.begin()) / plan.gas + 1;
+    if (static_cast<int64_t>(lengths.size()) != n)
+      plan.notes.push_back("data.micro_batch_lengths: " + std::to_string(lengths.size()) + " lengths for " +
+                           std::to_string(n) + " micro-batches; the list repeats");
+    return plan;
+  }
+  LengthDistribution dist;
+  parse_sample_lengths(d.sample_lengths, max_length, dist, &plan.notes);
+  plan.steps = run_steps(c, 0);
+  const int64_t b = t.micro_batch_size;
+  const int64_t per_step = mul(plan.gas, b);
+  const int64_t n = mul(plan.steps, per_step);
+  Rng rng{static_cast<uint64_t>(d.seed)};
+  auto length_of = [&](double len) { return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(len)), 1, max_length); };
+  std::vector<int64_t> samples(static_cast<size_t>(n));
+  for (auto& s : samples) s = length_of(dist.quantile(rng.uniform()));
+  if (d.group_by_length) group_by_length(samples, per_step, d.dataset_samples);
+  // Every epoch holds the dataset's longest sample. Draws from the distribution come near it without reaching it,
+  // so it is placed in the run: first where the sampler or the loop puts it first (LengthGroupedSampler swaps it
+  // into the very first batch; lit-gpt's 2023 loops put it into iteration 1), else at a shuffled place.
+  plan.longest_tokens = length_of(dist.longest());
+  const bool first = d.group_by_length || d.longest_first;
+  const size_t at = first ? 0 : static_cast<size_t>(rng.below(static_cast<uint64_t>(n)));
+  samples[at] = plan.longest_tokens;
+  plan.longest_step = static_cast<int64_t>(at) / per_step + 1;
+  plan.micro_batches.reserve(static_cast<size_t>(mul(plan.steps, plan.gas)));
+  for (int64_t k = 0; k < n; k += b) {
+    const auto begin = samples.begin() + k, end = begin + b;
+    if (d.padding == "none") {  // padding-free: the micro-batch's samples concatenated into one row
+      int64_t sum = 0;
+      for (auto it = begin; it != end; ++it) sum += *it;
+      plan.micro_batches.push_back({1, sum});
+    } else {
+      const int64_t longest = d.padding == "max_length" ? max_length : *std::max_element(begin, end);
+      plan.micro_batches.push_back({b, round_up(longest, multiple)});
+    }
+  }
+  const char* where = first ? "in the first micro-batch" : "where the shuffle put it";
+  plan.notes.push_back("data: the run's longest sample (" + std::to_string(plan.longest_tokens) + " tokens) is in step " +
+                       std::to_string(plan.longest_step) + " of " + std::to_string(plan.steps) + " replayed, " + where);
+  return plan;
+}
+
+}  // namespace memsim

@@ -1,0 +1,60 @@
+// The shapes of a run's micro-batches: how long each one is, made the way the run's data loader makes them
+// (DataConfig). A fixed shape needs none of this; a run of varying lengths is replayed micro-batch by micro-batch.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config.h"
+#include "validate.h"
+
+namespace memsim {
+
+struct MicroBatchShape {
+  int64_t sequences = 1;  // rows of the micro-batch (training.micro_batch_size; 1 when padding-free flattens them)
+  int64_t tokens = 1;     // tokens per row after padding (the row length every activation has)
+};
+
+// Per-sample token lengths as a piecewise-linear distribution: points (cumulative fraction, length) with both
+// non-decreasing, from fraction 0 to fraction 1. Percentiles are such points already; a histogram's bin edges
+// become points, a bin's weight spread evenly over its lengths.
+struct LengthDistribution {
+  std::vector<std::pair<double, double>> points;
+  double quantile(double u) const;  // the length at cumulative fraction u in [0, 1]
+  double longest() const { return points.empty() ? 0 : points.back().second; }
+};
+
+// data.sample_lengths: "p0=12,p50=310,p90=720,p100=2048" (also min=, median=, max=) or "0-256:40,256-512:35".
+// A missing p0 is 1 token; a missing p100 is max_length, the truncation length, since the data can be no longer;
+// each assumption goes to `notes`. Returns an empty string, or the error (a sentence naming the field).
+std::string parse_sample_lengths(const std::string& text, int64_t max_length, LengthDistribution& out,
+                                 std::vector<std::string>* notes = nullptr);
+// data.micro_batch_lengths: "512,380,1024".
+std::string parse_micro_batch_lengths(const std::string& text, std::vector<int64_t>& out);
+
+// The bound on a run's work, in micro-batch passes through one layer: each pass is about 70 allocator events,
+// so the bound keeps a native replay within a few seconds and its memory bounded. Validation refuses more.
+constexpr int64_t kMaxRunLayerPasses = 1'000'000;
+// Optimizer steps replayed when neither data.steps nor the dataset's size says otherwise.
+constexpr int64_t kAutoRunSteps = 1000;
+// Samples a run may draw (steps x accumulation x micro-batch): the draws are kept for group_by_length's sort.
+constexpr int64_t kMaxRunSamples = int64_t{1} << 24;
+
+struct RunPlan {
+  int64_t steps = 0;
+  int64_t gas = 1;
+  std::vector<MicroBatchShape> micro_batches;  // steps x gas, in the order one device runs them
+  int64_t longest_step = 0;                    // the step (from 1) that holds the dataset's longest sample; 0: none
+  int64_t longest_tokens = 0;
+  std::vector<std::string> notes;              // what the plan assumed, for the result's notes
+};
+
+// The data section's checks (validate() calls it): ranges, parse errors, lengths above the model's positions, and
+// the bound on the run's work.
+void validate_data(const Config& c, std::vector<FieldError>& errors);
+
+// Requires a validated config whose data.varies().
+RunPlan plan_run(const Config& c);
+
+}  // namespace memsim

@@ -1,0 +1,98 @@
+// A seeded generator of valid-looking configs over every engine, shared by the property tests.
+#pragma once
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/frameworks.h"
+#include "core/serialize.h"
+#include "core/tables.h"
+
+namespace memsim_test {
+
+using namespace memsim;
+
+template <typename T>
+const T& pick(std::mt19937_64& rng, const std::vector<T>& v) {
+  return v[rng() % v.size()];
+}
+
+inline Config random_config(std::mt19937_64& rng) {
+  Config c;
+  auto& m = c.model;
+  const std::vector<int64_t> heads = {1, 2, 4, 8, 16};
+  m.num_attention_heads = pick(rng, heads);
+  std::vector<int64_t> kv;
+  for (int64_t g : heads)
+    if (m.num_attention_heads % g == 0) kv.push_back(g);
+  m.num_key_value_heads = pick(rng, kv);
+  m.head_dim = pick(rng, std::vector<int64_t>{0, 16, 32, 64});
+  m.hidden_size = m.num_attention_heads * pick(rng, std::vector<int64_t>{16, 32, 64, 96});
+  m.num_hidden_layers = 1 + static_cast<int64_t>(rng() % 6);
+  m.intermediate_size = 64 * (1 + static_cast<int64_t>(rng() % 32));
+  m.vocab_size = 100 + static_cast<int64_t>(rng() % 5000);
+  m.tie_word_embeddings = rng() % 2;
+  m.norm_type = rng() % 2 ? NormType::RMSNorm : NormType::LayerNorm;
+  m.mlp_gated = rng() % 2;
+  m.attention_bias = rng() % 4 == 0;
+  m.attention_dropout = rng() % 4 == 0 ? 0.1 : 0.0;
+  m.hidden_dropout = rng() % 4 == 0 ? 0.1 : 0.0;
+  if (rng() % 5 == 0) {
+    m.num_experts = 2 + static_cast<int64_t>(rng() % 6);
+    m.num_experts_per_tok = 1 + static_cast<int64_t>(rng() % m.num_experts);
+    m.first_k_dense_replace = static_cast<int64_t>(rng() % 2);
+  }
+  auto& t = c.training;
+  t.micro_batch_size = 1 + static_cast<int64_t>(rng() % 4);
+  t.sequence_length = 16 * (1 + static_cast<int64_t>(rng() % 32));
+  t.gradient_accumulation_steps = 1 + static_cast<int64_t>(rng() % 4);
+  std::vector<std::string> ids;
+  for (const auto& f : frameworks()) ids.emplace_back(f.id);
+  t.framework = pick(rng, ids);
+  ids.clear();
+  for (const auto& p : precision_recipes()) ids.emplace_back(p.id);
+  t.precision = pick(rng, ids);
+  ids.clear();
+  for (const auto& o : optimizers()) ids.emplace_back(o.id);
+  t.optimizer = pick(rng, ids);
+  for (auto* field : {"training.attention", "training.norm_impl", "training.loss", "training.optimizer_impl",
+                      "training.activation_checkpointing"}) {
+    auto choices_of = choices(field);
+    std::string v(choices_of[rng() % choices_of.size()]);
+    apply_setting(c, std::string(field) + "=" + v);
+  }
+  t.activation_offload = rng() % 6 == 0;
+  t.compile = rng() % 4 == 0;
+  c.parallel.data_parallel_size = pick(rng, std::vector<int64_t>{1, 2, 8, 64});
+  c.parallel.zero_stage = static_cast<int64_t>(rng() % 4);
+  if (rng() % 4 == 0 && m.num_experts == 0) {
+    c.parallel.pipeline_parallel_size = 1 + static_cast<int64_t>(rng() % m.num_hidden_layers);
+    c.parallel.zero_stage = std::min<int64_t>(c.parallel.zero_stage, 1);
+  }
+  if (rng() % 4 == 0) {
+    c.peft.method = pick(rng, std::vector<std::string>{"lora", "dora", "ia3", "ln_tuning", "prompt_tuning"});
+    c.peft.lora_rank = 1 + static_cast<int64_t>(rng() % 8);
+    c.peft.target_modules = pick(rng, std::vector<std::string>{"q_proj,v_proj", "all-linear", "o_proj,down_proj"});
+    if (c.peft.method == "ia3") c.peft.feedforward_modules = rng() % 2 ? "down_proj" : "";
+    if (c.peft.method == "ln_tuning")
+      c.peft.target_modules = pick(rng, std::vector<std::string>{"input_layernorm,post_attention_layernorm,norm", "norm"});
+    c.peft.num_virtual_tokens = 1 + static_cast<int64_t>(rng() % 32);
+    c.peft.base_quantization = pick(rng, std::vector<std::string>{"none", "int8", "nf4"});
+    c.peft.lora_dropout = rng() % 2 ? 0.05 : 0.0;
+  }
+  // The distributed layout: the sharding engine, context and expert parallelism, interleaving, offload.
+  auto& p = c.parallel;
+  p.sharding = pick(rng, std::vector<std::string>{"auto", "deepspeed", "fsdp1", "fsdp2", "megatron"});
+  const Sharding engine = resolve(c).sharding;  // a stage the engine offers (FSDP has no 1, Megatron no 2 or 3)
+  if ((engine == Sharding::Fsdp1 || engine == Sharding::Fsdp2) && p.zero_stage == 1) p.zero_stage = 2;
+  if (engine == Sharding::Megatron && p.zero_stage >= 2) p.zero_stage = 1;
+  if (rng() % 6 == 0 && t.sequence_length % 4 == 0) p.context_parallel_size = 2;
+  if (m.num_experts > 0 && rng() % 3 == 0 && m.num_experts % 2 == 0) p.expert_parallel_size = 2;
+  if (p.pipeline_parallel_size > 1 && rng() % 3 == 0) p.pipeline_schedule = "interleaved_1f1b";
+  if (rng() % 8 == 0) p.offload_optimizer = "cpu";
+  if (rng() % 8 == 0) c.hardware.host_memory_bytes = int64_t(1) << 34;
+  c.hardware.gpu = pick(rng, std::vector<std::string>{"a100-80gb", "h100-sxm", "rtx-4090", "t4"});
+  return c;
+}
+
+}  // namespace memsim_test
