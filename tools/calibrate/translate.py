@@ -48,6 +48,7 @@ MEMSIM_DEFAULTS = {
         "compile": False,
         "zero_grad_set_to_none": True,
         "softmax_saves_input": False,
+        "empty_cache_steps": 0,
     },
     "peft": {
         "method": "none",
