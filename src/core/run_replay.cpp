@@ -139,27 +139,56 @@ class RunReplayer {
   std::vector<TimelinePoint> timeline_;
 };
 
+}  // namespace
+
+// The pass behind RunReplay, over either allocator model.
+struct RunReplay::Pass {
+  virtual ~Pass() = default;
+  virtual bool advance(int64_t max_steps) = 0;
+  DeviceResult d;
+  int64_t steps = 0;
+};
+
+namespace {
+
 template <class Allocator>
-void run_with(Allocator& alloc, const StepContext& ctx, const RunPlan& plan, DeviceResult& d) {
-  RunReplayer<Allocator> r(alloc, plan, d, ctx.config.training.empty_cache_steps);
-  try {
-    build_run(ctx, plan, [&](StepProgram& p, int64_t step) { r.on_step(p, step); });
-  } catch (const StopRun&) {
+struct PassWith : RunReplay::Pass {
+  template <class... Args>
+  PassWith(const StepContext& ctx, const RunPlan& plan, Args... args)
+      : alloc(args...), replayer(alloc, plan, d, ctx.config.training.empty_cache_steps), builder(ctx, plan) {}
+  bool advance(int64_t max_steps) override {
+    if (over) return true;
+    for (int64_t k = 0; k < max_steps; ++k) {
+      if (!builder.next_step()) return over = true;
+      ++steps;
+      try {
+        replayer.on_step(builder.program(), builder.steps_built());
+      } catch (const StopRun&) {
+        return over = true;
+      }
+    }
+    return over = builder.steps_built() >= d.run.steps;
   }
-  d.peak.active_bytes = d.peak.allocated_bytes;  // one stream, no record_stream: active == allocated
-}
+  Allocator alloc;
+  RunReplayer<Allocator> replayer;
+  RunBuilder builder;
+  bool over = false;
+};
 
 }  // namespace
 
-void replay_run(const StepContext& ctx, const RunPlan& plan, DeviceResult& d, int64_t allocator_capacity,
-                bool expandable, int64_t gpu_total_bytes) {
-  if (expandable) {
-    ExpandableSegmentsAllocator alloc(allocator_capacity, gpu_total_bytes);
-    run_with(alloc, ctx, plan, d);
-  } else {
-    CachingAllocator alloc(allocator_capacity);
-    run_with(alloc, ctx, plan, d);
-  }
+RunReplay::RunReplay(const StepContext& ctx, const RunPlan& plan, int64_t allocator_capacity, bool expandable,
+                     int64_t gpu_total_bytes) {
+  if (expandable) pass_ = std::make_unique<PassWith<ExpandableSegmentsAllocator>>(ctx, plan, allocator_capacity, gpu_total_bytes);
+  else pass_ = std::make_unique<PassWith<CachingAllocator>>(ctx, plan, allocator_capacity);
 }
+RunReplay::~RunReplay() = default;
+bool RunReplay::advance(int64_t max_steps) {
+  const bool over = pass_->advance(max_steps);
+  pass_->d.peak.active_bytes = pass_->d.peak.allocated_bytes;  // one stream, no record_stream: active == allocated
+  return over;
+}
+int64_t RunReplay::steps_done() const { return pass_->steps; }
+DeviceResult& RunReplay::result() { return pass_->d; }
 
 }  // namespace memsim

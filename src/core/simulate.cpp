@@ -163,45 +163,9 @@ void for_each_index(size_t n, F&& f) {
   if (first_error.load() < n) std::rethrow_exception(errors[first_error.load()]);
 }
 
-void simulate_step(const StepContext& ctx, DeviceResult& d, int64_t capacity, bool expandable);
-
-// A run of varying shapes (plan): the same decisions as a step's replay (simulate_step), each made over the run.
-void simulate_run(const StepContext& ctx, const RunPlan& plan, DeviceResult& d, int64_t capacity, bool expandable) {
-  replay_run(ctx, plan, d, int64_t{1} << 62, expandable, int64_t{1} << 58);
-  if (d.peak.allocated_bytes > capacity) {
-    d.oom = true;
-    for (uint32_t i = 0; i < d.timeline.size(); ++i)
-      if (d.timeline[i].allocated_bytes > capacity) {
-        d.oom_event = i;
-        break;
-      }
-  } else if (d.peak.reserved_bytes > capacity) {
-    DeviceResult limited;
-    replay_run(ctx, plan, limited, capacity, expandable, d.capacity_bytes);
-    if (limited.oom) {  // the run stops in that step: show it, with the whole run's demand beside it
-      d.oom = true;
-      d.oom_event = limited.peak_event;
-      d.timeline = std::move(limited.timeline);
-      d.program = std::move(limited.program);
-      d.peak_event = limited.peak_event;
-      d.peak_label = limited.peak_label;
-      d.peak_phase = limited.peak_phase;
-    } else {  // the cache releases kept the run within the GPU: the limited replay is what happens
-      d.timeline = std::move(limited.timeline);
-      d.program = std::move(limited.program);
-      d.peak = limited.peak;
-      d.breakdown.allocator = limited.breakdown.allocator;
-      d.peak_event = limited.peak_event;
-      d.peak_label = limited.peak_label;
-      d.peak_phase = limited.peak_phase;
-      d.run = std::move(limited.run);
-    }
-  }
-}
-
-// One pipeline stage's device: its step program (or run) and the replay. Stages share nothing but the (read-only)
-// config and model shape, so they can run on different threads.
-DeviceResult simulate_device(const StepContext& ctx, std::string role, const RunPlan* plan) {
+// What a device's result holds before any replay: its role, model states, capacity and what sits outside the
+// allocator.
+DeviceResult device_shell(const StepContext& ctx, std::string role) {
   const Config& config = ctx.config;
   const GpuSpec* gpu = ctx.gpu;
   const auto& par = config.parallel;
@@ -218,21 +182,35 @@ DeviceResult simulate_device(const StepContext& ctx, std::string role, const Run
       config.hardware.cuda_context_bytes > 0        ? config.hardware.cuda_context_bytes
       : cuda_context_bytes(gpu ? gpu->compute_capability : 0, config.hardware.cuda_module_loading == "eager");
   d.breakdown.nccl_bytes = nccl_bytes(config);
-  const int64_t capacity = std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
-  const bool expandable = config.hardware.expandable_segments;
-  if (plan) {
-    simulate_run(ctx, *plan, d, capacity, expandable);
-  } else {
-    simulate_step(ctx, d, capacity, expandable);
-  }
-  d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
-  d.peak.device_bytes = add(add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes), d.breakdown.nccl_bytes);
-  d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
   return d;
 }
 
-// A fixed shape: two steps, built at once and replayed.
-void simulate_step(const StepContext& ctx, DeviceResult& d, int64_t capacity, bool expandable) {
+// What cudaMalloc can hand out: the GPU less what sits outside the caching allocator.
+int64_t allocator_capacity(const DeviceResult& d) {
+  return std::max<int64_t>(0, d.capacity_bytes - d.breakdown.cuda_context_bytes - d.breakdown.nccl_bytes);
+}
+
+void device_finish(DeviceResult& d) {
+  d.breakdown.fragmentation_bytes = d.peak.reserved_bytes - d.peak.allocated_bytes;
+  d.peak.device_bytes = add(add(d.peak.reserved_bytes, d.breakdown.cuda_context_bytes), d.breakdown.nccl_bytes);
+  d.fits = !d.oom && d.peak.device_bytes <= d.usable_bytes;
+}
+
+// The replay's outcome, where the peak fell, from `from` into `d`.
+void take_peak(DeviceResult& d, DeviceResult& from) {
+  d.timeline = std::move(from.timeline);
+  d.program = std::move(from.program);
+  d.peak_event = from.peak_event;
+  d.peak_label = from.peak_label;
+  d.peak_phase = from.peak_phase;
+}
+
+// One pipeline stage's device with a fixed shape: its two steps, built at once and replayed. Stages share nothing
+// but the (read-only) config and model shape, so they can run on different threads.
+DeviceResult simulate_device(const StepContext& ctx, std::string role) {
+  DeviceResult d = device_shell(ctx, std::move(role));
+  const int64_t capacity = allocator_capacity(d);
+  const bool expandable = ctx.config.hardware.expandable_segments;
   d.program = build_train_step(ctx);
   // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds
   // the GPU but its allocated peak does not can the allocator's cache release decide between fitting and an
@@ -263,6 +241,8 @@ void simulate_step(const StepContext& ctx, DeviceResult& d, int64_t capacity, bo
       d.peak_phase = limited.peak_phase;
     }
   }
+  device_finish(d);
+  return d;
 }
 
 }  // namespace
@@ -272,104 +252,225 @@ int64_t cuda_context_bytes(int compute_capability, bool eager) {
   return compute_capability == 90 ? kCudaContextHopperLazyBytes : kCudaContextLazyBytes;
 }
 
-Result simulate(const Config& config) {
+// Everything a simulation holds while it runs: contexts refer to config and shape, so the state stays in one place.
+struct Simulation::State {
+  Config config;
+  ModelShape shape;
   Result r;
-  r.errors = validate(config);
-  if (!r.errors.empty()) return r;
-  try {
-    ModelShape shape = build_model_shape(config.model);
-    const Resolved rs = resolve(config);
-    apply_peft(shape, config.peft, rs.framework->bnb_via_lightning);
-    const std::string& orig = config.parallel.fsdp_use_orig_params;
-    if (rs.sharding == Sharding::Fsdp1 && config.parallel.zero_stage >= 2 && shard_group_size(config) > 1 &&
-        (orig == "true" || (orig == "auto" && rs.framework->fsdp_use_orig_params)))
-      mark_unit_gradients(shape);
-    r.params_total = shape.params_total;
-    r.params_trainable = trainable_numel(shape);
-    apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here
-    apply_expert_parallel(shape, config.parallel.expert_parallel_size);
-    const GpuSpec* gpu = find_gpu(config.hardware.gpu);
-    const auto& par = config.parallel;
-    const int64_t stages = par.pipeline_parallel_size;
-    const bool interleaved = stages > 1 && par.pipeline_schedule == "interleaved_1f1b";
-    // Layers per stage: Megatron's even split (the remainder to the first stages here), or the uneven split of
-    // decoder_first/last_pipeline_num_layers with the rest shared evenly (validated to divide).
-    std::vector<int64_t> counts(static_cast<size_t>(stages), shape.num_layers / stages);
-    for (int64_t i = 0; i < shape.num_layers % stages; ++i) ++counts[static_cast<size_t>(i)];
-    if (!interleaved && (par.pipeline_first_stage_layers > 0 || par.pipeline_last_stage_layers > 0)) {
-      const int64_t first = par.pipeline_first_stage_layers, last = par.pipeline_last_stage_layers;
-      const int64_t middle = stages - (first > 0) - (last > 0);
-      const int64_t each = middle > 0 ? (shape.num_layers - first - last) / middle : 0;
-      for (auto& c : counts) c = each;
-      if (first > 0) counts.front() = first;
-      if (last > 0) counts.back() = last;
-    }
-    const int64_t chunks = stages * par.virtual_pipeline_stages;
-    if (interleaved) {  // stage st holds model chunks j p + st
-      for (int64_t st = 0; st < stages; ++st) {
-        int64_t n = 0;
-        for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
-          const auto [f, end] = interleaved_chunk(shape.num_layers, chunks, j * stages + st);
-          n += end - f;
-        }
-        counts[static_cast<size_t>(st)] = n;
-      }
-    }
-    std::vector<StepContext> contexts;
-    std::vector<std::string> roles;
-    int64_t next_layer = 0;
-    for (int64_t stage = 0; stage < stages; ++stage) {
-      const int64_t count = counts[static_cast<size_t>(stage)];
-      StepContext ctx{config, shape, *find_precision(config.training.precision),
-                      *find_optimizer(config.training.optimizer), gpu};
-      ctx.stage = stage;
-      ctx.first_layer = next_layer;
-      ctx.end_layer = next_layer + count;
-      ctx.has_pre = stage == 0;
-      ctx.has_post = stage == stages - 1;
-      next_layer += count;
-      std::string layers = std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1);
-      if (interleaved) {
-        layers.clear();
-        for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
-          const auto [f, end] = interleaved_chunk(shape.num_layers, chunks, j * stages + stage);
-          layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(end - 1);
-        }
-      }
-      roles.push_back(stages == 1 ? "every GPU"
-                                  : "pipeline stage " + std::to_string(stage + 1) + " of " + std::to_string(stages) +
-                                        " (layers " + layers + (ctx.has_pre ? ", embeddings" : "") +
-                                        (ctx.has_post ? ", head and loss" : "") + ")");
-      contexts.push_back(ctx);
-    }
-    RunPlan plan;
-    if (config.data.varies()) {
-      plan = plan_run(config);
-      r.notes.insert(r.notes.end(), plan.notes.begin(), plan.notes.end());
-    }
-    const RunPlan* run = config.data.varies() ? &plan : nullptr;
-    r.devices.resize(contexts.size());
-    for_each_index(contexts.size(), [&](size_t i) { r.devices[i] = simulate_device(contexts[i], std::move(roles[i]), run); });
-    r.model_states = r.devices.front().model_states;
-    // Host RAM per node under offload: every GPU of a node keeps its offloaded states there. Nodes hold
-    // consecutive ranks; with pipeline stages on different nodes the largest stage sets the need.
-    const auto& hw = config.hardware;
-    const int64_t world = mul(mul(mul(par.data_parallel_size, par.tensor_parallel_size), par.pipeline_parallel_size),
-                              par.context_parallel_size);
-    r.host.gpus_per_node = std::min(hw.gpus_per_node, world);
-    r.host.nodes = ceil_div(world, hw.gpus_per_node);
-    int64_t host = 0, nvme = 0;
-    for (const auto& d : r.devices) host = std::max(host, d.host_bytes), nvme = std::max(nvme, d.nvme_bytes);
-    r.host.per_node_bytes = mul(host, r.host.gpus_per_node);
-    r.host.nvme_per_node_bytes = mul(nvme, r.host.gpus_per_node);
-    r.host.capacity_bytes = hw.host_memory_bytes;
-    r.host.fits = hw.host_memory_bytes == 0 || r.host.per_node_bytes <= hw.host_memory_bytes;
-    r.ok = true;
-  } catch (const RangeError& e) {
-    r.errors.push_back({"config", std::string("the configuration is out of range: ") + e.what() +
-                                      "; reduce the model size, micro_batch_size or sequence_length"});
+  std::vector<StepContext> contexts;
+  std::vector<std::string> roles;
+  bool done = false;
+  // A run of varying shapes (one device: runs have no pipeline): the replay pass under way, first without a
+  // capacity limit (what the run needs), then, where only the cache exceeds the GPU, against the real capacity.
+  RunPlan plan;
+  std::unique_ptr<RunReplay> pass;
+  bool limited = false;
+  DeviceResult device;
+};
+
+namespace {
+
+// The devices of a layout: the model shape on one rank and a context per pipeline stage.
+void set_up(Simulation::State& st) {
+  const Config& config = st.config;
+  Result& r = st.r;
+  ModelShape& shape = st.shape;
+  shape = build_model_shape(config.model);
+  const Resolved rs = resolve(config);
+  apply_peft(shape, config.peft, rs.framework->bnb_via_lightning);
+  const std::string& orig = config.parallel.fsdp_use_orig_params;
+  if (rs.sharding == Sharding::Fsdp1 && config.parallel.zero_stage >= 2 && shard_group_size(config) > 1 &&
+      (orig == "true" || (orig == "auto" && rs.framework->fsdp_use_orig_params)))
+    mark_unit_gradients(shape);
+  r.params_total = shape.params_total;
+  r.params_trainable = trainable_numel(shape);
+  apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here
+  apply_expert_parallel(shape, config.parallel.expert_parallel_size);
+  const GpuSpec* gpu = find_gpu(config.hardware.gpu);
+  const auto& par = config.parallel;
+  const int64_t stages = par.pipeline_parallel_size;
+  const bool interleaved = stages > 1 && par.pipeline_schedule == "interleaved_1f1b";
+  // Layers per stage: Megatron's even split (the remainder to the first stages here), or the uneven split of
+  // decoder_first/last_pipeline_num_layers with the rest shared evenly (validated to divide).
+  std::vector<int64_t> counts(static_cast<size_t>(stages), shape.num_layers / stages);
+  for (int64_t i = 0; i < shape.num_layers % stages; ++i) ++counts[static_cast<size_t>(i)];
+  if (!interleaved && (par.pipeline_first_stage_layers > 0 || par.pipeline_last_stage_layers > 0)) {
+    const int64_t first = par.pipeline_first_stage_layers, last = par.pipeline_last_stage_layers;
+    const int64_t middle = stages - (first > 0) - (last > 0);
+    const int64_t each = middle > 0 ? (shape.num_layers - first - last) / middle : 0;
+    for (auto& c : counts) c = each;
+    if (first > 0) counts.front() = first;
+    if (last > 0) counts.back() = last;
   }
-  return r;
+  const int64_t chunks = stages * par.virtual_pipeline_stages;
+  if (interleaved) {  // stage st holds model chunks j p + st
+    for (int64_t st = 0; st < stages; ++st) {
+      int64_t n = 0;
+      for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
+        const auto [f, end] = interleaved_chunk(shape.num_layers, chunks, j * stages + st);
+        n += end - f;
+      }
+      counts[static_cast<size_t>(st)] = n;
+    }
+  }
+  int64_t next_layer = 0;
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    const int64_t count = counts[static_cast<size_t>(stage)];
+    StepContext ctx{config, shape, *find_precision(config.training.precision), *find_optimizer(config.training.optimizer),
+                    gpu};
+    ctx.stage = stage;
+    ctx.first_layer = next_layer;
+    ctx.end_layer = next_layer + count;
+    ctx.has_pre = stage == 0;
+    ctx.has_post = stage == stages - 1;
+    next_layer += count;
+    std::string layers = std::to_string(ctx.first_layer) + "-" + std::to_string(ctx.end_layer - 1);
+    if (interleaved) {
+      layers.clear();
+      for (int64_t j = 0; j < par.virtual_pipeline_stages; ++j) {
+        const auto [f, end] = interleaved_chunk(shape.num_layers, chunks, j * stages + stage);
+        layers += (j ? ", " : "") + std::to_string(f) + "-" + std::to_string(end - 1);
+      }
+    }
+    st.roles.push_back(stages == 1 ? "every GPU"
+                                   : "pipeline stage " + std::to_string(stage + 1) + " of " + std::to_string(stages) +
+                                         " (layers " + layers + (ctx.has_pre ? ", embeddings" : "") +
+                                         (ctx.has_post ? ", head and loss" : "") + ")");
+    st.contexts.push_back(ctx);
+  }
+  if (config.data.varies()) {
+    st.plan = plan_run(config);
+    r.notes.insert(r.notes.end(), st.plan.notes.begin(), st.plan.notes.end());
+  }
+}
+
+// Host RAM per node under offload, once every device is simulated: every GPU of a node keeps its offloaded states
+// there. Nodes hold consecutive ranks; with pipeline stages on different nodes the largest stage sets the need.
+void finish(Simulation::State& st) {
+  Result& r = st.r;
+  const auto& par = st.config.parallel;
+  const auto& hw = st.config.hardware;
+  r.model_states = r.devices.front().model_states;
+  const int64_t world = mul(mul(mul(par.data_parallel_size, par.tensor_parallel_size), par.pipeline_parallel_size),
+                            par.context_parallel_size);
+  r.host.gpus_per_node = std::min(hw.gpus_per_node, world);
+  r.host.nodes = ceil_div(world, hw.gpus_per_node);
+  int64_t host = 0, nvme = 0;
+  for (const auto& d : r.devices) host = std::max(host, d.host_bytes), nvme = std::max(nvme, d.nvme_bytes);
+  r.host.per_node_bytes = mul(host, r.host.gpus_per_node);
+  r.host.nvme_per_node_bytes = mul(nvme, r.host.gpus_per_node);
+  r.host.capacity_bytes = hw.host_memory_bytes;
+  r.host.fits = hw.host_memory_bytes == 0 || r.host.per_node_bytes <= hw.host_memory_bytes;
+  r.ok = true;
+  st.done = true;
+}
+
+// A run's next steps. The same decisions as a fixed shape's replay (simulate_device), each made over the whole
+// run: an allocated peak above the GPU runs out of memory; a reserved peak above it is replayed again against the
+// real capacity, where the cache releases decide between fitting and running out of memory.
+bool advance_run(Simulation::State& st, int64_t steps) {
+  const StepContext& ctx = st.contexts.front();
+  DeviceResult& d = st.device;
+  const bool expandable = st.config.hardware.expandable_segments;
+  if (!st.pass) {
+    d = device_shell(ctx, st.roles.front());
+    st.pass = std::make_unique<RunReplay>(ctx, st.plan, int64_t{1} << 62, expandable, int64_t{1} << 58);
+  }
+  if (!st.pass->advance(steps)) return false;
+  const int64_t capacity = allocator_capacity(d);
+  DeviceResult& p = st.pass->result();
+  if (!st.limited) {
+    d.peak = p.peak;
+    d.breakdown.allocator = p.breakdown.allocator;
+    d.run = std::move(p.run);
+    take_peak(d, p);
+    if (d.peak.allocated_bytes > capacity) {
+      d.oom = true;
+      for (uint32_t i = 0; i < d.timeline.size(); ++i)
+        if (d.timeline[i].allocated_bytes > capacity) {
+          d.oom_event = i;
+          break;
+        }
+    } else if (d.peak.reserved_bytes > capacity) {
+      st.pass = std::make_unique<RunReplay>(ctx, st.plan, capacity, expandable, d.capacity_bytes);
+      st.limited = true;
+      return false;
+    }
+  } else if (p.oom) {  // the run stops in that step: show it, with the whole run's demand beside it
+    d.oom = true;
+    take_peak(d, p);
+    d.oom_event = d.peak_event;
+  } else {  // the cache releases kept the run within the GPU: the limited replay is what happens
+    d.peak = p.peak;
+    d.breakdown.allocator = p.breakdown.allocator;
+    d.run = std::move(p.run);
+    take_peak(d, p);
+  }
+  st.pass.reset();
+  device_finish(d);
+  st.r.devices = {std::move(d)};
+  finish(st);
+  return true;
+}
+
+}  // namespace
+
+Simulation::Simulation(const Config& config) : s_(std::make_unique<State>()) {
+  State& st = *s_;
+  st.config = config;
+  st.r.errors = validate(config);
+  if (!st.r.errors.empty()) {
+    st.done = true;
+    return;
+  }
+  try {
+    set_up(st);
+  } catch (const RangeError& e) {
+    st.r.errors.push_back({"config", std::string("the configuration is out of range: ") + e.what() +
+                                         "; reduce the model size, micro_batch_size or sequence_length"});
+    st.done = true;
+  }
+}
+
+Simulation::~Simulation() = default;
+Simulation::Simulation(Simulation&&) noexcept = default;
+Simulation& Simulation::operator=(Simulation&&) noexcept = default;
+
+bool Simulation::advance(int64_t steps) {
+  State& st = *s_;
+  if (st.done) return true;
+  try {
+    if (st.config.data.varies()) return advance_run(st, std::max<int64_t>(1, steps));
+    st.r.devices.resize(st.contexts.size());
+    for_each_index(st.contexts.size(), [&](size_t i) { st.r.devices[i] = simulate_device(st.contexts[i], st.roles[i]); });
+    finish(st);
+  } catch (const RangeError& e) {
+    st.r = Result{};
+    st.r.errors.push_back({"config", std::string("the configuration is out of range: ") + e.what() +
+                                         "; reduce the model size, micro_batch_size or sequence_length"});
+    st.pass.reset();
+    st.done = true;
+  }
+  return true;
+}
+
+bool Simulation::done() const { return s_->done; }
+
+double Simulation::progress() const {
+  const State& st = *s_;
+  if (st.done) return 1.0;
+  if (!st.pass || st.plan.steps == 0) return 0.0;
+  const double part = static_cast<double>(st.pass->steps_done()) / static_cast<double>(st.plan.steps);
+  // A second, limited pass halves what the first one counted for.
+  return st.limited ? 0.5 + 0.5 * part : part;
+}
+
+const Result& Simulation::result() const { return s_->r; }
+
+Result simulate(const Config& config) {
+  Simulation s(config);
+  s.advance();
+  return s.result();
 }
 
 }  // namespace memsim

@@ -1,5 +1,8 @@
 // The one entry point of the core: a pure function from a config to a result.
 #pragma once
+#include <cstdint>
+#include <memory>
+
 #include "config.h"
 #include "result.h"
 
@@ -7,6 +10,25 @@ namespace memsim {
 
 // Never throws for any input: invalid or out-of-range configs come back with ok == false and errors set.
 Result simulate(const Config& config);
+
+// simulate(), a part at a time, for an interface that must stay responsive: a run of varying shapes advances a
+// few optimizer steps per call; a fixed shape is done in its first call. result() is complete once done().
+class Simulation {
+ public:
+  explicit Simulation(const Config& config);
+  ~Simulation();
+  Simulation(Simulation&&) noexcept;
+  Simulation& operator=(Simulation&&) noexcept;
+  bool advance(int64_t steps = INT64_MAX);  // true once the result is complete
+  bool done() const;
+  double progress() const;  // from 0 to 1
+  const Result& result() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
 
 // CUDA context, outside the caching allocator: PyTorch PR #86509 measured cudaMemGetInfo's total - free at
 // 287,047,680 B with CUDA_MODULE_LOADING=LAZY (PyTorch's default since 1.13) (MEMORY_FORMULAS.md 5.1), after

@@ -102,7 +102,10 @@ class StepBuilder {
  public:
   explicit StepBuilder(const StepContext& ctx);
   StepProgram build();
-  void build_run(const RunPlan& plan, const std::function<void(StepProgram&, int64_t)>& on_step);
+  // A run (RunBuilder): the weights, then one optimizer step at a time into program().
+  void begin_run(const RunPlan& plan);
+  void run_step(int64_t k, int64_t gas);
+  StepProgram& program() { return p_; }
 
  private:
   // train_step.cpp

@@ -875,23 +875,30 @@ StepProgram StepBuilder::build() {
   return std::move(p_);
 }
 
-void StepBuilder::build_run(const RunPlan& plan, const std::function<void(StepProgram&, int64_t)>& on_step) {
+void StepBuilder::begin_run(const RunPlan& plan) {
   run_shapes_ = &plan.micro_batches;
   next_shape_ = 0;
   p_.recycle_ids = true;
   prologue();
-  // Shapes vary, so no micro-batch stands for another: every step replays all of its micro-batches.
-  for (int64_t k = 1; k <= plan.steps; ++k) {
-    step(static_cast<int>(k), plan.gas, plan.gas);
-    on_step(p_, k);
-  }
-  run_shapes_ = nullptr;
 }
+
+// Shapes vary, so no micro-batch stands for another: every step replays all of its micro-batches.
+void StepBuilder::run_step(int64_t k, int64_t gas) { step(static_cast<int>(k), gas, gas); }
 
 StepProgram build_train_step(const StepContext& ctx) { return StepBuilder(ctx).build(); }
 
-void build_run(const StepContext& ctx, const RunPlan& plan, const std::function<void(StepProgram&, int64_t)>& on_step) {
-  StepBuilder(ctx).build_run(plan, on_step);
+RunBuilder::RunBuilder(const StepContext& ctx, const RunPlan& plan)
+    : builder_(std::make_unique<StepBuilder>(ctx)), plan_(plan) {
+  builder_->begin_run(plan);
 }
+RunBuilder::~RunBuilder() = default;
+
+bool RunBuilder::next_step() {
+  if (built_ >= plan_.steps) return false;
+  builder_->run_step(++built_, plan_.gas);
+  return true;
+}
+
+StepProgram& RunBuilder::program() { return builder_->program(); }
 
 }  // namespace memsim

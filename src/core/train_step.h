@@ -1,7 +1,7 @@
 // Builds the allocation/free program of a training step on one device from a validated config.
 #pragma once
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <utility>
 
 #include "config.h"
@@ -69,10 +69,25 @@ HostStates host_state_bytes(const StepContext& ctx);
 // step, where the forward already carries that state) are both replayed.
 StepProgram build_train_step(const StepContext& ctx);
 
-// A run of varying shapes (data_shape.h): plan.steps optimizer steps, each of plan.gas micro-batches with the
-// plan's shapes. After each step, on_step(program, step) sees the program so far; it replays the step's events and
-// clears them (and the phases), and the builder goes on appending. Tensor ids are recycled from step to step
-// (StepProgram::recycle_ids), so the table stays as small as one step's.
-void build_run(const StepContext& ctx, const RunPlan& plan, const std::function<void(StepProgram&, int64_t)>& on_step);
+class StepBuilder;
+
+// A run of varying shapes (data_shape.h), built one optimizer step at a time: plan.steps steps, each of plan.gas
+// micro-batches with the plan's shapes. After next_step(), program() holds the events not yet consumed (the first
+// step's begin with the weights); the caller replays them and clears the events and phases, and the next step
+// appends. Tensor ids are recycled from step to step (StepProgram::recycle_ids), so the table stays as small as
+// one step's. `plan` must outlive the builder.
+class RunBuilder {
+ public:
+  RunBuilder(const StepContext& ctx, const RunPlan& plan);
+  ~RunBuilder();
+  bool next_step();  // false once every step is built
+  StepProgram& program();
+  int64_t steps_built() const { return built_; }
+
+ private:
+  std::unique_ptr<StepBuilder> builder_;
+  const RunPlan& plan_;
+  int64_t built_ = 0;
+};
 
 }  // namespace memsim

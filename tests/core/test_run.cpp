@@ -232,11 +232,13 @@ TEST_CASE("a run's tensor ids: no id is freed twice or reused while alive", "[ru
     if (c.model.is_encoder_decoder || !validate(c).empty()) continue;
     ++runs;
     Device dev(c);
-    ModelShape tp_shape = dev.shape;
     const StepContext ctx = dev.context(c);
     std::vector<uint8_t> live;
     int bad = 0;
-    build_run(ctx, plan_run(c), [&](StepProgram& p, int64_t) {
+    const RunPlan plan = plan_run(c);
+    RunBuilder builder(ctx, plan);
+    while (builder.next_step()) {
+      StepProgram& p = builder.program();
       live.resize(p.tensors.size(), 0);
       for (const Event& e : p.events) {
         if (e.op == Event::Op::Alloc) bad += live[e.tensor] != 0, live[e.tensor] = 1;
@@ -245,7 +247,7 @@ TEST_CASE("a run's tensor ids: no id is freed twice or reused while alive", "[ru
       p.events.clear();
       p.phases.clear();
       p.recycle_freed_ids();
-    });
+    }
     INFO("config " << i << ": " << config_to_fragment(c));
     CHECK(bad == 0);
   }
@@ -309,4 +311,40 @@ TEST_CASE("a run that does not fit stops at the step that runs out of memory", "
   CHECK(r.devices[0].oom);
   CHECK(!r.devices[0].fits);
   CHECK(r.devices[0].peak_phase.find("step 2") != std::string::npos);
+}
+
+TEST_CASE("a run advances a few steps at a time and ends as simulate() does", "[run]") {
+  Config c = lora_7b_like();
+  c.data.lengths = "samples";
+  c.data.sample_lengths = "p0=20,p50=200,p100=1500";
+  c.data.steps = 40;
+  const Result whole = simulate(c);
+  REQUIRE(whole.ok);
+  Simulation s(c);
+  int calls = 0;
+  double last = 0;
+  while (!s.advance(3)) {
+    ++calls;
+    CHECK(s.progress() >= last);
+    CHECK(s.progress() < 1.0);
+    last = s.progress();
+  }
+  CHECK(calls >= 13);
+  CHECK(s.progress() == 1.0);
+  const Result& r = s.result();
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].peak.allocated_bytes == whole.devices[0].peak.allocated_bytes);
+  CHECK(r.devices[0].peak.reserved_bytes == whole.devices[0].peak.reserved_bytes);
+  CHECK(r.devices[0].run.per_step.size() == 40);
+  CHECK(r.notes == whole.notes);
+  // A fixed shape is done in one call; an invalid config at once, with its errors.
+  Simulation fixed(lora_7b_like());
+  CHECK(fixed.advance(1));
+  CHECK(fixed.result().ok);
+  Config bad = c;
+  bad.data.sample_lengths = "p50=oops";
+  Simulation invalid(bad);
+  CHECK(invalid.done());
+  CHECK(!invalid.result().ok);
+  CHECK(invalid.result().errors.front().field == "data.sample_lengths");
 }
