@@ -322,6 +322,13 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   }
   d_.e = pr_.activation_bytes;
   d_.e_res = pr_.residual_bytes;
+  // prepare_model_for_kbit_training casts every parameter that is not quantized to fp32, the token embedding
+  // included (peft utils/other.py, v0.4-v0.20: `param.data = param.data.to(torch.float32)` for fp16/bf16
+  // parameters), so inputs_embeds, and with them the residual stream and the norms' outputs (LlamaRMSNorm
+  // returns weight * hidden.to(input_dtype), an fp32 weight), are fp32 whatever the recipe. Lightning's
+  // bitsandbytes plugin does not call it.
+  const bool kbit = c_.peft.enabled() && c_.peft.base_quantization != "none" && c_.peft.prepare_kbit;
+  if (kbit && !rs_.framework->bnb_via_lightning && !c_.model.is_encoder_decoder) d_.e_res = 4;
   d_.amp = pr_.autocast_copy_bytes > 0;
   sp_ = shard_plan(ctx);
   adapter_bytes_ = c_.peft.adapter_dtype == "fp32" ? 4 : 2;

@@ -10,7 +10,8 @@ The configs are the validation cases (tests/validation/cases), memsim's calibrat
 (tests/validation/measured/*/), and a generated grid: every catalogue preset under a fixed set of variations of
 framework, precision, checkpointing, PEFT method and parallel layout (the grid is deterministic). Each config is
 run through `memsim-cli estimate --format json --timeline --suggest`, whose output holds the peaks, breakdowns,
-timelines and What helps; the line is the config's name and the SHA-1 of that output (or of its error).
+timelines and What helps; the line is the config's name, a hash of its own result and a hash of its What helps
+(or of the error).
 """
 import hashlib
 import itertools
@@ -90,8 +91,16 @@ def run(cli, item):
     name, args, stdin = item
     p = subprocess.run([cli, "estimate", *args, "--format", "json", "--timeline", "--suggest"], input=stdin,
                        capture_output=True, text=True)
-    h = hashlib.sha1((p.stdout + "\n" + p.stderr + "\n" + str(p.returncode)).encode()).hexdigest()
-    return f"{name} {h}"
+    # Two hashes: the config's own result, and What helps (whose suggestions simulate other configs, so a change
+    # to one mechanism shows there for configs it does not touch).
+    try:
+        out = json.loads(p.stdout)
+        suggestions = out.pop("suggestions", None)
+        own, helps = json.dumps(out, sort_keys=True), json.dumps(suggestions, sort_keys=True)
+    except ValueError:
+        own, helps = p.stdout, ""
+    h = lambda text: hashlib.sha1((text + "\n" + p.stderr + "\n" + str(p.returncode)).encode()).hexdigest()[:16]
+    return f"{name} {h(own)} {h(helps)}"
 
 
 def main():
