@@ -98,7 +98,7 @@ MEMSIM_DEFAULTS = {
                  "host_memory_bytes": 0},
 }
 
-SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware")
+SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data")
 
 # What memsim's frameworks do where they differ (src/core/frameworks.cpp; checked by test_calibrate.py). The
 # harness reproduces only the two that run transformers model code in a torch loop.
@@ -798,6 +798,33 @@ def translate(item, steps=DEFAULT_STEPS):
     if hw and not isinstance(hw["expandable_segments"], bool):
         errors.append(("hardware.expandable_segments", f"must be true or false; got {hw['expandable_segments']!r}"))
 
+    # --- data: a run of listed micro-batch lengths is replayed as listed (memsim's data.lengths micro_batches),
+    # each step's micro-batches in order, so that the reserved memory a run of varying lengths builds up can be
+    # measured against memsim's run replay. A length distribution (samples) is memsim's own draw: not reproduced.
+    d = config.get("data", {}) if isinstance(config.get("data"), dict) else {}
+    lengths = None
+    mode = d.get("lengths", "fixed")
+    if mode == "micro_batches":
+        raw = d.get("micro_batch_lengths", "")
+        items = raw if isinstance(raw, list) else [x for x in str(raw).split(",") if x.strip()]
+        try:
+            lengths = [int(x) for x in items]
+        except ValueError:
+            errors.append(("data.micro_batch_lengths", f"{raw!r}: a list of integers"))
+        if lengths is not None and (not lengths or min(lengths) < 1):
+            errors.append(("data.micro_batch_lengths", "at least one length, each at least 1"))
+        gas = t["gradient_accumulation_steps"]
+        if lengths and not d.get("steps"):
+            steps = -(-len(lengths) // gas)  # memsim replays the list once
+        elif lengths:
+            steps = int(d["steps"])
+    elif mode != "fixed":
+        errors.append(("data.lengths", f"{mode}: the harness replays fixed shapes or listed micro-batch lengths "
+                       "(micro_batches); a sample-length distribution is drawn by memsim"))
+    for k in d:
+        if k not in ("lengths", "micro_batch_lengths", "steps"):
+            errors.append((f"data.{k}", "the harness reads data.lengths, data.micro_batch_lengths and data.steps"))
+
     if errors:
         raise Unsupported(errors)
 
@@ -836,7 +863,8 @@ def translate(item, steps=DEFAULT_STEPS):
         "checkpointing": checkpointing,
         "loss": {"impl": loss, "chunks": t["loss_chunks"] if loss == "chunked_fp32" else None},
         "batch": {"micro_batch_size": t["micro_batch_size"], "sequence_length": t["sequence_length"],
-                  "gradient_accumulation_steps": t["gradient_accumulation_steps"], "steps": steps},
+                  "gradient_accumulation_steps": t["gradient_accumulation_steps"], "steps": steps,
+                  "lengths": lengths, "empty_cache_steps": t["empty_cache_steps"]},
         "peft": peft,
         "requires": requires,
         "expected_params": expected_params(eff),
