@@ -214,7 +214,7 @@ struct DataConfig {
   bool longest_first = false;       // the longest sample goes into the first micro-batch (lit-gpt 2023's loops)
   int64_t dataset_samples = 0;      // samples in the training set; 0: not given
   int64_t epochs = 1;
-  int64_t steps = 0;                // optimizer steps to replay; 0: the run's (dataset_samples x epochs), at most 1,000
+  int64_t steps = 0;                // optimizer steps to replay; 0: the run's (dataset_samples x epochs), at most 2,000
   int64_t seed = 1;                 // the shuffle's and the draws' seed (the replay is deterministic)
 
   bool operator==(const DataConfig&) const = default;
