@@ -502,3 +502,49 @@ TEST_CASE("QLoRA under FSDP shards the quantized storage", "[peft][fsdp]") {
   CHECK(static_cast<double>(r.model_states.weights_bytes) == Approx(static_cast<double>(one.weights_bytes) / 8).epsilon(0.01));
   CHECK(static_cast<double>(r.model_states.optimizer_bytes) == Approx(static_cast<double>(one.optimizer_bytes) / 8).epsilon(0.01));
 }
+
+TEST_CASE("DeepSpeed ZeRO-3 prefetches ahead to stage3_max_live_parameters, on the all-gather stream", "[distributed][zero]") {
+  // partitioned_param_coordinator.py fetch_sub_module: once the trace is known, every module call prefetches while
+  // fewer than max_live elements are gathered, a parameter at a time; so in step 2 the gathered working set reaches
+  // max_live and overshoots it by less than one parameter. Llama-3-8B's largest layer parameter is an MLP matrix of
+  // 4096 x 14336 elements; the embedding and head (128256 x 4096) are larger still, so the window is read mid-model.
+  Config c = llama3_8b_on(8, "deepspeed", "bf16_mixed", 3);
+  const int64_t mlp = 4096LL * 14336;
+  auto most_gathered = [&](const char* phase) {
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+    const StepProgram& p = r.devices[0].program;
+    uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
+    for (size_t i = 0; i < p.phases.size(); ++i)
+      if (p.phases[i].name.rfind(phase, 0) == 0) {
+        begin = p.phases[i].first_event;
+        if (i + 1 < p.phases.size()) end = p.phases[i + 1].first_event;
+        break;
+      }
+    int64_t live = 0, most = 0;
+    for (uint32_t i = 0; i < end; ++i) {
+      const Tensor& t = p.tensors[p.events[i].tensor];
+      if (p.labels[t.label] != "ZeRO-3 all-gathered layer parameters") continue;
+      CHECK(t.stream == Stream::AllGather);  // overlap_comm, the stage-3 default
+      live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
+      if (i >= begin && t.layer >= 4 && t.layer < 24) most = std::max(most, live);
+    }
+    return most;
+  };
+  for (const char* phase : {"forward (step 2", "backward (step 2"}) {
+    INFO(phase);
+    const int64_t elems = most_gathered(phase) / 2;  // bf16
+    CHECK(elems >= 1000000000);
+    CHECK(elems < 1000000000 + 2 * mlp);  // the overshoot, and the module computing
+    c.parallel.zero_max_live_parameters = 300000000;
+    const int64_t lower = most_gathered(phase) / 2;
+    CHECK(lower >= 300000000);
+    CHECK(lower < 300000000 + 2 * mlp);
+    c.parallel.zero_max_live_parameters = 0;
+  }
+  c.parallel.zero_overlap_comm = "false";  // then the gathers share the compute stream's pool
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  for (const Tensor& t : r.devices[0].program.tensors)
+    if (r.devices[0].program.labels[t.label] == "ZeRO-3 all-gathered layer parameters") CHECK(t.stream == Stream::Compute);
+}
