@@ -158,6 +158,7 @@ struct ParallelConfig {
   int64_t tensor_parallel_size = 1;
   bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
   int64_t context_parallel_size = 1;   // ring attention: each rank holds sequence_length / cp tokens
+  std::string cp_rotate_method = "auto";  // auto (the framework's), allgather or alltoall (frameworks.cpp)
   int64_t expert_parallel_size = 1;    // MoE: each rank of an expert-parallel group holds num_experts / ep experts
   int64_t pipeline_parallel_size = 1;
   std::string pipeline_schedule = "1f1b";  // 1f1b, interleaved_1f1b or gpipe

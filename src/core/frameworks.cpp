@@ -56,6 +56,7 @@ constexpr std::string_view kBackwardPrefetch[] = {"backward_pre", "backward_post
 constexpr std::string_view kSchedules[] = {"1f1b", "interleaved_1f1b", "gpipe"};
 constexpr std::string_view kOffload[] = {"none", "cpu", "nvme"};
 constexpr std::string_view kModuleLoading[] = {"lazy", "eager"};
+constexpr std::string_view kCpRotate[] = {"auto", "allgather", "alltoall"};
 
 template <typename E, size_t N>
 E pick(std::string_view value, std::string_view fallback, const std::string_view (&names)[N], const std::array<E, N - 1>& values) {
@@ -87,6 +88,7 @@ std::span<const std::string_view> choices(std::string_view field) {
   if (field == "parallel.pipeline_schedule") return kSchedules;
   if (field == "parallel.offload_optimizer" || field == "parallel.offload_params") return kOffload;
   if (field == "hardware.cuda_module_loading") return kModuleLoading;
+  if (field == "parallel.cp_rotate_method") return kCpRotate;
   return {};
 }
 
@@ -113,6 +115,10 @@ Resolved resolve(const Config& c) {
   r.holds_logits = f.holds_logits;
   r.fused_qkv = f.fused_qkv;
   r.loss_parallel = f.loss_parallel && c.parallel.tensor_parallel_size > 1;
+  // torchtitan's --experimental.context_parallel_rotate_method defaults to allgather (config_manager.py, PR #728);
+  // Megatron-Core's and Transformer Engine's context parallel exchange chunks point to point.
+  r.cp_rotate = pick<CpRotate>(c.parallel.cp_rotate_method, f.id == "torchtitan" ? "allgather" : "alltoall", kCpRotate,
+                               {CpRotate::AllGather, CpRotate::AllToAll});
   r.sharding = pick<Sharding>(c.parallel.sharding, f.sharding, kSharding,
                               {Sharding::DeepSpeed, Sharding::Fsdp1, Sharding::Fsdp2, Sharding::Megatron});
   return r;

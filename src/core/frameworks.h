@@ -15,6 +15,8 @@ enum class NormImpl { EagerFp32, Fp32Scale, Fused };
 enum class LossImpl { HfFp32Upcast, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear };
 enum class OptimizerImpl { Foreach, Fused, ForLoop };
 enum class Checkpointing { None, Full, Selective, SelectiveOp, EveryK };
+// How context parallel's ring attention moves key/value chunks (parallel.cp_rotate_method).
+enum class CpRotate { AllGather, AllToAll };
 // Whose code shards the model states over the data-parallel ranks (ParallelConfig::zero_stage says how much).
 enum class Sharding { DeepSpeed, Fsdp1, Fsdp2, Megatron };
 
@@ -68,6 +70,7 @@ struct Resolved {
   bool fused_qkv;
   Sharding sharding;
   bool loss_parallel;  // vocabulary-parallel cross-entropy through DTensor (the framework's choice, with TP on)
+  CpRotate cp_rotate;  // auto: torchtitan's all-gather, a point-to-point ring elsewhere
 };
 
 std::span<const FrameworkSpec> frameworks();

@@ -123,6 +123,7 @@ void visit_fields(Config& c, V& v) {
   v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);
   v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
   v.integer("parallel.context_parallel_size", c.parallel.context_parallel_size);
+  v.str("parallel.cp_rotate_method", c.parallel.cp_rotate_method);
   v.integer("parallel.expert_parallel_size", c.parallel.expert_parallel_size);
   v.integer("parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size);
   v.str("parallel.pipeline_schedule", c.parallel.pipeline_schedule);

@@ -144,6 +144,7 @@ class StepBuilder {
   bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved,
                      int64_t tokens, bool low_precision_input = false);
   int64_t out_width(const std::string& module) const;
+  int64_t ring_kv_bytes(int64_t kvw) const;  // context parallel: the key/value buffers of one attention op
   void dora_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved, int64_t tokens);
   bool ia3_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved, int64_t tokens);
   bool norm_trainable(int32_t layer, std::initializer_list<const char*> consumers) const;

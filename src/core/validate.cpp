@@ -506,6 +506,7 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
   check(e, "parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
   check(e, "parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
+  check_choice(e, "parallel.cp_rotate_method", c.parallel.cp_rotate_method);
   for (auto [field, value] : {std::pair{"parallel.fsdp_use_orig_params", &c.parallel.fsdp_use_orig_params},
                                std::pair{"parallel.fsdp_no_sync", &c.parallel.fsdp_no_sync}})
     if (*value != "auto" && *value != "true" && *value != "false")

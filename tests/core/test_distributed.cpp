@@ -242,6 +242,32 @@ TEST_CASE("context parallel: each rank saves what a cp-times shorter sequence sa
   CHECK(bad.errors[0].field == "parallel.context_parallel_size");
 }
 
+TEST_CASE("context parallel: the all-gather rotater's key/value buffer grows with cp at a fixed length per rank", "[distributed][cp]") {
+  // torch _attention.py _AllGatherRotater (torchtitan's default): cp x the local keys and values in one buffer for
+  // the whole ring loop, plus next_kv = cat(k, v); the all-to-all rotater holds two chunks whatever the degree.
+  // The config runs SDPA with native GQA (single_gpu_config), so a chunk is 2 x bf16 x tokens x the 8 KV heads' width.
+  Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 3);
+  c.training.activation_checkpointing = "none";
+  auto ring_bytes = [&](int64_t cp) {
+    c.parallel.context_parallel_size = cp;
+    c.parallel.data_parallel_size = 8 / cp;
+    c.training.sequence_length = 2048 * cp;  // 2048 tokens on every rank
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+    int64_t most = 0;
+    const StepProgram& p = r.devices[0].program;
+    for (const Tensor& t : p.tensors)
+      if (p.labels[t.label].rfind("ring attention", 0) == 0) most = std::max(most, t.bytes);
+    return most;
+  };
+  const int64_t chunk = 2 * 2 * 2048LL * 1024;
+  const int64_t two = ring_bytes(2), four = ring_bytes(4);
+  CHECK(four - two == 2 * chunk);
+  c.parallel.cp_rotate_method = "alltoall";
+  CHECK(ring_bytes(4) == ring_bytes(2));
+  CHECK(ring_bytes(4) == four - 3 * chunk);
+}
+
 TEST_CASE("expert parallel: each rank holds num_experts / ep experts", "[distributed][ep]") {
   Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/mixtral-8x7b.json")));
   REQUIRE(p.ok);

@@ -78,6 +78,7 @@ MEMSIM_DEFAULTS = {
         "tensor_parallel_size": 1,
         "sequence_parallel": False,
         "context_parallel_size": 1,
+        "cp_rotate_method": "auto",
         "expert_parallel_size": 1,
         "pipeline_parallel_size": 1,
         "pipeline_schedule": "1f1b",
