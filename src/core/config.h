@@ -34,6 +34,11 @@ struct ModelConfig {
   NormType norm_type = NormType::RMSNorm;
   bool mlp_gated = true;        // SwiGLU/GeGLU: gate, up and down projections
   bool qkv_bias = false;        // bias on q, k, v only (Qwen2)
+  // One linear computes q, k and v (GPT-2 and Qwen-1 c_attn, Falcon, GPT-NeoX and Bloom query_key_value): PEFT can
+  // target it only whole, as one adapter (peft.target_modules names it c_attn, query_key_value or qkv_proj). The
+  // Qwen-1 import sets it; for the families memsim read before it existed it stays an explicit choice, so that a
+  // link and a JSON config of the same model always mean the same.
+  bool fused_qkv = false;
   bool qk_norm = false;         // RMSNorm on q and k (Qwen3, Gemma 3: per head; OLMo 2: over the whole projection)
   bool qk_norm_per_head = true;
   int64_t norms_per_layer = 2;  // Gemma 2/3 use 4 (pre and post norms); 1 = parallel attention and MLP (Falcon)

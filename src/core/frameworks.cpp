@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "model.h"
+
 namespace memsim {
 
 namespace {
@@ -113,7 +115,8 @@ Resolved resolve(const Config& c) {
     if (kCheckpointing[i] == t.activation_checkpointing) r.checkpointing = ck[i];
   r.param_groups = f.param_groups;
   r.holds_logits = f.holds_logits;
-  r.fused_qkv = f.fused_qkv;
+  // litgpt's LoRAQKVLinear, or PEFT's one adapter on a fused q/k/v linear (model.fused_qkv, targets_fused_qkv).
+  r.fused_qkv = f.fused_qkv || (c.model.fused_qkv && targets_fused_qkv(c.peft));
   r.loss_parallel = f.loss_parallel && c.parallel.tensor_parallel_size > 1;
   // torchtitan's --experimental.context_parallel_rotate_method defaults to allgather (config_manager.py, PR #728);
   // Megatron-Core's and Transformer Engine's context parallel exchange chunks point to point.
