@@ -60,18 +60,18 @@ TEST_CASE("single-GPU measured peaks: median and worst error", "[validation]") {
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
     CHECK(std::abs(r.relative_error) < 0.25);  // worst counted case: torchtune's 2024 QLoRA on a 4090, 23.4% under
   }
-  // The step simulator issue's targets: median <= 5%, no high-confidence case beyond 15%. Reached: 2.5% over 66
-  // cases, 7.5%.
-  CHECK(s.median_abs_error <= 0.027);
+  // The step simulator issue's targets: median <= 5%, no high-confidence case beyond 15%. Reached: 3.4% over 102
+  // cases (2.5% over the 66 before Qwen-1's README table came in at 4.6% on its first score), 7.5%.
+  CHECK(s.median_abs_error <= 0.036);
   CHECK(s.worst_high_abs_error < 0.08);
 }
 
 // The fine-tuning issue's target: median absolute error <= 7% over the high- and medium-confidence single-GPU cases
-// that use a PEFT method. Reached now: 2.8% over 49 cases, the worst high-confidence one 7.5%.
+// that use a PEFT method. Reached now: 3.9% over 85 cases, the worst high-confidence one 7.5%.
 TEST_CASE("single-GPU fine-tuning (PEFT) peaks: median error", "[validation][peft]") {
   ValidationSummary s = run_validation(load_cases());
-  REQUIRE(s.peft_counted >= 45);
-  CHECK(s.peft_median_abs_error <= 0.031);
+  REQUIRE(s.peft_counted >= 80);
+  CHECK(s.peft_median_abs_error <= 0.041);
   CHECK(s.peft_worst_high_abs_error < 0.08);
 }
 
@@ -93,13 +93,13 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 }
 
 // The real-runs issue's targets count every high- and medium-confidence public case, the excluded findings too:
-// median <= 2.5% and p90 <= 8%. Reached: median 3.4%, p90 21.6% over 118 cases (the excluded rows are the ones the
+// median <= 2.5% and p90 <= 8%. Reached: median 3.8%, p90 16.6% over 154 cases (the excluded rows are the ones the
 // model cannot explain yet). The bounds guard what is reached.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
-  REQUIRE(s.all_counted >= 110);
-  CHECK(s.all_median_abs_error <= 0.037);
-  CHECK(s.all_p90_abs_error <= 0.225);
+  REQUIRE(s.all_counted >= 150);
+  CHECK(s.all_median_abs_error <= 0.040);
+  CHECK(s.all_p90_abs_error <= 0.175);
 }
 
 // memsim's own calibration runs (tools/calibrate on an H200, tests/validation/measured/): every statistic of
