@@ -348,3 +348,31 @@ TEST_CASE("a run advances a few steps at a time and ends as simulate() does", "[
   CHECK(!invalid.result().ok);
   CHECK(invalid.result().errors.front().field == "data.sample_lengths");
 }
+
+TEST_CASE("simulate() finishes a run whose cache outgrows the GPU: the second pass, against its capacity", "[run]") {
+  Config c = lora_7b_like();
+  c.data.lengths = "samples";
+  c.data.sample_lengths = "p0=20,p50=300,p99=1500,p100=2048";
+  c.data.steps = 60;
+  c.hardware.gpu = "custom";
+  c.hardware.gpu_memory_bytes = int64_t{1} << 40;
+  const Result wide = simulate(c);
+  REQUIRE(wide.ok);
+  const DeviceResult& w = wide.devices[0];
+  REQUIRE(w.peak.reserved_bytes > w.peak.allocated_bytes + (int64_t{256} << 20));
+  // A GPU between what the run allocates and what its cache reserves: the first pass ends over the capacity, and
+  // simulate() must go on to the second rather than hand back the unfinished result.
+  c.hardware.gpu_memory_bytes = w.breakdown.cuda_context_bytes + w.breakdown.nccl_bytes +
+                                (w.peak.allocated_bytes + w.peak.reserved_bytes) / 2;
+  const Result tight = simulate(c);
+  REQUIRE(tight.ok);
+  CHECK(tight.devices[0].run.steps == 60);
+  CHECK(tight.devices[0].peak.reserved_bytes <= c.hardware.gpu_memory_bytes);
+  // The same as the interface's simulation a step per call.
+  Simulation s(c);
+  int calls = 0;
+  while (!s.advance(1)) ++calls;
+  CHECK(calls > 60);  // both passes
+  REQUIRE(s.result().ok);
+  CHECK(s.result().devices[0].peak.device_bytes == tight.devices[0].peak.device_bytes);
+}
