@@ -490,4 +490,18 @@ RunPlan plan_run(const Config& c) {
   return plan;
 }
 
+int64_t planned_run_steps(const Config& c) {
+  if (!c.data.varies() || !validate(c).empty()) return 0;
+  std::vector<int64_t> listed;
+  if (c.data.lengths == "micro_batches") parse_micro_batch_lengths(c.data.micro_batch_lengths, listed);
+  return run_steps(c, static_cast<int64_t>(listed.size()));
+}
+
+int64_t run_steps_within(const Config& c, int64_t max_layer_passes) {
+  const int64_t steps = planned_run_steps(c);
+  const int64_t passes_per_step = mul(c.training.gradient_accumulation_steps, model_layers(c) + 2);
+  if (steps == 0 || static_cast<long double>(steps) * static_cast<long double>(passes_per_step) <= max_layer_passes) return 0;
+  return std::max<int64_t>(1, max_layer_passes / passes_per_step);
+}
+
 }  // namespace memsim

@@ -55,7 +55,7 @@ struct RunPlan {
 // percentiles (the exact shortest and longest, every percent, and the tail that sets the longest batches ever
 // finer: p99.1..p99.9, p99.91..p99.99, p99.991..p99.999 where the file has the samples to tell them apart), with
 // the points a straight line through their neighbours already gives left out, so that the string stays short in a
-// link (under 2 KB); and data.dataset_samples as the number of samples.
+// link (2 KB at most for lengths below ten million tokens); and data.dataset_samples as the number of samples.
 struct SampleLengthsFile {
   std::string sample_lengths;  // for data.sample_lengths: "p0=12,p1=20,...,p100=2048"
   int64_t samples = 0;         // for data.dataset_samples
@@ -77,5 +77,14 @@ void validate_data(const Config& c, std::vector<FieldError>& errors);
 
 // Requires a validated config whose data.varies().
 RunPlan plan_run(const Config& c);
+
+// Optimizer steps the run of `c` replays: data.steps, or the run's own length within the bounds above. 0 for a fixed
+// shape or a config that does not validate.
+int64_t planned_run_steps(const Config& c);
+// For callers that simulate many variants of one run (What helps, the fit explorer): the optimizer steps that keep
+// one replay of `c` within `max_layer_passes`, or 0 when the whole run already is (or `c` is a fixed shape, or does
+// not validate). A config with data.steps set to them replays the same draws' first steps, the dataset's longest
+// sample placed among them.
+int64_t run_steps_within(const Config& c, int64_t max_layer_passes);
 
 }  // namespace memsim

@@ -1,5 +1,5 @@
 // A dropped or pasted file of per-sample token lengths, read into data.sample_lengths and data.dataset_samples
-// (data_shape.h sample_lengths_from_file).
+// (data_shape.h sample_lengths_from_file); and the bound that keeps many variants of a run affordable.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -150,4 +150,24 @@ TEST_CASE("lengths file: more than the most read stops early with a message", "[
   FieldError e;
   CHECK_FALSE(sample_lengths_from_file(text, f, e));
   CHECK(e.message.find(std::to_string(kMaxLengthsFileSamples)) != std::string::npos);
+}
+
+TEST_CASE("a run's steps, and the fewer steps that bound a variant's replay", "[run]") {
+  Config c = single_gpu_config("llama-3.2-1b.json", 4, 2048);
+  CHECK(planned_run_steps(c) == 0);  // a fixed shape
+  CHECK(run_steps_within(c, 10) == 0);
+  c.data.lengths = "samples";
+  c.data.sample_lengths = "p0=20,p50=300,p100=1500";
+  CHECK(planned_run_steps(c) == kAutoRunSteps);
+  const int64_t passes_per_step = c.model.num_hidden_layers + 2;
+  CHECK(run_steps_within(c, kAutoRunSteps * passes_per_step) == 0);  // the whole run is within the bound
+  CHECK(run_steps_within(c, 100 * passes_per_step + 5) == 100);
+  c.training.gradient_accumulation_steps = 4;
+  CHECK(run_steps_within(c, 100 * passes_per_step) == 25);
+  c.data.steps = 10;
+  CHECK(planned_run_steps(c) == 10);
+  CHECK(run_steps_within(c, 100 * passes_per_step) == 0);
+  c.data.sample_lengths = "p50=abc";  // does not validate
+  CHECK(planned_run_steps(c) == 0);
+  CHECK(run_steps_within(c, 1) == 0);
 }

@@ -375,4 +375,6 @@ TEST_CASE("simulate() finishes a run whose cache outgrows the GPU: the second pa
   CHECK(calls > 60);  // both passes
   REQUIRE(s.result().ok);
   CHECK(s.result().devices[0].peak.device_bytes == tight.devices[0].peak.device_bytes);
+  CHECK(s.run_progress().step == 60);
+  CHECK(s.run_progress().pass == 2);
 }
