@@ -141,8 +141,10 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
     ImGui::PopID();
   }
   ImGui::EndTable();
-  ImGui::TextDisabled("Hover a change, or focus its Apply, for its cost and the fields it sets. Each row is a %s",
-                      variant_steps > 0 ? "simulation of the changed setup over the same steps." : "full simulation of the changed setup.");
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("Hover a change, or focus its Apply, for its cost and the fields it sets. Each row is a %s",
+                     variant_steps > 0 ? "simulation of the changed setup over the same steps." : "full simulation of the changed setup.");
+  ImGui::PopStyleColor();
   return changed;
 }
 
