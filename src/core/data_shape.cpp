@@ -99,13 +99,15 @@ int64_t run_steps(const Config& c, int64_t listed_micro_batches) {
 
 double LengthDistribution::quantile(double u) const {
   if (points.empty()) return 0;
-  if (u <= points.front().first) return points.front().second;
-  for (size_t i = 1; i < points.size(); ++i) {
-    const auto [q0, l0] = points[i - 1];
-    const auto [q1, l1] = points[i];
-    if (u < q1 || i + 1 == points.size()) return q1 > q0 ? l0 + (l1 - l0) * (std::min(u, q1) - q0) / (q1 - q0) : l1;
-  }
-  return points.back().second;
+  if (u <= points.front().first || points.size() == 1) return points.front().second;
+  // The first point above u (a binary search: a run draws up to kMaxRunSamples lengths, a file's distribution has
+  // a hundred points), or the last one; the length is on the line from the point before it.
+  const auto above = std::upper_bound(points.begin() + 1, points.end(), u,
+                                      [](double v, const std::pair<double, double>& p) { return v < p.first; });
+  const size_t i = std::min<size_t>(static_cast<size_t>(above - points.begin()), points.size() - 1);
+  const auto [q0, l0] = points[i - 1];
+  const auto [q1, l1] = points[i];
+  return q1 > q0 ? l0 + (l1 - l0) * (std::min(u, q1) - q0) / (q1 - q0) : l1;
 }
 
 std::string parse_sample_lengths(const std::string& text, int64_t max_length, LengthDistribution& out,

@@ -46,6 +46,9 @@ std::string describe_run(const RunTrace& run, Unit unit, int decimals) {
   const int64_t tokens = at(run.allocated_peak_step).tokens;
   if (run.allocated_peak_step == run.longest_step)
     s += "the longest batch (" + format_count(tokens) + " tokens)";
+  else if (tokens >= run.longest_tokens)  // truncation or padding to max length makes many batches as long
+    s += "a batch as long as the longest (" + format_count(tokens) + " tokens; the longest sample is in step " +
+         format_count(run.longest_step) + ")";
   else
     s += "a batch of " + format_count(tokens) + " tokens (the longest, " + format_count(run.longest_tokens) +
          " tokens, is in step " + format_count(run.longest_step) + ")";

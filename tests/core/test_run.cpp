@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/data_shape.h"
+#include "core/format.h"
 #include "core/frameworks.h"
 #include "core/model.h"
 #include "core/serialize.h"
@@ -377,4 +378,29 @@ TEST_CASE("simulate() finishes a run whose cache outgrows the GPU: the second pa
   CHECK(s.result().devices[0].peak.device_bytes == tight.devices[0].peak.device_bytes);
   CHECK(s.run_progress().step == 60);
   CHECK(s.run_progress().pass == 2);
+}
+
+TEST_CASE("describe_run: where in the run the peak is, in one line", "[run]") {
+  RunTrace run;
+  CHECK(describe_run(run).empty());  // a fixed shape
+  run.steps = 3;
+  run.per_step = {{500, 10LL << 30, 12LL << 30}, {1100, 14LL << 30, 16LL << 30}, {1100, 13LL << 30, 16LL << 30}};
+  run.allocated_peak_step = 2;
+  run.reserved_peak_step = 2;
+  run.longest_step = 2;
+  run.longest_tokens = 1100;
+  run.first_step_reserved_bytes = 12LL << 30;
+  CHECK(describe_run(run) == "peak at step 2 of 3, the longest batch (1,100 tokens); reserved grew from 12.00 GiB "
+                             "after step 1 to 16.00 GiB (step 2)");
+  run.longest_step = 3;  // as long, elsewhere: truncation makes many batches the longest
+  CHECK(describe_run(run).find("a batch as long as the longest (1,100 tokens; the longest sample is in step 3)") !=
+        std::string::npos);
+  run.per_step[1].tokens = 900;
+  run.empty_cache_calls = 1;
+  run.first_step_reserved_bytes = 16LL << 30;
+  CHECK(describe_run(run, Unit::MiB, 0) == "peak at step 2 of 3, a batch of 900 tokens (the longest, 1,100 tokens, is "
+                                           "in step 3); reserved stayed at 16384 MiB from step 1; "
+                                           "torch.cuda.empty_cache() ran 1 time");
+  run.allocated_peak_step = 7;  // a trace that does not hold its peak's step says nothing rather than read past it
+  CHECK(describe_run(run).empty());
 }
