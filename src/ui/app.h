@@ -45,9 +45,12 @@ class App {
 
   void frame();  // draws one frame into the current ImGui context, full window
 
-  // Inputs from outside the UI. Each keeps the current setup untouched when the input is bad, and says why.
-  bool load_fragment(const std::string& fragment);  // link opened (on load, or hash changed)
-  bool load_text(const std::string& text, const std::string& origin);  // dropped/pasted memsim JSON or config.json
+  // Inputs from outside the UI. Each keeps the current setup untouched when the input is bad, and says why, but for
+  // one case: a link (opened on load, or the hash changed) whose only problems are in the data section's fields opens
+  // with them shown under the fields (true).
+  bool load_fragment(const std::string& fragment);
+  // Dropped or pasted text: a memsim, Hugging Face, DeepSpeed or Accelerate config, or a file of sample lengths.
+  bool load_text(const std::string& text, const std::string& origin);
 
   const Config& config() const { return config_; }
   const Result& result() const { return result_; }

@@ -62,7 +62,7 @@ for (const [width, height] of [[1280, 800], [390, 844]]) {
       assert.ok(orange > 0.3, `the tokens' orange covers ${(100 * orange).toFixed(0)}% of the lower chart's bottom`);
     }
     // Hovering a step shows it.
-    await page.mouse.move(width === 1280 ? 800 : 300, width === 1280 ? 600 : 780);
+    await page.mouse.move(width === 1280 ? 800 : 200, width === 1280 ? 600 : 450);
     await page.waitForTimeout(300);
     await page.screenshot({ path: path.join(shots, `run-view-hover-${width}x${height}.png`) });
     // Another seed is another run: it fills in again, the previous result greyed under the progress meanwhile.
