@@ -352,7 +352,9 @@ void App::draw_results(float height) {
       if (!ready) {
         draw_simulation_progress();
         if (result_.ok) {
-          ImGui::TextDisabled("Below: the previous setup's result, until this one is simulated.");
+          ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+          ImGui::TextWrapped("Below: the previous setup's result, until this one is simulated.");
+          ImGui::PopStyleColor();
           const float top = ImGui::GetCursorScreenPos().y;
           ImGui::BeginDisabled();  // no hover over numbers that are about to change
           draw_results_panel(config_, result_, unit_, result_version_);
