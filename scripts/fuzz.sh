@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (clang, AddressSanitizer + UndefinedBehaviorSanitizer) and runs each one.
 #   scripts/fuzz.sh [seconds per target]   (default 60; scripts/test.sh runs a short bounded pass)
 # Targets: fragment (URL links), config_json (memsim JSON), hf_config (Hugging Face config.json), deepspeed
-# (DeepSpeed config JSON), accelerate (Accelerate config, YAML or JSON), set (--set).
+# (DeepSpeed config JSON), accelerate (Accelerate config, YAML or JSON), set (--set), lengths_file (a dropped file
+# of sample lengths).
 # Seeds: tests/fuzz/corpus/<target>; a dictionary tests/fuzz/<target>.dict is used when present. New inputs go to
 # build/fuzz/corpus/<target>; a crash is written to
 # build/fuzz/crashes/ and fails the run: fix it and add the input to tests/fuzz/regressions/<target>/.
@@ -31,7 +32,7 @@ for f in "${core[@]}"; do
   objs+=("$obj")
 done
 status=0
-for target in fragment config_json hf_config deepspeed accelerate set; do
+for target in fragment config_json hf_config deepspeed accelerate set lengths_file; do
   define="MEMSIM_FUZZ_$(echo "$target" | tr a-z A-Z)"
   bin="$out/fuzz_$target"
   "$CXX" "${flags[@]}" -fsanitize=fuzzer -D"$define" "$here/tests/fuzz/fuzz_targets.cpp" "${objs[@]}" -o "$bin"
