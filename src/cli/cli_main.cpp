@@ -45,6 +45,7 @@ int invalid(const std::string& message) {
 }
 
 int invalid(const std::vector<FieldError>& errors) {
+  if (errors.empty()) return invalid("the configuration could not be simulated");  // never expected; never a crash
   std::string msg = errors.front().message;
   if (errors.size() > 1) msg += " (and " + std::to_string(errors.size() - 1) + " more problems)";
   return invalid(msg);
