@@ -4,7 +4,8 @@
 //   memsim-cli estimate --preset ID --accelerate-config default_config.yaml ...
 //   memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
 //   memsim-cli keys
-//   memsim-cli validate DIR            (published measurements as configs -> markdown report)
+//   memsim-cli validate DIR [--measured DIR]... [--residuals FILE]
+//                                      (published measurements as configs -> markdown report, and the band's table)
 // Exit codes: 0 success, 2 invalid input (one line on stderr naming the field), 1 other failures.
 #include <algorithm>
 #include <cstdio>
@@ -35,8 +36,9 @@ constexpr const char* kUsage =
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
     "       memsim-cli keys | presets\n"
     "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
-    "       memsim-cli validate DIR [--measured DIR]...   (predicted against measured for every case file in\n"
-    "                                 DIR, as markdown; each --measured folder of calibration runs gets a section)\n"
+    "       memsim-cli validate DIR [--measured DIR]... [--residuals FILE]   (predicted against measured for every\n"
+    "                                 case file in DIR, as markdown; each --measured folder of calibration runs gets a\n"
+    "                                 section; --residuals writes the uncertainty band's table of DIR's errors)\n"
     "FILE may be - for standard input. KEY uses the URL fragment's names, e.g. --set model.hidden_size=4096.\n";
 
 int invalid(const std::string& message) {
@@ -141,18 +143,33 @@ int main(int argc, char** argv) {
     std::vector<ValidationCase> cases;
     std::string err;
     if (!load(args[1], cases, err)) return invalid(err);
-    std::string md = validation_markdown(run_validation(cases));
+    std::vector<std::string> measured_dirs;
+    std::string residuals_file;
     for (size_t i = 2; i < args.size(); i += 2) {
-      if (args[i] != "--measured" || i + 1 >= args.size())
-        return invalid("validate: expected --measured DIR, got " + args[i]);
-      if (i == 2)
+      if ((args[i] != "--measured" && args[i] != "--residuals") || i + 1 >= args.size())
+        return invalid("validate: expected --measured DIR or --residuals FILE, got " + args[i]);
+      if (args[i] == "--measured") measured_dirs.push_back(args[i + 1]);
+      else residuals_file = args[i + 1];
+    }
+    const ValidationSummary summary = run_validation(cases);
+    std::string md = validation_markdown(summary);
+    for (size_t i = 0; i < measured_dirs.size(); ++i) {
+      if (i == 0)
         md += "\n## memsim's own calibration runs\n\n"
               "tools/calibrate ran each config for three training steps on the GPU named, and wrote every statistic "
               "to a `.jsonl` file beside these folders (`tests/validation/measured/`); `device` is NVML's used memory "
               "minus its reading before the run. Each folder holds one statistic's case files.\n\n";
       std::vector<ValidationCase> measured;
-      if (!load(args[i + 1], measured, err)) return invalid(err);
-      md += calibration_markdown(run_validation(measured), args[i + 1]);
+      if (!load(measured_dirs[i], measured, err)) return invalid(err);
+      md += calibration_markdown(run_validation(measured), measured_dirs[i]);
+    }
+    if (!residuals_file.empty()) {  // the uncertainty band's table (core/band.h), from the published cases only
+      std::ofstream out(residuals_file, std::ios::binary);
+      out << residual_table_text(residual_rows(summary));
+      if (!out) {  // not the input's fault: exit code 1
+        std::cerr << "memsim-cli: validate: cannot write " << residuals_file << "\n";
+        return 1;
+      }
     }
     std::cout << md;
     return 0;

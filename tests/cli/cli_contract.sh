@@ -56,6 +56,9 @@ assert max(x['peak']['device_bytes'] for x in d['devices']) == $want"
 "$cli" estimate --config "$tmp/default.json" --format table --suggest > "$tmp/table.txt"
 check "--suggest in the table" grep -q "what helps" "$tmp/table.txt"
 
+"$cli" validate "$here/tests/validation/cases" --residuals "$tmp/residuals.tsv" > "$tmp/validation.md"
+check "validate --residuals writes the band's table, as the build embeds it" cmp -s "$tmp/residuals.tsv" "$here/src/core/catalog/residuals.tsv"
+
 "$cli" config --accelerate-config "$here/tests/data/accelerate/fsdp1_hybrid_2x8.yaml" > "$tmp/acc.json" 2>/dev/null
 check "--accelerate-config (FSDP1 HYBRID_SHARD on 2 x 8 GPUs)" python3 -c "
 import json; p = json.load(open('$tmp/acc.json'))['parallel']
