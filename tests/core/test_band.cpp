@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "core/advice.h"
 #include "core/band.h"
 #include "core/validation.h"
 #include "random_config.h"
@@ -227,6 +228,42 @@ TEST_CASE("the verdict of a real setup follows its band, and fits agrees with it
   Result roomy = simulate(c);
   REQUIRE(roomy.ok);
   CHECK(roomy.devices[0].verdict == Verdict::Fits);
+}
+
+TEST_CASE("What helps calls a change fit only when its verdict fits", "[band][advice]") {
+  Config c;
+  c.training.micro_batch_size = 8;
+  // A GPU whose memory lies between the lowest suggestion's peak and its band's top: that change fits by its
+  // prediction alone, and is borderline with the band.
+  const auto roomy = suggest(c);
+  REQUIRE(!roomy.empty());
+  const Suggestion& lowest = *std::min_element(roomy.begin(), roomy.end(), [](const auto& a, const auto& b) {
+    return a.peak_bytes < b.peak_bytes;
+  });
+  const Result at_80 = simulate(lowest.config);
+  REQUIRE(at_80.ok);
+  c.hardware.gpu = "custom";
+  c.hardware.headroom_fraction = 0;
+  c.hardware.gpu_memory_bytes = (lowest.peak_bytes + at_80.devices[0].band.of(BandStatistic::Device).high_bytes) / 2;
+  const auto suggestions = suggest(c);
+  bool seen = false;
+  for (const auto& s : suggestions)
+    if (s.change == lowest.change) {
+      seen = true;
+      CHECK(s.peak_bytes <= c.hardware.gpu_memory_bytes);
+      CHECK(s.verdict == Verdict::Borderline);
+      CHECK(!s.fits);
+    }
+  CHECK(seen);
+  for (const auto& s : suggestions) {
+    const Result r = simulate(s.config);
+    REQUIRE(r.ok);
+    Verdict worst = Verdict::Fits;
+    for (const auto& d : r.devices) worst = std::max(worst, d.verdict);
+    INFO(s.change);
+    CHECK(s.verdict == worst);
+    CHECK(s.fits == (worst == Verdict::Fits));
+  }
 }
 
 TEST_CASE("an unstated data shape widens the reserved top by a short run of varying lengths", "[band][run]") {
