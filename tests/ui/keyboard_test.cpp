@@ -192,3 +192,12 @@ TEST_CASE("keyboard: Escape on a control that is not being edited keeps the focu
   k.press(ImGuiKey_Tab, true);
   CHECK(k.focus() == here);
 }
+
+TEST_CASE("keyboard: the device bar reads out its uncertainty band and the verdict", "[ui][keyboard][band]") {
+  Keyboard k;
+  REQUIRE(k.tab_to("Breakdown of "));
+  const std::string& words = k.focus();
+  INFO(words);
+  CHECK(words.find("Band of the device peak: ") != std::string::npos);
+  CHECK(words.find(", verdict FITS.") != std::string::npos);  // the default setup's band top is under the usable line
+}

@@ -106,3 +106,24 @@ TEST_CASE("the fine-tuning panel draws every PEFT method, and a refused one show
     if (!app.result().ok) CHECK(app.result().errors.at(0).field == "peft.method");
   }
 }
+
+// In the headless 1280x720 frame the default setup's bar lies at y 138-162, from x 470 to the panel's edge, and its
+// device band covers about 50-66% of it (x 870-990).
+TEST_CASE("hovering the device bar's band lists the published cases it comes from", "[ui][band]") {
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  gui.frame(app);
+  gui.frame(app);
+  REQUIRE(app.result().devices.front().band.valid);
+  auto hover = [&](float x) {
+    ImGui::GetIO().MousePos = ImVec2(x, 150);
+    gui.frame(app);
+    return gui.frame(app);
+  };
+  const int nowhere = hover(5000);
+  const int on_weights = hover(500);  // a segment's tooltip only
+  const int on_band = hover(920);     // the segment's and the band's sources
+  INFO(nowhere << " " << on_weights << " " << on_band);
+  CHECK(on_weights > nowhere);
+  CHECK(on_band > on_weights + 2000);  // a line per neighbour: each glyph is 4 vertices
+}
