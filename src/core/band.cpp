@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "format.h"
 #include "frameworks.h"
 #include "result.h"
 
@@ -224,27 +223,29 @@ int band_points(const BandFeatures& f, BandStatistic s, const ResidualRow& row) 
 
 std::vector<BandNeighbour> nearest_cases(const BandFeatures& f, BandStatistic s, const std::vector<ResidualRow>& table,
                                          std::string_view exclude_id) {
-  std::vector<BandNeighbour> all;
-  all.reserve(table.size());
-  for (const auto& row : table)
-    if (row.id != exclude_id)
-      all.push_back({row.id, row.statistic, row.relative_error, row.excluded, band_points(f, s, row)});
-  // Nearest first; equal points in id order, only so that the list reads the same every time (ties at the edge
-  // are all kept, so the band itself does not depend on it).
-  std::sort(all.begin(), all.end(), [](const BandNeighbour& a, const BandNeighbour& b) {
-    return a.points != b.points ? a.points > b.points : a.id < b.id;
-  });
-  if (all.size() > static_cast<size_t>(kBandNeighbours)) {
-    const int edge = all[kBandNeighbours - 1].points;
-    size_t keep = kBandNeighbours;
-    while (keep < all.size() && all[keep].points == edge) ++keep;
-    all.resize(keep);
+  // Points and row index first, the neighbours' ids copied only for the rows kept: this runs for every simulation.
+  std::vector<std::pair<int, uint32_t>> scored;
+  scored.reserve(table.size());
+  for (uint32_t i = 0; i < table.size(); ++i)
+    if (table[i].id != exclude_id) scored.emplace_back(band_points(f, s, table[i]), i);
+  // Nearest first; equal points in the table's order (the case files' names), only so that the list reads the same
+  // every time: ties at the edge are all kept, so the band itself does not depend on it.
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  size_t keep = std::min(scored.size(), static_cast<size_t>(kBandNeighbours));
+  while (keep > 0 && keep < scored.size() && scored[keep].first == scored[keep - 1].first) ++keep;
+  std::vector<BandNeighbour> out;
+  out.reserve(keep);
+  for (size_t k = 0; k < keep; ++k) {
+    const ResidualRow& row = table[scored[k].second];
+    out.push_back({row.id, row.statistic, row.relative_error, row.excluded, scored[k].first});
   }
-  return all;
+  return out;
 }
 
-Band device_band(const BandFeatures& f, const DeviceResult& d, const std::vector<ResidualRow>& table,
-                 std::string_view exclude_id) {
+namespace {
+
+// The band of one device from each statistic's nearest cases (the same for every device of a config).
+Band band_from(const std::array<std::vector<BandNeighbour>, kBandStatistics>& nearest, const DeviceResult& d) {
   Band b;
   b.data_run_reserved_bytes = d.band.data_run_reserved_bytes;
   b.data_run_device_bytes = d.band.data_run_device_bytes;
@@ -252,7 +253,7 @@ Band device_band(const BandFeatures& f, const DeviceResult& d, const std::vector
   for (int i = 0; i < kBandStatistics; ++i) {
     const auto s = static_cast<BandStatistic>(i);
     StatisticBand& sb = b.of(s);
-    sb.neighbours = nearest_cases(f, s, table, exclude_id);
+    sb.neighbours = nearest[static_cast<size_t>(i)];
     if (sb.neighbours.empty()) return Band{};  // no table: no band is claimed
     double lo = sb.neighbours.front().relative_error, hi = lo;
     for (const auto& n : sb.neighbours) {
@@ -277,6 +278,21 @@ Band device_band(const BandFeatures& f, const DeviceResult& d, const std::vector
   return b;
 }
 
+std::array<std::vector<BandNeighbour>, kBandStatistics> nearest_of_every_statistic(
+    const BandFeatures& f, const std::vector<ResidualRow>& table, std::string_view exclude_id) {
+  std::array<std::vector<BandNeighbour>, kBandStatistics> nearest;
+  for (int i = 0; i < kBandStatistics; ++i)
+    nearest[static_cast<size_t>(i)] = nearest_cases(f, static_cast<BandStatistic>(i), table, exclude_id);
+  return nearest;
+}
+
+}  // namespace
+
+Band device_band(const BandFeatures& f, const DeviceResult& d, const std::vector<ResidualRow>& table,
+                 std::string_view exclude_id) {
+  return band_from(nearest_of_every_statistic(f, table, exclude_id), d);
+}
+
 Verdict device_verdict(const DeviceResult& d) {
   if (d.oom) return Verdict::OutOfMemory;
   if (!d.band.valid) return d.fits ? Verdict::Fits : Verdict::DoesNotFit;
@@ -293,9 +309,9 @@ double keep_free_fraction(const DeviceResult& d) {
 }
 
 void apply_bands(Result& r, const Config& c, const std::vector<ResidualRow>& table, std::string_view exclude_id) {
-  const BandFeatures f = band_features(c);
+  const auto nearest = nearest_of_every_statistic(band_features(c), table, exclude_id);  // once for every device
   for (auto& d : r.devices) {
-    d.band = device_band(f, d, table, exclude_id);
+    d.band = band_from(nearest, d);
     d.verdict = device_verdict(d);
   }
 }
