@@ -46,10 +46,14 @@ ImVec4 verdict_color(Verdict v) {
 void band_line(const DeviceResult& d, Unit unit) {
   if (!d.band.valid) return;
   const StatisticBand& b = d.band.of(BandStatistic::Device);
-  // On the line of the headroom it replaces, so that the panel keeps its height.
+  // On the line of the headroom it replaces, so that the panel keeps its height, where the rest of that line holds
+  // it; else on a line of its own (a phone-sized panel, where the wrapped headroom line leaves a sliver).
+  char text[160];
+  std::snprintf(text, sizeof text, "| band %s - %s: keep %.1f%% free", bytes_text(b.low_bytes, unit).c_str(),
+                bytes_text(b.high_bytes, unit).c_str(), 100 * keep_free_fraction(d));
   ImGui::SameLine();
-  ImGui::TextDisabled("| band %s - %s: keep %.1f%% free", bytes_text(b.low_bytes, unit).c_str(),
-                      bytes_text(b.high_bytes, unit).c_str(), 100 * keep_free_fraction(d));
+  if (ImGui::GetContentRegionAvail().x < ImGui::CalcTextSize(text).x) ImGui::NewLine();
+  ImGui::TextDisabled("%s", text);
   if (ImGui::IsItemHovered()) {
     ImGui::BeginTooltip();
     band_sources(d, unit);

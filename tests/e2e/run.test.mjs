@@ -15,7 +15,8 @@ const state = (page) => page.evaluate(() => window.memsim.state());
 const runArgs = ["--preset", "llama-2-7b", "--set", "training.framework=hf_trainer", "--set", "peft.method=lora",
                  "--set", "parallel.data_parallel_size=1", "--set", "parallel.zero_stage=0",
                  "--set", "training.sequence_length=2048", "--set", "training.activation_checkpointing=none",
-                 "--set", "data.lengths=samples", "--set", "data.sample_lengths=p0=20,p50=150,p90=350,p99=600,p100=1100"];
+                 "--set", "data.lengths=samples", "--set", "data.sample_lengths=p0=20,p50=150,p90=350,p99=600,p100=1100",
+                 "--set", "data.steps=1000"];
 const fragment = (args) => execFileSync(cli, ["config", ...args, "--format", "fragment"]).toString().trim();
 
 // Waits until the page has simulated its setup; returns how often it was seen still simulating, and the steps seen.
