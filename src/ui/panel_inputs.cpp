@@ -257,6 +257,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                            "Saved activations move to host memory after the next layer's forward and come back for "
                            "backward: about one layer stays on the GPU.");
   }
+  changed |= draw_versions_inputs(c);
   changed |= draw_parallel_inputs(c);
   changed |= draw_peft_inputs(c);
   set_field_errors(nullptr);

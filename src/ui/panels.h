@@ -35,6 +35,10 @@ bool draw_parallel_inputs(Config& config);
 // Parameter-efficient fine-tuning inputs (LoRA/DoRA, quantized base). Returns true when the config changed.
 bool draw_peft_inputs(Config& config);
 
+// The library versions (latest by default) and a date, with the switches they set. Returns true when the config
+// changed.
+bool draw_versions_inputs(Config& config);
+
 // Shared widgets. Inputs show the simulator's message for their field under them (set_field_errors).
 // A "(?)" that shows `text` when hovered, or when `focused` (the keyboard focus is on the input it explains).
 void help_marker(const char* text, bool focused = false);
