@@ -275,7 +275,14 @@ AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const
     return AdapterDtype::Fp32;
   }
   // peft 0.6-0.11 (peft#928, commit 5bdbf2bc, lora/layer.py update_layer): the adapters take the base weight's dtype
-  // when it is a float; bitsandbytes' int8/uint8 storage is not, so over a quantized base they stay fp32.
+  // when it is a float; bitsandbytes' int8/uint8 storage is not, so over a quantized base they stay fp32. That cast
+  // is LoRA's (and DoRA's, the same layer); for IA3 vectors and prompt embeddings no such cast was read (not
+  // verified), so they keep fp32, the dtype they are created in.
+  if (!c.peft.lora_like()) {
+    d.from(Switch::AdapterDtype, "peft 0.6 to 0.11 cast only LoRA layers to the base's dtype (peft#928); other "
+                                 "methods' modules are created in fp32 (not verified for IA3)", peft);
+    return AdapterDtype::Fp32;
+  }
   if (c.peft.base_quantization != "none" || !pr || pr->weight_bytes == 4) {
     d.from(Switch::AdapterDtype, "peft 0.6 to 0.11 cast the adapters to the base weight's dtype when it is a float "
                                  "(peft#928); an fp32 or quantized base leaves them in fp32", peft);

@@ -270,6 +270,10 @@ TEST_CASE("versions: bitsandbytes, peft and the HF Trainer's empty_cache", "[ver
   CHECK(adapters("0.11.1", "amp_bf16") == AdapterDtype::Fp32);  // fp32 weights under autocast
   CHECK(adapters("0.7.1", "bf16_pure", "nf4") == AdapterDtype::Fp32);
   CHECK(adapters("0.12.0", "bf16_pure") == AdapterDtype::Fp32);
+  // The cast was LoRA's update_layer: prompt embeddings stay in the fp32 they are created in.
+  CHECK(with({"peft.method=prompt_tuning", "versions.peft=0.7", "training.precision=bf16_pure",
+              "parallel.zero_stage=0", "parallel.data_parallel_size=1"})
+            .adapter_dtype == AdapterDtype::Fp32);
   // transformers 4.41's Trainer emptied the cache at every step (transformers#28769 until #31530 in 4.42).
   CHECK(with({"versions.transformers=4.40.2"}).empty_cache_steps == 0);
   CHECK(with({"versions.transformers=4.41.0"}).empty_cache_steps == 1);
