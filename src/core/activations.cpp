@@ -1049,8 +1049,8 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   }
 }
 
-// transformers' causal-LM loss before 4.49 (versions.md 6a; /work/notes/mechanisms_peft.md item 3 has the 4.31
-// tensor table): the loss shifts the logits by one token with logits[..., :-1, :].contiguous(), a copy, before
+// transformers' causal-LM loss before 4.49 (docs/versions.md 6a, with the 4.31 tensors' bytes at
+// each moment under "Memory consequences"): the loss shifts the logits by one token with logits[..., :-1, :].contiguous(), a copy, before
 // cross_entropy. Where the logits live differs by version:
 //  HfFp32Logits (4.31-4.45): LlamaForCausalLM returns fp32 logits (logits = logits.float(), transformers#24891); the
 //    compute-dtype ones go at once (nothing saves them), the fp32 copy is shifted, and the outputs hold the fp32

@@ -50,7 +50,7 @@ constexpr FrameworkSpec kFrameworks[] = {
      "prefetch it immediately\"); the loss runs under loss_parallel() whenever TP is on "
      "(parallel_dims.loss_parallel_enabled); TP through DTensor (ColwiseParallel/SequenceParallel: the linear saves "
      "the all-gathered input); pipeline stages from torch.distributed.pipelining; run_train.sh sets "
-     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: versions.md 11)", false, false, true, false},
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false},
 };
 
 constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager"};
@@ -126,10 +126,10 @@ bool tri_state(const std::string& field, Switch s, Deriving& d, F&& derive) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// [SECTION] The rules: each auto switch from the versions (/work/notes/versions.md, "Summary of rules").
+// [SECTION] The rules: each auto switch from the versions (docs/versions.md, "Summary of rules").
 // ---------------------------------------------------------------------------------------------------------
 
-// versions.md 2: torch.optim's default on CUDA, and what the HF Trainer passes.
+// docs/versions.md 2: torch.optim's default on CUDA, and what the HF Trainer passes.
 OptimizerImpl derive_optimizer_impl(const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const OptimizerImpl spec = named(f.optimizer_impl, kOptImpl, kOptImplValues);
   const bool torch2 = v.at_least(Library::Torch, V(2, 0));
@@ -182,7 +182,7 @@ OptimizerImpl derive_optimizer_impl(const FrameworkSpec& f, const StackVersions&
   return torch2 ? OptimizerImpl::Foreach : OptimizerImpl::ForLoop;
 }
 
-// versions.md 7: transformers' default attn_implementation, and repeat_kv before SDPA.
+// docs/versions.md 7: transformers' default attn_implementation, and repeat_kv before SDPA.
 Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const auto& m = c.model;
   if (!f.transformers_model || m.is_encoder_decoder) {  // T5's attention is its own eager code in every version
@@ -216,13 +216,13 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
   return Attention::Sdpa;
 }
 
-// versions.md 6a: LlamaForCausalLM's logits and loss (Mistral, Qwen2 and the other "Copied from" Llama classes follow
-// it; transformers#30860 says almost every ModelForCausalLM had the 4.31 upcast, so all decoder-only causal LMs are
-// taken to: a class that never upcast, such as GPT-2's, is overestimated in 4.31-4.45).
+// docs/versions.md 6a: LlamaForCausalLM's logits and loss (Mistral, Qwen2 and the other "Copied from" Llama classes
+// follow it; transformers#30860 says almost every ModelForCausalLM had the 4.31 upcast, so all decoder-only causal LMs
+// are taken to: a class that never upcast, such as GPT-2's, is overestimated in 4.31-4.45).
 LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const LossImpl spec = named(f.loss, kLoss, kLossValues);
   if (f.id == "torchtune" && decoder_causal_lm(c.model)) {
-    // versions.md 13: CEWithChunkedOutputLoss is in 61 of 70 recipe configs from torchtune v0.3.0 and in none of
+    // docs/versions.md 13: CEWithChunkedOutputLoss is in 61 of 70 recipe configs from torchtune v0.3.0 and in none of
     // v0.2.1, whose TransformerDecoder returned self.output(h).float() to nn.CrossEntropyLoss (modules/transformer.py).
     if (v.below(Library::Torchtune, V(0, 3))) {
       d.from(Switch::Loss, "torchtune's recipes applied nn.CrossEntropyLoss to the full fp32 logits "
@@ -239,7 +239,7 @@ LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersion
   const Library tf = Library::Transformers;
   if (v.below(tf, V(4, 31))) {
     d.from(Switch::Loss, "before transformers 4.31 the logits stayed in the model dtype and the loss shifted a copy of "
-                         "them (versions.md 6a, from memory)", tf);
+                         "them (docs/versions.md 6a, from memory)", tf);
     return LossImpl::HfShift;
   }
   if (v.below(tf, V(4, 46))) {
@@ -257,7 +257,7 @@ LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersion
   return LossImpl::HfFp32Upcast;
 }
 
-// versions.md 10: PEFT's adapter dtype over a bf16/fp16 base.
+// docs/versions.md 10: PEFT's adapter dtype over a bf16/fp16 base.
 AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const PrecisionRecipe* pr,
                                   const StackVersions& v, Deriving& d) {
   if (!f.peft_library) {  // the framework's own adapters: memsim's fp32 default (not derived from a version)
@@ -354,7 +354,7 @@ Resolved resolve(const Config& c) {
                      kShardingValues);
 
   const Library torch = Library::Torch;
-  // versions.md 1: softmax and log_softmax saved their input as well as their output until pytorch#66018 (landed
+  // docs/versions.md 1: softmax and log_softmax saved their input as well as their output until pytorch#66018 (landed
   // after the 1.10 branch cut, first in 1.11.0; transformers' pytorch_utils.py branches on the same 1.11).
   r.softmax_saves_input = tri_state(t.softmax_saves_input, Switch::SoftmaxSavesInput, d, [&] {
     const bool old = v.below(torch, V(1, 11));
@@ -363,7 +363,7 @@ Resolved resolve(const Config& c) {
            torch);
     return old;
   });
-  // versions.md 3: Optimizer.zero_grad() and Module.zero_grad() set the gradients to None by default from 2.0
+  // docs/versions.md 3: Optimizer.zero_grad() and Module.zero_grad() set the gradients to None by default from 2.0
   // (pytorch#92731); the HF Trainer calls model.zero_grad() with no argument, so it follows torch.
   r.zero_grad_set_to_none = tri_state(t.zero_grad_set_to_none, Switch::ZeroGradSetToNone, d, [&] {
     const bool none = v.at_least(torch, V(2, 0));
@@ -373,7 +373,7 @@ Resolved resolve(const Config& c) {
            torch);
     return none;
   });
-  // versions.md 4: MatMul4Bit kept its input, ctx.tensors = (A, B), until bitsandbytes#1270 (commit 9e753741,
+  // docs/versions.md 4: MatMul4Bit kept its input, ctx.tensors = (A, B), until bitsandbytes#1270 (commit 9e753741,
   // first tagged in 0.43.2).
   r.bnb_saves_input = tri_state(c.peft.bnb_saves_input, Switch::BnbSavesInput, d, [&] {
     if (!f.bitsandbytes_quantization) {  // not bitsandbytes' layers (torchtune's NF4 is torchao's)
@@ -393,14 +393,14 @@ Resolved resolve(const Config& c) {
     r.adapter_dtype = named(c.peft.adapter_dtype, kAdapterDtype, kAdapterDtypeValues);
     d.given(Switch::AdapterDtype);
   }
-  // versions.md 11: launchers that set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. Of memsim's frameworks
+  // docs/versions.md 11: launchers that set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. Of memsim's frameworks
   // only torchtitan's run_train.sh does (axolotl and unsloth, which also do, are not frameworks here). Its
   // multi-node multinode_trainer.slurm does not: the validation cases of multi-node torchtitan runs set false.
   r.expandable_segments = tri_state(c.hardware.expandable_segments, Switch::ExpandableSegments, d, [&] {
     d.framework(Switch::ExpandableSegments);
     return f.launcher_expandable_segments;
   });
-  // versions.md 13: torch sets CUDA_MODULE_LOADING=LAZY when the user has not, from 1.13 (pytorch#85692,
+  // docs/versions.md 13: torch sets CUDA_MODULE_LOADING=LAZY when the user has not, from 1.13 (pytorch#85692,
   // cherry-picked as #86509). It takes effect with a CUDA >= 11.7 runtime, which memsim does not ask for.
   if (c.hardware.cuda_module_loading == "auto") {
     r.lazy_module_loading = v.at_least(torch, V(1, 13));
@@ -413,7 +413,7 @@ Resolved resolve(const Config& c) {
     r.lazy_module_loading = c.hardware.cuda_module_loading == "lazy";
     d.given(Switch::CudaModuleLoading);
   }
-  // versions.md 9: transformers 4.41's Trainer called torch.cuda.empty_cache() in every training_step
+  // docs/versions.md 9: transformers 4.41's Trainer called torch.cuda.empty_cache() in every training_step
   // (transformers#28769; #31530 removed it for 4.42). It ran between the forward and the backward of every
   // micro-batch; memsim's replay empties the cache at the end of each optimizer step, the nearest it models.
   if (t.empty_cache_steps == kEmptyCacheAuto) {

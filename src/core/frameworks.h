@@ -15,7 +15,7 @@ namespace memsim {
 
 enum class Attention { Sdpa, SdpaRepeatKv, FlashAttention2, Eager };
 enum class NormImpl { EagerFp32, Fp32Scale, Fused };
-// The HF variants are transformers' causal-LM loss across versions (versions.md 6a, frameworks.cpp kLoss):
+// The HF variants are transformers' causal-LM loss across versions (docs/versions.md 6a, frameworks.cpp kLoss):
 // HfFp32Upcast 4.49+, HfShiftFp32 4.46-4.48, HfFp32Logits 4.31-4.45, HfShift before 4.31.
 enum class LossImpl { HfFp32Upcast, HfShiftFp32, HfFp32Logits, HfShift, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear };
 enum class OptimizerImpl { Foreach, Fused, ForLoop };

@@ -15,7 +15,7 @@ namespace {
 // bitsandbytes 0.43.2) all lie after the first entry of their table, so a date before a table's first release
 // sets the same switches as that release.
 
-// /work/notes/versions.md "Release-date table": minor releases from memory (+-2 days) there. Patch releases that a
+// docs/versions.md "Release-date table": minor releases from memory (+-2 days) there. Patch releases that a
 // rule needs (2.1.1: transformers' SDPA default needs torch >= 2.1.1) and the releases after 2.9 come from
 // pytorch/pytorch RELEASE.md "Release cadence table", which gives 2.1.1 and 2.1.2 as months only (Nov, Dec 2023)
 // and 2.10 as Jan 2026: a month-only date is its last day here, so that no release is assumed before it could
@@ -31,7 +31,7 @@ constexpr Release kTorch[] = {
     {{2, 14, 0}, {2026, 9, 2}},   {{2, 15, 0}, {2026, 10, 28}},
 };
 
-// versions.md "Release-date table" (from memory there, +-2 days; 4.31, 4.37, 4.51, 4.53, 4.55 and 4.57
+// docs/versions.md "Release-date table" (from memory there, +-2 days; 4.31, 4.37, 4.51, 4.53, 4.55 and 4.57
 // cross-checked against axolotl's "upgrade transformers" commits). 5.0 is left out: only its rc0 is dated (about
 // 2025-12-01, from a press report), and no switch here reads it.
 constexpr Release kTransformers[] = {
@@ -44,7 +44,7 @@ constexpr Release kTransformers[] = {
     {{4, 54, 0}, {2025, 7, 25}}, {{4, 55, 0}, {2025, 8, 5}},  {{4, 56, 0}, {2025, 8, 29}},  {{4, 57, 0}, {2025, 10, 3}},
 };
 
-// versions.md: huggingface/peft tag commit dates.
+// docs/versions.md: huggingface/peft tag commit dates.
 constexpr Release kPeft[] = {
     {{0, 4, 0}, {2023, 7, 17}},  {{0, 5, 0}, {2023, 8, 22}},  {{0, 6, 0}, {2023, 11, 2}},  {{0, 6, 2}, {2023, 11, 13}},
     {{0, 7, 0}, {2023, 12, 6}},  {{0, 7, 1}, {2023, 12, 12}}, {{0, 8, 0}, {2024, 1, 30}},  {{0, 8, 2}, {2024, 2, 1}},
@@ -54,7 +54,7 @@ constexpr Release kPeft[] = {
     {{0, 17, 1}, {2025, 8, 21}}, {{0, 18, 0}, {2025, 11, 13}},
 };
 
-// versions.md: bitsandbytes-foundation/bitsandbytes tag commit dates. 0.39.0 is untagged (its version bump is
+// docs/versions.md: bitsandbytes-foundation/bitsandbytes tag commit dates. 0.39.0 is untagged (its version bump is
 // dated 2023-05-23, taken as the month's end), and so are 0.41.1-0.41.3, which no rule tells apart from 0.41.0.
 constexpr Release kBitsandbytes[] = {
     {{0, 39, 0}, {2023, 5, 31}},  {{0, 39, 1}, {2023, 6, 19}}, {{0, 40, 0}, {2023, 7, 11}}, {{0, 41, 0}, {2023, 7, 22}},
@@ -64,7 +64,7 @@ constexpr Release kBitsandbytes[] = {
     {{0, 48, 0}, {2025, 9, 30}},  {{0, 48, 2}, {2025, 10, 29}}, {{0, 49, 0}, {2025, 12, 11}},
 };
 
-// versions.md: microsoft/DeepSpeed tag commit dates (the tags it lists, not every patch release).
+// docs/versions.md: microsoft/DeepSpeed tag commit dates (the tags it lists, not every patch release).
 constexpr Release kDeepspeed[] = {
     {{0, 9, 0}, {2023, 4, 13}},  {{0, 9, 5}, {2023, 6, 22}},  {{0, 10, 0}, {2023, 7, 17}}, {{0, 10, 3}, {2023, 9, 11}},
     {{0, 11, 0}, {2023, 10, 6}}, {{0, 12, 0}, {2023, 11, 3}}, {{0, 12, 6}, {2023, 12, 20}}, {{0, 13, 0}, {2024, 1, 19}},
@@ -83,13 +83,14 @@ constexpr Release kTorchao[] = {
     {{0, 16, 0}, {2026, 2, 5}},  {{0, 17, 0}, {2026, 3, 25}}, {{0, 18, 0}, {2026, 7, 31}},
 };
 
-// versions.md: Dao-AILab/flash-attention tag commit dates (the tags it lists).
+// docs/versions.md: Dao-AILab/flash-attention tag commit dates (the tags it lists).
 constexpr Release kFlashAttn[] = {
     {{2, 0, 0}, {2023, 7, 17}},  {{2, 3, 0}, {2023, 9, 26}}, {{2, 4, 0}, {2023, 12, 22}}, {{2, 5, 0}, {2024, 1, 22}},
     {{2, 6, 0}, {2024, 7, 10}},  {{2, 7, 0}, {2024, 11, 12}}, {{2, 8, 0}, {2025, 6, 14}}, {{2, 8, 3}, {2025, 8, 14}},
 };
 
-// versions.md (pytorch/torchtune tag dates), with the patch tags 0.1.1, 0.2.1 and 0.3.1 (`git for-each-ref refs/tags`).
+// docs/versions.md (pytorch/torchtune tag dates), with the patch tags 0.1.1, 0.2.1 and 0.3.1 (`git for-each-ref
+// refs/tags` of pytorch/torchtune).
 constexpr Release kTorchtune[] = {
     {{0, 1, 0}, {2024, 4, 15}}, {{0, 1, 1}, {2024, 4, 18}}, {{0, 2, 0}, {2024, 7, 15}}, {{0, 2, 1}, {2024, 7, 25}},
     {{0, 3, 0}, {2024, 9, 17}}, {{0, 3, 1}, {2024, 10, 2}}, {{0, 4, 0}, {2024, 11, 13}}, {{0, 5, 0}, {2024, 12, 13}},
@@ -97,18 +98,18 @@ constexpr Release kTorchtune[] = {
 };
 
 constexpr LibraryInfo kLibraries[] = {
-    {Library::Torch, "torch", "versions.torch", kTorch, "versions.md release-date table; pytorch RELEASE.md",
+    {Library::Torch, "torch", "versions.torch", kTorch, "docs/versions.md release-date table; pytorch RELEASE.md",
      "softmax keeping its input, zero_grad(set_to_none), the optimizer's foreach default, the SDPA default, CUDA "
      "module loading"},
-    {Library::Transformers, "transformers", "versions.transformers", kTransformers, "versions.md release-date table",
+    {Library::Transformers, "transformers", "versions.transformers", kTransformers, "docs/versions.md release-date table",
      "the default attention, the loss path, the HF Trainer's optimizer and its empty_cache in 4.41"},
-    {Library::Peft, "peft", "versions.peft", kPeft, "versions.md (huggingface/peft tags)", "the adapters' dtype"},
+    {Library::Peft, "peft", "versions.peft", kPeft, "docs/versions.md (huggingface/peft tags)", "the adapters' dtype"},
     {Library::Bitsandbytes, "bitsandbytes", "versions.bitsandbytes", kBitsandbytes,
-     "versions.md (bitsandbytes tags)", "whether 4-bit linears keep their input"},
-    {Library::Deepspeed, "deepspeed", "versions.deepspeed", kDeepspeed, "versions.md (DeepSpeed tags)", ""},
+     "docs/versions.md (bitsandbytes tags)", "whether 4-bit linears keep their input"},
+    {Library::Deepspeed, "deepspeed", "versions.deepspeed", kDeepspeed, "docs/versions.md (DeepSpeed tags)", ""},
     {Library::Torchao, "torchao", "versions.torchao", kTorchao, "pytorch/ao tags", ""},
-    {Library::FlashAttn, "flash-attn", "versions.flash_attn", kFlashAttn, "versions.md (flash-attention tags)", ""},
-    {Library::Torchtune, "torchtune", "versions.torchtune", kTorchtune, "versions.md (pytorch/torchtune tags)",
+    {Library::FlashAttn, "flash-attn", "versions.flash_attn", kFlashAttn, "docs/versions.md (flash-attention tags)", ""},
+    {Library::Torchtune, "torchtune", "versions.torchtune", kTorchtune, "docs/versions.md (pytorch/torchtune tags)",
      "torchtune's loss (chunked from 0.3) and optimizer (fused from 0.4)"},
 };
 static_assert(std::size(kLibraries) == kLibraryCount);

@@ -7,7 +7,7 @@
 // alone means its first day), from the release tables in versions.cpp. A stated version always beats the date.
 //
 // The rules and their sources are in versions.cpp and frameworks.cpp; the research behind them is
-// /work/notes/versions.md (release tags, PR threads and release dates).
+// docs/versions.md (release tags, PR threads and release dates).
 #pragma once
 #include <compare>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Library versions as inputs (core/versions.h): parsing, the date, each rule at its boundary (frameworks.cpp
-// resolve(), /work/notes/versions.md), explicit values over versions, the notes, the schema-1 migration, and the
+// resolve(), docs/versions.md), explicit values over versions, the notes, the schema-1 migration, and the
 // loss paths of transformers before 4.49.
 #include <catch2/catch.hpp>
 
@@ -394,7 +394,7 @@ TEST_CASE("versions: the schema-1 golden JSON and link resolve alike, as schema 
   CHECK(!ra.expandable_segments);
 }
 
-// The loss paths of transformers before 4.49 (versions.md 6a; /work/notes/mechanisms_peft.md item 3's table):
+// The loss paths of transformers before 4.49 (docs/versions.md 6a, "Memory consequences"):
 // a loss-dominated step (128k vocabulary, 2048 tokens, a 1B model with LoRA and full checkpointing), whose peak is in
 // the loss. T x V x 2 bytes is one compute-dtype copy of the logits. Tolerances cover the allocator's rounding of
 // the last block of a segment (up to 1 MiB each side).
