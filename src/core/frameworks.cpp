@@ -477,16 +477,19 @@ std::string origin_versions(const Resolved& r, const Origin& o) {
 }
 }  // namespace
 
-std::string switch_auto_label(const Resolved& r, Switch s) {
+std::string switch_versions(const Resolved& r, Switch s) {
   const Origin& o = r.origin_of(s);
-  std::string out = switch_value(r, s);
-  if (o.kind != Origin::Kind::Version) return out;
-  out += ": " + std::string(library_info(o.lib).name) + " " +
-         (r.versions[o.lib].latest ? "latest" : version_text(r.versions[o.lib].version));
-  if (o.two)
-    out += ", " + std::string(library_info(o.lib2).name) + " " +
-           (r.versions[o.lib2].latest ? "latest" : version_text(r.versions[o.lib2].version));
-  return out;
+  if (o.kind != Origin::Kind::Version) return "";
+  auto named = [&](Library lib) {
+    const LibraryVersion& v = r.versions[lib];
+    return std::string(library_info(lib).name) + " " + (v.latest ? "latest" : version_text(v.version));
+  };
+  return o.two ? named(o.lib) + ", " + named(o.lib2) : named(o.lib);
+}
+
+std::string switch_auto_label(const Resolved& r, Switch s) {
+  const std::string from = switch_versions(r, s);
+  return from.empty() ? switch_value(r, s) : switch_value(r, s) + ": " + from;
 }
 
 std::vector<std::string> version_notes(const Config& c) {

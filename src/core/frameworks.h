@@ -142,6 +142,8 @@ std::string switch_value(const Resolved& r, Switch s);
 // Whether the switch changes anything in this config (the adapters' dtype needs adapters, bnb_saves_input a 4-bit
 // base, the attention and loss of transformers a decoder-only causal LM, ...).
 bool switch_applies(const Config& c, const Resolved& r, Switch s);
+// The stated versions that decided an auto switch, "transformers 4.36.0, torch 2.1.2"; empty when none did.
+std::string switch_versions(const Resolved& r, Switch s);
 // "auto" labels for the page: "true: torch 1.10.0", or the value alone when no stated version decides it.
 std::string switch_auto_label(const Resolved& r, Switch s);
 // One note per switch left at auto that a stated version decides and that applies to the config:

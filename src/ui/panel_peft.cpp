@@ -90,8 +90,7 @@ bool draw_peft_inputs(Config& c) {
                          "layers and the loss see sequence_length + this many positions.");
   const Resolved rs = resolve(c);  // the auto switches below show what they resolve to
   if (p.method != "ln_tuning")
-    changed |= choice_combo("adapter dtype", "peft.adapter_dtype", p.adapter_dtype,
-                            switch_auto_label(rs, Switch::AdapterDtype).c_str(),
+    changed |= switch_combo("adapter dtype", "peft.adapter_dtype", p.adapter_dtype, rs, Switch::AdapterDtype,
                             "PEFT keeps adapters in fp32 by default (autocast_adapter_dtype, peft 0.12+; 0.6-0.11 cast "
                             "them to a bf16/fp16 base's dtype); IA3 vectors and prompt embeddings are created in fp32. "
                             "An adapter dtype other than the activations' makes each adapted linear keep a cast copy.");
@@ -102,8 +101,8 @@ bool draw_peft_inputs(Config& c) {
     changed |= check_input("double quantization", "peft.double_quantization", p.double_quantization,
                            "Quantizes the 4-bit blocks' scales too: 0.127 instead of 0.5 bits per weight.");
   if (p.base_quantization == "nf4" || p.base_quantization == "fp4")
-    changed |= choice_combo("4-bit keeps its input", "peft.bnb_saves_input", p.bnb_saves_input,
-                            switch_auto_label(rs, Switch::BnbSavesInput).c_str(),
+    changed |= switch_combo("4-bit keeps its input", "peft.bnb_saves_input", p.bnb_saves_input, rs,
+                            Switch::BnbSavesInput,
                             "bitsandbytes before 0.43.2 keeps every 4-bit linear's input for backward although the "
                             "frozen weight needs no gradient (PR #1270): about 2 bytes x tokens x (3h + f) per layer.");
   if (p.base_quantization != "none")

@@ -26,6 +26,22 @@ bool text_field(const char* label, const char* field, std::string& value, const 
 
 }  // namespace
 
+bool switch_combo(const char* label, const char* field, std::string& value, const Resolved& resolved, Switch s,
+                  const char* help) {
+  const std::string from = switch_versions(resolved, s);
+  const std::string resolved_value = switch_value(resolved, s);
+  const std::string words = from.empty() ? std::string(help) : "auto is " + resolved_value + ", from " + from + ". " + help;
+  const bool changed = choice_combo(label, field, value, resolved_value.c_str(), words.c_str());
+  if (value == "auto" && !from.empty()) {  // the preview has room for the value only
+    ImGui::Indent();
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextDisabled("from %s", from.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::Unindent();
+  }
+  return changed;
+}
+
 bool draw_versions_inputs(Config& c) {
   if (!section("Library versions")) return false;
   bool changed = false;
@@ -43,7 +59,12 @@ bool draw_versions_inputs(Config& c) {
     const LibraryVersion& v = before[lib.library];
     if (v.from_date) {  // what the date picked, under the field it stands for
       ImGui::Indent();
-      ImGui::TextDisabled("%s", describe_version(before, lib.library).c_str());
+      ImGui::PushTextWrapPos(0.0f);
+      if (v.before_table)
+        ImGui::TextDisabled("%s: the date is before the first release memsim knows", version_text(v.version).c_str());
+      else
+        ImGui::TextDisabled("%s, current at the date", version_text(v.version).c_str());
+      ImGui::PopTextWrapPos();
       ImGui::Unindent();
     }
   }

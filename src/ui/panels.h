@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/frameworks.h"
 #include "core/format.h"
 #include "core/result.h"
 #include "keyboard.h"
@@ -50,6 +51,10 @@ bool int_input(const char* label, const char* field, int64_t& v, int64_t step, c
 bool check_input(const char* label, const char* field, bool& v, const char* help);
 bool double_input(const char* label, const char* field, double& v, const char* help);
 bool choice_combo(const char* label, const char* field, std::string& value, const char* auto_means, const char* help);
+// A switch that the library versions derive (core/frameworks.h Switch): choice_combo whose auto shows the resolved
+// value, and, where a stated version decided it, a line under it naming the versions (announced with the input).
+bool switch_combo(const char* label, const char* field, std::string& value, const Resolved& resolved, Switch s,
+                  const char* help);
 
 // A combo over a table of the core (precision recipes, optimizers, GPUs, frameworks), shown by label.
 template <typename Table>
