@@ -15,7 +15,8 @@ CXX="${MEMSIM_FUZZ_CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || CXX=clang++
 # MEMSIM_THREADS as in the native build, so that the sanitizers also see pipeline stages simulated on threads.
 flags=(-std=c++20 -O1 -g -pthread -DMEMSIM_THREADS=1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I"$here/src")
-core=(activations allocator encoder_decoder format frameworks model serialize simulate step tables train_step validate)
+core=(activations allocator data_shape encoder_decoder format frameworks model run_replay serialize simulate step tables train_step
+      validate versions)
 objs=()
 for f in "${core[@]}"; do
   src="$here/src/core/$f.cpp" obj="$out/obj/$f.o"
