@@ -221,6 +221,18 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
   return need_self;
 }
 
+// Context parallel's key/value buffers during one attention op, for keys and values of `kvw` per token. The
+// all-gather rotater (torch _attention.py _AllGatherRotater, torchtitan's default rotate method since its PR #728,
+// 2024-12) gathers every rank's chunk into one buffer of cp x the local keys and values, alive for the whole ring
+// loop; next_kv = cat(k, v) is made each iteration besides. The all-to-all rotater (torchtitan before, and the
+// point-to-point ring of Megatron-Core and Transformer Engine) holds the chunk it computes on and the one it
+// receives. Only the gathered buffer grows with cp at a fixed length per rank.
+int64_t StepBuilder::ring_kv_bytes(int64_t kvw) const {
+  const int64_t cp = c_.parallel.context_parallel_size;
+  const int64_t chunk = mul(2, d_.e, d_.T, kvw);  // this rank's keys and values
+  return rs_.cp_rotate == CpRotate::AllGather ? mul(cp + 1, chunk) : mul(2, chunk);
+}
+
 // Output width of a layer linear, by PEFT's module name.
 int64_t StepBuilder::out_width(const std::string& module) const {
   return module == "q_proj"                           ? d_.h_q
@@ -603,13 +615,13 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       // SDPA in fp32 cannot use flash; with native GQA (enable_gqa) the efficient kernel refuses and SDPA falls
       // back to the math kernel, which saves the fp32 softmax (HF PR #46960).
       if (e == 4 && rs_.attention == Attention::Sdpa && gqa && keep_s2) A.push_back(act(mul(4, s2), L_.softmax, layer));
-      // Ring attention (context parallel) rotates the other ranks' key/value chunks through a receive buffer
-      // while computing on the current one (torch/distributed/tensor/experimental/_attention.py
-      // _templated_ring_attention: next_kv = kv_rotater.next_buffer()), and merges partial outputs in fp32.
+      // Ring attention (context parallel), for the duration of the op: ring_kv_bytes' key/value buffers, and the
+      // partial outputs merged in fp32 (_SDPAMerger with convert_to_f32: the fp32 output and about three
+      // temporaries of its size for out - sigmoid(lse delta) * (out - block_out)).
       uint32_t ring = UINT32_MAX;
       if (c_.parallel.context_parallel_size > 1) {
         const int64_t kvw = repeat ? d_.h_q : d_.h_kv;
-        ring = tmp(add(mul(2 * 2, e, d_.T, kvw), mul(4, d_.T, d_.h_q)), L_.ring, layer);
+        ring = tmp(add(ring_kv_bytes(kvw), mul(4 * 4, d_.T, d_.h_q)), L_.ring, layer);
       }
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
       no_grad_release(A, {q, k, v});
@@ -818,9 +830,11 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   } else {
     at = add(add(mul(2, e, d_.T, hq), mul(2, e, d_.T, kvw)), mul(4, d_.T, hq));
     if (d_.g < d_.a && !repeat && !mla) at = add(at, mul(2, e, d_.T, d_.h_q));
-    // Ring attention backward accumulates dq, dk and dv in fp32 and rotates key/value chunks and their partial
-    // gradients (_attention.py _templated_ring_attention_backward: grad_query/key/value zeros in fp32).
-    if (c_.parallel.context_parallel_size > 1) at = add(at, add(mul(4, d_.T, add(hq, mul(2, kvw))), mul(4, e, d_.T, kvw)));
+    // Ring attention backward (_attention.py _templated_ring_attention_backward) accumulates dq, dk and dv in
+    // fp32 (zeros_like(..., dtype=fp32)), gathers or rotates the key/value chunks again (ring_kv_bytes), and
+    // rotates the partial dk/dv in fp32 all-to-all (next_grad_kv = cat(dk, dv) and its permuted copy).
+    if (c_.parallel.context_parallel_size > 1)
+      at = add(at, add(add(mul(4, d_.T, add(hq, mul(2, kvw))), ring_kv_bytes(kvw)), mul(2 * 2 * 4, d_.T, kvw)));
   }
   t = tmp(at, L_.bwd_attn, layer);
   for (auto it = saved.attn.rbegin(); it != saved.attn.rend(); ++it) drop(*it);

@@ -204,7 +204,22 @@ void CachingAllocator::erase_free(FreeSet& set, int32_t b) {
 
 int32_t CachingAllocator::best_fit_class(FreeSet& set, int64_t size) {
   size_t rank = rank_of_size(set, size);
-  if (set.bounds[rank] != size) rank = static_cast<size_t>(add_bound(set, size, rank + 1));
+  fit_index_ = kFitAtBack;
+  if (set.bounds[rank] != size) {
+    if (set.bounds.size() < kMaxBounds) {
+      rank = static_cast<size_t>(add_bound(set, size, rank + 1));
+    } else {
+      // No class of its own (a run of varying lengths asks for thousands of sizes): the blocks of its class that
+      // fit are a prefix of the list, which runs from the largest down, and the best fit is the last of them, the
+      // smallest and, among equal sizes, the lowest address. None fit: the classes above, as for any size.
+      const size_t fitting = set.classes[rank].position(Cached{size, -1, -1});
+      if (fitting > 0) {
+        fit_index_ = fitting - 1;
+        return static_cast<int32_t>(rank);
+      }
+      if (++rank == set.bounds.size()) return -1;
+    }
+  }
   // Usually the request's own class has a block: a branch the CPU predicts, so that it reads the class without
   // waiting for the bit scan.
   if (set.nonempty[rank / 64] >> (rank % 64) & 1) return static_cast<int32_t>(rank);
@@ -250,7 +265,10 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
   FreeSet& set = pool(stream, small);
   const int32_t found = best_fit_class(set, size);  // -1: no cached block fits
   // The best fit, the smallest, lowest-address block of that class, stays in its list until the split is known.
-  int32_t b = found >= 0 ? static_cast<int32_t>(set.classes[static_cast<size_t>(found)].back().block) : -1;
+  // It is the list's last entry, unless the size has no class bound of its own (fit_index_).
+  const bool mid_class = found >= 0 && fit_index_ != kFitAtBack;
+  const CachedList* fit_list = found >= 0 ? &set.classes[static_cast<size_t>(found)] : nullptr;
+  int32_t b = !fit_list ? -1 : static_cast<int32_t>(mid_class ? fit_list->begin()[fit_index_].block : fit_list->back().block);
   if (b < 0) {
     const int64_t seg = allocation_size(size);
     if (reserved_ + seg > capacity_) release_cached_segments();
@@ -269,8 +287,9 @@ int32_t CachingAllocator::malloc(int64_t requested_bytes, int64_t segment_addres
   const bool split = small ? remaining >= kMinBlockSize : remaining > kSmallSize;
   // The remainder is smaller than every other block of b's class; if it is still large enough for the class, it
   // takes b's place at the back of its list, with no search and no move.
-  const bool in_place = found >= 0 && split && remaining >= set.bounds[static_cast<size_t>(found)];
-  if (found >= 0 && !in_place) pop_best_fit(set, found);
+  const bool in_place = found >= 0 && !mid_class && split && remaining >= set.bounds[static_cast<size_t>(found)];
+  if (mid_class) erase_free(set, b);
+  else if (found >= 0 && !in_place) pop_best_fit(set, found);
   if (split) {
     const int32_t r = new_block();
     split_block(blocks_, b, r, size);

@@ -6,6 +6,7 @@
 // PYTORCH_CUDA_ALLOC_CONF (max_split_size unlimited, no expandable segments).
 #pragma once
 #include <cstdint>
+#include <cstddef>
 #include <algorithm>
 #include <set>
 #include <vector>
@@ -132,10 +133,18 @@ class CachingAllocator {
   void insert_free(FreeSet& set, int32_t b);
   void erase_free(FreeSet& set, int32_t b);
   // The rank of the class holding the best fit (its list's last entry), or -1 if no cached block is large enough.
+  // With fit_index_ kFitAtBack, the best fit is that list's last entry; otherwise it is entry fit_index_.
   int32_t best_fit_class(FreeSet& set, int64_t size);
   void pop_best_fit(FreeSet& set, int32_t rank);  // takes that block out of the cache
   int32_t new_block();
   void release_cached_segments();
+
+  // Class bounds a pool adds for request sizes, at most: a step asks for a few dozen sizes (a pipeline stage a few
+  // hundred), a run of varying lengths for thousands, and every new bound renumbers the classes above it. Past the
+  // limit a size shares the class it falls in, and best_fit_class searches that class's list.
+  static constexpr size_t kMaxBounds = 512;
+  static constexpr size_t kFitAtBack = SIZE_MAX;
+  size_t fit_index_ = kFitAtBack;
 
   int64_t capacity_;
   int64_t allocated_ = 0, reserved_ = 0, requested_ = 0, segments_ = 0;

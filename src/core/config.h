@@ -34,6 +34,11 @@ struct ModelConfig {
   NormType norm_type = NormType::RMSNorm;
   bool mlp_gated = true;        // SwiGLU/GeGLU: gate, up and down projections
   bool qkv_bias = false;        // bias on q, k, v only (Qwen2)
+  // One linear computes q, k and v (GPT-2 and Qwen-1 c_attn, Falcon, GPT-NeoX and Bloom query_key_value): PEFT can
+  // target it only whole, as one adapter (peft.target_modules names it c_attn, query_key_value or qkv_proj). The
+  // Qwen-1 import sets it; for the families memsim read before it existed it stays an explicit choice, so that a
+  // link and a JSON config of the same model always mean the same.
+  bool fused_qkv = false;
   bool qk_norm = false;         // RMSNorm on q and k (Qwen3, Gemma 3: per head; OLMo 2: over the whole projection)
   bool qk_norm_per_head = true;
   int64_t norms_per_layer = 2;  // Gemma 2/3 use 4 (pre and post norms); 1 = parallel attention and MLP (Falcon)
@@ -167,6 +172,7 @@ struct ParallelConfig {
   int64_t tensor_parallel_size = 1;
   bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
   int64_t context_parallel_size = 1;   // ring attention: each rank holds sequence_length / cp tokens
+  std::string cp_rotate_method = "auto";  // auto (the framework's), allgather or alltoall (frameworks.cpp)
   int64_t expert_parallel_size = 1;    // MoE: each rank of an expert-parallel group holds num_experts / ep experts
   int64_t pipeline_parallel_size = 1;
   std::string pipeline_schedule = "1f1b";  // 1f1b, interleaved_1f1b or gpipe
@@ -226,7 +232,7 @@ struct DataConfig {
   bool longest_first = false;       // the longest sample goes into the first micro-batch (lit-gpt 2023's loops)
   int64_t dataset_samples = 0;      // samples in the training set; 0: not given
   int64_t epochs = 1;
-  int64_t steps = 0;                // optimizer steps to replay; 0: the run's (dataset_samples x epochs), at most 1,000
+  int64_t steps = 0;                // optimizer steps to replay; 0: the run's (dataset_samples x epochs), at most 2,000
   int64_t seed = 1;                 // the shuffle's and the draws' seed (the replay is deterministic)
 
   bool operator==(const DataConfig&) const = default;

@@ -3,6 +3,7 @@
 #include <array>
 #include <iterator>
 
+#include "model.h"
 #include "tables.h"
 
 namespace memsim {
@@ -75,6 +76,8 @@ constexpr std::string_view kModuleLoading[] = {"auto", "lazy", "eager"};
 constexpr std::string_view kTriState[] = {"auto", "true", "false"};
 constexpr std::string_view kAdapterDtype[] = {"auto", "fp32", "bf16", "fp16"};
 constexpr AdapterDtype kAdapterDtypeValues[] = {AdapterDtype::Fp32, AdapterDtype::Bf16, AdapterDtype::Fp16};
+constexpr std::string_view kCpRotate[] = {"auto", "allgather", "alltoall"};
+constexpr CpRotate kCpRotateValues[] = {CpRotate::AllGather, CpRotate::AllToAll};
 
 constexpr std::string_view kSwitchFields[] = {
     "training.softmax_saves_input", "training.zero_grad_set_to_none", "training.optimizer_impl",
@@ -319,6 +322,7 @@ std::span<const std::string_view> choices(std::string_view field) {
       field == "peft.bnb_saves_input" || field == "hardware.expandable_segments")
     return kTriState;
   if (field == "peft.adapter_dtype") return kAdapterDtype;
+  if (field == "parallel.cp_rotate_method") return kCpRotate;
   return {};
 }
 
@@ -348,10 +352,16 @@ Resolved resolve(const Config& c) {
     if (kCheckpointing[i] == t.activation_checkpointing) r.checkpointing = ck[i];
   r.param_groups = f.param_groups;
   r.holds_logits = f.holds_logits;
-  r.fused_qkv = f.fused_qkv;
+  // litgpt's LoRAQKVLinear, or PEFT's one adapter on a fused q/k/v linear (model.fused_qkv, targets_fused_qkv).
+  r.fused_qkv = f.fused_qkv || (c.model.fused_qkv && targets_fused_qkv(c.peft));
   r.loss_parallel = f.loss_parallel && c.parallel.tensor_parallel_size > 1;
   r.sharding = named(c.parallel.sharding == "auto" ? f.sharding : std::string_view(c.parallel.sharding), kSharding,
                      kShardingValues);
+  // torchtitan's --experimental.context_parallel_rotate_method defaults to allgather (config_manager.py, PR #728);
+  // Megatron-Core's and Transformer Engine's context parallel exchange chunks point to point.
+  const std::string_view cp_auto = f.id == "torchtitan" ? "allgather" : "alltoall";
+  r.cp_rotate = named(c.parallel.cp_rotate_method == "auto" ? cp_auto : std::string_view(c.parallel.cp_rotate_method),
+                      kCpRotate, kCpRotateValues);
 
   const Library torch = Library::Torch;
   // docs/versions.md 1: softmax and log_softmax saved their input as well as their output until pytorch#66018 (landed

@@ -20,6 +20,8 @@ enum class NormImpl { EagerFp32, Fp32Scale, Fused };
 enum class LossImpl { HfFp32Upcast, HfShiftFp32, HfFp32Logits, HfShift, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear };
 enum class OptimizerImpl { Foreach, Fused, ForLoop };
 enum class Checkpointing { None, Full, Selective, SelectiveOp, EveryK };
+// How context parallel's ring attention moves key/value chunks (parallel.cp_rotate_method).
+enum class CpRotate { AllGather, AllToAll };
 // Whose code shards the model states over the data-parallel ranks (ParallelConfig::zero_stage says how much).
 enum class Sharding { DeepSpeed, Fsdp1, Fsdp2, Megatron };
 
@@ -114,6 +116,7 @@ struct Resolved {
   bool fused_qkv;
   Sharding sharding;
   bool loss_parallel;  // vocabulary-parallel cross-entropy through DTensor (the framework's choice, with TP on)
+  CpRotate cp_rotate;  // auto: torchtitan's all-gather, a point-to-point ring elsewhere
   // The switches of Switch, with their origins (indexed by Switch).
   bool softmax_saves_input;
   bool zero_grad_set_to_none;

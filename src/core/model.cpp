@@ -289,7 +289,17 @@ bool in_list(const std::string& list, const std::string& name) {
 bool peft_targets(const PeftConfig& peft, const std::string& module) {
   if (!peft.lora_like() && peft.method != "ia3") return false;
   if (peft.target_modules == "all-linear") return module != "lm_head" && module != "embed_tokens";
+  if ((module == "q_proj" || module == "k_proj" || module == "v_proj") && targets_fused_qkv(peft)) return true;
   return in_list(peft.target_modules, module);
+}
+
+// The names a fused q/k/v linear has in the model families that have one (GPT-2 and Qwen-1 c_attn, Falcon,
+// GPT-NeoX and Bloom query_key_value, MPT Wqkv); memsim's own name for it is qkv_proj.
+bool targets_fused_qkv(const PeftConfig& peft) {
+  if (!peft.lora_like()) return false;
+  for (const char* name : {"qkv_proj", "c_attn", "query_key_value", "Wqkv"})
+    if (in_list(peft.target_modules, name)) return true;
+  return false;
 }
 
 // IA3Config.feedforward_modules: targeted modules whose input, not output, the learned vector scales
@@ -336,6 +346,9 @@ void mark_unit_gradients(ModelShape& s) {
 
 void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   if (!peft.enabled()) return;
+  // PEFT on a fused q/k/v linear: one adapter on the whole of it (lora_A [r, in], lora_B [q + k + v width, r]),
+  // which memsim hangs on q_proj (the first of the three it models as separate tensors).
+  const bool fused = targets_fused_qkv(peft);
   const bool quant = peft.base_quantization != "none";
   auto adapt = [&](std::vector<ParamTensor>& ts, bool in_layers) {
     std::vector<ParamTensor> out;
@@ -359,8 +372,15 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
         out.push_back(copy);
       }
       const bool weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
-      if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod)) {
-        const int64_t out_f = t.rows, in_f = t.numel / t.rows;
+      const bool fused_part = fused && (mod == "k_proj" || mod == "v_proj") && !in_list(peft.target_modules, mod);
+      if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod) && !fused_part) {
+        int64_t out_f = t.rows;
+        const int64_t in_f = t.numel / t.rows;
+        if (fused && mod == "q_proj" && !in_list(peft.target_modules, mod))  // the fused linear's whole width
+          for (const auto& o : ts)
+            if (o.name.size() > 7 && (module_name(o.name) == "k_proj" || module_name(o.name) == "v_proj") &&
+                o.kind == ParamKind::Matmul && o.name.compare(o.name.size() - 7, 7, ".weight") == 0)
+              out_f += o.rows;
         const std::string base = t.name.substr(0, t.name.size() - 7);
         if (peft.method == "ia3") {
           // peft/tuners/ia3/layer.py IA3Layer.update_layer: one vector, (1, in_features) for a feedforward

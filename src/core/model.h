@@ -102,6 +102,8 @@ std::string module_name(const std::string& param_name);
 // Every comma-separated item of a list field (target_modules, modules_to_save, ...), trimmed; empty items skipped.
 std::vector<std::string> list_items(const std::string& list);
 bool peft_targets(const PeftConfig& peft, const std::string& module);
+// peft.target_modules names a fused q/k/v linear (c_attn, query_key_value, Wqkv or qkv_proj): one adapter on it.
+bool targets_fused_qkv(const PeftConfig& peft);
 bool ia3_feedforward(const PeftConfig& peft, const std::string& module);
 bool ln_tuning_targets(const PeftConfig& peft, const std::string& module);
 int64_t virtual_tokens(const PeftConfig& peft);  // prompt tuning: positions added to every sequence

@@ -48,6 +48,7 @@ void visit_fields(Config& c, V& v) {
   v.enumeration("model.norm_type", m.norm_type, kNormNames);
   v.boolean("model.mlp_gated", m.mlp_gated);
   v.boolean("model.qkv_bias", m.qkv_bias);
+  v.boolean("model.fused_qkv", m.fused_qkv);
   v.boolean("model.qk_norm", m.qk_norm);
   v.boolean("model.qk_norm_per_head", m.qk_norm_per_head);
   v.integer("model.norms_per_layer", m.norms_per_layer);
@@ -123,6 +124,7 @@ void visit_fields(Config& c, V& v) {
   v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);
   v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
   v.integer("parallel.context_parallel_size", c.parallel.context_parallel_size);
+  v.str("parallel.cp_rotate_method", c.parallel.cp_rotate_method);
   v.integer("parallel.expert_parallel_size", c.parallel.expert_parallel_size);
   v.integer("parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size);
   v.str("parallel.pipeline_schedule", c.parallel.pipeline_schedule);
@@ -520,6 +522,12 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
     m.mlp_gated = false;
     m.attention_bias = m.mlp_bias = true;     // query_key_value, dense, dense_h_to_4h, dense_4h_to_h
     m.hidden_act = "gelu";
+  } else if (model_type == "qwen") {
+    // Qwen-1 (remote code modeling_qwen.py QWenBlock): RMSNorm, a fused c_attn with bias, c_proj without
+    // (no_bias), and QWenMLP's w1 and w2 of intermediate_size // 2 each with c_proj back: a gated SiLU MLP whose
+    // config.json intermediate_size is twice the MLP width (read_model_section halves it). Untied head.
+    m.fused_qkv = true;
+    m.qkv_bias = true;
   } else if (model_type == "olmo2") {
     m.qk_norm = true;  // Olmo2Attention: q_norm over num_heads * head_dim, k_norm over num_kv_heads * head_dim
     m.qk_norm_per_head = false;
@@ -576,6 +584,7 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"_name_or_path", "name"},             {"num_local_experts", "num_experts"},   {"n_routed_experts", "num_experts"},
     {"attention_probs_dropout_prob", "attention_dropout"}, {"attn_pdrop", "attention_dropout"},
     {"hidden_dropout_prob", "hidden_dropout"}, {"resid_pdrop", "hidden_dropout"},
+    {"attn_dropout_prob", "attention_dropout"},  // Qwen-1
     // T5Config names (configuration_t5.py); dense_act_fn and is_gated_act are what it derives from
     // feed_forward_proj, which read_model_section reads first.
     {"d_model", "hidden_size"}, {"num_layers", "num_hidden_layers"}, {"num_heads", "num_attention_heads"},
@@ -596,6 +605,11 @@ const std::set<std::string>& hf_ignorable() {
       "new_decoder_architecture", "ffn_hidden_size", "partial_rotary_factor", "rope_pct", "query_pre_attn_scalar",
       "final_logit_softcapping", "attn_logit_softcapping", "sliding_window_pattern", "rope_local_base_freq",
       "cache_implementation", "hidden_activation", "use_parallel_residual", "qk_layernorm",
+      // Qwen-1 (QWenConfig): kv_channels and seq_length are read as head_dim and max_position_embeddings; the
+      // rest are kernel choices and rotary settings that change no tensor's size.
+      "kv_channels", "seq_length", "rotary_emb_base", "rotary_pct", "scale_attn_weights", "use_flash_attn",
+      "use_dynamic_ntk", "use_logn_attn", "no_bias", "softmax_in_fp32", "emb_dropout_prob", "auto_map", "tokenizer_class", "bf16", "fp16",
+      "fp32", "use_cache_quantization", "use_cache_kernel", "onnx_safe",
       // T5: generation settings, init scale, the bucketing distance (no parameters), legacy PretrainedConfig keys
       "decoder_start_token_id", "initializer_factor", "output_past", "task_specific_params", "relative_attention_max_distance",
       "tokenizer_class", "feed_forward_proj", "dropout_rate", "finetuning_task", "is_decoder", "output_attentions",
@@ -660,6 +674,17 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     if (norm.contains("parallel_attn") && norm["parallel_attn"].is_boolean() && !norm["parallel_attn"].get<bool>())
       norm["norms_per_layer"] = 2;
     if (!norm.contains("intermediate_size") && norm.contains("ffn_hidden_size")) norm["intermediate_size"] = norm["ffn_hidden_size"];
+  }
+  if (type == "qwen") {
+    // QWenConfig: kv_channels is the head size, seq_length the context; QWenMLP halves intermediate_size.
+    if (!norm.contains("head_dim") && norm.contains("kv_channels")) norm["head_dim"] = norm["kv_channels"];
+    if (!norm.contains("max_position_embeddings") && norm.contains("seq_length")) norm["max_position_embeddings"] = norm["seq_length"];
+    if (auto it = norm.find("intermediate_size"); it != norm.end() && it->is_number_integer()) {
+      const int64_t width = it->get<int64_t>() / 2;
+      norm["intermediate_size"] = width;
+      notes.push_back("model.intermediate_size: Qwen-1's config gives twice the MLP width (QWenMLP w1, w2 = "
+                      "intermediate_size // 2); read as " + std::to_string(width));
+    }
   }
   JsonSectionReader rd{{errors}, norm, "model", {}};
   std::vector<FieldError> before = errors;

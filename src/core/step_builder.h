@@ -2,6 +2,7 @@
 // activations.cpp (what autograd saves in forward and frees in backward, per layer and in the loss).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -117,6 +118,8 @@ class StepBuilder {
   void alloc_layer_grads(int64_t layer);  // first backward of an iteration: .grad of the layer's params
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
   void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3 / FSDP: all-gather the layer's params
+  void ds_fetch(int64_t layer, std::vector<uint32_t>& out);  // DeepSpeed ZeRO-3: the layer's and those prefetched
+  void ds_release_window();
   int64_t gathered_bytes(int64_t layer) const;              // the unsharded parameters of one slot
   void release_all_gather();
   void recv_buffers(int64_t stage_layer, bool grads);
@@ -142,6 +145,7 @@ class StepBuilder {
   bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved,
                      int64_t tokens, bool low_precision_input = false);
   int64_t out_width(const std::string& module) const;
+  int64_t ring_kv_bytes(int64_t kvw) const;  // context parallel: the key/value buffers of one attention op
   void dora_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved, int64_t tokens);
   bool ia3_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved, int64_t tokens);
   bool norm_trainable(int32_t layer, std::initializer_list<const char*> consumers) const;
@@ -250,6 +254,18 @@ class StepBuilder {
   bool no_grad_ = false;
   uint32_t no_grad_norm_out_ = UINT32_MAX;
   std::vector<std::vector<uint32_t>> kept_;   // FSDP: unsharded params kept from forward to backward, per slot
+  // DeepSpeed ZeRO-3: parameters prefetched ahead of the module computing, slot by slot in trace order (the last
+  // one may be partly gathered: next_param is its first parameter not yet gathered).
+  struct DsPrefetched {
+    int64_t slot = 0;
+    size_t next_param = 0;
+    std::vector<uint32_t> tensors;
+    int64_t elems = 0;
+  };
+  std::deque<DsPrefetched> ds_window_;
+  int64_t ds_ahead_elems_ = 0;
+  int ds_window_dir_ = 1;
+  bool ds_trace_complete_ = false;
   std::vector<uint32_t> sharded_grads_;       // FSDP: gradient shards (persist across micro-batches)
   std::vector<bool> sharded_grad_made_;
   uint32_t pending_reduce_ = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce

@@ -59,7 +59,8 @@ int64_t shard_group_size(const Config& c) {
 
 bool is_expert_param(const ParamTensor& t) { return t.name.rfind("mlp.experts.", 0) == 0; }
 
-// DeepSpeed's stage3_param_persistence_threshold, 1e5 elements unless set (deepspeed/runtime/zero/config.py).
+// DeepSpeed's stage3_param_persistence_threshold, 1e5 elements unless set (deepspeed/runtime/zero/config.py); a
+// parameter of at most that many elements persists (ds_numel <= threshold).
 int64_t zero_persistence_threshold(const ParallelConfig& p) {
   return p.zero_param_persistence_threshold > 0 ? p.zero_param_persistence_threshold : 100000;
 }
@@ -113,7 +114,7 @@ ParamTensor ShardPlan::local(const ParamTensor& t) const {
 
 // What sharding does to each parameter's persistent bytes (MEMORY_FORMULAS.md 2.1-2.6):
 //  DeepSpeed ZeRO: 16-bit weights (stage 3), their gradients (stage 2) and the fp32 master + states (stage 1)
-//    partitioned, the optimizer in one flat partition; parameters under the persistence threshold stay whole.
+//    partitioned, the optimizer in one flat partition; parameters up to the persistence threshold stay whole.
 //  FSDP (1 and 2): every parameter sharded; under mixed precision the shard is the fp32 parameter itself
 //    (MixedPrecision param_dtype only for the unsharded copy), so there is no separate master; gradient shards
 //    are in the shard's dtype.
@@ -138,7 +139,7 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
     s.optimizer = param_optimizer_bytes(l, no_master, peft, ab, ctx.optimizer, true);
     return s;
   }
-  s.weights = sp.shard_weights && t.numel >= zero_persistence_threshold(ctx.config.parallel) ? ceil_div(w, k) : w;
+  s.weights = sp.shard_weights && t.numel > zero_persistence_threshold(ctx.config.parallel) ? ceil_div(w, k) : w;
   if (sp.grad_buffer && t.kind == ParamKind::Adapter) s.grads = g;  // adapters keep their own dtype
   else if (sp.grad_buffer) s.grads = t.frozen ? 0 : mul(t.numel, std::max(pr.grad_bytes, sp.mixed ? int64_t{4} : pr.grad_bytes));
   else s.grads = sp.shard_grads ? ceil_div(g, k) : g;
@@ -148,12 +149,12 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
 }
 
 namespace {
-// ZeRO-Infinity keeps parameters under the persistence threshold whole on the GPU.
+// ZeRO-Infinity keeps parameters up to the persistence threshold whole on the GPU.
 int64_t persistent_weight_bytes(const StepContext& ctx, const ShardPlan& sp, PerTensor<ParamStates>& states) {
   int64_t b = 0;
   const int64_t threshold = zero_persistence_threshold(ctx.config.parallel);
   for_each_param(ctx, [&](const ParamTensor& t) {
-    if (t.numel < threshold) b = add(b, states.get(t, [&](const ParamTensor& x) { return param_states(sp, ctx, x); }).weights);
+    if (t.numel <= threshold) b = add(b, states.get(t, [&](const ParamTensor& x) { return param_states(sp, ctx, x); }).weights);
   });
   return b;
 }
@@ -328,6 +329,13 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   }
   d_.e = pr_.activation_bytes;
   d_.e_res = pr_.residual_bytes;
+  // prepare_model_for_kbit_training casts every parameter that is not quantized to fp32, the token embedding
+  // included (peft utils/other.py, v0.4-v0.20: `param.data = param.data.to(torch.float32)` for fp16/bf16
+  // parameters), so inputs_embeds, and with them the residual stream and the norms' outputs (LlamaRMSNorm
+  // returns weight * hidden.to(input_dtype), an fp32 weight), are fp32 whatever the recipe. Lightning's
+  // bitsandbytes plugin does not call it.
+  const bool kbit = c_.peft.enabled() && c_.peft.base_quantization != "none" && c_.peft.prepare_kbit;
+  if (kbit && !rs_.framework->bnb_via_lightning && !c_.model.is_encoder_decoder) d_.e_res = 4;
   d_.amp = pr_.autocast_copy_bytes > 0;
   sp_ = shard_plan(ctx);
   adapter_bytes_ = rs_.adapter_bytes();
@@ -442,15 +450,17 @@ int64_t StepBuilder::zero_persistence() const {
 bool StepBuilder::zero_overlap() const {  // the validator overlap_comm_valid: None means stage == 3
   return c_.parallel.zero_overlap_comm == "auto" ? c_.parallel.zero_stage == 3 : c_.parallel.zero_overlap_comm == "true";
 }
-// ZeRO-3 keeps parameters under stage3_param_persistence_threshold whole on every rank (never partitioned).
-bool StepBuilder::persistent(const ParamTensor& t) const { return t.numel < zero_persistence(); }
+// ZeRO-3 keeps parameters up to stage3_param_persistence_threshold whole on every rank, never released
+// (partition_parameters.py _convert_to_deepspeed_param and parameter_offload.py mark_persistent_parameters:
+// param.ds_numel <= param_persistence_threshold).
+bool StepBuilder::persistent(const ParamTensor& t) const { return t.numel <= zero_persistence(); }
 
 void StepBuilder::alloc_weights() {
   p_.phase("model load");
   // Offloaded parameter shards live in host memory (ZeRO-Infinity, FSDP CPUOffload); small persistent ones stay.
   const int64_t threshold = zero_persistence();
   for_each_param(ctx_, [&](const ParamTensor& t) {
-    if (sp_.offload_params && (sp_.fsdp || t.numel >= threshold)) return;
+    if (sp_.offload_params && (sp_.fsdp || t.numel > threshold)) return;
     p_.alloc(Component::Weights, states_of(t).weights, L_.weights);
   });
   // Transformer Engine's fp8 copies of every linear weight and its transpose, module buffers kept across steps
@@ -612,6 +622,8 @@ void StepBuilder::release_all_gather() {
 
 void StepBuilder::end_backward() {
   in_backward_ = false;
+  ds_release_window();
+  ds_trace_complete_ = true;  // DeepSpeed's coordinator has the module trace after the first forward and backward
   if (no_sync_ && !last_backward_) return;  // parameters stay unsharded, gradients keep accumulating
   if (no_sync_)  // the last micro-batch: every group reduces in turn (run_post_backward)
     for (int64_t l = s_.num_layers; l >= -1; --l) reduce_slot(l);
@@ -643,7 +655,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
 }
 
 // DeepSpeed ZeRO-3 fetches a module's full 16-bit parameters before its forward and backward and releases them
-// after (partitioned_param_coordinator.py). Parameters under stage3_param_persistence_threshold (1e5 elements)
+// after (partitioned_param_coordinator.py). Parameters up to stage3_param_persistence_threshold (1e5 elements)
 // stay whole; they are small and counted with the partitioned weights here.
 void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
   if (!shard_weights_ || (n_ == 1 && !sp_.offload_params)) return;  // one GPU: only offloaded parameters move
@@ -697,15 +709,79 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     }
     return;
   }
-  out.push_back(p_.alloc(Component::Communication, gathered_bytes(layer), L_.gathered, static_cast<int32_t>(layer)));
-  // The coordinator prefetches the next module's parameters, up to stage3_prefetch_bucket_size elements
-  // (partitioned_param_coordinator.py), while this one computes.
-  const int64_t prefetch_elems = c_.parallel.zero_prefetch_bucket_size > 0 ? c_.parallel.zero_prefetch_bucket_size : 50000000;
-  // ... and never beyond stage3_max_live_parameters gathered at once (default 1e9 elements, config.py).
+  ds_fetch(layer, out);
+}
+
+// DeepSpeed ZeRO-3's fetches (partitioned_param_coordinator.py fetch_sub_module, the same from v0.8 to v0.14). Every
+// module call all-gathers the module's own parameters and, once the first forward and backward have recorded the
+// module trace, prefetches further along it while min(stage3_max_live_parameters - n_available,
+// stage3_prefetch_bucket_size) > 0, at least one parameter per call. Parameterless modules (the decoder layer, its
+// attention and MLP containers, activations, rotary) call it too, so the prefetch runs ahead until the gathered
+// parameters reach max_live (1e9 elements by default), the last one overshooting it; release_sub_module frees each
+// parameter after its module, so the working set stays at max_live elements in forward and in backward, whatever the
+// layer size (a 7B-class model holds about five layers, not one). n_available counts elements, not bytes. The
+// buffers are allocated on the all-gather stream when overlap_comm is on (the stage-3 default: __all_gather_params_
+// runs under `with stream(self.__allgather_stream)`, and free_param record_stream()s the buffer), so released
+// parameters are cached in that stream's pool. Frozen parameters are fetched in backward too: the fetch follows the
+// module output's gradient (PreBackwardFunction), never param.requires_grad. The embedding is not fetched in
+// backward here (its output takes no gradient under PEFT, and its dense gradient needs no weight).
+void StepBuilder::ds_fetch(int64_t layer, std::vector<uint32_t>& out) {
+  const int dir = in_backward_ ? -1 : 1;
+  if (!ds_window_.empty() && ds_window_dir_ != dir) ds_release_window();
+  ds_window_dir_ = dir;
+  const Stream stream = zero_overlap() ? Stream::AllGather : Stream::Compute;
+  auto params = [&](int64_t l) -> const std::vector<ParamTensor>& {
+    return l < 0 ? s_.pre : l >= s_.num_layers ? s_.post : s_.params_of(l);
+  };
+  auto gather_param = [&](const ParamTensor& t, int64_t l, std::vector<uint32_t>& into) {
+    into.push_back(p_.alloc(Component::Communication, weight_bytes_of(t), L_.gathered, static_cast<int32_t>(l), stream));
+  };
+  // The module's own parameters: those the prefetch gathered already are taken over, the rest gathered now.
+  size_t from = 0;
+  if (!ds_window_.empty() && ds_window_.front().slot == layer) {
+    DsPrefetched& w = ds_window_.front();
+    out.insert(out.end(), w.tensors.begin(), w.tensors.end());
+    from = w.next_param;
+    ds_ahead_elems_ -= w.elems;
+    ds_window_.pop_front();
+  } else {
+    ds_release_window();  // another pass (a micro-batch, a chunk) left it: nothing in it is next
+  }
+  const auto& own = params(layer);
+  int64_t live = ds_ahead_elems_;
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (persistent(own[i])) continue;
+    live = add(live, own[i].numel);
+    if (i >= from) gather_param(own[i], layer, out);
+  }
+  if (!ds_trace_complete_) return;
   const int64_t max_live = c_.parallel.zero_max_live_parameters > 0 ? c_.parallel.zero_max_live_parameters : 1000000000;
-  const int64_t room = std::max<int64_t>(0, mul(max_live, pr_.weight_bytes) - gathered_bytes(layer));
-  const int64_t next = std::min({gathered_bytes(layer + 1), mul(prefetch_elems, pr_.weight_bytes), room});
-  if (next > 0) out.push_back(p_.alloc(Component::Communication, next, L_.gathered, static_cast<int32_t>(layer + 1)));
+  const int64_t last = std::min(ctx_.end_layer, s_.num_layers);
+  auto in_trace = [&](int64_t l) {
+    return dir > 0 ? (l >= ctx_.first_layer && l < last) || (l == s_.num_layers && ctx_.has_post)
+                   : l >= ctx_.first_layer && l < last;
+  };
+  while (live < max_live) {
+    if (ds_window_.empty() || ds_window_.back().next_param == params(ds_window_.back().slot).size()) {
+      const int64_t next = ds_window_.empty() ? layer + dir : ds_window_.back().slot + dir;
+      if (!in_trace(next)) break;
+      ds_window_.push_back({next, 0, {}, 0});
+    }
+    DsPrefetched& w = ds_window_.back();
+    const ParamTensor& t = params(w.slot)[w.next_param++];
+    if (persistent(t)) continue;
+    gather_param(t, w.slot, w.tensors);
+    w.elems = add(w.elems, t.numel);
+    ds_ahead_elems_ = add(ds_ahead_elems_, t.numel);
+    live = add(live, t.numel);
+  }
+}
+
+void StepBuilder::ds_release_window() {
+  for (auto& w : ds_window_)
+    for (uint32_t t : w.tensors) drop(t);
+  ds_window_.clear();
+  ds_ahead_elems_ = 0;
 }
 
 // FSDP: a layer's kept parameters are resharded once its backward is done.

@@ -157,6 +157,8 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
       if (m.mlp_gated) known.insert(known.end(), {"wi_0", "wi_1"});
       else known.push_back("wi");
     }
+    // A fused q/k/v linear is targeted whole, under its family's name (model.cpp targets_fused_qkv).
+    if (m.fused_qkv && p.lora_like()) known.insert(known.end(), {"qkv_proj", "c_attn", "query_key_value", "Wqkv"});
     if (p.method == "ia3") known.erase(std::remove(known.begin(), known.end(), "lm_head"), known.end());
     const auto items = list_items(p.target_modules);
     for (const auto& item : items)
@@ -164,7 +166,12 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
         e.push_back({"peft.target_modules", "peft.target_modules names \"" + item.substr(0, 40) +
                                                 "\", which this architecture lacks" +
                                                 (p.method == "ia3" ? " (IA3 is modelled on the layers' linears)" : "") +
-                                                "; it has: " + joined(known) + " (or all-linear)"});
+                                                "; it has: " + joined(known) + " (or all-linear)" +
+                                                (!m.fused_qkv && (item == "c_attn" || item == "query_key_value" ||
+                                                                  item == "qkv_proj" || item == "Wqkv")
+                                                     ? "; set model.fused_qkv true if one linear computes q, k and v "
+                                                       "(GPT-2, Falcon, GPT-NeoX, Bloom)"
+                                                     : "")});
     if (items.empty()) e.push_back({"peft.target_modules", "peft.target_modules must name at least one module, or be all-linear"});
   }
   if ((p.method == "ia3" || p.method == "ln_tuning" || p.method == "prompt_tuning") && m.is_encoder_decoder)
@@ -511,6 +518,7 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
   check(e, "parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
   check(e, "parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
+  check_choice(e, "parallel.cp_rotate_method", c.parallel.cp_rotate_method);
   for (auto [field, value] : {std::pair{"parallel.fsdp_use_orig_params", &c.parallel.fsdp_use_orig_params},
                                std::pair{"parallel.fsdp_no_sync", &c.parallel.fsdp_no_sync}})
     if (*value != "auto" && *value != "true" && *value != "false")

@@ -22,6 +22,11 @@ struct ValidationCase {
   std::vector<std::pair<std::string, std::string>> inferred;  // field -> why this value
   std::string excluded;     // non-empty: a finding, kept out of the error statistics, with the reason
   bool lower_bound = false; // the source saw an OOM: the true peak is above measured_bytes (a pass/fail check)
+  // The case's first score: memsim's error when the case was added, before any model change it motivated
+  // (first_score in the case file). Kept so that the report shows what the model got right unaided.
+  bool has_first_score = false;
+  double first_error = 0;
+  std::string first_score_memsim;  // the memsim commit that scored it
   Config config;
 };
 
@@ -48,6 +53,12 @@ struct ValidationSummary {
   int multi_counted = 0;
   double multi_median_abs_error = 0;
   double multi_worst_high_abs_error = 0;
+  // Every high- and medium-confidence case, single and multi GPU, the excluded findings included (lower bounds,
+  // which have no error, are not): how memsim does on everything published, not only on what it explains.
+  int all_counted = 0;
+  double all_median_abs_error = 0;
+  double all_p90_abs_error = 0;
+  double all_within_10pct = 0;  // fraction of those cases within 10%
 };
 
 bool is_multi_gpu(const Config& c);

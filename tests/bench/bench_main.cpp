@@ -77,6 +77,24 @@ TEST_CASE("simulation speed") {
   three_d.parallel.virtual_pipeline_stages = 2;
   three_d.hardware.gpu = "h100-sxm";
   BENCHMARK("405B shape, TP 8 x PP 16 interleaved x DP 4: all 16 stages") { return simulate(three_d).devices.size(); };
+  // The real-runs issue's speed target: a 1,000-step run of a 7B LoRA over a length distribution (the target is 1 s
+  // natively, 100 ms the aim).
+  Config run;
+  run.model.hidden_size = 4096;
+  run.model.num_hidden_layers = 32;
+  run.model.num_attention_heads = 32;
+  run.model.num_key_value_heads = 32;
+  run.model.intermediate_size = 11008;
+  run.training.framework = "hf_trainer";
+  run.training.sequence_length = 2048;
+  run.training.activation_checkpointing = "none";
+  run.peft.method = "lora";
+  run.parallel.data_parallel_size = 1;
+  run.parallel.zero_stage = 0;
+  run.data.lengths = "samples";
+  run.data.sample_lengths = "p0=20,p50=150,p90=350,p99=600,p100=1100";
+  run.data.steps = 1000;
+  BENCHMARK("7B LoRA, a 1,000-step run of varying lengths") { return simulate(run).devices.size(); };
   const std::string frag = config_to_fragment(def);
   BENCHMARK("fragment decode") { return config_from_fragment(frag).ok; };
 }

@@ -242,6 +242,32 @@ TEST_CASE("context parallel: each rank saves what a cp-times shorter sequence sa
   CHECK(bad.errors[0].field == "parallel.context_parallel_size");
 }
 
+TEST_CASE("context parallel: the all-gather rotater's key/value buffer grows with cp at a fixed length per rank", "[distributed][cp]") {
+  // torch _attention.py _AllGatherRotater (torchtitan's default): cp x the local keys and values in one buffer for
+  // the whole ring loop, plus next_kv = cat(k, v); the all-to-all rotater holds two chunks whatever the degree.
+  // The config runs SDPA with native GQA (single_gpu_config), so a chunk is 2 x bf16 x tokens x the 8 KV heads' width.
+  Config c = llama3_8b_on(8, "torchtitan", "bf16_mixed", 3);
+  c.training.activation_checkpointing = "none";
+  auto ring_bytes = [&](int64_t cp) {
+    c.parallel.context_parallel_size = cp;
+    c.parallel.data_parallel_size = 8 / cp;
+    c.training.sequence_length = 2048 * cp;  // 2048 tokens on every rank
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+    int64_t most = 0;
+    const StepProgram& p = r.devices[0].program;
+    for (const Tensor& t : p.tensors)
+      if (p.labels[t.label].rfind("ring attention", 0) == 0) most = std::max(most, t.bytes);
+    return most;
+  };
+  const int64_t chunk = 2 * 2 * 2048LL * 1024;
+  const int64_t two = ring_bytes(2), four = ring_bytes(4);
+  CHECK(four - two == 2 * chunk);
+  c.parallel.cp_rotate_method = "alltoall";
+  CHECK(ring_bytes(4) == ring_bytes(2));
+  CHECK(ring_bytes(4) == four - 3 * chunk);
+}
+
 TEST_CASE("expert parallel: each rank holds num_experts / ep experts", "[distributed][ep]") {
   Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/mixtral-8x7b.json")));
   REQUIRE(p.ok);
@@ -501,4 +527,50 @@ TEST_CASE("QLoRA under FSDP shards the quantized storage", "[peft][fsdp]") {
   REQUIRE(r.ok);
   CHECK(static_cast<double>(r.model_states.weights_bytes) == Approx(static_cast<double>(one.weights_bytes) / 8).epsilon(0.01));
   CHECK(static_cast<double>(r.model_states.optimizer_bytes) == Approx(static_cast<double>(one.optimizer_bytes) / 8).epsilon(0.01));
+}
+
+TEST_CASE("DeepSpeed ZeRO-3 prefetches ahead to stage3_max_live_parameters, on the all-gather stream", "[distributed][zero]") {
+  // partitioned_param_coordinator.py fetch_sub_module: once the trace is known, every module call prefetches while
+  // fewer than max_live elements are gathered, a parameter at a time; so in step 2 the gathered working set reaches
+  // max_live and overshoots it by less than one parameter. Llama-3-8B's largest layer parameter is an MLP matrix of
+  // 4096 x 14336 elements; the embedding and head (128256 x 4096) are larger still, so the window is read mid-model.
+  Config c = llama3_8b_on(8, "deepspeed", "bf16_mixed", 3);
+  const int64_t mlp = 4096LL * 14336;
+  auto most_gathered = [&](const char* phase) {
+    Result r = simulate(c);
+    REQUIRE(r.ok);
+    const StepProgram& p = r.devices[0].program;
+    uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
+    for (size_t i = 0; i < p.phases.size(); ++i)
+      if (p.phases[i].name.rfind(phase, 0) == 0) {
+        begin = p.phases[i].first_event;
+        if (i + 1 < p.phases.size()) end = p.phases[i + 1].first_event;
+        break;
+      }
+    int64_t live = 0, most = 0;
+    for (uint32_t i = 0; i < end; ++i) {
+      const Tensor& t = p.tensors[p.events[i].tensor];
+      if (p.labels[t.label] != "ZeRO-3 all-gathered layer parameters") continue;
+      CHECK(t.stream == Stream::AllGather);  // overlap_comm, the stage-3 default
+      live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
+      if (i >= begin && t.layer >= 4 && t.layer < 24) most = std::max(most, live);
+    }
+    return most;
+  };
+  for (const char* phase : {"forward (step 2", "backward (step 2"}) {
+    INFO(phase);
+    const int64_t elems = most_gathered(phase) / 2;  // bf16
+    CHECK(elems >= 1000000000);
+    CHECK(elems < 1000000000 + 2 * mlp);  // the overshoot, and the module computing
+    c.parallel.zero_max_live_parameters = 300000000;
+    const int64_t lower = most_gathered(phase) / 2;
+    CHECK(lower >= 300000000);
+    CHECK(lower < 300000000 + 2 * mlp);
+    c.parallel.zero_max_live_parameters = 0;
+  }
+  c.parallel.zero_overlap_comm = "false";  // then the gathers share the compute stream's pool
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  for (const Tensor& t : r.devices[0].program.tensors)
+    if (r.devices[0].program.labels[t.label] == "ZeRO-3 all-gathered layer parameters") CHECK(t.stream == Stream::Compute);
 }

@@ -382,3 +382,41 @@ TEST_CASE("the new PEFT fields travel through JSON, the fragment and --set", "[p
   CHECK(old.config.peft.feedforward_modules == "down_proj");
   CHECK(old.config.peft.num_virtual_tokens == 20);
 }
+
+TEST_CASE("LoRA on a fused q/k/v linear is one adapter over its whole width (Qwen-1 c_attn)", "[peft]") {
+  // Qwen-7B's config.json (remote code, model_type qwen): QWenBlock = RMSNorm, c_attn Linear(h, 3h, bias) and
+  // c_proj Linear(h, h), RMSNorm, QWenMLP w1 and w2 Linear(h, 22016 // 2) and c_proj back; untied head. Summed
+  // from those shapes: 2 x 151936 x 4096 + 32 x (4096 x 12288 + 12288 + 4096^2 + 3 x 4096 x 11008 + 2 x 4096) + 4096.
+  Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/qwen-7b.json")));
+  REQUIRE(p.ok);
+  Config c = p.config;
+  CHECK(c.model.fused_qkv);
+  CHECK(c.model.intermediate_size == 11008);
+  CHECK(c.model.head_dim == 128);
+  CHECK(c.model.max_position_embeddings == 8192);
+  const int64_t base = 7721324544;
+  CHECK(build_model_shape(c.model).params_total == base);
+  c.training.framework = "hf_trainer";
+  c.parallel.data_parallel_size = 1;
+  c.parallel.zero_stage = 0;
+  c.peft.method = "lora";
+  c.peft.lora_rank = 8;
+  // peft LoraLayer on c_attn: lora_A (8, 4096), lora_B (12288, 8), per layer.
+  c.peft.target_modules = "c_attn";
+  Result fused = simulate(c);
+  REQUIRE(fused.ok);
+  CHECK(fused.params_trainable == 32 * (8 * 4096 + 12288 * 8));
+  // Three separate adapters (what memsim could express before) read the input three times and keep three rank-8
+  // intermediates; the fused one keeps one of each.
+  c.peft.target_modules = "q_proj,k_proj,v_proj";
+  Result separate = simulate(c);
+  REQUIRE(separate.ok);
+  CHECK(separate.params_trainable == 32 * 3 * (8 * 4096 + 4096 * 8));
+  CHECK(fused.devices[0].peak.allocated_bytes < separate.devices[0].peak.allocated_bytes);
+  // A model with separate q/k/v linears has no fused one to target.
+  c.model.fused_qkv = false;
+  c.peft.target_modules = "c_attn";
+  Result bad = simulate(c);
+  REQUIRE_FALSE(bad.ok);
+  CHECK(bad.errors[0].field == "peft.target_modules");
+}

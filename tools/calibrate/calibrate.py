@@ -692,11 +692,16 @@ def run_plan(plan, config, probe=None):
     loss_fn = _loss_fn(plan, model, base, torch)
     b = plan["batch"]
     B, S, gas = b["micro_batch_size"], b["sequence_length"], b["gradient_accumulation_steps"]
+    lengths = b.get("lengths")  # a run of listed micro-batch lengths, in order and cycled (memsim's micro_batches)
     V = plan["effective_model"]["vocab_size"]
     losses, step_seconds = [], []
+    micro = 0
     for step in range(1, b["steps"] + 1):
         ts = time.time()
         for _ in range(gas):
+            if lengths:
+                S = lengths[micro % len(lengths)]
+            micro += 1
             ids = torch.randint(0, V, (B, S), device=dev)
             labels = ids.clone()
             with ctx():
@@ -712,6 +717,8 @@ def run_plan(plan, config, probe=None):
             else:
                 opt.step()
             opt.zero_grad(set_to_none=set_to_none)
+        if b.get("empty_cache_steps") and step % b["empty_cache_steps"] == 0:
+            torch.cuda.empty_cache()  # memsim's training.empty_cache_steps
         torch.cuda.synchronize(dev)
         step_seconds.append(round(time.time() - ts, 3))
         mark(f"step {step}")

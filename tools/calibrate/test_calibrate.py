@@ -354,7 +354,22 @@ class TrainingTranslation(unittest.TestCase):
     def test_batch_and_steps(self):
         plan = tr.translate(config(micro_batch_size=3, sequence_length=777, gradient_accumulation_steps=4), steps=5)
         self.assertEqual(plan["batch"], {"micro_batch_size": 3, "sequence_length": 777,
-                                         "gradient_accumulation_steps": 4, "steps": 5})
+                                         "gradient_accumulation_steps": 4, "steps": 5, "lengths": None,
+                                         "empty_cache_steps": 0})
+
+    def test_listed_micro_batch_lengths(self):
+        c = config(micro_batch_size=2, sequence_length=1024, gradient_accumulation_steps=2, empty_cache_steps=3)
+        c["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "100, 900,300"}
+        plan = tr.translate(c)
+        self.assertEqual(plan["batch"]["lengths"], [100, 900, 300])
+        self.assertEqual(plan["batch"]["steps"], 2)  # the list once, as memsim replays it
+        self.assertEqual(plan["batch"]["empty_cache_steps"], 3)
+        c["data"]["steps"] = 7
+        self.assertEqual(tr.translate(c)["batch"]["steps"], 7)
+        c["data"] = {"lengths": "samples", "sample_lengths": "p50=100"}
+        self.assertIn("data.lengths", refused(c))
+        c["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "100,x"}
+        self.assertIn("data.micro_batch_lengths", refused(c))
 
 
 class PeftTranslation(unittest.TestCase):

@@ -78,6 +78,7 @@ MEMSIM_DEFAULTS = {
         "tensor_parallel_size": 1,
         "sequence_parallel": False,
         "context_parallel_size": 1,
+        "cp_rotate_method": "auto",
         "expert_parallel_size": 1,
         "pipeline_parallel_size": 1,
         "pipeline_schedule": "1f1b",
@@ -100,7 +101,7 @@ MEMSIM_DEFAULTS = {
                  "deepspeed": "latest", "torchao": "latest", "flash_attn": "latest", "torchtune": "latest", "date": ""},
 }
 
-SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "versions")
+SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data", "versions")
 SCHEMAS = (1, 2)
 
 # Schema 2 made the switches that library versions decide derivable: auto (derived from the versions section),
@@ -187,7 +188,8 @@ MEMSIM_MODEL_FIELDS = {
     "name": "", "model_type": "llama", "hidden_size": 0, "num_hidden_layers": 0, "num_attention_heads": 0,
     "num_key_value_heads": 0, "head_dim": 0, "intermediate_size": 0, "vocab_size": 0,
     "max_position_embeddings": 2048, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
-    "mlp_bias": False, "lm_head_bias": False, "norm_type": "rmsnorm", "mlp_gated": True, "qkv_bias": False, "qk_norm": False,
+    "mlp_bias": False, "lm_head_bias": False, "norm_type": "rmsnorm", "mlp_gated": True, "qkv_bias": False,
+    "fused_qkv": False, "qk_norm": False,
     "qk_norm_per_head": True, "norms_per_layer": 2, "position_embedding_type": "rope", "attention_dropout": 0.0,
     "hidden_dropout": 0.0, "num_experts": 0, "num_experts_per_tok": 0, "moe_intermediate_size": 0,
     "shared_expert_intermediate_size": 0, "first_k_dense_replace": 0, "router_bias": False,
@@ -832,6 +834,33 @@ def translate(item, steps=DEFAULT_STEPS):
     if hw and not isinstance(hw["expandable_segments"], bool):
         errors.append(("hardware.expandable_segments", f"must be auto, true or false; got {hw['expandable_segments']!r}"))
 
+    # --- data: a run of listed micro-batch lengths is replayed as listed (memsim's data.lengths micro_batches),
+    # each step's micro-batches in order, so that the reserved memory a run of varying lengths builds up can be
+    # measured against memsim's run replay. A length distribution (samples) is memsim's own draw: not reproduced.
+    d = config.get("data", {}) if isinstance(config.get("data"), dict) else {}
+    lengths = None
+    mode = d.get("lengths", "fixed")
+    if mode == "micro_batches":
+        raw = d.get("micro_batch_lengths", "")
+        items = raw if isinstance(raw, list) else [x for x in str(raw).split(",") if x.strip()]
+        try:
+            lengths = [int(x) for x in items]
+        except ValueError:
+            errors.append(("data.micro_batch_lengths", f"{raw!r}: a list of integers"))
+        if lengths is not None and (not lengths or min(lengths) < 1):
+            errors.append(("data.micro_batch_lengths", "at least one length, each at least 1"))
+        gas = t["gradient_accumulation_steps"]
+        if lengths and not d.get("steps"):
+            steps = -(-len(lengths) // gas)  # memsim replays the list once
+        elif lengths:
+            steps = int(d["steps"])
+    elif mode != "fixed":
+        errors.append(("data.lengths", f"{mode}: the harness replays fixed shapes or listed micro-batch lengths "
+                       "(micro_batches); a sample-length distribution is drawn by memsim"))
+    for k in d:
+        if k not in ("lengths", "micro_batch_lengths", "steps"):
+            errors.append((f"data.{k}", "the harness reads data.lengths, data.micro_batch_lengths and data.steps"))
+
     if errors:
         raise Unsupported(errors)
 
@@ -870,7 +899,8 @@ def translate(item, steps=DEFAULT_STEPS):
         "checkpointing": checkpointing,
         "loss": {"impl": loss, "chunks": t["loss_chunks"] if loss == "chunked_fp32" else None},
         "batch": {"micro_batch_size": t["micro_batch_size"], "sequence_length": t["sequence_length"],
-                  "gradient_accumulation_steps": t["gradient_accumulation_steps"], "steps": steps},
+                  "gradient_accumulation_steps": t["gradient_accumulation_steps"], "steps": steps,
+                  "lengths": lengths, "empty_cache_steps": t["empty_cache_steps"]},
         "peft": peft,
         "requires": requires,
         "expected_params": expected_params(eff),

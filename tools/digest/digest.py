@@ -10,7 +10,8 @@ The configs are the validation cases (tests/validation/cases), memsim's calibrat
 (tests/validation/measured/*/), and a generated grid: every catalogue preset under a fixed set of variations of
 framework, precision, checkpointing, PEFT method and parallel layout (the grid is deterministic). Each config is
 run through `memsim-cli estimate --format json --timeline --suggest`, whose output holds the peaks, breakdowns,
-timelines and What helps; the line is the config's name and the SHA-1 of that output (or of its error).
+timelines and What helps; the line is the config's name, a hash of its own result and a hash of its What helps
+(or of the error).
 """
 import hashlib
 import itertools
@@ -50,6 +51,15 @@ VARIATIONS = [
                       "training.sequence_length=512", "training.activation_checkpointing=none"]),
     ("zero3-offload", ["parallel.offload_optimizer=cpu", "parallel.offload_params=cpu", "training.micro_batch_size=1",
                        "training.sequence_length=2048"]),
+    ("lora-run", ["training.framework=hf_trainer", "peft.method=lora", "parallel.data_parallel_size=1",
+                  "parallel.zero_stage=0", "training.micro_batch_size=2", "training.sequence_length=1024",
+                  "training.gradient_accumulation_steps=2", "data.lengths=samples",
+                  "data.sample_lengths=p0=16,p50=200,p90=500,p100=1024", "data.steps=40"]),
+    ("qlora-run-grouped", ["training.framework=hf_trainer", "peft.method=lora", "peft.base_quantization=nf4",
+                           "parallel.data_parallel_size=1", "parallel.zero_stage=0", "training.sequence_length=512",
+                           "data.lengths=samples", "data.sample_lengths=0-128:50,128-256:30,256-512:20",
+                           "data.group_by_length=true", "data.pad_to_multiple_of=8", "data.steps=30",
+                           "training.empty_cache_steps=10"]),
     ("ia3-8bit", ["training.framework=hf_trainer", "peft.method=ia3", "peft.base_quantization=int8",
                   "peft.target_modules=k_proj,v_proj,down_proj",
                   "parallel.data_parallel_size=1", "parallel.zero_stage=0", "training.micro_batch_size=1",
@@ -90,8 +100,16 @@ def run(cli, item):
     name, args, stdin = item
     p = subprocess.run([cli, "estimate", *args, "--format", "json", "--timeline", "--suggest"], input=stdin,
                        capture_output=True, text=True)
-    h = hashlib.sha1((p.stdout + "\n" + p.stderr + "\n" + str(p.returncode)).encode()).hexdigest()
-    return f"{name} {h}"
+    # Two hashes: the config's own result, and What helps (whose suggestions simulate other configs, so a change
+    # to one mechanism shows there for configs it does not touch).
+    try:
+        out = json.loads(p.stdout)
+        suggestions = out.pop("suggestions", None)
+        own, helps = json.dumps(out, sort_keys=True), json.dumps(suggestions, sort_keys=True)
+    except ValueError:
+        own, helps = p.stdout, ""
+    h = lambda text: hashlib.sha1((text + "\n" + p.stderr + "\n" + str(p.returncode)).encode()).hexdigest()[:16]
+    return f"{name} {h(own)} {h(helps)}"
 
 
 def main():
