@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (clang, AddressSanitizer + UndefinedBehaviorSanitizer) and runs each one.
 #   scripts/fuzz.sh [seconds per target]   (default 60; scripts/test.sh runs a short bounded pass)
 # Targets: fragment (URL links), config_json (memsim JSON), hf_config (Hugging Face config.json), deepspeed
-# (DeepSpeed config JSON), accelerate (Accelerate config, YAML or JSON), set (--set).
+# (DeepSpeed config JSON), accelerate (Accelerate config, YAML or JSON), set (--set), lengths_file (a dropped file
+# of sample lengths).
 # Seeds: tests/fuzz/corpus/<target>; a dictionary tests/fuzz/<target>.dict is used when present. New inputs go to
 # build/fuzz/corpus/<target>; a crash is written to
 # build/fuzz/crashes/ and fails the run: fix it and add the input to tests/fuzz/regressions/<target>/.
@@ -15,8 +16,13 @@ CXX="${MEMSIM_FUZZ_CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || CXX=clang++
 # MEMSIM_THREADS as in the native build, so that the sanitizers also see pipeline stages simulated on threads.
 flags=(-std=c++20 -O1 -g -pthread -DMEMSIM_THREADS=1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I"$here/src")
-core=(activations allocator data_shape encoder_decoder format frameworks model run_replay serialize simulate step tables train_step
-      validate versions)
+# Every core source but those that need the build's generated catalogue (catalog, and advice and validation, which
+# use it): a new core file is fuzzed without a list to keep in step.
+core=()
+for f in "$here"/src/core/*.cpp; do
+  f="$(basename "$f" .cpp)"
+  case "$f" in catalog|advice|validation) ;; *) core+=("$f") ;; esac
+done
 objs=()
 for f in "${core[@]}"; do
   src="$here/src/core/$f.cpp" obj="$out/obj/$f.o"
@@ -26,7 +32,7 @@ for f in "${core[@]}"; do
   objs+=("$obj")
 done
 status=0
-for target in fragment config_json hf_config deepspeed accelerate set; do
+for target in fragment config_json hf_config deepspeed accelerate set lengths_file; do
   define="MEMSIM_FUZZ_$(echo "$target" | tr a-z A-Z)"
   bin="$out/fuzz_$target"
   "$CXX" "${flags[@]}" -fsanitize=fuzzer -D"$define" "$here/tests/fuzz/fuzz_targets.cpp" "${objs[@]}" -o "$bin"

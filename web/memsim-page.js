@@ -88,24 +88,33 @@
     ready.then(function () { window.memsim.openFragment(window.location.hash); });
   });
 
-  // Drop a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config anywhere on the page.
+  // Drop a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config, or a file of per-sample
+  // token lengths, anywhere on the page (the app tells them apart). A file larger than a lengths file of ten million
+  // samples can be is not read: the tab would hold it twice, as text here and in the wasm memory.
   window.addEventListener("dragover", function (e) { e.preventDefault(); });
   window.addEventListener("drop", function (e) {
     e.preventDefault();
     var file = e.dataTransfer && e.dataTransfer.files && e.dataTransfer.files[0];
     if (!file) return;
+    if (file.size > 256 * 1024 * 1024) {
+      ready.then(function () { window.memsim.loadText("", "\"" + file.name + "\" (over 256 MiB, not read)"); });
+      return;
+    }
     var reader = new FileReader();
     reader.onload = function () {
       ready.then(function () { window.memsim.loadText(String(reader.result), "\"" + file.name + "\""); });
     };
     reader.readAsText(file);
   });
-  // Paste JSON (or an Accelerate config's YAML) with Ctrl+V outside a text field.
+  // Paste JSON (or an Accelerate config's YAML) with Ctrl+V outside a text field; or sample lengths: a JSON array of
+  // numbers, or at least two lines of one number each (a single number is left to the field it was meant for).
   window.addEventListener("paste", function (e) {
     var text = e.clipboardData && e.clipboardData.getData("text");
-    if (text && (text.trim().charAt(0) === "{" || /^(distributed_type|fsdp_config)\s*:/m.test(text))) {
+    if (!text) return;
+    var lengths = /^\s*(\[\s*[-+.\d]|[-+.\d][^\n]*\n\s*[-+.\d])/.test(text);
+    if (text.trim().charAt(0) === "{" || /^(distributed_type|fsdp_config)\s*:/m.test(text) || lengths) {
       e.preventDefault();
-      ready.then(function () { window.memsim.loadText(text, "the pasted JSON"); });
+      ready.then(function () { window.memsim.loadText(text, lengths ? "the pasted lengths" : "the pasted JSON"); });
     }
   });
 })();

@@ -2,6 +2,7 @@
 //   memsim-cli estimate --config FILE.json [--format json|table] [--set KEY=VALUE]... [--timeline] [--suggest]
 //   memsim-cli estimate --hf-config config.json ...
 //   memsim-cli estimate --preset ID --accelerate-config default_config.yaml ...
+//   memsim-cli estimate ... --lengths-file lengths.txt   (per-sample token lengths -> data.sample_lengths)
 //   memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
 //   memsim-cli keys
 //   memsim-cli validate DIR            (published measurements as configs -> markdown report)
@@ -17,6 +18,7 @@
 
 #include "core/advice.h"
 #include "core/catalog.h"
+#include "core/data_shape.h"
 #include "core/format.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
@@ -28,8 +30,10 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--deepspeed-config FILE]\n"
-    "                           [--accelerate-config FILE] [--preset ID] [--set KEY=VALUE]... [--format json|table] "
-    "[--timeline] [--suggest]\n"
+    "                           [--accelerate-config FILE] [--preset ID] [--lengths-file FILE] [--set KEY=VALUE]...\n"
+    "                           [--format json|table] [--timeline] [--suggest]\n"
+    "--lengths-file reads per-sample token lengths (one per line, or a JSON array) into data.sample_lengths as\n"
+    "percentiles and data.dataset_samples as their count, with data.lengths=samples: memsim replays the run.\n"
     "--suggest adds what helps: each single change that lowers the peak, simulated in full, ranked by the memory "
     "it saves.\n"
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
@@ -79,7 +83,9 @@ void print_table(const Result& r) {
     std::printf("  %-24s %14s\n", "peak reserved", format_bytes(d.peak.reserved_bytes).c_str());
     std::printf("  %-24s %14s  of %s (usable %s)\n", "device (nvidia-smi)", format_bytes(d.peak.device_bytes).c_str(),
                 format_bytes(d.capacity_bytes).c_str(), format_bytes(d.usable_bytes).c_str());
-    std::printf("  peak at: %s, %s\n  breakdown at the peak:\n", d.peak_phase.c_str(), d.peak_label.c_str());
+    std::printf("  peak at: %s, %s\n", d.peak_phase.c_str(), d.peak_label.c_str());
+    if (d.run.steps > 0) std::printf("  run: %s\n", describe_run(d.run).c_str());
+    std::printf("  breakdown at the peak:\n");
     for (int i = 0; i < kComponentCount; ++i)
       std::printf("    %-22s %14s\n", component_label(static_cast<Component>(i)),
                   format_bytes(d.breakdown.allocator[i]).c_str());
@@ -193,6 +199,20 @@ int main(int argc, char** argv) {
       if (!p.ok) return invalid(p.errors);
       for (const auto& n : p.notes) std::cerr << "memsim-cli: note: " << n << "\n";
       config = p.config;
+    } else if (a == "--lengths-file") {
+      if (!value(v)) return invalid("--lengths-file needs a file name (or - for stdin)");
+      std::string text, err;
+      if (!read_input(v, text, err)) return invalid(err);
+      SampleLengthsFile lengths;
+      FieldError error;
+      if (!sample_lengths_from_file(text, lengths, error)) return invalid("--lengths-file " + v + ": " + error.message);
+      config.data.lengths = "samples";
+      config.data.sample_lengths = lengths.sample_lengths;
+      config.data.dataset_samples = lengths.samples;
+      std::cerr << "memsim-cli: note: --lengths-file read " << lengths.samples << " sample lengths (" << lengths.shortest
+                << " to " << lengths.longest << " tokens, median " << lengths.median
+                << "); set data.lengths=samples, data.dataset_samples=" << lengths.samples
+                << " and data.sample_lengths=" << lengths.sample_lengths << "\n";
     } else if (a == "--preset") {
       if (!value(v)) return invalid("--preset needs a model id (memsim-cli presets lists them)");
       const ModelPreset* p = find_model_preset(v);

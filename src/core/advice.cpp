@@ -19,20 +19,22 @@ int64_t worst_peak(const Result& r, bool& fits) {
 
 }  // namespace
 
-int64_t worst_device_peak(const Config& config) {
-  Result now = simulate(config);
-  if (!now.ok) return -1;
+int64_t worst_device_peak(const Result& r) {
+  if (!r.ok) return -1;
   bool fits = false;
-  return worst_peak(now, fits);
+  return worst_peak(r, fits);
 }
 
-bool evaluate_suggestion(Suggestion& s, int64_t peak_now) {
-  Result r = simulate(s.config);
+int64_t worst_device_peak(const Config& config) { return worst_device_peak(simulate(config)); }
+
+bool score_suggestion(Suggestion& s, int64_t peak_now, const Result& r) {
   if (!r.ok) return false;
   s.peak_bytes = worst_peak(r, s.fits);
   s.saved_bytes = peak_now - s.peak_bytes;
   return true;
 }
+
+bool evaluate_suggestion(Suggestion& s, int64_t peak_now) { return score_suggestion(s, peak_now, simulate(s.config)); }
 
 std::vector<Suggestion> rank_suggestions(std::vector<Suggestion> evaluated) {
   std::vector<Suggestion> out;

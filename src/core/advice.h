@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "config.h"
+#include "result.h"
 
 namespace memsim {
 
@@ -27,6 +28,10 @@ std::vector<Suggestion> suggest(const Config& config);
 std::vector<Suggestion> suggestion_candidates(const Config& config);
 int64_t worst_device_peak(const Config& config);  // -1 if the setup does not simulate
 bool evaluate_suggestion(Suggestion& s, int64_t peak_now);
+// The same two for a caller that simulates itself (a part at a time, or a run over fewer steps): the result's
+// peak, and a candidate scored from the result of its setup.
+int64_t worst_device_peak(const Result& r);  // -1 if the result is not ok
+bool score_suggestion(Suggestion& s, int64_t peak_now, const Result& after);
 std::vector<Suggestion> rank_suggestions(std::vector<Suggestion> evaluated);
 
 }  // namespace memsim

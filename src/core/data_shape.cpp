@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <tuple>
 
@@ -98,13 +99,15 @@ int64_t run_steps(const Config& c, int64_t listed_micro_batches) {
 
 double LengthDistribution::quantile(double u) const {
   if (points.empty()) return 0;
-  if (u <= points.front().first) return points.front().second;
-  for (size_t i = 1; i < points.size(); ++i) {
-    const auto [q0, l0] = points[i - 1];
-    const auto [q1, l1] = points[i];
-    if (u < q1 || i + 1 == points.size()) return q1 > q0 ? l0 + (l1 - l0) * (std::min(u, q1) - q0) / (q1 - q0) : l1;
-  }
-  return points.back().second;
+  if (u <= points.front().first || points.size() == 1) return points.front().second;
+  // The first point above u (a binary search: a run draws up to kMaxRunSamples lengths, a file's distribution has
+  // a hundred points), or the last one; the length is on the line from the point before it.
+  const auto above = std::upper_bound(points.begin() + 1, points.end(), u,
+                                      [](double v, const std::pair<double, double>& p) { return v < p.first; });
+  const size_t i = std::min<size_t>(static_cast<size_t>(above - points.begin()), points.size() - 1);
+  const auto [q0, l0] = points[i - 1];
+  const auto [q1, l1] = points[i];
+  return q1 > q0 ? l0 + (l1 - l0) * (std::min(u, q1) - q0) / (q1 - q0) : l1;
 }
 
 std::string parse_sample_lengths(const std::string& text, int64_t max_length, LengthDistribution& out,
@@ -200,6 +203,162 @@ std::string parse_micro_batch_lengths(const std::string& text, std::vector<int64
     out.push_back(static_cast<int64_t>(v));
   }
   return "";
+}
+
+bool looks_like_sample_lengths_file(const std::string& text) {
+  size_t i = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // a UTF-8 byte order mark
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == text.size()) return false;
+  const char ch = text[i];
+  return ch == '[' || ch == '-' || ch == '+' || ch == '.' || std::isdigit(static_cast<unsigned char>(ch));
+}
+
+namespace {
+
+// The file's lengths, counted rather than kept one by one where they are short (nearly all are): a count per
+// length below kShort, the rare longer ones in a list. Percentiles then take one pass over the counts.
+struct LengthCounts {
+  static constexpr uint32_t kShort = 1 << 16;
+  std::vector<uint32_t> counts = std::vector<uint32_t>(kShort, 0);
+  std::vector<uint32_t> long_lengths;
+  int64_t n = 0;
+
+  void add(uint32_t length) {
+    if (length < kShort) ++counts[length];
+    else long_lengths.push_back(length);
+    ++n;
+  }
+  // The length of rank r (from 0) in sorted order; call finish() first, ranks in any order.
+  std::vector<int64_t> below;  // below[v]: samples shorter than v, for v < kShort
+  void finish() {
+    std::sort(long_lengths.begin(), long_lengths.end());
+    below.assign(kShort + 1, 0);
+    for (uint32_t v = 0; v < kShort; ++v) below[v + 1] = below[v] + counts[v];
+  }
+  int64_t at(int64_t r) const {
+    if (r >= below[kShort]) return long_lengths[static_cast<size_t>(r - below[kShort])];
+    return std::upper_bound(below.begin(), below.end(), r) - below.begin() - 1;
+  }
+  // numpy.percentile's default ("linear"): between the ranks around (n - 1) p / 100.
+  double percentile(double p) const {
+    const double h = static_cast<double>(n - 1) * p / 100.0;
+    const int64_t lo = static_cast<int64_t>(std::floor(h));
+    const int64_t hi = std::min(n - 1, lo + 1);
+    const double a = static_cast<double>(at(lo)), b = static_cast<double>(at(hi));
+    return a + (h - static_cast<double>(lo)) * (b - a);
+  }
+};
+
+}  // namespace
+
+bool sample_lengths_from_file(const std::string& text, SampleLengthsFile& out, FieldError& error) {
+  const std::string field = "data.sample_lengths";
+  const char* kExpect = "a lengths file holds one token count (a whole number from 0 to 1000000000) per line, or a "
+                        "JSON array of them";
+  out = SampleLengthsFile{};
+  auto fail = [&](const std::string& what) {
+    error = {field, field + ": " + what + "; " + kExpect};
+    return false;
+  };
+  LengthCounts lengths;
+  size_t i = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  const size_t size = text.size();
+  auto skip_blanks = [&] {
+    while (i < size && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  };
+  skip_blanks();
+  const bool array = i < size && text[i] == '[';
+  if (array) ++i;
+  int64_t line = 1;  // of the entry being read, for the error
+  for (size_t p = 0; p < i; ++p) line += text[p] == '\n';
+  bool closed = false;
+  while (true) {
+    // Blanks between entries (a line file's empty lines too); a JSON array's separators.
+    while (i < size && std::isspace(static_cast<unsigned char>(text[i]))) line += text[i++] == '\n';
+    if (i == size) break;
+    if (array && text[i] == ']' && lengths.n == 0) {
+      ++i, closed = true;
+      break;
+    }
+    // One entry: up to the next separator (a line's end, or a comma or bracket in an array).
+    const size_t start = i;
+    while (i < size && text[i] != '\n' && !(array && (text[i] == ',' || text[i] == ']'))) ++i;
+    const std::string entry = trim(text.substr(start, std::min<size_t>(i - start, 64)));
+    auto where = [&] {  // made only for an error: a file may hold millions of entries
+      return array ? "entry " + std::to_string(lengths.n + 1) + " of the array (line " + std::to_string(line) + ")"
+                   : "line " + std::to_string(line);
+    };
+    double v = 0;
+    if (entry.empty()) return fail(where() + " is empty");
+    if (i - start > 64 || !parse_number(entry, v)) return fail(where() + ", \"" + shown(entry) + "\", is not a number");
+    if (v < 0) return fail(where() + ", \"" + shown(entry) + "\", is negative");
+    if (v != std::floor(v)) return fail(where() + ", \"" + shown(entry) + "\", is not a whole number of tokens");
+    if (v > 1e9) return fail(where() + ", \"" + shown(entry) + "\", is above 1000000000 tokens");
+    if (lengths.n == kMaxLengthsFileSamples)
+      return fail("the file holds more than " + std::to_string(kMaxLengthsFileSamples) + " samples, the most read");
+    lengths.add(static_cast<uint32_t>(v));
+    if (array) {
+      while (i < size && std::isspace(static_cast<unsigned char>(text[i]))) line += text[i++] == '\n';
+      if (i < size && text[i] == ',') ++i;
+      else if (i < size && text[i] == ']') {
+        ++i, closed = true;
+        break;
+      } else {
+        return fail("the JSON array is not closed after entry " + std::to_string(lengths.n));
+      }
+    }
+  }
+  if (array && !closed) return fail("the JSON array is not closed");
+  skip_blanks();
+  if (i != size) return fail("there is text after the JSON array's closing bracket");
+  if (lengths.n == 0) return fail("the file holds no lengths");
+  lengths.finish();
+  if (lengths.at(lengths.n - 1) == 0) return fail("every sample in the file is 0 tokens long");
+
+  // Percentiles every percent, then the tail ever finer (p99.1..p99.9, p99.91..p99.99, p99.991..p99.999, as far as
+  // the file has samples to tell them apart): the longest samples set the longest batches, and a long tail bends
+  // too much for a line between p99 and p100. Then the points a straight line through their neighbours gives within
+  // half a token are left out (the exact p0 and p100 always stay).
+  std::vector<double> ps;
+  for (int p = 0; p <= 99; ++p) ps.push_back(p);
+  for (double step : {0.1, 0.01, 0.001})
+    if (static_cast<double>(lengths.n) * step / 100.0 >= 1.0)
+      for (int k = 1; k <= 9; ++k) ps.push_back(100.0 - (10 - k) * step);
+  ps.push_back(100.0);
+  struct Point {
+    double p, exact, tokens;  // the percentile, its value, and that rounded to whole tokens (what the string holds)
+  };
+  std::vector<Point> points;
+  for (double p : ps) {
+    const double v = lengths.percentile(p);
+    points.push_back({p, v, std::round(v)});
+  }
+  // Greedy: from each kept point, the farthest point whose line (through the rounded values) passes every point in
+  // between within half a token of its exact value.
+  std::vector<size_t> kept = {0};
+  while (kept.back() + 1 < points.size()) {
+    const Point& a = points[kept.back()];
+    size_t reach = kept.back() + 1;
+    for (size_t j = reach + 1; j < points.size(); ++j) {
+      const Point& b = points[j];
+      bool straight = true;
+      for (size_t k = kept.back() + 1; k < j && straight; ++k)
+        straight = std::abs(a.tokens + (b.tokens - a.tokens) * (points[k].p - a.p) / (b.p - a.p) - points[k].exact) <= 0.5;
+      if (straight) reach = j;
+    }
+    kept.push_back(reach);
+  }
+  for (size_t k : kept) {
+    char key[16];
+    std::snprintf(key, sizeof key, "%g", points[k].p);
+    out.sample_lengths += (out.sample_lengths.empty() ? "p" : ",p") + std::string(key) + "=" +
+                          std::to_string(static_cast<int64_t>(points[k].tokens));
+  }
+  out.samples = lengths.n;
+  out.shortest = lengths.at(0);
+  out.longest = lengths.at(lengths.n - 1);
+  out.median = static_cast<int64_t>(std::round(lengths.percentile(50)));
+  return true;
 }
 
 void validate_data(const Config& c, std::vector<FieldError>& e) {
@@ -331,6 +490,20 @@ RunPlan plan_run(const Config& c) {
   plan.notes.push_back("data: the run's longest sample (" + std::to_string(plan.longest_tokens) + " tokens) is in step " +
                        std::to_string(plan.longest_step) + " of " + std::to_string(plan.steps) + " replayed, " + where);
   return plan;
+}
+
+int64_t planned_run_steps(const Config& c) {
+  if (!c.data.varies() || !validate(c).empty()) return 0;
+  std::vector<int64_t> listed;
+  if (c.data.lengths == "micro_batches") parse_micro_batch_lengths(c.data.micro_batch_lengths, listed);
+  return run_steps(c, static_cast<int64_t>(listed.size()));
+}
+
+int64_t run_steps_within(const Config& c, int64_t max_layer_passes) {
+  const int64_t steps = planned_run_steps(c);
+  const int64_t passes_per_step = mul(c.training.gradient_accumulation_steps, model_layers(c) + 2);
+  if (steps == 0 || static_cast<long double>(steps) * static_cast<long double>(passes_per_step) <= max_layer_passes) return 0;
+  return std::max<int64_t>(1, max_layer_passes / passes_per_step);
 }
 
 }  // namespace memsim

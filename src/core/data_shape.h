@@ -52,11 +52,41 @@ struct RunPlan {
   std::vector<std::string> notes;              // what the plan assumed, for the result's notes
 };
 
+// A file of per-sample token lengths, as a tokenized dataset's lengths are saved: one number per line, or a JSON
+// array of numbers (`json.dump([len(ids) for ids in ds["input_ids"]])`). It becomes data.sample_lengths as
+// percentiles (the exact shortest and longest, every percent, and the tail that sets the longest batches ever
+// finer: p99.1..p99.9, p99.91..p99.99, p99.991..p99.999 where the file has the samples to tell them apart), with
+// the points a straight line through their neighbours already gives left out, so that the string stays short in a
+// link (2 KB at most for lengths below ten million tokens); and data.dataset_samples as the number of samples.
+struct SampleLengthsFile {
+  std::string sample_lengths;  // for data.sample_lengths: "p0=12,p1=20,...,p100=2048"
+  int64_t samples = 0;         // for data.dataset_samples
+  int64_t shortest = 0, median = 0, longest = 0;  // tokens, for the message that says what was read
+};
+// Samples a lengths file may hold: reading stops after them, so time and memory stay bounded (4 bytes a sample
+// at most, and one pass over the text).
+constexpr int64_t kMaxLengthsFileSamples = 10'000'000;
+// True when `text` is meant as a lengths file rather than a config: its first character after blanks is '[' or
+// one that starts a number. The configs memsim reads never start so (JSON objects, Accelerate's YAML keys).
+bool looks_like_sample_lengths_file(const std::string& text);
+// Reads such a file. False, with `error` naming data.sample_lengths and the line or entry, when the text is not a
+// list of whole, non-negative token counts (negative, NaN, a fraction, empty, more than kMaxLengthsFileSamples).
+bool sample_lengths_from_file(const std::string& text, SampleLengthsFile& out, FieldError& error);
+
 // The data section's checks (validate() calls it): ranges, parse errors, lengths above the model's positions, and
 // the bound on the run's work.
 void validate_data(const Config& c, std::vector<FieldError>& errors);
 
 // Requires a validated config whose data.varies().
 RunPlan plan_run(const Config& c);
+
+// Optimizer steps the run of `c` replays: data.steps, or the run's own length within the bounds above. 0 for a fixed
+// shape or a config that does not validate.
+int64_t planned_run_steps(const Config& c);
+// For callers that simulate many variants of one run (What helps, the fit explorer): the optimizer steps that keep
+// one replay of `c` within `max_layer_passes`, or 0 when the whole run already is (or `c` is a fixed shape, or does
+// not validate). A config with data.steps set to them replays the same draws' first steps, the dataset's longest
+// sample placed among them.
+int64_t run_steps_within(const Config& c, int64_t max_layer_passes);
 
 }  // namespace memsim

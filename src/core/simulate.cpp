@@ -468,11 +468,20 @@ double Simulation::progress() const {
   return st.limited ? 0.5 + 0.5 * part : part;
 }
 
+Simulation::RunProgress Simulation::run_progress() const {
+  const State& st = *s_;
+  if (!st.config.data.varies()) return {};
+  const int64_t steps = st.plan.steps;
+  return {st.done ? steps : st.pass ? st.pass->steps_done() : 0, steps, st.limited ? 2 : 1};
+}
+
 const Result& Simulation::result() const { return s_->r; }
 
 Result simulate(const Config& config) {
   Simulation s(config);
-  s.advance();
+  // A run whose cache outgrows the GPU ends its first pass unfinished and replays a second one against the GPU.
+  while (!s.advance()) {
+  }
   return s.result();
 }
 

@@ -1,7 +1,9 @@
 // Desktop main loop: GLFW + OpenGL 3.3 core. Platform layer: the only place with GLFW/GL on the desktop.
 //   memsim [FILE.json | LINK-or-#fragment] [--frames N] [--screenshot OUT.ppm] [--size WxH]
-//          [--view breakdown|explorer|advice] [--no-gl-charts] [--bench-timeline EVENTS]
+//          [--view breakdown|explorer|advice|run] [--no-gl-charts] [--bench-timeline EVENTS]
 // [x] config file or link on the command line   [x] drag and drop of files   [x] clipboard (GLFW)
+// [x] a file of sample lengths, dropped or on the command line, as a config is (App::load_text tells them apart)
+// [x] frames keep coming while a run is simulated a part per frame, instead of waiting for events
 // [x] --frames/--screenshot for the headless smoke test under Xvfb
 // [x] charts drawn by the GL chart renderer (shaders/), or by ImGui's draw list if it cannot be built
 // [x] --bench-timeline: frames per second of the timeline with a synthetic step of that many events
@@ -224,7 +226,7 @@ int main(int argc, char** argv) {
 
   int frame = 0;
   while (bench_events <= 0 && !glfwWindowShouldClose(g_window)) {
-    if (frames > 0 || memsim::platform::KeyQueue::pending()) glfwPollEvents();
+    if (frames > 0 || memsim::platform::KeyQueue::pending() || app.simulating()) glfwPollEvents();
     else glfwWaitEventsTimeout(0.5);  // idle without spinning the CPU
     ImGui_ImplOpenGL3_NewFrame();
     memsim::platform::KeyQueue::feed();

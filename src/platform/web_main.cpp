@@ -1,7 +1,8 @@
 // Browser main loop: Emscripten's GLFW + WebGL2. Platform layer: the only place with Emscripten headers.
 // [x] URL fragment read on load and kept current (history.replaceState, no reload)
 // [x] hashchange (a pasted link) reloads the state      [x] clipboard via navigator.clipboard
-// [x] file drop and paste (web/memsim-page.js -> memsim_load_text)
+// [x] file drop and paste (web/memsim-page.js -> memsim_load_text): configs, and files of sample lengths
+// [x] a run of varying shapes simulated a part per frame; window.memsim.state().simulation says how far
 // [x] HiDPI: canvas backing store = CSS size x devicePixelRatio
 // [x] download (Blob) and upload (file picker) of configs
 // [x] window.memsim.estimate(configJson) (memsim_estimate_json), for scripting and the e2e tests
@@ -73,10 +74,11 @@ EM_JS(void, js_download, (const char* name, const char* text), {
 EM_JS(void, js_open_file, (), {
   var input = document.createElement("input");
   input.type = "file";
-  input.accept = ".json,.yaml,.yml,application/json";
+  input.accept = ".json,.yaml,.yml,.txt,application/json,text/plain";
   input.onchange = function() {
     var file = input.files && input.files[0];
-    if (file) file.text().then(function(t) { window.memsim.loadText(t, "\"" + file.name + "\""); });
+    if (file && file.size > 256 * 1024 * 1024) window.memsim.loadText("", "\"" + file.name + "\" (over 256 MiB, not read)");
+    else if (file) file.text().then(function(t) { window.memsim.loadText(t, "\"" + file.name + "\""); });
   };
   input.click();
 });
@@ -216,7 +218,8 @@ EMSCRIPTEN_KEEPALIVE void memsim_load_text(const char* text, const char* origin)
 }
 
 // The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "focus": "...",
-// "charts": {...}, "timings": {...}}.
+// "charts": {...}, "timings": {...}, "simulation": {...}, "result": {...}}. "simulation" says whether the setup is
+// still being simulated and how far its run is; "result" whether it is ok, its first error's field, and its run.
 EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   if (!g_app) return new_c_string("{}");
   std::string msgs = "[";
@@ -234,10 +237,21 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
                 "\"chart_renderer_ms\":%.1f}",
                 g_t.main, g_t.context, g_t.imgui, g_t.app, g_t.first_frame_start, g_t.first_frame_device, g_t.first_frame_ui,
                 g_t.first_frame_end, g_t.first_frame_result ? "true" : "false", g_t.chart_renderer_ms);
+  const memsim::Simulation::RunProgress p = g_app->simulation_progress();
+  const std::string simulation = std::string("{\"running\":") + (g_app->simulating() ? "true" : "false") +
+                                 ",\"step\":" + std::to_string(p.step) + ",\"steps\":" + std::to_string(p.steps) +
+                                 ",\"pass\":" + std::to_string(p.pass) + "}";
+  const memsim::Result& r = g_app->result();
+  const memsim::RunTrace* run = r.ok && !r.devices.empty() ? &r.devices[0].run : nullptr;
+  const std::string result = std::string("{\"ok\":") + (r.ok ? "true" : "false") + ",\"error_field\":" +
+                             json_string(r.errors.empty() ? "" : r.errors[0].field) + ",\"run_steps\":" +
+                             std::to_string(run ? run->steps : 0) + ",\"allocated_peak_step\":" +
+                             std::to_string(run ? run->allocated_peak_step : 0) + ",\"view\":\"" +
+                             (g_app->run_view() ? "run" : "step") + "\"}";
   return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
                       memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs +
                       ",\"focus\":" + json_string(g_app->focus_announcement()) + ",\"charts\":" + charts +
-                      ",\"timings\":" + timings + "}");
+                      ",\"timings\":" + timings + ",\"simulation\":" + simulation + ",\"result\":" + result + "}");
 }
 }
 

@@ -4,7 +4,10 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 
+#include "core/data_shape.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 #include "keyboard.h"
@@ -14,6 +17,22 @@ namespace memsim::ui {
 
 namespace {
 uint64_t g_last_result_version = 0;  // versions are unique across App instances (the panels' caches are shared)
+
+// A frame's time for the setup's own simulation, as What helps and the fit explorer take theirs: a run of varying
+// shapes advances a step at a time until it is spent, leaving the rest of a 60 Hz frame to drawing.
+constexpr auto kSimulationBudget = std::chrono::milliseconds(8);
+
+// Advances `sim` for at most the frame's budget (a fixed shape: all of it, in its one call). True once done.
+bool advance_for_a_frame(Simulation& sim) { return advance_until(sim, std::chrono::steady_clock::now() + kSimulationBudget); }
+
+// The fields of the Data section (panel_data.cpp): text a user writes by hand, so a link with a mistake in them opens
+// with the mistake shown under its field, rather than being refused as a broken link is.
+bool data_fields_only(const std::vector<FieldError>& errors) {
+  for (const auto& e : errors)
+    if (e.field.rfind("data.", 0) != 0 && e.field != "training.empty_cache_steps") return false;
+  return !errors.empty();
+}
+
 }  // namespace
 
 App::App(PlatformHooks hooks, const std::string& fragment) : hooks_(std::move(hooks)) {
@@ -27,14 +46,26 @@ void App::set_config(const Config& c) {
 }
 
 void App::show_result(Result r) {
+  running_.reset();
   result_ = std::move(r);
   result_version_ = ++g_last_result_version;
 }
 
 void App::recompute() {
-  result_ = simulate(config_);
+  running_ = std::make_unique<Simulation>(config_);
+  advance_simulation();
+}
+
+void App::advance_simulation() {
+  if (!running_ || !advance_for_a_frame(*running_)) return;
+  result_ = running_->result();
+  running_.reset();
   result_version_ = ++g_last_result_version;
   publish();
+}
+
+Simulation::RunProgress App::simulation_progress() const {
+  return running_ ? running_->run_progress() : Simulation::RunProgress{};
 }
 
 void App::publish() {
@@ -49,6 +80,10 @@ void App::publish() {
 const std::string& App::focus_announcement() const { return ui::focus_announcement(); }
 
 bool App::show_view(const std::string& name) {
+  if (name == "step" || name == "run") {
+    timeline_.run = name == "run";
+    return true;
+  }
   if (name != "breakdown" && name != "explorer" && name != "advice") return false;
   view_to_show_ = name;
   return true;
@@ -59,28 +94,64 @@ bool App::load_fragment(const std::string& fragment) {
   if (!f.empty() && f[0] == '#') f.erase(0, 1);
   if (f.empty()) return true;  // no link state: keep the current setup
   Parsed p = config_from_fragment(f, Config{});
-  Result r;
+  // The link's setup is checked before it replaces the current one: its fields, and a fixed shape's whole
+  // simulation; a run's replay goes on over the next frames.
+  std::unique_ptr<Simulation> sim;
   if (p.ok) {
-    r = simulate(p.config);
-    if (!r.ok) {
+    sim = std::make_unique<Simulation>(p.config);
+    if (advance_for_a_frame(*sim) && !sim->result().ok) {
       p.ok = false;
-      p.errors = r.errors;
+      p.errors = sim->result().errors;
     }
   }
+  auto more = [&] { return p.errors.size() > 1 ? " (and " + std::to_string(p.errors.size() - 1) + " more problems)" : std::string(); };
+  if (!p.ok && sim && data_fields_only(p.errors)) {
+    // Opened with the problem under its field; the address bar keeps the link until the setup simulates.
+    running_.reset();
+    config_ = p.config;
+    result_ = sim->result();
+    result_version_ = ++g_last_result_version;
+    messages_.push_back({Message::Kind::Error, "This link's data section has a problem, shown under its field in Data; the "
+                                               "link's other settings are open. " + p.errors[0].message + more()});
+    reveal_data_ = true;
+    return true;
+  }
   if (!p.ok) {
-    std::string text = "This link could not be opened, so the current setup is kept. " + p.errors[0].message;
-    if (p.errors.size() > 1) text += " (and " + std::to_string(p.errors.size() - 1) + " more problems)";
-    messages_.push_back({Message::Kind::Error, text});
+    messages_.push_back({Message::Kind::Error, "This link could not be opened, so the current setup is kept. " +
+                                                   p.errors[0].message + more()});
     return false;
   }
   config_ = p.config;
-  result_ = std::move(r);  // simulated above: no need to run it twice
-  result_version_ = ++g_last_result_version;
-  publish();
+  running_ = std::move(sim);  // simulated above, in part or in full: no need to start again
+  advance_simulation();
   return true;
 }
 
 bool App::load_text(const std::string& text, const std::string& origin) {
+  // A file of per-sample token lengths starts with a number or '[', which no config does.
+  if (looks_like_sample_lengths_file(text)) {
+    SampleLengthsFile lengths;
+    FieldError error;
+    if (!sample_lengths_from_file(text, lengths, error)) {
+      messages_.push_back({Message::Kind::Error, origin + " was read as a file of sample lengths and not loaded, so the "
+                                                          "current setup is kept. " + error.message});
+      return false;
+    }
+    Config c = config_;
+    c.data.lengths = "samples";
+    c.data.sample_lengths = lengths.sample_lengths;
+    c.data.dataset_samples = lengths.samples;
+    std::string info = "Loaded " + origin + ": " + format_count(lengths.samples) + " sample lengths from " +
+                       format_count(lengths.shortest) + " to " + format_count(lengths.longest) + " tokens (median " +
+                       format_count(lengths.median) + "), as the Data section's distribution and dataset size.";
+    if (lengths.longest > c.training.sequence_length)
+      info += " Samples longer than training.sequence_length (" + format_count(c.training.sequence_length) +
+              ") are truncated to it.";
+    messages_.push_back({Message::Kind::Info, info});
+    set_config(c);
+    reveal_data_ = true;
+    return true;
+  }
   // A memsim config has sections, an Accelerate config (YAML or JSON) distributed_type or fsdp_config, a DeepSpeed
   // config ZeRO or batch keys; anything else is read as a Hugging Face config.json for the model section.
   const bool memsim_json = text.find("\"training\"") != std::string::npos || text.find("\"schema\"") != std::string::npos ||
@@ -149,7 +220,8 @@ void App::draw_toolbar() {
   flow("Copy summary");
   const bool copy_summary = ImGui::Button("Copy summary");
   announce_focus("Copy summary, button: copies a Markdown table of the result for chat");
-  if (copy_summary && hooks_.copy_text && result_.ok) {
+  if (copy_summary && running_) messages_.push_back({Message::Kind::Info, "The summary can be copied once the run is simulated."});
+  if (copy_summary && hooks_.copy_text && result_.ok && !running_) {
     hooks_.copy_text(summary_markdown(config_, result_, unit_, link()));
     messages_.push_back({Message::Kind::Info, "Markdown summary copied."});
   }
@@ -167,18 +239,20 @@ void App::draw_toolbar() {
     ImGui::SetTooltip("The training part of this setup as a DeepSpeed config to start from.");
   flow("Open JSON");
   const bool open = ImGui::Button("Open JSON");
-  announce_focus("Open JSON, button: loads a memsim, Hugging Face, DeepSpeed or Accelerate config from a file");
+  announce_focus("Open JSON, button: loads a memsim, Hugging Face, DeepSpeed or Accelerate config, or a file of sample "
+                 "lengths, from a file");
   if (open) {
     if (hooks_.open_file) hooks_.open_file();
-    else messages_.push_back({Message::Kind::Info, "Drop a memsim config, a config.json, a DeepSpeed or an Accelerate config onto the "
-                                                   "window, or pass it on the command line."});
+    else messages_.push_back({Message::Kind::Info, "Drop a memsim config, a config.json, a DeepSpeed or an Accelerate config, or a "
+                                                   "file of sample lengths, onto the window, or pass it on the command line."});
   }
   flow("Paste JSON...");
   if (ImGui::Button("Paste JSON...")) ImGui::OpenPopup("paste");
   announce_focus("Paste JSON, button: opens a box to paste a config into");
   if (ImGui::BeginPopup("paste")) {
     static std::string text;
-    ImGui::TextUnformatted("Paste a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config:");
+    ImGui::TextUnformatted("Paste a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config,");
+    ImGui::TextUnformatted("or sample lengths in tokens (one per line, or a JSON array):");
     if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
     ImGui::InputTextMultiline("##json", &text, ImVec2(520, 260));
     announce_focus("Config text to paste");
@@ -223,8 +297,133 @@ void App::draw_messages() {
   }
 }
 
+void App::draw_simulation_progress() {
+  const Simulation::RunProgress p = running_->run_progress();
+  std::string text = "Simulating...";
+  if (p.steps > 0 && p.pass == 1)
+    text = "Simulating the run: step " + format_count(p.step) + " of " + format_count(p.steps);
+  else if (p.steps > 0)  // the cache outgrew the GPU: the second pass decides between its releases and an OOM
+    text = "Replaying the run against the GPU's memory (its cache outgrew it): step " + format_count(p.step) + " of " +
+           format_count(p.steps);
+  ImGui::ProgressBar(static_cast<float>(running_->progress()), ImVec2(-1, 0), text.c_str());
+}
+
+namespace {
+
+// Greys out what a child window shows from `top` down: the previous setup's numbers while the new one simulates.
+// A translucent layer over the draw list, so it covers the charts the renderer draws as well.
+void dim_below(float top) {
+  const ImVec2 pos = ImGui::GetWindowPos(), size = ImGui::GetWindowSize();
+  ImVec4 bg = ImGui::GetStyleColorVec4(ImGuiCol_WindowBg);
+  bg.w = 0.7f;
+  ImGui::GetWindowDrawList()->AddRectFilled(ImVec2(pos.x, top), ImVec2(pos.x + size.x, pos.y + size.y),
+                                            ImGui::ColorConvertFloat4ToU32(bg));
+}
+
+// A segment of the Step | Run switch: a button that looks pressed while its view is shown.
+bool view_button(const char* label, bool shown, const char* what) {
+  if (shown) ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyleColorVec4(ImGuiCol_ButtonActive));
+  const bool pressed = ImGui::SmallButton(label);
+  if (shown) ImGui::PopStyleColor();
+  announce_focus(std::string(label) + " view, button" + (shown ? ", shown: " : ": Space or Enter shows ") + what);
+  return pressed;
+}
+
+}  // namespace
+
+void App::draw_inputs(float width, float height) {
+  ImGui::BeginChild("inputs", ImVec2(width, height), true, ImGuiWindowFlags_NavFlattened);
+  // While the setup simulates, its field errors are the new setup's (none: it validated), not the previous result's.
+  if (draw_inputs_panel(config_, running_ ? running_->result() : result_, reveal_data_)) recompute();
+  reveal_data_ = false;
+  ImGui::EndChild();
+}
+
+void App::draw_results(float height) {
+  ImGui::BeginChild("results", ImVec2(0, height), true, ImGuiWindowFlags_NavFlattened);
+  const bool ready = running_ == nullptr;
+  if (ImGui::BeginTabBar("views")) {
+    auto tab = [&](const char* label, const char* view) {
+      const bool open = ImGui::BeginTabItem(label, nullptr, view_to_show_ == view ? ImGuiTabItemFlags_SetSelected : 0);
+      announce_focus(std::string(label) + (open ? ", tab, shown" : ", tab: Space or Enter shows it"));
+      return open;
+    };
+    if (tab("Breakdown", "breakdown")) {
+      if (!ready) {
+        draw_simulation_progress();
+        if (result_.ok) {
+          ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+          ImGui::TextWrapped("Below: the previous setup's result, until this one is simulated.");
+          ImGui::PopStyleColor();
+          const float top = ImGui::GetCursorScreenPos().y;
+          ImGui::BeginDisabled();  // no hover over numbers that are about to change
+          draw_results_panel(config_, result_, unit_, result_version_);
+          ImGui::EndDisabled();
+          dim_below(top);
+        }
+      } else {
+        draw_results_panel(config_, result_, unit_, result_version_);
+      }
+      ImGui::EndTabItem();
+    }
+    if (tab("Fit explorer", "explorer")) {
+      if (!ready) draw_simulation_progress();
+      if (draw_explorer_panel(config_, unit_, ready)) {
+        recompute();
+        messages_.push_back({Message::Kind::Info, "Applied the cell's setup."});
+      }
+      ImGui::EndTabItem();
+    }
+    if (tab("What helps", "advice")) {
+      if (!ready) draw_simulation_progress();
+      if (draw_advice_panel(config_, unit_, result_, ready)) {
+        recompute();
+        messages_.push_back({Message::Kind::Info, "Applied. The link now holds the changed setup."});
+      }
+      ImGui::EndTabItem();
+    }
+    ImGui::EndTabBar();
+    view_to_show_.clear();
+  }
+  ImGui::EndChild();
+}
+
+void App::draw_timeline(float height) {
+  ImGui::BeginChild("timeline", ImVec2(0, height), true, ImGuiWindowFlags_NavFlattened);
+  const bool ready = running_ == nullptr;
+  const RunTrace* run = result_.ok && !result_.devices.empty() && result_.devices[0].run.steps > 0 ? &result_.devices[0].run
+                                                                                                    : nullptr;
+  if (run) {
+    // A run's timeline is one of its steps; the Run view shows every step.
+    if (view_button("Step", !timeline_.run, "the events of the step that holds the run's allocated peak"))
+      timeline_.run = false;
+    ImGui::SameLine(0, 2);
+    if (view_button("Run", timeline_.run, "every step of the run: its longest micro-batch, allocated and reserved peak"))
+      timeline_.run = true;
+    ImGui::SameLine();
+    ImGui::PushTextWrapPos(0.0f);
+    if (timeline_.run)
+      ImGui::TextUnformatted("The run: each step's memory peaks and longest micro-batch");
+    else
+      ImGui::Text("Step %s of %s, which holds the run's allocated peak (it opens on what earlier steps left alive)",
+                  format_count(run->allocated_peak_step).c_str(), format_count(run->steps).c_str());
+    ImGui::PopTextWrapPos();
+  } else {
+    ImGui::TextUnformatted("One training step (two iterations: the optimizer state appears in the first)");
+  }
+  const float chart_top = ImGui::GetCursorScreenPos().y;
+  ImGui::BeginDisabled(!ready);  // the previous result's chart, greyed and without its hover, until this one is done
+  if (!ready && !result_.ok) ImGui::TextDisabled("The timeline follows once the setup is simulated.");
+  else if (run && timeline_.run) draw_run_panel(result_, unit_, result_version_);
+  else draw_timeline_panel(result_, unit_, result_version_);
+  ImGui::EndDisabled();
+  if (!ready) dim_below(chart_top);
+  ImGui::EndChild();
+}
+
 void App::frame() {
   keyboard_frame_start();
+  advance_simulation();  // a run of varying shapes fills in a part per frame
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos(vp->WorkPos);
   ImGui::SetNextWindowSize(vp->WorkSize);
@@ -235,49 +434,22 @@ void App::frame() {
   draw_messages();
   ImGui::Separator();
 
-  const float avail = ImGui::GetContentRegionAvail().x;
-  const float left = std::clamp(avail * 0.36f, 280.0f, 470.0f);
+  // Side by side: the inputs on the left, the results over the timeline on the right. A window too narrow for that
+  // (a phone) stacks them, the answer first: the results, the timeline, then the inputs, each scrolling on its own.
   // The panels are one space for the keyboard: the arrows and Tab cross from one to the next (ui/keyboard.h).
-  ImGui::BeginChild("inputs", ImVec2(left, 0), true, ImGuiWindowFlags_NavFlattened);
-  if (draw_inputs_panel(config_, result_)) recompute();
-  ImGui::EndChild();
-  ImGui::SameLine();
-  ImGui::BeginChild("outputs", ImVec2(0, 0), false, ImGuiWindowFlags_NavFlattened);
-  const float results_h = std::max(ImGui::GetContentRegionAvail().y * 0.58f, 260.0f);
-  ImGui::BeginChild("results", ImVec2(0, results_h), true, ImGuiWindowFlags_NavFlattened);
-  if (ImGui::BeginTabBar("views")) {
-    auto tab = [&](const char* label, const char* view) {
-      const bool open = ImGui::BeginTabItem(label, nullptr, view_to_show_ == view ? ImGuiTabItemFlags_SetSelected : 0);
-      announce_focus(std::string(label) + (open ? ", tab, shown" : ", tab: Space or Enter shows it"));
-      return open;
-    };
-    if (tab("Breakdown", "breakdown")) {
-      draw_results_panel(config_, result_, unit_, result_version_);
-      ImGui::EndTabItem();
-    }
-    if (tab("Fit explorer", "explorer")) {
-      if (draw_explorer_panel(config_, unit_)) {
-        recompute();
-        messages_.push_back({Message::Kind::Info, "Applied the cell's setup."});
-      }
-      ImGui::EndTabItem();
-    }
-    if (tab("What helps", "advice")) {
-      if (draw_advice_panel(config_, unit_)) {
-        recompute();
-        messages_.push_back({Message::Kind::Info, "Applied. The link now holds the changed setup."});
-      }
-      ImGui::EndTabItem();
-    }
-    ImGui::EndTabBar();
-    view_to_show_.clear();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  if (avail.x >= 700.0f) {
+    draw_inputs(std::clamp(avail.x * 0.36f, 280.0f, 470.0f), 0);
+    ImGui::SameLine();
+    ImGui::BeginChild("outputs", ImVec2(0, 0), false, ImGuiWindowFlags_NavFlattened);
+    draw_results(std::max(ImGui::GetContentRegionAvail().y * 0.58f, 260.0f));
+    draw_timeline(0);
+    ImGui::EndChild();
+  } else {
+    draw_results(std::floor(avail.y * 0.36f));
+    draw_timeline(std::floor(avail.y * 0.3f));
+    draw_inputs(0, 0);
   }
-  ImGui::EndChild();
-  ImGui::BeginChild("timeline", ImVec2(0, 0), true, ImGuiWindowFlags_NavFlattened);
-  ImGui::TextUnformatted("One training step (two iterations: the optimizer state appears in the first)");
-  draw_timeline_panel(result_, unit_, result_version_);
-  ImGui::EndChild();
-  ImGui::EndChild();
   ImGui::End();
   keyboard_frame_end();
 }

@@ -4,12 +4,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "core/format.h"
 #include "core/result.h"
+#include "core/simulate.h"
 
 namespace memsim::ui {
 
@@ -29,6 +31,12 @@ struct Message {
   std::string text;
 };
 
+// What the timeline shows: the step (with its events), or a run's steps one column each. Kept by the app, so
+// that the choice holds from one result to the next.
+struct TimelineView {
+  bool run = false;
+};
+
 class App {
  public:
   // Opens on the setup of `fragment` (a link's "#..." or bare fragment) when it is given and valid, otherwise on the
@@ -37,9 +45,12 @@ class App {
 
   void frame();  // draws one frame into the current ImGui context, full window
 
-  // Inputs from outside the UI. Each keeps the current setup untouched when the input is bad, and says why.
-  bool load_fragment(const std::string& fragment);  // link opened (on load, or hash changed)
-  bool load_text(const std::string& text, const std::string& origin);  // dropped/pasted memsim JSON or config.json
+  // Inputs from outside the UI. Each keeps the current setup untouched when the input is bad, and says why, but for
+  // one case: a link (opened on load, or the hash changed) whose only problems are in the data section's fields opens
+  // with them shown under the fields (true).
+  bool load_fragment(const std::string& fragment);
+  // Dropped or pasted text: a memsim, Hugging Face, DeepSpeed or Accelerate config, or a file of sample lengths.
+  bool load_text(const std::string& text, const std::string& origin);
 
   const Config& config() const { return config_; }
   const Result& result() const { return result_; }
@@ -48,15 +59,27 @@ class App {
   // for screen readers (the page's live region) and the tests. ui/keyboard.h describes the keys.
   const std::string& focus_announcement() const;
   void set_config(const Config& c);
-  // Opens a tab of the results on the next frame: "breakdown", "explorer" or "advice". False for other names.
+  // Opens a tab of the results on the next frame: "breakdown", "explorer" or "advice"; or sets the timeline's view:
+  // "step" or "run" (a run's steps, once a run is shown). False for other names.
   bool show_view(const std::string& name);
   // Shows a result made elsewhere (the desktop's timeline benchmark) until the config changes.
   void show_result(Result r);
+  // True while the setup's result is being simulated: a run of varying shapes fills in over frames, a part per
+  // frame (result() is the previous setup's until then). The platform keeps frames coming meanwhile.
+  bool simulating() const { return running_ != nullptr; }
+  Simulation::RunProgress simulation_progress() const;
+  // The timeline shows the step (false) or, for a run of varying shapes, the run step by step (true).
+  bool run_view() const { return timeline_.run; }
   // Names result()'s content, unique in the process: it changes whenever the result does.
   uint64_t result_version() const { return result_version_; }
 
  private:
-  void recompute();
+  void recompute();                // starts simulating config_, dropping a simulation under way
+  void advance_simulation();       // a frame's share of it; result_ once it is complete
+  void draw_simulation_progress();
+  void draw_inputs(float width, float height);  // the child windows of the frame's layout (0: the rest)
+  void draw_results(float height);
+  void draw_timeline(float height);
   void publish();
   void draw_toolbar();
   void draw_messages();
@@ -66,6 +89,9 @@ class App {
   Result result_;
   uint64_t result_version_ = 0;  // changes with result_: the charts rebuild their data only then
   std::vector<Message> messages_;
+  std::unique_ptr<Simulation> running_;  // the simulation of config_ while it is under way
+  TimelineView timeline_;
+  bool reveal_data_ = false;  // scroll the Data section into view on the next frame
   Unit unit_ = Unit::GiB;
   bool dark_ = true;
   std::string last_fragment_;

@@ -1,15 +1,18 @@
 // Fit explorer: a heatmap over two axes (micro-batch x sequence, TP x PP, GPUs x GPU type, LoRA rank x
 // targets) coloured by the peak over the usable memory. Cells are simulated a few per frame, with a progress bar,
-// so the interface stays responsive; clicking a cell applies its setup.
+// so the interface stays responsive; clicking a cell applies its setup. A long run of varying shapes is replayed
+// over fewer steps in every cell, as What helps does (panel_advice.cpp), and the caption says so.
 #include <imgui.h>
 
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "chart.h"
+#include "core/data_shape.h"
 #include "core/simulate.h"
 #include "core/tables.h"
 #include "keyboard.h"
@@ -82,12 +85,14 @@ ColorScale fit_scale() {
 
 }  // namespace
 
-bool draw_explorer_panel(Config& config, Unit unit) {
+bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
   static int pair_index = 0;
   static int cached_pair = -1;
   static Config cached_for;
   static std::vector<Cell> cells;
   static size_t next = 0;
+  static int64_t run_steps = 0, variant_steps = 0;  // as in the advice panel: a long run's cells replay fewer steps
+  static std::unique_ptr<Simulation> in_flight;      // cell `next`, under way
   static const auto pairs = axis_pairs();
   bool changed = false;
 
@@ -102,22 +107,27 @@ bool draw_explorer_panel(Config& config, Unit unit) {
     cached_for = config;
     cells.assign(nx * ny, Cell{});
     next = 0;
+    run_steps = planned_run_steps(config);
+    variant_steps = run_steps_within(config, kVariantRunLayerPasses);
+    in_flight.reset();
   }
-  // Simulate cells for at most ~8 ms per frame.
-  const auto start = std::chrono::steady_clock::now();
-  while (next < cells.size() && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(8)) {
-    Config c = config;
-    xa.apply(c, next % nx);
-    ya.apply(c, next / nx);
-    Result r = simulate(c);
+  // Simulate cells for at most ~8 ms per frame, once the setup's own simulation is done.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(8);
+  while (ready && next < cells.size() && std::chrono::steady_clock::now() < deadline) {
+    if (!in_flight) {
+      Config c = config;
+      xa.apply(c, next % nx);
+      ya.apply(c, next / nx);
+      if (variant_steps > 0) c.data.steps = variant_steps;
+      in_flight = std::make_unique<Simulation>(c);
+    }
+    if (!advance_until(*in_flight, deadline)) break;
+    const Result& r = in_flight->result();
     Cell& cell = cells[next++];
     cell.done = true;
     cell.ok = r.ok;
-    if (!r.ok) {
-      cell.error = r.errors.empty() ? "invalid" : r.errors[0].message;
-      continue;
-    }
-    cell.fits = true;
+    if (!r.ok) cell.error = r.errors.empty() ? "invalid" : r.errors[0].message;
+    cell.fits = r.ok;
     for (const auto& d : r.devices) {
       cell.fits = cell.fits && d.fits;
       if (d.peak.device_bytes > cell.peak) {
@@ -125,6 +135,7 @@ bool draw_explorer_panel(Config& config, Unit unit) {
         cell.ratio = static_cast<double>(d.peak.device_bytes) / static_cast<double>(std::max<int64_t>(1, d.usable_bytes));
       }
     }
+    in_flight.reset();
   }
   if (next < cells.size()) {
     ImGui::SameLine();
@@ -203,6 +214,10 @@ bool draw_explorer_panel(Config& config, Unit unit) {
                      "the largest that fits in its row (the fewest, for GPUs); a line between cells: where the peak "
                      "crosses the usable memory.",
                      xa.name, ya.name);
+  if (variant_steps > 0)
+    ImGui::TextWrapped("A long run: every cell replays %s of its %s steps (its longest sample among them), so that the "
+                       "grid comes within seconds; over the whole run reserved memory can grow further.",
+                       format_count(variant_steps).c_str(), format_count(run_steps).c_str());
   ImGui::PopStyleColor();
   return changed;
 }

@@ -1,4 +1,4 @@
-// Inputs, grouped as model, training, parallelism and hardware. Every input has a tooltip saying what it
+// Inputs, grouped as model, training, data, parallelism and hardware. Every input has a tooltip saying what it
 // does to memory, and a field with a problem shows the simulator's message right under it.
 #include <imgui.h>
 #include <imgui_stdlib.h>
@@ -83,7 +83,7 @@ bool preset_picker(ModelConfig& m) {
 
 }  // namespace
 
-bool draw_inputs_panel(Config& c, const Result& result) {
+bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
   set_field_errors(&result);
   bool changed = false;
   auto& m = c.model;
@@ -256,6 +256,7 @@ bool draw_inputs_panel(Config& c, const Result& result) {
                            "Saved activations move to host memory after the next layer's forward and come back for "
                            "backward: about one layer stays on the GPU.");
   }
+  changed |= draw_data_inputs(c, reveal_data);
   changed |= draw_versions_inputs(c);
   changed |= draw_parallel_inputs(c);
   changed |= draw_peft_inputs(c);

@@ -2,11 +2,13 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <string>
 
 #include "chart.h"
 #include "colors.h"
+#include "core/format.h"
 #include "core/step.h"
 #include "keyboard.h"
 #include "panels.h"
@@ -33,6 +35,7 @@ void verdict(const DeviceResult& d, Unit unit) {
   const double pct = 100.0 * static_cast<double>(d.peak.device_bytes) / static_cast<double>(std::max<int64_t>(1, d.capacity_bytes));
   const int64_t left = d.usable_bytes - d.peak.device_bytes;
   ImVec4 color = d.fits ? ImVec4(0.35f, 0.85f, 0.45f, 1) : ImVec4(1.0f, 0.35f, 0.35f, 1);
+  ImGui::PushTextWrapPos(0.0f);  // a phone-sized window wraps the verdict rather than cutting it off
   ImGui::PushStyleColor(ImGuiCol_Text, color);
   const char* word = d.fits ? "FITS" : (d.oom ? "OUT OF MEMORY" : "DOES NOT FIT");
   ImGui::Text("%s", word);
@@ -53,6 +56,12 @@ void verdict(const DeviceResult& d, Unit unit) {
                        "would need.", phase);
   }
   ImGui::TextDisabled("peak during %s, at the allocation of: %s", d.peak_phase.c_str(), d.peak_label.c_str());
+  // A run: where in it the peak is, and how far its cache grew (the Run view under the timeline shows every step).
+  if (std::string where = describe_run(d.run, unit, unit == Unit::MiB ? 0 : 2); !where.empty()) {
+    where[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(where[0])));
+    ImGui::TextUnformatted((where + ".").c_str());
+  }
+  ImGui::PopTextWrapPos();
 }
 
 // Stacked bar of the breakdown against the GPU's capacity, with the usable line. The segments, and the empty frame
@@ -154,7 +163,10 @@ void breakdown_table(const DeviceResult& d, Unit unit) {
 void draw_results_panel(const Config& config, const Result& r, Unit unit, uint64_t version) {
   if (!r.ok) {
     ImGui::TextColored(ImVec4(1.0f, 0.4f, 0.4f, 1), "The configuration has problems:");
-    for (const auto& e : r.errors) ImGui::BulletText("%s", e.message.c_str());
+    for (const auto& e : r.errors) {  // wrapped: a field's message can be longer than the panel is wide
+      ImGui::Bullet();
+      ImGui::TextWrapped("%s", e.message.c_str());
+    }
     return;
   }
   (void)config;

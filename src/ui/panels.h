@@ -2,6 +2,7 @@
 #pragma once
 #include <imgui.h>
 
+#include <chrono>
 #include <initializer_list>
 #include <string>
 
@@ -9,12 +10,14 @@
 #include "core/frameworks.h"
 #include "core/format.h"
 #include "core/result.h"
+#include "core/simulate.h"
 #include "keyboard.h"
 
 namespace memsim::ui {
 
-// Inputs grouped as model, training, parallelism, hardware. Returns true when the config changed.
-bool draw_inputs_panel(Config& config, const Result& result);
+// Inputs grouped as model, training, data, parallelism, hardware. Returns true when the config changed.
+// reveal_data scrolls the Data section into view (a link or a file just changed it).
+bool draw_inputs_panel(Config& config, const Result& result, bool reveal_data = false);
 // Fit verdict per device, stacked bar by component and the exact table. `version` names the result's content, as for
 // the timeline (0: unknown).
 void draw_results_panel(const Config& config, const Result& result, Unit unit, uint64_t version = 0);
@@ -23,12 +26,27 @@ void draw_results_panel(const Config& config, const Result& result, Unit unit, u
 // only when it, the chart's size or the theme change. every_event draws one column per event even where several
 // share a pixel: the renderer benchmark's worst case.
 void draw_timeline_panel(const Result& result, Unit unit, uint64_t version = 0, bool every_event = false);
+// A run of varying shapes (the first device's RunTrace), a column per step: its allocated and reserved peak above,
+// the tokens of its longest micro-batch below; the allocated peak's, the reserved peak's and the longest sample's
+// steps marked; hover shows the step. `version` as for the timeline.
+void draw_run_panel(const Result& result, Unit unit, uint64_t version = 0);
 
-// Single changes that lower the peak, ranked; returns true when one was applied to `config`.
-bool draw_advice_panel(Config& config, Unit unit);
+// Single changes that lower the peak, ranked; returns true when one was applied to `config`. `current` is the
+// setup's own result once `ready` (its simulation complete); until then the panel simulates nothing, so that the
+// setup's own run gets the frames first.
+bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool ready);
 
-// A heatmap of the peak over two axes of the setup; returns true when a clicked cell changed `config`.
-bool draw_explorer_panel(Config& config, Unit unit);
+// A heatmap of the peak over two axes of the setup; returns true when a clicked cell changed `config`. Cells are
+// simulated only while `ready`, as for the advice panel.
+bool draw_explorer_panel(Config& config, Unit unit, bool ready);
+
+// For the panels that simulate many variants of the setup (What helps, the fit explorer): the layer passes one
+// variant of a run may replay (data_shape.h run_steps_within). A Llama-7B-shaped run (32 layers) replays about 150
+// steps within it, some 40 ms natively and twice that in wasm, so that a list of 25 changes or a grid of 42 cells
+// fills in within seconds.
+constexpr int64_t kVariantRunLayerPasses = 5000;
+// Advances `sim` until it is done (true) or `deadline` has passed (false): the panels' and the app's share of a frame.
+bool advance_until(Simulation& sim, std::chrono::steady_clock::time_point deadline);
 
 // Parallelism and hardware inputs. Returns true when the config changed.
 bool draw_parallel_inputs(Config& config);
@@ -36,6 +54,9 @@ bool draw_parallel_inputs(Config& config);
 // Parameter-efficient fine-tuning inputs (LoRA/DoRA, quantized base). Returns true when the config changed.
 bool draw_peft_inputs(Config& config);
 
+// The data a run reads (sequence lengths, padding, the sampler's order, the dataset) and how much of the run is
+// replayed; training.empty_cache_steps. Returns true when the config changed.
+bool draw_data_inputs(Config& config, bool reveal = false);
 // The library versions (latest by default) and a date, with the switches they set. Returns true when the config
 // changed.
 bool draw_versions_inputs(Config& config);

@@ -143,6 +143,13 @@ void announce_text_input(const char* label, const std::string& value, const char
   announce_focus(std::string(label) + ": " + (value.empty() ? "empty" : value) + ", text. " + help);
 }
 
+bool advance_until(Simulation& sim, std::chrono::steady_clock::time_point deadline) {
+  // A fixed shape is done in its first call; a run advances a step per call, so a frame stops close to its budget.
+  while (!sim.advance(1))
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  return true;
+}
+
 std::string bytes_text(int64_t bytes, Unit unit) { return format_bytes(bytes, unit, unit == Unit::MiB ? 0 : 2); }
 
 bool string_combo(const char* label, const char* field, std::string& value, std::initializer_list<const char*> values,

@@ -63,6 +63,29 @@ assert (p['sharding'], p['zero_stage'], p['shard_group_size'], p['data_parallel_
 "$cli" estimate --accelerate-config - < "$here/tests/data/accelerate/fsdp2_no_reshard.yaml" > "$tmp/out.json" 2>/dev/null
 check "--accelerate-config - (stdin) estimates" py "assert d['devices'][0]['peak']['device_bytes'] > 0"
 
+# --lengths-file: a file of per-sample token lengths becomes the data section's distribution and dataset size, and
+# the run is replayed; what it set is noted on stderr.
+python3 -c "
+import random; random.seed(5)
+print('\n'.join(str(max(8, int(random.lognormvariate(5.3, 0.6)))) for _ in range(3000)))" > "$tmp/lengths.txt"
+"$cli" config --preset llama-3.2-1b --lengths-file "$tmp/lengths.txt" > "$tmp/run.json" 2> "$tmp/note.txt"
+check "--lengths-file sets data.lengths, sample_lengths (exact ends) and dataset_samples" python3 -c "
+import json; d = json.load(open('$tmp/run.json'))['data']
+lengths = [int(x) for x in open('$tmp/lengths.txt')]
+assert d['lengths'] == 'samples' and d['dataset_samples'] == 3000, d
+parts = d['sample_lengths'].split(',')
+assert parts[0] == 'p0=%d' % min(lengths) and parts[-1] == 'p100=%d' % max(lengths), d['sample_lengths']
+assert len(parts) > 20 and len(d['sample_lengths']) < 2048"
+check "--lengths-file notes on stderr what it set" grep -q "lengths-file read 3000 sample lengths.*data.dataset_samples=3000" "$tmp/note.txt"
+printf '[300, 1200, 80, 950]' | "$cli" estimate --preset llama-3.2-1b --set parallel.zero_stage=0 --set parallel.data_parallel_size=1 \
+  --lengths-file - --set data.steps=20 > "$tmp/out.json" 2>/dev/null
+check "--lengths-file - (a JSON array on stdin) replays the run" py "
+run = d['devices'][0]['run']
+assert run['steps'] == 20 and run['longest_tokens'] == 1200, run"
+"$cli" estimate --preset llama-3.2-1b --set parallel.zero_stage=0 --set parallel.data_parallel_size=1 \
+  --lengths-file "$tmp/lengths.txt" --set data.steps=30 --format table > "$tmp/table.txt" 2>/dev/null
+check "the table says where in the run the peak is" grep -Eq "^  run: peak at step [0-9]+ of 30, .*reserved" "$tmp/table.txt"
+
 err_case() {  # err_case NAME FIELD ARGS...
   local name="$1" field="$2"; shift 2
   "$cli" "$@" > /dev/null 2> "$tmp/err.txt" < /dev/null; local rc=$?
@@ -81,6 +104,10 @@ err_case "broken JSON" "not valid JSON" estimate --config "$tmp/broken.json"
 err_case "unknown key" "unknown key" estimate --set model.nope=1
 printf 'distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n' > "$tmp/acc.yaml"
 err_case "bad Accelerate config" fsdp_config.fsdp_version estimate --accelerate-config "$tmp/acc.yaml"
+printf '120\n-4\n' > "$tmp/negative.txt"
+err_case "negative length in a lengths file" data.sample_lengths estimate --lengths-file "$tmp/negative.txt"
+printf '[120, NaN]' > "$tmp/nan.json"
+err_case "NaN in a lengths file" data.sample_lengths config --lengths-file "$tmp/nan.json"
 printf 'distributed_type: &a FSDP\n' > "$tmp/anchor.yaml"
 err_case "YAML anchor in an Accelerate config" "anchors" config --accelerate-config "$tmp/anchor.yaml"
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/data_shape.h"
+#include "core/format.h"
 #include "core/frameworks.h"
 #include "core/model.h"
 #include "core/serialize.h"
@@ -347,4 +348,59 @@ TEST_CASE("a run advances a few steps at a time and ends as simulate() does", "[
   CHECK(invalid.done());
   CHECK(!invalid.result().ok);
   CHECK(invalid.result().errors.front().field == "data.sample_lengths");
+}
+
+TEST_CASE("simulate() finishes a run whose cache outgrows the GPU: the second pass, against its capacity", "[run]") {
+  Config c = lora_7b_like();
+  c.data.lengths = "samples";
+  c.data.sample_lengths = "p0=20,p50=300,p99=1500,p100=2048";
+  c.data.steps = 60;
+  c.hardware.gpu = "custom";
+  c.hardware.gpu_memory_bytes = int64_t{1} << 40;
+  const Result wide = simulate(c);
+  REQUIRE(wide.ok);
+  const DeviceResult& w = wide.devices[0];
+  REQUIRE(w.peak.reserved_bytes > w.peak.allocated_bytes + (int64_t{256} << 20));
+  // A GPU between what the run allocates and what its cache reserves: the first pass ends over the capacity, and
+  // simulate() must go on to the second rather than hand back the unfinished result.
+  c.hardware.gpu_memory_bytes = w.breakdown.cuda_context_bytes + w.breakdown.nccl_bytes +
+                                (w.peak.allocated_bytes + w.peak.reserved_bytes) / 2;
+  const Result tight = simulate(c);
+  REQUIRE(tight.ok);
+  CHECK(tight.devices[0].run.steps == 60);
+  CHECK(tight.devices[0].peak.reserved_bytes <= c.hardware.gpu_memory_bytes);
+  // The same as the interface's simulation a step per call.
+  Simulation s(c);
+  int calls = 0;
+  while (!s.advance(1)) ++calls;
+  CHECK(calls > 60);  // both passes
+  REQUIRE(s.result().ok);
+  CHECK(s.result().devices[0].peak.device_bytes == tight.devices[0].peak.device_bytes);
+  CHECK(s.run_progress().step == 60);
+  CHECK(s.run_progress().pass == 2);
+}
+
+TEST_CASE("describe_run: where in the run the peak is, in one line", "[run]") {
+  RunTrace run;
+  CHECK(describe_run(run).empty());  // a fixed shape
+  run.steps = 3;
+  run.per_step = {{500, 10LL << 30, 12LL << 30}, {1100, 14LL << 30, 16LL << 30}, {1100, 13LL << 30, 16LL << 30}};
+  run.allocated_peak_step = 2;
+  run.reserved_peak_step = 2;
+  run.longest_step = 2;
+  run.longest_tokens = 1100;
+  run.first_step_reserved_bytes = 12LL << 30;
+  CHECK(describe_run(run) == "peak at step 2 of 3, the longest batch (1,100 tokens); reserved grew from 12.00 GiB "
+                             "after step 1 to 16.00 GiB (step 2)");
+  run.longest_step = 3;  // as long, elsewhere: truncation makes many batches the longest
+  CHECK(describe_run(run).find("a batch as long as the longest (1,100 tokens; the longest sample is in step 3)") !=
+        std::string::npos);
+  run.per_step[1].tokens = 900;
+  run.empty_cache_calls = 1;
+  run.first_step_reserved_bytes = 16LL << 30;
+  CHECK(describe_run(run, Unit::MiB, 0) == "peak at step 2 of 3, a batch of 900 tokens (the longest, 1,100 tokens, is "
+                                           "in step 3); reserved stayed at 16384 MiB from step 1; "
+                                           "torch.cuda.empty_cache() ran 1 time");
+  run.allocated_peak_step = 7;  // a trace that does not hold its peak's step says nothing rather than read past it
+  CHECK(describe_run(run).empty());
 }

@@ -2,7 +2,8 @@
 # Desktop smoke test under Xvfb: the native app opens a config file, renders frames, writes a screenshot of
 # its own framebuffer and exits 0. The screenshot must not be blank. The charts must have been drawn by the GL
 # chart renderer (its shaders compiled under GL 3.3 core), and the timeline's blue must cover part of the chart;
-# a second run opens the Fit explorer, so the heatmap's shaders draw too.
+# a second run opens the Fit explorer, so the heatmap's shaders draw too; a third opens a run of varying lengths in the
+# Run view.
 #   tests/desktop/smoke.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -42,3 +43,14 @@ green=$(convert "$out/desktop-explorer.png" -crop 100x16+552+118 +repage -format
   awk -F'[:(,)]' '{ n = $1 + 0; all += n; if ($4 > $3 + 80 && $4 > $5 + 80) hit += n } END { printf "%d", 100 * hit / all }')
 echo "desktop smoke: the heatmap's first cell is $green% green ($out/desktop-explorer.png)"
 [ "$green" -gt 50 ]
+
+# A run of sample lengths, filled in over the frames, in the timeline's Run view: its steps' tokens (orange) fill
+# the bottom of the lower chart.
+"$build/memsim-cli" config --preset llama-3.2-1b --set parallel.zero_stage=0 --set parallel.data_parallel_size=1 \
+  --set data.lengths=samples --set 'data.sample_lengths=p0=20,p50=300,p99=1500,p100=2048' --set data.steps=300 > "$out/run-config.json"
+cfg="$out/run-config.json"
+run desktop-run --frames 200 --view run
+orange=$(convert "$out/desktop-run.png" -crop 700x12+530+752 +repage -format %c histogram:info:- |
+  awk -F'[:(,)]' '{ n = $1 + 0; all += n; if ($3 > 180 && $4 > 100 && $5 < 110) hit += n } END { printf "%d", 100 * hit / all }')
+echo "desktop smoke: the run's tokens' orange covers $orange% of the bottom of the Run view ($out/desktop-run.png)"
+[ "$orange" -gt 30 ]

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/data_shape.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 
@@ -67,6 +68,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto errors = apply_setting(c, text);
   check(errors.empty() || !errors[0].message.empty());
   if (errors.empty()) exercise(Parsed{true, c, {}, {}});
+#elif defined(MEMSIM_FUZZ_LENGTHS_FILE)
+  // A dropped file of sample lengths: read, or refused with a message naming data.sample_lengths. What is read is a
+  // distribution the config's own parser takes, from the file's shortest to its longest sample, and it survives a
+  // link. (Not simulated: a run of the default setup is far too slow for a fuzzer's input under the sanitizers.)
+  (void)looks_like_sample_lengths_file(text);
+  SampleLengthsFile f;
+  FieldError e;
+  if (sample_lengths_from_file(text, f, e)) {
+    check(f.samples >= 1 && f.shortest <= f.median && f.median <= f.longest && f.longest >= 1);
+    LengthDistribution d;
+    check(parse_sample_lengths(f.sample_lengths, f.longest, d).empty());
+    check(d.quantile(0) == static_cast<double>(f.shortest) && d.longest() == static_cast<double>(f.longest));
+    Config c;
+    c.data.lengths = "samples";
+    c.data.sample_lengths = f.sample_lengths;
+    c.data.dataset_samples = f.samples;
+    Parsed frag = config_from_fragment(config_to_fragment(c));
+    check(frag.ok && frag.config == c);
+  } else {
+    check(e.field == "data.sample_lengths" && e.message.rfind("data.sample_lengths: ", 0) == 0);
+  }
 #else
 #error "define one MEMSIM_FUZZ_* target"
 #endif

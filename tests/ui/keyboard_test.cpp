@@ -192,3 +192,31 @@ TEST_CASE("keyboard: Escape on a control that is not being edited keeps the focu
   k.press(ImGuiKey_Tab, true);
   CHECK(k.focus() == here);
 }
+
+TEST_CASE("keyboard: the Data section's lengths are picked and typed, and the Run view is shown with Space", "[ui][keyboard][run]") {
+  Keyboard k;
+  REQUIRE(k.tab_to("sequence lengths: fixed"));
+  k.press(ImGuiKey_Space);
+  k.press(ImGuiKey_DownArrow);
+  k.press(ImGuiKey_DownArrow);
+  CHECK(k.focus().rfind("a distribution of sample lengths", 0) == 0);
+  k.press(ImGuiKey_Enter);
+  CHECK(k.app.config().data.lengths == "samples");
+  REQUIRE(k.tab_to("sample lengths: empty, text"));
+  CHECK(k.focus().find("Problem: data.sample_lengths") != std::string::npos);  // the field's error is read out
+  k.type("p0=20,p50=150,p100=1100");
+  k.press(ImGuiKey_Enter);
+  CHECK(k.app.config().data.sample_lengths == "p0=20,p50=150,p100=1100");
+  REQUIRE(k.tab_to("steps to replay: 0"));
+  k.type("50");
+  k.press(ImGuiKey_Enter);
+  CHECK(k.app.config().data.steps == 50);
+  for (int i = 0; i < 500 && k.app.simulating(); ++i) k.frames(1);
+  REQUIRE(k.app.result().ok);
+  REQUIRE(k.tab_to("Run view, button: "));
+  k.press(ImGuiKey_Space);
+  CHECK(k.app.run_view());
+  CHECK(k.focus().rfind("Run view, button, shown", 0) == 0);
+  REQUIRE(k.tab_to("Run of 50 steps"));  // the chart, read out as the verdict's run line
+  CHECK(k.focus().find("peak at step") != std::string::npos);
+}

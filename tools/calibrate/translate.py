@@ -591,6 +591,10 @@ def translate(item, steps=DEFAULT_STEPS):
             sec[key] = v == "true"  # schema 2 writes them as strings; schema 1 as JSON booleans
     if pf.get("adapter_dtype") == "auto":
         pf["adapter_dtype"] = "fp32"  # peft >= 0.12: get_peft_model autocasts adapters to fp32 (peft#1706)
+    if t.get("empty_cache_steps") == -1:
+        # auto: only the HF Trainer of transformers 4.41 emptied the cache at every step (transformers#28769, #31530)
+        t["empty_cache_steps"] = 0
+        notes.append("training.empty_cache_steps: auto -> 0 (never: the newest versions')")
     given_training = config.get("training", {}) if isinstance(config.get("training"), dict) else {}
     given_parallel = config.get("parallel", {}) if isinstance(config.get("parallel"), dict) else {}
 
