@@ -16,16 +16,23 @@ CXX="${MEMSIM_FUZZ_CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || CXX=clang++
 # MEMSIM_THREADS as in the native build, so that the sanitizers also see pipeline stages simulated on threads.
 flags=(-std=c++20 -O1 -g -pthread -DMEMSIM_THREADS=1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I"$here/src")
-# Every core source but those that need the build's generated catalogue (catalog, and advice and validation, which
-# use it): a new core file is fuzzed without a list to keep in step.
+# Every core source but those that need the build's generated model catalogue (catalog, and advice and validation,
+# which use it): a new core file is fuzzed without a list to keep in step.
 core=()
 for f in "$here"/src/core/*.cpp; do
   f="$(basename "$f" .cpp)"
   case "$f" in catalog|advice|validation) ;; *) core+=("$f") ;; esac
 done
+# The uncertainty band's residual table, embedded as CMakeLists.txt embeds it (a raw string of the file).
+gen="$out/obj/residuals_data.cpp"
+{ printf '#include <string_view>\nnamespace memsim {\nstd::string_view residual_table_file() {\n  return R"memsim_tsv('
+  cat "$here/src/core/catalog/residuals.tsv"
+  printf ')memsim_tsv";\n}\n}  // namespace memsim\n'; } > "$gen.tmp"
+cmp -s "$gen.tmp" "$gen" || mv "$gen.tmp" "$gen"
+rm -f "$gen.tmp"
 objs=()
-for f in "${core[@]}"; do
-  src="$here/src/core/$f.cpp" obj="$out/obj/$f.o"
+for src in "${core[@]/#/$here/src/core/}" "$gen"; do
+  src="${src%.cpp}.cpp" obj="$out/obj/$(basename "${src%.cpp}").o"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find "$here/src/core" -name '*.h' -newer "$obj" -print -quit)" ]; then
     "$CXX" "${flags[@]}" -c "$src" -o "$obj"
   fi
@@ -46,7 +53,7 @@ for target in fragment config_json hf_config deepspeed accelerate set lengths_fi
        -rss_limit_mb=2048 -artifact_prefix="$out/crashes/$target-" -print_final_stats=1 2>"$out/$target.log"; then
     echo "fuzz: $target FAILED (see $out/$target.log and $out/crashes/)"; tail -30 "$out/$target.log"; status=1
   else
-    grep -E "stat::number_executed_units|cov:" "$out/$target.log" | tail -2
+    grep -E "stat::number_of_executed_units|cov:" "$out/$target.log" | tail -2
   fi
 done
 exit $status

@@ -33,7 +33,7 @@ suite "desktop app under Xvfb" bash tests/desktop/smoke.sh build/native "$shots"
 suite "fuzz targets, 10 s each (clang, ASan + UBSan)" bash scripts/fuzz.sh "${MEMSIM_FUZZ_SECONDS:-10}"
 suite "calibration harness: config translation (no GPU, no torch)" \
   python3 -m unittest discover -s tools/calibrate -p 'test_*.py'
-suite "docs/validation.md is current" bash scripts/validation_report.sh --check
+suite "docs/validation.md and the band's residual table are current" bash scripts/validation_report.sh --check
 
 echo
 [ ${#failures[@]} -gt 0 ] && printf 'failed suite: %s\n' "${failures[@]}"

@@ -5,7 +5,8 @@
 //   memsim-cli estimate ... --lengths-file lengths.txt   (per-sample token lengths -> data.sample_lengths)
 //   memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
 //   memsim-cli keys
-//   memsim-cli validate DIR            (published measurements as configs -> markdown report)
+//   memsim-cli validate DIR [--measured DIR]... [--residuals FILE]
+//                                      (published measurements as configs -> markdown report, and the band's table)
 // Exit codes: 0 success, 2 invalid input (one line on stderr naming the field), 1 other failures.
 #include <algorithm>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/advice.h"
+#include "core/band.h"
 #include "core/catalog.h"
 #include "core/data_shape.h"
 #include "core/format.h"
@@ -39,8 +41,9 @@ constexpr const char* kUsage =
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
     "       memsim-cli keys | presets\n"
     "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
-    "       memsim-cli validate DIR [--measured DIR]...   (predicted against measured for every case file in\n"
-    "                                 DIR, as markdown; each --measured folder of calibration runs gets a section)\n"
+    "       memsim-cli validate DIR [--measured DIR]... [--residuals FILE]   (predicted against measured for every\n"
+    "                                 case file in DIR, as markdown; each --measured folder of calibration runs gets a\n"
+    "                                 section; --residuals writes the uncertainty band's table of DIR's errors)\n"
     "FILE may be - for standard input. KEY uses the URL fragment's names, e.g. --set model.hidden_size=4096.\n";
 
 int invalid(const std::string& message) {
@@ -49,6 +52,7 @@ int invalid(const std::string& message) {
 }
 
 int invalid(const std::vector<FieldError>& errors) {
+  if (errors.empty()) return invalid("the configuration could not be simulated");  // never expected; never a crash
   std::string msg = errors.front().message;
   if (errors.size() > 1) msg += " (and " + std::to_string(errors.size() - 1) + " more problems)";
   return invalid(msg);
@@ -70,6 +74,36 @@ bool read_input(const std::string& path, std::string& out, std::string& error) {
   return true;
 }
 
+// The uncertainty band (core/band.h): where each measured peak is expected, the headroom it asks for, and the
+// published cases it comes from.
+void print_band(const DeviceResult& d) {
+  if (!d.band.valid) return;
+  std::printf("  band (where a measurement is expected, from the nearest published cases' errors):\n");
+  for (int i = 0; i < kBandStatistics; ++i) {
+    const auto s = static_cast<BandStatistic>(i);
+    const StatisticBand& b = d.band.of(s);
+    std::printf("    %-22s %14s - %s\n", band_statistic_id(s), format_bytes(b.low_bytes).c_str(),
+                format_bytes(b.high_bytes).c_str());
+  }
+  std::printf("  keep %.1f%% of the GPU free above the prediction: the band's top (rather than the rule of thumb's "
+              "10-15%%)\n", 100 * keep_free_fraction(d));
+  // The device band's cases: the two that set its edges, then the nearest few (the page's tooltip lists them all).
+  const StatisticBand& dev = d.band.of(BandStatistic::Device);
+  if (dev.neighbours.empty()) return;
+  auto named = [](const BandNeighbour& n) {
+    char err[32];
+    std::snprintf(err, sizeof err, "%+.1f%%", 100 * n.relative_error);
+    return n.id + " (" + band_statistic_id(n.statistic) + " " + err + (n.excluded ? ", excluded" : "") + ")";
+  };
+  const auto [lo, hi] = std::minmax_element(dev.neighbours.begin(), dev.neighbours.end(),
+                                            [](const auto& a, const auto& b) { return a.relative_error < b.relative_error; });
+  std::printf("  device band from %zu published cases, errors from %s to %s; the nearest:",
+              dev.neighbours.size(), named(*lo).c_str(), named(*hi).c_str());
+  for (size_t i = 0; i < std::min<size_t>(5, dev.neighbours.size()); ++i)
+    std::printf("%s %s", i ? "," : "", named(dev.neighbours[i]).c_str());
+  std::printf("\n");
+}
+
 void print_table(const Result& r) {
   std::printf("parameters: %s (%s), trainable %s\n", format_count(r.params_total).c_str(),
               format_params(r.params_total).c_str(), format_count(r.params_trainable).c_str());
@@ -77,8 +111,7 @@ void print_table(const Result& r) {
               format_bytes(r.model_states.weights_bytes).c_str(), format_bytes(r.model_states.gradients_bytes).c_str(),
               format_bytes(r.model_states.optimizer_bytes).c_str());
   for (const auto& d : r.devices) {
-    std::printf("\n%s (x%lld): %s\n", d.role.c_str(), static_cast<long long>(d.device_count),
-                d.fits ? "FITS" : (d.oom ? "OUT OF MEMORY" : "DOES NOT FIT (headroom)"));
+    std::printf("\n%s (x%lld): %s\n", d.role.c_str(), static_cast<long long>(d.device_count), verdict_words(d.verdict));
     std::printf("  %-24s %14s\n", "peak allocated", format_bytes(d.peak.allocated_bytes).c_str());
     std::printf("  %-24s %14s\n", "peak reserved", format_bytes(d.peak.reserved_bytes).c_str());
     std::printf("  %-24s %14s  of %s (usable %s)\n", "device (nvidia-smi)", format_bytes(d.peak.device_bytes).c_str(),
@@ -92,6 +125,7 @@ void print_table(const Result& r) {
     std::printf("    %-22s %14s\n", "Allocator cache", format_bytes(d.breakdown.fragmentation_bytes).c_str());
     std::printf("    %-22s %14s\n", "CUDA context", format_bytes(d.breakdown.cuda_context_bytes).c_str());
     if (d.breakdown.nccl_bytes > 0) std::printf("    %-22s %14s\n", "NCCL buffers", format_bytes(d.breakdown.nccl_bytes).c_str());
+    print_band(d);
   }
   if (r.host.per_node_bytes > 0 || r.host.nvme_per_node_bytes > 0) {
     std::printf("\nhost RAM per node (offloaded states of %lld GPUs): %s", static_cast<long long>(r.host.gpus_per_node),
@@ -109,7 +143,8 @@ void print_suggestions(const Config& config, const std::vector<Suggestion>& sugg
   if (suggestions.empty()) std::printf("  no single change from the list lowers this setup's peak\n");
   for (const auto& s : suggestions) {
     std::printf("  %-58s saves %12s  -> %12s%s\n", s.change.c_str(), format_bytes(s.saved_bytes).c_str(),
-                format_bytes(s.peak_bytes).c_str(), s.fits ? "  fits" : "");
+                format_bytes(s.peak_bytes).c_str(),
+                s.fits ? "  fits" : s.verdict == Verdict::Borderline ? "  borderline" : "");
     std::string sets;
     for (const auto& c : config_changes(config, s.config)) sets += " --set " + c;
     std::printf("    cost: %s\n    apply:%s\n", s.cost.c_str(), sets.c_str());
@@ -146,18 +181,33 @@ int main(int argc, char** argv) {
     std::vector<ValidationCase> cases;
     std::string err;
     if (!load(args[1], cases, err)) return invalid(err);
-    std::string md = validation_markdown(run_validation(cases));
+    std::vector<std::string> measured_dirs;
+    std::string residuals_file;
     for (size_t i = 2; i < args.size(); i += 2) {
-      if (args[i] != "--measured" || i + 1 >= args.size())
-        return invalid("validate: expected --measured DIR, got " + args[i]);
-      if (i == 2)
+      if ((args[i] != "--measured" && args[i] != "--residuals") || i + 1 >= args.size())
+        return invalid("validate: expected --measured DIR or --residuals FILE, got " + args[i]);
+      if (args[i] == "--measured") measured_dirs.push_back(args[i + 1]);
+      else residuals_file = args[i + 1];
+    }
+    const ValidationSummary summary = run_validation(cases);
+    std::string md = validation_markdown(summary);
+    for (size_t i = 0; i < measured_dirs.size(); ++i) {
+      if (i == 0)
         md += "\n## memsim's own calibration runs\n\n"
               "tools/calibrate ran each config for three training steps on the GPU named, and wrote every statistic "
               "to a `.jsonl` file beside these folders (`tests/validation/measured/`); `device` is NVML's used memory "
               "minus its reading before the run. Each folder holds one statistic's case files.\n\n";
       std::vector<ValidationCase> measured;
-      if (!load(args[i + 1], measured, err)) return invalid(err);
-      md += calibration_markdown(run_validation(measured), args[i + 1]);
+      if (!load(measured_dirs[i], measured, err)) return invalid(err);
+      md += calibration_markdown(run_validation(measured), measured_dirs[i]);
+    }
+    if (!residuals_file.empty()) {  // the uncertainty band's table (core/band.h), from the published cases only
+      std::ofstream out(residuals_file, std::ios::binary);
+      out << residual_table_text(residual_rows(summary));
+      if (!out) {  // not the input's fault: exit code 1
+        std::cerr << "memsim-cli: validate: cannot write " << residuals_file << "\n";
+        return 1;
+      }
     }
     std::cout << md;
     return 0;

@@ -10,10 +10,13 @@ namespace memsim {
 
 namespace {
 
-int64_t worst_peak(const Result& r, bool& fits) {
+// The most loaded GPU's device peak, and the worst verdict over the GPUs (the verdicts are declared from best to
+// worst). A change that leaves a GPU borderline does not make the setup fit.
+int64_t worst_peak(const Result& r, Verdict& verdict) {
   int64_t peak = 0;
-  fits = true;
-  for (const auto& d : r.devices) peak = std::max(peak, d.peak.device_bytes), fits = fits && d.fits;
+  verdict = Verdict::Fits;
+  for (const auto& d : r.devices)
+    peak = std::max(peak, d.peak.device_bytes), verdict = std::max(verdict, d.verdict);
   return peak;
 }
 
@@ -21,15 +24,16 @@ int64_t worst_peak(const Result& r, bool& fits) {
 
 int64_t worst_device_peak(const Result& r) {
   if (!r.ok) return -1;
-  bool fits = false;
-  return worst_peak(r, fits);
+  Verdict verdict;
+  return worst_peak(r, verdict);
 }
 
 int64_t worst_device_peak(const Config& config) { return worst_device_peak(simulate(config)); }
 
 bool score_suggestion(Suggestion& s, int64_t peak_now, const Result& r) {
   if (!r.ok) return false;
-  s.peak_bytes = worst_peak(r, s.fits);
+  s.peak_bytes = worst_peak(r, s.verdict);
+  s.fits = s.verdict == Verdict::Fits;
   s.saved_bytes = peak_now - s.peak_bytes;
   return true;
 }

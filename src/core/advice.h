@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "band.h"
 #include "config.h"
 #include "result.h"
 
@@ -16,7 +17,8 @@ struct Suggestion {
   Config config;            // the setup with the change applied
   int64_t peak_bytes = 0;   // device peak of the most loaded GPU after the change
   int64_t saved_bytes = 0;  // against the current setup (positive: less memory)
-  bool fits = false;        // every GPU fits after the change
+  bool fits = false;        // every GPU's verdict is fits after the change (the band's top fits, core/band.h)
+  Verdict verdict = Verdict::DoesNotFit;  // the worst GPU's verdict after the change
 };
 
 // Ranked by memory saved, largest first; only changes that simulate and save memory are returned.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "band.h"
 #include "step.h"
 #include "validate.h"
 
@@ -68,6 +69,9 @@ struct DeviceResult {
   int64_t capacity_bytes = 0;        // the GPU's total memory
   int64_t usable_bytes = 0;          // capacity minus headroom
   bool fits = false;                 // device peak within usable memory and no OOM in the replay
+  // The uncertainty band of every statistic (band.h) and the verdict that uses it: fits only when the band's top fits.
+  Band band;
+  Verdict verdict = Verdict::DoesNotFit;
   bool oom = false;                  // the step runs out of memory even after the allocator frees its cache
   uint32_t oom_event = 0;            // where it does (the peak and breakdown then show the unlimited demand)
   int64_t host_bytes = 0;            // offloaded model states this GPU keeps in host RAM

@@ -1998,6 +1998,15 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
     bd["nccl"] = d.breakdown.nccl_bytes;
     dev["breakdown"] = bd;
     dev["fits"] = d.fits;
+    dev["verdict"] = verdict_id(d.verdict);
+    if (d.band.valid) {  // the uncertainty band of each statistic (core/band.h)
+      json band;
+      for (int i = 0; i < kBandStatistics; ++i) {
+        const auto s = static_cast<BandStatistic>(i);
+        band[band_statistic_id(s)] = {{"low_bytes", d.band.of(s).low_bytes}, {"high_bytes", d.band.of(s).high_bytes}};
+      }
+      dev["band"] = band;
+    }
     dev["oom"] = d.oom;
     if (d.oom) dev["oom_at"] = {{"event", d.oom_event}};
     dev["capacity_bytes"] = d.capacity_bytes;
@@ -2041,7 +2050,8 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
     for (const auto& sg : *suggestions)
       list.push_back({{"change", sg.change}, {"cost", sg.cost},
                       {"set", base ? config_changes(*base, sg.config) : std::vector<std::string>{}},
-                      {"device_bytes_after", sg.peak_bytes}, {"saved_bytes", sg.saved_bytes}, {"fits", sg.fits}});
+                      {"device_bytes_after", sg.peak_bytes}, {"saved_bytes", sg.saved_bytes}, {"fits", sg.fits},
+                      {"verdict", verdict_id(sg.verdict)}});
     out["suggestions"] = list;
   }
   return out.dump(indent, ' ', false, json::error_handler_t::replace);

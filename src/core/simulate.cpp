@@ -9,7 +9,9 @@
 #endif
 
 #include "allocator.h"
+#include "band.h"
 #include "checked.h"
+#include "format.h"
 #include "model.h"
 #include "run_replay.h"
 #include "tables.h"
@@ -347,6 +349,42 @@ void set_up(Simulation::State& st) {
   }
 }
 
+// The data shape the config leaves unstated (band.h data_shape_unstated): an HF-style fine-tune pads each batch to
+// its longest sample, so batches of many lengths leave cached blocks that later, longer batches cannot reuse, and
+// reserved memory grows over the run. The same config replayed as a short run of varying lengths (the run replay
+// models exactly that cache) gives the band's top for reserved and nvidia-smi memory; the peaks of the fixed shape
+// stay what they are. The run is bounded (kUnsetDataMicroBatches), so that the page can still simulate on every edit.
+void replay_unstated_data(const Config& config, Result& r) {
+  const Config run_config = unstated_data_run(config);
+  const std::string assumed = "band: the data's lengths are not stated (training.framework " + config.training.framework +
+                              " pads each batch to its longest sample unless the data is packed)";
+  const auto errors = validate(run_config);
+  if (!errors.empty()) {
+    r.notes.push_back(assumed + ", and a run of varying lengths cannot be replayed here (" + errors.front().message +
+                      "): the band does not include the growth of reserved memory such a run shows");
+    return;
+  }
+  const Result run = simulate(run_config);
+  if (!run.ok || run.devices.size() != 1) return;
+  const DeviceResult& rd = run.devices.front();
+  for (auto& d : r.devices) {
+    d.band.data_run_reserved_bytes = rd.peak.reserved_bytes;
+    d.band.data_run_device_bytes = rd.peak.device_bytes;
+    d.band.data_run_oom = rd.oom;
+  }
+  const int64_t fixed_reserved = r.devices.empty() ? 0 : r.devices.front().peak.reserved_bytes;
+  r.notes.push_back(assumed + ": memsim replayed " + std::to_string(kUnsetDataMicroBatches) +
+                    " micro-batches of samples whose lengths are uniform from 1 to " +
+                    std::to_string(config.training.sequence_length) + " tokens, and that run " +
+                    (rd.oom ? "runs out of memory" : "reserves " + format_bytes(rd.peak.reserved_bytes)) +
+                    " (the fixed shape reserves " + format_bytes(fixed_reserved) +
+                    "); the band's top for reserved and nvidia-smi memory includes it, and a longer run can reserve "
+                    "more, up to the GPU's memory, where the allocator releases its cache. Set data.padding=max_length "
+                    "if every batch is padded or packed to " +
+                    std::to_string(config.training.sequence_length) +
+                    " tokens, or describe the lengths in the data section for the run's own answer.");
+}
+
 // Host RAM per node under offload, once every device is simulated: every GPU of a node keeps its offloaded states
 // there. Nodes hold consecutive ranks; with pipeline stages on different nodes the largest stage sets the need.
 void finish(Simulation::State& st) {
@@ -366,6 +404,8 @@ void finish(Simulation::State& st) {
   r.host.fits = hw.host_memory_bytes == 0 || r.host.per_node_bytes <= hw.host_memory_bytes;
   r.ok = true;
   st.done = true;
+  if (data_shape_unstated(st.config)) replay_unstated_data(st.config, r);
+  apply_bands(r, st.config, residual_table());
 }
 
 // A run's next steps. The same decisions as a fixed shape's replay (simulate_device), each made over the whole

@@ -85,6 +85,8 @@ double p90(std::vector<double> v) {
 ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
   ValidationSummary s;
   std::vector<double> counted, multi, peft, all;
+  // Per row, the device whose peak was compared (its peaks and its unstated-data run), for the band afterwards.
+  std::vector<DeviceResult> compared(cases.size());
   for (const auto& c : cases) {
     ValidationRow row;
     row.vcase = c;
@@ -100,7 +102,12 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
                           : c.statistic == "reserved" ? d.peak.reserved_bytes
                           : c.statistic == "active"   ? d.peak.active_bytes
                                                       : d.peak.device_bytes;
-        if (v > row.predicted_bytes) row.predicted_bytes = v, row.peak_phase = d.peak_phase;
+        if (v > row.predicted_bytes) {
+          row.predicted_bytes = v, row.peak_phase = d.peak_phase;
+          DeviceResult& kept = compared[s.rows.size()];
+          kept.peak = d.peak;
+          kept.band = d.band;
+        }
       }
       row.relative_error = static_cast<double>(row.predicted_bytes - c.measured_bytes) / static_cast<double>(c.measured_bytes);
       row.bound_met = !c.lower_bound || row.predicted_bytes > c.measured_bytes;
@@ -118,6 +125,29 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
     }
     s.rows.push_back(std::move(row));
   }
+  // Leave-one-out: each case's band from the other cases' errors, on the statistic its source measured.
+  const std::vector<ResidualRow> table = residual_rows(s);
+  std::vector<double> widths;
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    ValidationRow& row = s.rows[i];
+    const ValidationCase& c = row.vcase;
+    BandStatistic stat;
+    if (!row.ok || c.lower_bound || !parse_band_statistic(c.statistic, stat)) continue;
+    const Band b = device_band(band_features(c.config), compared[i], table, c.id);
+    if (!b.valid) continue;
+    row.band_ok = true;
+    row.band_low_bytes = b.of(stat).low_bytes;
+    row.band_high_bytes = b.of(stat).high_bytes;
+    row.inside_band = row.band_low_bytes <= c.measured_bytes && c.measured_bytes <= row.band_high_bytes;
+    ++s.band_cases;
+    s.band_inside += row.inside_band;
+    if (c.excluded.empty() && (c.confidence == "high" || c.confidence == "medium")) {
+      ++s.band_counted_cases;
+      s.band_counted_inside += row.inside_band;
+    }
+    widths.push_back(static_cast<double>(row.band_high_bytes) / static_cast<double>(std::max<int64_t>(1, row.band_low_bytes)) - 1);
+  }
+  s.band_median_width = median(widths);
   s.counted = static_cast<int>(counted.size());
   s.median_abs_error = median(counted);
   s.peft_counted = static_cast<int>(peft.size());
@@ -131,6 +161,17 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
                                                                  return e <= 0.10;
                                                                })) / static_cast<double>(all.size());
   return s;
+}
+
+std::vector<ResidualRow> residual_rows(const ValidationSummary& s) {
+  std::vector<ResidualRow> rows;
+  for (const auto& r : s.rows) {
+    BandStatistic stat;
+    if (!r.ok || r.vcase.lower_bound || !parse_band_statistic(r.vcase.statistic, stat)) continue;
+    rows.push_back({r.vcase.id, stat, r.vcase.confidence, !r.vcase.excluded.empty(), r.relative_error,
+                    band_features(r.vcase.config)});
+  }
+  return rows;
 }
 
 std::string validation_markdown(const ValidationSummary& s) {
@@ -159,9 +200,19 @@ std::string validation_markdown(const ValidationSummary& s) {
                 "%.0f%% within 10%%.\n\n",
                 s.all_counted, 100 * s.all_median_abs_error, 100 * s.all_p90_abs_error, 100 * s.all_within_10pct);
   md += buf;
+  std::snprintf(buf, sizeof buf,
+                "**Uncertainty band, leave-one-out:** the measured value falls inside the band that the %d nearest "
+                "other cases give it (src/core/band.h) for %d of %d cases (%.0f%%), excluded and low-confidence ones "
+                "included; for %d of the %d counted cases (%.0f%%). The band aims at 80%%; its median width (top over "
+                "bottom) is %.0f%%.\n\n",
+                kBandNeighbours, s.band_inside, s.band_cases,
+                s.band_cases ? 100.0 * s.band_inside / s.band_cases : 0.0, s.band_counted_inside, s.band_counted_cases,
+                s.band_counted_cases ? 100.0 * s.band_counted_inside / s.band_counted_cases : 0.0,
+                100 * s.band_median_width);
+  md += buf;
   md += "The column *first score* is memsim's error when the case was added, before any model change it motivated.\n\n";
-  md += "| case | confidence | statistic | measured | predicted | error | first score | peak during | source |\n";
-  md += "|---|---|---|---|---|---|---|---|---|\n";
+  md += "| case | confidence | statistic | measured | predicted | error | first score | band, leave-one-out | peak during | source |\n";
+  md += "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : s.rows) {
     const auto& c = r.vcase;
     std::string err = r.ok ? "" : "not simulated: " + r.error;
@@ -173,8 +224,11 @@ std::string validation_markdown(const ValidationSummary& s) {
     }
     std::string first = "-";
     if (c.has_first_score) std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * c.first_error), first = buf;
+    const std::string band = !r.band_ok ? "-"
+                             : format_bytes(r.band_low_bytes) + " - " + format_bytes(r.band_high_bytes) +
+                                   (r.inside_band ? ", in" : ", **out**");
     md += "| " + c.id + " | " + c.confidence + " | " + c.statistic + " | " + format_bytes(c.measured_bytes) + " | " +
-          (r.ok ? format_bytes(r.predicted_bytes) : "-") + " | " + err + " | " + first + " | " + r.peak_phase + " | " +
+          (r.ok ? format_bytes(r.predicted_bytes) : "-") + " | " + err + " | " + first + " | " + band + " | " + r.peak_phase + " | " +
           c.source + " |\n";
   }
   md += "\n## Findings and inferred fields\n\n";

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "band.h"
 #include "config.h"
 #include "validate.h"
 
@@ -38,6 +39,12 @@ struct ValidationRow {
   double relative_error = 0;  // (predicted - measured) / measured
   std::string peak_phase;
   bool bound_met = true;    // lower-bound cases: predicted above the bound
+  // The uncertainty band of the statistic measured, as the nearest other cases give it (leave-one-out: the case is
+  // left out of its own neighbours), and whether the measured value falls inside it. Not for lower bounds.
+  bool band_ok = false;
+  int64_t band_low_bytes = 0;
+  int64_t band_high_bytes = 0;
+  bool inside_band = false;
 };
 
 struct ValidationSummary {
@@ -59,6 +66,13 @@ struct ValidationSummary {
   double all_median_abs_error = 0;
   double all_p90_abs_error = 0;
   double all_within_10pct = 0;  // fraction of those cases within 10%
+  // Leave-one-out coverage of the band: over every case with an error (all confidences, excluded ones included),
+  // and over the counted ones (high and medium confidence, not excluded, single and multi GPU together).
+  int band_cases = 0;
+  int band_inside = 0;
+  int band_counted_cases = 0;
+  int band_counted_inside = 0;
+  double band_median_width = 0;  // median of high / low - 1 over band_cases
 };
 
 bool is_multi_gpu(const Config& c);
@@ -66,6 +80,8 @@ bool is_multi_gpu(const Config& c);
 // Parses one case file; errors name the field.
 bool parse_validation_case(std::string_view text, ValidationCase& out, std::vector<FieldError>& errors);
 ValidationSummary run_validation(const std::vector<ValidationCase>& cases);
+// The residual table of a validation run (band.h): every case with an error, in the run's order.
+std::vector<ResidualRow> residual_rows(const ValidationSummary& s);
 std::string validation_markdown(const ValidationSummary& s);
 // A section for memsim's own calibration runs (tools/calibrate), one folder of case files of one statistic.
 std::string calibration_markdown(const ValidationSummary& s, std::string_view folder);

@@ -185,11 +185,16 @@ std::string summary_markdown(const Config& c, const Result& r, Unit unit, const 
                   (c.model.is_encoder_decoder ? " -> " + std::to_string(decoder_tokens_per_sequence(c)) : std::string()) +
                   ", " + c.training.precision + ", " + c.training.optimizer + ", DP " +
                   std::to_string(c.parallel.data_parallel_size) + " ZeRO-" + std::to_string(c.parallel.zero_stage) +
-                  ", " + c.hardware.gpu + "\n\n| device | peak (nvidia-smi) | allocated | reserved | fits |\n|---|---|---|---|---|\n";
-  for (const auto& d : r.devices)
+                  ", " + c.hardware.gpu + "\n\n| device | peak (nvidia-smi) | allocated | reserved | verdict (band) |\n|---|---|---|---|---|\n";
+  for (const auto& d : r.devices) {
+    const auto& band = d.band.of(BandStatistic::Device);  // the verdict's band (core/band.h)
     s += "| " + d.role + " x" + std::to_string(d.device_count) + " | " + bytes_text(d.peak.device_bytes, unit) + " of " +
          bytes_text(d.capacity_bytes, unit) + " | " + bytes_text(d.peak.allocated_bytes, unit) + " | " +
-         bytes_text(d.peak.reserved_bytes, unit) + " | " + (d.fits ? "yes" : "**no**") + " |\n";
+         bytes_text(d.peak.reserved_bytes, unit) + " | " +
+         (d.verdict == Verdict::Fits ? std::string("fits") : "**" + std::string(verdict_id(d.verdict)) + "**") +
+         (d.band.valid ? " (" + bytes_text(band.low_bytes, unit) + " - " + bytes_text(band.high_bytes, unit) + ")" : "") +
+         " |\n";
+  }
   return s + "\n" + link + "\n";
 }
 

@@ -121,7 +121,10 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(bytes_text(s.saved_bytes, unit).c_str());
     ImGui::TableNextColumn();
+    // The same verdict as the results panel's: a change that leaves the band across the usable line is borderline.
     if (s.fits) ImGui::TextColored(ImVec4(0.35f, 0.85f, 0.45f, 1), "%s fits", bytes_text(s.peak_bytes, unit).c_str());
+    else if (s.verdict == Verdict::Borderline)
+      ImGui::TextColored(ImVec4(0.95f, 0.8f, 0.3f, 1), "%s borderline", bytes_text(s.peak_bytes, unit).c_str());
     else ImGui::TextUnformatted(bytes_text(s.peak_bytes, unit).c_str());
     ImGui::TableNextColumn();
     if (ImGui::SmallButton("Apply")) {
@@ -137,7 +140,9 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
       ImGui::EndTooltip();
     }
     announce_focus("Apply, button: " + s.change + ". Saves " + bytes_text(s.saved_bytes, unit) + ", peak after " +
-                   bytes_text(s.peak_bytes, unit) + (s.fits ? ", fits" : ", does not fit") + ". Cost: " + s.cost);
+                   bytes_text(s.peak_bytes, unit) +
+                   (s.fits ? ", fits" : s.verdict == Verdict::Borderline ? ", borderline" : ", does not fit") +
+                   ". Cost: " + s.cost);
     ImGui::PopID();
   }
   ImGui::EndTable();

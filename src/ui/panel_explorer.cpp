@@ -129,7 +129,7 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
     if (!r.ok) cell.error = r.errors.empty() ? "invalid" : r.errors[0].message;
     cell.fits = r.ok;
     for (const auto& d : r.devices) {
-      cell.fits = cell.fits && d.fits;
+      cell.fits = cell.fits && d.verdict == Verdict::Fits;  // the results panel's verdict: the band's top fits
       if (d.peak.device_bytes > cell.peak) {
         cell.peak = d.peak.device_bytes;
         cell.ratio = static_cast<double>(d.peak.device_bytes) / static_cast<double>(std::max<int64_t>(1, d.usable_bytes));
@@ -211,7 +211,8 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
   }
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TextWrapped("x: %s, y: %s. Green fits with room, yellow is within the headroom, red does not fit; outlined: "
-                     "the largest that fits in its row (the fewest, for GPUs); a line between cells: where the peak "
+                     "the largest that fits in its row, its band's top under the usable line (the fewest, for GPUs); a line "
+                     "between cells: where the peak "
                      "crosses the usable memory.",
                      xa.name, ya.name);
   if (variant_steps > 0)

@@ -153,7 +153,9 @@ bool draw_parallel_inputs(Config& c) {
       changed = true;
     }
     const char* headroom_help = "Memory kept free for what no model predicts (other processes, allocator spikes). "
-                                "Practitioners budget 10-15%. Space, then the left and right arrows, changes it; Enter "
+                                "Practitioners budget 10-15%; memsim's own uncertainty is the band under each verdict, "
+                                "which says how much to keep free for this setup, and the verdict fits only when the "
+                                "band's top is under this line. Space, then the left and right arrows, changes it; Enter "
                                 "types it.";
     announce_focus(focus_words("headroom", std::to_string(static_cast<int>(headroom + 0.5f)) + " percent, slider",
                                "hardware.headroom_fraction", headroom_help));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "band_view.h"
 #include "chart.h"
 #include "colors.h"
 #include "core/format.h"
@@ -34,11 +35,9 @@ std::vector<Slot> slots_of(const DeviceResult& d) {
 void verdict(const DeviceResult& d, Unit unit) {
   const double pct = 100.0 * static_cast<double>(d.peak.device_bytes) / static_cast<double>(std::max<int64_t>(1, d.capacity_bytes));
   const int64_t left = d.usable_bytes - d.peak.device_bytes;
-  ImVec4 color = d.fits ? ImVec4(0.35f, 0.85f, 0.45f, 1) : ImVec4(1.0f, 0.35f, 0.35f, 1);
   ImGui::PushTextWrapPos(0.0f);  // a phone-sized window wraps the verdict rather than cutting it off
-  ImGui::PushStyleColor(ImGuiCol_Text, color);
-  const char* word = d.fits ? "FITS" : (d.oom ? "OUT OF MEMORY" : "DOES NOT FIT");
-  ImGui::Text("%s", word);
+  ImGui::PushStyleColor(ImGuiCol_Text, verdict_color(d.verdict));
+  ImGui::Text("%s", verdict_words(d.verdict));  // with the band: borderline where the usable line falls inside it
   ImGui::PopStyleColor();
   ImGui::SameLine();
   ImGui::Text("%s (x%lld): %s of %s = %.1f%%", d.role.c_str(), static_cast<long long>(d.device_count),
@@ -48,6 +47,7 @@ void verdict(const DeviceResult& d, Unit unit) {
   else
     ImGui::TextColored(ImVec4(1.0f, 0.6f, 0.4f, 1), "%s over the usable %s", bytes_text(-left, unit).c_str(),
                        bytes_text(d.usable_bytes, unit).c_str());
+  band_line(d, unit);
   if (d.oom) {
     const char* phase = "";
     for (const auto& p : d.program.phases)
@@ -72,7 +72,8 @@ void stacked_bar(const DeviceResult& d, Unit unit, uint64_t key) {
   const float height = ImGui::GetFrameHeight() * 1.4f;
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const double scale_to = static_cast<double>(std::max(d.capacity_bytes, d.peak.device_bytes));
+  const double scale_to = static_cast<double>(
+      std::max({d.capacity_bytes, d.peak.device_bytes, d.band.valid ? d.band.of(BandStatistic::Device).high_bytes : 0}));
   ImGui::InvisibleButton("bar", ImVec2(width, height));
   const bool hovered = ImGui::IsItemHovered();
   const bool focused = item_has_keyboard_focus();
@@ -102,6 +103,7 @@ void stacked_bar(const DeviceResult& d, Unit unit, uint64_t key) {
   const float cap_x = p0.x + static_cast<float>(static_cast<double>(d.capacity_bytes) / scale_to * width);
   dl->AddLine(ImVec2(usable_x, p0.y - 3), ImVec2(usable_x, p0.y + height + 3), IM_COL32(255, 220, 80, 255), 2.0f);
   dl->AddLine(ImVec2(cap_x - 1, p0.y - 3), ImVec2(cap_x - 1, p0.y + height + 3), IM_COL32(255, 80, 80, 255), 2.0f);
+  const std::string band_words = band_whisker(dl, d, p0, width, height, scale_to, unit, hovered, mouse);
   // The keyboard's focus on the bar shows every component at once (the table below has the same numbers).
   if (focused) {
     draw_focus_frame(p0.x, p0.y, p0.x + width, p0.y + height);
@@ -116,6 +118,12 @@ void stacked_bar(const DeviceResult& d, Unit unit, uint64_t key) {
     }
     ImGui::EndTooltip();
     words.back() = '.';
+    if (!band_words.empty()) {
+      ImGui::BeginTooltip();
+      ImGui::TextUnformatted(band_words.c_str());
+      ImGui::EndTooltip();
+      words += " " + band_words;
+    }
     announce_focus(words, true);
   }
 }

@@ -95,6 +95,27 @@ TEST_CASE("simulation speed") {
   run.data.sample_lengths = "p0=20,p50=150,p90=350,p99=600,p100=1100";
   run.data.steps = 1000;
   BENCHMARK("7B LoRA, a 1,000-step run of varying lengths") { return simulate(run).devices.size(); };
+  // The uncertainty band (core/band.h) of an HF Trainer QLoRA fine-tune that does not state its data shape: the
+  // fixed shape plus the band's run of 8 micro-batches of varying lengths, against the same with the shape stated
+  // (data.padding=max_length: no run).
+  Config hf = def;
+  hf.model.hidden_size = 4096;
+  hf.model.num_hidden_layers = 32;
+  hf.model.num_attention_heads = 32;
+  hf.model.num_key_value_heads = 8;
+  hf.model.intermediate_size = 14336;
+  hf.model.vocab_size = 128256;
+  hf.training.framework = "hf_trainer";
+  hf.training.sequence_length = 2048;
+  hf.parallel.data_parallel_size = 1;
+  hf.parallel.zero_stage = 0;
+  hf.peft.method = "lora";
+  hf.peft.base_quantization = "nf4";
+  hf.peft.target_modules = "all-linear";
+  Config hf_stated = hf;
+  hf_stated.data.padding = "max_length";
+  BENCHMARK("Llama-3-8B shape, QLoRA under the HF Trainer, data shape stated") { return simulate(hf_stated).devices.size(); };
+  BENCHMARK("... data shape unstated: with the band's 8-micro-batch run") { return simulate(hf).devices.size(); };
   const std::string frag = config_to_fragment(def);
   BENCHMARK("fragment decode") { return config_from_fragment(frag).ok; };
 }

@@ -22,6 +22,15 @@ assert set(['allocated_bytes','reserved_bytes','device_bytes']) <= set(dev['peak
 assert isinstance(dev['fits'], bool)
 assert sum(dev['breakdown'].values()) == dev['peak']['device_bytes']"
 
+check "devices have a verdict and a band of every statistic around the prediction" py "
+dev = d['devices'][0]
+assert dev['verdict'] in ('fits', 'borderline', 'does_not_fit', 'out_of_memory')
+assert dev['verdict'] != 'fits' or dev['fits']
+b = dev['band']
+assert set(b) == {'allocated', 'reserved', 'active', 'device'}
+for k in b: assert b[k]['low_bytes'] <= dev['peak'][k + '_bytes'] <= b[k]['high_bytes']
+assert (dev['verdict'] == 'fits') == (b['device']['high_bytes'] <= dev['usable_bytes'] and not dev['oom'])"
+
 "$cli" estimate --config - --set model.hidden_size=4096 --set model.intermediate_size=11008 \
   --set model.num_hidden_layers=32 --set model.num_attention_heads=32 --set model.num_key_value_heads=32 \
   < "$tmp/default.json" > "$tmp/out.json"
@@ -45,7 +54,8 @@ check "--suggest adds ranked suggestions with their settings" py "
 s = d['suggestions']
 assert len(s) > 0 and all(x['saved_bytes'] > 0 and x['set'] for x in s)
 assert [x['saved_bytes'] for x in s] == sorted((x['saved_bytes'] for x in s), reverse=True)
-assert any(x['set'] == ['training.activation_checkpointing=full'] for x in s)"
+assert any(x['set'] == ['training.activation_checkpointing=full'] for x in s)
+assert all(x['verdict'] in ('fits', 'borderline', 'does_not_fit', 'out_of_memory') and x['fits'] == (x['verdict'] == 'fits') for x in s)"
 sets=$(python3 -c "import json; s = json.load(open('$tmp/out.json'))['suggestions'][0]; print(' '.join('--set ' + x for x in s['set']))")
 want=$(python3 -c "import json; print(json.load(open('$tmp/out.json'))['suggestions'][0]['device_bytes_after'])")
 # shellcheck disable=SC2086
@@ -55,6 +65,10 @@ import json; d = json.load(open('$tmp/applied.json'))
 assert max(x['peak']['device_bytes'] for x in d['devices']) == $want"
 "$cli" estimate --config "$tmp/default.json" --format table --suggest > "$tmp/table.txt"
 check "--suggest in the table" grep -q "what helps" "$tmp/table.txt"
+check "the table prints the band and the headroom it asks for" grep -q "keep .* of the GPU free above the prediction" "$tmp/table.txt"
+
+"$cli" validate "$here/tests/validation/cases" --residuals "$tmp/residuals.tsv" > "$tmp/validation.md"
+check "validate --residuals writes the band's table, as the build embeds it" cmp -s "$tmp/residuals.tsv" "$here/src/core/catalog/residuals.tsv"
 
 "$cli" config --accelerate-config "$here/tests/data/accelerate/fsdp1_hybrid_2x8.yaml" > "$tmp/acc.json" 2>/dev/null
 check "--accelerate-config (FSDP1 HYBRID_SHARD on 2 x 8 GPUs)" python3 -c "

@@ -404,3 +404,21 @@ TEST_CASE("describe_run: where in the run the peak is, in one line", "[run]") {
   run.allocated_peak_step = 7;  // a trace that does not hold its peak's step says nothing rather than read past it
   CHECK(describe_run(run).empty());
 }
+
+// The second, limited pass of a run (its allocated peak fits the GPU, its cache does not) finishes in a later call of
+// Simulation::advance; simulate() must make that call, or it returns an unfinished result: not ok, and no error.
+TEST_CASE("simulate() finishes a run whose cache exceeds the GPU", "[run]") {
+  Config c = lora_7b_like();
+  c.data.lengths = "micro_batches";
+  c.data.micro_batch_lengths = "256,512,768,1024,1280,1536,1792,2048";  // growing: no cached block is reused
+  const Result unlimited = simulate(c);
+  REQUIRE(unlimited.ok);
+  const DeviceResult& u = unlimited.devices[0];
+  REQUIRE(u.peak.reserved_bytes > u.peak.allocated_bytes + (int64_t{1} << 30));
+  c.hardware.gpu = "custom";  // room for what the run allocates, not for what it would cache
+  c.hardware.gpu_memory_bytes = u.peak.allocated_bytes + u.breakdown.cuda_context_bytes + (int64_t{512} << 20);
+  const Result r = simulate(c);
+  INFO((r.errors.empty() ? "" : r.errors.front().message));
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].peak.reserved_bytes <= c.hardware.gpu_memory_bytes);
+}

@@ -220,3 +220,12 @@ TEST_CASE("keyboard: the Data section's lengths are picked and typed, and the Ru
   REQUIRE(k.tab_to("Run of 50 steps"));  // the chart, read out as the verdict's run line
   CHECK(k.focus().find("peak at step") != std::string::npos);
 }
+
+TEST_CASE("keyboard: the device bar reads out its uncertainty band and the verdict", "[ui][keyboard][band]") {
+  Keyboard k;
+  REQUIRE(k.tab_to("Breakdown of "));
+  const std::string& words = k.focus();
+  INFO(words);
+  CHECK(words.find("Band of the device peak: ") != std::string::npos);
+  CHECK(words.find(", verdict FITS.") != std::string::npos);  // the default setup's band top is under the usable line
+}

@@ -106,3 +106,35 @@ TEST_CASE("the fine-tuning panel draws every PEFT method, and a refused one show
     if (!app.result().ok) CHECK(app.result().errors.at(0).field == "peft.method");
   }
 }
+
+// In the headless 1280x720 frame the default setup's bar spans the results panel from about x 470, and its device
+// band covers about 50-66% of it (x 870-990); its row is found by hovering down the panel, so that a line added
+// above the bar does not move the test off it.
+TEST_CASE("hovering the device bar's band lists the published cases it comes from", "[ui][band]") {
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  gui.frame(app);
+  gui.frame(app);
+  REQUIRE(app.result().devices.front().band.valid);
+  auto hover = [&](float x, float y) {
+    ImGui::GetIO().MousePos = ImVec2(x, y);
+    gui.frame(app);
+    return gui.frame(app);
+  };
+  // The bar's row: its left part (the weights segment) shows a segment's tooltip only, its band part that and a
+  // line per neighbouring case (each glyph is 4 vertices). (The band's text line above it lists them all along.)
+  // Both are found by hovering along the rows, so that a line added above the bar or a peak that moves the band
+  // along it does not move the test off them.
+  const int nowhere = hover(5000, 150);
+  bool found = false;
+  for (float y = 60; y < 400 && !found; y += 6) {
+    int on_weights = nowhere, most = nowhere;
+    for (float x = 300; x < 1280; x += 10) {
+      const int v = hover(x, y);
+      if (on_weights == nowhere) on_weights = v;
+      most = std::max(most, v);
+    }
+    found = on_weights > nowhere && most > on_weights + 2000 && hover(5000, y) == nowhere;
+  }
+  CHECK(found);
+}

@@ -12,6 +12,13 @@ framework, precision, checkpointing, PEFT method and parallel layout (the grid i
 run through `memsim-cli estimate --format json --timeline --suggest`, whose output holds the peaks, breakdowns,
 timelines and What helps; the line is the config's name, a hash of its own result and a hash of its What helps
 (or of the error).
+
+    python3 tools/digest/digest.py --without-band build/native/memsim-cli
+
+hashes the same output without what the uncertainty band adds (src/core/band.h): each device's `band` and
+`verdict`, the notes that start with "band:", and each suggestion's `verdict` and `fits` (which follows the verdict).
+Its lines equal a digest of a build before the band for every config whose peaks, breakdowns and timelines did not
+change.
 """
 import hashlib
 import itertools
@@ -96,29 +103,51 @@ def grid(cli):
         yield f"{preset}/{name}", args, None
 
 
-def run(cli, item):
+def without_band(stdout):
+    """The estimate's JSON as a build before the band printed it (see the module's docstring)."""
+    try:
+        out = json.loads(stdout)
+    except ValueError:
+        return stdout
+    for dev in out.get("devices", []):
+        dev.pop("band", None)
+        dev.pop("verdict", None)
+    if "notes" in out:
+        out["notes"] = [n for n in out["notes"] if not n.startswith("band:")]
+    for sg in out.get("suggestions", []):
+        sg.pop("verdict", None)
+        sg.pop("fits", None)
+    return json.dumps(out, indent=2) + "\n"
+
+
+def run(cli, item, strip_band=False):
     name, args, stdin = item
     p = subprocess.run([cli, "estimate", *args, "--format", "json", "--timeline", "--suggest"], input=stdin,
                        capture_output=True, text=True)
+    stdout = without_band(p.stdout) if strip_band else p.stdout
     # Two hashes: the config's own result, and What helps (whose suggestions simulate other configs, so a change
     # to one mechanism shows there for configs it does not touch).
     try:
-        out = json.loads(p.stdout)
+        out = json.loads(stdout)
         suggestions = out.pop("suggestions", None)
         own, helps = json.dumps(out, sort_keys=True), json.dumps(suggestions, sort_keys=True)
     except ValueError:
-        own, helps = p.stdout, ""
+        own, helps = stdout, ""
     h = lambda text: hashlib.sha1((text + "\n" + p.stderr + "\n" + str(p.returncode)).encode()).hexdigest()[:16]
     return f"{name} {h(own)} {h(helps)}"
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    strip_band = bool(args) and args[0] == "--without-band"
+    if strip_band:
+        args = args[1:]
+    if len(args) != 1:
         sys.exit(__doc__)
-    cli = os.path.abspath(sys.argv[1])
+    cli = os.path.abspath(args[0])
     items = list(case_configs()) + list(grid(cli))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for line in pool.map(lambda i: run(cli, i), items):
+        for line in pool.map(lambda i: run(cli, i, strip_band), items):
             print(line)
 
 
