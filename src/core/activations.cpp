@@ -97,8 +97,8 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
     uint32_t sc = tmp(mul(e, s2), L_.scores, layer);
     uint32_t scaled = tmp(mul(e, s2), L_.scores, layer);
     drop(sc);
-    // torch <= 1.10's softmax kept its input for backward as well (training.softmax_saves_input).
-    const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
+    // torch <= 1.10's softmax kept its input for backward as well (training.softmax_saves_input, resolved).
+    const bool keep_input = keep_s2 && rs_.softmax_saves_input;
     uint32_t masked = softmax_input(mul(sm_bytes, s2), L_.scores, layer, keep_input);
     drop(scaled);
     uint32_t sm = keep_s2 ? act(mul(sm_bytes, s2), L_.softmax, layer) : tmp(mul(sm_bytes, s2), L_.softmax, layer);
@@ -187,7 +187,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
     }
     // Old bitsandbytes keeps a 4-bit linear's input whenever the input requires grad: everywhere but the first
     // layer's q/k/v, which read the frozen embedding's normalised output.
-    if (peft.bnb_saves_input && (peft.base_quantization == "nf4" || peft.base_quantization == "fp4") &&
+    if (rs_.bnb_saves_input && (peft.base_quantization == "nf4" || peft.base_quantization == "fp4") &&
         module_quantized(layer, mod) && !(layer == 0 && info.qkv))
       need_self = true;
     if (!info.targeted) continue;
@@ -587,7 +587,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       // input for backward too.
       const bool half_to_float = e == 2 && !d_.amp && pr_.id.find("fp16") != std::string_view::npos;
       const bool convert = e < 4 && !half_to_float;
-      const bool keep_input = keep_s2 && c_.training.softmax_saves_input;
+      const bool keep_input = keep_s2 && rs_.softmax_saves_input;
       uint32_t scores = softmax_input(mul(e, s2), L_.scores, layer, keep_input && !convert);
       uint32_t conv = convert ? softmax_input(mul(4, s2), L_.attn_tmp, layer, keep_input) : UINT32_MAX;
       s2_alloc(mul(4, s2), L_.softmax);
@@ -975,7 +975,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // transformers >= 4.49 ForCausalLMLoss: logits (compute dtype) -> .float() -> cross_entropy saves its
       // log-softmax (fp32). The Trainer drops the model outputs before backward; a plain loop holds them.
       // torch <= 1.10's log_softmax also kept its input: the fp32 upcast, or the fp32 logits themselves.
-      const bool keep_input = c_.training.softmax_saves_input;
+      const bool keep_input = rs_.softmax_saves_input;
       uint32_t hd = head_dequant();
       uint32_t lg = rs_.holds_logits ? act(mul(e, tv), L_.logits, post)
                                      : softmax_input(mul(e, tv), L_.logits, post, keep_input && e == 4);
@@ -988,6 +988,11 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       else drop(lg);
       break;
     }
+    case LossImpl::HfShiftFp32:
+    case LossImpl::HfFp32Logits:
+    case LossImpl::HfShift:
+      hf_shifted_loss_forward(saved);
+      break;
     case LossImpl::FullFp32: {
       // torchtune unembed: output(h).float(), the low-precision logits go at once; `del logits` after the loss.
       uint32_t hd = head_dequant();
@@ -1058,6 +1063,89 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   }
 }
 
+// transformers' causal-LM loss before 4.49 (docs/versions.md 6a, with the 4.31 tensors' bytes at
+// each moment under "Memory consequences"): the loss shifts the logits by one token with logits[..., :-1, :].contiguous(), a copy, before
+// cross_entropy. Where the logits live differs by version:
+//  HfFp32Logits (4.31-4.45): LlamaForCausalLM returns fp32 logits (logits = logits.float(), transformers#24891); the
+//    compute-dtype ones go at once (nothing saves them), the fp32 copy is shifted, and the outputs hold the fp32
+//    logits (the Trainer drops them before backward, a plain loop keeps them).
+//  HfShiftFp32 (4.46-4.48): the outputs hold compute-dtype logits (#33902); ForCausalLMLoss (#34191) upcasts them and
+//    shifts the fp32 copy, both freed when the loss returns.
+//  HfShift (before 4.31): the logits stay in the compute dtype and are shifted as they are; under autocast
+//    log_softmax (an fp32 op of autocast) casts the shifted copy to fp32 first.
+// The loss saves log_softmax's output; torch <= 1.10 also kept its input (training.softmax_saves_input). Backward
+// adds slice_backward's zero-filled gradient of the unshifted logits (the shift is a view, its copy's backward
+// passes the gradient through).
+void StepBuilder::hf_shifted_loss_forward(std::vector<uint32_t>& saved) {
+  const int32_t post = -1;
+  const int64_t tv = mul(d_.T, d_.V), e = d_.e;
+  const bool keep_input = rs_.softmax_saves_input;
+  const bool keep_output = rs_.holds_logits;
+  uint32_t hd = head_dequant();
+  uint32_t out = UINT32_MAX;  // what the model's outputs hold
+  uint32_t local = UINT32_MAX;  // the loss's own fp32 upcast (4.46-4.48)
+  uint32_t shifted = UINT32_MAX, cast = UINT32_MAX;
+  const bool fp32_loss = rs_.loss != LossImpl::HfShift || e == 4;
+  if (rs_.loss == LossImpl::HfFp32Logits && e < 4) {
+    uint32_t lg = tmp(mul(e, tv), L_.logits, post);
+    drop_if(hd);
+    out = keep_output ? act(mul(4, tv), L_.logits_fp32, post) : tmp(mul(4, tv), L_.logits_fp32, post);
+    drop(lg);
+  } else {
+    out = keep_output ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
+    drop_if(hd);
+    if (rs_.loss == LossImpl::HfShiftFp32 && e < 4) local = tmp(mul(4, tv), L_.logits_fp32, post);
+  }
+  if (fp32_loss) {
+    shifted = softmax_input(mul(4, tv), L_.logits_shifted, post, keep_input);
+  } else {
+    shifted = softmax_input(mul(e, tv), L_.logits_shifted, post, keep_input && !d_.amp);
+    if (d_.amp) cast = softmax_input(mul(4, tv), L_.logits_fp32, post, keep_input);
+  }
+  const int64_t ls = fp32_loss || d_.amp ? 4 : e;  // log_softmax's dtype
+  saved.push_back(act(mul(ls, tv), L_.lse_loss, post));
+  if (cast != UINT32_MAX) keep_input ? saved.push_back(cast) : drop(cast);
+  if (keep_input && cast == UINT32_MAX) saved.push_back(shifted);
+  else drop(shifted);
+  if (local != UINT32_MAX) drop(local);
+  if (keep_output) held_logits_ = out;  // freed when the loop lets go of the outputs
+  else drop(out);
+}
+
+uint32_t StepBuilder::hf_shifted_loss_backward(std::vector<uint32_t>& saved) {
+  const int32_t post = -1;
+  const int64_t tv = mul(d_.T, d_.V), e = d_.e;
+  const bool fp32_loss = rs_.loss != LossImpl::HfShift || e == 4;
+  const int64_t ls = fp32_loss || d_.amp ? 4 : e;
+  // nll_loss backward and log_softmax backward, in log_softmax's dtype.
+  uint32_t g1 = tmp(mul(ls, tv), L_.loss_grad, post);
+  uint32_t g2 = tmp(mul(ls, tv), L_.loss_grad, post);
+  drop(g1);
+  release_saved(saved, L_.lse_loss);  // LogSoftmaxBackward has run
+  if (rs_.softmax_saves_input) release_saved(saved, L_.softmax_in);
+  // HfShift under autocast: the cast to fp32 goes back to the compute dtype before the slice.
+  if (!fp32_loss && d_.amp) {
+    uint32_t g = tmp(mul(e, tv), L_.loss_grad_bf16, post);
+    drop(g2);
+    g2 = g;
+  }
+  // slice_backward: zeros of the unshifted logits' shape, the gradient copied in.
+  const int64_t sb = fp32_loss ? 4 : e;
+  uint32_t full = tmp(mul(sb, tv), L_.loss_grad, post);
+  drop(g2);
+  // .float() backward (4.31-4.48): the gradient cast back to the compute dtype for lm_head.
+  if (sb == 4 && e < 4) {
+    uint32_t g = tmp(mul(e, tv), L_.loss_grad_bf16, post);
+    drop(full);
+    full = g;
+  }
+  alloc_layer_grads(s_.num_layers);  // lm_head's matmul backward: its .grad, then the hidden state's gradient
+  uint32_t dy;
+  { uint32_t hd = head_dequant(); dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post); drop_if(hd); }
+  drop(full);
+  return dy;
+}
+
 // The bytes of the output head's weight gradient, 0 when the head (or the embedding it is tied to) is frozen.
 int64_t StepBuilder::head_grad_bytes() const {
   if (c_.model.tie_word_embeddings) return has_grad(s_.pre.front()) ? grad_bytes_of(s_.pre.front()) : 0;
@@ -1081,7 +1169,9 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   const int32_t post = -1;  // the head belongs to no layer (the timeline shows its tensors unnumbered)
   // The head's .grad appears when its matmul's backward runs, after the loss's nodes (allocator traces of the H200
   // calibration runs, tests/validation/measured/traces); the losses below that follow the traces create it there.
-  const bool late_head_grad = (rs_.loss == LossImpl::HfFp32Upcast || rs_.loss == LossImpl::FullFp32 ||
+  const bool late_head_grad = (rs_.loss == LossImpl::HfFp32Upcast || rs_.loss == LossImpl::HfShiftFp32 ||
+                               rs_.loss == LossImpl::HfFp32Logits || rs_.loss == LossImpl::HfShift ||
+                               rs_.loss == LossImpl::FullFp32 ||
                                (rs_.loss == LossImpl::ChunkedFp32 && !c_.training.compile)) &&
                               c_.model.task_head != "sequence_classification";
   if (!late_head_grad) alloc_layer_grads(s_.num_layers);
@@ -1113,7 +1203,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       uint32_t g2 = tmp(mul(4, tv), L_.loss_grad, post);
       drop(g1);
       release_saved(saved, L_.lse_loss);  // LogSoftmaxBackward has run
-      if (c_.training.softmax_saves_input) release_saved(saved, L_.softmax_in);
+      if (rs_.softmax_saves_input) release_saved(saved, L_.softmax_in);
       uint32_t g3 = e < 4 ? tmp(mul(e, tv), L_.loss_grad_bf16, post) : UINT32_MAX;
       if (g3 != UINT32_MAX) drop(g2), g2 = g3;
       alloc_layer_grads(s_.num_layers);  // lm_head's matmul backward: its .grad, then the hidden state's gradient
@@ -1121,6 +1211,11 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       drop(g2);
       break;
     }
+    case LossImpl::HfShiftFp32:
+    case LossImpl::HfFp32Logits:
+    case LossImpl::HfShift:
+      dy = hf_shifted_loss_backward(saved);
+      break;
     case LossImpl::ChunkedFp32: {
       const int64_t n = c_.training.loss_chunks;
       if (c_.training.compile) {

@@ -63,7 +63,8 @@ std::vector<Suggestion> suggestion_candidates(const Config& base) {
   auto add = [&](std::string change, std::string cost, Config c) { candidates.push_back({std::move(change), std::move(cost), std::move(c)}); };
   const auto& t = base.training;
   const auto& p = base.parallel;
-  const Sharding sharding = resolve(base).sharding;
+  const Resolved rs = resolve(base);
+  const Sharding sharding = rs.sharding;
   const bool fsdp = sharding == Sharding::Fsdp1 || sharding == Sharding::Fsdp2;
 
   if (t.activation_checkpointing != "full") {
@@ -143,7 +144,7 @@ std::vector<Suggestion> suggestion_candidates(const Config& base) {
     add("torch.compile the layers", "compile time at start-up; Inductor recomputes the norms' fp32 copies and "
         "SwiGLU's activation in backward instead of saving them (usually faster, not slower)", c);
   }
-  if (t.attention == "eager") {
+  if (rs.attention == Attention::Eager) {
     Config c = base;
     c.training.attention = "sdpa";
     add("SDPA / FlashAttention instead of eager attention", "faster as well", c);
@@ -160,9 +161,9 @@ std::vector<Suggestion> suggestion_candidates(const Config& base) {
         "no_backward_sync(enabled=False)): a reduce-scatter per micro-batch instead of one per step, where FSDP's "
         "no_sync() holds the whole model's unsharded gradients", c);
   }
-  if (!base.hardware.expandable_segments) {
+  if (!rs.expandable_segments) {
     Config c = base;
-    c.hardware.expandable_segments = true;
+    c.hardware.expandable_segments = "true";
     add("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "no change to the training itself: the allocator grows "
         "one segment per stream in 20 MiB pages instead of caching whole cudaMalloc blocks (PyTorch CUDA semantics "
         "docs: it helps where fragmentation wastes memory); mapped pages are kept until empty_cache", c);
@@ -186,15 +187,15 @@ std::vector<Suggestion> suggestion_candidates(const Config& base) {
         break;
       }
   }
-  if (t.softmax_saves_input) {
+  if (rs.softmax_saves_input) {
     Config c = base;
-    c.training.softmax_saves_input = false;
+    c.training.softmax_saves_input = "false";
     add("PyTorch 1.11 or newer", "its softmax keeps only its output for backward, not its input as well "
         "(pytorch/pytorch#66018); check the rest of the stack supports it", c);
   }
-  if (!t.zero_grad_set_to_none) {
+  if (!rs.zero_grad_set_to_none) {
     Config c = base;
-    c.training.zero_grad_set_to_none = true;
+    c.training.zero_grad_set_to_none = "true";
     add("zero_grad(set_to_none=True)", "the default since PyTorch 2.0: gradients are freed after the step instead "
         "of zeroed in place, so they are not held through the next forward", c);
   }

@@ -81,6 +81,9 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// training.empty_cache_steps: derived from the framework and the versions.
+constexpr int64_t kEmptyCacheAuto = -1;
+
 // Choices that frameworks make differently. "auto" means: what training.framework does (frameworks.cpp);
 // any other value overrides the framework's choice.
 struct TrainingConfig {
@@ -91,22 +94,26 @@ struct TrainingConfig {
   std::string framework = "deepspeed";   // hf_trainer, torchtune, litgpt, megatron, deepspeed (frameworks.h)
   std::string precision = "bf16_mixed";  // id in the precision table (tables.h)
   std::string optimizer = "adamw";       // id in the optimizer table (tables.h)
-  std::string optimizer_impl = "auto";   // auto, foreach, fused, for_loop
+  std::string optimizer_impl = "auto";   // auto (the framework's, by the versions), foreach, fused, for_loop
   std::string activation_checkpointing = "full";  // none, full, selective, every_k
   int64_t checkpoint_every_k_layers = 2;          // with every_k: layers 0, k, 2k, ... are checkpointed
-  std::string attention = "auto";        // auto, sdpa, sdpa_repeat_kv, flash_attention_2, eager
+  std::string attention = "auto";        // auto (the framework's, by the versions), sdpa, sdpa_repeat_kv, flash_attention_2, eager
   std::string norm_impl = "auto";        // auto, eager_fp32, fused, litgpt
-  std::string loss = "auto";             // auto, hf_fp32_upcast, full_fp32, chunked_fp32, chunked_bf16, fused_linear
+  // auto (the framework's, by the versions), hf_fp32_upcast, hf_shift_fp32, hf_fp32_logits, hf_shift, full_fp32,
+  // chunked_fp32, chunked_bf16, fused_linear
+  std::string loss = "auto";
   int64_t loss_chunks = 8;               // chunks of chunked_fp32 (torchtune CEWithChunkedOutputLoss default)
   bool activation_offload = false;       // saved activations go to host memory (torchtune/Megatron offloading)
   bool optimizer_in_backward = false;    // step each parameter in a post-accumulate-grad hook (torchtune)
   bool compile = false;                  // torch.compile: the layers' saved set (norm_impl) and the chunked loss
-  bool zero_grad_set_to_none = true;     // torch >= 2.0 default; torch 1.x zeroed gradients in place (kept them)
-  bool softmax_saves_input = false;      // torch <= 1.10: softmax and log_softmax also saved their input (eager
-                                         // attention, T5 attention, the HF loss)
+  // The switches below are auto (derived from the versions section, frameworks.cpp resolve()), true or false.
+  std::string zero_grad_set_to_none = "auto";  // torch >= 2.0 default; torch 1.x zeroed gradients in place (kept them)
+  std::string softmax_saves_input = "auto";    // torch <= 1.10: softmax and log_softmax also saved their input
+                                               // (eager attention, T5 attention, the HF loss)
   // torch.cuda.empty_cache() every k optimizer steps (HF TrainingArguments.torch_empty_cache_steps, PEFT's
-  // method_comparison run.py after every step); 0: never. Matters only in a run replay (DataConfig).
-  int64_t empty_cache_steps = 0;
+  // method_comparison run.py after every step); 0: never; -1: auto (the HF Trainer of transformers 4.41 emptied
+  // the cache at every training step). Matters only in a run replay (DataConfig).
+  int64_t empty_cache_steps = kEmptyCacheAuto;
 
   bool operator==(const TrainingConfig&) const = default;
 };
@@ -123,13 +130,15 @@ struct PeftConfig {
   std::string target_modules = "q_proj,v_proj";  // comma-separated module names, or all-linear
   std::string feedforward_modules = "down_proj";  // IA3Config.feedforward_modules: scale the input, not the output
   int64_t num_virtual_tokens = 20;                // PromptTuningConfig.num_virtual_tokens
-  std::string adapter_dtype = "fp32";       // PEFT autocast_adapter_dtype=True keeps adapters in fp32
+  // auto (by the peft version: autocast_adapter_dtype=True keeps adapters in fp32 since 0.12), fp32, bf16, fp16
+  std::string adapter_dtype = "auto";
   std::string base_quantization = "none";   // none, int8 (LLM.int8), nf4, fp4 (bitsandbytes)
   bool double_quantization = false;         // bnb_4bit_use_double_quant
   bool prepare_kbit = true;                 // prepare_model_for_kbit_training: non-quantized params to fp32
   // bitsandbytes before 0.43.2 keeps each 4-bit linear's input for backward even though the frozen weight needs no
   // gradient (autograd/_functions.py MatMul4Bit.forward: ctx.tensors = (A, B); PR #1270 made it (None, B)).
-  bool bnb_saves_input = false;
+  // auto (by the bitsandbytes version), true or false.
+  std::string bnb_saves_input = "auto";
   std::string modules_to_save;              // comma-separated modules trained in full (e.g. lm_head)
 
   bool operator==(const PeftConfig&) const = default;
@@ -191,8 +200,11 @@ struct HardwareConfig {
   int64_t gpu_memory_bytes = 0;       // 0: the preset's capacity; otherwise a custom capacity
   double headroom_fraction = 0.10;    // budget practitioners keep free (10-15%)
   int64_t cuda_context_bytes = 0;     // 0: by CUDA module loading (lazy since PyTorch 1.13); else measured
-  std::string cuda_module_loading = "lazy";  // lazy (CUDA >= 11.7 with PyTorch >= 1.13) or eager (older, or forced)
-  bool expandable_segments = false;   // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (allocator.h)
+  // auto (by the torch version), lazy (CUDA >= 11.7 with PyTorch >= 1.13) or eager (older, or forced)
+  std::string cuda_module_loading = "auto";
+  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (allocator.h): auto (what the framework's launcher sets), true
+  // or false.
+  std::string expandable_segments = "auto";
   int64_t nccl_channels = 16;         // NCCL channels per communicator (its log: "N coll channels"); 16 is what
                                       // 8-GPU nodes' logs commonly show (simulate.cpp nccl_bytes)
   int64_t gpus_per_node = 8;          // GPUs sharing one host (for host RAM under offload and NCCL's transports)
@@ -227,6 +239,23 @@ struct DataConfig {
   bool varies() const { return lengths != "fixed"; }
 };
 
+// The library versions of the run (versions.h): "latest" (today's behaviour) or a release such as "2.1" or "2.1.2".
+// `date` ("2023-10" or "2023-10-15"; empty: none) stands for the releases current then: every library left at latest
+// takes its newest release dated on or before that day. Each switch left at auto derives from these.
+struct VersionsConfig {
+  std::string torch = "latest";
+  std::string transformers = "latest";
+  std::string peft = "latest";
+  std::string bitsandbytes = "latest";
+  std::string deepspeed = "latest";
+  std::string torchao = "latest";
+  std::string flash_attn = "latest";
+  std::string torchtune = "latest";
+  std::string date;
+
+  bool operator==(const VersionsConfig&) const = default;
+};
+
 struct Config {
   ModelConfig model;
   TrainingConfig training;
@@ -234,6 +263,7 @@ struct Config {
   ParallelConfig parallel;
   HardwareConfig hardware;
   DataConfig data;
+  VersionsConfig versions;
 
   bool operator==(const Config&) const = default;
 };

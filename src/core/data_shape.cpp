@@ -376,9 +376,9 @@ void validate_data(const Config& c, std::vector<FieldError>& e) {
     if (v < lo || v > hi)
       err(field, std::string(field) + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
                      "; got " + std::to_string(v));
-  if (c.training.empty_cache_steps < 0 || c.training.empty_cache_steps > (int64_t{1} << 40))
-    err("training.empty_cache_steps", "training.empty_cache_steps must be an integer from 0 to 1099511627776; got " +
-                                          std::to_string(c.training.empty_cache_steps));
+  if (c.training.empty_cache_steps < kEmptyCacheAuto || c.training.empty_cache_steps > (int64_t{1} << 40))
+    err("training.empty_cache_steps", "training.empty_cache_steps must be -1 (auto) or an integer from 0 to "
+                                      "1099511627776; got " + std::to_string(c.training.empty_cache_steps));
   if (!d.varies() || !e.empty()) return;
   const auto& m = c.model;
   if (m.is_encoder_decoder)

@@ -94,7 +94,7 @@ uint32_t StepBuilder::t5_attention(int32_t layer, std::vector<uint32_t>& A, int6
   A.push_back(act(mul(e, tk, hq), L_.k, layer));
   // softmax(scores.float()) saves its fp32 result; .type_as(scores) casts back when the scores are half. torch <=
   // 1.10's softmax also kept its input: the fp32 copy, or the fp32 scores themselves.
-  const bool keep_input = c_.training.softmax_saves_input;
+  const bool keep_input = rs_.softmax_saves_input;
   // (The position bias is added to the scores in place.)
   uint32_t scores = softmax_input(mul(e, s2), L_.scores, layer, keep_input && e == 4);
   uint32_t up = e < 4 ? softmax_input(mul(4, s2), L_.attn_tmp, layer, keep_input) : UINT32_MAX;

@@ -1,42 +1,48 @@
 #include "frameworks.h"
 
 #include <array>
+#include <iterator>
 
 #include "model.h"
+#include "tables.h"
 
 namespace memsim {
 
 namespace {
 
 // id, label, attention, norm, loss, optimizer implementation, param groups, holds logits, fused qkv, sharding,
-// loss parallel under TP, source.
+// loss parallel under TP, ..., source; then: transformers' model code (its attention and loss follow the
+// transformers version), PEFT's adapters (their dtype follows the peft version), whether the launcher sets
+// expandable segments, and whether a quantized base is bitsandbytes' (its saved inputs follow the bitsandbytes
+// version; torchtune quantizes with torchao's NF4Tensor). The choices here are those of the newest versions
+// ("latest").
 constexpr FrameworkSpec kFrameworks[] = {
     {"hf_trainer", "Hugging Face Trainer", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false, false, false, false, false, true, false,
      "transformers: SDPA default attention (4.36+), LlamaRMSNorm upcasts to fp32, loss_utils.py ForCausalLMLoss "
      "upcasts logits (4.49+), default optim adamw_torch_fused on torch >= 2.8 (PR #37358), "
      "Trainer.create_optimizer: decay and no-decay groups; compute_loss returns only the loss, so the outputs "
      "(logits) are dropped before backward; gradient accumulation through Accelerator.accumulate, which runs the "
-     "micro-batches that do not sync under model.no_sync() (accelerator.py no_sync: getattr(model, 'no_sync'))"},
+     "micro-batches that do not sync under model.no_sync() (accelerator.py no_sync: getattr(model, 'no_sync'))", true, true, false, true},
     {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true, false, "deepspeed", false, false, false, false, false, false, false,
      "out = model(**batch); out.loss.backward(): `out` keeps the logits alive through backward; "
-     "torch.optim.AdamW(model.parameters()) is one group, foreach on CUDA"},
+     "torch.optim.AdamW(model.parameters()) is one group, foreach on CUDA", true, true, false, true},
     {"deepspeed", "DeepSpeed (HF model code)", "sdpa", "eager_fp32", "hf_fp32_upcast", "fused", 2, false, false, "deepspeed", false, false, false, false, false, false, false,
      "DeepSpeed engine with FusedAdam (ops/adam/fused_adam.py: multi_tensor_apply, no full-size temporaries) "
-     "around transformers model code"},
+     "around transformers model code", true, true, false, true},
     {"torchtune", "torchtune", "sdpa_repeat_kv", "eager_fp32", "chunked_fp32", "fused", 1, false, false, "fsdp2", false, false, false, false, false, false, false,
      "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py normalises in fp32 and casts back "
      "before the scale (x_normed = (x_fp32 * rsqrt(...)).type_as(x); return x_normed * self.scale); "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575); "
-     "training/_distributed.py shard_model: FSDP2 fully_shard per layer"},
+     "training/_distributed.py shard_model: FSDP2 fully_shard per layer", false, false, false, false},
     {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false, true, false, false, false, true, true,
      "litgpt model.py CausalSelfAttention.attn (one fused qkv linear; LoRAQKVLinear adapts it once);  model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach; "
      "Fabric FSDPStrategy: FSDP1 with one unit per Block and use_orig_params=True (torch >= 2.0), accumulating "
      "micro-batches under fabric.no_backward_sync (FSDP no_sync); quantize bnb.*: Lightning plugins/precision/bitsandbytes.py "
-     "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included"},
+     "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included", false, false, false, true},
     {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron", false, false, false, false, false, false, false,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
-     "Apex/TE FusedAdam"},
+     "Apex/TE FusedAdam", false, false, false, false},
     {"torchtitan", "torchtitan", "sdpa_repeat_kv", "eager_fp32", "full_fp32", "foreach", 1, false, false, "fsdp2", true, false, true, true, true, false, false,
      "torchtitan models/llama/model.py (repeat_kv before SDPA; RMSNorm: _norm(x.float()).type_as(x) * weight), "
      "train.py: loss = F.cross_entropy(pred.flatten(0, 1).float(), ...) then `del pred` before backward; "
@@ -44,28 +50,250 @@ constexpr FrameworkSpec kFrameworks[] = {
      "fully_shard per TransformerBlock and the root, the last block with reshard_after_forward=False (\"FSDP would "
      "prefetch it immediately\"); the loss runs under loss_parallel() whenever TP is on "
      "(parallel_dims.loss_parallel_enabled); TP through DTensor (ColwiseParallel/SequenceParallel: the linear saves "
-     "the all-gathered input); pipeline stages from torch.distributed.pipelining"},
+     "the all-gathered input); pipeline stages from torch.distributed.pipelining; run_train.sh sets "
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false},
 };
 
 constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager"};
+constexpr Attention kAttentionValues[] = {Attention::Sdpa, Attention::SdpaRepeatKv, Attention::FlashAttention2, Attention::Eager};
 constexpr std::string_view kNorm[] = {"auto", "eager_fp32", "fp32_scale", "fused"};
-constexpr std::string_view kLoss[] = {"auto", "hf_fp32_upcast", "full_fp32", "chunked_fp32", "chunked_bf16", "fused_linear"};
+constexpr NormImpl kNormValues[] = {NormImpl::EagerFp32, NormImpl::Fp32Scale, NormImpl::Fused};
+constexpr std::string_view kLoss[] = {"auto",         "hf_fp32_upcast", "hf_shift_fp32", "hf_fp32_logits", "hf_shift",
+                                      "full_fp32",    "chunked_fp32",   "chunked_bf16",  "fused_linear"};
+constexpr LossImpl kLossValues[] = {LossImpl::HfFp32Upcast, LossImpl::HfShiftFp32, LossImpl::HfFp32Logits,
+                                    LossImpl::HfShift,      LossImpl::FullFp32,    LossImpl::ChunkedFp32,
+                                    LossImpl::ChunkedBf16,  LossImpl::FusedLinear};
 constexpr std::string_view kOptImpl[] = {"auto", "foreach", "fused", "for_loop"};
+constexpr OptimizerImpl kOptImplValues[] = {OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop};
 constexpr std::string_view kCheckpointing[] = {"none", "full", "selective", "selective_op", "every_k"};
 constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "hf_loop", "deepspeed", "torchtune", "litgpt", "megatron", "torchtitan"};
 constexpr std::string_view kSharding[] = {"auto", "deepspeed", "fsdp1", "fsdp2", "megatron"};
+constexpr Sharding kShardingValues[] = {Sharding::DeepSpeed, Sharding::Fsdp1, Sharding::Fsdp2, Sharding::Megatron};
 constexpr std::string_view kBackwardPrefetch[] = {"backward_pre", "backward_post", "none"};
 constexpr std::string_view kSchedules[] = {"1f1b", "interleaved_1f1b", "gpipe"};
 constexpr std::string_view kOffload[] = {"none", "cpu", "nvme"};
-constexpr std::string_view kModuleLoading[] = {"lazy", "eager"};
+constexpr std::string_view kModuleLoading[] = {"auto", "lazy", "eager"};
+constexpr std::string_view kTriState[] = {"auto", "true", "false"};
+constexpr std::string_view kAdapterDtype[] = {"auto", "fp32", "bf16", "fp16"};
+constexpr AdapterDtype kAdapterDtypeValues[] = {AdapterDtype::Fp32, AdapterDtype::Bf16, AdapterDtype::Fp16};
 constexpr std::string_view kCpRotate[] = {"auto", "allgather", "alltoall"};
+constexpr CpRotate kCpRotateValues[] = {CpRotate::AllGather, CpRotate::AllToAll};
 
+constexpr std::string_view kSwitchFields[] = {
+    "training.softmax_saves_input", "training.zero_grad_set_to_none", "training.optimizer_impl",
+    "training.attention",           "training.loss",                  "peft.bnb_saves_input",
+    "peft.adapter_dtype",           "hardware.expandable_segments",   "hardware.cuda_module_loading",
+    "training.empty_cache_steps"};
+static_assert(std::size(kSwitchFields) == kSwitchCount);
+
+// The value named `text` among names[1..] ("auto" is names[0]); values[0] for an unknown name (validated away).
 template <typename E, size_t N>
-E pick(std::string_view value, std::string_view fallback, const std::string_view (&names)[N], const std::array<E, N - 1>& values) {
-  std::string_view v = value == "auto" ? fallback : value;
+E named(std::string_view text, const std::string_view (&names)[N], const E (&values)[N - 1]) {
   for (size_t i = 1; i < N; ++i)
-    if (names[i] == v) return values[i - 1];
+    if (names[i] == text) return values[i - 1];
   return values[0];
+}
+template <typename E, size_t N>
+std::string_view name_of(E value, const std::string_view (&names)[N], const E (&values)[N - 1]) {
+  for (size_t i = 1; i < N; ++i)
+    if (values[i - 1] == value) return names[i];
+  return names[1];
+}
+
+constexpr Version V(int major, int minor, int patch = 0) { return {major, minor, patch}; }
+
+// Records where an auto switch's value came from: a stated version of `a` (or `b`), else today's behaviour.
+struct Deriving {
+  const StackVersions& v;
+  Resolved& r;
+  void from(Switch s, const char* why, Library a) {
+    Origin& o = r.origin[static_cast<size_t>(s)];
+    o = {v.stated(a) ? Origin::Kind::Version : Origin::Kind::Default, a, a, false, why};
+  }
+  void from(Switch s, const char* why, Library a, Library b) {
+    Origin& o = r.origin[static_cast<size_t>(s)];
+    o = {v.stated(a) || v.stated(b) ? Origin::Kind::Version : Origin::Kind::Default, a, b, true, why};
+  }
+  void framework(Switch s) { r.origin[static_cast<size_t>(s)] = {Origin::Kind::Default, Library::Torch, Library::Torch, false, ""}; }
+  void given(Switch s) { r.origin[static_cast<size_t>(s)] = {Origin::Kind::Explicit, Library::Torch, Library::Torch, false, ""}; }
+};
+
+bool decoder_causal_lm(const ModelConfig& m) { return !m.is_encoder_decoder && m.task_head == "causal_lm"; }
+
+// A switch of auto / true / false: the explicit value, or `derive()` with its origin recorded.
+template <typename F>
+bool tri_state(const std::string& field, Switch s, Deriving& d, F&& derive) {
+  if (field == "auto") return derive();
+  d.given(s);
+  return field == "true";
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// [SECTION] The rules: each auto switch from the versions (docs/versions.md, "Summary of rules").
+// ---------------------------------------------------------------------------------------------------------
+
+// docs/versions.md 2: torch.optim's default on CUDA, and what the HF Trainer passes.
+OptimizerImpl derive_optimizer_impl(const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
+  const OptimizerImpl spec = named(f.optimizer_impl, kOptImpl, kOptImplValues);
+  const bool torch2 = v.at_least(Library::Torch, V(2, 0));
+  if (f.id == "hf_trainer") {
+    if (v.below(Library::Transformers, V(4, 32))) {
+      d.from(Switch::OptimizerImpl, "the Trainer's default optim was adamw_hf, transformers' own AdamW with a "
+                                    "per-parameter loop, until transformers#25109 made it adamw_torch in 4.32",
+             Library::Transformers);
+      return OptimizerImpl::ForLoop;
+    }
+    // transformers#37358 "Defaults to adamw_torch_fused for Pytorch>=2.8", merged about 2025-07-10: first released
+    // in 4.54 (inferred from the dates, not verified), and only with torch >= 2.8 (training_args.py default_optim).
+    if (v.at_least(Library::Transformers, V(4, 54)) && v.at_least(Library::Torch, V(2, 8))) {
+      d.from(Switch::OptimizerImpl, "the Trainer defaults to adamw_torch_fused on torch >= 2.8 from transformers#37358 "
+                                    "(4.54, inferred from its merge date)",
+             Library::Transformers, Library::Torch);
+      return OptimizerImpl::Fused;
+    }
+    d.from(Switch::OptimizerImpl, torch2 ? "the Trainer's adamw_torch (transformers#25109, 4.32; fused only from #37358, "
+                                           "4.54, with torch >= 2.8) is torch.optim.AdamW, foreach by default on CUDA "
+                                           "from torch 2.0 (pytorch#95862)"
+                                         : "the Trainer's adamw_torch (transformers#25109, 4.32) is torch.optim.AdamW, "
+                                           "which had no foreach default before torch 2.0 (pytorch#95862)",
+           Library::Transformers, Library::Torch);
+    return torch2 ? OptimizerImpl::Foreach : OptimizerImpl::ForLoop;
+  }
+  if (f.id == "torchtune") {
+    // pytorch/torchtune#1575 (commit cca50f02, 2024-09-14) added fused: True to the AdamW configs: 93 of 120 recipe
+    // configs in v0.4.0, 2 of 70 in v0.3.0 (git grep at the tags). Before, torch.optim.AdamW took torch's default.
+    if (v.below(Library::Torchtune, V(0, 4))) {
+      d.from(Switch::OptimizerImpl, torch2 ? "torchtune's AdamW configs set fused: True only from 0.4 (torchtune#1575); "
+                                             "before, torch.optim.AdamW defaulted to foreach (torch >= 2.0, pytorch#95862)"
+                                           : "torchtune's AdamW configs set fused: True only from 0.4 (torchtune#1575); "
+                                             "torch.optim had no foreach default before 2.0",
+             Library::Torchtune, Library::Torch);
+      return torch2 ? OptimizerImpl::Foreach : OptimizerImpl::ForLoop;
+    }
+    d.from(Switch::OptimizerImpl, "torchtune's AdamW configs set fused: True from 0.4 (torchtune#1575)", Library::Torchtune);
+    return OptimizerImpl::Fused;
+  }
+  if (spec != OptimizerImpl::Foreach) {  // fused kernels the framework asks for itself (FusedAdam, fused: True)
+    d.framework(Switch::OptimizerImpl);
+    return spec;
+  }
+  // torch.optim picks foreach when the user passes neither flag only from 2.0 (pytorch#92305 _default_to_foreach,
+  // #95862 "[optim] _actually_ default to foreach"); fused is never the default (#95415).
+  d.from(Switch::OptimizerImpl, torch2 ? "torch.optim defaults to foreach on CUDA from 2.0 (pytorch#95862)"
+                                       : "torch.optim had no foreach default before 2.0 (pytorch#95862 made it one)",
+         Library::Torch);
+  return torch2 ? OptimizerImpl::Foreach : OptimizerImpl::ForLoop;
+}
+
+// docs/versions.md 7: transformers' default attn_implementation, and repeat_kv before SDPA.
+Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
+  const auto& m = c.model;
+  if (!f.transformers_model || m.is_encoder_decoder) {  // T5's attention is its own eager code in every version
+    d.framework(Switch::Attention);
+    return named(f.attention, kAttention, kAttentionValues);
+  }
+  // SDPA is the default for models that support it from 4.36 (transformers#26572) and only with torch >= 2.1.1
+  // (#27940); BERT's BertSdpaSelfAttention arrived in 4.41 (activations.cpp layer_forward_post_ln).
+  const Version sdpa_since = m.post_layernorm ? V(4, 41) : V(4, 36);
+  if (v.below(Library::Transformers, sdpa_since) || v.below(Library::Torch, V(2, 1, 1))) {
+    d.from(Switch::Attention, m.post_layernorm ? "BERT's SDPA attention is the default from transformers 4.41 with "
+                                                 "torch >= 2.1.1 (transformers#27940); eager before"
+                                               : "SDPA is transformers' default from 4.36 (transformers#26572) with "
+                                                 "torch >= 2.1.1 (#27940); eager before",
+           Library::Transformers, Library::Torch);
+    return Attention::Eager;
+  }
+  // transformers#39412 passes enable_gqa (torch >= 2.5) instead of repeating k and v for every query head. Its
+  // release is 4.54 to 4.56, not verified: 4.56 is taken, which keeps the repeated copies for 4.54 and 4.55.
+  const bool gqa = m.num_key_value_heads < m.num_attention_heads;
+  if (gqa && (v.below(Library::Transformers, V(4, 56)) || v.below(Library::Torch, V(2, 5)))) {
+    d.from(Switch::Attention, "transformers repeats k and v for every query head before SDPA until transformers#39412 "
+                              "(4.54-4.56, not verified: 4.56 taken) passes enable_gqa, which needs torch >= 2.5",
+           Library::Transformers, Library::Torch);
+    return Attention::SdpaRepeatKv;
+  }
+  d.from(Switch::Attention, gqa ? "SDPA by default (transformers#26572, 4.36), with enable_gqa instead of repeated k "
+                                  "and v from transformers#39412 (4.56 taken) on torch >= 2.5"
+                                : "SDPA is transformers' default from 4.36 (transformers#26572) with torch >= 2.1.1",
+         Library::Transformers, Library::Torch);
+  return Attention::Sdpa;
+}
+
+// docs/versions.md 6a: LlamaForCausalLM's logits and loss (Mistral, Qwen2 and the other "Copied from" Llama classes
+// follow it; transformers#30860 says almost every ModelForCausalLM had the 4.31 upcast, so all decoder-only causal LMs
+// are taken to: a class that never upcast, such as GPT-2's, is overestimated in 4.31-4.45).
+LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
+  const LossImpl spec = named(f.loss, kLoss, kLossValues);
+  if (f.id == "torchtune" && decoder_causal_lm(c.model)) {
+    // docs/versions.md 13: CEWithChunkedOutputLoss is in 61 of 70 recipe configs from torchtune v0.3.0 and in none of
+    // v0.2.1, whose TransformerDecoder returned self.output(h).float() to nn.CrossEntropyLoss (modules/transformer.py).
+    if (v.below(Library::Torchtune, V(0, 3))) {
+      d.from(Switch::Loss, "torchtune's recipes applied nn.CrossEntropyLoss to the full fp32 logits "
+                           "(self.output(h).float()) until CEWithChunkedOutputLoss in 0.3", Library::Torchtune);
+      return LossImpl::FullFp32;
+    }
+    d.from(Switch::Loss, "torchtune's recipe configs use CEWithChunkedOutputLoss from 0.3", Library::Torchtune);
+    return LossImpl::ChunkedFp32;
+  }
+  if (!f.transformers_model || spec != LossImpl::HfFp32Upcast || !decoder_causal_lm(c.model)) {
+    d.framework(Switch::Loss);
+    return spec;
+  }
+  const Library tf = Library::Transformers;
+  if (v.below(tf, V(4, 31))) {
+    d.from(Switch::Loss, "before transformers 4.31 the logits stayed in the model dtype and the loss shifted a copy of "
+                         "them (docs/versions.md 6a, from memory)", tf);
+    return LossImpl::HfShift;
+  }
+  if (v.below(tf, V(4, 46))) {
+    d.from(Switch::Loss, "from transformers#24891 (4.31) the model returned fp32 logits (logits.float()) and the loss "
+                         "shifted an fp32 copy of them, until #33902 (4.46)", tf);
+    return LossImpl::HfFp32Logits;
+  }
+  if (v.below(tf, V(4, 49))) {
+    d.from(Switch::Loss, "from transformers#33902 (4.46) the logits stay in the model dtype and ForCausalLMLoss "
+                         "(#34191) upcasts them and shifts an fp32 copy, until #35646 (4.49, inferred)", tf);
+    return LossImpl::HfShiftFp32;
+  }
+  d.from(Switch::Loss, "ForCausalLMLoss upcasts the logits to fp32 with no shifted copy from transformers#35646 (4.49, "
+                       "inferred)", tf);
+  return LossImpl::HfFp32Upcast;
+}
+
+// docs/versions.md 10: PEFT's adapter dtype over a bf16/fp16 base.
+AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const PrecisionRecipe* pr,
+                                  const StackVersions& v, Deriving& d) {
+  if (!f.peft_library) {  // the framework's own adapters: memsim's fp32 default (not derived from a version)
+    d.framework(Switch::AdapterDtype);
+    return AdapterDtype::Fp32;
+  }
+  const Library peft = Library::Peft;
+  if (v.below(peft, V(0, 6))) {
+    d.from(Switch::AdapterDtype, "peft before 0.6 created the adapters in fp32 and only moved them to the device", peft);
+    return AdapterDtype::Fp32;
+  }
+  if (v.at_least(peft, V(0, 12))) {
+    d.from(Switch::AdapterDtype, "get_peft_model autocasts bf16/fp16 adapters to fp32 from peft 0.12 "
+                                 "(autocast_adapter_dtype, peft#1706)", peft);
+    return AdapterDtype::Fp32;
+  }
+  // peft 0.6-0.11 (peft#928, commit 5bdbf2bc, lora/layer.py update_layer): the adapters take the base weight's dtype
+  // when it is a float; bitsandbytes' int8/uint8 storage is not, so over a quantized base they stay fp32. That cast
+  // is LoRA's (and DoRA's, the same layer); for IA3 vectors and prompt embeddings no such cast was read (not
+  // verified), so they keep fp32, the dtype they are created in.
+  if (!c.peft.lora_like()) {
+    d.from(Switch::AdapterDtype, "peft 0.6 to 0.11 cast only LoRA layers to the base's dtype (peft#928); other "
+                                 "methods' modules are created in fp32 (not verified for IA3)", peft);
+    return AdapterDtype::Fp32;
+  }
+  if (c.peft.base_quantization != "none" || !pr || pr->weight_bytes == 4) {
+    d.from(Switch::AdapterDtype, "peft 0.6 to 0.11 cast the adapters to the base weight's dtype when it is a float "
+                                 "(peft#928); an fp32 or quantized base leaves them in fp32", peft);
+    return AdapterDtype::Fp32;
+  }
+  d.from(Switch::AdapterDtype, "peft 0.6 to 0.11 cast the adapters to the base weight's dtype (peft#928), until "
+                               "peft#1706 (0.12) autocast them to fp32", peft);
+  return std::string_view(pr->id).find("fp16") != std::string_view::npos ? AdapterDtype::Fp16 : AdapterDtype::Bf16;
 }
 
 }  // namespace
@@ -90,9 +318,15 @@ std::span<const std::string_view> choices(std::string_view field) {
   if (field == "parallel.pipeline_schedule") return kSchedules;
   if (field == "parallel.offload_optimizer" || field == "parallel.offload_params") return kOffload;
   if (field == "hardware.cuda_module_loading") return kModuleLoading;
+  if (field == "training.softmax_saves_input" || field == "training.zero_grad_set_to_none" ||
+      field == "peft.bnb_saves_input" || field == "hardware.expandable_segments")
+    return kTriState;
+  if (field == "peft.adapter_dtype") return kAdapterDtype;
   if (field == "parallel.cp_rotate_method") return kCpRotate;
   return {};
 }
+
+std::string_view switch_field(Switch s) { return kSwitchFields[static_cast<size_t>(s)]; }
 
 Resolved resolve(const Config& c) {
   const auto& t = c.training;
@@ -100,14 +334,17 @@ Resolved resolve(const Config& c) {
   r.framework = find_framework(t.framework);
   if (!r.framework) r.framework = &kFrameworks[0];
   const FrameworkSpec& f = *r.framework;
-  r.attention = pick<Attention>(t.attention, f.attention, kAttention,
-                                {Attention::Sdpa, Attention::SdpaRepeatKv, Attention::FlashAttention2, Attention::Eager});
-  r.norm = pick<NormImpl>(t.norm_impl, f.norm_impl, kNorm, {NormImpl::EagerFp32, NormImpl::Fp32Scale, NormImpl::Fused});
-  r.loss = pick<LossImpl>(t.loss, f.loss, kLoss,
-                          {LossImpl::HfFp32Upcast, LossImpl::FullFp32, LossImpl::ChunkedFp32, LossImpl::ChunkedBf16,
-                           LossImpl::FusedLinear});
-  r.optimizer_impl = pick<OptimizerImpl>(t.optimizer_impl, f.optimizer_impl, kOptImpl,
-                                         {OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop});
+  r.versions = stack_versions(c.versions);
+  const StackVersions& v = r.versions;
+  Deriving d{v, r};
+
+  if (t.attention == "auto") r.attention = derive_attention(c, f, v, d);
+  else r.attention = named(t.attention, kAttention, kAttentionValues), d.given(Switch::Attention);
+  r.norm = named(t.norm_impl == "auto" ? f.norm_impl : std::string_view(t.norm_impl), kNorm, kNormValues);
+  if (t.loss == "auto") r.loss = derive_loss(c, f, v, d);
+  else r.loss = named(t.loss, kLoss, kLossValues), d.given(Switch::Loss);
+  if (t.optimizer_impl == "auto") r.optimizer_impl = derive_optimizer_impl(f, v, d);
+  else r.optimizer_impl = named(t.optimizer_impl, kOptImpl, kOptImplValues), d.given(Switch::OptimizerImpl);
   const std::array<Checkpointing, 5> ck = {Checkpointing::None, Checkpointing::Full, Checkpointing::Selective,
                                            Checkpointing::SelectiveOp, Checkpointing::EveryK};
   r.checkpointing = Checkpointing::None;
@@ -118,13 +355,164 @@ Resolved resolve(const Config& c) {
   // litgpt's LoRAQKVLinear, or PEFT's one adapter on a fused q/k/v linear (model.fused_qkv, targets_fused_qkv).
   r.fused_qkv = f.fused_qkv || (c.model.fused_qkv && targets_fused_qkv(c.peft));
   r.loss_parallel = f.loss_parallel && c.parallel.tensor_parallel_size > 1;
+  r.sharding = named(c.parallel.sharding == "auto" ? f.sharding : std::string_view(c.parallel.sharding), kSharding,
+                     kShardingValues);
   // torchtitan's --experimental.context_parallel_rotate_method defaults to allgather (config_manager.py, PR #728);
   // Megatron-Core's and Transformer Engine's context parallel exchange chunks point to point.
-  r.cp_rotate = pick<CpRotate>(c.parallel.cp_rotate_method, f.id == "torchtitan" ? "allgather" : "alltoall", kCpRotate,
-                               {CpRotate::AllGather, CpRotate::AllToAll});
-  r.sharding = pick<Sharding>(c.parallel.sharding, f.sharding, kSharding,
-                              {Sharding::DeepSpeed, Sharding::Fsdp1, Sharding::Fsdp2, Sharding::Megatron});
+  const std::string_view cp_auto = f.id == "torchtitan" ? "allgather" : "alltoall";
+  r.cp_rotate = named(c.parallel.cp_rotate_method == "auto" ? cp_auto : std::string_view(c.parallel.cp_rotate_method),
+                      kCpRotate, kCpRotateValues);
+
+  const Library torch = Library::Torch;
+  // docs/versions.md 1: softmax and log_softmax saved their input as well as their output until pytorch#66018 (landed
+  // after the 1.10 branch cut, first in 1.11.0; transformers' pytorch_utils.py branches on the same 1.11).
+  r.softmax_saves_input = tri_state(t.softmax_saves_input, Switch::SoftmaxSavesInput, d, [&] {
+    const bool old = v.below(torch, V(1, 11));
+    d.from(Switch::SoftmaxSavesInput, old ? "softmax and log_softmax kept their input until pytorch#66018, in 1.11"
+                                          : "softmax and log_softmax keep only their output from 1.11 (pytorch#66018)",
+           torch);
+    return old;
+  });
+  // docs/versions.md 3: Optimizer.zero_grad() and Module.zero_grad() set the gradients to None by default from 2.0
+  // (pytorch#92731); the HF Trainer calls model.zero_grad() with no argument, so it follows torch.
+  r.zero_grad_set_to_none = tri_state(t.zero_grad_set_to_none, Switch::ZeroGradSetToNone, d, [&] {
+    const bool none = v.at_least(torch, V(2, 0));
+    d.from(Switch::ZeroGradSetToNone, none ? "zero_grad() sets the gradients to None by default from 2.0 (pytorch#92731)"
+                                           : "zero_grad() zeroed the gradients in place, keeping them, before 2.0 "
+                                             "(pytorch#92731)",
+           torch);
+    return none;
+  });
+  // docs/versions.md 4: MatMul4Bit kept its input, ctx.tensors = (A, B), until bitsandbytes#1270 (commit 9e753741,
+  // first tagged in 0.43.2).
+  r.bnb_saves_input = tri_state(c.peft.bnb_saves_input, Switch::BnbSavesInput, d, [&] {
+    if (!f.bitsandbytes_quantization) {  // not bitsandbytes' layers (torchtune's NF4 is torchao's)
+      d.framework(Switch::BnbSavesInput);
+      return false;
+    }
+    const bool old = v.below(Library::Bitsandbytes, V(0, 43, 2));
+    d.from(Switch::BnbSavesInput, old ? "4-bit linears kept their input for backward (MatMul4Bit ctx.tensors = (A, B)) "
+                                        "until bitsandbytes#1270, in 0.43.2"
+                                      : "4-bit linears keep only the packed weight from 0.43.2 (bitsandbytes#1270)",
+           Library::Bitsandbytes);
+    return old;
+  });
+  if (c.peft.adapter_dtype == "auto") {
+    r.adapter_dtype = derive_adapter_dtype(c, f, find_precision(t.precision), v, d);
+  } else {
+    r.adapter_dtype = named(c.peft.adapter_dtype, kAdapterDtype, kAdapterDtypeValues);
+    d.given(Switch::AdapterDtype);
+  }
+  // docs/versions.md 11: launchers that set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. Of memsim's frameworks
+  // only torchtitan's run_train.sh does (axolotl and unsloth, which also do, are not frameworks here). Its
+  // multi-node multinode_trainer.slurm does not: the validation cases of multi-node torchtitan runs set false.
+  r.expandable_segments = tri_state(c.hardware.expandable_segments, Switch::ExpandableSegments, d, [&] {
+    d.framework(Switch::ExpandableSegments);
+    return f.launcher_expandable_segments;
+  });
+  // docs/versions.md 13: torch sets CUDA_MODULE_LOADING=LAZY when the user has not, from 1.13 (pytorch#85692,
+  // cherry-picked as #86509). It takes effect with a CUDA >= 11.7 runtime, which memsim does not ask for.
+  if (c.hardware.cuda_module_loading == "auto") {
+    r.lazy_module_loading = v.at_least(torch, V(1, 13));
+    d.from(Switch::CudaModuleLoading, r.lazy_module_loading ? "torch sets CUDA_MODULE_LOADING=LAZY from 1.13 "
+                                                              "(pytorch#85692, #86509), with CUDA >= 11.7"
+                                                            : "CUDA modules loaded eagerly before torch 1.13 set "
+                                                              "CUDA_MODULE_LOADING=LAZY (pytorch#85692)",
+           torch);
+  } else {
+    r.lazy_module_loading = c.hardware.cuda_module_loading == "lazy";
+    d.given(Switch::CudaModuleLoading);
+  }
+  // docs/versions.md 9: transformers 4.41's Trainer called torch.cuda.empty_cache() in every training_step
+  // (transformers#28769; #31530 removed it for 4.42). It ran between the forward and the backward of every
+  // micro-batch; memsim's replay empties the cache at the end of each optimizer step, the nearest it models.
+  if (t.empty_cache_steps == kEmptyCacheAuto) {
+    const bool tf441 = f.id == "hf_trainer" && v.at_least(Library::Transformers, V(4, 41)) &&
+                       v.below(Library::Transformers, V(4, 42));
+    r.empty_cache_steps = tf441 ? 1 : 0;
+    if (f.id == "hf_trainer")
+      d.from(Switch::EmptyCacheSteps, tf441 ? "the Trainer of transformers 4.41 emptied the cache in every "
+                                              "training_step (transformers#28769, removed by #31530 in 4.42); memsim "
+                                              "empties it after each optimizer step"
+                                            : "the Trainer empties the cache only in transformers 4.41 "
+                                              "(transformers#28769 to #31530), or when torch_empty_cache_steps is set",
+             Library::Transformers);
+    else
+      d.framework(Switch::EmptyCacheSteps);
+  } else {
+    r.empty_cache_steps = t.empty_cache_steps;
+    d.given(Switch::EmptyCacheSteps);
+  }
   return r;
+}
+
+std::string switch_value(const Resolved& r, Switch s) {
+  auto yes = [](bool b) { return std::string(b ? "true" : "false"); };
+  switch (s) {
+    case Switch::SoftmaxSavesInput: return yes(r.softmax_saves_input);
+    case Switch::ZeroGradSetToNone: return yes(r.zero_grad_set_to_none);
+    case Switch::OptimizerImpl: return std::string(name_of(r.optimizer_impl, kOptImpl, kOptImplValues));
+    case Switch::Attention: return std::string(name_of(r.attention, kAttention, kAttentionValues));
+    case Switch::Loss: return std::string(name_of(r.loss, kLoss, kLossValues));
+    case Switch::BnbSavesInput: return yes(r.bnb_saves_input);
+    case Switch::AdapterDtype: return std::string(name_of(r.adapter_dtype, kAdapterDtype, kAdapterDtypeValues));
+    case Switch::ExpandableSegments: return yes(r.expandable_segments);
+    case Switch::CudaModuleLoading: return r.lazy_module_loading ? "lazy" : "eager";
+    case Switch::EmptyCacheSteps: return std::to_string(r.empty_cache_steps);
+  }
+  return "";
+}
+
+bool switch_applies(const Config& c, const Resolved& r, Switch s) {
+  const FrameworkSpec& f = *r.framework;
+  switch (s) {
+    case Switch::Attention: return f.transformers_model && !c.model.is_encoder_decoder;
+    case Switch::Loss: return (f.transformers_model || f.id == "torchtune") && decoder_causal_lm(c.model);
+    case Switch::BnbSavesInput:
+      return f.bitsandbytes_quantization && c.peft.enabled() &&
+             (c.peft.base_quantization == "nf4" || c.peft.base_quantization == "fp4");
+    case Switch::AdapterDtype: return c.peft.enabled() && f.peft_library;
+    case Switch::CudaModuleLoading: return c.hardware.cuda_context_bytes == 0;
+    case Switch::EmptyCacheSteps: return f.id == "hf_trainer" && c.data.varies();  // only a run replay empties it
+    default: return true;
+  }
+}
+
+namespace {
+// The stated libraries an origin names: "torch 1.10.0", "transformers 4.36.0 and torch 2.1.0".
+std::string origin_versions(const Resolved& r, const Origin& o) {
+  std::string out = describe_version(r.versions, o.lib);
+  if (o.two) out += " and " + describe_version(r.versions, o.lib2);
+  return out;
+}
+}  // namespace
+
+std::string switch_versions(const Resolved& r, Switch s) {
+  const Origin& o = r.origin_of(s);
+  if (o.kind != Origin::Kind::Version) return "";
+  auto named = [&](Library lib) {
+    const LibraryVersion& v = r.versions[lib];
+    return std::string(library_info(lib).name) + " " + (v.latest ? "latest" : version_text(v.version));
+  };
+  return o.two ? named(o.lib) + ", " + named(o.lib2) : named(o.lib);
+}
+
+std::string switch_auto_label(const Resolved& r, Switch s) {
+  const std::string from = switch_versions(r, s);
+  return from.empty() ? switch_value(r, s) : switch_value(r, s) + ": " + from;
+}
+
+std::vector<std::string> version_notes(const Config& c) {
+  const Resolved r = resolve(c);
+  std::vector<std::string> notes;
+  for (size_t i = 0; i < kSwitchCount; ++i) {
+    const Switch s = static_cast<Switch>(i);
+    const Origin& o = r.origin[i];
+    if (o.kind != Origin::Kind::Version || !switch_applies(c, r, s)) continue;
+    notes.push_back(std::string(switch_field(s)) + ": " + switch_value(r, s) + ", from " + origin_versions(r, o) + ": " +
+                    o.why);
+  }
+  return notes;
 }
 
 }  // namespace memsim

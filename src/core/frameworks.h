@@ -2,17 +2,22 @@
 // A config names a framework; each of its "auto" fields takes that framework's choice, and any explicit
 // value overrides it.
 #pragma once
+#include <array>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config.h"
+#include "versions.h"
 
 namespace memsim {
 
 enum class Attention { Sdpa, SdpaRepeatKv, FlashAttention2, Eager };
 enum class NormImpl { EagerFp32, Fp32Scale, Fused };
-enum class LossImpl { HfFp32Upcast, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear };
+// The HF variants are transformers' causal-LM loss across versions (docs/versions.md 6a, frameworks.cpp kLoss):
+// HfFp32Upcast 4.49+, HfShiftFp32 4.46-4.48, HfFp32Logits 4.31-4.45, HfShift before 4.31.
+enum class LossImpl { HfFp32Upcast, HfShiftFp32, HfFp32Logits, HfShift, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear };
 enum class OptimizerImpl { Foreach, Fused, ForLoop };
 enum class Checkpointing { None, Full, Selective, SelectiveOp, EveryK };
 // How context parallel's ring attention moves key/value chunks (parallel.cp_rotate_method).
@@ -55,7 +60,48 @@ struct FrameworkSpec {
   // fsdp_auto_wrap_policy), so Block units do not mix: false here. Other partial freezing under the Trainer mixes.
   bool fsdp_use_orig_params;
   std::string_view source;
+  // The model code is transformers': its default attention and its loss path follow the transformers version.
+  bool transformers_model = false;
+  // The adapters are PEFT's (get_peft_model): their dtype follows the peft version.
+  bool peft_library = false;
+  // The launch script sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
+  bool launcher_expandable_segments = false;
+  // A quantized base is bitsandbytes' (transformers' BitsAndBytesConfig, Lightning's plugin): what its 4-bit linears
+  // save follows the bitsandbytes version.
+  bool bitsandbytes_quantization = false;
 };
+
+// The switches that derive from the versions when left at auto, and where each one's value came from.
+enum class Switch {
+  SoftmaxSavesInput,
+  ZeroGradSetToNone,
+  OptimizerImpl,
+  Attention,
+  Loss,
+  BnbSavesInput,
+  AdapterDtype,
+  ExpandableSegments,
+  CudaModuleLoading,
+  EmptyCacheSteps,
+};
+constexpr size_t kSwitchCount = 10;
+std::string_view switch_field(Switch s);  // "training.softmax_saves_input"
+
+struct Origin {
+  enum class Kind : uint8_t {
+    Explicit,   // the config sets the field
+    Default,    // auto, and no stated version decides it: today's behaviour (the framework's choice)
+    Version,    // auto, and a stated version (or versions.date) decides it
+  };
+  Kind kind = Kind::Default;
+  // The libraries whose versions decided it (one or two; only the stated ones are named in notes).
+  Library lib = Library::Torch;
+  Library lib2 = Library::Torch;
+  bool two = false;
+  const char* why = "";  // the rule and its source, for the note ("softmax kept its input until pytorch#66018, in 1.11")
+};
+
+enum class AdapterDtype { Fp32, Bf16, Fp16 };
 
 // Every "auto" resolved.
 struct Resolved {
@@ -71,6 +117,18 @@ struct Resolved {
   Sharding sharding;
   bool loss_parallel;  // vocabulary-parallel cross-entropy through DTensor (the framework's choice, with TP on)
   CpRotate cp_rotate;  // auto: torchtitan's all-gather, a point-to-point ring elsewhere
+  // The switches of Switch, with their origins (indexed by Switch).
+  bool softmax_saves_input;
+  bool zero_grad_set_to_none;
+  bool bnb_saves_input;
+  AdapterDtype adapter_dtype;
+  bool expandable_segments;
+  bool lazy_module_loading;   // hardware.cuda_module_loading lazy
+  int64_t empty_cache_steps;  // 0: never
+  std::array<Origin, kSwitchCount> origin;
+  StackVersions versions;
+  int64_t adapter_bytes() const { return adapter_dtype == AdapterDtype::Fp32 ? 4 : 2; }
+  const Origin& origin_of(Switch s) const { return origin[static_cast<size_t>(s)]; }
 };
 
 std::span<const FrameworkSpec> frameworks();
@@ -81,5 +139,19 @@ std::span<const std::string_view> choices(std::string_view field);
 
 // Requires a validated config.
 Resolved resolve(const Config& c);
+
+// A resolved switch's value as the config would write it ("true", "for_loop", "bf16", "1").
+std::string switch_value(const Resolved& r, Switch s);
+// Whether the switch changes anything in this config (the adapters' dtype needs adapters, bnb_saves_input a 4-bit
+// base, the attention and loss of transformers a decoder-only causal LM, ...).
+bool switch_applies(const Config& c, const Resolved& r, Switch s);
+// The stated versions that decided an auto switch, "transformers 4.36.0, torch 2.1.2"; empty when none did.
+std::string switch_versions(const Resolved& r, Switch s);
+// "auto" labels for the page: "true: torch 1.10.0", or the value alone when no stated version decides it.
+std::string switch_auto_label(const Resolved& r, Switch s);
+// One note per switch left at auto that a stated version decides and that applies to the config:
+// "training.softmax_saves_input: true, from torch 1.10.0: softmax and log_softmax kept their input until
+// pytorch#66018, in 1.11".
+std::vector<std::string> version_notes(const Config& c);
 
 }  // namespace memsim

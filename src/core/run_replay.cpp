@@ -155,7 +155,7 @@ template <class Allocator>
 struct PassWith : RunReplay::Pass {
   template <class... Args>
   PassWith(const StepContext& ctx, const RunPlan& plan, Args... args)
-      : alloc(args...), replayer(alloc, plan, d, ctx.config.training.empty_cache_steps), builder(ctx, plan) {}
+      : alloc(args...), replayer(alloc, plan, d, resolve(ctx.config).empty_cache_steps), builder(ctx, plan) {}
   bool advance(int64_t max_steps) override {
     if (over) return true;
     for (int64_t k = 0; k < max_steps; ++k) {

@@ -93,8 +93,8 @@ void visit_fields(Config& c, V& v) {
   v.boolean("training.activation_offload", t.activation_offload);
   v.boolean("training.optimizer_in_backward", t.optimizer_in_backward);
   v.boolean("training.compile", t.compile);
-  v.boolean("training.zero_grad_set_to_none", t.zero_grad_set_to_none);
-  v.boolean("training.softmax_saves_input", t.softmax_saves_input);
+  v.tristate("training.zero_grad_set_to_none", t.zero_grad_set_to_none);
+  v.tristate("training.softmax_saves_input", t.softmax_saves_input);
   v.integer("training.empty_cache_steps", t.empty_cache_steps);
 
   auto& p = c.peft;
@@ -109,7 +109,7 @@ void visit_fields(Config& c, V& v) {
   v.str("peft.base_quantization", p.base_quantization);
   v.boolean("peft.double_quantization", p.double_quantization);
   v.boolean("peft.prepare_kbit", p.prepare_kbit);
-  v.boolean("peft.bnb_saves_input", p.bnb_saves_input);
+  v.tristate("peft.bnb_saves_input", p.bnb_saves_input);
   v.str("peft.modules_to_save", p.modules_to_save);
 
   v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
@@ -145,7 +145,7 @@ void visit_fields(Config& c, V& v) {
   v.number("hardware.headroom_fraction", c.hardware.headroom_fraction);
   v.integer("hardware.cuda_context_bytes", c.hardware.cuda_context_bytes);
   v.str("hardware.cuda_module_loading", c.hardware.cuda_module_loading);
-  v.boolean("hardware.expandable_segments", c.hardware.expandable_segments);
+  v.tristate("hardware.expandable_segments", c.hardware.expandable_segments);
   v.integer("hardware.nccl_channels", c.hardware.nccl_channels);
   v.integer("hardware.gpus_per_node", c.hardware.gpus_per_node);
   v.integer("hardware.host_memory_bytes", c.hardware.host_memory_bytes);
@@ -162,6 +162,17 @@ void visit_fields(Config& c, V& v) {
   v.integer("data.epochs", d.epochs);
   v.integer("data.steps", d.steps);
   v.integer("data.seed", d.seed);
+
+  auto& vs = c.versions;
+  v.str("versions.torch", vs.torch);
+  v.str("versions.transformers", vs.transformers);
+  v.str("versions.peft", vs.peft);
+  v.str("versions.bitsandbytes", vs.bitsandbytes);
+  v.str("versions.deepspeed", vs.deepspeed);
+  v.str("versions.torchao", vs.torchao);
+  v.str("versions.flash_attn", vs.flash_attn);
+  v.str("versions.torchtune", vs.torchtune);
+  v.str("versions.date", vs.date);
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -288,7 +299,18 @@ struct Reader {
       }
       return str(f, joined, out);
     }
-    fail(f, "a string", describe(v));
+    // A version written as a JSON number loses its text (2.10 reads as 2.1): ask for the string.
+    if (f.rfind("versions.", 0) == 0 && f != "versions.date")
+      fail(f, "a version such as \"2.1\" or \"2.1.2\" (a string), or \"latest\"", describe(v));
+    else
+      fail(f, "a string", describe(v));
+    return false;
+  }
+  // auto / true / false; a JSON boolean is read as "true" or "false".
+  bool tristate(const std::string& f, const json& v, std::string& out) {
+    if (v.is_boolean()) return out = v.get<bool>() ? "true" : "false", true;
+    if (v.is_string()) return str(f, v.get<std::string>(), out);
+    fail(f, "auto, true or false", describe(v));
     return false;
   }
   bool str(const std::string& f, const std::string& s, std::string& out) {
@@ -344,6 +366,8 @@ struct JsonSectionReader {
   bool read(const std::string& k, const json& v, double& o) { return r.number(k, v, o); }
   bool read(const std::string& k, const json& v, bool& o) { return r.boolean(k, v, o); }
   bool read(const std::string& k, const json& v, std::string& o) { return r.str(k, v, o); }
+  struct TriState {};
+  bool read(const std::string& k, const json& v, std::string& o, TriState) { return r.tristate(k, v, o); }
   template <typename E, size_t N>
   bool read(const std::string& k, const json& v, E& o, const EnumName<E> (&names)[N]) {
     return r.enumeration(k, v, o, names);
@@ -352,6 +376,7 @@ struct JsonSectionReader {
   void number(const std::string& k, double& o) { any(k, o); }
   void boolean(const std::string& k, bool& o) { any(k, o); }
   void str(const std::string& k, std::string& o) { any(k, o); }
+  void tristate(const std::string& k, std::string& o) { any(k, o, TriState{}); }
   template <typename E, size_t N>
   void enumeration(const std::string& k, E& o, const EnumName<E> (&names)[N]) { any(k, o, names); }
 };
@@ -366,6 +391,7 @@ struct StringSetter {
   void number(const std::string& k, double& o) { if (k == key) { found = true; double t; if (r.number(k, value, t)) o = t; } }
   void boolean(const std::string& k, bool& o) { if (k == key) { found = true; bool t; if (r.boolean(k, value, t)) o = t; } }
   void str(const std::string& k, std::string& o) { if (k == key) { found = true; std::string t; if (r.str(k, value, t)) o = t; } }
+  void tristate(const std::string& k, std::string& o) { str(k, o); }
   template <typename E, size_t N>
   void enumeration(const std::string& k, E& o, const EnumName<E> (&names)[N]) {
     if (k == key) { found = true; E t; if (r.enumeration(k, value, t, names)) o = t; }
@@ -383,6 +409,7 @@ struct JsonWriter {
   void number(const std::string& k, double& o) { put(k, o); }
   void boolean(const std::string& k, bool& o) { put(k, o); }
   void str(const std::string& k, std::string& o) { put(k, o); }
+  void tristate(const std::string& k, std::string& o) { put(k, o); }
   template <typename E, size_t N>
   void enumeration(const std::string& k, E& o, const EnumName<E> (&names)[N]) {
     for (const auto& n : names)
@@ -398,6 +425,7 @@ struct KeyLister {
   void number(const std::string& k, double& o) { add(k, o); }
   void boolean(const std::string& k, bool& o) { add(k, o); }
   void str(const std::string& k, std::string& o) { add(k, o); }
+  void tristate(const std::string& k, std::string& o) { add(k, o); }
   template <typename E, size_t N>
   void enumeration(const std::string& k, E& o, const EnumName<E> (&)[N]) { add(k, o); }
 };
@@ -699,8 +727,60 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
 // [SECTION] Versions: every schema that has shipped is migrated step by step to the current one.
 // ---------------------------------------------------------------------------------------------------------
 
-// Returns false (with an error) for versions this build cannot read.
-bool migrate(json& doc, int version, std::vector<FieldError>& errors) {
+// Schema 2 made the switches that library versions decide derivable (frameworks.cpp resolve(), versions.h): each
+// is auto / true / false or gained an auto, and auto is the new default. Schema 1 wrote them as fixed values (its
+// booleans as JSON booleans, or "1"/"0" in a link) and meant its fixed defaults where a section left one out;
+// migration writes every one of them explicitly, so that an old config or link keeps its exact meaning whatever the
+// versions derive. A section a config leaves out still keeps the base's values (config_from_json), as it did: a
+// dropped model-only config does not reset the page's training switches. A link always decodes over the defaults,
+// so a link's missing keys are schema 1's defaults.
+struct Schema1Switch {
+  const char* section;
+  const char* name;
+  const char* schema1_default;  // the JSON text of schema 1's default
+  bool boolean;                 // a bool in schema 1, a tri-state string in schema 2
+};
+constexpr Schema1Switch kSchema1Switches[] = {
+    {"training", "zero_grad_set_to_none", "true", true},
+    {"training", "softmax_saves_input", "false", true},
+    {"training", "empty_cache_steps", "0", false},
+    {"peft", "adapter_dtype", "\"fp32\"", false},
+    {"peft", "bnb_saves_input", "false", true},
+    {"hardware", "cuda_module_loading", "\"lazy\"", false},
+    {"hardware", "expandable_segments", "false", true},
+};
+// training.optimizer_impl, attention and loss were "auto" in schema 1 already, meaning the framework's choice; with
+// no versions section (schema 1 had none) every version is latest, and auto derives exactly that choice.
+
+void migrate_1_to_2(json& doc) {
+  for (const auto& s : kSchema1Switches) {
+    auto found = doc.find(s.section);
+    if (found == doc.end() || !found->is_object()) continue;  // kept from the base, or reported by the reader
+    json& section = *found;
+    auto it = section.find(s.name);
+    if (it == section.end() || it->is_null()) section[s.name] = json::parse(s.schema1_default);
+    json& v = section[s.name];
+    if (!s.boolean) continue;
+    if (v.is_boolean()) v = v.get<bool>() ? "true" : "false";
+    else if (v == "1" || v == "0") v = v == "1" ? "true" : "false";  // a link's boolean (Reader::boolean)
+  }
+}
+
+// The same step on a link's key=value pairs.
+void migrate_1_to_2(std::vector<std::pair<std::string, std::string>>& pairs) {
+  for (const auto& s : kSchema1Switches) {
+    const std::string key = std::string(s.section) + "." + s.name;
+    auto it = std::find_if(pairs.begin(), pairs.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it == pairs.end()) {
+      json d = json::parse(s.schema1_default);
+      pairs.emplace_back(key, d.is_string() ? d.get<std::string>() : d.dump());
+    } else if (s.boolean && (it->second == "1" || it->second == "0")) {
+      it->second = it->second == "1" ? "true" : "false";
+    }
+  }
+}
+
+bool check_schema(int version, std::vector<FieldError>& errors) {
   if (version > kConfigSchema) {
     errors.push_back({"schema", "schema " + std::to_string(version) + " comes from a newer memsim; this build reads "
                                 "schemas 1 to " + std::to_string(kConfigSchema) + ". Open the link in the current memsim."});
@@ -710,11 +790,20 @@ bool migrate(json& doc, int version, std::vector<FieldError>& errors) {
     errors.push_back({"schema", "schema must be an integer from 1 to " + std::to_string(kConfigSchema)});
     return false;
   }
+  return true;
+}
+
+// Returns false (with an error) for versions this build cannot read. `Doc` is a JSON document or a link's pairs.
+template <typename Doc>
+bool migrate(Doc& doc, int version, std::vector<FieldError>& errors) {
+  if (!check_schema(version, errors)) return false;
   switch (version) {  // fall through: each case upgrades one version
     case 1:
+      migrate_1_to_2(doc);
+      [[fallthrough]];
+    case 2:
       break;
   }
-  (void)doc;
   return true;
 }
 
@@ -795,12 +884,12 @@ Parsed config_from_json(std::string_view text, const Config& base) {
   if (!migrate(doc, version, p.errors)) return p;
 
   Config c = base;
-  static const std::set<std::string> sections = {"model", "training", "peft", "parallel", "hardware", "data"};
+  static const std::set<std::string> sections = {"model", "training", "peft", "parallel", "hardware", "data", "versions"};
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (it.key() == "schema") continue;
     if (!sections.count(it.key())) {
       p.errors.push_back({it.key(), "unknown section \"" + it.key().substr(0, 40) +
-                                        "\"; a config has schema, model, training, peft, parallel, hardware and data"});
+                                        "\"; a config has schema, model, training, peft, parallel, hardware, data and versions"});
       continue;
     }
     if (!it->is_object()) {
@@ -888,8 +977,7 @@ Parsed config_from_fragment(std::string_view fragment, const Config& base) {
     p.errors.push_back({"schema", "the link has no schema version; it was not made by memsim"});
     return p;
   }
-  json unused;
-  if (!migrate(unused, version, p.errors)) return p;
+  if (!migrate(pairs, version, p.errors)) return p;
   Config c = base;
   for (auto& [k, v] : pairs) {
     if (k == "schema") continue;

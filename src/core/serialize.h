@@ -17,7 +17,7 @@ namespace memsim {
 
 // Schema of the config JSON and the fragment. Bump it when a field changes meaning, and add a step to
 // migrate() in serialize.cpp; tests/golden keeps one file per version that has ever shipped.
-constexpr int kConfigSchema = 1;
+constexpr int kConfigSchema = 2;
 // Schema of `memsim-cli estimate --format json` output.
 constexpr int kResultSchema = 1;
 
@@ -28,12 +28,12 @@ struct Parsed {
   std::vector<std::string> notes;  // keys ignored and values assumed while reading
 };
 
-// Whole memsim config JSON: {"schema": 1, "model": {...}, "training": {...}, ...}. Missing sections keep
+// Whole memsim config JSON: {"schema": 2, "model": {...}, "training": {...}, ..., "versions": {...}}. Missing sections keep
 // `base`. A present "model" section is read like a Hugging Face config.json (absent keys take HF's meaning).
 Parsed config_from_json(std::string_view text, const Config& base = Config{});
 std::string config_to_json(const Config& c, int indent = 2);
 
-// The URL fragment: "schema=1&model.hidden_size=5120&...", values percent-encoded. A leading '#' is allowed.
+// The URL fragment: "schema=2&model.hidden_size=5120&...", values percent-encoded. A leading '#' is allowed.
 Parsed config_from_fragment(std::string_view fragment, const Config& base = Config{});
 std::string config_to_fragment(const Config& c);
 

@@ -182,7 +182,7 @@ DeviceResult device_shell(const StepContext& ctx, std::string role) {
   d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
   d.breakdown.cuda_context_bytes =
       config.hardware.cuda_context_bytes > 0        ? config.hardware.cuda_context_bytes
-      : cuda_context_bytes(gpu ? gpu->compute_capability : 0, config.hardware.cuda_module_loading == "eager");
+      : cuda_context_bytes(gpu ? gpu->compute_capability : 0, !resolve(config).lazy_module_loading);
   d.breakdown.nccl_bytes = nccl_bytes(config);
   return d;
 }
@@ -212,7 +212,7 @@ void take_peak(DeviceResult& d, DeviceResult& from) {
 DeviceResult simulate_device(const StepContext& ctx, std::string role) {
   DeviceResult d = device_shell(ctx, std::move(role));
   const int64_t capacity = allocator_capacity(d);
-  const bool expandable = ctx.config.hardware.expandable_segments;
+  const bool expandable = resolve(ctx.config).expandable_segments;
   d.program = build_train_step(ctx);
   // Replay without a capacity limit first: that is what the step needs. Only when its reserved peak exceeds
   // the GPU but its allocated peak does not can the allocator's cache release decide between fitting and an
@@ -340,6 +340,9 @@ void set_up(Simulation::State& st) {
                                          (ctx.has_post ? ", head and loss" : "") + ")");
     st.contexts.push_back(ctx);
   }
+  // Which stated version set which switch (frameworks.cpp resolve()); none while every version is latest.
+  const std::vector<std::string> from_versions = version_notes(config);
+  r.notes.insert(r.notes.end(), from_versions.begin(), from_versions.end());
   if (config.data.varies()) {
     st.plan = plan_run(config);
     r.notes.insert(r.notes.end(), st.plan.notes.begin(), st.plan.notes.end());
@@ -411,7 +414,7 @@ void finish(Simulation::State& st) {
 bool advance_run(Simulation::State& st, int64_t steps) {
   const StepContext& ctx = st.contexts.front();
   DeviceResult& d = st.device;
-  const bool expandable = st.config.hardware.expandable_segments;
+  const bool expandable = resolve(st.config).expandable_segments;
   if (!st.pass) {
     d = device_shell(ctx, st.roles.front());
     st.pass = std::make_unique<RunReplay>(ctx, st.plan, int64_t{1} << 62, expandable, int64_t{1} << 58);

@@ -96,7 +96,8 @@ struct Labels {
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax_in, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,
-      router, expert_in, expert_out, lora_in, dequant, quant_stats, p2p, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense, tied_sum, tied_pending, recv_buffer;
+      router, expert_in, expert_out, lora_in, dequant, quant_stats, p2p, logits, logits_fp32, lse_loss, loss_grad, loss_grad_bf16, flce_buffers, lm_head_in, embed_grad_dense, tied_sum, tied_pending, recv_buffer,
+      logits_shifted;
 };
 
 class StepBuilder {
@@ -212,6 +213,9 @@ class StepBuilder {
                          uint32_t& enc_out_grad);
   void t5_head_forward(uint32_t res, std::vector<uint32_t>& saved, std::vector<uint32_t>& transient);
   uint32_t t5_head_backward(std::vector<uint32_t>& saved);
+  // transformers' loss paths that shift a contiguous copy of the logits (LossImpl HfShiftFp32, HfFp32Logits, HfShift).
+  void hf_shifted_loss_forward(std::vector<uint32_t>& saved);
+  uint32_t hf_shifted_loss_backward(std::vector<uint32_t>& saved);
 
   // Under a checkpoint's no_grad forward nothing is saved: what would be an activation is a temporary there.
   uint32_t act(int64_t bytes, uint32_t label, int32_t layer) {

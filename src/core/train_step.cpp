@@ -43,10 +43,11 @@ void for_each_param(const StepContext& ctx, F&& f) {
 }  // namespace
 
 namespace {
-int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft);
-int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft);
+// `adapter_bytes`: the resolved peft.adapter_dtype's element size (Resolved::adapter_bytes).
+int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
+int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
 int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
-                              const OptimizerSpec& opt, bool include_paged);
+                              int64_t adapter_bytes, const OptimizerSpec& opt, bool include_paged);
 }  // namespace
 
 int64_t shard_group_size(const Config& c) {
@@ -73,7 +74,9 @@ std::pair<int64_t, int64_t> interleaved_chunk(int64_t layers, int64_t chunks, in
 ShardPlan shard_plan(const StepContext& ctx) {
   const auto& par = ctx.config.parallel;
   ShardPlan sp;
-  sp.sharding = resolve(ctx.config).sharding;
+  const Resolved rs = resolve(ctx.config);
+  sp.sharding = rs.sharding;
+  sp.adapter_bytes = rs.adapter_bytes();
   sp.n = shard_group_size(ctx.config);
   sp.ep = par.expert_parallel_size;
   // DeepSpeed runs ZeRO on one GPU too; that only changes memory where parameters live on the host and are
@@ -122,17 +125,18 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
   const auto& pr = ctx.precision;
   const int64_t k = sp.ranks_of(t);
   ParamStates s;
-  const int64_t w = param_storage_bytes(t, pr, peft), g = param_grad_bytes(t, pr, peft);
+  const int64_t ab = sp.adapter_bytes;
+  const int64_t w = param_storage_bytes(t, pr, peft, ab), g = param_grad_bytes(t, pr, peft, ab);
   const bool plain = t.kind != ParamKind::Adapter && !t.quantized;  // a weight in the recipe's dtype
   if (sp.fsdp) {
     const ParamTensor l = sp.local(t);
-    s.weights = param_storage_bytes(l, pr, peft);
+    s.weights = param_storage_bytes(l, pr, peft, ab);
     if (sp.mixed && plain) s.weights = std::max(s.weights, mul(l.numel, pr.master_bytes));
-    s.grads = !has_grad(t) ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft);
+    s.grads = !has_grad(t) ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft, ab);
     PrecisionRecipe no_master = pr;
     no_master.master_bytes = 0;
     if (sp.mixed) no_master.state_bytes = pr.master_bytes;
-    s.optimizer = param_optimizer_bytes(l, no_master, peft, ctx.optimizer, true);
+    s.optimizer = param_optimizer_bytes(l, no_master, peft, ab, ctx.optimizer, true);
     return s;
   }
   s.weights = sp.shard_weights && t.numel > zero_persistence_threshold(ctx.config.parallel) ? ceil_div(w, k) : w;
@@ -140,7 +144,7 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
   else if (sp.grad_buffer) s.grads = t.frozen ? 0 : mul(t.numel, std::max(pr.grad_bytes, sp.mixed ? int64_t{4} : pr.grad_bytes));
   else s.grads = sp.shard_grads ? ceil_div(g, k) : g;
   if (sp.flat_optimizer) s.flat_numel = t.frozen ? 0 : ceil_div(t.numel, k);
-  else s.optimizer = param_optimizer_bytes(t, pr, peft, ctx.optimizer, true);
+  else s.optimizer = param_optimizer_bytes(t, pr, peft, ab, ctx.optimizer, true);
   return s;
 }
 
@@ -168,7 +172,7 @@ ModelStates raw_model_states(const StepContext& ctx, const ShardPlan& sp, PerTen
   });
   if (sp.flat_optimizer) {
     ParamTensor part{"flat partition", flat, ParamKind::Matmul, flat};
-    m.optimizer_bytes = param_optimizer_bytes(part, ctx.precision, PeftConfig{}, ctx.optimizer, true);
+    m.optimizer_bytes = param_optimizer_bytes(part, ctx.precision, PeftConfig{}, sp.adapter_bytes, ctx.optimizer, true);
   }
   return m;
 }
@@ -217,9 +221,9 @@ namespace {
 // 4 bits/element + an fp32 absmax per 64-element block, or with double quantization a uint8 absmax per block plus
 // an fp32 scale per 256 blocks (QLoRA sec. 3), and the per-tensor fp32 offset and 256-entry code table.
 // prepare_model_for_kbit_training casts every other parameter to fp32.
-int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft) {
+int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes) {
   const std::string& q = peft.base_quantization;
-  if (t.kind == ParamKind::Adapter) return mul(t.numel, peft.adapter_dtype == "fp32" ? 4 : 2);
+  if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
   if (t.quantized && q == "int8") return add(t.numel, mul(t.rows, 4));
   if (t.quantized) {
     const int64_t blocks = ceil_div(t.numel, 64);
@@ -230,9 +234,9 @@ int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, con
   return mul(t.numel, pr.weight_bytes);
 }
 
-int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft) {
+int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes) {
   if (!has_grad(t)) return 0;
-  if (t.kind == ParamKind::Adapter) return mul(t.numel, peft.adapter_dtype == "fp32" ? 4 : 2);
+  if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
   if (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit) return mul(t.numel, 4);
   return mul(t.numel, pr.grad_bytes);
 }
@@ -240,11 +244,11 @@ int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const 
 // Optimizer state of one trainable tensor: the fp32 master copy where the recipe keeps one for a low-precision
 // parameter, and the optimizer's states in the parameter's dtype (torch: zeros_like(p)).
 int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
-                              const OptimizerSpec& opt, bool include_paged) {
+                              int64_t adapter_bytes, const OptimizerSpec& opt, bool include_paged) {
   if (t.frozen) return 0;
   int64_t dtype = pr.state_bytes, master = pr.master_bytes;
   if (t.kind == ParamKind::Adapter || (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit)) {
-    dtype = t.kind == ParamKind::Adapter && peft.adapter_dtype != "fp32" ? 2 : 4;
+    dtype = t.kind == ParamKind::Adapter ? adapter_bytes : 4;
     master = dtype == 4 ? 0 : master;
   }
   int64_t bytes = mul(t.numel, master);
@@ -276,9 +280,11 @@ bool StepBuilder::trainable_module(const char* module) const {
 }
 
 int64_t StepBuilder::adapter_bytes() const { return adapter_bytes_; }
-int64_t StepBuilder::weight_bytes_of(const ParamTensor& t) const { return param_storage_bytes(t, pr_, c_.peft); }
+int64_t StepBuilder::weight_bytes_of(const ParamTensor& t) const {
+  return param_storage_bytes(t, pr_, c_.peft, adapter_bytes_);
+}
 int64_t StepBuilder::grad_bytes_of(const ParamTensor& t) const {
-  return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, pr_, c_.peft); });
+  return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, pr_, c_.peft, adapter_bytes_); });
 }
 ParamStates StepBuilder::states_of(const ParamTensor& t) const {
   return states_.get(t, [&](const ParamTensor& x) { return param_states(sp_, ctx_, x); });
@@ -332,7 +338,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   if (kbit && !rs_.framework->bnb_via_lightning && !c_.model.is_encoder_decoder) d_.e_res = 4;
   d_.amp = pr_.autocast_copy_bytes > 0;
   sp_ = shard_plan(ctx);
-  adapter_bytes_ = c_.peft.adapter_dtype == "fp32" ? 4 : 2;
+  adapter_bytes_ = rs_.adapter_bytes();
   n_ = sp_.n;
   shard_opt_ = sp_.flat_optimizer;
   shard_grads_ = sp_.shard_grads;
@@ -429,6 +435,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   L_.embed_grad_dense = p.label("dense embedding gradient");
   L_.tied_sum = p.label("tied weights: lm_head's and the embedding's gradients summed");
   L_.tied_pending = p.label("tied weights: lm_head's gradient, waiting for the embedding's");
+  L_.logits_shifted = p.label("logits shifted by one token (logits[..., :-1, :].contiguous(), a copy)");
 }
 
 // nn.Module init: one allocation per parameter tensor. Under ZeRO-3 each rank keeps only its partition of
@@ -640,7 +647,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
     // 16-bit (torchtitan's float8 filter_fqns excludes "output").
     if (sp_.fsdp && pr_.fp8_allgather && t.kind == ParamKind::Matmul && !t.quantized && l >= 0 && l < s_.num_layers)
       bytes = add(bytes, mul(sp_.ranks_of(t), sp_.local(t).numel));
-    else if (sp_.fsdp) bytes = add(bytes, mul(sp_.ranks_of(t), param_storage_bytes(sp_.local(t), pr_, c_.peft)));
+    else if (sp_.fsdp) bytes = add(bytes, mul(sp_.ranks_of(t), param_storage_bytes(sp_.local(t), pr_, c_.peft, adapter_bytes_)));
     else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
   }
   gathered_cache_[kind] = bytes;
@@ -810,7 +817,7 @@ void StepBuilder::step_in_backward(int64_t layer) {
 }
 
 void StepBuilder::create_state(const ParamTensor& t) {
-  int64_t bytes = param_optimizer_bytes(t, pr_, c_.peft, ctx_.optimizer, false);
+  int64_t bytes = param_optimizer_bytes(t, pr_, c_.peft, adapter_bytes_, ctx_.optimizer, false);
   if (sp_.fsdp) bytes = ctx_.optimizer.paged && sp_.local(t).numel >= kPagedMinNumel ? 0 : states_of(t).optimizer;
   if (bytes <= 0) return;
   // Each state is its own tensor (adam.py _init_group: exp_avg and exp_avg_sq, each zeros_like(p); bitsandbytes
@@ -920,7 +927,7 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
   // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.
   p_.phase("zero_grad " + std::to_string(iter));
-  if (!c_.training.zero_grad_set_to_none) return;
+  if (!rs_.zero_grad_set_to_none) return;
   for (size_t slot = 0; slot < grads_.size(); ++slot) {
     for (uint32_t g : grads_[slot]) drop(g);
     grads_[slot].clear();

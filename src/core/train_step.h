@@ -40,6 +40,7 @@ struct ShardPlan {
   bool grad_buffer = false;   // Megatron: fp32 main grads in a contiguous buffer allocated with the model
   bool mixed = false;         // the recipe keeps fp32 master weights
   bool offload_optimizer = false, offload_params = false;
+  int64_t adapter_bytes = 4;  // the resolved peft.adapter_dtype's element size
   int64_t ranks_of(const ParamTensor& t) const;
   ParamTensor local(const ParamTensor& t) const;  // one rank's shard of an FSDP parameter
 };

@@ -7,6 +7,7 @@
 #include "frameworks.h"
 #include "model.h"
 #include "tables.h"
+#include "versions.h"
 
 namespace memsim {
 
@@ -109,7 +110,8 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     if (!ok) e.push_back({field, std::string(field) + " must be one of: " + list + "; got \"" + value.substr(0, 40) + "\""});
   };
   one_of("peft.method", p.method, {"none", "lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning"});
-  one_of("peft.adapter_dtype", p.adapter_dtype, {"fp32", "bf16", "fp16"});
+  check_choice(e, "peft.adapter_dtype", p.adapter_dtype);
+  check_choice(e, "peft.bnb_saves_input", p.bnb_saves_input);
   one_of("peft.base_quantization", p.base_quantization, {"none", "int8", "nf4", "fp4"});
   if (!p.enabled()) {
     if (p.base_quantization != "none")
@@ -487,8 +489,11 @@ std::vector<FieldError> validate(const Config& c) {
   for (auto [field, v] : {std::pair{"training.framework", &t.framework}, std::pair{"training.attention", &t.attention},
                           std::pair{"training.norm_impl", &t.norm_impl}, std::pair{"training.loss", &t.loss},
                           std::pair{"training.optimizer_impl", &t.optimizer_impl},
-                          std::pair{"training.activation_checkpointing", &t.activation_checkpointing}})
+                          std::pair{"training.activation_checkpointing", &t.activation_checkpointing},
+                          std::pair{"training.zero_grad_set_to_none", &t.zero_grad_set_to_none},
+                          std::pair{"training.softmax_saves_input", &t.softmax_saves_input}})
     check_choice(e, field, *v);
+  validate_versions(c.versions, e);
   for (auto [field, p] : {std::pair{"model.attention_dropout", m.attention_dropout}, std::pair{"model.hidden_dropout", m.hidden_dropout}})
     if (!(p >= 0.0 && p < 1.0))
       e.push_back({field, std::string(field) + " must be a probability from 0 to below 1; got " + std::to_string(p)});
@@ -528,6 +533,7 @@ std::vector<FieldError> validate(const Config& c) {
   check(e, "hardware.cuda_context_bytes", hw.cuda_context_bytes);
   check(e, "hardware.gpus_per_node", hw.gpus_per_node);
   check_choice(e, "hardware.cuda_module_loading", hw.cuda_module_loading);
+  check_choice(e, "hardware.expandable_segments", hw.expandable_segments);
   check(e, "hardware.nccl_channels", hw.nccl_channels);
   check(e, "hardware.host_memory_bytes", hw.host_memory_bytes);
   if (hw.gpu == "custom" && hw.gpu_memory_bytes <= 0)

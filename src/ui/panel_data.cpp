@@ -125,9 +125,17 @@ bool draw_data_inputs(Config& c, bool reveal) {
                          "order of the same data.");
   changed |= int_input("empty_cache steps", "training.empty_cache_steps", c.training.empty_cache_steps, 1,
                        "torch.cuda.empty_cache() after every k optimizer steps (HF TrainingArguments."
-                       "torch_empty_cache_steps); 0 = never. It hands the allocator's unused cached blocks back to "
-                       "the GPU, so reserved memory stops growing with every new batch size, at the cost of "
-                       "cudaMalloc calls afterwards.");
+                       "torch_empty_cache_steps); 0 = never; -1 = auto (the HF Trainer of transformers 4.41 emptied "
+                       "it at every step). It hands the allocator's unused cached blocks back to the GPU, so reserved "
+                       "memory stops growing with every new batch size, at the cost of cudaMalloc calls afterwards.");
+  if (c.training.empty_cache_steps == kEmptyCacheAuto) {  // what auto resolves to, and the version that decided it
+    const Resolved rs = resolve(c);
+    const std::string from = switch_versions(rs, Switch::EmptyCacheSteps);
+    ImGui::Indent();
+    ImGui::TextDisabled("auto: %s%s", rs.empty_cache_steps == 0 ? "never" : "every step",
+                        from.empty() ? "" : (", from " + from).c_str());
+    ImGui::Unindent();
+  }
   return changed;
 }
 

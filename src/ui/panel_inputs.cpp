@@ -216,9 +216,9 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     changed |= table_combo("optimizer", "training.optimizer", t.optimizer, optimizers(),
                            "AdamW keeps two states per parameter, 8-bit AdamW about 2 bytes, Adafactor a factored "
                            "second moment, SGD without momentum none. Paged states live outside the GPU allocator.");
+    // Each auto shows what it resolves to, and the stated versions that decided it (Library versions).
     const Resolved rs = resolve(c);
-    const FrameworkSpec& fw = *rs.framework;
-    changed |= choice_combo("optimizer impl", "training.optimizer_impl", t.optimizer_impl, std::string(fw.optimizer_impl).c_str(),
+    changed |= switch_combo("optimizer impl", "training.optimizer_impl", t.optimizer_impl, rs, Switch::OptimizerImpl,
                             "foreach (torch's default on CUDA) builds a temporary as large as one param group's "
                             "states; fused has none; for_loop one tensor's worth.");
     changed |= choice_combo("checkpointing", "training.activation_checkpointing", t.activation_checkpointing, "",
@@ -228,31 +228,36 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     if (t.activation_checkpointing == "every_k")
       changed |= int_input("every k layers", "training.checkpoint_every_k_layers", t.checkpoint_every_k_layers, 1,
                            "Layers 0, k, 2k, ... are checkpointed; the others keep all their activations.");
-    changed |= choice_combo("attention", "training.attention", t.attention, std::string(fw.attention).c_str(),
+    changed |= switch_combo("attention", "training.attention", t.attention, rs, Switch::Attention,
                             "sdpa / flash_attention_2 save q, k, v, the output and a small logsumexp; eager saves the "
                             "heads x seq^2 softmax. repeat_kv materialises k and v for every query head (GQA).");
-    changed |= choice_combo("norm", "training.norm_impl", t.norm_impl, std::string(fw.norm_impl).c_str(),
+    changed |= choice_combo("norm", "training.norm_impl", t.norm_impl, std::string(rs.framework->norm_impl).c_str(),
                             "HF's and torchtune's eager RMSNorm keep an fp32 copy of their input; litgpt also keeps "
                             "the fp32 normalised input; a fused kernel keeps only its input.");
-    changed |= choice_combo("loss", "training.loss", t.loss, std::string(fw.loss).c_str(),
-                            "The logits are tokens x vocabulary: HF upcasts them to fp32, chunked losses keep one "
-                            "chunk's fp32 copy at a time, fused linear cross-entropy (Liger) never builds them.");
+    changed |= switch_combo("loss", "training.loss", t.loss, rs, Switch::Loss,
+                            "The logits are tokens x vocabulary: HF upcasts them to fp32 (before transformers 4.49 it "
+                            "also shifted a copy: hf_shift_fp32 4.46-4.48, hf_fp32_logits 4.31-4.45 with fp32 logits in "
+                            "the outputs, hf_shift before), chunked losses keep one chunk's fp32 copy at a time, fused "
+                            "linear cross-entropy (Liger) never builds them.");
     changed |= check_input("torch.compile", "training.compile", t.compile,
                            "Inductor recomputes the cheap pointwise ops in backward: a compiled layer's norms keep "
                            "only their input and rstd, and SwiGLU does not keep silu(gate). torchtune's chunked loss "
                            "compiles too.");
-    changed |= check_input("zero_grad(set_to_none)", "training.zero_grad_set_to_none", t.zero_grad_set_to_none,
-                           "torch >= 2.0's default: the gradients are freed after each step. Off: torch 1.x zeroed "
-                           "them in place, so they stay allocated through the next forward.");
-    changed |= check_input("softmax keeps its input (torch <= 1.10)", "training.softmax_saves_input", t.softmax_saves_input,
-                           "Before torch 1.11 (PR #66018) softmax and log_softmax saved their input as well as their "
-                           "output: eager attention kept one more heads x seq^2 tensor per layer, and the loss one more "
-                           "tokens x vocabulary tensor.");
+    changed |= switch_combo("zero_grad(set_to_none)", "training.zero_grad_set_to_none", t.zero_grad_set_to_none, rs,
+                            Switch::ZeroGradSetToNone,
+                            "true, torch >= 2.0's default: the gradients are freed after each step. false: torch 1.x "
+                            "zeroed them in place, so they stay allocated through the next forward.");
+    changed |= switch_combo("softmax keeps its input", "training.softmax_saves_input", t.softmax_saves_input, rs,
+                            Switch::SoftmaxSavesInput,
+                            "Before torch 1.11 (PR #66018) softmax and log_softmax saved their input as well as their "
+                            "output: eager attention kept one more heads x seq^2 tensor per layer, and the loss one more "
+                            "tokens x vocabulary tensor.");
     changed |= check_input("CPU activation offload", "training.activation_offload", t.activation_offload,
                            "Saved activations move to host memory after the next layer's forward and come back for "
                            "backward: about one layer stays on the GPU.");
   }
   changed |= draw_data_inputs(c, reveal_data);
+  changed |= draw_versions_inputs(c);
   changed |= draw_parallel_inputs(c);
   changed |= draw_peft_inputs(c);
   set_field_errors(nullptr);

@@ -168,7 +168,9 @@ bool draw_parallel_inputs(Config& c) {
     changed |= int_input("NCCL channels", "hardware.nccl_channels", hw.nccl_channels, 1,
                          "NCCL's buffers (outside PyTorch's allocator) grow with channels x communicators: about 18 MiB "
                          "per channel per communicator. NCCL's log says \"N coll channels\".");
-    changed |= choice_combo("CUDA module loading", "hardware.cuda_module_loading", hw.cuda_module_loading, "",
+    const Resolved switches = resolve(c);
+    changed |= switch_combo("CUDA module loading", "hardware.cuda_module_loading", hw.cuda_module_loading, switches,
+                            Switch::CudaModuleLoading,
                             "lazy (CUDA 11.7+ with PyTorch 1.13+, the default) loads kernels on first use: a context of "
                             "254 MiB (PyTorch PR #86509), 767 MiB on Hopper after real training steps (memsim's own "
                             "H200 calibration); eager (older CUDA or PyTorch) loads them all: 616 MiB.");
@@ -176,11 +178,13 @@ bool draw_parallel_inputs(Config& c) {
                          "Memory the CUDA context and its loaded kernels take outside PyTorch's allocator; 0 uses the "
                          "measured default for the GPU and module loading (254 MiB lazy; 767 MiB lazy on Hopper). Old "
                          "CUDA loads eagerly: 0.7-1.4 GiB.");
-    changed |= check_input("expandable segments", "hardware.expandable_segments", hw.expandable_segments,
-                           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan's launch script sets it): one "
-                           "segment per stream that grows by mapping 20 MiB pages (2 MiB for requests up to 1 MiB), "
-                           "instead of one cudaMalloc per segment. No segment rounding, but a freed block between live "
-                           "ones stays mapped, so reserved can come out lower or higher than the default.");
+    changed |= switch_combo("expandable segments", "hardware.expandable_segments", hw.expandable_segments, switches,
+                            Switch::ExpandableSegments,
+                            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (auto: on where the launcher sets it, "
+                            "torchtitan's run_train.sh): one segment per stream that grows by mapping 20 MiB pages "
+                            "(2 MiB for requests up to 1 MiB), instead of one cudaMalloc per segment. No segment "
+                            "rounding, but a freed block between live ones stays mapped, so reserved can come out lower "
+                            "or higher than the default.");
   }
   return changed;
 }

@@ -3,6 +3,7 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include "core/frameworks.h"
 #include "panels.h"
 
 namespace memsim::ui {
@@ -87,11 +88,12 @@ bool draw_peft_inputs(Config& c) {
     changed |= int_input("virtual tokens", "peft.num_virtual_tokens", p.num_virtual_tokens, 10,
                          "PromptTuningConfig num_virtual_tokens: learned embeddings put before every sequence, so the "
                          "layers and the loss see sequence_length + this many positions.");
+  const Resolved rs = resolve(c);  // the auto switches below show what they resolve to
   if (p.method != "ln_tuning")
-    changed |= string_combo("adapter dtype", "peft.adapter_dtype", p.adapter_dtype, {"fp32", "bf16", "fp16"},
-                            "PEFT keeps adapters in fp32 by default (autocast_adapter_dtype); IA3 vectors and prompt "
-                            "embeddings are created in fp32. An adapter dtype other than the activations' makes each "
-                            "adapted linear keep a cast copy.");
+    changed |= switch_combo("adapter dtype", "peft.adapter_dtype", p.adapter_dtype, rs, Switch::AdapterDtype,
+                            "PEFT keeps adapters in fp32 by default (autocast_adapter_dtype, peft 0.12+; 0.6-0.11 cast "
+                            "them to a bf16/fp16 base's dtype); IA3 vectors and prompt embeddings are created in fp32. "
+                            "An adapter dtype other than the activations' makes each adapted linear keep a cast copy.");
   changed |= string_combo("base storage", "peft.base_quantization", p.base_quantization, {"none", "int8", "nf4", "fp4"},
                           "How the frozen linears are stored: the precision's dtype, LLM.int8 (1 byte + row scales), "
                           "or 4-bit NF4/FP4 (4.5 bits per weight, 4.127 with double quantization).");
@@ -99,9 +101,10 @@ bool draw_peft_inputs(Config& c) {
     changed |= check_input("double quantization", "peft.double_quantization", p.double_quantization,
                            "Quantizes the 4-bit blocks' scales too: 0.127 instead of 0.5 bits per weight.");
   if (p.base_quantization == "nf4" || p.base_quantization == "fp4")
-    changed |= check_input("bitsandbytes before 0.43.2", "peft.bnb_saves_input", p.bnb_saves_input,
-                           "Older bitsandbytes keeps every 4-bit linear's input for backward although the frozen "
-                           "weight needs no gradient (fixed in 0.43.2): about 2 bytes x tokens x (3h + f) per layer.");
+    changed |= switch_combo("4-bit keeps its input", "peft.bnb_saves_input", p.bnb_saves_input, rs,
+                            Switch::BnbSavesInput,
+                            "bitsandbytes before 0.43.2 keeps every 4-bit linear's input for backward although the "
+                            "frozen weight needs no gradient (PR #1270): about 2 bytes x tokens x (3h + f) per layer.");
   if (p.base_quantization != "none")
     changed |= check_input("prepare_model_for_kbit_training", "peft.prepare_kbit", p.prepare_kbit,
                            "PEFT's helper casts every parameter that is not quantized (embeddings, head, norms) to fp32.");

@@ -212,7 +212,9 @@ void draw_results_panel(const Config& config, const Result& r, Unit unit, uint64
     if (r.host.nvme_per_node_bytes > 0)
       ImGui::TextDisabled("on NVMe per node: %s", bytes_text(r.host.nvme_per_node_bytes, unit).c_str());
   }
+  ImGui::PushTextWrapPos(0.0f);  // notes are sentences (the versions' name the rule and its source)
   for (const auto& n : r.notes) ImGui::TextDisabled("note: %s", n.c_str());
+  ImGui::PopTextWrapPos();
 }
 
 }  // namespace memsim::ui

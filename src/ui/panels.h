@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/frameworks.h"
 #include "core/format.h"
 #include "core/result.h"
 #include "core/simulate.h"
@@ -56,6 +57,9 @@ bool draw_peft_inputs(Config& config);
 // The data a run reads (sequence lengths, padding, the sampler's order, the dataset) and how much of the run is
 // replayed; training.empty_cache_steps. Returns true when the config changed.
 bool draw_data_inputs(Config& config, bool reveal = false);
+// The library versions (latest by default) and a date, with the switches they set. Returns true when the config
+// changed.
+bool draw_versions_inputs(Config& config);
 
 // Shared widgets. Inputs show the simulator's message for their field under them (set_field_errors).
 // A "(?)" that shows `text` when hovered, or when `focused` (the keyboard focus is on the input it explains).
@@ -68,6 +72,10 @@ bool int_input(const char* label, const char* field, int64_t& v, int64_t step, c
 bool check_input(const char* label, const char* field, bool& v, const char* help);
 bool double_input(const char* label, const char* field, double& v, const char* help);
 bool choice_combo(const char* label, const char* field, std::string& value, const char* auto_means, const char* help);
+// A switch that the library versions derive (core/frameworks.h Switch): choice_combo whose auto shows the resolved
+// value, and, where a stated version decided it, a line under it naming the versions (announced with the input).
+bool switch_combo(const char* label, const char* field, std::string& value, const Resolved& resolved, Switch s,
+                  const char* help);
 
 // A combo over a table of the core (precision recipes, optimizers, GPUs, frameworks), shown by label.
 template <typename Table>

@@ -81,7 +81,7 @@ TEST_CASE("old bitsandbytes keeps every 4-bit linear's input (peft.bnb_saves_inp
   c.peft.adapter_dtype = "bf16";
   c.peft.base_quantization = "nf4";
   const int64_t modern = per_layer_activations(c);
-  c.peft.bnb_saves_input = true;
+  c.peft.bnb_saves_input = "true";
   CHECK(per_layer_activations(c) - modern == 2 * b * s * (h + f));
 }
 
@@ -140,14 +140,14 @@ TEST_CASE("torch <= 1.10 softmax also keeps its input: one more heads x seq^2 te
   const int64_t b = 4, s = 512, a = 16;
   for (const char* precision : {"fp32", "amp_fp16"}) {
     Config old = bert_large(precision);
-    old.training.softmax_saves_input = true;
+    old.training.softmax_saves_input = "true";
     CHECK(per_layer_activations(old) - per_layer_activations(bert_large(precision)) == 4 * a * s * s * b);
   }
   // A decoder's eager softmax(x, dtype=fp32) is _softmax(x.to(fp32)): the fp32 copy of the bf16 scores is kept.
   Config llama = single_gpu_config("llama-2-7b.json", 1, 2048);
   llama.training.attention = "eager";
   Config old = llama;
-  old.training.softmax_saves_input = true;
+  old.training.softmax_saves_input = "true";
   CHECK(per_layer_activations(old) - per_layer_activations(llama) == 4 * 32 * 2048 * 2048);
   // The HF loss's log_softmax also kept its input, the fp32 upcast of the bf16 logits (4TV), until its backward.
   auto at_backward = [](Config x) {

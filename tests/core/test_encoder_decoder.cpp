@@ -236,7 +236,7 @@ TEST_CASE("T5 blocks with dropout, the decoder's cache and checkpointing", "[t5]
   CHECK(per_block(loop, true) == dec + 4 * U * hq + 4 * T * hq);
   // torch <= 1.10: softmax(scores.float()) also kept its input, the fp32 copy of the scores (4 B per score).
   Config old = c;
-  old.training.softmax_saves_input = true;
+  old.training.softmax_saves_input = "true";
   CHECK(per_block(old, false) == enc + 4 * a * b * s * s);
   CHECK(per_block(old, true) == dec + 4 * a * b * t * t + 4 * a * b * t * s);
   // Full checkpointing: each block keeps its input only (bf16 residual), and the cache is off.

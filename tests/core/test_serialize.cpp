@@ -30,7 +30,7 @@ static Config modified() {
   c.parallel.zero_stage = 1;
   c.hardware.gpu = "h100-sxm";
   c.hardware.headroom_fraction = 0.125;
-  c.hardware.expandable_segments = true;
+  c.hardware.expandable_segments = "true";
   c.training.compile = true;
   c.parallel.fsdp_forward_prefetch = 2;
   c.parallel.fsdp2_backward_prefetch = 3;
@@ -51,7 +51,7 @@ TEST_CASE("JSON round trip gives back the identical config", "[serialize]") {
 TEST_CASE("fragment round trip gives back the identical config", "[serialize]") {
   for (const Config& c : {Config{}, modified()}) {
     std::string frag = config_to_fragment(c);
-    CHECK(frag.rfind("schema=1&", 0) == 0);
+    CHECK(frag.rfind("schema=2&", 0) == 0);
     Parsed p = config_from_fragment("#" + frag);
     INFO((p.errors.empty() ? "" : p.errors[0].message));
     REQUIRE(p.ok);
@@ -122,7 +122,7 @@ TEST_CASE("hostile JSON is rejected with a message naming the problem", "[serial
   fails("{\"training\":{\"micro_batch_size\":1e300}}", "training.micro_batch_size");
   fails("{\"training\":{\"micro_batch_size\":18446744073709551615}}", "training.micro_batch_size");
   fails("{\"training\":{\"bogus\":1}}", "training.bogus");
-  fails("{\"schema\":2}", "newer memsim");
+  fails("{\"schema\":" + std::to_string(kConfigSchema + 1) + "}", "newer memsim");
   fails("{\"model\":{\"hidden_size\":4096}}", "model.num_hidden_layers");
   fails("{\"model\":{\"model_type\":\"llama\",\"hidden_size\":\"\xff\xfe\"}}", "");  // invalid UTF-8
   fails(std::string(9 * 1024 * 1024, ' '), "MiB");

@@ -3,6 +3,7 @@
 
 #include "core/advice.h"
 #include "core/checked.h"
+#include "core/frameworks.h"
 #include "core/simulate.h"
 #include "core/tables.h"
 #include "core/train_step.h"
@@ -201,7 +202,7 @@ TEST_CASE("what helps: an early-2022 BERT run on torch 1.10 is told what a newer
   std::vector<FieldError> errors;
   REQUIRE(parse_validation_case(read_file(source_path("tests/validation/cases/hf-docs-bert-large-bs4-fp32-adamw.json")),
                                 vc, errors));
-  REQUIRE(vc.config.training.softmax_saves_input);
+  REQUIRE(resolve(vc.config).softmax_saves_input);
   const auto s = suggest(vc.config);
   auto saving = [&](const std::string& change) {
     for (const auto& x : s)
@@ -331,7 +332,7 @@ TEST_CASE("expandable segments: pages instead of segments, and a tight GPU repla
           "[simulate][expandable]") {
   Config c;  // the default scenario: ZeRO-3, 13B-shaped, 8 x A100 80GB
   const Result native = simulate(c);
-  c.hardware.expandable_segments = true;
+  c.hardware.expandable_segments = "true";
   const Result r = simulate(c);
   REQUIRE(native.ok);
   REQUIRE(r.ok);
@@ -363,7 +364,7 @@ TEST_CASE("expandable segments: a tensor larger than the GPU's address space is 
   Config c;
   c.hardware.gpu = "custom";
   c.hardware.gpu_memory_bytes = 1000000000;  // 0.93 GiB: the default 13B shape's first weights do not fit
-  c.hardware.expandable_segments = true;
+  c.hardware.expandable_segments = "true";
   Result r = simulate(c);
   REQUIRE(r.ok);
   CHECK(r.devices[0].oom);

@@ -25,7 +25,7 @@ test("the default page draws the verdict, breakdown and timeline", async () => {
   assert.equal(state.config.parallel.zero_stage, 3);
   assert.equal(state.config.hardware.gpu, "a100-80gb");
   const hash = await page.evaluate(() => window.location.hash);
-  assert.ok(hash.startsWith("#schema=1&"), "the fragment is kept current: " + hash.slice(0, 40));
+  assert.ok(hash.startsWith("#schema=2&"), "the fragment is kept current: " + hash.slice(0, 40));
   const png = await page.screenshot({ path: path.join(shots, "default-1280x720.png") });
   const img = decodePng(png);
   assert.ok(distinctColors(img, 0, 0, 1280, 720) > 50, "canvas is not blank");

@@ -296,8 +296,32 @@ class TrainingTranslation(unittest.TestCase):
         c["fsdp"] = {}
         self.assertIn("fsdp", refused(c))
         c = config()
-        c["schema"] = 2
+        c["schema"] = 3
         self.assertIn("schema", refused(c))
+
+    def test_schema_2_switches_and_versions(self):
+        # Schema 2's switches are auto / true / false; auto is what memsim derives for the newest versions, which is
+        # what the installed libraries run. A stated version or a date would derive switches this run does not have.
+        c = config()
+        c["schema"] = 2
+        c["training"].update(zero_grad_set_to_none="auto", softmax_saves_input="auto")
+        c["hardware"]["expandable_segments"] = "auto"
+        plan = tr.translate(c)
+        self.assertTrue(plan["zero_grad_set_to_none"])
+        self.assertFalse(plan["expandable_segments"])
+        c["training"]["zero_grad_set_to_none"] = "false"
+        c["hardware"]["expandable_segments"] = "true"
+        plan = tr.translate(c)
+        self.assertFalse(plan["zero_grad_set_to_none"])
+        self.assertTrue(plan["expandable_segments"])
+        c["training"]["softmax_saves_input"] = "true"  # torch <= 1.10's softmax: the installed torch has no such thing
+        self.assertEqual(refused(c), ["training.softmax_saves_input"])
+        c = config()
+        c["schema"] = 2
+        c["versions"] = {"torch": "1.13", "transformers": "latest", "date": "2023-10"}
+        self.assertEqual(sorted(refused(c)), ["versions.date", "versions.torch"])
+        c["versions"] = {"torch": "latest", "pytorch": "2.1"}
+        self.assertEqual(refused(c), ["versions.pytorch"])
 
     def test_parallel(self):
         c = config()

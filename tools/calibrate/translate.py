@@ -46,9 +46,9 @@ MEMSIM_DEFAULTS = {
         "activation_offload": False,
         "optimizer_in_backward": False,
         "compile": False,
-        "zero_grad_set_to_none": True,
-        "softmax_saves_input": False,
-        "empty_cache_steps": 0,
+        "zero_grad_set_to_none": "auto",
+        "softmax_saves_input": "auto",
+        "empty_cache_steps": -1,
     },
     "peft": {
         "method": "none",
@@ -58,11 +58,11 @@ MEMSIM_DEFAULTS = {
         "target_modules": "q_proj,v_proj",
         "feedforward_modules": "down_proj",
         "num_virtual_tokens": 20,
-        "adapter_dtype": "fp32",
+        "adapter_dtype": "auto",
         "base_quantization": "none",
         "double_quantization": False,
         "prepare_kbit": True,
-        "bnb_saves_input": False,
+        "bnb_saves_input": "auto",
         "modules_to_save": "",
     },
     "parallel": {
@@ -95,11 +95,25 @@ MEMSIM_DEFAULTS = {
         "ddp_gradient_as_bucket_view": False,
     },
     "hardware": {"gpu": "a100-80gb", "gpu_memory_bytes": 0, "headroom_fraction": 0.10, "cuda_context_bytes": 0,
-                 "cuda_module_loading": "lazy", "expandable_segments": False, "nccl_channels": 16, "gpus_per_node": 8,
+                 "cuda_module_loading": "auto", "expandable_segments": "auto", "nccl_channels": 16, "gpus_per_node": 8,
                  "host_memory_bytes": 0},
+    "versions": {"torch": "latest", "transformers": "latest", "peft": "latest", "bitsandbytes": "latest",
+                 "deepspeed": "latest", "torchao": "latest", "flash_attn": "latest", "torchtune": "latest", "date": ""},
 }
 
-SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data")
+SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data", "versions")
+SCHEMAS = (1, 2)
+
+# Schema 2 made the switches that library versions decide derivable: auto (derived from the versions section),
+# true or false (serialize.cpp kSchema1Switches). The harness runs the installed libraries, which memsim's "latest"
+# stands for, so it accepts only latest versions and no date, and an auto switch takes what memsim derives for the
+# newest versions (frameworks.cpp resolve(); the harness's frameworks use transformers' model code and PEFT):
+LATEST_SWITCHES = {
+    ("training", "zero_grad_set_to_none"): True,   # torch >= 2.0 (pytorch#92731)
+    ("training", "softmax_saves_input"): False,    # torch >= 1.11 (pytorch#66018)
+    ("peft", "bnb_saves_input"): False,            # bitsandbytes >= 0.43.2 (bitsandbytes#1270)
+    ("hardware", "expandable_segments"): False,    # no launcher of the HF frameworks sets it
+}
 
 # What memsim's frameworks do where they differ (src/core/frameworks.cpp; checked by test_calibrate.py). The
 # harness reproduces only the two that run transformers model code in a torch loop.
@@ -548,8 +562,15 @@ def translate(item, steps=DEFAULT_STEPS):
     for k in config:
         if k not in SECTIONS:
             errors.append((k, f"unknown section; a memsim config has {', '.join(SECTIONS)}"))
-    if "schema" in config and config["schema"] != 1:
-        errors.append(("schema", f"{config['schema']!r}: the harness reads schema 1"))
+    if "schema" in config and config["schema"] not in SCHEMAS:
+        errors.append(("schema", f"{config['schema']!r}: the harness reads schemas 1 and 2"))
+    for lib, v in _section(config, "versions", errors).items():
+        if lib == "date" and v != "":
+            errors.append(("versions.date", f"{v!r}: the harness runs the installed libraries, which memsim's latest "
+                           "versions stand for; a date would derive switches this run does not reproduce"))
+        elif lib != "date" and v != "latest":
+            errors.append((f"versions.{lib}", f"{v!r}: the harness runs the installed {lib}, which memsim's latest "
+                           "stands for; a stated version would derive switches this run does not reproduce"))
     if "model" not in config:
         errors.append(("model", "the model section is required (memsim's default model is not a real checkpoint "
                        "shape the harness should guess)"))
@@ -558,6 +579,22 @@ def translate(item, steps=DEFAULT_STEPS):
     p = _section(config, "parallel", errors)
     hw = _section(config, "hardware", errors)
     pf = _section(config, "peft", errors)
+    for (name, key), latest in LATEST_SWITCHES.items():
+        sec = {"training": t, "peft": pf, "hardware": hw}[name]
+        if key not in sec:
+            continue
+        v = sec[key]
+        if v == "auto":
+            sec[key] = latest
+            notes.append(f"{name}.{key}: auto -> {str(latest).lower()} (the newest versions')")
+        elif v in ("true", "false"):
+            sec[key] = v == "true"  # schema 2 writes them as strings; schema 1 as JSON booleans
+    if pf.get("adapter_dtype") == "auto":
+        pf["adapter_dtype"] = "fp32"  # peft >= 0.12: get_peft_model autocasts adapters to fp32 (peft#1706)
+    if t.get("empty_cache_steps") == -1:
+        # auto: only the HF Trainer of transformers 4.41 emptied the cache at every step (transformers#28769, #31530)
+        t["empty_cache_steps"] = 0
+        notes.append("training.empty_cache_steps: auto -> 0 (never: the newest versions')")
     given_training = config.get("training", {}) if isinstance(config.get("training"), dict) else {}
     given_parallel = config.get("parallel", {}) if isinstance(config.get("parallel"), dict) else {}
 
@@ -662,7 +699,8 @@ def translate(item, steps=DEFAULT_STEPS):
                        "installed torch, whose softmax keeps only its output"))
     for k in ("activation_offload", "compile", "optimizer_in_backward", "zero_grad_set_to_none", "softmax_saves_input"):
         if not isinstance(t[k], bool):
-            errors.append((f"training.{k}", f"must be true or false; got {t[k]!r}"))
+            errors.append((f"training.{k}", f"must be {'auto, ' if (('training', k) in LATEST_SWITCHES) else ''}true "
+                           f"or false; got {t[k]!r}"))
 
     # --- PEFT
     peft = None
@@ -704,7 +742,7 @@ def translate(item, steps=DEFAULT_STEPS):
                 errors.append(("peft.double_quantization", "double_quantization and prepare_kbit must be true or "
                                "false"))
             if not isinstance(pf["bnb_saves_input"], bool):
-                errors.append(("peft.bnb_saves_input", "must be true or false"))
+                errors.append(("peft.bnb_saves_input", "must be auto, true or false"))
             if pf["double_quantization"] and quant not in ("nf4", "fp4"):
                 errors.append(("peft.double_quantization", f"true needs 4-bit base_quantization; got {quant}"))
             if eff is not None and eff["num_experts"] > 0:
@@ -798,7 +836,7 @@ def translate(item, steps=DEFAULT_STEPS):
             errors.append(("training.optimizer_in_backward", "true cannot be combined with amp_fp16's GradScaler"))
 
     if hw and not isinstance(hw["expandable_segments"], bool):
-        errors.append(("hardware.expandable_segments", f"must be true or false; got {hw['expandable_segments']!r}"))
+        errors.append(("hardware.expandable_segments", f"must be auto, true or false; got {hw['expandable_segments']!r}"))
 
     # --- data: a run of listed micro-batch lengths is replayed as listed (memsim's data.lengths micro_batches),
     # each step's micro-batches in order, so that the reserved memory a run of varying lengths builds up can be

@@ -1,0 +1,428 @@
+// Library versions as inputs (core/versions.h): parsing, the date, each rule at its boundary (frameworks.cpp
+// resolve(), docs/versions.md), explicit values over versions, the notes, the schema-1 migration, and the
+// loss paths of transformers before 4.49.
+#include <catch2/catch.hpp>
+
+#include "core/frameworks.h"
+#include "core/serialize.h"
+#include "core/simulate.h"
+#include "core/versions.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+Version parsed(const char* text) {
+  Version v;
+  REQUIRE(parse_version(text, v));
+  return v;
+}
+
+// A resolved config: the framework and the stated versions ("torch=1.10", ...).
+Resolved with(std::initializer_list<const char*> settings, const char* framework = "hf_trainer") {
+  Config c;
+  c.training.framework = framework;
+  for (const char* s : settings) REQUIRE(apply_setting(c, s).empty());
+  REQUIRE(validate(c).empty());
+  return resolve(c);
+}
+
+std::vector<std::string> notes_of(const Config& c) {
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  return r.notes;
+}
+
+bool has_note(const std::vector<std::string>& notes, const std::string& prefix) {
+  for (const auto& n : notes)
+    if (n.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("versions: release numbers as pip prints them", "[versions]") {
+  CHECK(parsed("2") == Version{2, 0, 0});
+  CHECK(parsed("2.1") == Version{2, 1, 0});
+  CHECK(parsed("2.1.2") == Version{2, 1, 2});
+  CHECK(parsed("2.1.2+cu121") == Version{2, 1, 2});  // torch's local build label
+  CHECK(parsed("2.7.0a0+gitb98af95") == Version{2, 7, 0});
+  CHECK(parsed("4.46.0.dev0") == Version{4, 46, 0});
+  CHECK(parsed("0.43.2rc1") == Version{0, 43, 2});
+  CHECK(parsed("v0.43.2") == Version{0, 43, 2});  // a git tag
+  CHECK(parsed("2.3.1.post300") == Version{2, 3, 1});
+  CHECK(parsed("1.10") < parsed("1.11"));
+  CHECK(parsed("2.10") > parsed("2.9.1"));  // numbers, not text
+  Version v;
+  for (const char* bad : {"", "latest", "2.", "2..1", ".1", "x", "2.1.x", "1.2.3.4", "2.1 ", " 2.1", "2.1+", "2,1",
+                          "12345.0", "2.1-foo"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_version(bad, v));
+  }
+}
+
+TEST_CASE("versions: dates are a day or a month's first day", "[versions]") {
+  Date d;
+  REQUIRE(parse_date("2023-10", d));
+  CHECK(d == Date{2023, 10, 1});
+  REQUIRE(parse_date("2024-02-29", d));
+  CHECK(d == Date{2024, 2, 29});
+  for (const char* bad : {"", "2023", "2023-13", "2023-00", "2023-02-30", "23-10", "2023/10", "2023-10-1", "1999-12",
+                          "2023-10-15x", "latest"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_date(bad, d));
+  }
+}
+
+TEST_CASE("versions: bad input names the field and what is allowed", "[versions]") {
+  Config c;
+  c.versions.torch = "2.1.x";
+  c.versions.date = "October 2023";
+  const auto errors = validate(c);
+  REQUIRE(errors.size() == 2);
+  CHECK(errors[0].field == "versions.torch");
+  CHECK(errors[0].message == "versions.torch must be a version such as 2.1 or 2.1.2, or latest; got \"2.1.x\"");
+  CHECK(errors[1].field == "versions.date");
+  CHECK(errors[1].message.rfind("versions.date must be a date such as 2023-10 or 2023-10-15", 0) == 0);
+  // A JSON number loses the version's text (2.10 would read as 2.1): the reader asks for a string.
+  Parsed p = config_from_json(R"({"schema": 2, "versions": {"transformers": 4.4}})");
+  REQUIRE(!p.ok);
+  CHECK(p.errors[0].field == "versions.transformers");
+  CHECK(p.errors[0].message.find("(a string)") != std::string::npos);
+  // --set and links go through the same reader.
+  Config s;
+  auto e = apply_setting(s, "versions.peft=new");
+  CHECK(e.empty());  // a string, checked by validate() like every choice
+  CHECK(validate(s).at(0).field == "versions.peft");
+  CHECK(!config_from_json(R"({"schema": 2, "versions": {"pytorch": "2.1"}})").ok);  // unknown key
+  Config t;
+  t.training.softmax_saves_input = "yes";
+  CHECK(validate(t).at(0).message == "training.softmax_saves_input must be one of: auto, true, false; got \"yes\"");
+}
+
+TEST_CASE("versions: a date picks each library's newest release on or before it", "[versions]") {
+  VersionsConfig v;
+  v.date = "2023-10";  // 2023-10-01: torch 2.1.0 came on 10-04, transformers 4.34 on 10-03
+  StackVersions s = stack_versions(v);
+  CHECK(s[Library::Torch].version == Version{2, 0, 0});
+  CHECK(s[Library::Transformers].version == Version{4, 33, 0});
+  CHECK(s[Library::Peft].version == Version{0, 5, 0});
+  CHECK(s[Library::Bitsandbytes].version == Version{0, 41, 0});
+  CHECK(s[Library::Torch].from_date);
+  CHECK(describe_version(s, Library::Torch) == "torch 2.0.0 (current at versions.date 2023-10-01)");
+  v.date = "2023-10-15";
+  s = stack_versions(v);
+  CHECK(s[Library::Torch].version == Version{2, 1, 0});
+  CHECK(s[Library::Transformers].version == Version{4, 34, 0});
+  // A stated version beats the date.
+  v.torch = "1.13.1";
+  s = stack_versions(v);
+  CHECK(s[Library::Torch].version == Version{1, 13, 1});
+  CHECK(!s[Library::Torch].from_date);
+  // Before a table's first release, the first release stands in (every rule's boundary lies after it).
+  v = {};
+  v.date = "2021-01";
+  s = stack_versions(v);
+  CHECK(s[Library::Torch].version == Version{1, 10, 0});
+  CHECK(s[Library::Torch].before_table);
+  CHECK(s[Library::Peft].version == Version{0, 4, 0});
+  // No date: every library left at latest stays latest.
+  v = {};
+  s = stack_versions(v);
+  for (const auto& lib : libraries()) CHECK(s[lib.library].latest);
+}
+
+TEST_CASE("versions: a date after every table derives what latest does", "[versions]") {
+  for (const char* fw : {"hf_trainer", "hf_loop", "deepspeed", "torchtune", "litgpt", "megatron", "torchtitan"}) {
+    INFO(fw);
+    Config latest;
+    latest.training.framework = fw;
+    latest.peft.method = "lora";
+    latest.peft.base_quantization = "nf4";
+    latest.parallel.zero_stage = 0;
+    latest.parallel.data_parallel_size = 1;
+    Config dated = latest;
+    dated.versions.date = "2026-12-01";
+    const Resolved a = resolve(latest), b = resolve(dated);
+    for (size_t i = 0; i < kSwitchCount; ++i) CHECK(switch_value(a, Switch(i)) == switch_value(b, Switch(i)));
+  }
+}
+
+TEST_CASE("versions: latest derives exactly what memsim did before versions were inputs", "[versions]") {
+  // Schema 1's fixed defaults, and each framework's own choices (FrameworkSpec).
+  for (const auto& f : frameworks()) {
+    INFO(f.id);
+    Config c;
+    c.training.framework = std::string(f.id);
+    const Resolved r = resolve(c);
+    CHECK(!r.softmax_saves_input);
+    CHECK(r.zero_grad_set_to_none);
+    CHECK(!r.bnb_saves_input);
+    CHECK(r.adapter_dtype == AdapterDtype::Fp32);
+    CHECK(r.lazy_module_loading);
+    CHECK(r.empty_cache_steps == 0);
+    CHECK(switch_value(r, Switch::OptimizerImpl) == f.optimizer_impl);
+    CHECK(switch_value(r, Switch::Attention) == f.attention);
+    CHECK(switch_value(r, Switch::Loss) == f.loss);
+    // Only torchtitan's launcher sets expandable segments (run_train.sh, torchtitan#643).
+    CHECK(r.expandable_segments == (f.id == "torchtitan"));
+    for (size_t i = 0; i < kSwitchCount; ++i) CHECK(r.origin[i].kind == Origin::Kind::Default);
+  }
+}
+
+TEST_CASE("versions: torch's rules at their boundaries", "[versions]") {
+  // pytorch#66018: softmax and log_softmax stopped saving their input in 1.11.
+  CHECK(with({"versions.torch=1.10.2"}).softmax_saves_input);
+  CHECK(!with({"versions.torch=1.11"}).softmax_saves_input);
+  // pytorch#92731: zero_grad(set_to_none=True) by default from 2.0.
+  CHECK(!with({"versions.torch=1.13.1"}).zero_grad_set_to_none);
+  CHECK(with({"versions.torch=2.0"}).zero_grad_set_to_none);
+  // pytorch#85692 / #86509: lazy CUDA module loading from 1.13.
+  CHECK(!with({"versions.torch=1.12.1"}).lazy_module_loading);
+  CHECK(with({"versions.torch=1.13"}).lazy_module_loading);
+  // torch.optim's foreach default from 2.0 (pytorch#95862), for frameworks that take torch's default.
+  for (const char* fw : {"hf_loop", "litgpt", "torchtitan"}) {
+    INFO(fw);
+    CHECK(with({"versions.torch=1.13.1"}, fw).optimizer_impl == OptimizerImpl::ForLoop);
+    CHECK(with({"versions.torch=2.0"}, fw).optimizer_impl == OptimizerImpl::Foreach);
+  }
+  // Fused kernels a framework asks for itself do not depend on torch's default.
+  CHECK(with({"versions.torch=1.13.1"}, "deepspeed").optimizer_impl == OptimizerImpl::Fused);
+  CHECK(with({"versions.torch=1.13.1", "parallel.zero_stage=1"}, "megatron").optimizer_impl == OptimizerImpl::Fused);
+}
+
+TEST_CASE("versions: the HF Trainer's optimizer by transformers and torch", "[versions]") {
+  CHECK(with({"versions.transformers=4.31.0"}).optimizer_impl == OptimizerImpl::ForLoop);  // adamw_hf
+  CHECK(with({"versions.transformers=4.32", "versions.torch=2.0"}).optimizer_impl == OptimizerImpl::Foreach);
+  CHECK(with({"versions.transformers=4.32", "versions.torch=1.13"}).optimizer_impl == OptimizerImpl::ForLoop);
+  CHECK(with({"versions.transformers=4.53", "versions.torch=2.8"}).optimizer_impl == OptimizerImpl::Foreach);
+  CHECK(with({"versions.transformers=4.54", "versions.torch=2.7"}).optimizer_impl == OptimizerImpl::Foreach);
+  CHECK(with({"versions.transformers=4.54", "versions.torch=2.8"}).optimizer_impl == OptimizerImpl::Fused);
+  CHECK(with({"versions.torch=2.7.1"}).optimizer_impl == OptimizerImpl::Foreach);  // latest transformers, older torch
+}
+
+TEST_CASE("versions: transformers' default attention", "[versions]") {
+  // Llama-3.2-1B has 8 KV heads for 32 query heads: GQA.
+  auto gqa = [](std::initializer_list<const char*> v) {
+    Config c = single_gpu_config("llama-3.2-1b.json", 1, 512);
+    c.training.attention = "auto";
+    for (const char* s : v) REQUIRE(apply_setting(c, s).empty());
+    return resolve(c).attention;
+  };
+  CHECK(gqa({"versions.transformers=4.35", "versions.torch=2.1.2"}) == Attention::Eager);
+  CHECK(gqa({"versions.transformers=4.36", "versions.torch=2.1.0"}) == Attention::Eager);  // needs torch >= 2.1.1
+  CHECK(gqa({"versions.transformers=4.36", "versions.torch=2.1.1"}) == Attention::SdpaRepeatKv);
+  CHECK(gqa({"versions.transformers=4.55", "versions.torch=2.5"}) == Attention::SdpaRepeatKv);
+  CHECK(gqa({"versions.transformers=4.56", "versions.torch=2.4"}) == Attention::SdpaRepeatKv);  // enable_gqa needs 2.5
+  CHECK(gqa({"versions.transformers=4.56", "versions.torch=2.5"}) == Attention::Sdpa);
+  // Without GQA nothing is repeated: SDPA from 4.36 on.
+  CHECK(with({"versions.transformers=4.40", "versions.torch=2.2"}).attention == Attention::Sdpa);
+  // BERT's SDPA attention came in 4.41.
+  Config bert = single_gpu_config("bert-large-uncased.json", 4, 512);
+  bert.training.attention = "auto";
+  bert.versions.transformers = "4.40";
+  CHECK(resolve(bert).attention == Attention::Eager);
+  bert.versions.transformers = "4.41";
+  CHECK(resolve(bert).attention == Attention::Sdpa);
+  // Frameworks with their own model code keep their attention.
+  CHECK(with({"versions.transformers=4.30", "versions.torch=1.13"}, "torchtune").attention == Attention::SdpaRepeatKv);
+}
+
+TEST_CASE("versions: transformers' loss path", "[versions]") {
+  CHECK(with({"versions.transformers=4.30.2"}).loss == LossImpl::HfShift);
+  CHECK(with({"versions.transformers=4.31"}).loss == LossImpl::HfFp32Logits);
+  CHECK(with({"versions.transformers=4.45.2"}).loss == LossImpl::HfFp32Logits);
+  CHECK(with({"versions.transformers=4.46"}).loss == LossImpl::HfShiftFp32);
+  CHECK(with({"versions.transformers=4.48.3"}).loss == LossImpl::HfShiftFp32);
+  CHECK(with({"versions.transformers=4.49"}).loss == LossImpl::HfFp32Upcast);
+  // A classification head has no causal-LM loss: the switch does not apply and names no version.
+  Config bert = single_gpu_config("bert-large-uncased.json", 4, 512);
+  bert.versions.transformers = "4.31";
+  CHECK(!switch_applies(bert, resolve(bert), Switch::Loss));
+  CHECK(!has_note(notes_of(bert), "training.loss"));
+}
+
+TEST_CASE("versions: torchtune's loss and optimizer by its release", "[versions]") {
+  CHECK(with({"versions.torchtune=0.2.1"}, "torchtune").loss == LossImpl::FullFp32);
+  CHECK(with({"versions.torchtune=0.3.0"}, "torchtune").loss == LossImpl::ChunkedFp32);
+  CHECK(with({"versions.torchtune=0.3.1"}, "torchtune").optimizer_impl == OptimizerImpl::Foreach);
+  CHECK(with({"versions.torchtune=0.4.0"}, "torchtune").optimizer_impl == OptimizerImpl::Fused);
+}
+
+TEST_CASE("versions: bitsandbytes, peft and the HF Trainer's empty_cache", "[versions]") {
+  // bitsandbytes#1270: MatMul4Bit kept its input until 0.43.2; only where the 4-bit layers are bitsandbytes'.
+  CHECK(with({"versions.bitsandbytes=0.43.1"}).bnb_saves_input);
+  CHECK(!with({"versions.bitsandbytes=0.43.2"}).bnb_saves_input);
+  CHECK(with({"versions.bitsandbytes=0.42"}, "litgpt").bnb_saves_input);
+  CHECK(!with({"versions.bitsandbytes=0.42"}, "torchtune").bnb_saves_input);  // torchao's NF4Tensor
+  // PEFT's adapters: fp32 before 0.6 and from 0.12, the base's float dtype in between, fp32 over a quantized base.
+  auto adapters = [](const char* peft, const char* precision, const char* quant = "none") {
+    return with({"peft.method=lora", (std::string("versions.peft=") + peft).c_str(),
+                 (std::string("training.precision=") + precision).c_str(),
+                 (std::string("peft.base_quantization=") + quant).c_str(), "parallel.zero_stage=0",
+                 "parallel.data_parallel_size=1"})
+        .adapter_dtype;
+  };
+  CHECK(adapters("0.5.0", "bf16_pure") == AdapterDtype::Fp32);
+  CHECK(adapters("0.6.0", "bf16_pure") == AdapterDtype::Bf16);
+  CHECK(adapters("0.11.1", "fp16_mixed") == AdapterDtype::Fp16);
+  CHECK(adapters("0.11.1", "amp_bf16") == AdapterDtype::Fp32);  // fp32 weights under autocast
+  CHECK(adapters("0.7.1", "bf16_pure", "nf4") == AdapterDtype::Fp32);
+  CHECK(adapters("0.12.0", "bf16_pure") == AdapterDtype::Fp32);
+  // The cast was LoRA's update_layer: prompt embeddings stay in the fp32 they are created in.
+  CHECK(with({"peft.method=prompt_tuning", "versions.peft=0.7", "training.precision=bf16_pure",
+              "parallel.zero_stage=0", "parallel.data_parallel_size=1"})
+            .adapter_dtype == AdapterDtype::Fp32);
+  // transformers 4.41's Trainer emptied the cache at every step (transformers#28769 until #31530 in 4.42).
+  CHECK(with({"versions.transformers=4.40.2"}).empty_cache_steps == 0);
+  CHECK(with({"versions.transformers=4.41.0"}).empty_cache_steps == 1);
+  CHECK(with({"versions.transformers=4.41.2"}).empty_cache_steps == 1);
+  CHECK(with({"versions.transformers=4.42"}).empty_cache_steps == 0);
+  CHECK(with({"versions.transformers=4.41.2"}, "hf_loop").empty_cache_steps == 0);  // the Trainer's, not the model's
+}
+
+TEST_CASE("versions: an explicit value beats the version", "[versions]") {
+  const Resolved r = with({"versions.torch=1.10", "versions.transformers=4.31", "versions.bitsandbytes=0.41",
+                           "versions.peft=0.7", "training.softmax_saves_input=false", "training.zero_grad_set_to_none=true",
+                           "training.optimizer_impl=fused", "training.attention=flash_attention_2",
+                           "training.loss=hf_fp32_upcast", "peft.bnb_saves_input=false", "peft.adapter_dtype=bf16",
+                           "hardware.cuda_module_loading=lazy", "hardware.expandable_segments=true",
+                           "training.empty_cache_steps=0"});
+  CHECK(!r.softmax_saves_input);
+  CHECK(r.zero_grad_set_to_none);
+  CHECK(r.optimizer_impl == OptimizerImpl::Fused);
+  CHECK(r.attention == Attention::FlashAttention2);
+  CHECK(r.loss == LossImpl::HfFp32Upcast);
+  CHECK(!r.bnb_saves_input);
+  CHECK(r.adapter_dtype == AdapterDtype::Bf16);
+  CHECK(r.lazy_module_loading);
+  CHECK(r.expandable_segments);
+  CHECK(r.empty_cache_steps == 0);
+  for (size_t i = 0; i < kSwitchCount; ++i) CHECK(r.origin[i].kind == Origin::Kind::Explicit);
+  // And on torchtitan an explicit false beats its launcher.
+  CHECK(!with({"hardware.expandable_segments=false"}, "torchtitan").expandable_segments);
+}
+
+TEST_CASE("versions: the result's notes say which version set which switch", "[versions]") {
+  Config c = single_gpu_config("llama-3.2-1b.json", 1, 512);
+  c.training.attention = "auto";
+  {  // every version latest: no switch is named in a note (other notes, such as the band's, may be there)
+    const auto latest = notes_of(c);
+    for (size_t i = 0; i < kSwitchCount; ++i) CHECK(!has_note(latest, std::string(switch_field(Switch(i))) + ":"));
+  }
+  c.versions.torch = "1.10";
+  c.versions.transformers = "4.31";
+  auto notes = notes_of(c);
+  CHECK(has_note(notes, "training.softmax_saves_input: true, from torch 1.10.0: softmax and log_softmax kept their "
+                        "input until pytorch#66018, in 1.11"));
+  CHECK(has_note(notes, "training.zero_grad_set_to_none: false, from torch 1.10.0: "));
+  CHECK(has_note(notes, "training.optimizer_impl: for_loop, from transformers 4.31.0: "));
+  CHECK(has_note(notes, "training.attention: eager, from transformers 4.31.0 and torch 1.10.0: "));
+  CHECK(has_note(notes, "training.loss: hf_fp32_logits, from transformers 4.31.0: "));
+  CHECK(!has_note(notes, "peft."));  // no adapters, no 4-bit base: nothing of theirs applies
+  // An explicit value is the user's: no note for it.
+  c.training.softmax_saves_input = "true";
+  CHECK(!has_note(notes_of(c), "training.softmax_saves_input"));
+  // A date names itself.
+  Config d = single_gpu_config("llama-3.2-1b.json", 1, 512);
+  d.versions.date = "2023-10";
+  CHECK(has_note(notes_of(d), "training.loss: hf_fp32_logits, from transformers 4.33.0 (current at versions.date "
+                              "2023-10-01): "));
+}
+
+TEST_CASE("versions: schema-1 configs and links keep their exact meaning", "[versions][serialize]") {
+  // Schema 1 wrote the switches as booleans and meant its fixed defaults where a given section left them out.
+  Parsed p = config_from_json(R"({"schema": 1, "training": {"framework": "torchtitan", "softmax_saves_input": true},
+                                  "peft": {"method": "lora"}, "hardware": {"gpu": "h100-sxm"}})");
+  REQUIRE(p.ok);
+  CHECK(p.config.training.softmax_saves_input == "true");
+  CHECK(p.config.training.zero_grad_set_to_none == "true");
+  CHECK(p.config.training.empty_cache_steps == 0);
+  CHECK(p.config.peft.adapter_dtype == "fp32");
+  CHECK(p.config.peft.bnb_saves_input == "false");
+  CHECK(p.config.hardware.cuda_module_loading == "lazy");
+  CHECK(p.config.hardware.expandable_segments == "false");  // schema 1's default, not torchtitan's launcher
+  CHECK(!resolve(p.config).expandable_segments);
+  // Written again it is a schema-2 config that means the same.
+  Parsed again = config_from_json(config_to_json(p.config));
+  REQUIRE(again.ok);
+  CHECK(again.config == p.config);
+  // The same config at schema 2 leaves the launcher's choice to auto.
+  Parsed now = config_from_json(R"({"schema": 2, "training": {"framework": "torchtitan"}})");
+  REQUIRE(now.ok);
+  CHECK(resolve(now.config).expandable_segments);
+  // A section a schema-1 config leaves out keeps the base's values, as it always did.
+  Config base;
+  base.training.softmax_saves_input = "auto";
+  base.versions.torch = "1.10";
+  Parsed model_only = config_from_json(R"({"schema": 1, "model": {"hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128}})", base);
+  REQUIRE(model_only.ok);
+  CHECK(model_only.config.training == base.training);
+  // A link's booleans ("true", or "1" as Reader::boolean took them) and its missing keys, schema 1's defaults.
+  Parsed link = config_from_fragment("schema=1&training.zero_grad_set_to_none=0&peft.bnb_saves_input=1");
+  REQUIRE(link.ok);
+  CHECK(link.config.training.zero_grad_set_to_none == "false");
+  CHECK(link.config.peft.bnb_saves_input == "true");
+  CHECK(link.config.training.softmax_saves_input == "false");
+  CHECK(link.config.hardware.expandable_segments == "false");
+  CHECK(link.config.peft.adapter_dtype == "fp32");
+  // A schema-2 link round-trips with its versions.
+  Config v2;
+  v2.versions.torch = "2.1.2+cu121";
+  v2.versions.date = "2024-01";
+  v2.training.empty_cache_steps = kEmptyCacheAuto;
+  Parsed back = config_from_fragment(config_to_fragment(v2));
+  REQUIRE(back.ok);
+  CHECK(back.config == v2);
+  // JSON booleans are still read for the switches at schema 2.
+  Parsed b = config_from_json(R"({"schema": 2, "hardware": {"expandable_segments": true}})");
+  REQUIRE(b.ok);
+  CHECK(b.config.hardware.expandable_segments == "true");
+}
+
+TEST_CASE("versions: the schema-1 golden JSON and link resolve alike, as schema 1's defaults did", "[versions][serialize]") {
+  Parsed a = config_from_json(read_file(source_path("tests/golden/v1.json")));
+  Parsed b = config_from_fragment(read_file(source_path("tests/golden/v1.fragment")));
+  REQUIRE(a.ok);
+  REQUIRE(b.ok);
+  const Resolved ra = resolve(a.config), rb = resolve(b.config);
+  for (size_t i = 0; i < kSwitchCount; ++i) {
+    INFO(switch_field(Switch(i)));
+    CHECK(switch_value(ra, Switch(i)) == switch_value(rb, Switch(i)));
+  }
+  CHECK(!ra.softmax_saves_input);
+  CHECK(ra.zero_grad_set_to_none);
+  CHECK(!ra.expandable_segments);
+}
+
+// The loss paths of transformers before 4.49 (docs/versions.md 6a, "Memory consequences"):
+// a loss-dominated step (128k vocabulary, 2048 tokens, a 1B model with LoRA and full checkpointing), whose peak is in
+// the loss. T x V x 2 bytes is one compute-dtype copy of the logits. Tolerances cover the allocator's rounding of
+// the last block of a segment (up to 1 MiB each side).
+TEST_CASE("versions: the HF loss paths keep what each transformers version kept", "[versions][activations]") {
+  auto peak = [](const char* framework, const char* loss) {
+    Config c = single_gpu_config("llama-3.2-1b.json", 1, 2048);
+    c.training.framework = framework;
+    c.training.loss = loss;
+    c.training.activation_checkpointing = "full";
+    c.peft.method = "lora";
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    return r.devices[0].peak.allocated_bytes;
+  };
+  const int64_t tv2 = int64_t{2048} * 128256 * 2;
+  const int64_t slack = int64_t{4} << 20;
+  // The Trainer drops the outputs before backward. 4.49+: bf16 logits + fp32 upcast + fp32 log-softmax in forward,
+  // nll and log_softmax gradients beside the log-softmax in backward: 12 bytes per logit at the peak.
+  const int64_t upcast = peak("hf_trainer", "hf_fp32_upcast");
+  // 4.31-4.45: fp32 logits + fp32 shifted copy + fp32 log-softmax = 12 as well: the same peak.
+  CHECK(std::abs(peak("hf_trainer", "hf_fp32_logits") - upcast) <= slack);
+  // 4.46-4.48: the outputs' bf16 logits stay beside the loss's fp32 upcast and shifted copy: 14.
+  CHECK(std::abs(peak("hf_trainer", "hf_shift_fp32") - upcast - tv2) <= slack);
+  // Before 4.31, pure bf16: logits, shifted copy and log-softmax all bf16: 6 instead of 12.
+  CHECK(std::abs(peak("hf_trainer", "hf_shift") - upcast + 3 * tv2) <= slack);
+  // A plain loop holds the outputs through backward: fp32 logits in 4.31-4.45 instead of bf16 ones.
+  CHECK(std::abs(peak("hf_loop", "hf_fp32_logits") - peak("hf_loop", "hf_fp32_upcast") - tv2) <= slack);
+}
