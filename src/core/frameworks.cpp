@@ -443,6 +443,7 @@ Resolved resolve(const Config& c) {
     r.empty_cache_steps = t.empty_cache_steps;
     d.given(Switch::EmptyCacheSteps);
   }
+  r.foreach_keeps_denom = v.below(torch, V(2, 1));
   return r;
 }
 
@@ -512,6 +513,13 @@ std::vector<std::string> version_notes(const Config& c) {
     notes.push_back(std::string(switch_field(s)) + ": " + switch_value(r, s) + ", from " + origin_versions(r, o) + ": " +
                     o.why);
   }
+  const OptimizerSpec* opt = find_optimizer(c.training.optimizer);
+  if (r.foreach_keeps_denom && r.optimizer_impl == OptimizerImpl::Foreach && opt && opt->kind == OptimizerKind::Adam &&
+      !opt->paged)
+    notes.push_back("optimizer: torch.optim's foreach Adam/AdamW keeps two full-size intermediates at its peak, from " +
+                    describe_version(r.versions, Library::Torch) +
+                    ": denom = _foreach_add(exp_avg_sq_sqrt, eps) was out of place until pytorch#104898 (AdamW) and "
+                    "#104780 (Adam), in 2.1");
   return notes;
 }
 

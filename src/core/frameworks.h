@@ -125,6 +125,11 @@ struct Resolved {
   bool expandable_segments;
   bool lazy_module_loading;   // hardware.cuda_module_loading lazy
   int64_t empty_cache_steps;  // 0: never
+  // torch.optim's foreach Adam/AdamW before 2.1 kept two lists of full-size intermediates at its peak, not one:
+  // denom = torch._foreach_add(exp_avg_sq_sqrt, eps) was out of place while exp_avg_sq_sqrt stayed referenced
+  // (torch/optim/adamw.py _multi_tensor_adamw at v2.0.0); pytorch#104898 (AdamW) and #104780 (Adam), merged July
+  // 2023 and first in 2.1.0, add eps in place. It follows from the torch version alone, so it is not a config field.
+  bool foreach_keeps_denom;
   std::array<Origin, kSwitchCount> origin;
   StackVersions versions;
   int64_t adapter_bytes() const { return adapter_dtype == AdapterDtype::Fp32 ? 4 : 2; }

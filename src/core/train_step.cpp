@@ -891,9 +891,16 @@ void StepBuilder::optimizer_step(int iter) {
       const int64_t b = state_b > 0 && t.kind != ParamKind::Adapter ? state_b : state_dtype_of(t);
       if (in_group && !t.frozen) tmp.push_back(p_.alloc(Component::Temporaries, mul(local(t).numel, b), L_.opt_tmp));
     });
-    // The list _foreach_sqrt returned goes with the step's frame; CPython's list_dealloc releases its items from
-    // the last to the first (Objects/listobject.c), as the recorded allocator traces show.
+    // Before torch 2.1, denom = torch._foreach_add(exp_avg_sq_sqrt, eps) made a second list of the same sizes while
+    // the first stayed referenced (Resolved::foreach_keeps_denom; pytorch#104898).
+    std::vector<uint32_t> denom;
+    if (rs_.foreach_keeps_denom)
+      for (uint32_t t : tmp) denom.push_back(p_.alloc(Component::Temporaries, p_.tensors[t].bytes, L_.opt_tmp));
+    // The lists go with the step's frame, exp_avg_sq_sqrt before denom (the frame clears its locals in order);
+    // CPython's list_dealloc releases a list's items from the last to the first (Objects/listobject.c), as the
+    // recorded allocator traces show.
     for (auto it = tmp.rbegin(); it != tmp.rend(); ++it) drop(*it);
+    for (auto it = denom.rbegin(); it != denom.rend(); ++it) drop(*it);
   }
 }
 
