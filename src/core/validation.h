@@ -66,6 +66,13 @@ struct ValidationSummary {
   double all_median_abs_error = 0;
   double all_p90_abs_error = 0;
   double all_within_10pct = 0;  // fraction of those cases within 10%
+  // The same cases with every version-derived switch that the case file sets by hand put back to auto, so that the
+  // stated versions (or latest) decide it as they do for a user who knows only the versions (frameworks.h Switch).
+  int auto_cases_changed = 0;  // of all_counted, the cases that set at least one switch by hand
+  int auto_cases_dated = 0;    // of those, the ones that state a library version or a date (the rest take latest)
+  double auto_median_abs_error = 0;
+  double auto_p90_abs_error = 0;
+  double auto_within_10pct = 0;
   // Leave-one-out coverage of the band: over every case with an error (all confidences, excluded ones included),
   // and over the counted ones (high and medium confidence, not excluded, single and multi GPU together).
   int band_cases = 0;
