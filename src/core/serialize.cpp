@@ -452,13 +452,8 @@ int nesting_depth(std::string_view text) {
 }
 
 bool parse_document(std::string_view text, const std::string& what, json& out, std::vector<FieldError>& errors) {
-  if (text.size() > kMaxDocumentBytes) {
-    errors.push_back({what, what + " is " + std::to_string(text.size() / (1024 * 1024)) +
-                                " MiB; at most 8 MiB is accepted (a config.json is a few KB)"});
-    return false;
-  }
-  if (nesting_depth(text) > kMaxDepth) {
-    errors.push_back({what, what + " is nested more than 64 levels deep"});
+  if (std::string e = document_guard_error(text, what); !e.empty()) {
+    errors.push_back({what, std::move(e)});
     return false;
   }
   try {
@@ -2055,6 +2050,15 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
     out["suggestions"] = list;
   }
   return out.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+std::string document_guard_error(std::string_view text, const std::string& what) {
+  if (text.size() > kMaxDocumentBytes)
+    return what + " is " + std::to_string(text.size() / (1024 * 1024)) +
+           " MiB; at most 8 MiB is accepted (a config.json is a few KB)";
+  // Before any recursive parse or dump: nlohmann recurses once per level, so deep nesting would overflow the stack.
+  if (nesting_depth(text) > kMaxDepth) return what + " is nested more than 64 levels deep";
+  return "";
 }
 
 }  // namespace memsim

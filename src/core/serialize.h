@@ -33,6 +33,10 @@ struct Parsed {
 Parsed config_from_json(std::string_view text, const Config& base = Config{});
 std::string config_to_json(const Config& c, int indent = 2);
 
+// The guards every JSON decoder applies before parsing: at most 8 MiB and 64 levels of nesting. Empty when the
+// text passes; otherwise one line naming `what` ("the case file is nested more than 64 levels deep").
+std::string document_guard_error(std::string_view text, const std::string& what);
+
 // The URL fragment: "schema=2&model.hidden_size=5120&...", values percent-encoded. A leading '#' is allowed.
 Parsed config_from_fragment(std::string_view fragment, const Config& base = Config{});
 std::string config_to_fragment(const Config& c);

@@ -15,6 +15,10 @@ namespace memsim {
 using json = nlohmann::json;
 
 bool parse_validation_case(std::string_view text, ValidationCase& out, std::vector<FieldError>& errors) {
+  if (std::string e = document_guard_error(text, "the case file"); !e.empty()) {
+    errors.push_back({"case", std::move(e)});
+    return false;
+  }
   json j = json::parse(text.begin(), text.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     errors.push_back({"case", "a validation case must be a JSON object"});
@@ -33,9 +37,14 @@ bool parse_validation_case(std::string_view text, ValidationCase& out, std::vect
   if (j.contains("bound") && j["bound"] == "lower") out.lower_bound = true;
   if (out.statistic != "allocated" && out.statistic != "reserved" && out.statistic != "active" && out.statistic != "device")
     errors.push_back({"statistic", "statistic must be allocated, reserved, active or device"});
-  if (j.contains("measured_gib") && j["measured_gib"].is_number())
-    out.measured_bytes = static_cast<int64_t>(std::llround(j["measured_gib"].get<double>() * 1073741824.0));
-  else errors.push_back({"measured_gib", "measured_gib is required (a number)"});
+  if (out.confidence != "high" && out.confidence != "medium" && out.confidence != "low")
+    errors.push_back({"confidence", "confidence must be high, medium or low"});
+  // A measured peak is a positive, finite number of GiB below 2^33 (8 Ei bytes, where int64 bytes end).
+  const bool number = j.contains("measured_gib") && j["measured_gib"].is_number();
+  const double gib = number ? j["measured_gib"].get<double>() : 0;
+  if (number && std::isfinite(gib) && gib > 0 && gib < 8589934592.0)
+    out.measured_bytes = std::max<int64_t>(1, static_cast<int64_t>(std::llround(gib * 1073741824.0)));
+  else errors.push_back({"measured_gib", "measured_gib is required: a positive, finite number of GiB"});
   if (j.contains("first_score") && j["first_score"].is_object()) {
     const json& f = j["first_score"];
     if (f.contains("error") && f["error"].is_number()) {
