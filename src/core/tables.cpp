@@ -45,6 +45,9 @@ constexpr OptimizerSpec kOptimizers[] = {
     {"adamw_8bit", "AdamW 8-bit (bitsandbytes)", OptimizerKind::Adam8bit, false,
      "bitsandbytes optim/optimizer.py Optimizer2State.init_state: uint8 states + fp32 absmax per 256 elements; "
      "tensors under min_8bit_size = 4096 elements keep fp32 states"},
+    {"adamw_8bit_torchao", "AdamW 8-bit (torchao)", OptimizerKind::Adam8bitTorchao, false,
+     "torchao optim/adam.py AdamW8bit (block_size 256) and subclass_8bit.py OptimState8bit.zeros: uint8 codes + an "
+     "fp32 scale per block for each state; single_param_adam (torch.compile'd) computes exp_avg and exp_avg_sq in fp32"},
     {"paged_adamw", "Paged AdamW 32-bit (bitsandbytes)", OptimizerKind::Adam, true,
      "bitsandbytes Optimizer8bit.get_state_buffer: paged (unified memory) when numel >= 1e5"},
     {"paged_adamw_8bit", "Paged AdamW 8-bit (bitsandbytes)", OptimizerKind::Adam8bit, true,
@@ -89,7 +92,7 @@ constexpr GpuSpec kGpus[] = {
 
 int64_t optimizer_full_states(const OptimizerSpec& opt) {
   switch (opt.kind) {
-    case OptimizerKind::Adam: case OptimizerKind::Adam8bit: return 2;
+    case OptimizerKind::Adam: case OptimizerKind::Adam8bit: case OptimizerKind::Adam8bitTorchao: return 2;
     case OptimizerKind::SgdMomentum: case OptimizerKind::Lion: return 1;
     case OptimizerKind::Sgd: case OptimizerKind::Adafactor: return 0;
   }
@@ -102,6 +105,11 @@ int64_t optimizer_state_bytes(const OptimizerSpec& opt, int64_t numel, int64_t r
       // Optimizer2State: two uint8 states plus one fp32 absmax per 256-element block for each.
       if (numel < 4096) return mul(numel, 2 * 4);  // min_8bit_size: small tensors keep two fp32 states
       return mul(2, add(numel, mul(ceil_div(numel, 256), 4)));
+    }
+    case OptimizerKind::Adam8bitTorchao: {
+      // OptimState8bit.zeros: codes (uint8, numel) and scale (torch.zeros(numel // block_size), fp32) per state.
+      if (numel < kTorchaoMinNumel || numel % kTorchaoBlock != 0) return mul(numel, 2 * state_bytes);
+      return mul(2, add(numel, mul(numel / kTorchaoBlock, 4)));
     }
     case OptimizerKind::Adafactor: {
       // Factored second moment for matrices (rows + cols), a full one for vectors; no first moment (beta1=None).

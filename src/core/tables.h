@@ -28,7 +28,15 @@ struct PrecisionRecipe {
   bool fp8_allgather = false;         // FSDP all-gathers linear weights in fp8 (1 byte per element)
 };
 
-enum class OptimizerKind { Adam, Sgd, SgdMomentum, Lion, Adafactor, Adam8bit };
+// Adam8bit is bitsandbytes' (CUDA kernels, no full-size temporaries); Adam8bitTorchao is torchao.optim's, a
+// torch.compile'd Python step per parameter over a tensor subclass of 8-bit codes.
+enum class OptimizerKind { Adam, Sgd, SgdMomentum, Lion, Adafactor, Adam8bit, Adam8bitTorchao };
+
+// torchao.optim quantizes a state only when the tensor has this many elements and whole blocks of kTorchaoBlock
+// (adam.py _AdamBase._new_buffer: `numel() >= 4096 and numel() % self.block_size == 0`, block_size=256 for
+// AdamW8bit); other tensors get torch.zeros_like(p), in the parameter's dtype.
+constexpr int64_t kTorchaoMinNumel = 4096;
+constexpr int64_t kTorchaoBlock = 256;
 
 // bitsandbytes pages a tensor's optimizer state (CUDA unified memory) only from this many elements on
 // (optim/optimizer.py Optimizer8bit.get_state_buffer: `if not self.is_paged or A.numel() < 1e5`).

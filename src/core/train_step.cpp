@@ -870,6 +870,22 @@ void StepBuilder::optimizer_step(int iter) {
   auto local = [&](const ParamTensor& t) { return sp_.fsdp ? sp_.local(t) : t; };
   const int64_t state_b = sp_.fsdp && sp_.mixed ? pr_.master_bytes : -1;  // FSDP: states in the fp32 shard's dtype
   const bool adam_like = opt.kind == OptimizerKind::Adam;
+  if (opt.kind == OptimizerKind::Adam8bitTorchao) {
+    // torchao's step runs single_param_adam one parameter at a time: exp_avg_f32 = exp_avg.float().lerp(grad_f32),
+    // exp_avg_sq_f32 likewise, both read again by the block-wise requantization (scale_tensor's amax per block, then
+    // quantize_8bit_with_qmap) and by the update, so two fp32 copies of the largest quantized tensor are alive at
+    // once. Inductor may fuse some of them away; the size is the graph's, not verified against a trace.
+    int64_t largest = 0;
+    for_each_param(ctx_, [&](const ParamTensor& t) {
+      const int64_t n = local(t).numel;
+      if (!t.frozen && n >= kTorchaoMinNumel && n % kTorchaoBlock == 0) largest = std::max(largest, n);
+    });
+    if (largest == 0) return;
+    const uint32_t m = p_.alloc(Component::Temporaries, mul(largest, 4), L_.opt_tmp);
+    const uint32_t v = p_.alloc(Component::Temporaries, mul(largest, 4), L_.opt_tmp);
+    drop(v), drop(m);
+    return;
+  }
   if (rs_.optimizer_impl == OptimizerImpl::Fused && opt.kind != OptimizerKind::Adafactor) return;
   if (opt.kind == OptimizerKind::Adafactor || (adam_like && rs_.optimizer_impl == OptimizerImpl::ForLoop)) {
     int64_t largest = 0;

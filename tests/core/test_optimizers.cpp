@@ -1,0 +1,47 @@
+// Optimizer state sizes and step temporaries from the table (core/tables.h), for the 8-bit optimizers whose rules
+// are their libraries' own: bitsandbytes (CUDA kernels) and torchao (a compiled Python step over a tensor subclass).
+#include <catch2/catch.hpp>
+
+#include "core/simulate.h"
+#include "core/tables.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+TEST_CASE("torchao's AdamW8bit: 8-bit codes with an fp32 scale per 256, and zeros_like for the rest", "[optimizer]") {
+  const OptimizerSpec* ao = find_optimizer("adamw_8bit_torchao");
+  REQUIRE(ao);
+  // A 4096 x 4096 matrix: two states of 16 Mi codes and 64 Ki fp32 scales each.
+  CHECK(optimizer_state_bytes(*ao, 4096 * 4096, 4096, 4) == 2 * (4096 * 4096 + 4096 * 4096 / 256 * 4));
+  // Under 4096 elements, or not whole blocks of 256: torch.zeros_like(p), two states in the parameter's dtype.
+  CHECK(optimizer_state_bytes(*ao, 4095, 1, 2) == 2 * 4095 * 2);
+  CHECK(optimizer_state_bytes(*ao, 4096 + 100, 1, 2) == 2 * 4196 * 2);
+  // bitsandbytes keeps fp32 states under its min_8bit_size whatever the parameter's dtype.
+  CHECK(optimizer_state_bytes(*find_optimizer("adamw_8bit"), 4095, 1, 2) == 2 * 4095 * 4);
+}
+
+TEST_CASE("torchao's AdamW8bit step holds two fp32 copies of the largest state; bitsandbytes' none", "[optimizer]") {
+  Config c = single_gpu_config("llama-3.2-1b.json", 1, 256);
+  auto temporaries_at_step = [&](const char* optimizer) {
+    Config v = c;
+    v.training.optimizer = optimizer;
+    REQUIRE(validate(v).empty());
+    const Result r = simulate(v);
+    REQUIRE(r.ok);
+    const StepProgram& p = r.devices[0].program;
+    uint32_t begin = 0;
+    for (const auto& ph : p.phases)
+      if (ph.name == "optimizer step 2") begin = ph.first_event;
+    int64_t live = 0, peak = 0;
+    for (uint32_t i = 0; i < p.events.size(); ++i) {
+      const Event& e = p.events[i];
+      if (e.component != Component::Temporaries) continue;
+      live += (e.op == Event::Op::Alloc ? 1 : -1) * p.tensors[e.tensor].bytes;
+      if (i >= begin) peak = std::max(peak, live);
+    }
+    return peak;
+  };
+  // Llama-3.2-1B's largest tensor is its tied embedding, 128256 x 2048 (a whole number of 256-blocks).
+  CHECK(temporaries_at_step("adamw_8bit_torchao") == 2 * int64_t{128256} * 2048 * 4);
+  CHECK(temporaries_at_step("adamw_8bit") == 0);
+}
