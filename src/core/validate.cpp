@@ -498,6 +498,18 @@ std::vector<FieldError> validate(const Config& c) {
     if (!(p >= 0.0 && p < 1.0))
       e.push_back({field, std::string(field) + " must be a probability from 0 to below 1; got " + std::to_string(p)});
 
+  // A pipeline stage that receives activations keeps one input-gradient buffer per micro-batch of the step that the
+  // replay leaves out (train_step.cpp step()), so its events grow with stages x micro-batches; 65,536 keeps every
+  // layout under about 2 s natively (a 64-stage interleaved pipeline of 1,024 micro-batches takes about 1.5 s).
+  // Published pipelines run tens to a few thousand micro-batches per step.
+  constexpr int64_t kMaxPipelineMicroBatches = 65536;
+  if (c.parallel.pipeline_parallel_size > 1 && t.gradient_accumulation_steps > 0 &&
+      c.parallel.pipeline_parallel_size > kMaxPipelineMicroBatches / t.gradient_accumulation_steps)
+    e.push_back({"training.gradient_accumulation_steps",
+                 "training.gradient_accumulation_steps x parallel.pipeline_parallel_size must be at most 65,536 (" +
+                     std::to_string(kMaxPipelineMicroBatches / c.parallel.pipeline_parallel_size) + " micro-batches with " +
+                     std::to_string(c.parallel.pipeline_parallel_size) +
+                     " stages): memsim replays every micro-batch's receive buffers per stage"});
   if (t.optimizer_in_backward && t.gradient_accumulation_steps != 1)
     e.push_back({"training.optimizer_in_backward",
                  "training.optimizer_in_backward needs training.gradient_accumulation_steps = 1: the step runs as "

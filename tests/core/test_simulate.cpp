@@ -278,6 +278,23 @@ TEST_CASE("the extremes of the hardening issue answer or refuse clearly", "[simu
   CHECK(r.errors[0].field == "model.num_hidden_layers");
 }
 
+// A pipeline stage's events grow with the step's micro-batches (one receive buffer each): a million of them on
+// 16 stages took 11-14 s and 3 GB, 262,144 took minutes. Validation bounds stages x micro-batches instead.
+TEST_CASE("a pipeline of more than 65,536 stage micro-batches is refused with the limit named", "[simulate]") {
+  Config c;
+  c.training.framework = "torchtitan";
+  c.parallel.pipeline_parallel_size = 16;
+  c.parallel.zero_stage = 3;
+  c.model.num_hidden_layers = 16;
+  c.training.gradient_accumulation_steps = 4097;
+  const auto errors = validate(c);
+  REQUIRE(!errors.empty());
+  CHECK(errors[0].field == "training.gradient_accumulation_steps");
+  CHECK(errors[0].message.find("4096 micro-batches with 16 stages") != std::string::npos);
+  c.training.gradient_accumulation_steps = 4096;
+  CHECK(validate(c).empty());
+}
+
 TEST_CASE("the CUDA context follows the GPU generation and the module loading", "[simulate]") {
   Config c = tiny_config();
   auto context = [&](const char* gpu, const char* loading, int64_t override_bytes = 0) {
