@@ -58,19 +58,33 @@ int invalid(const std::vector<FieldError>& errors) {
   return invalid(msg);
 }
 
-bool read_input(const std::string& path, std::string& out, std::string& error) {
-  std::ostringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-  } else {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
+// Reads at most `limit_bytes` + 1 bytes, so that a huge file or an endless stream (--config /dev/zero) is refused
+// after that much, not after memory runs out. Configs, HF/DeepSpeed/Accelerate files and case files are a few KB
+// (the decoders refuse more than 8 MiB); a file of sample lengths holds up to 10M numbers.
+constexpr size_t kMaxConfigFileBytes = 8u << 20;
+constexpr size_t kMaxLengthsFileBytes = 128u << 20;
+
+bool read_input(const std::string& path, std::string& out, std::string& error, size_t limit_bytes = kMaxConfigFileBytes) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) {
       error = "cannot read " + path;
       return false;
     }
-    ss << f.rdbuf();
+    in = &file;
   }
-  out = ss.str();
+  out.clear();
+  char chunk[1 << 16];
+  while (out.size() <= limit_bytes && in->read(chunk, sizeof chunk).gcount() > 0)
+    out.append(chunk, static_cast<size_t>(in->gcount()));
+  if (out.size() > limit_bytes) {
+    error = (path == "-" ? std::string("stdin") : path) + " is larger than " + std::to_string(limit_bytes >> 20) +
+            " MiB, the most memsim reads";
+    out.clear();
+    return false;
+  }
   return true;
 }
 
@@ -252,7 +266,7 @@ int main(int argc, char** argv) {
     } else if (a == "--lengths-file") {
       if (!value(v)) return invalid("--lengths-file needs a file name (or - for stdin)");
       std::string text, err;
-      if (!read_input(v, text, err)) return invalid(err);
+      if (!read_input(v, text, err, kMaxLengthsFileBytes)) return invalid(err);
       SampleLengthsFile lengths;
       FieldError error;
       if (!sample_lengths_from_file(text, lengths, error)) return invalid("--lengths-file " + v + ": " + error.message);
