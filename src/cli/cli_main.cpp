@@ -46,8 +46,30 @@ constexpr const char* kUsage =
     "                                 section; --residuals writes the uncertainty band's table of DIR's errors)\n"
     "FILE may be - for standard input. KEY uses the URL fragment's names, e.g. --set model.hidden_size=4096.\n";
 
+// A message as one terminal line: control characters (newlines, ESC sequences) escaped, and at most kMaxLineBytes,
+// cut between UTF-8 characters, since messages quote what the user typed.
+constexpr size_t kMaxLineBytes = 600;
+std::string one_line(const std::string& message) {
+  std::string out;
+  for (unsigned char ch : message) {
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\t') out += "\\t";
+    else if (ch < 0x20 || ch == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    } else out += static_cast<char>(ch);
+  }
+  if (out.size() > kMaxLineBytes) {
+    size_t cut = kMaxLineBytes;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+    out = out.substr(0, cut) + "...";
+  }
+  return out;
+}
+
 int invalid(const std::string& message) {
-  std::cerr << "memsim-cli: " << message << "\n";
+  std::cerr << "memsim-cli: " << one_line(message) << "\n";
   return 2;
 }
 
@@ -169,9 +191,10 @@ void print_suggestions(const Config& config, const std::vector<Suggestion>& sugg
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
+  if (args.empty()) return invalid("usage: memsim-cli estimate|config|keys|presets|validate ... (memsim-cli --help says more)");
+  if (args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
   }
   if (args[0] == "validate") {
     if (args.size() < 2) return invalid("validate needs a folder of case files");
@@ -219,7 +242,7 @@ int main(int argc, char** argv) {
       std::ofstream out(residuals_file, std::ios::binary);
       out << residual_table_text(residual_rows(summary));
       if (!out) {  // not the input's fault: exit code 1
-        std::cerr << "memsim-cli: validate: cannot write " << residuals_file << "\n";
+        std::cerr << "memsim-cli: validate: cannot write " << one_line(residuals_file) << "\n";
         return 1;
       }
     }
@@ -261,7 +284,7 @@ int main(int argc, char** argv) {
                  : a == "--accelerate-config" ? config_from_accelerate(text, config)
                                               : config_from_deepspeed_json(text, config);
       if (!p.ok) return invalid(p.errors);
-      for (const auto& n : p.notes) std::cerr << "memsim-cli: note: " << n << "\n";
+      for (const auto& n : p.notes) std::cerr << "memsim-cli: note: " << one_line(n) << "\n";
       config = p.config;
     } else if (a == "--lengths-file") {
       if (!value(v)) return invalid("--lengths-file needs a file name (or - for stdin)");

@@ -118,6 +118,9 @@ err_case "broken JSON" "not valid JSON" estimate --config "$tmp/broken.json"
 err_case "unknown key" "unknown key" estimate --set model.nope=1
 printf 'distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n' > "$tmp/acc.yaml"
 err_case "bad Accelerate config" fsdp_config.fsdp_version estimate --accelerate-config "$tmp/acc.yaml"
+err_case "a value with a newline and an ESC sequence" model.hidden_size estimate --set $'model.hidden_size=1\n2\x1b[31m'
+check "the escape sequence is written escaped" grep -qF '\x1b[31m' "$tmp/err.txt"
+err_case "no arguments at all" "usage" 
 err_case "an endless file is refused after 8 MiB" "larger than 8 MiB" estimate --config /dev/zero
 err_case "a pipeline of too many micro-batches" training.gradient_accumulation_steps estimate --set training.framework=torchtitan \
   --set parallel.pipeline_parallel_size=16 --set training.gradient_accumulation_steps=1048576 --set model.num_hidden_layers=16
