@@ -325,6 +325,8 @@ int main(int argc, char** argv) {
     if (!errs.empty()) return invalid(errs);
   }
   if (!estimate) {  // print the normalised config: the memsim JSON or the link fragment
+    // Only a config that simulates is written out: a link or a DeepSpeed file must not carry what memsim refuses.
+    if (auto errors = validate(config); !errors.empty()) return invalid(errors);
     std::cout << (format == "json" ? config_to_json(config) : format == "deepspeed" ? deepspeed_json(config)
                                                                                    : config_to_fragment(config))
               << "\n";

@@ -658,9 +658,15 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
         norm["task_head"] = "sequence_classification";
   if (!norm.contains("shared_expert_intermediate_size") && norm.contains("n_shared_experts") &&
       norm["n_shared_experts"].is_number_integer() && norm.contains("moe_intermediate_size") &&
-      norm["moe_intermediate_size"].is_number_integer())
-    norm["shared_expert_intermediate_size"] =
-        norm["n_shared_experts"].get<int64_t>() * norm["moe_intermediate_size"].get<int64_t>();
+      norm["moe_intermediate_size"].is_number_integer()) {
+    // Checked: n_shared_experts of 2^53 + 1 times the expert width wrapped to a small, valid-looking width.
+    const int64_t n = norm["n_shared_experts"].get<int64_t>(), w = norm["moe_intermediate_size"].get<int64_t>();
+    int64_t width = 0;
+    if (n < 0 || w < 0 || __builtin_mul_overflow(n, w, &width) || width > (int64_t{1} << 30))
+      errors.push_back({"n_shared_experts", "n_shared_experts x moe_intermediate_size must be a width of at most 2^30; got " +
+                                                std::to_string(n) + " x " + std::to_string(w)});
+    else norm["shared_expert_intermediate_size"] = width;
+  }
   if (type == "falcon") {
     auto flag = [&](const char* k) { return norm.contains(k) && norm[k].is_boolean() && norm[k].get<bool>(); };
     if (!norm.contains("num_key_value_heads") && flag("multi_query") && !flag("new_decoder_architecture"))
@@ -1138,7 +1144,12 @@ std::string deepspeed_json(const Config& c, int indent) {
   json ds;
   ds["train_micro_batch_size_per_gpu"] = c.training.micro_batch_size;
   ds["gradient_accumulation_steps"] = c.training.gradient_accumulation_steps;
-  ds["train_batch_size"] = c.training.micro_batch_size * c.training.gradient_accumulation_steps * c.parallel.data_parallel_size;
+  // Checked (an unvalidated config's product came out as -9.2e18). When it overflows the key is left out: DeepSpeed
+  // derives train_batch_size from the other two and the world size (runtime/config.py _set_batch_related_parameters).
+  int64_t train_batch = 0;
+  if (!__builtin_mul_overflow(c.training.micro_batch_size, c.training.gradient_accumulation_steps, &train_batch) &&
+      !__builtin_mul_overflow(train_batch, c.parallel.data_parallel_size, &train_batch) && train_batch > 0)
+    ds["train_batch_size"] = train_batch;
   ds["bf16"] = {{"enabled", c.training.precision == "bf16_mixed" || c.training.precision == "bf16_fp32_grads" ||
                              c.training.precision == "amp_bf16" || c.training.precision == "bf16_pure"}};
   ds["fp16"] = {{"enabled", c.training.precision == "fp16_mixed" || c.training.precision == "amp_fp16"}};
@@ -1740,8 +1751,15 @@ Parsed config_from_accelerate(std::string_view text, const Config& base) {
     return p;
   }
   const bool has_mesh = dp_replicate || dp_shard || tp || cp;
-  const int64_t mesh_dp = dp_replicate.value_or(1) * dp_shard.value_or(1);
-  const int64_t mesh_world = mesh_dp * tp.value_or(1) * cp.value_or(1);
+  // Each factor is at most 2^24, so the product is checked: four of them wrapped to 0, and memsim fell back to 8 GPUs.
+  int64_t mesh_dp = 0, mesh_world = 0;
+  if (__builtin_mul_overflow(dp_replicate.value_or(1), dp_shard.value_or(1), &mesh_dp) ||
+      __builtin_mul_overflow(mesh_dp, tp.value_or(1), &mesh_world) ||
+      __builtin_mul_overflow(mesh_world, cp.value_or(1), &mesh_world) || mesh_world > (int64_t{1} << 24)) {
+    p.errors.push_back({"parallelism_config", "parallelism_config: dp_replicate x dp_shard x tp x cp must be at most "
+                                              "16,777,216 GPUs"});
+    return p;
+  }
   if (has_mesh && processes && mesh_world != *processes) {
     p.errors.push_back({"parallelism_config", "parallelism_config: dp_replicate x dp_shard x tp x cp = " + std::to_string(mesh_world) +
                                                   " must equal num_processes (" + std::to_string(*processes) + ")"});

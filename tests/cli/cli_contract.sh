@@ -121,6 +121,7 @@ err_case "bad Accelerate config" fsdp_config.fsdp_version estimate --accelerate-
 err_case "a value with a newline and an ESC sequence" model.hidden_size estimate --set $'model.hidden_size=1\n2\x1b[31m'
 check "the escape sequence is written escaped" grep -qF '\x1b[31m' "$tmp/err.txt"
 err_case "no arguments at all" "usage" 
+err_case "no link for an invalid config" model.hidden_size config --set model.hidden_size=-5 --format fragment
 err_case "an endless file is refused after 8 MiB" "larger than 8 MiB" estimate --config /dev/zero
 err_case "a pipeline of too many micro-batches" training.gradient_accumulation_steps estimate --set training.framework=torchtitan \
   --set parallel.pipeline_parallel_size=16 --set training.gradient_accumulation_steps=1048576 --set model.num_hidden_layers=16

@@ -290,3 +290,27 @@ TEST_CASE("DeepSpeed offload: devices, the deprecated cpu_offload flags, export 
     CHECK(b.config == base);
   }
 }
+
+// Imported and exported integers are checked: a product that passes 2^63 is a field error, never a wrapped value.
+TEST_CASE("imported products that overflow are refused, and the DeepSpeed export never wraps", "[serialize][hostile]") {
+  std::string hf = read_file(source_path("tests/data/hf/deepseek-v3.json"));
+  const auto at = hf.find("\"n_shared_experts\"");
+  REQUIRE(at != std::string::npos);
+  hf.replace(at, hf.find(',', at) - at, "\"n_shared_experts\": 9007199254740993");
+  Parsed p = model_from_hf_json(hf);
+  REQUIRE(!p.ok);
+  CHECK(p.errors[0].field == "n_shared_experts");
+
+  const std::string mesh = "distributed_type: FSDP\nparallelism_config:\n  parallelism_config_dp_replicate_size: 16777216\n"
+                           "  parallelism_config_dp_shard_size: 16777216\n  parallelism_config_tp_size: 16777216\n"
+                           "  parallelism_config_cp_size: 16777216\n";
+  Parsed a = config_from_accelerate(mesh, Config{});
+  REQUIRE(!a.ok);
+  CHECK(a.errors[0].field == "parallelism_config");
+
+  Config c;
+  c.training.micro_batch_size = int64_t{1} << 40;
+  c.training.gradient_accumulation_steps = int64_t{1} << 20;
+  c.parallel.data_parallel_size = int64_t{1} << 20;
+  CHECK(deepspeed_json(c).find("\"train_batch_size\"") == std::string::npos);  // DeepSpeed derives it
+}
