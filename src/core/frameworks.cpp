@@ -77,6 +77,13 @@ constexpr std::string_view kTriState[] = {"auto", "true", "false"};
 constexpr std::string_view kAdapterDtype[] = {"auto", "fp32", "bf16", "fp16"};
 constexpr AdapterDtype kAdapterDtypeValues[] = {AdapterDtype::Fp32, AdapterDtype::Bf16, AdapterDtype::Fp16};
 constexpr std::string_view kCpRotate[] = {"auto", "allgather", "alltoall"};
+// transformers' activations.py ACT2CLS keys: model.hidden_act names one of them (T5's feed_forward_proj "gated-X"
+// names X). memsim's costs tell apart only gelu_new (eager, T5) and relu (saves its output); the rest save their input.
+constexpr std::string_view kActivations[] = {"gelu",      "gelu_10",     "gelu_accurate", "gelu_fast", "gelu_new",
+                                             "gelu_python", "gelu_pytorch_tanh", "laplace", "leaky_relu", "linear",
+                                             "mish",      "prelu",       "quick_gelu",    "relu",      "relu2",
+                                             "relu6",     "sigmoid",     "silu",          "swish",     "tanh",
+                                             "xielu"};
 constexpr CpRotate kCpRotateValues[] = {CpRotate::AllGather, CpRotate::AllToAll};
 
 constexpr std::string_view kSwitchFields[] = {
@@ -323,6 +330,7 @@ std::span<const std::string_view> choices(std::string_view field) {
     return kTriState;
   if (field == "peft.adapter_dtype") return kAdapterDtype;
   if (field == "parallel.cp_rotate_method") return kCpRotate;
+  if (field == "model.hidden_act") return kActivations;
   return {};
 }
 

@@ -493,6 +493,7 @@ std::vector<FieldError> validate(const Config& c) {
                           std::pair{"training.zero_grad_set_to_none", &t.zero_grad_set_to_none},
                           std::pair{"training.softmax_saves_input", &t.softmax_saves_input}})
     check_choice(e, field, *v);
+  check_choice(e, "model.hidden_act", m.hidden_act);
   validate_versions(c.versions, e);
   for (auto [field, p] : {std::pair{"model.attention_dropout", m.attention_dropout}, std::pair{"model.hidden_dropout", m.hidden_dropout}})
     if (!(p >= 0.0 && p < 1.0))

@@ -314,3 +314,18 @@ TEST_CASE("imported products that overflow are refused, and the DeepSpeed export
   c.parallel.data_parallel_size = int64_t{1} << 20;
   CHECK(deepspeed_json(c).find("\"train_batch_size\"") == std::string::npos);  // DeepSpeed derives it
 }
+
+TEST_CASE("model.hidden_act names one of transformers' activations; T5's bare \"gated-\" is refused", "[serialize][hostile]") {
+  Config c;
+  REQUIRE(apply_setting(c, "model.hidden_act=banana").empty());
+  auto errors = validate(c);
+  REQUIRE(!errors.empty());
+  CHECK(errors[0].field == "model.hidden_act");
+  std::string t5 = read_file(source_path("tests/data/hf/flan-t5-large.json"));
+  const auto at = t5.find("\"feed_forward_proj\"");
+  REQUIRE(at != std::string::npos);
+  t5.replace(at, t5.find(',', at) - at, "\"feed_forward_proj\": \"gated-\"");
+  Parsed p = model_from_hf_json(t5);
+  const bool refused = !p.ok || !validate(p.config).empty();
+  CHECK(refused);
+}
