@@ -14,6 +14,9 @@ namespace memsim {
 struct MicroBatchShape {
   int64_t sequences = 1;  // rows of the micro-batch (training.micro_batch_size; 1 when padding-free flattens them)
   int64_t tokens = 1;     // tokens per row after padding (the row length every activation has)
+  // Some row holds pad tokens, so the collator's attention_mask has zeros: transformers then builds a 4-D mask
+  // where it skips one otherwise (docs/versions.md 6b). A fixed shape says nothing of padding and counts as none.
+  bool padded = false;
 };
 
 // Per-sample token lengths as a piecewise-linear distribution: points (cumulative fraction, length) with both
