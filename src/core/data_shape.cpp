@@ -503,6 +503,16 @@ RunPlan plan_run(const Config& c) {
   return plan;
 }
 
+bool run_may_pad(const Config& c) {
+  const auto& d = c.data;
+  if (!d.varies() || d.padding == "none") return false;
+  if (d.lengths == "samples") return true;
+  std::vector<int64_t> lengths;
+  if (!parse_micro_batch_lengths(d.micro_batch_lengths, lengths).empty()) return false;
+  return c.training.micro_batch_size > 1 &&
+         std::adjacent_find(lengths.begin(), lengths.end(), std::not_equal_to<>()) != lengths.end();
+}
+
 int64_t planned_run_steps(const Config& c) {
   if (!c.data.varies() || !validate(c).empty()) return 0;
   std::vector<int64_t> listed;

@@ -83,6 +83,10 @@ void validate_data(const Config& c, std::vector<FieldError>& errors);
 // Requires a validated config whose data.varies().
 RunPlan plan_run(const Config& c);
 
+// Whether some micro-batch of the run can be padded (MicroBatchShape::padded): a run of varying lengths that pads,
+// drawn samples, or listed lengths that vary with more than one row a micro-batch. False for a fixed shape.
+bool run_may_pad(const Config& c);
+
 // Optimizer steps the run of `c` replays: data.steps, or the run's own length within the bounds above. 0 for a fixed
 // shape or a config that does not validate.
 int64_t planned_run_steps(const Config& c);

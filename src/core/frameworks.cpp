@@ -3,6 +3,7 @@
 #include <array>
 #include <iterator>
 
+#include "data_shape.h"
 #include "model.h"
 #include "tables.h"
 
@@ -599,9 +600,9 @@ std::vector<std::string> version_notes(const Config& c) {
     notes.push_back(std::string(switch_field(s)) + ": " + switch_value(r, s) + ", from " + origin_versions(r, o) + ": " +
                     o.why);
   }
-  // The attention mask, where some micro-batch gets one: every one, or those with padding in a run of varying lengths
-  // (a fixed shape counts as unpadded, data_shape.h MicroBatchShape::padded).
-  if (r.mask.build != MaskBuild::None && (r.mask.unpadded || (c.data.varies() && c.data.padding != "none")))
+  // The attention mask, where some micro-batch gets one: every one, or one with padding in a run that can pad
+  // (data_shape.h run_may_pad; a fixed shape counts as unpadded).
+  if (r.mask.build != MaskBuild::None && (r.mask.unpadded || run_may_pad(c)))
     notes.push_back("attention mask: " + r.mask.note);
   const OptimizerSpec* opt = find_optimizer(c.training.optimizer);
   if (r.foreach_keeps_denom && r.optimizer_impl == OptimizerImpl::Foreach && opt && opt->kind == OptimizerKind::Adam &&

@@ -225,6 +225,19 @@ TEST_CASE("attention mask: which micro-batches of a run are padded", "[run][atte
   for (const auto& mb : plan_run(c).micro_batches) CHECK(mb.padded);
   c.data.micro_batch_lengths = "512";
   for (const auto& mb : plan_run(c).micro_batches) CHECK_FALSE(mb.padded);
+  // run_may_pad says so of the run before it is planned; the note of a padding-only version follows it.
+  CHECK_FALSE(run_may_pad(c));
+  Config v = with_versions(c, "4.45", "2.2");
+  CHECK_FALSE(has_note(v, "attention mask"));
+  v.data.micro_batch_lengths = "512,380";
+  CHECK(run_may_pad(v));
+  CHECK(has_note(v, "attention mask: from transformers 4.45.0 and torch 2.2.0: from transformers#30070 (4.40)"));
+  v.data.lengths = "samples";
+  v.data.sample_lengths = "p0=100,p100=1024";
+  CHECK(run_may_pad(v));
+  v.data.padding = "none";
+  CHECK_FALSE(run_may_pad(v));
+  CHECK_FALSE(run_may_pad(base(4, 1024)));  // a fixed shape
 }
 
 TEST_CASE("attention mask: latest models no mask, flash_attention_2 never gets one", "[versions][attention_mask]") {
