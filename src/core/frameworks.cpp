@@ -305,14 +305,24 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
     built = "transformers 4.39 hands SDPA a [batch, 1, seq, seq] mask in the model dtype even when nothing is padded "
             "(_update_causal_mask), so never flash, until transformers#30070 (4.40)";
   } else if (v.below(tf, V(4, 53))) {
-    mk.build = MaskBuild::Updated;
-    built = "from transformers#30070 (4.40) SDPA gets no mask when nothing is padded (_ignore_causal_mask_sdpa: "
-            "is_causal, so flash) and a [batch, 1, seq, seq] mask in the model dtype for a padded micro-batch";
+    // _ignore_causal_mask_sdpa skips the mask only when not tracing or compiling (is_torchdynamo_compiling), so under
+    // torch.compile every micro-batch gets one (docs/versions.md 6b).
+    mk.build = MaskBuild::Updated, mk.unpadded = c.training.compile;
+    built = c.training.compile
+                ? "from transformers#30070 (4.40) SDPA gets no mask when nothing is padded, but not under torch.compile "
+                  "(_ignore_causal_mask_sdpa keeps the mask while compiling): a [batch, 1, seq, seq] mask in the model "
+                  "dtype for every micro-batch"
+                : "from transformers#30070 (4.40) SDPA gets no mask when nothing is padded (_ignore_causal_mask_sdpa: "
+                  "is_causal, so flash) and a [batch, 1, seq, seq] mask in the model dtype for a padded micro-batch";
   } else {
-    mk.build = MaskBuild::Boolean;
-    built = "SDPA gets no mask when nothing is padded (is_causal, so flash) and, from transformers 4.53, a boolean "
-            "[batch, 1, seq, seq] mask for a padded micro-batch (masking_utils.sdpa_mask), which torch converts to an "
-            "additive copy in every layer's call (convert_boolean_attn_mask)";
+    mk.build = MaskBuild::Boolean, mk.unpadded = c.training.compile;
+    built = c.training.compile
+                ? "from transformers 4.53 SDPA gets a boolean [batch, 1, seq, seq] mask (masking_utils.sdpa_mask) for "
+                  "every micro-batch under torch.compile (the causal skip is off while compiling), which torch converts "
+                  "to an additive copy in every layer's call (convert_boolean_attn_mask)"
+                : "SDPA gets no mask when nothing is padded (is_causal, so flash) and, from transformers 4.53, a boolean "
+                  "[batch, 1, seq, seq] mask for a padded micro-batch (masking_utils.sdpa_mask), which torch converts to "
+                  "an additive copy in every layer's call (convert_boolean_attn_mask)";
   }
   const char* kernel = "";
   if (eager) {

@@ -164,6 +164,12 @@ TEST_CASE("attention mask: transformers 4.35 builds it for every micro-batch; 4.
     stated.training.attention = "sdpa_repeat_kv";
     CHECK(simulate(stated).devices[0].peak.allocated_bytes == simulate(latest).devices[0].peak.allocated_bytes);
   }
+  // Under torch.compile transformers 4.40+ keeps the mask while compiling: every micro-batch gets one.
+  Config compiled = with_versions(c, "4.45", "2.2");
+  compiled.training.compile = true;
+  CHECK(live(program_of(compiled), "backward", kMask, true) > 0);
+  CHECK(has_note(compiled, "attention mask: from transformers 4.45.0 and torch 2.2.0: from transformers#30070 (4.40) "
+                           "SDPA gets no mask when nothing is padded, but not under torch.compile"));
   // A padded run under 4.57 gets the boolean mask, which torch converts into a bf16 copy in every layer's call; the
   // memory-efficient kernel keeps each copy (512 keys: aligned, no padding).
   const StepProgram p457 = program_of(with_versions(padded_run(base(b, s), "512,384"), "4.57", "2.2"));
