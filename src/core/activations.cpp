@@ -561,8 +561,10 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     }
     A.push_back(q);
     A.push_back(k);
-    // repeat_kv materialises k and v with all query heads (HF eager and older SDPA, torchtune, litgpt).
-    const bool repeat = gqa && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager);
+    // repeat_kv materialises k and v with all query heads (HF eager and older SDPA, torchtune, litgpt). transformers'
+    // enable_gqa path (use_gqa_in_sdpa) needs attention_mask None, so a micro-batch with a mask repeats them too.
+    const bool repeat = gqa && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager ||
+                                (rs_.attention == Attention::Sdpa && mask_.on));
     if (repeat) {
       const uint32_t kr = act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer);
       const uint32_t vr = act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer);
@@ -588,6 +590,11 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       const bool half_to_float = e == 2 && !d_.amp && pr_.id.find("fp16") != std::string_view::npos;
       const bool convert = e < 4 && !half_to_float;
       const bool keep_input = keep_s2 && rs_.softmax_saves_input;
+      // transformers 4.38 indexes the layer's mask with cache_position (attention_mask[:, :, cache_position, :kv]),
+      // a [b, 1, s, s] copy in the model dtype that the addition reads and nothing keeps.
+      const uint32_t indexed = mask_.on && rs_.mask.build == MaskBuild::MaxPositions
+                                   ? tmp(mul(d_.e_res, d_.b, d_.s, d_.s), LM_.copy, layer)
+                                   : UINT32_MAX;
       uint32_t scores = softmax_input(mul(e, s2), L_.scores, layer, keep_input && !convert);
       uint32_t conv = convert ? softmax_input(mul(4, s2), L_.attn_tmp, layer, keep_input) : UINT32_MAX;
       s2_alloc(mul(4, s2), L_.softmax);
@@ -604,6 +611,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
         s2_alloc(mul(e, s2), L_.probs);
         if (probs != UINT32_MAX) erase(s2_tensors, probs), drop(probs);
       }
+      if (indexed != UINT32_MAX) drop(indexed);
       uint32_t o_pre = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));
       drop(o_pre);
@@ -614,7 +622,31 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     } else {
       // SDPA in fp32 cannot use flash; with native GQA (enable_gqa) the efficient kernel refuses and SDPA falls
       // back to the math kernel, which saves the fp32 softmax (HF PR #46960).
-      if (e == 4 && rs_.attention == Attention::Sdpa && gqa && keep_s2) A.push_back(act(mul(4, s2), L_.softmax, layer));
+      if (e == 4 && rs_.attention == Attention::Sdpa && gqa && !repeat && keep_s2)
+        A.push_back(act(mul(4, s2), L_.softmax, layer));
+      // transformers' mask (docs/versions.md 5): its per-call copies, and what the kernel keeps of it. The kept ones
+      // (and the math kernel's) go once the call is done where nothing is saved: a checkpointed forward under
+      // no_grad, or Megatron's selective recomputation of the core attention.
+      const bool keep = keep_s2 && !no_grad_;
+      std::vector<uint32_t> mask_kept, mask_gone;
+      const bool math = mask_.on && rs_.mask.kernel == MaskKernel::Math;
+      if (mask_.on) sdpa_mask_inputs(layer, mask_kept, mask_gone, keep);
+      if (math) {
+        // _scaled_dot_product_attention_math (aten attention.cpp, torch 2.0-2.1): q * sqrt(scale) and
+        // k.transpose(-2, -1) * sqrt(scale) are new tensors that the first matmul keeps; the scores take the mask
+        // in place (attn.add_) and softmax keeps its output in the input dtype, which attn @ v keeps too; with
+        // dropout, its mask and output.
+        const int64_t kw = repeat ? d_.h_q : d_.h_kv;
+        mask_kept.push_back(act(mul(e, d_.T, d_.h_q), LM_.math_qk, layer));
+        mask_kept.push_back(act(mul(e, d_.T, kw), LM_.math_qk, layer));
+        const uint32_t scores = tmp(mul(e, s2), LM_.math_scores, layer);
+        mask_kept.push_back(act(mul(e, s2), LM_.math_softmax, layer));
+        drop(scores);
+        if (m.attention_dropout > 0) {
+          mask_kept.push_back(act(s2, L_.attn_mask, layer));
+          mask_kept.push_back(act(mul(e, s2), L_.probs, layer));
+        }
+      }
       // Ring attention (context parallel), for the duration of the op: ring_kv_bytes' key/value buffers, and the
       // partial outputs merged in fp32 (_SDPAMerger with convert_to_f32: the fp32 output and about three
       // temporaries of its size for out - sigmoid(lse delta) * (out - block_out)).
@@ -624,11 +656,15 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
         ring = tmp(add(ring_kv_bytes(kvw), mul(4 * 4, d_.T, d_.h_q)), L_.ring, layer);
       }
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));  // one storage for the kernel and o_proj
+      for (uint32_t t : mask_gone) drop(t);
+      if (keep) A.insert(A.end(), mask_kept.begin(), mask_kept.end());
+      else for (uint32_t t : mask_kept) drop(t);
       no_grad_release(A, {q, k, v});
       // Selective recomputation checkpoints the core attention, so its logsumexp is recomputed, not kept
-      // (Megatron transformer/attention.py _checkpointed_attention_forward).
-      const int64_t s_lse = e == 4 ? round_up(d_.s, 32) : d_.s;    // efficient kernel pads the LSE to 32
-      if (keep_s2) A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
+      // (Megatron transformer/attention.py _checkpointed_attention_forward). The efficient kernel pads the LSE to
+      // 32; it runs in fp32 and wherever a mask keeps flash out. The math kernel keeps no LSE.
+      const int64_t s_lse = e == 4 || mask_.on ? round_up(d_.s, 32) : d_.s;
+      if (keep_s2 && !math) A.push_back(act(mul(4, d_.a, d_.b, s_lse), L_.lse, layer));
       if (ring != UINT32_MAX) drop(ring);
     }
   }
@@ -821,12 +857,17 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   // Attention: dO, dq, dk, dv and flash's fp32 dq accumulator; native GQA also expands dk/dv to all heads
   // (flash-attention mha_bwd: dq_accum, dk_expanded). Eager: gradients of the probabilities and the softmax.
   int64_t at = 0;
-  const bool repeat = d_.g < d_.a && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager);
+  const bool repeat = d_.g < d_.a && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager ||
+                                      (rs_.attention == Attention::Sdpa && mask_.on));
   const bool mla = c_.model.kv_lora_rank > 0;  // q and k at nope + rope width per head
   const int64_t hq = mla ? mul(d_.a, add(c_.model.qk_nope_head_dim, c_.model.qk_rope_head_dim)) : d_.h_q;
   const int64_t kvw = mla ? hq : repeat ? d_.h_q : d_.h_kv;
   if (rs_.attention == Attention::Eager) {
     at = add(mul(10, d_.a, d_.b, mul(d_.s, d_.s)), mul(4, e, d_.T, d_.h_q));
+  } else if (mask_.on && rs_.mask.kernel == MaskKernel::Math && !mla) {
+    // The math kernel's autograd graph: the gradient of the softmax output and of the scores ([b, h, s, s] in the
+    // input dtype) beside dO, dq, dk and dv; no fp32 accumulator.
+    at = add(add(mul(2, e, d_.T, hq), mul(2, e, d_.T, kvw)), mul(2, e, d_.a, d_.b, mul(d_.s, d_.s)));
   } else {
     at = add(add(mul(2, e, d_.T, hq), mul(2, e, d_.T, kvw)), mul(4, d_.T, hq));
     if (d_.g < d_.a && !repeat && !mla) at = add(at, mul(2, e, d_.T, d_.h_q));
@@ -1279,6 +1320,152 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   return dy;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// transformers' 4-D attention mask (Resolved::mask; docs/versions.md 6b for the builders, 5 for SDPA)
+// ---------------------------------------------------------------------------------------------------------
+
+void StepBuilder::mask_labels() {
+  if (mask_labels_) return;
+  mask_labels_ = true;
+  LM_.mask = p_.label("attention mask, [batch, 1, seq, seq] (transformers; one tensor every layer reads)");
+  LM_.build = p_.label("attention mask: temporaries while transformers builds it");
+  LM_.buffer = p_.label("causal_mask buffer, max_position_embeddings^2 booleans (transformers 4.38)");
+  LM_.copy = p_.label("attention mask: one layer's copy (indexed, cast or converted for its attention call)");
+  LM_.padded = p_.label("attention mask padded for the memory-efficient kernel (saved)");
+  LM_.math_qk = p_.label("SDPA math kernel: scaled q and k (saved)");
+  LM_.math_scores = p_.label("SDPA math kernel: scores");
+  LM_.math_softmax = p_.label("SDPA math kernel: softmax (saved)");
+}
+
+// After the embeddings, once per micro-batch: the mask LlamaModel.forward builds before its first layer, where
+// the version builds one for this micro-batch (for every one, or for one with padding), with the temporaries of
+// its builder. The model dtype is inputs_embeds.dtype, the residual stream's (e_res); P is max_position_embeddings.
+// The builders' code: 4.31-4.35 and 4.36-4.37 read in stored copies of modeling_llama.py and
+// modeling_attn_mask_utils.py; 4.38 in copies of its _update_causal_mask (and issue #29484); 4.39-4.52 and
+// masking_utils (4.53+) from memory of the code, the shapes in docs/versions.md 6b.
+void StepBuilder::mask_forward() {
+  mask_ = {};
+  const auto& mk = rs_.mask;
+  if (mk.build == MaskBuild::None || !(mk.unpadded || d_.padded)) return;
+  mask_labels();
+  const int64_t e = d_.e_res;
+  const int64_t ss = mul(d_.s, d_.s), bss = mul(d_.b, ss);
+  auto t = [&](int64_t bytes) { return tmp(bytes, LM_.build, -1); };
+  auto keep = [&](int64_t bytes) { return p_.alloc(Component::Activations, bytes, LM_.mask, -1); };
+  uint32_t mask = UINT32_MAX;
+  int64_t mask_elems = bss;
+  switch (mk.build) {
+    case MaskBuild::Prepared: {
+      // _make_causal_mask: torch.full((s, s), finfo(dtype).min) in the default fp32, masked_fill_ by a boolean
+      // comparison (mask_cond < (mask_cond + 1).view(s, 1)), .to(dtype); expanded to [b, 1, s, s] as a view.
+      const uint32_t full = t(mul(4, ss)), cond = t(ss);
+      drop(cond);
+      const uint32_t causal = t(mul(e, ss));
+      drop(full);
+      // _expand_mask: mask[:, None, None, :].expand(b, 1, s, s).to(dtype), 1.0 - that, and masked_fill by its
+      // .to(torch.bool), the first two alive until it returns.
+      const uint32_t expanded = t(mul(e, bss)), inverted = t(mul(e, bss)), flags = t(bss), filled = t(mul(e, bss));
+      drop(flags), drop(expanded), drop(inverted);
+      // <= 4.35: expanded_attn_mask + combined_attention_mask; 4.36-4.37 (to_4d):
+      // causal_4d_mask.masked_fill(expanded_attn_mask.bool(), min).
+      const uint32_t flags2 = mk.to_4d ? t(bss) : UINT32_MAX;
+      mask = keep(mul(e, bss));
+      if (flags2 != UINT32_MAX) drop(flags2);
+      drop(filled), drop(causal);
+      break;
+    }
+    case MaskBuild::MaxPositions: {
+      const int64_t P = c_.model.max_position_embeddings;
+      const int64_t bpp = mul(d_.b, P, P), bps = mul(d_.b, P, d_.s);
+      mask_elems = bpp;
+      // self.causal_mask[None, None, :, :].repeat(b, 1, 1, 1) (booleans), .to(dtype), then * min_dtype.
+      const uint32_t rep = t(bpp), conv = t(mul(e, bpp));
+      drop(rep);
+      mask = keep(mul(e, bpp));
+      drop(conv);
+      // The padding merge: causal_mask[..., :s].eq(0.0) * attention_mask[:, None, None, :].eq(0.0), and
+      // masked_fill of that slice into a copy written back.
+      const uint32_t eq = t(bps), pm = t(bps);
+      drop(eq);
+      const uint32_t fill = t(mul(e, bps));
+      drop(pm), drop(fill);
+      break;
+    }
+    case MaskBuild::Updated: {
+      // torch.full((s, s), min_dtype, dtype), torch.triu(diagonal=1) (a new tensor), *= arange > cache_position.
+      const uint32_t full = t(mul(e, ss)), tri = t(mul(e, ss));
+      drop(full);
+      drop(t(ss));
+      // .expand(b, 1, -1, -1).clone(), made because an attention_mask is passed, then the padding merge as in 4.38.
+      mask = keep(mul(e, bss));
+      drop(tri);
+      const uint32_t eq = t(bss), pm = t(bss);
+      drop(eq);
+      const uint32_t fill = t(mul(e, bss));
+      drop(pm), drop(fill);
+      break;
+    }
+    case MaskBuild::Boolean:
+      // masking_utils.sdpa_mask: the causal and padding mask functions evaluated into one boolean [b, 1, s, s].
+      mask = keep(bss);
+      break;
+    case MaskBuild::BooleanToFloat: {
+      // eager_mask: sdpa_mask's booleans, then torch.where(mask, 0.0, min_dtype) in the model dtype.
+      const uint32_t flags = t(bss);
+      mask = keep(mul(e, bss));
+      drop(flags);
+      break;
+    }
+    case MaskBuild::None:
+      return;
+  }
+  // SDPA and padding, 4.38-4.52: rows that attend to no key are let attend to all, which the memory-efficient
+  // kernel needs (pytorch#110213): causal_mask.mul(~torch.all(causal_mask == min, dim=-1)[..., None]), a new mask
+  // (4.40+: AttentionMaskConverter._unmask_unattended). 4.36-4.37's _unmask_unattended writes in place.
+  const bool sdpa = mk.kernel != MaskKernel::Eager;
+  if (sdpa && d_.padded && (mk.build == MaskBuild::MaxPositions || mk.build == MaskBuild::Updated)) {
+    const uint32_t eq = t(mask_elems);
+    const uint32_t unmasked = keep(mul(e, mask_elems));
+    drop(eq), drop(mask);
+    mask = unmasked;
+  }
+  mask_.on = true;
+  mask_.tensor = mask;
+}
+
+// One layer's SDPA call given the micro-batch's mask (docs/versions.md 5). What reaches the kernel may be a copy of
+// the shared mask: 4.38's cache_position index (a copy in the model dtype), the additive copy torch makes of a
+// boolean mask (convert_boolean_attn_mask, in q's dtype), or autocast's cast of a float mask of the model dtype to
+// q's 16 bits (scaled_dot_product_attention is lower_precision_fp in autocast_mode.cpp). The math kernel adds it
+// into the scores and keeps none of it. The memory-efficient kernel keeps the bias it is given until backward: a
+// padded copy when it is not aligned (pad_bias: [b, 1, s, round_up(s, 8)] from 2.1.2, or [b, h, s, round_up(s, 16)]
+// after expanding it over the heads in 2.1.0-2.1.1), else the copy, else the shared mask itself by reference, which
+// makes this layer hold it. `keep`: the call's graph is saved (not a no_grad forward).
+void StepBuilder::sdpa_mask_inputs(int32_t layer, std::vector<uint32_t>& kept, std::vector<uint32_t>& gone, bool keep) {
+  const auto& mk = rs_.mask;
+  const int64_t e = d_.e, s = d_.s;
+  const int64_t bss = mul(d_.b, s, s);
+  std::vector<int64_t> copies;  // bytes of each copy, in order; the last is what the kernel gets
+  if (mk.build == MaskBuild::MaxPositions) copies.push_back(mul(d_.e_res, bss));
+  if (mk.build == MaskBuild::Boolean) copies.push_back(mul(e, bss));
+  else if (d_.e_res != e) copies.push_back(mul(e, bss));
+  const bool mem_eff = mk.kernel == MaskKernel::MemEfficient;
+  const bool aligned = s % mk.pad_align == 0;
+  // The last copy is saved when the memory-efficient kernel takes it as it is.
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const bool saved = mem_eff && aligned && i + 1 == copies.size();
+    const uint32_t c = saved ? act(copies[i], LM_.copy, layer) : tmp(copies[i], LM_.copy, layer);
+    (saved ? kept : gone).push_back(c);
+  }
+  if (!mem_eff) return;
+  if (!aligned) {
+    const int64_t rows = mk.pad_expanded ? mul(d_.b, d_.a, s) : mul(d_.b, s);
+    kept.push_back(act(mul(e, rows, round_up(s, mk.pad_align)), LM_.padded, layer));
+  } else if (copies.empty() && keep && !in_backward_ && mask_.holder < 0) {
+    mask_.holder = layer;  // the shared mask, kept by reference; layers run upward, so this is the lowest
+  }
+}
+
 bool StepBuilder::checkpointed(int64_t l) const {
   switch (rs_.checkpointing) {
     case Checkpointing::Full:
@@ -1317,11 +1504,13 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     f.inputs = act(mul(ctx_.has_pre && ctx_.has_post ? 2 : 1, 8, d_.T), L_.inputs, -1);
   std::vector<uint32_t> gathered;
   uint32_t res;
+  mask_ = {};
   if (f.pre) {
     gather(-1, gathered);
     res = embed_forward();
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
+    mask_forward();
   } else if (rs_.framework->pp_persistent_recv) {
     recv_buffers(first, false);
     res = act(0, L_.p2p, static_cast<int32_t>(first));  // a view of this micro-batch's receive buffer
@@ -1339,6 +1528,9 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     gather(l, gathered);
     const int32_t li = static_cast<int32_t>(l);
     SavedLayer& sv = f.saved[l - first];
+    // A checkpointed layer's saved inputs hold the mask until its backward (reentrant: ctx.save_for_backward of
+    // every tensor argument; non-reentrant: the arguments kept for the recomputation).
+    if (mask_.tensor != UINT32_MAX && mask_.holder < 0 && checkpointed(l)) mask_.holder = l;
     res = rs_.checkpointing == Checkpointing::SelectiveOp && !c_.model.post_layernorm && c_.model.kv_lora_rank == 0
               ? layer_forward_selective_op(li, res, sv)
           : checkpointed(l) ? layer_forward_checkpointed(li, res, sv)
@@ -1348,6 +1540,11 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.
     if (offload && l > first) offload_layer(l - 1 - first);
   }
+  // No layer keeps the mask: it goes when LlamaModel.forward returns, before the head (its final norm, a small
+  // tensor, is taken to run after).
+  if (mask_.tensor != UINT32_MAX && mask_.holder < 0) drop(mask_.tensor), mask_.tensor = UINT32_MAX;
+  f.mask = mask_;
+  mask_ = {};
   if (f.post) {
     gather(s_.num_layers, gathered);
     loss_forward(res, f.loss_saved);
@@ -1374,6 +1571,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
   begin_backward();
   casts_.swap(f.casts);
   embed_saved_.swap(f.embed_saved);
+  mask_ = f.mask;
   const int64_t first = f.first, end = f.end;
   std::vector<uint32_t> gathered;
   uint32_t dres;
@@ -1412,6 +1610,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     } else {
       layer_backward(li, dres, sv);
     }
+    if (mask_.tensor != UINT32_MAX && l == mask_.holder) drop(mask_.tensor), mask_.tensor = UINT32_MAX;
     release_layer_grads(l);
     reshard_after_backward(l);
     step_in_backward(l);
@@ -1454,6 +1653,9 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
   if (!f.pre && rs_.framework->pp_persistent_recv) input_grads_.push_back(dres);
   else drop(dres);
   if (f.inputs != UINT32_MAX) drop(f.inputs);
+  if (mask_.tensor != UINT32_MAX) drop(mask_.tensor);  // a holder outside this chunk's layers (not expected)
+  mask_ = {};
+  f.mask = {};
   casts_.swap(f.casts);
   end_backward();
 }

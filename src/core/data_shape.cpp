@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <tuple>
 
 #include "checked.h"
@@ -445,8 +446,14 @@ RunPlan plan_run(const Config& c) {
     plan.steps = run_steps(c, static_cast<int64_t>(lengths.size()));
     const int64_t n = mul(plan.steps, plan.gas);
     plan.micro_batches.reserve(static_cast<size_t>(n));
+    // A listed length is the micro-batch's padded length; its samples are not given. Where the listed lengths vary,
+    // the rows of one micro-batch (samples of varying length padded to the longest) are taken to differ, so a
+    // micro-batch of more than one row is padded; one row is its own length. One length throughout stands for
+    // fixed-length rows (packed or truncated), as data.lengths fixed does: no padding.
+    const bool varied = std::adjacent_find(lengths.begin(), lengths.end(), std::not_equal_to<>()) != lengths.end();
+    const bool padded = varied && t.micro_batch_size > 1 && d.padding != "none";
     for (int64_t k = 0; k < n; ++k)
-      plan.micro_batches.push_back({t.micro_batch_size, lengths[static_cast<size_t>(k) % lengths.size()]});
+      plan.micro_batches.push_back({t.micro_batch_size, lengths[static_cast<size_t>(k) % lengths.size()], padded});
     const auto top = std::max_element(lengths.begin(), lengths.end());
     plan.longest_tokens = *top;
     plan.longest_step = (top - lengths.begin()) / plan.gas + 1;
@@ -477,19 +484,33 @@ RunPlan plan_run(const Config& c) {
   plan.micro_batches.reserve(static_cast<size_t>(mul(plan.steps, plan.gas)));
   for (int64_t k = 0; k < n; k += b) {
     const auto begin = samples.begin() + k, end = begin + b;
-    if (d.padding == "none") {  // padding-free: the micro-batch's samples concatenated into one row
+    if (d.padding == "none") {  // padding-free: the micro-batch's samples concatenated into one row, no pad token
       int64_t sum = 0;
       for (auto it = begin; it != end; ++it) sum += *it;
-      plan.micro_batches.push_back({1, sum});
+      plan.micro_batches.push_back({1, sum, false});
     } else {
       const int64_t longest = d.padding == "max_length" ? max_length : *std::max_element(begin, end);
-      plan.micro_batches.push_back({b, round_up(longest, multiple)});
+      const int64_t row = round_up(longest, multiple);
+      // Padded when any sample is shorter than the row: shorter than the batch's longest (or than max_length), or
+      // the longest itself rounded up to pad_to_multiple_of.
+      const bool padded = std::any_of(begin, end, [&](int64_t len) { return len < row; });
+      plan.micro_batches.push_back({b, row, padded});
     }
   }
   const char* where = first ? "in the first micro-batch" : "where the shuffle put it";
   plan.notes.push_back("data: the run's longest sample (" + std::to_string(plan.longest_tokens) + " tokens) is in step " +
                        std::to_string(plan.longest_step) + " of " + std::to_string(plan.steps) + " replayed, " + where);
   return plan;
+}
+
+bool run_may_pad(const Config& c) {
+  const auto& d = c.data;
+  if (!d.varies() || d.padding == "none") return false;
+  if (d.lengths == "samples") return true;
+  std::vector<int64_t> lengths;
+  if (!parse_micro_batch_lengths(d.micro_batch_lengths, lengths).empty()) return false;
+  return c.training.micro_batch_size > 1 &&
+         std::adjacent_find(lengths.begin(), lengths.end(), std::not_equal_to<>()) != lengths.end();
 }
 
 int64_t planned_run_steps(const Config& c) {

@@ -14,6 +14,9 @@ namespace memsim {
 struct MicroBatchShape {
   int64_t sequences = 1;  // rows of the micro-batch (training.micro_batch_size; 1 when padding-free flattens them)
   int64_t tokens = 1;     // tokens per row after padding (the row length every activation has)
+  // Some row holds pad tokens, so the collator's attention_mask has zeros: transformers then builds a 4-D mask
+  // where it skips one otherwise (docs/versions.md 6b). A fixed shape says nothing of padding and counts as none.
+  bool padded = false;
 };
 
 // Per-sample token lengths as a piecewise-linear distribution: points (cumulative fraction, length) with both
@@ -79,6 +82,10 @@ void validate_data(const Config& c, std::vector<FieldError>& errors);
 
 // Requires a validated config whose data.varies().
 RunPlan plan_run(const Config& c);
+
+// Whether some micro-batch of the run can be padded (MicroBatchShape::padded): a run of varying lengths that pads,
+// drawn samples, or listed lengths that vary with more than one row a micro-batch. False for a fixed shape.
+bool run_may_pad(const Config& c);
 
 // Optimizer steps the run of `c` replays: data.steps, or the run's own length within the bounds above. 0 for a fixed
 // shape or a config that does not validate.

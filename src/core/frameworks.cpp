@@ -3,6 +3,7 @@
 #include <array>
 #include <iterator>
 
+#include "data_shape.h"
 #include "model.h"
 #include "tables.h"
 
@@ -267,6 +268,101 @@ LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersion
   return LossImpl::HfFp32Upcast;
 }
 
+// docs/versions.md 6b and 5: the 4-D attention mask that transformers builds for a decoder-only causal LM, and the
+// SDPA kernel that takes it. Only a stated transformers version (or versions.date) decides it: at latest memsim keeps
+// what it modelled before versions were inputs, no mask at all (eager attention and padded SDPA batches of the newest
+// transformers build one; that gap stays so that latest is unchanged). The builders are Llama's (Mistral, Qwen2 and
+// the "Copied from" models moved to _update_causal_mask later than Llama; not verified per model), taken for every
+// decoder-only causal LM as derive_loss does. Pipeline and context parallelism are not transformers' model code.
+AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Attention attention,
+                                    const StackVersions& v) {
+  AttentionMask mk;
+  const auto& m = c.model;
+  const Library tf = Library::Transformers, torch = Library::Torch;
+  if (!f.transformers_model || !decoder_causal_lm(m) || m.post_layernorm || attention == Attention::FlashAttention2 ||
+      !v.stated(tf) || c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1)
+    return mk;
+  const bool eager = attention == Attention::Eager;
+  const char* built = "";
+  if (v.below(tf, V(4, 36))) {
+    // LlamaModel.forward makes an all-ones attention_mask when none is passed, then _prepare_decoder_attention_mask:
+    // eager attention needs the causal mask, so it is built whether or not anything is padded.
+    mk.build = MaskBuild::Prepared, mk.unpadded = true;
+    built = "transformers up to 4.35 builds a [batch, 1, seq, seq] mask in the model dtype for every micro-batch, padded "
+            "or not (LlamaModel._prepare_decoder_attention_mask: _make_causal_mask and _expand_mask), one tensor that "
+            "every layer reads";
+  } else if (v.below(tf, V(4, 38))) {
+    mk.build = MaskBuild::Prepared, mk.to_4d = true, mk.unpadded = eager;
+    built = eager ? "transformers 4.36-4.37 builds a [batch, 1, seq, seq] mask in the model dtype for every micro-batch "
+                    "(_prepare_4d_causal_attention_mask, AttentionMaskConverter.to_4d)"
+                  : "transformers 4.36-4.37 hands SDPA no mask when nothing is padded (is_causal, so flash) and a "
+                    "[batch, 1, seq, seq] mask in the model dtype otherwise (_prepare_4d_causal_attention_mask_for_sdpa)";
+  } else if (v.below(tf, V(4, 39))) {
+    mk.build = MaskBuild::MaxPositions, mk.unpadded = true;
+    built = "transformers 4.38 keeps a causal_mask buffer of max_position_embeddings^2 booleans, repeats it into a "
+            "[batch, 1, P, P] mask in the model dtype for every micro-batch and indexes a [batch, 1, seq, seq] copy of "
+            "it in every layer (_update_causal_mask; transformers#29484 reports the OOM on 4.38.2, #29753 dropped the "
+            "buffer in 4.39)";
+  } else if (eager) {
+    mk.build = v.below(tf, V(4, 53)) ? MaskBuild::Updated : MaskBuild::BooleanToFloat, mk.unpadded = true;
+    built = "eager attention gets a [batch, 1, seq, seq] mask in the model dtype for every micro-batch "
+            "(_update_causal_mask; from 4.53 masking_utils' eager_mask)";
+  } else if (v.below(tf, V(4, 40))) {
+    mk.build = MaskBuild::Updated, mk.unpadded = true;
+    built = "transformers 4.39 hands SDPA a [batch, 1, seq, seq] mask in the model dtype even when nothing is padded "
+            "(_update_causal_mask), so never flash, until transformers#30070 (4.40)";
+  } else if (v.below(tf, V(4, 53))) {
+    // _ignore_causal_mask_sdpa skips the mask only when not tracing or compiling (is_torchdynamo_compiling), so under
+    // torch.compile every micro-batch gets one (docs/versions.md 6b).
+    mk.build = MaskBuild::Updated, mk.unpadded = c.training.compile;
+    built = c.training.compile
+                ? "from transformers#30070 (4.40) SDPA gets no mask when nothing is padded, but not under torch.compile "
+                  "(_ignore_causal_mask_sdpa keeps the mask while compiling): a [batch, 1, seq, seq] mask in the model "
+                  "dtype for every micro-batch"
+                : "from transformers#30070 (4.40) SDPA gets no mask when nothing is padded (_ignore_causal_mask_sdpa: "
+                  "is_causal, so flash) and a [batch, 1, seq, seq] mask in the model dtype for a padded micro-batch";
+  } else {
+    mk.build = MaskBuild::Boolean, mk.unpadded = c.training.compile;
+    built = c.training.compile
+                ? "from transformers 4.53 SDPA gets a boolean [batch, 1, seq, seq] mask (masking_utils.sdpa_mask) for "
+                  "every micro-batch under torch.compile (the causal skip is off while compiling), which torch converts "
+                  "to an additive copy in every layer's call (convert_boolean_attn_mask)"
+                : "SDPA gets no mask when nothing is padded (is_causal, so flash) and, from transformers 4.53, a boolean "
+                  "[batch, 1, seq, seq] mask for a padded micro-batch (masking_utils.sdpa_mask), which torch converts to "
+                  "an additive copy in every layer's call (convert_boolean_attn_mask)";
+  }
+  const char* kernel = "";
+  if (eager) {
+    mk.kernel = MaskKernel::Eager;
+  } else if (v.below(torch, V(2, 1))) {
+    // pytorch#97514: on 2.0 the fused kernels refuse any attn_mask ("No available kernel" with only mem-efficient on).
+    mk.kernel = MaskKernel::Math;
+    kernel = "; torch 2.0 runs an SDPA call with a mask on the math kernel, which keeps the [batch, heads, seq, seq] "
+             "softmax and scaled copies of q and k in every layer (no fused kernel took a mask before pytorch#104310, "
+             "2.1)";
+  } else if (v.below(torch, V(2, 1, 2))) {
+    // attention.cpp at #104310: expand to [b, h, s, s], then pad_bias to a multiple of 16 keys (a full copy); the
+    // interim preprocess_mask kept that order. #114173 pads the unexpanded mask to 8 instead ("un-needed memory
+    // regressions"); cherry-picked as #114837, listed in the v2.1.2 release tracker (pytorch#113962).
+    mk.kernel = MaskKernel::MemEfficient, mk.pad_align = 16, mk.pad_expanded = true;
+    kernel = "; torch 2.1.0-2.1.1 runs it on the memory-efficient kernel (pytorch#104310), which keeps the mask it is "
+             "given in every layer, and when the keys are not a multiple of 16 a copy padded after expanding it over "
+             "the heads (fixed by #114173, 2.1.2)";
+  } else {
+    mk.kernel = MaskKernel::MemEfficient;
+    kernel = "; torch runs it on the memory-efficient kernel (pytorch#104310, 2.1), which keeps the mask it is given "
+             "in every layer, a copy padded to a multiple of 8 keys when its rows are not (preprocess_mask, "
+             "pytorch#114173, 2.1.2)";
+  }
+  mk.note = "from " + describe_version(v, tf) + (eager ? "" : " and " + describe_version(v, torch)) + ": " + built + kernel;
+  // transformers#39412's use_gqa_in_sdpa passes enable_gqa only when attention_mask is None: a call with a mask
+  // repeats k and v for every query head (activations.cpp layer_forward).
+  if (attention == Attention::Sdpa && m.num_key_value_heads < m.num_attention_heads)
+    mk.note += "; a call with a mask repeats k and v for every query head, since transformers passes enable_gqa only "
+               "without one (use_gqa_in_sdpa, transformers#39412)";
+  return mk;
+}
+
 // docs/versions.md 10: PEFT's adapter dtype over a bf16/fp16 base.
 AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const PrecisionRecipe* pr,
                                   const StackVersions& v, Deriving& d) {
@@ -452,6 +548,7 @@ Resolved resolve(const Config& c) {
     d.given(Switch::EmptyCacheSteps);
   }
   r.foreach_keeps_denom = v.below(torch, V(2, 1));
+  r.mask = derive_attention_mask(c, f, r.attention, v);
   return r;
 }
 
@@ -521,6 +618,10 @@ std::vector<std::string> version_notes(const Config& c) {
     notes.push_back(std::string(switch_field(s)) + ": " + switch_value(r, s) + ", from " + origin_versions(r, o) + ": " +
                     o.why);
   }
+  // The attention mask, where some micro-batch gets one: every one, or one with padding in a run that can pad
+  // (data_shape.h run_may_pad; a fixed shape counts as unpadded).
+  if (r.mask.build != MaskBuild::None && (r.mask.unpadded || run_may_pad(c)))
+    notes.push_back("attention mask: " + r.mask.note);
   const OptimizerSpec* opt = find_optimizer(c.training.optimizer);
   if (r.foreach_keeps_denom && r.optimizer_impl == OptimizerImpl::Foreach && opt && opt->kind == OptimizerKind::Adam &&
       !opt->paged)

@@ -103,6 +103,34 @@ struct Origin {
 
 enum class AdapterDtype { Fp32, Bf16, Fp16 };
 
+// The 4-D attention mask that transformers builds for a decoder-only causal LM, by version (docs/versions.md 6b),
+// and the kernel that takes it (5). It follows from a stated transformers version only: at latest memsim models no
+// mask, as it did before versions were inputs.
+enum class MaskBuild : uint8_t {
+  None,          // no 4-D mask: transformers at latest, flash_attention_2 (it gets the 2-D mask), other model code
+  Prepared,      // <= 4.37: _make_causal_mask and _expand_mask, a [b, 1, s, s] mask in the model dtype
+  MaxPositions,  // 4.38.x: the [P, P] causal_mask buffer repeated to [b, 1, P, P], indexed again by every layer
+  Updated,       // 4.39 on (eager), 4.39-4.52 (SDPA): _update_causal_mask, torch.full and triu, then a clone
+  Boolean,       // SDPA from 4.53: masking_utils' boolean [b, 1, s, s] mask, which torch converts per call
+  BooleanToFloat,  // eager from 4.53: the boolean mask made additive in the model dtype
+};
+enum class MaskKernel : uint8_t {
+  Eager,         // the scores add the mask; nothing keeps it
+  Math,          // SDPA before torch 2.1: the math kernel, the [b, h, s, s] softmax kept per layer
+  MemEfficient,  // SDPA from torch 2.1: the memory-efficient kernel, which keeps the bias it is given
+};
+struct AttentionMask {
+  MaskBuild build = MaskBuild::None;
+  bool unpadded = false;   // built for micro-batches without padding too, not only where the 2-D mask has zeros
+  bool to_4d = false;      // 4.36-4.37: AttentionMaskConverter.to_4d merges with masked_fill(mask.bool())
+  MaskKernel kernel = MaskKernel::Eager;
+  // Memory-efficient attention's alignment of the bias: a copy padded to a multiple of pad_align keys when the
+  // mask is not aligned; pad_expanded: the copy is made after expanding the mask over the heads (torch 2.1.0-2.1.1).
+  int64_t pad_align = 8;
+  bool pad_expanded = false;
+  std::string note;        // the rule and its sources, naming the stated versions; empty when build is None
+};
+
 // Every "auto" resolved.
 struct Resolved {
   const FrameworkSpec* framework;
@@ -130,6 +158,9 @@ struct Resolved {
   // (torch/optim/adamw.py _multi_tensor_adamw at v2.0.0); pytorch#104898 (AdamW) and #104780 (Adam), merged July
   // 2023 and first in 2.1.0, add eps in place. It follows from the torch version alone, so it is not a config field.
   bool foreach_keeps_denom;
+  // The attention mask of transformers' model code and what SDPA does with it; like foreach_keeps_denom it follows
+  // from the versions and the config with no field of its own.
+  AttentionMask mask;
   std::array<Origin, kSwitchCount> origin;
   StackVersions versions;
   int64_t adapter_bytes() const { return adapter_dtype == AdapterDtype::Fp32 ? 4 : 2; }

@@ -57,6 +57,16 @@ struct ActDims {
   int64_t e;               // bytes of saved matmul activations (2 for bf16/fp16 compute, 4 for fp32)
   int64_t e_res;           // bytes of the residual stream (4 under autocast over fp32 weights)
   bool amp;                // torch.autocast over fp32 weights: matmuls cast their inputs
+  bool padded = false;     // some row holds pad tokens (MicroBatchShape::padded)
+};
+
+// transformers' 4-D attention mask of one micro-batch (Resolved::mask, mask_forward): the tensor the layers share,
+// and the lowest layer that keeps it until its backward (a checkpoint's saved input, or the memory-efficient kernel
+// keeping it by reference); without one it goes when the forward leaves the layers.
+struct MaskInFlight {
+  bool on = false;                  // this micro-batch's attention gets the mask
+  uint32_t tensor = UINT32_MAX;     // the shared mask while it lives
+  int64_t holder = -1;
 };
 
 // One layer's saved tensors, split at the attention/MLP boundary so backward frees them in order.
@@ -83,12 +93,18 @@ struct InFlight {
   std::vector<uint32_t> enc_final_saved, dec_embed_saved, enc_keep, dec_keep, out_keep;
   uint32_t enc_out = UINT32_MAX;
   ActDims dims{};  // a run of varying shapes: this micro-batch's shape, which its backward uses again
+  MaskInFlight mask;
 };
 
 // Labels of the encoder-decoder tensors, made on first use so that decoder-only programs are unchanged.
 struct EncDecLabels {
   uint32_t bias, bias_grad, buckets, causal_mask, enc_out, enc_out_grad, kv_cache, ff_upcast, head_scaled, embed_out,
       embed_grad;
+};
+
+// Labels of the attention mask's tensors, made on first use so that programs without a mask are unchanged.
+struct MaskLabels {
+  uint32_t mask, build, buffer, copy, padded, math_qk, math_scores, math_softmax;
 };
 
 struct Labels {
@@ -215,6 +231,12 @@ class StepBuilder {
   uint32_t t5_head_backward(std::vector<uint32_t>& saved);
   // transformers' loss paths that shift a contiguous copy of the logits (LossImpl HfShiftFp32, HfFp32Logits, HfShift).
   void hf_shifted_loss_forward(std::vector<uint32_t>& saved);
+  // transformers' 4-D attention mask (Resolved::mask, docs/versions.md 5 and 6b).
+  void mask_labels();
+  void mask_forward();  // after the embeddings: the micro-batch's shared mask and its build
+  // A layer's SDPA call with the mask: the copies the kernel keeps go to `kept`, those that go with the call to
+  // `gone`; the shared mask kept by reference makes the layer its holder.
+  void sdpa_mask_inputs(int32_t layer, std::vector<uint32_t>& kept, std::vector<uint32_t>& gone, bool keep);
   uint32_t hf_shifted_loss_backward(std::vector<uint32_t>& saved);
 
   // Under a checkpoint's no_grad forward nothing is saved: what would be an activation is a temporary there.
@@ -302,6 +324,9 @@ class StepBuilder {
   size_t next_shape_ = 0;                                     // ... and the next forward's index into them
   EncDecLabels LE_{};
   bool encdec_labels_ = false;
+  MaskLabels LM_{};
+  bool mask_labels_ = false;
+  MaskInFlight mask_;  // the micro-batch whose forward or backward is running
   int64_t enc_s_ = 0, dec_s_ = 0;  // encoder (source) and decoder (target) tokens per sequence
 };
 

@@ -300,6 +300,7 @@ void StepBuilder::use_shape(const MicroBatchShape& shape) {
   d_.s = (shape.tokens + virtual_tokens(c_.peft)) / c_.parallel.context_parallel_size;
   d_.T = mul(d_.b, d_.s);
   d_.Tn = c_.parallel.sequence_parallel ? d_.T / c_.parallel.tensor_parallel_size : d_.T;
+  d_.padded = shape.padded;
 }
 
 StepBuilder::StepBuilder(const StepContext& ctx)
@@ -929,6 +930,12 @@ void StepBuilder::prologue() {
   p_.events.reserve(events);
   p_.tensors.reserve(events / 2 + 16);
   alloc_weights();
+  // transformers 4.38's LlamaModel.__init__ registers a causal_mask buffer of max_position_embeddings^2 booleans
+  // (register_buffer(..., persistent=False)), moved to the GPU with the model (docs/versions.md 6b).
+  if (rs_.mask.build == MaskBuild::MaxPositions) {
+    mask_labels();
+    p_.alloc(Component::Weights, mul(c_.model.max_position_embeddings, c_.model.max_position_embeddings), LM_.buffer);
+  }
   p_.alloc(Component::Overhead, cublas_workspace_bytes(ctx_.gpu), L_.ws);
   p_.alloc(Component::Overhead, kCublasLtWorkspaceBytes, L_.ws_lt);
 }
