@@ -148,17 +148,17 @@ void frame() {
   }
   const bool first = g_t.first_frame_start == 0;
   if (first) g_t.first_frame_start = emscripten_get_now();
-  // Size the canvas backing store to its CSS box times the device pixel ratio, every frame (resizes, zoom).
+  // Size the canvas backing store to its CSS box times the device pixel ratio, every frame (resizes, zoom). Only the
+  // canvas: Emscripten's glfwSetWindowSize requests fullscreen when the size equals the screen's (library_glfw.js
+  // setWindowSize), as a phone's page does, and a request outside a user gesture was refused with an uncaught
+  // "TypeError: Permissions check failed". The UI's size comes from here (io.DisplaySize below), not from GLFW's.
   double css_w = 0, css_h = 0;
   emscripten_get_element_css_size("#canvas", &css_w, &css_h);
   const double ratio = emscripten_get_device_pixel_ratio();
   const int px_w = static_cast<int>(css_w * ratio), px_h = static_cast<int>(css_h * ratio);
   int cur_w = 0, cur_h = 0;
   emscripten_get_canvas_element_size("#canvas", &cur_w, &cur_h);
-  if (cur_w != px_w || cur_h != px_h) {
-    glfwSetWindowSize(g_window, static_cast<int>(css_w), static_cast<int>(css_h));
-    emscripten_set_canvas_element_size("#canvas", px_w, px_h);
-  }
+  if (cur_w != px_w || cur_h != px_h) emscripten_set_canvas_element_size("#canvas", px_w, px_h);
   if (static_cast<float>(ratio) != g_ratio) {  // moved to another screen or zoomed: re-rasterise the font
     g_ratio = static_cast<float>(ratio);
     ImGui_ImplOpenGL3_DestroyFontsTexture();
