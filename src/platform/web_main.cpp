@@ -9,6 +9,8 @@
 // [x] charts drawn by the WebGL2 chart renderer (shaders/), or by ImGui's draw list if it cannot be built;
 //     window.memsim.state().charts says which, and how many charts it has drawn
 // [x] keyboard: one key event per frame (key_queue.h); the focused control read out by a live region (#focus)
+// [x] the wheel and one finger by the app's own rules (ui/pointer.h), not GLFW's: a notch scrolls three rows, a swipe
+//     scrolls and never drags a number, a tap clicks
 #include <GLFW/glfw3.h>
 #include <emscripten/emscripten.h>
 #include <emscripten/html5.h>
@@ -28,6 +30,7 @@
 #include "imgui_setup.h"
 #include "key_queue.h"
 #include "ui/app.h"
+#include "ui/pointer.h"
 
 // clang-format off
 EM_JS(char*, js_location_hash, (), {
@@ -90,6 +93,7 @@ GLFWwindow* g_window = nullptr;
 memsim::ui::App* g_app = nullptr;
 memsim::platform::GlChartRenderer* g_charts = nullptr;  // null when its shaders did not build
 float g_ratio = 1.0f;
+memsim::ui::PointerInput g_pointer;
 
 // Where the page's first second goes, in ms since navigation (performance.now()): reported by
 // window.memsim.state().timings and printed by the first-frame e2e test.
@@ -146,8 +150,6 @@ void frame() {
     charts_started = true;
     start_chart_renderer();
   }
-  const bool first = g_t.first_frame_start == 0;
-  if (first) g_t.first_frame_start = emscripten_get_now();
   // Size the canvas backing store to its CSS box times the device pixel ratio, every frame (resizes, zoom). Only the
   // canvas: Emscripten's glfwSetWindowSize requests fullscreen when the size equals the screen's (library_glfw.js
   // setWindowSize), as a phone's page does, and a request outside a user gesture was refused with an uncaught
@@ -164,6 +166,8 @@ void frame() {
     ImGui_ImplOpenGL3_DestroyFontsTexture();
     memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
   }
+  const bool first = g_t.first_frame_start == 0;
+  if (first) g_t.first_frame_start = emscripten_get_now();
   ImGui_ImplOpenGL3_NewFrame();  // the first one builds the font atlas and the backend's shaders
   if (first) g_t.first_frame_device = emscripten_get_now();
   memsim::platform::KeyQueue::feed();
@@ -175,7 +179,9 @@ void frame() {
     io.MousePos = ImVec2(io.MousePos.x / static_cast<float>(ratio), io.MousePos.y / static_cast<float>(ratio));
   io.DisplaySize = ImVec2(static_cast<float>(css_w), static_cast<float>(css_h));
   io.DisplayFramebufferScale = ImVec2(static_cast<float>(ratio), static_cast<float>(ratio));
+  g_pointer.before_new_frame(io);  // the wheel and a finger, in CSS pixels like the mouse above
   ImGui::NewFrame();
+  g_pointer.after_new_frame();
   g_app->frame();
   static std::string announced;
   if (g_app->focus_announcement() != announced) {
@@ -217,9 +223,30 @@ EMSCRIPTEN_KEEPALIVE void memsim_load_text(const char* text, const char* origin)
   if (g_app) g_app->load_text(text ? text : "", origin ? origin : "the file");
 }
 
+// The mouse moved or was pressed: it is the pointer again after a touch.
+EMSCRIPTEN_KEEPALIVE void memsim_mouse() {
+  g_pointer.mouse_used();
+}
+
+// A WheelEvent's deltaX, deltaY and deltaMode, as the DOM gives them (ui/pointer.h normalises them).
+EMSCRIPTEN_KEEPALIVE void memsim_wheel(double dx, double dy, int mode) {
+  g_pointer.wheel(dx, dy, mode);
+}
+
+// One finger's touch: phase 0 start, 1 move, 2 end, 3 cancel; the position in CSS pixels from the canvas's corner.
+EMSCRIPTEN_KEEPALIVE void memsim_touch(int phase, double x, double y) {
+  const float fx = static_cast<float>(x), fy = static_cast<float>(y);
+  if (phase == 0) g_pointer.touch_start(fx, fy);
+  else if (phase == 1) g_pointer.touch_move(fx, fy);
+  else if (phase == 2) g_pointer.touch_end(fx, fy);
+  else g_pointer.touch_cancel();
+}
+
 // The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "focus": "...",
-// "charts": {...}, "timings": {...}, "simulation": {...}, "result": {...}}. "simulation" says whether the setup is
-// still being simulated and how far its run is; "result" whether it is ok, its first error's field, and its run.
+// "charts": {...}, "timings": {...}, "simulation": {...}, "result": {...}, "scroll": {...}}.
+// "simulation" says whether the setup is still being simulated and how far its run is; "result" whether it is ok, its
+// first error's field, and its run; "scroll" the
+// inputs panel's scroll position, its largest and a row's height, in CSS pixels.
 EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   if (!g_app) return new_c_string("{}");
   std::string msgs = "[";
@@ -248,10 +275,14 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
                              std::to_string(run ? run->steps : 0) + ",\"allocated_peak_step\":" +
                              std::to_string(run ? run->allocated_peak_step : 0) + ",\"view\":\"" +
                              (g_app->run_view() ? "run" : "step") + "\"}";
+  const memsim::ui::App::Scroll& sc = g_app->inputs_scroll();
+  char scroll[160];
+  std::snprintf(scroll, sizeof scroll, "{\"inputs\":%.1f,\"inputs_max\":%.1f,\"row\":%.1f}", sc.y, sc.max, sc.row);
   return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
                       memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs +
                       ",\"focus\":" + json_string(g_app->focus_announcement()) + ",\"charts\":" + charts +
-                      ",\"timings\":" + timings + ",\"simulation\":" + simulation + ",\"result\":" + result + "}");
+                      ",\"timings\":" + timings + ",\"simulation\":" + simulation + ",\"result\":" + result +
+                      ",\"scroll\":" + scroll + "}");
 }
 }
 
