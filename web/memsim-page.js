@@ -83,10 +83,16 @@
     onAbort: function (what) { setStatus("memsim stopped: " + String(what) + ". Reload the page.", true); },
   };
 
-  // Input. The wheel and one finger go to the app's own rules (src/ui/pointer.h) rather than to Emscripten's GLFW, which hands ImGui the wheel's raw pixels with the sign reversed and turns a touch into a press
+  // Input. The app draws only when something happens (src/platform/web_main.cpp): each event that can change what the
+  // page shows wakes it. The wheel and one finger go to the app's own rules (src/ui/pointer.h) rather than to
+  // Emscripten's GLFW, which hands ImGui the wheel's raw pixels with the sign reversed and turns a touch into a press
   // at the last mouse position: they are stopped here, at the window on their way down, before GLFW's listeners on the
   // canvas see them. Until main() runs, the app is not there to tell.
-  function live() { return !!(window.Module && Module.calledRun && Module._memsim_touch); }
+  function live() { return !!(window.Module && Module.calledRun && Module._memsim_wake); }
+  ["keydown", "keyup", "keypress", "mouseup", "mouseenter", "mouseleave", "focus", "blur", "resize",
+   "visibilitychange"].forEach(function (type) {
+    window.addEventListener(type, function () { if (live()) Module._memsim_wake(); }, true);
+  });
   ["mousemove", "mousedown"].forEach(function (type) {  // the mouse is the pointer again after a touch
     window.addEventListener(type, function () { if (live()) Module._memsim_mouse(); }, true);
   });

@@ -12,6 +12,9 @@ inline void setup_imgui(const char* font_path, float pixel_ratio) {
   ImGuiIO& io = ImGui::GetIO();
   io.IniFilename = nullptr;  // no imgui.ini next to the user's files
   io.ConfigFlags |= ImGuiConfigFlags_NavEnableKeyboard;
+  // A steady caret: the loops draw only when something happens, and a blinking one would either be an animation that
+  // keeps them drawing at full rate while a field is edited, or stop in whichever phase the last frame caught.
+  io.ConfigInputTextCursorBlink = false;
   ImGui::StyleColorsDark();
   ImGuiStyle& style = ImGui::GetStyle();
   style.FrameRounding = 3.0f;
