@@ -1,10 +1,12 @@
 // The wheel and touch rules (ui/pointer.h), headless, on a small window of the widgets they must not disturb: a drag
-// number, a slider and a number field with its - and + buttons, a button and a checkbox, in a child that scrolls. The
+// number, a slider and a number field with its - and + buttons, a button and a checkbox, in a child that scrolls, and a
+// combo whose list scrolls. The
 // DOM's events go in as the web page hands them over; ImGui's frames run as the platform loop runs them.
 #include <catch2/catch.hpp>
 #include <imgui.h>
 
 #include <cfloat>
+#include <string>
 
 #include "headless.h"
 #include "ui/pointer.h"
@@ -16,7 +18,10 @@ namespace {
 struct Widgets {
   HeadlessImGui gui{400, 300};
   PointerInput pointer;
-  int drag = 50, field = 7, clicks = 0;
+  int drag = 50, field = 7, clicks = 0, picked = 0;
+  bool list_open = false;
+  float list_scroll = 0, list_max = 0;
+  ImVec2 at_combo, at_list;
   float slider = 10.0f;
   bool box = false;
   float scroll = 0, scroll_max = 0, step = 0;
@@ -33,9 +38,20 @@ struct Widgets {
     ImGui::SetNextWindowPos(ImVec2(0, 0));
     ImGui::SetNextWindowSize(ImVec2(400, 300));
     ImGui::Begin("window", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove);
-    ImGui::BeginChild("list", ImVec2(0, 200), true);
     auto centre = [] { return ImVec2((ImGui::GetItemRectMin().x + ImGui::GetItemRectMax().x) / 2,
                                      (ImGui::GetItemRectMin().y + ImGui::GetItemRectMax().y) / 2); };
+    ImGui::SetNextItemWidth(150);
+    list_open = ImGui::BeginCombo("combo", "item 0");
+    at_combo = centre();
+    if (list_open) {
+      for (int i = 0; i < 50; ++i)
+        if (ImGui::Selectable(("item " + std::to_string(i)).c_str(), picked == i)) picked = i;
+      list_scroll = ImGui::GetScrollY();
+      list_max = ImGui::GetScrollMaxY();
+      at_list = ImVec2(ImGui::GetWindowPos().x + ImGui::GetWindowSize().x / 2, ImGui::GetWindowPos().y + ImGui::GetWindowSize().y / 2);
+      ImGui::EndCombo();
+    }
+    ImGui::BeginChild("list", ImVec2(0, 200), true);
     ImGui::DragInt("drag", &drag);
     at_drag = centre();
     ImGui::SliderFloat("slider", &slider, 0.0f, 100.0f);
@@ -163,4 +179,26 @@ TEST_CASE("pointer: a cancelled touch neither taps nor pans on", "[pointer]") {
   w.frames(3);
   CHECK(w.clicks == 0);
   CHECK_FALSE(w.pointer.pending());
+}
+
+TEST_CASE("pointer: a tap opens a list; the wheel and a swipe scroll the list as they do a panel", "[pointer]") {
+  Widgets w;
+  w.tap(w.at_combo);
+  REQUIRE(w.list_open);
+  REQUIRE(w.list_max > 100);
+  w.pointer.mouse_used();  // the mouse moves over the open list
+  ImGui::GetIO().MousePos = w.at_list;
+  w.frame();
+  w.pointer.wheel(0, 100, 0);
+  w.frames(2);
+  CHECK(w.list_scroll > 0.5f * w.step);  // one step, or less where ImGui caps it at two thirds of a short list
+  CHECK(w.list_scroll <= w.step);
+  const float after_wheel = w.list_scroll;
+  w.swipe(w.at_list, 0, -40);  // a finger over the list: it follows, and nothing is picked
+  CHECK(w.list_scroll == Approx(after_wheel + 40));
+  CHECK(w.list_open);
+  CHECK(w.picked == 0);
+  w.tap(w.at_list);  // a tap picks the item under it, and the list closes
+  CHECK(w.picked > 0);
+  CHECK_FALSE(w.list_open);
 }
