@@ -36,9 +36,9 @@ memsim::ui::App* g_app = nullptr;
 GLFWwindow* g_window = nullptr;
 
 // Idle means idle: the loop waits for GLFW's events and draws a frame when one came, while the app has work of its
-// own (App::wants_frames), while a mouse button is held (a held + repeats), and for kSettleFrames after the last of
-// these (ImGui lays out a popup or a resized window over a frame or two). g_events counts the events that can change
-// the window; keys and characters wait in the KeyQueue.
+// own (App::wants_frames), while a key or a mouse button is held (imgui_setup.h input_held), and for kSettleFrames
+// after the last of these (ImGui lays out a popup or a resized window over a frame or two). g_events counts the events
+// that can change the window; keys and characters wait in the KeyQueue.
 constexpr int kSettleFrames = 3;
 constexpr double kIdleWaitSeconds = 5.0;  // how long the loop sleeps at a stretch; waking without an event draws nothing
 long g_events = 0;
@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
   while (bench_events <= 0 && !glfwWindowShouldClose(g_window)) {
     // --frames N draws N frames back to back, for the smoke test.
     const bool busy = frames > 0 || settle > 0 || memsim::platform::KeyQueue::pending() || app.wants_frames() ||
-                      ImGui::IsAnyMouseDown();
+                      memsim::platform::input_held();
     const long events = g_events;
     if (busy) glfwPollEvents();
     else glfwWaitEventsTimeout(kIdleWaitSeconds);

@@ -30,6 +30,16 @@ inline void setup_imgui(const char* font_path, float pixel_ratio) {
   io.FontGlobalScale = font ? 1.0f / pixel_ratio : 1.0f;
 }
 
+// Whether a key or a mouse button is held, as of the last frame: the loops keep drawing meanwhile. ImGui repeats a
+// held key or + button by the time it has been held over frames, so a loop that slept in between would count the whole
+// sleep at the next frame and repeat a press that was only slow to be released.
+inline bool input_held() {
+  const ImGuiIO& io = ImGui::GetIO();
+  for (bool down : io.KeysDown)
+    if (down) return true;
+  return ImGui::IsAnyMouseDown();
+}
+
 // The colour to clear the frame with: the main window's background as it would look over the old clear colour.
 // The app draws its full-window window without a background (ui/app.cpp), so a software rasteriser clears the
 // frame instead of blending and texturing a quad the size of the window.

@@ -99,9 +99,9 @@ memsim::ui::PointerInput g_pointer;
 
 // Idle means idle. A frame is drawn when input came (web/memsim-page.js calls memsim_wake for every event that can
 // change the page, and the API's calls wake it too), while the app has work of its own (App::wants_frames), while a
-// mouse button is held (a held + repeats), and for kSettleFrames after the last of these: ImGui lays out a popup or a
-// resized window over a frame or two. Otherwise the main loop pauses (emscripten_pause_main_loop), so that a static
-// page asks the browser for no animation frames at all, until the next wake resumes it.
+// key or a mouse button is held (imgui_setup.h input_held), and for kSettleFrames after the last of these: ImGui lays
+// out a popup or a resized window over a frame or two. Otherwise the main loop pauses (emscripten_pause_main_loop), so
+// that a static page asks the browser for no animation frames at all, until the next wake resumes it.
 constexpr int kSettleFrames = 3;
 int g_settle = kSettleFrames;
 bool g_woken = true;   // something happened since the last frame
@@ -195,7 +195,7 @@ void frame() {
   // Draw this frame, or sleep until woken (see kSettleFrames). A resized canvas is cleared by the browser: redraw it.
   if (g_woken || resized || memsim::platform::KeyQueue::pending() || g_pointer.pending()) g_settle = kSettleFrames;
   g_woken = false;
-  const bool work = !charts_started || g_app->wants_frames() || ImGui::IsAnyMouseDown();
+  const bool work = !charts_started || g_app->wants_frames() || memsim::platform::input_held();
   if (!work && g_settle == 0) {
     g_paused = true;
     emscripten_pause_main_loop();
