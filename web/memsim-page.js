@@ -83,6 +83,53 @@
     onAbort: function (what) { setStatus("memsim stopped: " + String(what) + ". Reload the page.", true); },
   };
 
+  // Input. The app draws only when something happens (src/platform/web_main.cpp): each event that can change what the
+  // page shows wakes it. The wheel and one finger go to the app's own rules (src/ui/pointer.h) rather than to
+  // Emscripten's GLFW, which hands ImGui the wheel's raw pixels with the sign reversed and turns a touch into a press
+  // at the last mouse position: they are stopped here, at the window on their way down, before GLFW's listeners on the
+  // canvas see them. Until main() runs, the app is not there to tell.
+  function live() { return !!(window.Module && Module.calledRun && Module._memsim_wake); }
+  ["keydown", "keyup", "keypress", "mouseup", "mouseenter", "mouseleave", "focus", "blur", "resize",
+   "visibilitychange"].forEach(function (type) {
+    window.addEventListener(type, function () { if (live()) Module._memsim_wake(); }, true);
+  });
+  ["mousemove", "mousedown"].forEach(function (type) {  // the mouse is the pointer again after a touch
+    window.addEventListener(type, function () { if (live()) Module._memsim_mouse(); }, true);
+  });
+  function ours(e) {  // an event for the canvas, kept from GLFW and from the browser's own scrolling and zooming
+    if (e.target !== canvas) return false;
+    e.preventDefault();
+    e.stopPropagation();
+    return live();
+  }
+  window.addEventListener("wheel", function (e) {
+    if (ours(e)) Module._memsim_wheel(e.deltaX, e.deltaY, e.deltaMode);
+  }, { capture: true, passive: false });
+  window.addEventListener("mousewheel", ours, { capture: true, passive: false });  // the legacy twin GLFW also hears
+  // One finger at a time: the first one down is followed until it lifts; others are ignored. Stopping the touch also
+  // stops the browser's emulated mouse events and click that would follow it.
+  var finger = null;
+  function onTouch(e) {
+    if (!ours(e)) return;
+    var rect = canvas.getBoundingClientRect();
+    for (var i = 0; i < e.changedTouches.length; i++) {
+      var t = e.changedTouches[i];
+      if (e.type === "touchstart") {
+        if (finger !== null) continue;
+        finger = t.identifier;
+        canvas.focus({ preventScroll: true });  // as a click would: an attached keyboard then reaches the app
+      } else if (t.identifier !== finger) {
+        continue;
+      }
+      var phase = { touchstart: 0, touchmove: 1, touchend: 2, touchcancel: 3 }[e.type];
+      Module._memsim_touch(phase, t.clientX - rect.left, t.clientY - rect.top);
+      if (phase >= 2) finger = null;
+    }
+  }
+  ["touchstart", "touchmove", "touchend", "touchcancel"].forEach(function (type) {
+    window.addEventListener(type, onTouch, { capture: true, passive: false });
+  });
+
   window.addEventListener("error", function (e) { setStatus("Error: " + String(e.message), true); });
   window.addEventListener("hashchange", function () {
     ready.then(function () { window.memsim.openFragment(window.location.hash); });

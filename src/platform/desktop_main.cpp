@@ -3,7 +3,8 @@
 //          [--view breakdown|explorer|advice|run] [--no-gl-charts] [--bench-timeline EVENTS]
 // [x] config file or link on the command line   [x] drag and drop of files   [x] clipboard (GLFW)
 // [x] a file of sample lengths, dropped or on the command line, as a config is (App::load_text tells them apart)
-// [x] frames keep coming while a run is simulated a part per frame, instead of waiting for events
+// [x] idle means idle: frames are drawn on input, while the app has work (a run's replay, What helps, the Fit
+//     explorer filling in), while a mouse button is held, and for a few frames after; otherwise it waits for events
 // [x] --frames/--screenshot for the headless smoke test under Xvfb
 // [x] charts drawn by the GL chart renderer (shaders/), or by ImGui's draw list if it cannot be built
 // [x] --bench-timeline: frames per second of the timeline with a synthetic step of that many events
@@ -34,6 +35,26 @@ namespace {
 memsim::ui::App* g_app = nullptr;
 GLFWwindow* g_window = nullptr;
 
+// Idle means idle: the loop waits for GLFW's events and draws a frame when one came, while the app has work of its
+// own (App::wants_frames), while a key or a mouse button is held (imgui_setup.h input_held), and for kSettleFrames
+// after the last of these (ImGui lays out a popup or a resized window over a frame or two). g_events counts the events
+// that can change the window; keys and characters wait in the KeyQueue.
+constexpr int kSettleFrames = 3;
+constexpr double kIdleWaitSeconds = 5.0;  // how long the loop sleeps at a stretch; waking without an event draws nothing
+long g_events = 0;
+
+// Before ImGui_ImplGlfw_InitForOpenGL, which keeps these as the previous callbacks and calls them after its own.
+void count_events(GLFWwindow* w) {
+  glfwSetCursorPosCallback(w, [](GLFWwindow*, double, double) { ++g_events; });
+  glfwSetMouseButtonCallback(w, [](GLFWwindow*, int, int, int) { ++g_events; });
+  glfwSetScrollCallback(w, [](GLFWwindow*, double, double) { ++g_events; });
+  glfwSetWindowFocusCallback(w, [](GLFWwindow*, int) { ++g_events; });
+  glfwSetCursorEnterCallback(w, [](GLFWwindow*, int) { ++g_events; });
+  glfwSetFramebufferSizeCallback(w, [](GLFWwindow*, int, int) { ++g_events; });
+  glfwSetWindowRefreshCallback(w, [](GLFWwindow*) { ++g_events; });  // uncovered: its pixels are to be drawn again
+  glfwSetWindowContentScaleCallback(w, [](GLFWwindow*, float, float) { ++g_events; });
+}
+
 bool read_file(const std::string& path, std::string& out) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return false;
@@ -58,6 +79,7 @@ void open_argument(const std::string& arg) {
 }
 
 void on_drop(GLFWwindow*, int count, const char** paths) {
+  ++g_events;
   for (int i = 0; i < count; ++i) open_argument(paths[i]);
 }
 
@@ -193,6 +215,7 @@ int main(int argc, char** argv) {
   float sx = 1.0f, sy = 1.0f;
   glfwGetWindowContentScale(g_window, &sx, &sy);
   memsim::platform::setup_imgui("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", sx);
+  count_events(g_window);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
   memsim::platform::KeyQueue::install(g_window);
   ImGui_ImplOpenGL3_Init("#version 330");
@@ -224,10 +247,17 @@ int main(int argc, char** argv) {
   if (!view.empty() && !app.show_view(view)) std::fprintf(stderr, "memsim: no view \"%s\"; keeping the breakdown\n", view.c_str());
   if (bench_events > 0) bench_timeline(static_cast<size_t>(bench_events), memsim::ui::chart_renderer() ? charts.get() : nullptr, app);
 
-  int frame = 0;
+  int frame = 0, settle = kSettleFrames;
   while (bench_events <= 0 && !glfwWindowShouldClose(g_window)) {
-    if (frames > 0 || memsim::platform::KeyQueue::pending() || app.simulating()) glfwPollEvents();
-    else glfwWaitEventsTimeout(0.5);  // idle without spinning the CPU
+    // --frames N draws N frames back to back, for the smoke test.
+    const bool busy = frames > 0 || settle > 0 || memsim::platform::KeyQueue::pending() || app.wants_frames() ||
+                      memsim::platform::input_held();
+    const long events = g_events;
+    if (busy) glfwPollEvents();
+    else glfwWaitEventsTimeout(kIdleWaitSeconds);
+    if (g_events != events || memsim::platform::KeyQueue::pending()) settle = kSettleFrames;
+    else if (!busy) continue;  // the wait ran out with nothing to draw
+    if (settle > 0) --settle;
     ImGui_ImplOpenGL3_NewFrame();
     memsim::platform::KeyQueue::feed();
     ImGui_ImplGlfw_NewFrame();

@@ -12,6 +12,9 @@ inline void setup_imgui(const char* font_path, float pixel_ratio) {
   ImGuiIO& io = ImGui::GetIO();
   io.IniFilename = nullptr;  // no imgui.ini next to the user's files
   io.ConfigFlags |= ImGuiConfigFlags_NavEnableKeyboard;
+  // A steady caret: the loops draw only when something happens, and a blinking one would either be an animation that
+  // keeps them drawing at full rate while a field is edited, or stop in whichever phase the last frame caught.
+  io.ConfigInputTextCursorBlink = false;
   ImGui::StyleColorsDark();
   ImGuiStyle& style = ImGui::GetStyle();
   style.FrameRounding = 3.0f;
@@ -25,6 +28,16 @@ inline void setup_imgui(const char* font_path, float pixel_ratio) {
   }
   if (!font) io.Fonts->AddFontDefault();
   io.FontGlobalScale = font ? 1.0f / pixel_ratio : 1.0f;
+}
+
+// Whether a key or a mouse button is held, as of the last frame: the loops keep drawing meanwhile. ImGui repeats a
+// held key or + button by the time it has been held over frames, so a loop that slept in between would count the whole
+// sleep at the next frame and repeat a press that was only slow to be released.
+inline bool input_held() {
+  const ImGuiIO& io = ImGui::GetIO();
+  for (bool down : io.KeysDown)
+    if (down) return true;
+  return ImGui::IsAnyMouseDown();
 }
 
 // The colour to clear the frame with: the main window's background as it would look over the old clear colour.

@@ -9,6 +9,10 @@
 // [x] charts drawn by the WebGL2 chart renderer (shaders/), or by ImGui's draw list if it cannot be built;
 //     window.memsim.state().charts says which, and how many charts it has drawn
 // [x] keyboard: one key event per frame (key_queue.h); the focused control read out by a live region (#focus)
+// [x] the wheel and one finger by the app's own rules (ui/pointer.h), not GLFW's: a notch scrolls three rows, a swipe
+//     scrolls and never drags a number, a tap clicks
+// [x] idle means idle: frames are drawn on input, while work is left (a run's replay, What helps, the Fit explorer)
+//     and for a few frames after; otherwise the main loop sleeps until web/memsim-page.js wakes it
 #include <GLFW/glfw3.h>
 #include <emscripten/emscripten.h>
 #include <emscripten/html5.h>
@@ -28,6 +32,7 @@
 #include "imgui_setup.h"
 #include "key_queue.h"
 #include "ui/app.h"
+#include "ui/pointer.h"
 
 // clang-format off
 EM_JS(char*, js_location_hash, (), {
@@ -90,6 +95,26 @@ GLFWwindow* g_window = nullptr;
 memsim::ui::App* g_app = nullptr;
 memsim::platform::GlChartRenderer* g_charts = nullptr;  // null when its shaders did not build
 float g_ratio = 1.0f;
+memsim::ui::PointerInput g_pointer;
+
+// Idle means idle. A frame is drawn when input came (web/memsim-page.js calls memsim_wake for every event that can
+// change the page, and the API's calls wake it too), while the app has work of its own (App::wants_frames), while a
+// key or a mouse button is held (imgui_setup.h input_held), and for kSettleFrames after the last of these: ImGui lays
+// out a popup or a resized window over a frame or two. Otherwise the main loop pauses (emscripten_pause_main_loop), so
+// that a static page asks the browser for no animation frames at all, until the next wake resumes it.
+constexpr int kSettleFrames = 3;
+int g_settle = kSettleFrames;
+bool g_woken = true;   // something happened since the last frame
+bool g_paused = false;
+long g_frames_drawn = 0;
+
+void wake() {
+  g_woken = true;
+  if (g_paused) {
+    g_paused = false;
+    emscripten_resume_main_loop();
+  }
+}
 
 // Where the page's first second goes, in ms since navigation (performance.now()): reported by
 // window.memsim.state().timings and printed by the first-frame e2e test.
@@ -146,24 +171,40 @@ void frame() {
     charts_started = true;
     start_chart_renderer();
   }
-  const bool first = g_t.first_frame_start == 0;
-  if (first) g_t.first_frame_start = emscripten_get_now();
-  // Size the canvas backing store to its CSS box times the device pixel ratio, every frame (resizes, zoom).
+  // Size the canvas backing store to its CSS box times the device pixel ratio, every frame (resizes, zoom). Only the
+  // canvas: Emscripten's glfwSetWindowSize requests fullscreen when the size equals the screen's (library_glfw.js
+  // setWindowSize), as a phone's page does, and a request outside a user gesture was refused with an uncaught
+  // "TypeError: Permissions check failed". The UI's size comes from here (io.DisplaySize below), not from GLFW's.
   double css_w = 0, css_h = 0;
   emscripten_get_element_css_size("#canvas", &css_w, &css_h);
   const double ratio = emscripten_get_device_pixel_ratio();
   const int px_w = static_cast<int>(css_w * ratio), px_h = static_cast<int>(css_h * ratio);
   int cur_w = 0, cur_h = 0;
   emscripten_get_canvas_element_size("#canvas", &cur_w, &cur_h);
+  bool resized = false;
   if (cur_w != px_w || cur_h != px_h) {
-    glfwSetWindowSize(g_window, static_cast<int>(css_w), static_cast<int>(css_h));
     emscripten_set_canvas_element_size("#canvas", px_w, px_h);
+    resized = true;
   }
   if (static_cast<float>(ratio) != g_ratio) {  // moved to another screen or zoomed: re-rasterise the font
     g_ratio = static_cast<float>(ratio);
     ImGui_ImplOpenGL3_DestroyFontsTexture();
     memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
+    resized = true;
   }
+  // Draw this frame, or sleep until woken (see kSettleFrames). A resized canvas is cleared by the browser: redraw it.
+  if (g_woken || resized || memsim::platform::KeyQueue::pending() || g_pointer.pending()) g_settle = kSettleFrames;
+  g_woken = false;
+  const bool work = !charts_started || g_app->wants_frames() || memsim::platform::input_held();
+  if (!work && g_settle == 0) {
+    g_paused = true;
+    emscripten_pause_main_loop();
+    return;
+  }
+  if (g_settle > 0) --g_settle;
+  ++g_frames_drawn;
+  const bool first = g_t.first_frame_start == 0;
+  if (first) g_t.first_frame_start = emscripten_get_now();
   ImGui_ImplOpenGL3_NewFrame();  // the first one builds the font atlas and the backend's shaders
   if (first) g_t.first_frame_device = emscripten_get_now();
   memsim::platform::KeyQueue::feed();
@@ -175,7 +216,9 @@ void frame() {
     io.MousePos = ImVec2(io.MousePos.x / static_cast<float>(ratio), io.MousePos.y / static_cast<float>(ratio));
   io.DisplaySize = ImVec2(static_cast<float>(css_w), static_cast<float>(css_h));
   io.DisplayFramebufferScale = ImVec2(static_cast<float>(ratio), static_cast<float>(ratio));
+  g_pointer.before_new_frame(io);  // the wheel and a finger, in CSS pixels like the mouse above
   ImGui::NewFrame();
+  g_pointer.after_new_frame();
   g_app->frame();
   static std::string announced;
   if (g_app->focus_announcement() != announced) {
@@ -211,15 +254,44 @@ EMSCRIPTEN_KEEPALIVE char* memsim_estimate_json(const char* config_json) {
 
 EMSCRIPTEN_KEEPALIVE void memsim_set_fragment(const char* fragment) {
   if (g_app) g_app->load_fragment(fragment ? fragment : "");
+  wake();
 }
 
 EMSCRIPTEN_KEEPALIVE void memsim_load_text(const char* text, const char* origin) {
   if (g_app) g_app->load_text(text ? text : "", origin ? origin : "the file");
+  wake();
+}
+
+// Something happened that may change the page (web/memsim-page.js: a key, the mouse, a resize, focus): draw again.
+EMSCRIPTEN_KEEPALIVE void memsim_wake() { wake(); }
+
+// The mouse moved or was pressed: it is the pointer again after a touch.
+EMSCRIPTEN_KEEPALIVE void memsim_mouse() {
+  g_pointer.mouse_used();
+  wake();
+}
+
+// A WheelEvent's deltaX, deltaY and deltaMode, as the DOM gives them (ui/pointer.h normalises them).
+EMSCRIPTEN_KEEPALIVE void memsim_wheel(double dx, double dy, int mode) {
+  g_pointer.wheel(dx, dy, mode);
+  wake();
+}
+
+// One finger's touch: phase 0 start, 1 move, 2 end, 3 cancel; the position in CSS pixels from the canvas's corner.
+EMSCRIPTEN_KEEPALIVE void memsim_touch(int phase, double x, double y) {
+  const float fx = static_cast<float>(x), fy = static_cast<float>(y);
+  if (phase == 0) g_pointer.touch_start(fx, fy);
+  else if (phase == 1) g_pointer.touch_move(fx, fy);
+  else if (phase == 2) g_pointer.touch_end(fx, fy);
+  else g_pointer.touch_cancel();
+  wake();
 }
 
 // The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "focus": "...",
-// "charts": {...}, "timings": {...}, "simulation": {...}, "result": {...}}. "simulation" says whether the setup is
-// still being simulated and how far its run is; "result" whether it is ok, its first error's field, and its run.
+// "charts": {...}, "timings": {...}, "simulation": {...}, "result": {...}, "frames": {...}, "scroll": {...}}.
+// "simulation" says whether the setup is still being simulated and how far its run is; "result" whether it is ok, its
+// first error's field, and its run; "frames" how many frames were drawn and whether the loop sleeps now; "scroll" the
+// inputs panel's scroll position, its largest and a row's height, in CSS pixels.
 EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   if (!g_app) return new_c_string("{}");
   std::string msgs = "[";
@@ -248,10 +320,15 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
                              std::to_string(run ? run->steps : 0) + ",\"allocated_peak_step\":" +
                              std::to_string(run ? run->allocated_peak_step : 0) + ",\"view\":\"" +
                              (g_app->run_view() ? "run" : "step") + "\"}";
+  const memsim::ui::App::Scroll& sc = g_app->inputs_scroll();
+  char scroll[160];
+  std::snprintf(scroll, sizeof scroll, "{\"inputs\":%.1f,\"inputs_max\":%.1f,\"row\":%.1f}", sc.y, sc.max, sc.row);
+  const std::string frames = "{\"drawn\":" + std::to_string(g_frames_drawn) + ",\"idle\":" + (g_paused ? "true" : "false") + "}";
   return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
                       memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs +
                       ",\"focus\":" + json_string(g_app->focus_announcement()) + ",\"charts\":" + charts +
-                      ",\"timings\":" + timings + ",\"simulation\":" + simulation + ",\"result\":" + result + "}");
+                      ",\"timings\":" + timings + ",\"simulation\":" + simulation + ",\"result\":" + result +
+                      ",\"frames\":" + frames + ",\"scroll\":" + scroll + "}");
 }
 }
 

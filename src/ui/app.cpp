@@ -341,6 +341,7 @@ void App::draw_inputs(float width, float height) {
   // While the setup simulates, its field errors are the new setup's (none: it validated), not the previous result's.
   if (draw_inputs_panel(config_, running_ ? running_->result() : result_, reveal_data_)) recompute();
   reveal_data_ = false;
+  inputs_scroll_ = {ImGui::GetScrollY(), ImGui::GetScrollMaxY(), ImGui::GetFrameHeightWithSpacing()};
   ImGui::EndChild();
 }
 
@@ -457,6 +458,7 @@ void App::frame() {
   }
   ImGui::End();
   keyboard_frame_end();
+  work_left_ = take_work_left();
 }
 
 }  // namespace memsim::ui

@@ -72,6 +72,16 @@ class App {
   bool run_view() const { return timeline_.run; }
   // Names result()'s content, unique in the process: it changes whenever the result does.
   uint64_t result_version() const { return result_version_; }
+  // Whether the next frame has work of its own, input or not: the setup still simulating, or What helps or the Fit
+  // explorer still filling in (as of the last frame). Otherwise a frame only redraws what is there, and the platform
+  // draws one on input alone, so that an idle window costs no CPU.
+  bool wants_frames() const { return running_ != nullptr || work_left_; }
+  // Where the inputs panel is scrolled, how far it can scroll, and the height of a row of its controls, in pixels, as
+  // of the last frame: for the tests of the wheel and touch.
+  struct Scroll {
+    float y = 0, max = 0, row = 0;
+  };
+  const Scroll& inputs_scroll() const { return inputs_scroll_; }
 
  private:
   void recompute();                // starts simulating config_, dropping a simulation under way
@@ -96,6 +106,8 @@ class App {
   bool dark_ = true;
   std::string last_fragment_;
   std::string view_to_show_;
+  bool work_left_ = false;  // a panel said it has work for the next frame (note_work_left)
+  Scroll inputs_scroll_;
 };
 
 }  // namespace memsim::ui

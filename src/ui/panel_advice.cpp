@@ -91,6 +91,7 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
   }
   const bool working = peak_now != -1 && next < pending.size();
   if (working) {
+    note_work_left();
     ImGui::TextDisabled("Simulating the changes: %zu of %zu...", next, pending.size());
   }
   if (cached.empty()) {

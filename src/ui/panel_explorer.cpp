@@ -138,6 +138,7 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
     in_flight.reset();
   }
   if (next < cells.size()) {
+    if (ready) note_work_left();  // until the setup is simulated, the app's own simulation keeps frames coming
     ImGui::SameLine();
     ImGui::ProgressBar(static_cast<float>(next) / static_cast<float>(cells.size()), ImVec2(ImGui::GetFontSize() * 10, 0));
   }

@@ -47,6 +47,11 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready);
 constexpr int64_t kVariantRunLayerPasses = 5000;
 // Advances `sim` until it is done (true) or `deadline` has passed (false): the panels' and the app's share of a frame.
 bool advance_until(Simulation& sim, std::chrono::steady_clock::time_point deadline);
+// A panel that has work left for later frames (changes or cells still to simulate) says so in each frame it draws: the
+// platform draws only on input otherwise, and keeps frames coming while this is said (App::wants_frames).
+void note_work_left();
+// Whether a panel said so since the last call, which clears it: App::frame() asks once per frame.
+bool take_work_left();
 
 // Parallelism and hardware inputs. Returns true when the config changed.
 bool draw_parallel_inputs(Config& config);

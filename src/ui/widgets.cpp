@@ -150,6 +150,18 @@ bool advance_until(Simulation& sim, std::chrono::steady_clock::time_point deadli
   return true;
 }
 
+namespace {
+bool g_work_left = false;
+}  // namespace
+
+void note_work_left() { g_work_left = true; }
+
+bool take_work_left() {
+  const bool left = g_work_left;
+  g_work_left = false;
+  return left;
+}
+
 std::string bytes_text(int64_t bytes, Unit unit) { return format_bytes(bytes, unit, unit == Unit::MiB ? 0 : 2); }
 
 bool string_combo(const char* label, const char* field, std::string& value, std::initializer_list<const char*> values,
