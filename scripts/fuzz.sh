@@ -30,8 +30,21 @@ gen="$out/obj/residuals_data.cpp"
   printf ')memsim_tsv";\n}\n}  // namespace memsim\n'; } > "$gen.tmp"
 cmp -s "$gen.tmp" "$gen" || mv "$gen.tmp" "$gen"
 rm -f "$gen.tmp"
+# The frozen data of links (tests/golden/vN.defaults.json, vN.presets.json), embedded as CMakeLists.txt embeds it.
+gen_links="$out/obj/link_data.cpp"
+{ printf '#include "core/link_data.h"\nnamespace memsim {\nconst std::vector<LinkDataFile>& link_data_files() {\n'
+  printf '  static const std::vector<LinkDataFile> files = {\n'
+  for f in "$here"/tests/golden/v*.defaults.json "$here"/tests/golden/v*.presets.json; do
+    name="$(basename "$f" .json)" schema="${name%%.*}"
+    printf '    {%s, "%s", R"memsim_json(' "${schema#v}" "${name#*.}"
+    cat "$f"
+    printf ')memsim_json"},\n'
+  done
+  printf '  };\n  return files;\n}\n}  // namespace memsim\n'; } > "$gen_links.tmp"
+cmp -s "$gen_links.tmp" "$gen_links" || mv "$gen_links.tmp" "$gen_links"
+rm -f "$gen_links.tmp"
 objs=()
-for src in "${core[@]/#/$here/src/core/}" "$gen"; do
+for src in "${core[@]/#/$here/src/core/}" "$gen" "$gen_links"; do
   src="${src%.cpp}.cpp" obj="$out/obj/$(basename "${src%.cpp}").o"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find "$here/src/core" -name '*.h' -newer "$obj" -print -quit)" ]; then
     "$CXX" "${flags[@]}" -c "$src" -o "$obj"

@@ -153,11 +153,18 @@
     };
     reader.readAsText(file);
   });
-  // Paste JSON (or an Accelerate config's YAML) with Ctrl+V outside a text field; or sample lengths: a JSON array of
-  // numbers, or at least two lines of one number each (a single number is left to the field it was meant for).
+  // Paste a link, JSON (or an Accelerate config's YAML) with Ctrl+V outside a text field; or sample lengths: a JSON
+  // array of numbers, or at least two lines of one number each (a single number is left to the field it was meant for).
   window.addEventListener("paste", function (e) {
     var text = e.clipboardData && e.clipboardData.getData("text");
     if (!text) return;
+    // A pasted memsim link (a whole URL or its fragment) opens as it would from the address bar; the app reads it,
+    // ignoring what a chat client appended, and refuses one that was cut off or altered with a message.
+    if (/(^|#)(memsim|schema)=\d/.test(text.trim())) {
+      e.preventDefault();
+      ready.then(function () { window.memsim.openFragment(text.trim()); });
+      return;
+    }
     var lengths = /^\s*(\[\s*[-+.\d]|[-+.\d][^\n]*\n\s*[-+.\d])/.test(text);
     if (text.trim().charAt(0) === "{" || /^(distributed_type|fsdp_config)\s*:/m.test(text) || lengths) {
       e.preventDefault();

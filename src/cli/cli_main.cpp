@@ -2,8 +2,9 @@
 //   memsim-cli estimate --config FILE.json [--format json|table] [--set KEY=VALUE]... [--timeline] [--suggest]
 //   memsim-cli estimate --hf-config config.json ...
 //   memsim-cli estimate --preset ID --accelerate-config default_config.yaml ...
+//   memsim-cli estimate --link 'https://host/#memsim=2&...&c=...'   (a link the page wrote, or its bare fragment)
 //   memsim-cli estimate ... --lengths-file lengths.txt   (per-sample token lengths -> data.sample_lengths)
-//   memsim-cli config [--config FILE|-] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
+//   memsim-cli config [--config FILE|-] [--link LINK] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
 //   memsim-cli keys
 //   memsim-cli validate DIR [--measured DIR]... [--residuals FILE]
 //                                      (published measurements as configs -> markdown report, and the band's table)
@@ -31,7 +32,7 @@ using namespace memsim;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: memsim-cli estimate [--config FILE|-] [--hf-config FILE] [--deepspeed-config FILE]\n"
+    "usage: memsim-cli estimate [--config FILE|-] [--link LINK] [--hf-config FILE] [--deepspeed-config FILE]\n"
     "                           [--accelerate-config FILE] [--preset ID] [--lengths-file FILE] [--set KEY=VALUE]...\n"
     "                           [--format json|table] [--timeline] [--suggest]\n"
     "--lengths-file reads per-sample token lengths (one per line, or a JSON array) into data.sample_lengths as\n"
@@ -41,10 +42,13 @@ constexpr const char* kUsage =
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
     "       memsim-cli keys | presets\n"
     "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
+    "--link LINK opens a link of the page: a whole URL (https://host/#memsim=2&...) or its fragment; quote it for the\n"
+    "shell. A link that was cut off or altered exits 2 and says so; every field the link leaves out is its default.\n"
     "       memsim-cli validate DIR [--measured DIR]... [--residuals FILE]   (predicted against measured for every\n"
     "                                 case file in DIR, as markdown; each --measured folder of calibration runs gets a\n"
     "                                 section; --residuals writes the uncertainty band's table of DIR's errors)\n"
-    "FILE may be - for standard input. KEY uses the URL fragment's names, e.g. --set model.hidden_size=4096.\n";
+    "FILE may be - for standard input. KEY is a field's key, e.g. --set model.hidden_size=4096, or its bare name as\n"
+    "links write it (hidden_size=4096).\n";
 
 // A message as one terminal line: control characters (newlines, ESC sequences) escaped, and at most kMaxLineBytes,
 // cut between UTF-8 characters, since messages quote what the user typed.
@@ -285,6 +289,12 @@ int main(int argc, char** argv) {
                                               : config_from_deepspeed_json(text, config);
       if (!p.ok) return invalid(p.errors);
       for (const auto& n : p.notes) std::cerr << "memsim-cli: note: " << one_line(n) << "\n";
+      config = p.config;
+    } else if (a == "--link") {
+      // A link replaces the whole setup, as the page opens it; --set still applies after it.
+      if (!value(v)) return invalid("--link needs a link (https://host/#memsim=2&...) or its fragment");
+      Parsed p = config_from_fragment(v, config);
+      if (!p.ok) return invalid(p.errors);
       config = p.config;
     } else if (a == "--lengths-file") {
       if (!value(v)) return invalid("--lengths-file needs a file name (or - for stdin)");

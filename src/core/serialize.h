@@ -37,11 +37,25 @@ std::string config_to_json(const Config& c, int indent = 2);
 // text passes; otherwise one line naming `what` ("the case file is nested more than 64 levels deep").
 std::string document_guard_error(std::string_view text, const std::string& what);
 
-// The URL fragment: "schema=2&model.hidden_size=5120&...", values percent-encoded. A leading '#' is allowed.
-Parsed config_from_fragment(std::string_view fragment, const Config& base = Config{});
+// Links (the URL fragment; README "Links"). config_to_fragment writes the short link:
+//   "memsim=2&model=llama-3.1-70b&method=lora&gpu=h200&c=7kq2m9"
+// memsim=N (the schema), then only the fields that differ from schema N's frozen defaults (tests/golden/vN.defaults.json)
+// by their bare names, the model as a frozen catalogue id (tests/golden/vN.presets.json) where that is shorter, and a
+// checksum of it all. config_to_full_fragment writes the form every link had before: "schema=2&model.name=...&..."
+// with every field and no checksum.
 std::string config_to_fragment(const Config& c);
+std::string config_to_full_fragment(const Config& c);
+// Reads either form, from a whole URL ("https://host/#memsim=2&...") or a bare fragment, ignoring what chat clients
+// append to a link (.,;:!?)]>'" and whitespace at the end). A field the link leaves out takes the frozen default of
+// the link's schema, so a link keeps its meaning when the code's defaults change; on success the link alone decides
+// the config. A short link that is cut (its c= is missing) or altered (its checksum does not match) is refused with
+// a message that says so; the full form has no checksum. On failure `config` is `base`.
+Parsed config_from_fragment(std::string_view link, const Config& base = Config{});
+// The fragment of a link as config_from_fragment reads it: after the first '#', without the appended characters.
+std::string_view link_fragment(std::string_view text);
 
-// One override, "training.micro_batch_size=8". Returns the errors (empty on success); `c` is changed only on success.
+// One override, "training.micro_batch_size=8" (or a link's bare name, "micro_batch_size=8"). Returns the errors
+// (empty on success); `c` is changed only on success.
 std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_value);
 
 // A Hugging Face config.json (or memsim's model section) into a ModelConfig.

@@ -36,7 +36,7 @@ bool data_fields_only(const std::vector<FieldError>& errors) {
 }  // namespace
 
 App::App(PlatformHooks hooks, const std::string& fragment) : hooks_(std::move(hooks)) {
-  const bool link = !fragment.empty() && fragment != "#";
+  const bool link = !link_fragment(fragment).empty();  // "#", or only what a chat client appended: no link
   if (!link || !load_fragment(fragment)) recompute();
 }
 
@@ -90,8 +90,8 @@ bool App::show_view(const std::string& name) {
 }
 
 bool App::load_fragment(const std::string& fragment) {
-  std::string f = fragment;
-  if (!f.empty() && f[0] == '#') f.erase(0, 1);
+  // The fragment as links are read: after its '#', without what a chat client appended (".", ")", ...).
+  const std::string f(link_fragment(fragment));
   if (f.empty()) return true;  // no link state: keep the current setup
   Parsed p = config_from_fragment(f, Config{});
   // The link's setup is checked before it replaces the current one: its fields, and a fixed shape's whole
@@ -123,6 +123,9 @@ bool App::load_fragment(const std::string& fragment) {
   }
   config_ = p.config;
   running_ = std::move(sim);  // simulated above, in part or in full: no need to start again
+  // Once simulated, the address bar gets the link as memsim writes it (short, without what a chat client appended),
+  // even where the setup is the one already published.
+  last_fragment_.clear();
   advance_simulation();
   return true;
 }

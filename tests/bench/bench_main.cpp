@@ -116,6 +116,39 @@ TEST_CASE("simulation speed") {
   hf_stated.data.padding = "max_length";
   BENCHMARK("Llama-3-8B shape, QLoRA under the HF Trainer, data shape stated") { return simulate(hf_stated).devices.size(); };
   BENCHMARK("... data shape unstated: with the band's 8-micro-batch run") { return simulate(hf).devices.size(); };
-  const std::string frag = config_to_fragment(def);
-  BENCHMARK("fragment decode") { return config_from_fragment(frag).ok; };
+}
+
+// Links: the page encodes one on every change of the setup (publish) and decodes one on load and on hashchange.
+//   memsim_bench links --benchmark-samples 20
+TEST_CASE("links") {
+  const Config def;
+  Config three_d;  // the 405B layout above, from its catalogue preset as the page picks it
+  three_d.model.name = "Llama 3.1 405B";
+  three_d.model.hidden_size = 16384;
+  three_d.model.num_hidden_layers = 126;
+  three_d.model.num_attention_heads = 128;
+  three_d.model.num_key_value_heads = 8;
+  three_d.model.head_dim = 0;
+  three_d.model.intermediate_size = 53248;
+  three_d.model.vocab_size = 128256;
+  three_d.model.max_position_embeddings = 131072;
+  three_d.training.framework = "megatron";
+  three_d.training.precision = "bf16_fp32_grads";
+  three_d.training.micro_batch_size = 1;
+  three_d.training.sequence_length = 8192;
+  three_d.training.gradient_accumulation_steps = 32;
+  three_d.training.activation_checkpointing = "selective";
+  three_d.parallel.data_parallel_size = 4;
+  three_d.parallel.zero_stage = 1;
+  three_d.parallel.tensor_parallel_size = 8;
+  three_d.parallel.sequence_parallel = true;
+  three_d.parallel.pipeline_parallel_size = 16;
+  three_d.parallel.pipeline_schedule = "interleaved_1f1b";
+  three_d.hardware.gpu = "h100-sxm";
+  const std::string def_link = config_to_fragment(def), layout_link = config_to_fragment(three_d);
+  const std::string full = config_to_full_fragment(def);
+  BENCHMARK("link decode: the default setup (short)") { return config_from_fragment(def_link).ok; };
+  BENCHMARK("link decode: the 405B layout (short, a preset)") { return config_from_fragment(layout_link).ok; };
+  BENCHMARK("link decode: the default setup, full form (every field)") { return config_from_fragment(full).ok; };
+  BENCHMARK("link encode: the 405B layout (short)") { return config_to_fragment(three_d).size(); };
 }

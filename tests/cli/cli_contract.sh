@@ -100,6 +100,20 @@ assert run['steps'] == 20 and run['longest_tokens'] == 1200, run"
   --lengths-file "$tmp/lengths.txt" --set data.steps=30 --format table > "$tmp/table.txt" 2>/dev/null
 check "the table says where in the run the peak is" grep -Eq "^  run: peak at step [0-9]+ of 30, .*reserved" "$tmp/table.txt"
 
+# --link: a link of the page (a whole URL, or its fragment) opens as the page opens it; what chat clients append to a
+# link is ignored; --set applies after it.
+"$cli" config --set training.micro_batch_size=2 --set hardware.gpu=h100-sxm --format fragment > "$tmp/link.txt"
+link="$(cat "$tmp/link.txt")"
+check "config --format fragment writes the short link" grep -Eq '^memsim=2&micro_batch_size=2&gpu=h100-sxm&c=[0-9a-z]{6}$' "$tmp/link.txt"
+"$cli" config --link "https://example.org/memsim/#$link)." > "$tmp/linked.json"
+"$cli" config --set training.micro_batch_size=2 --set hardware.gpu=h100-sxm > "$tmp/set.json"
+check "config --link of a whole URL (with a chat client's ').') gives the config the link was made of" cmp -s "$tmp/linked.json" "$tmp/set.json"
+"$cli" estimate --link "$link" --set micro_batch_size=1 > "$tmp/out.json"
+check "estimate --link, then --set with a bare name" py "assert d['devices'][0]['peak']['device_bytes'] > 0"
+"$cli" config --link "$(cat "$here/tests/golden/v2.fragment")" > "$tmp/golden.json"
+"$cli" config --config "$here/tests/golden/v2.expected.json" > "$tmp/expected.json"
+check "config --link of a full schema-2 link (no checksum) opens it" cmp -s "$tmp/golden.json" "$tmp/expected.json"
+
 err_case() {  # err_case NAME FIELD ARGS...
   local name="$1" field="$2"; shift 2
   "$cli" "$@" > /dev/null 2> "$tmp/err.txt" < /dev/null; local rc=$?
@@ -131,6 +145,9 @@ printf '[120, NaN]' > "$tmp/nan.json"
 err_case "NaN in a lengths file" data.sample_lengths config --lengths-file "$tmp/nan.json"
 printf 'distributed_type: &a FSDP\n' > "$tmp/anchor.yaml"
 err_case "YAML anchor in an Accelerate config" "anchors" config --accelerate-config "$tmp/anchor.yaml"
+
+err_case "a link cut off at a field boundary" "cut off in chat" estimate --link "https://example.org/memsim/#${link%&c=*}"
+err_case "an altered link" "checksum mismatch" config --link "${link/micro_batch_size=2/micro_batch_size=4}"
 
 echo "cli_contract: $fails failed"
 [ $fails -eq 0 ]

@@ -45,7 +45,7 @@ test("keyboard: Tab reaches Copy link and Enter copies the link; Space on Copy s
   await tabTo(page, "Copy link");
   await press(page, "Enter");
   const link = await page.evaluate(() => window.memsimLastCopied);
-  assert.ok(typeof link === "string" && link.includes("#schema=2&") && link.includes("training.micro_batch_size=2"), String(link));
+  assert.ok(typeof link === "string" && link.includes("#memsim=2&") && link.includes("&micro_batch_size=2&"), String(link));
   await tabTo(page, "Copy summary");
   await press(page, " ");
   assert.match(await page.evaluate(() => window.memsimLastCopied), /\| device \| peak/);
@@ -58,13 +58,13 @@ test("keyboard: micro-batch typed into its field, and the URL fragment follows",
   await tabTo(page, "micro_batch_size: 4");  // Tab lands in the field with its text selected
   await typeText(page, "2");
   await press(page, "Enter");
-  await page.waitForFunction(() => location.hash.includes("training.micro_batch_size=2"), null, { timeout: 5000 });
+  await page.waitForFunction(() => location.hash.includes("&micro_batch_size=2&"), null, { timeout: 5000 });
   assert.equal((await state(page)).config.training.micro_batch_size, 2);
   // Tab on to the field's + button and step it with Space.
   await press(page, "Tab");
   await press(page, "Tab");
   await press(page, " ");
-  await page.waitForFunction(() => location.hash.includes("training.micro_batch_size=3"), null, { timeout: 5000 });
+  await page.waitForFunction(() => location.hash.includes("&micro_batch_size=3&"), null, { timeout: 5000 });
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -74,7 +74,7 @@ test("keyboard: the model group: a number typed in, and the fragment follows", a
   await tabTo(page, "hidden_size: 5120");
   await typeText(page, "4096");
   await press(page, "Enter");
-  await page.waitForFunction(() => location.hash.includes("model.hidden_size=4096"), null, { timeout: 5000 });
+  await page.waitForFunction(() => location.hash.includes("&hidden_size=4096&"), null, { timeout: 5000 });
   assert.equal((await state(page)).config.model.hidden_size, 4096);
   assert.deepEqual(errors, []);
   await page.close();
@@ -90,13 +90,13 @@ test("keyboard: the hardware and parallelism groups: lists open, the arrows move
   await press(page, "Enter");
   const after = await state(page);
   assert.notEqual(after.config.hardware.gpu, gpu);
-  assert.ok((await page.evaluate(() => location.hash)).includes("hardware.gpu=" + after.config.hardware.gpu));
+  assert.ok((await page.evaluate(() => location.hash)).includes("&gpu=" + after.config.hardware.gpu + "&"));
   await tabTo(page, "sharding stage: 3", { back: true });
   await press(page, "Enter");
   assert.match((await state(page)).focus, /^3 .*, chosen$/);
   await press(page, "ArrowUp");
   await press(page, "Enter");
-  await page.waitForFunction(() => location.hash.includes("parallel.zero_stage=2"), null, { timeout: 5000 });
+  await page.waitForFunction(() => location.hash.includes("&zero_stage=2&"), null, { timeout: 5000 });
   assert.deepEqual(errors, []);
   await page.close();
 });

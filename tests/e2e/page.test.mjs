@@ -25,7 +25,7 @@ test("the default page draws the verdict, breakdown and timeline", async () => {
   assert.equal(state.config.parallel.zero_stage, 3);
   assert.equal(state.config.hardware.gpu, "a100-80gb");
   const hash = await page.evaluate(() => window.location.hash);
-  assert.ok(hash.startsWith("#schema=2&"), "the fragment is kept current: " + hash.slice(0, 40));
+  assert.ok(hash.startsWith("#memsim=2&"), "the fragment is kept current: " + hash.slice(0, 40));
   const png = await page.screenshot({ path: path.join(shots, "default-1280x720.png") });
   const img = decodePng(png);
   assert.ok(distinctColors(img, 0, 0, 1280, 720) > 50, "canvas is not blank");
@@ -71,7 +71,11 @@ test("editing follows into the fragment without a reload", async () => {
     num_hidden_layers: 32, num_attention_heads: 32, num_key_value_heads: 8, intermediate_size: 14336, vocab_size: 128256 }), "config.json"));
   await page.waitForTimeout(100);
   const hash = await page.evaluate(() => window.location.hash);
-  assert.ok(hash.includes("model.hidden_size=4096"), hash.slice(0, 120));
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.equal(state.config.model.hidden_size, 4096);
+  // The shape is Llama 3 8B's, so the link names that catalogue model and what differs from it.
+  assert.equal(hash, "#" + state.fragment);
+  assert.ok(hash.startsWith("#memsim=2&model=llama-3-8b&"), hash.slice(0, 120));
   assert.equal(await page.evaluate(() => window.notReloaded), true);
   await page.close();  // keyboard.test.mjs changes inputs with the keyboard
 });
@@ -89,7 +93,7 @@ test("the keyboard picks a model preset and the fragment follows", async () => {
   const state = await page.evaluate(() => window.memsim.state());
   assert.equal(state.config.model.num_experts, 8);
   assert.equal(state.config.model.name, "Mixtral 8x7B v0.1");
-  assert.ok((await page.evaluate(() => location.hash)).includes("model.num_experts=8"));
+  assert.ok((await page.evaluate(() => location.hash)).includes("&model=mixtral-8x7b&"), "a catalogue model is its id");
   await page.screenshot({ path: path.join(shots, "preset-mixtral.png") });
   assert.deepEqual(errors, []);
   await page.close();

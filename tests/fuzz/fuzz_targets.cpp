@@ -30,6 +30,8 @@ void exercise(const Parsed& p) {
   check(again.ok && again.config == p.config);
   Parsed frag = config_from_fragment(config_to_fragment(p.config));
   check(frag.ok && frag.config == p.config);
+  Parsed full = config_from_fragment(config_to_full_fragment(p.config));
+  check(full.ok && full.config == p.config);
   const auto& m = p.config.model;
   if (m.num_hidden_layers <= 64 && p.config.training.gradient_accumulation_steps <= 4) {
     Result r = simulate(p.config);

@@ -91,7 +91,7 @@ TEST_CASE("keyboard: Enter presses Copy link, Space presses Copy summary", "[ui]
   Keyboard k;
   REQUIRE(k.tab_to("Copy link"));
   k.press(ImGuiKey_Enter);
-  CHECK(k.copied.find("#schema=2&") != std::string::npos);
+  CHECK(k.copied.find("#memsim=2&") != std::string::npos);
   REQUIRE(k.tab_to("Copy summary"));
   k.press(ImGuiKey_Space);
   CHECK(k.copied.find("| device | peak") != std::string::npos);
@@ -103,7 +103,7 @@ TEST_CASE("keyboard: a number is typed into its field and the fragment follows",
   k.type("2");
   k.press(ImGuiKey_Enter);
   CHECK(k.app.config().training.micro_batch_size == 2);
-  CHECK(k.published.find("training.micro_batch_size=2") != std::string::npos);
+  CHECK(k.published.find("&micro_batch_size=2&") != std::string::npos);
 }
 
 TEST_CASE("keyboard: Escape leaves a field unchanged and Enter edits it again", "[ui][keyboard]") {
@@ -142,7 +142,7 @@ TEST_CASE("keyboard: a list opens with Space, the arrows pick and Enter chooses"
   const std::string next = k.focus();
   k.press(ImGuiKey_Enter);
   CHECK(k.app.config().hardware.gpu != before);
-  CHECK(k.published.find("hardware.gpu=" + k.app.config().hardware.gpu) != std::string::npos);
+  CHECK(k.published.find("&gpu=" + k.app.config().hardware.gpu + "&") != std::string::npos);
   INFO(next);
   // Parallelism: the sharding stage list.
   REQUIRE(k.tab_to("sharding stage: 3"));

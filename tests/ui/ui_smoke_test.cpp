@@ -52,6 +52,39 @@ TEST_CASE("a hostile link keeps the current setup and shows a message", "[ui]") 
   CHECK(app.config() == Config{});
 }
 
+TEST_CASE("a cut or altered link keeps the setup and says so; what a chat client appends is ignored", "[ui]") {
+  HeadlessImGui gui(1280, 720);
+  std::string published;
+  ui::PlatformHooks hooks;
+  hooks.publish_fragment = [&](const std::string& f) { published = f; };
+  ui::App app(hooks);
+  Config c;
+  c.training.micro_batch_size = 2;
+  app.set_config(c);
+  gui.frame(app);
+  Config shared;
+  shared.parallel.zero_stage = 2;
+  shared.hardware.gpu = "h100-sxm";
+  const std::string link = config_to_fragment(shared);
+  const size_t messages = app.messages().size();
+  CHECK(!app.load_fragment("#" + link.substr(0, link.find("&c="))));  // cut at a field boundary
+  CHECK(app.config() == c);
+  REQUIRE(app.messages().size() == messages + 1);  // one message
+  CHECK(app.messages().back().kind == ui::Message::Kind::Error);
+  CHECK(app.messages().back().text.find("could not be opened, so the current setup is kept") != std::string::npos);
+  CHECK(app.messages().back().text.find("cut off in chat") != std::string::npos);
+  std::string altered = link;
+  altered.replace(altered.find("zero_stage=2"), 12, "zero_stage=1");
+  CHECK(!app.load_fragment("#" + altered));
+  CHECK(app.config() == c);
+  CHECK(app.messages().back().text.find("checksum mismatch") != std::string::npos);
+  // Whole, with a sentence's ")." after it: it opens, and the address bar gets the link without them.
+  CHECK(app.load_fragment("#" + link + ")."));
+  gui.frame(app);
+  CHECK(app.config() == shared);
+  CHECK(published == link);
+}
+
 TEST_CASE("a dropped config.json replaces only the model", "[ui]") {
   HeadlessImGui gui(1280, 720);
   ui::App app({});
