@@ -9,6 +9,7 @@
 // [x] charts drawn by the GL chart renderer (shaders/), or by ImGui's draw list if it cannot be built
 // [x] --bench-timeline: frames per second of the timeline with a synthetic step of that many events
 // [x] keyboard: one key event per frame (key_queue.h), so a quick tap is never lost
+#include <algorithm>
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 #include <imgui_impl_glfw.h>
@@ -261,6 +262,9 @@ int main(int argc, char** argv) {
     ImGui_ImplOpenGL3_NewFrame();
     memsim::platform::KeyQueue::feed();
     ImGui_ImplGlfw_NewFrame();
+    // A frame slower than ImGui's key-repeat delay (0.275 s: a loaded machine, or the first frame after an idle
+    // wait) would turn one press held across it into a repeat; a step of at most 0.1 s needs three such frames.
+    ImGui::GetIO().DeltaTime = std::min(ImGui::GetIO().DeltaTime, 0.1f);
     ImGui::NewFrame();
     app.frame();
     ImGui::Render();

@@ -13,6 +13,7 @@
 //     scrolls and never drags a number, a tap clicks
 // [x] idle means idle: frames are drawn on input, while work is left (a run's replay, What helps, the Fit explorer)
 //     and for a few frames after; otherwise the main loop sleeps until web/memsim-page.js wakes it
+#include <algorithm>
 #include <GLFW/glfw3.h>
 #include <emscripten/emscripten.h>
 #include <emscripten/html5.h>
@@ -210,6 +211,9 @@ void frame() {
   memsim::platform::KeyQueue::feed();
   ImGui_ImplGlfw_NewFrame();
   ImGuiIO& io = ImGui::GetIO();
+  // A frame slower than ImGui's key-repeat delay (0.275 s: a loaded machine, or the first frame after an idle wait)
+  // would turn one press held across it into a repeat; a step of at most 0.1 s needs three such frames for one.
+  io.DeltaTime = std::min(io.DeltaTime, 0.1f);
   // Emscripten's GLFW reports the cursor in backing-store pixels (library_browser.js calculateMouseEvent scales
   // by canvas.width / rect.width), while the UI lays out in CSS pixels: bring the mouse back to CSS pixels.
   if (ratio > 0 && ratio != 1.0 && io.MousePos.x > -FLT_MAX / 2)
