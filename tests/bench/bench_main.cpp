@@ -24,6 +24,34 @@ static Config llama70b() {
   return c;
 }
 
+// The distributed issue's 3D layout: a Llama-3.1-405B shape on TP 8 x PP 16 (interleaved, 2 chunks) x DP 4,
+// 32 micro-batches.
+Config three_d_layout() {
+  Config three_d;
+  three_d.model.hidden_size = 16384;
+  three_d.model.num_hidden_layers = 128;
+  three_d.model.num_attention_heads = 128;
+  three_d.model.num_key_value_heads = 8;
+  three_d.model.head_dim = 128;
+  three_d.model.intermediate_size = 53248;
+  three_d.model.vocab_size = 128256;
+  three_d.training.framework = "megatron";
+  three_d.training.precision = "bf16_fp32_grads";
+  three_d.training.micro_batch_size = 1;
+  three_d.training.sequence_length = 8192;
+  three_d.training.gradient_accumulation_steps = 32;
+  three_d.training.activation_checkpointing = "selective";
+  three_d.parallel.data_parallel_size = 4;
+  three_d.parallel.zero_stage = 1;
+  three_d.parallel.tensor_parallel_size = 8;
+  three_d.parallel.sequence_parallel = true;
+  three_d.parallel.pipeline_parallel_size = 16;
+  three_d.parallel.pipeline_schedule = "interleaved_1f1b";
+  three_d.parallel.virtual_pipeline_stages = 2;
+  three_d.hardware.gpu = "h100-sxm";
+  return three_d;
+}
+
 TEST_CASE("simulation speed") {
   const Config def;
   const Config big = llama70b();
@@ -54,28 +82,7 @@ TEST_CASE("simulation speed") {
   BENCHMARK("extremes: 100T parameters, 1M tokens, 1M GPUs") { return simulate(extreme).devices.size(); };
   // The distributed issue's 3D layout: a Llama-3.1-405B shape on TP 8 x PP 16 (interleaved, 2 chunks) x DP 4,
   // 32 micro-batches: every distinct device (16 stages) is simulated.
-  Config three_d;
-  three_d.model.hidden_size = 16384;
-  three_d.model.num_hidden_layers = 128;
-  three_d.model.num_attention_heads = 128;
-  three_d.model.num_key_value_heads = 8;
-  three_d.model.head_dim = 128;
-  three_d.model.intermediate_size = 53248;
-  three_d.model.vocab_size = 128256;
-  three_d.training.framework = "megatron";
-  three_d.training.precision = "bf16_fp32_grads";
-  three_d.training.micro_batch_size = 1;
-  three_d.training.sequence_length = 8192;
-  three_d.training.gradient_accumulation_steps = 32;
-  three_d.training.activation_checkpointing = "selective";
-  three_d.parallel.data_parallel_size = 4;
-  three_d.parallel.zero_stage = 1;
-  three_d.parallel.tensor_parallel_size = 8;
-  three_d.parallel.sequence_parallel = true;
-  three_d.parallel.pipeline_parallel_size = 16;
-  three_d.parallel.pipeline_schedule = "interleaved_1f1b";
-  three_d.parallel.virtual_pipeline_stages = 2;
-  three_d.hardware.gpu = "h100-sxm";
+  Config three_d = three_d_layout();
   BENCHMARK("405B shape, TP 8 x PP 16 interleaved x DP 4: all 16 stages") { return simulate(three_d).devices.size(); };
   // The real-runs issue's speed target: a 1,000-step run of a 7B LoRA over a length distribution (the target is 1 s
   // natively, 100 ms the aim).
@@ -122,29 +129,13 @@ TEST_CASE("simulation speed") {
 //   memsim_bench links --benchmark-samples 20
 TEST_CASE("links") {
   const Config def;
-  Config three_d;  // the 405B layout above, from its catalogue preset as the page picks it
+  // The 405B layout above, with the model as its catalogue preset gives it (the page picks it so).
+  Config three_d = three_d_layout();
   three_d.model.name = "Llama 3.1 405B";
-  three_d.model.hidden_size = 16384;
   three_d.model.num_hidden_layers = 126;
-  three_d.model.num_attention_heads = 128;
-  three_d.model.num_key_value_heads = 8;
   three_d.model.head_dim = 0;
-  three_d.model.intermediate_size = 53248;
-  three_d.model.vocab_size = 128256;
   three_d.model.max_position_embeddings = 131072;
-  three_d.training.framework = "megatron";
-  three_d.training.precision = "bf16_fp32_grads";
-  three_d.training.micro_batch_size = 1;
-  three_d.training.sequence_length = 8192;
-  three_d.training.gradient_accumulation_steps = 32;
-  three_d.training.activation_checkpointing = "selective";
-  three_d.parallel.data_parallel_size = 4;
-  three_d.parallel.zero_stage = 1;
-  three_d.parallel.tensor_parallel_size = 8;
-  three_d.parallel.sequence_parallel = true;
-  three_d.parallel.pipeline_parallel_size = 16;
-  three_d.parallel.pipeline_schedule = "interleaved_1f1b";
-  three_d.hardware.gpu = "h100-sxm";
+  three_d.parallel.virtual_pipeline_stages = Config{}.parallel.virtual_pipeline_stages;
   const std::string def_link = config_to_fragment(def), layout_link = config_to_fragment(three_d);
   const std::string full = config_to_full_fragment(def);
   BENCHMARK("link decode: the default setup (short)") { return config_from_fragment(def_link).ok; };

@@ -28,18 +28,7 @@ TEST_CASE("torchao's AdamW8bit step holds two fp32 copies of the largest state; 
     REQUIRE(validate(v).empty());
     const Result r = simulate(v);
     REQUIRE(r.ok);
-    const StepProgram& p = r.devices[0].program;
-    uint32_t begin = 0;
-    for (const auto& ph : p.phases)
-      if (ph.name == "optimizer step 2") begin = ph.first_event;
-    int64_t live = 0, peak = 0;
-    for (uint32_t i = 0; i < p.events.size(); ++i) {
-      const Event& e = p.events[i];
-      if (e.component != Component::Temporaries) continue;
-      live += (e.op == Event::Op::Alloc ? 1 : -1) * p.tensors[e.tensor].bytes;
-      if (i >= begin) peak = std::max(peak, live);
-    }
-    return peak;
+    return peak_live_in_phase(r.devices[0].program, "optimizer step 2", Component::Temporaries);
   };
   // Llama-3.2-1B's largest tensor is its tied embedding, 128256 x 2048 (a whole number of 256-blocks).
   CHECK(temporaries_at_step("adamw_8bit_torchao") == 2 * int64_t{128256} * 2048 * 4);

@@ -1,4 +1,5 @@
 #pragma once
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -30,6 +31,24 @@ inline int64_t live_bytes_before_phase(const memsim::StepProgram& p, const std::
     if (p.events[i].component == c)
       live += (p.events[i].op == memsim::Event::Op::Alloc ? 1 : -1) * p.tensors[p.events[i].tensor].bytes;
   return live;
+}
+
+// The most bytes of one component alive at once during the phase named `phase` (the whole program if none is).
+inline int64_t peak_live_in_phase(const memsim::StepProgram& p, const std::string& phase, memsim::Component c) {
+  uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
+  for (size_t i = 0; i < p.phases.size(); ++i)
+    if (p.phases[i].name == phase) {
+      begin = p.phases[i].first_event;
+      if (i + 1 < p.phases.size()) end = p.phases[i + 1].first_event;
+    }
+  int64_t live = 0, peak = 0;
+  for (uint32_t i = 0; i < end; ++i) {
+    const memsim::Event& e = p.events[i];
+    if (e.component != c) continue;
+    live += (e.op == memsim::Event::Op::Alloc ? 1 : -1) * p.tensors[e.tensor].bytes;
+    if (i >= begin) peak = std::max(peak, live);
+  }
+  return peak;
 }
 
 // One layer's saved set: the activations live at the start of backward with two layers minus with one.

@@ -427,25 +427,6 @@ TEST_CASE("versions: the HF loss paths keep what each transformers version kept"
   CHECK(std::abs(peak("hf_loop", "hf_fp32_logits") - peak("hf_loop", "hf_fp32_upcast") - tv2) <= slack);
 }
 
-namespace {
-// The most bytes of optimizer temporaries alive at once during the phase named `phase` (or the whole step).
-int64_t peak_temporaries(const StepProgram& p, const std::string& phase) {
-  uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
-  for (size_t i = 0; i < p.phases.size(); ++i)
-    if (p.phases[i].name == phase) {
-      begin = p.phases[i].first_event;
-      if (i + 1 < p.phases.size()) end = p.phases[i + 1].first_event;
-    }
-  int64_t live = 0, peak = 0;
-  for (uint32_t i = 0; i < end; ++i) {
-    const Event& e = p.events[i];
-    if (e.component != Component::Temporaries) continue;
-    live += (e.op == Event::Op::Alloc ? 1 : -1) * p.tensors[e.tensor].bytes;
-    if (i >= begin) peak = std::max(peak, live);
-  }
-  return peak;
-}
-}  // namespace
 
 TEST_CASE("versions: torch 2.0's foreach AdamW keeps a second list of intermediates (pytorch#104898, 2.1)", "[versions]") {
   Config c = single_gpu_config("llama-3.2-1b.json", 1, 256);
@@ -458,7 +439,7 @@ TEST_CASE("versions: torch 2.0's foreach AdamW keeps a second list of intermedia
     REQUIRE(resolve(v).optimizer_impl == OptimizerImpl::Foreach);
     const Result r = simulate(v);
     REQUIRE(r.ok);
-    return std::pair{peak_temporaries(r.devices[0].program, "optimizer step 2"), r.notes};
+    return std::pair{peak_live_in_phase(r.devices[0].program, "optimizer step 2", Component::Temporaries), r.notes};
   };
   const auto [two, notes_20] = temporaries("2.0.1");
   const auto [one, notes_21] = temporaries("2.1.0");
