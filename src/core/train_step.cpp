@@ -48,6 +48,11 @@ int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, con
 int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
 int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
                               int64_t adapter_bytes, const OptimizerSpec& opt, bool include_paged);
+// The element size of a trainable tensor's optimizer states, and of the fp32 master copy it needs (0: none).
+struct OptimizerDtypes {
+  int64_t state_bytes = 4, master_bytes = 0;
+};
+OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
 }  // namespace
 
 int64_t shard_group_size(const Config& c) {
@@ -162,18 +167,23 @@ int64_t persistent_weight_bytes(const StepContext& ctx, const ShardPlan& sp, Per
 // Model states as if nothing were offloaded.
 ModelStates raw_model_states(const StepContext& ctx, const ShardPlan& sp, PerTensor<ParamStates>& states) {
   ModelStates m;
-  int64_t flat = 0;
+  // ZeRO-1/2's and Megatron's flat partition: each tensor's share keeps the fp32 master its dtype needs (none for
+  // fp32 adapters, as unsharded), and the optimizer's states cover the partition as one 1-D tensor in the dtype of
+  // the largest share (stage_1_and_2.py single_partition_of_fp32_groups: one flat tensor per parameter group).
+  int64_t flat = 0, flat_master = 0, largest_share = 0, flat_state_bytes = ctx.precision.state_bytes;
   for_each_param(ctx, [&](const ParamTensor& t) {
     const ParamStates s = states.get(t, [&](const ParamTensor& x) { return param_states(sp, ctx, x); });
     m.weights_bytes = add(m.weights_bytes, s.weights);
     m.gradients_bytes = add(m.gradients_bytes, s.grads);
     m.optimizer_bytes = add(m.optimizer_bytes, s.optimizer);
+    if (s.flat_numel == 0) return;
     flat = add(flat, s.flat_numel);
+    const OptimizerDtypes d = optimizer_dtypes(t, ctx.precision, ctx.config.peft, sp.adapter_bytes);
+    flat_master = add(flat_master, mul(s.flat_numel, d.master_bytes));
+    if (s.flat_numel > largest_share) largest_share = s.flat_numel, flat_state_bytes = d.state_bytes;
   });
-  if (sp.flat_optimizer) {
-    ParamTensor part{"flat partition", flat, ParamKind::Matmul, flat};
-    m.optimizer_bytes = param_optimizer_bytes(part, ctx.precision, PeftConfig{}, sp.adapter_bytes, ctx.optimizer, true);
-  }
+  if (sp.flat_optimizer)
+    m.optimizer_bytes = add(flat_master, optimizer_state_bytes(ctx.optimizer, flat, flat, flat_state_bytes));
   return m;
 }
 }  // namespace
@@ -243,16 +253,22 @@ int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const 
 
 // Optimizer state of one trainable tensor: the fp32 master copy where the recipe keeps one for a low-precision
 // parameter, and the optimizer's states in the parameter's dtype (torch: zeros_like(p)).
+OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
+                                 int64_t adapter_bytes) {
+  OptimizerDtypes d{pr.state_bytes, pr.master_bytes};
+  if (t.kind == ParamKind::Adapter || (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit)) {
+    d.state_bytes = t.kind == ParamKind::Adapter ? adapter_bytes : 4;
+    d.master_bytes = d.state_bytes == 4 ? 0 : d.master_bytes;
+  }
+  return d;
+}
+
 int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
                               int64_t adapter_bytes, const OptimizerSpec& opt, bool include_paged) {
   if (t.frozen) return 0;
-  int64_t dtype = pr.state_bytes, master = pr.master_bytes;
-  if (t.kind == ParamKind::Adapter || (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit)) {
-    dtype = t.kind == ParamKind::Adapter ? adapter_bytes : 4;
-    master = dtype == 4 ? 0 : master;
-  }
-  int64_t bytes = mul(t.numel, master);
-  if (include_paged || !(opt.paged && t.numel >= kPagedMinNumel)) bytes = add(bytes, optimizer_state_bytes(opt, t.numel, t.rows, dtype));
+  const OptimizerDtypes d = optimizer_dtypes(t, pr, peft, adapter_bytes);
+  int64_t bytes = mul(t.numel, d.master_bytes);
+  if (include_paged || !(opt.paged && t.numel >= kPagedMinNumel)) bytes = add(bytes, optimizer_state_bytes(opt, t.numel, t.rows, d.state_bytes));
   return bytes;
 }
 

@@ -12,12 +12,15 @@ namespace memsim_test {
 
 using namespace memsim;
 
-template <typename T>
-const T& pick(std::mt19937_64& rng, const std::vector<T>& v) {
+// Any source of 64-bit draws: a seeded std::mt19937_64, or rapidcheck's shrinkable tape (tests/property/), whose
+// draws shrink towards 0 and so towards each list's first choice.
+template <typename Rng, typename T>
+const T& pick(Rng& rng, const std::vector<T>& v) {
   return v[rng() % v.size()];
 }
 
-inline Config random_config(std::mt19937_64& rng) {
+template <typename Rng>
+Config random_config(Rng& rng) {
   Config c;
   auto& m = c.model;
   const std::vector<int64_t> heads = {1, 2, 4, 8, 16};
