@@ -6,6 +6,7 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include <cfloat>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,13 @@ bool model_picker(ModelConfig& m) {
   static std::string filter;
   bool changed = false;
   const std::string shown = shown_name(m);
-  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  // The list is as wide as the inputs column, not the combo, so that names and HF ids fit beside each other; as
+  // tall as ImGui's large combo (20 rows).
+  const float column = ImGui::GetContentRegionAvail().x;
+  const ImGuiStyle& style = ImGui::GetStyle();
+  ImGui::SetNextWindowSizeConstraints(
+      ImVec2(column, 0.0f), ImVec2(FLT_MAX, 20 * (ImGui::GetFontSize() + style.ItemSpacing.y) + 2 * style.WindowPadding.y));
+  ImGui::SetNextItemWidth(column * 0.55f);
   const bool open = ImGui::BeginCombo("preset", shown.c_str(), ImGuiComboFlags_HeightLarge);
   const bool focused = item_has_keyboard_focus();
   announce_focus("preset: " + shown + ", list with a search box: Space or Enter opens it, type a name or a Hugging "
@@ -93,9 +100,11 @@ bool model_picker(ModelConfig& m) {
     if (found.empty()) {
       // Visible in the list itself: the search ran and found nothing (and why an Enter does nothing).
       ImGui::TextColored(ImVec4(1.0f, 0.62f, 0.35f, 1.0f), "No match for \"%s\"", filter.c_str());
-      ImGui::TextDisabled("Search a name (llama 3.1 8b) or an HF id (meta-llama/Llama-3.1-8B); %s models.",
-                          format_count(static_cast<int64_t>(total)).c_str());
-      ImGui::TextDisabled("Or paste / drop the model's config.json.");
+      // Short lines: the list is no wider than a phone's inputs column.
+      ImGui::TextDisabled("Search a name: llama 3.1 8b");
+      ImGui::TextDisabled("or an HF id: meta-llama/Llama-3.1-8B");
+      ImGui::TextDisabled("(%s models), or paste or drop", format_count(static_cast<int64_t>(total)).c_str());
+      ImGui::TextDisabled("the model's config.json.");
     } else {
       ImGui::TextDisabled("%s of %s models", format_count(static_cast<int64_t>(found.size())).c_str(),
                           format_count(static_cast<int64_t>(total)).c_str());

@@ -9,13 +9,14 @@ import { openPage, requests, shots, until, useBrowser } from "./harness.mjs";
 
 useBrowser();
 
-// The "No match" line's colour (model_picker.cpp: 1.0, 0.62, 0.35), which nothing else in the inputs panel uses.
-const noMatchOrange = (r, g, b) => r > 235 && g > 140 && g < 175 && b > 70 && b < 110;
+// The "No match" line's colour (model_picker.cpp: 1.0, 0.62, 0.35; drawn about 242,151,85), which nothing else in the
+// inputs column uses.
+const noMatchOrange = (r, g, b) => r > 200 && g > 120 && g < 175 && b > 55 && b < 110;
 
 async function search(page, text) {
   await page.keyboard.press("Escape");
   await page.mouse.click(130, 80);           // the preset combo, top of the model panel
-  await page.waitForTimeout(500);            // the combo opens on the next frames; its search box has the focus
+  await page.waitForTimeout(1000);           // the combo opens on the next frames; its search box then has the focus
   await page.keyboard.type(text, { delay: 20 });  // replaces the last search, which is selected
   await page.waitForTimeout(400);
 }
@@ -41,12 +42,12 @@ test("catalogue: a Hugging Face id finds its model, and nonsense shows a visible
   assert.equal((await page.evaluate(() => window.memsim.state())).config.model.num_hidden_layers, 16);
 
   // Nonsense: the list says "No match", and Enter picks nothing.
-  const panel = [0, 60, 640, 500];           // the combo's list opens below it, in the inputs column
+  const panel = [0, 60, 460, 440];           // the inputs column, where the combo's list opens below it
   const quiet = decodePng(await page.screenshot());
   assert.equal(share(quiet, ...panel, noMatchOrange), 0, "no orange text before the search");
   await search(page, "zzqx no such model");
   const img = decodePng(await page.screenshot({ path: path.join(shots, "catalog-no-match-1280x800.png") }));
-  assert.ok(share(img, ...panel, noMatchOrange) > 0.0005, "the no-match line is drawn");
+  assert.ok(share(img, ...panel, noMatchOrange) > 0.0002, "the no-match line is drawn");
   await page.keyboard.press("Enter");
   await page.waitForTimeout(300);
   assert.equal((await page.evaluate(() => window.memsim.state())).config.model.name, "pythia-1b");
