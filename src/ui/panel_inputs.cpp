@@ -9,86 +9,17 @@
 #include "core/catalog.h"
 #include "core/frameworks.h"
 #include "core/tables.h"
+#include "model_picker.h"
 #include "panels.h"
 
 namespace memsim::ui {
-
-namespace {
-
-// The model presets of the catalogue, with a search box; unsupported ones are shown greyed with the reason.
-bool preset_picker(ModelConfig& m) {
-  static std::string filter;
-  bool changed = false;
-  // A preset whose fields were changed afterwards keeps its name in the config; the picker says it was edited, so
-  // that "Llama 3.1 8B" is not shown for a model that no longer is one.
-  std::string shown = m.name;
-  static const ModelConfig default_model;
-  if (m.name == default_model.name) {
-    if (!(m == default_model)) shown += " (edited)";
-  } else {
-    for (const auto& p : model_presets())
-      if (p.name == m.name) {
-        if (!(p.model == m)) shown += " (edited)";
-        break;
-      }
-  }
-  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  const bool open = ImGui::BeginCombo("preset", shown.c_str(), ImGuiComboFlags_HeightLarge);
-  const bool focused = item_has_keyboard_focus();
-  announce_focus("preset: " + shown + ", list with a search box: Space or Enter opens it, type to search, Enter picks "
-                 "the first match", focused);
-  if (open) {
-    if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
-    ImGui::SetNextItemWidth(-1);
-    // Enter picks the first match, so the keyboard alone can choose a model.
-    const bool enter = ImGui::InputTextWithHint("##filter", "search, e.g. llama 8b", &filter,
-                                                ImGuiInputTextFlags_EnterReturnsTrue);
-    announce_focus("Search the models: " + (filter.empty() ? std::string("empty") : filter) + ". Enter picks the first match");
-    std::string needle;
-    for (char ch : filter) needle += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    for (const auto& p : model_presets()) {
-      std::string hay = p.id + " " + p.name + " " + p.family;
-      for (auto& ch : hay) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      bool match = true;
-      size_t pos = 0;
-      while (match && pos < needle.size()) {  // every word of the filter must appear
-        size_t end = needle.find(' ', pos);
-        if (end == std::string::npos) end = needle.size();
-        if (end > pos && hay.find(needle.substr(pos, end - pos)) == std::string::npos) match = false;
-        pos = end + 1;
-      }
-      if (!match) continue;
-      ImGui::BeginDisabled(!p.supported);
-      if (ImGui::Selectable(p.name.c_str(), m.name == p.name) || (enter && p.supported && !changed)) {
-        m = p.model;
-        changed = true;
-        if (enter) ImGui::CloseCurrentPopup();
-      }
-      ImGui::EndDisabled();
-      announce_focus(p.name + (p.supported ? "" : ", not simulated: " + p.unsupported_reason));
-      if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled) || item_has_keyboard_focus()) {
-        ImGui::BeginTooltip();
-        ImGui::Text("%s (%s)", p.hf_id.c_str(), p.id.c_str());
-        if (!p.supported) ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", p.unsupported_reason.c_str());
-        else if (p.params_published > 0) ImGui::Text("published: %s parameters", format_count(p.params_published).c_str());
-        ImGui::EndTooltip();
-      }
-    }
-    ImGui::EndCombo();
-  }
-  help_marker("Models from the catalogue (src/core/catalog): each fills the fields below from its Hugging Face "
-              "config.json. Paste or drop any other config.json.", focused);
-  return changed;
-}
-
-}  // namespace
 
 bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
   set_field_errors(&result);
   bool changed = false;
   auto& m = c.model;
   if (section("Model")) {
-    changed |= preset_picker(m);
+    changed |= model_picker(m);
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     changed |= ImGui::InputText("model_type", &m.model_type);
     const char* model_type_help = "Hugging Face model_type. Informational once the fields below are set; paste a config.json "

@@ -1,0 +1,154 @@
+// The model picker. Several hundred presets (src/core/catalog) are searched as the user types
+// (core/catalog.h search_model_presets: words of a name or an HF id such as meta-llama/Llama-3.1-8B); a search
+// that finds nothing says so in the list, so that an empty list is never mistaken for a catalogue that is loading.
+#include "model_picker.h"
+
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <cfloat>
+#include <string>
+#include <vector>
+
+#include "core/catalog.h"
+#include "core/format.h"
+#include "panels.h"
+
+namespace memsim::ui {
+
+namespace {
+
+// The search of the last frame, kept while the text is unchanged: a search scans every preset's strings.
+struct Search {
+  std::string text;
+  std::vector<const ModelPreset*> found;
+  bool done = false;
+};
+
+const std::vector<const ModelPreset*>& found_for(const std::string& text) {
+  static Search last;
+  if (!last.done || last.text != text) {
+    last.text = text;
+    last.found = search_model_presets(text);
+    last.done = true;
+  }
+  return last.found;
+}
+
+// A preset whose fields were changed afterwards keeps its name in the config; the picker says it was edited, so that
+// "Llama 3.1 8B" is not shown for a model that no longer is one.
+std::string shown_name(const ModelConfig& m) {
+  std::string shown = m.name;
+  static const ModelConfig default_model;
+  if (m.name == default_model.name) {
+    if (!(m == default_model)) shown += " (edited)";
+    return shown;
+  }
+  for (const auto& p : model_presets())
+    if (p.name == m.name) {
+      if (!(p.model == m)) shown += " (edited)";
+      break;
+    }
+  return shown;
+}
+
+void preset_tooltip(const ModelPreset& p) {
+  ImGui::BeginTooltip();
+  ImGui::Text("%s (%s)", p.hf_id.c_str(), p.id.c_str());
+  if (!p.supported) {
+    ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", p.unsupported_reason.c_str());
+  } else {
+    ImGui::Text("%s layers, hidden %s%s", format_count(p.model.num_hidden_layers).c_str(),
+                format_count(p.model.hidden_size).c_str(),
+                p.model.num_experts > 0 ? (", " + format_count(p.model.num_experts) + " experts").c_str() : "");
+    if (p.params_published > 0) ImGui::Text("published: %s parameters", format_count(p.params_published).c_str());
+  }
+  if (!p.generated_from.empty()) ImGui::TextDisabled("shape from litgpt's config.py (tools/catalog/import_litgpt.py)");
+  ImGui::EndTooltip();
+}
+
+}  // namespace
+
+bool model_picker(ModelConfig& m) {
+  static std::string filter;
+  bool changed = false;
+  const std::string shown = shown_name(m);
+  // The list is as wide as the inputs column, not the combo, so that names and HF ids fit beside each other; as
+  // tall as ImGui's large combo (20 rows).
+  const float column = ImGui::GetContentRegionAvail().x;
+  const ImGuiStyle& style = ImGui::GetStyle();
+  ImGui::SetNextWindowSizeConstraints(
+      ImVec2(column, 0.0f), ImVec2(FLT_MAX, 20 * (ImGui::GetFontSize() + style.ItemSpacing.y) + 2 * style.WindowPadding.y));
+  ImGui::SetNextItemWidth(column * 0.55f);
+  const bool open = ImGui::BeginCombo("preset", shown.c_str(), ImGuiComboFlags_HeightLarge);
+  const bool focused = item_has_keyboard_focus();
+  announce_focus("preset: " + shown + ", list with a search box: Space or Enter opens it, type a name or a Hugging "
+                 "Face id, Enter picks the first match", focused);
+  if (open) {
+    if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
+    ImGui::SetNextItemWidth(-1);
+    // Enter picks the first match, so the keyboard alone can choose a model. The last search is kept and selected,
+    // so that typing replaces it.
+    const bool enter = ImGui::InputTextWithHint("##filter", "name or HF id, e.g. llama 8b or meta-llama/Llama-3.1-8B",
+                                                &filter, ImGuiInputTextFlags_EnterReturnsTrue |
+                                                             ImGuiInputTextFlags_AutoSelectAll);
+    const auto& found = found_for(filter);
+    announce_focus("Search the models: " + (filter.empty() ? std::string("empty") : filter) + ". " +
+                   (found.empty() ? std::string("No match") : format_count(static_cast<int64_t>(found.size())) + " found") +
+                   ". Enter picks the first match");
+    const size_t total = model_presets().size();
+    if (found.empty()) {
+      // Visible in the list itself: the search ran and found nothing (and why an Enter does nothing).
+      ImGui::TextColored(ImVec4(1.0f, 0.62f, 0.35f, 1.0f), "No match for \"%s\"", filter.c_str());
+      // Short lines: the list is no wider than a phone's inputs column.
+      ImGui::TextDisabled("Search a name: llama 3.1 8b");
+      ImGui::TextDisabled("or an HF id: meta-llama/Llama-3.1-8B");
+      ImGui::TextDisabled("(%s models), or paste or drop", format_count(static_cast<int64_t>(total)).c_str());
+      ImGui::TextDisabled("the model's config.json.");
+    } else {
+      ImGui::TextDisabled("%s of %s models", format_count(static_cast<int64_t>(found.size())).c_str(),
+                          format_count(static_cast<int64_t>(total)).c_str());
+    }
+    if (enter && !found.empty()) {
+      for (const ModelPreset* p : found)
+        if (p->supported) {
+          m = p->model;
+          changed = true;
+          break;
+        }
+      ImGui::CloseCurrentPopup();
+    }
+    // Only the rows in view are drawn: the catalogue is several hundred long.
+    ImGuiListClipper clipper;
+    clipper.Begin(static_cast<int>(found.size()));
+    while (clipper.Step()) {
+      for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
+        const ModelPreset& p = *found[static_cast<size_t>(i)];
+        ImGui::PushID(i);
+        ImGui::BeginDisabled(!p.supported);
+        if (ImGui::Selectable(p.name.c_str(), m.name == p.name) && !changed) {
+          m = p.model;
+          changed = true;
+        }
+        ImGui::EndDisabled();
+        announce_focus(p.name + " (" + p.hf_id + ")" + (p.supported ? "" : ", not simulated: " + p.unsupported_reason));
+        const bool hovered = ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled) || item_has_keyboard_focus();
+        if (!p.hf_id.empty() && p.hf_id.substr(p.hf_id.find('/') + 1) != p.name) {
+          ImGui::SameLine();
+          ImGui::TextDisabled("%s", p.hf_id.c_str());
+        } else if (!p.hf_id.empty()) {
+          ImGui::SameLine();
+          ImGui::TextDisabled("%s", p.hf_id.substr(0, p.hf_id.find('/')).c_str());
+        }
+        if (hovered) preset_tooltip(p);
+        ImGui::PopID();
+      }
+    }
+    ImGui::EndCombo();
+  }
+  help_marker("Models from the catalogue (src/core/catalog): search by name or Hugging Face id; each fills the fields "
+              "below. Paste or drop any other config.json.", focused);
+  return changed;
+}
+
+}  // namespace memsim::ui
