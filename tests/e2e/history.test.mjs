@@ -78,7 +78,7 @@ test("undo, redo, Back, Reset; Ctrl+V and Ctrl+C in a field; the verdict read ou
   await waitMicroBatch(page, 16);
 
   // Reset: the defaults, undoable.
-  await tabTo(page, "Reset, button: ");
+  await tabTo(page, "Reset, button: ", { back: true });
   await press(page, "Enter");
   await waitMicroBatch(page, 4);
   assert.equal(await page.evaluate(() => location.hash), opened[1]);
@@ -97,7 +97,7 @@ test("undo, redo, Back, Reset; Ctrl+V and Ctrl+C in a field; the verdict read ou
   // Ctrl+C from a field: its text reaches the clipboard through the copy event.
   await page.evaluate(() => navigator.clipboard.writeText("nothing yet"));
   await press(page, "Enter");  // edits the field again, its text selected
-  assert.equal((await state(page)).text_field.copy, "8");
+  await page.waitForFunction(() => window.memsim.state().text_field.copy === "8", null, { timeout: 5000 });
   await press(page, "Control+c");
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "8");
   // Ctrl+X copies it as well, and takes it out of the field; Escape puts it back.
@@ -106,7 +106,7 @@ test("undo, redo, Back, Reset; Ctrl+V and Ctrl+C in a field; the verdict read ou
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "8");
   await page.waitForFunction(() => window.memsim.state().text_field.copy === "", null, { timeout: 5000 });
   await press(page, "Escape");
-  assert.equal((await state(page)).text_field.editing, false);
+  await page.waitForFunction(() => !window.memsim.state().text_field.editing, null, { timeout: 5000 });
   assert.equal(await microBatch(page), 8);
 
   // With a clipboard, Copy link says so.

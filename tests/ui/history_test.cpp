@@ -188,12 +188,15 @@ TEST_CASE("app: Ctrl+Z in a field being typed into undoes the typing, not the se
   p.type("4096");
   CHECK(p.app.config().model.hidden_size == 4096);
   CHECK(p.app.history().undo_depth() == 2);
-  p.press(ImGuiKey_Z, false, true);  // the field's own undo: its text is back to 5120
+  p.press(ImGuiKey_Z, false, true);  // the field's own undo: its last typed character goes
+  CHECK(p.app.config().model.hidden_size == 409);
+  CHECK(p.micro_batch() == 2);  // the setup before is kept
+  CHECK(!p.said("Undone"));
+  CHECK(p.app.history().undo_depth() == 2);
+  p.press(ImGuiKey_Escape);  // the field's text as it was: the edit came back to its start and leaves no entry
   CHECK(p.app.config().model.hidden_size == 5120);
-  CHECK(p.micro_batch() == 2);                    // the setup before is kept
-  CHECK(p.app.history().undo_depth() == 1);       // and the edit that came back to its start left no entry
-  p.press(ImGuiKey_Escape);
-  p.press(ImGuiKey_Z, false, true);               // no longer editing: the app's undo
+  CHECK(p.app.history().undo_depth() == 1);
+  p.press(ImGuiKey_Z, false, true);  // no longer editing: the app's undo
   CHECK(p.micro_batch() == 4);
 }
 
@@ -249,12 +252,15 @@ TEST_CASE("app: a pasted link is a new browser history entry; one the browser we
 TEST_CASE("app: messages go to the status line and never move the panels; an import's notes fold into the log", "[ui][status]") {
   Page p;
   const float scroll_max = p.app.inputs_scroll().max;  // the inputs panel's height shows in how far it scrolls
+  for (int i = 0; i < 6; ++i) {
+    p.app.load_fragment("#garbage");  // an error message each, the setup kept
+    p.frames(2);
+    CHECK(p.app.inputs_scroll().max == scroll_max);
+  }
   REQUIRE(p.app.load_text(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
                               "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}})", "ds.json"));
-  for (int i = 0; i < 6; ++i) p.app.load_fragment("#garbage");  // six error messages more
-  p.frames(3);
-  CHECK(p.app.inputs_scroll().max == scroll_max);
-  const ui::Message& import = p.app.messages().at(p.app.messages().size() - 7);
+  p.frames(2);
+  const ui::Message& import = p.app.messages().back();
   CHECK(import.text.find("DeepSpeed config") != std::string::npos);
   CHECK(!import.details.empty());  // what it read and assumed, in the log
   CHECK(import.full().find(import.details[0]) != std::string::npos);
@@ -332,7 +338,8 @@ TEST_CASE("screen readers: the - and + buttons say decrease and increase; the ve
   CHECK(p.micro_batch() == 64);
   CHECK(p.app.verdict_announcement() == before);
   p.press(ImGuiKey_Enter);
-  CHECK(p.app.verdict_announcement().rfind("Does not fit: ", 0) == 0);
+  CHECK(p.app.verdict_announcement() != before);
+  CHECK(p.app.verdict_announcement().rfind("Fits", 0) != 0);
   CHECK(std::regex_match(p.app.verdict_announcement(), verdict));
 
   Result bad;
