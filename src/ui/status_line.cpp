@@ -74,7 +74,8 @@ void App::draw_status_line() {
   ImGui::BeginDisabled(n == 0);
   if (ImGui::Button(log_label.c_str())) ImGui::OpenPopup("message log");
   ImGui::EndDisabled();
-  announce_focus("Message log, button: shows the " + std::to_string(n) + " messages so far, the newest first");
+  announce_focus(n == 0 ? std::string("Message log, button, unavailable: no messages yet")
+                        : "Message log, button: shows the " + std::to_string(n) + " messages so far, the newest first");
   ImGui::SameLine();
   if (messages_seen_ < n) {
     const Message& m = messages_.back();
