@@ -61,7 +61,32 @@ test("undo, redo, Back, Reset; Ctrl+V and Ctrl+C in a field; the verdict read ou
   await page.waitForFunction((v) => document.getElementById("verdict").textContent !== v, verdict, { timeout: 5000 });
   assert.match(await verdictRegion(page), VERDICT);
 
-  // Ctrl+Z and Ctrl+Shift+Z.
+  // Ctrl+V into the field: the browser's paste event, from the clipboard.
+  await page.evaluate(() => navigator.clipboard.writeText("8"));
+  await press(page, "Shift+Tab");
+  await press(page, "Shift+Tab");  // back in the field: editing it, its text selected
+  await page.waitForFunction(() => window.memsim.state().text_field.copy === "16", null, { timeout: 5000 });
+  await press(page, "Control+v");
+  await press(page, "Enter");
+  await waitMicroBatch(page, 8);
+  // Ctrl+C from a field: its text reaches the clipboard through the copy event.
+  await page.evaluate(() => navigator.clipboard.writeText("nothing yet"));
+  await press(page, "Enter");  // edits the field again, its text selected
+  await page.waitForFunction(() => window.memsim.state().text_field.copy === "8", null, { timeout: 5000 });
+  await press(page, "Control+c");
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "8");
+  // Ctrl+X copies it as well, and takes it out of the field; Escape puts it back.
+  await page.evaluate(() => navigator.clipboard.writeText("nothing yet"));
+  await press(page, "Control+x");
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "8");
+  await page.waitForFunction(() => window.memsim.state().text_field.copy === "", null, { timeout: 5000 });
+  await press(page, "Escape");
+  await page.waitForFunction(() => !window.memsim.state().text_field.editing, null, { timeout: 5000 });
+  assert.equal(await microBatch(page), 8);
+
+  // Ctrl+Z and Ctrl+Shift+Z: 4, 16 (typed), 8 (pasted).
+  await press(page, "Control+z");
+  await waitMicroBatch(page, 16);
   await press(page, "Control+z");
   await waitMicroBatch(page, 4);
   assert.equal(await page.evaluate(() => location.hash), opened[1]);
@@ -86,28 +111,6 @@ test("undo, redo, Back, Reset; Ctrl+V and Ctrl+C in a field; the verdict read ou
   await page.screenshot({ path: path.join(shots, "history-status-line-1280x800.png") });
   await press(page, "Control+z");
   await waitMicroBatch(page, 16);
-
-  // Ctrl+V into a field: the browser's paste event, from the clipboard.
-  await page.evaluate(() => navigator.clipboard.writeText("8"));
-  await tabTo(page, "micro_batch_size: 16");  // Tab starts editing, its text selected
-  assert.equal((await state(page)).text_field.editing, true);
-  await press(page, "Control+v");
-  await press(page, "Enter");
-  await waitMicroBatch(page, 8);
-  // Ctrl+C from a field: its text reaches the clipboard through the copy event.
-  await page.evaluate(() => navigator.clipboard.writeText("nothing yet"));
-  await press(page, "Enter");  // edits the field again, its text selected
-  await page.waitForFunction(() => window.memsim.state().text_field.copy === "8", null, { timeout: 5000 });
-  await press(page, "Control+c");
-  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "8");
-  // Ctrl+X copies it as well, and takes it out of the field; Escape puts it back.
-  await page.evaluate(() => navigator.clipboard.writeText("nothing yet"));
-  await press(page, "Control+x");
-  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "8");
-  await page.waitForFunction(() => window.memsim.state().text_field.copy === "", null, { timeout: 5000 });
-  await press(page, "Escape");
-  await page.waitForFunction(() => !window.memsim.state().text_field.editing, null, { timeout: 5000 });
-  assert.equal(await microBatch(page), 8);
 
   // With a clipboard, Copy link says so.
   await tabTo(page, "Copy link", { back: true });
