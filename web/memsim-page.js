@@ -38,6 +38,7 @@
     },
     // The interface's current config, fragment and messages.
     state: function () { return JSON.parse(takeString(Module._memsim_state_json())); },
+    // Opens a link as if pasted: an applied change, a new entry in the browser's history.
     openFragment: function (fragment) { callWithString(Module._memsim_set_fragment, fragment); },
     loadText: function (text, origin) { callWithString(Module._memsim_load_text, text, origin || "the text"); },
   };
@@ -131,9 +132,44 @@
   });
 
   window.addEventListener("error", function (e) { setStatus("Error: " + String(e.message), true); });
-  window.addEventListener("hashchange", function () {
-    ready.then(function () { window.memsim.openFragment(window.location.hash); });
-  });
+  // Back and Forward between the app's entries (it pushes one per applied change) fire popstate, and hashchange as
+  // well; an edited address fires hashchange. Either opens the entry's setup, once, without a new entry; the app's
+  // own pushState and replaceState fire neither (window.memsimHash is what it wrote).
+  function navigated() {
+    var hash = window.location.hash;
+    if (hash === window.memsimHash) return;
+    window.memsimHash = hash;
+    ready.then(function () { callWithString(Module._memsim_navigate, hash); });
+  }
+  window.addEventListener("popstate", navigated);
+  window.addEventListener("hashchange", navigated);
+
+  // The clipboard of the app's text fields. Emscripten's GLFW has none, and the browser lets a page read a paste and
+  // write a copy only in its clipboard events. So Ctrl+V and Ctrl+X are kept from GLFW (stopped here, before its
+  // listeners on the window); the browser then fires paste or cut, and the app gets the pasted text with a Ctrl+V of
+  // its own, or gives the cut text and then gets Ctrl+X (web_main.cpp memsim_paste, memsim_cut). Ctrl+C reaches the
+  // app as usual; the copy event takes what it copies from the field (memsim_text_field_copy).
+  var controlHeld = false;
+  window.addEventListener("keydown", function (e) {
+    if (e.key === "Control") controlHeld = true;
+    if ((e.ctrlKey || e.metaKey) && !e.altKey && (e.keyCode === 86 || e.keyCode === 88)) {  // V, X
+      e.stopImmediatePropagation();  // not preventDefault: the browser's paste or cut is to follow
+      if (live()) Module._memsim_wake();
+    }
+  }, true);
+  window.addEventListener("keyup", function (e) { if (e.key === "Control") controlHeld = false; }, true);
+  window.addEventListener("blur", function () { controlHeld = false; }, true);
+  function editingText() { return live() && Module._memsim_editing_text() !== 0; }
+  function copyFromField(e, cut) {
+    if (!editingText()) return;
+    var p = Module._memsim_text_field_copy();
+    if (!p) return;
+    e.preventDefault();
+    e.clipboardData.setData("text/plain", takeString(p));
+    if (cut) Module._memsim_cut(controlHeld ? 1 : 0);
+  }
+  window.addEventListener("copy", function (e) { copyFromField(e, false); }, true);
+  window.addEventListener("cut", function (e) { copyFromField(e, true); }, true);
 
   // Drop a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config, or a file of per-sample
   // token lengths, anywhere on the page (the app tells them apart). A file larger than a lengths file of ten million
@@ -153,10 +189,15 @@
     };
     reader.readAsText(file);
   });
-  // Paste a link, JSON (or an Accelerate config's YAML) with Ctrl+V outside a text field; or sample lengths: a JSON
-  // array of numbers, or at least two lines of one number each (a single number is left to the field it was meant for).
+  // Ctrl+V into a text field being edited pastes there. Outside one, paste a link, JSON (or an Accelerate config's
+  // YAML); or sample lengths: a JSON array of numbers, or at least two lines of one number each.
   window.addEventListener("paste", function (e) {
     var text = e.clipboardData && e.clipboardData.getData("text");
+    if (editingText()) {  // into the field being edited, whatever the text is
+      e.preventDefault();
+      if (text) callWithString(function (p) { return Module._memsim_paste(p, controlHeld ? 1 : 0); }, text);
+      return;
+    }
     if (!text) return;
     // A pasted memsim link (a whole URL or its fragment) opens as it would from the address bar; the app reads it,
     // ignoring what a chat client appended, and refuses one that was cut off or altered with a message.

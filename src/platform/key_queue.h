@@ -24,6 +24,10 @@ class KeyQueue {
     glfwSetCharCallback(window, [](GLFWwindow*, unsigned int c) { events_.push_back({0, 0, kChar, 0, c}); });
   }
 
+  // A key event that did not come from GLFW: the page's clipboard bridge presses Ctrl+V once the browser has handed it
+  // the pasted text (web_main.cpp memsim_paste). It takes its turn after the events already queued.
+  static void push(int key, int action, int mods = 0) { events_.push_back({key, 0, action, mods, 0}); }
+
   // Whether events wait for the next frame: a loop that sleeps until the next event should not sleep now.
   static bool pending() { return !events_.empty(); }
 

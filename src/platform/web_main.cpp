@@ -1,6 +1,11 @@
 // Browser main loop: Emscripten's GLFW + WebGL2. Platform layer: the only place with Emscripten headers.
-// [x] URL fragment read on load and kept current (history.replaceState, no reload)
-// [x] hashchange (a pasted link) reloads the state      [x] clipboard via navigator.clipboard
+// [x] URL fragment read on load and kept current: an applied change is a new history entry (history.pushState), the
+//     rest of its edit replaces it (history.replaceState); Back and Forward (popstate, hashchange) open their setup
+// [x] hashchange (a pasted link) reloads the state
+// [x] clipboard via navigator.clipboard, its outcome told to the app (App::copy_finished: "copied" only once it is)
+// [x] Ctrl+C, Ctrl+X and Ctrl+V in text fields: the browser's copy, cut and paste events bridged to ImGui
+//     (web/memsim-page.js; Emscripten 3.1.6's GLFW has no clipboard)
+// [x] the verdict read out by a live region of its own (#verdict) when it changes
 // [x] file drop and paste (web/memsim-page.js -> memsim_load_text): configs, and files of sample lengths
 // [x] a run of varying shapes simulated a part per frame; window.memsim.state().simulation says how far
 // [x] HiDPI: canvas backing store = CSS size x devicePixelRatio
@@ -33,6 +38,7 @@
 #include "imgui_setup.h"
 #include "key_queue.h"
 #include "ui/app.h"
+#include "ui/clipboard.h"
 #include "ui/pointer.h"
 
 // clang-format off
@@ -50,8 +56,15 @@ EM_JS(char*, js_page_url, (), {
   stringToUTF8(s, p, n);
   return p;
 });
+// window.memsimHash is the fragment the app put in the address bar: web/memsim-page.js opens a popstate's or a
+// hashchange's fragment only when it is another one.
 EM_JS(void, js_replace_hash, (const char* frag), {
-  history.replaceState(null, "", "#" + UTF8ToString(frag));
+  window.memsimHash = "#" + UTF8ToString(frag);
+  history.replaceState(null, "", window.memsimHash);
+});
+EM_JS(void, js_push_hash, (const char* frag), {
+  window.memsimHash = "#" + UTF8ToString(frag);
+  history.pushState(null, "", window.memsimHash);
 });
 // The first frame is on the screen once the browser starts the next animation frame (it has composited this one).
 EM_JS(void, js_note_first_frame_presented, (), {
@@ -63,10 +76,29 @@ EM_JS(void, js_announce, (const char* text), {
   var el = document.getElementById("focus");
   if (el) el.textContent = UTF8ToString(text);
 });
+// The verdict, in a polite live region of its own, so that it and the focus do not cut each other off.
+EM_JS(void, js_announce_verdict, (const char* text), {
+  var el = document.getElementById("verdict");
+  if (el) el.textContent = UTF8ToString(text);
+});
+// The clipboard API exists only in a secure context (HTTPS, localhost), and may refuse: the app hears which.
 EM_JS(void, js_copy_text, (const char* text), {
   var s = UTF8ToString(text);
-  if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(s).catch(function() {});
-  window.memsimLastCopied = s;  // read by the e2e test
+  window.memsimLastCopied = s;  // what the app asked to copy, copied or not: read by the e2e tests
+  var told = false;
+  function tell(ok) {
+    if (told) return;
+    told = true;
+    window.memsimCopyResult = ok;
+    Module._memsim_copy_finished(ok ? 1 : 0);
+  }
+  try {
+    if (navigator.clipboard && navigator.clipboard.writeText)
+      navigator.clipboard.writeText(s).then(function() { tell(true); }, function() { tell(false); });
+    else setTimeout(function() { tell(false); }, 0);
+  } catch (e) {
+    setTimeout(function() { tell(false); }, 0);
+  }
 });
 EM_JS(void, js_download, (const char* name, const char* text), {
   var blob = new Blob([UTF8ToString(text)], {type: "application/json"});
@@ -97,6 +129,9 @@ memsim::ui::App* g_app = nullptr;
 memsim::platform::GlChartRenderer* g_charts = nullptr;  // null when its shaders did not build
 float g_ratio = 1.0f;
 memsim::ui::PointerInput g_pointer;
+// ImGui's clipboard on the page: the text of the last browser paste (and of ImGui's own copies). The browser's
+// clipboard is reached through its events only (web/memsim-page.js).
+std::string g_clipboard;
 
 // Idle means idle. A frame is drawn when input came (web/memsim-page.js calls memsim_wake for every event that can
 // change the page, and the API's calls wake it too), while the app has work of its own (App::wants_frames), while a
@@ -224,10 +259,14 @@ void frame() {
   ImGui::NewFrame();
   g_pointer.after_new_frame();
   g_app->frame();
-  static std::string announced;
+  static std::string announced, verdict;
   if (g_app->focus_announcement() != announced) {
     announced = g_app->focus_announcement();
     js_announce(announced.c_str());
+  }
+  if (g_app->verdict_announcement() != verdict) {
+    verdict = g_app->verdict_announcement();
+    js_announce_verdict(verdict.c_str());
   }
   ImGui::Render();
   if (first) g_t.first_frame_ui = emscripten_get_now();
@@ -256,10 +295,55 @@ EMSCRIPTEN_KEEPALIVE char* memsim_estimate_json(const char* config_json) {
   return new_c_string(memsim::result_to_json(r, false, -1));
 }
 
+// A link pasted onto the page (window.memsim.openFragment): an applied change, a new history entry.
 EMSCRIPTEN_KEEPALIVE void memsim_set_fragment(const char* fragment) {
   if (g_app) g_app->load_fragment(fragment ? fragment : "");
   wake();
 }
+
+// The browser went to another entry of its history (Back, Forward) or the address's fragment was edited: its setup
+// opens without a new entry.
+EMSCRIPTEN_KEEPALIVE void memsim_navigate(const char* fragment) {
+  if (g_app) g_app->load_fragment(fragment ? fragment : "", true);
+  wake();
+}
+
+// The outcome of js_copy_text's navigator.clipboard.writeText.
+EMSCRIPTEN_KEEPALIVE void memsim_copy_finished(int copied) {
+  if (g_app) g_app->copy_finished(copied != 0);
+  wake();
+}
+
+// The clipboard bridge of the text fields (web/memsim-page.js). Whether a text field is being edited: a paste, copy
+// or cut is for it.
+EMSCRIPTEN_KEEPALIVE int memsim_editing_text() { return memsim::ui::editing_text() ? 1 : 0; }
+
+// What a copy or a cut in the edited field puts on the clipboard (caller frees), or null when it puts nothing.
+EMSCRIPTEN_KEEPALIVE char* memsim_text_field_copy() {
+  std::string text;
+  return memsim::ui::text_field_copy(text) ? new_c_string(text) : nullptr;
+}
+
+// Presses Ctrl+`key` for ImGui: V pastes g_clipboard, X deletes what a cut copied. The browser's own Ctrl+V and Ctrl+X
+// never reach GLFW (web/memsim-page.js stops them), so that each happens once, after the browser's event. Where
+// Control is not held (a paste from the browser's menu, Cmd on a Mac keyboard), Control is pressed around it.
+static void press_with_control(int key, bool control_held) {
+  using memsim::platform::KeyQueue;
+  if (!control_held) KeyQueue::push(GLFW_KEY_LEFT_CONTROL, GLFW_PRESS, GLFW_MOD_CONTROL);
+  KeyQueue::push(key, GLFW_PRESS, GLFW_MOD_CONTROL);
+  KeyQueue::push(key, GLFW_RELEASE, GLFW_MOD_CONTROL);
+  if (!control_held) KeyQueue::push(GLFW_KEY_LEFT_CONTROL, GLFW_RELEASE);
+  wake();
+}
+
+// The browser's paste event, for the edited text field: the text becomes ImGui's clipboard, and Ctrl+V pastes it.
+EMSCRIPTEN_KEEPALIVE void memsim_paste(const char* text, int control_held) {
+  g_clipboard = text ? text : "";
+  press_with_control(GLFW_KEY_V, control_held != 0);
+}
+
+// The browser's cut event, once it has the text (memsim_text_field_copy): Ctrl+X takes it out of the field.
+EMSCRIPTEN_KEEPALIVE void memsim_cut(int control_held) { press_with_control(GLFW_KEY_X, control_held != 0); }
 
 EMSCRIPTEN_KEEPALIVE void memsim_load_text(const char* text, const char* origin) {
   if (g_app) g_app->load_text(text ? text : "", origin ? origin : "the file");
@@ -291,15 +375,18 @@ EMSCRIPTEN_KEEPALIVE void memsim_touch(int phase, double x, double y) {
   wake();
 }
 
-// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "focus": "...",
-// "charts": {...}, "timings": {...}, "simulation": {...}, "result": {...}, "frames": {...}, "scroll": {...}}.
+// The interface's current state, for tests: {"config": ..., "fragment": "...", "messages": [...], "verdict": "...",
+// "history": {...}, "text_field": {...}, "focus": "...", "charts": {...}, "timings": {...}, "simulation": {...},
+// "result": {...}, "frames": {...}, "scroll": {...}}. "verdict" is what the page's #verdict live region reads out,
+// "history" how many undo and redo entries there are, "text_field" whether a text field is being edited and what
+// Ctrl+C would copy from it.
 // "simulation" says whether the setup is still being simulated and how far its run is; "result" whether it is ok, its
 // first error's field, and its run; "frames" how many frames were drawn and whether the loop sleeps now; "scroll" the
 // inputs panel's scroll position, its largest and a row's height, in CSS pixels.
 EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   if (!g_app) return new_c_string("{}");
   std::string msgs = "[";
-  for (const auto& m : g_app->messages()) msgs += std::string(msgs.size() > 1 ? "," : "") + json_string(m.text);
+  for (const auto& m : g_app->messages()) msgs += std::string(msgs.size() > 1 ? "," : "") + json_string(m.full());
   msgs += "]";
   // timeline_draws counts every quad chart (the timeline and the breakdown bars), as it did when the timeline was the only one.
   const std::string charts = g_charts ? "{\"renderer\":\"webgl2\",\"timeline_draws\":" + std::to_string(g_charts->quad_draws()) +
@@ -328,8 +415,16 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   char scroll[160];
   std::snprintf(scroll, sizeof scroll, "{\"inputs\":%.1f,\"inputs_max\":%.1f,\"row\":%.1f}", sc.y, sc.max, sc.row);
   const std::string frames = "{\"drawn\":" + std::to_string(g_frames_drawn) + ",\"idle\":" + (g_paused ? "true" : "false") + "}";
+  std::string copy;  // the text field being edited: what Ctrl+C would copy (its selection, or all of a one-line field)
+  const bool copies = memsim::ui::text_field_copy(copy);
+  const std::string text_field = std::string("{\"editing\":") + (memsim::ui::editing_text() ? "true" : "false") +
+                                 ",\"copy\":" + (copies ? json_string(copy) : "null") + "}";
+  const std::string history = "{\"undo\":" + std::to_string(g_app->history().undo_depth()) +
+                              ",\"redo\":" + std::to_string(g_app->history().redo_depth()) + "}";
   return new_c_string("{\"config\":" + memsim::config_to_json(g_app->config(), -1) + ",\"fragment\":\"" +
                       memsim::config_to_fragment(g_app->config()) + "\",\"messages\":" + msgs +
+                      ",\"verdict\":" + json_string(g_app->verdict_announcement()) + ",\"history\":" + history +
+                      ",\"text_field\":" + text_field +
                       ",\"focus\":" + json_string(g_app->focus_announcement()) + ",\"charts\":" + charts +
                       ",\"timings\":" + timings + ",\"simulation\":" + simulation + ",\"result\":" + result +
                       ",\"frames\":" + frames + ",\"scroll\":" + scroll + "}");
@@ -359,12 +454,17 @@ int main() {
   g_ratio = static_cast<float>(emscripten_get_device_pixel_ratio());
   memsim::platform::setup_imgui("/fonts/DejaVuSans.ttf", g_ratio);
   ImGui_ImplGlfw_InitForOpenGL(g_window, true);
+  ImGuiIO& io = ImGui::GetIO();  // Emscripten's glfw{Get,Set}ClipboardString do nothing
+  io.GetClipboardTextFn = [](void*) { return g_clipboard.c_str(); };
+  io.SetClipboardTextFn = [](void*, const char* text) { g_clipboard = text ? text : ""; };
   memsim::platform::KeyQueue::install(g_window);
   ImGui_ImplOpenGL3_Init("#version 300 es");
   g_t.imgui = emscripten_get_now();
   memsim::ui::PlatformHooks hooks;
   hooks.publish_fragment = [](const std::string& f) { js_replace_hash(f.c_str()); };
+  hooks.push_fragment = [](const std::string& f) { js_push_hash(f.c_str()); };
   hooks.copy_text = [](const std::string& s) { js_copy_text(s.c_str()); };
+  hooks.copy_reports_later = true;
   hooks.save_text = [](const std::string& name, const std::string& text) -> std::string {
     js_download(name.c_str(), text.c_str());
     return "Downloaded " + name + ".";

@@ -12,6 +12,7 @@
 #include "core/simulate.h"
 #include "keyboard.h"
 #include "panels.h"
+#include "status_line.h"
 
 namespace memsim::ui {
 
@@ -37,12 +38,57 @@ bool data_fields_only(const std::vector<FieldError>& errors) {
 
 App::App(PlatformHooks hooks, const std::string& fragment) : hooks_(std::move(hooks)) {
   const bool link = !link_fragment(fragment).empty();  // "#", or only what a chat client appended: no link
-  if (!link || !load_fragment(fragment)) recompute();
+  if (!link || !load_fragment(fragment, true)) recompute();
+  history_ = History(config_);  // the setup it opens on is where undo stops
 }
 
 void App::set_config(const Config& c) {
   config_ = c;
+  changed();
+}
+
+void App::changed(uint64_t control) {
+  if (history_.record(config_, control) == History::Recorded::NewEntry) push_next_ = true;
   recompute();
+}
+
+void App::show_present() {
+  config_ = history_.present();
+  push_next_ = true;  // an undo is a change like any other: Back returns to the setup before it
+  recompute();
+}
+
+bool App::undo() {
+  if (!history_.can_undo()) return false;
+  history_.undo();
+  show_present();
+  message(Message::Kind::Info, "Undone: the setup before the last change (Ctrl+Shift+Z redoes it).");
+  return true;
+}
+
+bool App::redo() {
+  if (!history_.can_redo()) return false;
+  history_.redo();
+  show_present();
+  message(Message::Kind::Info, "Redone (Ctrl+Z undoes it again).");
+  return true;
+}
+
+bool App::reset() {
+  if (config_ == Config{}) return false;
+  config_ = Config{};
+  changed();
+  message(Message::Kind::Info, "Reset to the default setup; Undo (Ctrl+Z) brings yours back.");
+  return true;
+}
+
+// Ctrl+Z undoes, Ctrl+Shift+Z or Ctrl+Y redoes (Cmd on a Mac keyboard) unless a control is being edited: a text field
+// being typed into undoes its own typing, as ImGui does.
+void App::history_keys() {
+  const ImGuiIO& io = ImGui::GetIO();
+  if (edited_control() != 0 || io.WantTextInput || !(io.KeyCtrl || io.KeySuper) || io.KeyAlt) return;
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Z))) io.KeyShift ? redo() : undo();
+  else if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Y)) && !io.KeyShift) redo();
 }
 
 void App::show_result(Result r) {
@@ -69,12 +115,17 @@ Simulation::RunProgress App::simulation_progress() const {
 }
 
 void App::publish() {
-  // Publish only configs that simulate, so that a shared link always opens on an answer.
-  if (result_.ok) {
-    std::string frag = config_to_fragment(config_);
-    if (frag != last_fragment_ && hooks_.publish_fragment) hooks_.publish_fragment(frag);
-    last_fragment_ = frag;
+  // Publish only configs that simulate, so that a shared link always opens on an answer. An applied change (one that
+  // made an undo entry: a continuous edit, such as typing a number, makes one) is a new browser history entry; the
+  // rest of its edit, and a link the browser went to, replace the current one.
+  if (!result_.ok) return;
+  std::string frag = config_to_fragment(config_);
+  if (frag != last_fragment_) {
+    if (push_next_ && hooks_.push_fragment) hooks_.push_fragment(frag);
+    else if (hooks_.publish_fragment) hooks_.publish_fragment(frag);
   }
+  last_fragment_ = frag;
+  push_next_ = false;
 }
 
 const std::string& App::focus_announcement() const { return ui::focus_announcement(); }
@@ -89,7 +140,7 @@ bool App::show_view(const std::string& name) {
   return true;
 }
 
-bool App::load_fragment(const std::string& fragment) {
+bool App::load_fragment(const std::string& fragment, bool navigated) {
   // The fragment as links are read: after its '#', without what a chat client appended (".", ")", ...).
   const std::string f(link_fragment(fragment));
   if (f.empty()) return true;  // no link state: keep the current setup
@@ -109,19 +160,21 @@ bool App::load_fragment(const std::string& fragment) {
     // Opened with the problem under its field; the address bar keeps the link until the setup simulates.
     running_.reset();
     config_ = p.config;
+    if (history_.record(config_) == History::Recorded::NewEntry) push_next_ = !navigated;
     result_ = sim->result();
     result_version_ = ++g_last_result_version;
-    messages_.push_back({Message::Kind::Error, "This link's data section has a problem, shown under its field in Data; the "
-                                               "link's other settings are open. " + p.errors[0].message + more()});
+    message(Message::Kind::Error, "This link's data section has a problem, shown under its field in Data; the link's other "
+                                  "settings are open. " + p.errors[0].message + more());
     reveal_data_ = true;
     return true;
   }
   if (!p.ok) {
-    messages_.push_back({Message::Kind::Error, "This link could not be opened, so the current setup is kept. " +
-                                                   p.errors[0].message + more()});
+    message(Message::Kind::Error, "This link could not be opened, so the current setup is kept. " + p.errors[0].message + more());
     return false;
   }
   config_ = p.config;
+  // A pasted link is an applied change, a new browser history entry; one the browser went to is already its entry.
+  push_next_ = history_.record(config_) == History::Recorded::NewEntry && !navigated;
   running_ = std::move(sim);  // simulated above, in part or in full: no need to start again
   // Once simulated, the address bar gets the link as memsim writes it (short, without what a chat client appended),
   // even where the setup is the one already published.
@@ -136,8 +189,8 @@ bool App::load_text(const std::string& text, const std::string& origin) {
     SampleLengthsFile lengths;
     FieldError error;
     if (!sample_lengths_from_file(text, lengths, error)) {
-      messages_.push_back({Message::Kind::Error, origin + " was read as a file of sample lengths and not loaded, so the "
-                                                          "current setup is kept. " + error.message});
+      message(Message::Kind::Error, origin + " was read as a file of sample lengths and not loaded, so the current setup "
+                                             "is kept. " + error.message);
       return false;
     }
     Config c = config_;
@@ -150,7 +203,7 @@ bool App::load_text(const std::string& text, const std::string& origin) {
     if (lengths.longest > c.training.sequence_length)
       info += " Samples longer than training.sequence_length (" + format_count(c.training.sequence_length) +
               ") are truncated to it.";
-    messages_.push_back({Message::Kind::Info, info});
+    message(Message::Kind::Info, info);
     set_config(c);
     reveal_data_ = true;
     return true;
@@ -169,140 +222,14 @@ bool App::load_text(const std::string& text, const std::string& origin) {
   if (!p.ok) {
     std::string msg = origin + " was not loaded, so the current setup is kept. " + p.errors[0].message;
     if (p.errors.size() > 1) msg += " (and " + std::to_string(p.errors.size() - 1) + " more problems)";
-    messages_.push_back({Message::Kind::Error, msg});
+    message(Message::Kind::Error, msg);
     return false;
   }
   std::string info = "Loaded " + origin + (memsim_json ? " (memsim config)." : accelerate ? " (Accelerate config)."
                                            : deepspeed ? " (DeepSpeed config)." : " as the model (Hugging Face config.json).");
-  for (const auto& n : p.notes) info += " " + n + ".";
-  messages_.push_back({Message::Kind::Info, info});
+  message(Message::Kind::Info, info, p.notes);  // the notes fold away into the log
   set_config(p.config);
   return true;
-}
-
-namespace {
-
-std::string summary_markdown(const Config& c, const Result& r, Unit unit, const std::string& link) {
-  std::string s = "**memsim** " + format_params(r.params_total) + " params, micro-batch " +
-                  std::to_string(c.training.micro_batch_size) + " x seq " + std::to_string(c.training.sequence_length) +
-                  (c.model.is_encoder_decoder ? " -> " + std::to_string(decoder_tokens_per_sequence(c)) : std::string()) +
-                  ", " + c.training.precision + ", " + c.training.optimizer + ", DP " +
-                  std::to_string(c.parallel.data_parallel_size) + " ZeRO-" + std::to_string(c.parallel.zero_stage) +
-                  ", " + c.hardware.gpu + "\n\n| device | peak (nvidia-smi) | allocated | reserved | verdict (band) |\n|---|---|---|---|---|\n";
-  for (const auto& d : r.devices) {
-    const auto& band = d.band.of(BandStatistic::Device);  // the verdict's band (core/band.h)
-    s += "| " + d.role + " x" + std::to_string(d.device_count) + " | " + bytes_text(d.peak.device_bytes, unit) + " of " +
-         bytes_text(d.capacity_bytes, unit) + " | " + bytes_text(d.peak.allocated_bytes, unit) + " | " +
-         bytes_text(d.peak.reserved_bytes, unit) + " | " +
-         (d.verdict == Verdict::Fits ? std::string("fits") : "**" + std::string(verdict_id(d.verdict)) + "**") +
-         (d.band.valid ? " (" + bytes_text(band.low_bytes, unit) + " - " + bytes_text(band.high_bytes, unit) + ")" : "") +
-         " |\n";
-  }
-  return s + "\n" + link + "\n";
-}
-
-}  // namespace
-
-void App::draw_toolbar() {
-  // Buttons flow onto a second line when the window is narrow (800 px must stay usable).
-  auto flow = [](const char* label) {
-    const ImGuiStyle& st = ImGui::GetStyle();
-    const float w = ImGui::CalcTextSize(label).x + st.FramePadding.x * 2 + st.ItemSpacing.x;
-    const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
-    if (ImGui::GetItemRectMax().x + w < right) ImGui::SameLine();
-  };
-  ImGui::TextUnformatted("memsim");
-  if (ImGui::GetContentRegionAvail().x > 1000) {
-    ImGui::SameLine();
-    ImGui::TextDisabled("training memory simulator");
-  }
-  ImGui::SameLine();
-  // The link is made when it is copied, not every frame.
-  auto link = [&] { return hooks_.page_url + "#" + config_to_fragment(config_); };
-  const bool copy_link = ImGui::Button("Copy link");
-  announce_focus("Copy link, button: copies a link that reopens this setup");
-  if (copy_link && hooks_.copy_text) {
-    hooks_.copy_text(link());
-    messages_.push_back({Message::Kind::Info, "Link copied: it reopens exactly this setup."});
-  }
-  flow("Copy summary");
-  const bool copy_summary = ImGui::Button("Copy summary");
-  announce_focus("Copy summary, button: copies a Markdown table of the result for chat");
-  if (copy_summary && running_) messages_.push_back({Message::Kind::Info, "The summary can be copied once the run is simulated."});
-  if (copy_summary && hooks_.copy_text && result_.ok && !running_) {
-    hooks_.copy_text(summary_markdown(config_, result_, unit_, link()));
-    messages_.push_back({Message::Kind::Info, "Markdown summary copied."});
-  }
-  flow("Save JSON");
-  const bool save = ImGui::Button("Save JSON");
-  announce_focus("Save JSON, button: downloads this setup as a memsim config");
-  if (save && hooks_.save_text)
-    messages_.push_back({Message::Kind::Info, hooks_.save_text("memsim-config.json", config_to_json(config_))});
-  flow("DeepSpeed JSON");
-  const bool deepspeed = ImGui::Button("DeepSpeed JSON");
-  announce_focus("DeepSpeed JSON, button: downloads the training part of this setup as a DeepSpeed config");
-  if (deepspeed && hooks_.save_text)
-    messages_.push_back({Message::Kind::Info, hooks_.save_text("ds_config.json", deepspeed_json(config_))});
-  if (ImGui::IsItemHovered() || item_has_keyboard_focus())
-    ImGui::SetTooltip("The training part of this setup as a DeepSpeed config to start from.");
-  flow("Open JSON");
-  const bool open = ImGui::Button("Open JSON");
-  announce_focus("Open JSON, button: loads a memsim, Hugging Face, DeepSpeed or Accelerate config, or a file of sample "
-                 "lengths, from a file");
-  if (open) {
-    if (hooks_.open_file) hooks_.open_file();
-    else messages_.push_back({Message::Kind::Info, "Drop a memsim config, a config.json, a DeepSpeed or an Accelerate config, or a "
-                                                   "file of sample lengths, onto the window, or pass it on the command line."});
-  }
-  flow("Paste JSON...");
-  if (ImGui::Button("Paste JSON...")) ImGui::OpenPopup("paste");
-  announce_focus("Paste JSON, button: opens a box to paste a config into");
-  if (ImGui::BeginPopup("paste")) {
-    static std::string text;
-    ImGui::TextUnformatted("Paste a memsim config, a Hugging Face config.json, a DeepSpeed or an Accelerate config,");
-    ImGui::TextUnformatted("or sample lengths in tokens (one per line, or a JSON array):");
-    if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
-    ImGui::InputTextMultiline("##json", &text, ImVec2(520, 260));
-    announce_focus("Config text to paste");
-    if (ImGui::Button("Load")) {
-      load_text(text, "the pasted JSON");
-      ImGui::CloseCurrentPopup();
-    }
-    announce_focus("Load, button: loads the pasted config");
-    ImGui::EndPopup();
-  }
-  flow("GiB   ");
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.5f);
-  int u = static_cast<int>(unit_);
-  if (index_combo("##unit", u, {"GiB", "GB", "MiB"})) unit_ = static_cast<Unit>(u);
-  announce_focus(std::string("Unit: ") + (unit_ == Unit::GiB ? "GiB" : unit_ == Unit::GB ? "GB" : "MiB"));
-  flow("Light");
-  if (ImGui::Button(dark_ ? "Light" : "Dark")) {
-    dark_ = !dark_;
-    dark_ ? ImGui::StyleColorsDark() : ImGui::StyleColorsLight();
-  }
-  announce_focus(dark_ ? "Light, button: switches to the light theme" : "Dark, button: switches to the dark theme");
-}
-
-void App::draw_messages() {
-  if (messages_.size() > 4) messages_.erase(messages_.begin(), messages_.end() - 4);
-  for (size_t i = 0; i < messages_.size(); ++i) {
-    const auto& m = messages_[i];
-    ImGui::PushID(static_cast<int>(i));
-    const bool dismiss = ImGui::SmallButton("x");
-    announce_focus("Dismiss the message: " + m.text);
-    if (dismiss) {
-      messages_.erase(messages_.begin() + static_cast<long>(i));
-      ImGui::PopID();
-      break;
-    }
-    ImGui::SameLine();
-    ImGui::PushTextWrapPos(0.0f);
-    if (m.kind == Message::Kind::Error) ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.45f, 1), "%s", m.text.c_str());
-    else ImGui::TextColored(ImVec4(0.55f, 0.8f, 1.0f, 1), "%s", m.text.c_str());
-    ImGui::PopTextWrapPos();
-    ImGui::PopID();
-  }
 }
 
 void App::draw_simulation_progress() {
@@ -342,7 +269,8 @@ bool view_button(const char* label, bool shown, const char* what) {
 void App::draw_inputs(float width, float height) {
   ImGui::BeginChild("inputs", ImVec2(width, height), true, ImGuiWindowFlags_NavFlattened);
   // While the setup simulates, its field errors are the new setup's (none: it validated), not the previous result's.
-  if (draw_inputs_panel(config_, running_ ? running_->result() : result_, reveal_data_)) recompute();
+  if (draw_inputs_panel(config_, running_ ? running_->result() : result_, reveal_data_))
+    changed(control_at_start_ != 0 ? control_at_start_ : edited_control());
   reveal_data_ = false;
   inputs_scroll_ = {ImGui::GetScrollY(), ImGui::GetScrollMaxY(), ImGui::GetFrameHeightWithSpacing()};
   ImGui::EndChild();
@@ -378,16 +306,16 @@ void App::draw_results(float height) {
     if (tab("Fit explorer", "explorer")) {
       if (!ready) draw_simulation_progress();
       if (draw_explorer_panel(config_, unit_, ready)) {
-        recompute();
-        messages_.push_back({Message::Kind::Info, "Applied the cell's setup."});
+        changed();
+        message(Message::Kind::Info, "Applied the cell's setup (Ctrl+Z undoes it).");
       }
       ImGui::EndTabItem();
     }
     if (tab("What helps", "advice")) {
       if (!ready) draw_simulation_progress();
       if (draw_advice_panel(config_, unit_, result_, ready)) {
-        recompute();
-        messages_.push_back({Message::Kind::Info, "Applied. The link now holds the changed setup."});
+        changed();
+        message(Message::Kind::Info, "Applied. The link now holds the changed setup (Ctrl+Z undoes it).");
       }
       ImGui::EndTabItem();
     }
@@ -432,6 +360,10 @@ void App::draw_timeline(float height) {
 
 void App::frame() {
   keyboard_frame_start();
+  // A continuous edit is one undo entry until its control is no longer being edited (ui/history.h).
+  control_at_start_ = edited_control();
+  if (history_.group() != control_at_start_) history_.end_group();
+  history_keys();
   advance_simulation();  // a run of varying shapes fills in a part per frame
   const ImGuiViewport* vp = ImGui::GetMainViewport();
   ImGui::SetNextWindowPos(vp->WorkPos);
@@ -440,28 +372,32 @@ void App::frame() {
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
                    ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoBackground);
   draw_toolbar();
-  draw_messages();
   ImGui::Separator();
 
   // Side by side: the inputs on the left, the results over the timeline on the right. A window too narrow for that
   // (a phone) stacks them, the answer first: the results, the timeline, then the inputs, each scrolling on its own.
   // The panels are one space for the keyboard: the arrows and Tab cross from one to the next (ui/keyboard.h).
+  // The status line keeps one row at the bottom, whatever the messages say (ui/status_line.cpp).
+  const float status = ImGui::GetFrameHeightWithSpacing();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   if (avail.x >= 700.0f) {
-    draw_inputs(std::clamp(avail.x * 0.36f, 280.0f, 470.0f), 0);
+    draw_inputs(std::clamp(avail.x * 0.36f, 280.0f, 470.0f), -status);
     ImGui::SameLine();
-    ImGui::BeginChild("outputs", ImVec2(0, 0), false, ImGuiWindowFlags_NavFlattened);
+    ImGui::BeginChild("outputs", ImVec2(0, -status), false, ImGuiWindowFlags_NavFlattened);
     draw_results(std::max(ImGui::GetContentRegionAvail().y * 0.58f, 260.0f));
     draw_timeline(0);
     ImGui::EndChild();
   } else {
-    draw_results(std::floor(avail.y * 0.36f));
-    draw_timeline(std::floor(avail.y * 0.3f));
-    draw_inputs(0, 0);
+    draw_results(std::floor((avail.y - status) * 0.36f));
+    draw_timeline(std::floor((avail.y - status) * 0.3f));
+    draw_inputs(0, -status);
   }
+  draw_status_line();
   ImGui::End();
   keyboard_frame_end();
   work_left_ = take_work_left();
+  // The verdict is read out once the setup is simulated and no control is being edited (not at every digit typed).
+  if (!running_ && edited_control() == 0) verdict_announcement_ = verdict_sentence(result_, unit_);
 }
 
 }  // namespace memsim::ui

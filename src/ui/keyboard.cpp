@@ -78,6 +78,13 @@ bool FocusProbe::focused() {
   return inside && ImGui::GetIO().NavVisible;
 }
 
+bool id_has_keyboard_focus(unsigned id) {
+  const ImGuiContext& g = *GImGui;
+  return id != 0 && g.NavId == id && g.IO.NavVisible;
+}
+
+unsigned edited_control() { return ImGui::GetActiveID(); }
+
 void announce_focus(const std::string& words) { announce_focus(words, item_has_keyboard_focus()); }
 
 void announce_focus(const std::string& words, bool focused) {

@@ -34,6 +34,14 @@ class FocusProbe {
   bool saved_ = false;
 };
 
+// Whether the item `id` has the keyboard focus and the focus is shown: for one item of a widget made of several (the -
+// and + buttons of a number field).
+bool id_has_keyboard_focus(unsigned id);
+
+// The control being edited now (ImGui's active item: a text field typed into, a button held), 0 when none: the app
+// makes one undo entry of a continuous edit of one control (ui/history.h), and leaves Ctrl+Z to a text field.
+unsigned edited_control();
+
 // Records `words` as this frame's announcement when `focused` (by default: the last item has the keyboard focus).
 void announce_focus(const std::string& words);
 void announce_focus(const std::string& words, bool focused);

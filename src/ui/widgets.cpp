@@ -53,13 +53,37 @@ std::string focus_words(const char* label, const std::string& value, const char*
   return words;
 }
 
+namespace {
+
+// The - and + buttons of a number field (ImGui::InputScalar with a step), known by their ids before it is drawn: a
+// screen reader hears "decrease micro_batch_size" on the - button, not the field's own words.
+struct StepButtons {
+  ImGuiID minus = 0, plus = 0;
+  explicit StepButtons(const char* label) {
+    ImGui::PushID(label);  // as InputScalar names its buttons
+    minus = ImGui::GetID("-");
+    plus = ImGui::GetID("+");
+    ImGui::PopID();
+  }
+  // The words of the focused part: a button's, or the field's (`field_words`).
+  std::string words(const char* label, const std::string& value, std::string field_words) const {
+    if (id_has_keyboard_focus(minus)) return std::string("decrease ") + label + ", button: " + value;
+    if (id_has_keyboard_focus(plus)) return std::string("increase ") + label + ", button: " + value;
+    return field_words;
+  }
+};
+
+}  // namespace
+
 bool int_input(const char* label, const char* field, int64_t& v, int64_t step, const char* help) {
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   const int64_t fast = step * 8;
+  const StepButtons buttons(label);
   FocusProbe probe;  // the field and its - and + buttons
   bool changed = ImGui::InputScalar(label, ImGuiDataType_S64, &v, &step, &fast, "%lld");
   const bool focused = probe.focused();
-  announce_focus(focus_words(label, std::to_string(v), field, help), focused);
+  const std::string value = std::to_string(v);
+  announce_focus(buttons.words(label, value, focus_words(label, value, field, help)), focused);
   help_marker(help, focused);
   field_error(field);
   return changed;
@@ -98,12 +122,13 @@ bool choice_combo(const char* label, const char* field, std::string& value, cons
 
 bool double_input(const char* label, const char* field, double& v, const char* help) {
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  const StepButtons buttons(label);
   FocusProbe probe;
   bool changed = ImGui::InputDouble(label, &v, 0.05, 0.1, "%.2f");
   const bool focused = probe.focused();
   char value[32];
   std::snprintf(value, sizeof value, "%.2f", v);
-  announce_focus(focus_words(label, value, field, help), focused);
+  announce_focus(buttons.words(label, value, focus_words(label, value, field, help)), focused);
   help_marker(help, focused);
   field_error(field);
   return changed;

@@ -45,12 +45,12 @@ echo "desktop smoke: the heatmap's first cell is $green% green ($out/desktop-exp
 [ "$green" -gt 50 ]
 
 # A run of sample lengths, filled in over the frames, in the timeline's Run view: its steps' tokens (orange) fill
-# the bottom of the lower chart.
+# the bottom of the lower chart (above the status line).
 "$build/memsim-cli" config --preset llama-3.2-1b --set parallel.zero_stage=0 --set parallel.data_parallel_size=1 \
   --set data.lengths=samples --set 'data.sample_lengths=p0=20,p50=300,p99=1500,p100=2048' --set data.steps=300 > "$out/run-config.json"
 cfg="$out/run-config.json"
 run desktop-run --frames 200 --view run
-orange=$(convert "$out/desktop-run.png" -crop 700x12+530+752 +repage -format %c histogram:info:- |
+orange=$(convert "$out/desktop-run.png" -crop 700x12+530+726 +repage -format %c histogram:info:- |
   awk -F'[:(,)]' '{ n = $1 + 0; all += n; if ($3 > 180 && $4 > 100 && $5 < 110) hit += n } END { printf "%d", 100 * hit / all }')
 echo "desktop smoke: the run's tokens' orange covers $orange% of the bottom of the Run view ($out/desktop-run.png)"
 [ "$orange" -gt 30 ]

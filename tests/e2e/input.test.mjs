@@ -110,12 +110,12 @@ test("touch on a phone: a swipe over a number scrolls and changes nothing; a tap
   assert.equal(s.fragment, before.fragment);
   // A tap on num_hidden_layers' + button (scrolled up by the panel's offset).
   const y = (row0) => row0 - s.scroll.inputs;
-  await page.touchscreen.tap(193, y(706));
+  await page.touchscreen.tap(193, y(690));
   await page.waitForFunction(() => window.memsim.state().config.model.num_hidden_layers === 41, null, { timeout: 5000 });
   // A tap on the tie_word_embeddings checkbox, the row after vocab_size (831).
   s = await state(page);
   assert.equal(s.config.model.tie_word_embeddings, false);
-  await page.touchscreen.tap(30, y(856));
+  await page.touchscreen.tap(30, y(840));
   await page.waitForFunction(() => window.memsim.state().config.model.tie_word_embeddings === true, null, { timeout: 5000 });
   s = await state(page);
   assert.equal(s.config.model.hidden_size, 5120);

@@ -36,7 +36,7 @@ test("the default page draws the verdict, breakdown and timeline", async () => {
   const { charts } = await page.evaluate(() => window.memsim.state());
   assert.equal(charts.renderer, "webgl2", JSON.stringify(charts));
   assert.ok(charts.timeline_draws > 0, JSON.stringify(charts));
-  const blue = share(img, 530, 655, 700, 25, (r, g, b) => b > r + 80 && b > 150);
+  const blue = share(img, 530, 629, 700, 25, (r, g, b) => b > r + 80 && b > 150);
   assert.ok(blue > 0.5, `the timeline's blue covers ${(100 * blue).toFixed(0)}% of its bottom`);
   // Frames drawn while nothing changes (here on mouse moves: an idle page draws none) draw the timeline from the
   // instances uploaded once.

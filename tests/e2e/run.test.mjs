@@ -33,7 +33,7 @@ async function simulated(page) {
 
 // Clicks a point of the canvas until the page's state shows its effect; the Step | Run switch is at the top left
 // of the timeline.
-const runButton = { 1280: [537, 493], 390: [76, 376] };
+const runButton = { 1280: [537, 479], 390: [76, 367] };  // above the status line (ui/status_line.cpp)
 
 for (const [width, height] of [[1280, 800], [390, 844]]) {
   test(`a link to a run of sample lengths fills in over frames and the Run view draws it (${width}x${height})`, async () => {
@@ -57,9 +57,9 @@ for (const [width, height] of [[1280, 800], [390, 844]]) {
     assert.ok(distinctColors(img, 0, 0, width, height) > 50, "the page is drawn");
     if (width === 1280) {
       // The steps' allocated peaks (blue) fill the bottom of the memory chart, their tokens (orange) the one below.
-      const blue = share(img, 520, 640, 700, 20, (r, g, b) => b > r + 80 && b > 150);
+      const blue = share(img, 520, 620, 700, 20, (r, g, b) => b > r + 80 && b > 150);
       assert.ok(blue > 0.5, `the allocated peaks' blue covers ${(100 * blue).toFixed(0)}% of the chart's bottom`);
-      const orange = share(img, 520, 745, 700, 10, (r, g, b) => r > 180 && g > 100 && b < 110);
+      const orange = share(img, 520, 719, 700, 10, (r, g, b) => r > 180 && g > 100 && b < 110);
       assert.ok(orange > 0.3, `the tokens' orange covers ${(100 * orange).toFixed(0)}% of the lower chart's bottom`);
     }
     // Hovering a step shows it.
