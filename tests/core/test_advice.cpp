@@ -214,9 +214,9 @@ TEST_CASE("what helps: rows that save under 1% of the peak are left out, and the
           "[advice]") {
   auto row = [](std::string id, SuggestionGroup g, int slowdown, int64_t saved_mib, bool fits) {
     Suggestion s;
+    s.change = id;
+    s.cost = "cost of " + id;
     s.id = std::move(id);
-    s.change = s.id;
-    s.cost = "-";
     s.group = g;
     s.slowdown = slowdown;
     s.saved_bytes = saved_mib << 20;
