@@ -180,8 +180,18 @@ void print_table(const Result& r) {
 
 void print_suggestions(const Config& config, const std::vector<Suggestion>& suggestions) {
   std::printf("\nwhat helps (each change simulated in full; device peak of the most loaded GPU):\n");
-  if (suggestions.empty()) std::printf("  no single change from the list lowers this setup's peak\n");
+  if (suggestions.empty()) std::printf("  no change from the list lowers this setup's peak by 1%% or more\n");
+  // The groups' headings, in advice.h's order.
+  static const char* const kHeadings[kSuggestionGroups] = {
+      "same job (same model, method, global batch and sequence)", "same job, slightly different numerics",
+      "together they fit (no single change above fits)", "more hardware (GPUs of the same kind)",
+      "changes the job"};
+  int group = -1;
   for (const auto& s : suggestions) {
+    if (static_cast<int>(s.group) != group) {
+      group = static_cast<int>(s.group);
+      std::printf(" %s:\n", kHeadings[group]);
+    }
     std::printf("  %-58s saves %12s  -> %12s%s\n", s.change.c_str(), format_bytes(s.saved_bytes).c_str(),
                 format_bytes(s.peak_bytes).c_str(),
                 s.fits ? "  fits" : s.verdict == Verdict::Borderline ? "  borderline" : "");

@@ -2398,11 +2398,17 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
   out["notes"] = r.notes;
   if (suggestions) {
     json list = json::array();
-    for (const auto& sg : *suggestions)
-      list.push_back({{"change", sg.change}, {"cost", sg.cost},
-                      {"set", base ? config_changes(*base, sg.config) : std::vector<std::string>{}},
-                      {"device_bytes_after", sg.peak_bytes}, {"saved_bytes", sg.saved_bytes}, {"fits", sg.fits},
-                      {"verdict", verdict_id(sg.verdict)}});
+    // The group's id, in advice.h's order: the JSON edge's words for SuggestionGroup.
+    static const char* const kGroupIds[kSuggestionGroups] = {"same_job", "same_job_numerics", "pair", "more_hardware",
+                                                             "changes_job"};
+    for (const auto& sg : *suggestions) {
+      json item = {{"id", sg.id}, {"group", kGroupIds[static_cast<int>(sg.group)]}, {"change", sg.change}, {"cost", sg.cost},
+                   {"set", base ? config_changes(*base, sg.config) : std::vector<std::string>{}},
+                   {"device_bytes_after", sg.peak_bytes}, {"saved_bytes", sg.saved_bytes}, {"fits", sg.fits},
+                   {"verdict", verdict_id(sg.verdict)}};
+      if (!sg.part_changes.empty()) item["parts"] = sg.part_changes;
+      list.push_back(item);
+    }
     out["suggestions"] = list;
   }
   return out.dump(indent, ' ', false, json::error_handler_t::replace);

@@ -1,7 +1,10 @@
-// "What helps": each single change that lowers the peak, ranked by the memory it saves, with its cost; one click
-// applies it. The suggestions are simulated in full (core/advice.h) and cached until the setup changes; like the
-// fit explorer, a frame simulates only for about 8 ms, so that a large layout (a 405B pipeline is some 20 ms a
-// simulation in wasm) or a long run does not freeze the page while the list fills in.
+// "What helps": the changes that lower the peak, in groups (core/advice.h): first those that keep the job as given
+// (same model, method, global batch and sequence), then those that keep it with slightly different numerics, the
+// pairs that fit together where no single same-job change does, more GPUs, and last the changes that make it
+// another job. Each row shows what it saves and what it costs; one click applies it. The suggestions are simulated
+// in full and cached until the setup changes; like the fit explorer, a frame simulates only for about 8 ms, so that
+// a large layout (a 405B pipeline is some 20 ms a simulation in wasm) or a long run does not freeze the page while
+// the list fills in. The pairs are simulated after the single changes, as they are made of the best of them.
 //
 // A run of varying shapes costs its steps: a thousand-step run of a 7B model is about 0.3 s natively and twice that
 // in wasm, and the list has some 25 changes. Where one replay of the run passes kVariantRunLayerPasses, every change
@@ -10,6 +13,7 @@
 // so. Apply simulates the changed setup's own run in full.
 #include <imgui.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -21,13 +25,34 @@
 
 namespace memsim::ui {
 
+namespace {
+
+// The interface's words for each group (advice.h's order): the heading of its table.
+const char* group_heading(SuggestionGroup g, bool pairs_fit) {
+  switch (g) {
+    case SuggestionGroup::SameJob: return "Same job: same model, method, global batch and sequence";
+    case SuggestionGroup::SameJobNumerics: return "Same job, slightly different numerics";
+    case SuggestionGroup::Pair:
+      return pairs_fit ? "Together they fit: two same-job changes" : "Together, borderline: two same-job changes";
+    case SuggestionGroup::MoreHardware: return "More hardware: more GPUs of the same kind";
+    case SuggestionGroup::ChangesJob: return "Changes the job: another method, sequence or model";
+  }
+  return "";
+}
+
+const char* verdict_words_after(const Suggestion& s) {
+  return s.fits ? "fits" : s.verdict == Verdict::Borderline ? "borderline" : "does not fit";
+}
+
+}  // namespace
+
 bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool ready) {
   static Config cached_for;
-  static bool started = false;
+  static bool started = false, pairs_added = false;
   static int64_t peak_now = -1;
   static std::vector<Suggestion> pending, evaluated, cached;
   static std::vector<std::string> cached_sets;  // per row: the fields Apply changes, as --set would write them
-  static size_t next = 0;
+  static size_t next = 0, singles = 0;
   static int64_t run_steps = 0;      // the setup's run, in optimizer steps (0: a fixed shape)
   static int64_t variant_steps = 0;  // the fewer steps every variant replays (0: the whole run, or a fixed shape)
   static std::unique_ptr<Simulation> in_flight;  // the setup over variant_steps, or candidate `next`, under way
@@ -36,6 +61,8 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
     started = true;
     peak_now = -2;  // not simulated yet
     pending = suggestion_candidates(config);
+    singles = pending.size();
+    pairs_added = false;
     evaluated.clear();
     cached.clear();
     cached_sets.clear();
@@ -64,7 +91,14 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
       in_flight.reset();
       continue;
     }
-    if (peak_now < 0 || next >= pending.size()) break;
+    if (peak_now < 0) break;
+    if (next >= pending.size()) {
+      // Every single change is scored: the pairs of the best same-job ones, where none of them fits alone.
+      if (pairs_added) break;
+      pairs_added = true;
+      for (auto& p : pair_candidates(config, evaluated)) pending.push_back(std::move(p));
+      continue;
+    }
     if (!in_flight) in_flight = std::make_unique<Simulation>(variant(pending[next].config));
     if (!advance_until(*in_flight, deadline)) break;
     Suggestion& s = pending[next++];
@@ -89,66 +123,88 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
                        format_count(variant_steps).c_str(), format_count(run_steps).c_str());
     ImGui::PopStyleColor();
   }
-  const bool working = peak_now != -1 && next < pending.size();
+  const bool working = peak_now != -1 && (next < pending.size() || !pairs_added);
   if (working) {
     note_work_left();
-    ImGui::TextDisabled("Simulating the changes: %zu of %zu...", next, pending.size());
+    if (next < singles) ImGui::TextDisabled("Simulating the changes: %zu of %zu...", next, singles);
+    else if (pending.size() > singles) ImGui::TextDisabled("No single same-job change fits: simulating pairs, %zu of %zu...", next - singles, pending.size() - singles);
   }
   if (cached.empty()) {
-    if (!working) ImGui::TextDisabled("No single change from the list lowers this setup's peak.");
+    if (!working) ImGui::TextDisabled("No change from the list lowers this setup's peak by 1%% or more.");
     return false;
   }
-  bool changed = false;
-  if (!ImGui::BeginTable("advice", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV))
-    return false;
-  ImGui::TableSetupColumn("change", ImGuiTableColumnFlags_WidthStretch, 2.6f);
-  ImGui::TableSetupColumn("saves", ImGuiTableColumnFlags_WidthStretch, 0.9f);
-  ImGui::TableSetupColumn("peak after", ImGuiTableColumnFlags_WidthStretch, 1.1f);
-  ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 3.5f);
-  ImGui::TableHeadersRow();
-  for (size_t i = 0; i < cached.size(); ++i) {
-    const Suggestion& s = cached[i];
-    ImGui::PushID(static_cast<int>(i));
-    ImGui::TableNextRow();
-    ImGui::TableNextColumn();
-    ImGui::TextUnformatted(s.change.c_str());
-    if (ImGui::IsItemHovered()) {
-      ImGui::BeginTooltip();
-      ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
-      ImGui::TextUnformatted(("Cost: " + s.cost + "\nSets:" + cached_sets[i]).c_str());
-      ImGui::PopTextWrapPos();
-      ImGui::EndTooltip();
+  bool changed = false, pairs_shown = false;
+  const bool pairs_fit = std::any_of(cached.begin(), cached.end(), [](const Suggestion& s) { return s.group == SuggestionGroup::Pair && s.fits; });
+  const float peak_before = static_cast<float>(cached.front().peak_bytes + cached.front().saved_bytes);
+  // One table per group, its heading in the header of the first column, so that a group's rows line up with it.
+  for (size_t i = 0; i < cached.size();) {
+    const SuggestionGroup g = cached[i].group;
+    size_t end = i;
+    while (end < cached.size() && cached[end].group == g) ++end;
+    pairs_shown |= g == SuggestionGroup::Pair;
+    ImGui::PushID(static_cast<int>(g));
+    if (ImGui::BeginTable("advice", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV)) {
+      ImGui::TableSetupColumn(group_heading(g, pairs_fit), ImGuiTableColumnFlags_WidthStretch, 2.6f);
+      ImGui::TableSetupColumn("saves", ImGuiTableColumnFlags_WidthStretch, 0.9f);
+      ImGui::TableSetupColumn("peak after", ImGuiTableColumnFlags_WidthStretch, 1.1f);
+      ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 3.5f);
+      ImGui::TableHeadersRow();
+      for (; i < end; ++i) {
+        const Suggestion& s = cached[i];
+        ImGui::PushID(static_cast<int>(i));
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        if (s.part_changes.size() == 2) ImGui::TextWrapped("%s\n+ %s", s.part_changes[0].c_str(), s.part_changes[1].c_str());
+        else ImGui::TextWrapped("%s", s.change.c_str());
+        const bool hovered = ImGui::IsItemHovered();
+        ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+        ImGui::TextWrapped("%s", s.cost.c_str());  // the cost, on every row
+        ImGui::PopStyleColor();
+        if (hovered || ImGui::IsItemHovered()) {
+          ImGui::BeginTooltip();
+          ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
+          ImGui::TextUnformatted(("Sets:" + cached_sets[i]).c_str());
+          ImGui::PopTextWrapPos();
+          ImGui::EndTooltip();
+        }
+        ImGui::TableNextColumn();
+        ImGui::Text("%s (%.0f%%)", bytes_text(s.saved_bytes, unit).c_str(),
+                    peak_before > 0 ? 100.0f * static_cast<float>(s.saved_bytes) / peak_before : 0.0f);
+        ImGui::TableNextColumn();
+        // The same verdict as the results panel's: a change that leaves the band across the usable line is borderline.
+        if (s.fits) ImGui::TextColored(ImVec4(0.35f, 0.85f, 0.45f, 1), "%s fits", bytes_text(s.peak_bytes, unit).c_str());
+        else if (s.verdict == Verdict::Borderline)
+          ImGui::TextColored(ImVec4(0.95f, 0.8f, 0.3f, 1), "%s borderline", bytes_text(s.peak_bytes, unit).c_str());
+        else ImGui::TextUnformatted(bytes_text(s.peak_bytes, unit).c_str());
+        ImGui::TableNextColumn();
+        if (ImGui::SmallButton("Apply")) {
+          config = s.config;
+          changed = true;
+        }
+        // The keyboard reaches the row through its button: the fields it sets show as the hover would show them.
+        if (item_has_keyboard_focus()) {
+          ImGui::BeginTooltip();
+          ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
+          ImGui::TextUnformatted((s.change + "\nCost: " + s.cost + "\nSets:" + cached_sets[i]).c_str());
+          ImGui::PopTextWrapPos();
+          ImGui::EndTooltip();
+        }
+        announce_focus(std::string("Apply, button: ") + group_heading(g, pairs_fit) + ": " + s.change + ". Saves " +
+                       bytes_text(s.saved_bytes, unit) + ", peak after " + bytes_text(s.peak_bytes, unit) + ", " +
+                       verdict_words_after(s) + ". Cost: " + s.cost);
+        ImGui::PopID();
+      }
+      ImGui::EndTable();
     }
-    ImGui::TableNextColumn();
-    ImGui::TextUnformatted(bytes_text(s.saved_bytes, unit).c_str());
-    ImGui::TableNextColumn();
-    // The same verdict as the results panel's: a change that leaves the band across the usable line is borderline.
-    if (s.fits) ImGui::TextColored(ImVec4(0.35f, 0.85f, 0.45f, 1), "%s fits", bytes_text(s.peak_bytes, unit).c_str());
-    else if (s.verdict == Verdict::Borderline)
-      ImGui::TextColored(ImVec4(0.95f, 0.8f, 0.3f, 1), "%s borderline", bytes_text(s.peak_bytes, unit).c_str());
-    else ImGui::TextUnformatted(bytes_text(s.peak_bytes, unit).c_str());
-    ImGui::TableNextColumn();
-    if (ImGui::SmallButton("Apply")) {
-      config = s.config;
-      changed = true;
-    }
-    // The keyboard reaches the row through its button: the cost shows as the hover over the change would show it.
-    if (item_has_keyboard_focus()) {
-      ImGui::BeginTooltip();
-      ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
-      ImGui::TextUnformatted((s.change + "\nCost: " + s.cost + "\nSets:" + cached_sets[i]).c_str());
-      ImGui::PopTextWrapPos();
-      ImGui::EndTooltip();
-    }
-    announce_focus("Apply, button: " + s.change + ". Saves " + bytes_text(s.saved_bytes, unit) + ", peak after " +
-                   bytes_text(s.peak_bytes, unit) +
-                   (s.fits ? ", fits" : s.verdict == Verdict::Borderline ? ", borderline" : ", does not fit") +
-                   ". Cost: " + s.cost);
+    i = end;
     ImGui::PopID();
   }
-  ImGui::EndTable();
+  // Where no same-job change fits alone and the pairs are done, say so when no pair fits either.
+  if (pairs_added && next >= pending.size() && pending.size() > singles && !pairs_shown)
+    ImGui::TextDisabled("No pair of the %d same-job changes that save the most fits either.", kMaxPairedChanges);
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped("Hover a change, or focus its Apply, for its cost and the fields it sets. Each row is a %s",
+  ImGui::TextWrapped("Hover a change for the fields it sets (or focus its Apply). Rows that save under 1%% of the peak "
+                     "are left out. Each row is a %s",
                      variant_steps > 0 ? "simulation of the changed setup over the same steps." : "full simulation of the changed setup.");
   ImGui::PopStyleColor();
   return changed;

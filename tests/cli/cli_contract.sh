@@ -53,7 +53,9 @@ check "--format table" grep -q "peak allocated" "$tmp/table.txt"
 check "--suggest adds ranked suggestions with their settings" py "
 s = d['suggestions']
 assert len(s) > 0 and all(x['saved_bytes'] > 0 and x['set'] for x in s)
-assert [x['saved_bytes'] for x in s] == sorted((x['saved_bytes'] for x in s), reverse=True)
+order = ['same_job', 'same_job_numerics', 'pair', 'more_hardware', 'changes_job']
+assert [order.index(x['group']) for x in s] == sorted(order.index(x['group']) for x in s)
+assert all(a['saved_bytes'] >= b['saved_bytes'] for a, b in zip(s, s[1:]) if a['group'] == b['group'] and not a['fits'] and not b['fits'])
 assert any(x['set'] == ['training.activation_checkpointing=full'] for x in s)
 assert all(x['verdict'] in ('fits', 'borderline', 'does_not_fit', 'out_of_memory') and x['fits'] == (x['verdict'] == 'fits') for x in s)"
 sets=$(python3 -c "import json; s = json.load(open('$tmp/out.json'))['suggestions'][0]; print(' '.join('--set ' + x for x in s['set']))")

@@ -1,0 +1,376 @@
+// The single changes "What helps" knows (advice.h), each with its group, how much it slows a step, and its price in
+// words. A change that keeps the job keeps the global batch (micro-batch x gradient accumulation x data parallel):
+// where it lowers the micro-batch or the data-parallel size, it raises the gradient accumulation to match.
+#include <algorithm>
+#include <numeric>
+
+#include "advice.h"
+#include "catalog.h"
+#include "frameworks.h"
+#include "tables.h"
+
+namespace memsim {
+
+namespace {
+
+using G = SuggestionGroup;
+
+struct Adder {
+  std::vector<Suggestion>& out;
+  bool same_job_only;
+  void operator()(G group, int slowdown, std::string id, std::string change, std::string cost, Config c) {
+    if (same_job_only && group != G::SameJob && group != G::SameJobNumerics) return;
+    Suggestion s;
+    s.id = std::move(id);
+    s.change = std::move(change);
+    s.cost = std::move(cost);
+    s.group = group;
+    s.slowdown = slowdown;
+    s.config = std::move(c);
+    out.push_back(std::move(s));
+  }
+};
+
+// The per-GPU sequences of one optimizer step (micro-batch x accumulation) spread over k times the data-parallel
+// ranks: the largest micro-batch up to today's that divides them, and the accumulation that makes up the rest.
+// False where the global batch cannot stay the same.
+bool spread_over(Config& c, int64_t k) {
+  const int64_t per_gpu = c.training.micro_batch_size * c.training.gradient_accumulation_steps;
+  if (per_gpu % k != 0) return false;
+  const int64_t left = per_gpu / k;
+  int64_t mb = std::min(c.training.micro_batch_size, left);
+  while (left % mb != 0) --mb;
+  c.training.micro_batch_size = mb;
+  c.training.gradient_accumulation_steps = left / mb;
+  c.parallel.data_parallel_size *= k;
+  return true;
+}
+
+// Halving the data-parallel ranks (to make room for tensor or context parallelism on the same GPUs) doubles the
+// gradient accumulation, so that the global batch stays.
+void halve_data_parallel(Config& c) {
+  c.parallel.data_parallel_size /= 2;
+  c.training.gradient_accumulation_steps *= 2;
+}
+
+std::string count(int64_t n) { return std::to_string(n); }
+
+void activation_changes(const Config& base, const Resolved& rs, Adder& add) {
+  const auto& t = base.training;
+  if (t.activation_checkpointing == "none" && rs.framework && rs.framework->id == "megatron") {
+    Config c = base;
+    c.training.activation_checkpointing = "selective";
+    add(G::SameJob, 1, "checkpointing_selective", "Selective activation checkpointing",
+        "a few percent more compute: only the attention core (softmax, dropout) is recomputed in backward "
+        "(Megatron's --recompute-granularity selective; Korthikanti et al. 2022)", c);
+  }
+  if (t.activation_checkpointing != "full") {
+    Config c = base;
+    c.training.activation_checkpointing = "full";
+    add(G::SameJob, 2, "checkpointing_full", "Full activation checkpointing",
+        "about 33% more compute: every layer's forward runs again in backward (Korthikanti et al. 2022)", c);
+  }
+  if (t.micro_batch_size > 1) {
+    // The largest proper divisor, so that the accumulation makes up the same global batch exactly.
+    int64_t mb = t.micro_batch_size / 2;
+    while (t.micro_batch_size % mb != 0) --mb;
+    Config c = base;
+    c.training.micro_batch_size = mb;
+    c.training.gradient_accumulation_steps = t.gradient_accumulation_steps * (t.micro_batch_size / mb);
+    add(G::SameJob, 1, "micro_batch_smaller",
+        "Micro-batch " + count(mb) + ", gradient accumulation " + count(c.training.gradient_accumulation_steps),
+        "same global batch; smaller matmuls run less efficiently", c);
+    if (mb > 1) {
+      c.training.micro_batch_size = 1;
+      c.training.gradient_accumulation_steps = t.gradient_accumulation_steps * t.micro_batch_size;
+      add(G::SameJob, 1, "micro_batch_one",
+          "Micro-batch 1, gradient accumulation " + count(c.training.gradient_accumulation_steps),
+          "same global batch; one sequence per matmul runs least efficiently", c);
+    }
+  }
+  if (!t.activation_offload && t.activation_checkpointing == "none") {
+    Config c = base;
+    c.training.activation_offload = true;
+    add(G::SameJob, 2, "activation_offload", "CPU activation offloading",
+        "the saved activations cross PCIe every step; slower unless overlapped", c);
+  }
+}
+
+void sharding_changes(const Config& base, const Resolved& rs, Adder& add) {
+  const auto& p = base.parallel;
+  const bool fsdp = rs.sharding == Sharding::Fsdp1 || rs.sharding == Sharding::Fsdp2;
+  const bool megatron = rs.sharding == Sharding::Megatron;
+  // Sharding over the data-parallel ranks: the next stage the engine has, and stage 3 as well where that is further.
+  if (p.data_parallel_size > 1) {
+    std::vector<int64_t> stages;
+    if (megatron) {
+      if (p.zero_stage == 0) stages = {1};
+    } else if (p.pipeline_parallel_size == 1 || fsdp) {
+      for (int64_t z = p.zero_stage + 1; z <= 3; ++z)
+        if (!(fsdp && z == 1) && (stages.empty() || z == 3)) stages.push_back(z);
+    } else if (p.zero_stage == 0) {
+      stages = {1};  // DeepSpeed's pipeline engine takes ZeRO-1 only
+    }
+    for (int64_t z : stages) {
+      Config c = base;
+      c.parallel.zero_stage = z;
+      std::string name = megatron ? "Distributed optimizer (Megatron's ZeRO-1)"
+                         : fsdp   ? (z == 3 ? "FSDP FULL_SHARD (ZeRO-3's sharding)" : "FSDP SHARD_GRAD_OP (ZeRO-2's sharding)")
+                                  : "ZeRO stage " + count(z);
+      add(G::SameJob, z == 3 ? 1 : 0, "zero_" + count(z), name,
+          z == 3 ? "weights are all-gathered per layer in forward and backward: 1.5x the data-parallel traffic "
+                   "(ZeRO paper sec. 7)"
+                 : "no extra traffic: a reduce-scatter and all-gather replace the all-reduce (ZeRO paper sec. 7)",
+          c);
+    }
+  }
+  // Offload to host RAM, also on one GPU: DeepSpeed's ZeRO-Offload and ZeRO-3 offload run on a single GPU (the
+  // ZeRO-Offload paper trains a 13B model on one V100), and so does FSDP's CPUOffload.
+  const std::string host = "needs host RAM (shown below the devices)";
+  // The offloaded step is the engine's own CPU Adam (DeepSpeedCPUAdam, or torch's on CPU tensors): bitsandbytes'
+  // 8-bit optimizers run on the GPU only, so they are not offloaded.
+  if (base.training.optimizer.find("8bit") != std::string::npos) return;
+  if (fsdp) {
+    if (p.offload_optimizer == "none" && p.offload_params == "none") {
+      Config c = base;
+      c.parallel.zero_stage = 3;
+      c.parallel.offload_optimizer = c.parallel.offload_params = "cpu";
+      add(G::SameJob, 4, "offload_optimizer_params", "CPU offload of parameters and optimizer (FSDP CPUOffload)",
+          "FSDP's CPUOffload(offload_params=True) keeps parameters, gradients and the optimizer step on the CPU: "
+          "every layer's weights and gradients cross PCIe each step, often 2-3x slower; " + host, c);
+    }
+    return;
+  }
+  if (p.offload_optimizer == "none") {
+    Config c = base;
+    if (!megatron && c.parallel.zero_stage == 0) c.parallel.zero_stage = 2;  // ZeRO-Offload is built on ZeRO-2
+    c.parallel.offload_optimizer = "cpu";
+    add(G::SameJob, 3, "offload_optimizer",
+        megatron ? "Optimizer offload to CPU (--optimizer-cpu-offload)"
+                 : std::string("Optimizer offload to CPU (ZeRO-Offload") + (c.parallel.zero_stage != p.zero_stage ? ", ZeRO-2)" : ")"),
+        "the optimizer step runs on the CPU and the gradients cross PCIe every step: often 1.5-3x slower; " + host, c);
+  }
+  if (!megatron && p.offload_params == "none" && p.pipeline_parallel_size == 1) {
+    Config c = base;
+    c.parallel.zero_stage = 3;
+    c.parallel.offload_params = "cpu";
+    const bool both = p.offload_optimizer == "none";
+    if (both) c.parallel.offload_optimizer = "cpu";
+    add(G::SameJob, 4, both ? "offload_optimizer_params" : "offload_params",
+        both ? "CPU offload of optimizer and parameters (ZeRO-3 Offload)" : "Parameter offload to CPU (ZeRO-3 Offload)",
+        "ZeRO-Infinity's offload_param: every layer's weights are fetched over PCIe in forward and backward, on top "
+        "of the optimizer step on the CPU: often 2-3x slower; " + host, c);
+  }
+}
+
+void layout_changes(const Config& base, const Resolved& rs, Adder& add) {
+  const auto& t = base.training;
+  const auto& p = base.parallel;
+  if (p.context_parallel_size == 1 && t.sequence_length >= 16384 && t.sequence_length % 4 == 0 &&
+      p.data_parallel_size % 2 == 0 && !base.model.post_layernorm && base.model.kv_lora_rank == 0 && t.attention != "eager") {
+    Config c = base;
+    c.parallel.context_parallel_size = 2;
+    halve_data_parallel(c);
+    add(G::SameJob, 1, "context_parallel_2", "Context parallel 2 (ring attention), same GPUs",
+        "each GPU holds half of every sequence; key/value chunks circulate between the pair every layer; twice the "
+        "gradient accumulation keeps the global batch", c);
+  }
+  if (p.tensor_parallel_size == 1 && base.model.num_attention_heads % 2 == 0 && base.model.num_experts == 0 &&
+      !base.model.post_layernorm && !base.peft.enabled() && p.data_parallel_size % 2 == 0) {
+    Config c = base;
+    c.parallel.tensor_parallel_size = 2;
+    halve_data_parallel(c);
+    c.parallel.sequence_parallel = t.sequence_length % 2 == 0;
+    add(G::SameJob, 1, "tensor_parallel_2", "Tensor parallel 2 (with sequence parallel), same GPUs",
+        "all-reduces inside every layer: fine within an NVLink node; twice the gradient accumulation keeps the "
+        "global batch", c);
+  }
+  // A 1F1B pipeline's first stage keeps the most micro-batches' activations in flight (the stage count, against
+  // one on the last): giving it fewer layers and the others more evens the devices out (Megatron
+  // --decoder-first-pipeline-num-layers; transformer_block.py get_num_layers_to_build). The first split that keeps
+  // the other stages even is offered.
+  if (p.pipeline_parallel_size > 1 && p.pipeline_schedule != "interleaved_1f1b" && p.pipeline_first_stage_layers == 0 &&
+      p.pipeline_last_stage_layers == 0) {
+    const int64_t layers = base.model.num_hidden_layers, stages = p.pipeline_parallel_size;
+    for (int64_t first = layers / stages - 1; first >= 1; --first)
+      if ((layers - first) % (stages - 1) == 0) {
+        Config c = base;
+        c.parallel.pipeline_first_stage_layers = first;
+        add(G::SameJob, 1, "pipeline_first_stage",
+            "Fewer layers on the first pipeline stage (" + count(first) + ", the others " +
+                count((layers - first) / (stages - 1)) + " each)",
+            "Megatron's --decoder-first-pipeline-num-layers: the first stage holds the most micro-batches in flight; "
+            "the other stages then compute more, so the step can take a little longer", c);
+        break;
+      }
+  }
+  if (base.parallel.fsdp_no_sync != "false" && (rs.sharding == Sharding::Fsdp1 || rs.sharding == Sharding::Fsdp2) &&
+      t.gradient_accumulation_steps > 1 && p.pipeline_parallel_size == 1) {
+    Config c = base;
+    c.parallel.fsdp_no_sync = "false";
+    add(G::SameJob, 1, "fsdp_sync_each_batch", "Sync gradients every micro-batch",
+        "Accelerate's sync_each_batch=True (in Fabric, no_backward_sync(enabled=False)): a reduce-scatter per "
+        "micro-batch instead of one per step, where FSDP's no_sync() holds the whole model's unsharded gradients", c);
+  }
+}
+
+void kernel_and_stack_changes(const Config& base, const Resolved& rs, Adder& add) {
+  const auto& t = base.training;
+  if (t.loss != "fused_linear" && !base.model.post_layernorm) {
+    Config c = base;
+    c.training.loss = "fused_linear";
+    add(G::SameJob, 0, "loss_fused_linear", "Fused linear cross-entropy (Liger)",
+        "the loss is computed in chunks without the full logits: about as fast, the same loss", c);
+  }
+  if (!t.compile && t.activation_checkpointing != "full") {
+    Config c = base;
+    c.training.compile = true;
+    add(G::SameJob, 0, "compile", "torch.compile the layers",
+        "compile time at start-up; Inductor recomputes the norms' fp32 copies and SwiGLU's activation in backward "
+        "instead of saving them (usually faster, not slower)", c);
+  }
+  if (rs.attention == Attention::Eager) {
+    Config c = base;
+    c.training.attention = "sdpa";
+    add(G::SameJob, 0, "attention_sdpa", "SDPA / FlashAttention instead of eager attention",
+        "faster as well; the same attention, computed in tiles", c);
+  }
+  if (!rs.expandable_segments) {
+    Config c = base;
+    c.hardware.expandable_segments = "true";
+    add(G::SameJob, 0, "expandable_segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "no change to the training itself: the allocator grows one segment per stream in 20 MiB pages instead of "
+        "caching whole cudaMalloc blocks (PyTorch CUDA semantics docs: it helps where fragmentation wastes memory); "
+        "mapped pages are kept until empty_cache", c);
+  }
+  if (rs.softmax_saves_input) {
+    Config c = base;
+    c.training.softmax_saves_input = "false";
+    add(G::SameJob, 0, "torch_1_11", "PyTorch 1.11 or newer",
+        "its softmax keeps only its output for backward, not its input as well (pytorch/pytorch#66018); check the "
+        "rest of the stack supports it", c);
+  }
+  if (!rs.zero_grad_set_to_none) {
+    Config c = base;
+    c.training.zero_grad_set_to_none = "true";
+    add(G::SameJob, 0, "zero_grad_set_to_none", "zero_grad(set_to_none=True)",
+        "the default since PyTorch 2.0: gradients are freed after the step instead of zeroed in place, so they are "
+        "not held through the next forward", c);
+  }
+  // The same job with slightly different arithmetic: the update or the forward is computed at lower precision.
+  if ((t.optimizer == "adamw" || t.optimizer == "adam") && base.parallel.offload_optimizer == "none") {
+    Config c = base;
+    c.training.optimizer = "adamw_8bit";
+    add(G::SameJobNumerics, 0, "optimizer_8bit", "8-bit AdamW (bitsandbytes)",
+        "changes the numerics slightly: block-wise quantized optimizer states; usually matches 32-bit AdamW's "
+        "quality (Dettmers et al. 2021)", c);
+  }
+  if (t.precision == "fp32") {
+    // bf16 needs Ampere (sm_80) or newer; older GPUs get fp16 autocast, with its loss scaling.
+    const GpuSpec* gpu = find_gpu(base.hardware.gpu);
+    const bool bf16 = !gpu || gpu->compute_capability >= 80;
+    Config c = base;
+    c.training.precision = bf16 ? "amp_bf16" : "amp_fp16";
+    if (bf16)
+      add(G::SameJobNumerics, 0, "autocast_bf16", "bf16 autocast instead of fp32",
+          "changes the numerics slightly: matmuls in bf16, weights and optimizer still fp32; faster on tensor cores "
+          "(Ampere or newer)", c);
+    else
+      add(G::SameJobNumerics, 0, "autocast_fp16", "fp16 autocast instead of fp32",
+          "changes the numerics slightly: matmuls in fp16 with loss scaling (torch.cuda.amp.GradScaler), as this GPU "
+          "has no bf16; faster on tensor cores", c);
+  }
+}
+
+// More GPUs of the same kind, the global batch kept: the states shard over more ranks where the setup shards them.
+// A setup that does not shard yet gets ZeRO-3 (FSDP FULL_SHARD) with them, as more GPUs alone would not help it.
+void hardware_changes(const Config& base, const Resolved& rs, Adder& add) {
+  for (int64_t k : {2, 4}) {
+    Config c = base;
+    if (!spread_over(c, k)) continue;
+    std::string extra;
+    if (c.parallel.zero_stage == 0 && rs.sharding != Sharding::Megatron && c.parallel.pipeline_parallel_size == 1) {
+      c.parallel.zero_stage = 3;
+      extra = rs.sharding == Sharding::DeepSpeed ? " with ZeRO-3" : " with FSDP FULL_SHARD";
+    }
+    const int64_t gpus = c.parallel.data_parallel_size * c.parallel.tensor_parallel_size *
+                         c.parallel.pipeline_parallel_size * c.parallel.context_parallel_size;
+    add(G::MoreHardware, 0, "gpus_x" + count(k),
+        count(gpus) + " GPUs (data parallel " + count(c.parallel.data_parallel_size) + ")" + extra,
+        count(k) + "x the GPUs; micro-batch " + count(c.training.micro_batch_size) + " x accumulation " +
+            count(c.training.gradient_accumulation_steps) + " keeps the global batch; gradients are reduced "
+            "across the GPUs every step", c);
+  }
+}
+
+// Changes that make it another job: another training method, shorter samples, a smaller model.
+void job_changes(const Config& base, Adder& add) {
+  const auto& t = base.training;
+  if (!base.peft.enabled()) {
+    Config c = base;
+    c.peft.method = "lora";
+    c.peft.lora_rank = 16;
+    c.peft.target_modules = "all-linear";
+    add(G::ChangesJob, 0, "lora", "LoRA (rank 16, all linears) instead of full fine-tuning",
+        "a different method: trains 0.1-1% of the parameters, often somewhat below full fine-tuning's quality", c);
+  }
+  if ((!base.peft.enabled() || base.peft.lora_like()) && base.peft.base_quantization == "none") {
+    Config c = base;
+    if (!c.peft.enabled()) {
+      c.peft.method = "lora";
+      c.peft.lora_rank = 16;
+      c.peft.target_modules = "all-linear";
+    }
+    c.peft.base_quantization = "nf4";
+    c.peft.double_quantization = true;
+    if (c.training.precision == "fp32") c.training.precision = "bf16_pure";
+    add(G::ChangesJob, 0, "qlora", base.peft.enabled() ? "QLoRA: a 4-bit NF4 base under the same adapters"
+                                                       : "QLoRA (4-bit NF4 base, LoRA rank 16)",
+        "a different method: 4-bit weights cost some quality and dequantization time (Dettmers et al. 2023)", c);
+  }
+  if (t.sequence_length >= 512) {
+    Config c = base;
+    c.training.sequence_length = t.sequence_length / 2;
+    add(G::ChangesJob, 0, "sequence_half", "Sequence length " + count(c.training.sequence_length),
+        "a different job: samples longer than this are cut or split, and the model sees less context", c);
+  }
+  // The largest model of the same catalogue family with at most three quarters of the parameters, whose positions
+  // hold the sequence.
+  const ModelPreset* now = nullptr;
+  for (const auto& p : model_presets())
+    if (p.model == base.model) now = &p;
+  if (now && now->params_expected > 0) {
+    const ModelPreset* best = nullptr;
+    for (const auto& p : model_presets())
+      if (p.supported && p.family == now->family && p.params_expected > 0 && p.params_expected * 4 <= now->params_expected * 3 &&
+          p.model.max_position_embeddings >= t.sequence_length && (!best || p.params_expected > best->params_expected))
+        best = &p;
+    if (best) {
+      Config c = base;
+      c.model = best->model;
+      add(G::ChangesJob, 0, "smaller_model", "A smaller model: " + best->name,
+          "a different model, with less capacity than " + now->name, c);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Suggestion> suggestion_candidates(const Config& base, bool same_job_only) {
+  std::vector<Suggestion> out;
+  Adder add{out, same_job_only};
+  const Resolved rs = resolve(base);
+  activation_changes(base, rs, add);
+  sharding_changes(base, rs, add);
+  layout_changes(base, rs, add);
+  kernel_and_stack_changes(base, rs, add);
+  if (!same_job_only) {
+    hardware_changes(base, rs, add);
+    job_changes(base, add);
+  }
+  return out;
+}
+
+std::vector<Suggestion> suggestion_candidates(const Config& base) { return suggestion_candidates(base, false); }
+
+}  // namespace memsim
