@@ -284,9 +284,8 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
   const float width = ImGui::GetContentRegionAvail().x;
   // The legend names each statistic and its peak, the verdict's among them (core/format.h), and wraps in a narrow
   // window: the chart leaves it the lines it needs.
-  const std::string legend = "blue: allocated (max_memory_allocated)   grey: reserved (max_memory_reserved)   white line: "
-                             "nvidia-smi, the verdict's   yellow: usable   " + std::to_string(n) + " events\n" +
-                             describe_peaks(d, unit, unit == Unit::MiB ? 0 : 2);
+  const std::string legend = "blue: allocated   grey: reserved   white: nvidia-smi (the verdict's)   yellow: usable   " +
+                             std::to_string(n) + " events\n" + describe_peaks(d, unit, unit == Unit::MiB ? 0 : 2);
   const float legend_h = ImGui::CalcTextSize(legend.c_str(), nullptr, false, width).y + ImGui::GetStyle().ItemSpacing.y;
   const float height = std::max(120.0f, ImGui::GetContentRegionAvail().y - legend_h);
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
@@ -347,7 +346,8 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
     dl->AddLine(ImVec2(p0.x, y), ImVec2(p0.x + width, y), IM_COL32(235, 235, 235, 170), 1.0f);
     const std::string text = "nvidia-smi peak " + bytes_text(d.peak.device_bytes, unit) + " (the verdict's)";
     const float w = ImGui::CalcTextSize(text.c_str()).x;
-    dl->AddText(ImVec2(std::max(p0.x + 3, p0.x + width - w - 4), y - line_h - 1), IM_COL32(235, 235, 235, 230), text.c_str());
+    // Under the line, at the right: the phase names run along the top.
+    dl->AddText(ImVec2(std::max(p0.x + 3, p0.x + width - w - 4), y + 2), IM_COL32(235, 235, 235, 230), text.c_str());
   }
   const ImVec2 peak(x_of(d.peak_event), y_of(d.peak.allocated_bytes));
   dl->AddCircleFilled(peak, 4.0f, IM_COL32(255, 90, 90, 255));
