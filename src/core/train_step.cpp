@@ -368,9 +368,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   const bool deepspeed = sp_.sharding == Sharding::DeepSpeed;
   const std::string zero = "DeepSpeed ZeRO-" + std::to_string(c_.parallel.zero_stage);
   L_.grad_partition = p.label(zero + " gradient partition (this rank's reduced gradients, flat)");
+  // Without ZeRO the layout is DDP's (memsim resolves HF Trainer to DeepSpeed's sharding, which it uses only with ZeRO).
   L_.grad_bucket = p.label(deepspeed && shard_opt_ ? zero + " reduce bucket (IPG buffer of reduce_bucket_size elements)"
-                           : deepspeed ? "DeepSpeed gradient all-reduce buffer (second copy of the gradients)"
-                                       : "DDP gradient bucket (second copy of the gradients)");
+                                                   : "DDP gradient bucket (second copy of the gradients)");
   L_.gathered = p.label(sp_.fsdp ? "FSDP unsharded parameters (all-gathered)" : zero + " all-gathered layer parameters");
   L_.ag_buffer = p.label("FSDP2 all-gather output (copied out per parameter)");
   L_.rs_input = p.label("FSDP2 reduce-scatter input (unsharded gradients in the reduce dtype)");

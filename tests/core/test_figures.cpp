@@ -140,6 +140,7 @@ TEST_CASE("tensors are named after the engine that allocates them", "[figures][l
     const auto labels = used_labels(r.devices.front());
     CHECK(labels.count("DDP gradient bucket (second copy of the gradients)") == 1);
     CHECK(!any_contains(labels, "ZeRO"));
+    CHECK(!any_contains(labels, "DeepSpeed"));
     CHECK(!any_contains(labels, "FSDP"));
   }
   SECTION("FSDP2: its reduce-scatter buffers and gradient shards, no DeepSpeed or DDP tensor") {
