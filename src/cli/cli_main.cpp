@@ -11,6 +11,7 @@
 // Exit codes: 0 success, 2 invalid input (one line on stderr naming the field), 1 other failures.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -147,24 +148,22 @@ void print_band(const DeviceResult& d) {
 void print_table(const Result& r) {
   std::printf("parameters: %s (%s), trainable %s\n", format_count(r.params_total).c_str(),
               format_params(r.params_total).c_str(), format_count(r.params_trainable).c_str());
-  std::printf("model states per GPU: weights %s, gradients %s, optimizer %s\n",
-              format_bytes(r.model_states.weights_bytes).c_str(), format_bytes(r.model_states.gradients_bytes).c_str(),
-              format_bytes(r.model_states.optimizer_bytes).c_str());
+  std::printf("%s%s\n", describe_kept(r.model_states).c_str(),  // the breakdown's kept column (core/format.h)
+              r.devices.size() > 1 ? (" (" + r.devices.front().role + ")").c_str() : "");
   for (const auto& d : r.devices) {
     std::printf("\n%s (x%lld): %s\n", d.role.c_str(), static_cast<long long>(d.device_count), verdict_words(d.verdict));
     std::printf("  %-24s %14s\n", "peak allocated", format_bytes(d.peak.allocated_bytes).c_str());
     std::printf("  %-24s %14s\n", "peak reserved", format_bytes(d.peak.reserved_bytes).c_str());
-    std::printf("  %-24s %14s  of %s (usable %s)\n", "device (nvidia-smi)", format_bytes(d.peak.device_bytes).c_str(),
-                format_bytes(d.capacity_bytes).c_str(), format_bytes(d.usable_bytes).c_str());
+    std::printf("  %-24s %14s  of %s\n", "device (nvidia-smi)", format_bytes(d.peak.device_bytes).c_str(),
+                describe_headroom(d).c_str());
     std::printf("  peak at: %s, %s\n", d.peak_phase.c_str(), d.peak_label.c_str());
     if (d.run.steps > 0) std::printf("  run: %s\n", describe_run(d.run).c_str());
-    std::printf("  breakdown at the peak:\n");
-    for (int i = 0; i < kComponentCount; ++i)
-      std::printf("    %-22s %14s\n", component_label(static_cast<Component>(i)),
-                  format_bytes(d.breakdown.allocator[i]).c_str());
-    std::printf("    %-22s %14s\n", "Allocator cache", format_bytes(d.breakdown.fragmentation_bytes).c_str());
-    std::printf("    %-22s %14s\n", "CUDA context", format_bytes(d.breakdown.cuda_context_bytes).c_str());
-    if (d.breakdown.nccl_bytes > 0) std::printf("    %-22s %14s\n", "NCCL buffers", format_bytes(d.breakdown.nccl_bytes).c_str());
+    std::printf("  breakdown:                %14s %20s\n", kAtPeakWords, kKeptWords);
+    for (const auto& row : breakdown_rows(d)) {
+      const std::string label(row.label, std::min<size_t>(std::strlen(row.label), std::strcspn(row.label, "(")));
+      std::printf("    %-22s %14s %20s\n", label.c_str(), format_bytes(row.at_peak_bytes).c_str(),
+                  row.kept_bytes >= 0 ? format_bytes(row.kept_bytes).c_str() : "");
+    }
     print_band(d);
   }
   if (r.host.per_node_bytes > 0 || r.host.nvme_per_node_bytes > 0) {

@@ -1,5 +1,6 @@
 #include "format.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "result.h"
@@ -61,6 +62,52 @@ std::string describe_run(const RunTrace& run, Unit unit, int decimals) {
   if (run.empty_cache_calls > 0)
     s += "; torch.cuda.empty_cache() ran " + format_count(run.empty_cache_calls) + (run.empty_cache_calls == 1 ? " time" : " times");
   return s;
+}
+
+std::string describe_kept(const ModelStates& m, Unit unit, int decimals) {
+  return std::string(kKeptWords) + ", per GPU: weights " + format_bytes(m.weights_bytes, unit, decimals) + ", gradients " +
+         format_bytes(m.gradients_bytes, unit, decimals) + ", optimizer " + format_bytes(m.optimizer_bytes, unit, decimals);
+}
+
+std::vector<BreakdownRow> breakdown_rows(const DeviceResult& d) {
+  std::vector<BreakdownRow> rows;
+  for (int i = 0; i < kComponentCount; ++i) {
+    const auto c = static_cast<Component>(i);
+    rows.push_back({component_label(c), at_peak_bytes(d, c), kept_bytes(d.model_states, c)});
+  }
+  rows.push_back({"Allocator cache (reserved, unused)", d.breakdown.fragmentation_bytes, -1});
+  rows.push_back({"CUDA context (outside the allocator)", d.breakdown.cuda_context_bytes, -1});
+  if (d.breakdown.nccl_bytes > 0) rows.push_back({"NCCL buffers (outside the allocator)", d.breakdown.nccl_bytes, -1});
+  return rows;
+}
+
+std::string describe_headroom(const DeviceResult& d, Unit unit, int decimals) {
+  // The headroom as a person set it (10%, 12.5%): at most one decimal, none when it is whole.
+  const double pct = std::round(headroom_fraction(d) * 1000.0) / 10.0;
+  char headroom[32];
+  std::snprintf(headroom, sizeof headroom, pct == std::floor(pct) ? "%.0f%%" : "%.1f%%", pct);
+  return format_bytes(d.usable_bytes, unit, decimals) + " usable (" + format_bytes(d.capacity_bytes, unit, decimals) + " less " +
+         headroom + " headroom)";
+}
+
+std::string describe_usable(const DeviceResult& d, Unit unit, int decimals) {
+  return format_bytes(d.peak.device_bytes, unit, decimals) + " (nvidia-smi) of " + describe_headroom(d, unit, decimals);
+}
+
+std::string describe_peaks(const DeviceResult& d, Unit unit, int decimals) {
+  return "allocated peak " + format_bytes(d.peak.allocated_bytes, unit, decimals) + " | reserved peak " +
+         format_bytes(d.peak.reserved_bytes, unit, decimals) + " | nvidia-smi peak " +
+         format_bytes(d.peak.device_bytes, unit, decimals) + " (the verdict's)";
+}
+
+const DeviceResult* worst_device(const Result& r) {
+  const DeviceResult* worst = nullptr;
+  for (const auto& d : r.devices) {
+    if (!worst || d.verdict > worst->verdict ||
+        (d.verdict == worst->verdict && d.peak.device_bytes - d.usable_bytes > worst->peak.device_bytes - worst->usable_bytes))
+      worst = &d;
+  }
+  return worst;
 }
 
 }  // namespace memsim

@@ -83,6 +83,29 @@ struct DeviceResult {
   RunTrace run;                      // a run of varying shapes, step by step
 };
 
+// The figures the views show, defined once so that every place agrees (the results header and table, the bar, the
+// timeline, the verdict, the CLI's table). Two figures per model state, each with its own words:
+// - "at the peak": a component's bytes alive at the allocated peak (Breakdown::allocator, what the bar stacks);
+// - "kept between steps": the model states a GPU holds from one step to the next (ModelStates, before the
+//   allocator's rounding). At the peak a component can hold more (the full gradients of the layers in backward before
+//   they are reduced into the shard) or less (a peak in the first forward, before any gradient exists).
+inline int64_t at_peak_bytes(const DeviceResult& d, Component c) {
+  return d.breakdown.allocator[static_cast<size_t>(c)];
+}
+// The model state a component keeps between steps; -1 for a component that is not a model state.
+inline int64_t kept_bytes(const ModelStates& m, Component c) {
+  switch (c) {
+    case Component::Weights: return m.weights_bytes;
+    case Component::Gradients: return m.gradients_bytes;
+    case Component::OptimizerStates: return m.optimizer_bytes;
+    default: return -1;
+  }
+}
+// The share of the GPU kept free (hardware.headroom_fraction), as the replay applied it: usable = capacity * (1 - it).
+inline double headroom_fraction(const DeviceResult& d) {
+  return d.capacity_bytes > 0 ? 1.0 - static_cast<double>(d.usable_bytes) / static_cast<double>(d.capacity_bytes) : 0.0;
+}
+
 // Host RAM that offload needs on each node, next to the node's RAM when the config gives it.
 struct HostMemory {
   int64_t per_node_bytes = 0;        // sum over the GPUs of one node (the node with the largest need)

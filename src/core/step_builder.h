@@ -108,7 +108,7 @@ struct MaskLabels {
 };
 
 struct Labels {
-  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, grad_shard, main_grads, ring, a2a, grad_accum, fp8_weights, fp8_cast, fp8_input, master, state, opt_tmp, cast, ws, ws_lt;
+  uint32_t weights, grads, grad_partition, grad_bucket, gathered, ag_buffer, rs_input, rs_output, grad_shard, main_grads, ring, a2a, grad_accum, fp8_weights, fp8_cast, fp8_input, master, state, opt_tmp, cast, ws, ws_lt;
   uint32_t inputs, residual, norm_x32, norm_rstd, norm_scaled, norm_out, norm_out_cast, q, k, v, q_rot, k_rot,
       kv_rep, attn_out, lse, scores, softmax_in, softmax, probs, attn_mask, o_out, hidden_mask, mlp_gate, mlp_up, mlp_act,
       mlp_prod, mlp_fc1, mlp_gelu, mlp_out, attn_tmp, ckpt_input, ckpt_tmp, bwd_mlp, bwd_attn, bwd_norm, dres,

@@ -379,12 +379,20 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   auto& p = p_;
   L_.weights = p.label("weights");
   L_.grads = p.label("gradients (.grad)");
-  L_.grad_partition = p.label("ZeRO gradient partition");
-  L_.grad_bucket = p.label("DDP gradient bucket (second copy of the gradients)");
-  L_.gathered = p.label(sp_.fsdp ? "FSDP unsharded parameters (all-gathered)" : "ZeRO-3 all-gathered layer parameters");
+  // Tensors are named after the engine that allocates them (a ZeRO-3 buffer is not DDP's): the one that reduces the
+  // gradients follows alloc_weights and alloc_layer_grads, which pick it by the same tests.
+  const bool deepspeed = sp_.sharding == Sharding::DeepSpeed;
+  const std::string zero = "DeepSpeed ZeRO-" + std::to_string(c_.parallel.zero_stage);
+  L_.grad_partition = p.label(zero + " gradient partition (this rank's reduced gradients, flat)");
+  // Without ZeRO the layout is DDP's (memsim resolves HF Trainer to DeepSpeed's sharding, which it uses only with ZeRO).
+  L_.grad_bucket = p.label(deepspeed && shard_opt_ ? zero + " reduce bucket (IPG buffer of reduce_bucket_size elements)"
+                                                   : "DDP gradient bucket (second copy of the gradients)");
+  L_.gathered = p.label(sp_.fsdp ? "FSDP unsharded parameters (all-gathered)" : zero + " all-gathered layer parameters");
   L_.ag_buffer = p.label("FSDP2 all-gather output (copied out per parameter)");
-  L_.rs_input = p.label("reduce-scatter input (unsharded gradients in the reduce dtype)");
-  L_.grad_shard = p.label("gradient shard");
+  L_.rs_input = p.label("FSDP2 reduce-scatter input (unsharded gradients in the reduce dtype)");
+  L_.rs_output = p.label(std::string(sp_.sharding == Sharding::Fsdp2 ? "FSDP2" : "FSDP") +
+                         " reduce-scatter output (added into the gradient shard)");
+  L_.grad_shard = p.label(std::string(sp_.sharding == Sharding::Fsdp2 ? "FSDP2" : "FSDP") + " gradient shard");
   L_.main_grads = p.label("Megatron main-gradient buffer (fp32, whole)");
   L_.fp8_weights = p.label("fp8 weight copies and transposes (Transformer Engine)");
   L_.fp8_cast = p.label("fp8 cast of a linear's weight (transient)");
@@ -611,7 +619,7 @@ void StepBuilder::reduce_slot(int64_t layer) {
       sharded_grads_.push_back(p_.alloc(Component::Gradients, shard, L_.grad_shard, static_cast<int32_t>(layer),
                                         Stream::ReduceScatter));
     } else {
-      uint32_t out = p_.alloc(Component::Communication, shard, L_.rs_input, static_cast<int32_t>(layer), Stream::ReduceScatter);
+      uint32_t out = p_.alloc(Component::Communication, shard, L_.rs_output, static_cast<int32_t>(layer), Stream::ReduceScatter);
       drop(out);  // added into the shard (or copied to the host shard under CPU offload)
     }
     if (input != UINT32_MAX) pending_reduce_ = input;

@@ -279,6 +279,7 @@ void App::draw_inputs(float width, float height) {
 void App::draw_results(float height) {
   ImGui::BeginChild("results", ImVec2(0, height), true, ImGuiWindowFlags_NavFlattened);
   const bool ready = running_ == nullptr;
+  draw_verdict_line(result_, unit_, ready);  // pinned above the tabs: visible whichever is open
   if (ImGui::BeginTabBar("views")) {
     auto tab = [&](const char* label, const char* view) {
       const bool open = ImGui::BeginTabItem(label, nullptr, view_to_show_ == view ? ImGuiTabItemFlags_SetSelected : 0);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <initializer_list>
 
@@ -137,6 +138,29 @@ void add_chart(ImDrawList* dl, HeatmapChart chart) {
   q.heatmaps.push_back(std::move(chart));
   dl->AddCallback(render_heatmap, &q.heatmaps.back());
   dl->AddCallback(ImDrawCallback_ResetRenderState, nullptr);
+}
+
+std::vector<AxisTick> memory_axis(int64_t top_bytes, Unit unit, int max_ticks) {
+  std::vector<AxisTick> ticks;
+  if (top_bytes <= 0 || max_ticks < 1) return ticks;
+  const double size = unit == Unit::GB ? 1e9 : unit == Unit::MiB ? 1024.0 * 1024.0 : 1024.0 * 1024.0 * 1024.0;
+  const char* name = unit == Unit::GB ? "GB" : unit == Unit::MiB ? "MiB" : "GiB";
+  const double top = static_cast<double>(top_bytes) / size;
+  // The smallest round step that keeps the ticks within max_ticks.
+  const double power = std::pow(10.0, std::floor(std::log10(top / max_ticks)));
+  double step = 10 * power;
+  for (double m : {1.0, 2.0, 5.0})
+    if (std::floor(top / (m * power) + 1e-9) <= max_ticks) {
+      step = m * power;
+      break;
+    }
+  const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));
+  for (int k = 1; k * step <= top * (1 + 1e-12); ++k) {
+    char label[48];
+    std::snprintf(label, sizeof label, "%.*f %s", decimals, k * step, name);
+    ticks.push_back({static_cast<int64_t>(std::llround(k * step * size)), label});
+  }
+  return ticks;
 }
 
 }  // namespace memsim::ui

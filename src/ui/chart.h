@@ -10,7 +10,10 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
+
+#include "core/format.h"
 
 namespace memsim::ui {
 
@@ -84,6 +87,14 @@ class ChartRenderer {
   virtual void draw(const QuadChart& chart, const ChartTarget& target) = 0;
   virtual void draw(const HeatmapChart& chart, const ChartTarget& target) = 0;
 };
+
+// The y-axis of a memory chart: ticks at round steps of `unit` (1, 2 or 5 times a power of ten: 10 GiB, 20 GiB, ...)
+// above 0 and up to top_bytes, at most max_ticks of them, each with its bytes and its label ("20 GiB", "0.5 GiB").
+struct AxisTick {
+  int64_t bytes;
+  std::string label;
+};
+std::vector<AxisTick> memory_axis(int64_t top_bytes, Unit unit, int max_ticks);
 
 // A QuadChart key from the version of the data it shows and what else shapes its quads (size, colours, index):
 // nonzero, and the same for the same inputs. A version of 0 means "unknown" and gives 0: upload every time.

@@ -18,32 +18,23 @@ namespace memsim::ui {
 
 namespace {
 
-struct Slot {
-  const char* label;
-  int64_t bytes;
-};
-
-std::vector<Slot> slots_of(const DeviceResult& d) {
-  std::vector<Slot> s;
-  for (int i = 0; i < kComponentCount; ++i) s.push_back({component_label(static_cast<Component>(i)), d.breakdown.allocator[i]});
-  s.push_back({"Allocator cache (reserved, unused)", d.breakdown.fragmentation_bytes});
-  s.push_back({"CUDA context (outside the allocator)", d.breakdown.cuda_context_bytes});
-  if (d.breakdown.nccl_bytes > 0) s.push_back({"NCCL buffers (outside the allocator)", d.breakdown.nccl_bytes});
-  return s;
-}
+// The breakdown's rows, defined in the core (format.h breakdown_rows) so that the bar, the table, the header and the
+// CLI show the same figures under the same words.
+using Slot = BreakdownRow;
+std::vector<Slot> slots_of(const DeviceResult& d) { return breakdown_rows(d); }
 
 void verdict(const DeviceResult& d, Unit unit) {
-  const double pct = 100.0 * static_cast<double>(d.peak.device_bytes) / static_cast<double>(std::max<int64_t>(1, d.capacity_bytes));
   const int64_t left = d.usable_bytes - d.peak.device_bytes;
   ImGui::PushTextWrapPos(0.0f);  // a phone-sized window wraps the verdict rather than cutting it off
   ImGui::PushStyleColor(ImGuiCol_Text, verdict_color(d.verdict));
   ImGui::Text("%s", verdict_words(d.verdict));  // with the band: borderline where the usable line falls inside it
   ImGui::PopStyleColor();
   ImGui::SameLine();
-  ImGui::Text("%s (x%lld): %s of %s = %.1f%%", d.role.c_str(), static_cast<long long>(d.device_count),
-              bytes_text(d.peak.device_bytes, unit).c_str(), bytes_text(d.capacity_bytes, unit).c_str(), pct);
+  // The verdict's statistic (nvidia-smi) against the usable memory, the headroom named (core/format.h).
+  ImGui::Text("%s (x%lld): %s", d.role.c_str(), static_cast<long long>(d.device_count),
+              describe_usable(d, unit, unit == Unit::MiB ? 0 : 2).c_str());
   if (left >= 0)
-    ImGui::Text("%s left under the headroom line (usable %s)", bytes_text(left, unit).c_str(), bytes_text(d.usable_bytes, unit).c_str());
+    ImGui::Text("%s left under the usable line", bytes_text(left, unit).c_str());
   else
     ImGui::TextColored(ImVec4(1.0f, 0.6f, 0.4f, 1), "%s over the usable %s", bytes_text(-left, unit).c_str(),
                        bytes_text(d.usable_bytes, unit).c_str());
@@ -84,15 +75,15 @@ void stacked_bar(const DeviceResult& d, Unit unit, uint64_t key) {
   chart.key = chart_key(key, {static_cast<uint64_t>(width), static_cast<uint64_t>(height), frame});
   double done = 0;
   for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
-    if (slots[i].bytes <= 0) continue;
+    if (slots[i].at_peak_bytes <= 0) continue;
     const float x0 = static_cast<float>(done / scale_to);
-    const float x1 = std::min(1.0f, static_cast<float>((done + static_cast<double>(slots[i].bytes)) / scale_to));
-    done += static_cast<double>(slots[i].bytes);
+    const float x1 = std::min(1.0f, static_cast<float>((done + static_cast<double>(slots[i].at_peak_bytes)) / scale_to));
+    done += static_cast<double>(slots[i].at_peak_bytes);
     chart.quads.push_back({x0, x1, 0.0f, 1.0f, slot_color(i)});
     if (hovered && mouse >= x0 && mouse < x1) {
       ImGui::BeginTooltip();
-      ImGui::Text("%s: %s (%.1f%% of the device peak)", slots[i].label, bytes_text(slots[i].bytes, unit).c_str(),
-                  100.0 * static_cast<double>(slots[i].bytes) / static_cast<double>(std::max<int64_t>(1, d.peak.device_bytes)));
+      ImGui::Text("%s: %s (%.1f%% of the device peak)", slots[i].label, bytes_text(slots[i].at_peak_bytes, unit).c_str(),
+                  100.0 * static_cast<double>(slots[i].at_peak_bytes) / static_cast<double>(std::max<int64_t>(1, d.peak.device_bytes)));
       ImGui::EndTooltip();
     }
   }
@@ -110,11 +101,13 @@ void stacked_bar(const DeviceResult& d, Unit unit, uint64_t key) {
     std::string words = "Breakdown of " + d.role + " at the peak, " + bytes_text(d.peak.device_bytes, unit) + ":";
     ImGui::BeginTooltip();
     for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
-      if (slots[i].bytes <= 0) continue;
+      if (slots[i].at_peak_bytes <= 0) continue;
       ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(slot_color(i)), "%s", "#");
       ImGui::SameLine();
-      ImGui::Text("%s: %s", slots[i].label, bytes_text(slots[i].bytes, unit).c_str());
-      words += std::string(" ") + slots[i].label + " " + bytes_text(slots[i].bytes, unit) + ",";
+      std::string figures = bytes_text(slots[i].at_peak_bytes, unit);
+      if (slots[i].kept_bytes >= 0) figures += " (" + bytes_text(slots[i].kept_bytes, unit) + " " + kKeptWords + ")";
+      ImGui::Text("%s: %s", slots[i].label, figures.c_str());
+      words += std::string(" ") + slots[i].label + " " + figures + ",";
     }
     ImGui::EndTooltip();
     words.back() = '.';
@@ -130,11 +123,14 @@ void stacked_bar(const DeviceResult& d, Unit unit, uint64_t key) {
 
 void breakdown_table(const DeviceResult& d, Unit unit) {
   const auto slots = slots_of(d);
-  if (!ImGui::BeginTable("breakdown", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchProp))
+  // Two figures for a model state, each under its own words (core/format.h): what is alive at the peak, and what the
+  // GPU keeps between steps, the header's figure.
+  if (!ImGui::BeginTable("breakdown", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchProp))
     return;
   ImGui::TableSetupColumn("component", ImGuiTableColumnFlags_WidthStretch, 3.0f);
-  ImGui::TableSetupColumn("at the peak", ImGuiTableColumnFlags_WidthStretch, 1.3f);
+  ImGui::TableSetupColumn(kAtPeakWords, ImGuiTableColumnFlags_WidthStretch, 1.3f);
   ImGui::TableSetupColumn("share", ImGuiTableColumnFlags_WidthStretch, 0.8f);
+  ImGui::TableSetupColumn(kKeptWords, ImGuiTableColumnFlags_WidthStretch, 1.6f);
   ImGui::TableHeadersRow();
   for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
     ImGui::TableNextRow();
@@ -146,9 +142,11 @@ void breakdown_table(const DeviceResult& d, Unit unit) {
     ImGui::SameLine();
     ImGui::TextUnformatted(slots[i].label);
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(bytes_text(slots[i].bytes, unit).c_str());
+    ImGui::TextUnformatted(bytes_text(slots[i].at_peak_bytes, unit).c_str());
     ImGui::TableNextColumn();
-    ImGui::Text("%.1f%%", 100.0 * static_cast<double>(slots[i].bytes) / static_cast<double>(std::max<int64_t>(1, d.peak.device_bytes)));
+    ImGui::Text("%.1f%%", 100.0 * static_cast<double>(slots[i].at_peak_bytes) / static_cast<double>(std::max<int64_t>(1, d.peak.device_bytes)));
+    ImGui::TableNextColumn();
+    if (slots[i].kept_bytes >= 0) ImGui::TextUnformatted(bytes_text(slots[i].kept_bytes, unit).c_str());
   }
   const std::pair<const char*, int64_t> totals[] = {
       {"max_memory_allocated", d.peak.allocated_bytes},
@@ -162,11 +160,39 @@ void breakdown_table(const DeviceResult& d, Unit unit) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(bytes_text(bytes, unit).c_str());
     ImGui::TableNextColumn();
+    ImGui::TableNextColumn();
   }
   ImGui::EndTable();
 }
 
 }  // namespace
+
+std::string verdict_line_text(const Result& r, Unit unit) {
+  const DeviceResult* d = r.ok ? worst_device(r) : nullptr;
+  if (!d) return "";
+  std::string who = d->role;
+  if (r.devices.size() > 1) who = "worst, " + who;
+  return std::string(verdict_words(d->verdict)) + " - " + who + ": " + describe_usable(*d, unit, unit == Unit::MiB ? 0 : 2);
+}
+
+void draw_verdict_line(const Result& r, Unit unit, bool current) {
+  const DeviceResult* d = r.ok ? worst_device(r) : nullptr;
+  ImGui::PushTextWrapPos(0.0f);
+  if (!d) {
+    ImGui::TextDisabled("No verdict: the configuration has problems (see Breakdown).");
+  } else {
+    const std::string text = verdict_line_text(r, unit);
+    const size_t cut = std::string(verdict_words(d->verdict)).size();
+    ImGui::BeginDisabled(!current);  // the previous setup's verdict, greyed, while this one simulates
+    ImGui::PushStyleColor(ImGuiCol_Text, verdict_color(d->verdict));
+    ImGui::TextUnformatted(text.c_str(), text.c_str() + cut);
+    ImGui::PopStyleColor();
+    ImGui::SameLine();
+    ImGui::TextUnformatted(text.c_str() + cut + 3);  // after " - "
+    ImGui::EndDisabled();
+  }
+  ImGui::PopTextWrapPos();
+}
 
 void draw_results_panel(const Config& config, const Result& r, Unit unit, uint64_t version) {
   if (!r.ok) {
@@ -184,11 +210,13 @@ void draw_results_panel(const Config& config, const Result& r, Unit unit, uint64
     ImGui::Text("| %s trainable (%.3f%%)", format_count(r.params_trainable).c_str(),
                 100.0 * static_cast<double>(r.params_trainable) / static_cast<double>(std::max<int64_t>(1, r.params_total)));
   }
-  ImGui::SameLine();
-  ImGui::TextDisabled("| model states per GPU: weights %s, gradients %s, optimizer %s",
-                      bytes_text(r.model_states.weights_bytes, unit).c_str(),
-                      bytes_text(r.model_states.gradients_bytes, unit).c_str(),
-                      bytes_text(r.model_states.optimizer_bytes, unit).c_str());
+  // The model states each GPU keeps between steps: the breakdown table's kept column, the same figures. Pipeline
+  // stages keep different ones, so the header then names whose they are (each stage's table has its own).
+  std::string kept = describe_kept(r.model_states, unit, unit == Unit::MiB ? 0 : 2);
+  if (r.devices.size() > 1) kept += " (" + r.devices.front().role + ")";
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextDisabled("%s", kept.c_str());
+  ImGui::PopTextWrapPos();
   for (const auto& d : r.devices) {
     ImGui::PushID(&d);
     ImGui::Separator();

@@ -20,6 +20,11 @@ namespace memsim::ui {
 
 namespace {
 
+// The timeline's scale: above the reserved peak and the verdict's nvidia-smi peak, whose line it draws too.
+double timeline_top(const DeviceResult& d) {
+  return static_cast<double>(std::max<int64_t>({1, d.peak.reserved_bytes, d.peak.device_bytes})) * 1.08;
+}
+
 const char* phase_of(const DeviceResult& d, uint32_t ev) {
   const char* name = "";
   for (const auto& p : d.program.phases)
@@ -41,7 +46,7 @@ QuadChart timeline_chart(const DeviceResult& d, ScreenRect rect, bool every_even
   QuadChart chart;
   chart.rect = rect;
   chart.x_max = static_cast<float>(n);
-  chart.y_max = static_cast<float>(static_cast<double>(std::max<int64_t>(1, d.peak.reserved_bytes)) * 1.08);
+  chart.y_max = static_cast<float>(timeline_top(d));
   const ImU32 frame = ImGui::GetColorU32(ImGuiCol_FrameBg);
   const ImU32 reserved = blend_over(kTimelineReserved, frame), allocated = blend_over(kTimelineAllocated, reserved);
   std::array<std::vector<ChartQuad>, 3> series;  // allocated, reserved above it, the frame above that
@@ -226,7 +231,7 @@ void draw_run_panel(const Result& r, Unit unit, uint64_t version) {
     dl->AddLine(ImVec2(xa, mem_rect.y0), ImVec2(xa, tok_rect.y1), IM_COL32(255, 90, 90, 170), 1.0f);
     const ImVec2 peak(xa, y_mem(steps[static_cast<size_t>(run.allocated_peak_step - 1)].allocated_bytes));
     dl->AddCircleFilled(peak, 4.0f, IM_COL32(255, 90, 90, 255));
-    const std::string peak_text = "peak " + bytes_text(d.peak.allocated_bytes, unit) + ", step " + format_count(run.allocated_peak_step);
+    const std::string peak_text = "allocated peak " + bytes_text(d.peak.allocated_bytes, unit) + ", step " + format_count(run.allocated_peak_step);
     dl->AddText(ImVec2(label_x(peak.x + 6, peak_text), std::max(peak.y - 2, mem_rect.y0 + ImGui::GetTextLineHeight() + 4)),
                 IM_COL32(255, 120, 120, 255), peak_text.c_str());
   }
@@ -275,8 +280,14 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
   }
   const DeviceResult& d = r.devices[0];
   const auto& tl = d.timeline;
+  const size_t n = tl.size();
   const float width = ImGui::GetContentRegionAvail().x;
-  const float height = std::max(120.0f, ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing());
+  // The legend names each statistic and its peak, the verdict's among them (core/format.h), and wraps in a narrow
+  // window: the chart leaves it the lines it needs.
+  const std::string legend = "blue: allocated   grey: reserved   white: nvidia-smi (the verdict's)   yellow: usable   " +
+                             std::to_string(n) + " events\n" + describe_peaks(d, unit, unit == Unit::MiB ? 0 : 2);
+  const float legend_h = ImGui::CalcTextSize(legend.c_str(), nullptr, false, width).y + ImGui::GetStyle().ItemSpacing.y;
+  const float height = std::max(120.0f, ImGui::GetContentRegionAvail().y - legend_h);
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImGui::InvisibleButton("timeline", ImVec2(width, height));
@@ -284,11 +295,10 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
   const bool focused = item_has_keyboard_focus();  // the keyboard shows the peak's moment
   announce_focus("Timeline of one step, " + std::to_string(tl.size()) + " events: the peak, " +
                      bytes_text(d.peak.allocated_bytes, unit) + " allocated, comes during " + d.peak_phase + ", at the allocation of " +
-                     d.peak_label,
+                     d.peak_label + ". " + describe_peaks(d, unit, unit == Unit::MiB ? 0 : 2) + ".",
                  focused);
 
-  const double top = static_cast<double>(std::max<int64_t>(1, d.peak.reserved_bytes)) * 1.08;
-  const size_t n = tl.size();
+  const double top = timeline_top(d);
   auto y_of = [&](int64_t b) { return p0.y + height - static_cast<float>(static_cast<double>(b) / top * height); };
   auto x_of = [&](size_t ev) { return p0.x + static_cast<float>(static_cast<double>(ev) / static_cast<double>(n) * width); };
 
@@ -308,6 +318,13 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
   chart.rect = rect;  // the same size, possibly moved (the quads are in chart units)
   add_chart(dl, std::move(chart));
 
+  // The y-axis: a faint line and its label at round steps of the unit, under the phase names along the top.
+  const float line_h = ImGui::GetTextLineHeight();
+  for (const AxisTick& t : memory_axis(static_cast<int64_t>(top), unit, std::clamp(static_cast<int>(height / (2.5f * line_h)), 1, 8))) {
+    const float y = y_of(t.bytes);
+    dl->AddLine(ImVec2(p0.x, y), ImVec2(p0.x + width, y), IM_COL32(200, 200, 200, 40));
+    if (y - line_h * 0.5f > p0.y + line_h + 2) dl->AddText(ImVec2(p0.x + 3, y - line_h * 0.5f), IM_COL32(190, 190, 190, 220), t.label.c_str());
+  }
   // Phase boundaries and their names, over the columns.
   float last_label_x = -1e9f;
   for (const auto& ph : d.program.phases) {
@@ -319,15 +336,27 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
       last_label_x = x;
     }
   }
-  // Usable line and the peak.
+  // Usable line, the verdict's statistic (nvidia-smi: reserved plus what lives outside the allocator) and the peak.
   if (static_cast<double>(d.usable_bytes) < top) {
     const float y = y_of(d.usable_bytes);
     dl->AddLine(ImVec2(p0.x, y), ImVec2(p0.x + width, y), IM_COL32(255, 220, 80, 200), 1.5f);
   }
+  {
+    const float y = y_of(d.peak.device_bytes);
+    dl->AddLine(ImVec2(p0.x, y), ImVec2(p0.x + width, y), IM_COL32(235, 235, 235, 170), 1.0f);
+    const std::string text = "nvidia-smi peak " + bytes_text(d.peak.device_bytes, unit) + " (the verdict's)";
+    const float w = ImGui::CalcTextSize(text.c_str()).x;
+    // Under the line, at the right: the phase names run along the top.
+    dl->AddText(ImVec2(std::max(p0.x + 3, p0.x + width - w - 4), y + 2), IM_COL32(235, 235, 235, 230), text.c_str());
+  }
   const ImVec2 peak(x_of(d.peak_event), y_of(d.peak.allocated_bytes));
   dl->AddCircleFilled(peak, 4.0f, IM_COL32(255, 90, 90, 255));
-  dl->AddText(ImVec2(std::min(peak.x + 6, p0.x + width - 140), peak.y - 2), IM_COL32(255, 120, 120, 255),
-              ("peak " + bytes_text(d.peak.allocated_bytes, unit)).c_str());
+  {
+    const std::string text = "allocated peak " + bytes_text(d.peak.allocated_bytes, unit);
+    const float w = ImGui::CalcTextSize(text.c_str()).x;
+    dl->AddText(ImVec2(std::max(p0.x + 3, std::min(peak.x + 6, p0.x + width - w - 4)), peak.y - 2), IM_COL32(255, 120, 120, 255),
+                text.c_str());
+  }
 
   if (focused) draw_focus_frame(p0.x, p0.y, p0.x + width, p0.y + height);
   if (hovered || focused) {
@@ -370,7 +399,9 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
     }
     ImGui::EndTooltip();
   }
-  ImGui::TextDisabled("blue: allocated   grey: reserved   yellow: usable   %zu events", n);
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("%s", legend.c_str());
+  ImGui::PopStyleColor();
 }
 
 }  // namespace memsim::ui

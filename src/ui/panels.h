@@ -21,6 +21,11 @@ bool draw_inputs_panel(Config& config, const Result& result, bool reveal_data = 
 // Fit verdict per device, stacked bar by component and the exact table. `version` names the result's content, as for
 // the timeline (0: unknown).
 void draw_results_panel(const Config& config, const Result& result, Unit unit, uint64_t version = 0);
+// One line that stays above the results tabs, whichever is open: the worst GPU's verdict, its nvidia-smi peak
+// against the usable memory and the headroom (core/format.h describe_usable). `current`: false greys it (the result
+// of the previous setup while this one simulates). verdict_line_text is its words, "" without a result.
+void draw_verdict_line(const Result& result, Unit unit, bool current = true);
+std::string verdict_line_text(const Result& result, Unit unit);
 // Allocated and reserved memory over the events of the step, phases and peak marked; hover shows the event.
 // `version` names the result's content (0: unknown): the chart's columns are rebuilt, and uploaded by a renderer,
 // only when it, the chart's size or the theme change. every_event draws one column per event even where several

@@ -101,11 +101,11 @@ test("the keyboard picks a model preset and the fragment follows", async () => {
 
 test("what helps lists changes that lower the peak, and Apply changes the setup", async () => {
   const { page, errors } = await openPage();
-  await page.mouse.click(695, 52);           // the "What helps" tab of the results panel
+  await page.mouse.click(695, 74);           // the "What helps" tab of the results panel
   await page.waitForTimeout(400);
   await page.screenshot({ path: path.join(shots, "what-helps.png") });
   const before = await page.evaluate(() => window.memsim.state());
-  await until(page, () => page.mouse.click(1228, 98),  // Apply on the first (largest) suggestion
+  await until(page, () => page.mouse.click(1228, 120),  // Apply on the first (largest) suggestion
               (frag) => window.memsim.state().fragment !== frag, before.fragment);
   const after = await page.evaluate(() => window.memsim.state());
   assert.notEqual(after.fragment, before.fragment);
@@ -117,15 +117,15 @@ test("what helps lists changes that lower the peak, and Apply changes the setup"
 
 test("the fit explorer fills its heatmap and a click applies a cell", async () => {
   const { page, errors } = await openPage();
-  await page.mouse.click(607, 52);           // the "Fit explorer" tab
+  await page.mouse.click(607, 74);           // the "Fit explorer" tab
   await page.waitForTimeout(3000);           // a few cells per frame
   await page.screenshot({ path: path.join(shots, "fit-explorer.png") });
   const img = decodePng(await page.screenshot());
-  assert.ok(distinctColors(img, 550, 95, 700, 220) > 20, "heatmap drawn");
+  assert.ok(distinctColors(img, 550, 117, 700, 220) > 20, "heatmap drawn");
   assert.ok((await page.evaluate(() => window.memsim.state())).charts.heatmap_draws > 0, "by the WebGL2 renderer");
-  const green = share(img, 552, 100, 100, 20, (r, g, b) => g > r + 80 && g > b + 80);
+  const green = share(img, 552, 122, 100, 20, (r, g, b) => g > r + 80 && g > b + 80);
   assert.ok(green > 0.5, `micro-batch 1 x sequence 512 fits: its cell is ${(100 * green).toFixed(0)}% green`);
-  await until(page, () => page.mouse.click(605, 110),  // micro-batch 1, sequence 512 (once computed)
+  await until(page, () => page.mouse.click(605, 132),  // micro-batch 1, sequence 512 (once computed)
               () => window.memsim.state().config.training.micro_batch_size === 1);
   const state = await page.evaluate(() => window.memsim.state());
   assert.equal(state.config.training.micro_batch_size, 1);
@@ -235,9 +235,9 @@ test("the page requests nothing but its own files", async () => {
 test("on a HiDPI screen (device pixel ratio 2) clicks land where they are drawn", async () => {
   const { page, errors } = await openPage("", { width: 1280, height: 720 }, { deviceScaleFactor: 2 });
   const before = await page.evaluate(() => window.memsim.state());
-  await until(page, () => page.mouse.click(695, 52), () => true);  // the "What helps" tab, in CSS pixels
+  await until(page, () => page.mouse.click(695, 74), () => true);  // the "What helps" tab, in CSS pixels
   await page.waitForTimeout(400);
-  await until(page, () => page.mouse.click(1228, 98),  // Apply on the first suggestion
+  await until(page, () => page.mouse.click(1228, 120),  // Apply on the first suggestion
               (frag) => window.memsim.state().fragment !== frag, before.fragment);
   await page.screenshot({ path: path.join(shots, "hidpi-what-helps.png") });
   assert.deepEqual(errors, []);  // the fullscreen request that a HiDPI resize made (and its TypeError) is gone
