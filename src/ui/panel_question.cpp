@@ -211,8 +211,7 @@ bool draw_question_inputs(Config& c) {
     hand.insert("training.sequence_length"), changed = true;
   if (!hand.count("training.micro_batch_size") || !hand.count("training.sequence_length")) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-    ImGui::TextWrapped("A model, method, GPU count or card picked here sets the micro-batch and sequence you have not "
-                       "set to the largest that fit.");
+    ImGui::TextWrapped("Not set by hand: the largest that fit the model, method and GPUs.");
     ImGui::PopStyleColor();
   }
   return changed;
