@@ -30,6 +30,7 @@ TEST_CASE("gpu count: data parallel follows from GPUs / (tensor x pipeline x con
   c.parallel.tensor_parallel_size = 2;
   c.parallel.pipeline_parallel_size = 2;
   c.parallel.context_parallel_size = 2;
+  c.parallel.zero_stage = 1;  // DeepSpeed's pipeline engine takes ZeRO-1 at most
   set_gpu_count(c.parallel, 32);
   CHECK(c.parallel.data_parallel_size == 4);
   CHECK(gpu_count(c.parallel) == 32);
