@@ -7,6 +7,7 @@
 // MLP, ...) are explicit fields here; serialize.cpp fills them from `model_type` when a config omits them.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace memsim {
@@ -150,6 +151,11 @@ struct PeftConfig {
 // over the data-parallel ranks (or a shard group of them, HSDP); expert parallel splits the experts within them.
 struct ParallelConfig {
   int64_t data_parallel_size = 8;
+  // The GPU count a user asked for that the layout cannot run on: data parallel follows from GPUs / (tensor x
+  // pipeline x context parallel), and this holds a count they do not divide (validate.cpp reports it under the
+  // field, the other settings kept). Empty whenever the layout is whole: the count is then data x tensor x pipeline
+  // x context parallel (gpu_count.h), so links and JSON, which carry only data_parallel_size, never need it.
+  std::optional<int64_t> gpus;
   // What is sharded over the data-parallel ranks, in ZeRO's terms: 0 nothing (DDP, FSDP NO_SHARD), 1 optimizer
   // states (ZeRO-1, Megatron's distributed optimizer), 2 + gradients (ZeRO-2, FSDP SHARD_GRAD_OP, FSDP2
   // reshard_after_forward=False), 3 + parameters (ZeRO-3, FSDP FULL_SHARD, FSDP2 reshard_after_forward=True).

@@ -5,6 +5,7 @@
 
 #include "data_shape.h"
 #include "frameworks.h"
+#include "gpu_count.h"
 #include "model.h"
 #include "tables.h"
 #include "versions.h"
@@ -524,6 +525,8 @@ std::vector<FieldError> validate(const Config& c) {
 
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);
+  // A GPU count the layout does not divide (gpu_count.h): reported on its own field, the layout kept as it was.
+  if (auto gpus = gpu_count_error(c.parallel)) e.push_back(*gpus);
   validate_layout(c, e);
   check(e, "parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size);
   check(e, "parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);

@@ -1,4 +1,5 @@
-// Inputs, grouped as model, training, data, parallelism and hardware. Every input has a tooltip saying what it
+// Inputs: the question first (panel_question.cpp), then under Details the model, training, data, versions,
+// parallelism, hardware and fine-tuning. Every input has a tooltip saying what it
 // does to memory, and a field with a problem shows the simulator's message right under it.
 #include <imgui.h>
 #include <imgui_stdlib.h>
@@ -8,8 +9,8 @@
 
 #include "core/catalog.h"
 #include "core/frameworks.h"
+#include "core/gpu_count.h"
 #include "core/tables.h"
-#include "model_picker.h"
 #include "panels.h"
 
 namespace memsim::ui {
@@ -17,9 +18,16 @@ namespace memsim::ui {
 bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
   set_field_errors(&result);
   bool changed = false;
+  // The question first (panel_question.cpp); everything else under Details, in the sections it always had.
+  question_frame_start(c);
+  if (section("Your question")) changed |= draw_question_inputs(c);
+  question_frame_end(c);  // what Details changes below counts as set by hand (seen on the next frame)
+  const ParallelConfig layout_before = c.parallel;
+  if (reveal_data) ImGui::SetNextItemOpen(true);  // the Data section below is to be shown
+  const bool details = section("Details");
+  if (details) ImGui::Indent(ImGui::GetStyle().IndentSpacing * 0.5f);
   auto& m = c.model;
-  if (section("Model")) {
-    changed |= model_picker(m);
+  if (details && section("Model")) {
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     changed |= ImGui::InputText("model_type", &m.model_type);
     const char* model_type_help = "Hugging Face model_type. Informational once the fields below are set; paste a config.json "
@@ -126,11 +134,7 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     }
   }
   auto& t = c.training;
-  if (section("Training")) {
-    changed |= int_input("micro_batch_size", "training.micro_batch_size", t.micro_batch_size, 1,
-                         "Sequences per GPU per forward pass. Activations grow linearly with it.");
-    changed |= int_input("sequence_length", "training.sequence_length", t.sequence_length, 512,
-                         "Tokens per sequence. Activations grow linearly (quadratically with eager attention).");
+  if (details && section("Training")) {  // micro-batch and sequence length are the question's
     if (m.is_encoder_decoder)
       changed |= int_input("target length", "training.decoder_sequence_length", t.decoder_sequence_length, 64,
                            "Decoder (target) tokens per sequence; sequence_length is the encoder's (source). 0 = the "
@@ -187,10 +191,16 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
                            "Saved activations move to host memory after the next layer's forward and come back for "
                            "backward: about one layer stays on the GPU.");
   }
-  changed |= draw_data_inputs(c, reveal_data);
-  changed |= draw_versions_inputs(c);
-  changed |= draw_parallel_inputs(c);
-  changed |= draw_peft_inputs(c);
+  if (details) {
+    changed |= draw_data_inputs(c, reveal_data);
+    changed |= draw_versions_inputs(c);
+    changed |= draw_parallel_inputs(c);
+    changed |= draw_peft_inputs(c);
+    ImGui::Unindent(ImGui::GetStyle().IndentSpacing * 0.5f);
+  }
+  // A changed tensor, pipeline or context parallel keeps the GPU count: data parallel follows (core/gpu_count.h).
+  keep_gpu_count(layout_before, c.parallel);
+  changed |= !(layout_before == c.parallel);
   set_field_errors(nullptr);
   return changed;
 }

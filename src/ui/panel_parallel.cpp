@@ -44,7 +44,8 @@ bool draw_parallel_inputs(Config& c) {
   const bool fsdp = rs.sharding == Sharding::Fsdp1 || rs.sharding == Sharding::Fsdp2;
   if (section("Parallelism")) {
     changed |= int_input("data_parallel", "parallel.data_parallel_size", p.data_parallel_size, 1,
-                         "GPUs that each train on their own data. With sharding they share the model states.");
+                         "GPUs that each train on their own data. With sharding they share the model states. It follows "
+                         "from the question's GPUs / (tensor x pipeline x context parallel); set here, it sets the GPUs.");
     const std::string engine(rs.framework->sharding);
     changed |= choice_combo("sharding engine", "parallel.sharding", p.sharding, engine.c_str(),
                             "Whose code shards the states: DeepSpeed ZeRO (flat partitions, reduce buckets), FSDP1 "
@@ -138,10 +139,11 @@ bool draw_parallel_inputs(Config& c) {
     const long long world = static_cast<long long>(p.data_parallel_size) * p.tensor_parallel_size *
                             p.pipeline_parallel_size * p.context_parallel_size;
     ImGui::TextDisabled("world: %lld GPUs (data x context x tensor x pipeline)", world);
+    if (p.gpus) ImGui::TextDisabled("asked for: %lld GPUs (the question's GPUs field)", static_cast<long long>(*p.gpus));
   }
   auto& hw = c.hardware;
   if (section("Hardware")) {
-    changed |= table_combo("GPU", "hardware.gpu", hw.gpu, gpus(), "Memory as the process sees it (nvidia-smi total).", true);
+    // The card itself is the question's (panel_question.cpp, with a search box).
     if (hw.gpu == "custom") {
       changed |= int_input("capacity (bytes)", "hardware.gpu_memory_bytes", hw.gpu_memory_bytes, int64_t(1) << 30,
                            "Total memory of the custom GPU, in bytes.");
@@ -160,8 +162,10 @@ bool draw_parallel_inputs(Config& c) {
     announce_focus(focus_words("headroom", std::to_string(static_cast<int>(headroom + 0.5f)) + " percent, slider",
                                "hardware.headroom_fraction", headroom_help));
     help_marker(headroom_help, item_has_keyboard_focus());
-    changed |= int_input("GPUs per node", "hardware.gpus_per_node", hw.gpus_per_node, 1,
-                         "GPUs sharing one host: offloaded states of all of them share its RAM.");
+    changed |= int_input("GPUs per node (at most)", "hardware.gpus_per_node", hw.gpus_per_node, 1,
+                         "The most GPUs one host holds: a setup on fewer GPUs takes one node of that many; more take "
+                         "GPUs / this nodes, rounded up (the question's nodes field sets it). The offloaded states of "
+                         "a node's GPUs share its RAM.");
     changed |= int_input("host RAM per node (bytes)", "hardware.host_memory_bytes", hw.host_memory_bytes, int64_t(1) << 30,
                          "With offload, the node's RAM the offloaded states must fit in; 0 shows the need without a "
                          "verdict.");

@@ -5,26 +5,9 @@
 
 #include "core/frameworks.h"
 #include "panels.h"
+#include "question.h"  // method_defaults
 
 namespace memsim::ui {
-
-namespace {
-
-// PEFT's defaults for a Llama-style model when the method changes (peft/utils/constants.py mappings), so that the
-// targets name modules the new method can take.
-void method_defaults(PeftConfig& p, const std::string& previous) {
-  if (p.method == previous) return;
-  if (p.method == "ia3") {
-    p.target_modules = "k_proj,v_proj,down_proj";  // TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING["llama"]
-    p.feedforward_modules = "down_proj";
-  } else if (p.method == "ln_tuning") {
-    p.target_modules = "input_layernorm,post_attention_layernorm,norm";  // ..._LNTUNING_TARGET_MODULES_MAPPING
-  } else if ((p.method == "lora" || p.method == "dora") && previous != "lora" && previous != "dora") {
-    p.target_modules = "q_proj,v_proj";  // TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["llama"]
-  }
-}
-
-}  // namespace
 
 bool draw_peft_inputs(Config& c) {
   auto& p = c.peft;

@@ -15,9 +15,17 @@
 
 namespace memsim::ui {
 
-// Inputs grouped as model, training, data, parallelism, hardware. Returns true when the config changed.
-// reveal_data scrolls the Data section into view (a link or a file just changed it).
+// Inputs: the question (the model, method, GPUs, card, nodes, micro-batch and sequence length), then under Details
+// the model, training, data, versions, parallelism, hardware and fine-tuning sections. Returns true when the config
+// changed. reveal_data scrolls the Data section into view (a link or a file just changed it).
 bool draw_inputs_panel(Config& config, const Result& result, bool reveal_data = false);
+
+// The question section (panel_question.cpp). question_frame_start notes what changed since question_frame_end of the
+// last frame as set by hand (Details' edits, a link, What helps; question.h HandSet); the question's own choices are
+// not. Returns true when the config changed.
+void question_frame_start(const Config& config);
+bool draw_question_inputs(Config& config);
+void question_frame_end(const Config& config);
 // Fit verdict per device, stacked bar by component and the exact table. `version` names the result's content, as for
 // the timeline (0: unknown).
 void draw_results_panel(const Config& config, const Result& result, Unit unit, uint64_t version = 0);

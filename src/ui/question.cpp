@@ -1,0 +1,143 @@
+#include "question.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/serialize.h"
+#include "core/simulate.h"
+
+namespace memsim::ui {
+
+void note_hand_set(HandSet& hand, const Config& before, const Config& after) {
+  for (const std::string& change : config_changes(before, after)) hand.insert(change.substr(0, change.find('=')));
+  if (before.parallel.gpus != after.parallel.gpus) hand.insert("parallel.gpus");  // not a field of links or JSON
+}
+
+Method method_of(const PeftConfig& p) {
+  if (p.method == "none") return p.base_quantization == "none" ? Method::Full : Method::Other;
+  if (p.method == "lora" && p.base_quantization == "none") return Method::Lora;
+  if (p.method == "lora" && p.base_quantization == "nf4" && p.double_quantization) return Method::Qlora;
+  if (p.method == "dora" && p.base_quantization == "none") return Method::Dora;
+  if (p.method == "ia3" && p.base_quantization == "none") return Method::Ia3;
+  if (p.method == "ln_tuning" && p.base_quantization == "none") return Method::LnTuning;
+  if (p.method == "prompt_tuning" && p.base_quantization == "none") return Method::PromptTuning;
+  return Method::Other;
+}
+
+const char* method_label(Method m) {
+  switch (m) {
+    case Method::Full: return "Full fine-tuning";
+    case Method::Lora: return "LoRA";
+    case Method::Qlora: return "QLoRA (LoRA on a 4-bit base)";
+    case Method::Dora: return "DoRA";
+    case Method::Ia3: return "IA3";
+    case Method::LnTuning: return "LayerNorm tuning";
+    case Method::PromptTuning: return "Prompt tuning";
+    case Method::Other: break;
+  }
+  return "Other (set under Details)";
+}
+
+void method_defaults(PeftConfig& p, const std::string& previous) {
+  if (p.method == previous) return;
+  if (p.method == "ia3") {
+    p.target_modules = "k_proj,v_proj,down_proj";  // TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING["llama"]
+    p.feedforward_modules = "down_proj";
+  } else if (p.method == "ln_tuning") {
+    p.target_modules = "input_layernorm,post_attention_layernorm,norm";  // ..._LNTUNING_TARGET_MODULES_MAPPING
+  } else if ((p.method == "lora" || p.method == "dora") && previous != "lora" && previous != "dora") {
+    p.target_modules = "q_proj,v_proj";  // TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["llama"]
+  }
+}
+
+void set_method(Config& c, Method m) {
+  PeftConfig& p = c.peft;
+  const std::string previous = p.method;
+  switch (m) {
+    case Method::Full: p.method = "none"; break;
+    case Method::Lora: case Method::Qlora: p.method = "lora"; break;
+    case Method::Dora: p.method = "dora"; break;
+    case Method::Ia3: p.method = "ia3"; break;
+    case Method::LnTuning: p.method = "ln_tuning"; break;
+    case Method::PromptTuning: p.method = "prompt_tuning"; break;
+    case Method::Other: return;
+  }
+  method_defaults(p, previous);
+  if (m == Method::Qlora) {
+    // QLoRA (Dettmers et al. 2023, and its qlora.py): NF4 storage, double quantization, and adapters on every linear
+    // layer, which the paper found necessary to match 16-bit fine-tuning.
+    p.base_quantization = "nf4";
+    p.double_quantization = true;
+    p.target_modules = "all-linear";
+  } else {
+    p.base_quantization = "none";  // a quantized base is QLoRA's (or set under Details)
+    if (previous == "lora" && p.method == "lora" && p.target_modules == "all-linear") p.target_modules = "q_proj,v_proj";
+  }
+}
+
+int64_t default_micro_batch() { return Config{}.training.micro_batch_size; }
+
+int64_t default_sequence_length(const ModelConfig& m) {
+  const int64_t d = Config{}.training.sequence_length;
+  return m.max_position_embeddings > 0 ? std::min(d, m.max_position_embeddings) : d;
+}
+
+void choose_model(Config& c, const ModelConfig& model, const HandSet& hand) {
+  c.model = model;
+  if (!hand.count("training.sequence_length") && c.model.max_position_embeddings > 0)
+    c.training.sequence_length = std::min(c.training.sequence_length, c.model.max_position_embeddings);
+  fit_shape(c, hand);
+}
+
+namespace {
+
+bool fits(const Config& c) {
+  const Result r = simulate(c);
+  if (!r.ok || r.devices.empty()) return false;
+  for (const auto& d : r.devices)
+    if (d.verdict != Verdict::Fits) return false;
+  return true;
+}
+
+}  // namespace
+
+bool fit_shape(Config& c, const HandSet& hand) {
+  if (c.data.varies()) return false;
+  const bool own_mb = hand.count("training.micro_batch_size") > 0, own_seq = hand.count("training.sequence_length") > 0;
+  if (own_mb && own_seq) return false;
+  std::vector<int64_t> seqs, mbs;
+  if (own_seq) seqs = {c.training.sequence_length};
+  else
+    for (int64_t s = default_sequence_length(c.model); s >= 1; s /= 2) {
+      seqs.push_back(s);
+      if (s <= 512) break;
+    }
+  if (own_mb) mbs = {c.training.micro_batch_size};
+  else
+    for (int64_t b = default_micro_batch(); b >= 1; b /= 2) mbs.push_back(b);
+  const Config before = c;
+  auto with = [&](int64_t mb, int64_t seq) {
+    Config t = c;
+    t.training.micro_batch_size = mb;
+    t.training.sequence_length = seq;
+    return t;
+  };
+  // Memory grows with both, so when the smallest shape does not fit, none does: one simulation decides it.
+  Config chosen = with(mbs.front(), seqs.front());
+  if (fits(with(mbs.back(), seqs.back()))) {
+    bool found = false;
+    for (int64_t s : seqs) {
+      for (int64_t b : mbs)
+        if (fits(with(b, s))) {
+          chosen = with(b, s);
+          found = true;
+          break;
+        }
+      if (found) break;
+    }
+  }
+  c = chosen;
+  return !(c == before);
+}
+
+}  // namespace memsim::ui

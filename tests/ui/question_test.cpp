@@ -1,0 +1,124 @@
+// The question section's logic (ui/question.h), without ImGui: the method as users name it, a model picked from the
+// catalogue keeping what the user set by hand, and the micro-batch and sequence length that fit.
+#include <catch2/catch.hpp>
+
+#include "core/catalog.h"
+#include "core/gpu_count.h"
+#include "core/simulate.h"
+#include "ui/question.h"
+
+using namespace memsim;
+using namespace memsim::ui;
+
+namespace {
+
+bool all_fit(const Config& c) {
+  const Result r = simulate(c);
+  if (!r.ok) return false;
+  for (const auto& d : r.devices)
+    if (d.verdict != Verdict::Fits) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("question: QLoRA is one choice: LoRA, an NF4 base, double quantization, every linear", "[question]") {
+  Config c;
+  REQUIRE(method_of(c.peft) == Method::Full);
+  set_method(c, Method::Qlora);
+  CHECK(c.peft.method == "lora");
+  CHECK(c.peft.base_quantization == "nf4");
+  CHECK(c.peft.double_quantization);
+  CHECK(c.peft.target_modules == "all-linear");
+  CHECK(method_of(c.peft) == Method::Qlora);
+  set_method(c, Method::Lora);
+  CHECK(c.peft.base_quantization == "none");
+  CHECK(c.peft.target_modules == "q_proj,v_proj");
+  CHECK(method_of(c.peft) == Method::Lora);
+  set_method(c, Method::Full);
+  CHECK(method_of(c.peft) == Method::Full);
+  CHECK(c.peft.base_quantization == "none");
+  c.peft.method = "lora";
+  c.peft.base_quantization = "int8";
+  CHECK(method_of(c.peft) == Method::Other);  // set under Details; the question names it as it is
+}
+
+TEST_CASE("question: a model picked keeps every field set by hand", "[question]") {
+  Config c;
+  HandSet hand;
+  Config edited = c;
+  edited.training.micro_batch_size = 2;
+  edited.training.sequence_length = 8192;
+  edited.training.optimizer = "adamw8bit";
+  note_hand_set(hand, c, edited);
+  CHECK(hand == HandSet{"training.micro_batch_size", "training.sequence_length", "training.optimizer"});
+  const ModelPreset* p = find_model_preset("gpt2-medium");  // 1,024 positions
+  REQUIRE(p);
+  Config picked = edited;
+  choose_model(picked, p->model, hand);
+  CHECK(picked.model == p->model);
+  CHECK(picked.training.micro_batch_size == 2);
+  CHECK(picked.training.sequence_length == 8192);  // set by hand: kept, and validation says what is wrong with it
+  CHECK(picked.training.optimizer == "adamw8bit");
+  // Not set by hand, the sequence length is within the model's positions.
+  Config fresh;
+  choose_model(fresh, p->model, {});
+  CHECK(fresh.training.sequence_length <= 1024);
+}
+
+TEST_CASE("question: QLoRA of Llama-3.1-70B on one A100 80GB fits at micro-batch 1 x 2048", "[question]") {
+  Config c;  // the page's default: 8 x A100 80GB, ZeRO-3, micro-batch 4 x 4096
+  HandSet hand;
+  choose_model(c, find_model_preset("llama-3.1-70b")->model, hand);
+  set_method(c, Method::Qlora);
+  fit_shape(c, hand);
+  const TrainingConfig on_8 = c.training;  // the shape that fits on the default 8 GPUs
+  CHECK(all_fit(c));
+  set_gpu_count(c.parallel, 1);
+  REQUIRE_FALSE(c.parallel.gpus);
+  fit_shape(c, hand);
+  CHECK(c.hardware.gpu == "a100-80gb");
+  CHECK(gpu_count(c.parallel) == 1);
+  CHECK(all_fit(c));
+  // The longest sequence that fits (4096 does not at micro-batch 1), then the largest micro-batch at it.
+  CHECK(c.training.sequence_length == 2048);
+  CHECK(c.training.micro_batch_size == 1);
+  Config longer = c;
+  longer.training.sequence_length = 4096;
+  CHECK_FALSE(all_fit(longer));
+  Config bigger = c;
+  bigger.training.micro_batch_size = 2;
+  CHECK_FALSE(all_fit(bigger));
+  // Back on 8 GPUs, the shape that fits there comes back: the search starts from the defaults, not from 1 x 2048.
+  set_gpu_count(c.parallel, 8);
+  fit_shape(c, hand);
+  CHECK(c.training == on_8);
+  CHECK(c.training.micro_batch_size * c.training.sequence_length > 2048);
+}
+
+TEST_CASE("question: a micro-batch or sequence set by hand is not resized", "[question]") {
+  Config c;
+  choose_model(c, find_model_preset("llama-3.1-70b")->model, {});
+  set_method(c, Method::Qlora);
+  set_gpu_count(c.parallel, 1);
+  c.training.micro_batch_size = 2;
+  const HandSet hand{"training.micro_batch_size"};
+  fit_shape(c, hand);
+  CHECK(c.training.micro_batch_size == 2);
+  CHECK(c.training.sequence_length < 4096);  // the sequence is still free: shortened until micro-batch 2 fits
+  CHECK(all_fit(c));
+  const HandSet both{"training.micro_batch_size", "training.sequence_length"};
+  c.training.sequence_length = 4096;
+  CHECK_FALSE(fit_shape(c, both));
+  CHECK(c.training.sequence_length == 4096);
+}
+
+TEST_CASE("question: when nothing fits, the defaults stay and the verdict says so", "[question]") {
+  Config c;
+  choose_model(c, find_model_preset("llama-3.1-405b")->model, {});
+  set_gpu_count(c.parallel, 1);
+  fit_shape(c, {});
+  CHECK(c.training.micro_batch_size == default_micro_batch());
+  CHECK(c.training.sequence_length == default_sequence_length(c.model));
+  CHECK_FALSE(all_fit(c));
+}
