@@ -11,51 +11,18 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
 out="$here/build/fuzz"
-mkdir -p "$out/obj" "$out/crashes"
+mkdir -p "$out/crashes"
+# The targets live in the sanitized build that scripts/sanitize.sh uses too (CMakeLists.txt, MEMSIM_SANITIZE=address:
+# clang, ASan + UBSan, libFuzzer's coverage), so the core is compiled with the sanitizers once for both.
 CXX="${MEMSIM_FUZZ_CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || CXX=clang++
-# MEMSIM_THREADS as in the native build, so that the sanitizers also see pipeline stages simulated on threads.
-flags=(-std=c++20 -O1 -g -pthread -DMEMSIM_THREADS=1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I"$here/src")
-# Every core source but those that need the build's generated model catalogue (catalog, and advice and validation,
-# which use it): a new core file is fuzzed without a list to keep in step.
-core=()
-for f in "$here"/src/core/*.cpp; do
-  f="$(basename "$f" .cpp)"
-  case "$f" in catalog|advice|validation) ;; *) core+=("$f") ;; esac
-done
-# The uncertainty band's residual table, embedded as CMakeLists.txt embeds it (a raw string of the file).
-gen="$out/obj/residuals_data.cpp"
-{ printf '#include <string_view>\nnamespace memsim {\nstd::string_view residual_table_file() {\n  return R"memsim_tsv('
-  cat "$here/src/core/catalog/residuals.tsv"
-  printf ')memsim_tsv";\n}\n}  // namespace memsim\n'; } > "$gen.tmp"
-cmp -s "$gen.tmp" "$gen" || mv "$gen.tmp" "$gen"
-rm -f "$gen.tmp"
-# The frozen data of links (tests/golden/vN.defaults.json, vN.presets.json), embedded as CMakeLists.txt embeds it.
-gen_links="$out/obj/link_data.cpp"
-{ printf '#include "core/link_data.h"\nnamespace memsim {\nconst std::vector<LinkDataFile>& link_data_files() {\n'
-  printf '  static const std::vector<LinkDataFile> files = {\n'
-  for f in "$here"/tests/golden/v*.defaults.json "$here"/tests/golden/v*.presets.json; do
-    name="$(basename "$f" .json)" schema="${name%%.*}"
-    printf '    {%s, "%s", R"memsim_json(' "${schema#v}" "${name#*.}"
-    cat "$f"
-    printf ')memsim_json"},\n'
-  done
-  printf '  };\n  return files;\n}\n}  // namespace memsim\n'; } > "$gen_links.tmp"
-cmp -s "$gen_links.tmp" "$gen_links" || mv "$gen_links.tmp" "$gen_links"
-rm -f "$gen_links.tmp"
-objs=()
-for src in "${core[@]/#/$here/src/core/}" "$gen" "$gen_links"; do
-  src="${src%.cpp}.cpp" obj="$out/obj/$(basename "${src%.cpp}").o"
-  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find "$here/src/core" -name '*.h' -newer "$obj" -print -quit)" ]; then
-    "$CXX" "${flags[@]}" -c "$src" -o "$obj"
-  fi
-  objs+=("$obj")
-done
+targets=(fragment config_json hf_config deepspeed accelerate set lengths_file)
+cmake -S "$here" -B "$here/build/asan" -G Ninja -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=Debug \
+  -DMEMSIM_BUILD_APP=OFF -DMEMSIM_SANITIZE=address >/dev/null
+cmake --build "$here/build/asan" -j "$(nproc 2>/dev/null || echo 2)" --target "${targets[@]/#/fuzz_}"
 status=0
-for target in fragment config_json hf_config deepspeed accelerate set lengths_file; do
-  define="MEMSIM_FUZZ_$(echo "$target" | tr a-z A-Z)"
-  bin="$out/fuzz_$target"
-  "$CXX" "${flags[@]}" -fsanitize=fuzzer -D"$define" "$here/tests/fuzz/fuzz_targets.cpp" "${objs[@]}" -o "$bin"
+for target in "${targets[@]}"; do
+  bin="$here/build/asan/fuzz_$target"
   mkdir -p "$out/corpus/$target"
   seeds=("$here/tests/fuzz/corpus/$target")
   [ -d "$here/tests/fuzz/regressions/$target" ] && seeds+=("$here/tests/fuzz/regressions/$target")

@@ -3,9 +3,12 @@
 #   1. native Catch2 unit tests and the CLI contract (ctest)
 #   2. the same core tests compiled to wasm, run by node (ctest in build/web)
 #   3. the benchmark binaries, natively and in wasm (a short run: they report, they never fail on speed)
-#   4. the served page end to end in headless Chromium (playwright-core, node's test runner)
+#   4. the served page end to end in headless Chromium (playwright-core, node's test runner), three files at a time
+#      (they mostly wait for frames, so three at once take about half as long on 2 cores)
 #   5. the desktop app under Xvfb: renders frames, writes a screenshot, exits 0
-#   6. every libFuzzer target for a short, bounded time (scripts/fuzz.sh runs them longer)
+#   6. the core's unit tests and the CLI contract under ASan + UBSan, the threaded stage simulation under TSan
+#      (scripts/sanitize.sh), then every libFuzzer target of the same ASan build for a short, bounded time
+#      (scripts/fuzz.sh runs them longer)
 #   7. the calibration harness's unit tests (tools/calibrate; no GPU or torch needed) and the validation report
 # Screenshots land in build/screenshots. Ends with one line "test.sh: N passed, M failed".
 set -uo pipefail
@@ -23,14 +26,17 @@ suite() {  # suite NAME COMMAND...
 shots="$here/build/screenshots"; mkdir -p "$shots"
 export NODE_PATH="$here/build/node/node_modules"
 
-suite "native unit tests (ctest)" ctest --test-dir build/native --output-on-failure -j 2
+# The property tests (tests/property, rapidcheck) are part of ctest; a build without rapidcheck would skip them.
+[ -x build/native/memsim_property_tests ] || { echo "test.sh: build/native/memsim_property_tests is missing (librapidcheck-dev)"; failed=$((failed + 1)); failures+=("property tests not built"); }
+suite "native unit tests and property tests (ctest)" ctest --test-dir build/native --output-on-failure -j 2
 suite "wasm core tests (node)" ctest --test-dir build/web --output-on-failure
 suite "benchmark, native" build/native/memsim_bench --benchmark-samples 3 --benchmark-no-analysis
 suite "benchmark, wasm (node)" node --no-experimental-fetch build/web/memsim_bench.js --benchmark-samples 3 --benchmark-no-analysis
 suite "page end to end (Chromium)" env MEMSIM_SITE=build/web/site MEMSIM_CLI=build/native/memsim-cli \
-  MEMSIM_SCREENSHOTS="$shots" node --test tests/e2e/
+  MEMSIM_SCREENSHOTS="$shots" node --test --test-concurrency=3 tests/e2e/
 suite "desktop app under Xvfb" bash tests/desktop/smoke.sh build/native "$shots"
-suite "fuzz targets, 10 s each (clang, ASan + UBSan)" bash scripts/fuzz.sh "${MEMSIM_FUZZ_SECONDS:-10}"
+suite "sanitizers: unit tests and CLI under ASan + UBSan, stage threads under TSan" bash scripts/sanitize.sh all
+suite "fuzz targets, 6 s each (clang, ASan + UBSan)" bash scripts/fuzz.sh "${MEMSIM_FUZZ_SECONDS:-6}"
 suite "calibration harness: config translation (no GPU, no torch)" \
   python3 -m unittest discover -s tools/calibrate -p 'test_*.py'
 suite "docs/validation.md and the band's residual table are current" bash scripts/validation_report.sh --check

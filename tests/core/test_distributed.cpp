@@ -400,7 +400,7 @@ TEST_CASE("offload moves the optimizer to host RAM and says whether the node hol
   int64_t most = 0, live = 0;
   for (const Event& e : one.devices[0].program.events) {
     const Tensor& t = one.devices[0].program.tensors[e.tensor];
-    if (one.devices[0].program.labels[t.label] != "ZeRO-3 all-gathered layer parameters") continue;
+    if (one.devices[0].program.labels[t.label] != "DeepSpeed ZeRO-3 all-gathered layer parameters") continue;
     live += (e.op == Event::Op::Alloc ? 1 : -1) * t.bytes;
     most = std::max(most, live);
   }
@@ -550,7 +550,7 @@ TEST_CASE("DeepSpeed ZeRO-3 prefetches ahead to stage3_max_live_parameters, on t
     int64_t live = 0, most = 0;
     for (uint32_t i = 0; i < end; ++i) {
       const Tensor& t = p.tensors[p.events[i].tensor];
-      if (p.labels[t.label] != "ZeRO-3 all-gathered layer parameters") continue;
+      if (p.labels[t.label] != "DeepSpeed ZeRO-3 all-gathered layer parameters") continue;
       CHECK(t.stream == Stream::AllGather);  // overlap_comm, the stage-3 default
       live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
       if (i >= begin && t.layer >= 4 && t.layer < 24) most = std::max(most, live);
@@ -572,5 +572,5 @@ TEST_CASE("DeepSpeed ZeRO-3 prefetches ahead to stage3_max_live_parameters, on t
   Result r = simulate(c);
   REQUIRE(r.ok);
   for (const Tensor& t : r.devices[0].program.tensors)
-    if (r.devices[0].program.labels[t.label] == "ZeRO-3 all-gathered layer parameters") CHECK(t.stream == Stream::Compute);
+    if (r.devices[0].program.labels[t.label] == "DeepSpeed ZeRO-3 all-gathered layer parameters") CHECK(t.stream == Stream::Compute);
 }
