@@ -40,7 +40,7 @@ test("task (a): the 8B full fine-tuning on one RTX 4090 fits through What helps 
   assert.equal(before.config.peft.method, "none");
   assert.ok((await verdicts(page, before.config)).some((v) => v !== "fits"), "the setup does not fit as given");
 
-  await click(695, 52);  // the "What helps" tab of the results panel
+  await click(690, 74);  // the "What helps" tab of the results panel, under the pinned verdict line
   // The list fills in over frames (some 40 simulations of an 8B model); the pairs come after the single changes,
   // below the fold: wait for a row that fits, scrolling the list down with the wheel.
   await page.waitForTimeout(3000);

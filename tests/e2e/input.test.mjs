@@ -89,37 +89,34 @@ for (const [width, height, over] of [[1280, 800, [200, 400]], [390, 844, [120, 7
   });
 }
 
-test("touch on a phone: a swipe over a number scrolls and changes nothing; a tap presses + and ticks a checkbox", async () => {
+test("touch on a phone: a swipe over a number scrolls and changes nothing; a tap presses a + button", async () => {
   const { page, errors } = await openPage("", phone, phoneOptions);
   const before = await state(page);
   assert.equal(before.config.model.hidden_size, 5120);
   assert.equal(before.scroll.inputs, 0);
-  // The inputs are the third panel on a phone (the verdict first): hidden_size's field at y 681, num_hidden_layers'
-  // + button at (193, 706), rows of 25 px.
-  await swipe(page, [85, 681], 0, -120);  // up, from the hidden_size field
+  // The inputs are the third panel on a phone (the verdict first), opening on the question: the GPUs field at y 663
+  // (its + button at x 193), nodes at 715, micro_batch_size at 759; rows of about 25 px.
+  await swipe(page, [85, 663], 0, -120);  // up, from the GPUs field
   const swiped = await settledScroll(page);
   console.log(`# a 120 px swipe up scrolled the inputs ${swiped.inputs} px`);
   assert.ok(Math.abs(swiped.inputs - 120) <= 3, `the panel follows the finger: ${swiped.inputs} px`);
-  await swipe(page, [193, 706], 0, 60);  // down, starting on a + button
+  await swipe(page, [193, 715], 0, 60);  // down, starting on nodes' + button
   const back = await settledScroll(page);
   assert.ok(Math.abs(back.inputs - 60) <= 3, `and back: ${back.inputs} px`);
-  await swipe(page, [85, 700], 90, 0);  // sideways over a number field: nothing scrolls sideways, nothing changes
+  await swipe(page, [85, 759], 90, 0);  // sideways over a number field: nothing scrolls sideways, nothing changes
   await page.waitForTimeout(300);
   let s = await state(page);
   assert.deepEqual(s.config, before.config, "no number changed");
   assert.equal(s.fragment, before.fragment);
-  // A tap on num_hidden_layers' + button (scrolled up by the panel's offset).
+  // A tap on micro_batch_size's + button (scrolled up by the panel's offset), then on the GPUs' + button.
   const y = (row0) => row0 - s.scroll.inputs;
-  await page.touchscreen.tap(193, y(690));
-  await page.waitForFunction(() => window.memsim.state().config.model.num_hidden_layers === 41, null, { timeout: 5000 });
-  // A tap on the tie_word_embeddings checkbox, the row after vocab_size (831).
-  s = await state(page);
-  assert.equal(s.config.model.tie_word_embeddings, false);
-  await page.touchscreen.tap(30, y(840));
-  await page.waitForFunction(() => window.memsim.state().config.model.tie_word_embeddings === true, null, { timeout: 5000 });
+  await page.touchscreen.tap(193, y(759));
+  await page.waitForFunction(() => window.memsim.state().config.training.micro_batch_size === 5, null, { timeout: 5000 });
+  await page.touchscreen.tap(193, y(663));
+  await page.waitForFunction(() => window.memsim.state().config.parallel.data_parallel_size === 9, null, { timeout: 5000 });
   s = await state(page);
   assert.equal(s.config.model.hidden_size, 5120);
-  assert.equal(s.config.model.num_hidden_layers, 41);
+  assert.equal(s.config.training.micro_batch_size, 5);
   await page.screenshot({ path: path.join(shots, "phone-touch.png") });
   assert.deepEqual(errors, []);
   await page.close();
