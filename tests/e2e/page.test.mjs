@@ -244,17 +244,24 @@ test("on a HiDPI screen (device pixel ratio 2) clicks land where they are drawn"
   await page.close();
 });
 
-test("Copy link copies a link that reopens exactly the setup", async () => {
+// Task (c) of issue #17: copy a link, open it in a fresh browser context (browser.newPage: no shared storage) and see
+// the same result. The count is the user's clicks and keystrokes on the page; pasting into a new tab is the browser's.
+test("task (c): Copy link copies a link that reopens exactly the setup and its result", async () => {
   const { page } = await openPage("#schema=1&training.micro_batch_size=2&parallel.zero_stage=2");
   const state = await page.evaluate(() => window.memsim.state());
-  await until(page, () => page.mouse.click(297, 18),  // the "Copy link" button of the toolbar
+  let clicks = 0;
+  await until(page, () => { clicks++; return page.mouse.click(297, 18); },  // the "Copy link" button of the toolbar
               () => typeof window.memsimLastCopied === "string" && window.memsimLastCopied.includes("#"));
   const link = await page.evaluate(() => window.memsimLastCopied);
   assert.ok(link.startsWith(base), link);
+  const peaks = (p, c) => p.evaluate((cfg) => window.memsim.estimate(cfg).devices.map((d) => [d.verdict, d.peak.device_bytes]), c);
+  const shown = await peaks(page, state.config);
   await page.close();
   const { page: again } = await openPage(link.slice(base.length));
   const reopened = await again.evaluate(() => window.memsim.state());
   assert.deepEqual(reopened.config, state.config);
+  assert.deepEqual(await peaks(again, reopened.config), shown, "the same verdict and peak");
+  console.log(`task (c): ${clicks} click and 0 keystrokes; the link is ${link.length - base.length} characters after the address`);
   await again.close();
 });
 
