@@ -84,7 +84,7 @@ TEST_CASE("the verdict names the usable memory and the headroom; the peaks name 
   c.hardware.headroom_fraction = 0.10;
   Result r = simulate(c);
   REQUIRE(r.ok);
-  const DeviceResult& d = r.devices.front();
+  const DeviceResult d = r.devices.front();  // a copy: r is simulated again below
   const std::string usable = describe_usable(d);
   INFO(usable);
   CHECK(usable == format_bytes(d.peak.device_bytes) + " (nvidia-smi) of " + format_bytes(d.usable_bytes) + " usable (" +

@@ -29,9 +29,10 @@ echo "desktop smoke: screenshot $out/desktop.png with $colors distinct colours"
 [ "$colors" -gt 50 ]
 grep -q "^memsim: charts: GL 3.3 core renderer" "$out/desktop.log" || { echo "desktop smoke: the GL chart renderer was not used"; exit 1; }
 [ "$(draws "$out/desktop.log" timeline)" -gt 0 ] || { echo "desktop smoke: the timeline was not drawn by the GL renderer"; exit 1; }
-# Share of blue (allocated memory) in a band along the bottom of the timeline chart, from ImageMagick's
+# Share of blue (allocated memory) in a band along the bottom of the timeline chart (above its two legend lines and
+# the status line), from ImageMagick's
 # histogram of that region (lines like "  123: (76,150,230) #4C96E6 srgb(...)").
-blue=$(convert "$out/desktop.png" -crop 700x40+530+715 +repage -format %c histogram:info:- |
+blue=$(convert "$out/desktop.png" -crop 700x20+530+700 +repage -format %c histogram:info:- |
   awk -F'[:(,)]' '{ n = $1 + 0; all += n; if ($5 > $3 + 80 && $5 > 150) hit += n } END { printf "%d", 100 * hit / all }')
 echo "desktop smoke: the allocated memory's blue covers $blue% of the bottom of the timeline"
 [ "$blue" -gt 50 ]
