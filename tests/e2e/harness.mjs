@@ -78,3 +78,30 @@ export async function until(page, action, predicate, arg, attempts = 4) {
   }
   throw new Error("the interaction had no effect: " + predicate.toString());
 }
+
+// The keyboard's helpers (keyboard.test.mjs, history.test.mjs). state() is what the page reports: its config, URL
+// fragment and, in focus, what its live region reads out for the focused control (src/ui/keyboard.h).
+export const state = (page) => page.evaluate(() => window.memsim.state());
+// Three animation frames: the app has run two frames since, the key's press in one and its release in the next
+// (src/platform/key_queue.h), and the focus it moved is announced.
+export const frames = (page) => page.evaluate(() => new Promise((r) => {
+  let n = 0;
+  const step = () => (++n === 3 ? r() : requestAnimationFrame(step));
+  requestAnimationFrame(step);
+}));
+
+export async function press(page, key) {
+  await page.keyboard.press(key);
+  await frames(page);
+}
+
+// Presses Tab (or Shift+Tab) until the focus is on a control whose words start with `prefix`, and returns its words.
+// The results panel and the end of the inputs are nearer backwards from the toolbar.
+export async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
+  for (let i = 0; i < limit; i++) {
+    await press(page, back ? "Shift+Tab" : "Tab");
+    const focus = (await state(page)).focus;
+    if (focus.startsWith(prefix)) return focus;
+  }
+  throw new Error("Tab never reached " + prefix);
+}

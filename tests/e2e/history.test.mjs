@@ -4,28 +4,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
-import { base, browser, openPage, shots, useBrowser } from "./harness.mjs";
+import { base, browser, openPage, press, shots, state, tabTo, useBrowser } from "./harness.mjs";
 
 useBrowser();
 
-const state = (page) => page.evaluate(() => window.memsim.state());
-// Three animation frames: the app has run two frames since, a key's press in one and its release in the next.
-const frames = (page) => page.evaluate(() => new Promise((r) => {
-  let n = 0;
-  const step = () => (++n === 3 ? r() : requestAnimationFrame(step));
-  requestAnimationFrame(step);
-}));
-async function press(page, key) {
-  await page.keyboard.press(key);
-  await frames(page);
-}
-async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
-  for (let i = 0; i < limit; i++) {
-    await press(page, back ? "Shift+Tab" : "Tab");
-    if ((await state(page)).focus.startsWith(prefix)) return;
-  }
-  throw new Error("Tab never reached " + prefix);
-}
 // Tab to the next control, whose words are `words`; back with Shift+Tab where a loaded machine turned one press into
 // two (a frame slower than the key-repeat delay).
 async function tabOnceTo(page, words) {

@@ -6,34 +6,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
 import { decodePng, share } from "./png.mjs";
-import { openPage, shots, useBrowser } from "./harness.mjs";
+import { openPage, press, shots, state, tabTo, useBrowser } from "./harness.mjs";
 
 useBrowser();
-
-const state = (page) => page.evaluate(() => window.memsim.state());
-// Three animation frames: the app has run two frames since, the key's press in one and its release in the next
-// (src/platform/key_queue.h), and the focus it moved is announced.
-const frames = (page) => page.evaluate(() => new Promise((r) => {
-  let n = 0;
-  const step = () => (++n === 3 ? r() : requestAnimationFrame(step));
-  requestAnimationFrame(step);
-}));
-
-async function press(page, key) {
-  await page.keyboard.press(key);
-  await frames(page);
-}
-
-// Presses Tab (or Shift+Tab) until the focus is on a control whose words start with `prefix`. The results panel and
-// the end of the inputs are nearer backwards from the toolbar.
-async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
-  for (let i = 0; i < limit; i++) {
-    await press(page, back ? "Shift+Tab" : "Tab");
-    const focus = (await state(page)).focus;
-    if (focus.startsWith(prefix)) return focus;
-  }
-  throw new Error("Tab never reached " + prefix);
-}
 
 async function typeText(page, text) {
   for (const ch of text) await press(page, ch);
