@@ -179,13 +179,21 @@
     e.preventDefault();
     var file = e.dataTransfer && e.dataTransfer.files && e.dataTransfer.files[0];
     if (!file) return;
+    // The name as text, cut and without control characters: it goes into the status line.
+    var name = "\"" + String(file.name).replace(/[\u0000-\u001f\u007f]/g, "?").slice(0, 80) + "\"";
+    // An empty text tells the app that nothing was read; the origin says why.
     if (file.size > 256 * 1024 * 1024) {
-      ready.then(function () { window.memsim.loadText("", "\"" + file.name + "\" (over 256 MiB, not read)"); });
+      var gib = (file.size / 1024 / 1024 / 1024).toFixed(1);
+      ready.then(function () { window.memsim.loadText("", name + " (" + gib + " GiB; files over 256 MiB are not read)"); });
       return;
     }
     var reader = new FileReader();
     reader.onload = function () {
-      ready.then(function () { window.memsim.loadText(String(reader.result), "\"" + file.name + "\""); });
+      var text = String(reader.result);
+      // A NUL byte ends the C string the text becomes: a binary file would be read as its first few bytes.
+      if (text.indexOf("\u0000") >= 0) name += " (a binary file: not a config or a file of sample lengths)";
+      else if (text.trim() === "") name += " (empty)";
+      ready.then(function () { window.memsim.loadText(text.indexOf("\u0000") >= 0 ? "" : text, name); });
     };
     reader.readAsText(file);
   });

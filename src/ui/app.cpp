@@ -184,6 +184,11 @@ bool App::load_fragment(const std::string& fragment, bool navigated) {
 }
 
 bool App::load_text(const std::string& text, const std::string& origin) {
+  // Nothing to read (an empty file, or one the page did not read: too large, binary); the origin says which.
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    message(Message::Kind::Error, origin + " was not loaded, so the current setup is kept.");
+    return false;
+  }
   // A file of per-sample token lengths starts with a number or '[', which no config does.
   if (looks_like_sample_lengths_file(text)) {
     SampleLengthsFile lengths;

@@ -1,6 +1,5 @@
 // The interface without a window: ImGui frames rendered headless (like Dear ImGui's example_null), so the
 // UI code runs in the native test suite. Hostile input must leave the setup intact and show a message.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <imgui.h>
 
@@ -96,6 +95,17 @@ TEST_CASE("a dropped config.json replaces only the model", "[ui]") {
   CHECK(!app.load_text("{\"hidden_size\": \"big\"}", "bad.json"));
   CHECK(app.config().model.hidden_size == 4096);
   gui.frame(app);
+}
+
+TEST_CASE("a file the page did not read (too large, binary, empty) is one message naming why, the setup kept", "[ui]") {
+  ui::App app({});
+  const Config before = app.config();
+  CHECK(!app.load_text("", "\"huge.json\" (3.0 GiB; files over 256 MiB are not read)"));
+  CHECK(!app.load_text(" \n", "\"empty.json\" (empty)"));
+  CHECK(app.config() == before);
+  REQUIRE(app.messages().size() == 2);
+  CHECK(app.messages()[0].text == "\"huge.json\" (3.0 GiB; files over 256 MiB are not read) was not loaded, so the current "
+                                  "setup is kept.");
 }
 
 TEST_CASE("a dropped Accelerate config (YAML or JSON) sets the layout and keeps the model", "[ui]") {
