@@ -2,6 +2,7 @@
 // the page and wait for the effects of canvas interactions. A test file calls useBrowser() once.
 import { before, after } from "node:test";
 import { spawn } from "node:child_process";
+import assert from "node:assert/strict";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -104,4 +105,12 @@ export async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
     if (focus.startsWith(prefix)) return focus;
   }
   throw new Error("Tab never reached " + prefix);
+}
+
+// Tab to the next control, whose words are `words`; back with Shift+Tab where a loaded machine turned one press into
+// two (a frame slower than the key-repeat delay).
+export async function tabOnceTo(page, words) {
+  await press(page, "Tab");
+  for (let i = 0; i < 3 && (await state(page)).focus !== words; i++) await press(page, "Shift+Tab");
+  assert.equal((await state(page)).focus, words);
 }

@@ -4,17 +4,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
-import { base, browser, openPage, press, shots, state, tabTo, useBrowser } from "./harness.mjs";
+import { base, browser, openPage, press, shots, state, tabOnceTo, tabTo, useBrowser } from "./harness.mjs";
 
 useBrowser();
 
-// Tab to the next control, whose words are `words`; back with Shift+Tab where a loaded machine turned one press into
-// two (a frame slower than the key-repeat delay).
-async function tabOnceTo(page, words) {
-  await press(page, "Tab");
-  for (let i = 0; i < 3 && (await state(page)).focus !== words; i++) await press(page, "Shift+Tab");
-  assert.equal((await state(page)).focus, words);
-}
 const microBatch = (page) => page.evaluate(() => window.memsim.state().config.training.micro_batch_size);
 const waitMicroBatch = (page, n) =>
   page.waitForFunction((n) => window.memsim.state().config.training.micro_batch_size === n, n, { timeout: 5000 });

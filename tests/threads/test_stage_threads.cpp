@@ -1,7 +1,6 @@
 // The simulation of several distinct devices runs on threads natively (simulate.cpp for_each_index: one pipeline
 // stage per worker). scripts/sanitize.sh builds this file with the core under ThreadSanitizer: each layout below simulates its devices concurrently, and the result must equal a second run
 // byte for byte (the threads share the catalogue, the tables and the config, and write only their own device).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
