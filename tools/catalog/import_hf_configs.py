@@ -101,6 +101,8 @@ NOT_TAKEN = {
     "reduced configs of Llama 2 7B/13B and CodeLlama fine-tunes (StableBeluga, MythoMax, OpenChat v3, YaRN, Llemma, "
     "WizardCoder)": "their context (4096 to 131072) is not in gpu_poor's copy, and the importer's default of 2048 "
     "would size the causal-mask buffer and bound the sequence wrongly",
+    "reduced configs of GPT-2 models (DialoGPT, DistilGPT2)": "the copy drops attn_pdrop and resid_pdrop (0.1 in their "
+    "config.json), whose dropout masks memsim counts",
 }
 
 
