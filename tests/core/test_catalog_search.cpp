@@ -1,7 +1,7 @@
 // The catalogue as people use it: several hundred models, each found by its name and its Hugging Face id, a
-// nonsense search finding nothing, and the entries generated from litgpt's config.py (tools/catalog/import_litgpt.py)
-// as sound as the hand-collected ones: they load, simulate, count what litgpt's modules hold and, for a sample,
-// exactly what their publishers state.
+// nonsense search finding nothing, and the generated entries (from litgpt's config.py, tools/catalog/import_litgpt.py,
+// and from copies of HF config.json, tools/catalog/import_hf_configs.py) as sound as the hand-collected ones: they
+// load, simulate, count what their module structure holds and, for a sample, exactly what their publishers state.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -36,8 +36,9 @@ std::string first_id(const std::string& query) {
 
 TEST_CASE("catalogue: several hundred models, unique ids and HF ids, every one simulates a default setup", "[catalog]") {
   const auto& presets = model_presets();
-  // 56 collected by hand + 199 from litgpt's config.py (tools/catalog/import_litgpt.py prints the count).
-  CHECK(presets.size() >= 250);
+  // 56 collected by hand + 199 from litgpt's config.py + 84 from HF config.json copies (the importers print their
+  // counts).
+  CHECK(presets.size() >= 300);
   std::set<std::string> ids, hf_ids;
   int generated = 0;
   for (const auto& p : presets) {
@@ -51,8 +52,12 @@ TEST_CASE("catalogue: several hundred models, unique ids and HF ids, every one s
     CHECK(!p.config_source.empty());
     if (!p.generated_from.empty()) {
       ++generated;
-      CHECK(p.supported);  // the importer writes only what memsim represents; the rest it lists as skipped
-      CHECK(p.config_source.find("litgpt") != std::string::npos);
+      CHECK(p.supported);  // the importers write only what memsim represents; the rest they list as skipped
+      // Each names where its shape came from: litgpt's config.py, or the config.json copy (a Hugging Face page or a
+      // file of a GitHub repository at a commit).
+      const std::string& src = p.config_source;
+      CHECK((src.find("litgpt") != std::string::npos || src.find("https://huggingface.co/") == 0 ||
+             src.rfind("github:", 0) == 0));
     }
     if (!p.supported) continue;
     // The page's default setup (8 GPUs, ZeRO-3, micro-batch 4) with this model, the sequence within its positions.
@@ -63,7 +68,7 @@ TEST_CASE("catalogue: several hundred models, unique ids and HF ids, every one s
     INFO((r.errors.empty() ? std::string() : r.errors[0].field + ": " + r.errors[0].message));
     CHECK(r.ok);
   }
-  CHECK(generated >= 190);
+  CHECK(generated >= 280);
 }
 
 TEST_CASE("catalogue: generated entries count exactly what their publishers state, for a sample", "[catalog]") {
@@ -167,4 +172,39 @@ TEST_CASE("catalogue search: every model is the first result for its HF id and i
     const auto by_name = search_model_presets(p.name);
     CHECK(std::find(by_name.begin(), by_name.end(), &p) != by_name.end());
   }
+}
+
+TEST_CASE("catalogue: the HF config.json imports keep what each config says", "[catalog]") {
+  auto preset = [](const char* id) -> const ModelPreset& {
+    const ModelPreset* p = find_model_preset(id);
+    REQUIRE(p != nullptr);
+    return *p;
+  };
+  int imported = 0;
+  for (const auto& p : model_presets())
+    imported += p.generated_from.find("import_hf_configs") != std::string::npos;
+  CHECK(imported >= 80);
+  // Qwen2 1.5B ties its head (tie_word_embeddings true); DeepSeek-R1-Distill-Qwen-1.5B, the same block, does not:
+  // the whole difference between the two totals is the untied 151936 x 1536 head.
+  const ModelPreset& qwen2 = preset("qwen2-1.5b-instruct");
+  const ModelPreset& r1 = preset("deepseek-r1-distill-qwen-1.5b");
+  CHECK(qwen2.model.tie_word_embeddings);
+  CHECK_FALSE(r1.model.tie_word_embeddings);
+  CHECK(qwen2.model.qkv_bias);  // model_type qwen2: q, k and v carry biases
+  CHECK(r1.model.hidden_size == qwen2.model.hidden_size);
+  CHECK(r1.model.num_hidden_layers == qwen2.model.num_hidden_layers);
+  CHECK(build_model_shape(r1.model).params_total - build_model_shape(qwen2.model).params_total ==
+        r1.model.vocab_size * r1.model.hidden_size);
+  // Mistral Nemo's head_dim (128) is not hidden_size / heads (5120 / 32 = 160).
+  CHECK(preset("mistral-nemo-instruct-2407").model.head_dim == 128);
+  // A reduced copy without num_key_value_heads (LLaMA 1) reads as multi-head attention.
+  const ModelPreset& llama = preset("llama-65b");
+  CHECK(llama.model.num_key_value_heads == llama.model.num_attention_heads);
+  // Qwen-1's config.json gives twice the MLP width (QWenMLP halves it).
+  CHECK(preset("qwen-14b-chat").model.intermediate_size == 27392 / 2);
+  // Found by name and by HF id.
+  CHECK(first_id("qwen1.5 7b chat") == "qwen1.5-7b-chat");
+  CHECK(first_id("deepseek-ai/deepseek-coder-6.7b-instruct") == "deepseek-coder-6.7b-instruct");
+  CHECK(first_id("Yi-1.5-34B") == "yi-1.5-34b");
+  CHECK(first_id("mistral nemo") == "mistral-nemo-instruct-2407");
 }
