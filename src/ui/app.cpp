@@ -387,7 +387,9 @@ void App::frame() {
   const float status = ImGui::GetFrameHeightWithSpacing();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   if (avail.x >= 700.0f) {
-    draw_inputs(std::clamp(avail.x * 0.36f, 280.0f, 470.0f), -status);
+    // A wide window (1920 px) gives the inputs up to 620 px: at 470 their lists cut their values ("bf16 + fp32 master
+    // (DeepSpeed", "fixed (packed, or padded to max") while the results spread over 1400 px. As before below 1470 px.
+    draw_inputs(std::clamp(avail.x * 0.36f, 280.0f, std::max(470.0f, avail.x * 0.32f)), -status);
     ImGui::SameLine();
     ImGui::BeginChild("outputs", ImVec2(0, -status), false, ImGuiWindowFlags_NavFlattened);
     draw_results(std::max(ImGui::GetContentRegionAvail().y * 0.58f, 260.0f));

@@ -15,10 +15,13 @@ struct SavedFocus {
   ImGuiWindow* window = nullptr;
   ImRect rect;
 } g_saved;
+// Whether this frame's Tab request is one keyboard_frame_start() opened to every item (TabSkip closes it again for one).
+bool g_tab_to_all = false;
 }  // namespace
 
 void keyboard_frame_start() {
   g_building.clear();
+  g_tab_to_all = false;
 #if IMGUI_VERSION_NUM < 18700
   ImGuiContext& g = *GImGui;
   const bool shown = g.NavId != 0 && !g.NavDisableHighlight;
@@ -28,6 +31,7 @@ void keyboard_frame_start() {
   // focused button, go on from it instead.
   if (g.NavMoveSubmitted && (g.NavMoveFlags & ImGuiNavMoveFlags_Tabbing) && !(g.NavMoveFlags & ImGuiNavMoveFlags_FocusApi)) {
     g.NavMoveFlags |= ImGuiNavMoveFlags_FocusApi;
+    g_tab_to_all = true;
     if (g.NavTabbingDir == 0 && shown) g.NavTabbingDir = +1;
   }
   // Escape on a control that is not being edited: ImGui leaves the child window the focus is in, and focuses the
@@ -58,6 +62,31 @@ void keyboard_frame_end() {
   g_saved = {};
   if (g.NavId != 0 && g.NavIdIsAlive && g.NavWindow)
     g_saved = {&g, g.NavId, g.NavFocusScopeId, g.NavWindow, g.NavWindow->NavRectRel[ImGuiNavLayer_Main]};
+#endif
+}
+
+// ImGuiItemFlags_NoTabStop is what later ImGui versions skip; in 1.86 every item answers the Tab request that
+// keyboard_frame_start() opened (FocusApi), so the request is closed to the one item, unless it holds the focus: the
+// request counts from the focused item (NavProcessItemForTabbingRequest), so it must see it.
+TabSkip::TabSkip(bool skip, unsigned id) : skip_(skip) {
+  if (!skip_) return;
+  ImGui::PushItemFlag(ImGuiItemFlags_NoTabStop, true);
+#if IMGUI_VERSION_NUM < 18700
+  ImGuiContext& g = *GImGui;
+  if (g_tab_to_all && g.NavMoveScoringItems && (g.NavMoveFlags & ImGuiNavMoveFlags_FocusApi) && g.NavId != id) {
+    g.NavMoveFlags &= ~ImGuiNavMoveFlags_FocusApi;
+    cleared_ = true;
+  }
+#else
+  (void)id;
+#endif
+}
+
+TabSkip::~TabSkip() {
+  if (!skip_) return;
+  ImGui::PopItemFlag();
+#if IMGUI_VERSION_NUM < 18700
+  if (cleared_) GImGui->NavMoveFlags |= ImGuiNavMoveFlags_FocusApi;
 #endif
 }
 

@@ -34,6 +34,21 @@ class FocusProbe {
   bool saved_ = false;
 };
 
+// Keeps Tab and Shift+Tab from stopping on the next item while `skip` (a toolbar button greyed out because it would do
+// nothing: Undo with nothing to undo). The arrows pass over it already, as over any disabled item. `id` is the item's
+// (ImGui::GetID(label) of a button): where it has the focus already (Reset, just pressed), Tab goes on from it.
+// Construct it right before the item, and let it go out of scope right after.
+class TabSkip {
+ public:
+  TabSkip(bool skip, unsigned id);
+  ~TabSkip();
+  TabSkip(const TabSkip&) = delete;
+  TabSkip& operator=(const TabSkip&) = delete;
+
+ private:
+  bool skip_ = false, cleared_ = false;
+};
+
 // Whether the item `id` has the keyboard focus and the focus is shown: for one item of a widget made of several (the -
 // and + buttons of a number field).
 bool id_has_keyboard_focus(unsigned id);

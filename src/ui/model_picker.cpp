@@ -4,6 +4,7 @@
 #include "model_picker.h"
 
 #include <imgui.h>
+#include <imgui_internal.h>  // GetActiveID and NavActivateId: when the search field can take typed characters
 #include <imgui_stdlib.h>
 
 #include <cfloat>
@@ -67,6 +68,46 @@ void preset_tooltip(const ModelPreset& p) {
   ImGui::EndTooltip();
 }
 
+// ImGui 1.86 gives the search field the keyboard two frames after the list opens: SetKeyboardFocusHere() resolves at
+// the end of the frame, and the frame that activates the field drops the characters it receives. A user who clicks
+// the picker and types at once ("llama") would lose the first letters. The characters typed in those frames are held
+// back here and handed to the field in the first frame it takes them. Not those of the frame the keyboard opened the
+// list in: that is the Space that opened it.
+class HeldKeys {
+ public:
+  // Before the search field, every frame the list is open.
+  void before_field(bool appearing, bool opened_by_keyboard, ImGuiID field) {
+    ImVector<ImWchar>& queue = ImGui::GetIO().InputQueueCharacters;
+    if (appearing) {
+      held_.clear();
+      frames_left_ = 4;  // a frame to resolve the focus, one to activate, and some slack for a slow frame
+      if (!opened_by_keyboard) take(queue);
+      queue.resize(0);
+      return;
+    }
+    if (frames_left_ == 0) return;
+    if (ImGui::GetActiveID() == field) {  // the field takes characters this frame: the held ones first
+      ImVector<ImWchar> all = held_;
+      for (ImWchar c : queue) all.push_back(c);
+      queue.swap(all);
+      held_.clear();
+      frames_left_ = 0;
+      return;
+    }
+    --frames_left_;
+    take(queue);  // still not taking them (the frame that activates it would drop them)
+    queue.resize(0);
+    if (frames_left_ == 0) held_.clear();  // the focus went elsewhere: typing is not for the field
+  }
+
+ private:
+  void take(const ImVector<ImWchar>& queue) {
+    for (ImWchar c : queue) held_.push_back(c);
+  }
+  ImVector<ImWchar> held_;
+  int frames_left_ = 0;
+};
+
 }  // namespace
 
 bool model_picker(ModelConfig& m) {
@@ -80,12 +121,17 @@ bool model_picker(ModelConfig& m) {
   ImGui::SetNextWindowSizeConstraints(
       ImVec2(column, 0.0f), ImVec2(FLT_MAX, 20 * (ImGui::GetFontSize() + style.ItemSpacing.y) + 2 * style.WindowPadding.y));
   ImGui::SetNextItemWidth(column * 0.55f);
+  const ImGuiID combo = ImGui::GetID("preset");
   const bool open = ImGui::BeginCombo("preset", shown.c_str(), ImGuiComboFlags_HeightLarge);
+  const bool opened_by_keyboard = GImGui->NavActivateId == combo;  // Space or Enter on the picker, not a click
   const bool focused = item_has_keyboard_focus();
   announce_focus("preset: " + shown + ", list with a search box: Space or Enter opens it, type a name or a Hugging "
                  "Face id, Enter picks the first match", focused);
   if (open) {
-    if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
+    static HeldKeys held;
+    const bool appearing = ImGui::IsWindowAppearing();
+    held.before_field(appearing, opened_by_keyboard, ImGui::GetID("##filter"));
+    if (appearing) ImGui::SetKeyboardFocusHere();
     ImGui::SetNextItemWidth(-1);
     // Enter picks the first match, so the keyboard alone can choose a model. The last search is kept and selected,
     // so that typing replaces it.

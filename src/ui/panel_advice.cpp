@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <memory>
 
 #include "core/advice.h"
@@ -42,6 +44,68 @@ const char* group_heading(SuggestionGroup g, bool pairs_fit) {
 
 const char* verdict_words_after(const Suggestion& s) {
   return s.fits ? "fits" : s.verdict == Verdict::Borderline ? "borderline" : "does not fit";
+}
+
+// The width, in font heights, below which the four columns (change, saves, peak after, Apply) cut their text: the
+// headings and the "saves" column on a phone. A 1280-pixel page's results panel is some 50.
+constexpr float kFourColumnsEm = 34.0f;
+
+float apply_column_width() { return ImGui::GetFontSize() * 3.5f; }
+
+// "105.88 GiB (74%)": what a change saves, and its share of the setup's peak.
+std::string saved_text(const Suggestion& s, Unit unit, float peak_before) {
+  char share[16];
+  std::snprintf(share, sizeof share, " (%.0f%%)",
+                peak_before > 0 ? 100.0f * static_cast<float>(s.saved_bytes) / peak_before : 0.0f);
+  return bytes_text(s.saved_bytes, unit) + share;
+}
+
+// The verdict's word after the peak, where it is not "does not fit" (the results panel's verdicts).
+const char* verdict_suffix(const Suggestion& s) {
+  return s.fits ? " fits" : s.verdict == Verdict::Borderline ? " borderline" : "";
+}
+
+// The peak after the change, coloured as the results panel colours its verdict: a change that leaves the band across
+// the usable line is borderline.
+void draw_peak_after(const Suggestion& s, const std::string& text) {
+  if (s.fits) ImGui::TextColored(ImVec4(0.35f, 0.85f, 0.45f, 1), "%s", text.c_str());
+  else if (s.verdict == Verdict::Borderline) ImGui::TextColored(ImVec4(0.95f, 0.8f, 0.3f, 1), "%s", text.c_str());
+  else ImGui::TextUnformatted(text.c_str());
+}
+
+// The fields a row sets, shown while its change or its cost is hovered.
+void sets_tooltip(const std::string& sets) {
+  ImGui::BeginTooltip();
+  ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
+  ImGui::TextUnformatted(("Sets:" + sets).c_str());
+  ImGui::PopTextWrapPos();
+  ImGui::EndTooltip();
+}
+
+// A greyed line that wraps: the progress lines are longer than a phone's column, and a cut one reads as a list cut off.
+void disabled_wrapped(const char* fmt, ...) IM_FMTARGS(1);
+void disabled_wrapped(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrappedV(fmt, args);
+  ImGui::PopStyleColor();
+  va_end(args);
+}
+
+// The change (a pair: its two parts, one a line), wrapped to its cell.
+void draw_change(const Suggestion& s, const std::string& sets) {
+  if (s.part_changes.size() == 2) ImGui::TextWrapped("%s\n+ %s", s.part_changes[0].c_str(), s.part_changes[1].c_str());
+  else ImGui::TextWrapped("%s", s.change.c_str());
+  if (ImGui::IsItemHovered()) sets_tooltip(sets);
+}
+
+// What the change costs, greyed, on every row.
+void draw_cost(const Suggestion& s, const std::string& sets) {
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("%s", s.cost.c_str());
+  ImGui::PopStyleColor();
+  if (ImGui::IsItemHovered()) sets_tooltip(sets);
 }
 
 }  // namespace
@@ -72,7 +136,7 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
     in_flight.reset();
   }
   if (!ready) {  // the setup's own simulation goes first
-    ImGui::TextDisabled("The changes are simulated once this setup is.");
+    disabled_wrapped("The changes are simulated once this setup is.");
     return false;
   }
   auto variant = [&](Config c) {
@@ -126,56 +190,67 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
   const bool working = peak_now != -1 && (next < pending.size() || !pairs_added);
   if (working) {
     note_work_left();
-    if (next < singles) ImGui::TextDisabled("Simulating the changes: %zu of %zu...", next, singles);
-    else if (pending.size() > singles) ImGui::TextDisabled("No single same-job change fits: simulating pairs, %zu of %zu...", next - singles, pending.size() - singles);
+    if (next < singles) disabled_wrapped("Simulating the changes: %zu of %zu...", next, singles);
+    else if (pending.size() > singles) disabled_wrapped("No single same-job change fits: simulating pairs, %zu of %zu...", next - singles, pending.size() - singles);
   }
   if (cached.empty()) {
-    if (!working) ImGui::TextDisabled("No change from the list lowers this setup's peak by 1%% or more.");
+    if (!working) disabled_wrapped("No change from the list lowers this setup's peak by 1%% or more.");
     return false;
   }
   bool changed = false, pairs_shown = false;
   const bool pairs_fit = std::any_of(cached.begin(), cached.end(), [](const Suggestion& s) { return s.group == SuggestionGroup::Pair && s.fits; });
   const float peak_before = static_cast<float>(cached.front().peak_bytes + cached.front().saved_bytes);
-  // One table per group, its heading in the header of the first column, so that a group's rows line up with it.
+  // Where the four columns do not fit (a phone's one column: a group's heading and "saves" were cut), each row stacks
+  // its numbers under its change, beside its Apply.
+  const bool narrow = ImGui::GetContentRegionAvail().x < ImGui::GetFontSize() * kFourColumnsEm;
+  // One table per group, its heading in the header of the first column (narrow: a row of its own), so that a group's
+  // rows line up with it.
   for (size_t i = 0; i < cached.size();) {
     const SuggestionGroup g = cached[i].group;
     size_t end = i;
     while (end < cached.size() && cached[end].group == g) ++end;
     pairs_shown |= g == SuggestionGroup::Pair;
     ImGui::PushID(static_cast<int>(g));
-    if (ImGui::BeginTable("advice", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV)) {
-      ImGui::TableSetupColumn(group_heading(g, pairs_fit), ImGuiTableColumnFlags_WidthStretch, 2.6f);
-      ImGui::TableSetupColumn("saves", ImGuiTableColumnFlags_WidthStretch, 0.9f);
-      ImGui::TableSetupColumn("peak after", ImGuiTableColumnFlags_WidthStretch, 1.1f);
-      ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 3.5f);
-      ImGui::TableHeadersRow();
+    const char* heading = group_heading(g, pairs_fit);
+    const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV;
+    if (ImGui::BeginTable("advice", narrow ? 2 : 4, flags)) {
+      if (narrow) {
+        ImGui::TableSetupColumn("change", ImGuiTableColumnFlags_WidthStretch);
+        ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, apply_column_width());
+        // The heading wraps in a row of the header's colour: no header cell can wrap.
+        ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
+        ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, ImGui::GetColorU32(ImGuiCol_TableHeaderBg));
+        ImGui::TableNextColumn();
+        ImGui::TextWrapped("%s", heading);
+      } else {
+        ImGui::TableSetupColumn(heading, ImGuiTableColumnFlags_WidthStretch, 2.6f);
+        ImGui::TableSetupColumn("saves", ImGuiTableColumnFlags_WidthStretch, 0.9f);
+        ImGui::TableSetupColumn("peak after", ImGuiTableColumnFlags_WidthStretch, 1.1f);
+        ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, apply_column_width());
+        ImGui::TableHeadersRow();
+      }
       for (; i < end; ++i) {
         const Suggestion& s = cached[i];
         ImGui::PushID(static_cast<int>(i));
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
-        if (s.part_changes.size() == 2) ImGui::TextWrapped("%s\n+ %s", s.part_changes[0].c_str(), s.part_changes[1].c_str());
-        else ImGui::TextWrapped("%s", s.change.c_str());
-        const bool hovered = ImGui::IsItemHovered();
-        ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-        ImGui::TextWrapped("%s", s.cost.c_str());  // the cost, on every row
-        ImGui::PopStyleColor();
-        if (hovered || ImGui::IsItemHovered()) {
-          ImGui::BeginTooltip();
-          ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
-          ImGui::TextUnformatted(("Sets:" + cached_sets[i]).c_str());
-          ImGui::PopTextWrapPos();
-          ImGui::EndTooltip();
+        draw_change(s, cached_sets[i]);
+        if (narrow) {
+          // "saves 105.88 GiB (74%)", and "peak after 38.01 GiB fits" beside it where there is room, else under it.
+          const std::string saves = "saves " + saved_text(s, unit, peak_before);
+          ImGui::TextUnformatted(saves.c_str());
+          const std::string after = "peak after " + bytes_text(s.peak_bytes, unit) + verdict_suffix(s);
+          const float room = ImGui::GetContentRegionAvail().x - ImGui::GetItemRectSize().x - ImGui::GetStyle().ItemSpacing.x;
+          if (ImGui::CalcTextSize(after.c_str()).x <= room) ImGui::SameLine();
+          draw_peak_after(s, after);
+          draw_cost(s, cached_sets[i]);
+        } else {
+          draw_cost(s, cached_sets[i]);
+          ImGui::TableNextColumn();
+          ImGui::TextUnformatted(saved_text(s, unit, peak_before).c_str());
+          ImGui::TableNextColumn();
+          draw_peak_after(s, bytes_text(s.peak_bytes, unit) + verdict_suffix(s));
         }
-        ImGui::TableNextColumn();
-        ImGui::Text("%s (%.0f%%)", bytes_text(s.saved_bytes, unit).c_str(),
-                    peak_before > 0 ? 100.0f * static_cast<float>(s.saved_bytes) / peak_before : 0.0f);
-        ImGui::TableNextColumn();
-        // The same verdict as the results panel's: a change that leaves the band across the usable line is borderline.
-        if (s.fits) ImGui::TextColored(ImVec4(0.35f, 0.85f, 0.45f, 1), "%s fits", bytes_text(s.peak_bytes, unit).c_str());
-        else if (s.verdict == Verdict::Borderline)
-          ImGui::TextColored(ImVec4(0.95f, 0.8f, 0.3f, 1), "%s borderline", bytes_text(s.peak_bytes, unit).c_str());
-        else ImGui::TextUnformatted(bytes_text(s.peak_bytes, unit).c_str());
         ImGui::TableNextColumn();
         if (ImGui::SmallButton("Apply")) {
           config = s.config;
@@ -189,7 +264,7 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
           ImGui::PopTextWrapPos();
           ImGui::EndTooltip();
         }
-        announce_focus(std::string("Apply, button: ") + group_heading(g, pairs_fit) + ": " + s.change + ". Saves " +
+        announce_focus(std::string("Apply, button: ") + heading + ": " + s.change + ". Saves " +
                        bytes_text(s.saved_bytes, unit) + ", peak after " + bytes_text(s.peak_bytes, unit) + ", " +
                        verdict_words_after(s) + ". Cost: " + s.cost);
         ImGui::PopID();
@@ -201,7 +276,7 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
   }
   // Where no same-job change fits alone and the pairs are done, say so when no pair fits either.
   if (pairs_added && next >= pending.size() && pending.size() > singles && !pairs_shown)
-    ImGui::TextDisabled("No pair of the %d same-job changes that save the most fits either.", kMaxPairedChanges);
+    disabled_wrapped("No pair of the %d same-job changes that save the most fits either.", kMaxPairedChanges);
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TextWrapped("Hover a change for the fields it sets (or focus its Apply). Rows that save under 1%% of the peak "
                      "are left out. Each row is a %s",

@@ -41,11 +41,16 @@ void flow(const char* label) {
   if (ImGui::GetItemRectMax().x + w < right) ImGui::SameLine();
 }
 
-// A toolbar button that is greyed out while it would do nothing. Tab still stops on it (ui/keyboard.cpp), and it is
-// announced as unavailable, saying why.
+// A toolbar button that is greyed out while it would do nothing. Tab passes it by (a stop that does nothing only
+// slows the keyboard down); where it has the focus already (Reset, just pressed) it is announced as unavailable,
+// saying why, and the hover says what it would do.
 bool tool_button(const char* label, bool enabled, const std::string& does, const char* why_not, const char* tooltip) {
   ImGui::BeginDisabled(!enabled);
-  const bool pressed = ImGui::Button(label);
+  bool pressed = false;
+  {
+    const TabSkip skip(!enabled, ImGui::GetID(label));
+    pressed = ImGui::Button(label);
+  }
   ImGui::EndDisabled();
   announce_focus(std::string(label) + (enabled ? ", button: " + does : ", button, unavailable: " + std::string(why_not)));
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled) || item_has_keyboard_focus()) ImGui::SetTooltip("%s", tooltip);
