@@ -72,7 +72,10 @@ void App::draw_status_line() {
   // The log: every message, the newest first, above the status line.
   const std::string log_label = "Log (" + std::to_string(n) + ")###log";
   ImGui::BeginDisabled(n == 0);
-  if (ImGui::Button(log_label.c_str())) ImGui::OpenPopup("message log");
+  {
+    const TabSkip skip(n == 0, ImGui::GetID(log_label.c_str()));  // greyed out: Tab passes it (ui/keyboard.h)
+    if (ImGui::Button(log_label.c_str())) ImGui::OpenPopup("message log");
+  }
   ImGui::EndDisabled();
   announce_focus(n == 0 ? std::string("Message log, button, unavailable: no messages yet")
                         : "Message log, button: shows the " + std::to_string(n) + " messages so far, the newest first");

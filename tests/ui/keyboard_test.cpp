@@ -82,9 +82,8 @@ TEST_CASE("keyboard: Tab reaches the toolbar, every input group, the results tab
                               "Breakdown, tab", "Fit explorer, tab", "What helps, tab", "Breakdown of ", "Timeline of one step"})
     CHECK(has(control));
   CHECK(seen.back().rfind("Copy link", 0) == 0);  // and round again
-  // Shift+Tab goes back: from Copy link to the last control, the status line's message log, then the timeline.
-  k.press(ImGuiKey_Tab, true);
-  CHECK(k.focus().rfind("Message log, button", 0) == 0);
+  // Shift+Tab goes back: from Copy link to the last control, the timeline (the status line's message log is greyed
+  // out with no messages yet, and Tab passes greyed-out buttons).
   k.press(ImGuiKey_Tab, true);
   CHECK(k.focus().rfind("Timeline of one step", 0) == 0);
 }
