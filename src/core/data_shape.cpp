@@ -76,6 +76,15 @@ void group_by_length(std::vector<int64_t>& lengths, int64_t batch_size, int64_t 
 
 int64_t model_layers(const Config& c) { return c.model.num_hidden_layers + decoder_layers(c.model); }
 
+// A micro-batch's pass through the model, in dense-layer passes (the unit of kMaxRunLayerPasses): the layers, the
+// embedding and the head, and an MoE layer's experts weighed in. Each routed expert adds its own allocations to the
+// replay (HF's loop over experts), so a 128-expert layer replays about three times the events of a dense one (the
+// worst-case search of tests/bench/worst_case.cpp: 3.9 s against 1.3 s for the same passes).
+int64_t layer_passes_per_micro_batch(const Config& c) {
+  const int64_t expert_weight = 1 + c.model.num_experts / 64;
+  return add(mul(model_layers(c), expert_weight), 2);
+}
+
 // Steps a run replays: data.steps, or the run's own length (dataset_samples x epochs over the samples each step
 // takes on one device, as a DataLoader without drop_last counts them), at most kAutoRunSteps and within the work
 // bound.
@@ -89,7 +98,7 @@ int64_t run_steps(const Config& c, int64_t listed_micro_batches) {
     const int64_t per_step = mul(mul(c.training.micro_batch_size, gas), c.parallel.data_parallel_size);
     steps = std::min(steps, mul(ceil_div(d.dataset_samples, per_step), d.epochs));
   }
-  const int64_t passes_per_step = mul(gas, model_layers(c) + 2);
+  const int64_t passes_per_step = mul(gas, layer_passes_per_micro_batch(c));
   steps = std::min(steps, std::max<int64_t>(1, kMaxRunLayerPasses / passes_per_step));
   if (d.lengths == "samples")
     steps = std::min(steps, std::max<int64_t>(1, kMaxRunSamples / mul(gas, c.training.micro_batch_size)));
@@ -420,13 +429,27 @@ void validate_data(const Config& c, std::vector<FieldError>& e) {
                                "tensor-parallel size)");
   // The work bound (kMaxRunLayerPasses): refuse a request above it, naming the limit.
   const long double passes = static_cast<long double>(d.steps) * c.training.gradient_accumulation_steps *
-                             static_cast<long double>(model_layers(c) + 2);
+                             static_cast<long double>(layer_passes_per_micro_batch(c));
   if (d.steps > 0 && passes > kMaxRunLayerPasses)
     err("data.steps", "data.steps: the run replays data.steps x training.gradient_accumulation_steps micro-batches "
                       "through " + std::to_string(model_layers(c)) + " layers, " + std::to_string(static_cast<int64_t>(passes)) +
                       " layer passes; at most " + std::to_string(kMaxRunLayerPasses) + " are replayed (use at most " +
                       std::to_string(std::max<int64_t>(1, kMaxRunLayerPasses / static_cast<int64_t>(passes / d.steps))) +
                       " steps)");
+  // One step is replayed even where the run's length is left to memsim (run_steps takes at least one): its own
+  // micro-batches must be within the bound too.
+  else if (d.steps == 0 && static_cast<long double>(c.training.gradient_accumulation_steps) * layer_passes_per_micro_batch(c) > kMaxRunLayerPasses)
+    err("training.gradient_accumulation_steps",
+        "training.gradient_accumulation_steps: a run of varying lengths replays every micro-batch of a step through " +
+            std::to_string(model_layers(c)) + " layers; at most " + std::to_string(kMaxRunLayerPasses) +
+            " layer passes are replayed (use at most " +
+            std::to_string(std::max<int64_t>(1, kMaxRunLayerPasses / layer_passes_per_micro_batch(c))) +
+            " micro-batches of accumulation, or data.lengths fixed)");
+  else if (d.steps == 0 && d.lengths == "samples" &&
+           static_cast<long double>(c.training.gradient_accumulation_steps) * c.training.micro_batch_size > kMaxRunSamples)
+    err("training.gradient_accumulation_steps",
+        "training.gradient_accumulation_steps x training.micro_batch_size: one step of the run would draw more than " +
+            std::to_string(kMaxRunSamples) + " samples");
   else if (d.steps > 0 && d.lengths == "samples" &&
            static_cast<long double>(d.steps) * c.training.gradient_accumulation_steps * c.training.micro_batch_size > kMaxRunSamples)
     err("data.steps", "data.steps: the run would draw data.steps x training.gradient_accumulation_steps x "
@@ -522,7 +545,7 @@ int64_t planned_run_steps(const Config& c) {
 
 int64_t run_steps_within(const Config& c, int64_t max_layer_passes) {
   const int64_t steps = planned_run_steps(c);
-  const int64_t passes_per_step = mul(c.training.gradient_accumulation_steps, model_layers(c) + 2);
+  const int64_t passes_per_step = mul(c.training.gradient_accumulation_steps, layer_passes_per_micro_batch(c));
   if (steps == 0 || static_cast<long double>(steps) * static_cast<long double>(passes_per_step) <= max_layer_passes) return 0;
   return std::max<int64_t>(1, max_layer_passes / passes_per_step);
 }

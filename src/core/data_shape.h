@@ -38,7 +38,7 @@ std::string parse_micro_batch_lengths(const std::string& text, std::vector<int64
 
 // The bound on a run's work, in micro-batch passes through one layer: each pass is about 70 allocator events,
 // so the bound keeps a native replay within a few seconds and its memory bounded. Validation refuses more.
-constexpr int64_t kMaxRunLayerPasses = 1'000'000;
+constexpr int64_t kMaxRunLayerPasses = 150'000;
 // Optimizer steps replayed when neither data.steps nor a shorter run says otherwise. Reserved memory grows as new
 // lengths arrive and then levels off: a 7B LoRA run over a long-tailed distribution (p50 150, p100 1,100 tokens,
 // micro-batch 4) reached 51-65 GiB by step 1,000 over eight shuffles, and 61-66 GiB by step 2,000-5,000.

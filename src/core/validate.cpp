@@ -420,6 +420,12 @@ IntRange int_range(const std::string& field) {
   return it == ranges().end() ? IntRange{INT64_MIN, INT64_MAX} : it->second;
 }
 
+std::vector<std::string> ranged_fields() {
+  std::vector<std::string> keys;
+  for (const auto& [key, range] : ranges()) keys.push_back(key);
+  return keys;
+}
+
 std::vector<FieldError> validate(const Config& c) {
   std::vector<FieldError> e;
   const auto& m = c.model;

@@ -20,6 +20,8 @@ struct IntRange {
   int64_t max;
 };
 IntRange int_range(const std::string& field);
+// Every integer field that has a range, by its key (the worst-case search of tests/bench/worst_case.cpp walks them).
+std::vector<std::string> ranged_fields();
 
 std::vector<FieldError> validate(const Config& c);
 

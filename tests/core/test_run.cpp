@@ -110,6 +110,14 @@ TEST_CASE("the data section is validated with the rest of the config", "[run]") 
   REQUIRE(!e.empty());
   CHECK(e.front().field == "data.steps");
   CHECK(e.front().message.find(std::to_string(kMaxRunLayerPasses)) != std::string::npos);
+  // The run's length left to memsim, but one step of a million micro-batches: the step alone is over the bound (it
+  // was replayed, taking minutes and gigabytes, before; the worst-case search of tests/bench found it).
+  bad = c;
+  bad.data.steps = 0;
+  bad.training.gradient_accumulation_steps = 1 << 20;
+  CHECK(first_field(bad) == "training.gradient_accumulation_steps");
+  bad.training.gradient_accumulation_steps = kMaxRunLayerPasses / (bad.model.num_hidden_layers + 2);
+  CHECK(validate(bad).empty());
   bad = c;
   bad.data.padding = "left";
   CHECK(first_field(bad) == "data.padding");
