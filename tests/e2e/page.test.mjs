@@ -185,11 +185,12 @@ test("the page's numbers equal the CLI's for the same config", async () => {
 
 test("the page's numbers equal the CLI's for every preset (wasm and native agree to the byte)", async () => {
   const { page } = await openPage();
-  // Every hand-collected preset, and every 8th of those generated from litgpt (src/core/catalog/models/litgpt_*.json,
+  // Every hand-collected preset, and every 8th of those generated from litgpt and from config.json copies
+  // (src/core/catalog/models/litgpt_*.json, hf_*.json,
   // the same block structures again): each CLI run costs a process start, and the whole catalogue would take minutes.
   const { readdirSync, readFileSync } = await import("node:fs");
   const modelsDir = path.join(root, "src/core/catalog/models");
-  const generated = readdirSync(modelsDir).filter((f) => f.startsWith("litgpt_"))
+  const generated = readdirSync(modelsDir).filter((f) => f.startsWith("litgpt_") || f.startsWith("hf_"))
     .flatMap((f) => JSON.parse(readFileSync(path.join(modelsDir, f), "utf8")).models.map((m) => m.id));
   const ids = execFileSync(cli, ["presets"]).toString().split("\n").filter((l) => l && !l.includes("not simulated"))
     .map((l) => l.split(/\s+/)[0]).filter((id) => !generated.includes(id) || generated.indexOf(id) % 8 === 0);
