@@ -105,12 +105,14 @@ int64_t ShardPlan::ranks_of(const ParamTensor& t) const {
 }
 
 // FSDP2 chunks each parameter on dim 0 (torch.chunk), so a rank holds ceil(rows / N) rows (MEMORY_FORMULAS.md
-// 2.6); FSDP1's flat parameter gives each rank ceil(numel / N) of the unit (2.5). Per tensor both come to the
-// same bytes within a row, which the per-tensor form keeps.
+// 2.6); FSDP1's flat parameter gives each rank ceil(numel / N) of the unit (2.5), padded by elements, not rows.
+// The two differ where a tensor has fewer rows than ranks (a one-row expert bias or router on 16 ranks: FSDP2 gives
+// each rank a whole row, FSDP1 a sixteenth), so FSDP1 is costed by elements (the property tests' open relation
+// "more GPUs, higher peak" was this padding under FSDP1; docs/robustness.md).
 ParamTensor ShardPlan::local(const ParamTensor& t) const {
   ParamTensor l = t;
   const int64_t k = ranks_of(t);
-  const int64_t rows = t.rows > 0 ? t.rows : t.numel;
+  const int64_t rows = t.rows > 0 && sharding != Sharding::Fsdp1 ? t.rows : t.numel;
   const int64_t cols = rows > 0 ? t.numel / rows : 0;
   l.rows = ceil_div(rows, k);
   l.numel = mul(l.rows, std::max<int64_t>(cols, 1));
