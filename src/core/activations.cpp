@@ -1545,6 +1545,11 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   if (mask_.tensor != UINT32_MAX && mask_.holder < 0) drop(mask_.tensor), mask_.tensor = UINT32_MAX;
   f.mask = mask_;
   mask_ = {};
+  // The top layer's saved tensors leave the GPU before the head: the head's own saves (the final norm's, the
+  // logits') go through the same pack hook, which frees what earlier copies have finished (torchtune
+  // OffloadActivations keeps a few tensors in flight, not a layer). Offloaded after the loss, the whole top layer
+  // was on the GPU at the loss's peak, so one more layer could lower the peak (docs/robustness.md).
+  if (offload && end > first && f.post) offload_layer(end - 1 - first);
   if (f.post) {
     gather(s_.num_layers, gathered);
     loss_forward(res, f.loss_saved);
@@ -1553,7 +1558,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     drop(res);  // sent to the next stage
   }
   release_all_gather();  // the root's post_forward frees the last all-gather output
-  if (offload && end > first) offload_layer(end - 1 - first);
+  if (offload && end > first && !f.post) offload_layer(end - 1 - first);
   // The outermost autocast region exits here: weight copies cached in checkpointed (no_grad) forwards are
   // held by no graph and go.
   for (uint32_t l : ckpt_casts_) drop(casts_[l]), casts_[l] = UINT32_MAX;
