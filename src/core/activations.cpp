@@ -1608,8 +1608,12 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
       SavedLayer& re = recompute_;
       re.attn.clear(), re.mlp.clear();
       uint32_t out = forward_layer(li, in, re, false);
+      // Reentrant checkpointing holds the recomputed output through the layer's backward; non-reentrant keeps only
+      // what the recomputed graph saved (FrameworkSpec::checkpoint_reentrant).
+      const bool reentrant = rs_.framework->checkpoint_reentrant;
+      if (!reentrant) drop(out);
       layer_backward(li, dres, re);
-      drop(out);
+      if (reentrant) drop(out);
       for (uint32_t t : sv.attn) drop(t);
       sv.attn.clear();
     } else {

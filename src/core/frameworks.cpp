@@ -34,13 +34,13 @@ constexpr FrameworkSpec kFrameworks[] = {
      "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py normalises in fp32 and casts back "
      "before the scale (x_normed = (x_fp32 * rsqrt(...)).type_as(x); return x_normed * self.scale); "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575); "
-     "training/_distributed.py shard_model: FSDP2 fully_shard per layer", false, false, false, false},
+     "training/_distributed.py shard_model: FSDP2 fully_shard per layer", false, false, false, false, false},
     {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false, true, false, false, false, true, true,
      "litgpt model.py CausalSelfAttention.attn (one fused qkv linear; LoRAQKVLinear adapts it once);  model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach; "
      "Fabric FSDPStrategy: FSDP1 with one unit per Block and use_orig_params=True (torch >= 2.0), accumulating "
      "micro-batches under fabric.no_backward_sync (FSDP no_sync); quantize bnb.*: Lightning plugins/precision/bitsandbytes.py "
-     "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included", false, false, false, true},
+     "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included", false, false, false, true, false},
     {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron", false, false, false, false, false, false, false,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
      "Apex/TE FusedAdam", false, false, false, false},
@@ -52,7 +52,7 @@ constexpr FrameworkSpec kFrameworks[] = {
      "prefetch it immediately\"); the loss runs under loss_parallel() whenever TP is on "
      "(parallel_dims.loss_parallel_enabled); TP through DTensor (ColwiseParallel/SequenceParallel: the linear saves "
      "the all-gathered input); pipeline stages from torch.distributed.pipelining; run_train.sh sets "
-     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false},
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false, false},
 };
 
 constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager"};

@@ -69,6 +69,15 @@ struct FrameworkSpec {
   // A quantized base is bitsandbytes' (transformers' BitsAndBytesConfig, Lightning's plugin): what its 4-bit linears
   // save follows the bitsandbytes version.
   bool bitsandbytes_quantization = false;
+  // Activation checkpointing is reentrant: the recomputed layer's output stays alive while backward runs through
+  // the recomputed graph (torch.utils.checkpoint CheckpointFunction.backward calls torch.autograd.backward(outputs,
+  // ...) holding `outputs`). transformers' gradient_checkpointing_enable passes use_reentrant=True by default
+  // (modeling_utils.py, 4.35+); Megatron's tensor_parallel.checkpoint and DeepSpeed's checkpointing are
+  // CheckpointFunction-style autograd Functions too. FSDP's apply_activation_checkpointing defaults to
+  // CheckpointImpl.NO_REENTRANT (torch/distributed/algorithms/_checkpoint/checkpoint_wrapper.py), which torchtune
+  // (training/_activation_checkpointing.py), torchtitan (checkpoint_wrapper) and Lightning's FSDPStrategy (litgpt)
+  // use: the recomputation runs inside the saved-tensor unpack hooks and keeps only what the graph saved.
+  bool checkpoint_reentrant = true;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.
