@@ -7,7 +7,9 @@
 //   "memsim" section) is not an error there.
 // - Booleans: precision_config.py DeepSpeedBF16Config/DeepSpeedFP16Config and zero/config.py (overlap_comm) are
 //   pydantic models (config_utils.py DeepSpeedConfigModel), whose bool takes true/false, 0/1 and the strings
-//   true/false/1/0/yes/no/on/off/t/f/y/n in any case (pydantic's conversion table).
+//   true/false/1/0/yes/no/on/off/t/f/y/n in any case (pydantic's conversion table). Released DeepSpeed validates
+//   bf16 that way (microsoft/superbenchmark#796, 2026-03: "ValidationError ... for DeepSpeedBF16Config"); 0.16's
+//   config.py get_bfloat16_enabled read the value raw, where the string "false" was truthy. memsim reads it as now.
 // - "auto": config_utils.py DeepSpeedConfigModel.__init__ drops keys whose value is "auto" (their default applies);
 //   HF Trainer's integration (transformers integrations/deepspeed.py) fills them from TrainingArguments first.
 //   memsim keeps its own value for them and says so.
