@@ -1,5 +1,5 @@
 // Reading and writing configs and results: versioned JSON, the URL fragment, `--set KEY=VALUE` overrides and
-// the Hugging Face config.json model section. The only file of the core that includes nlohmann_json.
+// the Hugging Face config.json model section. serialize.cpp and deepspeed_io.cpp are the core's only users of nlohmann_json.
 //
 // One list of fields (serialize.cpp, visit_fields) drives every encoding, so the JSON keys, the fragment's
 // flattened keys and the CLI's --set keys are the same names ("model.hidden_size").
@@ -10,6 +10,7 @@
 
 #include "advice.h"
 #include "config.h"
+#include "deepspeed_io.h"
 #include "result.h"
 #include "validate.h"
 
@@ -61,13 +62,7 @@ std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_val
 // A Hugging Face config.json (or memsim's model section) into a ModelConfig.
 Parsed model_from_hf_json(std::string_view text, const Config& base = Config{});
 
-// A DeepSpeed config JSON (the "ds_config" of deepspeed.initialize or HF TrainingArguments(deepspeed=...)).
-// Reads the fields memsim models (ZeRO stage, offload, buffers, bf16/fp16, micro-batch, accumulation, optimizer) and
-// sets parallel.sharding to deepspeed; notes list what was read, what was kept because it says "auto", and what
-// is not modelled.
-Parsed config_from_deepspeed_json(std::string_view text, const Config& base);
-// The training part of a config as a DeepSpeed config a user can start from.
-std::string deepspeed_json(const Config& c, int indent = 2);
+// A DeepSpeed config in and out: config_from_deepspeed_json, deepspeed_json (deepspeed_io.h, included above).
 
 // An Accelerate config (`accelerate config` writes default_config.yaml): the flat YAML it writes (one level of
 // sections, scalars, comments; no anchors, aliases, tags or several documents), or the same content as JSON.
