@@ -113,6 +113,23 @@ TEST_CASE("relations between two setups that differ in one setting", "[property]
     RC_ASSERT(b.devices[0].peak.requested_bytes >= a.devices[0].peak.requested_bytes);
   });
 
+  // Bounded, not strict: reentrant checkpointing holds the recomputed layer's output through that layer's backward
+  // (CheckpointFunction.backward), one hidden state "none" does not have at that point; activation offload moves
+  // "none"'s saved tensors to the host but not the checkpoints' inputs, so the two are not comparable with it on.
+  rc::prop("full activation checkpointing requests at most one hidden state more than none (no offload)", [] {
+    Config c = generated_config();
+    RC_PRE(!c.training.activation_offload);
+    Config none = c, full = c;
+    none.training.activation_checkpointing = "none";
+    full.training.activation_checkpointing = "full";
+    const Result a = simulated(none), b = simulated(full);
+    same_devices(a, b);
+    RC_LOG() << config_to_fragment(full) << "\n";
+    const int64_t hidden_state_bytes = int64_t{4} * c.training.micro_batch_size * c.training.sequence_length * c.model.hidden_size;
+    for (size_t k = 0; k < a.devices.size(); ++k)
+      RC_ASSERT(b.devices[k].peak.requested_bytes <= a.devices[k].peak.requested_bytes + hidden_state_bytes);
+  });
+
   // Not the requested peak: LoRA saves activations of its own (the adapter's input and its rank-r product, PEFT
   // lora/layer.py Linear.forward), which outweigh the weight gradients it drops when the model is small and the
   // batch large.
@@ -151,15 +168,4 @@ TEST_CASE("relations with open counterexamples", "[property][relations][!mayfail
     }
   });
 
-  rc::prop("full activation checkpointing never requests more than none", [] {
-    Config c = generated_config();
-    Config none = c, full = c;
-    none.training.activation_checkpointing = "none";
-    full.training.activation_checkpointing = "full";
-    const Result a = simulated(none), b = simulated(full);
-    same_devices(a, b);
-    RC_LOG() << config_to_fragment(full) << "\n";
-    for (size_t k = 0; k < a.devices.size(); ++k)
-      RC_ASSERT(b.devices[k].peak.requested_bytes <= a.devices[k].peak.requested_bytes);
-  });
 }
