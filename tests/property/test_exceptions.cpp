@@ -36,3 +36,42 @@ TEST_CASE("exception: ZeRO-1 with Adafactor keeps an unfactored second moment of
   CHECK(unsharded < weights / 100);
   CHECK(flat == Approx(weights / 2).epsilon(1e-6));
 }
+
+// The same flat partition under torchao's 8-bit AdamW: torchao quantizes a state only for a tensor of at least 4,096
+// elements whose size is a multiple of its 256-element block (torchao/optim/adam.py _new_buffer: p.numel() >= 4096 and
+// p.numel() % block_size == 0, else torch.zeros_like(p)); DeepSpeed pads the flat group to a multiple of 2 x dp only
+// (stage_1_and_2.py nccl_start_alignment_factor = 2), so a partition that is not a multiple of 256 keeps two fp32
+// states: 8 bytes per element of 1/dp of the model, against about 2 bytes per element of all of it unsharded.
+TEST_CASE("exception: ZeRO-1 with torchao's 8-bit AdamW keeps fp32 states when its partition is off the block", "[property]") {
+  Config c;
+  c.model.hidden_size = 768;  // a GPT-2 (124M) shape: 124,439,808 parameters, half of them 62,219,904 (not / 256)
+  c.model.num_hidden_layers = 12;
+  c.model.num_attention_heads = 12;
+  c.model.num_key_value_heads = 12;
+  c.model.intermediate_size = 3072;
+  c.model.vocab_size = 50257;
+  c.model.max_position_embeddings = 1024;
+  c.model.tie_word_embeddings = true;
+  c.model.norm_type = NormType::LayerNorm;
+  c.model.mlp_gated = false;
+  c.model.attention_bias = c.model.mlp_bias = true;
+  c.model.position_embedding_type = PositionType::Absolute;
+  c.training.sequence_length = 1024;
+  c.training.precision = "fp32";
+  c.training.optimizer = "adamw_8bit_torchao";
+  c.parallel.sharding = "deepspeed";
+  c.parallel.data_parallel_size = 2;
+  c.peft.method = "none";
+  Config z0 = c, z1 = c;
+  z0.parallel.zero_stage = 0;
+  z1.parallel.zero_stage = 1;
+  Result r0 = simulate(z0);
+  REQUIRE(r0.ok);
+  const int64_t params = r0.params_trainable;
+  REQUIRE(params % 2 == 0);
+  REQUIRE((params / 2) % 256 != 0);
+  const int64_t unsharded = optimizer_bytes(z0), flat = optimizer_bytes(z1);
+  CHECK(unsharded < params * 3);             // the large matrices quantized: about 2 bytes per element
+  CHECK(flat == Approx(params / 2 * 8).epsilon(1e-4));  // the partition's two fp32 states
+  CHECK(flat > unsharded);
+}

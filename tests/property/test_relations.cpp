@@ -85,11 +85,13 @@ TEST_CASE("relations between two setups that differ in one setting", "[property]
   });
 
 
-  // Not for a factored optimizer: ZeRO's flat partition is one 1-D tensor, which Adafactor does not factor
-  // (test_exceptions.cpp).
+  // Not for a factored optimizer: ZeRO's flat partition is one 1-D tensor, which Adafactor does not factor; nor for
+  // torchao's 8-bit AdamW, which keeps fp32 states for a partition that is not a multiple of its block
+  // (test_exceptions.cpp, both).
   rc::prop("ZeRO-1 never holds more model states than ZeRO-0 on the same data-parallel group", [] {
     Config c = generated_config();
-    RC_PRE(c.parallel.data_parallel_size >= 2 && c.training.optimizer != "adafactor");
+    RC_PRE(c.parallel.data_parallel_size >= 2 && c.training.optimizer != "adafactor" &&
+           c.training.optimizer != "adamw_8bit_torchao");
     Config z0 = c, z1 = c;
     z0.parallel.zero_stage = 0;
     z1.parallel.zero_stage = 1;
