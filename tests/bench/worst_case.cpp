@@ -4,7 +4,7 @@
 // each such config is timed once, and the slowest are combined in pairs (the second field pushed again). It prints the slowest cases as
 // `memsim-cli estimate` arguments, their time and the process's peak memory; like the rest of this binary it reports
 // and never fails on speed.
-//   build/native/memsim_bench "[worst]"      (on demand, about two minutes; README Performance has its last result)
+//   build/native/memsim_bench "[worst]"      (on demand, about a minute; README Robustness has its last result)
 #include <catch2/catch.hpp>
 
 #include <algorithm>

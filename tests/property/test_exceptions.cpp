@@ -1,6 +1,9 @@
 // The named mechanisms behind exceptions to the relations of test_relations.cpp, each shown on one setup.
 #include <catch2/catch.hpp>
 
+#include <utility>
+
+#include "core/catalog.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 
@@ -12,6 +15,20 @@ int64_t optimizer_bytes(const Config& c) {
   REQUIRE(r.ok);
   return r.devices[0].model_states.optimizer_bytes;
 }
+
+// `c` trained in fp32 (no master copy, so the optimizer states alone differ) with `optimizer` under DeepSpeed on two
+// GPUs, unsharded and under ZeRO-1.
+std::pair<Config, Config> zero0_and_zero1(Config c, const char* optimizer) {
+  c.training.precision = "fp32";
+  c.training.optimizer = optimizer;
+  c.parallel.sharding = "deepspeed";
+  c.parallel.data_parallel_size = 2;
+  c.peft.method = "none";
+  Config z0 = c, z1 = c;
+  z0.parallel.zero_stage = 0;
+  z1.parallel.zero_stage = 1;
+  return {z0, z1};
+}
 }  // namespace
 
 // DeepSpeed ZeRO-1/2 hand the optimizer one flat 1-D fp32 partition per parameter group (stage_1_and_2.py
@@ -19,15 +36,7 @@ int64_t optimizer_bytes(const Config& c) {
 // Adafactor._get_options: factored = len(param_shape) >= 2; torch.optim.Adafactor the same), so the partition gets a
 // full second moment: N/dp elements instead of rows + columns per matrix. With few GPUs that is more than unsharded.
 TEST_CASE("exception: ZeRO-1 with Adafactor keeps an unfactored second moment of its flat partition", "[property]") {
-  Config c;  // the defaults: a Llama-2-13B shape, here in fp32 (no master copy, so the states alone differ)
-  c.training.precision = "fp32";
-  c.training.optimizer = "adafactor";
-  c.parallel.sharding = "deepspeed";
-  c.parallel.data_parallel_size = 2;
-  c.peft.method = "none";
-  Config z0 = c, z1 = c;
-  z0.parallel.zero_stage = 0;
-  z1.parallel.zero_stage = 1;
+  const auto [z0, z1] = zero0_and_zero1(Config{}, "adafactor");  // the defaults: a Llama-2-13B shape
   const int64_t unsharded = optimizer_bytes(z0), flat = optimizer_bytes(z1);
   // Unsharded: rows + columns per matrix, a sliver of the weights. Flat: one fp32 per element of half the model.
   Result r0 = simulate(z0);
@@ -43,28 +52,12 @@ TEST_CASE("exception: ZeRO-1 with Adafactor keeps an unfactored second moment of
 // (stage_1_and_2.py nccl_start_alignment_factor = 2), so a partition that is not a multiple of 256 keeps two fp32
 // states: 8 bytes per element of 1/dp of the model, against about 2 bytes per element of all of it unsharded.
 TEST_CASE("exception: ZeRO-1 with torchao's 8-bit AdamW keeps fp32 states when its partition is off the block", "[property]") {
+  const ModelPreset* gpt2 = find_model_preset("gpt2");  // 124,439,808 parameters: half is 62,219,904, not / 256
+  REQUIRE(gpt2);
   Config c;
-  c.model.hidden_size = 768;  // a GPT-2 (124M) shape: 124,439,808 parameters, half of them 62,219,904 (not / 256)
-  c.model.num_hidden_layers = 12;
-  c.model.num_attention_heads = 12;
-  c.model.num_key_value_heads = 12;
-  c.model.intermediate_size = 3072;
-  c.model.vocab_size = 50257;
-  c.model.max_position_embeddings = 1024;
-  c.model.tie_word_embeddings = true;
-  c.model.norm_type = NormType::LayerNorm;
-  c.model.mlp_gated = false;
-  c.model.attention_bias = c.model.mlp_bias = true;
-  c.model.position_embedding_type = PositionType::Absolute;
+  c.model = gpt2->model;
   c.training.sequence_length = 1024;
-  c.training.precision = "fp32";
-  c.training.optimizer = "adamw_8bit_torchao";
-  c.parallel.sharding = "deepspeed";
-  c.parallel.data_parallel_size = 2;
-  c.peft.method = "none";
-  Config z0 = c, z1 = c;
-  z0.parallel.zero_stage = 0;
-  z1.parallel.zero_stage = 1;
+  const auto [z0, z1] = zero0_and_zero1(c, "adamw_8bit_torchao");
   Result r0 = simulate(z0);
   REQUIRE(r0.ok);
   const int64_t params = r0.params_trainable;
