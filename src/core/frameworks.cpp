@@ -34,7 +34,8 @@ constexpr FrameworkSpec kFrameworks[] = {
      "torchtune modules/attention.py expands k/v for GQA; modules/rms_norm.py normalises in fp32 and casts back "
      "before the scale (x_normed = (x_fp32 * rsqrt(...)).type_as(x); return x_normed * self.scale); "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575); "
-     "training/_distributed.py shard_model: FSDP2 fully_shard per layer", false, false, false, false, false},
+     "training/_distributed.py shard_model: FSDP2 fully_shard per layer", false, false, false, false, false,
+     FrameworkSpec::ExpertShard::ExpertDim},
     {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false, true, false, false, false, true, true,
      "litgpt model.py CausalSelfAttention.attn (one fused qkv linear; LoRAQKVLinear adapts it once);  model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach; "
@@ -52,7 +53,8 @@ constexpr FrameworkSpec kFrameworks[] = {
      "prefetch it immediately\"); the loss runs under loss_parallel() whenever TP is on "
      "(parallel_dims.loss_parallel_enabled); TP through DTensor (ColwiseParallel/SequenceParallel: the linear saves "
      "the all-gathered input); pipeline stages from torch.distributed.pipelining; run_train.sh sets "
-     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false, false},
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false, false,
+     FrameworkSpec::ExpertShard::Dim1WhenShort},
 };
 
 constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager"};

@@ -78,6 +78,17 @@ struct FrameworkSpec {
   // (training/_activation_checkpointing.py), torchtitan (checkpoint_wrapper) and Lightning's FSDPStrategy (litgpt)
   // use: the recomputation runs inside the saved-tensor unpack hooks and keeps only what the graph saved.
   bool checkpoint_reentrant = true;
+  // How FSDP2 shards a routed expert's weights; memsim keeps each as one [experts, ...] tensor (rows = experts),
+  // and fully_shard chunks dim 0 unless told otherwise (MEMORY_FORMULAS.md 2.6). It matters where a rank's shard
+  // group is larger than its experts: on dim 0 a rank then holds a whole expert or only padding.
+  //  PerExpertLinear: transformers' MoE blocks keep each expert as nn.Linear modules of its own (modeling_mixtral.py
+  //    MixtralBlockSparseTop2MLP), each sharded on its out_features: no expert-sized padding.
+  //  ExpertDim: torchtune's GroupedExperts is one [experts, dim, hidden] parameter (modules/moe/experts.py),
+  //    sharded on dim 0 by shard_model's plain fully_shard.
+  //  Dim1WhenShort: torchtitan's apply_fsdp shards the experts on dim 1 when the expert shard group times EP exceeds
+  //    the experts (models/llama4/infra/parallelize.py: "efsdp_degree * ep_degree > num_experts" -> Shard(1)).
+  enum class ExpertShard : uint8_t { PerExpertLinear, ExpertDim, Dim1WhenShort };
+  ExpertShard fsdp2_expert_shard = ExpertShard::PerExpertLinear;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.

@@ -280,10 +280,7 @@ void set_up(Simulation::State& st) {
   shape = build_model_shape(config.model);
   const Resolved rs = resolve(config);
   apply_peft(shape, config.peft, rs.framework->bnb_via_lightning);
-  const std::string& orig = config.parallel.fsdp_use_orig_params;
-  if (rs.sharding == Sharding::Fsdp1 && config.parallel.zero_stage >= 2 && shard_group_size(config) > 1 &&
-      (orig == "true" || (orig == "auto" && rs.framework->fsdp_use_orig_params)))
-    mark_unit_gradients(shape);
+  if (fsdp1_unit_gradients(config)) mark_unit_gradients(shape);
   r.params_total = shape.params_total;
   r.params_trainable = trainable_numel(shape);
   apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here

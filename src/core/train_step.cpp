@@ -82,6 +82,7 @@ ShardPlan shard_plan(const StepContext& ctx) {
   const Resolved rs = resolve(ctx.config);
   sp.sharding = rs.sharding;
   sp.adapter_bytes = rs.adapter_bytes();
+  sp.expert_shard = rs.framework->fsdp2_expert_shard;
   sp.n = shard_group_size(ctx.config);
   sp.ep = par.expert_parallel_size;
   // DeepSpeed runs ZeRO on one GPU too; that only changes memory where parameters live on the host and are
@@ -99,6 +100,13 @@ ShardPlan shard_plan(const StepContext& ctx) {
   return sp;
 }
 
+bool fsdp1_unit_gradients(const Config& c) {
+  const Resolved rs = resolve(c);
+  const std::string& orig = c.parallel.fsdp_use_orig_params;
+  return rs.sharding == Sharding::Fsdp1 && c.parallel.zero_stage >= 2 && shard_group_size(c) > 1 &&
+         (orig == "true" || (orig == "auto" && rs.framework->fsdp_use_orig_params));
+}
+
 // Ranks one parameter is sharded over: expert weights only over the expert-data-parallel ranks (dp / ep).
 int64_t ShardPlan::ranks_of(const ParamTensor& t) const {
   return ep > 1 && is_expert_param(t) ? std::max<int64_t>(1, n / ep) : n;
@@ -107,12 +115,17 @@ int64_t ShardPlan::ranks_of(const ParamTensor& t) const {
 // FSDP2 chunks each parameter on dim 0 (torch.chunk), so a rank holds ceil(rows / N) rows (MEMORY_FORMULAS.md
 // 2.6); FSDP1's flat parameter gives each rank ceil(numel / N) of the unit (2.5), padded by elements, not rows.
 // The two differ where a tensor has fewer rows than ranks (a one-row expert bias or router on 16 ranks: FSDP2 gives
-// each rank a whole row, FSDP1 a sixteenth), so FSDP1 is costed by elements (the property tests' open relation
-// "more GPUs, higher peak" was this padding under FSDP1; docs/robustness.md).
+// each rank a whole row, FSDP1 a sixteenth), so FSDP1 is costed by elements. A routed expert's rows here are its
+// experts, which is FSDP2's dim 0 only where the framework keeps the experts as one tensor and shards it there
+// (FrameworkSpec::fsdp2_expert_shard): per-expert linears and torchtitan's dim-1 sharding split it by elements,
+// the padding of a few rows of thousands being left out.
 ParamTensor ShardPlan::local(const ParamTensor& t) const {
   ParamTensor l = t;
   const int64_t k = ranks_of(t);
-  const int64_t rows = t.rows > 0 && sharding != Sharding::Fsdp1 ? t.rows : t.numel;
+  using ES = FrameworkSpec::ExpertShard;
+  const bool expert_by_elements = is_expert_param(t) && (expert_shard == ES::PerExpertLinear ||
+                                                         (expert_shard == ES::Dim1WhenShort && t.rows < k));
+  const int64_t rows = t.rows > 0 && sharding != Sharding::Fsdp1 && !expert_by_elements ? t.rows : t.numel;
   const int64_t cols = rows > 0 ? t.numel / rows : 0;
   l.rows = ceil_div(rows, k);
   l.numel = mul(l.rows, std::max<int64_t>(cols, 1));
@@ -519,8 +532,6 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   if (sp_.grad_buffer) return;  // Megatron: backward writes into main_grad (gradient_accumulation_fusion)
   if (!grads_live_) {
     grads_live_ = true;
-    int64_t grad_total = 0;
-    for_each_param(ctx_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
     const bool deepspeed = sp_.sharding == Sharding::DeepSpeed;
     if (deepspeed && shard_grads_ && !(sp_.offload_optimizer)) {
       int64_t part = 0;
@@ -533,8 +544,6 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
       zero_buckets_ = true;
       for (int i = 0; i < (zero_overlap() ? 2 : 1); ++i)
         p_.alloc(Component::Communication, mul(zero_reduce_bucket(), pr_.weight_bytes), L_.grad_bucket);
-    } else if (n_ > 1 && c_.parallel.zero_stage == 0) {  // PyTorch DDP: a flat bucket copy of every gradient
-      other_grads_.push_back(p_.alloc(Component::Communication, grad_total, L_.grad_bucket));
     }
   }
   const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
@@ -669,7 +678,19 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
   if (gathered_cache_[kind] >= 0) return gathered_cache_[kind];
   const std::vector<ParamTensor>& ts = l < 0 ? s_.pre : l >= s_.num_layers ? s_.post : s_.params_of(l);
   int64_t bytes = 0;
+  // FSDP1 all-gathers a unit's FlatParameter, padded as a whole to a multiple of its ranks (flat_param.py
+  // _init_flat_param_and_metadata / FlatParamHandle._get_shard: numel_to_pad = world_size * chunk - numel): the
+  // unit's bytes per shard group (expert weights have their own under EP) are summed first, then padded. Padding
+  // each tensor instead would add a rank's worth per tensor, and grow with the ranks where FSDP1's does not.
+  std::vector<std::pair<int64_t, int64_t>> fsdp1_groups;  // (ranks, bytes)
   for (const auto& t : ts) {
+    if (sp_.fsdp && sp_.sharding == Sharding::Fsdp1) {
+      const int64_t k = sp_.ranks_of(t), b = param_storage_bytes(t, pr_, c_.peft, adapter_bytes_);
+      auto g = std::find_if(fsdp1_groups.begin(), fsdp1_groups.end(), [&](const auto& x) { return x.first == k; });
+      if (g == fsdp1_groups.end()) fsdp1_groups.push_back({k, b});
+      else g->second = add(g->second, b);
+      continue;
+    }
     // torchao's float8 all-gather sends linear weights as fp8 (1 byte per element); the output layer stays
     // 16-bit (torchtitan's float8 filter_fqns excludes "output").
     if (sp_.fsdp && pr_.fp8_allgather && t.kind == ParamKind::Matmul && !t.quantized && l >= 0 && l < s_.num_layers)
@@ -677,6 +698,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
     else if (sp_.fsdp) bytes = add(bytes, mul(sp_.ranks_of(t), param_storage_bytes(sp_.local(t), pr_, c_.peft, adapter_bytes_)));
     else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
   }
+  for (const auto& [k, b] : fsdp1_groups) bytes = add(bytes, mul(ceil_div(b, k), k));
   gathered_cache_[kind] = bytes;
   return bytes;
 }
@@ -956,6 +978,14 @@ void StepBuilder::prologue() {
   p_.events.reserve(events);
   p_.tensors.reserve(events / 2 + 16);
   alloc_weights();
+  // PyTorch DDP: a flat bucket copy of every gradient, allocated when the model is wrapped and kept for the run
+  // (reducer.cpp Reducer::initialize_buckets: bucket.gradients = at::empty(...), from the constructor, and again
+  // of the same size when rebuild_buckets reorders them after the first iteration); zero_grad frees only .grad.
+  if (!sp_.grad_buffer && n_ > 1 && c_.parallel.zero_stage == 0) {
+    int64_t grad_total = 0;
+    for_each_param(ctx_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
+    p_.alloc(Component::Communication, grad_total, L_.grad_bucket);
+  }
   // transformers 4.38's LlamaModel.__init__ registers a causal_mask buffer of max_position_embeddings^2 booleans
   // (register_buffer(..., persistent=False)), moved to the GPU with the model (docs/versions.md 6b).
   if (rs_.mask.build == MaskBuild::MaxPositions) {

@@ -41,6 +41,7 @@ struct ShardPlan {
   bool mixed = false;         // the recipe keeps fp32 master weights
   bool offload_optimizer = false, offload_params = false;
   int64_t adapter_bytes = 4;  // the resolved peft.adapter_dtype's element size
+  FrameworkSpec::ExpertShard expert_shard = FrameworkSpec::ExpertShard::PerExpertLinear;  // FSDP2's expert dim
   int64_t ranks_of(const ParamTensor& t) const;
   ParamTensor local(const ParamTensor& t) const;  // one rank's shard of an FSDP parameter
 };
@@ -54,6 +55,9 @@ struct HostStates {       // per GPU: what offload keeps in host RAM or on NVMe
 };
 
 ShardPlan shard_plan(const StepContext& ctx);
+// FSDP1 with use_orig_params shards the model (stage 2 or 3 on more than one rank): a unit mixing frozen and
+// trainable tensors keeps gradients for all of them (model.h mark_unit_gradients).
+bool fsdp1_unit_gradients(const Config& c);
 int64_t shard_group_size(const Config& c);
 bool is_expert_param(const ParamTensor& t);
 int64_t zero_persistence_threshold(const ParallelConfig& p);
