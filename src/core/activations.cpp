@@ -1609,8 +1609,8 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
       re.attn.clear(), re.mlp.clear();
       uint32_t out = forward_layer(li, in, re, false);
       // Reentrant checkpointing holds the recomputed output through the layer's backward; non-reentrant keeps only
-      // what the recomputed graph saved (FrameworkSpec::checkpoint_reentrant).
-      const bool reentrant = rs_.framework->checkpoint_reentrant;
+      // what the recomputed graph saved (training.checkpoint_reentrant, auto: FrameworkSpec::checkpoint_reentrant).
+      const bool reentrant = rs_.checkpoint_reentrant;
       if (!reentrant) drop(out);
       layer_backward(li, dres, re);
       if (reentrant) drop(out);

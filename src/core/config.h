@@ -98,6 +98,9 @@ struct TrainingConfig {
   std::string optimizer_impl = "auto";   // auto (the framework's, by the versions), foreach, fused, for_loop
   std::string activation_checkpointing = "full";  // none, full, selective, every_k
   int64_t checkpoint_every_k_layers = 2;          // with every_k: layers 0, k, 2k, ... are checkpointed
+  // auto (the framework's: FrameworkSpec::checkpoint_reentrant), true or false: torch.utils.checkpoint's
+  // use_reentrant, as HF's gradient_checkpointing_kwargs={"use_reentrant": False} sets it.
+  std::string checkpoint_reentrant = "auto";
   std::string attention = "auto";        // auto (the framework's, by the versions), sdpa, sdpa_repeat_kv, flash_attention_2, eager
   std::string norm_impl = "auto";        // auto, eager_fp32, fused, litgpt
   // auto (the framework's, by the versions), hf_fp32_upcast, hf_shift_fp32, hf_fp32_logits, hf_shift, full_fp32,

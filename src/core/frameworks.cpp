@@ -424,6 +424,7 @@ std::span<const std::string_view> choices(std::string_view field) {
   if (field == "parallel.offload_optimizer" || field == "parallel.offload_params") return kOffload;
   if (field == "hardware.cuda_module_loading") return kModuleLoading;
   if (field == "training.softmax_saves_input" || field == "training.zero_grad_set_to_none" ||
+      field == "training.checkpoint_reentrant" ||
       field == "peft.bnb_saves_input" || field == "hardware.expandable_segments")
     return kTriState;
   if (field == "peft.adapter_dtype") return kAdapterDtype;
@@ -456,6 +457,7 @@ Resolved resolve(const Config& c) {
   r.checkpointing = Checkpointing::None;
   for (size_t i = 0; i < ck.size(); ++i)
     if (kCheckpointing[i] == t.activation_checkpointing) r.checkpointing = ck[i];
+  r.checkpoint_reentrant = t.checkpoint_reentrant == "auto" ? f.checkpoint_reentrant : t.checkpoint_reentrant == "true";
   r.param_groups = f.param_groups;
   r.holds_logits = f.holds_logits;
   // litgpt's LoRAQKVLinear, or PEFT's one adapter on a fused q/k/v linear (model.fused_qkv, targets_fused_qkv).

@@ -159,6 +159,7 @@ struct Resolved {
   LossImpl loss;
   OptimizerImpl optimizer_impl;
   Checkpointing checkpointing;
+  bool checkpoint_reentrant;  // training.checkpoint_reentrant, auto: the framework's
   int64_t param_groups;
   bool holds_logits;
   bool fused_qkv;

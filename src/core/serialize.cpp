@@ -88,6 +88,7 @@ void visit_fields(Config& c, V& v) {
   v.str("training.optimizer_impl", t.optimizer_impl);
   v.str("training.activation_checkpointing", t.activation_checkpointing);
   v.integer("training.checkpoint_every_k_layers", t.checkpoint_every_k_layers);
+  v.str("training.checkpoint_reentrant", t.checkpoint_reentrant);
   v.str("training.attention", t.attention);
   v.str("training.norm_impl", t.norm_impl);
   v.str("training.loss", t.loss);

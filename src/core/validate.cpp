@@ -498,6 +498,7 @@ std::vector<FieldError> validate(const Config& c) {
                           std::pair{"training.optimizer_impl", &t.optimizer_impl},
                           std::pair{"training.activation_checkpointing", &t.activation_checkpointing},
                           std::pair{"training.zero_grad_set_to_none", &t.zero_grad_set_to_none},
+                          std::pair{"training.checkpoint_reentrant", &t.checkpoint_reentrant},
                           std::pair{"training.softmax_saves_input", &t.softmax_saves_input}})
     check_choice(e, field, *v);
   check_choice(e, "model.hidden_act", m.hidden_act);

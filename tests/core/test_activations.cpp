@@ -201,6 +201,29 @@ TEST_CASE("full checkpointing keeps one residual per layer", "[activations]") {
   CHECK(per_layer_activations(c) == 4 * 1 * 4096 * 4096);  // fp32 residual under autocast, 4bsh
 }
 
+// Reentrant checkpointing (CheckpointFunction.backward) holds the recomputed layer's output while backward runs
+// through the recomputed graph; use_reentrant=False keeps only what that graph saved. HF's gradient checkpointing is
+// reentrant unless gradient_checkpointing_kwargs says otherwise (training.checkpoint_reentrant). With eager
+// attention the peak is inside a layer's backward, so the two differ by exactly that output, the bf16 2bsh.
+TEST_CASE("use_reentrant=False drops the recomputed layer output that reentrant checkpointing holds", "[activations]") {
+  Config c = single_gpu_config("llama-3-8b.json", 1, 4096);
+  c.training.framework = "hf_trainer";
+  c.training.attention = "eager";
+  c.training.activation_checkpointing = "full";
+  c.peft.method = "lora";
+  auto peak = [&](const char* reentrant) {
+    Config x = c;
+    x.training.checkpoint_reentrant = reentrant;
+    const Result r = simulate(x);
+    REQUIRE(r.ok);
+    return r.devices[0].peak.requested_bytes;
+  };
+  CHECK(peak("auto") == peak("true"));  // the Trainer's default
+  CHECK(peak("true") - peak("false") == int64_t{2} * 1 * 4096 * 4096);
+  c.training.framework = "torchtune";  // FSDP's NO_REENTRANT wrapper: auto is false
+  CHECK(peak("auto") == peak("false"));
+}
+
 TEST_CASE("a checkpointed layer's no_grad forward frees each intermediate after its last reader", "[activations]") {
   // torch.utils.checkpoint runs the layer under no_grad: its ops allocate as usual (a recorded H200 trace shows
   // each norm, q/k/v, RoPE, attention and MLP tensor allocated and freed one by one), and each result goes once

@@ -39,6 +39,7 @@ MEMSIM_DEFAULTS = {
         "optimizer_impl": "auto",
         "activation_checkpointing": "full",
         "checkpoint_every_k_layers": 2,
+        "checkpoint_reentrant": "auto",
         "attention": "auto",
         "norm_impl": "auto",
         "loss": "auto",
