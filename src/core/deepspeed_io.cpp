@@ -34,6 +34,7 @@
 #include <set>
 
 #include "frameworks.h"
+#include "json_read.h"
 #include "serialize.h"
 #include "tables.h"
 
@@ -43,10 +44,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string shown(const json& v) {
-  std::string s = v.dump(-1, ' ', true, json::error_handler_t::replace);
-  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
-}
+using json_read::describe;
 
 bool is_auto(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
 
@@ -59,7 +57,7 @@ bool read_int(const json& v, const std::string& key, int64_t& out, std::vector<F
     const double d = v.get<double>();
     if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) <= 9007199254740992.0) return out = static_cast<int64_t>(d), true;
   }
-  errors.push_back({key, key + " must be an integer (or \"auto\"); got " + shown(v)});
+  errors.push_back({key, key + " must be an integer (or \"auto\"); got " + describe(v)});
   return false;
 }
 
@@ -124,23 +122,8 @@ std::string list(const std::vector<std::string>& v) {
 Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
   Parsed p;
   p.config = base;
-  if (std::string e = document_guard_error(text, "the DeepSpeed config"); !e.empty()) {
-    p.errors.push_back({"the DeepSpeed config", std::move(e)});
-    return p;
-  }
   json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    std::string msg = e.what();
-    if (auto at = msg.find("parse error"); at != std::string::npos) msg = msg.substr(at);
-    p.errors.push_back({"the DeepSpeed config", "the DeepSpeed config is not valid JSON: " + msg});
-    return p;
-  }
-  if (!doc.is_object()) {
-    p.errors.push_back({"the DeepSpeed config", "the DeepSpeed config must be a JSON object"});
-    return p;
-  }
+  if (!json_read::parse_document(text, "the DeepSpeed config", doc, p.errors)) return p;
   Config c = base;
   std::vector<std::string> used, kept_auto, ignored, notes;
   std::set<std::string> read_top;
@@ -211,12 +194,12 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
       v = &*e;
       name += ".enabled";
     } else if (!is_auto(*it)) {
-      notes.push_back(name + " is read as {\"enabled\": " + shown(*it) + "}, the form DeepSpeed takes");
+      notes.push_back(name + " is read as {\"enabled\": " + describe(*it) + "}, the form DeepSpeed takes");
     }
     if (is_auto(*v)) return kept_auto.push_back(name), 2;
     auto b = as_bool(*v);
     if (!b) {
-      errors.push_back({name, name + " must be true or false (or \"true\"/\"false\", 1/0, \"auto\"); got " + shown(*v)});
+      errors.push_back({name, name + " must be true or false (or \"true\"/\"false\", 1/0, \"auto\"); got " + describe(*v)});
       return 0;
     }
     used.push_back(name);
@@ -253,7 +236,7 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
       zero_defaults(z->get<bool>() ? 1 : 0);
       used.push_back("zero_optimization (deprecated boolean: stage " + std::to_string(c.parallel.zero_stage) + ")");
     } else if (!z->is_object()) {
-      errors.push_back({"zero_optimization", "zero_optimization must be a JSON object such as {\"stage\": 3}; got " + shown(*z)});
+      errors.push_back({"zero_optimization", "zero_optimization must be a JSON object such as {\"stage\": 3}; got " + describe(*z)});
     } else {
       const std::string zo = "zero_optimization.";
       int64_t stage = c.parallel.zero_stage;
@@ -276,7 +259,7 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
         // null and "auto" are DeepSpeed's default (true for stage 3 only), which memsim's "auto" is.
         if (o->is_null() || is_auto(*o)) c.parallel.zero_overlap_comm = "auto", used.push_back(zo + "overlap_comm");
         else if (auto b = as_bool(*o)) c.parallel.zero_overlap_comm = *b ? "true" : "false", used.push_back(zo + "overlap_comm");
-        else errors.push_back({zo + "overlap_comm", zo + "overlap_comm must be true or false; got " + shown(*o)});
+        else errors.push_back({zo + "overlap_comm", zo + "overlap_comm must be true or false; got " + describe(*o)});
       }
       // Offload (zero/offload_config.py: OffloadDeviceEnum none|cpu|nvme, default none; zero/config.py: the deprecated
       // cpu_offload -> offload_optimizer cpu, cpu_offload_param -> offload_param cpu). A ZeRO section without them
@@ -286,7 +269,7 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
         bool legacy_given = false;
         if (auto l = z->find(legacy); l != z->end() && !l->is_null()) {
           auto b = as_bool(*l);
-          if (!b) return errors.push_back({zo + legacy, zo + legacy + " must be true or false; got " + shown(*l)});
+          if (!b) return errors.push_back({zo + legacy, zo + legacy + " must be true or false; got " + describe(*l)});
           if (*b) device = "cpu";
           legacy_given = true;
           used.push_back(zo + legacy);
@@ -294,12 +277,12 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
         if (auto o = z->find(section); o != z->end() && !o->is_null()) {
           const std::string name = zo + section + ".device";
           if (!o->is_object())
-            return errors.push_back({name, zo + section + " must be a JSON object such as {\"device\": \"cpu\"}; got " + shown(*o)});
+            return errors.push_back({name, zo + section + " must be a JSON object such as {\"device\": \"cpu\"}; got " + describe(*o)});
           for (auto it = o->begin(); it != o->end(); ++it)  // pin_memory, nvme_path, buffer_count: speed, not GPU bytes
             if (it.key() != "device") ignored.push_back(zo + section + "." + it.key());
           auto d = o->find("device");
           if (d != o->end() && !d->is_string() && !d->is_null())
-            return errors.push_back({name, name + " must be one of: none, cpu, nvme; got " + shown(*d)});
+            return errors.push_back({name, name + " must be one of: none, cpu, nvme; got " + describe(*d)});
           const std::string v = d == o->end() || d->is_null() ? "none" : d->get<std::string>();
           if (v != "none" && v != "cpu" && v != "nvme")
             return errors.push_back({name, name + " must be one of: none, cpu, nvme; got \"" + v.substr(0, 40) + "\""});
@@ -329,16 +312,16 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
     const json* params = nullptr;
     if (o->is_string()) {
       t = &*o;
-      notes.push_back("optimizer is read as {\"type\": " + shown(*o) + "}, the form DeepSpeed takes");
+      notes.push_back("optimizer is read as {\"type\": " + describe(*o) + "}, the form DeepSpeed takes");
     } else if (!o->is_object()) {
-      errors.push_back({"optimizer", "optimizer must be a JSON object such as {\"type\": \"AdamW\"}; got " + shown(*o)});
+      errors.push_back({"optimizer", "optimizer must be a JSON object such as {\"type\": \"AdamW\"}; got " + describe(*o)});
     } else {
       if (auto it = o->find("type"); it != o->end() && !it->is_null()) t = &*it;
       if (auto it = o->find("params"); it != o->end() && it->is_object()) params = &*it;
       for (auto it = o->begin(); it != o->end(); ++it)
         if (it.key() != "type" && it.key() != "params") ignored.push_back("optimizer." + it.key());
     }
-    if (t && !t->is_string()) errors.push_back({"optimizer.type", "optimizer.type must be a string such as \"AdamW\"; got " + shown(*t)});
+    if (t && !t->is_string()) errors.push_back({"optimizer.type", "optimizer.type must be a string such as \"AdamW\"; got " + describe(*t)});
     else if (t && is_auto(*t)) kept_auto.push_back("optimizer.type");
     else if (t) {
       optimizer_type = t->get<std::string>();
@@ -375,25 +358,25 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
   Config mine = c;
   mine.training.precision = precision, mine.training.optimizer = optimizer, mine.training.activation_checkpointing = checkpointing;
   if (auto m = doc.find("memsim"); m != doc.end() && !m->is_null()) {
-    if (!m->is_object()) errors.push_back({"memsim", "memsim must be a JSON object of memsim settings; got " + shown(*m)});
+    if (!m->is_object()) errors.push_back({"memsim", "memsim must be a JSON object of memsim settings; got " + describe(*m)});
     else {
       Config tmp = mine;
       for (const char* key : kMemsimKeys) {
         auto it = m->find(key);
         if (it == m->end()) continue;
         if (!it->is_string() && !it->is_number_integer()) {
-          errors.push_back({std::string("memsim.") + key, std::string("memsim.") + key + " must be a string or an integer; got " + shown(*it)});
+          errors.push_back({std::string("memsim.") + key, std::string("memsim.") + key + " must be a string or an integer; got " + describe(*it)});
           continue;
         }
         const std::string value = it->is_string() ? it->get<std::string>() : it->dump();
         const std::string field = std::string("memsim.") + key;
         const std::string k = key;
         if (k == "training.precision" && !find_precision(value))
-          errors.push_back({field, field + " must be one of memsim's precision recipes; got " + shown(*it)});
+          errors.push_back({field, field + " must be one of memsim's precision recipes; got " + describe(*it)});
         else if (k == "training.optimizer" && !find_optimizer(value))
-          errors.push_back({field, field + " must be one of memsim's optimizers; got " + shown(*it)});
+          errors.push_back({field, field + " must be one of memsim's optimizers; got " + describe(*it)});
         else if (k == "training.activation_checkpointing" && !is_choice(k, value))
-          errors.push_back({field, field + " must be one of memsim's checkpointing choices (none, full, ...); got " + shown(*it)});
+          errors.push_back({field, field + " must be one of memsim's checkpointing choices (none, full, ...); got " + describe(*it)});
         else
           for (auto& e : apply_setting(tmp, k + "=" + value)) errors.push_back({"memsim." + e.field, e.message});
       }

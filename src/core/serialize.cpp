@@ -9,11 +9,15 @@
 #include <optional>
 #include <set>
 
+#include "json_read.h"
 #include "link_data.h"
 
 namespace memsim {
 
 using json = nlohmann::json;
+using json_read::describe;
+using json_read::parse_document;
+using json_read::valid_utf8;
 
 namespace {
 
@@ -190,34 +194,7 @@ constexpr size_t kMaxDocumentBytes = 8 * 1024 * 1024;  // far above any real con
 constexpr size_t kMaxFragmentBytes = 64 * 1024;
 constexpr int kMaxDepth = 64;
 
-std::string describe(const json& v) {
-  std::string s = v.dump(-1, ' ', true, json::error_handler_t::replace);
-  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
-}
 
-// Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF), as JSON output requires.
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    const size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    uint32_t cp = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
-    for (size_t k = 1; k < len; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += len;
-  }
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // [SECTION] Typed reading of one value, from JSON or from a string (fragment, --set)
@@ -454,25 +431,6 @@ int nesting_depth(std::string_view text) {
   return max_depth;
 }
 
-bool parse_document(std::string_view text, const std::string& what, json& out, std::vector<FieldError>& errors) {
-  if (std::string e = document_guard_error(text, what); !e.empty()) {
-    errors.push_back({what, std::move(e)});
-    return false;
-  }
-  try {
-    out = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    std::string msg = e.what();
-    if (auto p = msg.find("parse error"); p != std::string::npos) msg = msg.substr(p);
-    errors.push_back({what, what + " is not valid JSON: " + msg});
-    return false;
-  }
-  if (!out.is_object()) {
-    errors.push_back({what, what + " must be a JSON object"});
-    return false;
-  }
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // [SECTION] Hugging Face config.json: structural defaults per model_type, key aliases
@@ -1351,794 +1309,6 @@ std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_val
   return errors;
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// [SECTION] Accelerate config: the flat YAML that `accelerate config` writes, or the same content as JSON
-// ---------------------------------------------------------------------------------------------------------
-//
-// Key names and values as huggingface/accelerate writes and reads them:
-// - commands/config/cluster.py (the questionnaire) writes fsdp_config: fsdp_sharding_strategy, fsdp_offload_params,
-//   fsdp_auto_wrap_policy, fsdp_backward_prefetch, fsdp_state_dict_type, fsdp_forward_prefetch, fsdp_use_orig_params,
-//   fsdp_cpu_ram_efficient_loading, fsdp_sync_module_states, fsdp_activation_checkpointing; utils/constants.py lists
-//   the strategies FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 and the prefetch policies
-//   BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH; utils/dataclasses.py FullyShardedDataParallelPlugin reads a numeric
-//   strategy as torch's ShardingStrategy(int) (1-5 in that order) and defaults the prefetch to NO_PREFETCH.
-// - commands/to_fsdp2.py: FSDP2 replaces fsdp_sharding_strategy by fsdp_reshard_after_forward (FULL_SHARD and
-//   HYBRID_SHARD -> true, SHARD_GRAD_OP, HYBRID_SHARD_ZERO2 and NO_SHARD -> false), drops fsdp_backward_prefetch,
-//   and treats a config without fsdp_version as version 1 (as utils/launch.py does).
-// - utils/launch.py: num_processes is the world size over all machines (nproc_per_node = num_processes //
-//   num_machines); parallelism_config holds parallelism_config_{dp_replicate,dp_shard,tp,cp}_size; a DeepSpeed
-//   config's deepspeed_config holds zero_stage, offload_optimizer_device, offload_param_device,
-//   gradient_accumulation_steps.
-// The YAML reader is strict: one level of nested mapping, lists of scalars, PyYAML's plain scalars (yes/no/on/off
-// are booleans, as in YAML 1.1), quoted strings and comments. Anything else (anchors, aliases, tags, block
-// scalars, flow mappings, several documents, tabs) is refused with the line and the key.
-
-namespace {
-
-constexpr size_t kMaxAccelerateBytes = 1024 * 1024;  // `accelerate config` writes about 1 KB
-constexpr size_t kMaxAccelerateLines = 20000;
-constexpr size_t kMaxAccelerateEntries = 2000;        // keys and list items, all levels together
-constexpr size_t kMaxAccelerateScalar = 4096;
-constexpr int64_t kMaxExactInteger = int64_t{1} << 53;
-
-const char* const kAccelerateWhat = "the Accelerate config";
-
-struct YamlLine {
-  size_t number;        // 1-based
-  size_t indent;        // leading spaces
-  std::string_view body;  // the rest of the line, trailing spaces kept
-};
-
-struct YamlReader {
-  std::vector<YamlLine> lines;
-  size_t entries = 0;
-  FieldError error;
-  bool failed = false;
-
-  bool fail(size_t line, const std::string& path, const std::string& what) {
-    if (failed) return false;
-    failed = true;
-    error.field = path.empty() ? kAccelerateWhat : path;
-    error.message = std::string(kAccelerateWhat) + ", line " + std::to_string(line) +
-                    (path.empty() ? "" : " (" + path.substr(0, 80) + ")") + ": " + what;
-    return false;
-  }
-
-  static std::string_view trim(std::string_view s) {
-    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-    return s;
-  }
-  // What may follow a value: nothing, or a comment after at least one space.
-  static bool only_comment(std::string_view rest) {
-    if (rest.empty()) return true;
-    if (rest.front() != ' ') return false;
-    rest = trim(rest);
-    return rest.empty() || rest.front() == '#';
-  }
-
-  // Splits the text into content lines; rejects tabs, control characters, directives and more than one document.
-  bool split(std::string_view text) {
-    size_t number = 0, pos = 0;
-    bool content = false, marker = false;
-    while (pos < text.size()) {
-      size_t end = text.find('\n', pos);
-      if (end == std::string_view::npos) end = text.size();
-      std::string_view line = text.substr(pos, end - pos);
-      pos = end + 1;
-      ++number;
-      if (number > kMaxAccelerateLines)
-        return fail(number, "", "more than " + std::to_string(kMaxAccelerateLines) + " lines; an Accelerate config has about 30");
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      for (char ch : line) {
-        const unsigned char u = static_cast<unsigned char>(ch);
-        if (ch == '\t') return fail(number, "", "a tab character; this reader accepts spaces only (YAML indents with spaces)");
-        if (u < 0x20 || u == 0x7F) return fail(number, "", "a control character (byte " + std::to_string(u) + ")");
-      }
-      size_t indent = 0;
-      while (indent < line.size() && line[indent] == ' ') ++indent;
-      std::string_view body = line.substr(indent);
-      if (body.empty() || body.front() == '#') continue;
-      if (indent == 0 && (body.substr(0, 3) == "---" || body.substr(0, 3) == "...") &&
-          (body.size() == 3 || body[3] == ' ')) {
-        if (body.substr(0, 3) == "..." || content || marker || !only_comment(body.substr(3)))
-          return fail(number, "", "several YAML documents (--- or ...); an Accelerate config is one mapping");
-        marker = true;
-        continue;
-      }
-      if (indent == 0 && body.front() == '%') return fail(number, "", "YAML directives (%YAML, %TAG) are not accepted");
-      content = true;
-      lines.push_back({number, indent, body});
-    }
-    return true;
-  }
-
-  // Indicators that start YAML features this reader refuses, with the reason.
-  bool refuse_indicator(std::string_view v, size_t line, const std::string& path) {
-    switch (v.front()) {
-      case '&': return fail(line, path, "YAML anchors (&) are not accepted; write the value itself");
-      case '*': return fail(line, path, "YAML aliases (*) are not accepted; write the value itself");
-      case '!': return fail(line, path, "YAML tags (!) are not accepted");
-      case '|': case '>': return fail(line, path, "block scalars (| or >) are not accepted; write the value on one line");
-      case '?': return fail(line, path, "complex keys (?) are not accepted");
-      case '@': case '`': case '%': return fail(line, path, std::string("a plain value may not start with ") + v.front() + "; quote it");
-      default: return true;
-    }
-  }
-
-  // One scalar: a quoted string, or a plain scalar resolved as PyYAML does (null, bool, int, float, string).
-  // `rest` receives what follows a quoted scalar.
-  bool scalar(std::string_view v, size_t line, const std::string& path, json& out, std::string_view* rest) {
-    if (rest) *rest = {};
-    if (v.empty()) return out = nullptr, true;
-    if (v.front() == '"' || v.front() == '\'') {
-      const char q = v.front();
-      std::string s;
-      size_t i = 1;
-      for (;; ++i) {
-        if (i >= v.size()) return fail(line, path, "a quoted value must end on the same line");
-        const char ch = v[i];
-        if (q == '\'' && ch == '\'') {
-          if (i + 1 < v.size() && v[i + 1] == '\'') { s += '\''; ++i; continue; }
-          break;
-        }
-        if (q == '"' && ch == '"') break;
-        if (q == '"' && ch == '\\') {
-          if (++i >= v.size()) return fail(line, path, "a quoted value must end on the same line");
-          const char e = v[i];
-          int hex = 0;
-          switch (e) {
-            case '"': s += '"'; break;
-            case '\\': s += '\\'; break;
-            case '/': s += '/'; break;
-            case 'n': s += '\n'; break;
-            case 't': s += '\t'; break;
-            case 'r': s += '\r'; break;
-            case 'b': s += '\b'; break;
-            case 'f': s += '\f'; break;
-            case 'x': hex = 2; break;
-            case 'u': hex = 4; break;
-            case 'U': hex = 8; break;
-            default: return fail(line, path, std::string("the escape \\") + e + " is not accepted");
-          }
-          if (hex) {
-            if (i + hex >= v.size()) return fail(line, path, "a \\x, \\u or \\U escape needs its hex digits");
-            uint32_t cp = 0;
-            for (int k = 1; k <= hex; ++k) {
-              const char h = v[i + k];
-              const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-              if (d < 0) return fail(line, path, "a \\x, \\u or \\U escape needs its hex digits");
-              cp = cp * 16 + static_cast<uint32_t>(d);
-            }
-            i += hex;
-            if (cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-              return fail(line, path, "an escape names no valid character (NUL, a surrogate or beyond U+10FFFF)");
-            if (cp < 0x80) s += static_cast<char>(cp);
-            else if (cp < 0x800) s += static_cast<char>(0xC0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3F));
-            else if (cp < 0x10000)
-              s += static_cast<char>(0xE0 | (cp >> 12)), s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-                  s += static_cast<char>(0x80 | (cp & 0x3F));
-            else
-              s += static_cast<char>(0xF0 | (cp >> 18)), s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
-                  s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), s += static_cast<char>(0x80 | (cp & 0x3F));
-          }
-          continue;
-        }
-        s += ch;
-      }
-      if (s.size() > kMaxAccelerateScalar)
-        return fail(line, path, "a value longer than " + std::to_string(kMaxAccelerateScalar) + " bytes");
-      if (rest) *rest = v.substr(i + 1);
-      else if (!only_comment(v.substr(i + 1))) return fail(line, path, "text after the closing quote");
-      out = s;
-      return true;
-    }
-    if (!refuse_indicator(v, line, path)) return false;
-    if (v.front() == '[' || v.front() == '{' || v.front() == ']' || v.front() == '}' || v.front() == ',')
-      return fail(line, path, "nested [ ] or { } are not accepted here");
-    if ((v.front() == '-' && (v.size() == 1 || v[1] == ' ')))
-      return fail(line, path, "a list item (- ) where a value was expected");
-    if (v.size() > kMaxAccelerateScalar)
-      return fail(line, path, "a value longer than " + std::to_string(kMaxAccelerateScalar) + " bytes");
-    if (v.find(": ") != std::string_view::npos || v.back() == ':')
-      return fail(line, path, "a plain value may not contain \": \"; quote it, or put a nested key on its own line");
-    const std::string s(v);
-    if (s == "~" || s == "null" || s == "Null" || s == "NULL") return out = nullptr, true;
-    static const std::set<std::string> yes = {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"};
-    static const std::set<std::string> no = {"no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"};
-    if (yes.count(s)) return out = true, true;
-    if (no.count(s)) return out = false, true;
-    // Integers: decimal without leading zeros (PyYAML reads 010 as octal, 1_000 with underscores: left as text).
-    size_t k = s[0] == '-' || s[0] == '+' ? 1 : 0;
-    const bool digits = k < s.size() && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(k), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (digits && (s[k] != '0' || s.size() == k + 1)) {
-      int64_t value = 0;
-      for (size_t j = k; j < s.size(); ++j) {
-        value = value * 10 + (s[j] - '0');
-        if (value > kMaxExactInteger)
-          return fail(line, path, "the number " + s.substr(0, 40) + " is beyond 2^53; no field of a config is that large");
-      }
-      out = s[0] == '-' ? -value : value;
-      return true;
-    }
-    // Floats need a dot (PyYAML 1.1: 1e5 is text, 1.0e+5 a float); .inf and .nan are refused.
-    const std::string body = s.substr(k);
-    if (body == ".inf" || body == ".Inf" || body == ".INF" || s == ".nan" || s == ".NaN" || s == ".NAN")
-      return fail(line, path, "infinite or NaN numbers are not accepted");
-    size_t j = k, int_digits = 0, frac_digits = 0;
-    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j, ++int_digits;
-    if (j < s.size() && s[j] == '.') {
-      ++j;
-      while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j, ++frac_digits;
-      bool ok = int_digits + frac_digits > 0;
-      if (ok && j < s.size() && (s[j] == 'e' || s[j] == 'E')) {
-        ++j;
-        if (j < s.size() && (s[j] == '+' || s[j] == '-')) ++j;
-        size_t exp_digits = 0;
-        while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j, ++exp_digits;
-        ok = exp_digits > 0;
-      }
-      if (ok && j == s.size()) {
-        const double d = std::strtod(s.c_str(), nullptr);
-        if (!std::isfinite(d)) return fail(line, path, "the number " + s.substr(0, 40) + " is not finite");
-        out = d;
-        return true;
-      }
-    }
-    out = s;
-    return true;
-  }
-
-  // A value on the line of its key: a scalar, [] or a one-line list of scalars, or {}.
-  bool inline_value(std::string_view v, size_t line, const std::string& path, json& out) {
-    if (v.front() == '{') {
-      std::string_view inner = trim(v.substr(1));
-      if (inner.empty() || inner.front() != '}')
-        return fail(line, path, "flow mappings ({ ... }) other than {} are not accepted; write one key per line");
-      if (!only_comment(inner.substr(1))) return fail(line, path, "text after {}");
-      return out = json::object(), true;
-    }
-    if (v.front() == '[') {
-      out = json::array();
-      std::string_view rest = v.substr(1);
-      rest = trim(rest);
-      if (!rest.empty() && rest.front() == ']') {
-        if (!only_comment(rest.substr(1))) return fail(line, path, "text after ]");
-        return true;
-      }
-      for (;;) {
-        rest = trim(rest);
-        if (rest.empty()) return fail(line, path, "a [ list must close with ] on the same line");
-        json item;
-        std::string_view after;
-        if (rest.front() == '"' || rest.front() == '\'') {
-          if (!scalar(rest, line, path, item, &after)) return false;
-        } else {
-          const size_t stop = rest.find_first_of(",]");
-          if (stop == std::string_view::npos) return fail(line, path, "a [ list must close with ] on the same line");
-          std::string_view plain = trim(rest.substr(0, stop));
-          if (plain.empty()) return fail(line, path, "an empty item in a [ list");
-          if (plain.find_first_of("[{}#") != std::string_view::npos)
-            return fail(line, path, "nested [ ] or { } are not accepted in a list");
-          if (!scalar(plain, line, path, item, nullptr)) return false;
-          after = rest.substr(stop);
-        }
-        if (++entries > kMaxAccelerateEntries) return fail(line, path, "more than " + std::to_string(kMaxAccelerateEntries) + " entries");
-        out.push_back(std::move(item));
-        after = trim(after);
-        if (after.empty()) return fail(line, path, "a [ list must close with ] on the same line");
-        if (after.front() == ']') {
-          if (!only_comment(after.substr(1))) return fail(line, path, "text after ]");
-          return true;
-        }
-        if (after.front() != ',') return fail(line, path, "list items must be separated by commas");
-        rest = after.substr(1);
-      }
-    }
-    if (v.front() == '"' || v.front() == '\'') return scalar(v, line, path, out, nullptr);
-    // A plain scalar ends at a comment (" #").
-    std::string_view plain = v;
-    if (auto hash = plain.find(" #"); hash != std::string_view::npos) plain = plain.substr(0, hash);
-    return scalar(trim(plain), line, path, out, nullptr);
-  }
-
-  // Block list items ("- value") at `indent`, scalars only.
-  bool sequence(size_t& i, size_t indent, const std::string& path, json& out) {
-    out = json::array();
-    while (i < lines.size() && lines[i].indent == indent && lines[i].body.front() == '-' &&
-           (lines[i].body.size() == 1 || lines[i].body[1] == ' ')) {
-      const YamlLine& l = lines[i];
-      std::string_view item = trim(l.body.substr(1));
-      if (++entries > kMaxAccelerateEntries) return fail(l.number, path, "more than " + std::to_string(kMaxAccelerateEntries) + " entries");
-      ++i;
-      if (item.empty() && i < lines.size() && lines[i].indent > indent)
-        return fail(lines[i].number, path, "lists of lists or of mappings are not accepted");
-      if (!item.empty() && (item.front() == '[' || item.front() == '{' || item.front() == '-'))
-        return fail(l.number, path, "lists of lists or of mappings are not accepted");
-      if (!item.empty() && item.front() != '"' && item.front() != '\'' &&
-          (item.find(": ") != std::string_view::npos || item.back() == ':'))
-        return fail(l.number, path, "lists of mappings are not accepted");
-      json v;
-      if (item.empty()) v = nullptr;
-      else if (!inline_value(item, l.number, path, v)) return false;
-      out.push_back(std::move(v));
-    }
-    if (i < lines.size() && lines[i].indent > indent)
-      return fail(lines[i].number, path, "unexpected indentation after a list");
-    return true;
-  }
-
-  // A block mapping whose keys sit at `indent`; depth 1 is the top level, depth 2 a section (fsdp_config).
-  bool mapping(size_t& i, size_t indent, int depth, const std::string& prefix, json& out) {
-    out = json::object();
-    while (i < lines.size() && lines[i].indent == indent) {
-      const YamlLine& l = lines[i];
-      std::string_view body = l.body;
-      if (body.front() == '-' && (body.size() == 1 || body[1] == ' '))
-        return fail(l.number, prefix, "a list item (- ) where a key was expected");
-      if (body.front() == '"' || body.front() == '\'') return fail(l.number, prefix, "quoted keys are not accepted");
-      if (!refuse_indicator(body, l.number, prefix)) return false;
-      if (body.front() == '{' || body.front() == '[')
-        return fail(l.number, prefix, depth == 1 ? "an Accelerate config is a YAML mapping of key: value lines (or a JSON object)"
-                                                 : "flow collections are not accepted as keys");
-      size_t colon = 0;
-      while (colon < body.size() && (std::isalnum(static_cast<unsigned char>(body[colon])) || body[colon] == '_' ||
-                                     body[colon] == '-' || body[colon] == '.'))
-        ++colon;
-      const std::string key(body.substr(0, colon));
-      const std::string path = prefix.empty() ? key : prefix + "." + key;
-      if (key.empty() || colon >= body.size() || body[colon] != ':' || (colon + 1 < body.size() && body[colon + 1] != ' '))
-        return fail(l.number, prefix, "expected \"key: value\" with a plain key (letters, digits, _ - .)");
-      if (key.size() > 128) return fail(l.number, prefix, "a key longer than 128 bytes");
-      if (out.contains(key)) return fail(l.number, path, "the key appears twice");
-      if (++entries > kMaxAccelerateEntries) return fail(l.number, path, "more than " + std::to_string(kMaxAccelerateEntries) + " entries");
-      std::string_view rest = body.substr(colon + 1);
-      ++i;
-      json value;
-      if (only_comment(rest)) {  // the value is on the following lines, or null
-        if (i < lines.size() && lines[i].indent >= indent && lines[i].body.front() == '-' &&
-            (lines[i].body.size() == 1 || lines[i].body[1] == ' ')) {  // "key:" then "- item" lines
-          if (!sequence(i, lines[i].indent, path, value)) return false;
-        } else if (i < lines.size() && lines[i].indent > indent) {
-          if (depth >= 2)
-            return fail(lines[i].number, path, "nested more than one level deep; an Accelerate config has sections of key: value lines");
-          if (!mapping(i, lines[i].indent, depth + 1, path, value)) return false;
-        } else {
-          value = nullptr;
-        }
-      } else {
-        if (!inline_value(trim(rest), l.number, path, value)) return false;
-        if (i < lines.size() && lines[i].indent > indent)
-          return fail(lines[i].number, path, "a value continued on the next line, or unexpected indentation");
-      }
-      out[key] = std::move(value);
-    }
-    if (i < lines.size() && lines[i].indent > indent)
-      return fail(lines[i].number, prefix, "unexpected indentation");
-    return true;
-  }
-
-  bool parse(std::string_view text, json& out) {
-    if (!split(text)) return false;
-    size_t i = 0;
-    if (lines.empty()) return fail(1, "", "the file has no keys");
-    if (lines[0].indent != 0) return fail(lines[0].number, "", "the first key must not be indented");
-    if (!mapping(i, 0, 1, "", out)) return false;
-    if (i < lines.size()) return fail(lines[i].number, "", "indentation does not match any enclosing level");
-    return true;
-  }
-};
-
-// The JSON form must have the YAML form's shape: scalars, lists of scalars and one level of sections.
-bool accelerate_json_shape(const json& v, const std::string& path, int depth, size_t& entries, FieldError& err) {
-  auto fail = [&](const std::string& what) {
-    err = {path.empty() ? kAccelerateWhat : path, std::string(kAccelerateWhat) + (path.empty() ? "" : " (" + path.substr(0, 80) + ")") + ": " + what};
-    return false;
-  };
-  if (++entries > kMaxAccelerateEntries) return fail("more than " + std::to_string(kMaxAccelerateEntries) + " entries");
-  if (v.is_object()) {
-    if (depth > 2) return fail("nested more than one level deep; an Accelerate config has sections of key: value pairs");
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      if (it.key().empty() || it.key().size() > 128) return fail("keys must have 1 to 128 bytes");
-      if (!accelerate_json_shape(*it, path.empty() ? it.key() : path + "." + it.key(), depth + 1, entries, err)) return false;
-    }
-    return true;
-  }
-  if (v.is_array()) {
-    if (depth == 1) return fail("an Accelerate config is a JSON object");
-    for (const auto& item : v)
-      if (item.is_structured()) return fail("lists of lists or of objects are not accepted");
-      else if (!accelerate_json_shape(item, path, depth + 1, entries, err)) return false;
-    return true;
-  }
-  if (depth == 1) return fail("an Accelerate config is a JSON object");
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMaxExactInteger))
-    return fail("the number " + describe(v) + " is beyond 2^53; no field of a config is that large");
-  if (v.is_number_integer() && !v.is_number_unsigned() && (v.get<int64_t>() > kMaxExactInteger || v.get<int64_t>() < -kMaxExactInteger))
-    return fail("the number " + describe(v) + " is beyond 2^53; no field of a config is that large");
-  if (v.is_number_float() && !std::isfinite(v.get<double>())) return fail("the number is not finite");
-  if (v.is_string() && v.get_ref<const std::string&>().size() > kMaxAccelerateScalar)
-    return fail("a value longer than " + std::to_string(kMaxAccelerateScalar) + " bytes");
-  return true;
-}
-
-// Typed reads of Accelerate keys. Accelerate's launcher passes every value through the environment as text, so
-// "true" and "2" are accepted where a boolean or an integer is meant.
-struct AccelerateValues {
-  std::vector<FieldError>& errors;
-  std::vector<std::string>& used;
-  bool boolean(const json& obj, const std::string& section, const char* key, std::optional<bool>& out) {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return true;
-    const std::string name = section.empty() ? key : section + "." + key;
-    if (it->is_boolean()) out = it->get<bool>();
-    else if (it->is_string() && (it->get_ref<const std::string&>() == "true" || it->get_ref<const std::string&>() == "True")) out = true;
-    else if (it->is_string() && (it->get_ref<const std::string&>() == "false" || it->get_ref<const std::string&>() == "False")) out = false;
-    else return errors.push_back({name, name + " must be true or false; got " + describe(*it)}), false;
-    used.push_back(name);
-    return true;
-  }
-  bool integer(const json& obj, const std::string& section, const char* key, int64_t min, int64_t max, std::optional<int64_t>& out) {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return true;
-    const std::string name = section.empty() ? key : section + "." + key;
-    int64_t v = 0;
-    bool ok = false;
-    if (it->is_number_integer() && !it->is_number_unsigned()) v = it->get<int64_t>(), ok = true;
-    else if (it->is_number_unsigned() && it->get<uint64_t>() <= static_cast<uint64_t>(kMaxExactInteger)) v = static_cast<int64_t>(it->get<uint64_t>()), ok = true;
-    else if (it->is_number_float()) {
-      const double d = it->get<double>();
-      if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) <= static_cast<double>(kMaxExactInteger)) v = static_cast<int64_t>(d), ok = true;
-    } else if (it->is_string()) {
-      const std::string& s = it->get_ref<const std::string&>();
-      if (!s.empty() && s.size() <= 15 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        v = std::stoll(s), ok = true;
-    }
-    if (!ok || v < min || v > max)
-      return errors.push_back({name, name + " must be an integer from " + std::to_string(min) + " to " + std::to_string(max) +
-                                         "; got " + describe(*it)}),
-             false;
-    out = v;
-    used.push_back(name);
-    return true;
-  }
-  // A string (or, for `allow_int`, an integer) matched case-insensitively against `names`; returns its index.
-  bool choice(const json& obj, const std::string& section, const char* key, const std::vector<std::string>& names,
-              std::optional<size_t>& out, bool allow_int = false) {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return true;
-    const std::string name = section.empty() ? key : section + "." + key;
-    std::string s;
-    if (it->is_string()) s = it->get<std::string>();
-    else if (allow_int && it->is_number_integer()) s = it->dump();
-    std::string upper = s;
-    for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    for (size_t k = 0; k < names.size(); ++k) {
-      std::string n = names[k];
-      for (char& ch : n) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-      if (upper == n || (allow_int && s == std::to_string(k + 1))) {
-        out = k;
-        used.push_back(name);
-        return true;
-      }
-    }
-    std::string allowed;
-    for (size_t k = 0; k < names.size(); ++k)
-      allowed += (k ? ", " : "") + names[k] + (allow_int ? " (" + std::to_string(k + 1) + ")" : "");
-    errors.push_back({name, name + " must be one of: " + allowed + "; got " + describe(*it)});
-    return false;
-  }
-};
-
-std::string list_keys(const std::vector<std::string>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size() && i < 24; ++i) s += (i ? ", " : "") + v[i];
-  if (v.size() > 24) s += " and " + std::to_string(v.size() - 24) + " more";
-  return s;
-}
-
-}  // namespace
-
-bool looks_like_accelerate_config(std::string_view text) {
-  for (std::string_view key : {std::string_view("distributed_type"), std::string_view("fsdp_config")}) {
-    for (size_t at = text.find(key); at != std::string_view::npos; at = text.find(key, at + 1)) {
-      size_t j = at + key.size();
-      if (j < text.size() && text[j] == '"') ++j;  // JSON: "distributed_type": ...
-      while (j < text.size() && text[j] == ' ') ++j;
-      if (j < text.size() && text[j] == ':') return true;
-    }
-  }
-  return false;
-}
-
-Parsed config_from_accelerate(std::string_view text, const Config& base) {
-  Parsed p;
-  p.config = base;
-  if (text.size() > kMaxAccelerateBytes) {
-    p.errors.push_back({kAccelerateWhat, std::string(kAccelerateWhat) + " is " + std::to_string(text.size() / 1024) +
-                                             " KiB; at most 1 MiB is accepted (`accelerate config` writes about 1 KB)"});
-    return p;
-  }
-  const std::string s(text);
-  if (!valid_utf8(s)) {
-    p.errors.push_back({kAccelerateWhat, std::string(kAccelerateWhat) + " is not UTF-8 text"});
-    return p;
-  }
-  std::string_view body = text;
-  if (body.substr(0, 3) == "\xEF\xBB\xBF") body.remove_prefix(3);  // a byte-order mark, as editors write
-  size_t first = 0;
-  while (first < body.size() && (body[first] == ' ' || body[first] == '\n' || body[first] == '\r' || body[first] == '\t')) ++first;
-  json doc;
-  if (first < body.size() && body[first] == '{') {  // the JSON form
-    if (!parse_document(body, kAccelerateWhat, doc, p.errors)) return p;
-    size_t entries = 0;
-    FieldError err;
-    if (!accelerate_json_shape(doc, "", 1, entries, err)) return p.errors.push_back(err), p;
-  } else {
-    YamlReader yaml;
-    if (!yaml.parse(body, doc)) return p.errors.push_back(yaml.error), p;
-  }
-
-  Config c = base;
-  std::vector<std::string> used, assumed, ignored;
-  AccelerateValues rd{p.errors, used};
-  auto section = [&](const char* name) -> const json& {
-    static const json empty = json::object();
-    auto it = doc.find(name);
-    if (it == doc.end() || it->is_null()) return empty;
-    if (!it->is_object()) {
-      p.errors.push_back({name, std::string(name) + " must be a mapping of key: value lines; got " + describe(*it)});
-      return empty;
-    }
-    return *it;
-  };
-
-  // The layout: distributed_type, world size, machines, and the device mesh of parallelism_config.
-  static const std::vector<std::string> kTypes = {"FSDP", "DEEPSPEED", "MULTI_GPU", "NO"};
-  std::optional<size_t> type;
-  if (!doc.contains("distributed_type") || doc["distributed_type"].is_null()) {
-    p.errors.push_back({"distributed_type", "distributed_type is missing; an Accelerate config names it (FSDP, DEEPSPEED, "
-                                            "MULTI_GPU or NO are read)"});
-    return p;
-  }
-  if (!rd.choice(doc, "", "distributed_type", kTypes, type)) {
-    p.errors.back().message += " (memsim reads these; other distributed types are not modelled)";
-    return p;
-  }
-  const bool fsdp = *type == 0, deepspeed = *type == 1, ddp = *type == 2, single = *type == 3;
-  std::optional<int64_t> processes, machines;
-  rd.integer(doc, "", "num_processes", 1, 1 << 24, processes);
-  rd.integer(doc, "", "num_machines", 1, 1 << 20, machines);
-  std::optional<int64_t> dp_replicate, dp_shard, tp, cp, sp;
-  const json& mesh = section("parallelism_config");
-  rd.integer(mesh, "parallelism_config", "parallelism_config_dp_replicate_size", 1, 1 << 24, dp_replicate);
-  rd.integer(mesh, "parallelism_config", "parallelism_config_dp_shard_size", 1, 1 << 24, dp_shard);
-  rd.integer(mesh, "parallelism_config", "parallelism_config_tp_size", 1, 1 << 24, tp);
-  rd.integer(mesh, "parallelism_config", "parallelism_config_cp_size", 1, 1 << 24, cp);
-  rd.integer(mesh, "parallelism_config", "parallelism_config_sp_size", 1, 1 << 24, sp);
-  if (!p.errors.empty()) return p;
-  if (sp.value_or(1) > 1) {
-    p.errors.push_back({"parallelism_config.parallelism_config_sp_size",
-                        "parallelism_config.parallelism_config_sp_size (Ulysses sequence parallelism) is not modelled yet; "
-                        "memsim models ring-attention context parallelism (parallelism_config_cp_size)"});
-    return p;
-  }
-  const bool has_mesh = dp_replicate || dp_shard || tp || cp;
-  // Each factor is at most 2^24, so the product is checked: four of them wrapped to 0, and memsim fell back to 8 GPUs.
-  int64_t mesh_dp = 0, mesh_world = 0;
-  if (__builtin_mul_overflow(dp_replicate.value_or(1), dp_shard.value_or(1), &mesh_dp) ||
-      __builtin_mul_overflow(mesh_dp, tp.value_or(1), &mesh_world) ||
-      __builtin_mul_overflow(mesh_world, cp.value_or(1), &mesh_world) || mesh_world > (int64_t{1} << 24)) {
-    p.errors.push_back({"parallelism_config", "parallelism_config: dp_replicate x dp_shard x tp x cp must be at most "
-                                              "16,777,216 GPUs"});
-    return p;
-  }
-  if (has_mesh && processes && mesh_world != *processes) {
-    p.errors.push_back({"parallelism_config", "parallelism_config: dp_replicate x dp_shard x tp x cp = " + std::to_string(mesh_world) +
-                                                  " must equal num_processes (" + std::to_string(*processes) + ")"});
-    return p;
-  }
-  int64_t world = processes ? *processes : has_mesh ? mesh_world : 0;
-  if (single) {
-    if (world > 1) assumed.push_back("distributed_type NO runs one process; num_processes " + std::to_string(world) + " is not used");
-    world = 1;
-  }
-  if (world > 0) {
-    const int64_t nodes = single ? 1 : machines.value_or(1);
-    if (world % nodes != 0) {
-      p.errors.push_back({"num_processes", "num_processes (" + std::to_string(world) + ", all machines together) must be a "
-                                           "multiple of num_machines (" + std::to_string(nodes) + ")"});
-      return p;
-    }
-    c.hardware.gpus_per_node = world / nodes;
-    c.parallel.tensor_parallel_size = has_mesh ? tp.value_or(1) : 1;
-    c.parallel.context_parallel_size = has_mesh ? cp.value_or(1) : 1;
-    c.parallel.pipeline_parallel_size = 1;
-    c.parallel.data_parallel_size = has_mesh ? mesh_dp : world;
-    if (c.parallel.tensor_parallel_size == 1) c.parallel.sequence_parallel = false;
-    if (base.parallel.pipeline_parallel_size != 1 || (!has_mesh && (base.parallel.tensor_parallel_size != 1 ||
-                                                                    base.parallel.context_parallel_size != 1)))
-      assumed.push_back("the Accelerate config has no pipeline" + std::string(has_mesh ? "" : ", tensor or context") +
-                        " parallelism, so those sizes are 1");
-  } else {
-    assumed.push_back("num_processes not given: kept the current " + std::to_string(c.parallel.data_parallel_size) +
-                      " data-parallel GPUs");
-  }
-
-  // Mixed precision: FSDP shards fp32 parameters and computes in bf16/fp16 (the fp32-master recipes); DDP and a
-  // single process use torch autocast over fp32 weights.
-  static const std::vector<std::string> kPrecisions = {"no", "fp16", "bf16", "fp8"};
-  std::optional<size_t> precision;
-  if (auto it = doc.find("mixed_precision"); it != doc.end() && it->is_boolean() && !it->get<bool>()) {
-    precision = 0;  // an unquoted `no` is the boolean false in YAML 1.1
-    used.push_back("mixed_precision");
-  } else {
-    rd.choice(doc, "", "mixed_precision", kPrecisions, precision);
-  }
-  if (precision) {
-    if (*precision == 0) c.training.precision = "fp32";
-    else if (*precision == 3) assumed.push_back("mixed_precision fp8 is not modelled: kept training.precision " + c.training.precision);
-    else if (fsdp || deepspeed) c.training.precision = *precision == 2 ? "bf16_mixed" : "fp16_mixed";
-    else c.training.precision = *precision == 2 ? "amp_bf16" : "amp_fp16";
-  }
-
-  static const std::set<std::string> kLayoutKeys = {"distributed_type", "num_processes", "num_machines", "mixed_precision",
-                                                    "parallelism_config"};
-  std::set<std::string> read_sections;
-  if (fsdp) {
-    const json& f = section("fsdp_config");
-    read_sections.insert("fsdp_config");
-    const std::string fs = "fsdp_config";
-    std::optional<int64_t> version;
-    rd.integer(f, fs, "fsdp_version", 1, 2, version);
-    static const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
-    std::optional<size_t> strategy;
-    std::optional<bool> reshard, offload, checkpointing;
-    rd.choice(f, fs, "fsdp_sharding_strategy", kStrategies, strategy, true);
-    // fsdp_reshard_after_forward: a boolean (FSDP2), or a strategy name (newer configs of either version).
-    if (auto it = f.find("fsdp_reshard_after_forward"); it != f.end() && !it->is_null()) {
-      if (it->is_string() && it->get_ref<const std::string&>() != "true" && it->get_ref<const std::string&>() != "false" &&
-          it->get_ref<const std::string&>() != "True" && it->get_ref<const std::string&>() != "False") {
-        std::optional<size_t> named;
-        if (rd.choice(f, fs, "fsdp_reshard_after_forward", kStrategies, named, false)) {
-          if (!strategy) strategy = named;
-          else if (*strategy != *named) assumed.push_back("fsdp_sharding_strategy is read, not fsdp_reshard_after_forward");
-        }
-      } else {
-        rd.boolean(f, fs, "fsdp_reshard_after_forward", reshard);
-      }
-    }
-    rd.boolean(f, fs, "fsdp_offload_params", offload);
-    rd.boolean(f, fs, "fsdp_activation_checkpointing", checkpointing);
-    static const std::vector<std::string> kPrefetch = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
-    std::optional<size_t> prefetch;
-    const char* prefetch_key = f.contains("fsdp_backward_prefetch") ? "fsdp_backward_prefetch" : "fsdp_backward_prefetch_policy";
-    rd.choice(f, fs, prefetch_key, kPrefetch, prefetch);
-    std::optional<bool> forward_prefetch, orig_params;
-    rd.boolean(f, fs, "fsdp_forward_prefetch", forward_prefetch);
-    rd.boolean(f, fs, "fsdp_use_orig_params", orig_params);
-    static const std::vector<std::string> kWrap = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
-    std::optional<size_t> wrap;
-    rd.choice(f, fs, "fsdp_auto_wrap_policy", kWrap, wrap);
-    if (!p.errors.empty()) return p;
-
-    const int v = static_cast<int>(version.value_or(1));
-    if (!version) assumed.push_back("no fsdp_version: FSDP1, as Accelerate's launcher assumes");
-    c.parallel.sharding = v == 2 ? "fsdp2" : "fsdp1";
-    // The sharding strategy. FSDP2 expresses it as reshard_after_forward (to_fsdp2.py's mapping).
-    size_t st = 0;
-    if (v == 2) {
-      if (reshard) st = *reshard ? 0 : 1;
-      else if (strategy) {
-        st = *strategy;
-        assumed.push_back("FSDP2 reads " + kStrategies[st] + " as reshard_after_forward " +
-                          ((st == 0 || st == 3) ? "true" : "false") + " (accelerate to-fsdp2)");
-        st = (st == 0 || st == 3) ? 0 : 1;
-      } else {
-        assumed.push_back("no fsdp_reshard_after_forward: true (FSDP2's default, FULL_SHARD)");
-      }
-    } else {
-      if (strategy) st = *strategy;
-      else if (reshard) {
-        st = *reshard ? 0 : 1;
-        assumed.push_back("FSDP1 reads fsdp_reshard_after_forward " + std::string(*reshard ? "true as FULL_SHARD" : "false as SHARD_GRAD_OP"));
-      } else {
-        assumed.push_back("no fsdp_sharding_strategy: FULL_SHARD, Accelerate's default");
-      }
-    }
-    c.parallel.zero_stage = st == 0 || st == 3 ? 3 : st == 1 || st == 4 ? 2 : 0;
-    c.parallel.shard_group_size = 0;
-    if (v == 2 && has_mesh && dp_replicate.value_or(1) > 1) {
-      c.parallel.shard_group_size = dp_shard.value_or(1);  // HSDP: replicate over dp_replicate, shard over dp_shard
-    } else if (st == 3 || st == 4) {
-      const int64_t nodes = machines.value_or(1);
-      if (v == 2) {
-        assumed.push_back("FSDP2 shards hybrid only through parallelism_config (dp_replicate_size); " + kStrategies[st] +
-                          " is read as " + (st == 3 ? "FULL_SHARD" : "SHARD_GRAD_OP"));
-      } else if (world > 0 && nodes > 1 && c.parallel.data_parallel_size % (world / nodes) == 0) {
-        c.parallel.shard_group_size = world / nodes;  // FSDP1 HYBRID_SHARD: shard within a machine, replicate across
-        assumed.push_back(kStrategies[st] + ": each shard spans the " + std::to_string(world / nodes) + " GPUs of one machine");
-      } else {
-        assumed.push_back(kStrategies[st] + " on one machine shards over all its GPUs, as " + (st == 3 ? "FULL_SHARD" : "SHARD_GRAD_OP"));
-      }
-    }
-    if (cp.value_or(1) > 1)
-      assumed.push_back("Accelerate shards FSDP2 over dp_shard x cp ranks; memsim shards over the data-parallel ranks only");
-    const std::string device = offload.value_or(false) ? "cpu" : "none";
-    c.parallel.offload_params = c.parallel.offload_optimizer = device;
-    if (v == 1) {
-      if (prefetch) c.parallel.fsdp_backward_prefetch = *prefetch == 0 ? "backward_pre" : *prefetch == 1 ? "backward_post" : "none";
-      else {
-        c.parallel.fsdp_backward_prefetch = "none";
-        assumed.push_back("no fsdp_backward_prefetch: none (Accelerate's default NO_PREFETCH)");
-      }
-    } else if (prefetch) {
-      assumed.push_back(std::string(prefetch_key) + " does not apply to FSDP2, which prefetches as BACKWARD_PRE");
-    }
-    if (orig_params && v == 1) c.parallel.fsdp_use_orig_params = *orig_params ? "true" : "false";
-    else if (orig_params) assumed.push_back("fsdp_use_orig_params does not apply to FSDP2 (per-parameter sharding)");
-    if (forward_prefetch.value_or(false)) {
-      if (v == 1) c.parallel.fsdp_forward_prefetch = 1;  // FullyShardedDataParallel(forward_prefetch=True)
-      else assumed.push_back("fsdp_forward_prefetch does not apply to FSDP2 (Accelerate passes it to FSDP1 only)");
-    }
-    if (checkpointing && *checkpointing) c.training.activation_checkpointing = "full";
-    else if (checkpointing)
-      assumed.push_back("fsdp_activation_checkpointing false: kept training.activation_checkpointing " +
-                        c.training.activation_checkpointing + " (the script may still enable gradient checkpointing)");
-    if (wrap && *wrap != 0)
-      assumed.push_back("fsdp_auto_wrap_policy " + kWrap[*wrap] + ": memsim models one FSDP unit per transformer layer");
-  } else if (deepspeed) {
-    const json& d = section("deepspeed_config");
-    read_sections.insert("deepspeed_config");
-    const std::string ds = "deepspeed_config";
-    std::optional<int64_t> stage, accumulation;
-    rd.integer(d, ds, "zero_stage", 0, 3, stage);
-    rd.integer(d, ds, "gradient_accumulation_steps", 1, 1 << 20, accumulation);
-    static const std::vector<std::string> kDevices = {"none", "cpu", "nvme"};
-    std::optional<size_t> opt_dev, param_dev;
-    rd.choice(d, ds, "offload_optimizer_device", kDevices, opt_dev);
-    rd.choice(d, ds, "offload_param_device", kDevices, param_dev);
-    if (!p.errors.empty()) return p;
-    c.parallel.sharding = "deepspeed";
-    c.parallel.shard_group_size = 0;
-    if (stage) c.parallel.zero_stage = *stage;
-    if (accumulation) c.training.gradient_accumulation_steps = *accumulation;
-    c.parallel.offload_optimizer = kDevices[opt_dev.value_or(0)];
-    c.parallel.offload_params = kDevices[param_dev.value_or(0)];
-    if (auto it = d.find("deepspeed_config_file"); it != d.end() && it->is_string() && !it->get_ref<const std::string&>().empty())
-      assumed.push_back("the DeepSpeed settings are in " + it->get<std::string>().substr(0, 80) +
-                        ": load that file too (memsim-cli --deepspeed-config, or drop it)");
-  } else {
-    // DDP (MULTI_GPU) or one process: nothing is sharded or offloaded.
-    c.parallel.zero_stage = 0;
-    c.parallel.shard_group_size = 0;
-    c.parallel.offload_optimizer = c.parallel.offload_params = "none";
-    c.parallel.sharding = "auto";
-    if (ddp) assumed.push_back("MULTI_GPU: DistributedDataParallel, nothing sharded");
-  }
-
-  // What was not read: every other key, with the sections' keys by name.
-  std::set<std::string> read(used.begin(), used.end());
-  for (auto it = doc.begin(); it != doc.end(); ++it) {
-    const std::string& k = it.key();
-    if (it->is_object() && !it->empty()) {
-      for (auto jt = it->begin(); jt != it->end(); ++jt)
-        if (!read.count(k + "." + jt.key())) ignored.push_back(k + "." + jt.key());
-    } else if (!kLayoutKeys.count(k) && !read_sections.count(k) && !it->is_null() && !(it->is_array() && it->empty()) &&
-               !(it->is_object() && it->empty())) {
-      ignored.push_back(k);
-    }
-  }
-  if (!p.errors.empty()) return p;
-  std::vector<std::string> read_list;
-  for (const auto& k : used) read_list.push_back(k);
-  if (!read_list.empty()) p.notes.push_back("Accelerate config: read " + list_keys(read_list));
-  for (const auto& a : assumed) p.notes.push_back(a);
-  if (!ignored.empty()) p.notes.push_back("not modelled, ignored: " + list_keys(ignored));
-  p.config = c;
-  p.ok = true;
-  return p;
-}
 
 std::vector<std::string> config_changes(const Config& from, const Config& to) {
   const json a = json::parse(config_to_json(from, -1), nullptr, false);
@@ -2257,5 +1427,62 @@ std::string document_guard_error(std::string_view text, const std::string& what)
   if (nesting_depth(text) > kMaxDepth) return what + " is nested more than 64 levels deep";
   return "";
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// [SECTION] Reading JSON documents (json_read.h), shared by every decoder of the core
+// ---------------------------------------------------------------------------------------------------------
+
+namespace json_read {
+
+std::string describe(const json& v) {
+  std::string s = v.dump(-1, ' ', true, json::error_handler_t::replace);
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+// Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF), as JSON output requires.
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    uint32_t cp = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+bool parse_document(std::string_view text, const std::string& what, json& out, std::vector<FieldError>& errors) {
+  if (std::string e = document_guard_error(text, what); !e.empty()) {
+    errors.push_back({what, std::move(e)});
+    return false;
+  }
+  try {
+    out = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    std::string msg = e.what();
+    if (auto p = msg.find("parse error"); p != std::string::npos) msg = msg.substr(p);
+    errors.push_back({what, what + " is not valid JSON: " + msg});
+    return false;
+  }
+  if (!out.is_object()) {
+    errors.push_back({what, what + " must be a JSON object"});
+    return false;
+  }
+  return true;
+}
+
+}  // namespace json_read
 
 }  // namespace memsim

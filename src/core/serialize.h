@@ -1,5 +1,5 @@
 // Reading and writing configs and results: versioned JSON, the URL fragment, `--set KEY=VALUE` overrides and
-// the Hugging Face config.json model section. serialize.cpp and deepspeed_io.cpp are the core's only users of nlohmann_json.
+// the Hugging Face config.json model section. serialize.cpp, deepspeed_io.cpp and accelerate_io.cpp are the core's only users of nlohmann_json.
 //
 // One list of fields (serialize.cpp, visit_fields) drives every encoding, so the JSON keys, the fragment's
 // flattened keys and the CLI's --set keys are the same names ("model.hidden_size").
@@ -10,6 +10,7 @@
 
 #include "advice.h"
 #include "config.h"
+#include "accelerate_io.h"
 #include "deepspeed_io.h"
 #include "result.h"
 #include "validate.h"
@@ -64,13 +65,7 @@ Parsed model_from_hf_json(std::string_view text, const Config& base = Config{});
 
 // A DeepSpeed config in and out: config_from_deepspeed_json, deepspeed_json (deepspeed_io.h, included above).
 
-// An Accelerate config (`accelerate config` writes default_config.yaml): the flat YAML it writes (one level of
-// sections, scalars, comments; no anchors, aliases, tags or several documents), or the same content as JSON.
-// Reads distributed_type (FSDP, DEEPSPEED, MULTI_GPU, NO), num_processes, num_machines, mixed_precision,
-// parallelism_config and fsdp_config (or deepspeed_config); notes list what was read, assumed and ignored.
-Parsed config_from_accelerate(std::string_view text, const Config& base);
-// Whether a dropped or pasted text is an Accelerate config: it has a distributed_type or fsdp_config key.
-bool looks_like_accelerate_config(std::string_view text);
+// An Accelerate config in: config_from_accelerate, looks_like_accelerate_config (accelerate_io.h, included above).
 
 // The CLI's JSON result; see README "CLI contract". With suggestions (core/advice.h), a "suggestions" array.
 std::string result_to_json(const Result& r, bool with_timeline, int indent = 2,
