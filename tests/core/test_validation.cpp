@@ -60,19 +60,21 @@ TEST_CASE("single-GPU measured peaks: median and worst error", "[validation]") {
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
     CHECK(std::abs(r.relative_error) < 0.25);  // worst counted case: torchtune's 2024 QLoRA on a 4090, 23.4% under
   }
-  // The step simulator issue's targets: median <= 5%, no high-confidence case beyond 15%. Reached: 2.8% over 102
-  // cases (2.5% over the 66 before Qwen-1's README table came in at 4.6% on its first score; 3.4% before torch 2.0's
+  // The step simulator issue's targets: median <= 5%, no high-confidence case beyond 15%. Reached: 2.5% over 102
+  // cases (2.8% before fms-acceleration's cases stated their versions, which give transformers 4.48's fp32 shifted
+  // logits; 2.5% over the 66 before Qwen-1's README table came in at 4.6% on its first score; 3.4% before torch 2.0's
   // second foreach intermediate), 7.5%.
-  CHECK(s.median_abs_error <= 0.030);
+  CHECK(s.median_abs_error <= 0.027);
   CHECK(s.worst_high_abs_error < 0.08);
 }
 
 // The fine-tuning issue's target: median absolute error <= 7% over the high- and medium-confidence single-GPU cases
-// that use a PEFT method. Reached now: 3.4% over 85 cases, the worst high-confidence one 7.5%.
+// that use a PEFT method. Reached now: 2.5% over 85 cases (3.4% before fms-acceleration's cases stated their
+// versions), the worst high-confidence one 7.5%.
 TEST_CASE("single-GPU fine-tuning (PEFT) peaks: median error", "[validation][peft]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.peft_counted >= 80);
-  CHECK(s.peft_median_abs_error <= 0.036);
+  CHECK(s.peft_median_abs_error <= 0.027);
   CHECK(s.peft_worst_high_abs_error < 0.08);
 }
 
@@ -87,22 +89,24 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
   for (const auto& r : s.rows) {
     if (!is_multi_gpu(r.vcase.config) || !r.vcase.excluded.empty() || r.vcase.confidence == "low" || r.vcase.lower_bound) continue;
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
-    // Worst counted: fms-acceleration's Mistral-7B QLoRA under FSDP on 2 GPUs, 15.0% under.
-    CHECK(std::abs(r.relative_error) < 0.16);
+    // Worst counted: torchtitan's Llama 3.1 405B interleaved 3D, 12.4% under (fms-acceleration's Mistral-7B QLoRA
+    // under FSDP on 2 GPUs was 15.0% under before the fms cases stated their versions, 8.5% since).
+    CHECK(std::abs(r.relative_error) < 0.13);
   }
   CHECK(s.multi_median_abs_error <= 0.036);  // the distributed issue's target is 8%; reached: 3.3% over 38 cases
 }
 
 // The real-runs issue's targets count every high- and medium-confidence public case, the excluded findings too:
-// median <= 2.5% and p90 <= 8%. Reached: median 3.4%, p90 15.1% over 154 cases (the excluded rows are the ones the
-// model cannot explain yet). The bounds guard what is reached. With every switch that a case file sets by hand back
-// at auto (the versions decide): median 5.8%, p90 37.4%.
+// median <= 2.5% and p90 <= 8%. Reached: median 3.1% (3.4% before fms-acceleration's cases stated their versions),
+// p90 15.1% over 154 cases (the excluded rows are the ones the model cannot explain yet). The bounds guard what is
+// reached. With every switch that a case file sets by hand back at auto (the versions decide): median 5.4%, p90
+// 37.4%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 150);
-  CHECK(s.all_median_abs_error <= 0.036);
+  CHECK(s.all_median_abs_error <= 0.033);
   CHECK(s.all_p90_abs_error <= 0.16);
-  CHECK(s.auto_median_abs_error <= 0.062);
+  CHECK(s.auto_median_abs_error <= 0.057);
   CHECK(s.auto_p90_abs_error <= 0.40);
 }
 
