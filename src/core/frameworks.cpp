@@ -93,7 +93,7 @@ constexpr std::string_view kSwitchFields[] = {
     "training.softmax_saves_input", "training.zero_grad_set_to_none", "training.optimizer_impl",
     "training.attention",           "training.loss",                  "peft.bnb_saves_input",
     "peft.adapter_dtype",           "hardware.expandable_segments",   "hardware.cuda_module_loading",
-    "training.empty_cache_steps"};
+    "training.empty_cache_steps",   "training.checkpoint_reentrant"};
 static_assert(std::size(kSwitchFields) == kSwitchCount);
 
 // The value named `text` among names[1..] ("auto" is names[0]); values[0] for an unknown name (validated away).
@@ -457,7 +457,6 @@ Resolved resolve(const Config& c) {
   r.checkpointing = Checkpointing::None;
   for (size_t i = 0; i < ck.size(); ++i)
     if (kCheckpointing[i] == t.activation_checkpointing) r.checkpointing = ck[i];
-  r.checkpoint_reentrant = t.checkpoint_reentrant == "auto" ? f.checkpoint_reentrant : t.checkpoint_reentrant == "true";
   r.param_groups = f.param_groups;
   r.holds_logits = f.holds_logits;
   // litgpt's LoRAQKVLinear, or PEFT's one adapter on a fused q/k/v linear (model.fused_qkv, targets_fused_qkv).
@@ -493,6 +492,20 @@ Resolved resolve(const Config& c) {
   });
   // docs/versions.md 4: MatMul4Bit kept its input, ctx.tensors = (A, B), until bitsandbytes#1270 (commit 9e753741,
   // first tagged in 0.43.2).
+  // docs/versions.md 8: transformers' gradient_checkpointing_enable passed use_reentrant=True when given no kwargs
+  // in every 4.x (#28538 only made torch's default explicit); #43203 (merged January 2026, first in v5.0.0 as
+  // snowflakedb/ArcticTraining#373 reads it) makes use_reentrant=False the default. Other frameworks: their own.
+  r.checkpoint_reentrant = tri_state(t.checkpoint_reentrant, Switch::CheckpointReentrant, d, [&] {
+    if (!f.transformers_model) {
+      d.framework(Switch::CheckpointReentrant);
+      return f.checkpoint_reentrant;
+    }
+    const bool v4 = v.below(Library::Transformers, V(5, 0));
+    d.from(Switch::CheckpointReentrant, v4 ? "gradient checkpointing was reentrant by default before transformers 5.0 (#43203)"
+                                           : "gradient checkpointing is non-reentrant by default from transformers 5.0 (#43203)",
+           Library::Transformers);
+    return v4;
+  });
   r.bnb_saves_input = tri_state(c.peft.bnb_saves_input, Switch::BnbSavesInput, d, [&] {
     if (!f.bitsandbytes_quantization) {  // not bitsandbytes' layers (torchtune's NF4 is torchao's)
       d.framework(Switch::BnbSavesInput);
@@ -569,6 +582,7 @@ std::string switch_value(const Resolved& r, Switch s) {
     case Switch::ExpandableSegments: return yes(r.expandable_segments);
     case Switch::CudaModuleLoading: return r.lazy_module_loading ? "lazy" : "eager";
     case Switch::EmptyCacheSteps: return std::to_string(r.empty_cache_steps);
+    case Switch::CheckpointReentrant: return yes(r.checkpoint_reentrant);
   }
   return "";
 }
@@ -584,6 +598,7 @@ bool switch_applies(const Config& c, const Resolved& r, Switch s) {
     case Switch::AdapterDtype: return c.peft.enabled() && f.peft_library;
     case Switch::CudaModuleLoading: return c.hardware.cuda_context_bytes == 0;
     case Switch::EmptyCacheSteps: return f.id == "hf_trainer" && c.data.varies();  // only a run replay empties it
+    case Switch::CheckpointReentrant: return c.training.activation_checkpointing != "none";
     default: return true;
   }
 }

@@ -103,8 +103,9 @@ enum class Switch {
   ExpandableSegments,
   CudaModuleLoading,
   EmptyCacheSteps,
+  CheckpointReentrant,
 };
-constexpr size_t kSwitchCount = 10;
+constexpr size_t kSwitchCount = 11;
 std::string_view switch_field(Switch s);  // "training.softmax_saves_input"
 
 struct Origin {
@@ -159,7 +160,7 @@ struct Resolved {
   LossImpl loss;
   OptimizerImpl optimizer_impl;
   Checkpointing checkpointing;
-  bool checkpoint_reentrant;  // training.checkpoint_reentrant, auto: the framework's
+  bool checkpoint_reentrant;  // training.checkpoint_reentrant (Switch::CheckpointReentrant)
   int64_t param_groups;
   bool holds_logits;
   bool fused_qkv;

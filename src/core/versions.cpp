@@ -32,8 +32,10 @@ constexpr Release kTorch[] = {
 };
 
 // docs/versions.md "Release-date table" (from memory there, +-2 days; 4.31, 4.37, 4.51, 4.53, 4.55 and 4.57
-// cross-checked against axolotl's "upgrade transformers" commits). 5.0 is left out: only its rc0 is dated (about
-// 2025-12-01, from a press report), and no switch here reads it.
+// cross-checked against axolotl's "upgrade transformers" commits). 5.0.0's date is inferred, not found: its rc0 is
+// dated 2025-12-01 (a press report), #43203 (merged 2026-01-09) is in 5.0.0 (snowflakedb/ArcticTraining#373), and
+// v5.5.0 followed on 2026-04-02 after weekly minors; 2026-01-26 is placed between, +-4 weeks. Only
+// training.checkpoint_reentrant reads it.
 constexpr Release kTransformers[] = {
     {{4, 30, 0}, {2023, 6, 7}},  {{4, 31, 0}, {2023, 7, 18}}, {{4, 32, 0}, {2023, 8, 22}},  {{4, 33, 0}, {2023, 9, 7}},
     {{4, 34, 0}, {2023, 10, 3}}, {{4, 35, 0}, {2023, 11, 2}}, {{4, 36, 0}, {2023, 12, 11}}, {{4, 37, 0}, {2024, 1, 22}},
@@ -42,6 +44,7 @@ constexpr Release kTransformers[] = {
     {{4, 46, 0}, {2024, 10, 24}}, {{4, 47, 0}, {2024, 12, 5}}, {{4, 48, 0}, {2025, 1, 10}}, {{4, 49, 0}, {2025, 2, 17}},
     {{4, 50, 0}, {2025, 3, 21}}, {{4, 51, 0}, {2025, 4, 5}},  {{4, 52, 0}, {2025, 5, 20}},  {{4, 53, 0}, {2025, 6, 26}},
     {{4, 54, 0}, {2025, 7, 25}}, {{4, 55, 0}, {2025, 8, 5}},  {{4, 56, 0}, {2025, 8, 29}},  {{4, 57, 0}, {2025, 10, 3}},
+    {{5, 0, 0}, {2026, 1, 26}},
 };
 
 // docs/versions.md: huggingface/peft tag commit dates.

@@ -164,13 +164,12 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
       changed |= int_input("every k layers", "training.checkpoint_every_k_layers", t.checkpoint_every_k_layers, 1,
                            "Layers 0, k, 2k, ... are checkpointed; the others keep all their activations.");
     if (t.activation_checkpointing != "none")
-      changed |= choice_combo("use_reentrant", "training.checkpoint_reentrant", t.checkpoint_reentrant,
-                              rs.checkpoint_reentrant ? "true" : "false",
+      changed |= switch_combo("use_reentrant", "training.checkpoint_reentrant", t.checkpoint_reentrant, rs,
+                              Switch::CheckpointReentrant,
                               "torch.utils.checkpoint's use_reentrant. true keeps each recomputed layer's output "
-                              "through its backward (HF's gradient checkpointing in transformers 4.x unless "
-                              "gradient_checkpointing_kwargs sets use_reentrant: False; TRL 0.27+ and transformers' "
-                              "#43203 default to False); false keeps only what the recomputed graph saved (torchtune, "
-                              "torchtitan, litgpt). auto follows the framework.");
+                              "through its backward: HF's gradient checkpointing before transformers 5.0, unless "
+                              "gradient_checkpointing_kwargs sets use_reentrant: False (TRL 0.27+ does). false keeps "
+                              "only what the recomputed graph saved: transformers 5.0+, torchtune, torchtitan, litgpt.");
     changed |= switch_combo("attention", "training.attention", t.attention, rs, Switch::Attention,
                             "sdpa / flash_attention_2 save q, k, v, the output and a small logsumexp; eager saves the "
                             "heads x seq^2 softmax. repeat_kv materialises k and v for every query head (GQA).");

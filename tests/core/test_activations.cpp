@@ -203,8 +203,8 @@ TEST_CASE("full checkpointing keeps one residual per layer", "[activations]") {
 
 // Reentrant checkpointing (CheckpointFunction.backward) holds the recomputed layer's output while backward runs
 // through the recomputed graph; use_reentrant=False keeps only what that graph saved. HF's gradient checkpointing is
-// reentrant unless gradient_checkpointing_kwargs says otherwise (training.checkpoint_reentrant). With eager
-// attention the peak is inside a layer's backward, so the two differ by exactly that output, the bf16 2bsh.
+// reentrant before transformers 5.0 unless gradient_checkpointing_kwargs says otherwise (training.checkpoint_reentrant).
+// With eager attention the peak is inside a layer's backward, so the two differ by exactly that output, the bf16 2bsh.
 TEST_CASE("use_reentrant=False drops the recomputed layer output that reentrant checkpointing holds", "[activations]") {
   Config c = single_gpu_config("llama-3-8b.json", 1, 4096);
   c.training.framework = "hf_trainer";
@@ -218,8 +218,10 @@ TEST_CASE("use_reentrant=False drops the recomputed layer output that reentrant 
     REQUIRE(r.ok);
     return r.devices[0].peak.requested_bytes;
   };
-  CHECK(peak("auto") == peak("true"));  // the Trainer's default
+  CHECK(peak("auto") == peak("false"));  // the latest transformers: non-reentrant
   CHECK(peak("true") - peak("false") == int64_t{2} * 1 * 4096 * 4096);
+  c.versions.transformers = "4.57.1";
+  CHECK(peak("auto") == peak("true"));
   c.training.framework = "torchtune";  // FSDP's NO_REENTRANT wrapper: auto is false
   CHECK(peak("auto") == peak("false"));
 }

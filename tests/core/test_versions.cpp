@@ -282,13 +282,23 @@ TEST_CASE("versions: bitsandbytes, peft and the HF Trainer's empty_cache", "[ver
   CHECK(with({"versions.transformers=4.41.2"}, "hf_loop").empty_cache_steps == 0);  // the Trainer's, not the model's
 }
 
+// docs/versions.md 8: transformers' gradient checkpointing was reentrant by default in every 4.x and is
+// non-reentrant from 5.0 (#43203); frameworks with their own checkpointing keep theirs.
+TEST_CASE("versions: use_reentrant follows transformers 5.0 for transformers' model code", "[versions]") {
+  CHECK(with({"versions.transformers=4.57.1"}).checkpoint_reentrant);
+  CHECK(!with({"versions.transformers=5.0.0"}).checkpoint_reentrant);
+  CHECK(!with({}).checkpoint_reentrant);  // latest
+  CHECK(with({"versions.transformers=4.57.1"}).origin_of(Switch::CheckpointReentrant).kind == Origin::Kind::Version);
+  CHECK(!with({"versions.transformers=4.57.1"}, "torchtune").checkpoint_reentrant);
+}
+
 TEST_CASE("versions: an explicit value beats the version", "[versions]") {
   const Resolved r = with({"versions.torch=1.10", "versions.transformers=4.31", "versions.bitsandbytes=0.41",
                            "versions.peft=0.7", "training.softmax_saves_input=false", "training.zero_grad_set_to_none=true",
                            "training.optimizer_impl=fused", "training.attention=flash_attention_2",
                            "training.loss=hf_fp32_upcast", "peft.bnb_saves_input=false", "peft.adapter_dtype=bf16",
                            "hardware.cuda_module_loading=lazy", "hardware.expandable_segments=true",
-                           "training.empty_cache_steps=0"});
+                           "training.empty_cache_steps=0", "training.checkpoint_reentrant=false"});
   CHECK(!r.softmax_saves_input);
   CHECK(r.zero_grad_set_to_none);
   CHECK(r.optimizer_impl == OptimizerImpl::Fused);
@@ -299,6 +309,7 @@ TEST_CASE("versions: an explicit value beats the version", "[versions]") {
   CHECK(r.lazy_module_loading);
   CHECK(r.expandable_segments);
   CHECK(r.empty_cache_steps == 0);
+  CHECK(!r.checkpoint_reentrant);
   for (size_t i = 0; i < kSwitchCount; ++i) CHECK(r.origin[i].kind == Origin::Kind::Explicit);
   // And on torchtitan an explicit false beats its launcher.
   CHECK(!with({"hardware.expandable_segments=false"}, "torchtitan").expandable_segments);

@@ -79,6 +79,11 @@ def measured_stats(rec):
 
 def config_for(rec, config_gpu=False):
     config = copy.deepcopy(rec["memsim_config"])
+    # calibrate.py checkpoints with use_reentrant=False always (torch.utils.checkpoint, or HF's
+    # gradient_checkpointing_enable with those kwargs), whatever the versions would make the default.
+    training = config.setdefault("training", {})
+    if training.get("activation_checkpointing", "full") != "none":
+        training["checkpoint_reentrant"] = "false"
     gpu = (rec.get("hardware") or {}).get("memsim_gpu")
     if gpu and not config_gpu:
         config.setdefault("hardware", {})["gpu"] = gpu
