@@ -42,24 +42,16 @@ uint32_t StepBuilder::embed_forward() {
     res = sum;
   }
   if (!c_.model.post_layernorm && c_.model.hidden_dropout > 0) {
-    // Embedding dropout (GPT-2 embd_pdrop, Megatron's embedding dropout) saves a 1-byte mask per element
-    // (Korthikanti et al. 2022 sec. 4.3: sbhp / t on the first stage).
-    embed_saved_.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, -1));
-    uint32_t dropped = act(mul(d_.e_res, d_.Tn, d_.h), L_.residual, -1);
-    drop(res);
-    res = dropped;
+    // Embedding dropout (GPT-2 embd_pdrop, Megatron's embedding dropout; Korthikanti et al. 2022 sec. 4.3: sbhp / t
+    // on the first stage).
+    res = dropout(res, mul(d_.Tn, d_.h), d_.e_res, true, L_.residual, -1, embed_saved_);
   }
   if (c_.model.post_layernorm) {
     // BertEmbeddings: LayerNorm(sum) saves its input, mean and rstd; dropout saves a 1-byte mask.
     embed_saved_.push_back(res);
     embed_saved_.push_back(act(mul(8, d_.T), L_.norm_rstd, -1));
     uint32_t out = act(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
-    if (c_.model.hidden_dropout > 0) {
-      embed_saved_.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, -1));
-      uint32_t dropped = act(mul(d_.e_res, d_.T, d_.h), L_.residual, -1);
-      drop(out);
-      out = dropped;
-    }
+    if (c_.model.hidden_dropout > 0) out = dropout(out, mul(d_.T, d_.h), d_.e_res, true, L_.residual, -1, embed_saved_);
     res = out;
   }
   return res;
@@ -679,11 +671,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     no_grad_release_all(A);
     if (keep) A.push_back(no_grad_norm_out_);
   }
-  if (m.hidden_dropout > 0) {
-    A.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, layer));
-    uint32_t o2 = tmp(mul(e, d_.Tn, d_.h), L_.o_out, layer);
-    drop(o), o = o2;
-  }
+  if (m.hidden_dropout > 0) o = dropout(o, mul(d_.Tn, d_.h), e, false, L_.o_out, layer, A);
   const bool retained_in = retained;
   uint32_t mid = UINT32_MAX;
   if (!parallel) {
@@ -736,11 +724,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   }
   uint32_t out = tmp(mul(e, d_.Tn, d_.h), L_.mlp_out, layer);
   if (prod_transient != UINT32_MAX) drop(prod_transient);
-  if (m.hidden_dropout > 0) {
-    M.push_back(act(mul(d_.Tn, d_.h), L_.hidden_mask, layer));
-    uint32_t o2 = tmp(mul(e, d_.Tn, d_.h), L_.mlp_out, layer);
-    drop(out), out = o2;
-  }
+  if (m.hidden_dropout > 0) out = dropout(out, mul(d_.Tn, d_.h), e, false, L_.mlp_out, layer, M);
   // The layer's output is saved by the next layer (or the next checkpoint) even when this forward is no_grad's.
   uint32_t next = p_.alloc(Component::Activations, mul(d_.e_res, d_.Tn, d_.h), L_.residual, layer);
   drop(out);

@@ -36,12 +36,7 @@ void StepBuilder::use_stack(bool decoder) {
 uint32_t StepBuilder::t5_embed(std::vector<uint32_t>& saved) {
   const int64_t th = mul(d_.T, d_.h);
   uint32_t x = act(mul(d_.e_res, th), LE_.embed_out, -1);
-  if (c_.model.hidden_dropout > 0) {
-    saved.push_back(act(th, L_.hidden_mask, -1));
-    uint32_t y = act(mul(d_.e_res, th), L_.residual, -1);
-    drop(x);
-    x = y;
-  }
+  if (c_.model.hidden_dropout > 0) x = dropout(x, th, d_.e_res, true, L_.residual, -1, saved);
   return x;
 }
 
@@ -106,10 +101,10 @@ uint32_t StepBuilder::t5_attention(int32_t layer, std::vector<uint32_t>& A, int6
     if (up != UINT32_MAX) drop(up);
     drop(scores);
   }
-  const bool dropout = m.attention_dropout > 0;
+  const bool attn_dropout = m.attention_dropout > 0;
   uint32_t w = UINT32_MAX;
-  if (e < 4) w = dropout ? tmp(mul(e, s2), L_.probs, layer) : act(mul(e, s2), L_.probs, layer);
-  if (dropout) {
+  if (e < 4) w = attn_dropout ? tmp(mul(e, s2), L_.probs, layer) : act(mul(e, s2), L_.probs, layer);
+  if (attn_dropout) {
     A.push_back(act(s2, L_.attn_mask, layer));
     A.push_back(act(mul(e, s2), L_.probs, layer));  // what matmul(weights, v) saves
     if (w != UINT32_MAX) drop(w);
@@ -127,11 +122,7 @@ uint32_t StepBuilder::t5_attention(int32_t layer, std::vector<uint32_t>& A, int6
   uint32_t o = tmp(mul(e, tq, d_.h), L_.o_out, layer);
   if (keep_ctx) A.push_back(ctx);
   else drop(ctx);
-  if (m.hidden_dropout > 0) {
-    A.push_back(act(mul(tq, d_.h), L_.hidden_mask, layer));
-    uint32_t o2 = tmp(mul(e, tq, d_.h), L_.o_out, layer);
-    drop(o), o = o2;
-  }
+  if (m.hidden_dropout > 0) o = dropout(o, mul(tq, d_.h), e, false, L_.o_out, layer, A);
   return o;
 }
 
@@ -233,11 +224,7 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
   }
   if (!keep_y2) drop(y2);
   uint32_t d = p;
-  if (m.hidden_dropout > 0) {
-    M.push_back(act(tf, L_.hidden_mask, layer));
-    d = act(mul(pd, tf), L_.mlp_prod, layer);
-    if (!p_saved) drop(p);
-  }
+  if (m.hidden_dropout > 0) d = dropout(p, tf, pd, true, L_.mlp_prod, layer, M, !p_saved);
   const bool d_held = d == p && p_saved;
   // hidden_states.to(wo.weight.dtype): under autocast the weights are fp32, so a half input is upcast (a copy)
   // and wo's matmul saves its own bf16 cast of that.
@@ -249,11 +236,7 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
     if (keep_d) M.push_back(d);
     else drop(d);
   }
-  if (m.hidden_dropout > 0) {
-    M.push_back(act(th, L_.hidden_mask, layer));
-    uint32_t o2 = tmp(mul(e, th), L_.mlp_out, layer);
-    drop(out), out = o2;
-  }
+  if (m.hidden_dropout > 0) out = dropout(out, th, e, false, L_.mlp_out, layer, M);
   return add_branch(out, M);
 }
 
@@ -325,11 +308,7 @@ void StepBuilder::t5_head_forward(uint32_t res, std::vector<uint32_t>& saved, st
   const int64_t th = mul(d_.T, d_.h);
   uint32_t y = t5_norm(post, res, saved, true);
   uint32_t out = y;
-  if (m.hidden_dropout > 0) {
-    saved.push_back(act(th, L_.hidden_mask, post));
-    out = act(mul(d_.e_res, th), L_.residual, post);
-    drop(y);
-  }
+  if (m.hidden_dropout > 0) out = dropout(y, th, d_.e_res, true, L_.residual, post, saved);
   uint32_t in = out;
   if (m.tie_word_embeddings) in = act(mul(d_.e_res, th), LE_.head_scaled, post);
   const bool keep_in = linear_inputs(post, {"lm_head"}, d_.h, saved, d_.T);
@@ -427,11 +406,7 @@ void StepBuilder::forward_encdec(InFlight& f) {
   if (ckpt) f.enc_keep.push_back(enc_bias);
   else drop(enc_bias);
   uint32_t enc_out = t5_norm(-1, res, f.enc_final_saved, true);
-  if (c_.model.hidden_dropout > 0) {
-    f.enc_final_saved.push_back(act(mul(d_.T, d_.h), L_.hidden_mask, -1));
-    uint32_t o = act(mul(er, d_.T, d_.h), LE_.enc_out, -1);
-    drop(enc_out), enc_out = o;
-  }
+  if (c_.model.hidden_dropout > 0) enc_out = dropout(enc_out, mul(d_.T, d_.h), er, true, LE_.enc_out, -1, f.enc_final_saved);
   f.enc_out = enc_out;
 
   // ---- decoder over the target tokens

@@ -250,6 +250,19 @@ class StepBuilder {
     return kept ? act(bytes, L_.softmax_in, layer) : tmp(bytes, label, layer);
   }
   void drop(uint32_t t) { p_.free(t); }
+  // Dropout in training (nn.Dropout, F.dropout): a new output of `elements` at `out_bytes` each, saved for backward
+  // (an activation) or a temporary, and a 1-byte bool mask per element that backward reads, into `saved`
+  // (Korthikanti et al. 2022 sec. 4.1: the mask is sbh bytes). The input goes once the output exists, unless
+  // another op saved it (free_input false). The one place this rule is written; a dropout fused with another op
+  // (BERT's residual add) saves only the mask.
+  uint32_t dropout(uint32_t in, int64_t elements, int64_t out_bytes, bool out_saved, uint32_t out_label, int32_t layer,
+                   std::vector<uint32_t>& saved, bool free_input = true) {
+    saved.push_back(act(elements, L_.hidden_mask, layer));
+    const int64_t bytes = mul(out_bytes, elements);
+    const uint32_t out = out_saved ? act(bytes, out_label, layer) : tmp(bytes, out_label, layer);
+    if (free_input) drop(in);
+    return out;
+  }
 
   const StepContext& ctx_;
   const Config& c_;
