@@ -29,6 +29,33 @@ std::pair<Config, Config> zero0_and_zero1(Config c, const char* optimizer) {
   z1.parallel.zero_stage = 1;
   return {z0, z1};
 }
+
+// A small decoder of one attention head (head_dim = hidden), for the mechanisms that show only where tensors are
+// small: 16 tokens of micro-batch 1.
+Config tiny_model(int64_t hidden, int64_t layers, int64_t intermediate, int64_t vocab) {
+  Config c;
+  c.model.hidden_size = hidden;
+  c.model.num_hidden_layers = layers;
+  c.model.num_attention_heads = 1;
+  c.model.num_key_value_heads = 1;
+  c.model.head_dim = 0;
+  c.model.intermediate_size = intermediate;
+  c.model.vocab_size = vocab;
+  c.training.micro_batch_size = 1;
+  c.training.sequence_length = 16;
+  return c;
+}
+
+// `c` fully fine-tuned and with LoRA, both simulated.
+std::pair<Result, Result> full_and_lora(const Config& c) {
+  Config full = c, lora = c;
+  full.peft.method = "none";
+  lora.peft.method = "lora";
+  std::pair<Result, Result> r{simulate(full), simulate(lora)};
+  REQUIRE(r.first.ok);
+  REQUIRE(r.second.ok);
+  return r;
+}
 }  // namespace
 
 // DeepSpeed ZeRO-1/2 hand the optimizer one flat 1-D fp32 partition per parameter group (stage_1_and_2.py
@@ -84,12 +111,7 @@ TEST_CASE("exception: under optimizer offload, LoRA's GPU model states are full 
   c.parallel.data_parallel_size = 2;
   c.parallel.zero_stage = 2;
   c.parallel.offload_optimizer = "cpu";
-  Config full = c, lora = c;
-  full.peft.method = "none";
-  lora.peft.method = "lora";
-  const Result a = simulate(full), b = simulate(lora);
-  REQUIRE(a.ok);
-  REQUIRE(b.ok);
+  const auto [a, b] = full_and_lora(c);
   CHECK(a.model_states.gradients_bytes == 0);
   CHECK(a.model_states.optimizer_bytes == 0);
   CHECK(b.model_states.gradients_bytes == 0);
@@ -106,17 +128,9 @@ TEST_CASE("exception: under optimizer offload, LoRA's GPU model states are full 
 // [experts, dim, hidden] parameter sharded on dim 0, so with more ranks than a rank's experts the per-GPU peak rises
 // with the GPUs; torchtitan shards the experts on dim 1 in exactly that case ("to avoid padding"), and its peak falls.
 TEST_CASE("exception: FSDP2's dim-0 padding makes twice the GPUs hold more where experts are fewer than ranks", "[property]") {
-  Config c;
-  c.model.hidden_size = 16;
-  c.model.num_hidden_layers = 1;
-  c.model.num_attention_heads = 1;
-  c.model.num_key_value_heads = 1;
-  c.model.intermediate_size = 64;
-  c.model.vocab_size = 128;  // every dense tensor's rows divide by the ranks: only the experts pad
+  Config c = tiny_model(16, 1, 64, 128);  // every dense tensor's rows divide by the ranks: only the experts pad
   c.model.num_experts = 2;
   c.model.num_experts_per_tok = 1;
-  c.training.micro_batch_size = 1;
-  c.training.sequence_length = 16;
   c.training.precision = "fp32";
   c.parallel.zero_stage = 3;
   c.parallel.context_parallel_size = 2;
@@ -138,15 +152,7 @@ TEST_CASE("exception: FSDP2's dim-0 padding makes twice the GPUs hold more where
 // return torch.zeros_like(A)"). ZeRO hands the optimizer one flat partition of N / dp elements, so with more GPUs
 // the partition can drop below 1e5 and its two fp32 states come onto the GPU: the per-GPU peak rises by them.
 TEST_CASE("exception: a paged optimizer's partition that drops below 1e5 elements moves its states onto the GPU", "[property]") {
-  Config c;
-  c.model.hidden_size = 64;
-  c.model.num_hidden_layers = 2;
-  c.model.num_attention_heads = 1;
-  c.model.num_key_value_heads = 1;
-  c.model.intermediate_size = 1152;
-  c.model.vocab_size = 2529;
-  c.training.micro_batch_size = 1;
-  c.training.sequence_length = 16;
+  Config c = tiny_model(64, 2, 1152, 2600);
   c.training.precision = "fp32";
   c.training.optimizer = "paged_adamw";
   c.parallel.sharding = "deepspeed";
@@ -173,27 +179,15 @@ TEST_CASE("exception: a paged optimizer's partition that drops below 1e5 element
 // the optimizer skips the base: with an optimizer without state (plain SGD), a model whose layers outweigh its
 // embeddings, and adapters on every linear, LoRA holds more than full fine-tuning.
 TEST_CASE("exception: FSDP1 with use_orig_params gives LoRA the base's gradients, so stateless SGD holds more", "[property]") {
-  Config c;
-  c.model.hidden_size = 16;
-  c.model.num_hidden_layers = 2;
-  c.model.num_attention_heads = 1;
-  c.model.num_key_value_heads = 1;
-  c.model.intermediate_size = 64;
-  c.model.vocab_size = 100;
+  Config c = tiny_model(16, 2, 64, 100);
   c.model.tie_word_embeddings = true;
-  c.training.sequence_length = 16;
   c.training.framework = "litgpt";
   c.training.precision = "fp32";
   c.training.optimizer = "sgd";
   c.parallel.data_parallel_size = 2;
   c.parallel.zero_stage = 3;
   c.peft.target_modules = "all-linear";
-  Config full = c, lora = c;
-  full.peft.method = "none";
-  lora.peft.method = "lora";
-  const Result a = simulate(full), b = simulate(lora);
-  REQUIRE(a.ok);
-  REQUIRE(b.ok);
+  const auto [a, b] = full_and_lora(c);
   REQUIRE(a.model_states.optimizer_bytes == 0);
   // One rank's share of the gradients is more than every adapter's fp32 gradient: it holds the base's too.
   const int64_t adapter_params = b.params_total - a.params_total;
@@ -208,16 +202,8 @@ TEST_CASE("exception: FSDP1 with use_orig_params gives LoRA the base's gradients
 // element, where unsharded the one large tensor was quantized: LoRA adapters on a 512-wide down_proj (its lora_A is
 // 8 x 512 = 4,096 elements, the rest 384) on two GPUs.
 TEST_CASE("exception: ZeRO-1 with bitsandbytes' 8-bit AdamW keeps fp32 states for a partition under 4096 elements", "[property]") {
-  Config c;
-  c.model.hidden_size = 16;
-  c.model.num_hidden_layers = 1;
-  c.model.num_attention_heads = 1;
-  c.model.num_key_value_heads = 1;
-  c.model.head_dim = 0;  // hidden / heads
-  c.model.intermediate_size = 512;
-  c.model.vocab_size = 100;
+  Config c = tiny_model(16, 1, 512, 100);
   c.model.mlp_gated = false;
-  c.training.sequence_length = 16;
   c.peft.method = "lora";
   c.peft.lora_rank = 8;
   c.peft.target_modules = "o_proj,down_proj";
