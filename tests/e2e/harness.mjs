@@ -97,14 +97,18 @@ export async function press(page, key) {
 }
 
 // Presses Tab (or Shift+Tab) until the focus is on a control whose words start with `prefix`, and returns its words.
-// The results panel and the end of the inputs are nearer backwards from the toolbar.
+// The results panel and the end of the inputs are nearer backwards from the toolbar. Then the other way, as many
+// presses: a loaded machine can turn one press into two (a frame slower than the key-repeat delay) and pass it.
 export async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
-  for (let i = 0; i < limit; i++) {
-    await press(page, back ? "Shift+Tab" : "Tab");
-    const focus = (await state(page)).focus;
-    if (focus.startsWith(prefix)) return focus;
+  let focus = "";
+  for (const backwards of [back, !back]) {
+    for (let i = 0; i < limit; i++) {
+      await press(page, backwards ? "Shift+Tab" : "Tab");
+      focus = (await state(page)).focus;
+      if (focus.startsWith(prefix)) return focus;
+    }
   }
-  throw new Error("Tab never reached " + prefix);
+  throw new Error("Tab never reached " + prefix + " (last focus: " + focus + ")");
 }
 
 // Tab to the next control, whose words are `words`; back with Shift+Tab where a loaded machine turned one press into
