@@ -10,18 +10,23 @@
 #      (scripts/sanitize.sh), then every libFuzzer target of the same ASan build for a short, bounded time
 #      (scripts/fuzz.sh runs them longer)
 #   7. the calibration harness's unit tests (tools/calibrate; no GPU or torch needed) and the validation report
-# Screenshots land in build/screenshots. Ends with one line "test.sh: N passed, M failed".
+# Screenshots land in build/screenshots. Prints the seconds of each suite; ends with one line
+# "test.sh: N passed, M failed, in S s".
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 "$here/scripts/deps.sh" || { echo "test.sh: installing dependencies failed"; echo "0 passed, 1 failed"; exit 1; }
+echo "test.sh: dependencies took ${SECONDS} s"; start=$SECONDS
 "$here/scripts/build.sh" all || { echo "test.sh: the build failed"; echo "0 passed, 1 failed"; exit 1; }
+echo "test.sh: the native and web builds took $((SECONDS - start)) s"
 
 passed=0; failed=0; failures=()
 suite() {  # suite NAME COMMAND...
   local name="$1"; shift
   echo; echo "=== $name"
+  local start=$SECONDS
   if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$name"); fi
+  echo "=== $name: $((SECONDS - start)) s"  # where CI's time goes (the budget is 20 minutes on 2 cores)
 }
 shots="$here/build/screenshots"; mkdir -p "$shots"
 export NODE_PATH="$here/build/node/node_modules"
@@ -43,5 +48,5 @@ suite "docs/validation.md and the band's residual table are current" bash script
 
 echo
 [ ${#failures[@]} -gt 0 ] && printf 'failed suite: %s\n' "${failures[@]}"
-echo "test.sh: $passed passed, $failed failed"
+echo "test.sh: $passed passed, $failed failed, in ${SECONDS} s"
 [ "$failed" -eq 0 ]
