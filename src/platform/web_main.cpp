@@ -143,6 +143,10 @@ int g_settle = kSettleFrames;
 bool g_woken = true;   // something happened since the last frame
 bool g_paused = false;
 long g_frames_drawn = 0;
+// How many frames the last simulation was still running at the end of (0: it finished in the frame it started):
+// window.memsim.state().simulation.frames, for the test that a long run fills in over frames. The current one's so far.
+long g_simulation_frames = 0, g_simulation_frames_last = 0;
+uint64_t g_result_version_seen = 0;
 
 void wake() {
   g_woken = true;
@@ -259,6 +263,14 @@ void frame() {
   ImGui::NewFrame();
   g_pointer.after_new_frame();
   g_app->frame();
+  if (g_app->simulating()) {
+    ++g_simulation_frames;
+  } else {
+    if (g_simulation_frames > 0 || g_app->result_version() != g_result_version_seen)
+      g_simulation_frames_last = g_simulation_frames;
+    g_simulation_frames = 0;
+  }
+  g_result_version_seen = g_app->result_version();
   static std::string announced, verdict;
   if (g_app->focus_announcement() != announced) {
     announced = g_app->focus_announcement();
@@ -403,7 +415,8 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   const memsim::Simulation::RunProgress p = g_app->simulation_progress();
   const std::string simulation = std::string("{\"running\":") + (g_app->simulating() ? "true" : "false") +
                                  ",\"step\":" + std::to_string(p.step) + ",\"steps\":" + std::to_string(p.steps) +
-                                 ",\"pass\":" + std::to_string(p.pass) + "}";
+                                 ",\"pass\":" + std::to_string(p.pass) + ",\"frames\":" +
+                                 std::to_string(g_app->simulating() ? g_simulation_frames : g_simulation_frames_last) + "}";
   const memsim::Result& r = g_app->result();
   const memsim::RunTrace* run = r.ok && !r.devices.empty() ? &r.devices[0].run : nullptr;
   const std::string result = std::string("{\"ok\":") + (r.ok ? "true" : "false") + ",\"error_field\":" +

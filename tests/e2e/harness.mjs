@@ -14,6 +14,10 @@ const { chromium } = require("playwright-core");
 export const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
 export const site = process.env.MEMSIM_SITE || path.join(root, "build/web/site");
 export const cli = process.env.MEMSIM_CLI || path.join(root, "build/native/memsim-cli");
+// How long a test waits for the page to show an effect it expects, in ms. Waits end as soon as the effect shows; the
+// limit only has to outlast a loaded machine: CI runs three Chromiums on two cores, whose software-rendered frames
+// then take a second or more, and a number typed key by key takes two frames a key.
+export const patience = 30000;
 export const shots = process.env.MEMSIM_SCREENSHOTS || mkdtempSync(path.join(tmpdir(), "memsim-shots-"));
 
 let server;
@@ -73,7 +77,7 @@ export async function until(page, action, predicate, arg, attempts = 4) {
   for (let i = 0; i < attempts; i++) {
     await action();
     try {
-      await page.waitForFunction(predicate, arg, { timeout: 4000 });
+      await page.waitForFunction(predicate, arg, { timeout: 10000 });  // then act again: a click lost
       return;
     } catch {}
   }
@@ -91,9 +95,15 @@ export const frames = (page) => page.evaluate(() => new Promise((r) => {
   requestAnimationFrame(step);
 }));
 
+// Presses a key and waits until the app has drawn three frames since: the queue hands it the press in one and the
+// release in the next (src/platform/key_queue.h), ImGui 1.86 moves the Tab focus a frame after the press, and the
+// app draws three frames after its last key event before it idles (web_main.cpp kSettleFrames). Counting the app's
+// own frames, not the browser's animation frames: after an idle wait the app's loop resumes a frame or more late,
+// and a state read after three animation frames could still show the focus from before the press.
 export async function press(page, key) {
+  const drawn = await page.evaluate(() => window.memsim.state().frames.drawn);
   await page.keyboard.press(key);
-  await frames(page);
+  await page.waitForFunction((d) => window.memsim.state().frames.drawn >= d + 3, drawn, { polling: "raf", timeout: patience });
 }
 
 // Presses Tab (or Shift+Tab) until the focus is on a control whose words start with `prefix`, and returns its words.
@@ -101,14 +111,16 @@ export async function press(page, key) {
 // presses: a loaded machine can turn one press into two (a frame slower than the key-repeat delay) and pass it.
 export async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
   let focus = "";
+  const seen = [];
   for (const backwards of [back, !back]) {
     for (let i = 0; i < limit; i++) {
       await press(page, backwards ? "Shift+Tab" : "Tab");
       focus = (await state(page)).focus;
       if (focus.startsWith(prefix)) return focus;
+      seen.push(focus.slice(0, 40));
     }
   }
-  throw new Error("Tab never reached " + prefix + " (last focus: " + focus + ")");
+  throw new Error("Tab never reached " + prefix + "; the focus went through " + JSON.stringify(seen.slice(-24)));
 }
 
 // Tab to the next control, whose words are `words`; back with Shift+Tab where a loaded machine turned one press into

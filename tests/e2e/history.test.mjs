@@ -4,13 +4,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
-import { base, browser, openPage, press, shots, state, tabOnceTo, tabTo, useBrowser } from "./harness.mjs";
+import { base, browser, openPage, press, shots, state, tabOnceTo, tabTo, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
 const microBatch = (page) => page.evaluate(() => window.memsim.state().config.training.micro_batch_size);
 const waitMicroBatch = (page, n) =>
-  page.waitForFunction((n) => window.memsim.state().config.training.micro_batch_size === n, n, { timeout: 5000 });
+  page.waitForFunction((n) => window.memsim.state().config.training.micro_batch_size === n, n, { timeout: patience });
 const verdictRegion = (page) => page.evaluate(() => document.getElementById("verdict").textContent);
 const VERDICT = /^(Fits|Borderline|Does not fit|Out of memory): \d+\.\d GiB of \d+\.\d GiB usable$/;
 
@@ -19,7 +19,7 @@ test("undo, redo, Back, Reset; Ctrl+V and Ctrl+C in a field; the verdict read ou
                                           { permissions: ["clipboard-read", "clipboard-write"] });
   const opened = await page.evaluate(() => [history.length, location.hash]);
   // The verdict, in a live region of its own.
-  await page.waitForFunction(() => document.getElementById("verdict").textContent !== "", null, { timeout: 5000 });
+  await page.waitForFunction(() => document.getElementById("verdict").textContent !== "", null, { timeout: patience });
   const verdict = await verdictRegion(page);
   assert.match(verdict, VERDICT);
   assert.equal(verdict, (await state(page)).verdict);
@@ -38,29 +38,29 @@ test("undo, redo, Back, Reset; Ctrl+V and Ctrl+C in a field; the verdict read ou
   await tabOnceTo(page, "decrease micro_batch_size, button: 16");
   await tabOnceTo(page, "increase micro_batch_size, button: 16");
   // The new verdict is read out once the edit is done.
-  await page.waitForFunction((v) => document.getElementById("verdict").textContent !== v, verdict, { timeout: 5000 });
+  await page.waitForFunction((v) => document.getElementById("verdict").textContent !== v, verdict, { timeout: patience });
   assert.match(await verdictRegion(page), VERDICT);
 
   // Ctrl+V into the field: the browser's paste event, from the clipboard.
   await page.evaluate(() => navigator.clipboard.writeText("8"));
   await tabTo(page, "micro_batch_size: 16", { back: true, limit: 6 });  // back in the field: editing it, text selected
-  await page.waitForFunction(() => window.memsim.state().text_field.copy === "16", null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsim.state().text_field.copy === "16", null, { timeout: patience });
   await press(page, "Control+v");
   await press(page, "Enter");
   await waitMicroBatch(page, 8);
   // Ctrl+C from a field: its text reaches the clipboard through the copy event.
   await page.evaluate(() => navigator.clipboard.writeText("nothing yet"));
   await press(page, "Enter");  // edits the field again, its text selected
-  await page.waitForFunction(() => window.memsim.state().text_field.copy === "8", null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsim.state().text_field.copy === "8", null, { timeout: patience });
   await press(page, "Control+c");
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "8");
   // Ctrl+X copies it as well, and takes it out of the field; Escape puts it back.
   await page.evaluate(() => navigator.clipboard.writeText("nothing yet"));
   await press(page, "Control+x");
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "8");
-  await page.waitForFunction(() => window.memsim.state().text_field.copy === "", null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsim.state().text_field.copy === "", null, { timeout: patience });
   await press(page, "Escape");
-  await page.waitForFunction(() => !window.memsim.state().text_field.editing, null, { timeout: 5000 });
+  await page.waitForFunction(() => !window.memsim.state().text_field.editing, null, { timeout: patience });
   assert.equal(await microBatch(page), 8);
 
   // Ctrl+Z and Ctrl+Shift+Z: 4, 16 (typed), 8 (pasted).
@@ -94,8 +94,8 @@ test("undo, redo, Back, Reset; Ctrl+V and Ctrl+C in a field; the verdict read ou
   // With a clipboard, Copy link says so.
   await tabTo(page, "Copy link", { back: true });
   await press(page, "Enter");
-  await page.waitForFunction(() => window.memsimCopyResult === true, null, { timeout: 5000 });
-  await page.waitForFunction(() => /^Link copied/.test(window.memsim.state().messages.at(-1)), null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsimCopyResult === true, null, { timeout: patience });
+  await page.waitForFunction(() => /^Link copied/.test(window.memsim.state().messages.at(-1)), null, { timeout: patience });
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), await page.evaluate(() => window.memsimLastCopied));
   assert.deepEqual(errors, []);
   await page.close();
@@ -110,16 +110,16 @@ test("no clipboard API (plain HTTP): Copy link shows the link to copy by hand an
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   await page.goto(base);
-  await page.waitForFunction(() => window.memsim && window.Module && window.Module.calledRun, null, { timeout: 20000 });
+  await page.waitForFunction(() => window.memsim && window.Module && window.Module.calledRun, null, { timeout: patience });
   await page.evaluate(() => window.memsim.ready);
   assert.equal(await page.evaluate(() => navigator.clipboard), undefined);
   await tabTo(page, "Copy link");
   await press(page, "Enter");
-  await page.waitForFunction(() => /NOT copied/.test(window.memsim.state().messages.at(-1) || ""), null, { timeout: 5000 });
+  await page.waitForFunction(() => /NOT copied/.test(window.memsim.state().messages.at(-1) || ""), null, { timeout: patience });
   const s = await state(page);
   assert.ok(!s.messages.some((m) => /Link copied/.test(m)), JSON.stringify(s.messages));
   // The link, selected in a read-only field: Ctrl+C copies it through the copy event, which needs no clipboard API.
-  await page.waitForFunction(() => window.memsim.state().focus.startsWith("The link to copy by hand"), null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsim.state().focus.startsWith("The link to copy by hand"), null, { timeout: patience });
   assert.equal(s.text_field.editing, true);
   await page.evaluate(() => window.addEventListener("copy", (e) => { window.copiedByHand = e.clipboardData.getData("text/plain"); }));
   await press(page, "Control+c");

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { decodePng, distinctColors } from "./png.mjs";
-import { cli, openPage, shots, state, useBrowser } from "./harness.mjs";
+import { cli, openPage, shots, state, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
@@ -64,7 +64,7 @@ test("hostile links, pasted configs and dropped files keep the user's setup and 
   for (const [what, act] of inputs) {
     const before = (await state(page)).messages.length;
     await act();
-    await page.waitForFunction((n) => window.memsim.state().messages.length > n, before, { timeout: 10000 })
+    await page.waitForFunction((n) => window.memsim.state().messages.length > n, before, { timeout: patience })
       .catch(() => assert.fail(what + ": no message"));
     await page.waitForTimeout(200);  // a second message, were there one, would come in the next frames
     const s = await state(page);

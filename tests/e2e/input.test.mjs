@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
 import { decodePng, distinctColors } from "./png.mjs";
-import { base, browser, openPage, shots, useBrowser } from "./harness.mjs";
+import { base, browser, openPage, shots, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
@@ -52,7 +52,7 @@ test("the phone's page (390x844, touch, 3x) requests no fullscreen and logs no e
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("console", (m) => { if (m.type() === "error" || /fullscreen/i.test(m.text())) errors.push(m.text()); });
   await page.goto(base);
-  await page.waitForFunction(() => window.memsim && window.Module && window.Module.calledRun, null, { timeout: 20000 });
+  await page.waitForFunction(() => window.memsim && window.Module && window.Module.calledRun, null, { timeout: patience });
   await page.waitForTimeout(1500);
   assert.equal(await page.evaluate(() => window.fullscreenRequests), 0);
   assert.equal(await page.evaluate(() => document.fullscreenElement), null);
@@ -111,9 +111,9 @@ test("touch on a phone: a swipe over a number scrolls and changes nothing; a tap
   // A tap on micro_batch_size's + button (scrolled up by the panel's offset), then on the GPUs' + button.
   const y = (row0) => row0 - s.scroll.inputs;
   await page.touchscreen.tap(193, y(759));
-  await page.waitForFunction(() => window.memsim.state().config.training.micro_batch_size === 5, null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsim.state().config.training.micro_batch_size === 5, null, { timeout: patience });
   await page.touchscreen.tap(193, y(663));
-  await page.waitForFunction(() => window.memsim.state().config.parallel.data_parallel_size === 9, null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsim.state().config.parallel.data_parallel_size === 9, null, { timeout: patience });
   s = await state(page);
   assert.equal(s.config.model.hidden_size, 5120);
   assert.equal(s.config.training.micro_batch_size, 5);
@@ -125,7 +125,7 @@ test("touch on a phone: a swipe over a number scrolls and changes nothing; a tap
 test("idle means idle: a static page draws no frames (idle CPU printed, not asserted)", async () => {
   for (const [width, height] of [[1280, 800], [390, 844]]) {
     const { page, errors } = await openPage("", { width, height });
-    await page.waitForFunction(() => window.memsim.state().frames.idle, null, { timeout: 10000 });
+    await page.waitForFunction(() => window.memsim.state().frames.idle, null, { timeout: patience });
     const cdp = await page.context().newCDPSession(page);
     await cdp.send("Performance.enable");
     const bcdp = await browser.newBrowserCDPSession();
@@ -142,8 +142,8 @@ test("idle means idle: a static page draws no frames (idle CPU printed, not asse
     assert.equal(f1 - f0, 0, "no frame is drawn while nothing happens");
     // Input wakes it: a move of the mouse draws frames, and then it sleeps again.
     await page.mouse.move(width / 2, height / 2);
-    await page.waitForFunction((n) => window.memsim.state().frames.drawn > n, f1, { timeout: 5000 });
-    await page.waitForFunction(() => window.memsim.state().frames.idle, null, { timeout: 5000 });
+    await page.waitForFunction((n) => window.memsim.state().frames.drawn > n, f1, { timeout: patience });
+    await page.waitForFunction(() => window.memsim.state().frames.idle, null, { timeout: patience });
     const woken = (await state(page)).frames.drawn - f1;
     assert.ok(woken >= 1 && woken <= 10, `a mouse move drew ${woken} frames`);
     assert.deepEqual(errors, []);

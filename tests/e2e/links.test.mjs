@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { cli, openPage, root, useBrowser } from "./harness.mjs";
+import { cli, openPage, root, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
@@ -62,7 +62,7 @@ test("a link cut off or altered in chat is refused with one message, and the pag
   for (const [bad, message] of cuts) {
     const count = (await state(page)).messages.length;
     await page.evaluate((h) => { location.hash = h; }, bad);  // as a pasted link reaches the page: hashchange
-    await page.waitForFunction((n) => window.memsim.state().messages.length > n, count, { timeout: 5000 });
+    await page.waitForFunction((n) => window.memsim.state().messages.length > n, count, { timeout: patience });
     const s = await state(page);
     assert.equal(s.messages.length, count + 1, "one message");
     assert.match(s.messages.at(-1), /could not be opened, so the current setup is kept/);
@@ -102,12 +102,12 @@ test("a link pasted onto the page opens; an old full-length link opens and is re
     data.setData("text", text);
     window.dispatchEvent(new ClipboardEvent("paste", { clipboardData: data }));
   }, "https://example.org/memsim/#" + link + ").");
-  await page.waitForFunction(() => window.memsim.state().config.peft.method === "lora", null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsim.state().config.peft.method === "lora", null, { timeout: patience });
   assert.deepEqual((await state(page)).config, cliConfig(args));
   // The schema-2 golden link, every field written out as links were before: the same setup as its config file.
   const full = readFileSync(path.join(root, "tests/golden/v2.fragment"), "utf8").trim();
   await page.evaluate((f) => window.memsim.openFragment(f), full);
-  await page.waitForFunction(() => window.memsim.state().config.hardware.gpu === "rtx-4090", null, { timeout: 5000 });
+  await page.waitForFunction(() => window.memsim.state().config.hardware.gpu === "rtx-4090", null, { timeout: patience });
   const s = await state(page);
   assert.deepEqual(s.config, cliConfig(["--config", path.join(root, "tests/golden/v2.expected.json")]));
   const hash = await page.evaluate(() => location.hash);

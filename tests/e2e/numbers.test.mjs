@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
 import { decodePng, share } from "./png.mjs";
-import { openPage, shots, until, useBrowser } from "./harness.mjs";
+import { openPage, shots, until, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
@@ -31,7 +31,7 @@ test("the verdict stays pinned above the results' tabs, also after What helps ap
   const before = await page.evaluate(() => window.memsim.state());
   await until(page, () => page.mouse.click(1228, 117),  // Apply on the first suggestion
               (frag) => window.memsim.state().fragment !== frag, before.fragment, 6);
-  await page.waitForFunction(() => !window.memsim.state().simulation.running, null, { timeout: 20000 });
+  await page.waitForFunction(() => !window.memsim.state().simulation.running, null, { timeout: patience });
   await page.waitForTimeout(300);
   assert.ok(await pinnedShare(page, pinned, "numbers-what-helps-applied-1280x800.png") > 0.005,
             "the pinned verdict is still there with What helps open");

@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { decodePng, distinctColors, share } from "./png.mjs";
-import { base, browser, cli, openPage, requests, root, shots, site, until, useBrowser } from "./harness.mjs";
+import { base, browser, cli, openPage, requests, root, shots, site, until, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
@@ -275,7 +275,7 @@ test("first meaningful frame: reported, not asserted (speed is a measurement, no
   await page.goto(base);
   // The page's own clock (performance.now(), from navigation start): polling from here would only see the frame
   // once the browser runs a script between its long first frames.
-  await page.waitForFunction(() => typeof window.memsimFirstFramePresented === "number", null, { timeout: 20000, polling: 50 });
+  await page.waitForFunction(() => typeof window.memsimFirstFramePresented === "number", null, { timeout: patience, polling: 50 });
   const wall = Date.now() - t0;
   const m = await page.evaluate(() => {
     const res = (name) => performance.getEntriesByType("resource").find((r) => r.name.endsWith("/" + name));

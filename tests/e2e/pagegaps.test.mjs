@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { decodePng } from "./png.mjs";
-import { cli, frames, openPage, press, shots, state, tabTo, useBrowser } from "./harness.mjs";
+import { cli, frames, openPage, press, shots, state, tabTo, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
@@ -64,6 +64,8 @@ function cutText(img, x0, x1, y0, y1) {
 // in over frames), and returns the last screenshot, decoded, with what cutText found in it.
 async function adviceShown(page, file, box, lines) {
   let img, found;
+  // What helps is complete, and the page drawn, once the app has gone idle (it draws while work is left).
+  await page.waitForFunction(() => window.memsim.state().frames.idle, null, { timeout: patience });
   for (let i = 0; i < 40; i++) {
     img = decodePng(await page.screenshot({ path: path.join(shots, file) }));
     found = cutText(img, ...box);
@@ -97,7 +99,7 @@ test("desktop: Tab skips greyed-out toolbar buttons; typing right after a click 
   await tabTo(page, "preset: ");
   await page.keyboard.press(" ");
   await page.keyboard.type("mixtral");
-  await page.waitForFunction(() => window.memsim.state().text_field.copy === "mixtral", null, { timeout: 5000 })
+  await page.waitForFunction(() => window.memsim.state().text_field.copy === "mixtral", null, { timeout: patience })
     .catch(() => {});
   assert.deepEqual((await state(page)).text_field, { editing: true, copy: "mixtral" }, "the search holds what was typed");
   await press(page, "Escape");
@@ -107,12 +109,12 @@ test("desktop: Tab skips greyed-out toolbar buttons; typing right after a click 
   const before = await state(page);
   await page.mouse.click(130, 80);  // the preset picker, the first row of the question
   await page.keyboard.type("llama");
-  await page.waitForFunction(() => window.memsim.state().text_field.copy.length >= 5, null, { timeout: 5000 }).catch(() => {});
+  await page.waitForFunction(() => window.memsim.state().text_field.copy.length >= 5, null, { timeout: patience }).catch(() => {});
   await frames(page);
   assert.deepEqual((await state(page)).text_field, { editing: true, copy: "llama" }, "the search holds every letter");
   await page.screenshot({ path: path.join(shots, "pagegaps-picker-llama-1280x800.png") });
   await press(page, "Enter");  // the first match of the filtered list
-  await page.waitForFunction((f) => window.memsim.state().fragment !== f, before.fragment, { timeout: 5000 });
+  await page.waitForFunction((f) => window.memsim.state().fragment !== f, before.fragment, { timeout: patience });
   const picked = (await state(page)).config.model.name;
   assert.match(picked, /llama/i, "Enter picked a match of the search");
   assert.notEqual(picked, before.config.model.name);
@@ -133,7 +135,7 @@ test("desktop: Tab skips greyed-out toolbar buttons; typing right after a click 
   // What helps on the desktop: four columns (three lines between them), nothing cut at their edges.
   await page.evaluate((f) => window.memsim.openFragment(f), fragment8b());
   await page.waitForFunction(() => window.memsim.state().config.hardware.gpu === "rtx-4090" &&
-                                   !window.memsim.state().simulation.running, null, { timeout: 10000 });
+                                   !window.memsim.state().simulation.running, null, { timeout: patience });
   await page.mouse.click(690, 74);  // the What helps tab, under the pinned verdict line
   let { img, found } = await adviceShown(page, "pagegaps-advice-1280x800.png", [480, 1275, 90, 455], (n) => n === 3);
   assert.equal(found.borders.length, 3, `four columns at 1280: lines at ${found.borders}`);

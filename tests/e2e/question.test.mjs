@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
-import { openPage, shots, until, useBrowser } from "./harness.mjs";
+import { openPage, shots, until, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
@@ -71,7 +71,7 @@ test("question: QLoRA of Llama-3.1-70B on one A100 80GB from the default page, i
   await step([{ click: at.gpus }, { keys: ["1"] }],
              () => window.memsim.state().config.parallel.data_parallel_size === 1);
   await page.waitForFunction(() => !window.memsim.state().simulation.running && window.memsim.state().result.ok, null,
-                             { timeout: 10000 });
+                             { timeout: patience });
   s = await state(page);
   const v = await verdicts(page);
   console.log(`task (b), QLoRA of Llama-3.1-70B on one A100 80GB: ${clicks} clicks and ${keys} keystrokes ` +
