@@ -496,6 +496,38 @@ void StepBuilder::fp8_cast(int32_t layer) {
   if (largest > 0) drop(tmp(largest, L_.fp8_cast, layer));
 }
 
+void StepBuilder::attention_probs(int32_t layer, int64_t s2, bool convert, bool keep, std::vector<uint32_t>& saved) {
+  const int64_t e = d_.e;
+  auto alloc = [&](int64_t bytes, uint32_t label) {
+    const uint32_t t = keep ? act(bytes, label, layer) : tmp(bytes, label, layer);
+    saved.push_back(t);
+    return t;
+  };
+  // torch <= 1.10's _softmax kept its input for backward too (training.softmax_saves_input, resolved): the fp32
+  // conversion, or the scores themselves when they are its input.
+  const bool keep_input = keep && rs_.softmax_saves_input;
+  const uint32_t scores = softmax_input(mul(e, s2), L_.scores, layer, keep_input && !convert);
+  const uint32_t conv = convert ? softmax_input(mul(4, s2), L_.attn_tmp, layer, keep_input) : UINT32_MAX;
+  alloc(mul(4, s2), L_.softmax);  // _softmax saves its fp32 output
+  if (keep_input) {
+    saved.push_back(conv != UINT32_MAX ? conv : scores);
+    if (conv != UINT32_MAX) drop(scores);
+  } else {
+    if (conv != UINT32_MAX) drop(conv);
+    drop(scores);
+  }
+  // The cast back to the compute dtype for attn @ v (none in fp32: the matmul reads the softmax output itself). With
+  // attention dropout it is the dropout's input, gone once its output exists: the matmul saves that output instead.
+  const bool dropout = c_.model.attention_dropout > 0;
+  uint32_t cast = UINT32_MAX;
+  if (e < 4) cast = dropout ? tmp(mul(e, s2), L_.probs, layer) : alloc(mul(e, s2), L_.probs);
+  if (dropout) {
+    alloc(s2, L_.attn_mask);
+    alloc(mul(e, s2), L_.probs);
+    if (cast != UINT32_MAX) drop(cast);
+  }
+}
+
 uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& saved, bool keep_s2, bool free_input) {
   const auto& m = c_.model;
   const int64_t e = d_.e;
@@ -570,39 +602,17 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       // scores (compute dtype) -> softmax(dtype=fp32) saves its fp32 result -> cast for attn @ V (saved) ->
       // dropout saves a 1-byte mask and its output. transpose(1, 2).contiguous() copies the output for o_proj.
       std::vector<uint32_t> s2_tensors;
-      auto s2_alloc = [&](int64_t bytes, uint32_t label) {
-        uint32_t t = keep_s2 ? act(bytes, label, layer) : tmp(bytes, label, layer);
-        s2_tensors.push_back(t);
-        return t;
-      };
       // softmax(x, dtype=fp32) (ATen SoftMax.cpp softmax): a CUDA fp16 tensor goes to _softmax(x, half_to_float)
       // as it is; any other is converted to fp32 first. Under autocast the fp32 mask has already promoted the
       // scores, so the 4-byte tensor is their masked sum rather than a conversion. torch <= 1.10 kept _softmax's
       // input for backward too.
       const bool half_to_float = e == 2 && !d_.amp && pr_.id.find("fp16") != std::string_view::npos;
-      const bool convert = e < 4 && !half_to_float;
-      const bool keep_input = keep_s2 && rs_.softmax_saves_input;
       // transformers 4.38 indexes the layer's mask with cache_position (attention_mask[:, :, cache_position, :kv]),
       // a [b, 1, s, s] copy in the model dtype that the addition reads and nothing keeps.
       const uint32_t indexed = mask_.on && rs_.mask.build == MaskBuild::MaxPositions
                                    ? tmp(mul(d_.e_res, d_.b, d_.s, d_.s), LM_.copy, layer)
                                    : UINT32_MAX;
-      uint32_t scores = softmax_input(mul(e, s2), L_.scores, layer, keep_input && !convert);
-      uint32_t conv = convert ? softmax_input(mul(4, s2), L_.attn_tmp, layer, keep_input) : UINT32_MAX;
-      s2_alloc(mul(4, s2), L_.softmax);
-      if (keep_input) {
-        s2_tensors.push_back(conv != UINT32_MAX ? conv : scores);
-        if (conv != UINT32_MAX) drop(scores);
-      } else {
-        if (conv != UINT32_MAX) drop(conv);
-        drop(scores);
-      }
-      uint32_t probs = e < 4 ? s2_alloc(mul(e, s2), L_.probs) : UINT32_MAX;
-      if (m.attention_dropout > 0) {
-        s2_alloc(s2, L_.attn_mask);
-        s2_alloc(mul(e, s2), L_.probs);
-        if (probs != UINT32_MAX) erase(s2_tensors, probs), drop(probs);
-      }
+      attention_probs(layer, s2, e < 4 && !half_to_float, keep_s2, s2_tensors);
       if (indexed != UINT32_MAX) drop(indexed);
       uint32_t o_pre = tmp(mul(e, d_.T, d_.h_q), L_.attn_tmp, layer);
       A.push_back(act(mul(e, d_.T, d_.h_q), L_.attn_out, layer));

@@ -87,30 +87,9 @@ uint32_t StepBuilder::t5_attention(int32_t layer, std::vector<uint32_t>& A, int6
   // matmul(q, k.transpose(3, 2)) reshapes both [b, heads, len, d_kv] views for bmm, a copy each, and bmm saves them.
   A.push_back(act(mul(e, tq, hq), L_.q, layer));
   A.push_back(act(mul(e, tk, hq), L_.k, layer));
-  // softmax(scores.float()) saves its fp32 result; .type_as(scores) casts back when the scores are half. torch <=
-  // 1.10's softmax also kept its input: the fp32 copy, or the fp32 scores themselves.
-  const bool keep_input = rs_.softmax_saves_input;
-  // (The position bias is added to the scores in place.)
-  uint32_t scores = softmax_input(mul(e, s2), L_.scores, layer, keep_input && e == 4);
-  uint32_t up = e < 4 ? softmax_input(mul(4, s2), L_.attn_tmp, layer, keep_input) : UINT32_MAX;
-  A.push_back(act(mul(4, s2), L_.softmax, layer));
-  if (keep_input) {
-    A.push_back(up != UINT32_MAX ? up : scores);
-    if (up != UINT32_MAX) drop(scores);
-  } else {
-    if (up != UINT32_MAX) drop(up);
-    drop(scores);
-  }
-  const bool attn_dropout = m.attention_dropout > 0;
-  uint32_t w = UINT32_MAX;
-  if (e < 4) w = attn_dropout ? tmp(mul(e, s2), L_.probs, layer) : act(mul(e, s2), L_.probs, layer);
-  if (attn_dropout) {
-    A.push_back(act(s2, L_.attn_mask, layer));
-    A.push_back(act(mul(e, s2), L_.probs, layer));  // what matmul(weights, v) saves
-    if (w != UINT32_MAX) drop(w);
-  } else if (w != UINT32_MAX) {
-    A.push_back(w);  // in fp32 there is no cast: the matmul reads the softmax output itself
-  }
+  // softmax(scores.float()) saves its fp32 result; .type_as(scores) casts back when the scores are half; dropout on
+  // the weights. (The position bias is added to the scores in place.)
+  attention_probs(layer, s2, e < 4, true, A);
   A.push_back(act(mul(e, tk, hq), L_.v, layer));  // v's reshape copy, saved by the second bmm
   uint32_t o_pre = tmp(mul(e, tq, hq), L_.attn_tmp, layer);
   uint32_t ctx = act(mul(e, tq, hq), L_.attn_out, layer);  // transpose(1, 2).contiguous(), read by o

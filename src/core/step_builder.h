@@ -250,6 +250,14 @@ class StepBuilder {
     return kept ? act(bytes, L_.softmax_in, layer) : tmp(bytes, label, layer);
   }
   void drop(uint32_t t) { p_.free(t); }
+  // Attention probabilities from scores of `s2` elements in the compute dtype, as the decoders (softmax(dtype=fp32))
+  // and T5 (softmax(scores.float())) compute them, up to what attn @ v reads; the one place these rules are written
+  // (BERT's eager attention takes softmax in the autocast dtype and drops out before the cast: its own).
+  // `convert`: the scores are converted to fp32 first (any dtype but fp32, except an fp16 tensor outside autocast,
+  // which _softmax's half_to_float reads as it is). What backward reads goes to `saved` as activations when `keep`
+  // (else as temporaries, for the caller to drop once the call is done): the fp32 softmax, its input under torch <=
+  // 1.10, the cast for attn @ v, or the dropout's mask and output.
+  void attention_probs(int32_t layer, int64_t s2, bool convert, bool keep, std::vector<uint32_t>& saved);
   // Dropout in training (nn.Dropout, F.dropout): a new output of `elements` at `out_bytes` each, saved for backward
   // (an activation) or a temporary, and a 1-byte bool mask per element that backward reads, into `saved`
   // (Korthikanti et al. 2022 sec. 4.1: the mask is sbh bytes). The input goes once the output exists, unless
