@@ -19,6 +19,7 @@ class KeyQueue {
   static void install(GLFWwindow* window) {
     window_ = window;
     glfwSetKeyCallback(window, [](GLFWwindow*, int key, int scancode, int action, int mods) {
+      if (action == GLFW_PRESS) ++presses_received_;
       events_.push_back({key, scancode, action, mods, 0});
     });
     glfwSetCharCallback(window, [](GLFWwindow*, unsigned int c) { events_.push_back({0, 0, kChar, 0, c}); });
@@ -27,6 +28,12 @@ class KeyQueue {
   // A key event that did not come from GLFW: the page's clipboard bridge presses Ctrl+V once the browser has handed it
   // the pasted text (web_main.cpp memsim_paste). It takes its turn after the events already queued.
   static void push(int key, int action, int mods = 0) { events_.push_back({key, 0, action, mods, 0}); }
+
+  // Key presses GLFW reported (repeats not counted), and those handed to ImGui: the page reports both
+  // (window.memsim.state().keys), so that a test that sees the focus move further than it pressed can tell whether
+  // a press was doubled before ImGui or by it.
+  static long presses_received() { return presses_received_; }
+  static long presses_fed() { return presses_fed_; }
 
   // Whether events wait for the next frame: a loop that sleeps until the next event should not sleep now.
   static bool pending() { return !events_.empty(); }
@@ -40,6 +47,7 @@ class KeyQueue {
         for (int k : seen)
           if (k == e.key) return;  // the rest waits for the next frame
         seen.push_back(e.key);
+        if (e.action == GLFW_PRESS) ++presses_fed_;
         ImGui_ImplGlfw_KeyCallback(window_, e.key, e.scancode, e.action, e.mods);
       } else {
         ImGui_ImplGlfw_CharCallback(window_, e.codepoint);
@@ -56,6 +64,7 @@ class KeyQueue {
   };
   static inline GLFWwindow* window_ = nullptr;
   static inline std::deque<Event> events_;
+  static inline long presses_received_ = 0, presses_fed_ = 0;
 };
 
 }  // namespace memsim::platform

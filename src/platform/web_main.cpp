@@ -428,6 +428,9 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   char scroll[160];
   std::snprintf(scroll, sizeof scroll, "{\"inputs\":%.1f,\"inputs_max\":%.1f,\"row\":%.1f}", sc.y, sc.max, sc.row);
   const std::string frames = "{\"drawn\":" + std::to_string(g_frames_drawn) + ",\"idle\":" + (g_paused ? "true" : "false") + "}";
+  using memsim::platform::KeyQueue;
+  const std::string keys = "{\"received\":" + std::to_string(KeyQueue::presses_received()) +
+                           ",\"fed\":" + std::to_string(KeyQueue::presses_fed()) + "}";
   std::string copy;  // the text field being edited: what Ctrl+C would copy (its selection, or all of a one-line field)
   const bool copies = memsim::ui::text_field_copy(copy);
   const std::string text_field = std::string("{\"editing\":") + (memsim::ui::editing_text() ? "true" : "false") +
@@ -440,7 +443,7 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
                       ",\"text_field\":" + text_field +
                       ",\"focus\":" + json_string(g_app->focus_announcement()) + ",\"charts\":" + charts +
                       ",\"timings\":" + timings + ",\"simulation\":" + simulation + ",\"result\":" + result +
-                      ",\"frames\":" + frames + ",\"scroll\":" + scroll + "}");
+                      ",\"frames\":" + frames + ",\"keys\":" + keys + ",\"scroll\":" + scroll + "}");
 }
 }
 

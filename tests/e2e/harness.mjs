@@ -112,6 +112,7 @@ export async function press(page, key) {
 export async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
   let focus = "";
   const seen = [];
+  const keysBefore = (await state(page)).keys;
   for (const backwards of [back, !back]) {
     for (let i = 0; i < limit; i++) {
       await press(page, backwards ? "Shift+Tab" : "Tab");
@@ -120,7 +121,10 @@ export async function tabTo(page, prefix, { back = false, limit = 250 } = {}) {
       seen.push(focus.slice(0, 40));
     }
   }
-  throw new Error("Tab never reached " + prefix + "; the focus went through " + JSON.stringify(seen.slice(-24)));
+  const keys = (await state(page)).keys;
+  throw new Error("Tab never reached " + prefix + "; the focus went through " + JSON.stringify(seen.slice(-24)) +
+                  `; ${seen.length} presses, ${keys.received - keysBefore.received} reached GLFW, ` +
+                  `${keys.fed - keysBefore.fed} ImGui`);
 }
 
 // Tab to the next control, whose words are `words`; back with Shift+Tab where a loaded machine turned one press into
