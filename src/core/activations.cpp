@@ -155,8 +155,8 @@ const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) cons
   info.qkv = m == "q_proj" || m == "k_proj" || m == "v_proj";
   info.targeted = peft_targets(c_.peft, m);
   info.trainable = !c_.peft.enabled() || trainable_module(module);
-  info.ia3 = c_.peft.method == "ia3";
-  info.dora = c_.peft.method == "dora";
+  info.ia3 = c_.peft.kind() == PeftMethod::Ia3;
+  info.dora = c_.peft.kind() == PeftMethod::Dora;
   module_info_.push_back({module, info});
   return module_info_.back().second;
 }
@@ -179,7 +179,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
     }
     // Old bitsandbytes keeps a 4-bit linear's input whenever the input requires grad: everywhere but the first
     // layer's q/k/v, which read the frozen embedding's normalised output.
-    if (rs_.bnb_saves_input && (peft.base_quantization == "nf4" || peft.base_quantization == "fp4") &&
+    if (rs_.bnb_saves_input && peft.four_bit() &&
         module_quantized(layer, mod) && !(layer == 0 && info.qkv))
       need_self = true;
     if (!info.targeted) continue;
@@ -838,7 +838,7 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   // IA3 on a feedforward down_proj (ia3_inputs): the input's gradient comes back in the base dtype, is cast to the
   // vector's dtype, and the product's backward makes grad * vector and grad * saved input (summed for the vector's
   // gradient) beside it: three [tokens, f] tensors in the vector's dtype at once.
-  if (c_.peft.method == "ia3" && !s_.is_moe(layer) && ia3_feedforward(c_.peft, "down_proj")) {
+  if (c_.peft.kind() == PeftMethod::Ia3 && !s_.is_moe(layer) && ia3_feedforward(c_.peft, "down_proj")) {
     const int64_t ab = any_quantized_ ? (d_.amp ? d_.e : 4) : adapter_bytes();
     if (ab != e) mlp_t = std::max(mlp_t, mul(3, ab, d_.T, d_.f));
   }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace memsim {
 
@@ -122,6 +124,9 @@ struct TrainingConfig {
   bool operator==(const TrainingConfig&) const = default;
 };
 
+enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Unknown };
+enum class BaseQuantization { None, Int8, Nf4, Fp4, Unknown };  // bitsandbytes: LLM.int8, 4-bit NF4 and FP4
+
 // Parameter-efficient fine-tuning (PEFT's names). With a method the base model is frozen: only the adapters
 // (and modules_to_save) have gradients and optimizer states, and the base may be stored quantized.
 // Methods: lora, dora (LoraConfig, use_dora), ia3 (IA3Config), ln_tuning (LNTuningConfig: target_modules name
@@ -146,8 +151,29 @@ struct PeftConfig {
   std::string modules_to_save;              // comma-separated modules trained in full (e.g. lm_head)
 
   bool operator==(const PeftConfig&) const = default;
-  bool enabled() const { return method != "none"; }
-  bool lora_like() const { return method == "lora" || method == "dora"; }  // low-rank adapters on linears
+  // The method and the base's quantization as the modelling code reads them: the strings above are the config's
+  // edge (JSON, links, --set, the page), and these are the one place they are compared. An unknown string (which
+  // validate() refuses before anything is simulated) reads as Unknown.
+  PeftMethod kind() const {
+    constexpr std::pair<std::string_view, PeftMethod> kNames[] = {
+        {"none", PeftMethod::None}, {"lora", PeftMethod::Lora}, {"dora", PeftMethod::Dora}, {"ia3", PeftMethod::Ia3},
+        {"ln_tuning", PeftMethod::LnTuning}, {"prompt_tuning", PeftMethod::PromptTuning}};
+    for (const auto& [name, value] : kNames)
+      if (method == name) return value;
+    return PeftMethod::Unknown;
+  }
+  BaseQuantization quantization() const {
+    constexpr std::pair<std::string_view, BaseQuantization> kNames[] = {
+        {"none", BaseQuantization::None}, {"int8", BaseQuantization::Int8}, {"nf4", BaseQuantization::Nf4},
+        {"fp4", BaseQuantization::Fp4}};
+    for (const auto& [name, value] : kNames)
+      if (base_quantization == name) return value;
+    return BaseQuantization::Unknown;
+  }
+  bool enabled() const { return kind() != PeftMethod::None; }
+  bool lora_like() const { return kind() == PeftMethod::Lora || kind() == PeftMethod::Dora; }  // low-rank adapters on linears
+  bool quantized() const { return quantization() != BaseQuantization::None; }  // a bitsandbytes base
+  bool four_bit() const { return quantization() == BaseQuantization::Nf4 || quantization() == BaseQuantization::Fp4; }
 };
 
 // The world is data x context x tensor x pipeline parallel (Megatron's layout). Sharding of model states runs

@@ -49,7 +49,7 @@ uint32_t StepBuilder::t5_embed(std::vector<uint32_t>& saved) {
 uint32_t StepBuilder::t5_norm(int32_t layer, uint32_t x, std::vector<uint32_t>& saved, bool own_x) {
   const int64_t th = mul(d_.T, d_.h);
   // prepare_model_for_kbit_training casts the norm weights to fp32, which keeps h and the output fp32.
-  const bool kbit = c_.peft.enabled() && c_.peft.base_quantization != "none" && c_.peft.prepare_kbit;
+  const bool kbit = c_.peft.enabled() && c_.peft.quantized() && c_.peft.prepare_kbit;
   const int64_t wb = kbit ? 4 : pr_.weight_bytes;
   saved.push_back(act(mul(4, d_.T), L_.norm_rstd, layer));
   uint32_t h = UINT32_MAX;

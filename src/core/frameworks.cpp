@@ -391,7 +391,7 @@ AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const
                                  "methods' modules are created in fp32 (not verified for IA3)", peft);
     return AdapterDtype::Fp32;
   }
-  if (c.peft.base_quantization != "none" || !pr || pr->weight_bytes == 4) {
+  if (c.peft.quantized() || !pr || pr->weight_bytes == 4) {
     d.from(Switch::AdapterDtype, "peft 0.6 to 0.11 cast the adapters to the base weight's dtype when it is a float "
                                  "(peft#928); an fp32 or quantized base leaves them in fp32", peft);
     return AdapterDtype::Fp32;
@@ -593,8 +593,7 @@ bool switch_applies(const Config& c, const Resolved& r, Switch s) {
     case Switch::Attention: return f.transformers_model && !c.model.is_encoder_decoder;
     case Switch::Loss: return (f.transformers_model || f.id == "torchtune") && decoder_causal_lm(c.model);
     case Switch::BnbSavesInput:
-      return f.bitsandbytes_quantization && c.peft.enabled() &&
-             (c.peft.base_quantization == "nf4" || c.peft.base_quantization == "fp4");
+      return f.bitsandbytes_quantization && c.peft.enabled() && c.peft.four_bit();
     case Switch::AdapterDtype: return c.peft.enabled() && f.peft_library;
     case Switch::CudaModuleLoading: return c.hardware.cuda_context_bytes == 0;
     case Switch::EmptyCacheSteps: return f.id == "hf_trainer" && c.data.varies();  // only a run replay empties it

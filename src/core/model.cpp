@@ -287,7 +287,7 @@ bool in_list(const std::string& list, const std::string& name) {
 // (peft/tuners/tuners_utils.py::_maybe_include_all_linear_layers). Only LoRA, DoRA and IA3 put something on
 // linears; LN tuning's target_modules name norms, and prompt tuning has no target modules.
 bool peft_targets(const PeftConfig& peft, const std::string& module) {
-  if (!peft.lora_like() && peft.method != "ia3") return false;
+  if (!peft.lora_like() && peft.kind() != PeftMethod::Ia3) return false;
   if (peft.target_modules == "all-linear") return module != "lm_head" && module != "embed_tokens";
   if ((module == "q_proj" || module == "k_proj" || module == "v_proj") && targets_fused_qkv(peft)) return true;
   return in_list(peft.target_modules, module);
@@ -305,19 +305,19 @@ bool targets_fused_qkv(const PeftConfig& peft) {
 // IA3Config.feedforward_modules: targeted modules whose input, not output, the learned vector scales
 // (peft/tuners/ia3/model.py: is_feedforward = any(key.endswith(m) for m in feedforward_modules)).
 bool ia3_feedforward(const PeftConfig& peft, const std::string& module) {
-  return peft.method == "ia3" && peft_targets(peft, module) && in_list(peft.feedforward_modules, module);
+  return peft.kind() == PeftMethod::Ia3 && peft_targets(peft, module) && in_list(peft.feedforward_modules, module);
 }
 
 // LNTuningConfig.target_modules: the norms that get a trainable copy.
 bool ln_tuning_targets(const PeftConfig& peft, const std::string& module) {
-  return peft.method == "ln_tuning" && in_list(peft.target_modules, module);
+  return peft.kind() == PeftMethod::LnTuning && in_list(peft.target_modules, module);
 }
 
 // PromptTuningConfig: PeftModelForCausalLM.forward concatenates num_virtual_tokens prompt embeddings before the
 // input embeddings (torch.cat((prompts, inputs_embeds), dim=1)) and pads the labels with -100 to match, so every
 // layer and the loss see sequence_length + num_virtual_tokens positions.
 int64_t virtual_tokens(const PeftConfig& peft) {
-  return peft.method == "prompt_tuning" ? peft.num_virtual_tokens : 0;
+  return peft.kind() == PeftMethod::PromptTuning ? peft.num_virtual_tokens : 0;
 }
 
 int64_t trainable_numel(const ModelShape& s) {
@@ -349,7 +349,7 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   // PEFT on a fused q/k/v linear: one adapter on the whole of it (lora_A [r, in], lora_B [q + k + v width, r]),
   // which memsim hangs on q_proj (the first of the three it models as separate tensors).
   const bool fused = targets_fused_qkv(peft);
-  const bool quant = peft.base_quantization != "none";
+  const bool quant = peft.quantized();
   auto adapt = [&](std::vector<ParamTensor>& ts, bool in_layers) {
     std::vector<ParamTensor> out;
     for (auto t : ts) {
@@ -382,7 +382,7 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
                 o.kind == ParamKind::Matmul && o.name.compare(o.name.size() - 7, 7, ".weight") == 0)
               out_f += o.rows;
         const std::string base = t.name.substr(0, t.name.size() - 7);
-        if (peft.method == "ia3") {
+        if (peft.kind() == PeftMethod::Ia3) {
           // peft/tuners/ia3/layer.py IA3Layer.update_layer: one vector, (1, in_features) for a feedforward
           // module, else (out_features, 1), created by torch.randn (fp32).
           const int64_t n = ia3_feedforward(peft, mod) ? in_f : out_f;
@@ -392,7 +392,7 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
           // DoRA adds a magnitude vector of out_features (tuners/lora/dora.py).
           out.push_back({base + ".lora_A.weight", mul(peft.lora_rank, in_f), ParamKind::Adapter, peft.lora_rank});
           out.push_back({base + ".lora_B.weight", mul(out_f, peft.lora_rank), ParamKind::Adapter, out_f});
-          if (peft.method == "dora") out.push_back({base + ".lora_magnitude_vector", out_f, ParamKind::Adapter, out_f});
+          if (peft.kind() == PeftMethod::Dora) out.push_back({base + ".lora_magnitude_vector", out_f, ParamKind::Adapter, out_f});
         }
       }
       if (t.kind == ParamKind::Norm && ln_tuning_targets(peft, mod)) {
@@ -412,7 +412,7 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   adapt(s.pre, false);
   // PromptEmbedding (peft/tuners/prompt_tuning/model.py): nn.Embedding(num_virtual_tokens, token_dim), created in
   // the default dtype (fp32) beside the frozen model; token_dim is the hidden size (the word embeddings' width).
-  if (peft.method == "prompt_tuning" && !s.pre.empty()) {
+  if (peft.kind() == PeftMethod::PromptTuning && !s.pre.empty()) {
     const int64_t h = s.pre.front().numel / s.pre.front().rows;
     s.pre.push_back({"prompt_encoder.embedding.weight", mul(peft.num_virtual_tokens, h), ParamKind::Adapter,
                      peft.num_virtual_tokens});

@@ -247,22 +247,21 @@ namespace {
 // an fp32 scale per 256 blocks (QLoRA sec. 3), and the per-tensor fp32 offset and 256-entry code table.
 // prepare_model_for_kbit_training casts every other parameter to fp32.
 int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes) {
-  const std::string& q = peft.base_quantization;
   if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
-  if (t.quantized && q == "int8") return add(t.numel, mul(t.rows, 4));
+  if (t.quantized && peft.quantization() == BaseQuantization::Int8) return add(t.numel, mul(t.rows, 4));
   if (t.quantized) {
     const int64_t blocks = ceil_div(t.numel, 64);
     const int64_t stats = peft.double_quantization ? add(add(blocks, mul(ceil_div(blocks, 256), 4)), 4 + 1024) : mul(blocks, 4);
     return add(ceil_div(t.numel, 2), stats);
   }
-  if (peft.enabled() && q != "none" && peft.prepare_kbit) return mul(t.numel, 4);
+  if (peft.enabled() && peft.quantized() && peft.prepare_kbit) return mul(t.numel, 4);
   return mul(t.numel, pr.weight_bytes);
 }
 
 int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes) {
   if (!has_grad(t)) return 0;
   if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
-  if (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit) return mul(t.numel, 4);
+  if (peft.enabled() && peft.quantized() && peft.prepare_kbit) return mul(t.numel, 4);
   return mul(t.numel, pr.grad_bytes);
 }
 
@@ -271,7 +270,7 @@ int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const 
 OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
                                  int64_t adapter_bytes) {
   OptimizerDtypes d{pr.state_bytes, pr.master_bytes};
-  if (t.kind == ParamKind::Adapter || (peft.enabled() && peft.base_quantization != "none" && peft.prepare_kbit)) {
+  if (t.kind == ParamKind::Adapter || (peft.enabled() && peft.quantized() && peft.prepare_kbit)) {
     d.state_bytes = t.kind == ParamKind::Adapter ? adapter_bytes : 4;
     d.master_bytes = d.state_bytes == 4 ? 0 : d.master_bytes;
   }
@@ -291,7 +290,7 @@ int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, c
 
 int64_t StepBuilder::state_dtype_of(const ParamTensor& t) const {
   if (t.kind == ParamKind::Adapter) return adapter_bytes();
-  if (c_.peft.enabled() && c_.peft.base_quantization != "none" && c_.peft.prepare_kbit) return 4;
+  if (c_.peft.enabled() && c_.peft.quantized() && c_.peft.prepare_kbit) return 4;
   return pr_.state_bytes;
 }
 
@@ -366,7 +365,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // parameters), so inputs_embeds, and with them the residual stream and the norms' outputs (LlamaRMSNorm
   // returns weight * hidden.to(input_dtype), an fp32 weight), are fp32 whatever the recipe. Lightning's
   // bitsandbytes plugin does not call it.
-  const bool kbit = c_.peft.enabled() && c_.peft.base_quantization != "none" && c_.peft.prepare_kbit;
+  const bool kbit = c_.peft.enabled() && c_.peft.quantized() && c_.peft.prepare_kbit;
   if (kbit && !rs_.framework->bnb_via_lightning && !c_.model.is_encoder_decoder) d_.e_res = 4;
   d_.amp = pr_.autocast_copy_bytes > 0;
   sp_ = shard_plan(ctx);
