@@ -981,7 +981,7 @@ void StepBuilder::moe_forward_no_grad(int32_t layer) {
 
 void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   const int32_t post = -1;  // the head belongs to no layer (the timeline shows its tensors unnumbered)
-  if (c_.model.task_head == "sequence_classification") {
+  if (c_.model.head() == TaskHead::SequenceClassification) {
     // The pooler's dense reads hidden[:, 0], a view, so the whole last hidden state stays saved; the rest of the
     // head (tanh output, dropout mask, classifier input, logits) is batch x hidden at most.
     saved.push_back(res);
@@ -1208,9 +1208,9 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
                                rs_.loss == LossImpl::HfFp32Logits || rs_.loss == LossImpl::HfShift ||
                                rs_.loss == LossImpl::FullFp32 ||
                                (rs_.loss == LossImpl::ChunkedFp32 && !c_.training.compile)) &&
-                              c_.model.task_head != "sequence_classification";
+                              c_.model.head() != TaskHead::SequenceClassification;
   if (!late_head_grad) alloc_layer_grads(s_.num_layers);
-  if (c_.model.task_head == "sequence_classification") {
+  if (c_.model.head() == TaskHead::SequenceClassification) {
     uint32_t dy = tmp(mul(d_.e_res, d_.T, d_.h), L_.dres, post);  // grad of the last hidden state (first token)
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
     saved.clear();
@@ -1688,7 +1688,7 @@ void StepBuilder::reuse(InFlight& f) {
 // the first stage at 1 + (p - 1) / (p v) of 1F1B's).
 void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
   const int64_t p = c_.parallel.pipeline_parallel_size, i = ctx_.stage;
-  const bool interleaved = p > 1 && c_.parallel.pipeline_schedule == "interleaved_1f1b";
+  const bool interleaved = p > 1 && c_.parallel.schedule() == PipelineSchedule::Interleaved1F1B;
   const int64_t v = interleaved ? c_.parallel.virtual_pipeline_stages : 1;
   // "forward (step 2, micro-batch 3)": the phase's name, built in one string.
   auto phase_name = [&](const char* pass, int64_t mb) {
@@ -1726,7 +1726,7 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
       backward_mb(f, phase_name("backward", next_b + 1));
       recycle(f), chunk_of(f, 0), ++next_b;
     };
-    if (p > 1 && c_.parallel.pipeline_schedule == "gpipe") {
+    if (p > 1 && c_.parallel.schedule() == PipelineSchedule::GPipe) {
       while (next_f < mbs) F();
       while (next_b < mbs) B();
       return;

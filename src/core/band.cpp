@@ -101,7 +101,7 @@ BandFeatures band_features(const Config& c) {
       case Sharding::Megatron: f.sharding = "megatron"; break;
     }
   }
-  if (p.offload_optimizer != "none" || p.offload_params != "none") f.sharding += "+offload";
+  if (p.optimizer_offload() != Offload::None || p.params_offload() != Offload::None) f.sharding += "+offload";
   f.data = c.data.varies() ? "varying" : "fixed";
   f.precision = c.training.precision;
   return f;

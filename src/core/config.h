@@ -6,6 +6,7 @@
 // A few structural facts that HF encodes in the model class rather than in config.json (norm type, gated
 // MLP, ...) are explicit fields here; serialize.cpp fills them from `model_type` when a config omits them.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,6 +14,23 @@
 #include <utility>
 
 namespace memsim {
+
+// Choices the modelling code reads as enums: the config holds their strings (its edge: JSON, links, --set, the page),
+// and the accessors below are the one place each is compared. An unknown string (refused by validate() before
+// anything is simulated) reads as Unknown.
+enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Unknown };
+enum class TaskHead { CausalLm, SequenceClassification, Unknown };
+enum class PipelineSchedule { OneFOneB, Interleaved1F1B, GPipe, Unknown };
+enum class Offload { None, Cpu, Nvme, Unknown };  // ZeRO-Offload / ZeRO-Infinity targets
+
+// The enum of `text` in `names`, Unknown when none matches.
+template <typename E, size_t N>
+constexpr E choice_of(std::string_view text, const std::pair<std::string_view, E> (&names)[N]) {
+  for (const auto& [name, value] : names)
+    if (text == name) return value;
+  return E::Unknown;
+}
+enum class BaseQuantization { None, Int8, Nf4, Fp4, Unknown };  // bitsandbytes: LLM.int8, 4-bit NF4 and FP4
 
 enum class NormType { RMSNorm, LayerNorm };
 enum class PositionType { Rope, Absolute };  // "absolute" = learned position embeddings (GPT-2, BERT)
@@ -82,6 +100,11 @@ struct ModelConfig {
   int64_t relative_attention_num_buckets = 32;  // T5Config default
 
   bool operator==(const ModelConfig&) const = default;
+  TaskHead head() const {
+    constexpr std::pair<std::string_view, TaskHead> kNames[] = {
+        {"causal_lm", TaskHead::CausalLm}, {"sequence_classification", TaskHead::SequenceClassification}};
+    return choice_of(task_head, kNames);
+  }
 };
 
 // training.empty_cache_steps: derived from the framework and the versions.
@@ -124,8 +147,6 @@ struct TrainingConfig {
   bool operator==(const TrainingConfig&) const = default;
 };
 
-enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Unknown };
-enum class BaseQuantization { None, Int8, Nf4, Fp4, Unknown };  // bitsandbytes: LLM.int8, 4-bit NF4 and FP4
 
 // Parameter-efficient fine-tuning (PEFT's names). With a method the base model is frozen: only the adapters
 // (and modules_to_save) have gradients and optimizer states, and the base may be stored quantized.
@@ -151,24 +172,18 @@ struct PeftConfig {
   std::string modules_to_save;              // comma-separated modules trained in full (e.g. lm_head)
 
   bool operator==(const PeftConfig&) const = default;
-  // The method and the base's quantization as the modelling code reads them: the strings above are the config's
-  // edge (JSON, links, --set, the page), and these are the one place they are compared. An unknown string (which
-  // validate() refuses before anything is simulated) reads as Unknown.
+  // The method and the base's quantization as the modelling code reads them (choice_of above).
   PeftMethod kind() const {
     constexpr std::pair<std::string_view, PeftMethod> kNames[] = {
         {"none", PeftMethod::None}, {"lora", PeftMethod::Lora}, {"dora", PeftMethod::Dora}, {"ia3", PeftMethod::Ia3},
         {"ln_tuning", PeftMethod::LnTuning}, {"prompt_tuning", PeftMethod::PromptTuning}};
-    for (const auto& [name, value] : kNames)
-      if (method == name) return value;
-    return PeftMethod::Unknown;
+    return choice_of(method, kNames);
   }
   BaseQuantization quantization() const {
     constexpr std::pair<std::string_view, BaseQuantization> kNames[] = {
         {"none", BaseQuantization::None}, {"int8", BaseQuantization::Int8}, {"nf4", BaseQuantization::Nf4},
         {"fp4", BaseQuantization::Fp4}};
-    for (const auto& [name, value] : kNames)
-      if (base_quantization == name) return value;
-    return BaseQuantization::Unknown;
+    return choice_of(base_quantization, kNames);
   }
   bool enabled() const { return kind() != PeftMethod::None; }
   bool lora_like() const { return kind() == PeftMethod::Lora || kind() == PeftMethod::Dora; }  // low-rank adapters on linears
@@ -228,6 +243,19 @@ struct ParallelConfig {
   bool ddp_gradient_as_bucket_view = false;     // torch DDP: .grad are views into the buckets (from iteration 2)
 
   bool operator==(const ParallelConfig&) const = default;
+  PipelineSchedule schedule() const {
+    constexpr std::pair<std::string_view, PipelineSchedule> kNames[] = {
+        {"1f1b", PipelineSchedule::OneFOneB}, {"interleaved_1f1b", PipelineSchedule::Interleaved1F1B},
+        {"gpipe", PipelineSchedule::GPipe}};
+    return choice_of(pipeline_schedule, kNames);
+  }
+  static Offload offload_of(std::string_view target) {
+    constexpr std::pair<std::string_view, Offload> kNames[] = {
+        {"none", Offload::None}, {"cpu", Offload::Cpu}, {"nvme", Offload::Nvme}};
+    return choice_of(target, kNames);
+  }
+  Offload optimizer_offload() const { return offload_of(offload_optimizer); }
+  Offload params_offload() const { return offload_of(offload_params); }
 };
 
 struct HardwareConfig {

@@ -128,7 +128,7 @@ struct Deriving {
   void given(Switch s) { r.origin[static_cast<size_t>(s)] = {Origin::Kind::Explicit, Library::Torch, Library::Torch, false, ""}; }
 };
 
-bool decoder_causal_lm(const ModelConfig& m) { return !m.is_encoder_decoder && m.task_head == "causal_lm"; }
+bool decoder_causal_lm(const ModelConfig& m) { return !m.is_encoder_decoder && m.head() == TaskHead::CausalLm; }
 
 // A switch of auto / true / false: the explicit value, or `derive()` with its origin recorded.
 template <typename F>

@@ -171,14 +171,14 @@ ModelShape build_model_shape(const ModelConfig& m) {
   }
 
   if (!m.post_layernorm) norm(s.post, "norm", h, m.norm_type);  // post-LN layers end normalised already
-  if (m.task_head == "sequence_classification") {
+  if (m.head() == TaskHead::SequenceClassification) {
     // BertForSequenceClassification: BertPooler (dense h x h + tanh on the first token) and the classifier.
     if (m.post_layernorm) linear(s.post, "pooler.dense", h, h, true);
     linear(s.post, "classifier", h, m.num_labels, true);
   } else if (!m.tie_word_embeddings) {
     s.post.push_back({"lm_head.weight", mul(m.vocab_size, h), ParamKind::Matmul, m.vocab_size});
   }
-  if (m.lm_head_bias && m.task_head != "sequence_classification")
+  if (m.lm_head_bias && m.head() != TaskHead::SequenceClassification)
     s.post.push_back({"lm_head.bias", m.vocab_size, ParamKind::Bias, m.vocab_size});
 
   s.params_per_layer = sum_numel(s.layer);

@@ -288,7 +288,7 @@ void set_up(Simulation::State& st) {
   const GpuSpec* gpu = find_gpu(config.hardware.gpu);
   const auto& par = config.parallel;
   const int64_t stages = par.pipeline_parallel_size;
-  const bool interleaved = stages > 1 && par.pipeline_schedule == "interleaved_1f1b";
+  const bool interleaved = stages > 1 && par.schedule() == PipelineSchedule::Interleaved1F1B;
   // Layers per stage: Megatron's even split (the remainder to the first stages here), or the uneven split of
   // decoder_first/last_pipeline_num_layers with the rest shared evenly (validated to divide).
   std::vector<int64_t> counts(static_cast<size_t>(stages), shape.num_layers / stages);

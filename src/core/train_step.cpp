@@ -87,7 +87,7 @@ ShardPlan shard_plan(const StepContext& ctx) {
   sp.ep = par.expert_parallel_size;
   // DeepSpeed runs ZeRO on one GPU too; that only changes memory where parameters live on the host and are
   // fetched module by module (ZeRO-Infinity), so a single GPU counts as unsharded otherwise.
-  const bool one_gpu_offload = sp.sharding == Sharding::DeepSpeed && par.offload_params != "none" && par.zero_stage == 3;
+  const bool one_gpu_offload = sp.sharding == Sharding::DeepSpeed && par.params_offload() != Offload::None && par.zero_stage == 3;
   const int64_t z = sp.n > 1 || one_gpu_offload ? par.zero_stage : 0;
   sp.fsdp = (sp.sharding == Sharding::Fsdp1 || sp.sharding == Sharding::Fsdp2) && z >= 2;
   sp.flat_optimizer = (sp.sharding == Sharding::DeepSpeed || sp.sharding == Sharding::Megatron) && z >= 1;
@@ -95,8 +95,8 @@ ShardPlan shard_plan(const StepContext& ctx) {
   sp.shard_weights = z >= 3 || (sp.fsdp && z >= 2);  // FSDP keeps only shards at rest, even SHARD_GRAD_OP
   sp.grad_buffer = sp.sharding == Sharding::Megatron;
   sp.mixed = ctx.precision.master_bytes > 0;
-  sp.offload_optimizer = par.offload_optimizer != "none";
-  sp.offload_params = par.offload_params != "none";
+  sp.offload_optimizer = par.optimizer_offload() != Offload::None;
+  sp.offload_params = par.params_offload() != Offload::None;
   return sp;
 }
 
@@ -230,11 +230,11 @@ HostStates host_state_bytes(const StepContext& ctx) {
     });
     const int64_t opt = m.optimizer_bytes;
     const int64_t grads = sp.sharding == Sharding::Megatron ? 0 : grads_fp32;  // Megatron keeps main grads on the GPU
-    (ctx.config.parallel.offload_optimizer == "nvme" ? h.nvme_bytes : h.host_bytes) += opt;
+    (ctx.config.parallel.optimizer_offload() == Offload::Nvme ? h.nvme_bytes : h.host_bytes) += opt;
     h.host_bytes = add(h.host_bytes, grads);
   }
   if (sp.offload_params)  // everything but what stays on the GPU (model_state_bytes)
-    (ctx.config.parallel.offload_params == "nvme" ? h.nvme_bytes : h.host_bytes) +=
+    (ctx.config.parallel.params_offload() == Offload::Nvme ? h.nvme_bytes : h.host_bytes) +=
         m.weights_bytes - (sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp, states));
   return h;
 }
@@ -1037,7 +1037,7 @@ StepProgram StepBuilder::build() {
     // than the stages.
     // Interleaving reaches its steady state after 2 x stages micro-batches.
     const int64_t pp = c_.parallel.pipeline_parallel_size;
-    const int64_t repeat_after = c_.parallel.pipeline_schedule == "interleaved_1f1b" && pp > 1 ? 2 * pp : pp + 1;
+    const int64_t repeat_after = c_.parallel.schedule() == PipelineSchedule::Interleaved1F1B && pp > 1 ? 2 * pp : pp + 1;
     step(iter, iter == 1 ? 1 : std::min<int64_t>(gas, repeat_after), gas);
   }
   return std::move(p_);
