@@ -34,12 +34,20 @@ class KeyQueue {
   // a press was doubled before ImGui or by it.
   static long presses_received() { return presses_received_; }
   static long presses_fed() { return presses_fed_; }
+  // Events still queued, and the frames begun since the last one was handed over: a test waits for none queued and
+  // two frames since (the focus a Tab moves is applied and read out a frame after the press) before it reads the
+  // page's state. Counting the app's frames alone is not enough: frames drawn for an earlier key's settling, after
+  // the test read the count and before this key came, would count too.
+  static size_t pending_count() { return events_.size(); }
+  static long frames_since_last_event() { return feeds_ - last_feed_; }
 
   // Whether events wait for the next frame: a loop that sleeps until the next event should not sleep now.
   static bool pending() { return !events_.empty(); }
 
   // Before ImGui_ImplGlfw_NewFrame(): the events of this frame reach the backend.
   static void feed() {
+    ++feeds_;
+    if (!events_.empty()) last_feed_ = feeds_;
     std::vector<int> seen;
     while (!events_.empty()) {
       const Event e = events_.front();
@@ -64,7 +72,7 @@ class KeyQueue {
   };
   static inline GLFWwindow* window_ = nullptr;
   static inline std::deque<Event> events_;
-  static inline long presses_received_ = 0, presses_fed_ = 0;
+  static inline long presses_received_ = 0, presses_fed_ = 0, feeds_ = 0, last_feed_ = 0;
 };
 
 }  // namespace memsim::platform

@@ -430,7 +430,9 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   const std::string frames = "{\"drawn\":" + std::to_string(g_frames_drawn) + ",\"idle\":" + (g_paused ? "true" : "false") + "}";
   using memsim::platform::KeyQueue;
   const std::string keys = "{\"received\":" + std::to_string(KeyQueue::presses_received()) +
-                           ",\"fed\":" + std::to_string(KeyQueue::presses_fed()) + "}";
+                           ",\"fed\":" + std::to_string(KeyQueue::presses_fed()) +
+                           ",\"pending\":" + std::to_string(KeyQueue::pending_count()) +
+                           ",\"frames_since\":" + std::to_string(KeyQueue::frames_since_last_event()) + "}";
   std::string copy;  // the text field being edited: what Ctrl+C would copy (its selection, or all of a one-line field)
   const bool copies = memsim::ui::text_field_copy(copy);
   const std::string text_field = std::string("{\"editing\":") + (memsim::ui::editing_text() ? "true" : "false") +

@@ -95,17 +95,20 @@ export const frames = (page) => page.evaluate(() => new Promise((r) => {
   requestAnimationFrame(step);
 }));
 
-// Presses a key and waits until the app has drawn three frames since: the queue hands it the press in one and the
-// release in the next (src/platform/key_queue.h), ImGui 1.86 moves the Tab focus a frame after the press, and the
-// app draws three frames after its last key event before it idles (web_main.cpp kSettleFrames). Counting the app's
-// own frames, not the browser's animation frames: after an idle wait the app's loop resumes a frame or more late,
-// and a state read after three animation frames could still show the focus from before the press.
-// It also checks that the press reached GLFW and ImGui once per key of the chord, neither lost nor doubled on the
-// way: a failure then says where (CI's loaded runs have shown the focus move two steps for one press).
+// Presses a key and waits until the app has taken it: the key queue holds nothing more (it hands the app the press in
+// one frame and the release in the next, src/platform/key_queue.h), and two frames have begun since its last event
+// (ImGui 1.86 applies the Tab focus a frame after the press, and the frame reads it out). Neither animation frames
+// nor the app's drawn frames will do: under load, frames drawn for the previous key's settling after the count was
+// read made press() return before this key was handled, so the next state read showed the focus one press behind
+// and tabTo stopped with a Tab still queued (the focus then seemed to move two steps for one press).
+// It also checks that the press reached GLFW and ImGui once per key of the chord, neither lost nor doubled.
 export async function press(page, key) {
-  const before = await page.evaluate(() => { const s = window.memsim.state(); return { drawn: s.frames.drawn, keys: s.keys }; });
+  const before = await page.evaluate(() => ({ keys: window.memsim.state().keys }));
   await page.keyboard.press(key);
-  await page.waitForFunction((d) => window.memsim.state().frames.drawn >= d + 3, before.drawn, { polling: "raf", timeout: patience });
+  await page.waitForFunction((received) => {
+    const k = window.memsim.state().keys;
+    return k.received > received && k.pending === 0 && k.frames_since >= 2;
+  }, before.keys.received, { polling: "raf", timeout: patience });
   if (/Control|Meta/.test(key)) return;  // the page's clipboard bridge presses Ctrl+V itself (web_main.cpp memsim_paste)
   const keys = (await state(page)).keys;
   const chord = key.split("+").length;
