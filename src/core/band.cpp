@@ -318,7 +318,7 @@ void apply_bands(Result& r, const Config& c, const std::vector<ResidualRow>& tab
 
 bool data_shape_unstated(const Config& c) {
   const std::string& fw = c.training.framework;
-  return (fw == "hf_trainer" || fw == "hf_loop") && !c.data.varies() && c.data.padding == "longest";
+  return (fw == "hf_trainer" || fw == "hf_loop") && !c.data.varies() && c.data.pad() == Padding::Longest;
 }
 
 Config unstated_data_run(const Config& c) {

@@ -22,6 +22,8 @@ enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Unknown }
 enum class TaskHead { CausalLm, SequenceClassification, Unknown };
 enum class PipelineSchedule { OneFOneB, Interleaved1F1B, GPipe, Unknown };
 enum class Offload { None, Cpu, Nvme, Unknown };  // ZeRO-Offload / ZeRO-Infinity targets
+enum class LengthsSource { Fixed, MicroBatches, Samples, Unknown };  // data.lengths
+enum class Padding { Longest, MaxLength, None, Unknown };             // data.padding
 
 // The enum of `text` in `names`, Unknown when none matches.
 template <typename E, size_t N>
@@ -299,7 +301,17 @@ struct DataConfig {
   int64_t seed = 1;                 // the shuffle's and the draws' seed (the replay is deterministic)
 
   bool operator==(const DataConfig&) const = default;
-  bool varies() const { return lengths != "fixed"; }
+  bool varies() const { return source() != LengthsSource::Fixed; }
+  LengthsSource source() const {
+    constexpr std::pair<std::string_view, LengthsSource> kNames[] = {
+        {"fixed", LengthsSource::Fixed}, {"micro_batches", LengthsSource::MicroBatches}, {"samples", LengthsSource::Samples}};
+    return choice_of(lengths, kNames);
+  }
+  Padding pad() const {
+    constexpr std::pair<std::string_view, Padding> kNames[] = {
+        {"longest", Padding::Longest}, {"max_length", Padding::MaxLength}, {"none", Padding::None}};
+    return choice_of(padding, kNames);
+  }
 };
 
 // The library versions of the run (versions.h): "latest" (today's behaviour) or a release such as "2.1" or "2.1.2".

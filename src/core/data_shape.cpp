@@ -93,14 +93,14 @@ int64_t run_steps(const Config& c, int64_t listed_micro_batches) {
   if (d.steps > 0) return d.steps;
   const int64_t gas = c.training.gradient_accumulation_steps;
   int64_t steps = kAutoRunSteps;
-  if (d.lengths == "micro_batches") steps = ceil_div(listed_micro_batches, gas);
+  if (d.source() == LengthsSource::MicroBatches) steps = ceil_div(listed_micro_batches, gas);
   else if (d.dataset_samples > 0) {
     const int64_t per_step = mul(mul(c.training.micro_batch_size, gas), c.parallel.data_parallel_size);
     steps = std::min(steps, mul(ceil_div(d.dataset_samples, per_step), d.epochs));
   }
   const int64_t passes_per_step = mul(gas, layer_passes_per_micro_batch(c));
   steps = std::min(steps, std::max<int64_t>(1, kMaxRunLayerPasses / passes_per_step));
-  if (d.lengths == "samples")
+  if (d.source() == LengthsSource::Samples)
     steps = std::min(steps, std::max<int64_t>(1, kMaxRunSamples / mul(gas, c.training.micro_batch_size)));
   return std::max<int64_t>(1, steps);
 }
@@ -396,7 +396,7 @@ void validate_data(const Config& c, std::vector<FieldError>& e) {
                                "target lengths is not modelled for T5 yet");
   const int64_t positions = m.max_position_embeddings;
   int64_t longest = 0;
-  if (d.lengths == "micro_batches") {
+  if (d.source() == LengthsSource::MicroBatches) {
     std::vector<int64_t> lengths;
     const std::string msg = parse_micro_batch_lengths(d.micro_batch_lengths, lengths);
     if (!msg.empty()) return err("data.micro_batch_lengths", msg);
@@ -445,12 +445,12 @@ void validate_data(const Config& c, std::vector<FieldError>& e) {
             " layer passes are replayed (use at most " +
             std::to_string(std::max<int64_t>(1, kMaxRunLayerPasses / layer_passes_per_micro_batch(c))) +
             " micro-batches of accumulation, or data.lengths fixed)");
-  else if (d.steps == 0 && d.lengths == "samples" &&
+  else if (d.steps == 0 && d.source() == LengthsSource::Samples &&
            static_cast<long double>(c.training.gradient_accumulation_steps) * c.training.micro_batch_size > kMaxRunSamples)
     err("training.gradient_accumulation_steps",
         "training.gradient_accumulation_steps x training.micro_batch_size: one step of the run would draw more than " +
             std::to_string(kMaxRunSamples) + " samples");
-  else if (d.steps > 0 && d.lengths == "samples" &&
+  else if (d.steps > 0 && d.source() == LengthsSource::Samples &&
            static_cast<long double>(d.steps) * c.training.gradient_accumulation_steps * c.training.micro_batch_size > kMaxRunSamples)
     err("data.steps", "data.steps: the run would draw data.steps x training.gradient_accumulation_steps x "
                       "training.micro_batch_size samples, more than " + std::to_string(kMaxRunSamples));
@@ -463,7 +463,7 @@ RunPlan plan_run(const Config& c) {
   plan.gas = t.gradient_accumulation_steps;
   const int64_t max_length = t.sequence_length;
   const int64_t multiple = d.pad_to_multiple_of;
-  if (d.lengths == "micro_batches") {
+  if (d.source() == LengthsSource::MicroBatches) {
     std::vector<int64_t> lengths;
     parse_micro_batch_lengths(d.micro_batch_lengths, lengths);
     plan.steps = run_steps(c, static_cast<int64_t>(lengths.size()));
@@ -474,7 +474,7 @@ RunPlan plan_run(const Config& c) {
     // micro-batch of more than one row is padded; one row is its own length. One length throughout stands for
     // fixed-length rows (packed or truncated), as data.lengths fixed does: no padding.
     const bool varied = std::adjacent_find(lengths.begin(), lengths.end(), std::not_equal_to<>()) != lengths.end();
-    const bool padded = varied && t.micro_batch_size > 1 && d.padding != "none";
+    const bool padded = varied && t.micro_batch_size > 1 && d.pad() != Padding::None;
     for (int64_t k = 0; k < n; ++k)
       plan.micro_batches.push_back({t.micro_batch_size, lengths[static_cast<size_t>(k) % lengths.size()], padded});
     const auto top = std::max_element(lengths.begin(), lengths.end());
@@ -507,12 +507,12 @@ RunPlan plan_run(const Config& c) {
   plan.micro_batches.reserve(static_cast<size_t>(mul(plan.steps, plan.gas)));
   for (int64_t k = 0; k < n; k += b) {
     const auto begin = samples.begin() + k, end = begin + b;
-    if (d.padding == "none") {  // padding-free: the micro-batch's samples concatenated into one row, no pad token
+    if (d.pad() == Padding::None) {  // padding-free: the micro-batch's samples concatenated into one row, no pad token
       int64_t sum = 0;
       for (auto it = begin; it != end; ++it) sum += *it;
       plan.micro_batches.push_back({1, sum, false});
     } else {
-      const int64_t longest = d.padding == "max_length" ? max_length : *std::max_element(begin, end);
+      const int64_t longest = d.pad() == Padding::MaxLength ? max_length : *std::max_element(begin, end);
       const int64_t row = round_up(longest, multiple);
       // Padded when any sample is shorter than the row: shorter than the batch's longest (or than max_length), or
       // the longest itself rounded up to pad_to_multiple_of.
@@ -528,8 +528,8 @@ RunPlan plan_run(const Config& c) {
 
 bool run_may_pad(const Config& c) {
   const auto& d = c.data;
-  if (!d.varies() || d.padding == "none") return false;
-  if (d.lengths == "samples") return true;
+  if (!d.varies() || d.pad() == Padding::None) return false;
+  if (d.source() == LengthsSource::Samples) return true;
   std::vector<int64_t> lengths;
   if (!parse_micro_batch_lengths(d.micro_batch_lengths, lengths).empty()) return false;
   return c.training.micro_batch_size > 1 &&
@@ -539,7 +539,7 @@ bool run_may_pad(const Config& c) {
 int64_t planned_run_steps(const Config& c) {
   if (!c.data.varies() || !validate(c).empty()) return 0;
   std::vector<int64_t> listed;
-  if (c.data.lengths == "micro_batches") parse_micro_batch_lengths(c.data.micro_batch_lengths, listed);
+  if (c.data.source() == LengthsSource::MicroBatches) parse_micro_batch_lengths(c.data.micro_batch_lengths, listed);
   return run_steps(c, static_cast<int64_t>(listed.size()));
 }
 
