@@ -19,6 +19,7 @@ namespace memsim {
 // and the accessors below are the one place each is compared. An unknown string (refused by validate() before
 // anything is simulated) reads as Unknown.
 enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Unknown };
+enum class BaseQuantization { None, Int8, Nf4, Fp4, Unknown };  // bitsandbytes: LLM.int8, 4-bit NF4 and FP4
 enum class TaskHead { CausalLm, SequenceClassification, Unknown };
 enum class PipelineSchedule { OneFOneB, Interleaved1F1B, GPipe, Unknown };
 enum class Offload { None, Cpu, Nvme, Unknown };  // ZeRO-Offload / ZeRO-Infinity targets
@@ -32,7 +33,6 @@ constexpr E choice_of(std::string_view text, const std::pair<std::string_view, E
     if (text == name) return value;
   return E::Unknown;
 }
-enum class BaseQuantization { None, Int8, Nf4, Fp4, Unknown };  // bitsandbytes: LLM.int8, 4-bit NF4 and FP4
 
 enum class NormType { RMSNorm, LayerNorm };
 enum class PositionType { Rope, Absolute };  // "absolute" = learned position embeddings (GPT-2, BERT)
@@ -148,7 +148,6 @@ struct TrainingConfig {
 
   bool operator==(const TrainingConfig&) const = default;
 };
-
 
 // Parameter-efficient fine-tuning (PEFT's names). With a method the base model is frozen: only the adapters
 // (and modules_to_save) have gradients and optimizer states, and the base may be stored quantized.

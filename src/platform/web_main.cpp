@@ -431,7 +431,7 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   using memsim::platform::KeyQueue;
   const std::string keys = "{\"received\":" + std::to_string(KeyQueue::presses_received()) +
                            ",\"fed\":" + std::to_string(KeyQueue::presses_fed()) +
-                           ",\"pending\":" + std::to_string(KeyQueue::pending_count()) +
+                           ",\"pending\":" + (KeyQueue::pending() ? "true" : "false") +
                            ",\"frames_since\":" + std::to_string(KeyQueue::frames_since_last_event()) + "}";
   std::string copy;  // the text field being edited: what Ctrl+C would copy (its selection, or all of a one-line field)
   const bool copies = memsim::ui::text_field_copy(copy);
