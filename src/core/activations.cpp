@@ -187,6 +187,12 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       need_self |= ia3_inputs(layer, mod, width, saved, tokens);
       continue;
     }
+    // Unsloth's kernels cast A and B to the activation dtype (A.to(dtype)) and save only X: X @ A is recomputed in
+    // backward (fast_lora.py LoRA_QKV / LoRA_W / LoRA_MLP save_for_backward).
+    if (unsloth_lora_kernels()) {
+      need_self = true;
+      continue;
+    }
     const int64_t ab = adapter_bytes();
     if (peft.lora_dropout > 0) {
       saved.push_back(act(tw, L_.lora_in, layer));  // dropout mask
@@ -546,7 +552,10 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   const bool parallel = m.norms_per_layer == 1;
   if (mla) norm_forward(layer, res, retained, saved.attn, {"q_a_proj", "q_proj", "kv_a_proj_with_mqa"}, free_input);
   else norm_forward(layer, res, retained, saved.attn, {"q_proj", "k_proj", "v_proj"}, free_input);
-  if (any_quantized_) dequant(layer);
+  // Unsloth from 2025.2: matmul_lora dequantizes into its persistent buffer (unsloth_weight_buffer) in the forward
+  // and the recomputation; only the backward's explicit fast_dequantize calls make new tensors.
+  const bool dequant_here = any_quantized_ && !(unsloth() && rs_.unsloth_weight_buffer);
+  if (dequant_here) dequant(layer);
   auto& A = saved.attn;
   if (mla) {
     mla_forward(layer, A);
@@ -560,7 +569,8 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       q = k = UINT32_MAX;  // views: nothing allocated until RoPE copies them
     } else {
       // Under a q/k norm the projection output is what the norm saves when it needs no fp32 copy of it.
-      const bool norm_keeps = m.qk_norm && (e == 4 || norm_impl(layer) == NormImpl::Fused);
+      // Unsloth's Fast_RoPE_Embedding rotates q and k in place: the projections are what attention saves.
+      const bool norm_keeps = (m.qk_norm && (e == 4 || norm_impl(layer) == NormImpl::Fused)) || unsloth();
       q = rope && !norm_keeps ? tmp(mul(e, d_.T, d_.h_q), L_.q, layer) : act(mul(e, d_.T, d_.h_q), L_.q, layer);
       k = rope && !norm_keeps ? tmp(mul(e, d_.T, d_.h_kv), L_.k, layer) : act(mul(e, d_.T, d_.h_kv), L_.k, layer);
       v = act(mul(e, d_.T, d_.h_kv), L_.v, layer);
@@ -572,7 +582,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     A.push_back(v);
     // q, k and v are projected: the norm's output has no reader left, unless the MLP reads it too (parallel).
     if (!parallel) no_grad_release(A, {no_grad_norm_out_});
-    if (rope) {
+    if (rope && !unsloth()) {
       // RoPE saves nothing sized (cos/sin need no grad); its outputs are what attention saves. Under autocast
       // HF computes cos/sin in fp32, so the rotated q/k are fp32 transients and SDPA saves their casts.
       uint32_t qt = UINT32_MAX, kt = UINT32_MAX;
@@ -700,11 +710,21 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   } else {
     if (!no_grad_) linear_inputs(layer, {"gate_proj", "up_proj"}, d_.h, M, d_.Tn);  // norm 1's output is kept already
   }
-  if (any_quantized_) dequant(layer);
+  if (dequant_here) dequant(layer);
   const int64_t tf = mul(e, d_.T, d_.f);
   uint32_t prod_transient = UINT32_MAX;  // the down projection's input when a frozen weight does not keep it
   if (moe) {
     moe_forward(layer, M);
+  } else if (m.mlp_gated && unsloth_lora_kernels()) {
+    // LoRA_MLP: e = X W_gate, g = X W_up, h = swiglu_fg_kernel(e, g), then down; it saves X, e and g, and backward
+    // rebuilds h in place (swiglu_DWf_DW_dfg_kernel), so h goes after the down projection.
+    const uint32_t gate = act(tf, L_.mlp_gate, layer);
+    const uint32_t up = act(tf, L_.mlp_up, layer);
+    M.push_back(gate), M.push_back(up);
+    no_grad_release(M, {no_grad_norm_out_});
+    no_grad_release(A, {no_grad_norm_out_});
+    prod_transient = tmp(tf, L_.mlp_prod, layer);
+    no_grad_release(M, {gate, up});
   } else if (m.mlp_gated) {
     const uint32_t gate = act(tf, L_.mlp_gate, layer);  // saved by silu
     const uint32_t up = act(tf, L_.mlp_up, layer);      // saved by act * up
@@ -842,6 +862,8 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
     const int64_t ab = any_quantized_ ? (d_.amp ? d_.e : 4) : adapter_bytes();
     if (ab != e) mlp_t = std::max(mlp_t, mul(3, ab, d_.T, d_.f));
   }
+  // LoRA_MLP.backward: DW = dY W_down^T (a new [tokens, f]) takes h, df and de in place over DW, e and g; then dX.
+  if (unsloth_lora_kernels() && c_.model.mlp_gated && !s_.is_moe(layer)) mlp_t = add(mul(e, d_.T, d_.f), mul(e, d_.T, d_.h));
   if (any_quantized_) dequant(layer);
   uint32_t t = tmp(mlp_t, L_.bwd_mlp, layer);
   for (auto it = saved.mlp.rbegin(); it != saved.mlp.rend(); ++it) drop(*it);
@@ -1005,7 +1027,13 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   }
   const int64_t tv = mul(d_.T, d_.V);
   const int64_t e = d_.e;
-  switch (rs_.loss) {
+  const LossImpl loss = loss_now();
+  switch (loss) {
+    case LossImpl::UnslothLogits:
+    case LossImpl::CutCrossEntropy:
+    case LossImpl::UnslothFusedCe:
+      unsloth_loss_forward(loss, saved);
+      break;
     case LossImpl::HfFp32Upcast: {
       // transformers >= 4.49 ForCausalLMLoss: logits (compute dtype) -> .float() -> cross_entropy saves its
       // log-softmax (fp32). The Trainer drops the model outputs before backward; a plain loop holds them.
@@ -1219,7 +1247,13 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   const int64_t tv = mul(d_.T, d_.V);
   const int64_t e = d_.e;
   uint32_t dy = UINT32_MAX;
-  switch (rs_.loss) {
+  const LossImpl loss = loss_now();
+  switch (loss) {
+    case LossImpl::UnslothLogits:
+    case LossImpl::CutCrossEntropy:
+    case LossImpl::UnslothFusedCe:
+      dy = unsloth_loss_backward(loss, saved);
+      break;
     case LossImpl::HfFp32Upcast:
     case LossImpl::FullFp32: {
       // nll_loss backward and log_softmax backward (fp32, [T, V] each), then the cast back for lm_head. The
@@ -1511,7 +1545,9 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   } else {
     res = act(mul(d_.e_res, d_.Tn, d_.h), L_.p2p, static_cast<int32_t>(first));
   }
-  const bool offload = c_.training.activation_offload;
+  const bool offload = c_.training.activation_offload && !unsloth_gc();
+  const bool unsloth_offload = unsloth_gc();
+  if (unsloth_offload) unsloth_gc_buffers(true);
   auto offload_layer = [&](int64_t i) {
     for (auto* part : {&f.saved[i].attn, &f.saved[i].mlp}) {
       for (uint32_t t : *part) f.host[i].push_back({p_.tensors[t].bytes, p_.tensors[t].label}), drop(t);
@@ -1533,6 +1569,9 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     gathered.clear();
     // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.
     if (offload && l > first) offload_layer(l - 1 - first);
+    // Unsloth's checkpointer copies the layer's input to the host inside the layer's forward and saves no GPU copy:
+    // the input goes when the decoder loop moves on to the layer's output.
+    if (unsloth_offload && unsloth_offloads(l)) offload_layer(l - first);
   }
   // No layer keeps the mask: it goes when LlamaModel.forward returns, before the head (its final norm, a small
   // tensor, is taken to run after).
@@ -1591,8 +1630,10 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     const int32_t li = static_cast<int32_t>(l);
     SavedLayer& sv = f.saved[l - first];
     gather(l, gathered);
+    // Back from the host: a new tensor, or under Unsloth's smart checkpointing a view of its persistent buffer.
+    const bool into_buffer = unsloth_gc() && rs_.unsloth_gc != UnslothGc::Offload;
     if (!f.host[l - first].empty())
-      for (auto [bytes, label] : f.host[l - first]) sv.attn.push_back(act(bytes, label, li));
+      for (auto [bytes, label] : f.host[l - first]) sv.attn.push_back(act(into_buffer ? 0 : bytes, label, li));
     if (checkpointed(l)) {
       // Recompute with grad on the kept input, then backward through the recomputed graph. Outputs that selective
       // checkpointing kept are handed to the recomputed graph instead of being computed again.
@@ -1687,6 +1728,7 @@ void StepBuilder::reuse(InFlight& f) {
 // reverse chunk order; the in-flight activations come out of that order (Korthikanti et al. 2022 eq. 5 puts
 // the first stage at 1 + (p - 1) / (p v) of 1F1B's).
 void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
+  iter_ = iter;
   const int64_t p = c_.parallel.pipeline_parallel_size, i = ctx_.stage;
   const bool interleaved = p > 1 && c_.parallel.schedule() == PipelineSchedule::Interleaved1F1B;
   const int64_t v = interleaved ? c_.parallel.virtual_pipeline_stages : 1;

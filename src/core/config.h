@@ -325,6 +325,7 @@ struct VersionsConfig {
   std::string torchao = "latest";
   std::string flash_attn = "latest";
   std::string torchtune = "latest";
+  std::string unsloth = "latest";
   std::string date;
 
   bool operator==(const VersionsConfig&) const = default;

@@ -23,7 +23,8 @@ constexpr FrameworkSpec kFrameworks[] = {
      "upcasts logits (4.49+), default optim adamw_torch_fused on torch >= 2.8 (PR #37358), "
      "Trainer.create_optimizer: decay and no-decay groups; compute_loss returns only the loss, so the outputs "
      "(logits) are dropped before backward; gradient accumulation through Accelerator.accumulate, which runs the "
-     "micro-batches that do not sync under model.no_sync() (accelerator.py no_sync: getattr(model, 'no_sync'))", true, true, false, true},
+     "micro-batches that do not sync under model.no_sync() (accelerator.py no_sync: getattr(model, 'no_sync'))", true, true, false, true,
+     true, FrameworkSpec::ExpertShard::PerExpertLinear, true},
     {"hf_loop", "transformers model in a plain PyTorch loop", "sdpa", "eager_fp32", "hf_fp32_upcast", "foreach", 1, true, false, "deepspeed", false, false, false, false, false, false, false,
      "out = model(**batch); out.loss.backward(): `out` keeps the logits alive through backward; "
      "torch.optim.AdamW(model.parameters()) is one group, foreach on CUDA", true, true, false, true},
@@ -55,21 +56,32 @@ constexpr FrameworkSpec kFrameworks[] = {
      "the all-gathered input); pipeline stages from torch.distributed.pipelining; run_train.sh sets "
      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false, false,
      FrameworkSpec::ExpertShard::Dim1WhenShort},
+    {"unsloth", "Unsloth (FastLanguageModel under TRL/HF Trainer)", "sdpa_repeat_kv", "fused", "unsloth_fused_ce", "fused", 2, false, false, "deepspeed", false, false, false, false, false, true, false,
+     "unslothai/unsloth at HEAD 015bdef0 with unsloth-zoo ce232d6c (docs/research/unsloth.md): xformers attention "
+     "(the notebooks install xformers, not flash-attn) expands k and v to every query head in training; "
+     "Fast_RMS_Layernorm saves its input and an fp32 rstd; Fast_RoPE_Embedding rotates q and k in place; "
+     "LoRA_MLP saves X, e and g (not silu(e) * g), LoRA_QKV reads X once, LoRA A/B are fp32 and cast to the "
+     "activation dtype inside the kernels; the loss and use_gradient_checkpointing='unsloth' follow the unsloth "
+     "version; `import unsloth` sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (docs/versions.md 11); the "
+     "loop is TRL's SFTTrainer, an HF Trainer", false, false, true, false, true,
+     FrameworkSpec::ExpertShard::PerExpertLinear, true, true},
 };
 
 constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager"};
 constexpr Attention kAttentionValues[] = {Attention::Sdpa, Attention::SdpaRepeatKv, Attention::FlashAttention2, Attention::Eager};
 constexpr std::string_view kNorm[] = {"auto", "eager_fp32", "fp32_scale", "fused"};
 constexpr NormImpl kNormValues[] = {NormImpl::EagerFp32, NormImpl::Fp32Scale, NormImpl::Fused};
-constexpr std::string_view kLoss[] = {"auto",         "hf_fp32_upcast", "hf_shift_fp32", "hf_fp32_logits", "hf_shift",
-                                      "full_fp32",    "chunked_fp32",   "chunked_bf16",  "fused_linear"};
-constexpr LossImpl kLossValues[] = {LossImpl::HfFp32Upcast, LossImpl::HfShiftFp32, LossImpl::HfFp32Logits,
-                                    LossImpl::HfShift,      LossImpl::FullFp32,    LossImpl::ChunkedFp32,
-                                    LossImpl::ChunkedBf16,  LossImpl::FusedLinear};
+constexpr std::string_view kLoss[] = {"auto",           "hf_fp32_upcast",    "hf_shift_fp32",   "hf_fp32_logits",
+                                      "hf_shift",       "full_fp32",         "chunked_fp32",    "chunked_bf16",
+                                      "fused_linear",   "unsloth_logits",    "cut_cross_entropy", "unsloth_fused_ce"};
+constexpr LossImpl kLossValues[] = {LossImpl::HfFp32Upcast,  LossImpl::HfShiftFp32,     LossImpl::HfFp32Logits,
+                                    LossImpl::HfShift,       LossImpl::FullFp32,        LossImpl::ChunkedFp32,
+                                    LossImpl::ChunkedBf16,   LossImpl::FusedLinear,     LossImpl::UnslothLogits,
+                                    LossImpl::CutCrossEntropy, LossImpl::UnslothFusedCe};
 constexpr std::string_view kOptImpl[] = {"auto", "foreach", "fused", "for_loop"};
 constexpr OptimizerImpl kOptImplValues[] = {OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop};
 constexpr std::string_view kCheckpointing[] = {"none", "full", "selective", "selective_op", "every_k"};
-constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "hf_loop", "deepspeed", "torchtune", "litgpt", "megatron", "torchtitan"};
+constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "hf_loop", "deepspeed", "torchtune", "litgpt", "megatron", "torchtitan", "unsloth"};
 constexpr std::string_view kSharding[] = {"auto", "deepspeed", "fsdp1", "fsdp2", "megatron"};
 constexpr Sharding kShardingValues[] = {Sharding::DeepSpeed, Sharding::Fsdp1, Sharding::Fsdp2, Sharding::Megatron};
 constexpr std::string_view kBackwardPrefetch[] = {"backward_pre", "backward_post", "none"};
@@ -146,7 +158,7 @@ bool tri_state(const std::string& field, Switch s, Deriving& d, F&& derive) {
 OptimizerImpl derive_optimizer_impl(const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const OptimizerImpl spec = named(f.optimizer_impl, kOptImpl, kOptImplValues);
   const bool torch2 = v.at_least(Library::Torch, V(2, 0));
-  if (f.id == "hf_trainer") {
+  if (f.hf_trainer_loop) {
     if (v.below(Library::Transformers, V(4, 32))) {
       d.from(Switch::OptimizerImpl, "the Trainer's default optim was adamw_hf, transformers' own AdamW with a "
                                     "per-parameter loop, until transformers#25109 made it adamw_torch in 4.32",
@@ -234,6 +246,30 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
 // are taken to: a class that never upcast, such as GPT-2's, is overestimated in 4.31-4.45).
 LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const LossImpl spec = named(f.loss, kLoss, kLossValues);
+  if (f.unsloth_kernels && decoder_causal_lm(c.model)) {
+    // docs/research/unsloth.md 2b: CausalLM_fast_forward's loss by release. Each change is taken from the first
+    // month whose releases all have it: CCE (fa8e59eb, 2024-11-17; in tag December-2024), the N <= 1024 rule
+    // (b9fe2588, 2024-12-10), unsloth_fused_ce_loss (806bee24, 2025-08-13; in tag August-2025-v2) and fused for
+    // every N (0ede099e, 2025-10-16). The N <= 1024 rule is Resolved::unsloth_logits_max_tokens.
+    const Library u = Library::Unsloth;
+    if (v.below(u, V(2024, 12))) {
+      d.from(Switch::Loss, "Unsloth's fast_cross_entropy_loss on materialised 16-bit logits until it called "
+                           "cut_cross_entropy (unsloth fa8e59eb, 2024-11-17)", u);
+      return LossImpl::UnslothLogits;
+    }
+    if (v.below(u, V(2025, 8))) {
+      d.from(Switch::Loss, "Unsloth called Apple's cut_cross_entropy (unsloth fa8e59eb, 2024-11-17; from b9fe2588, "
+                           "2024-12-10, only above 1024 tokens per micro-batch) until unsloth_fused_ce_loss (806bee24, "
+                           "2025-08-13)", u);
+      return LossImpl::CutCrossEntropy;
+    }
+    d.from(Switch::Loss, v.below(u, V(2025, 11))
+                             ? "unsloth_fused_ce_loss above 1024 tokens per micro-batch from unsloth 806bee24 "
+                               "(2025-08-13), materialised logits below until 0ede099e (2025-10-16)"
+                             : "unsloth_fused_ce_loss for every micro-batch from unsloth 0ede099e (2025-10-16)",
+           u);
+    return LossImpl::UnslothFusedCe;
+  }
   if (f.id == "torchtune" && decoder_causal_lm(c.model)) {
     // docs/versions.md 13: CEWithChunkedOutputLoss is in 61 of 70 recipe configs from torchtune v0.3.0 and in none of
     // v0.2.1, whose TransformerDecoder returned self.output(h).float() to nn.CrossEntropyLoss (modules/transformer.py).
@@ -401,6 +437,46 @@ AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const
   return std::string_view(pr->id).find("fp16") != std::string_view::npos ? AdapterDtype::Fp16 : AdapterDtype::Bf16;
 }
 
+// docs/research/unsloth.md 1 and 3: Unsloth's gradient-checkpointing buffers and its dequantization buffer, and the
+// micro-batches small enough for materialised logits (2b), by the unsloth version.
+void derive_unsloth(const Config& c, const StackVersions& v, Resolved& r) {
+  const Library u = Library::Unsloth;
+  std::string& note = r.unsloth_note;
+  const std::string from = describe_version(v, u);
+  if (v.below(u, V(2025, 3))) {
+    r.unsloth_gc = UnslothGc::Offload;
+    note = "use_gradient_checkpointing='unsloth' (full checkpointing with activation_offload): "
+           "Unsloth_Offloaded_Gradient_Checkpointer copies every layer's input to the host and back into a new GPU "
+           "tensor, up to unsloth 2025.2";
+  } else {
+    r.unsloth_gc = v.below(u, V(2026, 6)) ? UnslothGc::Smart : UnslothGc::SmartDouble;
+    note = "use_gradient_checkpointing='unsloth' (full checkpointing with activation_offload): UnslothCheckpointFunction "
+           "(unsloth-zoo gradient_checkpointing.py, Llama from unsloth 3e5f0611, 2025-03-04) reloads each offloaded "
+           "input into one persistent GPU buffer of the largest micro-batch's tokens x hidden, keeps the last layer's "
+           "input on the GPU from the second step, does not offload inputs of at most 2^20 elements, and is plain "
+           "checkpointing below a 512-token max_seq_length";
+    if (r.unsloth_gc == UnslothGc::SmartDouble)
+      note += "; with a second buffer of that size from unsloth-zoo 510d987f (2026-05-04, taken from unsloth 2026.6), "
+              "assuming more than 512 MiB free at the next forward";
+  }
+  r.unsloth_weight_buffer = c.peft.enabled() && c.peft.quantized() && v.at_least(u, V(2025, 2));
+  if (r.unsloth_weight_buffer)
+    note += "; matmul_lora dequantizes into one persistent buffer of the largest 4-bit linear (16-bit) and its fp32 "
+            "absmax (fast_dequantize use_global_buffer, unsloth 144190bd, in tag 2025-02); the backward's explicit "
+            "dequantizations stay temporaries";
+  const bool ce_rule = v.at_least(u, V(2025, 1)) && v.below(u, V(2025, 11));
+  if (ce_rule && c.training.loss == "auto") {
+    r.unsloth_logits_max_tokens = 1024;
+    note += "; a micro-batch of at most 1024 tokens takes the materialised 16-bit logits (CausalLM_fast_forward: if "
+            "bsz * q_len <= 1024: RETURN_LOGITS = True, unsloth b9fe2588 to 0ede099e)";
+  }
+  // unsloth_zoo fused_losses get_chunk_size: n_chunks = ceil(fp32 logits GB / target_gb / 4) * 4, with target_gb 1
+  // in the first version (fc29e051, 2025-08-13) and half the free memory from 770de251 (2025-09-04; at most 4 GB from
+  // d9fe1f43, 2026-07-06). The free memory at the first call is not known here: 4 GB stands for it (not pinned).
+  r.unsloth_ce_target_bytes = v.below(u, V(2025, 9)) ? int64_t{1} << 30 : int64_t{4} << 30;
+  note += ", from " + from;
+}
+
 }  // namespace
 
 std::span<const FrameworkSpec> frameworks() { return kFrameworks; }
@@ -528,6 +604,17 @@ Resolved resolve(const Config& c) {
   // only torchtitan's run_train.sh does (axolotl and unsloth, which also do, are not frameworks here). Its
   // multi-node multinode_trainer.slurm does not: the validation cases of multi-node torchtitan runs set false.
   r.expandable_segments = tri_state(c.hardware.expandable_segments, Switch::ExpandableSegments, d, [&] {
+    if (f.unsloth_kernels) {
+      // docs/versions.md 11: `import unsloth` overwrites PYTORCH_CUDA_ALLOC_CONF with expandable_segments:True from
+      // unsloth#249 (c599ae0f, 2024-03-17) and deletes it again for torch < 2.2.
+      const bool on = v.at_least(Library::Unsloth, V(2024, 4)) && v.at_least(torch, V(2, 2));
+      d.from(Switch::ExpandableSegments, on ? "`import unsloth` sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                                              "(unsloth#249, 2024-03) with torch >= 2.2"
+                                            : "`import unsloth` sets expandable segments only from unsloth#249 "
+                                              "(2024-03) and only with torch >= 2.2",
+             Library::Unsloth, torch);
+      return on;
+    }
     d.framework(Switch::ExpandableSegments);
     return f.launcher_expandable_segments;
   });
@@ -548,10 +635,10 @@ Resolved resolve(const Config& c) {
   // (transformers#28769; #31530 removed it for 4.42). It ran between the forward and the backward of every
   // micro-batch; memsim's replay empties the cache at the end of each optimizer step, the nearest it models.
   if (t.empty_cache_steps == kEmptyCacheAuto) {
-    const bool tf441 = f.id == "hf_trainer" && v.at_least(Library::Transformers, V(4, 41)) &&
+    const bool tf441 = f.hf_trainer_loop && v.at_least(Library::Transformers, V(4, 41)) &&
                        v.below(Library::Transformers, V(4, 42));
     r.empty_cache_steps = tf441 ? 1 : 0;
-    if (f.id == "hf_trainer")
+    if (f.hf_trainer_loop)
       d.from(Switch::EmptyCacheSteps, tf441 ? "the Trainer of transformers 4.41 emptied the cache in every "
                                               "training_step (transformers#28769, removed by #31530 in 4.42); memsim "
                                               "empties it after each optimizer step"
@@ -566,6 +653,7 @@ Resolved resolve(const Config& c) {
   }
   r.foreach_keeps_denom = v.below(torch, V(2, 1));
   r.mask = derive_attention_mask(c, f, r.attention, v);
+  if (f.unsloth_kernels) derive_unsloth(c, v, r);
   return r;
 }
 
@@ -591,12 +679,13 @@ bool switch_applies(const Config& c, const Resolved& r, Switch s) {
   const FrameworkSpec& f = *r.framework;
   switch (s) {
     case Switch::Attention: return f.transformers_model && !c.model.is_encoder_decoder;
-    case Switch::Loss: return (f.transformers_model || f.id == "torchtune") && decoder_causal_lm(c.model);
+    case Switch::Loss:
+      return (f.transformers_model || f.id == "torchtune" || f.unsloth_kernels) && decoder_causal_lm(c.model);
     case Switch::BnbSavesInput:
       return f.bitsandbytes_quantization && c.peft.enabled() && c.peft.four_bit();
     case Switch::AdapterDtype: return c.peft.enabled() && f.peft_library;
     case Switch::CudaModuleLoading: return c.hardware.cuda_context_bytes == 0;
-    case Switch::EmptyCacheSteps: return f.id == "hf_trainer" && c.data.varies();  // only a run replay empties it
+    case Switch::EmptyCacheSteps: return f.hf_trainer_loop && c.data.varies();  // only a run replay empties it
     case Switch::CheckpointReentrant: return c.training.activation_checkpointing != "none";
     default: return true;
   }
@@ -640,6 +729,11 @@ std::vector<std::string> version_notes(const Config& c) {
   // (data_shape.h run_may_pad; a fixed shape counts as unpadded).
   if (r.mask.build != MaskBuild::None && (r.mask.unpadded || run_may_pad(c)))
     notes.push_back("attention mask: " + r.mask.note);
+  if (!r.unsloth_note.empty()) notes.push_back("unsloth: " + r.unsloth_note);
+  if (r.framework->unsloth_kernels && c.peft.enabled() && c.peft.quantized() && c.peft.prepare_kbit)
+    notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
+                    "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "
+                    "prepare_model_for_training upcasts only the adapters): set false for an Unsloth run");
   const OptimizerSpec* opt = find_optimizer(c.training.optimizer);
   if (r.foreach_keeps_denom && r.optimizer_impl == OptimizerImpl::Foreach && opt && opt->kind == OptimizerKind::Adam &&
       !opt->paged)

@@ -17,7 +17,18 @@ enum class Attention { Sdpa, SdpaRepeatKv, FlashAttention2, Eager };
 enum class NormImpl { EagerFp32, Fp32Scale, Fused };
 // The HF variants are transformers' causal-LM loss across versions (docs/versions.md 6a, frameworks.cpp kLoss):
 // HfFp32Upcast 4.49+, HfShiftFp32 4.46-4.48, HfFp32Logits 4.31-4.45, HfShift before 4.31.
-enum class LossImpl { HfFp32Upcast, HfShiftFp32, HfFp32Logits, HfShift, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear };
+enum class LossImpl {
+  HfFp32Upcast, HfShiftFp32, HfFp32Logits, HfShift, FullFp32, ChunkedFp32, ChunkedBf16, FusedLinear,
+  UnslothLogits,    // Unsloth fast_cross_entropy_loss on materialised 16-bit logits, its gradient written into them
+  CutCrossEntropy,  // Apple's cut_cross_entropy (linear_cross_entropy), as Unsloth called it 2024-11 to 2025-08
+  UnslothFusedCe,   // unsloth_zoo unsloth_fused_ce_loss: the input gradient made chunk by chunk in the forward
+};
+// Unsloth's use_gradient_checkpointing="unsloth" (docs/research/unsloth.md 1), by its version.
+enum class UnslothGc : uint8_t {
+  Offload,       // up to 2025.2: Unsloth_Offloaded_Gradient_Checkpointer, every layer input to the host, a fresh copy back
+  Smart,         // from 2025.3: UnslothCheckpointFunction, reloads into one persistent GPU buffer, the last layer kept
+  SmartDouble,   // from 2026.6: the same with a second buffer (double buffering, unsloth-zoo 510d987f)
+};
 enum class OptimizerImpl { Foreach, Fused, ForLoop };
 enum class Checkpointing { None, Full, Selective, SelectiveOp, EveryK };
 // How context parallel's ring attention moves key/value chunks (parallel.cp_rotate_method).
@@ -89,6 +100,12 @@ struct FrameworkSpec {
   //    the experts (models/llama4/infra/parallelize.py: "efsdp_degree * ep_degree > num_experts" -> Shard(1)).
   enum class ExpertShard : uint8_t { PerExpertLinear, ExpertDim, Dim1WhenShort };
   ExpertShard fsdp2_expert_shard = ExpertShard::PerExpertLinear;
+  // The training loop is the HF Trainer's (TRL's SFTTrainer subclasses it): its optim default and the 4.41
+  // empty_cache follow the transformers version.
+  bool hf_trainer_loop = false;
+  // Unsloth's patched model code (FastLanguageModel, docs/research/unsloth.md): its Triton LoRA kernels, in-place
+  // RoPE, fast RMSNorm, its checkpointing and its loss by the unsloth version; adapters always fp32.
+  bool unsloth_kernels = false;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.
@@ -183,6 +200,12 @@ struct Resolved {
   // The attention mask of transformers' model code and what SDPA does with it; like foreach_keeps_denom it follows
   // from the versions and the config with no field of its own.
   AttentionMask mask;
+  // Unsloth (FrameworkSpec::unsloth_kernels), by the unsloth version; like mask, no config field of their own.
+  UnslothGc unsloth_gc = UnslothGc::Offload;
+  bool unsloth_weight_buffer = false;  // fast_dequantize into one persistent buffer (2025.2 on)
+  int64_t unsloth_logits_max_tokens = 0;  // a micro-batch of at most this many tokens takes UnslothLogits instead
+  int64_t unsloth_ce_target_bytes = int64_t{4} << 30;  // UnslothFusedCe: the fp32 logits a chunk aims at (get_chunk_size)
+  std::string unsloth_note;               // the rules above with their sources, for the result's notes
   std::array<Origin, kSwitchCount> origin;
   StackVersions versions;
   int64_t adapter_bytes() const { return adapter_dtype == AdapterDtype::Fp32 ? 4 : 2; }

@@ -179,6 +179,7 @@ void visit_fields(Config& c, V& v) {
   v.str("versions.torchao", vs.torchao);
   v.str("versions.flash_attn", vs.flash_attn);
   v.str("versions.torchtune", vs.torchtune);
+  v.str("versions.unsloth", vs.unsloth);
   v.str("versions.date", vs.date);
 }
 

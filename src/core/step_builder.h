@@ -116,6 +116,11 @@ struct Labels {
       logits_shifted;
 };
 
+// Labels of Unsloth's own tensors, made on first use so that other programs are unchanged.
+struct UnslothLabels {
+  uint32_t gc_buffer, weight_buffer, ce_chunk, grad_inputs;
+};
+
 class StepBuilder {
  public:
   explicit StepBuilder(const StepContext& ctx);
@@ -206,6 +211,19 @@ class StepBuilder {
   void mla_forward(int32_t layer, std::vector<uint32_t>& saved);
   void moe_forward(int32_t layer, std::vector<uint32_t>& saved);
   void loss_forward(uint32_t res, std::vector<uint32_t>& saved);
+  // The loss this micro-batch takes: rs_.loss, or Unsloth's materialised logits for a small one
+  // (Resolved::unsloth_logits_max_tokens).
+  LossImpl loss_now() const {
+    return rs_.unsloth_logits_max_tokens > 0 && d_.T <= rs_.unsloth_logits_max_tokens ? LossImpl::UnslothLogits : rs_.loss;
+  }
+  bool unsloth() const { return rs_.framework->unsloth_kernels; }
+  // Unsloth's fast LoRA path (LoRA_MLP, LoRA_QKV, LoRA_W in unsloth/kernels/fast_lora.py): plain LoRA without dropout
+  // (get_peft_model patches only lora_dropout == 0 layers); with dropout PEFT's own forward runs.
+  bool unsloth_lora_kernels() const {
+    return unsloth() && c_.peft.kind() == PeftMethod::Lora && c_.peft.lora_dropout == 0;
+  }
+  // Unsloth's use_gradient_checkpointing="unsloth": full checkpointing with activation_offload under Unsloth.
+  bool unsloth_gc() const;
   uint32_t loss_backward(std::vector<uint32_t>& saved);
   bool checkpointed(int64_t layer) const;
   uint32_t forward_layer(int32_t layer, uint32_t in, SavedLayer& saved, bool own_input);
@@ -349,6 +367,20 @@ class StepBuilder {
   bool mask_labels_ = false;
   MaskInFlight mask_;  // the micro-batch whose forward or backward is running
   int64_t enc_s_ = 0, dec_s_ = 0;  // encoder (source) and decoder (target) tokens per sequence
+  int iter_ = 1;                   // the optimizer step being replayed (1-based)
+  UnslothLabels LU_{};
+  bool unsloth_labels_ = false;
+  void unsloth_labels();
+  // unsloth.cpp
+  void unsloth_gc_buffers(bool grow);  // create (grow false) or grow to this micro-batch's input (true)
+  bool unsloth_offloads(int64_t layer) const;  // whether smart checkpointing sends this layer's input to the host
+  void unsloth_weight_buffer();
+  void unsloth_loss_forward(LossImpl loss, std::vector<uint32_t>& saved);
+  uint32_t unsloth_loss_backward(LossImpl loss, std::vector<uint32_t>& saved);
+  // Unsloth's smart checkpointing (UnslothGc::Smart): the persistent GPU buffers the offloaded inputs come back to,
+  // grown to the largest micro-batch's tokens x hidden and never shrunk.
+  uint32_t gc_buffer_[2] = {UINT32_MAX, UINT32_MAX};
+  int64_t gc_buffer_bytes_[2] = {0, 0};
 };
 
 }  // namespace memsim

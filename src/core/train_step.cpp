@@ -991,6 +991,8 @@ void StepBuilder::prologue() {
     mask_labels();
     p_.alloc(Component::Weights, mul(c_.model.max_position_embeddings, c_.model.max_position_embeddings), LM_.buffer);
   }
+  unsloth_weight_buffer();
+  unsloth_gc_buffers(false);
   p_.alloc(Component::Overhead, cublas_workspace_bytes(ctx_.gpu), L_.ws);
   p_.alloc(Component::Overhead, kCublasLtWorkspaceBytes, L_.ws_lt);
 }

@@ -360,6 +360,26 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
 
 // What the encoder-decoder step (encoder_decoder.cpp) models: HF's T5ForConditionalGeneration trained on one
 // device or with ZeRO data parallelism. Everything else is refused rather than guessed.
+// Unsloth (FrameworkSpec::unsloth_kernels) as memsim models it: FastLanguageModel's patched decoder-only causal LM,
+// trained on one GPU or under DDP (docs/research/unsloth.md). Encoder-decoder models are refused with the rest of
+// validate_encoder_decoder's checks.
+void validate_unsloth(const Config& c, std::vector<FieldError>& e) {
+  if (c.training.framework != "unsloth" || c.model.is_encoder_decoder) return;
+  const auto& m = c.model;
+  const auto& p = c.parallel;
+  if (m.post_layernorm || m.head() != TaskHead::CausalLm || m.kv_lora_rank > 0)
+    e.push_back({"training.framework", "training.framework unsloth is modelled for decoder-only causal LMs with "
+                                       "standard attention (FastLanguageModel's patched Llama-style forward)"});
+  if (p.tensor_parallel_size > 1 || p.pipeline_parallel_size > 1 || p.context_parallel_size > 1 ||
+      p.expert_parallel_size > 1 || p.zero_stage > 0)
+    e.push_back({"training.framework", "training.framework unsloth trains on one GPU or under plain DDP: set "
+                                       "parallel tensor, pipeline, context and expert sizes to 1 and zero_stage to 0"});
+  if (c.training.activation_offload && c.training.activation_checkpointing != "full")
+    e.push_back({"training.activation_offload", "under training.framework unsloth, activation_offload is "
+                                                "use_gradient_checkpointing='unsloth' and needs "
+                                                "training.activation_checkpointing full"});
+}
+
 void validate_encoder_decoder(const Config& c, std::vector<FieldError>& e) {
   const auto& m = c.model;
   const auto& t = c.training;
@@ -529,6 +549,7 @@ std::vector<FieldError> validate(const Config& c) {
 
   validate_peft(c, e);
   validate_encoder_decoder(c, e);
+  validate_unsloth(c, e);
 
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);

@@ -100,6 +100,22 @@ constexpr Release kTorchtune[] = {
     {{0, 6, 0}, {2025, 3, 18}}, {{0, 6, 1}, {2025, 4, 7}},
 };
 
+// Unsloth numbers its releases by year and month (pypi unsloth 2024.8, 2025.3.19: the notebooks print "Unsloth
+// 2024.8"). Each month's releases are dated here on the month's last day, as torch's month-only dates are, so that
+// no release is assumed before it could have happened; the rules in frameworks.cpp (derive_unsloth) take a change
+// from the first month whose releases all have it (docs/research/unsloth.md, tags July-2024 ... November-2025 of
+// unslothai/unsloth). 2026.8 is the newest release read (HEAD 015bdef0, 2026-08-22).
+constexpr Release kUnsloth[] = {
+    {{2024, 1, 0}, {2024, 1, 31}}, {{2024, 2, 0}, {2024, 2, 29}}, {{2024, 3, 0}, {2024, 3, 31}}, {{2024, 4, 0}, {2024, 4, 30}},
+    {{2024, 5, 0}, {2024, 5, 31}}, {{2024, 6, 0}, {2024, 6, 30}}, {{2024, 7, 0}, {2024, 7, 31}}, {{2024, 8, 0}, {2024, 8, 31}},
+    {{2024, 9, 0}, {2024, 9, 30}}, {{2024, 10, 0}, {2024, 10, 31}}, {{2024, 11, 0}, {2024, 11, 30}}, {{2024, 12, 0}, {2024, 12, 31}},
+    {{2025, 1, 0}, {2025, 1, 31}}, {{2025, 2, 0}, {2025, 2, 28}}, {{2025, 3, 0}, {2025, 3, 31}}, {{2025, 4, 0}, {2025, 4, 30}},
+    {{2025, 5, 0}, {2025, 5, 31}}, {{2025, 6, 0}, {2025, 6, 30}}, {{2025, 7, 0}, {2025, 7, 31}}, {{2025, 8, 0}, {2025, 8, 31}},
+    {{2025, 9, 0}, {2025, 9, 30}}, {{2025, 10, 0}, {2025, 10, 31}}, {{2025, 11, 0}, {2025, 11, 30}}, {{2025, 12, 0}, {2025, 12, 31}},
+    {{2026, 1, 0}, {2026, 1, 31}}, {{2026, 2, 0}, {2026, 2, 28}}, {{2026, 3, 0}, {2026, 3, 31}}, {{2026, 4, 0}, {2026, 4, 30}},
+    {{2026, 5, 0}, {2026, 5, 31}}, {{2026, 6, 0}, {2026, 6, 30}}, {{2026, 7, 0}, {2026, 7, 31}}, {{2026, 8, 0}, {2026, 8, 31}},
+};
+
 constexpr LibraryInfo kLibraries[] = {
     {Library::Torch, "torch", "versions.torch", kTorch, "docs/versions.md release-date table; pytorch RELEASE.md",
      "softmax keeping its input, zero_grad(set_to_none), the optimizer's foreach default, the SDPA default, CUDA "
@@ -114,6 +130,8 @@ constexpr LibraryInfo kLibraries[] = {
     {Library::FlashAttn, "flash-attn", "versions.flash_attn", kFlashAttn, "docs/versions.md (flash-attention tags)", ""},
     {Library::Torchtune, "torchtune", "versions.torchtune", kTorchtune, "docs/versions.md (pytorch/torchtune tags)",
      "torchtune's loss (chunked from 0.3) and optimizer (fused from 0.4)"},
+    {Library::Unsloth, "unsloth", "versions.unsloth", kUnsloth, "docs/research/unsloth.md (unslothai/unsloth tags)",
+     "Unsloth's loss path, its gradient-checkpointing buffers and its dequantization buffer"},
 };
 static_assert(std::size(kLibraries) == kLibraryCount);
 
@@ -168,9 +186,10 @@ std::string& version_field(VersionsConfig& v, Library lib) {
     case Library::Deepspeed: return v.deepspeed;
     case Library::Torchao: return v.torchao;
     case Library::FlashAttn: return v.flash_attn;
-    case Library::Torchtune: break;
+    case Library::Torchtune: return v.torchtune;
+    case Library::Unsloth: break;
   }
-  return v.torchtune;
+  return v.unsloth;
 }
 
 const std::string& version_field(const VersionsConfig& v, Library lib) {

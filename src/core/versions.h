@@ -38,8 +38,8 @@ struct Date {
   bool operator==(const Date&) const = default;
 };
 
-enum class Library { Torch, Transformers, Peft, Bitsandbytes, Deepspeed, Torchao, FlashAttn, Torchtune };
-constexpr size_t kLibraryCount = 8;
+enum class Library { Torch, Transformers, Peft, Bitsandbytes, Deepspeed, Torchao, FlashAttn, Torchtune, Unsloth };
+constexpr size_t kLibraryCount = 9;
 
 struct Release {
   Version version;

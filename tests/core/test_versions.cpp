@@ -134,10 +134,11 @@ TEST_CASE("versions: a date picks each library's newest release on or before it"
 }
 
 TEST_CASE("versions: a date after every table derives what latest does", "[versions]") {
-  for (const char* fw : {"hf_trainer", "hf_loop", "deepspeed", "torchtune", "litgpt", "megatron", "torchtitan"}) {
+  for (const char* fw : {"hf_trainer", "hf_loop", "deepspeed", "torchtune", "litgpt", "megatron", "torchtitan", "unsloth"}) {
     INFO(fw);
     Config latest;
     latest.training.framework = fw;
+    latest.peft.prepare_kbit = false;
     latest.peft.method = "lora";
     latest.peft.base_quantization = "nf4";
     latest.parallel.zero_stage = 0;
@@ -165,8 +166,9 @@ TEST_CASE("versions: latest derives exactly what memsim did before versions were
     CHECK(switch_value(r, Switch::OptimizerImpl) == f.optimizer_impl);
     CHECK(switch_value(r, Switch::Attention) == f.attention);
     CHECK(switch_value(r, Switch::Loss) == f.loss);
-    // Only torchtitan's launcher sets expandable segments (run_train.sh, torchtitan#643).
-    CHECK(r.expandable_segments == (f.id == "torchtitan"));
+    // torchtitan's launcher sets expandable segments (run_train.sh, torchtitan#643), and so does `import unsloth`
+    // (unsloth#249), which memsim had no framework for before versions were inputs.
+    CHECK(r.expandable_segments == (f.id == "torchtitan" || f.id == "unsloth"));
     for (size_t i = 0; i < kSwitchCount; ++i) CHECK(r.origin[i].kind == Origin::Kind::Default);
   }
 }
@@ -248,6 +250,47 @@ TEST_CASE("versions: torchtune's loss and optimizer by its release", "[versions]
   CHECK(with({"versions.torchtune=0.3.0"}, "torchtune").loss == LossImpl::ChunkedFp32);
   CHECK(with({"versions.torchtune=0.3.1"}, "torchtune").optimizer_impl == OptimizerImpl::Foreach);
   CHECK(with({"versions.torchtune=0.4.0"}, "torchtune").optimizer_impl == OptimizerImpl::Fused);
+}
+
+TEST_CASE("versions: Unsloth's loss, checkpointing buffers and allocator by its release", "[versions]") {
+  const char* qlora[] = {"peft.method=lora", "peft.base_quantization=nf4", "peft.prepare_kbit=false", "parallel.zero_stage=0"};
+  auto unsloth = [&](const char* version, std::initializer_list<const char*> more = {}) {
+    Config c;
+    c.training.framework = "unsloth";
+    for (const char* s : qlora) REQUIRE(apply_setting(c, s).empty());
+    REQUIRE(apply_setting(c, std::string("versions.unsloth=") + version).empty());
+    for (const char* s : more) REQUIRE(apply_setting(c, s).empty());
+    REQUIRE(validate(c).empty());
+    return resolve(c);
+  };
+  // The loss (docs/research/unsloth.md 2b): materialised logits, CCE from 2024.12 (above 1024 tokens from 2025.1),
+  // unsloth_fused_ce_loss from 2025.8 (above 1024 tokens until 2025.11).
+  CHECK(unsloth("2024.11").loss == LossImpl::UnslothLogits);
+  CHECK(unsloth("2024.12").loss == LossImpl::CutCrossEntropy);
+  CHECK(unsloth("2024.12").unsloth_logits_max_tokens == 0);
+  CHECK(unsloth("2025.1").unsloth_logits_max_tokens == 1024);
+  CHECK(unsloth("2025.7.3").loss == LossImpl::CutCrossEntropy);
+  CHECK(unsloth("2025.8").loss == LossImpl::UnslothFusedCe);
+  CHECK(unsloth("2025.10").unsloth_logits_max_tokens == 1024);
+  CHECK(unsloth("2025.11").unsloth_logits_max_tokens == 0);
+  CHECK(unsloth("2025.10", {"training.loss=unsloth_fused_ce"}).unsloth_logits_max_tokens == 0);  // a loss set by hand
+  CHECK(unsloth("latest").loss == LossImpl::UnslothFusedCe);
+  // Checkpointing: the offloaded checkpointer up to 2025.2, the smart one with its GPU buffer from 2025.3, double
+  // buffering from 2026.6; the dequantization buffer from 2025.2.
+  CHECK(unsloth("2025.2").unsloth_gc == UnslothGc::Offload);
+  CHECK(unsloth("2025.3").unsloth_gc == UnslothGc::Smart);
+  CHECK(unsloth("2026.6").unsloth_gc == UnslothGc::SmartDouble);
+  CHECK(!unsloth("2025.1").unsloth_weight_buffer);
+  CHECK(unsloth("2025.2").unsloth_weight_buffer);
+  // A date picks the month's release: 2025-03-10 is still 2025.2 (each month's releases dated on its last day).
+  CHECK(unsloth("latest", {"versions.date=2025-03-10"}).unsloth_gc == UnslothGc::Offload);
+  CHECK(unsloth("latest", {"versions.date=2025-04-01"}).unsloth_gc == UnslothGc::Smart);
+  // `import unsloth` sets expandable segments from unsloth#249 (2024-03), with torch >= 2.2.
+  CHECK(!unsloth("2024.3").expandable_segments);
+  CHECK(unsloth("2024.4", {"versions.torch=2.2"}).expandable_segments);
+  CHECK(!unsloth("2024.8", {"versions.torch=2.1.2"}).expandable_segments);
+  // The HF Trainer's optim default follows transformers under Unsloth too (TRL's SFTTrainer is a Trainer).
+  CHECK(unsloth("2024.8", {"versions.transformers=4.31"}).optimizer_impl == OptimizerImpl::ForLoop);
 }
 
 TEST_CASE("versions: bitsandbytes, peft and the HF Trainer's empty_cache", "[versions]") {
