@@ -30,8 +30,9 @@ void StepBuilder::unsloth_gc_buffers(bool grow) {
   for (int i = 0; i < buffers; ++i) {
     int64_t want = mul(d_.e_res, int64_t{2} * 256 * 2048);
     // The forward grows buffer A to the input's size; buffer B grows only from the second step, at the start of a
-    // forward, when more than 512 MiB are free (assumed: memsim does not decide it from the free memory).
-    if (grow && (i == 0 || iter_ >= 2)) want = std::max(want, mul(d_.e_res, d_.Tn, d_.h));
+    // forward, when more than 512 MiB are free (assumed: memsim does not decide it from the free memory). Below a
+    // 512-token max_seq_length the smart checkpointer is unpatched and nothing grows.
+    if (grow && (i == 0 || iter_ >= 2) && c_.training.sequence_length >= 512) want = std::max(want, mul(d_.e_res, d_.Tn, d_.h));
     if (want <= gc_buffer_bytes_[i]) continue;
     const uint32_t grown = p_.alloc(Component::Activations, want, LU_.gc_buffer);
     if (gc_buffer_[i] != UINT32_MAX) drop(gc_buffer_[i]);

@@ -245,9 +245,10 @@ void validate_versions(const VersionsConfig& v, std::vector<FieldError>& errors)
     const std::string& text = version_field(v, lib.library);
     Version parsed;
     if (text != "latest" && !parse_version(text, parsed))
-      errors.push_back({std::string(lib.field), std::string(lib.field) +
-                                                    " must be a version such as 2.1 or 2.1.2, or latest; got " +
-                                                    shown(text)});
+      errors.push_back({std::string(lib.field), std::string(lib.field) + " must be a version such as " +
+                                                    (lib.library == Library::Unsloth ? "2024.8 or 2025.3.19"
+                                                                                     : "2.1 or 2.1.2") +
+                                                    ", or latest; got " + shown(text)});
   }
   Date d;
   if (!v.date.empty() && !parse_date(v.date, d))

@@ -180,7 +180,9 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
                             "The logits are tokens x vocabulary: HF upcasts them to fp32 (before transformers 4.49 it "
                             "also shifted a copy: hf_shift_fp32 4.46-4.48, hf_fp32_logits 4.31-4.45 with fp32 logits in "
                             "the outputs, hf_shift before), chunked losses keep one chunk's fp32 copy at a time, fused "
-                            "linear cross-entropy (Liger) never builds them.");
+                            "linear cross-entropy (Liger) never builds them. Unsloth's follow its version: "
+                            "unsloth_logits keeps 16-bit logits and writes their gradient into them, cut_cross_entropy "
+                            "and unsloth_fused_ce never build them.");
     changed |= check_input("torch.compile", "training.compile", t.compile,
                            "Inductor recomputes the cheap pointwise ops in backward: a compiled layer's norms keep "
                            "only their input and rstd, and SwiGLU does not keep silu(gate). torchtune's chunked loss "
@@ -196,7 +198,9 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
                             "tokens x vocabulary tensor.");
     changed |= check_input("CPU activation offload", "training.activation_offload", t.activation_offload,
                            "Saved activations move to host memory after the next layer's forward and come back for "
-                           "backward: about one layer stays on the GPU.");
+                           "backward: about one layer stays on the GPU. Under Unsloth, with full checkpointing, this is "
+                           "use_gradient_checkpointing=\"unsloth\": each layer's input goes to the host (from 2025.3 "
+                           "it comes back into one persistent GPU buffer and the last layer's stays).");
   }
   if (details) {
     changed |= draw_data_inputs(c, reveal_data);
