@@ -99,7 +99,8 @@ MEMSIM_DEFAULTS = {
                  "cuda_module_loading": "auto", "expandable_segments": "auto", "nccl_channels": 16, "gpus_per_node": 8,
                  "host_memory_bytes": 0},
     "versions": {"torch": "latest", "transformers": "latest", "peft": "latest", "bitsandbytes": "latest",
-                 "deepspeed": "latest", "torchao": "latest", "flash_attn": "latest", "torchtune": "latest", "date": ""},
+                 "deepspeed": "latest", "torchao": "latest", "flash_attn": "latest", "torchtune": "latest", "unsloth": "latest",
+                 "date": ""},
 }
 
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data", "versions")
@@ -133,7 +134,7 @@ FRAMEWORKS = {
                 "biases); no gradient clipping, no Trainer bookkeeping",
     },
 }
-OTHER_FRAMEWORKS = ("deepspeed", "torchtune", "litgpt", "megatron", "torchtitan")
+OTHER_FRAMEWORKS = ("deepspeed", "torchtune", "litgpt", "megatron", "torchtitan", "unsloth")
 
 PRECISIONS = {
     # param dtype, autocast dtype, grad scaler
