@@ -67,8 +67,9 @@ constexpr FrameworkSpec kFrameworks[] = {
      FrameworkSpec::ExpertShard::PerExpertLinear, true, true},
 };
 
-constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager"};
-constexpr Attention kAttentionValues[] = {Attention::Sdpa, Attention::SdpaRepeatKv, Attention::FlashAttention2, Attention::Eager};
+constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager", "sdpa_math"};
+constexpr Attention kAttentionValues[] = {Attention::Sdpa, Attention::SdpaRepeatKv, Attention::FlashAttention2,
+                                          Attention::Eager, Attention::SdpaMath};
 constexpr std::string_view kNorm[] = {"auto", "eager_fp32", "fp32_scale", "fused"};
 constexpr NormImpl kNormValues[] = {NormImpl::EagerFp32, NormImpl::Fp32Scale, NormImpl::Fused};
 constexpr std::string_view kLoss[] = {"auto",           "hf_fp32_upcast",    "hf_shift_fp32",   "hf_fp32_logits",
@@ -393,6 +394,10 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
              "pytorch#114173, 2.1.2)";
   }
   mk.note = "from " + describe_version(v, tf) + (eager ? "" : " and " + describe_version(v, torch)) + ": " + built + kernel;
+  if (attention == Attention::SdpaMath) {  // chosen by hand: the math kernel adds the mask to its scores itself
+    mk.kernel = MaskKernel::Math;
+    mk.note += "; training.attention sdpa_math: the math kernel adds it to the scores";
+  }
   // transformers#39412's use_gqa_in_sdpa passes enable_gqa only when attention_mask is None: a call with a mask
   // repeats k and v for every query head (activations.cpp layer_forward).
   if (attention == Attention::Sdpa && m.num_key_value_heads < m.num_attention_heads)

@@ -13,7 +13,9 @@
 
 namespace memsim {
 
-enum class Attention { Sdpa, SdpaRepeatKv, FlashAttention2, Eager };
+// SdpaMath: scaled_dot_product_attention's math kernel, chosen by hand where SDPA falls back to it (inputs no fused
+// kernel takes, such as lit-gpt 2023's one unexpanded key/value head for Falcon's multi-query attention).
+enum class Attention { Sdpa, SdpaRepeatKv, FlashAttention2, Eager, SdpaMath };
 enum class NormImpl { EagerFp32, Fp32Scale, Fused };
 // The HF variants are transformers' causal-LM loss across versions (docs/versions.md 6a, frameworks.cpp kLoss):
 // HfFp32Upcast 4.49+, HfShiftFp32 4.46-4.48, HfFp32Logits 4.31-4.45, HfShift before 4.31.

@@ -289,7 +289,8 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
     err("parallel.context_parallel_size", "parallel.context_parallel_size (" + std::to_string(cp) +
                                               "): training.sequence_length must be a multiple of 2 x cp = " +
                                               std::to_string(2 * cp) + " (ring attention splits it into 2 x cp chunks)");
-  if (cp > 1 && (c.training.attention == "eager" || m.post_layernorm || m.kv_lora_rank > 0))
+  if (cp > 1 && (c.training.attention == "eager" || c.training.attention == "sdpa_math" || m.post_layernorm ||
+                 m.kv_lora_rank > 0))
     err("parallel.context_parallel_size", "context parallelism is modelled for decoder models with SDPA/flash attention only");
   // Expert parallel: each rank of an EP group holds num_experts / ep experts; the group lies within the
   // data-parallel ranks (Megatron expert_model_parallel_size; expert-data-parallel = dp / ep).
@@ -378,6 +379,13 @@ void validate_unsloth(const Config& c, std::vector<FieldError>& e) {
     e.push_back({"training.activation_offload", "under training.framework unsloth, activation_offload is "
                                                 "use_gradient_checkpointing='unsloth' and needs "
                                                 "training.activation_checkpointing full"});
+}
+
+void validate_attention(const Config& c, std::vector<FieldError>& e) {
+  const auto& m = c.model;
+  if (c.training.attention == "sdpa_math" && !m.is_encoder_decoder && (m.post_layernorm || m.kv_lora_rank > 0))
+    e.push_back({"training.attention", "training.attention sdpa_math is modelled for pre-norm decoder layers with "
+                                       "standard attention; use auto, sdpa or eager"});
 }
 
 void validate_encoder_decoder(const Config& c, std::vector<FieldError>& e) {
@@ -550,6 +558,7 @@ std::vector<FieldError> validate(const Config& c) {
   validate_peft(c, e);
   validate_encoder_decoder(c, e);
   validate_unsloth(c, e);
+  validate_attention(c, e);
 
   check(e, "parallel.data_parallel_size", c.parallel.data_parallel_size);
   check(e, "parallel.zero_stage", c.parallel.zero_stage);

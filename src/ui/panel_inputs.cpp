@@ -12,6 +12,7 @@
 #include "core/gpu_count.h"
 #include "core/tables.h"
 #include "panels.h"
+#include "question.h"
 
 namespace memsim::ui {
 
@@ -142,9 +143,14 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     changed |= int_input("grad_accumulation", "training.gradient_accumulation_steps", t.gradient_accumulation_steps, 1,
                          "Micro-batches per optimizer step. Gradients stay allocated across them; activations do not "
                          "add up.");
-    changed |= table_combo("framework", "training.framework", t.framework, frameworks(),
-                           "Frameworks differ in what they save and allocate (attention kernel, norm, loss, optimizer "
-                           "implementation). Each choice below set to auto follows the framework.");
+    const std::string framework_before = t.framework;
+    if (table_combo("framework", "training.framework", t.framework, frameworks(),
+                    "Frameworks differ in what they save and allocate (attention kernel, norm, loss, optimizer "
+                    "implementation). Each choice below set to auto follows the framework. Unsloth also sets no "
+                    "ZeRO, no kbit preparation and its offloaded checkpointing.")) {
+      choose_framework(c, framework_before);
+      changed = true;
+    }
     changed |= table_combo("precision", "training.precision", t.precision, precision_recipes(),
                            "How weights, gradients and optimizer states are stored (bytes per parameter), and the "
                            "dtype of saved activations.");
@@ -172,7 +178,9 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
                               "only what the recomputed graph saved: transformers 5.0+, torchtune, torchtitan, litgpt.");
     changed |= switch_combo("attention", "training.attention", t.attention, rs, Switch::Attention,
                             "sdpa / flash_attention_2 save q, k, v, the output and a small logsumexp; eager saves the "
-                            "heads x seq^2 softmax. repeat_kv materialises k and v for every query head (GQA).");
+                            "heads x seq^2 softmax. repeat_kv materialises k and v for every query head (GQA). "
+                            "sdpa_math: SDPA's math fallback (inputs no fused kernel takes), which keeps the bf16 "
+                            "heads x seq^2 softmax and scaled copies of q and k.");
     changed |= choice_combo("norm", "training.norm_impl", t.norm_impl, std::string(rs.framework->norm_impl).c_str(),
                             "HF's and torchtune's eager RMSNorm keep an fp32 copy of their input; litgpt also keeps "
                             "the fp32 normalised input; a fused kernel keeps only its input.");

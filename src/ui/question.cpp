@@ -75,6 +75,18 @@ void set_method(Config& c, Method m) {
   }
 }
 
+void choose_framework(Config& c, const std::string& previous) {
+  const bool now = c.training.framework == "unsloth", before = previous == "unsloth";
+  if (now && !before) {
+    c.parallel.zero_stage = 0;
+    c.peft.prepare_kbit = false;
+    c.training.activation_checkpointing = "full";
+    c.training.activation_offload = true;
+  } else if (before && !now) {
+    c.training.activation_offload = false;
+  }
+}
+
 int64_t default_micro_batch() { return Config{}.training.micro_batch_size; }
 
 int64_t default_sequence_length(const ModelConfig& m) {

@@ -28,6 +28,12 @@ void set_method(Config& c, Method m);
 // PEFT's default targets for a Llama-style model when the method changes from `previous` (peft/utils/constants.py).
 void method_defaults(PeftConfig& p, const std::string& previous);
 
+// The framework picked under Details, from `previous`. Unsloth implies what its notebooks run and what memsim models
+// of it: no ZeRO (one GPU or DDP), no prepare_model_for_kbit_training (its loader keeps the weights it does not quantize
+// in 16 bits) and use_gradient_checkpointing="unsloth" (full checkpointing with activation offload). Leaving Unsloth
+// turns that offload off again. Other frameworks change nothing else.
+void choose_framework(Config& c, const std::string& previous);
+
 // The model picked from the catalogue: the model section, and what the model implies unless set by hand: the sequence
 // length within its max positions. Then fit_shape.
 void choose_model(Config& c, const ModelConfig& model, const HandSet& hand);

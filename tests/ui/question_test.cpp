@@ -2,6 +2,7 @@
 // catalogue keeping what the user set by hand, and the micro-batch and sequence length that fit.
 #include <catch2/catch.hpp>
 
+#include "core/validate.h"
 #include "core/catalog.h"
 #include "core/gpu_count.h"
 #include "core/simulate.h"
@@ -21,6 +22,23 @@ bool all_fit(const Config& c) {
 }
 
 }  // namespace
+
+TEST_CASE("question: Unsloth picked under Details brings what it implies, and a valid setup", "[question]") {
+  Config c;  // the page's default: 8 GPUs under ZeRO-3
+  set_method(c, Method::Qlora);
+  c.training.framework = "unsloth";
+  choose_framework(c, "deepspeed");
+  CHECK(c.parallel.zero_stage == 0);
+  CHECK(!c.peft.prepare_kbit);
+  CHECK(c.training.activation_checkpointing == "full");
+  CHECK(c.training.activation_offload);
+  CHECK(validate(c).empty());
+  CHECK(simulate(c).ok);
+  c.training.framework = "hf_trainer";
+  choose_framework(c, "unsloth");
+  CHECK(!c.training.activation_offload);
+  CHECK(c.parallel.zero_stage == 0);  // the rest stays as the user has it
+}
 
 TEST_CASE("question: QLoRA is one choice: LoRA, an NF4 base, double quantization, every linear", "[question]") {
   Config c;
