@@ -1591,7 +1591,9 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   if (f.post) {
     gather(s_.num_layers, gathered);
     loss_forward(res, f.loss_saved);
-    f.gathered_post = gathered;
+    // The output layer as a unit of its own reshards after its forward and is all-gathered again for backward.
+    if (embedding_units()) for (uint32_t g : gathered) drop(g);
+    else f.gathered_post = gathered;
   } else {
     drop(res);  // sent to the next stage
   }
@@ -1619,6 +1621,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
   std::vector<uint32_t> gathered;
   uint32_t dres;
   if (f.post) {
+    if (embedding_units()) gather(s_.num_layers, f.gathered_post);
     dres = loss_backward(f.loss_saved);
     release_layer_grads(s_.num_layers);
     if (!f.pre && !ctx_.has_pre) reshard_after_backward(s_.num_layers);
@@ -1669,6 +1672,9 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
   if (f.pre) {
     for (auto it = embed_saved_.rbegin(); it != embed_saved_.rend(); ++it) drop(*it);
     embed_saved_.clear();
+    // The embedding as a unit of its own: FSDP2's pre-backward hook all-gathers it again (though its backward reads
+    // only the output's gradient and the ids).
+    if (embedding_units()) gather(-1, gathered);
     // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, see tied_sum.
     alloc_layer_grads(-1);
     // A frozen embedding (PEFT) has no backward: its input is token ids and its weight needs no gradient.
@@ -1695,6 +1701,8 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     reshard_after_backward(-1);
     reshard_after_backward(s_.num_layers);
     step_in_backward(-1);
+    for (uint32_t g : gathered) drop(g);
+    gathered.clear();
   }
   if (f.held_logits != UINT32_MAX) drop(f.held_logits), f.held_logits = UINT32_MAX;
   // The input's gradient is sent to the previous stage; under torch.distributed.pipelining it is also the

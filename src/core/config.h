@@ -214,6 +214,10 @@ struct ParallelConfig {
   int64_t fsdp_forward_prefetch = 0;
   // FSDP2 in backward: 1 is its implicit prefetch of the next block, k set_modules_to_backward_prefetch of k.
   int64_t fsdp2_backward_prefetch = 1;
+  // FSDP2: the token embedding and the output layer are units of their own, resharded after their forward and
+  // all-gathered again in backward (torchtune's custom_sharded_layers: ['tok_embeddings', 'output']); false keeps
+  // them in the root unit, which FSDP2 never reshards between forward and backward.
+  bool fsdp_shard_embeddings = false;
   // FSDP1 use_orig_params: auto (the framework's: Fabric sets it, FSDP1's own default is false), true or false.
   std::string fsdp_use_orig_params = "auto";
   // FSDP gradient accumulation under no_sync() (unsharded gradients until the last micro-batch): auto (the

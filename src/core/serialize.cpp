@@ -126,6 +126,7 @@ void visit_fields(Config& c, V& v) {
   v.str("parallel.fsdp_backward_prefetch", c.parallel.fsdp_backward_prefetch);
   v.integer("parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
   v.integer("parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
+  v.boolean("parallel.fsdp_shard_embeddings", c.parallel.fsdp_shard_embeddings);
   v.str("parallel.fsdp_use_orig_params", c.parallel.fsdp_use_orig_params);
   v.str("parallel.fsdp_no_sync", c.parallel.fsdp_no_sync);
   v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);

@@ -150,6 +150,8 @@ class StepBuilder {
   void reduce_slot(int64_t layer);
   void optimizer_step(int iter);
   void step_in_backward(int64_t layer);
+  // parallel.fsdp_shard_embeddings under FSDP2: the embedding and the head are units of their own.
+  bool embedding_units() const { return c_.parallel.fsdp_shard_embeddings && sp_.fsdp && sp_.sharding == Sharding::Fsdp2; }
   void create_state(const ParamTensor& t);
 
   // activations.cpp

@@ -712,7 +712,9 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     // always for the root unit (embeddings, final norm and head): FSDP1 _post_forward_reshard skips the root,
     // FSDP2 sets the root's reshard_after_forward to False.
     const size_t slot = static_cast<size_t>(layer + 1);
-    const bool root = layer < 0 || layer >= s_.num_layers;
+    // parallel.fsdp_shard_embeddings (torchtune's custom_sharded_layers): the embedding and the output layer are
+    // units of their own, resharded after forward like a block (the final norm, a few KiB, is taken with the head).
+    const bool root = (layer < 0 || layer >= s_.num_layers) && !embedding_units();
     const bool last_kept = rs_.framework->fsdp_last_block_kept && sp_.sharding == Sharding::Fsdp2 &&
                            c_.parallel.pipeline_parallel_size == 1 && layer == s_.num_layers - 1;
     const bool keep = root || c_.parallel.zero_stage == 2 || no_sync_ || last_kept;

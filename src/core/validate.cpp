@@ -319,6 +319,10 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
   if (z >= 2 && pp > 1 && rs.sharding == Sharding::DeepSpeed)
     err("parallel.zero_stage", "DeepSpeed ZeRO stage 2 and 3 do not combine with pipeline parallelism (its PipelineEngine "
                                "allows ZeRO-1); use parallel.zero_stage 0 or 1, or FSDP");
+  if (p.fsdp_shard_embeddings && (rs.sharding != Sharding::Fsdp2 || z != 3 || pp > 1 || m.is_encoder_decoder))
+    err("parallel.fsdp_shard_embeddings", "parallel.fsdp_shard_embeddings (the embedding and output layer as FSDP2 units "
+                                          "of their own) needs parallel.sharding fsdp2 with zero_stage 3, no pipeline, "
+                                          "and a decoder-only model");
   if (p.fsdp_forward_prefetch > 1 && rs.sharding == Sharding::Fsdp1)
     err("parallel.fsdp_forward_prefetch",
         "FSDP1's forward_prefetch all-gathers one unit ahead: parallel.fsdp_forward_prefetch must be 0 or 1 "

@@ -65,10 +65,16 @@ bool draw_parallel_inputs(Config& c) {
                                 "true: a unit that trains any tensor (a LoRA Block) keeps gradients for its frozen "
                                 "weights too, as if they were not frozen. auto follows the framework (Lightning "
                                 "Fabric sets it; FSDP1's own default is false).");
-      } else
+      } else {
         changed |= int_input("backward prefetch", "parallel.fsdp2_backward_prefetch", p.fsdp2_backward_prefetch, 1,
                              "Blocks all-gathered ahead in backward: 1 is FSDP2's own prefetch of the next block, k "
                              "what set_modules_to_backward_prefetch(k blocks) asks for, 0 none.");
+        if (p.zero_stage == 3)
+          changed |= check_input("embeddings as own units", "parallel.fsdp_shard_embeddings", p.fsdp_shard_embeddings,
+                                 "The token embedding and the output layer are FSDP2 units of their own (torchtune's "
+                                 "custom_sharded_layers ['tok_embeddings', 'output']): each is resharded after its "
+                                 "forward and all-gathered again in backward, instead of staying unsharded in the root.");
+      }
       changed |= string_combo("accumulate under no_sync", "parallel.fsdp_no_sync", p.fsdp_no_sync, {"auto", "true", "false"},
                               "true: micro-batches before the last keep unsharded gradients of the whole model (FSDP's "
                               "no_sync(), as HF Trainer and Lightning Fabric accumulate); false: every micro-batch "

@@ -6,6 +6,7 @@
 #include "core/model.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
+#include "core/validate.h"
 #include "test_util.h"
 
 using namespace memsim;
@@ -99,6 +100,26 @@ TEST_CASE("FSDP SHARD_GRAD_OP keeps every layer unsharded from forward to backwa
   CHECK(live_before(simulate(c).devices[0], "backward (step 2", Component::Communication) == root);
   CHECK(per_param(kept_op) == Approx(2.0).epsilon(0.001));  // the whole model in bf16
   CHECK(grad_op.devices[0].peak.allocated_bytes > full.devices[0].peak.allocated_bytes);
+}
+
+TEST_CASE("FSDP2 with the embedding and output layer as units of their own keeps no root between passes", "[distributed][fsdp]") {
+  // torchtune's custom_sharded_layers ['tok_embeddings', 'output'] (training/_distributed.py shard_model): each is
+  // fully_shard'ed with reshard_after_forward, so nothing of them stays unsharded from forward to backward, where the
+  // root unit keeps both matrices (and the final norm) through the step.
+  Config c = llama3_8b_on(8, "torchtune", "bf16_pure", 3);
+  c.parallel.sharding = "fsdp2";
+  const Result root = simulate(c);
+  c.parallel.fsdp_shard_embeddings = true;
+  REQUIRE(validate(c).empty());
+  const Result units = simulate(c);
+  REQUIRE(root.ok);
+  REQUIRE(units.ok);
+  CHECK(live_before(root.devices[0], "backward (step 2", Component::Communication) == 2 * (2 * 128256LL * 4096 + 4096));
+  CHECK(live_before(units.devices[0], "backward (step 2", Component::Communication) == 0);
+  CHECK(units.devices[0].peak.allocated_bytes < root.devices[0].peak.allocated_bytes);
+  // Only FSDP2 with full sharding has such units.
+  c.parallel.sharding = "fsdp1";
+  CHECK(!validate(c).empty());
 }
 
 TEST_CASE("DTensor sequence parallel: the column-parallel linears save the all-gathered norm output", "[distributed][tp]") {

@@ -74,6 +74,7 @@ MEMSIM_DEFAULTS = {
         "fsdp_backward_prefetch": "backward_pre",
         "fsdp_forward_prefetch": 0,
         "fsdp2_backward_prefetch": 1,
+        "fsdp_shard_embeddings": False,
         "fsdp_use_orig_params": "auto",
         "fsdp_no_sync": "auto",
         "tensor_parallel_size": 1,
