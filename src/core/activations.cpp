@@ -1087,7 +1087,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // the bf16 chunk directly, so no fp32 [tokens, vocab] tensor is written in the forward; in the backward the
       // recomputed softmax, the one-hot subtraction and the cast back fuse into one kernel that writes the chunk's
       // gradient in the compute dtype.
-      const int64_t n = c_.training.loss_chunks;
+      const int64_t n = rs_.loss_chunks;
       const bool compiled = c_.training.compile;
       uint32_t hd = head_dequant();  // once per chunk's matmul; the chunks' logits are one size
       uint32_t chunks = compiled ? act(mul(e, tv), L_.logits, post) : tmp(mul(e, tv), L_.logits, post);
@@ -1291,7 +1291,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       dy = hf_shifted_loss_backward(saved);
       break;
     case LossImpl::ChunkedFp32: {
-      const int64_t n = c_.training.loss_chunks;
+      const int64_t n = rs_.loss_chunks;
       if (c_.training.compile) {
         { uint32_t hd = head_dequant(); dy = tmp(mul(e, d_.Tn, d_.h), L_.dres, post); drop_if(hd); }
         for (int64_t i = 0; i < n; ++i) drop(tmp(mul(e, ceil_div(tv, n)), L_.loss_grad_bf16, post));

@@ -55,7 +55,7 @@ constexpr FrameworkSpec kFrameworks[] = {
      "(parallel_dims.loss_parallel_enabled); TP through DTensor (ColwiseParallel/SequenceParallel: the linear saves "
      "the all-gathered input); pipeline stages from torch.distributed.pipelining; run_train.sh sets "
      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false, false,
-     FrameworkSpec::ExpertShard::Dim1WhenShort},
+     FrameworkSpec::ExpertShard::Dim1WhenShort, false, false, true},
     {"unsloth", "Unsloth (FastLanguageModel under TRL/HF Trainer)", "sdpa_repeat_kv", "fused", "unsloth_fused_ce", "fused", 2, false, false, "deepspeed", false, false, false, false, false, true, false,
      "unslothai/unsloth at HEAD 015bdef0 with unsloth-zoo ce232d6c (docs/research/unsloth.md): xformers attention "
      "(the notebooks install xformers, not flash-attn) expands k and v to every query head in training; "
@@ -245,8 +245,27 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
 // docs/versions.md 6a: LlamaForCausalLM's logits and loss (Mistral, Qwen2 and the other "Copied from" Llama classes
 // follow it; transformers#30860 says almost every ModelForCausalLM had the 4.31 upcast, so all decoder-only causal LMs
 // are taken to: a class that never upcast, such as GPT-2's, is overestimated in 4.31-4.45).
-LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
+LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d, int64_t& chunks) {
   const LossImpl spec = named(f.loss, kLoss, kLossValues);
+  if (f.compiles_loss && c.training.compile && decoder_causal_lm(c.model) && spec == LossImpl::FullFp32) {
+    // torchtitan PR #1033 (merged 2025-04-01) compiles cross_entropy_loss when compile is enabled: Inductor fuses the
+    // fp32 upcast and the log-softmax into its reductions, saving the logits and a per-token logsumexp, the same
+    // as a compiled chunked loss of one chunk. torchtitan has no version here: versions.date decides where it is
+    // given (torchtitan runs on torch nightlies, whose 2.7.0a0 predates the PR), else torch 2.7 (2025-04-23), the
+    // release current when it landed (not verified against torchtitan's requirements).
+    const bool before = v.has_date ? v.date < Date{2025, 4, 1} : v.below(Library::Torch, V(2, 7));
+    if (before) {
+      d.from(Switch::Loss, "torchtitan compiled its loss with the model only from PR #1033 (2025-04-01), taken from "
+                           "torch 2.7: before, the fp32 logits and their log-softmax stay eager",
+             Library::Torch);
+      return spec;
+    }
+    chunks = 1;
+    d.from(Switch::Loss, "torchtitan compiles its cross-entropy with the model (PR #1033, 2025-04-01, taken from torch "
+                         "2.7): the loss keeps the logits and a logsumexp per token, as a compiled chunk",
+           Library::Torch);
+    return LossImpl::ChunkedFp32;
+  }
   if (f.unsloth_kernels && decoder_causal_lm(c.model)) {
     // docs/research/unsloth.md 2b: CausalLM_fast_forward's loss by release. Each change is taken from the first
     // month whose releases all have it: CCE (fa8e59eb, 2024-11-17; in tag December-2024), the N <= 1024 rule
@@ -529,7 +548,8 @@ Resolved resolve(const Config& c) {
   if (t.attention == "auto") r.attention = derive_attention(c, f, v, d);
   else r.attention = named(t.attention, kAttention, kAttentionValues), d.given(Switch::Attention);
   r.norm = named(t.norm_impl == "auto" ? f.norm_impl : std::string_view(t.norm_impl), kNorm, kNormValues);
-  if (t.loss == "auto") r.loss = derive_loss(c, f, v, d);
+  r.loss_chunks = t.loss_chunks;
+  if (t.loss == "auto") r.loss = derive_loss(c, f, v, d, r.loss_chunks);
   else r.loss = named(t.loss, kLoss, kLossValues), d.given(Switch::Loss);
   if (t.optimizer_impl == "auto") r.optimizer_impl = derive_optimizer_impl(f, v, d);
   else r.optimizer_impl = named(t.optimizer_impl, kOptImpl, kOptImplValues), d.given(Switch::OptimizerImpl);
@@ -685,7 +705,8 @@ bool switch_applies(const Config& c, const Resolved& r, Switch s) {
   switch (s) {
     case Switch::Attention: return f.transformers_model && !c.model.is_encoder_decoder;
     case Switch::Loss:
-      return (f.transformers_model || f.id == "torchtune" || f.unsloth_kernels) && decoder_causal_lm(c.model);
+      return (f.transformers_model || f.id == "torchtune" || f.unsloth_kernels || (f.compiles_loss && c.training.compile)) &&
+             decoder_causal_lm(c.model);
     case Switch::BnbSavesInput:
       return f.bitsandbytes_quantization && c.peft.enabled() && c.peft.four_bit();
     case Switch::AdapterDtype: return c.peft.enabled() && f.peft_library;

@@ -108,6 +108,9 @@ struct FrameworkSpec {
   // Unsloth's patched model code (FastLanguageModel, docs/research/unsloth.md): its Triton LoRA kernels, in-place
   // RoPE, fast RMSNorm, its checkpointing and its loss by the unsloth version; adapters always fp32.
   bool unsloth_kernels = false;
+  // With training.compile the loss is compiled too, as one chunk (torchtitan components/loss.py
+  // build_cross_entropy_loss: torch.compile(cross_entropy_loss) when compile is enabled, PR #1033).
+  bool compiles_loss = false;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.
@@ -177,6 +180,7 @@ struct Resolved {
   Attention attention;
   NormImpl norm;
   LossImpl loss;
+  int64_t loss_chunks;  // ChunkedFp32's chunks: training.loss_chunks, or 1 for a compiled whole loss (compiles_loss)
   OptimizerImpl optimizer_impl;
   Checkpointing checkpointing;
   bool checkpoint_reentrant;  // training.checkpoint_reentrant (Switch::CheckpointReentrant)

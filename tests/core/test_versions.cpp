@@ -252,6 +252,21 @@ TEST_CASE("versions: torchtune's loss and optimizer by its release", "[versions]
   CHECK(with({"versions.torchtune=0.4.0"}, "torchtune").optimizer_impl == OptimizerImpl::Fused);
 }
 
+TEST_CASE("versions: torchtitan compiles its loss with the model from PR #1033 (taken from torch 2.7)", "[versions]") {
+  const Resolved eager = with({"training.compile=true", "versions.torch=2.6", "parallel.sharding=fsdp2"}, "torchtitan");
+  CHECK(eager.loss == LossImpl::FullFp32);
+  const Resolved compiled = with({"training.compile=true", "versions.torch=2.7", "parallel.sharding=fsdp2"}, "torchtitan");
+  CHECK(compiled.loss == LossImpl::ChunkedFp32);
+  CHECK(compiled.loss_chunks == 1);
+  CHECK(with({"training.compile=true", "versions.date=2025-06"}, "torchtitan").loss == LossImpl::ChunkedFp32);
+  CHECK(with({"training.compile=true", "versions.date=2024-12"}, "torchtitan").loss == LossImpl::FullFp32);
+  // A nightly's date beats its version number: 2.7.0a0 of February 2025 predates the PR.
+  CHECK(with({"training.compile=true", "versions.torch=2.7.0a0", "versions.date=2025-02-28"}, "torchtitan").loss ==
+        LossImpl::FullFp32);
+  CHECK(with({"versions.torch=2.7"}, "torchtitan").loss == LossImpl::FullFp32);  // without compile nothing is compiled
+  CHECK(with({"training.compile=true"}, "torchtune").loss_chunks == 8);          // torchtune's own chunks stay
+}
+
 TEST_CASE("versions: Unsloth's loss, checkpointing buffers and allocator by its release", "[versions]") {
   const char* qlora[] = {"peft.method=lora", "peft.base_quantization=nf4", "peft.prepare_kbit=false", "parallel.zero_stage=0"};
   auto unsloth = [&](const char* version, std::initializer_list<const char*> more = {}) {
