@@ -36,13 +36,14 @@ constexpr FrameworkSpec kFrameworks[] = {
      "before the scale (x_normed = (x_fp32 * rsqrt(...)).type_as(x); return x_normed * self.scale); "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575); "
      "training/_distributed.py shard_model: FSDP2 fully_shard per layer", false, false, false, false, false,
-     FrameworkSpec::ExpertShard::ExpertDim},
+     FrameworkSpec::ExpertShard::ExpertDim, false, false, false, true},
     {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false, true, false, false, false, true, true,
      "litgpt model.py CausalSelfAttention.attn (one fused qkv linear; LoRAQKVLinear adapts it once);  model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach; "
      "Fabric FSDPStrategy: FSDP1 with one unit per Block and use_orig_params=True (torch >= 2.0), accumulating "
      "micro-batches under fabric.no_backward_sync (FSDP no_sync); quantize bnb.*: Lightning plugins/precision/bitsandbytes.py "
-     "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included", false, false, false, true, false},
+     "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included", false, false, false, true, false,
+     FrameworkSpec::ExpertShard::PerExpertLinear, false, false, false, true},
     {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron", false, false, false, false, false, false, false,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
      "Apex/TE FusedAdam", false, false, false, false},
@@ -428,7 +429,11 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
 // docs/versions.md 10: PEFT's adapter dtype over a bf16/fp16 base.
 AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const PrecisionRecipe* pr,
                                   const StackVersions& v, Deriving& d) {
-  if (!f.peft_library) {  // the framework's own adapters: memsim's fp32 default (not derived from a version)
+  if (f.adapters_in_model_dtype && pr && pr->weight_bytes == 2) {  // torchtune, litgpt: the model's dtype
+    d.framework(Switch::AdapterDtype);
+    return std::string_view(pr->id).find("fp16") != std::string_view::npos ? AdapterDtype::Fp16 : AdapterDtype::Bf16;
+  }
+  if (!f.peft_library) {  // other frameworks' own adapters: fp32 (Unsloth upcasts them; not derived from a version)
     d.framework(Switch::AdapterDtype);
     return AdapterDtype::Fp32;
   }

@@ -111,6 +111,10 @@ struct FrameworkSpec {
   // With training.compile the loss is compiled too, as one chunk (torchtitan components/loss.py
   // build_cross_entropy_loss: torch.compile(cross_entropy_loss) when compile is enabled, PR #1033).
   bool compiles_loss = false;
+  // The framework's own adapters are created in the model's parameter dtype: torchtune builds the whole model under
+  // set_default_dtype(the recipe's dtype), LoRA layers included (recipes' _setup_model); Lightning Fabric's
+  // bf16-true/16-true precision creates every parameter in that dtype (litgpt). fp32 where the weights are fp32.
+  bool adapters_in_model_dtype = false;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.
