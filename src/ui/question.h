@@ -30,7 +30,8 @@ void method_defaults(PeftConfig& p, const std::string& previous);
 
 // The framework picked under Details, from `previous`. Unsloth implies what its notebooks run and what memsim models
 // of it: no ZeRO (one GPU or DDP), no prepare_model_for_kbit_training (its loader keeps the weights it does not quantize
-// in 16 bits) and use_gradient_checkpointing="unsloth" (full checkpointing with activation offload). Leaving Unsloth
+// in 16 bits), pure bf16 where a bf16 recipe with fp32 weights or master copies was set, double quantization on an
+// NF4 base, and use_gradient_checkpointing="unsloth" (full checkpointing with activation offload). Leaving Unsloth
 // turns that offload off again. Other frameworks change nothing else.
 void choose_framework(Config& c, const std::string& previous);
 

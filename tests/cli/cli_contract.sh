@@ -42,6 +42,15 @@ check "--hf-config (Llama-3-8B: 8,030,261,248)" py "assert d['params_total'] == 
 "$cli" estimate --hf-config "$here/tests/data/hf/t5-base.json" --set training.decoder_sequence_length=128 > "$tmp/out.json" 2>/dev/null
 check "--hf-config of an encoder-decoder (t5-base: 222,903,552)" py "assert d['params_total'] == 222903552"
 
+"$cli" estimate --preset llama-3.1-8b --set training.framework=unsloth --set versions.unsloth=2024.8 \
+  --set parallel.zero_stage=0 --set parallel.data_parallel_size=1 --set peft.method=lora --set peft.base_quantization=nf4 \
+  --set peft.prepare_kbit=false --set training.activation_checkpointing=full --set training.activation_offload=true \
+  > "$tmp/out.json" 2>/dev/null
+check "Unsloth: its loss and checkpointing named in the notes, from its version" py "
+n = ' '.join(d['notes']); assert 'unsloth_logits, from unsloth 2024.8.0' in n and 'Unsloth_Offloaded_Gradient_Checkpointer' in n"
+"$cli" estimate --preset llama-3.1-8b --set training.framework=unsloth > "$tmp/out.json" 2> "$tmp/err.txt"; rc=$?
+check "Unsloth under ZeRO-3 is refused with the field named" sh -c "test $rc -ne 0 && grep -q 'training.framework unsloth trains on one GPU' '$tmp/err.txt'"
+
 "$cli" estimate --config "$tmp/default.json" --timeline > "$tmp/out.json"
 check "--timeline adds the timeline" py "t = d['devices'][0]['timeline']; assert len(t['allocated_bytes']) > 0 and len(t['phases']) > 0"
 

@@ -32,6 +32,8 @@ TEST_CASE("question: Unsloth picked under Details brings what it implies, and a 
   CHECK(!c.peft.prepare_kbit);
   CHECK(c.training.activation_checkpointing == "full");
   CHECK(c.training.activation_offload);
+  CHECK(c.training.precision == "bf16_pure");
+  CHECK(c.peft.double_quantization);
   CHECK(validate(c).empty());
   CHECK(simulate(c).ok);
   c.training.framework = "hf_trainer";
