@@ -57,7 +57,7 @@ std::string count(int64_t n) { return std::to_string(n); }
 
 void activation_changes(const Config& base, const Resolved& rs, Adder& add) {
   const auto& t = base.training;
-  if (t.activation_checkpointing == "none" && rs.framework && rs.framework->id == "megatron") {
+  if (t.activation_checkpointing == "none" && rs.framework && rs.framework->selective_recompute) {
     Config c = base;
     c.training.activation_checkpointing = "selective";
     add(G::SameJob, 1, "checkpointing_selective", "Selective activation checkpointing",

@@ -36,7 +36,7 @@ constexpr FrameworkSpec kFrameworks[] = {
      "before the scale (x_normed = (x_fp32 * rsqrt(...)).type_as(x); return x_normed * self.scale); "
      "CEWithChunkedOutputLoss (8 chunks); AdamW configs set fused: True (PR #1575); "
      "training/_distributed.py shard_model: FSDP2 fully_shard per layer", false, false, false, false, false,
-     FrameworkSpec::ExpertShard::ExpertDim, false, false, false, true},
+     FrameworkSpec::ExpertShard::ExpertDim, false, false, false, true, true},
     {"litgpt", "LitGPT", "sdpa_repeat_kv", "fp32_scale", "chunked_bf16", "foreach", 1, true, true, "fsdp1", false, true, false, false, false, true, true,
      "litgpt model.py CausalSelfAttention.attn (one fused qkv linear; LoRAQKVLinear adapts it once);  model.py CausalSelfAttention expands k/v; RMSNorm scales in fp32; utils.py chunked_cross_entropy "
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach; "
@@ -46,7 +46,8 @@ constexpr FrameworkSpec kFrameworks[] = {
      FrameworkSpec::ExpertShard::PerExpertLinear, false, false, false, true},
     {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron", false, false, false, false, false, false, false,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
-     "Apex/TE FusedAdam", false, false, false, false},
+     "Apex/TE FusedAdam", false, false, false, false, true, FrameworkSpec::ExpertShard::PerExpertLinear, false, false,
+     false, false, false, "alltoall", true},
     {"torchtitan", "torchtitan", "sdpa_repeat_kv", "eager_fp32", "full_fp32", "foreach", 1, false, false, "fsdp2", true, false, true, true, true, false, false,
      "torchtitan models/llama/model.py (repeat_kv before SDPA; RMSNorm: _norm(x.float()).type_as(x) * weight), "
      "train.py: loss = F.cross_entropy(pred.flatten(0, 1).float(), ...) then `del pred` before backward; "
@@ -56,7 +57,7 @@ constexpr FrameworkSpec kFrameworks[] = {
      "(parallel_dims.loss_parallel_enabled); TP through DTensor (ColwiseParallel/SequenceParallel: the linear saves "
      "the all-gathered input); pipeline stages from torch.distributed.pipelining; run_train.sh sets "
      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false, false,
-     FrameworkSpec::ExpertShard::Dim1WhenShort, false, false, true},
+     FrameworkSpec::ExpertShard::Dim1WhenShort, false, false, true, false, false, "allgather"},
     {"unsloth", "Unsloth (FastLanguageModel under TRL/HF Trainer)", "sdpa_repeat_kv", "fused", "unsloth_fused_ce", "fused", 2, false, false, "deepspeed", false, false, false, false, false, true, false,
      "unslothai/unsloth at HEAD 015bdef0 with unsloth-zoo ce232d6c (docs/research/unsloth.md): xformers attention "
      "(the notebooks install xformers, not flash-attn) expands k and v to every query head in training; "
@@ -183,7 +184,7 @@ OptimizerImpl derive_optimizer_impl(const FrameworkSpec& f, const StackVersions&
            Library::Transformers, Library::Torch);
     return torch2 ? OptimizerImpl::Foreach : OptimizerImpl::ForLoop;
   }
-  if (f.id == "torchtune") {
+  if (f.torchtune_recipes) {
     // pytorch/torchtune#1575 (commit cca50f02, 2024-09-14) added fused: True to the AdamW configs: 93 of 120 recipe
     // configs in v0.4.0, 2 of 70 in v0.3.0 (git grep at the tags). Before, torch.optim.AdamW took torch's default.
     if (v.below(Library::Torchtune, V(0, 4))) {
@@ -291,7 +292,7 @@ LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersion
            u);
     return LossImpl::UnslothFusedCe;
   }
-  if (f.id == "torchtune" && decoder_causal_lm(c.model)) {
+  if (f.torchtune_recipes && decoder_causal_lm(c.model)) {
     // docs/versions.md 13: CEWithChunkedOutputLoss is in 61 of 70 recipe configs from torchtune v0.3.0 and in none of
     // v0.2.1, whose TransformerDecoder returned self.output(h).float() to nn.CrossEntropyLoss (modules/transformer.py).
     if (v.below(Library::Torchtune, V(0, 3))) {
@@ -570,9 +571,7 @@ Resolved resolve(const Config& c) {
   r.loss_parallel = f.loss_parallel && c.parallel.tensor_parallel_size > 1;
   r.sharding = named(c.parallel.sharding == "auto" ? f.sharding : std::string_view(c.parallel.sharding), kSharding,
                      kShardingValues);
-  // torchtitan's --experimental.context_parallel_rotate_method defaults to allgather (config_manager.py, PR #728);
-  // Megatron-Core's and Transformer Engine's context parallel exchange chunks point to point.
-  const std::string_view cp_auto = f.id == "torchtitan" ? "allgather" : "alltoall";
+  const std::string_view cp_auto = f.cp_rotate;  // FrameworkSpec::cp_rotate
   r.cp_rotate = named(c.parallel.cp_rotate_method == "auto" ? cp_auto : std::string_view(c.parallel.cp_rotate_method),
                       kCpRotate, kCpRotateValues);
 
@@ -710,7 +709,7 @@ bool switch_applies(const Config& c, const Resolved& r, Switch s) {
   switch (s) {
     case Switch::Attention: return f.transformers_model && !c.model.is_encoder_decoder;
     case Switch::Loss:
-      return (f.transformers_model || f.id == "torchtune" || f.unsloth_kernels || (f.compiles_loss && c.training.compile)) &&
+      return (f.transformers_model || f.torchtune_recipes || f.unsloth_kernels || (f.compiles_loss && c.training.compile)) &&
              decoder_causal_lm(c.model);
     case Switch::BnbSavesInput:
       return f.bitsandbytes_quantization && c.peft.enabled() && c.peft.four_bit();

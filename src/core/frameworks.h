@@ -115,6 +115,13 @@ struct FrameworkSpec {
   // set_default_dtype(the recipe's dtype), LoRA layers included (recipes' _setup_model); Lightning Fabric's
   // bf16-true/16-true precision creates every parameter in that dtype (litgpt). fp32 where the weights are fp32.
   bool adapters_in_model_dtype = false;
+  // The recipes' loss and AdamW settings follow versions.torchtune (docs/versions.md 13, torchtune#1575).
+  bool torchtune_recipes = false;
+  // parallel.cp_rotate_method at auto: torchtitan's --experimental.context_parallel_rotate_method defaults to
+  // allgather (config_manager.py, PR #728); Megatron-Core's and Transformer Engine's exchange chunks point to point.
+  std::string_view cp_rotate = "alltoall";
+  // Offers Megatron's --recompute-granularity selective (What helps suggests it in place of no checkpointing).
+  bool selective_recompute = false;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.

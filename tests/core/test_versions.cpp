@@ -247,6 +247,19 @@ TEST_CASE("versions: transformers' loss path", "[versions]") {
   CHECK(!has_note(notes_of(bert), "training.loss"));
 }
 
+TEST_CASE("frameworks: the rules that belong to one framework are flags of its spec, not comparisons of its id", "[versions]") {
+  for (const auto& f : frameworks()) {
+    INFO(f.id);
+    CHECK(f.torchtune_recipes == (f.id == "torchtune"));
+    CHECK(f.hf_trainer_loop == (f.id == "hf_trainer" || f.id == "unsloth"));
+    CHECK(f.unsloth_kernels == (f.id == "unsloth"));
+    CHECK(f.compiles_loss == (f.id == "torchtitan"));
+    CHECK(f.adapters_in_model_dtype == (f.id == "torchtune" || f.id == "litgpt"));
+    CHECK(f.selective_recompute == (f.id == "megatron"));
+    CHECK(f.cp_rotate == (f.id == "torchtitan" ? "allgather" : "alltoall"));
+  }
+}
+
 TEST_CASE("versions: torchtune's loss and optimizer by its release", "[versions]") {
   CHECK(with({"versions.torchtune=0.2.1"}, "torchtune").loss == LossImpl::FullFp32);
   CHECK(with({"versions.torchtune=0.3.0"}, "torchtune").loss == LossImpl::ChunkedFp32);
