@@ -97,17 +97,17 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 }
 
 // The real-runs issue's targets count every high- and medium-confidence public case, the excluded findings too:
-// median <= 2.5% and p90 <= 8%. Reached: median 3.1% (3.4% before fms-acceleration's cases stated their versions),
-// p90 15.1% over 154 cases (the excluded rows are the ones the model cannot explain yet). The bounds guard what is
-// reached. With every switch that a case file sets by hand back at auto (the versions decide): median 5.4%, p90
-// 37.4%.
+// median <= 2.5% and p90 <= 8%. Reached: median 2.9% (3.4% before fms-acceleration's cases stated their versions,
+// 3.1% before SDPA's math kernel, FSDP2's embedding units and Unsloth), p90 13.0% over 154 cases (the excluded rows
+// are the ones the model cannot explain yet). The bounds guard what is reached. With every switch that a case file
+// sets by hand back at auto (the versions decide): median 3.6%, p90 26.1%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 150);
-  CHECK(s.all_median_abs_error <= 0.033);
-  CHECK(s.all_p90_abs_error <= 0.16);
-  CHECK(s.auto_median_abs_error <= 0.057);
-  CHECK(s.auto_p90_abs_error <= 0.40);
+  CHECK(s.all_median_abs_error <= 0.031);
+  CHECK(s.all_p90_abs_error <= 0.14);
+  CHECK(s.auto_median_abs_error <= 0.040);
+  CHECK(s.auto_p90_abs_error <= 0.28);
 }
 
 // memsim's own calibration runs (tools/calibrate on an H200, tests/validation/measured/): every statistic of
@@ -141,8 +141,8 @@ TEST_CASE("calibration runs: allocated and reserved against memsim", "[validatio
 
 // The uncertainty band (core/band.h) is scored as the held-out cases will score it: each published case's measured
 // value against the band its nearest *other* cases give it (leave-one-out), on the statistic the source measured.
-// Reached (docs/validation.md): 77 of 90 cases (86%), excluded and low-confidence ones included; 68 of the 72 counted
-// cases (94%); median width (top over bottom) 53%. The band aims at 80% (kBandNeighbours). The floors are what is
+// Reached (docs/validation.md): 192 of 213 cases (90%), excluded and low-confidence ones included; 136 of the 143
+// counted cases (95%); median width (top over bottom) 35%. The band aims at 80% (kBandNeighbours). The floors are what is
 // reached less about five points, and the width may not grow past what is reached plus a few points, so that coverage
 // cannot be bought by widening every band.
 TEST_CASE("uncertainty band: leave-one-out coverage of the published cases", "[validation][band]") {
@@ -151,9 +151,9 @@ TEST_CASE("uncertainty band: leave-one-out coverage of the published cases", "[v
   REQUIRE(s.band_counted_cases >= 70);
   INFO(s.band_inside << " of " << s.band_cases << "; counted " << s.band_counted_inside << " of " << s.band_counted_cases
                      << "; median width " << s.band_median_width);
-  CHECK(s.band_inside >= 0.80 * s.band_cases);
-  CHECK(s.band_counted_inside >= 0.89 * s.band_counted_cases);
-  CHECK(s.band_median_width <= 0.58);
+  CHECK(s.band_inside >= 0.85 * s.band_cases);
+  CHECK(s.band_counted_inside >= 0.90 * s.band_counted_cases);
+  CHECK(s.band_median_width <= 0.40);
   for (const auto& r : s.rows)
     if (r.band_ok) {
       INFO(r.vcase.id);
