@@ -595,13 +595,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     }
     A.push_back(q);
     A.push_back(k);
-    // repeat_kv materialises k and v with all query heads (HF eager and older SDPA, torchtune, litgpt). transformers'
-    // enable_gqa path (use_gqa_in_sdpa) needs attention_mask None, so a micro-batch with a mask repeats them too.
-    // The math kernel broadcasts a single key/value head (matmul broadcasting); more than one it must repeat
-    // (enable_gqa: repeat_interleave), as the matmul then saves.
-    const bool repeat = gqa && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager ||
-                                (rs_.attention == Attention::Sdpa && mask_.on) ||
-                                (rs_.attention == Attention::SdpaMath && d_.g > 1));
+    const bool repeat = kv_repeated();
     if (repeat) {
       const uint32_t kr = act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer);
       const uint32_t vr = act(mul(e, d_.T, d_.h_q), L_.kv_rep, layer);
@@ -644,7 +638,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       // no_grad, or Megatron's selective recomputation of the core attention.
       const bool keep = keep_s2 && !no_grad_;
       std::vector<uint32_t> mask_kept, mask_gone;
-      const bool math = rs_.attention == Attention::SdpaMath || (mask_.on && rs_.mask.kernel == MaskKernel::Math);
+      const bool math = math_kernel();
       if (mask_.on) sdpa_mask_inputs(layer, mask_kept, mask_gone, keep);
       if (math) {
         mask_labels();
@@ -877,15 +871,13 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   // Attention: dO, dq, dk, dv and flash's fp32 dq accumulator; native GQA also expands dk/dv to all heads
   // (flash-attention mha_bwd: dq_accum, dk_expanded). Eager: gradients of the probabilities and the softmax.
   int64_t at = 0;
-  const bool repeat = d_.g < d_.a && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager ||
-                                      (rs_.attention == Attention::Sdpa && mask_.on) ||
-                                      (rs_.attention == Attention::SdpaMath && d_.g > 1));
+  const bool repeat = kv_repeated();
   const bool mla = c_.model.kv_lora_rank > 0;  // q and k at nope + rope width per head
   const int64_t hq = mla ? mul(d_.a, add(c_.model.qk_nope_head_dim, c_.model.qk_rope_head_dim)) : d_.h_q;
   const int64_t kvw = mla ? hq : repeat ? d_.h_q : d_.h_kv;
   if (rs_.attention == Attention::Eager) {
     at = add(mul(10, d_.a, d_.b, mul(d_.s, d_.s)), mul(4, e, d_.T, d_.h_q));
-  } else if ((rs_.attention == Attention::SdpaMath || (mask_.on && rs_.mask.kernel == MaskKernel::Math)) && !mla) {
+  } else if (math_kernel() && !mla) {
     // The math kernel's autograd graph: the gradient of the softmax output and of the scores ([b, h, s, s] in the
     // input dtype) beside dO, dq, dk and dv; no fp32 accumulator.
     at = add(add(mul(2, e, d_.T, hq), mul(2, e, d_.T, kvw)), mul(2, e, d_.a, d_.b, mul(d_.s, d_.s)));
@@ -1257,7 +1249,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
     case LossImpl::UnslothLogits:
     case LossImpl::CutCrossEntropy:
     case LossImpl::UnslothFusedCe:
-      dy = unsloth_loss_backward(loss, saved);
+      dy = unsloth_loss_backward(loss);
       break;
     case LossImpl::HfFp32Upcast:
     case LossImpl::FullFp32: {

@@ -471,40 +471,40 @@ AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const
 // micro-batches small enough for materialised logits (2b), by the unsloth version.
 void derive_unsloth(const Config& c, const StackVersions& v, Resolved& r) {
   const Library u = Library::Unsloth;
-  std::string& note = r.unsloth_note;
-  const std::string from = describe_version(v, u);
-  if (v.below(u, V(2025, 3))) {
-    r.unsloth_gc = UnslothGc::Offload;
-    note = "use_gradient_checkpointing='unsloth' (full checkpointing with activation_offload): "
-           "Unsloth_Offloaded_Gradient_Checkpointer copies every layer's input to the host and back into a new GPU "
-           "tensor, up to unsloth 2025.2";
-  } else {
-    r.unsloth_gc = v.below(u, V(2026, 6)) ? UnslothGc::Smart : UnslothGc::SmartDouble;
-    note = "use_gradient_checkpointing='unsloth' (full checkpointing with activation_offload): UnslothCheckpointFunction "
-           "(unsloth-zoo gradient_checkpointing.py, Llama from unsloth 3e5f0611, 2025-03-04) reloads each offloaded "
-           "input into one persistent GPU buffer of the largest micro-batch's tokens x hidden, keeps the last layer's "
-           "input on the GPU from the second step, does not offload inputs of at most 2^20 elements, and is plain "
-           "checkpointing below a 512-token max_seq_length";
+  std::string note;  // the rules that apply to this config, "; "-separated
+  auto add = [&](const char* part) { note += note.empty() ? part : std::string("; ") + part; };
+  r.unsloth_gc = v.below(u, V(2025, 3)) ? UnslothGc::Offload : v.below(u, V(2026, 6)) ? UnslothGc::Smart : UnslothGc::SmartDouble;
+  if (c.training.activation_offload && c.training.activation_checkpointing == "full") {
+    if (r.unsloth_gc == UnslothGc::Offload)
+      add("use_gradient_checkpointing='unsloth' (full checkpointing with activation_offload): "
+          "Unsloth_Offloaded_Gradient_Checkpointer copies every layer's input to the host and back into a new GPU "
+          "tensor, up to unsloth 2025.2");
+    else
+      add("use_gradient_checkpointing='unsloth' (full checkpointing with activation_offload): UnslothCheckpointFunction "
+          "(unsloth-zoo gradient_checkpointing.py, Llama from unsloth 3e5f0611, 2025-03-04) reloads each offloaded "
+          "input into one persistent GPU buffer of the largest micro-batch's tokens x hidden, keeps the last layer's "
+          "input on the GPU from the second step, does not offload inputs of at most 2^20 elements, and is plain "
+          "checkpointing below a 512-token max_seq_length");
     if (r.unsloth_gc == UnslothGc::SmartDouble)
-      note += "; with a second buffer of that size from unsloth-zoo 510d987f (2026-05-04, taken from unsloth 2026.6), "
-              "assuming more than 512 MiB free at the next forward";
+      add("with a second buffer of that size from unsloth-zoo 510d987f (2026-05-04, taken from unsloth 2026.6), "
+          "assuming more than 512 MiB free at the next forward");
   }
   r.unsloth_weight_buffer = c.peft.enabled() && c.peft.quantized() && v.at_least(u, V(2025, 2));
   if (r.unsloth_weight_buffer)
-    note += "; matmul_lora dequantizes into one persistent buffer of the largest 4-bit linear (16-bit) and its fp32 "
+    add("matmul_lora dequantizes into one persistent buffer of the largest 4-bit linear (16-bit) and its fp32 "
             "absmax (fast_dequantize use_global_buffer, unsloth 144190bd, in tag 2025-02); the backward's explicit "
-            "dequantizations stay temporaries";
+            "dequantizations stay temporaries");
   const bool ce_rule = v.at_least(u, V(2025, 1)) && v.below(u, V(2025, 11));
   if (ce_rule && c.training.loss == "auto") {
     r.unsloth_logits_max_tokens = 1024;
-    note += "; a micro-batch of at most 1024 tokens takes the materialised 16-bit logits (CausalLM_fast_forward: if "
-            "bsz * q_len <= 1024: RETURN_LOGITS = True, unsloth b9fe2588 to 0ede099e)";
+    add("a micro-batch of at most 1024 tokens takes the materialised 16-bit logits (CausalLM_fast_forward: if "
+        "bsz * q_len <= 1024: RETURN_LOGITS = True, unsloth b9fe2588 to 0ede099e)");
   }
   // unsloth_zoo fused_losses get_chunk_size: n_chunks = ceil(fp32 logits GB / target_gb / 4) * 4, with target_gb 1
   // in the first version (fc29e051, 2025-08-13) and half the free memory from 770de251 (2025-09-04; at most 4 GB from
   // d9fe1f43, 2026-07-06). The free memory at the first call is not known here: 4 GB stands for it (not pinned).
   r.unsloth_ce_target_bytes = v.below(u, V(2025, 9)) ? int64_t{1} << 30 : int64_t{4} << 30;
-  note += ", from " + from;
+  if (!note.empty()) r.unsloth_note = note + ", from " + describe_version(v, u);
 }
 
 }  // namespace

@@ -219,6 +219,19 @@ class StepBuilder {
     return rs_.unsloth_logits_max_tokens > 0 && d_.T <= rs_.unsloth_logits_max_tokens ? LossImpl::UnslothLogits : rs_.loss;
   }
   bool unsloth() const { return rs_.framework->unsloth_kernels; }
+  // Whether this micro-batch's attention materialises k and v for every query head (GQA): repeat_kv (HF eager and
+  // older SDPA, torchtune, litgpt); transformers' enable_gqa path (use_gqa_in_sdpa) needs attention_mask None, so a
+  // micro-batch with a mask repeats them too; the math kernel broadcasts a single key/value head (matmul
+  // broadcasting) and repeats more than one (enable_gqa: repeat_interleave), which the matmul then saves.
+  bool kv_repeated() const {
+    return d_.g < d_.a && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager ||
+                           (rs_.attention == Attention::Sdpa && mask_.on) ||
+                           (rs_.attention == Attention::SdpaMath && d_.g > 1));
+  }
+  // SDPA's math kernel runs: chosen (sdpa_math), or taken for a masked call where the torch version has no other.
+  bool math_kernel() const {
+    return rs_.attention == Attention::SdpaMath || (mask_.on && rs_.mask.kernel == MaskKernel::Math);
+  }
   // Unsloth's fast LoRA path (LoRA_MLP, LoRA_QKV, LoRA_W in unsloth/kernels/fast_lora.py): plain LoRA without dropout
   // (get_peft_model patches only lora_dropout == 0 layers); with dropout PEFT's own forward runs.
   bool unsloth_lora_kernels() const {
@@ -378,7 +391,7 @@ class StepBuilder {
   bool unsloth_offloads(int64_t layer) const;  // whether smart checkpointing sends this layer's input to the host
   void unsloth_weight_buffer();
   void unsloth_loss_forward(LossImpl loss, std::vector<uint32_t>& saved);
-  uint32_t unsloth_loss_backward(LossImpl loss, std::vector<uint32_t>& saved);
+  uint32_t unsloth_loss_backward(LossImpl loss);
   // Unsloth's smart checkpointing (UnslothGc::Smart): the persistent GPU buffers the offloaded inputs come back to,
   // grown to the largest micro-batch's tokens x hidden and never shrunk.
   uint32_t gc_buffer_[2] = {UINT32_MAX, UINT32_MAX};

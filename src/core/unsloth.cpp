@@ -107,10 +107,9 @@ void StepBuilder::unsloth_loss_forward(LossImpl loss, std::vector<uint32_t>& sav
 }
 
 // The loss's backward under Unsloth: returns the gradient of the final norm's output.
-uint32_t StepBuilder::unsloth_loss_backward(LossImpl loss, std::vector<uint32_t>& saved) {
+uint32_t StepBuilder::unsloth_loss_backward(LossImpl loss) {
   const int32_t post = -1;
   const int64_t e = d_.e;
-  (void)saved;
   switch (loss) {
     case LossImpl::UnslothLogits: {
       // Backward writes dloss * softmax into the saved logits (tl.store(logits_ptr + col_offsets, ...)) and returns
