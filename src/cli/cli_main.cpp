@@ -5,7 +5,8 @@
 //   memsim-cli estimate --link 'https://host/#memsim=2&...&c=...'   (a link the page wrote, or its bare fragment)
 //   memsim-cli estimate ... --lengths-file lengths.txt   (per-sample token lengths -> data.sample_lengths)
 //   memsim-cli config [--config FILE|-] [--link LINK] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
-//   memsim-cli keys
+//   memsim-cli keys [--long]
+//   memsim-cli schema                  (the config's JSON Schema, from the field registry)
 //   memsim-cli validate DIR [--measured DIR]... [--residuals FILE]
 //                                      (published measurements as configs -> markdown report, and the band's table)
 // Exit codes: 0 success, 2 invalid input (one line on stderr naming the field), 1 other failures.
@@ -23,6 +24,7 @@
 #include "core/band.h"
 #include "core/catalog.h"
 #include "core/data_shape.h"
+#include "core/fields.h"
 #include "core/format.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
@@ -41,7 +43,9 @@ constexpr const char* kUsage =
     "--suggest adds what helps: each single change that lowers the peak, simulated in full, ranked by the memory "
     "it saves.\n"
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
-    "       memsim-cli keys | presets\n"
+    "       memsim-cli keys [--long] | presets | schema\n"
+    "keys --long adds each field's type, allowed values, default and what it does; schema prints the config's JSON\n"
+    "Schema (docs/config.schema.json).\n"
     "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
     "--link LINK opens a link of the page: a whole URL (https://host/#memsim=2&...) or its fragment; quote it for the\n"
     "shell. A link that was cut off or altered exits 2 and says so; every field the link leaves out is its default.\n"
@@ -270,7 +274,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args[0] == "keys") {
-    for (const auto& k : field_keys()) std::puts(k.c_str());
+    if (args.size() > 1 && args[1] != "--long") return invalid("keys takes --long or nothing; got \"" + args[1] + "\"");
+    if (args.size() == 1) {
+      for (const auto& k : field_keys()) std::puts(k.c_str());
+      return 0;
+    }
+    for (const FieldDescription& d : field_descriptions())
+      std::printf("%s\t%s\t%s\t%s\t%s\n", d.key.c_str(), d.type.c_str(), d.allowed.c_str(), d.default_value.c_str(),
+                  d.help.c_str());
+    return 0;
+  }
+  if (args[0] == "schema") {
+    std::fputs(config_json_schema().c_str(), stdout);
     return 0;
   }
   const bool estimate = args[0] == "estimate";

@@ -25,6 +25,8 @@ enum class PipelineSchedule { OneFOneB, Interleaved1F1B, GPipe, Unknown };
 enum class Offload { None, Cpu, Nvme, Unknown };  // ZeRO-Offload / ZeRO-Infinity targets
 enum class LengthsSource { Fixed, MicroBatches, Samples, Unknown };  // data.lengths
 enum class Padding { Longest, MaxLength, None, Unknown };             // data.padding
+enum class TriState { Auto, True, False, Unknown };                  // auto / true / false switches
+enum class BackwardPrefetch { Pre, Post, None, Unknown };             // parallel.fsdp_backward_prefetch
 
 // The enum of `text` in `names`, Unknown when none matches.
 template <typename E, size_t N>
@@ -258,6 +260,17 @@ struct ParallelConfig {
     constexpr std::pair<std::string_view, Offload> kNames[] = {
         {"none", Offload::None}, {"cpu", Offload::Cpu}, {"nvme", Offload::Nvme}};
     return choice_of(target, kNames);
+  }
+  static TriState tri_state_of(std::string_view text) {
+    constexpr std::pair<std::string_view, TriState> kNames[] = {
+        {"auto", TriState::Auto}, {"true", TriState::True}, {"false", TriState::False}};
+    return choice_of(text, kNames);
+  }
+  TriState overlap_comm() const { return tri_state_of(zero_overlap_comm); }
+  BackwardPrefetch backward_prefetch() const {
+    constexpr std::pair<std::string_view, BackwardPrefetch> kNames[] = {
+        {"backward_pre", BackwardPrefetch::Pre}, {"backward_post", BackwardPrefetch::Post}, {"none", BackwardPrefetch::None}};
+    return choice_of(fsdp_backward_prefetch, kNames);
   }
   Offload optimizer_offload() const { return offload_of(offload_optimizer); }
   Offload params_offload() const { return offload_of(offload_params); }

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "checked.h"
+#include "fields.h"
 #include "model.h"
 
 namespace memsim {
@@ -374,21 +375,8 @@ bool sample_lengths_from_file(const std::string& text, SampleLengthsFile& out, F
 void validate_data(const Config& c, std::vector<FieldError>& e) {
   const auto& d = c.data;
   auto err = [&](const char* field, const std::string& msg) { e.push_back({field, msg}); };
-  if (d.lengths != "fixed" && d.lengths != "micro_batches" && d.lengths != "samples")
-    return err("data.lengths", "data.lengths must be one of: fixed, micro_batches, samples; got \"" + shown(d.lengths) + "\"");
-  if (d.padding != "longest" && d.padding != "max_length" && d.padding != "none")
-    err("data.padding", "data.padding must be one of: longest, max_length, none; got \"" + shown(d.padding) + "\"");
-  for (auto [field, v, lo, hi] : {std::tuple{"data.pad_to_multiple_of", d.pad_to_multiple_of, int64_t{1}, int64_t{1} << 16},
-                                  std::tuple{"data.dataset_samples", d.dataset_samples, int64_t{0}, int64_t{1} << 40},
-                                  std::tuple{"data.epochs", d.epochs, int64_t{1}, int64_t{1} << 20},
-                                  std::tuple{"data.steps", d.steps, int64_t{0}, int64_t{1} << 40},
-                                  std::tuple{"data.seed", d.seed, int64_t{0}, int64_t{1} << 62}})
-    if (v < lo || v > hi)
-      err(field, std::string(field) + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                     "; got " + std::to_string(v));
-  if (c.training.empty_cache_steps < kEmptyCacheAuto || c.training.empty_cache_steps > (int64_t{1} << 40))
-    err("training.empty_cache_steps", "training.empty_cache_steps must be -1 (auto) or an integer from 0 to "
-                                      "1099511627776; got " + std::to_string(c.training.empty_cache_steps));
+  // The fields' ranges and lists (data.*, training.empty_cache_steps) are the field registry's, checked by validate()
+  // before this runs.
   if (!d.varies() || !e.empty()) return;
   const auto& m = c.model;
   if (m.is_encoder_decoder)

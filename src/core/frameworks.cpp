@@ -3,6 +3,7 @@
 #include <array>
 #include <iterator>
 
+#include "choices.h"
 #include "data_shape.h"
 #include "model.h"
 #include "tables.h"
@@ -69,39 +70,19 @@ constexpr FrameworkSpec kFrameworks[] = {
      FrameworkSpec::ExpertShard::PerExpertLinear, true, true},
 };
 
-constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_kv", "flash_attention_2", "eager", "sdpa_math"};
+// The choice lists (choices.h) this file resolves; each enum list below pairs with its names after "auto".
+using choice::kAdapterDtype, choice::kAttention, choice::kCheckpointing, choice::kCpRotate,
+    choice::kLoss, choice::kNorm, choice::kOptImpl, choice::kSharding;
 constexpr Attention kAttentionValues[] = {Attention::Sdpa, Attention::SdpaRepeatKv, Attention::FlashAttention2,
                                           Attention::Eager, Attention::SdpaMath};
-constexpr std::string_view kNorm[] = {"auto", "eager_fp32", "fp32_scale", "fused"};
 constexpr NormImpl kNormValues[] = {NormImpl::EagerFp32, NormImpl::Fp32Scale, NormImpl::Fused};
-constexpr std::string_view kLoss[] = {"auto",           "hf_fp32_upcast",    "hf_shift_fp32",   "hf_fp32_logits",
-                                      "hf_shift",       "full_fp32",         "chunked_fp32",    "chunked_bf16",
-                                      "fused_linear",   "unsloth_logits",    "cut_cross_entropy", "unsloth_fused_ce"};
 constexpr LossImpl kLossValues[] = {LossImpl::HfFp32Upcast,  LossImpl::HfShiftFp32,     LossImpl::HfFp32Logits,
                                     LossImpl::HfShift,       LossImpl::FullFp32,        LossImpl::ChunkedFp32,
                                     LossImpl::ChunkedBf16,   LossImpl::FusedLinear,     LossImpl::UnslothLogits,
                                     LossImpl::CutCrossEntropy, LossImpl::UnslothFusedCe};
-constexpr std::string_view kOptImpl[] = {"auto", "foreach", "fused", "for_loop"};
 constexpr OptimizerImpl kOptImplValues[] = {OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop};
-constexpr std::string_view kCheckpointing[] = {"none", "full", "selective", "selective_op", "every_k"};
-constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "hf_loop", "deepspeed", "torchtune", "litgpt", "megatron", "torchtitan", "unsloth"};
-constexpr std::string_view kSharding[] = {"auto", "deepspeed", "fsdp1", "fsdp2", "megatron"};
 constexpr Sharding kShardingValues[] = {Sharding::DeepSpeed, Sharding::Fsdp1, Sharding::Fsdp2, Sharding::Megatron};
-constexpr std::string_view kBackwardPrefetch[] = {"backward_pre", "backward_post", "none"};
-constexpr std::string_view kSchedules[] = {"1f1b", "interleaved_1f1b", "gpipe"};
-constexpr std::string_view kOffload[] = {"none", "cpu", "nvme"};
-constexpr std::string_view kModuleLoading[] = {"auto", "lazy", "eager"};
-constexpr std::string_view kTriState[] = {"auto", "true", "false"};
-constexpr std::string_view kAdapterDtype[] = {"auto", "fp32", "bf16", "fp16"};
 constexpr AdapterDtype kAdapterDtypeValues[] = {AdapterDtype::Fp32, AdapterDtype::Bf16, AdapterDtype::Fp16};
-constexpr std::string_view kCpRotate[] = {"auto", "allgather", "alltoall"};
-// transformers' activations.py ACT2CLS keys: model.hidden_act names one of them (T5's feed_forward_proj "gated-X"
-// names X). memsim's costs tell apart only gelu_new (eager, T5) and relu (saves its output); the rest save their input.
-constexpr std::string_view kActivations[] = {"gelu",      "gelu_10",     "gelu_accurate", "gelu_fast", "gelu_new",
-                                             "gelu_python", "gelu_pytorch_tanh", "laplace", "leaky_relu", "linear",
-                                             "mish",      "prelu",       "quick_gelu",    "relu",      "relu2",
-                                             "relu6",     "sigmoid",     "silu",          "swish",     "tanh",
-                                             "xielu"};
 constexpr CpRotate kCpRotateValues[] = {CpRotate::AllGather, CpRotate::AllToAll};
 
 constexpr std::string_view kSwitchFields[] = {
@@ -515,28 +496,6 @@ const FrameworkSpec* find_framework(std::string_view id) {
   for (const auto& f : kFrameworks)
     if (f.id == id) return &f;
   return nullptr;
-}
-
-std::span<const std::string_view> choices(std::string_view field) {
-  if (field == "training.attention") return kAttention;
-  if (field == "training.norm_impl") return kNorm;
-  if (field == "training.loss") return kLoss;
-  if (field == "training.optimizer_impl") return kOptImpl;
-  if (field == "training.activation_checkpointing") return kCheckpointing;
-  if (field == "training.framework") return kFrameworkIds;
-  if (field == "parallel.sharding") return kSharding;
-  if (field == "parallel.fsdp_backward_prefetch") return kBackwardPrefetch;
-  if (field == "parallel.pipeline_schedule") return kSchedules;
-  if (field == "parallel.offload_optimizer" || field == "parallel.offload_params") return kOffload;
-  if (field == "hardware.cuda_module_loading") return kModuleLoading;
-  if (field == "training.softmax_saves_input" || field == "training.zero_grad_set_to_none" ||
-      field == "training.checkpoint_reentrant" ||
-      field == "peft.bnb_saves_input" || field == "hardware.expandable_segments")
-    return kTriState;
-  if (field == "peft.adapter_dtype") return kAdapterDtype;
-  if (field == "parallel.cp_rotate_method") return kCpRotate;
-  if (field == "model.hidden_act") return kActivations;
-  return {};
 }
 
 std::string_view switch_field(Switch s) { return kSwitchFields[static_cast<size_t>(s)]; }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config.h"
+#include "fields.h"  // choices(field): the allowed strings of a choice field
 #include "versions.h"
 
 namespace memsim {
@@ -232,8 +233,6 @@ struct Resolved {
 std::span<const FrameworkSpec> frameworks();
 const FrameworkSpec* find_framework(std::string_view id);
 
-// Allowed string values of a choice field ("training.attention", ...), "auto" first where it applies.
-std::span<const std::string_view> choices(std::string_view field);
 
 // Requires a validated config.
 Resolved resolve(const Config& c);

@@ -8,7 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <type_traits>
+#include <variant>
 
+#include "choices.h"
+#include "fields.h"
 #include "json_read.h"
 #include "link_data.h"
 
@@ -22,166 +26,39 @@ using json_read::valid_utf8;
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------
-// [SECTION] The field list: one place names every config field and its flattened key.
+// [SECTION] The fields: the registry (fields.cpp) names every config field, its flattened key and its type.
 // ---------------------------------------------------------------------------------------------------------
 
 template <typename E>
 struct EnumName {
   E value;
-  const char* name;
+  std::string_view name;
 };
-constexpr EnumName<NormType> kNormNames[] = {{NormType::RMSNorm, "rmsnorm"}, {NormType::LayerNorm, "layernorm"}};
-constexpr EnumName<PositionType> kPositionNames[] = {{PositionType::Rope, "rope"}, {PositionType::Absolute, "absolute"}};
+// config.h's enums by their names in the field registry (choices.h), in the enums' order.
+constexpr EnumName<NormType> kNormNames[] = {{NormType::RMSNorm, choice::kNormType[0]},
+                                             {NormType::LayerNorm, choice::kNormType[1]}};
+constexpr EnumName<PositionType> kPositionNames[] = {{PositionType::Rope, choice::kPositionType[0]},
+                                                     {PositionType::Absolute, choice::kPositionType[1]}};
 
+// Walks every field of the registry (fields.cpp) in its order, calling the visitor's reader or writer for its type.
 template <typename V>
 void visit_fields(Config& c, V& v) {
-  auto& m = c.model;
-  v.str("model.name", m.name);
-  v.str("model.model_type", m.model_type);
-  v.integer("model.hidden_size", m.hidden_size);
-  v.integer("model.num_hidden_layers", m.num_hidden_layers);
-  v.integer("model.num_attention_heads", m.num_attention_heads);
-  v.integer("model.num_key_value_heads", m.num_key_value_heads);
-  v.integer("model.head_dim", m.head_dim);
-  v.integer("model.intermediate_size", m.intermediate_size);
-  v.integer("model.vocab_size", m.vocab_size);
-  v.integer("model.max_position_embeddings", m.max_position_embeddings);
-  v.boolean("model.tie_word_embeddings", m.tie_word_embeddings);
-  v.str("model.hidden_act", m.hidden_act);
-  v.boolean("model.attention_bias", m.attention_bias);
-  v.boolean("model.mlp_bias", m.mlp_bias);
-  v.boolean("model.lm_head_bias", m.lm_head_bias);
-  v.enumeration("model.norm_type", m.norm_type, kNormNames);
-  v.boolean("model.mlp_gated", m.mlp_gated);
-  v.boolean("model.qkv_bias", m.qkv_bias);
-  v.boolean("model.fused_qkv", m.fused_qkv);
-  v.boolean("model.qk_norm", m.qk_norm);
-  v.boolean("model.qk_norm_per_head", m.qk_norm_per_head);
-  v.integer("model.norms_per_layer", m.norms_per_layer);
-  v.enumeration("model.position_embedding_type", m.position_embedding_type, kPositionNames);
-  v.number("model.attention_dropout", m.attention_dropout);
-  v.number("model.hidden_dropout", m.hidden_dropout);
-  v.integer("model.num_experts", m.num_experts);
-  v.integer("model.num_experts_per_tok", m.num_experts_per_tok);
-  v.integer("model.moe_intermediate_size", m.moe_intermediate_size);
-  v.integer("model.shared_expert_intermediate_size", m.shared_expert_intermediate_size);
-  v.integer("model.first_k_dense_replace", m.first_k_dense_replace);
-  v.boolean("model.router_bias", m.router_bias);
-  v.number("model.moe_capacity_factor", m.moe_capacity_factor);
-  v.integer("model.q_lora_rank", m.q_lora_rank);
-  v.integer("model.kv_lora_rank", m.kv_lora_rank);
-  v.integer("model.qk_nope_head_dim", m.qk_nope_head_dim);
-  v.integer("model.qk_rope_head_dim", m.qk_rope_head_dim);
-  v.integer("model.v_head_dim", m.v_head_dim);
-  v.boolean("model.post_layernorm", m.post_layernorm);
-  v.integer("model.type_vocab_size", m.type_vocab_size);
-  v.str("model.task_head", m.task_head);
-  v.integer("model.num_labels", m.num_labels);
-  v.boolean("model.is_encoder_decoder", m.is_encoder_decoder);
-  v.integer("model.num_decoder_layers", m.num_decoder_layers);
-  v.integer("model.relative_attention_num_buckets", m.relative_attention_num_buckets);
-
-  auto& t = c.training;
-  v.integer("training.micro_batch_size", t.micro_batch_size);
-  v.integer("training.sequence_length", t.sequence_length);
-  v.integer("training.decoder_sequence_length", t.decoder_sequence_length);
-  v.integer("training.gradient_accumulation_steps", t.gradient_accumulation_steps);
-  v.str("training.framework", t.framework);
-  v.str("training.precision", t.precision);
-  v.str("training.optimizer", t.optimizer);
-  v.str("training.optimizer_impl", t.optimizer_impl);
-  v.str("training.activation_checkpointing", t.activation_checkpointing);
-  v.integer("training.checkpoint_every_k_layers", t.checkpoint_every_k_layers);
-  v.str("training.checkpoint_reentrant", t.checkpoint_reentrant);
-  v.str("training.attention", t.attention);
-  v.str("training.norm_impl", t.norm_impl);
-  v.str("training.loss", t.loss);
-  v.integer("training.loss_chunks", t.loss_chunks);
-  v.boolean("training.activation_offload", t.activation_offload);
-  v.boolean("training.optimizer_in_backward", t.optimizer_in_backward);
-  v.boolean("training.compile", t.compile);
-  v.tristate("training.zero_grad_set_to_none", t.zero_grad_set_to_none);
-  v.tristate("training.softmax_saves_input", t.softmax_saves_input);
-  v.integer("training.empty_cache_steps", t.empty_cache_steps);
-
-  auto& p = c.peft;
-  v.str("peft.method", p.method);
-  v.integer("peft.lora_rank", p.lora_rank);
-  v.number("peft.lora_alpha", p.lora_alpha);
-  v.number("peft.lora_dropout", p.lora_dropout);
-  v.str("peft.target_modules", p.target_modules);
-  v.str("peft.feedforward_modules", p.feedforward_modules);
-  v.integer("peft.num_virtual_tokens", p.num_virtual_tokens);
-  v.str("peft.adapter_dtype", p.adapter_dtype);
-  v.str("peft.base_quantization", p.base_quantization);
-  v.boolean("peft.double_quantization", p.double_quantization);
-  v.boolean("peft.prepare_kbit", p.prepare_kbit);
-  v.tristate("peft.bnb_saves_input", p.bnb_saves_input);
-  v.str("peft.modules_to_save", p.modules_to_save);
-
-  v.integer("parallel.data_parallel_size", c.parallel.data_parallel_size);
-  v.integer("parallel.zero_stage", c.parallel.zero_stage);
-  v.str("parallel.sharding", c.parallel.sharding);
-  v.integer("parallel.shard_group_size", c.parallel.shard_group_size);
-  v.str("parallel.fsdp_backward_prefetch", c.parallel.fsdp_backward_prefetch);
-  v.integer("parallel.fsdp_forward_prefetch", c.parallel.fsdp_forward_prefetch);
-  v.integer("parallel.fsdp2_backward_prefetch", c.parallel.fsdp2_backward_prefetch);
-  v.boolean("parallel.fsdp_shard_embeddings", c.parallel.fsdp_shard_embeddings);
-  v.str("parallel.fsdp_use_orig_params", c.parallel.fsdp_use_orig_params);
-  v.str("parallel.fsdp_no_sync", c.parallel.fsdp_no_sync);
-  v.integer("parallel.tensor_parallel_size", c.parallel.tensor_parallel_size);
-  v.boolean("parallel.sequence_parallel", c.parallel.sequence_parallel);
-  v.integer("parallel.context_parallel_size", c.parallel.context_parallel_size);
-  v.str("parallel.cp_rotate_method", c.parallel.cp_rotate_method);
-  v.integer("parallel.expert_parallel_size", c.parallel.expert_parallel_size);
-  v.integer("parallel.pipeline_parallel_size", c.parallel.pipeline_parallel_size);
-  v.str("parallel.pipeline_schedule", c.parallel.pipeline_schedule);
-  v.integer("parallel.virtual_pipeline_stages", c.parallel.virtual_pipeline_stages);
-  v.integer("parallel.pipeline_first_stage_layers", c.parallel.pipeline_first_stage_layers);
-  v.integer("parallel.pipeline_last_stage_layers", c.parallel.pipeline_last_stage_layers);
-  v.str("parallel.offload_optimizer", c.parallel.offload_optimizer);
-  v.str("parallel.offload_params", c.parallel.offload_params);
-  v.integer("parallel.zero_reduce_bucket_size", c.parallel.zero_reduce_bucket_size);
-  v.str("parallel.zero_overlap_comm", c.parallel.zero_overlap_comm);
-  v.integer("parallel.zero_prefetch_bucket_size", c.parallel.zero_prefetch_bucket_size);
-  v.integer("parallel.zero_param_persistence_threshold", c.parallel.zero_param_persistence_threshold);
-  v.integer("parallel.zero_max_live_parameters", c.parallel.zero_max_live_parameters);
-  v.boolean("parallel.ddp_gradient_as_bucket_view", c.parallel.ddp_gradient_as_bucket_view);
-
-  v.str("hardware.gpu", c.hardware.gpu);
-  v.integer("hardware.gpu_memory_bytes", c.hardware.gpu_memory_bytes);
-  v.number("hardware.headroom_fraction", c.hardware.headroom_fraction);
-  v.integer("hardware.cuda_context_bytes", c.hardware.cuda_context_bytes);
-  v.str("hardware.cuda_module_loading", c.hardware.cuda_module_loading);
-  v.tristate("hardware.expandable_segments", c.hardware.expandable_segments);
-  v.integer("hardware.nccl_channels", c.hardware.nccl_channels);
-  v.integer("hardware.gpus_per_node", c.hardware.gpus_per_node);
-  v.integer("hardware.host_memory_bytes", c.hardware.host_memory_bytes);
-
-  auto& d = c.data;
-  v.str("data.lengths", d.lengths);
-  v.str("data.micro_batch_lengths", d.micro_batch_lengths);
-  v.str("data.sample_lengths", d.sample_lengths);
-  v.str("data.padding", d.padding);
-  v.integer("data.pad_to_multiple_of", d.pad_to_multiple_of);
-  v.boolean("data.group_by_length", d.group_by_length);
-  v.boolean("data.longest_first", d.longest_first);
-  v.integer("data.dataset_samples", d.dataset_samples);
-  v.integer("data.epochs", d.epochs);
-  v.integer("data.steps", d.steps);
-  v.integer("data.seed", d.seed);
-
-  auto& vs = c.versions;
-  v.str("versions.torch", vs.torch);
-  v.str("versions.transformers", vs.transformers);
-  v.str("versions.peft", vs.peft);
-  v.str("versions.bitsandbytes", vs.bitsandbytes);
-  v.str("versions.deepspeed", vs.deepspeed);
-  v.str("versions.torchao", vs.torchao);
-  v.str("versions.flash_attn", vs.flash_attn);
-  v.str("versions.torchtune", vs.torchtune);
-  v.str("versions.unsloth", vs.unsloth);
-  v.str("versions.date", vs.date);
+  for (const FieldSpec& f : fields()) {
+    const std::string key(f.key);
+    std::visit(
+        [&](auto* member) {
+          using T = std::remove_pointer_t<decltype(member)>;
+          if constexpr (std::is_same_v<T, int64_t>) v.integer(key, *member);
+          else if constexpr (std::is_same_v<T, double>) v.number(key, *member);
+          else if constexpr (std::is_same_v<T, bool>) v.boolean(key, *member);
+          else if constexpr (std::is_same_v<T, std::string>) {
+            if (f.kind == FieldKind::TriState) v.tristate(key, *member);
+            else v.str(key, *member);
+          } else if constexpr (std::is_same_v<T, NormType>) v.enumeration(key, *member, kNormNames);
+          else v.enumeration(key, *member, kPositionNames);
+        },
+        f.ref(c));
+  }
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {

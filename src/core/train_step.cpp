@@ -487,7 +487,8 @@ int64_t StepBuilder::zero_persistence() const {
   return zero_persistence_threshold(c_.parallel);
 }
 bool StepBuilder::zero_overlap() const {  // the validator overlap_comm_valid: None means stage == 3
-  return c_.parallel.zero_overlap_comm == "auto" ? c_.parallel.zero_stage == 3 : c_.parallel.zero_overlap_comm == "true";
+  const TriState set = c_.parallel.overlap_comm();
+  return set == TriState::Auto ? c_.parallel.zero_stage == 3 : set == TriState::True;
 }
 // ZeRO-3 keeps parameters up to stage3_param_persistence_threshold whole on every rank, never released
 // (partition_parameters.py _convert_to_deepspeed_param and parameter_offload.py mark_persistent_parameters:
@@ -749,7 +750,7 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     if (c_.parallel.zero_stage != 3 || no_sync_) return;
     const int64_t depth = !in_backward_ ? c_.parallel.fsdp_forward_prefetch
                           : sp_.sharding == Sharding::Fsdp2 ? c_.parallel.fsdp2_backward_prefetch
-                          : c_.parallel.fsdp_backward_prefetch == "backward_pre" ? 1 : 0;
+                          : c_.parallel.backward_prefetch() == BackwardPrefetch::Pre ? 1 : 0;
     const int64_t step = in_backward_ ? -1 : 1;
     for (int64_t j = 1; j <= depth; ++j) {
       const int64_t next = layer + step * j;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "config.h"
+#include "fields.h"  // IntRange, int_range(), ranged_fields(): the ranges live in the field registry
 
 namespace memsim {
 
@@ -13,15 +14,6 @@ struct FieldError {
   std::string field;    // flattened key, as in the URL fragment: "model.hidden_size"
   std::string message;  // full sentence naming the field and the allowed values
 };
-
-// Inclusive bounds of every integer field. Shared with the deserializer so both speak the same ranges.
-struct IntRange {
-  int64_t min;
-  int64_t max;
-};
-IntRange int_range(const std::string& field);
-// Every integer field that has a range, by its key (the worst-case search of tests/bench/worst_case.cpp walks them).
-std::vector<std::string> ranged_fields();
 
 std::vector<FieldError> validate(const Config& c);
 

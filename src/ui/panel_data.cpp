@@ -52,11 +52,7 @@ bool draw_data_inputs(Config& c, bool reveal) {
     d.lengths = kLengthIds[kind];
     changed = true;
   }
-  const char* lengths_help = "fixed: every micro-batch holds sequence_length tokens per sequence, as packed data or "
-                             "padding to max_length gives, and memsim replays two steps. Listed or a distribution: "
-                             "every micro-batch has its own length, and memsim replays the run step by step through "
-                             "one allocator, whose cache is carried along: the peak belongs to the longest batch, and "
-                             "reserved memory grows as batches of new sizes cannot reuse the cached blocks.";
+  const char* lengths_help = field_spec("data.lengths").help.data();
   announce_focus(focus_words("sequence lengths", std::string(kind >= 0 ? kLengths[kind] : d.lengths.c_str()) + ", list",
                              "data.lengths", lengths_help));
   help_marker(lengths_help, item_has_keyboard_focus());
@@ -85,29 +81,17 @@ bool draw_data_inputs(Config& c, bool reveal) {
       d.padding = kPaddingIds[padding];
       changed = true;
     }
-    const char* padding_help = "longest: the collator pads each micro-batch to its longest sample (HF "
-                               "DataCollatorWithPadding, padding=True). to max length: to sequence_length, the fixed "
-                               "shape's cost. none: the samples are concatenated into one row without padding "
-                               "(DataCollatorWithFlattening, padding-free attention).";
+    const char* padding_help = field_spec("data.padding").help.data();
     announce_focus(focus_words("padding", std::string(padding >= 0 ? kPadding[padding] : d.padding.c_str()) + ", list",
                                "data.padding", padding_help));
     help_marker(padding_help, item_has_keyboard_focus());
     field_error("data.padding");
     if (d.padding != "none")
-      changed |= int_input("pad to a multiple of", "data.pad_to_multiple_of", d.pad_to_multiple_of, 8,
-                           "The collator's pad_to_multiple_of: each micro-batch's length is rounded up to it (8 or 64 "
-                           "for tensor cores). Fewer distinct lengths also let the allocator reuse more of its cache.");
-    changed |= check_input("group_by_length", "data.group_by_length", d.group_by_length,
-                           "HF TrainingArguments.group_by_length (LengthGroupedSampler): samples of similar length go "
-                           "into the same batches, less padding; its very first batch holds the longest sample.");
-    changed |= check_input("longest sample first", "data.longest_first", d.longest_first,
-                           "The first micro-batch holds the longest sample, as lit-gpt's 2023 fine-tuning loops did, "
-                           "so that an out-of-memory error comes at once; otherwise the shuffle places it.");
-    changed |= int_input("dataset samples", "data.dataset_samples", d.dataset_samples, 1000,
-                         "Samples in the training set; 0 = not given. With steps at 0 it sets the run's length: samples "
-                         "x epochs over the samples one step takes on a GPU (micro-batch x accumulation x data "
-                         "parallel).");
-    changed |= int_input("epochs", "data.epochs", d.epochs, 1, "Passes over the dataset; each holds its longest sample.");
+      changed |= int_input("data.pad_to_multiple_of", d.pad_to_multiple_of, 8);
+    changed |= check_input("data.group_by_length", d.group_by_length);
+    changed |= check_input("data.longest_first", d.longest_first);
+    changed |= int_input("data.dataset_samples", d.dataset_samples, 1000);
+    changed |= int_input("data.epochs", d.epochs, 1);
   } else {
     changed |= lengths_text("micro-batch lengths", "data.micro_batch_lengths", d.micro_batch_lengths, "512,380,1024",
                             "Each micro-batch's length after padding, in order: 512,380,1024. The list repeats for "
@@ -117,17 +101,11 @@ bool draw_data_inputs(Config& c, bool reveal) {
   }
   changed |= int_input("steps to replay", "data.steps", d.steps, 100,
                        samples ? "Optimizer steps memsim replays; 0 = auto: the run's own length from the dataset's "
-                                 "size, at most 1,000 steps."
+                                 "size, at most 2,000 steps."
                                : "Optimizer steps memsim replays; 0 = auto: the list once.");
   if (samples)
-    changed |= int_input("seed", "data.seed", d.seed, 1,
-                         "Seed of the draws and the shuffle: the same seed replays the same run, another seed another "
-                         "order of the same data.");
-  changed |= int_input("empty_cache steps", "training.empty_cache_steps", c.training.empty_cache_steps, 1,
-                       "torch.cuda.empty_cache() after every k optimizer steps (HF TrainingArguments."
-                       "torch_empty_cache_steps); 0 = never; -1 = auto (the HF Trainer of transformers 4.41 emptied "
-                       "it at every step). It hands the allocator's unused cached blocks back to the GPU, so reserved "
-                       "memory stops growing with every new batch size, at the cost of cudaMalloc calls afterwards.");
+    changed |= int_input("data.seed", d.seed, 1);
+  changed |= int_input("training.empty_cache_steps", c.training.empty_cache_steps, 1);
   if (c.training.empty_cache_steps == kEmptyCacheAuto) {  // what auto resolves to, and the version that decided it
     const Resolved rs = resolve(c);
     const std::string from = switch_versions(rs, Switch::EmptyCacheSteps);

@@ -88,8 +88,9 @@ bool gpu_picker(HardwareConfig& hw) {
   std::string preview = hw.gpu == "custom" ? "Custom capacity" : hw.gpu;
   for (const auto& g : gpus())
     if (g.id == hw.gpu) preview = std::string(g.label);
-  const char* help = "The GPU card: its memory as the process sees it (nvidia-smi total). Type to search by name or "
-                     "vendor; Custom capacity takes any size (Details > Hardware).";
+  const std::string help_text = std::string(field_spec("hardware.gpu").help) +
+                                " Type to search by name or vendor; Custom capacity takes any size (Details > Hardware).";
+  const char* help = help_text.c_str();
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   bool changed = false;
   const bool open = ImGui::BeginCombo("GPU", preview.c_str(), ImGuiComboFlags_HeightLarge);
@@ -202,13 +203,9 @@ bool draw_question_inputs(Config& c) {
   const int64_t per_node = std::min(c.hardware.gpus_per_node, std::max<int64_t>(gpu_count(c.parallel), 1));
   ImGui::TextDisabled("%lld GPU%s per node", static_cast<long long>(per_node), per_node == 1 ? "" : "s");
   auto& t = c.training;
-  if (int_input("micro_batch_size", "training.micro_batch_size", t.micro_batch_size, 1,
-                "Sequences per GPU per forward pass. Activations grow linearly with it. Until you set it, it is the "
-                "largest that fits (from 4 down)."))
+  if (int_input("training.micro_batch_size", t.micro_batch_size, 1))
     hand.insert("training.micro_batch_size"), changed = true;
-  if (int_input("sequence_length", "training.sequence_length", t.sequence_length, 512,
-                "Tokens per sequence. Activations grow linearly (quadratically with eager attention). Until you set "
-                "it, it is the longest that fits (from 4096, within the model's positions, down to 512)."))
+  if (int_input("training.sequence_length", t.sequence_length, 512))
     hand.insert("training.sequence_length"), changed = true;
   if (!hand.count("training.micro_batch_size") || !hand.count("training.sequence_length")) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/fields.h"
 #include "core/frameworks.h"
 #include "core/format.h"
 #include "core/result.h"
@@ -86,6 +87,8 @@ void help_marker(const char* text, bool focused = false);
 std::string focus_words(const char* label, const std::string& value, const char* field, const char* help);
 void set_field_errors(const Result* result);
 void field_error(const char* field);
+// The field registry's row of `field` (core/fields.h), whose label and help the short forms below show.
+const FieldSpec& field_spec(const char* field);
 bool int_input(const char* label, const char* field, int64_t& v, int64_t step, const char* help);
 bool check_input(const char* label, const char* field, bool& v, const char* help);
 bool double_input(const char* label, const char* field, double& v, const char* help);
@@ -94,6 +97,13 @@ bool choice_combo(const char* label, const char* field, std::string& value, cons
 // value, and, where a stated version decided it, a line under it naming the versions (announced with the input).
 bool switch_combo(const char* label, const char* field, std::string& value, const Resolved& resolved, Switch s,
                   const char* help);
+// The same inputs labelled and explained by the field registry: what almost every input uses; the forms above are for
+// the few whose words depend on the rest of the config.
+bool int_input(const char* field, int64_t& v, int64_t step);
+bool check_input(const char* field, bool& v);
+bool double_input(const char* field, double& v);
+bool choice_combo(const char* field, std::string& value, const char* auto_means);
+bool switch_combo(const char* field, std::string& value, const Resolved& resolved, Switch s);
 
 // A combo over a table of the core (precision recipes, optimizers, GPUs, frameworks), shown by label.
 template <typename Table>
@@ -125,6 +135,12 @@ bool table_combo(const char* label, const char* field, std::string& id, Table ta
 
 bool string_combo(const char* label, const char* field, std::string& value, std::initializer_list<const char*> values,
                   const char* help);
+bool string_combo(const char* field, std::string& value, std::initializer_list<const char*> values);
+template <typename Table>
+bool table_combo(const char* field, std::string& id, Table table, bool allow_custom = false) {
+  const FieldSpec& f = field_spec(field);
+  return table_combo(f.label.data(), field, id, table, f.help.data(), allow_custom);
+}
 std::string bytes_text(int64_t bytes, Unit unit);
 // ImGui::Combo over `items`, whose open list announces the focused item: the caller announces the combo itself
 // (right after this call, the combo is the last item). True when another item was picked.

@@ -209,4 +209,41 @@ bool string_combo(const char* label, const char* field, std::string& value, std:
   return changed;
 }
 
+// The registry's strings are literals (core/fields.cpp), so their data() ends in a NUL.
+const FieldSpec& field_spec(const char* field) {
+  static const FieldSpec kUnknown{"", nullptr, FieldKind::Text, kNoRange, {}, 0, "", ""};
+  const FieldSpec* f = find_field(field);
+  return f ? *f : kUnknown;
+}
+
+bool int_input(const char* field, int64_t& v, int64_t step) {
+  const FieldSpec& f = field_spec(field);
+  return int_input(f.label.data(), field, v, step, f.help.data());
+}
+
+bool check_input(const char* field, bool& v) {
+  const FieldSpec& f = field_spec(field);
+  return check_input(f.label.data(), field, v, f.help.data());
+}
+
+bool double_input(const char* field, double& v) {
+  const FieldSpec& f = field_spec(field);
+  return double_input(f.label.data(), field, v, f.help.data());
+}
+
+bool choice_combo(const char* field, std::string& value, const char* auto_means) {
+  const FieldSpec& f = field_spec(field);
+  return choice_combo(f.label.data(), field, value, auto_means, f.help.data());
+}
+
+bool switch_combo(const char* field, std::string& value, const Resolved& resolved, Switch s) {
+  const FieldSpec& f = field_spec(field);
+  return switch_combo(f.label.data(), field, value, resolved, s, f.help.data());
+}
+
+bool string_combo(const char* field, std::string& value, std::initializer_list<const char*> values) {
+  const FieldSpec& f = field_spec(field);
+  return string_combo(f.label.data(), field, value, values, f.help.data());
+}
+
 }  // namespace memsim::ui

@@ -157,6 +157,17 @@ err_case "NaN in a lengths file" data.sample_lengths config --lengths-file "$tmp
 printf 'distributed_type: &a FSDP\n' > "$tmp/anchor.yaml"
 err_case "YAML anchor in an Accelerate config" "anchors" config --accelerate-config "$tmp/anchor.yaml"
 
+"$cli" keys > "$tmp/keys.txt"; "$cli" keys --long > "$tmp/keys_long.txt"
+check "keys --long: one line per key, with its type, allowed values, default and help" python3 -c "
+keys = open('$tmp/keys.txt').read().split()
+rows = [l.split('\t') for l in open('$tmp/keys_long.txt').read().splitlines()]
+assert [r[0] for r in rows] == keys and all(len(r) == 5 and r[4] for r in rows)
+hs = [r for r in rows if r[0] == 'model.hidden_size'][0]
+assert hs[1:4] == ['integer', '1 to 1048576', '5120'], hs"
+err_case "keys with an unknown option" "keys takes --long" keys --wide
+"$cli" schema > "$tmp/schema.json"
+check "schema prints the config's JSON Schema, as docs/config.schema.json holds it" cmp -s "$tmp/schema.json" "$here/docs/config.schema.json"
+
 err_case "a link cut off at a field boundary" "cut off in chat" estimate --link "https://example.org/memsim/#${link%&c=*}"
 err_case "an altered link" "checksum mismatch" config --link "${link/micro_batch_size=2/micro_batch_size=4}"
 
