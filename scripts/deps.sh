@@ -11,8 +11,9 @@ mode="${1:-all}"
 pkgs=(cmake ninja-build g++ emscripten libglfw3-dev nlohmann-json3-dev catch2 libimgui-dev fonts-dejavu-core python3 xz-utils)
 if [ "$mode" != "--build" ]; then
   # test tooling: browser, X server for the desktop smoke test, screenshots, fuzzing and sanitizers, rapidcheck for
-  # the property tests, npm for playwright-core, jsonschema to check docs/config.schema.json (tests/cli/schema_check.py)
-  pkgs+=(chromium xvfb xauth imagemagick clang libclang-rt-14-dev librapidcheck-dev nodejs npm python3-jsonschema)
+  # the property tests, npm for playwright-core, jsonschema to check docs/config.schema.json (tests/cli/schema_check.py),
+  # PyYAML to check the YAML reader (tests/yaml/yaml_differential.py)
+  pkgs+=(chromium xvfb xauth imagemagick clang libclang-rt-14-dev librapidcheck-dev nodejs npm python3-jsonschema python3-yaml)
 fi
 
 missing=()
