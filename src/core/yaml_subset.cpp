@@ -184,6 +184,28 @@ struct YamlReader {
     return number_or_text(s, line, path, out);
   }
 
+  // PyYAML's timestamp: YYYY-MM-DD, or YYYY-M-D then T or spaces and H:MM:SS (yaml/resolver.py; what follows the
+  // seconds, fraction and zone, is not looked at).
+  static bool looks_like_timestamp(std::string_view s) {
+    auto digits = [&](size_t& i, size_t lo, size_t hi) {
+      size_t n = 0;
+      while (i < s.size() && n < hi && s[i] >= '0' && s[i] <= '9') ++i, ++n;
+      return n >= lo;
+    };
+    size_t i = 0;
+    if (!digits(i, 4, 4) || i >= s.size() || s[i++] != '-') return false;
+    const size_t month = i;
+    if (!digits(i, 1, 2) || i >= s.size() || s[i++] != '-') return false;
+    const size_t day = i;
+    if (!digits(i, 1, 2)) return false;
+    if (i == s.size()) return day - month == 3 && i - day == 2;  // the date alone needs two-digit month and day
+    if (s[i] == 'T' || s[i] == 't') ++i;
+    else if (s[i] == ' ') while (i < s.size() && s[i] == ' ') ++i;
+    else return false;
+    return digits(i, 1, 2) && i < s.size() && s[i++] == ':' && digits(i, 2, 2) && i < s.size() && s[i++] == ':' &&
+           digits(i, 2, 2);
+  }
+
   // PyYAML's resolution of a plain scalar that is not null or a bool (yaml/resolver.py, YAML 1.1): ints in
   // decimal, octal (010), hex (0x1F) and binary (0b101) with underscores allowed, floats that have a dot (a signed
   // exponent only: 1.0e+5, while 1e5 and 2.5e10 stay text), and the rest text. What JSON has no value for, or no
@@ -232,9 +254,7 @@ struct YamlReader {
       if (base60 && body[0] != '0')
         return fail(line, path, "PyYAML reads " + s.substr(0, 40) + " as a base-60 number; quote it, or write the number");
     }
-    if (k == 0 && s.size() >= 8 && digit(s[0]) && digit(s[1]) && digit(s[2]) && digit(s[3]) && s[4] == '-' &&
-        s.find_first_not_of("0123456789-:.TtZz +") == std::string::npos)
-      return fail(line, path, "PyYAML reads " + s.substr(0, 40) + " as a date; quote it");
+    if (k == 0 && looks_like_timestamp(s)) return fail(line, path, "PyYAML reads " + s.substr(0, 40) + " as a date; quote it");
     // Floats: [-+]?[0-9][0-9_]*.[0-9_]*([eE][-+][0-9]+)? or, unsigned, .[0-9][0-9_]*([eE][-+][0-9]+)?
     if (body == ".inf" || body == ".Inf" || body == ".INF" || s == ".nan" || s == ".NaN" || s == ".NAN")
       return fail(line, path, "infinite or NaN numbers are not accepted");

@@ -76,6 +76,7 @@ SCALARS = [
     "(false, false, false)", "3.10.12", "v1.2", "-", "- x", "a #comment", "'quoted'", "'it''s'", '"double"',
     '"esc \\" \\\\ \\n"', '"\\u00e9\\x41"', "'no'", '"yes"', "'010'", "[]", "{}", "[1, two, 'three', 4.0]",
     "[ a , b ]", "&a 1", "*a", "!!str 1", "|", ">", "@x", "`x", "%x", "a: b",
+    "-.5", "+.5", "1._5", "0.5e-3", "-0x1F", "+010", "0_1", "08", "0b", "1:70", "12:30:45", "2024-5-1", "2024-5-1 10:00:00", "2024-05-01T10:00:00Z", "2001-12-14 21:59:43.10 -5",
 ]
 NO_VALUE = (datetime.date, datetime.datetime)  # timestamps: JSON has no such value
 with tempfile.TemporaryDirectory() as tmp:
