@@ -1,7 +1,8 @@
-// Reading and writing configs and results: versioned JSON, the URL fragment, `--set KEY=VALUE` overrides and
-// the Hugging Face config.json model section. serialize.cpp, deepspeed_io.cpp and accelerate_io.cpp are the core's only users of nlohmann_json.
+// Reading and writing configs and results: versioned JSON (serialize.cpp), the URL fragment and `--set KEY=VALUE`
+// overrides (links.cpp), the Hugging Face config.json model section (hf_config.cpp) and the result JSON
+// (result_json.cpp). They share serialize_internal.h.
 //
-// One list of fields (serialize.cpp, visit_fields) drives every encoding, so the JSON keys, the fragment's
+// The field registry (fields.h, walked by visit_fields) drives every encoding, so the JSON keys, the fragment's
 // flattened keys and the CLI's --set keys are the same names ("model.hidden_size").
 #pragma once
 #include <string>

@@ -1,0 +1,286 @@
+// The Hugging Face config.json as memsim's model section (serialize.h model_from_hf_json; config_from_json reads
+// a config's model section the same way): structural defaults per model_type, key aliases, ignored keys.
+#include "serialize.h"
+#include "serialize_internal.h"
+
+namespace memsim {
+
+using namespace serialize_detail;
+using json_read::parse_document;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// [SECTION] Hugging Face config.json: structural defaults per model_type, key aliases
+// ---------------------------------------------------------------------------------------------------------
+
+// What HF encodes in the model class rather than in config.json, per model_type (modeling_<type>.py).
+// Numeric fields are left at 0 so that a missing required key is detected.
+ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>& notes) {
+  ModelConfig m;
+  m.hidden_size = m.num_hidden_layers = m.num_attention_heads = m.vocab_size = 0;
+  m.num_key_value_heads = m.intermediate_size = m.head_dim = 0;
+  m.max_position_embeddings = 2048;
+  m.model_type = model_type;
+  m.name = "imported " + model_type + " config";
+  m.tie_word_embeddings = false;  // LlamaConfig default
+  if (model_type == "llama" || model_type == "mistral" || model_type == "mixtral" || model_type == "phi3" ||
+      model_type == "olmo" || model_type == "yi" || model_type == "internlm2") {
+  } else if (model_type == "phimoe") {
+    // PhimoeDecoderLayer: nn.LayerNorm (with bias) before attention and the MoE, and the final norm; config
+    // lm_head_bias = true (modeling_phimoe.py).
+    m.norm_type = NormType::LayerNorm;
+    m.lm_head_bias = true;
+  } else if (model_type == "qwen2") {
+    m.qkv_bias = true;  // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
+  } else if (model_type == "qwen3") {
+    m.qk_norm = true;  // Qwen3Attention: q_norm, k_norm = RMSNorm(head_dim)
+  } else if (model_type == "gemma") {
+    m.tie_word_embeddings = true;  // GemmaConfig default
+    m.hidden_act = "gelu_pytorch_tanh";
+  } else if (model_type == "gemma2" || model_type == "gemma3_text" || model_type == "gemma3") {
+    m.tie_word_embeddings = true;
+    m.hidden_act = "gelu_pytorch_tanh";
+    m.norms_per_layer = 4;                    // pre/post attention and pre/post feed-forward norms
+    m.qk_norm = model_type != "gemma2";       // Gemma3Attention has q_norm and k_norm
+  } else if (model_type == "gpt2") {
+    m.norm_type = NormType::LayerNorm;
+    m.mlp_gated = false;
+    m.attention_bias = m.mlp_bias = true;     // Conv1D c_attn, c_proj, c_fc all have biases
+    m.position_embedding_type = PositionType::Absolute;
+    m.tie_word_embeddings = true;
+    m.hidden_act = "gelu_new";
+    m.max_position_embeddings = 1024;
+  } else if (model_type == "gpt_neox") {
+    m.norm_type = NormType::LayerNorm;
+    m.mlp_gated = false;
+    m.attention_bias = m.mlp_bias = true;     // query_key_value, dense, dense_h_to_4h, dense_4h_to_h
+    m.hidden_act = "gelu";
+  } else if (model_type == "qwen") {
+    // Qwen-1 (remote code modeling_qwen.py QWenBlock): RMSNorm, a fused c_attn with bias, c_proj without
+    // (no_bias), and QWenMLP's w1 and w2 of intermediate_size // 2 each with c_proj back: a gated SiLU MLP whose
+    // config.json intermediate_size is twice the MLP width (read_model_section halves it). Untied head.
+    m.fused_qkv = true;
+    m.qkv_bias = true;
+  } else if (model_type == "olmo2") {
+    m.qk_norm = true;  // Olmo2Attention: q_norm over num_heads * head_dim, k_norm over num_kv_heads * head_dim
+    m.qk_norm_per_head = false;
+  } else if (model_type == "falcon") {
+    // FalconDecoderLayer (new_decoder_architecture false): one LayerNorm feeds attention and MLP in parallel,
+    // fused query_key_value, GELU MLP of 4 x hidden, tied head.
+    m.norm_type = NormType::LayerNorm;
+    m.mlp_gated = false;
+    m.norms_per_layer = 1;
+    m.tie_word_embeddings = true;
+    m.hidden_act = "gelu";
+  } else if (model_type == "qwen3_moe") {
+    m.qk_norm = true;  // Qwen3MoeAttention keeps q_norm/k_norm; experts use moe_intermediate_size
+  } else if (model_type == "deepseek_v3" || model_type == "deepseek_v2") {
+    m.router_bias = model_type == "deepseek_v3";  // DeepseekV3TopkRouter.e_score_correction_bias
+  } else if (model_type == "bert" || model_type == "roberta") {
+    m.norm_type = NormType::LayerNorm;
+    m.mlp_gated = false;
+    m.attention_bias = m.mlp_bias = true;     // BertSelfAttention q/k/v, BertSelfOutput, BertIntermediate, BertOutput
+    m.position_embedding_type = PositionType::Absolute;
+    m.post_layernorm = true;
+    m.tie_word_embeddings = true;
+    m.hidden_act = "gelu";
+    m.max_position_embeddings = 512;
+    m.task_head = "sequence_classification";
+    notes.push_back("model: an encoder; memsim trains it with a sequence-classification head (pooler + classifier)");
+  } else if (model_type == "t5" || model_type == "mt5") {
+    // T5Config / MT5Config defaults (configuration_t5.py, configuration_mt5.py): T5LayerNorm is an RMSNorm
+    // without bias, no linear has a bias, positions come from the relative attention bias, dropout_rate 0.1
+    // applies everywhere. T5 v1.0 ties the head to the shared embedding (PretrainedConfig default) and uses a
+    // ReLU MLP; mT5 unties and uses feed_forward_proj "gated-gelu".
+    m.is_encoder_decoder = true;
+    m.relative_attention_num_buckets = 32;
+    m.attention_dropout = m.hidden_dropout = 0.1;
+    m.max_position_embeddings = 512;
+    m.tie_word_embeddings = model_type == "t5";
+    m.mlp_gated = model_type == "mt5";
+    m.hidden_act = model_type == "mt5" ? "gelu_new" : "relu";
+  } else if (model_type == "stablelm") {
+    m.norm_type = NormType::LayerNorm;        // StableLmDecoderLayer uses nn.LayerNorm; use_qkv_bias below
+  } else {
+    notes.push_back("model_type \"" + model_type +
+                    "\" is not known: assumed a Llama-style block (RMSNorm, gated MLP, RoPE, no biases)");
+  }
+  return m;
+}
+
+// GPT-2 and other older configs name the same things differently.
+constexpr std::pair<const char*, const char*> kAliases[] = {
+    {"n_embd", "hidden_size"},          {"n_layer", "num_hidden_layers"},
+    {"n_head", "num_attention_heads"},  {"n_inner", "intermediate_size"},
+    {"n_positions", "max_position_embeddings"}, {"activation_function", "hidden_act"},
+    {"use_qkv_bias", "qkv_bias"},       {"num_kv_heads", "num_key_value_heads"},
+    {"_name_or_path", "name"},             {"num_local_experts", "num_experts"},   {"n_routed_experts", "num_experts"},
+    {"attention_probs_dropout_prob", "attention_dropout"}, {"attn_pdrop", "attention_dropout"},
+    {"hidden_dropout_prob", "hidden_dropout"}, {"resid_pdrop", "hidden_dropout"},
+    {"attn_dropout_prob", "attention_dropout"},  // Qwen-1
+    // T5Config names (configuration_t5.py); dense_act_fn and is_gated_act are what it derives from
+    // feed_forward_proj, which read_model_section reads first.
+    {"d_model", "hidden_size"}, {"num_layers", "num_hidden_layers"}, {"num_heads", "num_attention_heads"},
+    {"d_ff", "intermediate_size"}, {"d_kv", "head_dim"}, {"dense_act_fn", "hidden_act"}, {"is_gated_act", "mlp_gated"},
+};
+
+// Keys HF configs carry that do not change memory (or that memsim takes from the training section).
+const std::set<std::string>& hf_ignorable() {
+  static const std::set<std::string> s = {
+      "architectures", "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
+      "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "initializer_range", "rope_theta",
+      "rope_scaling", "use_cache", "pretraining_tp", "schema", "id2label", "label2id",
+      "gradient_checkpointing", "classifier_dropout", "n_shared_experts", "router_aux_loss_coef",
+      "output_router_logits", "norm_topk_prob", "routed_scaling_factor", "scoring_func", "topk_method", "n_group",
+      "topk_group", "aux_loss_alpha", "seq_aux", "moe_layer_freq", "ep_size", "num_nextn_predict_layers",
+      "decoder_sparse_step", "mlp_only_layers", "sliding_window", "use_sliding_window", "max_window_layers",
+      "quantization_config", "layer_types", "rope_interleave", "multi_query", "parallel_attn", "bias", "alibi",
+      "new_decoder_architecture", "ffn_hidden_size", "partial_rotary_factor", "rope_pct", "query_pre_attn_scalar",
+      "final_logit_softcapping", "attn_logit_softcapping", "sliding_window_pattern", "rope_local_base_freq",
+      "cache_implementation", "hidden_activation", "use_parallel_residual", "qk_layernorm",
+      // Qwen-1 (QWenConfig): kv_channels and seq_length are read as head_dim and max_position_embeddings; the
+      // rest are kernel choices and rotary settings that change no tensor's size.
+      "kv_channels", "seq_length", "rotary_emb_base", "rotary_pct", "scale_attn_weights", "use_flash_attn",
+      "use_dynamic_ntk", "use_logn_attn", "no_bias", "softmax_in_fp32", "emb_dropout_prob", "auto_map", "tokenizer_class", "bf16", "fp16",
+      "fp32", "use_cache_quantization", "use_cache_kernel", "onnx_safe",
+      // T5: generation settings, init scale, the bucketing distance (no parameters), legacy PretrainedConfig keys
+      "decoder_start_token_id", "initializer_factor", "output_past", "task_specific_params", "relative_attention_max_distance",
+      "tokenizer_class", "feed_forward_proj", "dropout_rate", "finetuning_task", "is_decoder", "output_attentions",
+      "output_hidden_states", "pruned_heads", "torchscript", "use_bfloat16"};
+  return s;
+}
+
+}  // namespace
+
+namespace serialize_detail {
+
+void read_model_section(const json& src, ModelConfig& out, std::vector<FieldError>& errors,
+                        std::vector<std::string>& notes) {
+  const json* j = &src;
+  // Multimodal configs (Gemma 3, Llava) nest the language model under text_config.
+  if (!src.contains("hidden_size") && src.contains("text_config") && src["text_config"].is_object())
+    j = &src["text_config"], notes.push_back("model: read text_config (the language model of a multimodal config)");
+  std::string type = "llama";
+  if (auto it = j->find("model_type"); it != j->end() && it->is_string()) type = it->get<std::string>();
+  // Configs saved by transformers before model_type existed (t5-base's first config.json) name T5 only by its keys.
+  if (!j->contains("model_type") && j->contains("d_model") && j->contains("d_kv") && j->contains("num_layers")) {
+    type = "t5";
+    notes.push_back("model: no model_type; d_model, d_kv and num_layers are T5Config's keys, read as model_type t5");
+  }
+  Config tmp;
+  tmp.model = hf_structure(type.substr(0, kMaxStringBytes), notes);
+  json norm = *j;
+  if (type == "t5" || type == "mt5") {
+    // T5Config.__init__: feed_forward_proj is "{gated-}{act}"; "gated-gelu" means the tanh approximation gelu_new.
+    if (auto it = norm.find("feed_forward_proj"); it != norm.end() && it->is_string()) {
+      std::string ff = it->get<std::string>().substr(0, kMaxStringBytes);
+      const bool gated = ff.rfind("gated-", 0) == 0;
+      std::string act = gated ? ff.substr(6) : ff;
+      if (ff == "gated-gelu") act = "gelu_new";
+      if (!norm.contains("mlp_gated")) norm["mlp_gated"] = gated;
+      if (!norm.contains("hidden_act")) norm["hidden_act"] = act;
+    }
+    // One dropout_rate for every dropout of the model (T5Attention.dropout and every nn.Dropout).
+    if (auto it = norm.find("dropout_rate"); it != norm.end() && it->is_number()) {
+      if (!norm.contains("attention_dropout")) norm["attention_dropout"] = *it;
+      if (!norm.contains("hidden_dropout")) norm["hidden_dropout"] = *it;
+    }
+    // T5Config: num_decoder_layers None means as many as num_layers.
+    if ((!norm.contains("num_decoder_layers") || norm["num_decoder_layers"].is_null()) && norm.contains("num_layers"))
+      norm["num_decoder_layers"] = norm["num_layers"];
+  }
+  for (auto [alias, canon] : kAliases)
+    if (!norm.contains(canon) && norm.contains(alias)) norm[canon] = norm[alias];
+
+  if (!norm.contains("num_labels") && norm.contains("id2label") && norm["id2label"].is_object() && !norm["id2label"].empty())
+    norm["num_labels"] = norm["id2label"].size();
+  if (!norm.contains("task_head") && norm.contains("architectures") && norm["architectures"].is_array())
+    for (const auto& a : norm["architectures"])
+      if (a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos)
+        norm["task_head"] = "sequence_classification";
+  if (!norm.contains("shared_expert_intermediate_size") && norm.contains("n_shared_experts") &&
+      norm["n_shared_experts"].is_number_integer() && norm.contains("moe_intermediate_size") &&
+      norm["moe_intermediate_size"].is_number_integer()) {
+    // Checked: n_shared_experts of 2^53 + 1 times the expert width wrapped to a small, valid-looking width.
+    const int64_t n = norm["n_shared_experts"].get<int64_t>(), w = norm["moe_intermediate_size"].get<int64_t>();
+    int64_t width = 0;
+    if (n < 0 || w < 0 || __builtin_mul_overflow(n, w, &width) || width > (int64_t{1} << 30))
+      errors.push_back({"n_shared_experts", "n_shared_experts x moe_intermediate_size must be a width of at most 2^30; got " +
+                                                std::to_string(n) + " x " + std::to_string(w)});
+    else norm["shared_expert_intermediate_size"] = width;
+  }
+  if (type == "falcon") {
+    auto flag = [&](const char* k) { return norm.contains(k) && norm[k].is_boolean() && norm[k].get<bool>(); };
+    if (!norm.contains("num_key_value_heads") && flag("multi_query") && !flag("new_decoder_architecture"))
+      norm["num_key_value_heads"] = 1;
+    if (norm.contains("bias") && norm["bias"].is_boolean()) norm["attention_bias"] = norm["mlp_bias"] = norm["bias"];
+    if (norm.contains("parallel_attn") && norm["parallel_attn"].is_boolean() && !norm["parallel_attn"].get<bool>())
+      norm["norms_per_layer"] = 2;
+    if (!norm.contains("intermediate_size") && norm.contains("ffn_hidden_size")) norm["intermediate_size"] = norm["ffn_hidden_size"];
+  }
+  if (type == "qwen") {
+    // QWenConfig: kv_channels is the head size, seq_length the context; QWenMLP halves intermediate_size.
+    if (!norm.contains("head_dim") && norm.contains("kv_channels")) norm["head_dim"] = norm["kv_channels"];
+    if (!norm.contains("max_position_embeddings") && norm.contains("seq_length")) norm["max_position_embeddings"] = norm["seq_length"];
+    if (auto it = norm.find("intermediate_size"); it != norm.end() && it->is_number_integer()) {
+      const int64_t width = it->get<int64_t>() / 2;
+      norm["intermediate_size"] = width;
+      notes.push_back("model.intermediate_size: Qwen-1's config gives twice the MLP width (QWenMLP w1, w2 = "
+                      "intermediate_size // 2); read as " + std::to_string(width));
+    }
+  }
+  JsonSectionReader rd{{errors}, norm, "model", {}};
+  std::vector<FieldError> before = errors;
+  visit_fields(tmp, rd);
+  auto& m = tmp.model;
+  // HF semantics of absent keys (configuration_llama.py, configuration_gpt2.py).
+  if (!rd.seen.count("num_key_value_heads") || norm["num_key_value_heads"].is_null())
+    m.num_key_value_heads = m.num_attention_heads;
+  if (m.intermediate_size == 0 && m.hidden_size > 0 && !m.mlp_gated) {
+    m.intermediate_size = 4 * m.hidden_size;  // GPT-2: n_inner = None means 4 * n_embd
+    notes.push_back("model.intermediate_size: not given, assumed 4 x hidden_size as GPT-2 does");
+  }
+  for (const char* req : {"hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"}) {
+    bool present = false;
+    if (auto it = norm.find(req); it != norm.end() && !it->is_null()) present = true;
+    if (!present && !(std::string(req) == "intermediate_size" && m.intermediate_size > 0))
+      errors.push_back({std::string("model.") + req, std::string("model.") + req + " is required"});
+  }
+  std::vector<std::string> ignored;
+  for (auto it = j->begin(); it != j->end(); ++it) {
+    const std::string& k = it.key();
+    bool alias = false;
+    for (auto [a, c] : kAliases) alias |= k == a;
+    if (!rd.seen.count(k) && !alias && !hf_ignorable().count(k)) ignored.push_back(k);
+  }
+  if (!ignored.empty()) {
+    std::string list;
+    for (size_t i = 0; i < ignored.size() && i < 12; ++i) list += (i ? ", " : "") + ignored[i];
+    if (ignored.size() > 12) list += ", ... (" + std::to_string(ignored.size()) + " in all)";
+    notes.push_back("model: ignored keys that memsim does not model: " + list);
+  }
+  if (m.is_encoder_decoder && type != "t5" && type != "mt5")
+    errors.push_back({"model.is_encoder_decoder", "model.is_encoder_decoder: memsim models the T5 family (model_type t5 "
+                                                  "or mt5) as encoder-decoders; model_type \"" + type.substr(0, 40) +
+                                                  "\" (BART-style) is not modelled"});
+  if (errors.size() == before.size()) out = m;
+}
+
+}  // namespace serialize_detail
+
+Parsed model_from_hf_json(std::string_view text, const Config& base) {
+  Parsed p;
+  p.config = base;
+  json doc;
+  if (!parse_document(text, "config.json", doc, p.errors)) return p;
+  ModelConfig m = base.model;
+  read_model_section(doc, m, p.errors, p.notes);
+  if (p.errors.empty()) {
+    p.config.model = m;
+    p.ok = true;
+  }
+  return p;
+}
+
+}  // namespace memsim
