@@ -360,24 +360,32 @@ void validate_encoder_decoder(const Config& c, std::vector<FieldError>& e) {
 // are checked below with their tables.
 void check_registered(const Config& c, std::vector<FieldError>& e) {
   Config& readable = const_cast<Config&>(c);  // FieldSpec::ref hands out members for reading and writing; only read
+  // Strings are made only for a problem: validate() runs before every simulation, the advice's many included.
   for (const FieldSpec& f : fields()) {
-    const std::string key(f.key);
     const FieldRef member = f.ref(readable);
     switch (f.kind) {
-      case FieldKind::Integer:
-        if (f.range.min != kNoRange.min) check(e, key, *std::get<int64_t*>(member));
+      case FieldKind::Integer: {
+        const int64_t v = *std::get<int64_t*>(member);
+        if (v < f.range.min || v > f.range.max) check(e, std::string(f.key), v);
         break;
+      }
       case FieldKind::Number: {
         const double v = *std::get<double*>(member);
         const NumberRange& r = f.number;
         const bool above_min = r.min_exclusive ? v > r.min : v >= r.min;
         const bool below_max = r.max_exclusive ? v < r.max : v <= r.max;
-        if (r.bounded() && !(above_min && below_max))  // also refuses NaN
+        if (r.bounded() && !(above_min && below_max)) {  // also refuses NaN
+          const std::string key(f.key);
           e.push_back({key, key + " must be a number " + r.words() + "; got " + std::to_string(v)});
+        }
         break;
       }
       case FieldKind::Choice:
-      case FieldKind::TriState: check_choice(e, key, *std::get<std::string*>(member)); break;
+      case FieldKind::TriState: {
+        const std::string& v = *std::get<std::string*>(member);
+        if (std::find(f.choices.begin(), f.choices.end(), v) == f.choices.end()) check_choice(e, std::string(f.key), v);
+        break;
+      }
       case FieldKind::Boolean:
       case FieldKind::Text:
       case FieldKind::Enum:
