@@ -1,4 +1,5 @@
-// What each training framework does where frameworks differ, and the allowed values of every choice field.
+// What each training framework does where frameworks differ, and the switches its settings and the library
+// versions resolve to (the allowed values of every choice field are the field registry's, fields.h).
 // A config names a framework; each of its "auto" fields takes that framework's choice, and any explicit
 // value overrides it.
 #pragma once
