@@ -455,7 +455,7 @@ std::vector<FieldError> apply_setting(Config& c, std::string_view key_equals_val
   if (key.find('.') == std::string::npos && bare.count(key)) key = bare.at(key);
   Config tmp = c;
   StringSetter s{{errors}, key, value};
-  visit_fields(tmp, s);
+  if (const FieldSpec* field = find_field(key)) visit_field(*field, tmp, s);  // the one field, not a walk over all
   if (!s.found)
     errors.push_back({key.substr(0, 60), "unknown key \"" + key.substr(0, 60) + "\"; `memsim-cli keys` lists them"});
   if (errors.empty()) c = tmp;

@@ -40,25 +40,29 @@ constexpr EnumName<NormType> kNormNames[] = {{NormType::RMSNorm, choice::kNormTy
 constexpr EnumName<PositionType> kPositionNames[] = {{PositionType::Rope, choice::kPositionType[0]},
                                                      {PositionType::Absolute, choice::kPositionType[1]}};
 
-// Walks every field of the registry (fields.cpp) in its order, calling the visitor's reader or writer for its type.
+// Calls the visitor's reader or writer for one field's type.
+template <typename V>
+void visit_field(const FieldSpec& f, Config& c, V& v) {
+  const std::string key(f.key);
+  std::visit(
+      [&](auto* member) {
+        using T = std::remove_pointer_t<decltype(member)>;
+        if constexpr (std::is_same_v<T, int64_t>) v.integer(key, *member);
+        else if constexpr (std::is_same_v<T, double>) v.number(key, *member);
+        else if constexpr (std::is_same_v<T, bool>) v.boolean(key, *member);
+        else if constexpr (std::is_same_v<T, std::string>) {
+          if (f.kind == FieldKind::TriState) v.tristate(key, *member);
+          else v.str(key, *member);
+        } else if constexpr (std::is_same_v<T, NormType>) v.enumeration(key, *member, kNormNames);
+        else v.enumeration(key, *member, kPositionNames);
+      },
+      f.ref(c));
+}
+
+// Walks every field of the registry (fields.cpp) in its order.
 template <typename V>
 void visit_fields(Config& c, V& v) {
-  for (const FieldSpec& f : fields()) {
-    const std::string key(f.key);
-    std::visit(
-        [&](auto* member) {
-          using T = std::remove_pointer_t<decltype(member)>;
-          if constexpr (std::is_same_v<T, int64_t>) v.integer(key, *member);
-          else if constexpr (std::is_same_v<T, double>) v.number(key, *member);
-          else if constexpr (std::is_same_v<T, bool>) v.boolean(key, *member);
-          else if constexpr (std::is_same_v<T, std::string>) {
-            if (f.kind == FieldKind::TriState) v.tristate(key, *member);
-            else v.str(key, *member);
-          } else if constexpr (std::is_same_v<T, NormType>) v.enumeration(key, *member, kNormNames);
-          else v.enumeration(key, *member, kPositionNames);
-        },
-        f.ref(c));
-  }
+  for (const FieldSpec& f : fields()) visit_field(f, c, v);
 }
 
 inline std::pair<std::string, std::string> split_key(const std::string& key) {
