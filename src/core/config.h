@@ -261,12 +261,11 @@ struct ParallelConfig {
         {"none", Offload::None}, {"cpu", Offload::Cpu}, {"nvme", Offload::Nvme}};
     return choice_of(target, kNames);
   }
-  static TriState tri_state_of(std::string_view text) {
+  TriState overlap_comm() const {
     constexpr std::pair<std::string_view, TriState> kNames[] = {
         {"auto", TriState::Auto}, {"true", TriState::True}, {"false", TriState::False}};
-    return choice_of(text, kNames);
+    return choice_of(zero_overlap_comm, kNames);
   }
-  TriState overlap_comm() const { return tri_state_of(zero_overlap_comm); }
   BackwardPrefetch backward_prefetch() const {
     constexpr std::pair<std::string_view, BackwardPrefetch> kNames[] = {
         {"backward_pre", BackwardPrefetch::Pre}, {"backward_post", BackwardPrefetch::Post}, {"none", BackwardPrefetch::None}};

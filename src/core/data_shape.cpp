@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <tuple>
 
 #include "checked.h"
 #include "fields.h"

@@ -2,7 +2,7 @@
 // arrived in, and the label and help the page shows. Its default is the member's initializer in config.h (the
 // plain struct); everything else about a field comes from here:
 // - JSON, the URL fragment, `--set KEY=VALUE` and `memsim-cli keys` (serialize.cpp walks the registry);
-// - validation's integer ranges and choice lists (validate.cpp, data_shape.cpp);
+// - validation's integer ranges, number intervals and choice lists (validate.cpp check_registered);
 // - the page's labels and help (ui/widgets.cpp);
 // - the JSON Schema `memsim-cli schema` prints (docs/config.schema.json, checked as current by the CLI contract).
 // Adding a field: a member with its default in config.h, a row in fields.cpp, and the code that models it.

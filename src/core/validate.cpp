@@ -1,8 +1,6 @@
 #include "validate.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <map>
 
 #include "data_shape.h"
 #include "frameworks.h"
@@ -15,19 +13,17 @@ namespace memsim {
 
 namespace {
 
-void check(std::vector<FieldError>& errs, const std::string& field, int64_t v) {
-  IntRange r = int_range(field);
-  if (v < r.min || v > r.max)
-    errs.push_back({field, field + " must be an integer from " + std::to_string(r.min) + " to " +
-                               std::to_string(r.max) + "; got " + std::to_string(v)});
+// The errors of a value outside its registered range or list, worded the same for every field.
+void out_of_range(std::vector<FieldError>& errs, const FieldSpec& f, int64_t v) {
+  const std::string field(f.key);
+  errs.push_back({field, field + " must be an integer from " + std::to_string(f.range.min) + " to " +
+                             std::to_string(f.range.max) + "; got " + std::to_string(v)});
 }
-
-// A string field that must be one of choices(field) (the field registry, fields.h).
-void check_choice(std::vector<FieldError>& errs, const std::string& field, const std::string& value) {
-  bool ok = false;
+void not_a_choice(std::vector<FieldError>& errs, const FieldSpec& f, const std::string& value) {
+  const std::string field(f.key);
   std::string allowed;
-  for (auto a : choices(field)) ok |= a == value, allowed += (allowed.empty() ? "" : ", ") + std::string(a);
-  if (!ok) errs.push_back({field, field + " must be one of: " + allowed + "; got \"" + value.substr(0, 40) + "\""});
+  for (std::string_view a : f.choices) allowed += (allowed.empty() ? "" : ", ") + std::string(a);
+  errs.push_back({field, field + " must be one of: " + allowed + "; got \"" + value.substr(0, 40) + "\""});
 }
 
 template <typename Span>
@@ -366,7 +362,7 @@ void check_registered(const Config& c, std::vector<FieldError>& e) {
     switch (f.kind) {
       case FieldKind::Integer: {
         const int64_t v = *std::get<int64_t*>(member);
-        if (v < f.range.min || v > f.range.max) check(e, std::string(f.key), v);
+        if (v < f.range.min || v > f.range.max) out_of_range(e, f, v);
         break;
       }
       case FieldKind::Number: {
@@ -383,7 +379,7 @@ void check_registered(const Config& c, std::vector<FieldError>& e) {
       case FieldKind::Choice:
       case FieldKind::TriState: {
         const std::string& v = *std::get<std::string*>(member);
-        if (std::find(f.choices.begin(), f.choices.end(), v) == f.choices.end()) check_choice(e, std::string(f.key), v);
+        if (std::find(f.choices.begin(), f.choices.end(), v) == f.choices.end()) not_a_choice(e, f, v);
         break;
       }
       case FieldKind::Boolean:
