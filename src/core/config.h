@@ -261,11 +261,14 @@ struct ParallelConfig {
         {"none", Offload::None}, {"cpu", Offload::Cpu}, {"nvme", Offload::Nvme}};
     return choice_of(target, kNames);
   }
-  TriState overlap_comm() const {
+  static TriState tri_state_of(std::string_view value) {
     constexpr std::pair<std::string_view, TriState> kNames[] = {
         {"auto", TriState::Auto}, {"true", TriState::True}, {"false", TriState::False}};
-    return choice_of(zero_overlap_comm, kNames);
+    return choice_of(value, kNames);
   }
+  TriState overlap_comm() const { return tri_state_of(zero_overlap_comm); }
+  TriState use_orig_params() const { return tri_state_of(fsdp_use_orig_params); }
+  TriState no_sync() const { return tri_state_of(fsdp_no_sync); }
   BackwardPrefetch backward_prefetch() const {
     constexpr std::pair<std::string_view, BackwardPrefetch> kNames[] = {
         {"backward_pre", BackwardPrefetch::Pre}, {"backward_post", BackwardPrefetch::Post}, {"none", BackwardPrefetch::None}};

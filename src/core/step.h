@@ -1,5 +1,5 @@
 // One training step on one device as an ordered list of allocations and frees. The step builder
-// (train_step.cpp, activations.cpp) writes it; simulate.cpp replays it through the caching-allocator model
+// (train_step.cpp and the files step_builder.h names) writes it; simulate.cpp replays it through the caching-allocator model
 // (allocator.h), run_replay.cpp step after step for a run.
 #pragma once
 #include <cstdint>

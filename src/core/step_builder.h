@@ -1,6 +1,9 @@
-// Internal to the core: the state shared by train_step.cpp (model states, optimizer, iterations) and
-// activations.cpp (what autograd saves in forward and frees in backward, per layer and in the loss).
+// Internal to the core: the state shared by the files that build a training step: train_step.cpp (setup and
+// iterations), model_states.cpp, sharding.cpp, optimizer_step.cpp, schedule.cpp, activations.cpp (what autograd
+// saves in forward and frees in backward, per layer), attention_mask.cpp, loss.cpp, encoder_decoder.cpp and
+// unsloth.cpp.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -15,6 +18,36 @@
 #include "train_step.h"
 
 namespace memsim {
+
+// What one parameter tensor costs (model_states.cpp), for the step's files. `adapter_bytes`: the resolved
+// peft.adapter_dtype's element size (Resolved::adapter_bytes).
+int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
+int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
+int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
+                              int64_t adapter_bytes, const OptimizerSpec& opt, bool include_paged);
+// The element size of a trainable tensor's optimizer states, and of the fp32 master copy it needs (0: none).
+struct OptimizerDtypes {
+  int64_t state_bytes = 4, master_bytes = 0;
+};
+OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
+
+// Parameters of the decay group in HF Trainer (get_decay_parameter_names): everything but norms and biases.
+inline bool decays(const ParamTensor& t) {
+  return t.kind == ParamKind::Matmul || t.kind == ParamKind::Embedding || t.kind == ParamKind::Adapter;
+}
+
+// Every parameter tensor this device holds: its pipeline stage's layers, and the embeddings / head where the
+// stage has them.
+template <typename F>
+void for_each_param(const StepContext& ctx, F&& f) {
+  const ModelShape& s = ctx.shape;
+  if (ctx.has_pre)
+    for (const auto& t : s.pre) f(t);
+  for (int64_t l = ctx.first_layer; l < std::min(ctx.end_layer, s.num_layers); ++l)
+    for (const auto& t : s.params_of(l)) f(t);
+  if (ctx.has_post)
+    for (const auto& t : s.post) f(t);
+}
 
 // A value per parameter tensor of the model, computed on first use. The layers share a few parameter lists (all
 // dense layers one), so a step that asks about each of its thousands of layer tensors, several times, computes
@@ -121,6 +154,43 @@ struct UnslothLabels {
   uint32_t gc_buffer, weight_buffer, ce_chunk, grad_inputs;
 };
 
+// The state of each engine that outlives one call of the step builder, one object per engine; what the engines do
+// with it is in sharding.cpp.
+
+// DeepSpeed ZeRO-3: parameters prefetched ahead of the module computing, slot by slot in trace order
+// (partitioned_param_coordinator.py fetch_sub_module; the last slot may be partly gathered: next_param is its first
+// parameter not yet gathered).
+struct Zero3Prefetch {
+  struct Slot {
+    int64_t slot = 0;
+    size_t next_param = 0;
+    std::vector<uint32_t> tensors;
+    int64_t elems = 0;
+  };
+  std::deque<Slot> window;
+  int64_t ahead_elems = 0;      // elements gathered ahead, against stage3_prefetch_bucket_size
+  int direction = 1;            // the trace order being followed: 1 forward, -1 backward
+  bool trace_complete = false;  // the coordinator has the module trace after the first forward and backward
+};
+
+// FSDP1 / FSDP2, per slot (0 embeddings, l + 1 layer l, L + 1 head).
+struct FsdpUnits {
+  std::vector<std::vector<uint32_t>> kept;   // unsharded params kept from forward to backward
+  std::vector<uint32_t> grad_shards;         // gradient shards (persist across micro-batches)
+  std::vector<bool> grad_shard_made;
+  uint32_t pending_reduce = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
+  uint32_t pending_all_gather = UINT32_MAX;  // FSDP2: forward all-gather output held until the next unshard
+  std::vector<uint32_t> no_sync_grads;       // no_sync: unsharded gradients accumulated
+  bool no_sync = false;                      // under pipeline parallelism: unsharded until the last backward
+  bool accumulate_no_sync = false;  // FrameworkSpec::fsdp_no_sync_accumulation with gradient accumulation
+};
+
+// Pipeline parallelism (torch.distributed.pipelining).
+struct PipelineBuffers {
+  std::vector<std::pair<int64_t, bool>> recv_made;  // stages (first layer, gradients?) with receive buffers
+  std::vector<uint32_t> input_grads;               // the receive buffers' .grad until the next step
+};
+
 class StepBuilder {
  public:
   explicit StepBuilder(const StepContext& ctx);
@@ -128,13 +198,13 @@ class StepBuilder {
   // A run (RunBuilder): the weights, then one optimizer step at a time into program().
   void begin_run(const RunPlan& plan);
   void run_step(int64_t k, int64_t gas);
-  StepProgram& program() { return p_; }
+  StepProgram& program() { return program_; }
 
  private:
   // train_step.cpp
   void prologue();  // weights and workspaces, before the first step
   void step(int iter, int64_t mbs, int64_t gas);
-  void use_shape(const MicroBatchShape& shape);  // the micro-batch's dims (d_)
+  void use_shape(const MicroBatchShape& shape);  // the micro-batch's dims (dims_)
   void alloc_weights();
   void alloc_layer_grads(int64_t layer);  // first backward of an iteration: .grad of the layer's params
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
@@ -151,7 +221,7 @@ class StepBuilder {
   void optimizer_step(int iter);
   void step_in_backward(int64_t layer);
   // parallel.fsdp_shard_embeddings under FSDP2: the embedding and the head are units of their own.
-  bool embedding_units() const { return c_.parallel.fsdp_shard_embeddings && sp_.fsdp && sp_.sharding == Sharding::Fsdp2; }
+  bool embedding_units() const { return cfg_.parallel.fsdp_shard_embeddings && shard_plan_.fsdp && shard_plan_.sharding == Sharding::Fsdp2; }
   void create_state(const ParamTensor& t);
 
   // activations.cpp
@@ -202,7 +272,7 @@ class StepBuilder {
   int64_t adapter_bytes() const;
   int64_t weight_bytes_of(const ParamTensor& t) const;
   int64_t grad_bytes_of(const ParamTensor& t) const;
-  ParamStates states_of(const ParamTensor& t) const;  // param_states(sp_, ctx_, t)
+  ParamStates states_of(const ParamTensor& t) const;  // param_states(shard_plan_, ctx_, t)
   int64_t state_dtype_of(const ParamTensor& t) const;
   int64_t flat_partition_numel() const;  // this device's share of the flat optimizer partition
   int64_t zero_reduce_bucket() const;
@@ -213,29 +283,29 @@ class StepBuilder {
   void mla_forward(int32_t layer, std::vector<uint32_t>& saved);
   void moe_forward(int32_t layer, std::vector<uint32_t>& saved);
   void loss_forward(uint32_t res, std::vector<uint32_t>& saved);
-  // The loss this micro-batch takes: rs_.loss, or Unsloth's materialised logits for a small one
+  // The loss this micro-batch takes: resolved_.loss, or Unsloth's materialised logits for a small one
   // (Resolved::unsloth_logits_max_tokens).
   LossImpl loss_now() const {
-    return rs_.unsloth_logits_max_tokens > 0 && d_.T <= rs_.unsloth_logits_max_tokens ? LossImpl::UnslothLogits : rs_.loss;
+    return resolved_.unsloth_logits_max_tokens > 0 && dims_.T <= resolved_.unsloth_logits_max_tokens ? LossImpl::UnslothLogits : resolved_.loss;
   }
-  bool unsloth() const { return rs_.framework->unsloth_kernels; }
+  bool unsloth() const { return resolved_.framework->unsloth_kernels; }
   // Whether this micro-batch's attention materialises k and v for every query head (GQA): repeat_kv (HF eager and
   // older SDPA, torchtune, litgpt); transformers' enable_gqa path (use_gqa_in_sdpa) needs attention_mask None, so a
   // micro-batch with a mask repeats them too; the math kernel broadcasts a single key/value head (matmul
   // broadcasting) and repeats more than one (enable_gqa: repeat_interleave), which the matmul then saves.
   bool kv_repeated() const {
-    return d_.g < d_.a && (rs_.attention == Attention::SdpaRepeatKv || rs_.attention == Attention::Eager ||
-                           (rs_.attention == Attention::Sdpa && mask_.on) ||
-                           (rs_.attention == Attention::SdpaMath && d_.g > 1));
+    return dims_.g < dims_.a && (resolved_.attention == Attention::SdpaRepeatKv || resolved_.attention == Attention::Eager ||
+                           (resolved_.attention == Attention::Sdpa && mask_.on) ||
+                           (resolved_.attention == Attention::SdpaMath && dims_.g > 1));
   }
   // SDPA's math kernel runs: chosen (sdpa_math), or taken for a masked call where the torch version has no other.
   bool math_kernel() const {
-    return rs_.attention == Attention::SdpaMath || (mask_.on && rs_.mask.kernel == MaskKernel::Math);
+    return resolved_.attention == Attention::SdpaMath || (mask_.on && resolved_.mask.kernel == MaskKernel::Math);
   }
   // Unsloth's fast LoRA path (LoRA_MLP, LoRA_QKV, LoRA_W in unsloth/kernels/fast_lora.py): plain LoRA without dropout
   // (get_peft_model patches only lora_dropout == 0 layers); with dropout PEFT's own forward runs.
   bool unsloth_lora_kernels() const {
-    return unsloth() && c_.peft.kind() == PeftMethod::Lora && c_.peft.lora_dropout == 0;
+    return unsloth() && cfg_.peft.kind() == PeftMethod::Lora && cfg_.peft.lora_dropout == 0;
   }
   // Unsloth's use_gradient_checkpointing="unsloth": full checkpointing with activation_offload under Unsloth.
   bool unsloth_gc() const;
@@ -274,23 +344,33 @@ class StepBuilder {
 
   // Under a checkpoint's no_grad forward nothing is saved: what would be an activation is a temporary there.
   uint32_t act(int64_t bytes, uint32_t label, int32_t layer) {
-    return p_.alloc(no_grad_ ? Component::Temporaries : Component::Activations, bytes, label, layer);
+    return program_.alloc(no_grad_ ? Component::Temporaries : Component::Activations, bytes, label, layer);
   }
-  uint32_t tmp(int64_t bytes, uint32_t label, int32_t layer) { return p_.alloc(Component::Temporaries, bytes, label, layer); }
+  uint32_t tmp(int64_t bytes, uint32_t label, int32_t layer) { return program_.alloc(Component::Temporaries, bytes, label, layer); }
   // The input of a softmax or log_softmax: an activation when torch <= 1.10 kept it for backward (kept:
   // training.softmax_saves_input where the graph saves), else a temporary labelled `label`.
   uint32_t softmax_input(int64_t bytes, uint32_t label, int32_t layer, bool kept) {
-    return kept ? act(bytes, L_.softmax_in, layer) : tmp(bytes, label, layer);
+    return kept ? act(bytes, labels_.softmax_in, layer) : tmp(bytes, label, layer);
   }
-  void drop(uint32_t t) { p_.free(t); }
-  // Attention probabilities from scores of `s2` elements in the compute dtype, as the decoders (softmax(dtype=fp32))
-  // and T5 (softmax(scores.float())) compute them, up to what attn @ v reads; the one place these rules are written
-  // (BERT's eager attention takes softmax in the autocast dtype and drops out before the cast: its own).
-  // `convert`: the scores are converted to fp32 first (any dtype but fp32, except an fp16 tensor outside autocast,
-  // which _softmax's half_to_float reads as it is). What backward reads goes to `saved` as activations when `keep`
-  // (else as temporaries, for the caller to drop once the call is done): the fp32 softmax, its input under torch <=
-  // 1.10, the cast for attn @ v, or the dropout's mask and output.
-  void attention_probs(int32_t layer, int64_t s2, bool convert, bool keep, std::vector<uint32_t>& saved);
+  void drop(uint32_t t) { program_.free(t); }
+  // How an eager attention takes the softmax of its scores, in bytes per element: the decoders' softmax(dtype=fp32)
+  // and T5's softmax(scores.float()) read scores in the compute dtype (converted to fp32 first where `convert`)
+  // and write fp32, cast back for attn @ v, then drop out; BERT's softmax reads and writes the autocast dtype
+  // (fp32 under autocast: the fp32 mask has promoted the scores) and drops out before the cast.
+  struct SoftmaxFlow {
+    int64_t input_bytes;       // the scores softmax reads
+    bool convert;              // a conversion to fp32 first (decoders, T5: any dtype but fp32, except an fp16
+                               // tensor outside autocast, which _softmax's half_to_float reads as it is)
+    int64_t output_bytes;      // what softmax writes and saves; cast to the compute dtype when wider
+    bool dropout_before_cast;  // BERT: dropout on the softmax output; decoders and T5: on the cast
+  };
+  // Attention probabilities from scores of `s2` elements, up to what attn @ v reads: the one place these rules are
+  // written, for every eager attention. `from`: the tensor the scores were computed from, gone once they exist.
+  // What backward reads goes to `saved` as activations when `keep` (else as temporaries, for the caller to drop once
+  // the call is done): the softmax output, its input under torch <= 1.10, the cast for attn @ v, or the dropout's
+  // mask and output.
+  void attention_probs(int32_t layer, int64_t s2, const SoftmaxFlow& flow, bool keep, std::vector<uint32_t>& saved,
+                       uint32_t from = UINT32_MAX);
   // Dropout in training (nn.Dropout, F.dropout): a new output of `elements` at `out_bytes` each, saved for backward
   // (an activation) or a temporary, and a 1-byte bool mask per element that backward reads, into `saved`
   // (Korthikanti et al. 2022 sec. 4.1: the mask is sbh bytes). The input goes once the output exists, unless
@@ -298,63 +378,46 @@ class StepBuilder {
   // (BERT's residual add) saves only the mask.
   uint32_t dropout(uint32_t in, int64_t elements, int64_t out_bytes, bool out_saved, uint32_t out_label, int32_t layer,
                    std::vector<uint32_t>& saved, bool free_input = true) {
-    saved.push_back(act(elements, L_.hidden_mask, layer));
+    saved.push_back(act(elements, labels_.hidden_mask, layer));
     const int64_t bytes = mul(out_bytes, elements);
     const uint32_t out = out_saved ? act(bytes, out_label, layer) : tmp(bytes, out_label, layer);
     if (free_input) drop(in);
     return out;
   }
 
-  const StepContext& ctx_;
-  const Config& c_;
-  const ModelShape& s_;
-  const PrecisionRecipe& pr_;
-  Resolved rs_;
-  ActDims d_;
-  Labels L_;
-  StepProgram p_;
-  ShardPlan sp_;
-  mutable PerTensor<ParamStates> states_{s_};  // param_states(sp_, ctx_, t)
-  mutable PerTensor<int64_t> grad_bytes_{s_};  // grad_bytes_of(t)
+  const StepContext& ctx_;          // this device: its stage, layers and rank
+  const Config& cfg_;               // the user's config, as validated
+  const ModelShape& shape_;         // the model's parameter tensors, per list (embeddings, layers, head)
+  const PrecisionRecipe& recipe_;   // dtypes of weights, grads, optimizer states and compute
+  Resolved resolved_;               // what the framework and versions resolve to: kernels, loss, mask, optimizer
+  ActDims dims_;                    // the running micro-batch's sizes (use_shape)
+  Labels labels_;                   // the timeline's tensor names, interned once
+  StepProgram program_;             // the allocations and frees so far, replayed by the allocator model
+  ShardPlan shard_plan_;            // what is sharded, over how many ranks, and how (ZeRO stage, FSDP version)
+  mutable PerTensor<ParamStates> states_{shape_};  // param_states(shard_plan_, ctx_, t)
+  mutable PerTensor<int64_t> grad_bytes_{shape_};  // grad_bytes_of(t)
   // module_info by name. The callers pass string literals, so the name's address finds it; a name spelled in two
   // places has two entries with the same answers.
   mutable std::vector<std::pair<const char*, ModuleInfo>> module_info_;
   // norm_trainable by (parameter list, first consumer), the consumer found by its literal's address as above.
   mutable std::vector<std::pair<std::pair<const std::vector<ParamTensor>*, const char*>, bool>> norm_trainable_;
   int64_t adapter_bytes_ = 2;  // adapter_bytes(), from the config once
-  int64_t n_ = 1;  // ranks of the shard group
+  int64_t shard_ranks_ = 1;  // ranks of the shard group
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
   bool in_backward_ = false;
   // A checkpointed layer's forward under no_grad: layer_forward runs its ops, and each intermediate goes when its
   // last reader has run instead of being saved (no_grad_release). no_grad_norm_out_ is the last norm's output.
   bool no_grad_ = false;
   uint32_t no_grad_norm_out_ = UINT32_MAX;
-  std::vector<std::vector<uint32_t>> kept_;   // FSDP: unsharded params kept from forward to backward, per slot
-  // DeepSpeed ZeRO-3: parameters prefetched ahead of the module computing, slot by slot in trace order (the last
-  // one may be partly gathered: next_param is its first parameter not yet gathered).
-  struct DsPrefetched {
-    int64_t slot = 0;
-    size_t next_param = 0;
-    std::vector<uint32_t> tensors;
-    int64_t elems = 0;
-  };
-  std::deque<DsPrefetched> ds_window_;
-  int64_t ds_ahead_elems_ = 0;
-  int ds_window_dir_ = 1;
-  bool ds_trace_complete_ = false;
-  std::vector<uint32_t> sharded_grads_;       // FSDP: gradient shards (persist across micro-batches)
-  std::vector<bool> sharded_grad_made_;
-  uint32_t pending_reduce_ = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
-  uint32_t pending_all_gather_ = UINT32_MAX;  // FSDP2: forward all-gather output held until the next unshard
-  std::vector<std::pair<int64_t, bool>> recv_made_;  // pipelining: stages (first layer, gradients?) with buffers
-  std::vector<uint32_t> input_grads_;               // pipelining: the receive buffers' .grad until the next step
-  std::vector<uint32_t> accum_;               // FSDP no_sync: unsharded gradients accumulated, per slot
-  bool no_sync_ = false;
-  bool accum_no_sync_ = false;  // FrameworkSpec::fsdp_no_sync_accumulation with gradient accumulation
+  Zero3Prefetch zero3_;     // DeepSpeed ZeRO-3's fetch window (sharding.cpp ds_fetch)
+  FsdpUnits fsdp_;          // FSDP1/FSDP2's unsharded parameters and gradient shards (sharding.cpp)
+  PipelineBuffers pipeline_;  // pipeline parallelism's receive buffers (sharding.cpp recv_buffers, schedule.cpp)
   bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration
   mutable int64_t gathered_cache_[4] = {-1, -1, -1, -1};  // gathered_bytes of the embeddings, head, dense, MoE layer
-  mutable int64_t flat_numel_cache_ = -1;                      // FSDP under pipeline parallelism: reduce after the last micro-batch
-  bool last_backward_ = true;                 // the backward running is the step's last for its chunk
+  mutable int64_t flat_numel_cache_ = -1;     // flat_partition_numel()
+  // The backward running is the step's last for its chunk: FSDP under pipeline parallelism or no_sync reduces
+  // after it.
+  bool last_backward_ = true;
   std::vector<std::vector<uint32_t>> grads_;  // live .grad tensors per slot: 0 embeddings, l + 1 layer l, L + 1 head
   std::vector<bool> grad_created_;
   std::vector<bool> states_created_;  // optimizer in backward: per slot
@@ -376,15 +439,15 @@ class StepBuilder {
   bool zero_buckets_ = false;
   const std::vector<MicroBatchShape>* run_shapes_ = nullptr;  // a run of varying shapes: every micro-batch's
   size_t next_shape_ = 0;                                     // ... and the next forward's index into them
-  EncDecLabels LE_{};
-  bool encdec_labels_ = false;
-  MaskLabels LM_{};
-  bool mask_labels_ = false;
+  EncDecLabels encdec_labels_{};
+  bool encdec_labels_made_ = false;
+  MaskLabels mask_labels_{};
+  bool mask_labels_made_ = false;
   MaskInFlight mask_;  // the micro-batch whose forward or backward is running
   int64_t enc_s_ = 0, dec_s_ = 0;  // encoder (source) and decoder (target) tokens per sequence
   int iter_ = 1;                   // the optimizer step being replayed (1-based)
-  UnslothLabels LU_{};
-  bool unsloth_labels_ = false;
+  UnslothLabels unsloth_labels_{};
+  bool unsloth_labels_made_ = false;
   void unsloth_labels();
   // unsloth.cpp
   void unsloth_gc_buffers(bool grow);  // create (grow false) or grow to this micro-batch's input (true)

@@ -6,33 +6,33 @@ namespace memsim {
 
 namespace {
 
-// weight, grad, master, state, autocast copy, activation, residual (bytes per element).
+// weight, grad, master, state, autocast copy, activation, residual (bytes per element), fp16 (not bf16).
 constexpr PrecisionRecipe kPrecisions[] = {
-    {"fp32", "fp32", 4, 4, 0, 4, 0, 4, 4,
+    {"fp32", "fp32", 4, 4, 0, 4, 0, 4, 4, false,
      "DeepSpeed docs/code-docs/source/memory.rst: 16 B/param for fp32 Adam (4 params, 4 grads, 8 states)"},
-    {"bf16_mixed", "bf16 + fp32 master (DeepSpeed/ZeRO)", 2, 2, 4, 4, 0, 2, 2,
+    {"bf16_mixed", "bf16 + fp32 master (DeepSpeed/ZeRO)", 2, 2, 4, 4, 0, 2, 2, false,
      "ZeRO paper sec. 3.1: 2+2+K with K=12 (fp32 master, m, v); DeepSpeed engine.py get_data_types: "
      "grad_accum_dtype = model dtype when ZeRO is on"},
-    {"bf16_fp32_grads", "bf16 + fp32 main grads and master (Megatron)", 2, 4, 4, 4, 0, 2, 2,
+    {"bf16_fp32_grads", "bf16 + fp32 main grads and master (Megatron)", 2, 4, 4, 4, 0, 2, 2, false,
      "Megatron distrib_optimizer.md: bf16 params, fp32 main grads = 18 B/param (6 + 12/d distributed)"},
-    {"fp16_mixed", "fp16 + fp32 master (DeepSpeed fp16, loss scaling)", 2, 2, 4, 4, 0, 2, 2,
+    {"fp16_mixed", "fp16 + fp32 master (DeepSpeed fp16, loss scaling)", 2, 2, 4, 4, 0, 2, 2, true,
      "ZeRO paper sec. 3.1: 2+2+12 = 16 B/param"},
-    {"amp_bf16", "bf16 autocast over fp32 weights (torch AMP)", 4, 4, 0, 4, 2, 2, 4,
+    {"amp_bf16", "bf16 autocast over fp32 weights (torch AMP)", 4, 4, 0, 4, 2, 2, 4, false,
      "aten/src/ATen/autocast_mode.cpp cached_cast: bf16 copies of fp32 leaf weights cached per forward; "
      "the residual stream stays fp32 (embedding and add are not autocast ops)"},
-    {"amp_fp16", "fp16 autocast over fp32 weights (torch AMP)", 4, 4, 0, 4, 2, 2, 4,
+    {"amp_fp16", "fp16 autocast over fp32 weights (torch AMP)", 4, 4, 0, 4, 2, 2, 4, true,
      "aten/src/ATen/autocast_mode.cpp cached_cast (fp16 as lower_precision_fp)"},
-    {"bf16_pure", "pure bf16 (bf16 weights, grads and states)", 2, 2, 0, 2, 0, 2, 2,
+    {"bf16_pure", "pure bf16 (bf16 weights, grads and states)", 2, 2, 0, 2, 0, 2, 2, false,
      "torch/optim/adam.py _init_group: state = zeros_like(p), i.e. the param dtype"},
-    {"fp8_te", "fp8 matmuls, Transformer Engine (bf16 + fp32 main grads and master)", 2, 4, 4, 4, 0, 2, 2,
+    {"fp8_te", "fp8 matmuls, Transformer Engine (bf16 + fp32 main grads and master)", 2, 4, 4, 4, 0, 2, 2, false,
      "TransformerEngine pytorch/module/linear.py _Linear.forward: weight_fp8 and weight_t_fp8 buffers filled by "
      "fp8_cast_transpose_fused, ctx.save_for_backward(saved_inputmat or saved_inputmat_t in fp8, ...)",
      2, true, false, false},
-    {"fp8_torchao", "fp8 matmuls, torchao float8 (bf16 + fp32 master; 16-bit all-gather)", 2, 2, 4, 4, 0, 2, 2,
+    {"fp8_torchao", "fp8 matmuls, torchao float8 (bf16 + fp32 master; 16-bit all-gather)", 2, 2, 4, 4, 0, 2, 2, false,
      "torchao float8/float8_linear.py matmul_with_hp_or_float8_args: save_for_backward(input_hp, weight_hp_t), "
      "casts to float8 inside forward and backward",
      0, false, true, false},
-    {"fp8_torchao_fp8_allgather", "fp8 matmuls, torchao float8 with fp8 FSDP all-gather", 2, 2, 4, 4, 0, 2, 2,
+    {"fp8_torchao_fp8_allgather", "fp8 matmuls, torchao float8 with fp8 FSDP all-gather", 2, 2, 4, 4, 0, 2, 2, false,
      "torchao float8 enable_fsdp_float8_all_gather: WeightWithDynamicFloat8CastTensor fsdp_pre_all_gather casts "
      "the shard to float8, so the unsharded weight is 1 byte per element",
      0, false, true, true},

@@ -18,6 +18,7 @@ struct PrecisionRecipe {
   int64_t autocast_copy_bytes; // low-precision copy of each matmul weight made by torch.autocast, 0 if none
   int64_t activation_bytes;    // element size of matmul inputs/outputs saved for backward
   int64_t residual_bytes;      // element size of the residual stream (fp32 under autocast over fp32 weights)
+  bool fp16;                   // the 16-bit dtype is fp16, not bf16 (its range and kernels differ)
   std::string_view source;
   // fp8 matmuls. Transformer Engine keeps an fp8 copy of every linear weight and its transpose (1 byte each) and
   // saves the linears' inputs in fp8; torchao's float8 saves the 16-bit inputs and casts transiently, and can

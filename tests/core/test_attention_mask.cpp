@@ -1,5 +1,5 @@
 // transformers' 4-D attention mask by version and what SDPA does with it (frameworks.cpp derive_attention_mask,
-// activations.cpp mask_forward and sdpa_mask_inputs; docs/versions.md 5 and 6b): which micro-batches get a mask,
+// attention_mask.cpp mask_forward and sdpa_mask_inputs; docs/versions.md 5 and 6b): which micro-batches get a mask,
 // the tensors each kernel keeps of it, the notes, and latest left as it was.
 #include <catch2/catch.hpp>
 

@@ -441,7 +441,7 @@ TEST_CASE("was a finding, fixed: ZeRO-3's optimizer step upcasts the gradient pa
   //         self.fp32_partitioned_groups_flat[sub_group_id].dtype)
   //     self.fp32_partitioned_groups_flat[sub_group_id].grad = single_grad_partition
   // freed in _release_sub_group (`.grad = None`). memsim models this transient for ZeRO-1/2 only
-  // (train_step.cpp optimizer_step: `if (shard_opt_ && !shard_weights_ && pr_.grad_bytes < 4)`), so at ZeRO-3 the
+  // (optimizer_step.cpp optimizer_step: `if (shard_opt_ && !shard_weights_ && recipe_.grad_bytes < 4)`), so at ZeRO-3 the
   // step lacks 4 * P / N bytes (here 4 * 6,738,415,616 / 8 = 3,369,207,808 B) that both DeepSpeed and its
   // estimator count. (DeepSpeed upcasts one sub-group at a time, sub_group_size = 1e9 elements by default; this
   // partition, 842M elements, is one sub-group per parameter group. The expectation uses memsim's own ZeRO-1/2
@@ -909,7 +909,7 @@ TEST_CASE("was a finding, fixed: the embedding dropout mask of pre-LN models (Me
   //     activation_memory += (args.seq_length * args.micro_batch_size * args.hidden_size * args.pipeline_model_parallel_size)
   // Megatron's LanguageModelEmbedding applies embedding_dropout to the embeddings (HF GPT2Model: self.drop), which
   // saves a 1-byte mask of s b h / t (SP) per micro-batch in flight. memsim saves this mask only for post-LN
-  // encoders (activations.cpp embed_forward: `if (c_.model.post_layernorm)`), so for a GPT-style model with
+  // encoders (activations.cpp embed_forward: `if (cfg_.model.post_layernorm)`), so for a GPT-style model with
   // hidden_dropout > 0 it is missing: sbh/t = 2048 * 1 * 2048 / 4 = 1,048,576 B here; 3,145,728 B for GPT-3 175B
   // at t = 8 (s = 2048, b = 1), times the micro-batches in flight on the first pipeline stage.
   const int64_t L = 4, t = 4;

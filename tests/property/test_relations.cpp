@@ -137,7 +137,7 @@ TEST_CASE("relations between two setups that differ in one setting", "[property]
   });
 
   // It failed with every_k checkpointing and activation offload until the top layer went to the host before the
-  // head rather than after the loss (activations.cpp forward_mb; docs/robustness.md).
+  // head rather than after the loss (schedule.cpp forward_mb; docs/robustness.md).
   // Not for an optimizer whose states follow the tensor's size on a ZeRO flat partition: one more layer can move
   // the partition past a threshold (paged from 1e5 elements, quantized by torchao at a multiple of its block;
   // test_exceptions.cpp).
@@ -200,7 +200,7 @@ TEST_CASE("relations between two setups that differ in one setting", "[property]
   // the GPU, an 8-bit one under 4,096 keeps fp32 states): allowed up to the wider layout's optimizer states
   // (test_exceptions.cpp).
   // It failed under FSDP1 while each tensor was padded on its own rather than the unit's FlatParameter as a whole,
-  // and for experts that transformers and torchtitan do not shard on the expert dim (train_step.cpp gathered_bytes,
+  // and for experts that transformers and torchtitan do not shard on the expert dim (sharding.cpp gathered_bytes,
   // ShardPlan::local; docs/robustness.md).
   rc::prop("ZeRO-3 on twice the GPUs never holds or requests more per GPU", [] {
     Config c = generated_config();

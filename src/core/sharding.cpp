@@ -1,0 +1,379 @@
+// Model states through the step: the weights at load, the gradients each backward makes, and what the sharding
+// engines do with them per layer: DDP's buckets, ZeRO's partitions and reduce buckets, DeepSpeed ZeRO-3's
+// prefetch window, FSDP1/FSDP2's all-gathers, reduce-scatters and reshards, and the pipeline's receive buffers.
+// Split from train_step.cpp (code moved, not changed).
+#include <algorithm>
+#include <string>
+
+#include "checked.h"
+#include "step_builder.h"
+
+namespace memsim {
+
+// nn.Module init: one allocation per parameter tensor. Under ZeRO-3 each rank keeps only its partition of
+// every parameter (DeepSpeed partition_parameters.py: param.ds_tensor).
+// DeepSpeed's defaults where a config leaves 0 (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig).
+int64_t StepBuilder::zero_reduce_bucket() const {
+  return cfg_.parallel.zero_reduce_bucket_size > 0 ? cfg_.parallel.zero_reduce_bucket_size : 500000000;
+}
+int64_t StepBuilder::zero_persistence() const {
+  return zero_persistence_threshold(cfg_.parallel);
+}
+bool StepBuilder::zero_overlap() const {  // the validator overlap_comm_valid: None means stage == 3
+  const TriState set = cfg_.parallel.overlap_comm();
+  return set == TriState::Auto ? cfg_.parallel.zero_stage == 3 : set == TriState::True;
+}
+// ZeRO-3 keeps parameters up to stage3_param_persistence_threshold whole on every rank, never released
+// (partition_parameters.py _convert_to_deepspeed_param and parameter_offload.py mark_persistent_parameters:
+// param.ds_numel <= param_persistence_threshold).
+bool StepBuilder::persistent(const ParamTensor& t) const { return t.numel <= zero_persistence(); }
+
+void StepBuilder::alloc_weights() {
+  program_.phase("model load");
+  // Offloaded parameter shards live in host memory (ZeRO-Infinity, FSDP CPUOffload); small persistent ones stay.
+  const int64_t threshold = zero_persistence();
+  for_each_param(ctx_, [&](const ParamTensor& t) {
+    if (shard_plan_.offload_params && (shard_plan_.fsdp || t.numel > threshold)) return;
+    program_.alloc(Component::Weights, states_of(t).weights, labels_.weights);
+  });
+  // Transformer Engine's fp8 copies of every linear weight and its transpose, module buffers kept across steps
+  // (linear.py: weight_fp8, weight_t_fp8). The transformer layers only: the output layer is not a TE module.
+  if (recipe_.fp8_weight_copy_bytes > 0) {
+    int64_t numel = 0;
+    for (int64_t l = ctx_.first_layer; l < std::min(ctx_.end_layer, shape_.num_layers); ++l)
+      numel = add(numel, matmul_numel(shape_.params_of(l)));
+    if (numel > 0) program_.alloc(Component::Weights, mul(numel, recipe_.fp8_weight_copy_bytes), labels_.fp8_weights);
+  }
+  // Megatron allocates the fp32 main-gradient buffer with the model (distributed/param_and_grad_buffer.py
+  // _ParamAndGradBuffer: grad_data = torch.zeros(numel, dtype=grad_dtype)); zero_grad only zeroes it.
+  if (shard_plan_.grad_buffer) {
+    int64_t bytes = 0;
+    for_each_param(ctx_, [&](const ParamTensor& t) { bytes = add(bytes, states_of(t).grads); });
+    if (bytes > 0) program_.alloc(Component::Gradients, bytes, labels_.main_grads);
+  }
+  // ZeRO-3 allocates its gradient bucket with the optimizer (stage3.py _setup_for_real_optimizer:
+  // __ipg_bucket_flat_buffer of reduce_bucket_size elements in the model dtype, contiguous_gradients on).
+  if (shard_plan_.sharding == Sharding::DeepSpeed && shard_weights_ && (shard_ranks_ > 1 || shard_plan_.offload_params))
+    program_.alloc(Component::Communication, mul(zero_reduce_bucket(), recipe_.weight_bytes), labels_.grad_bucket);
+}
+
+// AccumulateGrad creates each .grad at its parameter's first backward of the step (MEMORY_FORMULAS.md 6).
+// ZeRO-2/3 reduce each layer's full gradients into the flat partition and free them (stage_1_and_2.py,
+// stage3.py: grad_partitions_flat_buffer); DDP (several GPUs, no ZeRO) also keeps a flat bucket copy of all
+// gradients (gradient_as_bucket_view=False is the default, MEMORY_FORMULAS.md 2.7).
+void StepBuilder::alloc_layer_grads(int64_t layer) {
+  if (shard_plan_.grad_buffer) return;  // Megatron: backward writes into main_grad (gradient_accumulation_fusion)
+  if (!grads_live_) {
+    grads_live_ = true;
+    const bool deepspeed = shard_plan_.sharding == Sharding::DeepSpeed;
+    if (deepspeed && shard_grads_ && !(shard_plan_.offload_optimizer)) {
+      int64_t part = 0;
+      for_each_param(ctx_, [&](const ParamTensor& t) { part = add(part, states_of(t).grads); });
+      other_grads_.push_back(program_.alloc(Component::Gradients, part, labels_.grad_partition));
+    }
+    // ZeRO-1/2 reduce gradients through ipg buffers of reduce_bucket_size elements in the model dtype, two with
+    // overlap_comm (stage_1_and_2.py backward: buf_0, buf_1). They stay allocated from the first backward on.
+    if (deepspeed && shard_opt_ && !shard_weights_ && shard_ranks_ > 1 && !zero_buckets_) {
+      zero_buckets_ = true;
+      for (int i = 0; i < (zero_overlap() ? 2 : 1); ++i)
+        program_.alloc(Component::Communication, mul(zero_reduce_bucket(), recipe_.weight_bytes), labels_.grad_bucket);
+    }
+  }
+  const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
+  if (grad_created_[slot]) {  // gradient accumulation: the .grad tensors are already there
+    if (layer >= shape_.num_layers && tied_sum())  // ... but a tied matrix's gradient waits in the engine (tied_sum)
+      tied_pending_ = program_.alloc(Component::Gradients, grad_bytes_of(shape_.pre.front()), labels_.tied_pending);
+    return;
+  }
+  grad_created_[slot] = true;
+  const std::vector<ParamTensor>& ts = layer < 0 ? shape_.pre : layer >= shape_.num_layers ? shape_.post : shape_.params_of(layer);
+  // DDP with gradient_as_bucket_view: from the second iteration the .grad tensors are views into the buckets
+  // (torch/nn/parallel/distributed.py docstring: "gradients will be views after first iteration").
+  if (bucket_views_) return;
+  for (const auto& t : ts) {
+    if (layer < 0 && &t == &shape_.pre.front() && cfg_.model.tie_word_embeddings) continue;  // created by lm_head
+    if (!has_grad(t)) continue;
+    grads_[slot].push_back(program_.alloc(Component::Gradients, grad_bytes_of(t), labels_.grads, static_cast<int32_t>(layer)));
+  }
+  // Tied weights: lm_head is the embedding matrix, so its .grad appears in the loss backward.
+  if (layer >= shape_.num_layers && cfg_.model.tie_word_embeddings && has_grad(shape_.pre.front()))
+    grads_[slot].push_back(program_.alloc(Component::Gradients, grad_bytes_of(shape_.pre.front()), labels_.grads));
+}
+
+// ZeRO-2/3 reduce a layer's full gradients into the partition and free them. FSDP reduce-scatters them into a
+// gradient shard: FSDP2 copies them into one flat input in the reduce dtype (fp32 under torchtitan's
+// MixedPrecisionPolicy) that lives until the next group's reduce (_fsdp_collectives.py foreach_reduce,
+// _fsdp_param_group.py post_backward: reduce_scatter_state); FSDP1 reduce-scatters the flat gradient itself
+// (_runtime_utils.py _reduce_grad). The first micro-batch's output becomes the shard; later ones add into it.
+void StepBuilder::release_layer_grads(int64_t layer) {
+  if (!shard_grads_ || shard_plan_.grad_buffer) return;
+  // ... and so do the micro-batches before the last under no_sync gradient accumulation (fsdp_.accumulate_no_sync).
+  if (fsdp_.no_sync || (fsdp_.accumulate_no_sync && !last_backward_)) {
+    // Pipeline stages under FSDP accumulate unsharded gradients and reduce once after the last micro-batch
+    // (torch/distributed/pipelining/stage.py backward_maybe_with_nosync: set_requires_gradient_sync(False),
+    // then post_backward of every group); FSDP2 accumulates them in the reduce dtype
+    // (_fsdp_param.py to_accumulated_grad_if_needed).
+    const size_t slot = static_cast<size_t>(layer + 1);
+    const int64_t reduce_bytes = shard_plan_.mixed ? recipe_.master_bytes : recipe_.grad_bytes;
+    if (grads_[slot].empty() || reduce_bytes == recipe_.grad_bytes) return;  // .grad itself accumulates
+    if (fsdp_.no_sync_grads[slot] == UINT32_MAX) {
+      int64_t numel = 0;
+      for (const auto& t : layer < 0 ? shape_.pre : layer >= shape_.num_layers ? shape_.post : shape_.params_of(layer))
+        if (has_grad(t)) numel = add(numel, t.numel);
+      fsdp_.no_sync_grads[slot] = program_.alloc(Component::Gradients, mul(numel, reduce_bytes), labels_.grad_accum, static_cast<int32_t>(layer));
+    }
+    for (uint32_t g : grads_[slot]) drop(g);
+    grads_[slot].clear();
+    grad_created_[slot] = false;
+    return;
+  }
+  // FSDP's root unit holds the embeddings with the final norm and head, so the head's gradients wait for the
+  // embedding's backward and are reduced with it.
+  if (shard_plan_.fsdp && layer >= shape_.num_layers && ctx_.has_pre) return;
+  if (shard_plan_.fsdp && layer < 0 && ctx_.has_post) reduce_slot(shape_.num_layers);
+  reduce_slot(layer);
+}
+
+void StepBuilder::reduce_slot(int64_t layer) {
+  const size_t slot = static_cast<size_t>(layer + 1);
+  if (shard_plan_.fsdp && (!grads_[slot].empty() || fsdp_.no_sync_grads[slot] != UINT32_MAX)) {
+    const std::vector<ParamTensor>& ts = layer < 0 ? shape_.pre : layer >= shape_.num_layers ? shape_.post : shape_.params_of(layer);
+    int64_t numel = 0, shard = 0;
+    for (const auto& t : ts)
+      if (has_grad(t)) numel = add(numel, t.numel), shard = add(shard, states_of(t).grads);
+    if (layer >= shape_.num_layers && cfg_.model.tie_word_embeddings && has_grad(shape_.pre.front()))
+      numel = add(numel, shape_.pre.front().numel), shard = add(shard, states_of(shape_.pre.front()).grads);
+    const int64_t reduce_bytes = shard_plan_.mixed ? recipe_.master_bytes : recipe_.grad_bytes;
+    uint32_t input = UINT32_MAX;
+    if (shard_plan_.sharding == Sharding::Fsdp2) {
+      if (fsdp_.pending_reduce != UINT32_MAX) drop(fsdp_.pending_reduce), fsdp_.pending_reduce = UINT32_MAX;
+      // FSDP2 copies the gradients into the reduce-scatter input on the compute stream (PR #129721, torch 2.5).
+      input = program_.alloc(Component::Communication, mul(numel, reduce_bytes), labels_.rs_input, static_cast<int32_t>(layer));
+    }
+    for (uint32_t g : grads_[slot]) drop(g);
+    grads_[slot].clear();
+    grad_created_[slot] = false;
+    if (fsdp_.no_sync_grads[slot] != UINT32_MAX) drop(fsdp_.no_sync_grads[slot]), fsdp_.no_sync_grads[slot] = UINT32_MAX;
+    if (!fsdp_.grad_shard_made[slot] && !shard_plan_.offload_optimizer) {
+      fsdp_.grad_shard_made[slot] = true;
+      // The reduce-scatter output is allocated on the reduce-scatter stream and becomes the sharded gradient
+      // (FSDP2 foreach_reduce: reduce_output under reduce_scatter_stream; FSDP1 _post_backward_hook:
+      // new_sharded_grad = torch.empty_like(...) under the post-backward stream), so the gradients live in
+      // that stream's pool until zero_grad.
+      fsdp_.grad_shards.push_back(program_.alloc(Component::Gradients, shard, labels_.grad_shard, static_cast<int32_t>(layer),
+                                        Stream::ReduceScatter));
+    } else {
+      uint32_t out = program_.alloc(Component::Communication, shard, labels_.rs_output, static_cast<int32_t>(layer), Stream::ReduceScatter);
+      drop(out);  // added into the shard (or copied to the host shard under CPU offload)
+    }
+    if (input != UINT32_MAX) fsdp_.pending_reduce = input;
+    return;
+  }
+  for (uint32_t g : grads_[slot]) drop(g);
+  grads_[slot].clear();
+  grad_created_[slot] = false;  // the next micro-batch makes new full gradients and reduces them again
+}
+
+// torch.distributed.pipelining: every micro-batch's receive buffer (activations into a stage after the first,
+// gradients into a stage before the last) is allocated on the first step and kept; one set per stage (model chunk).
+void StepBuilder::recv_buffers(int64_t stage_layer, bool grads) {
+  for (const auto& [layer, g] : pipeline_.recv_made)
+    if (layer == stage_layer && g == grads) return;
+  pipeline_.recv_made.push_back({stage_layer, grads});
+  const int64_t bytes = mul(dims_.e_res, dims_.Tn, dims_.h);
+  for (int64_t k = 0; k < cfg_.training.gradient_accumulation_steps; ++k)
+    program_.alloc(Component::Communication, bytes, labels_.recv_buffer, static_cast<int32_t>(stage_layer));
+}
+
+void StepBuilder::release_all_gather() {
+  if (fsdp_.pending_all_gather != UINT32_MAX) drop(fsdp_.pending_all_gather), fsdp_.pending_all_gather = UINT32_MAX;
+}
+
+void StepBuilder::end_backward() {
+  in_backward_ = false;
+  ds_release_window();
+  zero3_.trace_complete = true;  // DeepSpeed's coordinator has the module trace after the first forward and backward
+  if (fsdp_.no_sync && !last_backward_) return;  // parameters stay unsharded, gradients keep accumulating
+  if (fsdp_.no_sync)  // the last micro-batch: every group reduces in turn (run_post_backward)
+    for (int64_t l = shape_.num_layers; l >= -1; --l) reduce_slot(l);
+  if (fsdp_.pending_reduce != UINT32_MAX) drop(fsdp_.pending_reduce), fsdp_.pending_reduce = UINT32_MAX;
+  if (!shard_plan_.fsdp) return;  // only FSDP keeps parameters unsharded (gather): no need to visit every slot
+  for (auto& k : fsdp_.kept) {  // anything still unsharded (a stage without its backward) is freed
+    for (uint32_t t : k) drop(t);
+    k.clear();
+  }
+}
+
+int64_t StepBuilder::gathered_bytes(int64_t l) const {
+  if (l < -1 || l > shape_.num_layers) return 0;
+  // The same for every layer of a kind (dense or MoE), so each kind is summed once.
+  const int kind = l < 0 ? 0 : l >= shape_.num_layers ? 1 : shape_.is_moe(l) ? 3 : 2;
+  if (gathered_cache_[kind] >= 0) return gathered_cache_[kind];
+  const std::vector<ParamTensor>& ts = l < 0 ? shape_.pre : l >= shape_.num_layers ? shape_.post : shape_.params_of(l);
+  int64_t bytes = 0;
+  // FSDP1 all-gathers a unit's FlatParameter, padded as a whole to a multiple of its ranks (flat_param.py
+  // _init_flat_param_and_metadata / FlatParamHandle._get_shard: numel_to_pad = world_size * chunk - numel): the
+  // unit's bytes per shard group (expert weights have their own under EP) are summed first, then padded. Padding
+  // each tensor instead would add a rank's worth per tensor, and grow with the ranks where FSDP1's does not.
+  std::vector<std::pair<int64_t, int64_t>> fsdp1_groups;  // (ranks, bytes)
+  for (const auto& t : ts) {
+    if (shard_plan_.fsdp && shard_plan_.sharding == Sharding::Fsdp1) {
+      const int64_t k = shard_plan_.ranks_of(t), b = param_storage_bytes(t, recipe_, cfg_.peft, adapter_bytes_);
+      auto g = std::find_if(fsdp1_groups.begin(), fsdp1_groups.end(), [&](const auto& x) { return x.first == k; });
+      if (g == fsdp1_groups.end()) fsdp1_groups.push_back({k, b});
+      else g->second = add(g->second, b);
+      continue;
+    }
+    // torchao's float8 all-gather sends linear weights as fp8 (1 byte per element); the output layer stays
+    // 16-bit (torchtitan's float8 filter_fqns excludes "output").
+    if (shard_plan_.fsdp && recipe_.fp8_allgather && t.kind == ParamKind::Matmul && !t.quantized && l >= 0 && l < shape_.num_layers)
+      bytes = add(bytes, mul(shard_plan_.ranks_of(t), shard_plan_.local(t).numel));
+    else if (shard_plan_.fsdp) bytes = add(bytes, mul(shard_plan_.ranks_of(t), param_storage_bytes(shard_plan_.local(t), recipe_, cfg_.peft, adapter_bytes_)));
+    else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
+  }
+  for (const auto& [k, b] : fsdp1_groups) bytes = add(bytes, mul(ceil_div(b, k), k));
+  gathered_cache_[kind] = bytes;
+  return bytes;
+}
+
+// DeepSpeed ZeRO-3 fetches a module's full 16-bit parameters before its forward and backward and releases them
+// after (partitioned_param_coordinator.py). Parameters up to stage3_param_persistence_threshold (1e5 elements)
+// stay whole; they are small and counted with the partitioned weights here.
+void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
+  if (!shard_weights_ || (shard_ranks_ == 1 && !shard_plan_.offload_params)) return;  // one GPU: only offloaded parameters move
+  if (shard_plan_.fsdp) {
+    // Parameters stay unsharded from forward to backward under SHARD_GRAD_OP / reshard_after_forward=False, and
+    // always for the root unit (embeddings, final norm and head): FSDP1 _post_forward_reshard skips the root,
+    // FSDP2 sets the root's reshard_after_forward to False.
+    const size_t slot = static_cast<size_t>(layer + 1);
+    // parallel.fsdp_shard_embeddings (torchtune's custom_sharded_layers): the embedding and the output layer are
+    // units of their own, resharded after forward like a block (the final norm, a few KiB, is taken with the head).
+    const bool root = (layer < 0 || layer >= shape_.num_layers) && !embedding_units();
+    const bool last_kept = resolved_.framework->fsdp_last_block_kept && shard_plan_.sharding == Sharding::Fsdp2 &&
+                           cfg_.parallel.pipeline_parallel_size == 1 && layer == shape_.num_layers - 1;
+    const bool keep = root || cfg_.parallel.zero_stage == 2 || fsdp_.no_sync || last_kept;
+    auto unshard = [&](int64_t l, std::vector<uint32_t>& into) {
+      const int64_t bytes = gathered_bytes(l);
+      if (bytes == 0) return;
+      // FSDP2 all-gathers into one flat buffer on its all-gather copy-in stream and copies out into per-parameter
+      // tensors on the compute stream (_fsdp_collectives.py foreach_all_gather, foreach_all_gather_copy_out). In
+      // forward the buffer waits for the next group's unshard ("Defer free to allow for overlap of this copy-out
+      // with next all-gather", _fsdp_param_group.py wait_for_unshard); in backward it goes after the copy-out.
+      // FSDP1 all-gathers straight into the flat parameter's padded storage on its unshard stream.
+      const bool fsdp2 = shard_plan_.sharding == Sharding::Fsdp2;
+      const int32_t li = static_cast<int32_t>(l);
+      uint32_t flat = fsdp2 ? program_.alloc(Component::Communication, bytes, labels_.ag_buffer, li, Stream::AllGather) : UINT32_MAX;
+      if (fsdp2 && !in_backward_) release_all_gather();
+      into.push_back(program_.alloc(Component::Communication, bytes, labels_.gathered, li, fsdp2 ? Stream::Compute : Stream::AllGather));
+      if (flat != UINT32_MAX) {
+        if (in_backward_) drop(flat);
+        else fsdp_.pending_all_gather = flat;
+      }
+    };
+    if (keep) {
+      if (fsdp_.kept[slot].empty()) unshard(layer, fsdp_.kept[slot]);  // in backward too: e.g. a later micro-batch
+    } else {
+      unshard(layer, out);
+    }
+    // Backward prefetch: FSDP2 unshards the next group in backward order (_fsdp_param_group.py _prefetch_unshard),
+    // or the k set by set_modules_to_backward_prefetch; FSDP1 does with BACKWARD_PRE (the default), holding "the
+    // current set of parameters, next set of parameters, and current set of gradients". In forward, FSDP1's
+    // forward_prefetch and FSDP2's set_modules_to_forward_prefetch all-gather the next unit(s) during this one;
+    // neither prefetches in forward by default. A prefetched unit's parameters are held with this one's.
+    if (cfg_.parallel.zero_stage != 3 || fsdp_.no_sync) return;
+    const int64_t depth = !in_backward_ ? cfg_.parallel.fsdp_forward_prefetch
+                          : shard_plan_.sharding == Sharding::Fsdp2 ? cfg_.parallel.fsdp2_backward_prefetch
+                          : cfg_.parallel.backward_prefetch() == BackwardPrefetch::Pre ? 1 : 0;
+    const int64_t step = in_backward_ ? -1 : 1;
+    for (int64_t j = 1; j <= depth; ++j) {
+      const int64_t next = layer + step * j;
+      if (next < ctx_.first_layer || next >= std::min(ctx_.end_layer, shape_.num_layers)) break;
+      if (!fsdp_.kept[static_cast<size_t>(next + 1)].empty()) continue;
+      unshard(next, out);
+    }
+    return;
+  }
+  ds_fetch(layer, out);
+}
+
+// DeepSpeed ZeRO-3's fetches (partitioned_param_coordinator.py fetch_sub_module, the same from v0.8 to v0.14). Every
+// module call all-gathers the module's own parameters and, once the first forward and backward have recorded the
+// module trace, prefetches further along it while min(stage3_max_live_parameters - n_available,
+// stage3_prefetch_bucket_size) > 0, at least one parameter per call. Parameterless modules (the decoder layer, its
+// attention and MLP containers, activations, rotary) call it too, so the prefetch runs ahead until the gathered
+// parameters reach max_live (1e9 elements by default), the last one overshooting it; release_sub_module frees each
+// parameter after its module, so the working set stays at max_live elements in forward and in backward, whatever the
+// layer size (a 7B-class model holds about five layers, not one). n_available counts elements, not bytes. The
+// buffers are allocated on the all-gather stream when overlap_comm is on (the stage-3 default: __all_gather_params_
+// runs under `with stream(self.__allgather_stream)`, and free_param record_stream()s the buffer), so released
+// parameters are cached in that stream's pool. Frozen parameters are fetched in backward too: the fetch follows the
+// module output's gradient (PreBackwardFunction), never param.requires_grad. The embedding is not fetched in
+// backward here (its output takes no gradient under PEFT, and its dense gradient needs no weight).
+void StepBuilder::ds_fetch(int64_t layer, std::vector<uint32_t>& out) {
+  const int dir = in_backward_ ? -1 : 1;
+  if (!zero3_.window.empty() && zero3_.direction != dir) ds_release_window();
+  zero3_.direction = dir;
+  const Stream stream = zero_overlap() ? Stream::AllGather : Stream::Compute;
+  auto params = [&](int64_t l) -> const std::vector<ParamTensor>& {
+    return l < 0 ? shape_.pre : l >= shape_.num_layers ? shape_.post : shape_.params_of(l);
+  };
+  auto gather_param = [&](const ParamTensor& t, int64_t l, std::vector<uint32_t>& into) {
+    into.push_back(program_.alloc(Component::Communication, weight_bytes_of(t), labels_.gathered, static_cast<int32_t>(l), stream));
+  };
+  // The module's own parameters: those the prefetch gathered already are taken over, the rest gathered now.
+  size_t from = 0;
+  if (!zero3_.window.empty() && zero3_.window.front().slot == layer) {
+    Zero3Prefetch::Slot& w = zero3_.window.front();
+    out.insert(out.end(), w.tensors.begin(), w.tensors.end());
+    from = w.next_param;
+    zero3_.ahead_elems -= w.elems;
+    zero3_.window.pop_front();
+  } else {
+    ds_release_window();  // another pass (a micro-batch, a chunk) left it: nothing in it is next
+  }
+  const auto& own = params(layer);
+  int64_t live = zero3_.ahead_elems;
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (persistent(own[i])) continue;
+    live = add(live, own[i].numel);
+    if (i >= from) gather_param(own[i], layer, out);
+  }
+  if (!zero3_.trace_complete) return;
+  const int64_t max_live = cfg_.parallel.zero_max_live_parameters > 0 ? cfg_.parallel.zero_max_live_parameters : 1000000000;
+  const int64_t last = std::min(ctx_.end_layer, shape_.num_layers);
+  auto in_trace = [&](int64_t l) {
+    return dir > 0 ? (l >= ctx_.first_layer && l < last) || (l == shape_.num_layers && ctx_.has_post)
+                   : l >= ctx_.first_layer && l < last;
+  };
+  while (live < max_live) {
+    if (zero3_.window.empty() || zero3_.window.back().next_param == params(zero3_.window.back().slot).size()) {
+      const int64_t next = zero3_.window.empty() ? layer + dir : zero3_.window.back().slot + dir;
+      if (!in_trace(next)) break;
+      zero3_.window.push_back({next, 0, {}, 0});
+    }
+    Zero3Prefetch::Slot& w = zero3_.window.back();
+    const ParamTensor& t = params(w.slot)[w.next_param++];
+    if (persistent(t)) continue;
+    gather_param(t, w.slot, w.tensors);
+    w.elems = add(w.elems, t.numel);
+    zero3_.ahead_elems = add(zero3_.ahead_elems, t.numel);
+    live = add(live, t.numel);
+  }
+}
+
+void StepBuilder::ds_release_window() {
+  for (auto& w : zero3_.window)
+    for (uint32_t t : w.tensors) drop(t);
+  zero3_.window.clear();
+  zero3_.ahead_elems = 0;
+}
+
+// FSDP: a layer's kept parameters are resharded once its backward is done.
+void StepBuilder::reshard_after_backward(int64_t layer) {
+  if (!shard_plan_.fsdp || fsdp_.no_sync) return;
+  auto& k = fsdp_.kept[static_cast<size_t>(layer + 1)];
+  for (uint32_t t : k) drop(t);
+  k.clear();
+}
+
+}  // namespace memsim
