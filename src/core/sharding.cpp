@@ -192,7 +192,7 @@ void StepBuilder::release_all_gather() {
 void StepBuilder::end_backward() {
   in_backward_ = false;
   ds_release_window();
-  zero3_.trace_complete = true;  // DeepSpeed's coordinator has the module trace after the first forward and backward
+  zero3_.trace_recorded();  // DeepSpeed's coordinator has the module trace after the first forward and backward
   if (fsdp_.no_sync && !last_backward_) return;  // parameters stay unsharded, gradients keep accumulating
   if (fsdp_.no_sync)  // the last micro-batch: every group reduces in turn (run_post_backward)
     for (int64_t l = shape_.num_layers; l >= -1; --l) reduce_slot(l);
@@ -296,76 +296,39 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
   ds_fetch(layer, out);
 }
 
-// DeepSpeed ZeRO-3's fetches (partitioned_param_coordinator.py fetch_sub_module, the same from v0.8 to v0.14). Every
-// module call all-gathers the module's own parameters and, once the first forward and backward have recorded the
-// module trace, prefetches further along it while min(stage3_max_live_parameters - n_available,
-// stage3_prefetch_bucket_size) > 0, at least one parameter per call. Parameterless modules (the decoder layer, its
-// attention and MLP containers, activations, rotary) call it too, so the prefetch runs ahead until the gathered
-// parameters reach max_live (1e9 elements by default), the last one overshooting it; release_sub_module frees each
-// parameter after its module, so the working set stays at max_live elements in forward and in backward, whatever the
-// layer size (a 7B-class model holds about five layers, not one). n_available counts elements, not bytes. The
-// buffers are allocated on the all-gather stream when overlap_comm is on (the stage-3 default: __all_gather_params_
-// runs under `with stream(self.__allgather_stream)`, and free_param record_stream()s the buffer), so released
-// parameters are cached in that stream's pool. Frozen parameters are fetched in backward too: the fetch follows the
-// module output's gradient (PreBackwardFunction), never param.requires_grad. The embedding is not fetched in
-// backward here (its output takes no gradient under PEFT, and its dense gradient needs no weight).
+// DeepSpeed ZeRO-3's fetches (zero3_prefetch.cpp). The buffers are allocated on the all-gather stream when
+// overlap_comm is on (the stage-3 default: __all_gather_params_ runs under `with stream(self.__allgather_stream)`,
+// and free_param record_stream()s the buffer), so released parameters are cached in that stream's pool. The
+// embedding is not fetched in backward here (its output takes no gradient under PEFT, and its dense gradient needs
+// no weight).
+class StepBuilder::Zero3Host final : public Zero3Prefetch::Host {
+ public:
+  Zero3Host(StepBuilder& b, Stream stream) : b_(b), stream_(stream) {}
+  const std::vector<ParamTensor>& params(int64_t l) const override {
+    return l < 0 ? b_.shape_.pre : l >= b_.shape_.num_layers ? b_.shape_.post : b_.shape_.params_of(l);
+  }
+  bool persistent(const ParamTensor& t) const override { return b_.persistent(t); }
+  uint32_t gather(const ParamTensor& t, int64_t l) override {
+    return b_.program_.alloc(Component::Communication, b_.weight_bytes_of(t), b_.labels_.gathered,
+                             static_cast<int32_t>(l), stream_);
+  }
+  void release(uint32_t buffer) override { b_.drop(buffer); }
+
+ private:
+  StepBuilder& b_;
+  Stream stream_;
+};
+
 void StepBuilder::ds_fetch(int64_t layer, std::vector<uint32_t>& out) {
-  const int dir = in_backward_ ? -1 : 1;
-  if (!zero3_.window.empty() && zero3_.direction != dir) ds_release_window();
-  zero3_.direction = dir;
-  const Stream stream = zero_overlap() ? Stream::AllGather : Stream::Compute;
-  auto params = [&](int64_t l) -> const std::vector<ParamTensor>& {
-    return l < 0 ? shape_.pre : l >= shape_.num_layers ? shape_.post : shape_.params_of(l);
-  };
-  auto gather_param = [&](const ParamTensor& t, int64_t l, std::vector<uint32_t>& into) {
-    into.push_back(program_.alloc(Component::Communication, weight_bytes_of(t), labels_.gathered, static_cast<int32_t>(l), stream));
-  };
-  // The module's own parameters: those the prefetch gathered already are taken over, the rest gathered now.
-  size_t from = 0;
-  if (!zero3_.window.empty() && zero3_.window.front().slot == layer) {
-    Zero3Prefetch::Slot& w = zero3_.window.front();
-    out.insert(out.end(), w.tensors.begin(), w.tensors.end());
-    from = w.next_param;
-    zero3_.ahead_elems -= w.elems;
-    zero3_.window.pop_front();
-  } else {
-    ds_release_window();  // another pass (a micro-batch, a chunk) left it: nothing in it is next
-  }
-  const auto& own = params(layer);
-  int64_t live = zero3_.ahead_elems;
-  for (size_t i = 0; i < own.size(); ++i) {
-    if (persistent(own[i])) continue;
-    live = add(live, own[i].numel);
-    if (i >= from) gather_param(own[i], layer, out);
-  }
-  if (!zero3_.trace_complete) return;
+  Zero3Host host(*this, zero_overlap() ? Stream::AllGather : Stream::Compute);
   const int64_t max_live = cfg_.parallel.zero_max_live_parameters > 0 ? cfg_.parallel.zero_max_live_parameters : 1000000000;
-  const int64_t last = std::min(ctx_.end_layer, shape_.num_layers);
-  auto in_trace = [&](int64_t l) {
-    return dir > 0 ? (l >= ctx_.first_layer && l < last) || (l == shape_.num_layers && ctx_.has_post)
-                   : l >= ctx_.first_layer && l < last;
-  };
-  while (live < max_live) {
-    if (zero3_.window.empty() || zero3_.window.back().next_param == params(zero3_.window.back().slot).size()) {
-      const int64_t next = zero3_.window.empty() ? layer + dir : zero3_.window.back().slot + dir;
-      if (!in_trace(next)) break;
-      zero3_.window.push_back({next, 0, {}, 0});
-    }
-    Zero3Prefetch::Slot& w = zero3_.window.back();
-    const ParamTensor& t = params(w.slot)[w.next_param++];
-    if (persistent(t)) continue;
-    gather_param(t, w.slot, w.tensors);
-    w.elems = add(w.elems, t.numel);
-    zero3_.ahead_elems = add(zero3_.ahead_elems, t.numel);
-    live = add(live, t.numel);
-  }
+  const Zero3Prefetch::Trace trace{ctx_.first_layer, ctx_.end_layer, shape_.num_layers, ctx_.has_post};
+  zero3_.fetch(host, layer, in_backward_, max_live, trace, out);
 }
 
 void StepBuilder::ds_release_window() {
-  for (auto& w : zero3_.window)
-    for (uint32_t t : w.tensors) drop(t);
-  zero3_.window.clear();
-  zero3_.ahead_elems = 0;
+  Zero3Host host(*this, Stream::Compute);  // releasing allocates nothing: the stream is not read
+  zero3_.release_window(host);
 }
 
 // FSDP: a layer's kept parameters are resharded once its backward is done.

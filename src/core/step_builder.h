@@ -16,6 +16,7 @@
 #include "step.h"
 #include "tables.h"
 #include "train_step.h"
+#include "zero3_prefetch.h"
 
 namespace memsim {
 
@@ -154,24 +155,8 @@ struct UnslothLabels {
   uint32_t gc_buffer, weight_buffer, ce_chunk, grad_inputs;
 };
 
-// The state of each engine that outlives one call of the step builder, one object per engine; what the engines do
-// with it is in sharding.cpp.
-
-// DeepSpeed ZeRO-3: parameters prefetched ahead of the module computing, slot by slot in trace order
-// (partitioned_param_coordinator.py fetch_sub_module; the last slot may be partly gathered: next_param is its first
-// parameter not yet gathered).
-struct Zero3Prefetch {
-  struct Slot {
-    int64_t slot = 0;
-    size_t next_param = 0;
-    std::vector<uint32_t> tensors;
-    int64_t elems = 0;
-  };
-  std::deque<Slot> window;
-  int64_t ahead_elems = 0;      // elements gathered ahead, against stage3_prefetch_bucket_size
-  int direction = 1;            // the trace order being followed: 1 forward, -1 backward
-  bool trace_complete = false;  // the coordinator has the module trace after the first forward and backward
-};
+// The state of each engine that outlives one call of the step builder, one object per engine: DeepSpeed ZeRO-3's
+// fetches in zero3_prefetch.h (with their logic); FSDP's and the pipeline's below, what they do in sharding.cpp.
 
 // FSDP1 / FSDP2, per slot (0 embeddings, l + 1 layer l, L + 1 head).
 struct FsdpUnits {
@@ -409,7 +394,8 @@ class StepBuilder {
   // last reader has run instead of being saved (no_grad_release). no_grad_norm_out_ is the last norm's output.
   bool no_grad_ = false;
   uint32_t no_grad_norm_out_ = UINT32_MAX;
-  Zero3Prefetch zero3_;     // DeepSpeed ZeRO-3's fetch window (sharding.cpp ds_fetch)
+  Zero3Prefetch zero3_;     // DeepSpeed ZeRO-3's fetch window
+  class Zero3Host;          // what zero3_ asks of this step (sharding.cpp)
   FsdpUnits fsdp_;          // FSDP1/FSDP2's unsharded parameters and gradient shards (sharding.cpp)
   PipelineBuffers pipeline_;  // pipeline parallelism's receive buffers (sharding.cpp recv_buffers, schedule.cpp)
   bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration

@@ -1,0 +1,71 @@
+// DeepSpeed ZeRO-3's fetches (partitioned_param_coordinator.py fetch_sub_module, the same from v0.8 to v0.14). Every
+// module call all-gathers the module's own parameters and, once the first forward and backward have recorded the
+// module trace, prefetches further along it while min(stage3_max_live_parameters - n_available,
+// stage3_prefetch_bucket_size) > 0, at least one parameter per call. Parameterless modules (the decoder layer, its
+// attention and MLP containers, activations, rotary) call it too, so the prefetch runs ahead until the gathered
+// parameters reach max_live (1e9 elements by default), the last one overshooting it; release_sub_module frees each
+// parameter after its module, so the working set stays at max_live elements in forward and in backward, whatever the
+// layer size (a 7B-class model holds about five layers, not one). n_available counts elements, not bytes. Frozen
+// parameters are fetched in backward too: the fetch follows the module output's gradient (PreBackwardFunction),
+// never param.requires_grad.
+#include "zero3_prefetch.h"
+
+#include <algorithm>
+
+#include "checked.h"
+
+namespace memsim {
+
+void Zero3Prefetch::fetch(Host& host, int64_t slot, bool backward, int64_t max_live_elements, const Trace& trace,
+                          std::vector<uint32_t>& out) {
+  const int dir = backward ? -1 : 1;
+  if (!window_.empty() && direction_ != dir) release_window(host);
+  direction_ = dir;
+  // The module's own parameters: those the prefetch gathered already are taken over, the rest gathered now.
+  size_t from = 0;
+  if (!window_.empty() && window_.front().slot == slot) {
+    Slot& w = window_.front();
+    out.insert(out.end(), w.tensors.begin(), w.tensors.end());
+    from = w.next_param;
+    ahead_elems_ -= w.elems;
+    window_.pop_front();
+  } else {
+    release_window(host);  // another pass (a micro-batch, a chunk) left it: nothing in it is next
+  }
+  const auto& own = host.params(slot);
+  int64_t live = ahead_elems_;
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (host.persistent(own[i])) continue;
+    live = add(live, own[i].numel);
+    if (i >= from) out.push_back(host.gather(own[i], slot));
+  }
+  if (!trace_complete_) return;
+  const int64_t last = std::min(trace.end_layer, trace.num_layers);
+  auto in_trace = [&](int64_t l) {
+    return dir > 0 ? (l >= trace.first_layer && l < last) || (l == trace.num_layers && trace.has_post)
+                   : l >= trace.first_layer && l < last;
+  };
+  while (live < max_live_elements) {
+    if (window_.empty() || window_.back().next_param == host.params(window_.back().slot).size()) {
+      const int64_t next = window_.empty() ? slot + dir : window_.back().slot + dir;
+      if (!in_trace(next)) break;
+      window_.push_back({next, 0, {}, 0});
+    }
+    Slot& w = window_.back();
+    const ParamTensor& t = host.params(w.slot)[w.next_param++];
+    if (host.persistent(t)) continue;
+    w.tensors.push_back(host.gather(t, w.slot));
+    w.elems = add(w.elems, t.numel);
+    ahead_elems_ = add(ahead_elems_, t.numel);
+    live = add(live, t.numel);
+  }
+}
+
+void Zero3Prefetch::release_window(Host& host) {
+  for (auto& w : window_)
+    for (uint32_t t : w.tensors) host.release(t);
+  window_.clear();
+  ahead_elems_ = 0;
+}
+
+}  // namespace memsim
