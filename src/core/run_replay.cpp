@@ -20,11 +20,11 @@ template <class Allocator>
 class RunReplayer {
  public:
   RunReplayer(Allocator& alloc, const RunPlan& plan, DeviceResult& d, int64_t empty_cache_steps)
-      : alloc_(alloc), plan_(plan), d_(d), empty_cache_steps_(empty_cache_steps) {
-    d_.run.steps = plan.steps;
-    d_.run.per_step.reserve(static_cast<size_t>(plan.steps));
-    d_.run.longest_step = plan.longest_step;
-    d_.run.longest_tokens = plan.longest_tokens;
+      : alloc_(alloc), plan_(plan), device_(d), empty_cache_steps_(empty_cache_steps) {
+    device_.run.steps = plan.steps;
+    device_.run.per_step.reserve(static_cast<size_t>(plan.steps));
+    device_.run.longest_step = plan.longest_step;
+    device_.run.longest_tokens = plan.longest_tokens;
   }
 
   void on_step(StepProgram& p, int64_t step) {
@@ -41,9 +41,9 @@ class RunReplayer {
         const Tensor& t = p.tensors[e.tensor];
         const int32_t h = request(alloc_, t.bytes, static_cast<int>(t.stream));
         if (h < 0) {  // out of memory even after the cache went back to the driver
-          d_.oom = true;
+          device_.oom = true;
           peak_in_step = i;
-          d_.peak_label = p.labels[t.label];
+          device_.peak_label = p.labels[t.label];
           timeline_.push_back({alloc_.allocated_bytes(), alloc_.reserved_bytes()});
           finish_step(p, step, std::max(step_allocated, alloc_.allocated_bytes()), step_reserved, peak_in_step,
                       start_allocated, start_reserved);
@@ -60,19 +60,19 @@ class RunReplayer {
       timeline_.push_back({allocated, reserved});
       step_allocated = std::max(step_allocated, allocated);
       step_reserved = std::max(step_reserved, reserved);
-      if (allocated > d_.peak.allocated_bytes) {
-        d_.peak.allocated_bytes = allocated;
-        d_.breakdown.allocator = live_;
-        d_.run.allocated_peak_step = step;
+      if (allocated > device_.peak.allocated_bytes) {
+        device_.peak.allocated_bytes = allocated;
+        device_.breakdown.allocator = live_;
+        device_.run.allocated_peak_step = step;
         peak_in_step = i;
-        d_.peak_label = p.labels[p.tensors[e.tensor].label];  // now: the id may name another tensor next step
+        device_.peak_label = p.labels[p.tensors[e.tensor].label];  // now: the id may name another tensor next step
       }
-      d_.peak.requested_bytes = std::max(d_.peak.requested_bytes, alloc_.requested_bytes());
+      device_.peak.requested_bytes = std::max(device_.peak.requested_bytes, alloc_.requested_bytes());
     }
     finish_step(p, step, step_allocated, step_reserved, peak_in_step, start_allocated, start_reserved);
     if (empty_cache_steps_ > 0 && step % empty_cache_steps_ == 0) {
       alloc_.empty_cache();
-      ++d_.run.empty_cache_calls;
+      ++device_.run.empty_cache_calls;
     }
     p.events.clear();
     p.phases.clear();
@@ -86,21 +86,21 @@ class RunReplayer {
     int64_t tokens = 0;
     for (int64_t k = (step - 1) * plan_.gas; k < step * plan_.gas; ++k)
       tokens = std::max(tokens, plan_.micro_batches[static_cast<size_t>(k)].tokens);
-    d_.run.per_step.push_back({tokens, step_allocated, step_reserved});
-    if (step == 1) d_.run.first_step_reserved_bytes = step_reserved;
-    if (step_reserved > d_.peak.reserved_bytes) d_.peak.reserved_bytes = step_reserved, d_.run.reserved_peak_step = step;
+    device_.run.per_step.push_back({tokens, step_allocated, step_reserved});
+    if (step == 1) device_.run.first_step_reserved_bytes = step_reserved;
+    if (step_reserved > device_.peak.reserved_bytes) device_.peak.reserved_bytes = step_reserved, device_.run.reserved_peak_step = step;
     if (peak_in_step >= 0) snapshot(p, step, static_cast<uint32_t>(peak_in_step), start_allocated, start_reserved);
   }
 
   // The peak step as a program of its own: first an allocation for every tensor the earlier steps left alive
   // (flat on the timeline at what the step began with), then the step's events.
   void snapshot(const StepProgram& p, int64_t step, uint32_t peak_in_step, int64_t start_allocated, int64_t start_reserved) {
-    StepProgram& out = d_.program;
+    StepProgram& out = device_.program;
     out.tensors = p.tensors;
     out.labels = p.labels;
     out.events.clear();
     out.phases.clear();
-    d_.timeline.clear();
+    device_.timeline.clear();
     if (step > 1) {
       // Alive at the step's start: not allocated in the step, and alive at its end or freed in it.
       std::vector<uint8_t> made(p.tensors.size(), 0), carried(p.tensors.size(), 0);
@@ -114,25 +114,25 @@ class RunReplayer {
       for (uint32_t id = 0; id < carried.size(); ++id)
         if (carried[id]) {
           out.events.push_back({Event::Op::Alloc, p.tensors[id].component, id});
-          d_.timeline.push_back({start_allocated, start_reserved});
+          device_.timeline.push_back({start_allocated, start_reserved});
         }
     }
     const uint32_t prefix = static_cast<uint32_t>(out.events.size());
     out.events.insert(out.events.end(), p.events.begin(), p.events.end());
     for (const Phase& ph : p.phases) out.phases.push_back({ph.name, ph.first_event + prefix});
-    d_.timeline.insert(d_.timeline.end(), timeline_.begin(), timeline_.end());
-    d_.peak_event = prefix + peak_in_step;
-    d_.peak_phase.clear();
+    device_.timeline.insert(device_.timeline.end(), timeline_.begin(), timeline_.end());
+    device_.peak_event = prefix + peak_in_step;
+    device_.peak_phase.clear();
     for (auto ph = out.phases.rbegin(); ph != out.phases.rend(); ++ph)
-      if (ph->first_event <= d_.peak_event) {
-        d_.peak_phase = ph->name;
+      if (ph->first_event <= device_.peak_event) {
+        device_.peak_phase = ph->name;
         break;
       }
   }
 
   Allocator& alloc_;
   const RunPlan& plan_;
-  DeviceResult& d_;
+  DeviceResult& device_;
   int64_t empty_cache_steps_;
   std::vector<int32_t> handle_;
   std::array<int64_t, kComponentCount> live_{};

@@ -303,19 +303,20 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
 // no weight).
 class StepBuilder::Zero3Host final : public Zero3Prefetch::Host {
  public:
-  Zero3Host(StepBuilder& b, Stream stream) : b_(b), stream_(stream) {}
+  Zero3Host(StepBuilder& b, Stream stream) : builder_(b), stream_(stream) {}
   const std::vector<ParamTensor>& params(int64_t l) const override {
-    return l < 0 ? b_.shape_.pre : l >= b_.shape_.num_layers ? b_.shape_.post : b_.shape_.params_of(l);
+    const ModelShape& shape = builder_.shape_;
+    return l < 0 ? shape.pre : l >= shape.num_layers ? shape.post : shape.params_of(l);
   }
-  bool persistent(const ParamTensor& t) const override { return b_.persistent(t); }
+  bool persistent(const ParamTensor& t) const override { return builder_.persistent(t); }
   uint32_t gather(const ParamTensor& t, int64_t l) override {
-    return b_.program_.alloc(Component::Communication, b_.weight_bytes_of(t), b_.labels_.gathered,
-                             static_cast<int32_t>(l), stream_);
+    return builder_.program_.alloc(Component::Communication, builder_.weight_bytes_of(t), builder_.labels_.gathered,
+                                   static_cast<int32_t>(l), stream_);
   }
-  void release(uint32_t buffer) override { b_.drop(buffer); }
+  void release(uint32_t buffer) override { builder_.drop(buffer); }
 
  private:
-  StepBuilder& b_;
+  StepBuilder& builder_;
   Stream stream_;
 };
 

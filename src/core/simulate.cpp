@@ -455,8 +455,8 @@ bool advance_run(Simulation::State& st, int64_t steps) {
 
 }  // namespace
 
-Simulation::Simulation(const Config& config) : s_(std::make_unique<State>()) {
-  State& st = *s_;
+Simulation::Simulation(const Config& config) : state_(std::make_unique<State>()) {
+  State& st = *state_;
   st.config = config;
   st.r.errors = validate(config);
   if (!st.r.errors.empty()) {
@@ -477,7 +477,7 @@ Simulation::Simulation(Simulation&&) noexcept = default;
 Simulation& Simulation::operator=(Simulation&&) noexcept = default;
 
 bool Simulation::advance(int64_t steps) {
-  State& st = *s_;
+  State& st = *state_;
   if (st.done) return true;
   try {
     if (st.config.data.varies()) return advance_run(st, std::max<int64_t>(1, steps));
@@ -494,10 +494,10 @@ bool Simulation::advance(int64_t steps) {
   return true;
 }
 
-bool Simulation::done() const { return s_->done; }
+bool Simulation::done() const { return state_->done; }
 
 double Simulation::progress() const {
-  const State& st = *s_;
+  const State& st = *state_;
   if (st.done) return 1.0;
   if (!st.pass || st.plan.steps == 0) return 0.0;
   const double part = static_cast<double>(st.pass->steps_done()) / static_cast<double>(st.plan.steps);
@@ -506,13 +506,13 @@ double Simulation::progress() const {
 }
 
 Simulation::RunProgress Simulation::run_progress() const {
-  const State& st = *s_;
+  const State& st = *state_;
   if (!st.config.data.varies()) return {};
   const int64_t steps = st.plan.steps;
   return {st.done ? steps : st.pass ? st.pass->steps_done() : 0, steps, st.limited ? 2 : 1};
 }
 
-const Result& Simulation::result() const { return s_->r; }
+const Result& Simulation::result() const { return state_->r; }
 
 Result simulate(const Config& config) {
   Simulation s(config);

@@ -34,7 +34,7 @@ class Simulation {
   struct State;
 
  private:
-  std::unique_ptr<State> s_;
+  std::unique_ptr<State> state_;
 };
 
 // CUDA context, outside the caching allocator: PyTorch PR #86509 measured cudaMemGetInfo's total - free at
