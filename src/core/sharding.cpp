@@ -1,7 +1,7 @@
 // Model states through the step: the weights at load, the gradients each backward makes, and what the sharding
-// engines do with them per layer: DDP's buckets, ZeRO's partitions and reduce buckets, DeepSpeed ZeRO-3's
-// prefetch window, FSDP1/FSDP2's all-gathers, reduce-scatters and reshards, and the pipeline's receive buffers.
-// Split from train_step.cpp (code moved, not changed).
+// engines do with them per layer: DDP's buckets, ZeRO's partitions and reduce buckets, the hosts of DeepSpeed
+// ZeRO-3's fetches (zero3_prefetch.cpp) and of FSDP's all-gathers and reshards (fsdp_unshard.cpp), FSDP's
+// reduce-scatters, and the pipeline's receive buffers.
 #include <algorithm>
 #include <string>
 
@@ -10,8 +10,21 @@
 
 namespace memsim {
 
-// nn.Module init: one allocation per parameter tensor. Under ZeRO-3 each rank keeps only its partition of
-// every parameter (DeepSpeed partition_parameters.py: param.ds_tensor).
+// What FsdpUnshard asks of the step: a unit's all-gathered bytes, and the buffers on the step's program.
+class StepBuilder::FsdpHost final : public FsdpUnshard::Host {
+ public:
+  explicit FsdpHost(StepBuilder& b) : builder_(b) {}
+  int64_t unsharded_bytes(int64_t slot) const override { return builder_.gathered_bytes(slot); }
+  uint32_t alloc(int64_t bytes, bool all_gather_buffer, int64_t slot, Stream stream) override {
+    const uint32_t label = all_gather_buffer ? builder_.labels_.ag_buffer : builder_.labels_.gathered;
+    return builder_.program_.alloc(Component::Communication, bytes, label, static_cast<int32_t>(slot), stream);
+  }
+  void release(uint32_t tensor) override { builder_.drop(tensor); }
+
+ private:
+  StepBuilder& builder_;
+};
+
 // DeepSpeed's defaults where a config leaves 0 (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig).
 int64_t StepBuilder::zero_reduce_bucket() const {
   return cfg_.parallel.zero_reduce_bucket_size > 0 ? cfg_.parallel.zero_reduce_bucket_size : 500000000;
@@ -28,6 +41,8 @@ bool StepBuilder::zero_overlap() const {  // the validator overlap_comm_valid: N
 // param.ds_numel <= param_persistence_threshold).
 bool StepBuilder::persistent(const ParamTensor& t) const { return t.numel <= zero_persistence(); }
 
+// nn.Module init: one allocation per parameter tensor. Under ZeRO-3 each rank keeps only its partition of
+// every parameter (DeepSpeed partition_parameters.py: param.ds_tensor).
 void StepBuilder::alloc_weights() {
   program_.phase("model load");
   // Offloaded parameter shards live in host memory (ZeRO-Infinity, FSDP CPUOffload); small persistent ones stay.
@@ -108,7 +123,7 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
 void StepBuilder::release_layer_grads(int64_t layer) {
   if (!shard_grads_ || shard_plan_.grad_buffer) return;
   // ... and so do the micro-batches before the last under no_sync gradient accumulation (fsdp_.accumulate_no_sync).
-  if (fsdp_.no_sync || (fsdp_.accumulate_no_sync && !last_backward_)) {
+  if (fsdp_unshard_.no_sync() || (fsdp_.accumulate_no_sync && !last_backward_)) {
     // Pipeline stages under FSDP accumulate unsharded gradients and reduce once after the last micro-batch
     // (torch/distributed/pipelining/stage.py backward_maybe_with_nosync: set_requires_gradient_sync(False),
     // then post_backward of every group); FSDP2 accumulates them in the reduce dtype
@@ -186,22 +201,21 @@ void StepBuilder::recv_buffers(int64_t stage_layer, bool grads) {
 }
 
 void StepBuilder::release_all_gather() {
-  if (fsdp_.pending_all_gather != UINT32_MAX) drop(fsdp_.pending_all_gather), fsdp_.pending_all_gather = UINT32_MAX;
+  FsdpHost host(*this);
+  fsdp_unshard_.release_all_gather(host);
 }
 
 void StepBuilder::end_backward() {
   in_backward_ = false;
   ds_release_window();
   zero3_.trace_recorded();  // DeepSpeed's coordinator has the module trace after the first forward and backward
-  if (fsdp_.no_sync && !last_backward_) return;  // parameters stay unsharded, gradients keep accumulating
-  if (fsdp_.no_sync)  // the last micro-batch: every group reduces in turn (run_post_backward)
+  if (fsdp_unshard_.no_sync() && !last_backward_) return;  // parameters stay unsharded, gradients keep accumulating
+  if (fsdp_unshard_.no_sync())  // the last micro-batch: every group reduces in turn (run_post_backward)
     for (int64_t l = shape_.num_layers; l >= -1; --l) reduce_slot(l);
   if (fsdp_.pending_reduce != UINT32_MAX) drop(fsdp_.pending_reduce), fsdp_.pending_reduce = UINT32_MAX;
   if (!shard_plan_.fsdp) return;  // only FSDP keeps parameters unsharded (gather): no need to visit every slot
-  for (auto& k : fsdp_.kept) {  // anything still unsharded (a stage without its backward) is freed
-    for (uint32_t t : k) drop(t);
-    k.clear();
-  }
+  FsdpHost host(*this);
+  fsdp_unshard_.release_kept(host);  // anything still unsharded (a stage without its backward) is freed
 }
 
 int64_t StepBuilder::gathered_bytes(int64_t l) const {
@@ -245,52 +259,23 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     // Parameters stay unsharded from forward to backward under SHARD_GRAD_OP / reshard_after_forward=False, and
     // always for the root unit (embeddings, final norm and head): FSDP1 _post_forward_reshard skips the root,
     // FSDP2 sets the root's reshard_after_forward to False.
-    const size_t slot = static_cast<size_t>(layer + 1);
     // parallel.fsdp_shard_embeddings (torchtune's custom_sharded_layers): the embedding and the output layer are
     // units of their own, resharded after forward like a block (the final norm, a few KiB, is taken with the head).
     const bool root = (layer < 0 || layer >= shape_.num_layers) && !embedding_units();
     const bool last_kept = resolved_.framework->fsdp_last_block_kept && shard_plan_.sharding == Sharding::Fsdp2 &&
                            cfg_.parallel.pipeline_parallel_size == 1 && layer == shape_.num_layers - 1;
-    const bool keep = root || cfg_.parallel.zero_stage == 2 || fsdp_.no_sync || last_kept;
-    auto unshard = [&](int64_t l, std::vector<uint32_t>& into) {
-      const int64_t bytes = gathered_bytes(l);
-      if (bytes == 0) return;
-      // FSDP2 all-gathers into one flat buffer on its all-gather copy-in stream and copies out into per-parameter
-      // tensors on the compute stream (_fsdp_collectives.py foreach_all_gather, foreach_all_gather_copy_out). In
-      // forward the buffer waits for the next group's unshard ("Defer free to allow for overlap of this copy-out
-      // with next all-gather", _fsdp_param_group.py wait_for_unshard); in backward it goes after the copy-out.
-      // FSDP1 all-gathers straight into the flat parameter's padded storage on its unshard stream.
-      const bool fsdp2 = shard_plan_.sharding == Sharding::Fsdp2;
-      const int32_t li = static_cast<int32_t>(l);
-      uint32_t flat = fsdp2 ? program_.alloc(Component::Communication, bytes, labels_.ag_buffer, li, Stream::AllGather) : UINT32_MAX;
-      if (fsdp2 && !in_backward_) release_all_gather();
-      into.push_back(program_.alloc(Component::Communication, bytes, labels_.gathered, li, fsdp2 ? Stream::Compute : Stream::AllGather));
-      if (flat != UINT32_MAX) {
-        if (in_backward_) drop(flat);
-        else fsdp_.pending_all_gather = flat;
-      }
-    };
-    if (keep) {
-      if (fsdp_.kept[slot].empty()) unshard(layer, fsdp_.kept[slot]);  // in backward too: e.g. a later micro-batch
-    } else {
-      unshard(layer, out);
-    }
-    // Backward prefetch: FSDP2 unshards the next group in backward order (_fsdp_param_group.py _prefetch_unshard),
-    // or the k set by set_modules_to_backward_prefetch; FSDP1 does with BACKWARD_PRE (the default), holding "the
-    // current set of parameters, next set of parameters, and current set of gradients". In forward, FSDP1's
-    // forward_prefetch and FSDP2's set_modules_to_forward_prefetch all-gather the next unit(s) during this one;
-    // neither prefetches in forward by default. A prefetched unit's parameters are held with this one's.
-    if (cfg_.parallel.zero_stage != 3 || fsdp_.no_sync) return;
-    const int64_t depth = !in_backward_ ? cfg_.parallel.fsdp_forward_prefetch
-                          : shard_plan_.sharding == Sharding::Fsdp2 ? cfg_.parallel.fsdp2_backward_prefetch
-                          : cfg_.parallel.backward_prefetch() == BackwardPrefetch::Pre ? 1 : 0;
-    const int64_t step = in_backward_ ? -1 : 1;
-    for (int64_t j = 1; j <= depth; ++j) {
-      const int64_t next = layer + step * j;
-      if (next < ctx_.first_layer || next >= std::min(ctx_.end_layer, shape_.num_layers)) break;
-      if (!fsdp_.kept[static_cast<size_t>(next + 1)].empty()) continue;
-      unshard(next, out);
-    }
+    FsdpUnshard::Call call;
+    call.backward = in_backward_;
+    call.keep = root || cfg_.parallel.zero_stage == 2 || fsdp_unshard_.no_sync() || last_kept;
+    // Prefetch (fsdp_unshard.cpp): FULL_SHARD only, and not while no_sync keeps everything unsharded.
+    if (cfg_.parallel.zero_stage == 3 && !fsdp_unshard_.no_sync())
+      call.prefetch_depth = !in_backward_ ? cfg_.parallel.fsdp_forward_prefetch
+                            : shard_plan_.sharding == Sharding::Fsdp2 ? cfg_.parallel.fsdp2_backward_prefetch
+                            : cfg_.parallel.backward_prefetch() == BackwardPrefetch::Pre ? 1 : 0;
+    call.first_layer = ctx_.first_layer;
+    call.end_layer = std::min(ctx_.end_layer, shape_.num_layers);
+    FsdpHost host(*this);
+    fsdp_unshard_.unshard(host, layer, call, out);
     return;
   }
   ds_fetch(layer, out);
@@ -334,10 +319,9 @@ void StepBuilder::ds_release_window() {
 
 // FSDP: a layer's kept parameters are resharded once its backward is done.
 void StepBuilder::reshard_after_backward(int64_t layer) {
-  if (!shard_plan_.fsdp || fsdp_.no_sync) return;
-  auto& k = fsdp_.kept[static_cast<size_t>(layer + 1)];
-  for (uint32_t t : k) drop(t);
-  k.clear();
+  if (!shard_plan_.fsdp) return;
+  FsdpHost host(*this);
+  fsdp_unshard_.reshard_after_backward(host, layer);
 }
 
 }  // namespace memsim

@@ -16,6 +16,7 @@
 #include "step.h"
 #include "tables.h"
 #include "train_step.h"
+#include "fsdp_unshard.h"
 #include "zero3_prefetch.h"
 
 namespace memsim {
@@ -156,17 +157,16 @@ struct UnslothLabels {
 };
 
 // The state of each engine that outlives one call of the step builder, one object per engine: DeepSpeed ZeRO-3's
-// fetches in zero3_prefetch.h (with their logic); FSDP's and the pipeline's below, what they do in sharding.cpp.
+// fetches in zero3_prefetch.h and FSDP's unsharded parameters in fsdp_unshard.h (with their logic); FSDP's gradients
+// and the pipeline's buffers below, what they do in sharding.cpp.
 
-// FSDP1 / FSDP2, per slot (0 embeddings, l + 1 layer l, L + 1 head).
-struct FsdpUnits {
-  std::vector<std::vector<uint32_t>> kept;   // unsharded params kept from forward to backward
+// FSDP1 / FSDP2's gradient side, per slot (0 embeddings, l + 1 layer l, L + 1 head); the parameters' side is the
+// FsdpUnshard engine.
+struct FsdpGradients {
   std::vector<uint32_t> grad_shards;         // gradient shards (persist across micro-batches)
   std::vector<bool> grad_shard_made;
   uint32_t pending_reduce = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
-  uint32_t pending_all_gather = UINT32_MAX;  // FSDP2: forward all-gather output held until the next unshard
   std::vector<uint32_t> no_sync_grads;       // no_sync: unsharded gradients accumulated
-  bool no_sync = false;                      // under pipeline parallelism: unsharded until the last backward
   bool accumulate_no_sync = false;  // FrameworkSpec::fsdp_no_sync_accumulation with gradient accumulation
 };
 
@@ -396,7 +396,9 @@ class StepBuilder {
   uint32_t no_grad_norm_out_ = UINT32_MAX;
   Zero3Prefetch zero3_;     // DeepSpeed ZeRO-3's fetch window
   class Zero3Host;          // what zero3_ asks of this step (sharding.cpp)
-  FsdpUnits fsdp_;          // FSDP1/FSDP2's unsharded parameters and gradient shards (sharding.cpp)
+  FsdpUnshard fsdp_unshard_;  // FSDP1/FSDP2's unsharded parameters
+  class FsdpHost;             // what fsdp_unshard_ asks of this step (sharding.cpp)
+  FsdpGradients fsdp_;      // FSDP1/FSDP2's gradient shards and reduce-scatter inputs (sharding.cpp)
   PipelineBuffers pipeline_;  // pipeline parallelism's receive buffers (sharding.cpp recv_buffers, schedule.cpp)
   bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration
   mutable int64_t gathered_cache_[4] = {-1, -1, -1, -1};  // gathered_bytes of the embeddings, head, dense, MoE layer

@@ -111,11 +111,11 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   shard_opt_ = shard_plan_.flat_optimizer;
   shard_grads_ = shard_plan_.shard_grads;
   shard_weights_ = shard_plan_.shard_weights;
-  fsdp_.kept.resize(static_cast<size_t>(shape_.num_layers + 2));
   fsdp_.no_sync_grads.assign(static_cast<size_t>(shape_.num_layers + 2), UINT32_MAX);
   // torchtitan also keeps parameters unsharded after forward under PP (parallelize_llama.py apply_fsdp:
   // reshard_after_forward = False when pp_enabled); the pipeline's no_sync keeps them to the last backward.
-  fsdp_.no_sync = shard_plan_.fsdp && cfg_.parallel.pipeline_parallel_size > 1;
+  fsdp_unshard_.configure(static_cast<size_t>(shape_.num_layers + 2), shard_plan_.sharding == Sharding::Fsdp2,
+                          shard_plan_.fsdp && cfg_.parallel.pipeline_parallel_size > 1);
   const TriState no_sync = cfg_.parallel.no_sync();
   fsdp_.accumulate_no_sync = shard_plan_.fsdp && (no_sync == TriState::True || (no_sync == TriState::Auto && resolved_.framework->fsdp_no_sync_accumulation)) &&
                    cfg_.parallel.pipeline_parallel_size == 1 && cfg_.training.gradient_accumulation_steps > 1;
