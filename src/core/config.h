@@ -37,6 +37,9 @@ constexpr E choice_of(std::string_view text, const std::pair<std::string_view, E
 }
 
 enum class NormType { RMSNorm, LayerNorm };
+// model.hidden_act where the saved tensors depend on it (encoder_decoder.cpp: T5's feed-forward); any other name is
+// Other.
+enum class HiddenAct { GeluNew, Relu, Other, Unknown };
 enum class PositionType { Rope, Absolute };  // "absolute" = learned position embeddings (GPT-2, BERT)
 
 struct ModelConfig {
@@ -108,6 +111,11 @@ struct ModelConfig {
     constexpr std::pair<std::string_view, TaskHead> kNames[] = {
         {"causal_lm", TaskHead::CausalLm}, {"sequence_classification", TaskHead::SequenceClassification}};
     return choice_of(task_head, kNames);
+  }
+  HiddenAct activation() const {
+    constexpr std::pair<std::string_view, HiddenAct> kNames[] = {{"gelu_new", HiddenAct::GeluNew}, {"relu", HiddenAct::Relu}};
+    const HiddenAct a = choice_of(hidden_act, kNames);
+    return a == HiddenAct::Unknown ? HiddenAct::Other : a;
   }
 };
 

@@ -167,8 +167,7 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
                                    : linear_inputs(layer, {"wi"}, dims_.h, M, dims_.T);
   if (keep_y2) M.push_back(y2);
   const int64_t tf = mul(dims_.T, dims_.f);
-  const std::string& fn = m.hidden_act;
-  const bool gelu_new = fn == "gelu_new", relu = fn == "relu";
+  const bool gelu_new = m.activation() == HiddenAct::GeluNew, relu = m.activation() == HiddenAct::Relu;
   // NewGELUActivation (activations.py) runs eagerly: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3)))).
   // pow saves x, tanh its result, the last product both factors (0.5 x and 1 + tanh). Under autocast pow is an fp32
   // op (what it saves is an fp32 copy of x) and type promotion makes tanh, 1 + tanh and the product fp32.
