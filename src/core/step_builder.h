@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "frameworks.h"
+#include "fsdp_unshard.h"
 #include "model.h"
 #include "step.h"
 #include "tables.h"
 #include "train_step.h"
-#include "fsdp_unshard.h"
 #include "zero3_prefetch.h"
 
 namespace memsim {
@@ -186,7 +186,8 @@ class StepBuilder {
   StepProgram& program() { return program_; }
 
  private:
-  // train_step.cpp
+  // train_step.cpp (setup, iterations), model_states.cpp (what a parameter costs), sharding.cpp (weights and
+  // gradients through the step, the engines' hosts), optimizer_step.cpp
   void prologue();  // weights and workspaces, before the first step
   void step(int iter, int64_t mbs, int64_t gas);
   void use_shape(const MicroBatchShape& shape);  // the micro-batch's dims (dims_)
@@ -209,7 +210,8 @@ class StepBuilder {
   bool embedding_units() const { return cfg_.parallel.fsdp_shard_embeddings && shard_plan_.fsdp && shard_plan_.sharding == Sharding::Fsdp2; }
   void create_state(const ParamTensor& t);
 
-  // activations.cpp
+  // activations.cpp (the layers), loss.cpp (the head and the loss), attention_mask.cpp, schedule.cpp (a micro-batch's
+  // passes and their order)
   uint32_t embed_forward();
   uint32_t layer_forward(int32_t layer, uint32_t res, SavedLayer& saved, bool keep_s2, bool free_input);
   uint32_t layer_forward_post_ln(int32_t layer, uint32_t x, SavedLayer& saved, bool keep_s2, bool free_input);
