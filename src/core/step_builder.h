@@ -5,7 +5,6 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <string>
