@@ -3,7 +3,7 @@
 #   scripts/fuzz.sh [seconds per target]   (default 60; scripts/test.sh runs a short bounded pass)
 # Targets: fragment (URL links), config_json (memsim JSON), hf_config (Hugging Face config.json), deepspeed
 # (DeepSpeed config JSON), accelerate (Accelerate config, YAML or JSON), set (--set), lengths_file (a dropped file
-# of sample lengths).
+# of sample lengths), architecture (a model program, --architecture FILE).
 # Seeds: tests/fuzz/corpus/<target>; a dictionary tests/fuzz/<target>.dict is used when present. New inputs go to
 # build/fuzz/corpus/<target>; a crash is written to
 # build/fuzz/crashes/ and fails the run: fix it and add the input to tests/fuzz/regressions/<target>/.
@@ -16,7 +16,7 @@ mkdir -p "$out/crashes"
 # clang, ASan + UBSan, libFuzzer's coverage), so the core is compiled with the sanitizers once for both.
 CXX="${MEMSIM_FUZZ_CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || CXX=clang++
-targets=(fragment config_json hf_config deepspeed accelerate set lengths_file)
+targets=(fragment config_json hf_config deepspeed accelerate set lengths_file architecture)
 cmake -S "$here" -B "$here/build/asan" -G Ninja -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=Debug \
   -DMEMSIM_BUILD_APP=OFF -DMEMSIM_SANITIZE=address >/dev/null
 cmake --build "$here/build/asan" -j "$(nproc 2>/dev/null || echo 2)" --target "${targets[@]/#/fuzz_}"

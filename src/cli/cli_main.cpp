@@ -4,6 +4,7 @@
 //   memsim-cli estimate --preset ID --accelerate-config default_config.yaml ...
 //   memsim-cli estimate --link 'https://host/#memsim=2&...&c=...'   (a link the page wrote, or its bare fragment)
 //   memsim-cli estimate ... --lengths-file lengths.txt   (per-sample token lengths -> data.sample_lengths)
+//   memsim-cli estimate --architecture vit.json --set model.architecture_args=num_labels=10   (a model program)
 //   memsim-cli config [--config FILE|-] [--link LINK] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
 //   memsim-cli keys [--long]
 //   memsim-cli schema                  (the config's JSON Schema, from the field registry)
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "core/advice.h"
+#include "core/architecture.h"
 #include "core/band.h"
 #include "core/catalog.h"
 #include "core/data_shape.h"
@@ -36,10 +38,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: memsim-cli estimate [--config FILE|-] [--link LINK] [--hf-config FILE] [--deepspeed-config FILE]\n"
-    "                           [--accelerate-config FILE] [--preset ID] [--lengths-file FILE] [--set KEY=VALUE]...\n"
-    "                           [--format json|table] [--timeline] [--suggest]\n"
+    "                           [--accelerate-config FILE] [--preset ID] [--architecture FILE] [--lengths-file FILE]\n"
+    "                           [--set KEY=VALUE]... [--format json|table] [--timeline] [--suggest]\n"
     "--lengths-file reads per-sample token lengths (one per line, or a JSON array) into data.sample_lengths as\n"
     "percentiles and data.dataset_samples as their count, with data.lengths=samples: memsim replays the run.\n"
+    "--architecture reads a model program (docs/extending.md, src/core/catalog/architectures/vit.json) into\n"
+    "model.architecture; its hyperparameters are set with --set model.architecture_args=num_labels=10,image_size=384.\n"
     "--suggest adds what helps: each single change that lowers the peak, simulated in full, ranked by the memory "
     "it saves.\n"
     "       memsim-cli config [same inputs] [--format json|fragment|deepspeed]\n"
@@ -334,6 +338,15 @@ int main(int argc, char** argv) {
                 << " to " << lengths.longest << " tokens, median " << lengths.median
                 << "); set data.lengths=samples, data.dataset_samples=" << lengths.samples
                 << " and data.sample_lengths=" << lengths.sample_lengths << "\n";
+    } else if (a == "--architecture") {
+      // A model program (src/core/architecture.h): the file's JSON becomes model.architecture, compacted so that a
+      // config or link carries it whole. Its errors name model.architecture and the place in the program.
+      if (!value(v)) return invalid("--architecture needs a program file (or - for stdin)");
+      std::string text, err;
+      if (!read_input(v, text, err)) return invalid(err);
+      config.model.architecture = compact_architecture(text);
+      config.model.architecture_args.clear();
+      config.model.name = "program from " + v;
     } else if (a == "--preset") {
       if (!value(v)) return invalid("--preset needs a model id (memsim-cli presets lists them)");
       const ModelPreset* p = find_model_preset(v);

@@ -84,7 +84,7 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
     uint32_t sc = tmp(mul(e, s2), labels_.scores, layer);
     uint32_t scaled = tmp(mul(e, s2), labels_.scores, layer);
     drop(sc);
-    attention_probs(layer, s2, {sm_bytes, false, sm_bytes, true}, keep_s2, s2_saved, scaled);
+    attention_probs(layer, s2, {sm_bytes, false, sm_bytes, true, m.attention_dropout > 0}, keep_s2, s2_saved, scaled);
     uint32_t ctx = tmp(mul(e, dims_.T, dims_.h_q), labels_.attn_tmp, layer);
     A.push_back(act(mul(e, dims_.T, dims_.h_q), labels_.attn_out, layer));  // permute(...).contiguous(), saved by dense
     drop(ctx);
@@ -505,7 +505,7 @@ void StepBuilder::attention_probs(int32_t layer, int64_t s2, const SoftmaxFlow& 
   // output itself). With attention dropout after the cast, the cast is the dropout's input, gone once its output
   // exists: the matmul saves that output instead. Dropout before the cast (BERT) reads the softmax output, and the
   // cast of its output is what the matmul saves.
-  const bool dropout = cfg_.model.attention_dropout > 0;
+  const bool dropout = flow.dropout;
   const bool cast_needed = flow.output_bytes > e;
   if (dropout && flow.dropout_before_cast) {
     alloc(s2, labels_.attn_mask);
@@ -608,7 +608,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       const uint32_t indexed = mask_.on && resolved_.mask.build == MaskBuild::MaxPositions
                                    ? tmp(mul(dims_.e_res, dims_.b, dims_.s, dims_.s), mask_labels_.copy, layer)
                                    : UINT32_MAX;
-      attention_probs(layer, s2, {e, e < 4 && !half_to_float, 4, false}, keep_s2, s2_tensors);
+      attention_probs(layer, s2, {e, e < 4 && !half_to_float, 4, false, cfg_.model.attention_dropout > 0}, keep_s2, s2_tensors);
       if (indexed != UINT32_MAX) drop(indexed);
       uint32_t o_pre = tmp(mul(e, dims_.T, dims_.h_q), labels_.attn_tmp, layer);
       A.push_back(act(mul(e, dims_.T, dims_.h_q), labels_.attn_out, layer));

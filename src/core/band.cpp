@@ -318,7 +318,9 @@ void apply_bands(Result& r, const Config& c, const std::vector<ResidualRow>& tab
 
 bool data_shape_unstated(const Config& c) {
   const std::string& fw = c.training.framework;
-  return (fw == "hf_trainer" || fw == "hf_loop") && !c.data.varies() && c.data.pad() == Padding::Longest;
+  // A model program's inputs have the shapes it declares (images of one size), so nothing is left unstated.
+  return (fw == "hf_trainer" || fw == "hf_loop") && !c.data.varies() && c.data.pad() == Padding::Longest &&
+         c.model.architecture.empty();
 }
 
 Config unstated_data_run(const Config& c) {

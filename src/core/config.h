@@ -105,6 +105,11 @@ struct ModelConfig {
   bool is_encoder_decoder = false;
   int64_t num_decoder_layers = 0;
   int64_t relative_attention_num_buckets = 32;  // T5Config default
+  // A model program (architecture.h) instead of the built-in families: empty, a built-in program's name ("vit"), or
+  // a program as JSON text. The program declares its own hyperparameters with defaults; architecture_args
+  // overrides them ("image_size=384, num_labels=10"), and the fields above do not apply to it.
+  std::string architecture;
+  std::string architecture_args;
 
   bool operator==(const ModelConfig&) const = default;
   TaskHead head() const {

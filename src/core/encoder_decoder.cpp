@@ -89,7 +89,7 @@ uint32_t StepBuilder::t5_attention(int32_t layer, std::vector<uint32_t>& A, int6
   A.push_back(act(mul(e, tk, hq), labels_.k, layer));
   // softmax(scores.float()) saves its fp32 result; .type_as(scores) casts back when the scores are half; dropout on
   // the weights. (The position bias is added to the scores in place.)
-  attention_probs(layer, s2, {e, e < 4, 4, false}, true, A);
+  attention_probs(layer, s2, {e, e < 4, 4, false, cfg_.model.attention_dropout > 0}, true, A);
   A.push_back(act(mul(e, tk, hq), labels_.v, layer));  // v's reshape copy, saved by the second bmm
   uint32_t o_pre = tmp(mul(e, tq, hq), labels_.attn_tmp, layer);
   uint32_t ctx = act(mul(e, tq, hq), labels_.attn_out, layer);  // transpose(1, 2).contiguous(), read by o

@@ -1,5 +1,8 @@
 // The Hugging Face config.json as memsim's model section (serialize.h model_from_hf_json; config_from_json reads
 // a config's model section the same way): structural defaults per model_type, key aliases, ignored keys.
+#include <sstream>
+
+#include "architecture.h"
 #include "serialize.h"
 #include "serialize_internal.h"
 
@@ -167,6 +170,31 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
   if (!j->contains("model_type") && j->contains("d_model") && j->contains("d_kv") && j->contains("num_layers")) {
     type = "t5";
     notes.push_back("model: no model_type; d_model, d_kv and num_layers are T5Config's keys, read as model_type t5");
+  }
+  // A family written as a model program (src/core/catalog/architectures): the program's hyperparameters are HF
+  // config keys, so the import passes on those the file sets (num_labels from id2label as below).
+  if (const std::string program = architecture_for_model_type(type); !program.empty()) {
+    std::string args;
+    for (const std::string& key : architecture_hyperparameters(program)) {
+      double v = 0;
+      if (auto it = j->find(key); it != j->end() && (it->is_number() || it->is_boolean()))
+        v = it->is_boolean() ? (it->get<bool>() ? 1.0 : 0.0) : it->get<double>();
+      else if (key == "num_labels" && j->contains("id2label") && (*j)["id2label"].is_object() && !(*j)["id2label"].empty())
+        v = static_cast<double>((*j)["id2label"].size());
+      else
+        continue;
+      std::ostringstream text;
+      text << key << "=" << v;
+      args += (args.empty() ? "" : ",") + text.str();
+    }
+    out = ModelConfig{};
+    out.model_type = type.substr(0, kMaxStringBytes);
+    if (auto it = j->find("_name_or_path"); it != j->end() && it->is_string()) out.name = it->get<std::string>().substr(0, kMaxStringBytes);
+    out.architecture = program;
+    out.architecture_args = args;
+    notes.push_back("model: model_type " + out.model_type + " is the model program \"" + program +
+                    "\" (src/core/catalog/architectures); read its hyperparameters: " + (args.empty() ? "none" : args));
+    return;
   }
   Config tmp;
   tmp.model = hf_structure(type.substr(0, kMaxStringBytes), notes);

@@ -3,6 +3,7 @@
 // tensor).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct ParamTensor {
 // Whether backward computes a gradient for the tensor (its optimizer state follows `frozen` alone).
 inline bool has_grad(const ParamTensor& t) { return !t.frozen || t.unit_grad; }
 
+struct Architecture;  // architecture.h
+
 struct ModelShape {
   std::vector<ParamTensor> pre;        // embeddings, before the first layer
   std::vector<ParamTensor> layer;      // a dense transformer layer (encoder-decoder: an encoder block)
@@ -47,6 +50,9 @@ struct ModelShape {
   int64_t params_per_moe_layer = 0;
   int64_t params_total = 0;
   int64_t params_active_per_token = 0; // with top-k routing: what one token passes through
+  // A model program (model.architecture): its ops, which the step builder runs instead of a built-in family's
+  // layers (program_step.cpp). Null for the built-in families.
+  std::shared_ptr<const Architecture> program;
 
   bool encoder_decoder() const { return num_encoder_layers > 0; }
   bool is_moe(int64_t l) const { return l >= num_dense_layers; }

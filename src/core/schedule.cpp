@@ -34,6 +34,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   if (run_shapes_ && f.owns_inputs) use_shape((*run_shapes_)[next_shape_++]);
   f.dims = dims_;
   if (cfg_.model.is_encoder_decoder) return forward_encdec(f);
+  if (shape_.program) return forward_program(f);
   f.casts.assign(static_cast<size_t>(shape_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
   casts_.swap(f.casts);
   const int64_t first = f.first, end = f.end;
@@ -125,6 +126,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
   program_.phase(std::move(phase));
   if (run_shapes_) dims_ = f.dims;
   if (cfg_.model.is_encoder_decoder) return backward_encdec(f);
+  if (shape_.program) return backward_program(f);
   begin_backward();
   casts_.swap(f.casts);
   embed_saved_.swap(f.embed_saved);

@@ -73,6 +73,7 @@ inline std::pair<std::string, std::string> split_key(const std::string& key) {
 constexpr size_t kMaxStringBytes = 256;
 // The data section's length lists (data.micro_batch_lengths, data.sample_lengths) hold hundreds of numbers.
 constexpr size_t kMaxListBytes = 8192;
+constexpr size_t kMaxProgramBytes = 65536;  // model.architecture: a model program as JSON text (ViT's is 4 KB)
 constexpr size_t kMaxFragmentBytes = 64 * 1024;
 
 
@@ -151,6 +152,8 @@ struct Reader {
   }
   bool str(const std::string& f, const json& v, std::string& out) {
     if (v.is_string()) return str(f, v.get<std::string>(), out);
+    // A model program may be written inline, as the JSON object it is (architecture.h).
+    if (v.is_object() && f == "model.architecture") return str(f, v.dump(), out);
     // A length list may be written as a JSON array of integers: [512, 380, 1024].
     if (v.is_array() && f == "data.micro_batch_lengths" && v.size() <= kMaxListBytes / 2) {
       std::string joined;
@@ -175,7 +178,7 @@ struct Reader {
     return false;
   }
   bool str(const std::string& f, const std::string& s, std::string& out) {
-    const size_t limit = f.rfind("data.", 0) == 0 ? kMaxListBytes : kMaxStringBytes;
+    const size_t limit = f == "model.architecture" ? kMaxProgramBytes : f.rfind("data.", 0) == 0 ? kMaxListBytes : kMaxStringBytes;
     if (s.size() > limit) {
       fail(f, "a string of at most " + std::to_string(limit) + " bytes", std::to_string(s.size()) + " bytes");
       return false;

@@ -9,6 +9,7 @@
 #endif
 
 #include "allocator.h"
+#include "architecture.h"
 #include "band.h"
 #include "checked.h"
 #include "format.h"
@@ -277,7 +278,7 @@ void set_up(Simulation::State& st) {
   const Config& config = st.config;
   Result& r = st.r;
   ModelShape& shape = st.shape;
-  shape = build_model_shape(config.model);
+  shape = model_shape_of(config.model);  // a model program is decoded again: validation found no error in it
   const Resolved rs = resolve(config);
   apply_peft(shape, config.peft, rs.framework->bnb_via_lightning);
   if (fsdp1_unit_gradients(config)) mark_unit_gradients(shape);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "architecture.h"
 #include "frameworks.h"
 #include "fsdp_unshard.h"
 #include "model.h"
@@ -108,6 +109,7 @@ struct SavedLayer {
   std::vector<uint32_t> attn;  // norm 1 and attention
   std::vector<uint32_t> mlp;   // norm 2 and MLP
   std::vector<uint32_t> cross; // encoder-decoder: a decoder block's cross-attention and its norm
+  std::vector<uint32_t> ops;   // model programs: the op that saved each tensor of `attn` (program_step.cpp)
 };
 
 // What one micro-batch keeps between its forward and its backward (several are in flight in a pipeline).
@@ -128,6 +130,11 @@ struct InFlight {
   uint32_t enc_out = UINT32_MAX;
   ActDims dims{};  // a run of varying shapes: this micro-batch's shape, which its backward uses again
   MaskInFlight mask;
+  // Model programs (program_step.cpp): what the embeddings and the head saved, and per block (then the head) whether
+  // its input requires grad and its element size.
+  SavedLayer program_pre, program_post;
+  std::vector<bool> program_req;
+  std::vector<int64_t> program_bytes;
 };
 
 // Labels of the encoder-decoder tensors, made on first use so that decoder-only programs are unchanged.
@@ -304,6 +311,28 @@ class StepBuilder {
   void recycle(InFlight& f);  // after its backward: f's vectors to spare_, f reset
   void reuse(InFlight& f);    // before a forward: vectors from spare_ (their contents are stale)
 
+  // program_step.cpp: a model program's stages (architecture.h), op by op.
+  enum class ProgramStage { Embeddings, Block, Head };
+  // Per tensor of a stage: element size, whether it requires grad, the tensor whose storage it is (itself, or a
+  // view's base); per op: whether its own parameters train.
+  struct ProgramPlan {
+    std::vector<int64_t> bytes;
+    std::vector<bool> req;
+    std::vector<int32_t> root;
+    std::vector<bool> op_trains;
+  };
+  const ArchStage& program_stage(ProgramStage st) const;
+  const std::vector<ParamTensor>& program_params(ProgramStage st, int32_t layer) const;
+  ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
+  uint32_t program_label(ProgramStage st, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
+  static const char* find_op_name(OpKind k);
+  uint32_t program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes, SavedLayer& saved,
+                           bool own_input, uint32_t inputs);
+  uint32_t program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes, SavedLayer& saved);
+  void forward_program(InFlight& f);
+  void backward_program(InFlight& f);
+  std::vector<uint32_t> program_labels_[3];  // per stage: labels of each tensor's output, gradient and cast
+
   // encoder_decoder.cpp: T5ForConditionalGeneration, encoder on the source length, decoder on the target length.
   void forward_encdec(InFlight& f);
   void backward_encdec(InFlight& f);
@@ -349,6 +378,7 @@ class StepBuilder {
                                // tensor outside autocast, which _softmax's half_to_float reads as it is)
     int64_t output_bytes;      // what softmax writes and saves; cast to the compute dtype when wider
     bool dropout_before_cast;  // BERT: dropout on the softmax output; decoders and T5: on the cast
+    bool dropout;              // attention dropout runs (its probability above 0)
   };
   // Attention probabilities from scores of `s2` elements, up to what attn @ v reads: the one place these rules are
   // written, for every eager attention. `from`: the tensor the scores were computed from, gone once they exist.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "architecture.h"
 #include "data_shape.h"
 #include "frameworks.h"
 #include "gpu_count.h"
@@ -59,7 +60,7 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     return;
   }
   const auto& m = c.model;
-  if (p.lora_like()) {
+  if (p.lora_like() && m.architecture.empty()) {
     // The smallest linear the adapters can sit on bounds the rank (a rank above it adds parameters, not capacity).
     const int64_t d = effective_head_dim(m);
     const int64_t smallest = std::min({m.hidden_size, m.num_key_value_heads * d, m.intermediate_size});
@@ -79,6 +80,17 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
       known = {"q", "k", "v", "o", "wo", "lm_head"};
       if (m.mlp_gated) known.insert(known.end(), {"wi_0", "wi_1"});
       else known.push_back("wi");
+    }
+    // A model program: the modules of its linears and convolutions, by PEFT's short name.
+    if (!m.architecture.empty()) {
+      std::shared_ptr<const Architecture> program;
+      if (!decode_architecture(m.architecture, m.architecture_args, program).empty()) return;  // reported on its own
+      known.clear();
+      for (const ArchStage* st : {&program->embeddings, &program->block, &program->head})
+        for (const auto& op : st->ops)
+          if ((op.kind == OpKind::Linear || op.kind == OpKind::Conv2d) &&
+              std::find(known.begin(), known.end(), op.module) == known.end())
+            known.push_back(op.module);
     }
     // A fused q/k/v linear is targeted whole, under its family's name (model.cpp targets_fused_qkv).
     if (m.fused_qkv && p.lora_like()) known.insert(known.end(), {"qkv_proj", "c_attn", "query_key_value", "Wqkv"});
@@ -390,6 +402,42 @@ void check_registered(const Config& c, std::vector<FieldError>& e) {
   }
 }
 
+// A model program (model.architecture): the program decodes, and the config asks only for what the program path
+// models (program_step.cpp): one GPU or data parallelism (DDP, ZeRO 1-3, FSDP1/2), full or every-k checkpointing,
+// LoRA on the program's linears, fixed shapes. Every field named here keeps its value; only the combination is refused.
+void validate_architecture(const Config& c, std::vector<FieldError>& e) {
+  const auto& m = c.model;
+  if (m.architecture.empty()) {
+    if (!m.architecture_args.empty())
+      e.push_back({"model.architecture_args", "model.architecture_args needs model.architecture (a program); clear it or choose a program"});
+    return;
+  }
+  std::shared_ptr<const Architecture> program;
+  for (auto& err : decode_architecture(m.architecture, m.architecture_args, program)) e.push_back({err.field, err.message});
+  const auto& t = c.training;
+  const auto& p = c.parallel;
+  auto refuse = [&](const char* field, const std::string& why) { e.push_back({field, std::string(field) + " " + why}); };
+  const char* for_programs = " for a model program (model.architecture)";
+  if (p.tensor_parallel_size > 1) refuse("parallel.tensor_parallel_size", std::string("must be 1") + for_programs + ": its ops carry no tensor-parallel split yet");
+  if (p.pipeline_parallel_size > 1) refuse("parallel.pipeline_parallel_size", std::string("must be 1") + for_programs + ": its blocks are not split into stages yet");
+  if (p.context_parallel_size > 1) refuse("parallel.context_parallel_size", std::string("must be 1") + for_programs);
+  if (p.expert_parallel_size > 1) refuse("parallel.expert_parallel_size", std::string("must be 1") + for_programs);
+  if (p.sequence_parallel) refuse("parallel.sequence_parallel", std::string("must be off") + for_programs);
+  if (p.sharding == "megatron") refuse("parallel.sharding", std::string("must be auto, deepspeed, fsdp1 or fsdp2") + for_programs);
+  if (t.precision.rfind("fp8", 0) == 0) refuse("training.precision", std::string("must not be an fp8 recipe") + for_programs + ": use fp32, amp_bf16, amp_fp16, bf16_mixed or bf16_pure");
+  if (t.activation_checkpointing != "none" && t.activation_checkpointing != "full" && t.activation_checkpointing != "every_k")
+    refuse("training.activation_checkpointing", std::string("must be none, full or every_k") + for_programs + " (a checkpoint wraps each block)");
+  if (t.activation_offload) refuse("training.activation_offload", std::string("is not modelled") + for_programs);
+  if (t.framework == "unsloth" || t.framework == "megatron")
+    refuse("training.framework", std::string("must be hf_trainer, hf_loop, deepspeed, torchtune or litgpt") + for_programs + " (the program says what the model does)");
+  if (t.attention != "auto" && t.attention != "eager" && t.attention != "sdpa")
+    refuse("training.attention", std::string("must be auto, sdpa or eager") + for_programs);
+  if (t.compile) refuse("training.compile", std::string("must be off") + for_programs + ": what compiled blocks save is modelled for the built-in layers only");
+  if (c.peft.enabled() && (c.peft.kind() != PeftMethod::Lora || c.peft.quantized()))
+    refuse("peft.method", std::string("must be none or lora without base quantization") + for_programs);
+  if (c.data.varies()) refuse("data.lengths", std::string("must be fixed") + for_programs + ": its inputs have the shapes the program declares");
+}
+
 std::vector<FieldError> validate(const Config& c) {
   std::vector<FieldError> e;
   check_registered(c, e);
@@ -456,6 +504,7 @@ std::vector<FieldError> validate(const Config& c) {
 
   validate_peft(c, e);
   validate_encoder_decoder(c, e);
+  validate_architecture(c, e);
   validate_unsloth(c, e);
   validate_attention(c, e);
 

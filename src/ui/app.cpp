@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/architecture.h"
 #include "core/data_shape.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
@@ -211,6 +212,27 @@ bool App::load_text(const std::string& text, const std::string& origin) {
     message(Message::Kind::Info, info);
     set_config(c);
     reveal_data_ = true;
+    return true;
+  }
+  // A model program (core/architecture.h) names its format; it replaces the model section, the rest is kept.
+  if (looks_like_architecture(text)) {
+    const std::string program = compact_architecture(text);
+    std::shared_ptr<const Architecture> a;
+    const auto errors = decode_architecture(program, "", a);
+    if (!errors.empty()) {
+      std::string msg = origin + " was read as a model program and not loaded, so the current setup is kept. " + errors[0].message;
+      if (errors.size() > 1) msg += " (and " + std::to_string(errors.size() - 1) + " more problems)";
+      message(Message::Kind::Error, msg);
+      return false;
+    }
+    Config c = config_;
+    c.model = ModelConfig{};
+    c.model.name = a->title.empty() ? a->name : a->title;
+    c.model.model_type = a->model_types.empty() ? a->name : a->model_types.front();
+    c.model.architecture = program;
+    message(Message::Kind::Info, "Loaded " + origin + " as the model: the program \"" + a->name + "\", " +
+                                     std::to_string(a->repeat) + " blocks. Its hyperparameters are set under Model.");
+    set_config(c);
     return true;
   }
   // A memsim config has sections, an Accelerate config (YAML or JSON) distributed_type or fsdp_config, a DeepSpeed

@@ -28,7 +28,9 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
   const bool details = section("Details");
   if (details) ImGui::Indent(ImGui::GetStyle().IndentSpacing * 0.5f);
   auto& m = c.model;
-  if (details && section("Model")) {
+  const bool model_open = details && section("Model");
+  if (model_open && !m.architecture.empty()) changed |= draw_program_model(m);  // panel_program.cpp
+  if (model_open && m.architecture.empty()) {
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     changed |= ImGui::InputText("model_type", &m.model_type);
     const char* model_type_help = field_spec("model.model_type").help.data();

@@ -67,6 +67,10 @@ void note_work_left();
 // Whether a panel said so since the last call, which clears it: App::frame() asks once per frame.
 bool take_work_left();
 
+// The Model section of a model program (model.architecture): the program, its arguments, the way back to the
+// built-in families. Returns true when the config changed.
+bool draw_program_model(ModelConfig& m);
+
 // Parallelism and hardware inputs. Returns true when the config changed.
 bool draw_parallel_inputs(Config& config);
 

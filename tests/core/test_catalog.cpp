@@ -2,6 +2,7 @@
 // published scope differs, what the preset says memsim must count and why).
 #include <catch2/catch.hpp>
 
+#include "core/architecture.h"
 #include "core/catalog.h"
 #include "core/model.h"
 #include "core/simulate.h"
@@ -27,7 +28,7 @@ TEST_CASE("every supported preset counts its published total", "[catalog]") {
       CHECK(!p.unsupported_reason.empty());  // the interface shows why the preset cannot be picked
       continue;
     }
-    const ModelShape s = build_model_shape(p.model);
+    const ModelShape s = model_shape_of(p.model);
     // Every preset carries a count to check; where it is not the published total, the preset says why.
     CHECK(p.params_expected > 0);
     if (p.params_published > 0 && p.params_expected != p.params_published) CHECK(!p.params_expected_why.empty());

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "core/architecture.h"
 #include "core/catalog.h"
 #include "core/model.h"
 #include "core/simulate.h"
@@ -80,7 +81,7 @@ TEST_CASE("catalogue: generated entries count exactly what their publishers stat
   for (const auto& p : model_presets()) {
     if (p.generated_from.empty() || p.params_published <= 0) continue;
     INFO(p.id << ": published " << p.params_published << " (" << p.params_source << ") " << p.params_expected_why);
-    const ModelShape s = build_model_shape(p.model);
+    const ModelShape s = model_shape_of(p.model);
     if (p.params_expected == p.params_published) {
       CHECK(s.params_total == p.params_published);
     } else {

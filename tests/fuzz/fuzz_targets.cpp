@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/architecture.h"
 #include "core/data_shape.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
+#include "core/validate.h"
 
 using namespace memsim;
 
@@ -90,6 +92,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(frag.ok && frag.config == c);
   } else {
     check(e.field == "data.sample_lengths" && e.message.rfind("data.sample_lengths: ", 0) == 0);
+  }
+#elif defined(MEMSIM_FUZZ_ARCHITECTURE)
+  // A model program (--architecture FILE, model.architecture): decodes, or fails with errors that name
+  // model.architecture or model.architecture_args. What decodes has a parameter count, survives a link, and (when
+  // small, to keep each input fast under the sanitizers) validates and simulates on one GPU.
+  std::shared_ptr<const Architecture> a;
+  const auto errors = decode_architecture(text, "", a);
+  if (!errors.empty()) {
+    check(!a);
+    for (const auto& e : errors) check(e.field == "model.architecture" && e.message.rfind("model.architecture", 0) == 0);
+  } else {
+    check(a && a->repeat >= 1 && a->tokens >= 1);
+    const ModelShape s = build_program_shape(a);
+    check(s.params_total >= 0 && s.num_layers == a->repeat);
+    Config c;
+    c.model.architecture = text;
+    c.training.framework = "hf_trainer";
+    c.training.micro_batch_size = 1;
+    c.parallel.zero_stage = 0;
+    c.parallel.data_parallel_size = 1;
+    Parsed frag = config_from_fragment(config_to_fragment(c));
+    check(frag.ok && frag.config == c);
+    int64_t elements = 0;
+    for (const ArchStage* st : {&a->embeddings, &a->block, &a->head})
+      for (const auto& t : st->tensors) elements += t.numel() > (int64_t{1} << 20) ? (int64_t{1} << 40) : t.numel();
+    if (a->repeat <= 4 && elements <= (int64_t{1} << 20) && s.params_total <= (int64_t{1} << 24) && validate(c).empty()) {
+      Result r = simulate(c);
+      check(r.ok);
+      for (const auto& d : r.devices) check(d.breakdown.total() == d.peak.device_bytes && d.peak.allocated_bytes > 0);
+    }
   }
 #else
 #error "define one MEMSIM_FUZZ_* target"

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <imgui.h>
 
+#include "core/architecture.h"
 #include "core/serialize.h"
 #include "headless.h"
 #include "ui/app.h"
@@ -94,6 +95,26 @@ TEST_CASE("a dropped config.json replaces only the model", "[ui]") {
   CHECK(app.result().params_total == 8030261248);
   CHECK(!app.load_text("{\"hidden_size\": \"big\"}", "bad.json"));
   CHECK(app.config().model.hidden_size == 4096);
+  gui.frame(app);
+}
+
+TEST_CASE("a dropped model program replaces the model, and a bad one keeps the setup with a message naming where", "[ui]") {
+  HeadlessImGui gui(1280, 720);
+  ui::App app({});
+  const std::string vit(builtin_architecture("vit"));
+  CHECK(app.load_text(vit, "vit.json"));
+  CHECK(!app.config().model.architecture.empty());
+  CHECK(app.config().training == Config{}.training);
+  CHECK(app.result().params_total == 86567656 - 769000 + 768 * 2 + 2);  // ViTConfig's default 2 labels
+  gui.frame(app);
+  const Config before = app.config();
+  std::string bad = vit;
+  bad.replace(bad.find("\"gelu\""), 6, "\"swish\"");
+  CHECK(!app.load_text(bad, "mine.json"));
+  CHECK(app.config() == before);
+  REQUIRE(!app.messages().empty());
+  CHECK(app.messages().back().text.find("mine.json was read as a model program and not loaded, so the current setup is "
+                                        "kept. model.architecture: block.ops[10].op: \"swish\" is not an op") == 0);
   gui.frame(app);
 }
 

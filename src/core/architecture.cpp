@@ -1,0 +1,676 @@
+// Decoding and checking model programs (architecture.h).
+#include "architecture.h"
+
+#include <cctype>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "checked.h"
+#include "ops.h"
+#include "serialize.h"  // document_guard_error
+
+namespace memsim {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// The largest dimension a program may name: shapes multiply to per-sample element counts, which the step multiplies
+// by the micro-batch and element sizes, all in checked int64.
+constexpr double kMaxDim = double(int64_t{1} << 40);
+
+struct Names {
+  std::vector<std::pair<std::string, double>>& values;
+  const double* find(std::string_view n) const {
+    for (const auto& [k, v] : values)
+      if (k == n) return &v;
+    return nullptr;
+  }
+};
+
+// Integer arithmetic over hyperparameter and dimension names: + - * / (exact or fractional), // (floor), % and ^,
+// with parentheses. Errors are sentences for the caller to prefix with the field.
+class Expr {
+ public:
+  Expr(std::string_view text, const Names& names) : t_(text), names_(names) {}
+  bool eval(double& out, std::string& error) {
+    if (t_.size() > 500) return error = "is longer than 500 characters", false;
+    out = sum(0);
+    skip();
+    if (error_.empty() && i_ < t_.size()) error_ = "has unexpected '" + std::string(1, t_[i_]) + "' at character " + std::to_string(i_ + 1);
+    if (error_.empty() && !std::isfinite(out)) error_ = "is not a finite number";
+    error = error_;
+    return error_.empty();
+  }
+
+ private:
+  void skip() {
+    while (i_ < t_.size() && t_[i_] == ' ') ++i_;
+  }
+  bool eat(std::string_view op) {
+    skip();
+    if (t_.substr(i_, op.size()) != op) return false;
+    if (op == "/" && t_.substr(i_, 2) == "//") return false;
+    i_ += op.size();
+    return true;
+  }
+  double fail(std::string msg) {
+    if (error_.empty()) error_ = std::move(msg);
+    i_ = t_.size();
+    return 0;
+  }
+  double sum(int depth) {
+    double v = product(depth);
+    while (error_.empty()) {
+      if (eat("+")) v += product(depth);
+      else if (eat("-")) v -= product(depth);
+      else break;
+    }
+    return v;
+  }
+  double product(int depth) {
+    double v = power(depth);
+    while (error_.empty()) {
+      if (eat("*")) v *= power(depth);
+      else if (eat("//")) {
+        const double d = power(depth);
+        v = d == 0 ? fail("divides by zero") : std::floor(v / d);
+      } else if (eat("/")) {
+        const double d = power(depth);
+        v = d == 0 ? fail("divides by zero") : v / d;
+      } else if (eat("%")) {
+        const double d = power(depth);
+        v = d == 0 ? fail("divides by zero") : std::fmod(v, d);
+      } else break;
+    }
+    return v;
+  }
+  double power(int depth) {
+    const double base = unary(depth);
+    if (error_.empty() && eat("^")) {
+      const double e = power(depth + 1);
+      if (e < 0 || e > 8 || e != std::floor(e)) return fail("raises to " + std::to_string(e) + "; exponents are integers 0 to 8");
+      return std::pow(base, e);
+    }
+    return base;
+  }
+  double unary(int depth) {
+    if (depth > 32) return fail("nests deeper than 32");
+    if (eat("-")) return -unary(depth + 1);
+    skip();
+    if (i_ >= t_.size()) return fail("ends where a number or name is expected");
+    const char c = t_[i_];
+    if (c == '(') {
+      ++i_;
+      const double v = sum(depth + 1);
+      if (!eat(")")) return fail("misses a ')'");
+      return v;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
+      size_t j = i_;
+      while (j < t_.size() && (std::isdigit(static_cast<unsigned char>(t_[j])) || t_[j] == '.')) ++j;
+      try {
+        const double v = std::stod(std::string(t_.substr(i_, j - i_)));
+        i_ = j;
+        return v;
+      } catch (...) {
+        return fail("has a malformed number");
+      }
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t j = i_;
+      while (j < t_.size() && (std::isalnum(static_cast<unsigned char>(t_[j])) || t_[j] == '_')) ++j;
+      const std::string name(t_.substr(i_, j - i_));
+      i_ = j;
+      if (const double* v = names_.find(name)) return *v;
+      return fail("names '" + name + "', which is neither a hyperparameter nor a dimension (or the dimensions name each other in a cycle)");
+    }
+    return fail("has unexpected '" + std::string(1, c) + "' at character " + std::to_string(i_ + 1));
+  }
+
+  std::string_view t_;
+  const Names& names_;
+  size_t i_ = 0;
+  std::string error_;
+};
+
+class Decoder {
+ public:
+  Decoder(std::vector<ArchitectureError>& errors, std::string field) : errors_(errors), field_(std::move(field)) {}
+
+  void error(const std::string& where, const std::string& msg) {
+    if (errors_.size() < 20) errors_.push_back({field_, field_ + ": " + (where.empty() ? "" : where + ": ") + msg});
+  }
+
+  // A number or an expression string, as a double.
+  bool value(const ojson& v, const std::string& where, double& out) {
+    if (v.is_number()) {
+      out = v.get<double>();
+      if (std::isfinite(out)) return true;
+      error(where, "must be a finite number");
+      return false;
+    }
+    if (!v.is_string()) {
+      error(where, "must be a number or an expression (a string such as \"hidden_size // num_attention_heads\")");
+      return false;
+    }
+    std::string e;
+    if (!Expr(v.get_ref<const std::string&>(), Names{values_}).eval(out, e)) {
+      error(where, "\"" + v.get<std::string>().substr(0, 60) + "\" " + e);
+      return false;
+    }
+    return true;
+  }
+  bool dim(const ojson& v, const std::string& where, int64_t& out, int64_t min = 1) {
+    double d;
+    if (!value(v, where, d)) return false;
+    if (d != std::floor(d) || d < double(min) || d > kMaxDim) {
+      error(where, "must be a whole number from " + std::to_string(min) + " to 2^40; it is " + number(d));
+      return false;
+    }
+    out = static_cast<int64_t>(d);
+    return true;
+  }
+  static std::string number(double d) {
+    std::string s = std::to_string(d);
+    while (!s.empty() && s.back() == '0') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  }
+
+  bool shape(const ojson& v, const std::string& where, std::vector<int64_t>& out) {
+    if (!v.is_array() || v.empty() || v.size() > 4) {
+      error(where, "must be a list of 1 to 4 dimensions");
+      return false;
+    }
+    out.clear();
+    int64_t n = 1;
+    for (size_t i = 0; i < v.size(); ++i) {
+      int64_t d;
+      if (!dim(v[i], where + "[" + std::to_string(i) + "]", d)) return false;
+      out.push_back(d);
+      if (double(n) * double(d) > kMaxDim) {
+        error(where, "has more than 2^40 elements per sample");
+        return false;
+      }
+      n *= d;
+    }
+    return true;
+  }
+
+  void decode(const ojson& p, Architecture& a, const std::string& args) {
+    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "hyperparameters",
+                                 "dims", "repeat", "inputs", "embeddings", "block", "head"};
+    for (const auto& [k, v] : p.items()) {
+      bool known = false;
+      for (const char* t : kTop) known |= k == t;
+      if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, "
+                           "hyperparameters, dims, repeat, inputs, embeddings, block, head");
+    }
+    if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
+      error("memsim_architecture", "must be 1 (the program format this memsim reads)");
+    auto text = [&](const char* key, std::string& out, bool required) {
+      if (!p.contains(key)) {
+        if (required) error(key, "is missing");
+        return;
+      }
+      if (!p[key].is_string() || p[key].get_ref<const std::string&>().size() > 400) error(key, "must be a string of at most 400 characters");
+      else out = p[key].get<std::string>();
+    };
+    text("name", a.name, true);
+    text("title", a.title, false);
+    text("source", a.source, true);
+    if (p.contains("model_types")) {
+      if (!p["model_types"].is_array()) error("model_types", "must be a list of HF model_type strings");
+      else
+        for (const auto& t : p["model_types"])
+          if (t.is_string()) a.model_types.push_back(t.get<std::string>());
+    }
+    // Hyperparameters: declared with defaults, overridden by model.architecture_args.
+    if (!p.contains("hyperparameters") || !p["hyperparameters"].is_object()) {
+      error("hyperparameters", "must be an object of names with default numbers");
+      return;
+    }
+    for (const auto& [k, v] : p["hyperparameters"].items()) {
+      if (!valid_name(k)) error("hyperparameters." + k, "is not a name (letters, digits and _, not first a digit)");
+      else if (!v.is_number()) error("hyperparameters." + k, "must be a number");
+      else values_.push_back({k, v.get<double>()});
+    }
+    apply_args(args);
+    // Dimensions may use each other in any order (a config's JSON object may have sorted its keys): each pass
+    // evaluates those whose names are known, until none is left or a pass makes no progress.
+    if (p.contains("dims")) {
+      if (!p["dims"].is_object()) error("dims", "must be an object of names with expressions");
+      std::vector<std::pair<std::string, const ojson*>> pending;
+      if (p["dims"].is_object())
+        for (const auto& [k, v] : p["dims"].items()) {
+          if (!valid_name(k) || Names{values_}.find(k)) error("dims." + k, "must be a new name (letters, digits and _)");
+          else pending.push_back({k, &v});
+        }
+      while (!pending.empty() && errors_.empty()) {
+        std::vector<std::pair<std::string, const ojson*>> left;
+        for (const auto& [k, v] : pending) {
+          double d;
+          std::string e;
+          if (v->is_number()) values_.push_back({k, v->get<double>()});
+          else if (v->is_string() && Expr(v->get_ref<const std::string&>(), Names{values_}).eval(d, e)) values_.push_back({k, d});
+          else left.push_back({k, v});
+        }
+        if (left.size() == pending.size()) {  // no progress: report each as it fails now
+          for (const auto& [k, v] : left) {
+            double d;
+            value(*v, "dims." + k, d);
+          }
+          break;
+        }
+        pending = std::move(left);
+      }
+    }
+    if (!errors_.empty()) return;
+    if (!p.contains("repeat") || !dim(p["repeat"], "repeat", a.repeat)) {
+      if (!p.contains("repeat")) error("repeat", "is missing: the number of blocks (an expression such as \"num_hidden_layers\")");
+      return;
+    }
+    if (a.repeat > 4096) return error("repeat", "must be at most 4096 blocks");
+    // The data a micro-batch brings.
+    if (!p.contains("inputs") || !p["inputs"].is_object() || p["inputs"].empty())
+      return error("inputs", "must name the data tensors a sample brings, each with its \"shape\"");
+    for (const auto& [k, v] : p["inputs"].items()) {
+      ArchTensor t;
+      t.name = k;
+      if (!v.is_object() || !v.contains("shape")) error("inputs." + k, "must be an object with a \"shape\"");
+      else if (shape(v["shape"], "inputs." + k + ".shape", t.shape)) a.inputs.push_back(t);
+    }
+    if (!errors_.empty()) return;
+    stage(p, "embeddings", a.inputs, nullptr, a.embeddings);
+    if (!errors_.empty()) return;
+    const ArchTensor& emb_out = a.embeddings.tensors[a.embeddings.output];
+    stage(p, "block", {}, &emb_out, a.block);
+    if (!errors_.empty()) return;
+    const ArchTensor& blk_out = a.block.tensors[a.block.output];
+    if (blk_out.shape != emb_out.shape)
+      return error("block.output", "the block repeats, so its output must have its input's shape; " + blk_out.name + " differs");
+    stage(p, "head", {}, &blk_out, a.head);
+    if (!errors_.empty()) return;
+    if (emb_out.shape.size() != 2) return error("embeddings.output", "must be token rows [tokens, width]");
+    a.tokens = emb_out.shape[0];
+    a.width = emb_out.shape[1];
+    a.values = values_;
+  }
+
+ private:
+  static bool valid_name(const std::string& n) {
+    if (n.empty() || n.size() > 64 || std::isdigit(static_cast<unsigned char>(n[0]))) return false;
+    for (char c : n)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+    return true;
+  }
+
+  void apply_args(const std::string& args) {
+    size_t i = 0;
+    while (i < args.size()) {
+      size_t j = args.find(',', i);
+      if (j == std::string::npos) j = args.size();
+      std::string item = args.substr(i, j - i);
+      i = j + 1;
+      const auto trim = [](std::string s) {
+        while (!s.empty() && s.front() == ' ') s.erase(s.begin());
+        while (!s.empty() && s.back() == ' ') s.pop_back();
+        return s;
+      };
+      item = trim(item);
+      if (item.empty()) continue;
+      const size_t eq = item.find('=');
+      const std::string key = trim(item.substr(0, eq));
+      std::string names;
+      for (const auto& [k, v] : values_) names += (names.empty() ? "" : ", ") + k;
+      if (eq == std::string::npos) {
+        errors_.push_back({"model.architecture_args", "model.architecture_args: \"" + item.substr(0, 60) + "\" must be name=number; the program's hyperparameters are " + names});
+        continue;
+      }
+      const std::string val = trim(item.substr(eq + 1));
+      double d = 0;
+      bool found = false;
+      for (auto& [k, v] : values_)
+        if (k == key) found = true;
+      char* end = nullptr;
+      d = std::strtod(val.c_str(), &end);
+      if (!found)
+        errors_.push_back({"model.architecture_args", "model.architecture_args: \"" + key.substr(0, 60) + "\" is not a hyperparameter of this program; it has " + names});
+      else if (val.empty() || end != val.c_str() + val.size() || !std::isfinite(d))
+        errors_.push_back({"model.architecture_args", "model.architecture_args: " + key + " must be a number; got \"" + val.substr(0, 40) + "\""});
+      else
+        for (auto& [k, v] : values_)
+          if (k == key) v = d;
+    }
+  }
+
+  int32_t tensor_named(ArchStage& s, const std::string& n) {
+    for (size_t i = 0; i < s.tensors.size(); ++i)
+      if (s.tensors[i].name == n) return static_cast<int32_t>(i);
+    return -1;
+  }
+
+  void stage(const ojson& p, const char* key, const std::vector<ArchTensor>& inputs, const ArchTensor* received,
+             ArchStage& s) {
+    const std::string sk = key;
+    if (!p.contains(key) || !p[key].is_object()) return error(sk, "must be an object with \"ops\"");
+    const ojson& j = p[key];
+    const bool head = sk == "head", embeddings = sk == "embeddings";
+    for (const auto& [k, v] : j.items())
+      if (k != "ops" && k != "input" && k != "output")
+        error(sk + "." + k, "is not a stage key; allowed: input, ops, output");
+    for (const auto& t : inputs) s.tensors.push_back(t);
+    if (received) {
+      if (!j.contains("input") || !j["input"].is_string()) return error(sk + ".input", "must name the tensor the stage receives");
+      ArchTensor t = *received;
+      t.name = j["input"].get<std::string>();
+      t.producer = -1;
+      s.input = static_cast<int32_t>(s.tensors.size());
+      s.tensors.push_back(t);
+    } else if (j.contains("input")) {
+      error(sk + ".input", "the embeddings read the program's inputs, not a stage input");
+    }
+    if (!j.contains("ops") || !j["ops"].is_array() || j["ops"].empty()) return error(sk + ".ops", "must be a non-empty list of ops");
+    if (j["ops"].size() > 256) return error(sk + ".ops", "must hold at most 256 ops");
+    for (size_t i = 0; i < j["ops"].size(); ++i) {
+      op(j["ops"][i], sk + ".ops[" + std::to_string(i) + "]", s);
+      if (!errors_.empty()) return;
+    }
+    s.last_reader.assign(s.tensors.size(), -1);
+    for (size_t i = 0; i < s.ops.size(); ++i)
+      for (int32_t t : s.ops[i].in) s.last_reader[t] = static_cast<int32_t>(i);
+    if (head) {
+      if (s.ops.back().kind != OpKind::CrossEntropy) return error(sk + ".ops", "the head must end with its loss (cross_entropy)");
+      if (j.contains("output")) error(sk + ".output", "the head ends in its loss and passes nothing on");
+    } else {
+      if (!j.contains("output") || !j["output"].is_string()) return error(sk + ".output", "must name the tensor the stage passes on");
+      s.output = tensor_named(s, j["output"].get<std::string>());
+      if (s.output < 0) return error(sk + ".output", "\"" + j["output"].get<std::string>().substr(0, 60) + "\" is not a tensor of the stage");
+      if (s.tensors[s.output].is_parameter) return error(sk + ".output", "must be an activation, not a parameter");
+    }
+    // A tensor nothing reads is a mistake in a program (a typo in an "in", or a dead op).
+    for (size_t t = 0; t < s.tensors.size(); ++t)
+      if (s.last_reader[t] < 0 && static_cast<int32_t>(t) != s.output && !(embeddings && s.tensors[t].producer < 0) &&
+          !(head && s.tensors[t].producer == static_cast<int32_t>(s.ops.size()) - 1))
+        error(sk, "tensor \"" + s.tensors[t].name + "\" is produced but never read");
+    for (size_t t = 0; embeddings && t < inputs.size(); ++t)
+      if (s.last_reader[t] < 0) error("inputs." + s.tensors[t].name, "is never read by the embeddings");
+  }
+
+  void op(const ojson& o, const std::string& where, ArchStage& s) {
+    if (!o.is_object() || !o.contains("op") || !o["op"].is_string()) return error(where, "must be an object with an \"op\"");
+    const std::string name = o["op"].get<std::string>();
+    const OpSpec* spec = find_op(name);
+    if (!spec) return error(where + ".op", "\"" + name.substr(0, 40) + "\" is not an op; the vocabulary: " + op_names());
+    ArchOp op;
+    op.kind = spec->kind;
+    for (const auto& [k, v] : o.items()) {
+      bool known = k == "op" || k == "out" || (k == "name" && spec->has_params);
+      for (const auto& key : spec->keys) known |= k == key.name;
+      if (!known) {
+        std::string allowed = "op, out";
+        if (spec->has_params) allowed += ", name";
+        for (const auto& key : spec->keys) allowed += std::string(", ") + key.name;
+        error(where + "." + k, "is not a key of " + name + "; allowed: " + allowed);
+      }
+    }
+    if (spec->has_params) {
+      if (!o.contains("name") || !o["name"].is_string() || o["name"].get_ref<const std::string&>().empty() ||
+          o["name"].get_ref<const std::string&>().size() > 200)
+        return error(where + ".name", "must be the module's path (a non-empty string of at most 200 characters)");
+      op.name = o["name"].get<std::string>();
+      op.module = module_name(op.name + ".weight");
+    }
+    std::vector<int64_t> param_shape;
+    for (const auto& key : spec->keys) {
+      const std::string kw = where + "." + key.name;
+      if (!o.contains(key.name)) {
+        if (key.required) error(kw, "is missing");
+        continue;
+      }
+      const ojson& v = o[key.name];
+      switch (key.kind) {
+        case OpKey::Tensor:
+        case OpKey::Tensors: {
+          std::vector<std::string> names;
+          if (v.is_string()) names.push_back(v.get<std::string>());
+          else if (v.is_array() && key.kind == OpKey::Tensors)
+            for (const auto& x : v) names.push_back(x.is_string() ? x.get<std::string>() : std::string());
+          else {
+            error(kw, key.kind == OpKey::Tensor ? "must name one tensor" : "must name a tensor or a list of tensors");
+            continue;
+          }
+          for (const auto& n : names) {
+            const int32_t t = tensor_named(s, n);
+            if (t < 0) error(kw, "tensor \"" + n.substr(0, 60) + "\" is not produced before this op (ops run in the order written, so a cycle shows here too)");
+            else op.in.push_back(t);
+          }
+          break;
+        }
+        case OpKey::Dim: {
+          if (spec->kind == OpKind::Parameter) {
+            shape(v, kw, param_shape);
+            break;
+          }
+          int64_t d = 0;
+          if (!dim(v, kw, d, spec->kind == OpKind::SelectToken ? 0 : 1)) break;
+          const std::string kn = key.name;
+          if (kn == "out_features" || kn == "out_channels") op.out_features = d;
+          if (kn == "kernel") op.kernel = d;
+          if (kn == "stride") op.stride = d;
+          if (kn == "heads") op.heads = d;
+          if (kn == "index") op.index = d;
+          break;
+        }
+        case OpKey::Probability: {
+          double d;
+          if (!value(v, kw, d)) break;
+          if (d < 0 || d >= 1) error(kw, "must be a probability from 0 to below 1; it is " + number(d));
+          else op.p = d;
+          break;
+        }
+        case OpKey::Flag: {  // true, false, or an expression: nonzero is true (qkv_bias = 1)
+          double d = 0;
+          if (v.is_boolean()) d = v.get<bool>() ? 1 : 0;
+          else if (!value(v, kw, d)) break;
+          if (key.name == std::string("bias")) op.bias = d != 0;
+          else op.tanh = d != 0;
+          break;
+        }
+        case OpKey::Choice: {
+          const std::string c = v.is_string() ? v.get<std::string>() : "";
+          if (c == "embedding") op.param_kind = ParamKind::Embedding;
+          else if (c == "norm") op.param_kind = ParamKind::Norm;
+          else if (c == "bias") op.param_kind = ParamKind::Bias;
+          else if (c == "matmul") op.param_kind = ParamKind::Matmul;
+          else error(kw, "must be one of: embedding, norm, bias, matmul (what HF Trainer's decay groups and the optimizer see)");
+          break;
+        }
+      }
+    }
+    // Defaults that depend on the op: LayerNorm has a bias unless told otherwise, Linear and Conv2d likewise.
+    if (!o.contains("bias") && (op.kind == OpKind::LayerNorm || op.kind == OpKind::Linear || op.kind == OpKind::Conv2d)) op.bias = true;
+    if (!errors_.empty()) return;
+    if (!o.contains("out") || !o["out"].is_string() || o["out"].get_ref<const std::string&>().empty())
+      return error(where + ".out", "must name the tensor the op produces");
+    const std::string out = o["out"].get<std::string>();
+    if (out.size() > 64) return error(where + ".out", "must be at most 64 characters");
+    if (tensor_named(s, out) >= 0) return error(where + ".out", "\"" + out + "\" is produced already; each tensor is written once");
+    std::vector<const ArchTensor*> in;
+    for (int32_t t : op.in) in.push_back(&s.tensors[t]);
+    std::vector<int64_t> shape_out;
+    std::string e;
+    try {
+      if (!op_shape(op, in, param_shape, shape_out, e)) return error(where, e);
+    } catch (const RangeError&) {
+      return error(where, "makes a tensor too large to count");
+    }
+    ArchTensor t;
+    t.name = out;
+    t.shape = shape_out;
+    t.producer = static_cast<int32_t>(s.ops.size());
+    t.is_parameter = op.kind == OpKind::Parameter;
+    double n = 1;
+    for (int64_t d : t.shape) n *= double(d);
+    if (n > kMaxDim) return error(where, "makes more than 2^40 elements per sample");
+    op.out = static_cast<int32_t>(s.tensors.size());
+    s.tensors.push_back(t);
+    s.ops.push_back(op);
+  }
+
+  std::vector<ArchitectureError>& errors_;
+  std::string field_;
+  std::vector<std::pair<std::string, double>> values_;
+};
+
+}  // namespace
+
+namespace {
+
+// What the built-in programs declare about themselves, read once: the catalogue's import asks for every model.
+struct BuiltinProgram {
+  std::string name;
+  std::vector<std::string> model_types, hyperparameters;
+  std::string_view text;
+};
+
+const std::vector<BuiltinProgram>& builtin_programs() {
+  static const std::vector<BuiltinProgram> programs = [] {
+    std::vector<BuiltinProgram> out;
+    for (std::string_view f : catalog_architecture_files()) {
+      try {
+        const auto j = ojson::parse(f);
+        BuiltinProgram b{j.at("name").get<std::string>(), {}, {}, f};
+        for (const auto& t : j.at("model_types")) b.model_types.push_back(t.get<std::string>());
+        for (const auto& [k, v] : j.at("hyperparameters").items()) b.hyperparameters.push_back(k);
+        out.push_back(std::move(b));
+      } catch (const ojson::exception&) {
+        // a built-in program that does not parse fails its test (test_architecture.cpp); here it is left out
+      }
+    }
+    return out;
+  }();
+  return programs;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_architecture_names() {
+  std::vector<std::string> names;
+  for (const auto& b : builtin_programs()) names.push_back(b.name);
+  return names;
+}
+
+std::string_view builtin_architecture(std::string_view name) {
+  for (const auto& b : builtin_programs())
+    if (b.name == name) return b.text;
+  return {};
+}
+
+std::string architecture_for_model_type(std::string_view model_type) {
+  for (const auto& b : builtin_programs())
+    for (const auto& t : b.model_types)
+      if (t == model_type) return b.name;
+  return {};
+}
+
+std::vector<ArchitectureError> decode_architecture(const std::string& spec, const std::string& args,
+                                                   std::shared_ptr<const Architecture>& out) {
+  std::vector<ArchitectureError> errors;
+  const std::string field = "model.architecture";
+  std::string_view text = spec;
+  const bool inline_program = !spec.empty() && spec.front() == '{';
+  if (!inline_program) {
+    text = builtin_architecture(spec);
+    if (text.empty()) {
+      std::string names;
+      for (const auto& n : builtin_architecture_names()) names += (names.empty() ? "" : ", ") + n;
+      errors.push_back({field, field + " must be empty (the built-in families), a program as JSON, or one of: " + names +
+                                   "; got \"" + spec.substr(0, 40) + "\""});
+      return errors;
+    }
+  }
+  if (std::string e = document_guard_error(text, field); !e.empty()) {
+    errors.push_back({field, e});
+    return errors;
+  }
+  ojson p;
+  try {
+    p = ojson::parse(text.begin(), text.end());
+  } catch (const ojson::exception& e) {
+    std::string msg = e.what();
+    if (auto at = msg.find("parse error"); at != std::string::npos) msg = msg.substr(at);
+    errors.push_back({field, field + " is not valid JSON: " + msg});
+    return errors;
+  }
+  if (!p.is_object()) {
+    errors.push_back({field, field + " must be a JSON object (a program)"});
+    return errors;
+  }
+  auto a = std::make_shared<Architecture>();
+  Decoder d(errors, field);
+  try {
+    d.decode(p, *a, args);
+  } catch (const RangeError&) {
+    errors.push_back({field, field + ": a shape is too large to count"});
+  } catch (const ojson::exception& e) {
+    errors.push_back({field, field + ": " + e.what()});
+  }
+  if (errors.empty()) out = a;
+  return errors;
+}
+
+ModelShape model_shape_of(const ModelConfig& m) {
+  if (m.architecture.empty()) return build_model_shape(m);
+  std::shared_ptr<const Architecture> program;
+  decode_architecture(m.architecture, m.architecture_args, program);
+  if (!program) throw RangeError("model.architecture does not decode; validate the config first");
+  return build_program_shape(std::move(program));
+}
+
+std::vector<std::string> architecture_hyperparameters(std::string_view name) {
+  for (const auto& b : builtin_programs())
+    if (b.name == name) return b.hyperparameters;
+  return {};
+}
+
+std::string compact_architecture(const std::string& text) {
+  if (!document_guard_error(text, "model.architecture").empty()) return text;
+  try {
+    return ojson::parse(text).dump();
+  } catch (const ojson::exception&) {
+    return text;
+  }
+}
+
+bool looks_like_architecture(std::string_view text) { return text.find("\"memsim_architecture\"") != std::string_view::npos; }
+
+double architecture_value(const Architecture& a, std::string_view name) {
+  for (const auto& [k, v] : a.values)
+    if (k == name) return v;
+  return 0;
+}
+
+ModelShape build_program_shape(std::shared_ptr<const Architecture> a) {
+  ModelShape s;
+  auto params = [](const ArchStage& st, std::vector<ParamTensor>& out) {
+    for (const auto& op : st.ops) {
+      std::vector<const ArchTensor*> in;
+      for (int32_t t : op.in) in.push_back(&st.tensors[t]);
+      op_params(op, in, st.tensors[op.out].shape, out);
+    }
+  };
+  params(a->embeddings, s.pre);
+  params(a->block, s.layer);
+  params(a->head, s.post);
+  s.num_layers = a->repeat;
+  s.num_dense_layers = a->repeat;
+  s.params_per_layer = sum_numel(s.layer);
+  s.params_total = add(add(sum_numel(s.pre), mul(s.params_per_layer, s.num_layers)), sum_numel(s.post));
+  s.params_active_per_token = s.params_total;
+  s.program = std::move(a);
+  return s;
+}
+
+}  // namespace memsim

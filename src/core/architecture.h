@@ -1,0 +1,120 @@
+// Model programs: a family written as data. A program (versioned JSON, src/core/catalog/architectures/*.json, or a
+// user's file) names its hyperparameters with defaults, derives dimensions from them, and lists the ops of three
+// stages: the embeddings, one block repeated `repeat` times, and the head with its loss. Each op comes from the op
+// vocabulary (ops.h), which says what parameters it owns, what shape it makes and what autograd saves for it; the
+// step builder runs a program through the same engines (sharding, checkpointing, the optimizer, the allocator) as
+// the built-in families. docs/extending.md "A model family" shows the format with the ViT program.
+//
+// The decoder checks a program completely before anything runs it: an unknown op or key, a tensor read before it is
+// produced (which is also how a cycle shows: ops run in the order written), a shape that does not fit, a dimension
+// that is not a positive integer. Each error names its field ("model.architecture: block.ops[3].in: ...").
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model.h"
+
+namespace memsim {
+
+enum class OpKind {
+  Parameter,    // a learned tensor used directly (ViT's cls_token, position_embeddings)
+  Conv2d,       // nn.Conv2d (patch embeddings)
+  FlattenTokens,  // [C, H, W] -> [H W, C]: flatten(2).transpose(1, 2), a view
+  Concat,       // torch.cat along the token axis
+  Add,          // elementwise sum (residual adds, position embeddings)
+  LayerNorm,    // nn.LayerNorm
+  Linear,       // nn.Linear
+  Attention,    // multi-head attention over q, k, v (the kernel from the config: eager or SDPA)
+  Gelu,         // nn.GELU (exact or tanh)
+  Relu,         // nn.ReLU
+  Dropout,      // nn.Dropout
+  SelectToken,  // x[:, i, :], a view (the class token)
+  CrossEntropy, // the classification loss over the last dimension
+};
+
+// A tensor of the program, per sample (the micro-batch dimension is implicit): images [C, H, W], token rows
+// [tokens, width]. `dtype` is what its producer makes (ops.cpp).
+struct ArchTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int32_t producer = -1;     // op index in its stage; -1: the stage's input or a program input
+  bool is_parameter = false; // a Parameter op's output: a weight, not an activation
+  int64_t numel() const;     // per sample
+};
+
+struct ArchOp {
+  OpKind kind{};
+  std::string name;          // module path (parameters are name + ".weight" / ".bias"); PEFT targets its last part
+  std::string module;        // PEFT's short module name (module_name of the weight)
+  std::vector<int32_t> in;   // tensor indices in the stage
+  int32_t out = -1;
+  int64_t out_features = 0;  // Linear; Conv2d: out_channels
+  int64_t kernel = 0, stride = 0;  // Conv2d
+  int64_t heads = 0;         // Attention
+  int64_t index = 0;         // SelectToken
+  double p = 0.0;            // Dropout; Attention's dropout on the probabilities
+  bool bias = false;         // Linear, Conv2d, LayerNorm (LayerNorm: elementwise_affine's bias)
+  bool tanh = false;         // Gelu: approximate="tanh"
+  ParamKind param_kind = ParamKind::Embedding;  // Parameter
+};
+
+struct ArchStage {
+  std::vector<ArchTensor> tensors;
+  std::vector<ArchOp> ops;
+  int32_t input = -1;   // the tensor the stage receives (block, head); -1 for the embeddings
+  int32_t output = -1;  // what it passes on (embeddings, block); -1 for the head, which ends in its loss
+  // Per tensor: the index of the last op that reads it in forward (-1: none).
+  std::vector<int32_t> last_reader;
+};
+
+struct Architecture {
+  std::string name, title, source;
+  std::vector<std::string> model_types;       // HF model_type values this program reads (config.json import)
+  std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
+  int64_t repeat = 0;                         // blocks
+  std::vector<ArchTensor> inputs;             // the data a micro-batch brings (pixel_values: fp32)
+  int64_t label_bytes = 8;                    // per sample: the int64 class label
+  ArchStage embeddings, block, head;
+  int64_t tokens = 0;                         // rows of the block's input, per sample
+  int64_t width = 0;                          // its last dimension
+};
+
+// What a program error names: the field that holds the program, and a message that locates the problem inside it.
+struct ArchitectureError {
+  std::string field;
+  std::string message;
+};
+
+// The built-in programs (src/core/catalog/architectures/*.json, embedded at build time), by name.
+const std::vector<std::string_view>& catalog_architecture_files();
+std::vector<std::string> builtin_architecture_names();
+// The text of a built-in program, or empty.
+std::string_view builtin_architecture(std::string_view name);
+// The name of the built-in program that reads an HF model_type, or empty.
+std::string architecture_for_model_type(std::string_view model_type);
+
+// Decodes model.architecture (a built-in program's name, or a program as inline JSON text) with the overrides of
+// model.architecture_args ("image_size=384, num_labels=10"). On success `out` holds the program and the result is
+// empty; otherwise it holds every error found, each naming `field` (model.architecture or model.architecture_args).
+std::vector<ArchitectureError> decode_architecture(const std::string& spec, const std::string& args,
+                                                   std::shared_ptr<const Architecture>& out);
+// A program file's text without its layout (keys keep their order), for a config or link to carry; text that is not
+// JSON comes back as it is, for the decoder to report.
+std::string compact_architecture(const std::string& text);
+// Whether a dropped or pasted text is a model program (it names the program format).
+bool looks_like_architecture(std::string_view text);
+// A decoded program's hyperparameter or dimension, by name (0 if absent).
+double architecture_value(const Architecture& a, std::string_view name);
+
+// The parameter tensors of a program (embeddings -> pre, block -> layer, head -> post), as its modules allocate
+// them in order. The shape keeps the program for the step builder.
+ModelShape build_program_shape(std::shared_ptr<const Architecture> a);
+// The shape of a validated model section: its program's, or the built-in family's (build_model_shape).
+ModelShape model_shape_of(const ModelConfig& m);
+// The hyperparameter names a built-in program declares (what an HF config.json import reads for it).
+std::vector<std::string> architecture_hyperparameters(std::string_view name);
+
+}  // namespace memsim

@@ -1,0 +1,190 @@
+// The op vocabulary's shapes and parameters (ops.h). Parameter names follow the modules' state_dict keys, so that
+// PEFT's target_modules and HF Trainer's decay groups see what they see in PyTorch.
+#include "ops.h"
+
+#include "checked.h"
+
+namespace memsim {
+
+namespace {
+
+using K = OpKey;
+
+int64_t prod(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n = mul(n, d);
+  return n;
+}
+
+std::string dims_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+}  // namespace
+
+int64_t ArchTensor::numel() const { return prod(shape); }
+
+const std::vector<OpSpec>& op_specs() {
+  static const std::vector<OpSpec> specs = {
+      {OpKind::Parameter, "parameter", {{"shape", K::Dim, true}, {"kind", K::Choice, false}}, true,
+       "nn.Parameter used as it is (ViT cls_token [1, 1, h] and position_embeddings [1, tokens, h], modeling_vit.py "
+       "ViTEmbeddings)"},
+      {OpKind::Conv2d, "conv2d",
+       {{"in", K::Tensor, true}, {"out_channels", K::Dim, true}, {"kernel", K::Dim, true}, {"stride", K::Dim, true},
+        {"bias", K::Flag, false}},
+       true, "torch.nn.Conv2d: weight [out, in, k, k], bias [out]; output (H - k) // stride + 1 per side (padding 0)"},
+      {OpKind::FlattenTokens, "flatten_tokens", {{"in", K::Tensor, true}}, false,
+       "x.flatten(2).transpose(1, 2): [C, H, W] -> [H W, C], a view (ViTPatchEmbeddings.forward)"},
+      {OpKind::Concat, "concat", {{"in", K::Tensors, true}}, false,
+       "torch.cat(dim=1) over token rows of equal width: a new tensor in the promoted dtype"},
+      {OpKind::Add, "add", {{"in", K::Tensors, true}}, false,
+       "elementwise a + b of equal shapes (a parameter of the same shape broadcasts over the batch)"},
+      {OpKind::LayerNorm, "layer_norm", {{"in", K::Tensor, true}, {"bias", K::Flag, false}}, true,
+       "torch.nn.LayerNorm(width): weight and bias [width]"},
+      {OpKind::Linear, "linear", {{"in", K::Tensor, true}, {"out_features", K::Dim, true}, {"bias", K::Flag, false}},
+       true, "torch.nn.Linear: weight [out, in], bias [out]"},
+      {OpKind::Attention, "attention",
+       {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}}, false,
+       "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q, k, v [tokens, heads x d]"},
+      {OpKind::Gelu, "gelu", {{"in", K::Tensor, true}, {"tanh", K::Flag, false}}, false, "torch.nn.GELU"},
+      {OpKind::Relu, "relu", {{"in", K::Tensor, true}}, false, "torch.nn.ReLU"},
+      {OpKind::Dropout, "dropout", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false, "torch.nn.Dropout"},
+      {OpKind::SelectToken, "select_token", {{"in", K::Tensor, true}, {"index", K::Dim, false}}, false,
+       "x[:, index, :], a view of one token row (ViTForImageClassification: sequence_output[:, 0, :])"},
+      {OpKind::CrossEntropy, "cross_entropy", {{"in", K::Tensor, true}}, false,
+       "torch.nn.CrossEntropyLoss over the last dimension, one int64 label per sample"},
+  };
+  return specs;
+}
+
+const OpSpec* find_op(std::string_view name) {
+  for (const auto& s : op_specs())
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+std::string op_names() {
+  std::string t;
+  for (const auto& s : op_specs()) t += (t.empty() ? "" : ", ") + std::string(s.name);
+  return t;
+}
+
+bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const std::vector<int64_t>& param_shape,
+              std::vector<int64_t>& out, std::string& error) {
+  auto rows = [&](const ArchTensor* t, const char* what) {
+    if (t->shape.size() == 2) return true;
+    error = std::string(what) + " needs token rows [tokens, width]; " + t->name + " is " + dims_text(t->shape);
+    return false;
+  };
+  switch (op.kind) {
+    case OpKind::Parameter:
+      out = param_shape;
+      return true;
+    case OpKind::Conv2d: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 3) return error = "conv2d needs an image [channels, height, width]; " + in[0]->name + " is " + dims_text(s), false;
+      if (op.kernel > s[1] || op.kernel > s[2]) return error = "conv2d's kernel " + std::to_string(op.kernel) + " exceeds " + in[0]->name + " " + dims_text(s), false;
+      out = {op.out_features, (s[1] - op.kernel) / op.stride + 1, (s[2] - op.kernel) / op.stride + 1};
+      return true;
+    }
+    case OpKind::FlattenTokens: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 3) return error = "flatten_tokens needs [channels, height, width]; " + in[0]->name + " is " + dims_text(s), false;
+      out = {mul(s[1], s[2]), s[0]};
+      return true;
+    }
+    case OpKind::Concat: {
+      if (in.size() < 2) return error = "concat needs at least two inputs", false;
+      int64_t n = 0;
+      for (const auto* t : in) {
+        if (!rows(t, "concat")) return false;
+        if (t->shape[1] != in[0]->shape[1])
+          return error = "concat needs equal widths; " + t->name + " is " + dims_text(t->shape) + ", " + in[0]->name + " " + dims_text(in[0]->shape), false;
+        n = add(n, t->shape[0]);
+      }
+      out = {n, in[0]->shape[1]};
+      return true;
+    }
+    case OpKind::Add:
+      if (in.size() != 2) return error = "add needs two inputs", false;
+      if (in[0]->shape != in[1]->shape)
+        return error = "add needs equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
+      if (in[0]->is_parameter && in[1]->is_parameter) return error = "add needs an activation among its inputs", false;
+      out = in[0]->shape;
+      return true;
+    case OpKind::LayerNorm:
+    case OpKind::Gelu:
+    case OpKind::Relu:
+    case OpKind::Dropout:
+      if (in[0]->is_parameter) return error = "the input must be an activation, not the parameter " + in[0]->name, false;
+      out = in[0]->shape;
+      return true;
+    case OpKind::Linear:
+      if (in[0]->shape.empty()) return error = "linear needs an input with a last dimension", false;
+      out = in[0]->shape;
+      out.back() = op.out_features;
+      return true;
+    case OpKind::Attention: {
+      if (in.size() != 3) return error = "attention needs three inputs: q, k and v", false;
+      for (const auto* t : in)
+        if (!rows(t, "attention")) return false;
+      if (in[0]->shape != in[1]->shape)
+        return error = "attention needs q and k of equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
+      if (in[1]->shape[0] != in[2]->shape[0])
+        return error = "attention needs k and v over the same tokens; " + in[1]->name + " is " + dims_text(in[1]->shape) + ", " + in[2]->name + " " + dims_text(in[2]->shape), false;
+      if (in[0]->shape[1] % op.heads != 0 || in[2]->shape[1] % op.heads != 0)
+        return error = "attention's heads (" + std::to_string(op.heads) + ") must divide the widths of q and v", false;
+      out = {in[0]->shape[0], in[2]->shape[1]};
+      return true;
+    }
+    case OpKind::SelectToken:
+      if (!rows(in[0], "select_token")) return false;
+      if (op.index >= in[0]->shape[0])
+        return error = "select_token's index " + std::to_string(op.index) + " is past the " + std::to_string(in[0]->shape[0]) + " rows of " + in[0]->name, false;
+      out = {1, in[0]->shape[1]};
+      return true;
+    case OpKind::CrossEntropy:
+      if (in[0]->numel() != in[0]->shape.back())
+        return error = "cross_entropy reads one row of class scores per sample; " + in[0]->name + " is " + dims_text(in[0]->shape), false;
+      out = {};
+      return true;
+  }
+  return error = "unknown op", false;
+}
+
+void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const std::vector<int64_t>& param_shape,
+               std::vector<ParamTensor>& params) {
+  auto param = [&](const std::string& suffix, int64_t numel, ParamKind kind, int64_t rows) {
+    params.push_back({op.name + suffix, numel, kind, rows});
+  };
+  switch (op.kind) {
+    case OpKind::Parameter: {
+      const int64_t n = prod(param_shape);
+      params.push_back({op.name, n, op.param_kind, param_shape.empty() ? n : param_shape.front()});
+      break;
+    }
+    case OpKind::Conv2d: {
+      const int64_t c = in[0]->shape[0];
+      param(".weight", mul(op.out_features, c, mul(op.kernel, op.kernel)), ParamKind::Matmul, op.out_features);
+      if (op.bias) param(".bias", op.out_features, ParamKind::Bias, op.out_features);
+      break;
+    }
+    case OpKind::LayerNorm: {
+      const int64_t w = in[0]->shape.back();
+      param(".weight", w, ParamKind::Norm, w);
+      if (op.bias) param(".bias", w, ParamKind::Norm, w);
+      break;
+    }
+    case OpKind::Linear: {
+      const int64_t w = in[0]->shape.back();
+      param(".weight", mul(op.out_features, w), ParamKind::Matmul, op.out_features);
+      if (op.bias) param(".bias", op.out_features, ParamKind::Bias, op.out_features);
+      break;
+    }
+    default: break;
+  }
+}
+
+}  // namespace memsim

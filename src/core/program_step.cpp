@@ -1,0 +1,503 @@
+// A model program (architecture.h) through one micro-batch: the embeddings, the repeated block and the head, op by op.
+// Forward allocates each op's output and what autograd saves for its backward; an activation goes once its last
+// reader has run unless an op saved it (a view keeps its base). Backward walks the ops in reverse: each input that
+// requires grad gets its gradient (a second gradient of the same tensor is added into the first, as autograd's
+// InputBuffer does), the output's gradient and the op's saved tensors go. The engines (ZeRO, FSDP, DDP buckets, the
+// optimizer, checkpointing) are the built-in families' own: gather(), alloc_layer_grads() and friends per slot.
+//
+// What each op saves, and why (torch's derivatives.yaml and the modules' forward):
+// - linear / conv2d: the input for the weight's gradient when the weight trains (under autocast a cast copy per
+//   module, as for every linear: linear_inputs), LoRA's inputs where PEFT targets the module;
+// - layer_norm: native_layer_norm saves its input, mean and rstd (fp32, one each per row);
+// - gelu: its input; relu: its output; dropout: a 1-byte mask (the one dropout rule, step_builder.h);
+// - attention: SDPA's flash / memory-efficient kernels keep q, k, v, the output and an fp32 logsumexp per head and
+//   row; the eager form (ViTSelfAttention, BERT's) keeps q, k, v and the probabilities (the one attention_probs rule);
+// - add, concat, flatten_tokens, select_token and parameters save nothing;
+// - cross_entropy: log_softmax's output (fp32 under autocast, where cross_entropy runs in fp32).
+#include <algorithm>
+
+#include "architecture.h"
+#include "checked.h"
+#include "step_builder.h"
+
+namespace memsim {
+
+namespace {
+
+bool contains(const std::vector<uint32_t>& v, uint32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+const ArchStage& StepBuilder::program_stage(ProgramStage st) const {
+  const Architecture& a = *shape_.program;
+  return st == ProgramStage::Embeddings ? a.embeddings : st == ProgramStage::Block ? a.block : a.head;
+}
+
+const std::vector<ParamTensor>& StepBuilder::program_params(ProgramStage st, int32_t layer) const {
+  return st == ProgramStage::Embeddings ? shape_.pre : st == ProgramStage::Head ? shape_.post : shape_.params_of(layer);
+}
+
+// Whether the parameter `name` of this slot trains (has a gradient).
+static bool param_trains(const std::vector<ParamTensor>& params, const std::string& name) {
+  for (const auto& t : params)
+    if (t.name == name) return has_grad(t);
+  return false;
+}
+
+StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const {
+  const ArchStage& s = program_stage(st);
+  const auto& params = program_params(st, layer);
+  ProgramPlan p;
+  const size_t n = s.tensors.size();
+  p.bytes.assign(n, dims_.e);
+  p.req.assign(n, false);
+  p.root.resize(n);
+  p.op_trains.assign(s.ops.size(), false);
+  for (size_t t = 0; t < n; ++t) p.root[t] = static_cast<int32_t>(t);
+  // The program's inputs (pixel values) come from the collator in fp32; the stage input in the dtype it was made in.
+  for (size_t t = 0; t < n; ++t)
+    if (s.tensors[t].producer < 0) p.bytes[t] = static_cast<int32_t>(t) == s.input ? input_bytes : 4, p.req[t] = static_cast<int32_t>(t) == s.input && input_req;
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const ArchOp& op = s.ops[i];
+    const int32_t o = op.out;
+    bool req = false;
+    int64_t widest = 0;
+    for (int32_t t : op.in) req = req || p.req[t], widest = std::max(widest, p.bytes[t]);
+    switch (op.kind) {
+      case OpKind::Parameter:
+        p.op_trains[i] = param_trains(params, op.name);
+        p.bytes[o] = dims_.e_res;  // fp32 under autocast over fp32 weights, else the weights' dtype
+        break;
+      case OpKind::Linear:
+      case OpKind::Conv2d: {
+        const ModuleInfo& info = module_info(op.module.c_str());
+        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") || info.targeted;
+        p.bytes[o] = dims_.e;
+        break;
+      }
+      case OpKind::LayerNorm:
+        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
+        p.bytes[o] = dims_.amp ? 4 : widest;  // layer_norm is on autocast's fp32 list
+        break;
+      case OpKind::Attention: p.bytes[o] = dims_.e; break;
+      case OpKind::CrossEntropy: p.bytes[o] = 4; break;
+      case OpKind::Dropout:
+        p.root[o] = op.p > 0 ? o : p.root[op.in[0]];  // p = 0: aten _dropout returns its input
+        p.bytes[o] = widest;
+        break;
+      case OpKind::FlattenTokens:
+      case OpKind::SelectToken:
+        p.root[o] = p.root[op.in[0]];  // a view
+        p.bytes[o] = widest;
+        break;
+      default: p.bytes[o] = widest; break;  // concat and add promote; gelu, relu and dropout keep the dtype
+    }
+    p.req[o] = req || p.op_trains[i];
+  }
+  return p;
+}
+
+uint32_t StepBuilder::program_label(ProgramStage st, int32_t tensor, const char* what) {
+  auto& cache = program_labels_[static_cast<int>(st)];
+  const ArchStage& s = program_stage(st);
+  if (cache.empty()) cache.assign(s.tensors.size() * 3, UINT32_MAX);
+  const size_t k = static_cast<size_t>(tensor) * 3 + (what[0] == 'g' ? 1 : what[0] == 'c' ? 2 : 0);
+  if (cache[k] == UINT32_MAX) {
+    static const char* kStage[] = {"embeddings", "block", "head"};
+    const ArchTensor& t = s.tensors[static_cast<size_t>(tensor)];
+    const std::string op = t.producer >= 0 ? find_op_name(s.ops[static_cast<size_t>(t.producer)].kind) : "input";
+    std::string text = std::string(kStage[static_cast<int>(st)]) + " " + t.name + " (" + op + ")";
+    if (what[0] == 'g') text = "gradient of " + text;
+    if (what[0] == 'c') text = "compute-dtype copy of " + text;
+    cache[k] = program_.label(text);
+  }
+  return cache[k];
+}
+
+const char* StepBuilder::find_op_name(OpKind k) {
+  switch (k) {
+    case OpKind::Parameter: return "parameter";
+    case OpKind::Conv2d: return "conv2d";
+    case OpKind::FlattenTokens: return "flatten_tokens";
+    case OpKind::Concat: return "concat";
+    case OpKind::Add: return "add";
+    case OpKind::LayerNorm: return "layer_norm";
+    case OpKind::Linear: return "linear";
+    case OpKind::Attention: return "attention";
+    case OpKind::Gelu: return "gelu";
+    case OpKind::Relu: return "relu";
+    case OpKind::Dropout: return "dropout";
+    case OpKind::SelectToken: return "select_token";
+    case OpKind::CrossEntropy: return "cross_entropy";
+  }
+  return "op";
+}
+
+// One stage's forward. `in`: the stage input (block, head), owned by the caller unless own_input. Under no_grad_ (a
+// checkpointed block's first forward) nothing is saved: every intermediate goes after its last reader.
+uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes,
+                                      SavedLayer& saved, bool own_input, uint32_t inputs) {
+  const ArchStage& s = program_stage(st);
+  const ProgramPlan p = plan_program(st, layer, in_req, in_bytes);
+  const size_t n = s.tensors.size();
+  std::vector<uint32_t> id(n, UINT32_MAX);
+  std::vector<int32_t> keeps(n, 0);  // ops that saved the tensor's storage (by root)
+  std::vector<bool> owned(n, true);
+  for (size_t t = 0; t < n; ++t)
+    if (s.tensors[t].producer < 0) {
+      id[t] = static_cast<int32_t>(t) == s.input ? in : inputs;  // the program's inputs live in f.inputs
+      owned[t] = static_cast<int32_t>(t) == s.input && own_input;
+    }
+  const int64_t b = dims_.b;
+  auto bytes_of = [&](int32_t t) { return mul(p.bytes[t], b, s.tensors[static_cast<size_t>(t)].numel()); };
+  auto rows_of = [&](int32_t t) {
+    const auto& sh = s.tensors[static_cast<size_t>(t)].shape;
+    return mul(b, s.tensors[static_cast<size_t>(t)].numel() / sh.back());
+  };
+  // What an op saves: an existing tensor (its storage stays until the op's backward) or a new one.
+  std::vector<uint32_t> transient;
+  // (A tensor the caller owns, the stage input under a checkpoint or the program's inputs, lives past the stage's
+  // backward anyway.)
+  auto keep = [&](int32_t op, int32_t t) {
+    if (no_grad_ || !owned[p.root[t]]) return;
+    ++keeps[p.root[t]];
+    saved.attn.push_back(id[p.root[t]]);
+    saved.ops.push_back(static_cast<uint32_t>(op));
+  };
+  auto save_new = [&](int32_t op, int64_t bytes, uint32_t label) {
+    if (no_grad_) return transient.push_back(tmp(bytes, label, layer));
+    saved.attn.push_back(act(bytes, label, layer));
+    saved.ops.push_back(static_cast<uint32_t>(op));
+  };
+  // A tensor whose last reader has run goes, with its views, unless saved or owned by the caller.
+  auto release = [&](int32_t t) {
+    const int32_t r = p.root[t];
+    if (!owned[r] || keeps[r] > 0 || id[r] == UINT32_MAX || (s.output >= 0 && r == p.root[s.output])) return;
+    drop(id[r]);
+    id[r] = UINT32_MAX;
+  };
+  // Per root: the last op that reads it or any of its views.
+  std::vector<int32_t> last(n, -1);
+  for (size_t t = 0; t < n; ++t) last[p.root[t]] = std::max(last[p.root[t]], s.last_reader[t]);
+
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const ArchOp& op = s.ops[i];
+    const int32_t o = op.out, oi = static_cast<int32_t>(i);
+    const int32_t x = op.in.empty() ? -1 : op.in[0];
+    const bool req = p.req[o];
+    switch (op.kind) {
+      case OpKind::Parameter: owned[o] = false; break;  // a weight: the engines hold it
+      case OpKind::FlattenTokens:
+      case OpKind::SelectToken: break;  // views: the root's storage
+      case OpKind::Linear:
+      case OpKind::Conv2d: {
+        uint32_t cast = UINT32_MAX;
+        // HF ViTPatchEmbeddings casts fp32 pixels to the projection's dtype (pixel_values.to(expected_dtype)) where
+        // autocast does not: a copy in the compute dtype, which the conv then reads.
+        if (!dims_.amp && p.bytes[x] != dims_.e) cast = act(mul(dims_.e, b, s.tensors[x].numel()), program_label(st, x, "cast"), layer);
+        const int64_t width = op.kind == OpKind::Conv2d ? mul(s.tensors[x].shape[0], mul(op.kernel, op.kernel)) : s.tensors[x].shape.back();
+        // conv2d's im2col view of its input: the cuDNN kernel saves the input itself; the element count is what counts.
+        const int64_t rows = op.kind == OpKind::Conv2d ? ceil_div(mul(b, s.tensors[x].numel()), width) : rows_of(x);
+        const bool low = cast != UINT32_MAX || p.bytes[x] < 4;
+        std::vector<uint32_t> lin;
+        const bool self = !no_grad_ && linear_inputs(layer, {op.module.c_str()}, width, lin, rows, low);
+        for (uint32_t t : lin) {
+          if (no_grad_) transient.push_back(t);
+          else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
+        }
+        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        if (cast != UINT32_MAX) {
+          if (self) saved.attn.push_back(cast), saved.ops.push_back(static_cast<uint32_t>(i));
+          else drop(cast);
+        } else if (self) {
+          keep(oi, x);
+        }
+        break;
+      }
+      case OpKind::LayerNorm:
+        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        if (req) {
+          keep(oi, x);
+          save_new(oi, mul(8, rows_of(x)), labels_.norm_rstd);  // mean and rstd, fp32
+        }
+        break;
+      case OpKind::Gelu:
+        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        if (req) keep(oi, x);
+        break;
+      case OpKind::Relu:
+        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        if (req) keep(oi, o);
+        break;
+      case OpKind::Dropout:
+        if (op.p > 0) {
+          std::vector<uint32_t> mask;
+          id[o] = dropout(UINT32_MAX, mul(b, s.tensors[o].numel()), p.bytes[o], true, program_label(st, o, "out"), layer, mask, false);
+          for (uint32_t t : mask) {
+            if (no_grad_ || !req) transient.push_back(t);
+            else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
+          }
+        }
+        break;
+      case OpKind::Attention: {
+        const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
+        const int64_t rows = s.tensors[q].shape[0];
+        id[o] = UINT32_MAX;
+        if (resolved_.attention == Attention::Eager) {
+          // q k^T, scaled, softmax (autocast: converted to fp32 first, written in fp32), dropout, @ v; the probs
+          // that attn @ v reads are saved (attention_probs), with q, k and v for the two matmuls.
+          const int64_t s2 = mul(op.heads, b, mul(rows, rows));
+          const uint32_t scores = tmp(mul(dims_.e, s2), labels_.scores, layer);
+          const uint32_t scaled = tmp(mul(dims_.e, s2), labels_.scores, layer);
+          drop(scores);
+          std::vector<uint32_t> probs;
+          const int64_t sm = dims_.amp ? 4 : dims_.e;
+          attention_probs(layer, s2, {dims_.e, dims_.amp, sm, true, op.p > 0}, !no_grad_ && req, probs, scaled);
+          const uint32_t ctx = tmp(bytes_of(o), labels_.attn_tmp, layer);
+          id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);  // permute(...).contiguous()
+          drop(ctx);
+          for (uint32_t t : probs) {
+            if (no_grad_ || !req) drop(t);
+            else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
+          }
+        } else {
+          id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+          if (req) {
+            keep(oi, o);
+            const int64_t rows_lse = dims_.e == 4 ? round_up(rows, 32) : rows;  // the efficient kernel pads to 32
+            save_new(oi, mul(4, op.heads, b, rows_lse), labels_.lse);
+          }
+        }
+        if (req) keep(oi, q), keep(oi, k), keep(oi, v);
+        break;
+      }
+      case OpKind::Concat:
+      case OpKind::Add:
+        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        break;
+      case OpKind::CrossEntropy: {
+        // log_softmax over the classes (fp32 under autocast: a converted copy first), saved for nll's backward.
+        const int64_t classes = mul(b, s.tensors[x].numel());
+        const uint32_t conv = dims_.amp && p.bytes[x] != 4 ? tmp(mul(4, classes), labels_.logits_fp32, layer) : UINT32_MAX;
+        save_new(oi, mul(dims_.amp ? 4 : p.bytes[x], classes), labels_.lse_loss);
+        if (conv != UINT32_MAX) drop(conv);
+        id[o] = act(4, program_label(st, o, "out"), layer);  // the loss
+        break;
+      }
+    }
+    for (uint32_t t : transient) drop(t);
+    transient.clear();
+    // Inputs whose last reader this was go (views: when the root's last reader has run).
+    for (int32_t t : op.in)
+      if (last[p.root[t]] == oi) release(t);
+  }
+  // The head's loss is a scalar the loop keeps until backward; nothing else of a stage outlives it but the output.
+  const int32_t out = s.output >= 0 ? s.output : s.ops.back().out;
+  return id[p.root[out]];
+}
+
+// One stage's backward: `dout` is the gradient of the stage output (the head: none, its loss seeds it). Returns the
+// gradient of the stage input, or UINT32_MAX where it needs none.
+uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes,
+                                       SavedLayer& saved) {
+  const ArchStage& s = program_stage(st);
+  const ProgramPlan p = plan_program(st, layer, in_req, in_bytes);
+  const size_t n = s.tensors.size();
+  const int64_t b = dims_.b;
+  auto bytes_of = [&](int32_t t) { return mul(p.bytes[t], b, s.tensors[static_cast<size_t>(t)].numel()); };
+  std::vector<uint32_t> grad(n, UINT32_MAX);  // per tensor (a view's gradient is a tensor of its own)
+  if (s.output >= 0) grad[s.output] = dout;
+  // A gradient for input t of an op: new, or added into the one that exists (InputBuffer::add accumulates in place).
+  auto give = [&](int32_t t, uint32_t g) {
+    if (!p.req[t] || s.tensors[t].is_parameter || (s.tensors[t].producer < 0 && t != s.input)) return drop(g);
+    if (grad[t] == UINT32_MAX) grad[t] = g;
+    else drop(g);
+  };
+  for (size_t i = s.ops.size(); i-- > 0;) {
+    const ArchOp& op = s.ops[i];
+    const int32_t o = op.out;
+    if (op.kind == OpKind::CrossEntropy) grad[o] = tmp(4, program_label(st, o, "grad"), layer);
+    const uint32_t g = grad[o];
+    grad[o] = UINT32_MAX;
+    const bool alias = p.root[o] != o;  // a view, or dropout with p = 0
+    if (g != UINT32_MAX && alias) {
+      // A view's gradient is the gradient of its base (flatten, transpose, identity dropout), except select's,
+      // whose backward scatters it into zeros of the base's shape (select_backward).
+      if (op.kind == OpKind::SelectToken) give(op.in[0], tmp(bytes_of(op.in[0]), program_label(st, op.in[0], "grad"), layer)), drop(g);
+      else give(op.in[0], g);
+    } else if (g != UINT32_MAX && op.kind != OpKind::Parameter) {
+      // Scratch of the op's own backward, alive beside its input gradients.
+      std::vector<uint32_t> scratch;
+      if (op.kind == OpKind::Attention) {
+        const int64_t rows = s.tensors[op.in[0]].shape[0];
+        if (resolved_.attention == Attention::Eager) {
+          const int64_t s2 = mul(op.heads, b, mul(rows, rows));
+          scratch.push_back(tmp(mul(dims_.amp ? 4 : dims_.e, s2), labels_.bwd_attn, layer));  // grad of the probs
+          scratch.push_back(tmp(mul(dims_.amp ? 4 : dims_.e, s2), labels_.bwd_attn, layer));  // grad of the scores
+        } else {
+          scratch.push_back(tmp(mul(4, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));  // flash's fp32 dq accumulator
+        }
+      }
+      // Under autocast a trained weight's gradient comes out of the matmul in the compute dtype and is cast to the
+      // fp32 .grad (the cast's backward): a transient of the weight's size.
+      if (dims_.amp && p.op_trains[i] && (op.kind == OpKind::Linear || op.kind == OpKind::Conv2d))
+        for (const auto& t : program_params(st, layer))
+          if (t.name == op.name + ".weight" && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
+      for (int32_t t : op.in)
+        if (p.req[t] && !s.tensors[t].is_parameter) give(t, tmp(bytes_of(t), program_label(st, t, "grad"), layer));
+      for (uint32_t t : scratch) drop(t);
+      drop(g);
+    } else if (g != UINT32_MAX) {
+      drop(g);
+    }
+    // What the op saved goes with its backward (a tensor saved by several ops, with the first of them).
+    for (size_t k = saved.attn.size(); k-- > 0;) {
+      if (saved.ops[k] != i) continue;
+      const uint32_t t = saved.attn[k];
+      saved.attn.erase(saved.attn.begin() + static_cast<std::ptrdiff_t>(k));
+      saved.ops.erase(saved.ops.begin() + static_cast<std::ptrdiff_t>(k));
+      if (!contains(saved.attn, t)) drop(t);
+    }
+  }
+  // Gradients nothing consumed (none in a well-formed program) go with the stage.
+  for (size_t t = 0; t < n; ++t)
+    if (grad[t] != UINT32_MAX && static_cast<int32_t>(t) != s.input) drop(grad[t]), grad[t] = UINT32_MAX;
+  std::sort(saved.attn.begin(), saved.attn.end());
+  saved.attn.erase(std::unique(saved.attn.begin(), saved.attn.end()), saved.attn.end());
+  for (uint32_t t : saved.attn) drop(t);
+  saved.attn.clear(), saved.ops.clear();
+  return s.input >= 0 ? grad[s.input] : UINT32_MAX;
+}
+
+// One micro-batch's forward through the program on this device (no pipeline: the whole model).
+void StepBuilder::forward_program(InFlight& f) {
+  const Architecture& a = *shape_.program;
+  dims_.s = a.tokens;
+  dims_.T = mul(dims_.b, a.tokens);
+  dims_.Tn = dims_.T;
+  f.dims = dims_;
+  const int64_t L = shape_.num_layers;
+  f.casts.assign(static_cast<size_t>(L), UINT32_MAX);  // autocast's cache lives per forward
+  casts_.swap(f.casts);
+  f.saved.assign(static_cast<size_t>(L), SavedLayer{});
+  f.host.assign(static_cast<size_t>(L), {});
+  int64_t input_bytes = a.label_bytes;
+  for (const auto& t : a.inputs) input_bytes = add(input_bytes, mul(4, t.numel()));
+  f.inputs = act(mul(dims_.b, input_bytes), labels_.inputs, -1);  // the collated batch: fp32 inputs, int64 labels
+  std::vector<uint32_t> gathered;
+  gather(-1, gathered);
+  SavedLayer& pre = f.program_pre;
+  pre = {};
+  uint32_t res = program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, pre, false, f.inputs);
+  for (uint32_t g : gathered) drop(g);
+  gathered.clear();
+  const ProgramPlan emb = plan_program(ProgramStage::Embeddings, -1, false, 0);
+  bool req = emb.req[a.embeddings.output];
+  int64_t bytes = emb.bytes[a.embeddings.output];
+  f.program_req.assign(static_cast<size_t>(L + 1), false);
+  f.program_bytes.assign(static_cast<size_t>(L + 1), 0);
+  for (int64_t l = 0; l < L; ++l) {
+    const int32_t li = static_cast<int32_t>(l);
+    gather(l, gathered);
+    f.program_req[static_cast<size_t>(l)] = req;
+    f.program_bytes[static_cast<size_t>(l)] = bytes;
+    if (dims_.amp && casts_[l] == UINT32_MAX)
+      casts_[l] = tmp(mul(matmul_numel(shape_.params_of(l)), recipe_.autocast_copy_bytes), labels_.cast, li);
+    SavedLayer& sv = f.saved[static_cast<size_t>(l)];
+    if (checkpointed(l)) {
+      // A checkpoint keeps its input and runs the block under no_grad; the weights' casts made there are held by no
+      // graph and go when the forward's autocast region exits.
+      sv.attn.push_back(res), sv.ops.push_back(UINT32_MAX);
+      if (dims_.amp) ckpt_casts_.push_back(static_cast<uint32_t>(l));
+      no_grad_ = true;
+      res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, false, UINT32_MAX);
+      no_grad_ = false;
+    } else {
+      res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, true, UINT32_MAX);
+    }
+    const ProgramPlan blk = plan_program(ProgramStage::Block, li, req, bytes);
+    req = blk.req[a.block.output];
+    bytes = blk.bytes[a.block.output];
+    for (uint32_t g : gathered) drop(g);
+    gathered.clear();
+  }
+  f.program_req[static_cast<size_t>(L)] = req;
+  f.program_bytes[static_cast<size_t>(L)] = bytes;
+  gather(L, gathered);
+  SavedLayer& post = f.program_post;
+  post = {};
+  f.loss_saved.clear();
+  f.loss_saved.push_back(program_forward(ProgramStage::Head, static_cast<int32_t>(L), res, req, bytes, post, true, UINT32_MAX));
+  if (embedding_units()) for (uint32_t g : gathered) drop(g);
+  else f.gathered_post = gathered;
+  release_all_gather();
+  for (uint32_t l : ckpt_casts_) drop(casts_[l]), casts_[l] = UINT32_MAX;
+  ckpt_casts_.clear();
+  casts_.swap(f.casts);
+}
+
+void StepBuilder::backward_program(InFlight& f) {
+  dims_ = f.dims;
+  begin_backward();
+  casts_.swap(f.casts);
+  const int64_t L = shape_.num_layers;
+  std::vector<uint32_t> gathered;
+  // The head: its loss seeds the gradient.
+  if (embedding_units()) gather(L, f.gathered_post);
+  alloc_layer_grads(L);
+  for (uint32_t t : f.loss_saved) drop(t);
+  f.loss_saved.clear();
+  uint32_t dres = program_backward(ProgramStage::Head, static_cast<int32_t>(L), UINT32_MAX, f.program_req[static_cast<size_t>(L)],
+                                   f.program_bytes[static_cast<size_t>(L)], f.program_post);
+  release_layer_grads(L);
+  step_in_backward(L);
+  for (uint32_t g : f.gathered_post) drop(g);
+  f.gathered_post.clear();
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const int32_t li = static_cast<int32_t>(l);
+    SavedLayer& sv = f.saved[static_cast<size_t>(l)];
+    const bool req = f.program_req[static_cast<size_t>(l)];
+    const int64_t bytes = f.program_bytes[static_cast<size_t>(l)];
+    gather(l, gathered);
+    alloc_layer_grads(l);
+    if (checkpointed(l)) {
+      // Recompute with grad on the kept input, then backward through the recomputed graph (non-reentrant: the
+      // recomputed output is not held).
+      const uint32_t in = sv.attn.front();
+      SavedLayer& re = recompute_;
+      re.attn.clear(), re.mlp.clear(), re.ops.clear();
+      const uint32_t out = program_forward(ProgramStage::Block, li, in, req, bytes, re, false, UINT32_MAX);
+      const bool reentrant = resolved_.checkpoint_reentrant;
+      if (!reentrant) drop(out);
+      const uint32_t din = program_backward(ProgramStage::Block, li, dres, req, bytes, re);
+      if (reentrant) drop(out);
+      dres = din;
+      drop(in);
+      sv.attn.clear(), sv.ops.clear();
+    } else {
+      dres = program_backward(ProgramStage::Block, li, dres, req, bytes, sv);
+    }
+    if (casts_[l] != UINT32_MAX) drop(casts_[l]), casts_[l] = UINT32_MAX;
+    release_layer_grads(l);
+    reshard_after_backward(l);
+    step_in_backward(l);
+    for (uint32_t g : gathered) drop(g);
+    gathered.clear();
+  }
+  if (embedding_units()) gather(-1, gathered);
+  alloc_layer_grads(-1);
+  const uint32_t d = program_backward(ProgramStage::Embeddings, -1, dres, false, 0, f.program_pre);
+  if (d != UINT32_MAX) drop(d);
+  release_layer_grads(-1);
+  reshard_after_backward(-1);
+  reshard_after_backward(L);
+  step_in_backward(-1);
+  for (uint32_t g : gathered) drop(g);
+  gathered.clear();
+  drop(f.inputs);
+  f.inputs = UINT32_MAX;
+  casts_.swap(f.casts);
+  end_backward();
+}
+
+}  // namespace memsim

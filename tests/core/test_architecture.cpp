@@ -1,0 +1,192 @@
+// Model programs (src/core/architecture.h): the ViT program's exact parameter counts against torchvision's published
+// totals, one block's saved set against the closed form of its ops' autograd rules, and the decoder's field-named
+// errors for a bad program.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "core/architecture.h"
+#include "core/serialize.h"
+#include "core/simulate.h"
+#include "core/validate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+Config vit_config(const std::string& args, int64_t micro_batch = 8) {
+  Config c;
+  c.model.architecture = "vit";
+  c.model.architecture_args = args;
+  c.training.framework = "hf_trainer";
+  c.training.precision = "amp_bf16";
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "sdpa";
+  c.training.micro_batch_size = micro_batch;
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  return c;
+}
+
+int64_t params_of(const std::string& args) { return model_shape_of(vit_config(args).model).params_total; }
+
+// One block's saved activations: live activation bytes when backward starts, with L + 1 blocks minus with L.
+int64_t per_block(Config c, const std::string& args) {
+  auto at_backward = [&](int layers) {
+    c.model.architecture_args = args + ",num_hidden_layers=" + std::to_string(layers);
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
+  };
+  return at_backward(2) - at_backward(1);
+}
+
+std::string first_error(const std::string& program, const std::string& args = "") {
+  std::shared_ptr<const Architecture> a;
+  const auto errors = decode_architecture(program, args, a);
+  return errors.empty() ? std::string() : errors.front().message;
+}
+
+// The built-in ViT program with one edit applied to its JSON.
+template <typename F>
+std::string vit_edited(F&& edit) {
+  auto j = nlohmann::ordered_json::parse(builtin_architecture("vit"));
+  edit(j);
+  return j.dump();
+}
+
+}  // namespace
+
+TEST_CASE("ViT program: exact parameter counts of torchvision's ViT-B/16, B/32 and L/16", "[architecture]") {
+  // torchvision.models vit_b_16 / vit_b_32 / vit_l_16, IMAGENET1K_V1 "num_params": the same tensors as HF
+  // ViTForImageClassification without a pooler (class token, positions, conv patch embedding, blocks, final norm,
+  // 1000-way head).
+  CHECK(params_of("num_labels=1000") == 86567656);
+  CHECK(params_of("num_labels=1000,patch_size=32") == 88224232);
+  CHECK(params_of("num_labels=1000,hidden_size=1024,num_hidden_layers=24,num_attention_heads=16,intermediate_size=4096") ==
+        304326632);
+}
+
+TEST_CASE("ViT block under autocast: its saved set is the sum of its ops' rules", "[architecture]") {
+  // N = b (grid^2 + 1) rows, h wide. LayerNorm saves its fp32 input (4Nh) and mean and rstd (8N) twice; q, k and v
+  // each save a bf16 cast of the first norm's fp32 output (6Nh); SDPA keeps q, k, v and its output (8Nh) and an fp32
+  // logsumexp per head and row (4aN); the second norm's fp32 input (4Nh); fc1 a cast of its input (2Nh); GELU its
+  // input (8Nh, f = 4h); fc2 GELU's bf16 output (8Nh). 40Nh + 16N + 4aN in all.
+  const int64_t b = 8, N = b * 197, h = 768, a = 12;
+  Config c = vit_config("num_labels=1000", b);
+  CHECK(per_block(c, "num_labels=1000") == 40 * N * h + 16 * N + 4 * a * N);
+  // Pure bf16: the tensors are bf16 and the linears read them as they are: x (2Nh) and the first norm's output (2Nh,
+  // once for q, k and v), q, k, v and the output (8Nh), h (2Nh) and the second norm's output (2Nh), fc1's and GELU's
+  // outputs (16Nh): 32Nh + 16N + 4aN.
+  c.training.precision = "bf16_pure";
+  CHECK(per_block(c, "num_labels=1000") == 32 * N * h + 16 * N + 4 * a * N);
+}
+
+TEST_CASE("ViT program: checkpointing, eager attention and batch move the peak the way their mechanisms say", "[architecture]") {
+  Config c = vit_config("num_labels=1000", 32);
+  const Result plain = simulate(c);
+  REQUIRE(plain.ok);
+  CHECK(plain.params_total == 86567656);
+  c.training.activation_checkpointing = "full";
+  const Result ckpt = simulate(c);
+  REQUIRE(ckpt.ok);
+  CHECK(ckpt.devices[0].peak.allocated_bytes < plain.devices[0].peak.allocated_bytes);
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "eager";  // [b, heads, 197, 197] probabilities per block
+  const Result eager = simulate(c);
+  REQUIRE(eager.ok);
+  CHECK(eager.devices[0].peak.allocated_bytes > plain.devices[0].peak.allocated_bytes);
+  // LoRA on query and value: the base is frozen, so far less is saved and no base optimizer state exists.
+  c.training.attention = "sdpa";
+  c.peft.method = "lora";
+  c.peft.target_modules = "query,value";
+  const Result lora = simulate(c);
+  REQUIRE(lora.ok);
+  CHECK(lora.params_trainable == 12 * 2 * (8 * 768 + 768 * 8));
+  CHECK(lora.devices[0].peak.allocated_bytes < plain.devices[0].peak.allocated_bytes);
+  // ZeRO-3 and FSDP shard a program's parameters like any family's: each of 4 ranks keeps a quarter of the weights,
+  // gradients and optimizer states between steps (DeepSpeed's default buckets, 5e8 elements, still make its peak
+  // above the single GPU's for a model this small).
+  c.peft.method = "none";
+  c.parallel.data_parallel_size = 4;
+  c.parallel.zero_stage = 3;
+  const ModelStates& whole = plain.devices[0].model_states;
+  for (const char* engine : {"deepspeed", "fsdp1", "fsdp2"}) {
+    c.parallel.sharding = engine;
+    const Result sharded = simulate(c);
+    INFO(engine);
+    REQUIRE(sharded.ok);
+    const ModelStates& part = sharded.devices[0].model_states;
+    CHECK(part.optimizer_bytes == Approx(whole.optimizer_bytes / 4.0).epsilon(0.01));
+    CHECK(part.weights_bytes < whole.weights_bytes / 3);
+  }
+}
+
+TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
+  CHECK(first_error("resnet").find("model.architecture must be empty") == 0);
+  CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);
+  // An unknown op.
+  CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][10]["op"] = "swish"; })) ==
+        "model.architecture: block.ops[10].op: \"swish\" is not an op; the vocabulary: parameter, conv2d, flatten_tokens, "
+        "concat, add, layer_norm, linear, attention, gelu, relu, dropout, select_token, cross_entropy");
+  // A shape that does not fit: fc2 reads the MLP's width but the residual add needs the hidden width.
+  CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][11]["out_features"] = "intermediate_size"; })) ==
+        "model.architecture: block.ops[13]: add needs equal shapes; mlp_out is [197, 3072], h [197, 768]");
+  // A tensor that is never produced, and a cycle (an op reading what a later op makes).
+  CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][1]["in"] = "x_normed"; })) ==
+        "model.architecture: block.ops[1].in: tensor \"x_normed\" is not produced before this op (ops run in the order "
+        "written, so a cycle shows here too)");
+  CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][0]["in"] = "y"; })).find("block.ops[0].in: tensor \"y\" is not produced before this op") != std::string::npos);
+  // A tensor made and never read.
+  CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][4]["in"] = {"q", "k", "q"}; })) ==
+        "model.architecture: block: tensor \"v\" is produced but never read");
+  // A block that does not keep its input's shape cannot repeat.
+  CHECK(first_error(vit_edited([](auto& j) {
+          j["block"]["output"] = "fc1";
+          while (j["block"]["ops"].size() > 10) j["block"]["ops"].erase(10);
+        })) == "model.architecture: block.output: the block repeats, so its output must have its input's shape; fc1 differs");
+  // Expressions and hyperparameters.
+  CHECK(first_error(vit_edited([](auto& j) { j["dims"]["grid"] = "image_size // patchsize"; })) ==
+        "model.architecture: dims.grid: \"image_size // patchsize\" names 'patchsize', which is neither a hyperparameter "
+        "nor a dimension (or the dimensions name each other in a cycle)");
+  CHECK(first_error("vit", "image_size=224,depth=12") ==
+        "model.architecture_args: \"depth\" is not a hyperparameter of this program; it has hidden_size, "
+        "num_hidden_layers, num_attention_heads, intermediate_size, hidden_dropout_prob, attention_probs_dropout_prob, "
+        "image_size, patch_size, num_channels, qkv_bias, num_labels");
+  CHECK(first_error("vit", "patch_size=0").find("dims.grid") != std::string::npos);
+  CHECK(first_error("vit", "num_attention_heads=7") ==
+        "model.architecture: block.ops[4]: attention's heads (7) must divide the widths of q and v");
+}
+
+TEST_CASE("a config with a program validates its combination, naming the field, and keeps every value", "[architecture]") {
+  Config c = vit_config("num_labels=10");
+  CHECK(validate(c).empty());
+  c.parallel.tensor_parallel_size = 2;
+  c.parallel.data_parallel_size = 1;
+  const auto errors = validate(c);
+  REQUIRE(!errors.empty());
+  CHECK(errors.front().field == "parallel.tensor_parallel_size");
+  CHECK(c.parallel.tensor_parallel_size == 2);
+  Config d = vit_config("");
+  d.model.architecture.clear();
+  d.model.architecture_args = "num_labels=10";
+  REQUIRE(validate(d).size() == 1);
+  CHECK(validate(d).front().field == "model.architecture_args");
+}
+
+TEST_CASE("an HF ViT config.json imports as the ViT program with its hyperparameters", "[architecture]") {
+  const std::string config_json = R"({"architectures": ["ViTForImageClassification"], "model_type": "vit",
+    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+    "image_size": 384, "patch_size": 16, "num_channels": 3, "qkv_bias": true,
+    "id2label": {"0": "cat", "1": "dog", "2": "bird"}})";
+  const Parsed p = model_from_hf_json(config_json);
+  REQUIRE(p.ok);
+  CHECK(p.config.model.architecture == "vit");
+  CHECK(p.config.model.architecture_args.find("image_size=384") != std::string::npos);
+  CHECK(p.config.model.architecture_args.find("num_labels=3") != std::string::npos);
+  // 24 x 24 patches + the class token.
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture(p.config.model.architecture, p.config.model.architecture_args, a).empty());
+  CHECK(a->tokens == 577);
+}
