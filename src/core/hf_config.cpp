@@ -171,6 +171,16 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     type = "t5";
     notes.push_back("model: no model_type; d_model, d_kv and num_layers are T5Config's keys, read as model_type t5");
   }
+  // A model section that holds a program (model.architecture: a memsim config's, not an HF config.json): memsim's own
+  // fields, read onto the defaults, with none of the HF structure or required keys (the program has its own).
+  if (auto it = j->find("architecture");
+      it != j->end() && (it->is_object() || (it->is_string() && !it->get_ref<const std::string&>().empty()))) {
+    Config tmp;
+    JsonSectionReader rd{{errors}, *j, "model", {}};
+    visit_fields(tmp, rd);
+    out = tmp.model;
+    return;
+  }
   // A family written as a model program (src/core/catalog/architectures): the program's hyperparameters are HF
   // config keys, so the import passes on those the file sets (num_labels from id2label as below).
   if (const std::string program = architecture_for_model_type(type); !program.empty()) {

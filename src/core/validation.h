@@ -57,6 +57,10 @@ struct ValidationSummary {
   int peft_counted = 0;
   double peft_median_abs_error = 0;
   double peft_worst_high_abs_error = 0;
+  // The counted cases (single and several GPUs) of families written as model programs (model.architecture): the
+  // families beyond decoder LLMs, reported apart.
+  int program_counted = 0;
+  double program_median_abs_error = 0;
   int multi_counted = 0;
   double multi_median_abs_error = 0;
   double multi_worst_high_abs_error = 0;

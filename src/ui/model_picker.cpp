@@ -41,6 +41,9 @@ const std::vector<const ModelPreset*>& found_for(const std::string& text) {
 std::string shown_name(const ModelConfig& m) {
   std::string shown = m.name;
   static const ModelConfig default_model;
+  // A model program opened from a link carries no name of its own: the program names it.
+  if (!m.architecture.empty() && m.name == default_model.name)
+    return m.architecture.front() == '{' ? "Model program (Details > Model)" : "Model program \"" + m.architecture + "\"";
   if (m.name == default_model.name) {
     if (!(m == default_model)) shown += " (edited)";
     return shown;

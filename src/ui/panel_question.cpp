@@ -205,9 +205,12 @@ bool draw_question_inputs(Config& c) {
   auto& t = c.training;
   if (int_input("training.micro_batch_size", t.micro_batch_size, 1))
     hand.insert("training.micro_batch_size"), changed = true;
-  if (int_input("training.sequence_length", t.sequence_length, 512))
+  // A model program's inputs have the shapes it declares (an image size): the sequence length does not apply.
+  const bool program = !c.model.architecture.empty();
+  if (program) ImGui::TextDisabled("sequence: the model program's own (its inputs' shapes, under Details > Model)");
+  else if (int_input("training.sequence_length", t.sequence_length, 512))
     hand.insert("training.sequence_length"), changed = true;
-  if (!hand.count("training.micro_batch_size") || !hand.count("training.sequence_length")) {
+  if (!hand.count("training.micro_batch_size") || (!program && !hand.count("training.sequence_length"))) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("Not set by hand: the largest that fit the model, method and GPUs.");
     ImGui::PopStyleColor();

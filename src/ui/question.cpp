@@ -119,7 +119,9 @@ bool fits(const Config& c) {
 
 bool fit_shape(Config& c, const HandSet& hand) {
   if (c.data.varies()) return false;
-  const bool own_mb = hand.count("training.micro_batch_size") > 0, own_seq = hand.count("training.sequence_length") > 0;
+  // A model program's rows per sample are its own (the sequence length does not apply): only the batch is searched.
+  const bool own_mb = hand.count("training.micro_batch_size") > 0,
+             own_seq = hand.count("training.sequence_length") > 0 || !c.model.architecture.empty();
   if (own_mb && own_seq) return false;
   std::vector<int64_t> seqs, mbs;
   if (own_seq) seqs = {c.training.sequence_length};
