@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "checked.h"
@@ -577,6 +578,18 @@ std::string architecture_for_model_type(std::string_view model_type) {
 
 std::vector<ArchitectureError> decode_architecture(const std::string& spec, const std::string& args,
                                                    std::shared_ptr<const Architecture>& out) {
+  // The last program decoded, kept: validation, the simulation's setup and the page decode the same text on every
+  // edit, and a decode costs about as much as the step it describes. Programs are immutable once decoded.
+  static std::mutex last_mutex;
+  static std::string last_spec, last_args;
+  static std::shared_ptr<const Architecture> last;
+  {
+    const std::lock_guard<std::mutex> lock(last_mutex);
+    if (last && last_spec == spec && last_args == args) {
+      out = last;
+      return {};
+    }
+  }
   std::vector<ArchitectureError> errors;
   const std::string field = "model.architecture";
   std::string_view text = spec;
@@ -617,7 +630,21 @@ std::vector<ArchitectureError> decode_architecture(const std::string& spec, cons
   } catch (const ojson::exception& e) {
     errors.push_back({field, field + ": " + e.what()});
   }
-  if (errors.empty()) out = a;
+  // A program that holds with its defaults but not with the user's values: the values are the field to fix.
+  if (!errors.empty() && !args.empty() && errors.front().field == field) {
+    std::shared_ptr<const Architecture> plain;
+    if (decode_architecture(spec, "", plain).empty())
+      for (auto& e : errors) {
+        if (e.field != field) continue;
+        e.field = "model.architecture_args";
+        e.message = "model.architecture_args: with \"" + args.substr(0, 60) + "\" the program does not hold: " + e.message;
+      }
+  }
+  if (errors.empty()) {
+    out = a;
+    const std::lock_guard<std::mutex> lock(last_mutex);
+    last_spec = spec, last_args = args, last = a;
+  }
   return errors;
 }
 

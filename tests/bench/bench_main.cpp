@@ -123,6 +123,18 @@ TEST_CASE("simulation speed") {
   hf_stated.data.padding = "max_length";
   BENCHMARK("Llama-3-8B shape, QLoRA under the HF Trainer, data shape stated") { return simulate(hf_stated).devices.size(); };
   BENCHMARK("... data shape unstated: with the band's 8-micro-batch run") { return simulate(hf).devices.size(); };
+  // A model program (core/architecture.h): the ViT-B/16 classifier, decoded from its JSON on every simulation, as the
+  // page does on every edit.
+  Config vit;
+  vit.model.architecture = "vit";
+  vit.model.architecture_args = "num_labels=1000";
+  vit.training.framework = "hf_trainer";
+  vit.training.precision = "amp_bf16";
+  vit.training.micro_batch_size = 64;
+  vit.training.activation_checkpointing = "none";
+  vit.parallel.data_parallel_size = 1;
+  vit.parallel.zero_stage = 0;
+  BENCHMARK("ViT-B/16 program, batch 64, one GPU") { return simulate(vit).devices.size(); };
 }
 
 // Links: the page encodes one on every change of the setup (publish) and decodes one on load and on hashchange.

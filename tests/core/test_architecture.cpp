@@ -154,9 +154,17 @@ TEST_CASE("a bad program gets one error naming its field and the place in the pr
         "model.architecture_args: \"depth\" is not a hyperparameter of this program; it has hidden_size, "
         "num_hidden_layers, num_attention_heads, intermediate_size, hidden_dropout_prob, attention_probs_dropout_prob, "
         "image_size, patch_size, num_channels, qkv_bias, num_labels");
+  // Values that break a program that holds with its defaults are named as the arguments' fault.
   CHECK(first_error("vit", "patch_size=0").find("dims.grid") != std::string::npos);
   CHECK(first_error("vit", "num_attention_heads=7") ==
-        "model.architecture: block.ops[4]: attention's heads (7) must divide the widths of q and v");
+        "model.architecture_args: with \"num_attention_heads=7\" the program does not hold: model.architecture: "
+        "block.ops[4]: attention's heads (7) must divide the widths of q and v");
+  // An image smaller than a patch.
+  CHECK(first_error("vit", "image_size=8") ==
+        "model.architecture_args: with \"image_size=8\" the program does not hold: model.architecture: "
+        "embeddings.ops[1]: conv2d's kernel 16 exceeds pixel_values [3, 8, 8]");
+  std::shared_ptr<const Architecture> a;
+  CHECK(decode_architecture("vit", "image_size=8", a).front().field == "model.architecture_args");
 }
 
 TEST_CASE("a config with a program validates its combination, naming the field, and keeps every value", "[architecture]") {
