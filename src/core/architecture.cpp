@@ -455,13 +455,14 @@ class Decoder {
             break;
           }
           int64_t d = 0;
-          if (!dim(v, kw, d, spec->kind == OpKind::SelectToken ? 0 : 1)) break;
+          if (!dim(v, kw, d, spec->kind == OpKind::SelectToken || key.name == std::string("start") ? 0 : 1)) break;
           const std::string kn = key.name;
           if (kn == "out_features" || kn == "out_channels") op.out_features = d;
           if (kn == "kernel") op.kernel = d;
           if (kn == "stride") op.stride = d;
           if (kn == "heads") op.heads = d;
-          if (kn == "index") op.index = d;
+          if (kn == "index" || kn == "start") op.index = d;
+          if (kn == "size") op.size = d;
           break;
         }
         case OpKey::Probability: {

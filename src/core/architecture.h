@@ -32,6 +32,8 @@ enum class OpKind {
   Relu,         // nn.ReLU
   Dropout,      // nn.Dropout
   SelectToken,  // x[:, i, :], a view (the class token)
+  Slice,        // x[..., start:start + size], a view (q, k and v of a fused qkv linear)
+  DropPath,     // stochastic depth on a residual branch (timm's DropPath)
   CrossEntropy, // the classification loss over the last dimension
 };
 
@@ -54,7 +56,8 @@ struct ArchOp {
   int64_t out_features = 0;  // Linear; Conv2d: out_channels
   int64_t kernel = 0, stride = 0;  // Conv2d
   int64_t heads = 0;         // Attention
-  int64_t index = 0;         // SelectToken
+  int64_t index = 0;         // SelectToken; Slice: the first column
+  int64_t size = 0;          // Slice: the columns
   double p = 0.0;            // Dropout; Attention's dropout on the probabilities
   bool bias = false;         // Linear, Conv2d, LayerNorm (LayerNorm: elementwise_affine's bias)
   bool tanh = false;         // Gelu: approximate="tanh"

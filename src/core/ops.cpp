@@ -53,6 +53,12 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::Dropout, "dropout", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false, "torch.nn.Dropout"},
       {OpKind::SelectToken, "select_token", {{"in", K::Tensor, true}, {"index", K::Dim, false}}, false,
        "x[:, index, :], a view of one token row (ViTForImageClassification: sequence_output[:, 0, :])"},
+      {OpKind::Slice, "slice", {{"in", K::Tensor, true}, {"start", K::Dim, true}, {"size", K::Dim, true}}, false,
+       "x[..., start:start + size], a view of columns of the last dimension (timm Attention: qkv.reshape(B, N, 3, "
+       "heads, d).permute(2, 0, 3, 1, 4), then q, k, v = qkv[0], qkv[1], qkv[2])"},
+      {OpKind::DropPath, "drop_path", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false,
+       "timm layers/drop.py drop_path (v0.3.2 models/layers/drop.py): x.div(keep_prob) * random_tensor, one random "
+       "value per sample; the identity at p = 0"},
       {OpKind::CrossEntropy, "cross_entropy", {{"in", K::Tensor, true}}, false,
        "torch.nn.CrossEntropyLoss over the last dimension, one int64 label per sample"},
   };
@@ -144,6 +150,17 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       if (op.index >= in[0]->shape[0])
         return error = "select_token's index " + std::to_string(op.index) + " is past the " + std::to_string(in[0]->shape[0]) + " rows of " + in[0]->name, false;
       out = {1, in[0]->shape[1]};
+      return true;
+    case OpKind::Slice:
+      if (op.index + op.size > in[0]->shape.back())
+        return error = "slice [" + std::to_string(op.index) + ", " + std::to_string(op.index + op.size) + ") is past the " +
+                       std::to_string(in[0]->shape.back()) + " columns of " + in[0]->name, false;
+      out = in[0]->shape;
+      out.back() = op.size;
+      return true;
+    case OpKind::DropPath:
+      if (in[0]->is_parameter) return error = "the input must be an activation, not the parameter " + in[0]->name, false;
+      out = in[0]->shape;
       return true;
     case OpKind::CrossEntropy:
       if (in[0]->numel() != in[0]->shape.back())

@@ -82,11 +82,13 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
       case OpKind::Attention: p.bytes[o] = dims_.e; break;
       case OpKind::CrossEntropy: p.bytes[o] = 4; break;
       case OpKind::Dropout:
-        p.root[o] = op.p > 0 ? o : p.root[op.in[0]];  // p = 0: aten _dropout returns its input
+      case OpKind::DropPath:
+        p.root[o] = op.p > 0 ? o : p.root[op.in[0]];  // p = 0: aten _dropout and timm's drop_path return their input
         p.bytes[o] = widest;
         break;
       case OpKind::FlattenTokens:
       case OpKind::SelectToken:
+      case OpKind::Slice:
         p.root[o] = p.root[op.in[0]];  // a view
         p.bytes[o] = widest;
         break;
@@ -128,6 +130,8 @@ const char* StepBuilder::find_op_name(OpKind k) {
     case OpKind::Relu: return "relu";
     case OpKind::Dropout: return "dropout";
     case OpKind::SelectToken: return "select_token";
+    case OpKind::Slice: return "slice";
+    case OpKind::DropPath: return "drop_path";
     case OpKind::CrossEntropy: return "cross_entropy";
   }
   return "op";
@@ -188,7 +192,17 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
     switch (op.kind) {
       case OpKind::Parameter: owned[o] = false; break;  // a weight: the engines hold it
       case OpKind::FlattenTokens:
-      case OpKind::SelectToken: break;  // views: the root's storage
+      case OpKind::SelectToken:
+      case OpKind::Slice: break;  // views: the root's storage
+      case OpKind::DropPath:
+        // x.div(keep_prob) (a transient), times a [batch, 1, 1] random tensor in x's dtype, which the product saves.
+        if (op.p > 0) {
+          const uint32_t scaled = tmp(bytes_of(o), labels_.attn_tmp, layer);
+          id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+          drop(scaled);
+          if (req) save_new(oi, mul(p.bytes[o], b), labels_.hidden_mask);
+        }
+        break;
       case OpKind::Linear:
       case OpKind::Conv2d: {
         uint32_t cast = UINT32_MAX;
@@ -321,9 +335,10 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
     grad[o] = UINT32_MAX;
     const bool alias = p.root[o] != o;  // a view, or dropout with p = 0
     if (g != UINT32_MAX && alias) {
-      // A view's gradient is the gradient of its base (flatten, transpose, identity dropout), except select's,
-      // whose backward scatters it into zeros of the base's shape (select_backward).
-      if (op.kind == OpKind::SelectToken) give(op.in[0], tmp(bytes_of(op.in[0]), program_label(st, op.in[0], "grad"), layer)), drop(g);
+      // A view's gradient is the gradient of its base (flatten, transpose, identity dropout), except select's and a
+      // slice's, whose backward scatters it into zeros of the base's shape (select_backward, slice_backward).
+      if (op.kind == OpKind::SelectToken || op.kind == OpKind::Slice)
+        give(op.in[0], tmp(bytes_of(op.in[0]), program_label(st, op.in[0], "grad"), layer)), drop(g);
       else give(op.in[0], g);
     } else if (g != UINT32_MAX && op.kind != OpKind::Parameter) {
       // Scratch of the op's own backward, alive beside its input gradients.
@@ -338,6 +353,8 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
           scratch.push_back(tmp(mul(4, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));  // flash's fp32 dq accumulator
         }
       }
+      // drop_path's backward: the product's gradient, then the division's (x's gradient, below).
+      if (op.kind == OpKind::DropPath) scratch.push_back(tmp(bytes_of(o), labels_.bwd_mlp, layer));
       // Under autocast a trained weight's gradient comes out of the matmul in the compute dtype and is cast to the
       // fp32 .grad (the cast's backward): a transient of the weight's size.
       if (dims_.amp && p.op_trains[i] && (op.kind == OpKind::Linear || op.kind == OpKind::Conv2d))

@@ -32,9 +32,9 @@ Config vit_config(const std::string& args, int64_t micro_batch = 8) {
 int64_t params_of(const std::string& args) { return model_shape_of(vit_config(args).model).params_total; }
 
 // One block's saved activations: live activation bytes when backward starts, with L + 1 blocks minus with L.
-int64_t per_block(Config c, const std::string& args) {
+int64_t per_block(Config c, const std::string& args, const std::string& layers_key = "num_hidden_layers") {
   auto at_backward = [&](int layers) {
-    c.model.architecture_args = args + ",num_hidden_layers=" + std::to_string(layers);
+    c.model.architecture_args = args + "," + layers_key + "=" + std::to_string(layers);
     const Result r = simulate(c);
     REQUIRE(r.ok);
     return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
@@ -123,13 +123,38 @@ TEST_CASE("ViT program: checkpointing, eager attention and batch move the peak t
   }
 }
 
+TEST_CASE("timm's ViT program: DeiT's exact counts, and one fused qkv linear saves one autocast copy", "[architecture]") {
+  // timm deit_tiny / deit_small / deit_base_patch16_224 (timm's model table: 5.72M, 22.05M, 86.57M): the same
+  // tensors as ViT with q, k and v in one qkv linear.
+  auto deit = [](const std::string& args) {
+    Config c = vit_config("");
+    c.model.architecture = "vit_timm";
+    c.model.architecture_args = "qkv_bias=1," + args;
+    return c;
+  };
+  CHECK(model_shape_of(deit("embed_dim=192,num_heads=3").model).params_total == 5717416);
+  CHECK(model_shape_of(deit("embed_dim=384,num_heads=6").model).params_total == 22050664);
+  CHECK(model_shape_of(deit("embed_dim=768,num_heads=12").model).params_total == 86567656);
+  // The block under autocast: as the HF program's (40Nh + 16N + 4aN) less two of the three bf16 copies of the first
+  // norm's output (one linear reads it), 36Nh + 16N + 4aN; q, k and v are views of the one qkv output, which the
+  // attention keeps whole.
+  const int64_t b = 8, N = b * 197, h = 768, a = 12;
+  Config c = deit("");
+  c.training.micro_batch_size = b;
+  CHECK(per_block(c, "qkv_bias=1", "depth") == 36 * N * h + 16 * N + 4 * a * N);
+  // DropPath with p > 0 saves one random value per sample for each of its two branches (in the residual's dtype, fp16
+  // here as the branch is) and makes transients only.
+  c.training.precision = "amp_fp16";
+  CHECK(per_block(c, "qkv_bias=1,drop_path_rate=0.1", "depth") - per_block(c, "qkv_bias=1", "depth") == 2 * 2 * b);
+}
+
 TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
   CHECK(first_error("resnet").find("model.architecture must be empty") == 0);
   CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);
   // An unknown op.
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][10]["op"] = "swish"; })) ==
         "model.architecture: block.ops[10].op: \"swish\" is not an op; the vocabulary: parameter, conv2d, flatten_tokens, "
-        "concat, add, layer_norm, linear, attention, gelu, relu, dropout, select_token, cross_entropy");
+        "concat, add, layer_norm, linear, attention, gelu, relu, dropout, select_token, slice, drop_path, cross_entropy");
   // A shape that does not fit: fc2 reads the MLP's width but the residual add needs the hidden width.
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][11]["out_features"] = "intermediate_size"; })) ==
         "model.architecture: block.ops[13]: add needs equal shapes; mlp_out is [197, 3072], h [197, 768]");

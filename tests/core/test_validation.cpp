@@ -97,14 +97,15 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 }
 
 // The real-runs issue's targets count every high- and medium-confidence public case, the excluded findings too:
-// median <= 2.5% and p90 <= 8%. Reached: median 2.9% (3.4% before fms-acceleration's cases stated their versions,
-// 3.1% before SDPA's math kernel, FSDP2's embedding units and Unsloth), p90 13.0% over 154 cases (the excluded rows
-// are the ones the model cannot explain yet). The bounds guard what is reached. With every switch that a case file
-// sets by hand back at auto (the versions decide): median 3.6%, p90 26.1%.
+// median <= 2.5% and p90 <= 8%. Reached: median 2.9% over the 154 decoder-family cases (3.4% before fms-acceleration's
+// cases stated their versions, 3.1% before SDPA's math kernel, FSDP2's embedding units and Unsloth), p90 13.0% (the
+// excluded rows are the ones the model cannot explain yet); 3.1% over 157 with the three DeiT cases of the first
+// family written as a program (4-6% under, a finding in their notes). The bounds guard what is reached. With every
+// switch that a case file sets by hand back at auto (the versions decide): median 3.4-3.6%, p90 26.1%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 150);
-  CHECK(s.all_median_abs_error <= 0.031);
+  CHECK(s.all_median_abs_error <= 0.0315);
   CHECK(s.all_p90_abs_error <= 0.14);
   CHECK(s.auto_median_abs_error <= 0.040);
   CHECK(s.auto_p90_abs_error <= 0.28);
