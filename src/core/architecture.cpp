@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -237,6 +238,7 @@ class Decoder {
       else if (!v.is_number()) error("hyperparameters." + k, "must be a number");
       else values_.push_back({k, v.get<double>()});
     }
+    a.defaults = values_;
     apply_args(args);
     // Dimensions may use each other in any order (a config's JSON object may have sorted its keys): each pass
     // evaluates those whose names are known, until none is left or a pass makes no progress.
@@ -673,6 +675,51 @@ std::string compact_architecture(const std::string& text) {
 }
 
 bool looks_like_architecture(std::string_view text) { return text.find("\"memsim_architecture\"") != std::string_view::npos; }
+
+std::string set_architecture_arg(const std::string& args, const std::string& name, double value, double default_value) {
+  std::string out;
+  size_t i = 0;
+  while (i <= args.size()) {  // every entry but `name`'s, as written
+    size_t j = args.find(',', i);
+    if (j == std::string::npos) j = args.size();
+    std::string item = args.substr(i, j - i);
+    i = j + 1;
+    const size_t eq = item.find('=');
+    std::string key = item.substr(0, eq);
+    key.erase(0, key.find_first_not_of(' '));
+    if (const size_t end = key.find_last_not_of(' '); end != std::string::npos) key.erase(end + 1);
+    if (key.empty() || key == name) continue;
+    item.erase(0, item.find_first_not_of(' '));
+    out += (out.empty() ? "" : ",") + item;
+  }
+  if (value != default_value) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.10g", value);
+    out += (out.empty() ? "" : ",") + name + "=" + text;
+  }
+  return out;
+}
+
+double architecture_arg(const std::string& args, const std::string& name, double fallback) {
+  size_t i = 0;
+  while (i < args.size()) {
+    size_t j = args.find(',', i);
+    if (j == std::string::npos) j = args.size();
+    const std::string item = args.substr(i, j - i);
+    i = j + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = item.substr(0, eq);
+    key.erase(0, key.find_first_not_of(' '));
+    if (const size_t end = key.find_last_not_of(' '); end != std::string::npos) key.erase(end + 1);
+    if (key != name) continue;
+    const std::string text = item.substr(eq + 1);
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() && std::isfinite(v)) fallback = v;
+  }
+  return fallback;
+}
 
 double architecture_value(const Architecture& a, std::string_view name) {
   for (const auto& [k, v] : a.values)

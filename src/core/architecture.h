@@ -77,6 +77,7 @@ struct Architecture {
   std::string name, title, source;
   std::vector<std::string> model_types;       // HF model_type values this program reads (config.json import)
   std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
+  std::vector<std::pair<std::string, double>> defaults;  // the hyperparameters, as the program declares them
   int64_t repeat = 0;                         // blocks
   std::vector<ArchTensor> inputs;             // the data a micro-batch brings (pixel_values: fp32)
   int64_t label_bytes = 8;                    // per sample: the int64 class label
@@ -109,6 +110,11 @@ std::vector<ArchitectureError> decode_architecture(const std::string& spec, cons
 std::string compact_architecture(const std::string& text);
 // Whether a dropped or pasted text is a model program (it names the program format).
 bool looks_like_architecture(std::string_view text);
+// model.architecture_args with one hyperparameter set: its entry replaced (or added), and left out where the value is
+// the program's default, so that the arguments list only what differs.
+std::string set_architecture_arg(const std::string& args, const std::string& name, double value, double default_value);
+// The value model.architecture_args gives `name`, or `fallback` where it gives none (or not a number).
+double architecture_arg(const std::string& args, const std::string& name, double fallback);
 // A decoded program's hyperparameter or dimension, by name (0 if absent).
 double architecture_value(const Architecture& a, std::string_view name);
 

@@ -192,6 +192,20 @@ TEST_CASE("a bad program gets one error naming its field and the place in the pr
   CHECK(decode_architecture("vit", "image_size=8", a).front().field == "model.architecture_args");
 }
 
+TEST_CASE("the page's hyperparameter inputs edit model.architecture_args, which keeps only what differs", "[architecture]") {
+  CHECK(set_architecture_arg("", "num_labels", 10, 2) == "num_labels=10");
+  CHECK(set_architecture_arg("num_labels=10, image_size=384", "num_labels", 2, 2) == "image_size=384");
+  CHECK(set_architecture_arg("num_labels=10,image_size=384", "image_size", 448, 224) == "num_labels=10,image_size=448");
+  CHECK(set_architecture_arg("num_labels=10", "hidden_dropout_prob", 0.1, 0) == "num_labels=10,hidden_dropout_prob=0.1");
+  CHECK(architecture_arg("num_labels=10, image_size = 384", "image_size", 224) == 384);
+  CHECK(architecture_arg("num_labels=ten", "num_labels", 2) == 2);
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("vit", "num_labels=10", a).empty());
+  REQUIRE(a->defaults.size() == 11);
+  CHECK(a->defaults.back() == std::pair<std::string, double>{"num_labels", 2});
+  CHECK(architecture_value(*a, "num_labels") == 10);
+}
+
 TEST_CASE("a config with a program validates its combination, naming the field, and keeps every value", "[architecture]") {
   Config c = vit_config("num_labels=10");
   CHECK(validate(c).empty());
