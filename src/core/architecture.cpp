@@ -31,7 +31,7 @@ struct Names {
 };
 
 // Integer arithmetic over hyperparameter and dimension names: + - * / (exact or fractional), // (floor), % and ^,
-// with parentheses. Errors are sentences for the caller to prefix with the field.
+// max(a, b) and min(a, b), with parentheses. Errors are sentences for the caller to prefix with the field.
 class Expr {
  public:
   Expr(std::string_view text, const Names& names) : t_(text), names_(names) {}
@@ -124,6 +124,13 @@ class Expr {
       while (j < t_.size() && (std::isalnum(static_cast<unsigned char>(t_[j])) || t_[j] == '_')) ++j;
       const std::string name(t_.substr(i_, j - i_));
       i_ = j;
+      if ((name == "max" || name == "min") && eat("(")) {  // max(a, b), min(a, b)
+        const double a = sum(depth + 1);
+        if (!eat(",")) return fail("misses the ',' between " + name + "'s two arguments");
+        const double b = sum(depth + 1);
+        if (!eat(")")) return fail("misses a ')' after " + name + "'s arguments");
+        return name == "max" ? std::max(a, b) : std::min(a, b);
+      }
       if (const double* v = names_.find(name)) return *v;
       return fail("names '" + name + "', which is neither a hyperparameter nor a dimension (or the dimensions name each other in a cycle)");
     }
@@ -288,7 +295,9 @@ class Decoder {
     stage(p, "embeddings", a.inputs, nullptr, a.embeddings);
     if (!errors_.empty()) return;
     const ArchTensor& emb_out = a.embeddings.tensors[a.embeddings.output];
+    in_block_ = true, repeat_ = a.repeat;
     stage(p, "block", {}, &emb_out, a.block);
+    in_block_ = false;
     if (!errors_.empty()) return;
     const ArchTensor& blk_out = a.block.tensors[a.block.output];
     if (blk_out.shape != emb_out.shape)
@@ -346,6 +355,15 @@ class Decoder {
         for (auto& [k, v] : values_)
           if (k == key) v = d;
     }
+  }
+
+  // Whether an expression names `layer` (a whole name, not part of one).
+  static bool names_layer(const std::string& e) {
+    for (size_t at = e.find("layer"); at != std::string::npos; at = e.find("layer", at + 1)) {
+      const auto part = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+      if ((at == 0 || !part(e[at - 1])) && (at + 5 >= e.size() || !part(e[at + 5]))) return true;
+    }
+    return false;
   }
 
   int32_t tensor_named(ArchStage& s, const std::string& n) {
@@ -468,10 +486,26 @@ class Decoder {
           break;
         }
         case OpKey::Probability: {
-          double d;
-          if (!value(v, kw, d)) break;
-          if (d < 0 || d >= 1) error(kw, "must be a probability from 0 to below 1; it is " + number(d));
-          else op.p = d;
+          // In a block, `layer` names the block's index (0 to repeat - 1): the expression is evaluated per block.
+          const bool per_layer = in_block_ && v.is_string() && names_layer(v.get_ref<const std::string&>());
+          // Bounded: a program evaluates at most 65,536 per-block values (4,096 blocks x 16 ops).
+          if (per_layer && (per_layer_values_ += repeat_) > 65536) {
+            error(kw, "makes more than 65,536 per-block values in all (blocks x ops whose expression names layer)");
+            break;
+          }
+          for (int64_t l = 0; l < (per_layer ? repeat_ : 1); ++l) {
+            if (per_layer) values_.push_back({"layer", static_cast<double>(l)});
+            double d = 0;
+            const bool ok = value(v, kw, d);
+            if (per_layer) values_.pop_back();
+            if (!ok) break;
+            if (d < 0 || d >= 1) {
+              error(kw, "must be a probability from 0 to below 1; it is " + number(d) + (per_layer ? " in block " + std::to_string(l) : ""));
+              break;
+            }
+            if (per_layer) op.p_per_layer.push_back(d), op.p = std::max(op.p, d);
+            else op.p = d;
+          }
           break;
         }
         case OpKey::Flag: {  // true, false, or an expression: nonzero is true (qkv_bias = 1)
@@ -525,6 +559,9 @@ class Decoder {
 
   std::vector<ArchitectureError>& errors_;
   std::string field_;
+  bool in_block_ = false;  // decoding the block's ops, where `layer` names the block's index
+  int64_t repeat_ = 0;
+  int64_t per_layer_values_ = 0;
   std::vector<std::pair<std::string, double>> values_;
 };
 

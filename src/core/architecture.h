@@ -58,7 +58,13 @@ struct ArchOp {
   int64_t heads = 0;         // Attention
   int64_t index = 0;         // SelectToken; Slice: the first column
   int64_t size = 0;          // Slice: the columns
-  double p = 0.0;            // Dropout; Attention's dropout on the probabilities
+  double p = 0.0;            // Dropout, DropPath; Attention's dropout on the probabilities
+  // A block op's probability that depends on the block's index (`layer` in its expression: timm's stochastic depth
+  // rises linearly over the blocks), one per block; empty where it is the same for every block.
+  std::vector<double> p_per_layer;
+  double p_at(int64_t layer) const {
+    return p_per_layer.empty() || layer < 0 || layer >= static_cast<int64_t>(p_per_layer.size()) ? p : p_per_layer[static_cast<size_t>(layer)];
+  }
   bool bias = false;         // Linear, Conv2d, LayerNorm (LayerNorm: elementwise_affine's bias)
   bool tanh = false;         // Gelu: approximate="tanh"
   ParamKind param_kind = ParamKind::Embedding;  // Parameter

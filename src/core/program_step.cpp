@@ -83,7 +83,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
       case OpKind::CrossEntropy: p.bytes[o] = 4; break;
       case OpKind::Dropout:
       case OpKind::DropPath:
-        p.root[o] = op.p > 0 ? o : p.root[op.in[0]];  // p = 0: aten _dropout and timm's drop_path return their input
+        p.root[o] = op.p_at(layer) > 0 ? o : p.root[op.in[0]];  // p = 0: aten _dropout and timm's drop_path return their input
         p.bytes[o] = widest;
         break;
       case OpKind::FlattenTokens:
@@ -196,7 +196,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
       case OpKind::Slice: break;  // views: the root's storage
       case OpKind::DropPath:
         // x.div(keep_prob) (a transient), times a [batch, 1, 1] random tensor in x's dtype, which the product saves.
-        if (op.p > 0) {
+        if (op.p_at(layer) > 0) {
           const uint32_t scaled = tmp(bytes_of(o), labels_.attn_tmp, layer);
           id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
           drop(scaled);
@@ -244,7 +244,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (req) keep(oi, o);
         break;
       case OpKind::Dropout:
-        if (op.p > 0) {
+        if (op.p_at(layer) > 0) {
           std::vector<uint32_t> mask;
           id[o] = dropout(UINT32_MAX, mul(b, s.tensors[o].numel()), p.bytes[o], true, program_label(st, o, "out"), layer, mask, false);
           for (uint32_t t : mask) {
@@ -266,7 +266,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           drop(scores);
           std::vector<uint32_t> probs;
           const int64_t sm = dims_.amp ? 4 : dims_.e;
-          attention_probs(layer, s2, {dims_.e, dims_.amp, sm, true, op.p > 0}, !no_grad_ && req, probs, scaled);
+          attention_probs(layer, s2, {dims_.e, dims_.amp, sm, true, op.p_at(layer) > 0}, !no_grad_ && req, probs, scaled);
           const uint32_t ctx = tmp(bytes_of(o), labels_.attn_tmp, layer);
           id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);  // permute(...).contiguous()
           drop(ctx);

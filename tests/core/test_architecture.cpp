@@ -142,6 +142,20 @@ TEST_CASE("timm's ViT program: DeiT's exact counts, and one fused qkv linear sav
   Config c = deit("");
   c.training.micro_batch_size = b;
   CHECK(per_block(c, "qkv_bias=1", "depth") == 36 * N * h + 16 * N + 4 * a * N);
+  // timm's stochastic depth rises linearly over the blocks (dpr = torch.linspace(0, drop_path_rate, depth)): `layer`
+  // in a block's probability names the block's index.
+  std::shared_ptr<const Architecture> prog;
+  REQUIRE(decode_architecture("vit_timm", "drop_path_rate=0.1", prog).empty());
+  const ArchOp& dp = prog->block.ops[8];
+  REQUIRE(dp.kind == OpKind::DropPath);
+  REQUIRE(dp.p_per_layer.size() == 12);
+  CHECK(dp.p_at(0) == 0);
+  CHECK(dp.p_at(11) == Approx(0.1));
+  CHECK(dp.p_at(6) == Approx(0.1 * 6 / 11));
+  CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][6]["p"] = "layer / 6"; })) ==
+        "model.architecture: block.ops[6].p: must be a probability from 0 to below 1; it is 1 in block 6");
+  CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][9]["out_features"] = "intermediate_size + layer"; }))
+            .find("names 'layer'") != std::string::npos);  // a shape cannot vary per block: the blocks share parameters
   // DropPath with p > 0 saves one random value per sample for each of its two branches (in the residual's dtype, fp16
   // here as the branch is) and makes transients only.
   c.training.precision = "amp_fp16";
