@@ -30,6 +30,7 @@ enum class OpKind {
   Attention,    // multi-head attention over q, k, v (the kernel from the config: eager or SDPA)
   Gelu,         // nn.GELU (exact or tanh)
   Relu,         // nn.ReLU
+  Tanh,         // nn.Tanh
   Dropout,      // nn.Dropout
   SelectToken,  // x[:, i, :], a view (the class token)
   Slice,        // x[..., start:start + size], a view (q, k and v of a fused qkv linear)

@@ -561,6 +561,8 @@ std::string config_json_schema() {
       case FieldKind::Text:
         if (f.key == "data.micro_batch_lengths")  // the reader also takes a JSON array of integers (serialize.cpp)
           p["anyOf"] = json::array({json{{"type", "string"}}, json{{"type", "array"}, {"items", {{"type", "integer"}}}}});
+        else if (f.key == "model.architecture")  // ... and a model program inline, as the object it is (architecture.h)
+          p["anyOf"] = json::array({json{{"type", "string"}}, json{{"type", "object"}}});
         else
           p["type"] = "string";
         break;

@@ -50,6 +50,7 @@ const std::vector<OpSpec>& op_specs() {
        "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q, k, v [tokens, heads x d]"},
       {OpKind::Gelu, "gelu", {{"in", K::Tensor, true}, {"tanh", K::Flag, false}}, false, "torch.nn.GELU"},
       {OpKind::Relu, "relu", {{"in", K::Tensor, true}}, false, "torch.nn.ReLU"},
+      {OpKind::Tanh, "tanh", {{"in", K::Tensor, true}}, false, "torch.nn.Tanh (tanh_backward reads its result)"},
       {OpKind::Dropout, "dropout", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false, "torch.nn.Dropout"},
       {OpKind::SelectToken, "select_token", {{"in", K::Tensor, true}, {"index", K::Dim, false}}, false,
        "x[:, index, :], a view of one token row (ViTForImageClassification: sequence_output[:, 0, :])"},
@@ -123,6 +124,7 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     case OpKind::LayerNorm:
     case OpKind::Gelu:
     case OpKind::Relu:
+    case OpKind::Tanh:
     case OpKind::Dropout:
       if (in[0]->is_parameter) return error = "the input must be an activation, not the parameter " + in[0]->name, false;
       out = in[0]->shape;

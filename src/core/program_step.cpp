@@ -9,7 +9,7 @@
 // - linear / conv2d: the input for the weight's gradient when the weight trains (under autocast a cast copy per
 //   module, as for every linear: linear_inputs), LoRA's inputs where PEFT targets the module;
 // - layer_norm: native_layer_norm saves its input, mean and rstd (fp32, one each per row);
-// - gelu: its input; relu: its output; dropout: a 1-byte mask (the one dropout rule, step_builder.h);
+// - gelu: its input; relu and tanh: their output; dropout: a 1-byte mask (the one dropout rule, step_builder.h);
 // - attention: SDPA's flash / memory-efficient kernels keep q, k, v, the output and an fp32 logsumexp per head and
 //   row; the eager form (ViTSelfAttention, BERT's) keeps q, k, v and the probabilities (the one attention_probs rule);
 // - add, concat, flatten_tokens, select_token and parameters save nothing;
@@ -128,6 +128,7 @@ const char* StepBuilder::find_op_name(OpKind k) {
     case OpKind::Attention: return "attention";
     case OpKind::Gelu: return "gelu";
     case OpKind::Relu: return "relu";
+    case OpKind::Tanh: return "tanh";
     case OpKind::Dropout: return "dropout";
     case OpKind::SelectToken: return "select_token";
     case OpKind::Slice: return "slice";
@@ -240,6 +241,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (req) keep(oi, x);
         break;
       case OpKind::Relu:
+      case OpKind::Tanh:  // both backwards read the result (derivatives.yaml: threshold_backward, tanh_backward)
         id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
         if (req) keep(oi, o);
         break;

@@ -168,7 +168,8 @@ TEST_CASE("a bad program gets one error naming its field and the place in the pr
   // An unknown op.
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][10]["op"] = "swish"; })) ==
         "model.architecture: block.ops[10].op: \"swish\" is not an op; the vocabulary: parameter, conv2d, flatten_tokens, "
-        "concat, add, layer_norm, linear, attention, gelu, relu, dropout, select_token, slice, drop_path, cross_entropy");
+        "concat, add, layer_norm, linear, attention, gelu, relu, tanh, dropout, select_token, slice, drop_path, "
+        "cross_entropy");
   // A shape that does not fit: fc2 reads the MLP's width but the residual add needs the hidden width.
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][11]["out_features"] = "intermediate_size"; })) ==
         "model.architecture: block.ops[13]: add needs equal shapes; mlp_out is [197, 3072], h [197, 768]");
@@ -234,6 +235,24 @@ TEST_CASE("a config with a program validates its combination, naming the field, 
   d.model.architecture_args = "num_labels=10";
   REQUIRE(validate(d).size() == 1);
   CHECK(validate(d).front().field == "model.architecture_args");
+}
+
+TEST_CASE("a memsim config may hold its program inline, as an object, and keeps it through JSON and a link", "[architecture]") {
+  const std::string program(builtin_architecture("vit"));
+  const Parsed p = config_from_json(R"({"schema": 2, "model": {"architecture": )" + program +
+                                    R"(, "architecture_args": "num_labels=10"}, "training": {"framework": "hf_trainer"}})");
+  REQUIRE(p.ok);
+  CHECK(p.config.model.architecture.front() == '{');
+  CHECK(validate(p.config).empty());
+  const Parsed again = config_from_json(config_to_json(p.config));
+  REQUIRE(again.ok);
+  CHECK(again.config == p.config);
+  const Parsed linked = config_from_fragment(config_to_fragment(p.config));
+  REQUIRE(linked.ok);
+  CHECK(linked.config == p.config);
+  const Result r = simulate(p.config);
+  REQUIRE(r.ok);
+  CHECK(r.params_total == 86567656 - 769000 + 768 * 10 + 10);
 }
 
 TEST_CASE("an HF ViT config.json imports as the ViT program with its hyperparameters", "[architecture]") {
