@@ -1,5 +1,6 @@
 // Fit explorer: a heatmap over two axes (micro-batch x sequence, TP x PP, GPUs x GPU type, LoRA rank x
-// targets) coloured by the peak over the usable memory. Cells are simulated a few per frame, with a progress bar,
+// targets; for a model program with an image size, micro-batch x image size) coloured by the peak over the usable
+// memory. Cells are simulated a few per frame, with a progress bar,
 // so the interface stays responsive; clicking a cell applies its setup. A long run of varying shapes is replayed
 // over fewer steps in every cell, as What helps does (panel_advice.cpp), and the caption says so.
 #include <imgui.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "chart.h"
+#include "core/architecture.h"
 #include "core/data_shape.h"
 #include "core/simulate.h"
 #include "core/tables.h"
@@ -71,6 +73,35 @@ std::vector<std::pair<Axis, Axis>> axis_pairs() {
   };
 }
 
+// A model program's sequence is its inputs' shape: where the program has an image size (image_size, img_size), the
+// first pair's second axis is that instead of the sequence length. Worked out once per program.
+struct ImageAxis {
+  std::string spec, key;
+  double default_size = 0;
+};
+const ImageAxis& image_axis(const ModelConfig& m) {
+  static ImageAxis cached;
+  if (cached.spec != m.architecture) {
+    cached = {m.architecture, "", 0};
+    std::shared_ptr<const Architecture> plain;
+    decode_architecture(m.architecture, "", plain);
+    if (plain)
+      for (const auto& [name, value] : plain->defaults)
+        if (name == "image_size" || name == "img_size") cached.key = name, cached.default_size = value;
+  }
+  return cached;
+}
+
+Axis image_size_axis(const ImageAxis& ia) {
+  static const std::vector<int64_t> sizes = {128, 224, 256, 384, 448, 512, 768};
+  std::vector<std::string> labels;
+  for (int64_t s : sizes) labels.push_back(std::to_string(s));
+  return {"image size", labels, [ia](Config& c, size_t i) {
+            c.model.architecture_args = set_architecture_arg(c.model.architecture_args, ia.key,
+                                                             static_cast<double>(sizes[i]), ia.default_size);
+          }};
+}
+
 // Peak over usable memory: green fades as the setup gets tight, yellow within the headroom, red over it (up
 // to 150%, darker the further over). Cells not computed yet, or invalid, are grey.
 ColorScale fit_scale() {
@@ -97,10 +128,16 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
   bool changed = false;
 
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
-  const char* names[] = {"micro-batch x sequence", "tensor x pipeline parallel", "GPUs x GPU type", "LoRA rank x targets"};
+  const ImageAxis& ia = config.model.architecture.empty() ? ImageAxis{} : image_axis(config.model);
+  static Axis image_y;
+  static std::string image_y_for;
+  if (!ia.key.empty() && image_y_for != ia.spec) image_y = image_size_axis(ia), image_y_for = ia.spec;
+  const char* names[] = {ia.key.empty() ? "micro-batch x sequence" : "micro-batch x image size", "tensor x pipeline parallel",
+                         "GPUs x GPU type", "LoRA rank x targets"};
   index_combo("axes", pair_index, {names[0], names[1], names[2], names[3]});
   announce_focus(std::string("axes: ") + names[pair_index] + ", list");
-  const auto& [xa, ya] = pairs[static_cast<size_t>(pair_index)];
+  const Axis& xa = pairs[static_cast<size_t>(pair_index)].first;
+  const Axis& ya = pair_index == 0 && !ia.key.empty() ? image_y : pairs[static_cast<size_t>(pair_index)].second;
   const size_t nx = xa.labels.size(), ny = ya.labels.size();
   if (pair_index != cached_pair || !(config == cached_for)) {
     cached_pair = pair_index;

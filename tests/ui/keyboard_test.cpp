@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/architecture.h"
 #include "core/simulate.h"
 #include "headless.h"
 #include "ui/app.h"
@@ -180,6 +181,22 @@ TEST_CASE("keyboard: a Fit explorer cell is reached by Tab and the arrows and ap
   k.press(ImGuiKey_Space);
   CHECK(k.app.config().training.micro_batch_size == 2);
   CHECK(k.app.config().training.sequence_length == 1024);
+}
+
+TEST_CASE("keyboard: for a model program with an image size, the Fit explorer's axes are micro-batch x image size", "[ui][keyboard]") {
+  Keyboard k;
+  REQUIRE(k.app.load_text(std::string(builtin_architecture("vit")), "vit.json"));
+  k.frames(5);
+  REQUIRE(k.tab_to("Fit explorer, tab"));
+  k.press(ImGuiKey_Space);
+  k.frames(200);
+  REQUIRE(k.tab_to("micro-batch 1, image size 128: "));
+  k.press(ImGuiKey_DownArrow);
+  CHECK(k.focus().rfind("micro-batch 1, image size 224: ", 0) == 0);
+  k.press(ImGuiKey_DownArrow);
+  k.press(ImGuiKey_Space);
+  CHECK(k.app.config().model.architecture_args == "image_size=256");
+  CHECK(k.app.config().training.micro_batch_size == 1);
 }
 
 TEST_CASE("keyboard: Escape on a control that is not being edited keeps the focus where it is", "[ui][keyboard]") {
