@@ -208,13 +208,13 @@ class Decoder {
   }
 
   void decode(const ojson& p, Architecture& a, const std::string& args) {
-    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "hyperparameters",
-                                 "dims", "repeat", "inputs", "embeddings", "block", "head"};
+    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "lora_targets",
+                                 "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "head"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, "
-                           "hyperparameters, dims, repeat, inputs, embeddings, block, head");
+                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, head");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -229,6 +229,7 @@ class Decoder {
     text("name", a.name, true);
     text("title", a.title, false);
     text("source", a.source, true);
+    text("lora_targets", a.lora_targets, false);
     if (p.contains("model_types")) {
       if (!p["model_types"].is_array()) error("model_types", "must be a list of HF model_type strings");
       else
@@ -735,6 +736,13 @@ std::string set_architecture_arg(const std::string& args, const std::string& nam
     out += (out.empty() ? "" : ",") + name + "=" + text;
   }
   return out;
+}
+
+std::string default_lora_targets(const ModelConfig& m) {
+  if (m.architecture.empty()) return {};
+  std::shared_ptr<const Architecture> a;
+  decode_architecture(m.architecture, m.architecture_args, a);
+  return a && !a->lora_targets.empty() ? a->lora_targets : "all-linear";
 }
 
 double architecture_arg(const std::string& args, const std::string& name, double fallback) {

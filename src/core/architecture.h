@@ -83,6 +83,7 @@ struct ArchStage {
 struct Architecture {
   std::string name, title, source;
   std::vector<std::string> model_types;       // HF model_type values this program reads (config.json import)
+  std::string lora_targets;                   // LoRA's default target_modules for the family (PEFT's mapping)
   std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
   std::vector<std::pair<std::string, double>> defaults;  // the hyperparameters, as the program declares them
   int64_t repeat = 0;                         // blocks
@@ -122,6 +123,9 @@ bool looks_like_architecture(std::string_view text);
 std::string set_architecture_arg(const std::string& args, const std::string& name, double value, double default_value);
 // The value model.architecture_args gives `name`, or `fallback` where it gives none (or not a number).
 double architecture_arg(const std::string& args, const std::string& name, double fallback);
+// LoRA's default targets for a model section: its program's lora_targets (all-linear where it names none); empty
+// for the built-in families.
+std::string default_lora_targets(const ModelConfig& m);
 // A decoded program's hyperparameter or dimension, by name (0 if absent).
 double architecture_value(const Architecture& a, std::string_view name);
 

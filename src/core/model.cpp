@@ -373,7 +373,9 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
       }
       const bool weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
       const bool fused_part = fused && (mod == "k_proj" || mod == "v_proj") && !in_list(peft.target_modules, mod);
-      if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod) && !fused_part) {
+      // all-linear matches nn.Linear modules only (peft tuners_utils _maybe_include_all_linear_layers), not a conv.
+      const bool conv_skipped = t.conv && peft.target_modules == "all-linear";
+      if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod) && !fused_part && !conv_skipped) {
         int64_t out_f = t.rows;
         const int64_t in_f = t.numel / t.rows;
         if (fused && mod == "q_proj" && !in_list(peft.target_modules, mod))  // the fused linear's whole width

@@ -28,6 +28,8 @@ struct ParamTensor {
   bool quantized = false;  // stored by bitsandbytes (int8 or 4-bit) instead of the weight dtype
   // Frozen, yet its FSDP unit holds a gradient for it (FSDP1 use_orig_params, mark_unit_gradients).
   bool unit_grad = false;
+  // A convolution's weight (model programs' conv2d): PEFT's all-linear leaves it out (it matches nn.Linear only).
+  bool conv = false;
 };
 // Whether backward computes a gradient for the tensor (its optimizer state follows `frozen` alone).
 inline bool has_grad(const ParamTensor& t) { return !t.frozen || t.unit_grad; }

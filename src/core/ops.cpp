@@ -187,6 +187,7 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
     case OpKind::Conv2d: {
       const int64_t c = in[0]->shape[0];
       param(".weight", mul(op.out_features, c, mul(op.kernel, op.kernel)), ParamKind::Matmul, op.out_features);
+      params.back().conv = true;
       if (op.bias) param(".bias", op.out_features, ParamKind::Bias, op.out_features);
       break;
     }

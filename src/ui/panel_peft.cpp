@@ -3,6 +3,7 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include "core/architecture.h"
 #include "core/frameworks.h"
 #include "panels.h"
 #include "question.h"  // method_defaults
@@ -41,7 +42,16 @@ bool draw_peft_inputs(Config& c) {
     } else {
       static const char* const kLora[] = {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear", nullptr};
       static const char* const kIa3[] = {"k_proj,v_proj,down_proj", "all-linear", nullptr};
-      for (const char* const* preset = p.method == "ia3" ? kIa3 : kLora; *preset; ++preset) {
+      // A model program: its own default targets and all-linear.
+      static std::string program_targets;
+      static const char* kProgram[] = {nullptr, "all-linear", nullptr};
+      const char* const* presets = p.method == "ia3" ? kIa3 : kLora;
+      if (!c.model.architecture.empty()) {
+        program_targets = default_lora_targets(c.model);
+        kProgram[0] = program_targets.c_str();
+        presets = program_targets == "all-linear" ? kProgram + 1 : kProgram;
+      }
+      for (const char* const* preset = presets; *preset; ++preset) {
         if (ImGui::SmallButton(*preset)) p.target_modules = *preset, changed = true;
         announce_focus(std::string(*preset) + ", button: sets the targets to it");
         ImGui::SameLine();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/architecture.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 
@@ -63,6 +64,9 @@ void set_method(Config& c, Method m) {
     case Method::Other: return;
   }
   method_defaults(p, previous);
+  // A model program names its family's LoRA targets (PEFT's mapping: ViT's query and value), not Llama's.
+  if (const std::string targets = default_lora_targets(c.model); !targets.empty() && p.target_modules == "q_proj,v_proj")
+    p.target_modules = targets;
   if (m == Method::Qlora) {
     // QLoRA (Dettmers et al. 2023, and its qlora.py): NF4 storage, double quantization, and adapters on every linear
     // layer, which the paper found necessary to match 16-bit fine-tuning.

@@ -105,6 +105,13 @@ TEST_CASE("ViT program: checkpointing, eager attention and batch move the peak t
   REQUIRE(lora.ok);
   CHECK(lora.params_trainable == 12 * 2 * (8 * 768 + 768 * 8));
   CHECK(lora.devices[0].peak.allocated_bytes < plain.devices[0].peak.allocated_bytes);
+  // all-linear matches nn.Linear only: not the patch embedding's convolution (PEFT's _maybe_include_all_linear_layers).
+  c.peft.target_modules = "all-linear";
+  const Result all = simulate(c);
+  REQUIRE(all.ok);
+  const int64_t per_layer = 4 * 2 * 8 * 768 + 2 * 8 * (768 + 3072);  // query, key, value, output dense; fc1, fc2
+  CHECK(all.params_trainable == 12 * per_layer + 8 * (768 + 1000));  // and the classifier
+  CHECK(default_lora_targets(c.model) == "query,value");
   // ZeRO-3 and FSDP shard a program's parameters like any family's: each of 4 ranks keeps a quarter of the weights,
   // gradients and optimizer states between steps (DeepSpeed's default buckets, 5e8 elements, still make its peak
   // above the single GPU's for a model this small).

@@ -5,8 +5,10 @@
 
 #include "core/architecture.h"
 #include "core/serialize.h"
+#include "core/validate.h"
 #include "headless.h"
 #include "ui/app.h"
+#include "ui/question.h"
 
 using namespace memsim;
 
@@ -107,6 +109,11 @@ TEST_CASE("a dropped model program replaces the model, and a bad one keeps the s
   CHECK(app.config().training == Config{}.training);
   CHECK(app.result().params_total == 86567656 - 769000 + 768 * 2 + 2);  // ViTConfig's default 2 labels
   gui.frame(app);
+  // The question's LoRA takes the family's targets (PEFT's mapping for ViT: query and value), not Llama's.
+  Config lora = app.config();
+  ui::set_method(lora, ui::Method::Lora);
+  CHECK(lora.peft.target_modules == "query,value");
+  CHECK(validate(lora).empty());
   const Config before = app.config();
   std::string bad = vit;
   bad.replace(bad.find("\"gelu\""), 6, "\"swish\"");
