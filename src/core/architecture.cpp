@@ -223,7 +223,7 @@ class Decoder {
         if (required) error(key, "is missing");
         return;
       }
-      if (!p[key].is_string() || p[key].get_ref<const std::string&>().size() > 400) error(key, "must be a string of at most 400 characters");
+      if (!p[key].is_string() || p[key].get_ref<const std::string&>().size() > 1000) error(key, "must be a string of at most 1,000 characters");
       else out = p[key].get<std::string>();
     };
     text("name", a.name, true);
@@ -413,7 +413,9 @@ class Decoder {
     }
     // A tensor nothing reads is a mistake in a program (a typo in an "in", or a dead op).
     for (size_t t = 0; t < s.tensors.size(); ++t)
+      // (A parameter may be registered and unused in training, as DINOv2's mask_token: it stays a weight.)
       if (s.last_reader[t] < 0 && static_cast<int32_t>(t) != s.output && !(embeddings && s.tensors[t].producer < 0) &&
+          !s.tensors[t].is_parameter &&
           !(head && s.tensors[t].producer == static_cast<int32_t>(s.ops.size()) - 1))
         error(sk, "tensor \"" + s.tensors[t].name + "\" is produced but never read");
     for (size_t t = 0; embeddings && t < inputs.size(); ++t)
@@ -483,7 +485,7 @@ class Decoder {
           if (kn == "stride") op.stride = d;
           if (kn == "heads") op.heads = d;
           if (kn == "index" || kn == "start") op.index = d;
-          if (kn == "size") op.size = d;
+          if (kn == "size" || kn == "rows") op.size = d;
           break;
         }
         case OpKey::Probability: {
@@ -519,6 +521,11 @@ class Decoder {
         }
         case OpKey::Choice: {
           const std::string c = v.is_string() ? v.get<std::string>() : "";
+          if (key.name == std::string("axis")) {
+            if (c == "tokens" || c == "features") op.features = c == "features";
+            else error(kw, "must be tokens (rows, dim=1) or features (the last dimension)");
+            break;
+          }
           if (c == "embedding") op.param_kind = ParamKind::Embedding;
           else if (c == "norm") op.param_kind = ParamKind::Norm;
           else if (c == "bias") op.param_kind = ParamKind::Bias;

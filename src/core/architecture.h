@@ -34,6 +34,9 @@ enum class OpKind {
   Dropout,      // nn.Dropout
   SelectToken,  // x[:, i, :], a view (the class token)
   Slice,        // x[..., start:start + size], a view (q, k and v of a fused qkv linear)
+  LayerScale,   // x * lambda1, a learned per-channel scale (DINOv2's Dinov2LayerScale, CaiT)
+  MeanTokens,   // x[:, start:].mean(dim=1): the mean of the token rows from `start` (DINOv2's classifier input)
+  ResizeTokens, // a positional table interpolated to `rows` rows (DINOv2's interpolate_pos_encoding)
   DropPath,     // stochastic depth on a residual branch (timm's DropPath)
   CrossEntropy, // the classification loss over the last dimension
 };
@@ -68,6 +71,7 @@ struct ArchOp {
   }
   bool bias = false;         // Linear, Conv2d, LayerNorm (LayerNorm: elementwise_affine's bias)
   bool tanh = false;         // Gelu: approximate="tanh"
+  bool features = false;     // Concat: along the features (last dimension) rather than the token rows
   ParamKind param_kind = ParamKind::Embedding;  // Parameter
 };
 

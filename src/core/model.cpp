@@ -254,7 +254,7 @@ void apply_expert_parallel(ModelShape& s, int64_t ep) {
 
 std::string module_name(const std::string& param_name) {
   std::string n = param_name;
-  for (const char* suffix : {".weight", ".bias"})
+  for (const char* suffix : {".weight", ".bias", ".lambda1"})  // lambda1: Dinov2LayerScale's one parameter
     if (n.size() > std::string(suffix).size() && n.compare(n.size() - std::string(suffix).size(), std::string::npos, suffix) == 0)
       n.erase(n.size() - std::string(suffix).size());
   const auto dot = n.rfind('.');

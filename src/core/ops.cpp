@@ -37,8 +37,9 @@ const std::vector<OpSpec>& op_specs() {
        true, "torch.nn.Conv2d: weight [out, in, k, k], bias [out]; output (H - k) // stride + 1 per side (padding 0)"},
       {OpKind::FlattenTokens, "flatten_tokens", {{"in", K::Tensor, true}}, false,
        "x.flatten(2).transpose(1, 2): [C, H, W] -> [H W, C], a view (ViTPatchEmbeddings.forward)"},
-      {OpKind::Concat, "concat", {{"in", K::Tensors, true}}, false,
-       "torch.cat(dim=1) over token rows of equal width: a new tensor in the promoted dtype"},
+      {OpKind::Concat, "concat", {{"in", K::Tensors, true}, {"axis", K::Choice, false}}, false,
+       "torch.cat over token rows of equal width (axis tokens, dim=1) or over features of equal rows (axis features, "
+       "dim=-1): a new tensor in the promoted dtype"},
       {OpKind::Add, "add", {{"in", K::Tensors, true}}, false,
        "elementwise a + b of equal shapes (a parameter of the same shape broadcasts over the batch)"},
       {OpKind::LayerNorm, "layer_norm", {{"in", K::Tensor, true}, {"bias", K::Flag, false}}, true,
@@ -60,6 +61,14 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::DropPath, "drop_path", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false,
        "timm layers/drop.py drop_path (v0.3.2 models/layers/drop.py): x.div(keep_prob) * random_tensor, one random "
        "value per sample; the identity at p = 0"},
+      {OpKind::LayerScale, "layer_scale", {{"in", K::Tensor, true}}, true,
+       "transformers models/dinov2/modeling_dinov2.py Dinov2LayerScale: hidden_state * lambda1, lambda1 [width]"},
+      {OpKind::MeanTokens, "mean_tokens", {{"in", K::Tensor, true}, {"start", K::Dim, false}}, false,
+       "x[:, start:].mean(dim=1) (Dinov2ForImageClassification: patch_tokens.mean(dim=1)); mean's backward needs "
+       "only the shape"},
+      {OpKind::ResizeTokens, "resize_tokens", {{"in", K::Tensor, true}, {"rows", K::Dim, true}}, false,
+       "transformers Dinov2Embeddings.interpolate_pos_encoding: the position table bicubically interpolated to the "
+       "image's patch grid, a new tensor; the table itself where the grid matches"},
       {OpKind::CrossEntropy, "cross_entropy", {{"in", K::Tensor, true}}, false,
        "torch.nn.CrossEntropyLoss over the last dimension, one int64 label per sample"},
   };
@@ -104,6 +113,17 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     }
     case OpKind::Concat: {
       if (in.size() < 2) return error = "concat needs at least two inputs", false;
+      if (op.features) {  // equal rows, widths add up
+        int64_t w = 0;
+        for (const auto* t : in) {
+          if (!rows(t, "concat")) return false;
+          if (t->shape[0] != in[0]->shape[0])
+            return error = "concat along features needs equal rows; " + t->name + " is " + dims_text(t->shape) + ", " + in[0]->name + " " + dims_text(in[0]->shape), false;
+          w = add(w, t->shape[1]);
+        }
+        out = {in[0]->shape[0], w};
+        return true;
+      }
       int64_t n = 0;
       for (const auto* t : in) {
         if (!rows(t, "concat")) return false;
@@ -160,9 +180,20 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       out = in[0]->shape;
       out.back() = op.size;
       return true;
+    case OpKind::LayerScale:
     case OpKind::DropPath:
       if (in[0]->is_parameter) return error = "the input must be an activation, not the parameter " + in[0]->name, false;
       out = in[0]->shape;
+      return true;
+    case OpKind::MeanTokens:
+      if (!rows(in[0], "mean_tokens")) return false;
+      if (op.index >= in[0]->shape[0])
+        return error = "mean_tokens' start " + std::to_string(op.index) + " leaves none of the " + std::to_string(in[0]->shape[0]) + " rows of " + in[0]->name, false;
+      out = {1, in[0]->shape[1]};
+      return true;
+    case OpKind::ResizeTokens:
+      if (!rows(in[0], "resize_tokens")) return false;
+      out = {op.size, in[0]->shape[1]};
       return true;
     case OpKind::CrossEntropy:
       if (in[0]->numel() != in[0]->shape.back())
@@ -189,6 +220,11 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
       param(".weight", mul(op.out_features, c, mul(op.kernel, op.kernel)), ParamKind::Matmul, op.out_features);
       params.back().conv = true;
       if (op.bias) param(".bias", op.out_features, ParamKind::Bias, op.out_features);
+      break;
+    }
+    case OpKind::LayerScale: {  // an elementwise scale: HF Trainer's decay group has it, autocast does not cast it
+      const int64_t w = in[0]->shape.back();
+      param(".lambda1", w, ParamKind::Embedding, w);
       break;
     }
     case OpKind::LayerNorm: {

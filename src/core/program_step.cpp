@@ -12,7 +12,8 @@
 // - gelu: its input; relu and tanh: their output; dropout: a 1-byte mask (the one dropout rule, step_builder.h);
 // - attention: SDPA's flash / memory-efficient kernels keep q, k, v, the output and an fp32 logsumexp per head and
 //   row; the eager form (ViTSelfAttention, BERT's) keeps q, k, v and the probabilities (the one attention_probs rule);
-// - add, concat, flatten_tokens, select_token and parameters save nothing;
+// - layer_scale: its input, where lambda1 trains;
+// - add, concat, mean_tokens, resize_tokens, flatten_tokens, select_token, slice and parameters save nothing;
 // - cross_entropy: log_softmax's output (fp32 under autocast, where cross_entropy runs in fp32).
 #include <algorithm>
 
@@ -37,10 +38,11 @@ const std::vector<ParamTensor>& StepBuilder::program_params(ProgramStage st, int
   return st == ProgramStage::Embeddings ? shape_.pre : st == ProgramStage::Head ? shape_.post : shape_.params_of(layer);
 }
 
-// Whether the parameter `name` of this slot trains (has a gradient).
+// Whether the parameter `name` of this slot trains (has a gradient): itself, or the trainable copy PEFT's
+// modules_to_save runs in its place (model.cpp apply_peft).
 static bool param_trains(const std::vector<ParamTensor>& params, const std::string& name) {
   for (const auto& t : params)
-    if (t.name == name) return has_grad(t);
+    if ((t.name == name || t.name == "modules_to_save." + name) && has_grad(t)) return true;
   return false;
 }
 
@@ -80,6 +82,14 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.bytes[o] = dims_.amp ? 4 : widest;  // layer_norm is on autocast's fp32 list
         break;
       case OpKind::Attention: p.bytes[o] = dims_.e; break;
+      case OpKind::LayerScale:  // x * lambda1: type promotion with the parameter's dtype (fp32 under autocast)
+        p.op_trains[i] = param_trains(params, op.name + ".lambda1");
+        p.bytes[o] = std::max(widest, dims_.e_res);
+        break;
+      case OpKind::ResizeTokens:  // the table itself where the grid matches (a view), else a new interpolated one
+        p.root[o] = op.size == s.tensors[op.in[0]].shape[0] ? p.root[op.in[0]] : o;
+        p.bytes[o] = widest;
+        break;
       case OpKind::CrossEntropy: p.bytes[o] = 4; break;
       case OpKind::Dropout:
       case OpKind::DropPath:
@@ -132,6 +142,9 @@ const char* StepBuilder::find_op_name(OpKind k) {
     case OpKind::Dropout: return "dropout";
     case OpKind::SelectToken: return "select_token";
     case OpKind::Slice: return "slice";
+    case OpKind::LayerScale: return "layer_scale";
+    case OpKind::MeanTokens: return "mean_tokens";
+    case OpKind::ResizeTokens: return "resize_tokens";
     case OpKind::DropPath: return "drop_path";
     case OpKind::CrossEntropy: return "cross_entropy";
   }
@@ -289,7 +302,15 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
       }
       case OpKind::Concat:
       case OpKind::Add:
+      case OpKind::MeanTokens:  // mean's backward needs only the shape
         id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        break;
+      case OpKind::ResizeTokens:  // interpolate's backward needs only the sizes
+        if (p.root[o] == o) id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        break;
+      case OpKind::LayerScale:  // lambda1's gradient reads the input; the input's reads lambda1, a weight
+        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        if (p.op_trains[i]) keep(oi, x);
         break;
       case OpKind::CrossEntropy: {
         // log_softmax over the classes (fp32 under autocast: a converted copy first), saved for nll's backward.

@@ -169,6 +169,44 @@ TEST_CASE("timm's ViT program: DeiT's exact counts, and one fused qkv linear sav
   CHECK(per_block(c, "qkv_bias=1,drop_path_rate=0.1", "depth") - per_block(c, "qkv_bias=1", "depth") == 2 * 2 * b);
 }
 
+TEST_CASE("DINOv2's program: the backbones' exact counts, layer scale, and a classifier over the class token and the patch mean", "[architecture]") {
+  // facebook/dinov2-small / -base / -large (Dinov2Model, no pooler: cls_token, mask_token, a 1,370-row position table
+  // for 518 / 14, the patch conv, blocks with two layer scales, the final norm): sum(p.numel()) of
+  // AutoModel.from_pretrained printed in public code, 22,056,576 / 86,580,480 / 304,368,640. The classifier on
+  // [class token, patch mean] adds 2h x labels + labels.
+  auto backbone = [](const std::string& size_args) {
+    Config c = vit_config("");
+    c.model.architecture = "dinov2";
+    c.model.architecture_args = "image_size=518,patch_size=14,num_labels=10," + size_args;
+    const ModelShape s = model_shape_of(c.model);
+    const int64_t h = static_cast<int64_t>(architecture_arg(c.model.architecture_args, "hidden_size", 768));
+    return s.params_total - (2 * h * 10 + 10);
+  };
+  CHECK(backbone("hidden_size=384,num_attention_heads=6") == 22056576);
+  CHECK(backbone("hidden_size=768") == 86580480);
+  CHECK(backbone("hidden_size=1024,num_hidden_layers=24,num_attention_heads=16") == 304368640);
+  // Trained at 224 x 224: 16 x 16 patches of 14 and the class token; the position table is interpolated to them.
+  Config c = vit_config("");
+  c.model.architecture = "dinov2";
+  c.model.architecture_args = "image_size=518,patch_size=14,num_labels=10";
+  c.training.micro_batch_size = 16;
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture(c.model.architecture, c.model.architecture_args, a).empty());
+  CHECK(a->tokens == 257);
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  // Layer scale saves its input for lambda1's gradient: two more [tokens, h] tensors per block than without it,
+  // in the compute dtype of the branches (bf16 under autocast).
+  const int64_t N = 16 * 257, h = 768;
+  Config frozen_scales = c;
+  frozen_scales.peft.method = "lora";
+  frozen_scales.peft.target_modules = "query,value";
+  frozen_scales.peft.modules_to_save = "layer_scale1,layer_scale2";
+  Config plain_lora = frozen_scales;
+  plain_lora.peft.modules_to_save = "";
+  CHECK(per_block(frozen_scales, c.model.architecture_args) - per_block(plain_lora, c.model.architecture_args) == 2 * 2 * N * h);
+}
+
 TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
   CHECK(first_error("resnet").find("model.architecture must be empty") == 0);
   CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);
@@ -176,7 +214,7 @@ TEST_CASE("a bad program gets one error naming its field and the place in the pr
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][10]["op"] = "swish"; })) ==
         "model.architecture: block.ops[10].op: \"swish\" is not an op; the vocabulary: parameter, conv2d, flatten_tokens, "
         "concat, add, layer_norm, linear, attention, gelu, relu, tanh, dropout, select_token, slice, drop_path, "
-        "cross_entropy");
+        "layer_scale, mean_tokens, resize_tokens, cross_entropy");
   // A shape that does not fit: fc2 reads the MLP's width but the residual add needs the hidden width.
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][11]["out_features"] = "intermediate_size"; })) ==
         "model.architecture: block.ops[13]: add needs equal shapes; mlp_out is [197, 3072], h [197, 768]");
