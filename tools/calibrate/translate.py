@@ -199,6 +199,8 @@ MEMSIM_MODEL_FIELDS = {
     "moe_capacity_factor": 0.0, "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0,
     "v_head_dim": 0, "post_layernorm": False, "type_vocab_size": 0, "task_head": "causal_lm", "num_labels": 2,
     "is_encoder_decoder": False, "num_decoder_layers": 0, "relative_attention_num_buckets": 32,
+    # A model program (memsim's src/core/architecture.h); the harness trains the built-in families only.
+    "architecture": "", "architecture_args": "",
 }
 # Older and model-specific HF names memsim reads as its own (serialize.cpp kAliases).
 ALIASES = {
