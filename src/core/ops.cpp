@@ -81,6 +81,12 @@ const OpSpec* find_op(std::string_view name) {
   return nullptr;
 }
 
+const char* op_name(OpKind kind) {
+  for (const auto& s : op_specs())
+    if (s.kind == kind) return s.name;
+  return "op";
+}
+
 std::string op_names() {
   std::string t;
   for (const auto& s : op_specs()) t += (t.empty() ? "" : ", ") + std::string(s.name);

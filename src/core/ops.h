@@ -27,6 +27,7 @@ struct OpSpec {
 
 const std::vector<OpSpec>& op_specs();
 const OpSpec* find_op(std::string_view name);
+const char* op_name(OpKind kind);  // its name in a program
 std::string op_names();  // "parameter, conv2d, ..." for error lines
 
 // The output shape of `op` over its inputs (per sample), or an error sentence.

@@ -19,6 +19,7 @@
 
 #include "architecture.h"
 #include "checked.h"
+#include "ops.h"
 #include "step_builder.h"
 
 namespace memsim {
@@ -117,38 +118,13 @@ uint32_t StepBuilder::program_label(ProgramStage st, int32_t tensor, const char*
   if (cache[k] == UINT32_MAX) {
     static const char* kStage[] = {"embeddings", "block", "head"};
     const ArchTensor& t = s.tensors[static_cast<size_t>(tensor)];
-    const std::string op = t.producer >= 0 ? find_op_name(s.ops[static_cast<size_t>(t.producer)].kind) : "input";
+    const std::string op = t.producer >= 0 ? op_name(s.ops[static_cast<size_t>(t.producer)].kind) : "input";
     std::string text = std::string(kStage[static_cast<int>(st)]) + " " + t.name + " (" + op + ")";
     if (what[0] == 'g') text = "gradient of " + text;
     if (what[0] == 'c') text = "compute-dtype copy of " + text;
     cache[k] = program_.label(text);
   }
   return cache[k];
-}
-
-const char* StepBuilder::find_op_name(OpKind k) {
-  switch (k) {
-    case OpKind::Parameter: return "parameter";
-    case OpKind::Conv2d: return "conv2d";
-    case OpKind::FlattenTokens: return "flatten_tokens";
-    case OpKind::Concat: return "concat";
-    case OpKind::Add: return "add";
-    case OpKind::LayerNorm: return "layer_norm";
-    case OpKind::Linear: return "linear";
-    case OpKind::Attention: return "attention";
-    case OpKind::Gelu: return "gelu";
-    case OpKind::Relu: return "relu";
-    case OpKind::Tanh: return "tanh";
-    case OpKind::Dropout: return "dropout";
-    case OpKind::SelectToken: return "select_token";
-    case OpKind::Slice: return "slice";
-    case OpKind::LayerScale: return "layer_scale";
-    case OpKind::MeanTokens: return "mean_tokens";
-    case OpKind::ResizeTokens: return "resize_tokens";
-    case OpKind::DropPath: return "drop_path";
-    case OpKind::CrossEntropy: return "cross_entropy";
-  }
-  return "op";
 }
 
 // One stage's forward. `in`: the stage input (block, head), owned by the caller unless own_input. Under no_grad_ (a

@@ -325,7 +325,6 @@ class StepBuilder {
   const std::vector<ParamTensor>& program_params(ProgramStage st, int32_t layer) const;
   ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
   uint32_t program_label(ProgramStage st, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
-  static const char* find_op_name(OpKind k);
   uint32_t program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes, SavedLayer& saved,
                            bool own_input, uint32_t inputs);
   uint32_t program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes, SavedLayer& saved);
