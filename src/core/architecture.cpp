@@ -209,12 +209,12 @@ class Decoder {
 
   void decode(const ojson& p, Architecture& a, const std::string& args) {
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "lora_targets",
-                                 "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "head"};
+                                 "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, "
-                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, head");
+                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -278,11 +278,15 @@ class Decoder {
       }
     }
     if (!errors_.empty()) return;
-    if (!p.contains("repeat") || !dim(p["repeat"], "repeat", a.repeat)) {
-      if (!p.contains("repeat")) error("repeat", "is missing: the number of blocks (an expression such as \"num_hidden_layers\")");
-      return;
-    }
-    if (a.repeat > 4096) return error("repeat", "must be at most 4096 blocks");
+    const bool one = p.contains("block"), several = p.contains("blocks");
+    if (one == several)
+      return error("block", "a program has either \"block\" (one kind, repeated \"repeat\" times) or \"blocks\" (a list "
+                            "of kinds, each with its own \"repeat\"), not both or neither");
+    if (one && !p.contains("repeat"))
+      return error("repeat", "is missing: the number of blocks (an expression such as \"num_hidden_layers\")");
+    if (several && p.contains("repeat")) return error("repeat", "goes in each entry of \"blocks\"");
+    if (several && (!p["blocks"].is_array() || p["blocks"].empty() || p["blocks"].size() > 64))
+      return error("blocks", "must be a list of 1 to 64 block kinds, each an object with repeat, input, ops and output");
     // The data a micro-batch brings.
     if (!p.contains("inputs") || !p["inputs"].is_object() || p["inputs"].empty())
       return error("inputs", "must name the data tensors a sample brings, each with its \"shape\"");
@@ -293,21 +297,58 @@ class Decoder {
       else if (shape(v["shape"], "inputs." + k + ".shape", t.shape)) a.inputs.push_back(t);
     }
     if (!errors_.empty()) return;
-    stage(p, "embeddings", a.inputs, nullptr, a.embeddings);
+    if (!p.contains("embeddings") || !p["embeddings"].is_object()) return error("embeddings", "must be an object with \"ops\"");
+    stage(p["embeddings"], "embeddings", a.inputs, nullptr, a.embeddings);
     if (!errors_.empty()) return;
-    const ArchTensor& emb_out = a.embeddings.tensors[a.embeddings.output];
-    in_block_ = true, repeat_ = a.repeat;
-    stage(p, "block", {}, &emb_out, a.block);
-    in_block_ = false;
+    const ArchTensor emb_out = a.embeddings.tensors[a.embeddings.output];
+    if (emb_out.shape.size() != 2 && emb_out.shape.size() != 3)
+      return error("embeddings.output", "must be token rows [tokens, width] or an image [channels, height, width]");
+    // The block kinds, in order: each receives what the one before passed on.
+    ArchTensor received = emb_out;
+    const size_t kinds = one ? 1 : p["blocks"].size();
+    for (size_t k = 0; k < kinds; ++k) {
+      const std::string where = one ? "block" : "blocks[" + std::to_string(k) + "]";
+      const ojson& j = one ? p["block"] : p["blocks"][k];
+      if (!j.is_object()) return error(where, "must be an object with \"ops\"");
+      int64_t repeat = 0;
+      if (one) {
+        if (!dim(p["repeat"], "repeat", repeat)) return;
+      } else {
+        if (!j.contains("repeat")) return error(where + ".repeat", "is missing: how many times this kind of block runs");
+        if (!dim(j["repeat"], where + ".repeat", repeat, 0)) return;
+      }
+      if (a.repeat + repeat > 4096) return error(one ? "repeat" : where + ".repeat", "makes more than 4096 blocks in all");
+      std::string name = one ? "block" : "block " + std::to_string(k);
+      if (!one && j.contains("name")) {
+        if (!j["name"].is_string() || j["name"].get_ref<const std::string&>().empty() || j["name"].get_ref<const std::string&>().size() > 64)
+          return error(where + ".name", "must be a string of 1 to 64 characters (what the timeline calls these blocks)");
+        name = j["name"].get<std::string>();
+      }
+      in_block_ = true, first_layer_ = a.repeat, repeat_ = repeat;
+      ArchStage st;
+      stage(j, where, {}, &received, st);
+      in_block_ = false;
+      if (!errors_.empty()) return;
+      const ArchTensor& out = st.tensors[st.output];
+      if (repeat != 1 && out.shape != received.shape)
+        return error(where + ".output", "the block repeats, so its output must have its input's shape; " + out.name + " differs" +
+                                            (repeat == 0 ? " (a kind that runs 0 times must keep the shape too)" : ""));
+      if (out.shape.size() != 2 && out.shape.size() != 3)
+        return error(where + ".output", "must be token rows [tokens, width] or an image [channels, height, width]");
+      if (repeat > 0) received = out, received.producer = -1;
+      for (int64_t r = 0; r < repeat; ++r) a.kind_of_layer.push_back(static_cast<int32_t>(a.blocks.size()));
+      a.repeat += repeat;
+      a.blocks.push_back(std::move(st));
+      a.block_names.push_back(name);
+      a.block_repeat.push_back(repeat);
+    }
+    if (a.repeat < 1) return error("blocks", "run no block: at least one kind needs a repeat of 1 or more");
+    if (!p.contains("head") || !p["head"].is_object()) return error("head", "must be an object with \"ops\"");
+    stage(p["head"], "head", {}, &received, a.head);
     if (!errors_.empty()) return;
-    const ArchTensor& blk_out = a.block.tensors[a.block.output];
-    if (blk_out.shape != emb_out.shape)
-      return error("block.output", "the block repeats, so its output must have its input's shape; " + blk_out.name + " differs");
-    stage(p, "head", {}, &blk_out, a.head);
-    if (!errors_.empty()) return;
-    if (emb_out.shape.size() != 2) return error("embeddings.output", "must be token rows [tokens, width]");
-    a.tokens = emb_out.shape[0];
-    a.width = emb_out.shape[1];
+    const bool image = emb_out.shape.size() == 3;
+    a.tokens = image ? mul(emb_out.shape[1], emb_out.shape[2]) : emb_out.shape[0];
+    a.width = emb_out.shape[0 + (image ? 0 : 1)];
     a.values = values_;
   }
 
@@ -373,15 +414,13 @@ class Decoder {
     return -1;
   }
 
-  void stage(const ojson& p, const char* key, const std::vector<ArchTensor>& inputs, const ArchTensor* received,
+  // One stage (`sk`: embeddings, block, blocks[k] or head) from its object `j`.
+  void stage(const ojson& j, const std::string& sk, const std::vector<ArchTensor>& inputs, const ArchTensor* received,
              ArchStage& s) {
-    const std::string sk = key;
-    if (!p.contains(key) || !p[key].is_object()) return error(sk, "must be an object with \"ops\"");
-    const ojson& j = p[key];
-    const bool head = sk == "head", embeddings = sk == "embeddings";
+    const bool head = sk == "head", embeddings = sk == "embeddings", kind = sk.rfind("blocks[", 0) == 0;
     for (const auto& [k, v] : j.items())
-      if (k != "ops" && k != "input" && k != "output")
-        error(sk + "." + k, "is not a stage key; allowed: input, ops, output");
+      if (k != "ops" && k != "input" && k != "output" && !(kind && (k == "repeat" || k == "name")))
+        error(sk + "." + k, std::string("is not a stage key; allowed: ") + (kind ? "name, repeat, " : "") + "input, ops, output");
     for (const auto& t : inputs) s.tensors.push_back(t);
     if (received) {
       if (!j.contains("input") || !j["input"].is_string()) return error(sk + ".input", "must name the tensor the stage receives");
@@ -402,6 +441,11 @@ class Decoder {
     s.last_reader.assign(s.tensors.size(), -1);
     for (size_t i = 0; i < s.ops.size(); ++i)
       for (int32_t t : s.ops[i].in) s.last_reader[t] = static_cast<int32_t>(i);
+    // What an in-place op writes is gone for any later reader: the op must be its last.
+    for (size_t i = 0; i < s.ops.size(); ++i)
+      if (s.ops[i].inplace && s.last_reader[s.ops[i].in[0]] != static_cast<int32_t>(i))
+        return error(sk + ".ops[" + std::to_string(i) + "].inplace", "overwrites \"" + s.tensors[s.ops[i].in[0]].name +
+                                                                       "\", which a later op still reads");
     if (head) {
       if (s.ops.back().kind != OpKind::CrossEntropy) return error(sk + ".ops", "the head must end with its loss (cross_entropy)");
       if (j.contains("output")) error(sk + ".output", "the head ends in its loss and passes nothing on");
@@ -478,11 +522,14 @@ class Decoder {
             break;
           }
           int64_t d = 0;
-          if (!dim(v, kw, d, spec->kind == OpKind::SelectToken || key.name == std::string("start") ? 0 : 1)) break;
+          const bool from_zero = spec->kind == OpKind::SelectToken || key.name == std::string("start") || key.name == std::string("padding");
+          if (!dim(v, kw, d, from_zero ? 0 : 1)) break;
           const std::string kn = key.name;
           if (kn == "out_features" || kn == "out_channels") op.out_features = d;
           if (kn == "kernel") op.kernel = d;
           if (kn == "stride") op.stride = d;
+          if (kn == "padding") op.padding = d;
+          if (kn == "groups") op.groups = d;
           if (kn == "heads") op.heads = d;
           if (kn == "index" || kn == "start") op.index = d;
           if (kn == "size" || kn == "rows") op.size = d;
@@ -496,14 +543,15 @@ class Decoder {
             error(kw, "makes more than 65,536 per-block values in all (blocks x ops whose expression names layer)");
             break;
           }
+          if (per_layer) op.p_first_layer = first_layer_;
           for (int64_t l = 0; l < (per_layer ? repeat_ : 1); ++l) {
-            if (per_layer) values_.push_back({"layer", static_cast<double>(l)});
+            if (per_layer) values_.push_back({"layer", static_cast<double>(first_layer_ + l)});
             double d = 0;
             const bool ok = value(v, kw, d);
             if (per_layer) values_.pop_back();
             if (!ok) break;
             if (d < 0 || d >= 1) {
-              error(kw, "must be a probability from 0 to below 1; it is " + number(d) + (per_layer ? " in block " + std::to_string(l) : ""));
+              error(kw, "must be a probability from 0 to below 1; it is " + number(d) + (per_layer ? " in block " + std::to_string(first_layer_ + l) : ""));
               break;
             }
             if (per_layer) op.p_per_layer.push_back(d), op.p = std::max(op.p, d);
@@ -516,6 +564,7 @@ class Decoder {
           if (v.is_boolean()) d = v.get<bool>() ? 1 : 0;
           else if (!value(v, kw, d)) break;
           if (key.name == std::string("bias")) op.bias = d != 0;
+          else if (key.name == std::string("inplace")) op.inplace = d != 0;
           else op.tanh = d != 0;
           break;
         }
@@ -537,6 +586,12 @@ class Decoder {
     }
     // Defaults that depend on the op: LayerNorm has a bias unless told otherwise, Linear and Conv2d likewise.
     if (!o.contains("bias") && (op.kind == OpKind::LayerNorm || op.kind == OpKind::Linear || op.kind == OpKind::Conv2d)) op.bias = true;
+    if (op.kind == OpKind::MaxPool2d && !o.contains("stride")) op.stride = op.kernel;  // nn.MaxPool2d's default
+    // An in-place op writes a tensor this stage made (writing the stage's input or a parameter would change what
+    // another stage or the optimizer holds).
+    if (op.inplace && !op.in.empty() && (s.tensors[op.in[0]].producer < 0 || s.tensors[op.in[0]].is_parameter))
+      return error(where + ".inplace", "writes its input, so the input must be an activation this stage makes; \"" +
+                                           s.tensors[op.in[0]].name + "\" is not");
     if (!errors_.empty()) return;
     if (!o.contains("out") || !o["out"].is_string() || o["out"].get_ref<const std::string&>().empty())
       return error(where + ".out", "must name the tensor the op produces");
@@ -567,8 +622,8 @@ class Decoder {
 
   std::vector<ArchitectureError>& errors_;
   std::string field_;
-  bool in_block_ = false;  // decoding the block's ops, where `layer` names the block's index
-  int64_t repeat_ = 0;
+  bool in_block_ = false;  // decoding a block kind's ops, where `layer` names the block's index
+  int64_t first_layer_ = 0, repeat_ = 0;  // the kind's first block and how many run
   int64_t per_layer_values_ = 0;
   std::vector<std::pair<std::string, double>> values_;
 };
@@ -789,12 +844,20 @@ ModelShape build_program_shape(std::shared_ptr<const Architecture> a) {
     }
   };
   params(a->embeddings, s.pre);
-  params(a->block, s.layer);
+  if (a->blocks.size() == 1) {
+    params(a->blocks[0], s.layer);
+  } else {  // several kinds: each its own parameter list
+    s.block_kinds.resize(a->blocks.size());
+    for (size_t k = 0; k < a->blocks.size(); ++k) params(a->blocks[k], s.block_kinds[k]);
+    s.kind_of_layer = a->kind_of_layer;
+  }
   params(a->head, s.post);
   s.num_layers = a->repeat;
   s.num_dense_layers = a->repeat;
   s.params_per_layer = sum_numel(s.layer);
-  s.params_total = add(add(sum_numel(s.pre), mul(s.params_per_layer, s.num_layers)), sum_numel(s.post));
+  int64_t total = add(sum_numel(s.pre), sum_numel(s.post));
+  s.for_each_layer_kind([&](const std::vector<ParamTensor>& ts, int64_t n) { total = add(total, mul(sum_numel(ts), n)); });
+  s.params_total = total;
   s.params_active_per_token = s.params_total;
   s.program = std::move(a);
   return s;

@@ -21,7 +21,10 @@ namespace memsim {
 
 enum class OpKind {
   Parameter,    // a learned tensor used directly (ViT's cls_token, position_embeddings)
-  Conv2d,       // nn.Conv2d (patch embeddings)
+  Conv2d,       // nn.Conv2d (patch embeddings, CNN layers)
+  BatchNorm2d,  // nn.BatchNorm2d in training mode (batch statistics)
+  MaxPool2d,    // nn.MaxPool2d
+  GlobalAvgPool,  // nn.AdaptiveAvgPool2d((1, 1)) then flatten: [C, H, W] -> [1, C]
   FlattenTokens,  // [C, H, W] -> [H W, C]: flatten(2).transpose(1, 2), a view
   Concat,       // torch.cat along the token axis
   Add,          // elementwise sum (residual adds, position embeddings)
@@ -58,20 +61,26 @@ struct ArchOp {
   std::vector<int32_t> in;   // tensor indices in the stage
   int32_t out = -1;
   int64_t out_features = 0;  // Linear; Conv2d: out_channels
-  int64_t kernel = 0, stride = 0;  // Conv2d
+  int64_t kernel = 0, stride = 0;  // Conv2d, MaxPool2d
+  int64_t padding = 0;       // Conv2d, MaxPool2d: zeros (or -inf) on each side
+  int64_t groups = 1;        // Conv2d: channel groups (depthwise: the channels)
   int64_t heads = 0;         // Attention
   int64_t index = 0;         // SelectToken; Slice: the first column
   int64_t size = 0;          // Slice: the columns
   double p = 0.0;            // Dropout, DropPath; Attention's dropout on the probabilities
   // A block op's probability that depends on the block's index (`layer` in its expression: timm's stochastic depth
   // rises linearly over the blocks), one per block; empty where it is the same for every block.
+  // p_per_layer[i] is block p_first_layer + i's (the blocks of one kind).
   std::vector<double> p_per_layer;
+  int64_t p_first_layer = 0;
   double p_at(int64_t layer) const {
-    return p_per_layer.empty() || layer < 0 || layer >= static_cast<int64_t>(p_per_layer.size()) ? p : p_per_layer[static_cast<size_t>(layer)];
+    const int64_t i = layer - p_first_layer;
+    return p_per_layer.empty() || i < 0 || i >= static_cast<int64_t>(p_per_layer.size()) ? p : p_per_layer[static_cast<size_t>(i)];
   }
   bool bias = false;         // Linear, Conv2d, LayerNorm (LayerNorm: elementwise_affine's bias)
   bool tanh = false;         // Gelu: approximate="tanh"
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows
+  bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
   ParamKind param_kind = ParamKind::Embedding;  // Parameter
 };
 
@@ -90,12 +99,19 @@ struct Architecture {
   std::string lora_targets;                   // LoRA's default target_modules for the family (PEFT's mapping)
   std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
   std::vector<std::pair<std::string, double>> defaults;  // the hyperparameters, as the program declares them
-  int64_t repeat = 0;                         // blocks
+  int64_t repeat = 0;                         // blocks in all
   std::vector<ArchTensor> inputs;             // the data a micro-batch brings (pixel_values: fp32)
   int64_t label_bytes = 8;                    // per sample: the int64 class label
-  ArchStage embeddings, block, head;
-  int64_t tokens = 0;                         // rows of the block's input, per sample
-  int64_t width = 0;                          // its last dimension
+  ArchStage embeddings, head;
+  // The block kinds in the order they run ("block" declares one; "blocks" several, as a CNN's stages, whose first
+  // block changes the shape), how many times each runs, and each block's kind.
+  std::vector<ArchStage> blocks;
+  std::vector<std::string> block_names;       // what the timeline calls each kind ("block" where there is one)
+  std::vector<int64_t> block_repeat;
+  std::vector<int32_t> kind_of_layer;         // per block, 0 to repeat - 1
+  const ArchStage& block_of(int64_t layer) const { return blocks[static_cast<size_t>(kind_of_layer[static_cast<size_t>(layer)])]; }
+  int64_t tokens = 0;                         // rows of the first block's input, per sample (an image: H x W)
+  int64_t width = 0;                          // its last dimension (an image: its channels)
 };
 
 // What a program error names: the field that holds the program, and a message that locates the problem inside it.

@@ -2,6 +2,7 @@
 // parameter count is their sum; the step simulator allocates them one by one (allocator rounding is per
 // tensor).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,10 +56,15 @@ struct ModelShape {
   // A model program (model.architecture): its ops, which the step builder runs instead of a built-in family's
   // layers (program_step.cpp). Null for the built-in families.
   std::shared_ptr<const Architecture> program;
+  // A program with several block kinds (a CNN's stages): each kind's parameters, and each layer's kind. Empty where
+  // the layers share one list (`layer`, with moe_layer and the encoder-decoder lists).
+  std::vector<std::vector<ParamTensor>> block_kinds;
+  std::vector<int32_t> kind_of_layer;
 
   bool encoder_decoder() const { return num_encoder_layers > 0; }
   bool is_moe(int64_t l) const { return l >= num_dense_layers; }
   const std::vector<ParamTensor>& params_of(int64_t l) const {
+    if (!kind_of_layer.empty()) return block_kinds[static_cast<size_t>(kind_of_layer[static_cast<size_t>(l)])];
     if (encoder_decoder())
       return l == 0 ? first_encoder_layer : l < num_encoder_layers ? layer
              : l == num_encoder_layers ? first_decoder_layer : decoder_layer;
@@ -73,6 +79,11 @@ struct ModelShape {
  private:
   template <typename S, typename F>
   static void each_kind(S& s, F& f) {
+    if (!s.block_kinds.empty()) {
+      for (size_t k = 0; k < s.block_kinds.size(); ++k)
+        f(s.block_kinds[k], static_cast<int64_t>(std::count(s.kind_of_layer.begin(), s.kind_of_layer.end(), static_cast<int32_t>(k))));
+      return;
+    }
     if (s.encoder_decoder()) {
       const int64_t dec = s.num_layers - s.num_encoder_layers;
       f(s.first_encoder_layer, int64_t{1});

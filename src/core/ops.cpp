@@ -33,15 +33,30 @@ const std::vector<OpSpec>& op_specs() {
        "ViTEmbeddings)"},
       {OpKind::Conv2d, "conv2d",
        {{"in", K::Tensor, true}, {"out_channels", K::Dim, true}, {"kernel", K::Dim, true}, {"stride", K::Dim, true},
-        {"bias", K::Flag, false}},
-       true, "torch.nn.Conv2d: weight [out, in, k, k], bias [out]; output (H - k) // stride + 1 per side (padding 0)"},
+        {"padding", K::Dim, false}, {"groups", K::Dim, false}, {"bias", K::Flag, false}},
+       true,
+       "torch.nn.Conv2d: weight [out, in / groups, k, k], bias [out]; output (H + 2 padding - k) // stride + 1 per "
+       "side"},
+      {OpKind::BatchNorm2d, "batch_norm2d", {{"in", K::Tensor, true}}, true,
+       "torch.nn.BatchNorm2d(C) in training mode: weight and bias [C] (running_mean and running_var are buffers, "
+       "2 x C fp32, not parameters); aten cudnn_batch_norm / native_batch_norm save the input and the batch's mean "
+       "and inverse deviation, fp32 [C] each (derivatives.yaml)"},
+      {OpKind::MaxPool2d, "max_pool2d",
+       {{"in", K::Tensor, true}, {"kernel", K::Dim, true}, {"stride", K::Dim, false}, {"padding", K::Dim, false}},
+       false,
+       "torch.nn.MaxPool2d: max_pool2d_with_indices saves its input and the int64 indices of each output "
+       "(derivatives.yaml); output (H + 2 padding - k) // stride + 1 per side, stride defaulting to the kernel"},
+      {OpKind::GlobalAvgPool, "global_avg_pool", {{"in", K::Tensor, true}}, false,
+       "torch.nn.AdaptiveAvgPool2d((1, 1)) then torch.flatten(x, 1) (torchvision ResNet.forward): [C, H, W] -> "
+       "[1, C]; the mean's backward needs only the shape"},
       {OpKind::FlattenTokens, "flatten_tokens", {{"in", K::Tensor, true}}, false,
        "x.flatten(2).transpose(1, 2): [C, H, W] -> [H W, C], a view (ViTPatchEmbeddings.forward)"},
       {OpKind::Concat, "concat", {{"in", K::Tensors, true}, {"axis", K::Choice, false}}, false,
        "torch.cat over token rows of equal width (axis tokens, dim=1) or over features of equal rows (axis features, "
        "dim=-1): a new tensor in the promoted dtype"},
-      {OpKind::Add, "add", {{"in", K::Tensors, true}}, false,
-       "elementwise a + b of equal shapes (a parameter of the same shape broadcasts over the batch)"},
+      {OpKind::Add, "add", {{"in", K::Tensors, true}, {"inplace", K::Flag, false}}, false,
+       "elementwise a + b of equal shapes (a parameter of the same shape broadcasts over the batch); inplace: a += b "
+       "(torchvision Bottleneck: out += identity), which writes a and makes nothing new"},
       {OpKind::LayerNorm, "layer_norm", {{"in", K::Tensor, true}, {"bias", K::Flag, false}}, true,
        "torch.nn.LayerNorm(width): weight and bias [width]"},
       {OpKind::Linear, "linear", {{"in", K::Tensor, true}, {"out_features", K::Dim, true}, {"bias", K::Flag, false}},
@@ -50,7 +65,9 @@ const std::vector<OpSpec>& op_specs() {
        {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}}, false,
        "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q, k, v [tokens, heads x d]"},
       {OpKind::Gelu, "gelu", {{"in", K::Tensor, true}, {"tanh", K::Flag, false}}, false, "torch.nn.GELU"},
-      {OpKind::Relu, "relu", {{"in", K::Tensor, true}}, false, "torch.nn.ReLU"},
+      {OpKind::Relu, "relu", {{"in", K::Tensor, true}, {"inplace", K::Flag, false}}, false,
+       "torch.nn.ReLU; inplace: nn.ReLU(inplace=True) (torchvision ResNet), relu_ writes its input and saves the "
+       "result, which is then that tensor"},
       {OpKind::Tanh, "tanh", {{"in", K::Tensor, true}}, false, "torch.nn.Tanh (tanh_backward reads its result)"},
       {OpKind::Dropout, "dropout", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false, "torch.nn.Dropout"},
       {OpKind::SelectToken, "select_token", {{"in", K::Tensor, true}, {"index", K::Dim, false}}, false,
@@ -104,11 +121,28 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     case OpKind::Parameter:
       out = param_shape;
       return true;
-    case OpKind::Conv2d: {
+    case OpKind::Conv2d:
+    case OpKind::MaxPool2d: {
+      const char* what = op.kind == OpKind::Conv2d ? "conv2d" : "max_pool2d";
       const auto& s = in[0]->shape;
-      if (s.size() != 3) return error = "conv2d needs an image [channels, height, width]; " + in[0]->name + " is " + dims_text(s), false;
-      if (op.kernel > s[1] || op.kernel > s[2]) return error = "conv2d's kernel " + std::to_string(op.kernel) + " exceeds " + in[0]->name + " " + dims_text(s), false;
-      out = {op.out_features, (s[1] - op.kernel) / op.stride + 1, (s[2] - op.kernel) / op.stride + 1};
+      if (s.size() != 3) return error = std::string(what) + " needs an image [channels, height, width]; " + in[0]->name + " is " + dims_text(s), false;
+      const int64_t h = add(s[1], 2 * op.padding), w = add(s[2], 2 * op.padding);
+      if (op.kernel > h || op.kernel > w)
+        return error = std::string(what) + "'s kernel " + std::to_string(op.kernel) + " exceeds " + in[0]->name + " " + dims_text(s) + (op.padding ? " with its padding" : ""), false;
+      if (op.kind == OpKind::MaxPool2d && 2 * op.padding > op.kernel)
+        return error = "max_pool2d's padding must be at most half its kernel (PyTorch's rule)", false;
+      if (op.kind == OpKind::Conv2d && (s[0] % op.groups != 0 || op.out_features % op.groups != 0))
+        return error = "conv2d's groups (" + std::to_string(op.groups) + ") must divide its in channels (" + std::to_string(s[0]) + ") and out_channels (" + std::to_string(op.out_features) + ")", false;
+      out = {op.kind == OpKind::Conv2d ? op.out_features : s[0], (h - op.kernel) / op.stride + 1, (w - op.kernel) / op.stride + 1};
+      return true;
+    }
+    case OpKind::BatchNorm2d:
+    case OpKind::GlobalAvgPool: {
+      const auto& s = in[0]->shape;
+      const char* what = op.kind == OpKind::BatchNorm2d ? "batch_norm2d" : "global_avg_pool";
+      if (s.size() != 3 || in[0]->is_parameter)
+        return error = std::string(what) + " needs an image activation [channels, height, width]; " + in[0]->name + " is " + dims_text(s), false;
+      out = op.kind == OpKind::BatchNorm2d ? s : std::vector<int64_t>{1, s[0]};
       return true;
     }
     case OpKind::FlattenTokens: {
@@ -222,7 +256,7 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
       break;
     }
     case OpKind::Conv2d: {
-      const int64_t c = in[0]->shape[0];
+      const int64_t c = in[0]->shape[0] / op.groups;
       param(".weight", mul(op.out_features, c, mul(op.kernel, op.kernel)), ParamKind::Matmul, op.out_features);
       params.back().conv = true;
       if (op.bias) param(".bias", op.out_features, ParamKind::Bias, op.out_features);
@@ -231,6 +265,12 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
     case OpKind::LayerScale: {  // an elementwise scale: HF Trainer's decay group has it, autocast does not cast it
       const int64_t w = in[0]->shape.back();
       param(".lambda1", w, ParamKind::Embedding, w);
+      break;
+    }
+    case OpKind::BatchNorm2d: {
+      const int64_t c = in[0]->shape[0];
+      param(".weight", c, ParamKind::Norm, c);
+      param(".bias", c, ParamKind::Norm, c);
       break;
     }
     case OpKind::LayerNorm: {

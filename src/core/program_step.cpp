@@ -30,9 +30,9 @@ bool contains(const std::vector<uint32_t>& v, uint32_t x) { return std::find(v.b
 
 }  // namespace
 
-const ArchStage& StepBuilder::program_stage(ProgramStage st) const {
+const ArchStage& StepBuilder::program_stage(ProgramStage st, int32_t layer) const {
   const Architecture& a = *shape_.program;
-  return st == ProgramStage::Embeddings ? a.embeddings : st == ProgramStage::Block ? a.block : a.head;
+  return st == ProgramStage::Embeddings ? a.embeddings : st == ProgramStage::Block ? a.block_of(layer) : a.head;
 }
 
 const std::vector<ParamTensor>& StepBuilder::program_params(ProgramStage st, int32_t layer) const {
@@ -48,7 +48,7 @@ static bool param_trains(const std::vector<ParamTensor>& params, const std::stri
 }
 
 StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const {
-  const ArchStage& s = program_stage(st);
+  const ArchStage& s = program_stage(st, layer);
   const auto& params = program_params(st, layer);
   ProgramPlan p;
   const size_t n = s.tensors.size();
@@ -82,6 +82,15 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
         p.bytes[o] = dims_.amp ? 4 : widest;  // layer_norm is on autocast's fp32 list
         break;
+      case OpKind::BatchNorm2d:  // on none of autocast's lists: cuDNN takes 16-bit input with fp32 weights
+        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
+        p.bytes[o] = widest;
+        break;
+      case OpKind::Relu:
+      case OpKind::Add:  // in place: the output is the (first) input's storage, in its dtype
+        if (op.inplace) p.root[o] = p.root[op.in[0]], widest = p.bytes[op.in[0]];
+        p.bytes[o] = widest;
+        break;
       case OpKind::Attention: p.bytes[o] = dims_.e; break;
       case OpKind::LayerScale:  // x * lambda1: type promotion with the parameter's dtype (fp32 under autocast)
         p.op_trains[i] = param_trains(params, op.name + ".lambda1");
@@ -110,16 +119,19 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
   return p;
 }
 
-uint32_t StepBuilder::program_label(ProgramStage st, int32_t tensor, const char* what) {
-  auto& cache = program_labels_[static_cast<int>(st)];
-  const ArchStage& s = program_stage(st);
+uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what) {
+  const Architecture& a = *shape_.program;
+  const size_t slot = st == ProgramStage::Embeddings ? 0 : st == ProgramStage::Head ? 1 : 2 + static_cast<size_t>(a.kind_of_layer[static_cast<size_t>(layer)]);
+  if (program_labels_.size() < 2 + a.blocks.size()) program_labels_.resize(2 + a.blocks.size());
+  auto& cache = program_labels_[slot];
+  const ArchStage& s = program_stage(st, layer);
   if (cache.empty()) cache.assign(s.tensors.size() * 3, UINT32_MAX);
   const size_t k = static_cast<size_t>(tensor) * 3 + (what[0] == 'g' ? 1 : what[0] == 'c' ? 2 : 0);
   if (cache[k] == UINT32_MAX) {
-    static const char* kStage[] = {"embeddings", "block", "head"};
+    const std::string stage = slot == 0 ? "embeddings" : slot == 1 ? "head" : a.block_names[slot - 2];
     const ArchTensor& t = s.tensors[static_cast<size_t>(tensor)];
     const std::string op = t.producer >= 0 ? op_name(s.ops[static_cast<size_t>(t.producer)].kind) : "input";
-    std::string text = std::string(kStage[static_cast<int>(st)]) + " " + t.name + " (" + op + ")";
+    std::string text = stage + " " + t.name + " (" + op + ")";
     if (what[0] == 'g') text = "gradient of " + text;
     if (what[0] == 'c') text = "compute-dtype copy of " + text;
     cache[k] = program_.label(text);
@@ -131,7 +143,7 @@ uint32_t StepBuilder::program_label(ProgramStage st, int32_t tensor, const char*
 // checkpointed block's first forward) nothing is saved: every intermediate goes after its last reader.
 uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes,
                                       SavedLayer& saved, bool own_input, uint32_t inputs) {
-  const ArchStage& s = program_stage(st);
+  const ArchStage& s = program_stage(st, layer);
   const ProgramPlan p = plan_program(st, layer, in_req, in_bytes);
   const size_t n = s.tensors.size();
   std::vector<uint32_t> id(n, UINT32_MAX);
@@ -188,7 +200,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         // x.div(keep_prob) (a transient), times a [batch, 1, 1] random tensor in x's dtype, which the product saves.
         if (op.p_at(layer) > 0) {
           const uint32_t scaled = tmp(bytes_of(o), labels_.attn_tmp, layer);
-          id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+          id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
           drop(scaled);
           if (req) save_new(oi, mul(p.bytes[o], b), labels_.hidden_mask);
         }
@@ -198,7 +210,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         uint32_t cast = UINT32_MAX;
         // HF ViTPatchEmbeddings casts fp32 pixels to the projection's dtype (pixel_values.to(expected_dtype)) where
         // autocast does not: a copy in the compute dtype, which the conv then reads.
-        if (!dims_.amp && p.bytes[x] != dims_.e) cast = act(mul(dims_.e, b, s.tensors[x].numel()), program_label(st, x, "cast"), layer);
+        if (!dims_.amp && p.bytes[x] != dims_.e) cast = act(mul(dims_.e, b, s.tensors[x].numel()), program_label(st, layer, x, "cast"), layer);
         const int64_t width = op.kind == OpKind::Conv2d ? mul(s.tensors[x].shape[0], mul(op.kernel, op.kernel)) : s.tensors[x].shape.back();
         // conv2d's im2col view of its input: the cuDNN kernel saves the input itself; the element count is what counts.
         const int64_t rows = op.kind == OpKind::Conv2d ? ceil_div(mul(b, s.tensors[x].numel()), width) : rows_of(x);
@@ -209,7 +221,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           if (no_grad_) transient.push_back(t);
           else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
         }
-        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (cast != UINT32_MAX) {
           if (self) saved.attn.push_back(cast), saved.ops.push_back(static_cast<uint32_t>(i));
           else drop(cast);
@@ -219,25 +231,45 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         break;
       }
       case OpKind::LayerNorm:
-        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (req) {
           keep(oi, x);
           save_new(oi, mul(8, rows_of(x)), labels_.norm_rstd);  // mean and rstd, fp32
         }
         break;
       case OpKind::Gelu:
-        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (req) keep(oi, x);
         break;
       case OpKind::Relu:
       case OpKind::Tanh:  // both backwards read the result (derivatives.yaml: threshold_backward, tanh_backward)
-        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
-        if (req) keep(oi, o);
+        if (!op.inplace) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        if (req) keep(oi, o);  // in place: the result is the input's storage
+        break;
+      case OpKind::BatchNorm2d:
+        // cudnn_batch_norm / native_batch_norm save the input and the batch's mean and inverse deviation, fp32 [C]
+        // each; the weight is the module's.
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        if (req) {
+          keep(oi, x);
+          save_new(oi, mul(8, s.tensors[x].shape[0]), labels_.norm_rstd);
+        }
+        break;
+      case OpKind::MaxPool2d:  // max_pool2d_with_indices: the input and the int64 index of each output
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        if (req) {
+          keep(oi, x);
+          if (pool_indices_label_ == UINT32_MAX) pool_indices_label_ = program_.label("max_pool indices (saved)");
+          save_new(oi, mul(8, b, s.tensors[o].numel()), pool_indices_label_);
+        }
+        break;
+      case OpKind::GlobalAvgPool:  // the mean's backward needs only the shape
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
       case OpKind::Dropout:
         if (op.p_at(layer) > 0) {
           std::vector<uint32_t> mask;
-          id[o] = dropout(UINT32_MAX, mul(b, s.tensors[o].numel()), p.bytes[o], true, program_label(st, o, "out"), layer, mask, false);
+          id[o] = dropout(UINT32_MAX, mul(b, s.tensors[o].numel()), p.bytes[o], true, program_label(st, layer, o, "out"), layer, mask, false);
           for (uint32_t t : mask) {
             if (no_grad_ || !req) transient.push_back(t);
             else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
@@ -259,14 +291,14 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           const int64_t sm = dims_.amp ? 4 : dims_.e;
           attention_probs(layer, s2, {dims_.e, dims_.amp, sm, true, op.p_at(layer) > 0}, !no_grad_ && req, probs, scaled);
           const uint32_t ctx = tmp(bytes_of(o), labels_.attn_tmp, layer);
-          id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);  // permute(...).contiguous()
+          id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);  // permute(...).contiguous()
           drop(ctx);
           for (uint32_t t : probs) {
             if (no_grad_ || !req) drop(t);
             else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
           }
         } else {
-          id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+          id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
           if (req) {
             keep(oi, o);
             const int64_t rows_lse = dims_.e == 4 ? round_up(rows, 32) : rows;  // the efficient kernel pads to 32
@@ -279,13 +311,13 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
       case OpKind::Concat:
       case OpKind::Add:
       case OpKind::MeanTokens:  // mean's backward needs only the shape
-        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        if (!op.inplace) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);  // a += b writes a
         break;
       case OpKind::ResizeTokens:  // interpolate's backward needs only the sizes
-        if (p.root[o] == o) id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        if (p.root[o] == o) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
       case OpKind::LayerScale:  // lambda1's gradient reads the input; the input's reads lambda1, a weight
-        id[o] = act(bytes_of(o), program_label(st, o, "out"), layer);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (p.op_trains[i]) keep(oi, x);
         break;
       case OpKind::CrossEntropy: {
@@ -294,7 +326,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         const uint32_t conv = dims_.amp && p.bytes[x] != 4 ? tmp(mul(4, classes), labels_.logits_fp32, layer) : UINT32_MAX;
         save_new(oi, mul(dims_.amp ? 4 : p.bytes[x], classes), labels_.lse_loss);
         if (conv != UINT32_MAX) drop(conv);
-        id[o] = act(4, program_label(st, o, "out"), layer);  // the loss
+        id[o] = act(4, program_label(st, layer, o, "out"), layer);  // the loss
         break;
       }
     }
@@ -313,7 +345,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
 // gradient of the stage input, or UINT32_MAX where it needs none.
 uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes,
                                        SavedLayer& saved) {
-  const ArchStage& s = program_stage(st);
+  const ArchStage& s = program_stage(st, layer);
   const ProgramPlan p = plan_program(st, layer, in_req, in_bytes);
   const size_t n = s.tensors.size();
   const int64_t b = dims_.b;
@@ -329,15 +361,16 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
   for (size_t i = s.ops.size(); i-- > 0;) {
     const ArchOp& op = s.ops[i];
     const int32_t o = op.out;
-    if (op.kind == OpKind::CrossEntropy) grad[o] = tmp(4, program_label(st, o, "grad"), layer);
+    if (op.kind == OpKind::CrossEntropy) grad[o] = tmp(4, program_label(st, layer, o, "grad"), layer);
     const uint32_t g = grad[o];
     grad[o] = UINT32_MAX;
-    const bool alias = p.root[o] != o;  // a view, or dropout with p = 0
+    // A view, or dropout with p = 0 (an in-place op's backward makes new gradients, as its out-of-place form does).
+    const bool alias = p.root[o] != o && !op.inplace;
     if (g != UINT32_MAX && alias) {
       // A view's gradient is the gradient of its base (flatten, transpose, identity dropout), except select's and a
       // slice's, whose backward scatters it into zeros of the base's shape (select_backward, slice_backward).
       if (op.kind == OpKind::SelectToken || op.kind == OpKind::Slice)
-        give(op.in[0], tmp(bytes_of(op.in[0]), program_label(st, op.in[0], "grad"), layer)), drop(g);
+        give(op.in[0], tmp(bytes_of(op.in[0]), program_label(st, layer, op.in[0], "grad"), layer)), drop(g);
       else give(op.in[0], g);
     } else if (g != UINT32_MAX && op.kind != OpKind::Parameter) {
       // Scratch of the op's own backward, alive beside its input gradients.
@@ -360,7 +393,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         for (const auto& t : program_params(st, layer))
           if (t.name == op.name + ".weight" && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
       for (int32_t t : op.in)
-        if (p.req[t] && !s.tensors[t].is_parameter) give(t, tmp(bytes_of(t), program_label(st, t, "grad"), layer));
+        if (p.req[t] && !s.tensors[t].is_parameter) give(t, tmp(bytes_of(t), program_label(st, layer, t, "grad"), layer));
       for (uint32_t t : scratch) drop(t);
       drop(g);
     } else if (g != UINT32_MAX) {
@@ -432,8 +465,8 @@ void StepBuilder::forward_program(InFlight& f) {
       res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, true, UINT32_MAX);
     }
     const ProgramPlan blk = plan_program(ProgramStage::Block, li, req, bytes);
-    req = blk.req[a.block.output];
-    bytes = blk.bytes[a.block.output];
+    req = blk.req[a.block_of(l).output];
+    bytes = blk.bytes[a.block_of(l).output];
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   }

@@ -58,8 +58,10 @@ template <typename T>
 class PerTensor {
  public:
   explicit PerTensor(const ModelShape& s) {
-    for (const auto* l : {&s.pre, &s.layer, &s.moe_layer, &s.post, &s.first_encoder_layer, &s.decoder_layer,
-                          &s.first_decoder_layer})
+    std::vector<const std::vector<ParamTensor>*> all = {&s.pre, &s.layer, &s.moe_layer, &s.post, &s.first_encoder_layer,
+                                                        &s.decoder_layer, &s.first_decoder_layer};
+    for (const auto& k : s.block_kinds) all.push_back(&k);
+    for (const auto* l : all)
       lists_.push_back({l->data(), l->data() + l->size(), std::vector<T>(l->size()), std::vector<bool>(l->size())});
   }
   template <typename F>
@@ -321,16 +323,18 @@ class StepBuilder {
     std::vector<int32_t> root;
     std::vector<bool> op_trains;
   };
-  const ArchStage& program_stage(ProgramStage st) const;
+  const ArchStage& program_stage(ProgramStage st, int32_t layer) const;  // a block: layer's kind
   const std::vector<ParamTensor>& program_params(ProgramStage st, int32_t layer) const;
   ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
-  uint32_t program_label(ProgramStage st, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
+  uint32_t program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
   uint32_t program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes, SavedLayer& saved,
                            bool own_input, uint32_t inputs);
   uint32_t program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes, SavedLayer& saved);
   void forward_program(InFlight& f);
   void backward_program(InFlight& f);
-  std::vector<uint32_t> program_labels_[3];  // per stage: labels of each tensor's output, gradient and cast
+  // Labels of each tensor's output, gradient and cast: the embeddings, the head, then each block kind.
+  std::vector<std::vector<uint32_t>> program_labels_;
+  uint32_t pool_indices_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
 
   // encoder_decoder.cpp: T5ForConditionalGeneration, encoder on the source length, decoder on the target length.
   void forward_encdec(InFlight& f);

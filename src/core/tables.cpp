@@ -86,6 +86,8 @@ constexpr GpuSpec kGpus[] = {
     {"mi300x", "AMD Instinct MI300X 192GB", "amd", 196608 * kMiB, 0, "rocm-smi: VRAM Total Memory (B): 206158430208"},
     {"mi325x", "AMD Instinct MI325X 256GB", "amd", 262144 * kMiB, 0,
      "ROCm GPU specifications table: MI325X VRAM 256 GiB (its MI300X row, 192 GiB, equals that card's rocm-smi total)"},
+    // Last, so that the indices of the cards before it stay as links and saved setups know them.
+    {"p100-16gb", "NVIDIA P100 16GB", "nvidia", 16280 * kMiB, 60, "torch: _CudaDeviceProperties(name='Tesla P100-PCIE-16GB', total_memory=16280MB)"},
 };
 
 }  // namespace

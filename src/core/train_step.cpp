@@ -43,6 +43,9 @@ bool StepBuilder::trainable_module(const char* module) const {
   for (const auto* list : {&shape_.layer, &shape_.moe_layer, &shape_.decoder_layer, &shape_.post})
     for (const auto& t : *list)
       if (has_grad(t) && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
+  for (const auto& list : shape_.block_kinds)
+    for (const auto& t : list)
+      if (has_grad(t) && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
   return false;
 }
 
@@ -120,8 +123,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   fsdp_.accumulate_no_sync = shard_plan_.fsdp && (no_sync == TriState::True || (no_sync == TriState::Auto && resolved_.framework->fsdp_no_sync_accumulation)) &&
                    cfg_.parallel.pipeline_parallel_size == 1 && cfg_.training.gradient_accumulation_steps > 1;
   fsdp_.grad_shard_made.assign(static_cast<size_t>(shape_.num_layers + 2), false);
-  for (const auto* list : {&shape_.layer, &shape_.moe_layer, &shape_.decoder_layer})
-    for (const auto& t : *list) any_quantized_ |= t.quantized;
+  shape_.for_each_layer_kind([&](const std::vector<ParamTensor>& list, int64_t) {
+    for (const auto& t : list) any_quantized_ |= t.quantized;
+  });
   grads_.resize(static_cast<size_t>(shape_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);
   states_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);
@@ -218,8 +222,10 @@ void StepBuilder::prologue() {
   // About 70 events per layer and micro-batch, 8 per parameter tensor: reserve once instead of regrowing.
   const int64_t passes = 1 + std::min<int64_t>(cfg_.training.gradient_accumulation_steps, 2 * cfg_.parallel.pipeline_parallel_size + 1);
   const int64_t layers = std::min(ctx_.end_layer, shape_.num_layers) - ctx_.first_layer;
+  size_t widest_layer_list = 0;
+  shape_.for_each_layer_kind([&](const std::vector<ParamTensor>& list, int64_t) { widest_layer_list = std::max(widest_layer_list, list.size()); });
   const size_t events = static_cast<size_t>(passes * (layers + 2) * 70 +
-                                            8 * (std::max(shape_.layer.size(), shape_.moe_layer.size()) * shape_.num_layers + shape_.pre.size() + shape_.post.size()));
+                                            8 * (widest_layer_list * shape_.num_layers + shape_.pre.size() + shape_.post.size()));
   program_.events.reserve(events);
   program_.tensors.reserve(events / 2 + 16);
   alloc_weights();

@@ -27,9 +27,14 @@ bool draw_program_model(ModelConfig& m) {
     decode_architecture(m.architecture, m.architecture_args, a);
     plain.reset();
     decode_architecture(m.architecture, "", plain);
-    if (a)
+    if (a) {
+      const ArchStage& first = a->blocks.front();
+      const auto& in = first.tensors[static_cast<size_t>(first.input)].shape;
+      std::string over = std::to_string(a->tokens) + " rows of " + std::to_string(a->width);
+      if (in.size() == 3) over = "a " + std::to_string(in[0]) + " x " + std::to_string(in[1]) + " x " + std::to_string(in[2]) + " map first";
       summary = (a->title.empty() ? a->name : a->title) + " (program \"" + a->name + "\"): " + std::to_string(a->repeat) +
-                " blocks over " + std::to_string(a->tokens) + " rows of " + std::to_string(a->width) + ".";
+                " blocks" + (a->blocks.size() > 1 ? " of " + std::to_string(a->blocks.size()) + " kinds" : "") + " over " + over + ".";
+    }
     else
       summary = "A model program that does not hold with these values (the message below says where).";
   }

@@ -153,7 +153,7 @@ TEST_CASE("timm's ViT program: DeiT's exact counts, and one fused qkv linear sav
   // in a block's probability names the block's index.
   std::shared_ptr<const Architecture> prog;
   REQUIRE(decode_architecture("vit_timm", "drop_path_rate=0.1", prog).empty());
-  const ArchOp& dp = prog->block.ops[8];
+  const ArchOp& dp = prog->blocks[0].ops[8];
   REQUIRE(dp.kind == OpKind::DropPath);
   REQUIRE(dp.p_per_layer.size() == 12);
   CHECK(dp.p_at(0) == 0);
@@ -208,11 +208,12 @@ TEST_CASE("DINOv2's program: the backbones' exact counts, layer scale, and a cla
 }
 
 TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
-  CHECK(first_error("resnet").find("model.architecture must be empty") == 0);
+  CHECK(first_error("swin").find("model.architecture must be empty") == 0);
   CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);
   // An unknown op.
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][10]["op"] = "swish"; })) ==
-        "model.architecture: block.ops[10].op: \"swish\" is not an op; the vocabulary: parameter, conv2d, flatten_tokens, "
+        "model.architecture: block.ops[10].op: \"swish\" is not an op; the vocabulary: parameter, conv2d, batch_norm2d, "
+        "max_pool2d, global_avg_pool, flatten_tokens, "
         "concat, add, layer_norm, linear, attention, gelu, relu, tanh, dropout, select_token, slice, drop_path, "
         "layer_scale, mean_tokens, resize_tokens, cross_entropy");
   // A shape that does not fit: fc2 reads the MLP's width but the residual add needs the hidden width.

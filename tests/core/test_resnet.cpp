@@ -1,0 +1,149 @@
+// Programs with several block kinds and the convolutional ops (src/core/ops.h): torchvision's ResNets as the resnet
+// and resnet_basic programs, their exact parameter counts against torchvision's published totals, one block's saved
+// set against the closed form of its ops' autograd rules, and the decoder's errors for the new keys.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "core/architecture.h"
+#include "core/simulate.h"
+#include "core/validate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+Config resnet_config(const std::string& program, const std::string& args, const std::string& precision = "fp32") {
+  Config c;
+  c.model.architecture = program;
+  c.model.architecture_args = args;
+  c.training.framework = "hf_loop";
+  c.training.precision = precision;
+  c.training.optimizer = "sgd_momentum";
+  c.training.activation_checkpointing = "none";
+  c.training.micro_batch_size = 4;
+  c.peft.method = "none";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  return c;
+}
+
+int64_t params_of(const std::string& program, const std::string& args) {
+  return model_shape_of(resnet_config(program, args).model).params_total;
+}
+
+// One more block of layer1's repeated kind: live activation bytes when backward starts, with layers1 = 3 minus 2.
+int64_t layer1_block(const Config& base) {
+  auto at_backward = [&](int layers1) {
+    Config c = base;
+    c.model.architecture_args = "layers1=" + std::to_string(layers1);
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
+  };
+  return at_backward(3) - at_backward(2);
+}
+
+std::string first_error(const std::string& program, const std::string& args = "") {
+  std::shared_ptr<const Architecture> a;
+  const auto errors = decode_architecture(program, args, a);
+  return errors.empty() ? std::string() : errors.front().message;
+}
+
+template <typename F>
+std::string resnet_edited(F&& edit) {
+  auto j = nlohmann::ordered_json::parse(builtin_architecture("resnet"));
+  edit(j);
+  return j.dump();
+}
+
+}  // namespace
+
+TEST_CASE("ResNet programs: exact parameter counts of torchvision's ResNets, ResNeXt and Wide ResNet", "[architecture]") {
+  // torchvision.models.*_Weights.IMAGENET1K_V1 "num_params".
+  CHECK(params_of("resnet_basic", "") == 11689512);                                              // resnet18
+  CHECK(params_of("resnet_basic", "layers1=3,layers2=4,layers3=6,layers4=3") == 21797672);      // resnet34
+  CHECK(params_of("resnet", "") == 25557032);                                                    // resnet50
+  CHECK(params_of("resnet", "layers3=23") == 44549160);                                          // resnet101
+  CHECK(params_of("resnet", "layers2=8,layers3=36") == 60192808);                                // resnet152
+  CHECK(params_of("resnet", "groups=32,width_per_group=4") == 25028904);                         // resnext50_32x4d
+  CHECK(params_of("resnet", "groups=32,width_per_group=8,layers3=23") == 88791336);              // resnext101_32x8d
+  CHECK(params_of("resnet", "width_per_group=128") == 68883240);                                 // wide_resnet50_2
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("resnet", "", a).empty());
+  CHECK(a->repeat == 16);
+  CHECK(a->blocks.size() == 8);  // per stage: its first block (stride, downsample) and the repeated rest
+  CHECK(a->block_repeat == std::vector<int64_t>{1, 2, 1, 3, 1, 5, 1, 2});
+  // The first block's input: the stem's 64 x 56 x 56 map (conv 7x7/2, max pool 3x3/2).
+  CHECK(a->blocks[0].tensors[static_cast<size_t>(a->blocks[0].input)].shape == std::vector<int64_t>{64, 56, 56});
+  CHECK(a->head.tensors[static_cast<size_t>(a->head.input)].shape == std::vector<int64_t>{2048, 7, 7});
+}
+
+TEST_CASE("a bottleneck block's saved set is the sum of its ops' rules, in place where torchvision writes in place",
+          "[architecture]") {
+  // layer1's repeated bottleneck (width w = 64, 256 out, 56 x 56): conv1 saves x (the previous block's output, counted
+  // there); bn1 saves conv1's output c1; relu_ writes bn1's output b1, which relu (its result) and conv2 (its input)
+  // save; bn2 saves c2; relu_ writes b2, saved by relu and conv3; bn3 saves c3 [4w]; out += x and relu_ write bn3's
+  // output b3 [4w], the block's output. Four [w] maps and two [4w] maps per sample, plus each batch norm's fp32 mean
+  // and inverse deviation per channel (not per sample).
+  const int64_t b = 4, hw = 56 * 56, w = 64;
+  const int64_t stats = 8 * (w + w + 4 * w);
+  CHECK(layer1_block(resnet_config("resnet", "")) == 4 * b * hw * (4 * w + 2 * 4 * w) + stats);
+  // Under autocast the convolutions run in bf16 and batch norm keeps its input's dtype: half of it.
+  CHECK(layer1_block(resnet_config("resnet", "", "amp_bf16")) == 2 * b * hw * (4 * w + 2 * 4 * w) + stats);
+  // (In place or not, the saved set is the same here: batch norm does not save its output, so an out-of-place ReLU
+  // would free it after reading it; in place saves the transient of a second map, not a saved one.)
+  // ResNet-18's basic block: bn1 saves c1, relu_ writes b1 (saved by relu and conv2), bn2 saves c2, out += x and
+  // relu_ write b2: four [64] maps.
+  CHECK(layer1_block(resnet_config("resnet_basic", "")) == 4 * b * hw * 4 * w + 8 * (w + w));
+}
+
+TEST_CASE("max pooling saves its input and int64 indices; a CNN runs through the engines", "[architecture]") {
+  Config c = resnet_config("resnet", "");
+  c.training.micro_batch_size = 2;
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  bool indices = false;
+  for (const auto& l : r.devices[0].program.labels) indices |= l == "max_pool indices (saved)";
+  CHECK(indices);
+  // Sharded data parallelism and checkpointing take the blocks as units, whatever their kinds.
+  for (const char* sharding : {"zero3", "fsdp1", "fsdp2"}) {
+    Config d = resnet_config("resnet", "");
+    d.parallel.data_parallel_size = 4;
+    if (std::string(sharding) == "zero3") d.parallel.zero_stage = 3;
+    else d.parallel.sharding = sharding;
+    d.training.activation_checkpointing = "full";
+    INFO(sharding);
+    CHECK(validate(d).empty());
+    const Result s = simulate(d);
+    REQUIRE(s.ok);
+    CHECK(s.devices[0].peak.allocated_bytes > 0);
+  }
+}
+
+TEST_CASE("several block kinds and in-place ops: the decoder's errors name the field and the place", "[architecture]") {
+  CHECK(first_error(resnet_edited([](auto& j) { j["block"] = j["blocks"][1]; })).find(
+            "model.architecture: block: a program has either \"block\"") == 0);
+  CHECK(first_error(resnet_edited([](auto& j) { j["blocks"][1].erase("repeat"); })) ==
+        "model.architecture: blocks[1].repeat: is missing: how many times this kind of block runs");
+  // A first block (stride 2, downsample) cannot repeat: it changes the shape.
+  CHECK(first_error(resnet_edited([](auto& j) { j["blocks"][2]["repeat"] = 2; })) ==
+        "model.architecture: blocks[2].output: the block repeats, so its output must have its input's shape; y differs");
+  CHECK(first_error(resnet_edited([](auto& j) {
+          for (auto& k : j["blocks"]) k["repeat"] = 0;
+        })).find("blocks[0].output") != std::string::npos);
+  // Writing in place what a later op still reads.
+  CHECK(first_error(resnet_edited([](auto& j) { j["blocks"][1]["ops"][2]["in"] = "b1", j["blocks"][1]["ops"][6]["in"] = "b1"; }))
+            .find("model.architecture: blocks[1].ops[") == 0);
+  CHECK(first_error(resnet_edited([](auto& j) { j["blocks"][1]["ops"][8]["in"] = {"x", "b3"}; })) ==
+        "model.architecture: blocks[1].ops[8].inplace: writes its input, so the input must be an activation this stage "
+        "makes; \"x\" is not");
+  // Convolution's groups must divide its channels.
+  CHECK(first_error(resnet_edited([](auto& j) { j["embeddings"]["ops"][0]["groups"] = 2; })) ==
+        "model.architecture: embeddings.ops[0]: conv2d's groups (2) must divide its in channels (3) and out_channels (64)");
+  CHECK(first_error(resnet_edited([](auto& j) { j["embeddings"]["ops"][3]["padding"] = 2; })) ==
+        "model.architecture: embeddings.ops[3]: max_pool2d's padding must be at most half its kernel (PyTorch's rule)");
+  // A program's image may be small (PyTorch's ResNet runs on 16 x 16), but not smaller than the stem's kernel.
+  CHECK(first_error("resnet", "image_size=16").empty());
+}
