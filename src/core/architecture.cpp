@@ -531,7 +531,7 @@ class Decoder {
           if (kn == "padding") op.padding = d;
           if (kn == "groups") op.groups = d;
           if (kn == "heads") op.heads = d;
-          if (kn == "index" || kn == "start") op.index = d;
+          if (kn == "index" || kn == "start" || kn == "height") op.index = d;
           if (kn == "size" || kn == "rows") op.size = d;
           break;
         }
@@ -565,6 +565,7 @@ class Decoder {
           else if (!value(v, kw, d)) break;
           if (key.name == std::string("bias")) op.bias = d != 0;
           else if (key.name == std::string("inplace")) op.inplace = d != 0;
+          else if (key.name == std::string("noise_scaled")) op.noise_scaled = d != 0;
           else op.tanh = d != 0;
           break;
         }

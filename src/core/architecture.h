@@ -26,6 +26,7 @@ enum class OpKind {
   MaxPool2d,    // nn.MaxPool2d
   GlobalAvgPool,  // nn.AdaptiveAvgPool2d((1, 1)) then flatten: [C, H, W] -> [1, C]
   FlattenTokens,  // [C, H, W] -> [H W, C]: flatten(2).transpose(1, 2), a view
+  UnflattenTokens,  // [H W, C] -> [C, H, W]: the inverse view (ConvNeXt's permute back to channels first)
   Concat,       // torch.cat along the token axis
   Add,          // elementwise sum (residual adds, position embeddings)
   LayerNorm,    // nn.LayerNorm
@@ -38,6 +39,7 @@ enum class OpKind {
   SelectToken,  // x[:, i, :], a view (the class token)
   Slice,        // x[..., start:start + size], a view (q, k and v of a fused qkv linear)
   LayerScale,   // x * lambda1, a learned per-channel scale (DINOv2's Dinov2LayerScale, CaiT)
+  Mul,          // x * a parameter of x's last dimension or shape (torchvision ConvNeXt's layer_scale)
   MeanTokens,   // x[:, start:].mean(dim=1): the mean of the token rows from `start` (DINOv2's classifier input)
   ResizeTokens, // a positional table interpolated to `rows` rows (DINOv2's interpolate_pos_encoding)
   DropPath,     // stochastic depth on a residual branch (timm's DropPath)
@@ -65,7 +67,7 @@ struct ArchOp {
   int64_t padding = 0;       // Conv2d, MaxPool2d: zeros (or -inf) on each side
   int64_t groups = 1;        // Conv2d: channel groups (depthwise: the channels)
   int64_t heads = 0;         // Attention
-  int64_t index = 0;         // SelectToken; Slice: the first column
+  int64_t index = 0;         // SelectToken; Slice: the first column; UnflattenTokens: the height
   int64_t size = 0;          // Slice: the columns
   double p = 0.0;            // Dropout, DropPath; Attention's dropout on the probabilities
   // A block op's probability that depends on the block's index (`layer` in its expression: timm's stochastic depth
@@ -79,6 +81,7 @@ struct ArchOp {
   }
   bool bias = false;         // Linear, Conv2d, LayerNorm (LayerNorm: elementwise_affine's bias)
   bool tanh = false;         // Gelu: approximate="tanh"
+  bool noise_scaled = false; // DropPath: the noise is divided by the keep probability, not the input (torchvision)
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows
   bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
   ParamKind param_kind = ParamKind::Embedding;  // Parameter

@@ -51,6 +51,9 @@ const std::vector<OpSpec>& op_specs() {
        "[1, C]; the mean's backward needs only the shape"},
       {OpKind::FlattenTokens, "flatten_tokens", {{"in", K::Tensor, true}}, false,
        "x.flatten(2).transpose(1, 2): [C, H, W] -> [H W, C], a view (ViTPatchEmbeddings.forward)"},
+      {OpKind::UnflattenTokens, "unflatten_tokens", {{"in", K::Tensor, true}, {"height", K::Dim, true}}, false,
+       "x.permute(0, 3, 1, 2) of an [H, W, C] map, as torchvision's ConvNeXt (Permute([0, 3, 1, 2]) in CNBlock, "
+       "LayerNorm2d.forward): [H W, C] -> [C, height, H W / height], a view"},
       {OpKind::Concat, "concat", {{"in", K::Tensors, true}, {"axis", K::Choice, false}}, false,
        "torch.cat over token rows of equal width (axis tokens, dim=1) or over features of equal rows (axis features, "
        "dim=-1): a new tensor in the promoted dtype"},
@@ -75,9 +78,13 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::Slice, "slice", {{"in", K::Tensor, true}, {"start", K::Dim, true}, {"size", K::Dim, true}}, false,
        "x[..., start:start + size], a view of columns of the last dimension (timm Attention: qkv.reshape(B, N, 3, "
        "heads, d).permute(2, 0, 3, 1, 4), then q, k, v = qkv[0], qkv[1], qkv[2])"},
-      {OpKind::DropPath, "drop_path", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false,
+      {OpKind::DropPath, "drop_path", {{"in", K::Tensor, true}, {"p", K::Probability, true}, {"noise_scaled", K::Flag, false}}, false,
        "timm layers/drop.py drop_path (v0.3.2 models/layers/drop.py): x.div(keep_prob) * random_tensor, one random "
        "value per sample; the identity at p = 0"},
+      {OpKind::Mul, "mul", {{"in", K::Tensors, true}}, false,
+       "elementwise x * s, s a parameter that broadcasts over x (torchvision ConvNeXt CNBlock: self.layer_scale [C, 1, "
+       "1] * self.block(input)); the product saves x where s trains (derivatives.yaml mul: other's gradient reads "
+       "self)"},
       {OpKind::LayerScale, "layer_scale", {{"in", K::Tensor, true}}, true,
        "transformers models/dinov2/modeling_dinov2.py Dinov2LayerScale: hidden_state * lambda1, lambda1 [width]"},
       {OpKind::MeanTokens, "mean_tokens", {{"in", K::Tensor, true}, {"start", K::Dim, false}}, false,
@@ -151,6 +158,30 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       out = {mul(s[1], s[2]), s[0]};
       return true;
     }
+    case OpKind::UnflattenTokens: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 2) return error = "unflatten_tokens needs token rows [tokens, width]; " + in[0]->name + " is " + dims_text(s), false;
+      if (s[0] % op.index != 0)
+        return error = "unflatten_tokens' height " + std::to_string(op.index) + " does not divide the " + std::to_string(s[0]) + " rows of " + in[0]->name, false;
+      out = {s[1], op.index, s[0] / op.index};
+      return true;
+    }
+    case OpKind::Mul:
+      if (in.size() != 2) return error = "mul needs two inputs: an activation and a parameter", false;
+      if (in[0]->is_parameter || !in[1]->is_parameter)
+        return error = "mul multiplies an activation (first) by a parameter (second); " + in[0]->name + " and " + in[1]->name + " are not", false;
+      {  // broadcast: aligned from the right, each of the parameter's dimensions equals the activation's or is 1
+        const auto &ps = in[1]->shape, &xs = in[0]->shape;
+        bool fits = ps.size() <= xs.size();
+        for (size_t k = 0; fits && k < ps.size(); ++k) {
+          const int64_t d = ps[ps.size() - 1 - k];
+          fits = d == 1 || d == xs[xs.size() - 1 - k];
+        }
+        if (!fits)
+          return error = "mul's parameter must broadcast over the activation (each dimension, from the right, equal or 1); " + in[1]->name + " is " + dims_text(ps) + ", " + in[0]->name + " " + dims_text(xs), false;
+      }
+      out = in[0]->shape;
+      return true;
     case OpKind::Concat: {
       if (in.size() < 2) return error = "concat needs at least two inputs", false;
       if (op.features) {  // equal rows, widths add up

@@ -12,8 +12,12 @@
 // - gelu: its input; relu and tanh: their output; dropout: a 1-byte mask (the one dropout rule, step_builder.h);
 // - attention: SDPA's flash / memory-efficient kernels keep q, k, v, the output and an fp32 logsumexp per head and
 //   row; the eager form (ViTSelfAttention, BERT's) keeps q, k, v and the probabilities (the one attention_probs rule);
-// - layer_scale: its input, where lambda1 trains;
-// - add, concat, mean_tokens, resize_tokens, flatten_tokens, select_token, slice and parameters save nothing;
+// - layer_scale and mul: the input, where the scale trains;
+// - batch_norm2d: its input and the batch's mean and inverse deviation (fp32, per channel); max_pool2d: its input and
+//   the int64 index of each output;
+// - relu and add in place (nn.ReLU(inplace=True), out += identity) write their first input and make nothing new;
+// - add, concat, mean_tokens, global_avg_pool, resize_tokens, the views (flatten_tokens, unflatten_tokens,
+//   select_token, slice) and parameters save nothing;
 // - cross_entropy: log_softmax's output (fp32 under autocast, where cross_entropy runs in fp32).
 #include <algorithm>
 
@@ -96,6 +100,12 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.op_trains[i] = param_trains(params, op.name + ".lambda1");
         p.bytes[o] = std::max(widest, dims_.e_res);
         break;
+      case OpKind::Mul: {  // x * s: s's gradient reads x; type promotion as layer_scale's
+        const int32_t sp = s.tensors[op.in[1]].producer;
+        p.op_trains[i] = sp >= 0 && p.op_trains[sp];
+        p.bytes[o] = widest;
+        break;
+      }
       case OpKind::ResizeTokens:  // the table itself where the grid matches (a view), else a new interpolated one
         p.root[o] = op.size == s.tensors[op.in[0]].shape[0] ? p.root[op.in[0]] : o;
         p.bytes[o] = widest;
@@ -107,6 +117,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.bytes[o] = widest;
         break;
       case OpKind::FlattenTokens:
+      case OpKind::UnflattenTokens:
       case OpKind::SelectToken:
       case OpKind::Slice:
         p.root[o] = p.root[op.in[0]];  // a view
@@ -194,14 +205,16 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
     switch (op.kind) {
       case OpKind::Parameter: owned[o] = false; break;  // a weight: the engines hold it
       case OpKind::FlattenTokens:
+      case OpKind::UnflattenTokens:
       case OpKind::SelectToken:
       case OpKind::Slice: break;  // views: the root's storage
       case OpKind::DropPath:
-        // x.div(keep_prob) (a transient), times a [batch, 1, 1] random tensor in x's dtype, which the product saves.
+        // timm: x.div(keep_prob) (a transient), times a [batch, 1, 1] random tensor in x's dtype, which the product
+        // saves. torchvision's StochasticDepth divides the noise instead (noise.div_(survival_rate); input * noise).
         if (op.p_at(layer) > 0) {
-          const uint32_t scaled = tmp(bytes_of(o), labels_.attn_tmp, layer);
+          const uint32_t scaled = op.noise_scaled ? UINT32_MAX : tmp(bytes_of(o), labels_.attn_tmp, layer);
           id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
-          drop(scaled);
+          if (scaled != UINT32_MAX) drop(scaled);
           if (req) save_new(oi, mul(p.bytes[o], b), labels_.hidden_mask);
         }
         break;
@@ -317,6 +330,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (p.root[o] == o) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
       case OpKind::LayerScale:  // lambda1's gradient reads the input; the input's reads lambda1, a weight
+      case OpKind::Mul:
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (p.op_trains[i]) keep(oi, x);
         break;
@@ -386,7 +400,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         }
       }
       // drop_path's backward: the product's gradient, then the division's (x's gradient, below).
-      if (op.kind == OpKind::DropPath) scratch.push_back(tmp(bytes_of(o), labels_.bwd_mlp, layer));
+      if (op.kind == OpKind::DropPath && !op.noise_scaled) scratch.push_back(tmp(bytes_of(o), labels_.bwd_mlp, layer));
       // Under autocast a trained weight's gradient comes out of the matmul in the compute dtype and is cast to the
       // fp32 .grad (the cast's backward): a transient of the weight's size.
       if (dims_.amp && p.op_trains[i] && (op.kind == OpKind::Linear || op.kind == OpKind::Conv2d))

@@ -1,6 +1,6 @@
-// Programs with several block kinds and the convolutional ops (src/core/ops.h): torchvision's ResNets as the resnet
-// and resnet_basic programs, their exact parameter counts against torchvision's published totals, one block's saved
-// set against the closed form of its ops' autograd rules, and the decoder's errors for the new keys.
+// Programs with several block kinds and the convolutional ops (src/core/ops.h): torchvision's ResNets (the resnet and
+// resnet_basic programs) and ConvNeXts (convnext), their exact parameter counts against torchvision's published
+// totals, one block's saved set against the closed form of its ops' autograd rules, and the decoder's errors.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -33,11 +33,11 @@ int64_t params_of(const std::string& program, const std::string& args) {
   return model_shape_of(resnet_config(program, args).model).params_total;
 }
 
-// One more block of layer1's repeated kind: live activation bytes when backward starts, with layers1 = 3 minus 2.
-int64_t layer1_block(const Config& base) {
+// One more block of the first stage's repeated kind: live activation bytes when backward starts, with 3 blocks minus 2.
+int64_t layer1_block(const Config& base, const std::string& key = "layers1", const std::string& args = "") {
   auto at_backward = [&](int layers1) {
     Config c = base;
-    c.model.architecture_args = "layers1=" + std::to_string(layers1);
+    c.model.architecture_args = args + (args.empty() ? "" : ",") + key + "=" + std::to_string(layers1);
     const Result r = simulate(c);
     REQUIRE(r.ok);
     return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
@@ -97,6 +97,37 @@ TEST_CASE("a bottleneck block's saved set is the sum of its ops' rules, in place
   // ResNet-18's basic block: bn1 saves c1, relu_ writes b1 (saved by relu and conv2), bn2 saves c2, out += x and
   // relu_ write b2: four [64] maps.
   CHECK(layer1_block(resnet_config("resnet_basic", "")) == 4 * b * hw * 4 * w + 8 * (w + w));
+}
+
+TEST_CASE("ConvNeXt program: exact parameter counts of torchvision's ConvNeXt-T/S/B/L", "[architecture]") {
+  CHECK(params_of("convnext", "") == 28589128);                          // convnext_tiny
+  CHECK(params_of("convnext", "depth3=27") == 50223688);                 // convnext_small
+  CHECK(params_of("convnext", "dim1=128,depth3=27") == 88591464);        // convnext_base
+  CHECK(params_of("convnext", "dim1=192,depth3=27") == 197767336);       // convnext_large
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("convnext", "", a).empty());
+  CHECK(a->repeat == 21);  // 18 blocks and 3 downsampling layers
+  // Stochastic depth rises linearly over the 18 blocks, the downsampling layers not counted (torchvision's
+  // stage_block_id): 0 in the first block, 0.1 in the last.
+  const ArchOp& sd = a->blocks[0].ops[9];
+  REQUIRE(sd.kind == OpKind::DropPath);
+  CHECK(sd.p_at(0) == 0.0);
+  CHECK(a->blocks[6].ops[9].p_at(20) == Approx(0.1));
+  CHECK(a->blocks[4].ops[9].p_at(8) == Approx(0.1 * 6 / 17));  // stage 3's first block is the seventh
+}
+
+TEST_CASE("a ConvNeXt block's saved set is the sum of its ops' rules", "[architecture]") {
+  // Stage 1's block (C = 96 at 56 x 56), stochastic depth off: the depthwise conv's output (layer_norm keeps it
+  // through the permuted view), the norm's output (fc1's input), fc1's [4C] output (gelu's input), gelu's [4C]
+  // output (fc2's input), fc2's output (layer_scale's mul keeps it for the scale's gradient) and the block's output
+  // (result += input writes the product in place); the norm's fp32 mean and rstd per row.
+  const int64_t b = 4, hw = 56 * 56, c = 96;
+  const Config cfg = resnet_config("convnext", "");
+  CHECK(layer1_block(cfg, "depth1", "stochastic_depth_prob=0") == 4 * b * hw * 12 * c + 8 * b * hw);
+  // With stochastic depth the product is a new tensor and the noise, one value per sample, is saved; the mul's
+  // output goes once the product is made.
+  const int64_t with_sd = layer1_block(cfg, "depth1", "stochastic_depth_prob=0.5");
+  CHECK(with_sd == 4 * b * hw * 12 * c + 8 * b * hw + 4 * b);
 }
 
 TEST_CASE("max pooling saves its input and int64 indices; a CNN runs through the engines", "[architecture]") {
