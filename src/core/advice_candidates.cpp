@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "advice.h"
+#include "architecture.h"
 #include "catalog.h"
 #include "frameworks.h"
 #include "tables.h"
@@ -71,6 +72,20 @@ void activation_changes(const Config& base, const Resolved& rs, Adder& add) {
         "about 33% more compute: every layer's forward runs again in backward (Korthikanti et al. 2022)", c);
   }
   if (t.micro_batch_size > 1) {
+    // Batch norm's statistics are over the micro-batch (torch.nn.BatchNorm2d in training mode), so accumulation
+    // over smaller micro-batches is not the same training: the advice says so for a program with batch norm.
+    std::string bn_note;
+    if (!base.model.architecture.empty()) {
+      std::shared_ptr<const Architecture> a;
+      if (decode_architecture(base.model.architecture, base.model.architecture_args, a).empty()) {
+        bool bn = false;
+        for (const ArchStage* st : {&a->embeddings, &a->head})
+          for (const auto& op : st->ops) bn |= op.kind == OpKind::BatchNorm2d;
+        for (const auto& k : a->blocks)
+          for (const auto& op : k.ops) bn |= op.kind == OpKind::BatchNorm2d;
+        if (bn) bn_note = "; batch norm's statistics then come from fewer samples, which changes training";
+      }
+    }
     // The largest proper divisor, so that the accumulation makes up the same global batch exactly.
     int64_t mb = t.micro_batch_size / 2;
     while (t.micro_batch_size % mb != 0) --mb;
@@ -79,13 +94,13 @@ void activation_changes(const Config& base, const Resolved& rs, Adder& add) {
     c.training.gradient_accumulation_steps = t.gradient_accumulation_steps * (t.micro_batch_size / mb);
     add(G::SameJob, 1, "micro_batch_smaller",
         "Micro-batch " + count(mb) + ", gradient accumulation " + count(c.training.gradient_accumulation_steps),
-        "same global batch; smaller matmuls run less efficiently", c);
+        "same global batch; smaller matmuls run less efficiently" + bn_note, c);
     if (mb > 1) {
       c.training.micro_batch_size = 1;
       c.training.gradient_accumulation_steps = t.gradient_accumulation_steps * t.micro_batch_size;
       add(G::SameJob, 1, "micro_batch_one",
           "Micro-batch 1, gradient accumulation " + count(c.training.gradient_accumulation_steps),
-          "same global batch; one sequence per matmul runs least efficiently", c);
+          "same global batch; one sequence per matmul runs least efficiently" + bn_note, c);
     }
   }
   if (!t.activation_offload && t.activation_checkpointing == "none") {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/advice.h"
 #include "core/architecture.h"
 #include "core/simulate.h"
 #include "core/validate.h"
@@ -177,4 +178,18 @@ TEST_CASE("several block kinds and in-place ops: the decoder's errors name the f
         "model.architecture: embeddings.ops[3]: max_pool2d's padding must be at most half its kernel (PyTorch's rule)");
   // A program's image may be small (PyTorch's ResNet runs on 16 x 16), but not smaller than the stem's kernel.
   CHECK(first_error("resnet", "image_size=16").empty());
+}
+
+TEST_CASE("What helps: a smaller micro-batch under batch norm says that it changes training", "[architecture]") {
+  auto note_of = [](const Config& c) {
+    for (const auto& s : suggestion_candidates(c))
+      if (s.id == "micro_batch_smaller") return s.cost;
+    return std::string("none");
+  };
+  Config resnet = resnet_config("resnet", "");
+  resnet.training.micro_batch_size = 64;
+  CHECK(note_of(resnet).find("batch norm's statistics then come from fewer samples") != std::string::npos);
+  Config convnext = resnet_config("convnext", "");  // layer norm: per sample
+  convnext.training.micro_batch_size = 64;
+  CHECK(note_of(convnext) == "same global batch; smaller matmuls run less efficiently");
 }
