@@ -208,12 +208,12 @@ class Decoder {
   }
 
   void decode(const ojson& p, Architecture& a, const std::string& args) {
-    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "lora_targets",
+    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
-      if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, "
+      if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, timm_models, "
                            "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
@@ -230,6 +230,13 @@ class Decoder {
     text("title", a.title, false);
     text("source", a.source, true);
     text("lora_targets", a.lora_targets, false);
+    // timm's model names this program builds, each with the arguments that make it (the import of a timm config.json).
+    if (p.contains("timm_models")) {
+      if (!p["timm_models"].is_object()) error("timm_models", "must be an object of timm model names with their arguments");
+      else
+        for (const auto& [k, v] : p["timm_models"].items())
+          if (!v.is_string()) error("timm_models." + k, "must be the program's arguments as text (\"layers3=23\"; \"\" for its defaults)");
+    }
     if (p.contains("model_types")) {
       if (!p["model_types"].is_array()) error("model_types", "must be a list of HF model_type strings");
       else
@@ -637,6 +644,7 @@ namespace {
 struct BuiltinProgram {
   std::string name;
   std::vector<std::string> model_types, hyperparameters;
+  std::vector<std::pair<std::string, std::string>> timm_models;  // timm's name, the arguments
   std::string_view text;
 };
 
@@ -646,9 +654,11 @@ const std::vector<BuiltinProgram>& builtin_programs() {
     for (std::string_view f : catalog_architecture_files()) {
       try {
         const auto j = ojson::parse(f);
-        BuiltinProgram b{j.at("name").get<std::string>(), {}, {}, f};
+        BuiltinProgram b{j.at("name").get<std::string>(), {}, {}, {}, f};
         for (const auto& t : j.at("model_types")) b.model_types.push_back(t.get<std::string>());
         for (const auto& [k, v] : j.at("hyperparameters").items()) b.hyperparameters.push_back(k);
+        if (j.contains("timm_models"))
+          for (const auto& [k, v] : j.at("timm_models").items()) b.timm_models.push_back({k, v.get<std::string>()});
         out.push_back(std::move(b));
       } catch (const ojson::exception&) {
         // a built-in program that does not parse fails its test (test_architecture.cpp); here it is left out
@@ -671,6 +681,20 @@ std::string_view builtin_architecture(std::string_view name) {
   for (const auto& b : builtin_programs())
     if (b.name == name) return b.text;
   return {};
+}
+
+bool architecture_for_timm(std::string_view timm_name, std::string& program, std::string& args) {
+  for (const auto& b : builtin_programs())
+    for (const auto& [name, a] : b.timm_models)
+      if (name == timm_name) return program = b.name, args = a, true;
+  return false;
+}
+
+std::vector<std::string> timm_model_names() {
+  std::vector<std::string> names;
+  for (const auto& b : builtin_programs())
+    for (const auto& [name, a] : b.timm_models) names.push_back(name);
+  return names;
 }
 
 std::string architecture_for_model_type(std::string_view model_type) {

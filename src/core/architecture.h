@@ -130,6 +130,10 @@ std::vector<std::string> builtin_architecture_names();
 std::string_view builtin_architecture(std::string_view name);
 // The name of the built-in program that reads an HF model_type, or empty.
 std::string architecture_for_model_type(std::string_view model_type);
+// The built-in program that builds a timm model (its "architecture" in a timm config.json, "resnet50") and the
+// arguments that make it; false where no program declares the name (timm_models).
+bool architecture_for_timm(std::string_view timm_name, std::string& program, std::string& args);
+std::vector<std::string> timm_model_names();  // every name some built-in program declares
 
 // Decodes model.architecture (a built-in program's name, or a program as inline JSON text) with the overrides of
 // model.architecture_args ("image_size=384, num_labels=10"). On success `out` holds the program and the result is

@@ -1,5 +1,6 @@
 // The Hugging Face config.json as memsim's model section (serialize.h model_from_hf_json; config_from_json reads
 // a config's model section the same way): structural defaults per model_type, key aliases, ignored keys.
+#include <algorithm>
 #include <sstream>
 
 #include "architecture.h"
@@ -170,6 +171,45 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
   if (!j->contains("model_type") && j->contains("d_model") && j->contains("d_kv") && j->contains("num_layers")) {
     type = "t5";
     notes.push_back("model: no model_type; d_model, d_kv and num_layers are T5Config's keys, read as model_type t5");
+  }
+  // A timm config.json (timm's push_to_hf_hub: "architecture" names the timm model, with its pretrained_cfg): the
+  // built-in program that declares the name (timm_models), with the classes, channels and image size it sets.
+  if (auto it = j->find("architecture"); it != j->end() && it->is_string() &&
+                                          (j->contains("pretrained_cfg") || j->contains("num_features"))) {
+    const std::string name = it->get<std::string>().substr(0, kMaxStringBytes);
+    std::string program, args;
+    if (!architecture_for_timm(name, program, args)) {
+      std::string known;
+      for (const auto& n : timm_model_names()) known += (known.empty() ? "" : ", ") + n;
+      errors.push_back({"model.architecture", "model.architecture: the timm model \"" + name.substr(0, 60) +
+                                                  "\" has no built-in program; the timm models memsim builds: " + known});
+      return;
+    }
+    const auto declared = architecture_hyperparameters(program);
+    auto set = [&](std::initializer_list<const char*> keys, double v) {
+      for (const char* k : keys)
+        if (std::find(declared.begin(), declared.end(), k) != declared.end()) {
+          std::ostringstream text;
+          text << k << "=" << v;
+          args += (args.empty() ? "" : ",") + text.str();  // a later value replaces an earlier one
+          return;
+        }
+    };
+    if (auto n = j->find("num_classes"); n != j->end() && n->is_number_integer() && n->get<int64_t>() > 0)
+      set({"num_classes", "num_labels"}, n->get<double>());
+    if (auto pc = j->find("pretrained_cfg"); pc != j->end() && pc->is_object())
+      if (auto in = pc->find("input_size"); in != pc->end() && in->is_array() && in->size() == 3 &&
+                                            (*in)[0].is_number_integer() && (*in)[1].is_number_integer()) {
+        set({"num_channels", "in_chans"}, (*in)[0].get<double>());
+        set({"image_size", "img_size"}, (*in)[1].get<double>());
+      }
+    out = ModelConfig{};
+    out.name = name;
+    out.architecture = program;
+    out.architecture_args = args;
+    notes.push_back("model: the timm model " + name + " is the model program \"" + program + "\" (src/core/catalog/architectures) with " +
+                    (args.empty() ? "its defaults" : args));
+    return;
   }
   // A model section that holds a program (model.architecture: a memsim config's, not an HF config.json): memsim's own
   // fields, read onto the defaults, with none of the HF structure or required keys (the program has its own).

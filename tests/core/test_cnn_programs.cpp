@@ -7,6 +7,7 @@
 
 #include "core/advice.h"
 #include "core/architecture.h"
+#include "core/serialize.h"
 #include "core/simulate.h"
 #include "core/validate.h"
 #include "test_util.h"
@@ -192,4 +193,34 @@ TEST_CASE("What helps: a smaller micro-batch under batch norm says that it chang
   Config convnext = resnet_config("convnext", "");  // layer norm: per sample
   convnext.training.micro_batch_size = 64;
   CHECK(note_of(convnext) == "same global batch; smaller matmuls run less efficiently");
+}
+
+TEST_CASE("a timm config.json imports as the program that builds its model", "[architecture]") {
+  // timm's push_to_hf_hub config (timm/resnet50.tv_in1k on the Hub): the model's name, its classes, pretrained_cfg.
+  const Parsed r = model_from_hf_json(R"({"architecture": "resnet101", "num_classes": 10, "num_features": 2048,
+      "pretrained_cfg": {"tag": "tv_in1k", "input_size": [3, 176, 176], "classifier": "fc"}})");
+  REQUIRE(r.ok);
+  CHECK(r.config.model.architecture == "resnet");
+  CHECK(r.config.model.architecture_args == "layers3=23,num_classes=10,num_channels=3,image_size=176");
+  CHECK(model_shape_of(r.config.model).params_total == 44549160 - 2049 * 1000 + 2049 * 10);
+  // timm's ViT names its image size img_size; DeiT's qkv has a bias.
+  const Parsed v = model_from_hf_json(R"({"architecture": "vit_base_patch16_224", "num_classes": 1000,
+      "pretrained_cfg": {"input_size": [3, 384, 384]}})");
+  REQUIRE(v.ok);
+  CHECK(v.config.model.architecture == "vit_timm");
+  CHECK(v.config.model.architecture_args == "qkv_bias=1,num_classes=1000,in_chans=3,img_size=384");
+  // A timm model no program builds is one error naming the field and what memsim builds.
+  const Parsed bad = model_from_hf_json(R"({"architecture": "resnet50d", "num_classes": 1000, "pretrained_cfg": {}})");
+  REQUIRE(!bad.ok);
+  CHECK(bad.errors.front().field == "model.architecture");
+  CHECK(bad.errors.front().message.find("model.architecture: the timm model \"resnet50d\" has no built-in program; the timm models memsim builds: ") == 0);
+  CHECK(bad.errors.front().message.find("convnext_tiny") != std::string::npos);
+  // Every timm name a program declares decodes, with the torchvision totals the presets carry.
+  for (const auto& name : timm_model_names()) {
+    std::string program, args;
+    REQUIRE(architecture_for_timm(name, program, args));
+    std::shared_ptr<const Architecture> a;
+    INFO(name);
+    CHECK(decode_architecture(program, args, a).empty());
+  }
 }
