@@ -252,8 +252,14 @@ bool App::load_text(const std::string& text, const std::string& origin) {
     message(Message::Kind::Error, msg);
     return false;
   }
+  // A timm config.json (its model's name in "architecture", with a pretrained_cfg) imports as a model program.
+  const bool timm = !memsim_json && !accelerate && !deepspeed && !p.config.model.architecture.empty() &&
+                    std::any_of(p.notes.begin(), p.notes.end(), [](const std::string& n) { return n.rfind("model: the timm model", 0) == 0; });
   std::string info = "Loaded " + origin + (memsim_json ? " (memsim config)." : accelerate ? " (Accelerate config)."
-                                           : deepspeed ? " (DeepSpeed config)." : " as the model (Hugging Face config.json).");
+                                           : deepspeed ? " (DeepSpeed config)."
+                                           : timm ? " as the model: timm's " + p.config.model.name + ", the program \"" +
+                                                        p.config.model.architecture + "\"; its hyperparameters are set under Model."
+                                                  : " as the model (Hugging Face config.json).");
   message(Message::Kind::Info, info, p.notes);  // the notes fold away into the log
   set_config(p.config);
   return true;

@@ -122,6 +122,32 @@ test("touch on a phone: a swipe over a number scrolls and changes nothing; a tap
   await page.close();
 });
 
+test("a model program's inputs: the wheel scrolls over them and edits nothing; + sets one argument", async () => {
+  // ResNet-50's preset link (the resnet program: one input per hyperparameter, under Details > Model).
+  const hash = "#memsim=2&name=ResNet-50+%28ImageNet-1k+classifier%29&architecture=resnet&micro_batch_size=128&" +
+               "precision=amp_bf16&data_parallel_size=1&zero_stage=0&c=7vjwa9";
+  const { page, errors } = await openPage(hash, { width: 1280, height: 800 });
+  const before = await state(page);
+  assert.equal(before.config.model.architecture, "resnet");
+  assert.equal(before.config.model.architecture_args, "");
+  await page.mouse.move(120, 417);  // over layers3's number
+  await page.mouse.wheel(0, 100);
+  const scrolled = await settledScroll(page);
+  assert.ok(scrolled.inputs > 0, "the wheel scrolls the panel");
+  let s = await state(page);
+  assert.equal(s.config.model.architecture_args, "", "the wheel edits no number");
+  // layers3's + button, where the scroll has moved it.
+  await page.mouse.click(242, 417 - scrolled.inputs);
+  await page.waitForFunction(() => window.memsim.state().config.model.architecture_args === "layers3=7", null, { timeout: patience });
+  s = await state(page);
+  assert.ok(s.fragment.includes("architecture_args=layers3%3D7") || s.fragment.includes("layers3"), s.fragment);
+  const r = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(s.config));
+  assert.equal(r.params_total, 25557032 + 1117184);  // one more bottleneck of layer3 (1024 -> 256 -> 1024, three batch norms)
+  await page.screenshot({ path: path.join(shots, "program-inputs.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("idle means idle: a static page draws no frames (idle CPU printed, not asserted)", async () => {
   for (const [width, height] of [[1280, 800], [390, 844]]) {
     const { page, errors } = await openPage("", { width, height });

@@ -80,6 +80,26 @@ test("editing follows into the fragment without a reload", async () => {
   await page.close();  // keyboard.test.mjs changes inputs with the keyboard
 });
 
+test("a dropped timm config.json becomes a CNN program: its inputs, a short link and the CLI's numbers", async () => {
+  const { page, errors } = await openPage();
+  const timm = { architecture: "resnet50", num_classes: 100, num_features: 2048,
+    pretrained_cfg: { tag: "tv_in1k", input_size: [3, 224, 224], classifier: "fc" } };
+  await page.evaluate((t) => window.memsim.loadText(JSON.stringify(t), "config.json"), timm);
+  await until(page, async () => {}, () => window.memsim.state().config.model.architecture === "resnet");
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.equal(state.config.model.architecture_args, "num_classes=100,num_channels=3,image_size=224");
+  const hash = await page.evaluate(() => window.location.hash);
+  assert.ok(hash.length < 200, "a short link: " + hash);
+  // The page's numbers are the CLI's for the same config.
+  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
+  const fromCli = cliEstimate(JSON.stringify(state.config));
+  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  assert.equal(fromPage.params_total, 25557032 - 2049 * 900);
+  await page.screenshot({ path: path.join(shots, "timm-resnet50-1280x720.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("the keyboard picks a model preset and the fragment follows", async () => {
   const { page, errors } = await openPage();
   await until(page, async () => {
