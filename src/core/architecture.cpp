@@ -208,12 +208,12 @@ class Decoder {
   }
 
   void decode(const ojson& p, Architecture& a, const std::string& args) {
-    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "timm_models", "lora_targets",
+    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
-      if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, timm_models, "
+      if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, timm_models, "
                            "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
@@ -230,6 +230,15 @@ class Decoder {
     text("title", a.title, false);
     text("source", a.source, true);
     text("lora_targets", a.lora_targets, false);
+    // HF config keys the program's structure assumes (the import picks, among the programs of a model_type, the one
+    // whose assumptions the config meets): {"use_swiglu_ffn": {"equals": false, "when_absent": false}}.
+    if (p.contains("requires")) {
+      if (!p["requires"].is_object()) error("requires", "must be an object of HF config keys, each {\"equals\": value, \"when_absent\": value}");
+      else
+        for (const auto& [k, v] : p["requires"].items())
+          if (!v.is_object() || !v.contains("equals") || !v.contains("when_absent"))
+            error("requires." + k, "must be {\"equals\": value, \"when_absent\": value}: the value the program assumes, and the config class's default");
+    }
     // timm's model names this program builds, each with the arguments that make it (the import of a timm config.json).
     if (p.contains("timm_models")) {
       if (!p["timm_models"].is_object()) error("timm_models", "must be an object of timm model names with their arguments");
@@ -645,6 +654,11 @@ struct BuiltinProgram {
   std::string name;
   std::vector<std::string> model_types, hyperparameters;
   std::vector<std::pair<std::string, std::string>> timm_models;  // timm's name, the arguments
+  struct Require {
+    std::string key;
+    ojson equals, when_absent;
+  };
+  std::vector<Require> requires_;
   std::string_view text;
 };
 
@@ -654,7 +668,9 @@ const std::vector<BuiltinProgram>& builtin_programs() {
     for (std::string_view f : catalog_architecture_files()) {
       try {
         const auto j = ojson::parse(f);
-        BuiltinProgram b{j.at("name").get<std::string>(), {}, {}, {}, f};
+        BuiltinProgram b{j.at("name").get<std::string>(), {}, {}, {}, {}, f};
+        if (j.contains("requires"))
+          for (const auto& [k, v] : j.at("requires").items()) b.requires_.push_back({k, v.at("equals"), v.at("when_absent")});
         for (const auto& t : j.at("model_types")) b.model_types.push_back(t.get<std::string>());
         for (const auto& [k, v] : j.at("hyperparameters").items()) b.hyperparameters.push_back(k);
         if (j.contains("timm_models"))
@@ -697,10 +713,22 @@ std::vector<std::string> timm_model_names() {
   return names;
 }
 
-std::string architecture_for_model_type(std::string_view model_type) {
-  for (const auto& b : builtin_programs())
-    for (const auto& t : b.model_types)
-      if (t == model_type) return b.name;
+std::string architecture_for_model_type(std::string_view model_type, const std::string& config_json, std::string& mismatch) {
+  const ojson cfg = config_json.empty() ? ojson::object() : ojson::parse(config_json, nullptr, false);
+  mismatch.clear();
+  for (const auto& b : builtin_programs()) {
+    if (std::find(b.model_types.begin(), b.model_types.end(), model_type) == b.model_types.end()) continue;
+    std::string needs;
+    bool meets = true;
+    for (const auto& r : b.requires_) {
+      ojson got = cfg.is_object() && cfg.contains(r.key) ? cfg[r.key] : r.when_absent;
+      if (r.equals.is_boolean() && got.is_number()) got = got.get<double>() != 0;  // 1 for true, as some configs write it
+      meets = meets && got == r.equals;
+      needs += (needs.empty() ? "" : ", ") + r.key + " " + r.equals.dump();
+    }
+    if (meets) return b.name;
+    mismatch += (mismatch.empty() ? "" : "; ") + std::string("\"") + b.name + "\" needs " + needs;
+  }
   return {};
 }
 

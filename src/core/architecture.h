@@ -33,13 +33,14 @@ enum class OpKind {
   Linear,       // nn.Linear
   Attention,    // multi-head attention over q, k, v (the kernel from the config: eager or SDPA)
   Gelu,         // nn.GELU (exact or tanh)
+  Silu,         // nn.functional.silu (SwiGLU's gate)
   Relu,         // nn.ReLU
   Tanh,         // nn.Tanh
   Dropout,      // nn.Dropout
   SelectToken,  // x[:, i, :], a view (the class token)
   Slice,        // x[..., start:start + size], a view (q, k and v of a fused qkv linear)
   LayerScale,   // x * lambda1, a learned per-channel scale (DINOv2's Dinov2LayerScale, CaiT)
-  Mul,          // x * a parameter of x's last dimension or shape (torchvision ConvNeXt's layer_scale)
+  Mul,          // x * s: s a parameter that broadcasts over x (ConvNeXt's layer_scale) or an activation of x's shape
   MeanTokens,   // x[:, start:].mean(dim=1): the mean of the token rows from `start` (DINOv2's classifier input)
   ResizeTokens, // a positional table interpolated to `rows` rows (DINOv2's interpolate_pos_encoding)
   DropPath,     // stochastic depth on a residual branch (timm's DropPath)
@@ -128,8 +129,9 @@ const std::vector<std::string_view>& catalog_architecture_files();
 std::vector<std::string> builtin_architecture_names();
 // The text of a built-in program, or empty.
 std::string_view builtin_architecture(std::string_view name);
-// The name of the built-in program that reads an HF model_type, or empty.
-std::string architecture_for_model_type(std::string_view model_type);
+// The name of the built-in program that reads an HF model_type whose assumptions (its "requires") the config.json
+// text meets, or empty; where programs read the type but none fits, `mismatch` says what each needs.
+std::string architecture_for_model_type(std::string_view model_type, const std::string& config_json, std::string& mismatch);
 // The built-in program that builds a timm model (its "architecture" in a timm config.json, "resnet50") and the
 // arguments that make it; false where no program declares the name (timm_models).
 bool architecture_for_timm(std::string_view timm_name, std::string& program, std::string& args);

@@ -223,7 +223,14 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
   }
   // A family written as a model program (src/core/catalog/architectures): the program's hyperparameters are HF
   // config keys, so the import passes on those the file sets (num_labels from id2label as below).
-  if (const std::string program = architecture_for_model_type(type); !program.empty()) {
+  std::string mismatch;
+  const std::string program = architecture_for_model_type(type, j->dump(), mismatch);
+  if (program.empty() && !mismatch.empty()) {
+    errors.push_back({"model.architecture", "model.architecture: this model_type " + type.substr(0, 60) +
+                                                " config sets keys no built-in program models: " + mismatch});
+    return;
+  }
+  if (!program.empty()) {
     std::string args;
     for (const std::string& key : architecture_hyperparameters(program)) {
       double v = 0;

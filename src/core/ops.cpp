@@ -68,6 +68,8 @@ const std::vector<OpSpec>& op_specs() {
        {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}}, false,
        "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q, k, v [tokens, heads x d]"},
       {OpKind::Gelu, "gelu", {{"in", K::Tensor, true}, {"tanh", K::Flag, false}}, false, "torch.nn.GELU"},
+      {OpKind::Silu, "silu", {{"in", K::Tensor, true}}, false,
+       "torch.nn.functional.silu: silu_backward reads its input (derivatives.yaml)"},
       {OpKind::Relu, "relu", {{"in", K::Tensor, true}, {"inplace", K::Flag, false}}, false,
        "torch.nn.ReLU; inplace: nn.ReLU(inplace=True) (torchvision ResNet), relu_ writes its input and saves the "
        "result, which is then that tensor"},
@@ -83,8 +85,8 @@ const std::vector<OpSpec>& op_specs() {
        "value per sample; the identity at p = 0"},
       {OpKind::Mul, "mul", {{"in", K::Tensors, true}}, false,
        "elementwise x * s, s a parameter that broadcasts over x (torchvision ConvNeXt CNBlock: self.layer_scale [C, 1, "
-       "1] * self.block(input)); the product saves x where s trains (derivatives.yaml mul: other's gradient reads "
-       "self)"},
+       "1] * self.block(input)) or an activation of x's shape (SwiGLU: silu(x1) * x2); each factor is saved where the "
+       "other's gradient needs it (derivatives.yaml mul: self's gradient reads other, other's reads self)"},
       {OpKind::LayerScale, "layer_scale", {{"in", K::Tensor, true}}, true,
        "transformers models/dinov2/modeling_dinov2.py Dinov2LayerScale: hidden_state * lambda1, lambda1 [width]"},
       {OpKind::MeanTokens, "mean_tokens", {{"in", K::Tensor, true}, {"start", K::Dim, false}}, false,
@@ -168,8 +170,10 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     }
     case OpKind::Mul:
       if (in.size() != 2) return error = "mul needs two inputs: an activation and a parameter", false;
-      if (in[0]->is_parameter || !in[1]->is_parameter)
-        return error = "mul multiplies an activation (first) by a parameter (second); " + in[0]->name + " and " + in[1]->name + " are not", false;
+      if (in[0]->is_parameter)
+        return error = "mul multiplies an activation (first) by a parameter or an activation (second); " + in[0]->name + " is a parameter", false;
+      if (!in[1]->is_parameter && in[1]->shape != in[0]->shape)
+        return error = "mul of two activations needs equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
       {  // broadcast: aligned from the right, each of the parameter's dimensions equals the activation's or is 1
         const auto &ps = in[1]->shape, &xs = in[0]->shape;
         bool fits = ps.size() <= xs.size();
@@ -214,6 +218,7 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       return true;
     case OpKind::LayerNorm:
     case OpKind::Gelu:
+    case OpKind::Silu:
     case OpKind::Relu:
     case OpKind::Tanh:
     case OpKind::Dropout:

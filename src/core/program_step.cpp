@@ -9,7 +9,7 @@
 // - linear / conv2d: the input for the weight's gradient when the weight trains (under autocast a cast copy per
 //   module, as for every linear: linear_inputs), LoRA's inputs where PEFT targets the module;
 // - layer_norm: native_layer_norm saves its input, mean and rstd (fp32, one each per row);
-// - gelu: its input; relu and tanh: their output; dropout: a 1-byte mask (the one dropout rule, step_builder.h);
+// - gelu and silu: their input; relu and tanh: their output; dropout: a 1-byte mask (the one dropout rule, step_builder.h);
 // - attention: SDPA's flash / memory-efficient kernels keep q, k, v, the output and an fp32 logsumexp per head and
 //   row; the eager form (ViTSelfAttention, BERT's) keeps q, k, v and the probabilities (the one attention_probs rule);
 // - layer_scale and mul: the input, where the scale trains;
@@ -102,7 +102,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         break;
       case OpKind::Mul: {  // x * s: s's gradient reads x; type promotion as layer_scale's
         const int32_t sp = s.tensors[op.in[1]].producer;
-        p.op_trains[i] = sp >= 0 && p.op_trains[sp];
+        p.op_trains[i] = s.tensors[op.in[1]].is_parameter && sp >= 0 && p.op_trains[sp];
         p.bytes[o] = widest;
         break;
       }
@@ -251,6 +251,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         }
         break;
       case OpKind::Gelu:
+      case OpKind::Silu:
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (req) keep(oi, x);
         break;
@@ -330,10 +331,20 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (p.root[o] == o) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
       case OpKind::LayerScale:  // lambda1's gradient reads the input; the input's reads lambda1, a weight
-      case OpKind::Mul:
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (p.op_trains[i]) keep(oi, x);
         break;
+      case OpKind::Mul: {  // a's gradient reads b and b's reads a (a parameter b: the module holds it)
+        const int32_t y = op.in[1];
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        if (s.tensors[y].is_parameter) {
+          if (p.op_trains[i]) keep(oi, x);
+        } else {
+          if (p.req[y]) keep(oi, x);
+          if (p.req[x]) keep(oi, y);
+        }
+        break;
+      }
       case OpKind::CrossEntropy: {
         // log_softmax over the classes (fp32 under autocast: a converted copy first), saved for nll's backward.
         const int64_t classes = mul(b, s.tensors[x].numel());

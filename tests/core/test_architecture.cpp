@@ -208,6 +208,38 @@ TEST_CASE("DINOv2's program: the backbones' exact counts, layer scale, and a cla
   CHECK(per_block(frozen_scales, c.model.architecture_args) - per_block(plain_lora, c.model.architecture_args) == 2 * 2 * N * h);
 }
 
+TEST_CASE("DINOv2 with a SwiGLU MLP (ViT-g/14): the program the config's use_swiglu_ffn picks, its count and saved set", "[architecture]") {
+  // facebook/dinov2-giant's config.json (hidden 1536, 40 layers, 24 heads, mlp_ratio 4, use_swiglu_ffn true).
+  const std::string giant = R"({"architectures": ["Dinov2Model"], "hidden_size": 1536, "image_size": 518,
+      "layerscale_value": 1.0, "mlp_ratio": 4, "model_type": "dinov2", "num_attention_heads": 24, "num_channels": 3,
+      "num_hidden_layers": 40, "patch_size": 14, "qkv_bias": true, "use_swiglu_ffn": true})";
+  const Parsed p = model_from_hf_json(giant);
+  REQUIRE(p.ok);
+  CHECK(p.config.model.architecture == "dinov2_swiglu");
+  // The backbone by hand: Dinov2SwiGLUFFN's hidden_features = (int(6144 * 2 / 3) + 7) // 8 * 8 = 4096, so per block
+  // weights_in 1536 x 8192 + 8192 and weights_out 4096 x 1536 + 1536 beside the attention, norms and layer scales
+  // (28,336,640 per block); with the embeddings (cls, mask, patch conv, 1,370 x 1536 positions) and the final norm,
+  // 1,136,480,768. The classifier on [class token, patch mean] adds 2 x 1536 x 2 + 2.
+  CHECK(model_shape_of(p.config.model).params_total == 1136480768 + 2 * 1536 * 2 + 2);
+  // use_swiglu_ffn absent or false is the plain MLP's program, as before.
+  CHECK(model_from_hf_json(R"({"model_type": "dinov2", "hidden_size": 384, "num_attention_heads": 6})").config.model.architecture == "dinov2");
+  // A config no program's assumptions meet is one error naming what each needs.
+  const Parsed odd = model_from_hf_json(R"({"model_type": "dinov2", "use_swiglu_ffn": "yes"})");
+  REQUIRE(!odd.ok);
+  CHECK(odd.errors.front().message == "model.architecture: this model_type dinov2 config sets keys no built-in program models: "
+                                      "\"dinov2\" needs use_swiglu_ffn false; \"dinov2_swiglu\" needs use_swiglu_ffn true");
+  // The SwiGLU MLP saves weights_in's output (2F: silu reads x1, the product reads x2, both views of it), silu's
+  // output F (the product's x2-gradient reads it) and the product F (weights_out's input): 4F per row, where the
+  // GELU MLP saves fc1's and gelu's outputs (2 x 4h). Pure bf16, so no autocast copies differ.
+  Config c = vit_config("hidden_size=768,num_attention_heads=12,num_labels=10", 4);
+  c.training.precision = "bf16_pure";
+  c.model.architecture = "dinov2_swiglu";
+  const int64_t F = 2048, h = 768, N = 4 * 197;  // 224 / 16 = 14 x 14 patches and the class token
+  Config plain = c;
+  plain.model.architecture = "dinov2";
+  CHECK(per_block(c, c.model.architecture_args) - per_block(plain, c.model.architecture_args) == 2 * N * (4 * F - 2 * 4 * h));
+}
+
 TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
   CHECK(first_error("swin").find("model.architecture must be empty") == 0);
   CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);
