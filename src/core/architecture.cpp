@@ -547,6 +547,7 @@ class Decoder {
           if (kn == "padding") op.padding = d;
           if (kn == "groups") op.groups = d;
           if (kn == "heads") op.heads = d;
+          if (kn == "window") op.window = d;
           if (kn == "index" || kn == "start" || kn == "height") op.index = d;
           if (kn == "size" || kn == "rows") op.size = d;
           break;
@@ -582,6 +583,8 @@ class Decoder {
           if (key.name == std::string("bias")) op.bias = d != 0;
           else if (key.name == std::string("inplace")) op.inplace = d != 0;
           else if (key.name == std::string("noise_scaled")) op.noise_scaled = d != 0;
+          else if (key.name == std::string("when")) op.when = d != 0;
+          else if (key.name == std::string("masked")) op.masked = d != 0;
           else op.tanh = d != 0;
           break;
         }

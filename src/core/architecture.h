@@ -44,6 +44,10 @@ enum class OpKind {
   MeanTokens,   // x[:, start:].mean(dim=1): the mean of the token rows from `start` (DINOv2's classifier input)
   ResizeTokens, // a positional table interpolated to `rows` rows (DINOv2's interpolate_pos_encoding)
   DropPath,     // stochastic depth on a residual branch (timm's DropPath)
+  Scale,        // x * a constant (q * head_dim ** -0.5): a new tensor, nothing saved
+  Copy,         // a contiguous copy (F.pad, torch.roll, a window partition's reshape); with `when` false, x itself
+  SpaceToDepth, // [H W, C] -> [H W / 4, 4 C]: each 2 x 2 neighbourhood's rows side by side (Swin's PatchMerging)
+  WindowAttention,  // eager attention within windows of `window` rows, plus a learned relative position bias
   CrossEntropy, // the classification loss over the last dimension
 };
 
@@ -67,7 +71,8 @@ struct ArchOp {
   int64_t kernel = 0, stride = 0;  // Conv2d, MaxPool2d
   int64_t padding = 0;       // Conv2d, MaxPool2d: zeros (or -inf) on each side
   int64_t groups = 1;        // Conv2d: channel groups (depthwise: the channels)
-  int64_t heads = 0;         // Attention
+  int64_t heads = 0;         // Attention, WindowAttention
+  int64_t window = 0;        // WindowAttention: rows per window (window_size x window_size)
   int64_t index = 0;         // SelectToken; Slice: the first column; UnflattenTokens: the height
   int64_t size = 0;          // Slice: the columns
   double p = 0.0;            // Dropout, DropPath; Attention's dropout on the probabilities
@@ -83,6 +88,8 @@ struct ArchOp {
   bool bias = false;         // Linear, Conv2d, LayerNorm (LayerNorm: elementwise_affine's bias)
   bool tanh = false;         // Gelu: approximate="tanh"
   bool noise_scaled = false; // DropPath: the noise is divided by the keep probability, not the input (torchvision)
+  bool when = true;          // Copy: whether the copy happens (a shifted window's roll: only where the shift is not 0)
+  bool masked = false;       // WindowAttention: shifted windows add a mask to the scores
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows
   bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
   ParamKind param_kind = ParamKind::Embedding;  // Parameter

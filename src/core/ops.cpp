@@ -95,6 +95,23 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::ResizeTokens, "resize_tokens", {{"in", K::Tensor, true}, {"rows", K::Dim, true}}, false,
        "transformers Dinov2Embeddings.interpolate_pos_encoding: the position table bicubically interpolated to the "
        "image's patch grid, a new tensor; the table itself where the grid matches"},
+      {OpKind::Scale, "scale", {{"in", K::Tensor, true}}, false,
+       "x * a Python number (torchvision shifted_window_attention: q = q * (C // num_heads) ** -0.5): a new tensor; "
+       "a scalar's product saves nothing (derivatives.yaml mul.Scalar)"},
+      {OpKind::Copy, "copy", {{"in", K::Tensor, true}, {"when", K::Flag, false}}, false,
+       "a contiguous copy of x: F.pad with zero pads (constant_pad_nd clones), torch.roll, a permute(...).reshape(...) "
+       "of a window partition or its reverse; none of them saves anything. `when` false: no copy (the roll of a "
+       "window that is not shifted)"},
+      {OpKind::SpaceToDepth, "space_to_depth", {{"in", K::Tensor, true}, {"height", K::Dim, true}}, false,
+       "torchvision PatchMerging: torch.cat([x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :], x[..., 0::2, 1::2, :], "
+       "x[..., 1::2, 1::2, :]], -1) of an [H, W, C] map: [H W, C] -> [H W / 4, 4 C], a new tensor; cat saves nothing"},
+      {OpKind::WindowAttention, "window_attention",
+       {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"window", K::Dim, true}, {"masked", K::Flag, false}}, false,
+       "torchvision shifted_window_attention (eager, whatever the config's kernel): attn = q.matmul(k.transpose(-2, "
+       "-1)) per window of `window` rows, + the relative position bias gathered from the table (the fourth input, a "
+       "parameter [(2 w - 1)^2, heads]; fp32 under autocast, so the sum is fp32), + the shift mask where masked, "
+       "softmax (saved), attn.matmul(v) (saves the probabilities, cast to the compute dtype under autocast, and v); "
+       "q.matmul saves q and k"},
       {OpKind::CrossEntropy, "cross_entropy", {{"in", K::Tensor, true}}, false,
        "torch.nn.CrossEntropyLoss over the last dimension, one int64 label per sample"},
   };
@@ -186,6 +203,34 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       }
       out = in[0]->shape;
       return true;
+    case OpKind::Scale:
+    case OpKind::Copy:
+      if (in[0]->is_parameter) return error = "the input must be an activation, not the parameter " + in[0]->name, false;
+      out = in[0]->shape;
+      return true;
+    case OpKind::SpaceToDepth: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 2) return error = "space_to_depth needs token rows [tokens, width]; " + in[0]->name + " is " + dims_text(s), false;
+      const int64_t h = op.index, w = op.index > 0 && s[0] % op.index == 0 ? s[0] / op.index : 0;
+      if (w == 0 || h % 2 != 0 || w % 2 != 0)
+        return error = "space_to_depth needs an even height (" + std::to_string(h) + ") that divides the " + std::to_string(s[0]) + " rows of " + in[0]->name + " into an even width", false;
+      out = {s[0] / 4, mul(4, s[1])};
+      return true;
+    }
+    case OpKind::WindowAttention: {
+      if (in.size() != 4) return error = "window_attention needs four inputs: q, k, v and the relative position bias table", false;
+      for (int k = 0; k < 3; ++k)
+        if (!rows(in[static_cast<size_t>(k)], "window_attention")) return false;
+      if (in[0]->shape != in[1]->shape || in[0]->shape != in[2]->shape)
+        return error = "window_attention needs q, k and v of equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape) + ", " + in[2]->name + " " + dims_text(in[2]->shape), false;
+      if (!in[3]->is_parameter) return error = "window_attention's fourth input must be the bias table, a parameter; " + in[3]->name + " is not", false;
+      if (in[0]->shape[0] % op.window != 0)
+        return error = "window_attention's window of " + std::to_string(op.window) + " rows does not divide the " + std::to_string(in[0]->shape[0]) + " rows of " + in[0]->name + " (torchvision pads the map to whole windows; memsim does not model the padding)", false;
+      if (in[0]->shape[1] % op.heads != 0)
+        return error = "window_attention's heads (" + std::to_string(op.heads) + ") must divide the width of q", false;
+      out = in[0]->shape;
+      return true;
+    }
     case OpKind::Concat: {
       if (in.size() < 2) return error = "concat needs at least two inputs", false;
       if (op.features) {  // equal rows, widths add up

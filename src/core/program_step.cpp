@@ -95,7 +95,12 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         if (op.inplace) p.root[o] = p.root[op.in[0]], widest = p.bytes[op.in[0]];
         p.bytes[o] = widest;
         break;
-      case OpKind::Attention: p.bytes[o] = dims_.e; break;
+      case OpKind::Attention:
+      case OpKind::WindowAttention: p.bytes[o] = dims_.e; break;
+      case OpKind::Copy:  // no copy: x itself
+        if (!op.when) p.root[o] = p.root[op.in[0]];
+        p.bytes[o] = widest;
+        break;
       case OpKind::LayerScale:  // x * lambda1: type promotion with the parameter's dtype (fp32 under autocast)
         p.op_trains[i] = param_trains(params, op.name + ".lambda1");
         p.bytes[o] = std::max(widest, dims_.e_res);
@@ -278,8 +283,41 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         }
         break;
       case OpKind::GlobalAvgPool:  // the mean's backward needs only the shape
+      case OpKind::Scale:          // a scalar's product: its backward needs only the scalar
+      case OpKind::SpaceToDepth:   // cat of strided views: its backward needs only the sizes
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
+      case OpKind::Copy:
+        if (op.when) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        break;
+      case OpKind::WindowAttention: {
+        // Per window of w rows: scores = q k^T (the compute dtype), + the bias (fp32 under autocast: the table is an
+        // fp32 weight, so the sum is promoted), + the shift mask (in that dtype), softmax (autocast's fp32 list; its
+        // output saved), cast back to the compute dtype for attn @ v under autocast (saved by the matmul).
+        const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
+        const int64_t s2 = mul(op.heads, b, mul(s.tensors[q].shape[0], op.window));
+        const int64_t biased = dims_.amp ? 4 : dims_.e;
+        uint32_t cur = tmp(mul(dims_.e, s2), labels_.scores, layer);
+        const uint32_t with_bias = tmp(mul(biased, s2), labels_.scores, layer);
+        drop(cur), cur = with_bias;
+        if (op.masked) {
+          const uint32_t with_mask = tmp(mul(biased, s2), labels_.scores, layer);
+          drop(cur), cur = with_mask;
+        }
+        const bool save = req && !no_grad_;
+        const uint32_t probs = save ? act(mul(biased, s2), labels_.probs, layer) : tmp(mul(biased, s2), labels_.probs, layer);
+        drop(cur);
+        uint32_t probs_cast = UINT32_MAX;
+        if (dims_.amp) probs_cast = save ? act(mul(dims_.e, s2), labels_.probs, layer) : tmp(mul(dims_.e, s2), labels_.probs, layer);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        for (uint32_t t : {probs, probs_cast}) {
+          if (t == UINT32_MAX) continue;
+          if (save) saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
+          else drop(t);
+        }
+        if (req) keep(oi, q), keep(oi, k), keep(oi, v);
+        break;
+      }
       case OpKind::Dropout:
         if (op.p_at(layer) > 0) {
           std::vector<uint32_t> mask;
@@ -409,6 +447,14 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         } else {
           scratch.push_back(tmp(mul(4, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));  // flash's fp32 dq accumulator
         }
+      }
+      if (op.kind == OpKind::WindowAttention) {
+        // attn @ v's gradient of the probabilities (compute dtype), the softmax's of the scores (fp32 under
+        // autocast, with the cast's fp32 copy of the former), alive together before q k^T's backward.
+        const int64_t s2 = mul(op.heads, b, mul(s.tensors[op.in[0]].shape[0], op.window));
+        scratch.push_back(tmp(mul(dims_.e, s2), labels_.bwd_attn, layer));
+        if (dims_.amp) scratch.push_back(tmp(mul(4, s2), labels_.bwd_attn, layer));
+        scratch.push_back(tmp(mul(dims_.amp ? 4 : dims_.e, s2), labels_.bwd_attn, layer));
       }
       // drop_path's backward: the product's gradient, then the division's (x's gradient, below).
       if (op.kind == OpKind::DropPath && !op.noise_scaled) scratch.push_back(tmp(bytes_of(o), labels_.bwd_mlp, layer));

@@ -251,7 +251,7 @@ std::string validation_markdown(const ValidationSummary& s) {
                 100 * s.multi_median_abs_error, 100 * s.multi_worst_high_abs_error);
   md += buf;
   std::snprintf(buf, sizeof buf,
-                "**Summary, families beyond decoder LLMs** (model programs, model.architecture: ViT/DeiT and torchvision ResNets so far; single "
+                "**Summary, families beyond decoder LLMs** (model programs, model.architecture; published cases for ViT/DeiT and ResNets so far, none yet for DINOv2, ConvNeXt or Swin; single "
                 "and several GPUs): %d high- and medium-confidence cases counted; median absolute error %.1f%%.\n\n",
                 s.program_counted, 100 * s.program_median_abs_error);
   md += buf;

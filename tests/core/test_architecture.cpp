@@ -241,7 +241,7 @@ TEST_CASE("DINOv2 with a SwiGLU MLP (ViT-g/14): the program the config's use_swi
 }
 
 TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
-  CHECK(first_error("swin").find("model.architecture must be empty") == 0);
+  CHECK(first_error("whisper").find("model.architecture must be empty") == 0);
   CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);
   // An unknown op.
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][10]["op"] = "swish"; })) ==

@@ -224,3 +224,34 @@ TEST_CASE("a timm config.json imports as the program that builds its model", "[a
     CHECK(decode_architecture(program, args, a).empty());
   }
 }
+
+TEST_CASE("Swin program: torchvision's Swin-T/S/B counts, and a pair of window blocks' saved set", "[architecture]") {
+  CHECK(params_of("swin", "") == 28288354);                                   // swin_t
+  CHECK(params_of("swin", "depth3=18,stochastic_depth_prob=0.3") == 49606258);  // swin_s
+  CHECK(params_of("swin", "embed_dim=128,num_heads=4,depth3=18") == 87768224);  // swin_b
+  // One program block is a plain and a shifted window block. Stage 1 in fp32, stochastic depth off (C = 96, 56 x 56
+  // rows, 3 heads, 7 x 7 windows): per Swin block the window partition (qkv's input, C), qkv's output (3C: k and v
+  // are views the attention keeps), the scaled q (C), the fp32 probabilities (49 per head), the merged heads (proj's
+  // input, C), the first residual sum (norm2's input, C), norm2's output (C), fc1's and gelu's outputs (4C each)
+  // and the block's output (C): 17C + 49 heads per row, and each norm's fp32 mean and rstd.
+  auto at_backward = [](const std::string& args) {
+    Config c = resnet_config("swin", args);
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
+  };
+  const int64_t b = 4, rows = 56 * 56, C = 96, heads = 3;
+  const int64_t per_swin_block = 4 * (17 * C + 49 * heads) + 2 * 8;
+  CHECK(at_backward("depth1=4,stochastic_depth_prob=0") - at_backward("depth1=2,stochastic_depth_prob=0") ==
+        2 * per_swin_block * rows * b);
+  // The shifted block's roll and mask are transients only: with the shift the same saved set (stage 4's 7 x 7 map,
+  // one window, has no shift at all: torchvision turns it off where the window covers the map).
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("swin", "", a).empty());
+  int masked = 0;
+  for (const auto& k : a->blocks)
+    for (const auto& op : k.ops) masked += op.kind == OpKind::WindowAttention && op.masked;
+  CHECK(masked == 3);  // the shifted blocks of stages 1 to 3
+  // A window that does not tile the map is refused: torchvision's padding is not modelled.
+  CHECK(first_error("swin", "image_size=256").find("window_attention's window of 49 rows does not divide the 4096 rows") != std::string::npos);
+}
