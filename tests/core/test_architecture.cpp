@@ -10,6 +10,7 @@
 #include "core/serialize.h"
 #include "core/simulate.h"
 #include "core/validate.h"
+#include "test_programs.h"
 #include "test_util.h"
 
 using namespace memsim;
@@ -36,25 +37,15 @@ int64_t params_of(const std::string& args) { return model_shape_of(vit_config(ar
 int64_t per_block(Config c, const std::string& args, const std::string& layers_key = "num_hidden_layers") {
   auto at_backward = [&](int layers) {
     c.model.architecture_args = args + "," + layers_key + "=" + std::to_string(layers);
-    const Result r = simulate(c);
-    REQUIRE(r.ok);
-    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
+    return activations_before_backward(c);
   };
   return at_backward(2) - at_backward(1);
-}
-
-std::string first_error(const std::string& program, const std::string& args = "") {
-  std::shared_ptr<const Architecture> a;
-  const auto errors = decode_architecture(program, args, a);
-  return errors.empty() ? std::string() : errors.front().message;
 }
 
 // The built-in ViT program with one edit applied to its JSON.
 template <typename F>
 std::string vit_edited(F&& edit) {
-  auto j = nlohmann::ordered_json::parse(builtin_architecture("vit"));
-  edit(j);
-  return j.dump();
+  return program_edited("vit", edit);
 }
 
 }  // namespace

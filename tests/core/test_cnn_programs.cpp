@@ -10,6 +10,7 @@
 #include "core/serialize.h"
 #include "core/simulate.h"
 #include "core/validate.h"
+#include "test_programs.h"
 #include "test_util.h"
 
 using namespace memsim;
@@ -40,24 +41,14 @@ int64_t layer1_block(const Config& base, const std::string& key = "layers1", con
   auto at_backward = [&](int layers1) {
     Config c = base;
     c.model.architecture_args = args + (args.empty() ? "" : ",") + key + "=" + std::to_string(layers1);
-    const Result r = simulate(c);
-    REQUIRE(r.ok);
-    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
+    return activations_before_backward(c);
   };
   return at_backward(3) - at_backward(2);
 }
 
-std::string first_error(const std::string& program, const std::string& args = "") {
-  std::shared_ptr<const Architecture> a;
-  const auto errors = decode_architecture(program, args, a);
-  return errors.empty() ? std::string() : errors.front().message;
-}
-
 template <typename F>
 std::string resnet_edited(F&& edit) {
-  auto j = nlohmann::ordered_json::parse(builtin_architecture("resnet"));
-  edit(j);
-  return j.dump();
+  return program_edited("resnet", edit);
 }
 
 }  // namespace
@@ -234,12 +225,7 @@ TEST_CASE("Swin program: torchvision's Swin-T/S/B counts, and a pair of window b
   // are views the attention keeps), the scaled q (C), the fp32 probabilities (49 per head), the merged heads (proj's
   // input, C), the first residual sum (norm2's input, C), norm2's output (C), fc1's and gelu's outputs (4C each)
   // and the block's output (C): 17C + 49 heads per row, and each norm's fp32 mean and rstd.
-  auto at_backward = [](const std::string& args) {
-    Config c = resnet_config("swin", args);
-    const Result r = simulate(c);
-    REQUIRE(r.ok);
-    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
-  };
+  auto at_backward = [](const std::string& args) { return activations_before_backward(resnet_config("swin", args)); };
   const int64_t b = 4, rows = 56 * 56, C = 96, heads = 3;
   const int64_t per_swin_block = 4 * (17 * C + 49 * heads) + 2 * 8;
   CHECK(at_backward("depth1=4,stochastic_depth_prob=0") - at_backward("depth1=2,stochastic_depth_prob=0") ==

@@ -1,0 +1,34 @@
+// Helpers of the model-program tests (test_architecture.cpp, test_cnn_programs.cpp).
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/architecture.h"
+#include "core/simulate.h"
+#include "test_util.h"
+
+// The first error decoding a program (a built-in's name or JSON text) with its arguments; empty where it holds.
+inline std::string first_error(const std::string& program, const std::string& args = "") {
+  std::shared_ptr<const memsim::Architecture> a;
+  const auto errors = memsim::decode_architecture(program, args, a);
+  return errors.empty() ? std::string() : errors.front().message;
+}
+
+// A built-in program's JSON with one edit applied.
+template <typename F>
+std::string program_edited(const char* name, F&& edit) {
+  auto j = nlohmann::ordered_json::parse(memsim::builtin_architecture(name));
+  edit(j);
+  return j.dump();
+}
+
+// Activation bytes alive when the first backward starts: what the forward saved (per-block differences of it are the
+// closed forms the tests check).
+inline int64_t activations_before_backward(const memsim::Config& c) {
+  const memsim::Result r = memsim::simulate(c);
+  REQUIRE(r.ok);
+  return live_bytes_before_phase(r.devices[0].program, "backward", memsim::Component::Activations);
+}
