@@ -326,6 +326,19 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     m.intermediate_size = 4 * m.hidden_size;  // GPT-2: n_inner = None means 4 * n_embd
     notes.push_back("model.intermediate_size: not given, assumed 4 x hidden_size as GPT-2 does");
   }
+  // A config of a family memsim has no structure for (an HF vision model's: depths and hidden_sizes, no hidden_size)
+  // is one line saying what memsim reads, not five missing keys.
+  if (j->contains("model_type") && !norm.contains("hidden_size") && !norm.contains("num_hidden_layers") &&
+      !norm.contains("num_attention_heads") && !norm.contains("vocab_size")) {
+    std::string programs;
+    for (const auto& n : builtin_architecture_names()) programs += (programs.empty() ? "" : ", ") + n;
+    errors.push_back({"model.model_type", "model.model_type: an HF \"" + type.substr(0, 60) +
+                                              "\" config.json without hidden_size, layers, heads or vocabulary is not a family memsim reads (decoders, BERT, T5, "
+                                              "and the model_types its programs read: vit, dinov2). Image models written as "
+                                              "model programs: " + programs + " (their presets, --set model.architecture=NAME, "
+                                              "or a timm config.json)"});
+    return;
+  }
   for (const char* req : {"hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"}) {
     bool present = false;
     if (auto it = norm.find(req); it != norm.end() && !it->is_null()) present = true;

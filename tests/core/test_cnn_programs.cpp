@@ -241,3 +241,18 @@ TEST_CASE("Swin program: torchvision's Swin-T/S/B counts, and a pair of window b
   // A window that does not tile the map is refused: torchvision's padding is not modelled.
   CHECK(first_error("swin", "image_size=256").find("window_attention's window of 49 rows does not divide the 4096 rows") != std::string::npos);
 }
+
+TEST_CASE("an HF vision config.json of a family no program reads is one line naming the programs", "[architecture]") {
+  // transformers' ResNetForImageClassification (microsoft/resnet-50): depths and hidden_sizes, no hidden_size.
+  const Parsed p = model_from_hf_json(R"({"architectures": ["ResNetForImageClassification"], "depths": [3, 4, 6, 3],
+      "hidden_sizes": [256, 512, 1024, 2048], "layer_type": "bottleneck", "model_type": "resnet", "num_channels": 3})");
+  REQUIRE(!p.ok);
+  REQUIRE(p.errors.size() == 1);
+  CHECK(p.errors.front().field == "model.model_type");
+  CHECK(p.errors.front().message.find("Image models written as model programs: ") != std::string::npos);
+  CHECK(p.errors.front().message.find("resnet, resnet_basic, swin") != std::string::npos);
+  // A decoder's config that lacks a key still names each missing key.
+  const Parsed q = model_from_hf_json(R"({"model_type": "llama", "num_hidden_layers": 2})");
+  REQUIRE(!q.ok);
+  CHECK(q.errors.front().field == "model.hidden_size");
+}
