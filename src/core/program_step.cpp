@@ -12,7 +12,10 @@
 // - gelu and silu: their input; relu and tanh: their output; dropout: a 1-byte mask (the one dropout rule, step_builder.h);
 // - attention: SDPA's flash / memory-efficient kernels keep q, k, v, the output and an fp32 logsumexp per head and
 //   row; the eager form (ViTSelfAttention, BERT's) keeps q, k, v and the probabilities (the one attention_probs rule);
-// - layer_scale and mul: the input, where the scale trains;
+// - layer_scale and mul by a parameter: the input, where the scale trains; mul of two activations (SwiGLU's
+//   silu(x1) * x2): each factor, for the other's gradient;
+// - window_attention (Swin's, eager): q, k, v and the softmax's output (with its 16-bit copy under autocast);
+// - scale, copy and space_to_depth save nothing;
 // - batch_norm2d: its input and the batch's mean and inverse deviation (fp32, per channel); max_pool2d: its input and
 //   the int64 index of each output;
 // - relu and add in place (nn.ReLU(inplace=True), out += identity) write their first input and make nothing new;
