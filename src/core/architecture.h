@@ -47,6 +47,8 @@ enum class OpKind {
   Scale,        // x * a constant (q * head_dim ** -0.5): a new tensor, nothing saved
   Copy,         // a contiguous copy (F.pad, torch.roll, a window partition's reshape); with `when` false, x itself
   SpaceToDepth, // [H W, C] -> [H W / 4, 4 C]: each 2 x 2 neighbourhood's rows side by side (Swin's PatchMerging)
+  PadToWindows, // an [H, W] map of rows padded to whole windows (F.pad: a copy, even with no padding)
+  Unpad,        // the padded map's first `rows` rows again (x[:, :H, :W, :].contiguous(): a copy where padded)
   WindowAttention,  // eager attention within windows of `window` rows, plus a learned relative position bias
   CrossEntropy, // the classification loss over the last dimension
 };

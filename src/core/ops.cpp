@@ -105,6 +105,13 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::SpaceToDepth, "space_to_depth", {{"in", K::Tensor, true}, {"height", K::Dim, true}}, false,
        "torchvision PatchMerging: torch.cat([x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :], x[..., 0::2, 1::2, :], "
        "x[..., 1::2, 1::2, :]], -1) of an [H, W, C] map: [H W, C] -> [H W / 4, 4 C], a new tensor; cat saves nothing"},
+      {OpKind::PadToWindows, "pad_to_windows", {{"in", K::Tensor, true}, {"height", K::Dim, true}, {"window", K::Dim, true}}, false,
+       "torchvision shifted_window_attention: F.pad(input, (0, 0, 0, pad_r, 0, pad_b)) to multiples of the window on "
+       "both sides of an [H, W, C] map (height H, W = rows / H): a new tensor, also with no padding (constant_pad_nd "
+       "clones); its backward needs only the sizes"},
+      {OpKind::Unpad, "unpad", {{"in", K::Tensor, true}, {"rows", K::Dim, true}}, false,
+       "torchvision shifted_window_attention: x[:, :H, :W, :].contiguous() of the padded map (rows = H W): the map "
+       "itself where nothing was padded, else a copy"},
       {OpKind::WindowAttention, "window_attention",
        {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"window", K::Dim, true}, {"masked", K::Flag, false}}, false,
        "torchvision shifted_window_attention (eager, whatever the config's kernel): attn = q.matmul(k.transpose(-2, "
@@ -217,6 +224,23 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       out = {s[0] / 4, mul(4, s[1])};
       return true;
     }
+    case OpKind::PadToWindows: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 2 || in[0]->is_parameter) return error = "pad_to_windows needs token rows [tokens, width]; " + in[0]->name + " is " + dims_text(s), false;
+      if (s[0] % op.index != 0)
+        return error = "pad_to_windows' height " + std::to_string(op.index) + " does not divide the " + std::to_string(s[0]) + " rows of " + in[0]->name, false;
+      const int64_t w = s[0] / op.index;
+      const auto whole = [&](int64_t d) { return ceil_div(d, op.window) * op.window; };
+      out = {mul(whole(op.index), whole(w)), s[1]};
+      return true;
+    }
+    case OpKind::Unpad: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 2 || in[0]->is_parameter) return error = "unpad needs token rows [tokens, width]; " + in[0]->name + " is " + dims_text(s), false;
+      if (op.size > s[0]) return error = "unpad's " + std::to_string(op.size) + " rows exceed the " + std::to_string(s[0]) + " rows of " + in[0]->name, false;
+      out = {op.size, s[1]};
+      return true;
+    }
     case OpKind::WindowAttention: {
       if (in.size() != 4) return error = "window_attention needs four inputs: q, k, v and the relative position bias table", false;
       for (int k = 0; k < 3; ++k)
@@ -225,7 +249,7 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
         return error = "window_attention needs q, k and v of equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape) + ", " + in[2]->name + " " + dims_text(in[2]->shape), false;
       if (!in[3]->is_parameter) return error = "window_attention's fourth input must be the bias table, a parameter; " + in[3]->name + " is not", false;
       if (in[0]->shape[0] % op.window != 0)
-        return error = "window_attention's window of " + std::to_string(op.window) + " rows does not divide the " + std::to_string(in[0]->shape[0]) + " rows of " + in[0]->name + " (torchvision pads the map to whole windows; memsim does not model the padding)", false;
+        return error = "window_attention's window of " + std::to_string(op.window) + " rows does not divide the " + std::to_string(in[0]->shape[0]) + " rows of " + in[0]->name + " (pad the map to whole windows first: pad_to_windows)", false;
       if (in[0]->shape[1] % op.heads != 0)
         return error = "window_attention's heads (" + std::to_string(op.heads) + ") must divide the width of q", false;
       out = in[0]->shape;

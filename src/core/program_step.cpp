@@ -104,6 +104,10 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         if (!op.when) p.root[o] = p.root[op.in[0]];
         p.bytes[o] = widest;
         break;
+      case OpKind::Unpad:  // nothing padded: a full slice, and contiguous() of it is itself
+        if (op.size == s.tensors[op.in[0]].shape[0]) p.root[o] = p.root[op.in[0]];
+        p.bytes[o] = widest;
+        break;
       case OpKind::LayerScale:  // x * lambda1: type promotion with the parameter's dtype (fp32 under autocast)
         p.op_trains[i] = param_trains(params, op.name + ".lambda1");
         p.bytes[o] = std::max(widest, dims_.e_res);
@@ -292,6 +296,12 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         break;
       case OpKind::Copy:
         if (op.when) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        break;
+      case OpKind::PadToWindows:  // pad's backward needs only the sizes
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        break;
+      case OpKind::Unpad:
+        if (p.root[o] == o) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
       case OpKind::WindowAttention: {
         // Per window of w rows: scores = q k^T (the compute dtype), + the bias (fp32 under autocast: the table is an

@@ -238,8 +238,15 @@ TEST_CASE("Swin program: torchvision's Swin-T/S/B counts, and a pair of window b
   for (const auto& k : a->blocks)
     for (const auto& op : k.ops) masked += op.kind == OpKind::WindowAttention && op.masked;
   CHECK(masked == 3);  // the shifted blocks of stages 1 to 3
-  // A window that does not tile the map is refused: torchvision's padding is not modelled.
-  CHECK(first_error("swin", "image_size=256").find("window_attention's window of 49 rows does not divide the 4096 rows") != std::string::npos);
+  // A map the windows do not tile is padded to whole windows, as torchvision's F.pad does: at 256 x 256 stage 1's
+  // 64 x 64 map attends as 70 x 70 (4,900 rows); an odd map is padded to even before patch merging (200: 25 -> 26).
+  REQUIRE(decode_architecture("swin", "image_size=256", a).empty());
+  for (const auto& op : a->blocks[0].ops)
+    if (op.kind == OpKind::WindowAttention) CHECK(a->blocks[0].tensors[static_cast<size_t>(op.in[0])].shape[0] == 4900);
+  CHECK(a->blocks[0].tensors[static_cast<size_t>(a->blocks[0].output)].shape[0] == 64 * 64);
+  REQUIRE(decode_architecture("swin", "image_size=200", a).empty());
+  CHECK(a->blocks[4].tensors[static_cast<size_t>(a->blocks[4].input)].shape[0] == 13 * 13);  // 50 -> 25 -> 13
+  CHECK(params_of("swin", "image_size=384") == 28288354);  // the bias tables depend on the window only
 }
 
 TEST_CASE("an HF vision config.json of a family no program reads is one line naming the programs", "[architecture]") {
