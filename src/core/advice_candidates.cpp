@@ -79,10 +79,8 @@ void activation_changes(const Config& base, const Resolved& rs, Adder& add) {
       std::shared_ptr<const Architecture> a;
       if (decode_architecture(base.model.architecture, base.model.architecture_args, a).empty()) {
         bool bn = false;
-        for (const ArchStage* st : {&a->embeddings, &a->head})
+        for (const ArchStage* st : a->stages())
           for (const auto& op : st->ops) bn |= op.kind == OpKind::BatchNorm2d;
-        for (const auto& k : a->blocks)
-          for (const auto& op : k.ops) bn |= op.kind == OpKind::BatchNorm2d;
         if (bn) bn_note = "; batch norm's statistics then come from fewer samples, which changes training";
       }
     }

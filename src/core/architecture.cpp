@@ -356,7 +356,6 @@ class Decoder {
       a.repeat += repeat;
       a.blocks.push_back(std::move(st));
       a.block_names.push_back(name);
-      a.block_repeat.push_back(repeat);
     }
     if (a.repeat < 1) return error("blocks", "run no block: at least one kind needs a repeat of 1 or more");
     if (!p.contains("head") || !p["head"].is_object()) return error("head", "must be an object with \"ops\"");
@@ -364,7 +363,7 @@ class Decoder {
     if (!errors_.empty()) return;
     const bool image = emb_out.shape.size() == 3;
     a.tokens = image ? mul(emb_out.shape[1], emb_out.shape[2]) : emb_out.shape[0];
-    a.width = emb_out.shape[0 + (image ? 0 : 1)];
+    a.width = image ? emb_out.shape[0] : emb_out.shape[1];
     a.values = values_;
   }
 

@@ -75,8 +75,8 @@ struct ArchOp {
   int64_t groups = 1;        // Conv2d: channel groups (depthwise: the channels)
   int64_t heads = 0;         // Attention, WindowAttention
   int64_t window = 0;        // WindowAttention: rows per window (window_size x window_size)
-  int64_t index = 0;         // SelectToken; Slice: the first column; UnflattenTokens: the height
-  int64_t size = 0;          // Slice: the columns
+  int64_t index = 0;         // SelectToken; Slice: the first column; UnflattenTokens, SpaceToDepth, PadToWindows: the height
+  int64_t size = 0;          // Slice: the columns; ResizeTokens, Unpad: the rows
   double p = 0.0;            // Dropout, DropPath; Attention's dropout on the probabilities
   // A block op's probability that depends on the block's index (`layer` in its expression: timm's stochastic depth
   // rises linearly over the blocks), one per block; empty where it is the same for every block.
@@ -120,9 +120,15 @@ struct Architecture {
   // block changes the shape), how many times each runs, and each block's kind.
   std::vector<ArchStage> blocks;
   std::vector<std::string> block_names;       // what the timeline calls each kind ("block" where there is one)
-  std::vector<int64_t> block_repeat;
   std::vector<int32_t> kind_of_layer;         // per block, 0 to repeat - 1
   const ArchStage& block_of(int64_t layer) const { return blocks[static_cast<size_t>(kind_of_layer[static_cast<size_t>(layer)])]; }
+  // Every stage in the order it runs: the embeddings, each block kind, the head.
+  std::vector<const ArchStage*> stages() const {
+    std::vector<const ArchStage*> all = {&embeddings};
+    for (const auto& k : blocks) all.push_back(&k);
+    all.push_back(&head);
+    return all;
+  }
   int64_t tokens = 0;                         // rows of the first block's input, per sample (an image: H x W)
   int64_t width = 0;                          // its last dimension (an image: its channels)
 };

@@ -86,10 +86,7 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
       std::shared_ptr<const Architecture> program;
       if (!decode_architecture(m.architecture, m.architecture_args, program).empty()) return;  // reported on its own
       known.clear();
-      std::vector<const ArchStage*> stages = {&program->embeddings};
-      for (const auto& k : program->blocks) stages.push_back(&k);
-      stages.push_back(&program->head);
-      for (const ArchStage* st : stages)
+      for (const ArchStage* st : program->stages())
         for (const auto& op : st->ops)
           if ((op.kind == OpKind::Linear || op.kind == OpKind::Conv2d) &&
               std::find(known.begin(), known.end(), op.module) == known.end())

@@ -67,7 +67,9 @@ TEST_CASE("ResNet programs: exact parameter counts of torchvision's ResNets, Res
   REQUIRE(decode_architecture("resnet", "", a).empty());
   CHECK(a->repeat == 16);
   CHECK(a->blocks.size() == 8);  // per stage: its first block (stride, downsample) and the repeated rest
-  CHECK(a->block_repeat == std::vector<int64_t>{1, 2, 1, 3, 1, 5, 1, 2});
+  std::vector<int64_t> runs(a->blocks.size(), 0);
+  for (int32_t k : a->kind_of_layer) ++runs[static_cast<size_t>(k)];
+  CHECK(runs == std::vector<int64_t>{1, 2, 1, 3, 1, 5, 1, 2});
   // The first block's input: the stem's 64 x 56 x 56 map (conv 7x7/2, max pool 3x3/2).
   CHECK(a->blocks[0].tensors[static_cast<size_t>(a->blocks[0].input)].shape == std::vector<int64_t>{64, 56, 56});
   CHECK(a->head.tensors[static_cast<size_t>(a->head.input)].shape == std::vector<int64_t>{2048, 7, 7});

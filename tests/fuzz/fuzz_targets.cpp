@@ -115,10 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Parsed frag = config_from_fragment(config_to_fragment(c));
     check(frag.ok && frag.config == c);
     int64_t elements = 0;
-    std::vector<const ArchStage*> stages = {&a->embeddings};
-    for (const auto& k : a->blocks) stages.push_back(&k);
-    stages.push_back(&a->head);
-    for (const ArchStage* st : stages)
+    for (const ArchStage* st : a->stages())
       for (const auto& t : st->tensors) elements += t.numel() > (int64_t{1} << 20) ? (int64_t{1} << 40) : t.numel();
     if (a->repeat <= 4 && elements <= (int64_t{1} << 20) && s.params_total <= (int64_t{1} << 24) && validate(c).empty()) {
       Result r = simulate(c);
