@@ -227,9 +227,27 @@ void layout_changes(const Config& base, const Resolved& rs, Adder& add) {
   }
 }
 
+// A preference objective's reference (preference.h): precomputed log-probabilities take it off the GPU during training
+// (TRL's precompute_ref_log_probs: one no-grad pass before the first step); under PEFT the policy with its adapters off
+// is the reference without a second model.
+void preference_changes(const Config& base, const Resolved& rs, Adder& add) {
+  const ReferenceModel ref = rs.preference.reference;
+  if (rs.preference.objective != Objective::Dpo || (ref != ReferenceModel::Copy && ref != ReferenceModel::AdapterDisabled)) return;
+  Config c = base;
+  c.training.reference_model = "precomputed";
+  add(G::SameJob, 0, "reference_precomputed", "Precompute the reference log-probabilities (precompute_ref_log_probs)",
+      "the same loss: one no-grad pass over the data before training, then no reference model or forward in a step", c);
+  if (ref == ReferenceModel::Copy && base.peft.enabled()) {
+    c.training.reference_model = "adapter_disabled";
+    add(G::SameJob, 0, "reference_adapter_disabled", "The policy with its adapters off as the reference",
+        "the same reference (the frozen base): TRL's default under PEFT, no second model", c);
+  }
+}
+
 void kernel_and_stack_changes(const Config& base, const Resolved& rs, Adder& add) {
   const auto& t = base.training;
-  if (t.loss != "fused_linear" && !base.model.post_layernorm) {
+  preference_changes(base, rs, add);
+  if (t.loss != "fused_linear" && !base.model.post_layernorm && !t.preference()) {
     Config c = base;
     c.training.loss = "fused_linear";
     add(G::SameJob, 0, "loss_fused_linear", "Fused linear cross-entropy (Liger)",

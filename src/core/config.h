@@ -27,6 +27,9 @@ enum class LengthsSource { Fixed, MicroBatches, Samples, Unknown };  // data.len
 enum class Padding { Longest, MaxLength, None, Unknown };             // data.padding
 enum class TriState { Auto, True, False, Unknown };                  // auto / true / false switches
 enum class BackwardPrefetch { Pre, Post, None, Unknown };             // parallel.fsdp_backward_prefetch
+enum class Objective { Sft, Dpo, Orpo, Simpo, Unknown };             // training.objective
+// training.reference_model: where a preference objective's reference log-probabilities come from.
+enum class ReferenceModel { Auto, Copy, AdapterDisabled, Precomputed, None, Unknown };
 
 // The enum of `text` in `names`, Unknown when none matches.
 template <typename E, size_t N>
@@ -160,8 +163,32 @@ struct TrainingConfig {
   // method_comparison run.py after every step); 0: never; -1: auto (the HF Trainer of transformers 4.41 emptied
   // the cache at every training step). Matters only in a run replay (DataConfig).
   int64_t empty_cache_steps = kEmptyCacheAuto;
+  // What the step optimises (preference.cpp): sft (next-token cross-entropy), or a preference objective over pairs
+  // of chosen and rejected completions as TRL's trainers and torchtune's DPO recipes run them: dpo (DPOTrainer, any
+  // loss_type: sigmoid, ipo, hinge, ...), orpo (ORPOTrainer) and simpo (CPOTrainer, loss_type simpo). A preference
+  // micro-batch of micro_batch_size pairs runs as one forward of 2 x micro_batch_size sequences of sequence_length
+  // (each pair padded to its longer sequence, prompt included).
+  std::string objective = "sft";
+  // auto (copy for full fine-tuning, adapter_disabled under PEFT, none for orpo and simpo), copy (a frozen second
+  // model), adapter_disabled (the policy with its adapters off), precomputed (precompute_ref_log_probs: no
+  // reference during training) or none (reference-free).
+  std::string reference_model = "auto";
+  // DPO's rpo_alpha / CPO's cpo_alpha: above 0 a cross-entropy over the chosen half is added (ORPO always has one).
+  double nll_alpha = 0.0;
 
   bool operator==(const TrainingConfig&) const = default;
+  Objective goal() const {
+    constexpr std::pair<std::string_view, Objective> kNames[] = {
+        {"sft", Objective::Sft}, {"dpo", Objective::Dpo}, {"orpo", Objective::Orpo}, {"simpo", Objective::Simpo}};
+    return choice_of(objective, kNames);
+  }
+  bool preference() const { return goal() != Objective::Sft; }
+  ReferenceModel reference() const {
+    constexpr std::pair<std::string_view, ReferenceModel> kNames[] = {
+        {"auto", ReferenceModel::Auto}, {"copy", ReferenceModel::Copy}, {"adapter_disabled", ReferenceModel::AdapterDisabled},
+        {"precomputed", ReferenceModel::Precomputed}, {"none", ReferenceModel::None}};
+    return choice_of(reference_model, kNames);
+  }
 };
 
 // Parameter-efficient fine-tuning (PEFT's names). With a method the base model is frozen: only the adapters
@@ -358,6 +385,7 @@ struct VersionsConfig {
   std::string flash_attn = "latest";
   std::string torchtune = "latest";
   std::string unsloth = "latest";
+  std::string trl = "latest";
   std::string date;
 
   bool operator==(const VersionsConfig&) const = default;

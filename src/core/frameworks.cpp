@@ -642,6 +642,7 @@ Resolved resolve(const Config& c) {
   r.foreach_keeps_denom = v.below(torch, V(2, 1));
   r.mask = derive_attention_mask(c, f, r.attention, v);
   if (f.unsloth_kernels) derive_unsloth(c, v, r);
+  r.preference = resolve_preference(c, f, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage > 0);
   return r;
 }
 
@@ -719,6 +720,7 @@ std::vector<std::string> version_notes(const Config& c) {
   if (r.mask.build != MaskBuild::None && (r.mask.unpadded || run_may_pad(c)))
     notes.push_back("attention mask: " + r.mask.note);
   if (!r.unsloth_note.empty()) notes.push_back("unsloth: " + r.unsloth_note);
+  if (!r.preference.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.preference.note);
   if (r.framework->unsloth_kernels && c.peft.enabled() && c.peft.quantized() && c.peft.prepare_kbit)
     notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
                     "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "

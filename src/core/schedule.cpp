@@ -29,6 +29,7 @@ uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool
 // than the first receives its input; one other than the last sends its output, whose memory Megatron frees at
 // once (schedules.py deallocate_output_tensor).
 void StepBuilder::forward_mb(InFlight& f, std::string phase) {
+  const std::string reference_phase = f.post && preference() ? "reference " + phase : std::string();
   program_.phase(std::move(phase));
   reuse(f);
   if (run_shapes_ && f.owns_inputs) use_shape((*run_shapes_)[next_shape_++]);
@@ -111,6 +112,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     drop(res);  // sent to the next stage
   }
   release_all_gather();  // the root's post_forward frees the last all-gather output
+  if (f.post && preference()) reference_forward(reference_phase);  // then TRL's reference forward (preference_step.cpp)
   if (offload && end > first && !f.post) offload_layer(end - 1 - first);
   // The outermost autocast region exits here: weight copies cached in checkpointed (no_grad) forwards are
   // held by no graph and go.

@@ -33,6 +33,9 @@ struct OptimizerDtypes {
 };
 OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
 
+// A preference objective's frozen reference copy on this device (preference_step.cpp), 0 without one.
+int64_t reference_copy_bytes(const StepContext& ctx);
+
 // Parameters of the decay group in HF Trainer (get_decay_parameter_names): everything but norms and biases.
 inline bool decays(const ParamTensor& t) {
   return t.kind == ParamKind::Matmul || t.kind == ParamKind::Embedding || t.kind == ParamKind::Adapter;
@@ -350,6 +353,20 @@ class StepBuilder {
                          uint32_t& enc_out_grad);
   void t5_head_forward(uint32_t res, std::vector<uint32_t>& saved, std::vector<uint32_t>& transient);
   uint32_t t5_head_backward(std::vector<uint32_t>& saved);
+  // preference_step.cpp: training.objective dpo, orpo, simpo (Resolved::preference).
+  void preference_labels();
+  void alloc_reference_weights();
+  void preference_loss_forward(std::vector<uint32_t>& saved);
+  void reference_forward(const std::string& phase);
+  uint32_t preference_loss_backward(std::vector<uint32_t>& saved);
+  bool preference() const { return resolved_.preference.objective != Objective::Sft; }
+  struct PreferenceLabels {
+    uint32_t ref_weights = UINT32_MAX, ref_logits = UINT32_MAX, logps = UINT32_MAX, nll = UINT32_MAX, copy = UINT32_MAX,
+             ref_gathered = UINT32_MAX;
+  };
+  PreferenceLabels pref_labels_;            // made on first use, so that other programs' labels are unchanged
+  std::vector<uint32_t> pref_until_loss_;   // what the loss function holds through the reference forward
+  std::vector<uint32_t> pref_forward_;      // what the policy's concatenated_forward holds until it returns
   // transformers' loss paths that shift a contiguous copy of the logits (LossImpl HfShiftFp32, HfFp32Logits, HfShift).
   void hf_shifted_loss_forward(std::vector<uint32_t>& saved);
   // transformers' 4-D attention mask (Resolved::mask, docs/versions.md 5 and 6b).

@@ -66,8 +66,12 @@ ParamStates StepBuilder::states_of(const ParamTensor& t) const {
 // Sequence parallel splits the tokens that norms, dropout and the residual stream see over the TP ranks
 // (Korthikanti et al. 2022 sec. 4.2.2).
 void StepBuilder::use_shape(const MicroBatchShape& shape) {
-  dims_.b = shape.sequences;
-  dims_.s = (shape.tokens + virtual_tokens(cfg_.peft)) / cfg_.parallel.context_parallel_size;
+  // A preference objective runs each pair's chosen and rejected sequences in one forward: twice the rows, or, with
+  // the rows flattened (padding none: TRL's padding_free), twice the tokens of the one row.
+  const bool pairs = resolved_.preference.objective != Objective::Sft;
+  const bool flat = pairs && cfg_.data.varies() && cfg_.data.pad() == Padding::None;
+  dims_.b = pairs && !flat ? mul(2, shape.sequences) : shape.sequences;
+  dims_.s = (mul(flat ? 2 : 1, shape.tokens) + virtual_tokens(cfg_.peft)) / cfg_.parallel.context_parallel_size;
   dims_.T = mul(dims_.b, dims_.s);
   dims_.Tn = cfg_.parallel.sequence_parallel ? dims_.T / cfg_.parallel.tensor_parallel_size : dims_.T;
   dims_.padded = shape.padded;

@@ -304,6 +304,44 @@ void validate_unsloth(const Config& c, std::vector<FieldError>& e) {
                                                 "training.activation_checkpointing full"});
 }
 
+// Preference objectives (preference.h) as memsim models them: TRL's trainers over the HF Trainer, or torchtune's
+// DPO recipes, on a decoder-only causal LM without a pipeline. Each refusal says what is modelled.
+void validate_preference(const Config& c, std::vector<FieldError>& e) {
+  const auto& t = c.training;
+  const Objective o = t.goal();
+  if (o == Objective::Sft || o == Objective::Unknown) {
+    if (t.reference() != ReferenceModel::Auto && t.reference() != ReferenceModel::None && t.reference() != ReferenceModel::Unknown)
+      e.push_back({"training.reference_model", "training.reference_model applies to training.objective dpo; with sft "
+                                               "it must be auto or none"});
+    return;
+  }
+  const auto& m = c.model;
+  const std::string obj = "training.objective " + t.objective;
+  if (!m.architecture.empty() || m.is_encoder_decoder || m.head() != TaskHead::CausalLm || m.post_layernorm)
+    e.push_back({"training.objective", obj + " is modelled for decoder-only causal LMs (the built-in families); "
+                                             "use sft for this model"});
+  if (t.framework != "hf_trainer" && t.framework != "torchtune")
+    e.push_back({"training.framework", obj + " is modelled as TRL's trainers run it (hf_trainer) and torchtune's DPO "
+                                             "recipes (torchtune); got " + t.framework});
+  if (c.parallel.pipeline_parallel_size > 1 || c.parallel.tensor_parallel_size > 1 || c.parallel.context_parallel_size > 1)
+    e.push_back({"parallel.pipeline_parallel_size", obj + " is modelled with data parallelism and ZeRO / FSDP only: set "
+                                                          "tensor, pipeline and context parallel sizes to 1"});
+  if (t.loss != "auto")
+    e.push_back({"training.loss", obj + " takes log-probabilities of the whole vocabulary as its trainer does: "
+                                        "training.loss must be auto (Liger's fused preference losses are not modelled)"});
+  if (t.activation_offload)
+    e.push_back({"training.activation_offload", obj + ": activation offload is not modelled with a preference objective"});
+  const ReferenceModel r = t.reference();
+  if (o == Objective::Dpo && r == ReferenceModel::None)
+    e.push_back({"training.reference_model", "training.objective dpo needs reference log-probabilities: auto, copy, "
+                                             "adapter_disabled or precomputed (orpo and simpo are reference-free)"});
+  if (o != Objective::Dpo && r != ReferenceModel::Auto && r != ReferenceModel::None && r != ReferenceModel::Unknown)
+    e.push_back({"training.reference_model", obj + " has no reference model: training.reference_model must be auto or none"});
+  if (r == ReferenceModel::AdapterDisabled && !c.peft.enabled())
+    e.push_back({"training.reference_model", "training.reference_model adapter_disabled needs a PEFT method (the "
+                                             "policy with its adapters off); without one use copy or precomputed"});
+}
+
 void validate_attention(const Config& c, std::vector<FieldError>& e) {
   const auto& m = c.model;
   if (c.training.attention == "sdpa_math" && !m.is_encoder_decoder && (m.post_layernorm || m.kv_lora_rank > 0))
@@ -441,6 +479,7 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
 std::vector<FieldError> validate(const Config& c) {
   std::vector<FieldError> e;
   check_registered(c, e);
+  validate_preference(c, e);
   const auto& m = c.model;
   if (m.num_experts > 0 && (m.num_experts_per_tok < 1 || m.num_experts_per_tok > m.num_experts))
     e.push_back({"model.num_experts_per_tok", "model.num_experts_per_tok (top-k) must be from 1 to model.num_experts (" +

@@ -121,7 +121,7 @@ double within_10pct(const std::vector<double>& errors) {
 
 ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
   ValidationSummary s;
-  std::vector<double> counted, multi, peft, programs, all, with_auto;
+  std::vector<double> counted, multi, peft, programs, preference, all, with_auto;
   // Per row, the device whose peak was compared (its peaks and its unstated-data run), for the band afterwards.
   std::vector<DeviceResult> compared(cases.size());
   for (const auto& c : cases) {
@@ -170,6 +170,7 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
         double& worst = m ? s.multi_worst_high_abs_error : s.worst_high_abs_error;
         if (c.confidence == "high") worst = std::max(worst, std::fabs(row.relative_error));
         if (!c.config.model.architecture.empty()) programs.push_back(std::fabs(row.relative_error));
+        if (c.config.training.preference()) preference.push_back(std::fabs(row.relative_error));
         if (!m && c.config.peft.enabled()) {
           peft.push_back(std::fabs(row.relative_error));
           if (c.confidence == "high") s.peft_worst_high_abs_error = std::max(s.peft_worst_high_abs_error, std::fabs(row.relative_error));
@@ -207,6 +208,8 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
   s.peft_median_abs_error = median(peft);
   s.program_counted = static_cast<int>(programs.size());
   s.program_median_abs_error = median(programs);
+  s.preference_counted = static_cast<int>(preference.size());
+  s.preference_median_abs_error = median(preference);
   s.multi_counted = static_cast<int>(multi.size());
   s.multi_median_abs_error = median(multi);
   s.all_counted = static_cast<int>(all.size());
@@ -254,6 +257,11 @@ std::string validation_markdown(const ValidationSummary& s) {
                 "**Summary, families beyond decoder LLMs** (model programs, model.architecture; published cases for ViT/DeiT and ResNets so far, none yet for DINOv2, ConvNeXt or Swin; single "
                 "and several GPUs): %d high- and medium-confidence cases counted; median absolute error %.1f%%.\n\n",
                 s.program_counted, 100 * s.program_median_abs_error);
+  md += buf;
+  std::snprintf(buf, sizeof buf,
+                "**Summary, preference objectives** (training.objective dpo, orpo, simpo; single and several GPUs): "
+                "%d high- and medium-confidence cases counted; median absolute error %.1f%%.\n\n",
+                s.preference_counted, 100 * s.preference_median_abs_error);
   md += buf;
   std::snprintf(buf, sizeof buf,
                 "**Every high- and medium-confidence case, the excluded findings included** (single and several "

@@ -61,6 +61,9 @@ struct ValidationSummary {
   // families beyond decoder LLMs, reported apart.
   int program_counted = 0;
   double program_median_abs_error = 0;
+  // The counted cases (single and several GPUs) of preference objectives (training.objective dpo, orpo, simpo).
+  int preference_counted = 0;
+  double preference_median_abs_error = 0;
   int multi_counted = 0;
   double multi_median_abs_error = 0;
   double multi_worst_high_abs_error = 0;

@@ -116,6 +116,20 @@ constexpr Release kUnsloth[] = {
     {{2026, 5, 0}, {2026, 5, 31}}, {{2026, 6, 0}, {2026, 6, 30}}, {{2026, 7, 0}, {2026, 7, 31}}, {{2026, 8, 0}, {2026, 8, 31}},
 };
 
+// huggingface/trl tag creator dates (`git for-each-ref refs/tags` of huggingface/trl): the minor releases, and the
+// patch tags of 0.9 and 0.10 (their .0 tags are missing from the mirror).
+constexpr Release kTrl[] = {
+    {{0, 7, 0}, {2023, 8, 30}},  {{0, 8, 0}, {2024, 3, 19}},  {{0, 9, 3}, {2024, 6, 5}},   {{0, 10, 1}, {2024, 8, 29}},
+    {{0, 11, 0}, {2024, 9, 19}}, {{0, 12, 0}, {2024, 11, 1}}, {{0, 13, 0}, {2024, 12, 15}}, {{0, 14, 0}, {2025, 1, 29}},
+    {{0, 15, 0}, {2025, 2, 13}}, {{0, 16, 0}, {2025, 3, 22}}, {{0, 17, 0}, {2025, 4, 24}}, {{0, 18, 0}, {2025, 5, 28}},
+    {{0, 19, 0}, {2025, 6, 20}}, {{0, 20, 0}, {2025, 7, 29}}, {{0, 21, 0}, {2025, 8, 5}},  {{0, 22, 0}, {2025, 8, 29}},
+    {{0, 23, 0}, {2025, 9, 10}}, {{0, 24, 0}, {2025, 10, 16}}, {{0, 25, 0}, {2025, 11, 5}}, {{0, 26, 0}, {2025, 12, 9}},
+    {{0, 27, 0}, {2026, 1, 16}}, {{0, 28, 0}, {2026, 2, 10}}, {{0, 29, 0}, {2026, 2, 25}}, {{1, 0, 0}, {2026, 3, 30}},
+    {{1, 1, 0}, {2026, 4, 12}},  {{1, 2, 0}, {2026, 4, 17}},  {{1, 3, 0}, {2026, 4, 26}},  {{1, 4, 0}, {2026, 5, 8}},
+    {{1, 5, 0}, {2026, 5, 25}},  {{1, 6, 0}, {2026, 6, 11}},  {{1, 7, 0}, {2026, 6, 25}},  {{1, 8, 0}, {2026, 7, 9}},
+    {{1, 9, 0}, {2026, 7, 21}},
+};
+
 constexpr LibraryInfo kLibraries[] = {
     {Library::Torch, "torch", "versions.torch", kTorch, "docs/versions.md release-date table; pytorch RELEASE.md",
      "softmax keeping its input, zero_grad(set_to_none), the optimizer's foreach default, the SDPA default, CUDA "
@@ -132,6 +146,8 @@ constexpr LibraryInfo kLibraries[] = {
      "torchtune's loss (chunked from 0.3) and optimizer (fused from 0.4)"},
     {Library::Unsloth, "unsloth", "versions.unsloth", kUnsloth, "docs/research/unsloth.md (unslothai/unsloth tags)",
      "Unsloth's loss path, its gradient-checkpointing buffers and its dequantization buffer"},
+    {Library::Trl, "trl", "versions.trl", kTrl, "huggingface/trl tags",
+     "a preference objective's log-probabilities and which logits live through the reference forward"},
 };
 static_assert(std::size(kLibraries) == kLibraryCount);
 
@@ -187,9 +203,10 @@ std::string& version_field(VersionsConfig& v, Library lib) {
     case Library::Torchao: return v.torchao;
     case Library::FlashAttn: return v.flash_attn;
     case Library::Torchtune: return v.torchtune;
-    case Library::Unsloth: break;
+    case Library::Unsloth: return v.unsloth;
+    case Library::Trl: break;
   }
-  return v.unsloth;
+  return v.trl;
 }
 
 const std::string& version_field(const VersionsConfig& v, Library lib) {

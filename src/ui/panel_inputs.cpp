@@ -16,6 +16,11 @@
 
 namespace memsim::ui {
 
+namespace {
+// ReferenceModel's names, in its order (choices.h kReferenceModel).
+constexpr const char* kReferenceNames[] = {"auto", "copy", "adapter_disabled", "precomputed", "none", "?"};
+}  // namespace
+
 bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
   set_field_errors(&result);
   bool changed = false;
@@ -114,6 +119,13 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     if (table_combo("training.framework", t.framework, frameworks())) {
       choose_framework(c, framework_before);
       changed = true;
+    }
+    // The objective, and for a preference objective where its reference comes from (auto shows what it means).
+    changed |= choice_combo("training.objective", t.objective, "");
+    if (t.preference()) {
+      const char* auto_ref = kReferenceNames[static_cast<size_t>(auto_reference(c))];
+      if (t.goal() == Objective::Dpo) changed |= choice_combo("training.reference_model", t.reference_model, auto_ref);
+      changed |= double_input("training.nll_alpha", t.nll_alpha);
     }
     changed |= table_combo("training.precision", t.precision, precision_recipes());
     changed |= table_combo("training.optimizer", t.optimizer, optimizers());

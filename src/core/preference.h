@@ -1,0 +1,48 @@
+// Preference objectives (training.objective dpo, orpo, simpo): what TRL's trainers and torchtune's DPO recipes keep of
+// the logits, and the reference model, resolved from the config and the versions. The step's side is
+// preference_step.cpp. Sources: docs/research/preference.md (huggingface/trl and pytorch/torchtune at the tags named).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "config.h"
+#include "versions.h"
+
+namespace memsim {
+
+struct FrameworkSpec;
+
+// How the per-token log-probabilities are taken from the logits.
+enum class Logps {
+  FullLogSoftmax,  // gather(logits.log_softmax(-1)): the whole log-softmax is saved (TRL < 0.15, torchtune)
+  Selective,       // TRL >= 0.15 selective_log_softmax: per row; fp32 logits save themselves, 16-bit ones each row's
+                   // log-softmax
+};
+
+struct PreferenceFlow {
+  Objective objective = Objective::Sft;
+  ReferenceModel reference = ReferenceModel::None;  // resolved: never Auto
+  Logps logps = Logps::Selective;
+  bool logits_fp32 = false;       // the logits the loss reads are fp32 (transformers <= 4.45, accelerate's
+                                  // convert_outputs_to_fp32, torchtune's .float())
+  bool slice_copy = false;        // log_softmax of logits[:, :-1]: a contiguous copy first (TRL 0.7-0.13)
+  bool scaled_copy = false;       // torchtune: log_softmax(logits / 1.0), an fp32 quotient first
+  bool logits_live_through_reference = false;  // the policy's logits outlive its log-probs (TRL 0.7-0.11, >= 0.29)
+  bool shift_copy_kept = false;   // TRL 0.29-1.5: shift_logits = logits[..., :-1, :].contiguous(), kept to the loss
+  bool reference_logits_kept = false;  // the reference's logits live to the backward (torchtune LoRA, TRL >= 0.29)
+  bool nll = false;               // a cross-entropy over the chosen half (ORPO; nll_alpha; TRL 0.9-0.11 always)
+  bool outputs_to_fp32 = false;   // accelerate's convert_outputs_to_fp32 wraps the forwards (the Trainer's AMP)
+  bool hidden_states_returned = false;  // TRL 0.19-0.28: output_hidden_states=True, every layer's output kept
+                                        // until concatenated_forward returns
+  bool reference_sharded = false; // the copy is sharded like the policy's ZeRO-3 / FSDP parameters
+  std::string note;               // the rules above with their versions, for the result's notes
+};
+
+// Requires a validated config. `framework`: the resolved framework; `deepspeed`: the sharding engine is DeepSpeed.
+PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& framework, const StackVersions& v, bool deepspeed);
+
+// The reference training.reference_model = auto stands for: none for orpo and simpo, adapter_disabled under PEFT
+// (TRL's null_ref_context, torchtune's disable_adapter), a copy otherwise.
+ReferenceModel auto_reference(const Config& c);
+
+}  // namespace memsim

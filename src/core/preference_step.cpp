@@ -1,0 +1,248 @@
+// A preference objective's step (training.objective dpo, orpo, simpo; preference.h resolves the flow): the policy's
+// log-probabilities over the whole vocabulary for 2 x micro_batch_size rows (chosen and rejected concatenated, one
+// forward), the chosen half's cross-entropy, the reference model's forward under no_grad on top of the policy's saved
+// activations, and the backward of the log-probabilities down to the final norm. TRL's trainers run the policy first
+// and the reference after it in every version (dpo_trainer.py get_batch_loss_metrics / _compute_loss; torchtune's
+// recipes likewise), so the reference's logits meet the policy's saved graph; what else is alive then is the
+// version's (PreferenceFlow). Sources: docs/research/preference.md.
+#include "checked.h"
+#include "step_builder.h"
+
+namespace memsim {
+
+void StepBuilder::preference_labels() {
+  if (pref_labels_.ref_weights != UINT32_MAX) return;
+  pref_labels_.ref_weights = program_.label("reference model weights (frozen copy)");
+  pref_labels_.ref_logits = program_.label("reference logits (no grad)");
+  pref_labels_.logps = program_.label("log-probabilities: the log-softmax of the logits (saved)");
+  pref_labels_.nll = program_.label("chosen half's cross-entropy: log-softmax (saved)");
+  pref_labels_.copy = program_.label("logits copy (slice made contiguous)");
+  pref_labels_.ref_gathered = program_.label("reference layer's gathered parameters");
+}
+
+// The frozen copy (reference_model copy): every parameter of the base in the policy's storage dtype (TRL's
+// create_reference_model deep-copies the policy; torchtune's full DPO loads a second model), sharded like the
+// policy's parameters where the flow says so (ZeRO-3 prepare_deepspeed, FSDP from TRL 0.29). 0 without a copy.
+int64_t reference_copy_bytes(const StepContext& ctx) {
+  const PreferenceFlow p = resolve(ctx.config).preference;
+  if (p.reference != ReferenceModel::Copy) return 0;
+  const ShardPlan sp = shard_plan(ctx);
+  int64_t bytes = 0;
+  for_each_param(ctx, [&](const ParamTensor& t) {
+    if (t.kind == ParamKind::Adapter) return;
+    bytes = add(bytes, p.reference_sharded ? param_states(sp, ctx, t).weights
+                                           : param_storage_bytes(t, ctx.precision, ctx.config.peft, sp.adapter_bytes));
+  });
+  return bytes;
+}
+
+void StepBuilder::alloc_reference_weights() {
+  const int64_t bytes = reference_copy_bytes(ctx_);
+  if (bytes == 0) return;
+  preference_labels();
+  program_.alloc(Component::Weights, bytes, pref_labels_.ref_weights);
+}
+
+// The policy's head and loss: `saved` holds the final norm's saved tensors (loss_forward made them).
+void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
+  preference_labels();
+  const PreferenceFlow& p = resolved_.preference;
+  const int32_t post = -1;
+  const int64_t tv = mul(dims_.T, dims_.V), e = dims_.e;
+  const int64_t el = p.logits_fp32 ? 4 : e;  // the logits the loss reads
+  const int64_t row = mul(dims_.s, dims_.V);
+  uint32_t hd = head_dequant();
+  uint32_t lg16 = p.logits_fp32 && e < 4 ? tmp(mul(e, tv), labels_.logits, post) : UINT32_MAX;
+  drop_if(hd);
+  // Selective log-softmax of fp32 logits saves the logits themselves (gather and each row's logsumexp).
+  const bool logits_saved = p.logps == Logps::Selective && el == 4 && !p.shift_copy_kept;
+  uint32_t logits = logits_saved ? act(mul(el, tv), lg16 != UINT32_MAX ? labels_.logits_fp32 : labels_.logits, post)
+                                 : tmp(mul(el, tv), lg16 != UINT32_MAX ? labels_.logits_fp32 : labels_.logits, post);
+  drop_if(lg16);  // the compute-dtype logits: nothing saves them once upcast
+  // TRL 0.29-1.5: shift_logits = logits[..., :-1, :].contiguous(), the tensor the log-probabilities read.
+  uint32_t shift = UINT32_MAX;
+  if (p.shift_copy_kept) {
+    const bool shift_saved = p.logps == Logps::Selective && el == 4;
+    shift = shift_saved ? act(mul(el, tv), pref_labels_.copy, post) : tmp(mul(el, tv), pref_labels_.copy, post);
+  }
+  switch (p.logps) {
+    case Logps::FullLogSoftmax: {
+      // TRL < 0.14: log_softmax of the slice logits[:, :-1] makes it contiguous first (SoftMax.cu host_softmax);
+      // torchtune: log_softmax(logits / 1.0), the quotient an fp32 tensor of its own.
+      uint32_t copy = p.slice_copy ? tmp(mul(el, tv), pref_labels_.copy, post)
+                      : p.scaled_copy ? tmp(mul(4, tv), pref_labels_.copy, post) : UINT32_MAX;
+      saved.push_back(act(mul(p.scaled_copy ? 4 : el, tv), pref_labels_.logps, post));
+      drop_if(copy);
+      break;
+    }
+    case Logps::Selective:
+      // trl/trainer/utils.py selective_log_softmax: fp32 rows go through logsumexp ((row - max).exp_() one row at a
+      // time); 16-bit rows each get a log_softmax, saved, one (sequence x vocabulary) block per row.
+      if (el == 4) drop(tmp(mul(4, row), labels_.loss_grad, post));
+      else for (int64_t r = 0; r < dims_.b; ++r) saved.push_back(act(mul(el, row), pref_labels_.logps, post));
+      break;
+  }
+  // The chosen half's cross-entropy (ORPO, nll_alpha, TRL 0.9-0.11): logits[:B][..., :-1, :].contiguous(), then
+  // cross_entropy saves its log-softmax of half the rows.
+  if (p.nll) {
+    uint32_t half = tmp(mul(el, tv / 2), pref_labels_.copy, post);
+    saved.push_back(act(mul(el, tv / 2), pref_labels_.nll, post));
+    drop(half);
+  }
+  // TRL 0.19-0.28 under accelerate's wrapper: an fp32 copy of every returned hidden state, held with the outputs.
+  if (p.hidden_states_returned && p.outputs_to_fp32)
+    for (int64_t l = 0; l <= shape_.num_layers; ++l) {
+      const uint32_t h = tmp(mul(4, dims_.Tn, dims_.h), labels_.residual, post);
+      if (p.logits_live_through_reference) pref_until_loss_.push_back(h);
+      else pref_forward_.push_back(h);
+    }
+  for (uint32_t t : pref_forward_) drop(t);
+  pref_forward_.clear();
+  if (logits_saved) saved.push_back(logits);
+  else if (p.logits_live_through_reference) pref_until_loss_.push_back(logits);
+  else drop(logits);
+  if (shift != UINT32_MAX) {
+    if (p.logps == Logps::Selective && el == 4) saved.push_back(shift);
+    else pref_until_loss_.push_back(shift);
+  }
+}
+
+// The reference's forward under no_grad, after the policy's: every layer's tensors are temporaries, its logits and
+// log-probabilities go once the small per-sequence log-probabilities exist (unless the flow keeps its logits). Then
+// what the loss function held through it goes.
+void StepBuilder::reference_forward(const std::string& phase) {
+  const PreferenceFlow& p = resolved_.preference;
+  const bool runs = p.reference == ReferenceModel::Copy || p.reference == ReferenceModel::AdapterDisabled;
+  if (runs) {
+    program_.phase(phase);
+    const int32_t post = -1;
+    const int64_t tv = mul(dims_.T, dims_.V), e = dims_.e;
+    const int64_t el = p.logits_fp32 ? 4 : e;
+    // ZeRO-3 / FSDP all-gather each layer of a sharded reference (or of the policy, for adapter_disabled) for its
+    // forward and free it after; a replicated copy has its weights already.
+    const bool gathers = p.reference == ReferenceModel::Copy ? p.reference_sharded : shard_weights_ && shard_ranks_ > 1;
+    auto gathered = [&](int64_t l) { return gathers ? tmp(gathered_bytes(l), pref_labels_.ref_gathered, static_cast<int32_t>(l)) : UINT32_MAX; };
+    std::vector<uint32_t> ref_casts(static_cast<size_t>(shape_.num_layers), UINT32_MAX);
+    casts_.swap(ref_casts);  // the reference's forward is an autocast region of its own
+    const size_t embed_before = embed_saved_.size();
+    no_grad_ = true;
+    uint32_t g = gathered(-1);
+    uint32_t res = embed_forward();
+    drop_if(g);
+    mask_forward();
+    std::vector<uint32_t> hidden;  // output_hidden_states: each layer's input stays with the outputs
+    for (int64_t l = 0; l < shape_.num_layers; ++l) {
+      g = gathered(l);
+      SavedLayer scratch;
+      if (p.hidden_states_returned) hidden.push_back(res);
+      res = forward_layer(static_cast<int32_t>(l), res, scratch, !p.hidden_states_returned);
+      for (uint32_t t : scratch.attn) drop(t);
+      for (uint32_t t : scratch.mlp) drop(t);
+      drop_if(g);
+    }
+    if (mask_.tensor != UINT32_MAX) drop(mask_.tensor);
+    mask_ = {};
+    g = gathered(shape_.num_layers);
+    std::vector<uint32_t> norm;
+    bool retained = false;
+    norm_forward(post, res, retained, norm, {"lm_head"}, true);
+    if (!retained) drop(res);
+    uint32_t hd = head_dequant();
+    uint32_t lg16 = el != e ? tmp(mul(e, tv), pref_labels_.ref_logits, post) : UINT32_MAX;
+    drop_if(hd);
+    for (uint32_t t : norm) drop(t);
+    drop_if(g);
+    uint32_t logits = tmp(mul(el, tv), pref_labels_.ref_logits, post);
+    drop_if(lg16);
+    if (p.hidden_states_returned && p.outputs_to_fp32)  // the wrapper's fp32 copies of the returned hidden states
+      for (int64_t l = 0; l <= shape_.num_layers; ++l) hidden.push_back(tmp(mul(4, dims_.Tn, dims_.h), labels_.residual, post));
+    uint32_t shift = p.shift_copy_kept ? tmp(mul(el, tv), pref_labels_.copy, post) : UINT32_MAX;
+    if (p.logps == Logps::FullLogSoftmax) {
+      uint32_t copy = p.slice_copy ? tmp(mul(el, tv), pref_labels_.copy, post)
+                      : p.scaled_copy ? tmp(mul(4, tv), pref_labels_.copy, post) : UINT32_MAX;
+      uint32_t ls = tmp(mul(p.scaled_copy ? 4 : el, tv), pref_labels_.logps, post);
+      drop_if(copy);
+      drop(ls);
+    } else {
+      drop(tmp(mul(el, mul(dims_.s, dims_.V)), pref_labels_.logps, post));  // one row at a time
+    }
+    drop_if(shift);
+    for (uint32_t t : hidden) drop(t);
+    // torchtune's LoRA recipes never delete the reference's logits: they live to the micro-batch's backward. TRL
+    // 0.29+ keeps ref_outputs to the end of _compute_loss.
+    if (p.reference_logits_kept && resolved_.framework->torchtune_recipes) held_logits_ = logits;
+    else if (p.reference_logits_kept) pref_until_loss_.push_back(logits);
+    else drop(logits);
+    for (size_t i = embed_saved_.size(); i > embed_before; --i) drop(embed_saved_.back()), embed_saved_.pop_back();
+    no_grad_ = false;
+    no_grad_norm_out_ = UINT32_MAX;
+    casts_.swap(ref_casts);
+    for (uint32_t t : ref_casts) drop_if(t);
+  }
+  for (uint32_t t : pref_until_loss_) drop(t);
+  pref_until_loss_.clear();
+}
+
+// From the loss down to the final norm's output: the gradients of the log-probabilities (gather's zero-filled
+// scatter, log_softmax's backward), of the chosen half's cross-entropy added in, the cast back from fp32, and the
+// head's matmul.
+uint32_t StepBuilder::preference_loss_backward(std::vector<uint32_t>& saved) {
+  const PreferenceFlow& p = resolved_.preference;
+  const int32_t post = -1;
+  const int64_t tv = mul(dims_.T, dims_.V), e = dims_.e;
+  const int64_t el = p.logits_fp32 ? 4 : e;
+  uint32_t nll_grad = UINT32_MAX;
+  if (p.nll) {  // nll_loss and log_softmax backward of the chosen half, then into zeros of the full logits
+    uint32_t g1 = tmp(mul(el, tv / 2), labels_.loss_grad, post);
+    uint32_t g2 = tmp(mul(el, tv / 2), labels_.loss_grad, post);
+    drop(g1);
+    release_saved(saved, pref_labels_.nll);
+    nll_grad = tmp(mul(el, tv), labels_.loss_grad, post);
+    drop(g2);
+  }
+  uint32_t grad = UINT32_MAX;
+  if (p.logps == Logps::FullLogSoftmax) {
+    const int64_t ls = p.scaled_copy ? 4 : el;
+    uint32_t g1 = tmp(mul(ls, tv), labels_.loss_grad, post);  // gather_backward: zeros, scattered
+    grad = tmp(mul(ls, tv), labels_.loss_grad, post);          // _log_softmax_backward_data
+    drop(g1);
+    release_saved(saved, pref_labels_.logps);
+    if (p.slice_copy) {  // SliceBackward: zeros of the unsliced logits
+      uint32_t g = tmp(mul(el, tv), labels_.loss_grad, post);
+      drop(grad), grad = g;
+    }
+  } else if (el == 4) {
+    // gather's zero-filled scatter and each row's logsumexp backward (grad * exp(x - lse)), summed into the logits'
+    // gradient.
+    uint32_t g1 = tmp(mul(4, tv), labels_.loss_grad, post);
+    grad = tmp(mul(4, tv), labels_.loss_grad, post);
+    drop(g1);
+  } else {
+    // Each row's gather and log_softmax backward make a row's gradient; the loop's unbind stacks them into one.
+    std::vector<uint32_t> rows;
+    const int64_t row = mul(dims_.s, dims_.V);
+    for (int64_t r = 0; r < dims_.b; ++r) {
+      uint32_t g1 = tmp(mul(el, row), labels_.loss_grad, post);
+      rows.push_back(tmp(mul(el, row), labels_.loss_grad, post));
+      drop(g1);
+      release_saved(saved, pref_labels_.logps);
+    }
+    grad = tmp(mul(el, tv), labels_.loss_grad, post);
+    for (uint32_t t : rows) drop(t);
+  }
+  drop_if(nll_grad);  // added into the gradient in place
+  if (el == 4 && e < 4) {  // the upcast's backward: the gradient cast back for lm_head
+    uint32_t g = tmp(mul(e, tv), labels_.loss_grad_bf16, post);
+    drop(grad), grad = g;
+  }
+  alloc_layer_grads(shape_.num_layers);  // lm_head's matmul backward: its .grad, then the hidden state's gradient
+  uint32_t dy;
+  { uint32_t hd = head_dequant(); dy = tmp(mul(e, dims_.Tn, dims_.h), labels_.dres, post); drop_if(hd); }
+  drop(grad);
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
+  saved.clear();
+  norm_backward(post, dy);
+  return dy;
+}
+
+}  // namespace memsim

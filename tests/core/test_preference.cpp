@@ -1,0 +1,239 @@
+// Preference objectives (training.objective dpo, orpo, simpo; src/core/preference.cpp and preference_step.cpp,
+// docs/research/preference.md): the pair's rows, the log-probabilities each TRL version keeps, the reference model
+// and its forward, and the refusals.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "core/simulate.h"
+#include "core/validate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+// Qwen2.5 0.5B (a 151,936-token vocabulary, so the logits dominate) trained as TRL's DPOTrainer runs it.
+Config dpo_config(const char* trl = "latest", int64_t pairs = 2, int64_t sequence = 512) {
+  Config c = single_gpu_config("qwen2.5-0.5b.json", pairs, sequence);
+  c.training.objective = "dpo";
+  c.versions.trl = trl;
+  return c;
+}
+
+DeviceResult run(const Config& c) {
+  const auto errors = validate(c);
+  INFO((errors.empty() ? std::string() : errors[0].field + ": " + errors[0].message));
+  REQUIRE(errors.empty());
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  return r.devices[0];
+}
+
+uint32_t label_of(const StepProgram& p, const std::string& prefix) {
+  for (size_t i = 0; i < p.labels.size(); ++i)
+    if (p.labels[i].rfind(prefix, 0) == 0) return static_cast<uint32_t>(i);
+  return UINT32_MAX;
+}
+
+// Every allocation's bytes under a label, in order.
+std::vector<int64_t> allocations(const StepProgram& p, const std::string& prefix) {
+  const uint32_t l = label_of(p, prefix);
+  std::vector<int64_t> out;
+  for (const Event& e : p.events)
+    if (e.op == Event::Op::Alloc && p.tensors[e.tensor].label == l) out.push_back(p.tensors[e.tensor].bytes);
+  return out;
+}
+
+// The sum of what the layers (not the embeddings, head or loss) save for backward over the step.
+int64_t layer_activation_bytes(const StepProgram& p) {
+  int64_t sum = 0;
+  for (const Event& e : p.events) {
+    const Tensor& t = p.tensors[e.tensor];
+    if (e.op == Event::Op::Alloc && t.component == Component::Activations && t.layer >= 0) sum += t.bytes;
+  }
+  return sum;
+}
+
+// The largest allocated bytes within the phases named `name` (prefix), and the allocated bytes where each began.
+struct PhaseBytes {
+  int64_t peak = -1, start = -1;
+};
+PhaseBytes phase_bytes(const DeviceResult& d, const std::string& name) {
+  PhaseBytes out;
+  const auto& phases = d.program.phases;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    if (phases[i].name.rfind(name, 0) != 0) continue;
+    const uint32_t end = i + 1 < phases.size() ? phases[i + 1].first_event : static_cast<uint32_t>(d.timeline.size());
+    for (uint32_t k = phases[i].first_event; k < end && k < d.timeline.size(); ++k)
+      out.peak = std::max(out.peak, d.timeline[k].allocated_bytes);
+    if (phases[i].first_event > 0 && phases[i].first_event <= d.timeline.size())
+      out.start = d.timeline[phases[i].first_event - 1].allocated_bytes;
+  }
+  return out;
+}
+
+constexpr int64_t kVocab = 151936;
+
+}  // namespace
+
+TEST_CASE("a preference micro-batch runs its chosen and rejected sequences as one forward of twice the rows") {
+  Config dpo = dpo_config();
+  dpo.training.reference_model = "precomputed";
+  Config sft = single_gpu_config("qwen2.5-0.5b.json", 4, 512);
+  CHECK(layer_activation_bytes(run(dpo).program) == layer_activation_bytes(run(sft).program));
+  // Padding-free (data.padding none) flattens the pairs' rows into one: twice the tokens of the row.
+  Config flat = dpo;
+  flat.data.lengths = "micro_batches", flat.data.micro_batch_lengths = "512", flat.data.padding = "none";
+  flat.training.micro_batch_size = 1;
+  Config flat_sft = single_gpu_config("qwen2.5-0.5b.json", 1, 1024);
+  flat_sft.data.lengths = "micro_batches", flat_sft.data.micro_batch_lengths = "1024", flat_sft.data.padding = "none";
+  CHECK(layer_activation_bytes(run(flat).program) == layer_activation_bytes(run(flat_sft).program));
+}
+
+TEST_CASE("the log-probabilities keep what each TRL version's code saves") {
+  const int64_t rows = 4, s = 512, tv = rows * s * kVocab;
+  // Single GPU under the Trainer's bf16: accelerate's convert_outputs_to_fp32 makes the logits fp32.
+  SECTION("TRL < 0.15: the whole log_softmax(-1) of the fp32 logits, after a contiguous copy of the slice (< 0.14)") {
+    const DeviceResult d = run(dpo_config("0.13"));
+    CHECK(allocations(d.program, "log-probabilities: the log-softmax") == std::vector<int64_t>(4, 4 * tv));  // 2 steps x (policy, reference)
+    CHECK(allocations(d.program, "logits copy").size() == 4);
+    CHECK(allocations(run(dpo_config("0.14")).program, "logits copy").empty());
+  }
+  SECTION("TRL >= 0.15, fp32 logits: selective_log_softmax saves the logits themselves, nothing of vocabulary size more") {
+    const DeviceResult d = run(dpo_config("0.16"));
+    CHECK(allocations(d.program, "log-probabilities: the log-softmax") == std::vector<int64_t>(2, 4 * s * kVocab));  // the reference's one row at a time
+  }
+  SECTION("TRL >= 0.15, 16-bit logits (DeepSpeed has no fp32 output wrapper): one saved log-softmax per row") {
+    Config c = dpo_config("0.16");
+    c.parallel.data_parallel_size = 2, c.parallel.zero_stage = 2, c.parallel.sharding = "deepspeed";
+    c.versions.transformers = "4.50";
+    const auto logps = allocations(run(c).program, "log-probabilities: the log-softmax");
+    // Per step: the policy's 4 rows saved, and the reference's row that exists at a time (each goes before the next).
+    CHECK(logps == std::vector<int64_t>(10, 2 * s * kVocab));
+    // transformers <= 4.45 upcasts the logits itself.
+    c.versions.transformers = "4.45";
+    CHECK(allocations(run(c).program, "log-probabilities: the log-softmax").size() == 2);
+  }
+}
+
+TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3; none with PEFT's adapters off") {
+  Config full = dpo_config();
+  const DeviceResult copy = run(full);
+  full.training.reference_model = "precomputed";
+  const DeviceResult none = run(full);
+  CHECK(copy.model_states.weights_bytes == 2 * none.model_states.weights_bytes);
+  CHECK(allocations(copy.program, "reference model weights") == std::vector<int64_t>{none.model_states.weights_bytes});
+
+  Config z3 = dpo_config();
+  z3.training.precision = "bf16_mixed";
+  z3.parallel.data_parallel_size = 4, z3.parallel.zero_stage = 3, z3.parallel.sharding = "deepspeed";
+  const DeviceResult sharded = run(z3);
+  const int64_t ref = allocations(sharded.program, "reference model weights").at(0);
+  CHECK(ref * 2 == sharded.model_states.weights_bytes);  // the policy's shard and the copy's, the same size
+  CHECK(allocations(sharded.program, "reference layer's gathered parameters").size() >= 2u * 24);
+
+  Config lora = dpo_config();
+  lora.peft.method = "lora";
+  const DeviceResult adapters = run(lora);
+  CHECK(allocations(adapters.program, "reference model weights").empty());
+  CHECK(phase_bytes(adapters, "reference forward (step 2)").peak > 0);
+}
+
+TEST_CASE("the reference's forward runs on top of the policy's saved graph and leaves nothing behind") {
+  Config lora = dpo_config("0.16");
+  lora.peft.method = "lora";
+  const DeviceResult with_ref = run(lora);
+  lora.training.reference_model = "precomputed";
+  const DeviceResult precomputed = run(lora);
+  CHECK(phase_bytes(precomputed, "reference forward").peak == -1);
+  const PhaseBytes ref = phase_bytes(with_ref, "reference forward (step 2)");
+  const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;
+  CHECK(ref.peak >= ref.start + fp32_logits);
+  CHECK(with_ref.timeline.back().allocated_bytes == precomputed.timeline.back().allocated_bytes);
+  // TRL 0.7-0.11 keeps the policy's logits (the views it returns) through the reference forward; 0.12-0.14 do not.
+  Config old = dpo_config("0.11"), newer = dpo_config("0.13");
+  old.peft.method = newer.peft.method = "lora";
+  old.training.nll_alpha = 0;  // 0.9-0.11 computed the chosen half's cross-entropy anyway
+  const PhaseBytes held = phase_bytes(run(old), "reference forward (step 2)");
+  const PhaseBytes freed = phase_bytes(run(newer), "reference forward (step 2)");
+  CHECK(held.start - freed.start >= fp32_logits);
+}
+
+TEST_CASE("TRL 0.19-0.28 return every hidden state: the reference's layer outputs live to the end of its forward") {
+  Config c = dpo_config("0.18");
+  c.parallel.data_parallel_size = 2, c.parallel.zero_stage = 2, c.parallel.sharding = "deepspeed";  // no fp32 wrapper
+  const PhaseBytes before = phase_bytes(run(c), "reference forward (step 2)");
+  c.versions.trl = "0.20";
+  const PhaseBytes with_hidden = phase_bytes(run(c), "reference forward (step 2)");
+  const int64_t layers = 24, hidden = int64_t{2} * 4 * 512 * 896;  // Qwen2.5 0.5B: 24 layers, hidden 896, bf16
+  CHECK(with_hidden.peak - before.peak >= (layers - 1) * hidden);
+  CHECK(with_hidden.peak - before.peak <= (layers + 1) * hidden);
+}
+
+TEST_CASE("orpo and simpo have no reference; the chosen half's cross-entropy saves half the logits' log-softmax") {
+  Config orpo = dpo_config("0.16");
+  orpo.training.objective = "orpo";
+  const DeviceResult d = run(orpo);
+  CHECK(phase_bytes(d, "reference forward").peak == -1);
+  CHECK(allocations(d.program, "chosen half's cross-entropy") == std::vector<int64_t>(2, int64_t{4} * 2 * 512 * kVocab));
+  Config simpo = orpo;
+  simpo.training.objective = "simpo";
+  CHECK(allocations(run(simpo).program, "chosen half's cross-entropy").empty());
+  simpo.training.nll_alpha = 1.0;  // CPOTrainer's cpo_alpha
+  CHECK(allocations(run(simpo).program, "chosen half's cross-entropy").size() == 2);
+}
+
+TEST_CASE("torchtune's LoRA DPO keeps the reference's fp32 logits to the backward") {
+  Config c = dpo_config();
+  c.training.framework = "torchtune";
+  c.peft.method = "lora";
+  const DeviceResult d = run(c);
+  const auto& p = d.program;
+  const uint32_t ref = label_of(p, "reference logits");
+  // The last reference-logits tensor made is freed in a backward phase.
+  uint32_t made = UINT32_MAX;
+  size_t freed_at = 0;
+  for (size_t i = 0; i < p.events.size(); ++i) {
+    const Event& e = p.events[i];
+    if (p.tensors[e.tensor].label != ref) continue;
+    if (e.op == Event::Op::Alloc && p.tensors[e.tensor].bytes == int64_t{4} * 4 * 512 * kVocab) made = e.tensor;
+    if (e.op == Event::Op::Free && e.tensor == made) freed_at = i;
+  }
+  REQUIRE(freed_at > 0);
+  std::string phase;
+  for (const Phase& ph : p.phases)
+    if (ph.first_event <= freed_at) phase = ph.name;
+  CHECK(phase.rfind("backward", 0) == 0);
+}
+
+TEST_CASE("preference objectives refuse what is not modelled, one line naming the field") {
+  auto first_error = [](const Config& c) {
+    const auto e = validate(c);
+    return e.empty() ? std::string() : e[0].field;
+  };
+  Config c = dpo_config();
+  c.training.reference_model = "none";
+  CHECK(first_error(c) == "training.reference_model");
+  c.training.reference_model = "adapter_disabled";  // without PEFT
+  CHECK(first_error(c) == "training.reference_model");
+  c = dpo_config();
+  c.training.objective = "orpo", c.training.reference_model = "copy";
+  CHECK(first_error(c) == "training.reference_model");
+  c = dpo_config();
+  c.training.framework = "megatron";
+  CHECK(first_error(c) == "training.framework");
+  c = dpo_config();
+  c.training.loss = "fused_linear";
+  CHECK(first_error(c) == "training.loss");
+  c = dpo_config();
+  c.training.objective = "kto";
+  CHECK(first_error(c) == "training.objective");
+  c = dpo_config();
+  c.model.architecture = "vit";
+  CHECK(!validate(c).empty());
+  c = single_gpu_config("qwen2.5-0.5b.json");
+  c.training.reference_model = "copy";  // sft
+  CHECK(first_error(c) == "training.reference_model");
+}
