@@ -233,7 +233,7 @@ constexpr FieldSpec kFields[] = {
      "Where dpo's reference log-probabilities come from. copy: a frozen second model (full fine-tuning's default; sharded like the policy under ZeRO-3 / FSDP). adapter_disabled: the policy with its adapters off (PEFT's default, no second model). precomputed: precompute_ref_log_probs, one pass before training and no reference during it. none: reference-free (orpo and simpo). auto picks by the method and PEFT."},
     {F(training, nll_alpha), K::Number, kNoRange, {}, 2,
      "NLL weight",
-     "DPO's rpo_alpha or CPO's cpo_alpha (SimPO): above 0 a cross-entropy over the chosen half adds its own log-softmax of half the logits. ORPO always has one.", {0.0, 1e6}},
+     "DPO's rpo_alpha or CPO's cpo_alpha (SimPO): above 0 a cross-entropy over the chosen half adds its own log-softmax of half the logits. ORPO always has one.", {0.0, 1000.0, false, false}},
     {F(peft, method), K::Choice, kNoRange, kPeftMethod, 1,
      "method",
      "none: full fine-tuning. Every other method freezes the base: only what it adds has gradients and optimizer states, and frozen layers keep fewer activations. LoRA/DoRA: low-rank adapters; IA3: one learned vector per targeted linear; ln_tuning: trainable copies of the norms; prompt_tuning: learned virtual tokens before every sequence. prefix_tuning is not modelled (its keys and values go through transformers' cache)."},

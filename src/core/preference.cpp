@@ -48,6 +48,10 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
   p.logits_live_through_reference = v.below(trl, V(0, 12)) || v.at_least(trl, V(0, 29));
   p.shift_copy_kept = v.at_least(trl, V(0, 29)) && v.below(trl, V(1, 6));
   p.reference_logits_kept = v.at_least(trl, V(0, 29)) && p.reference != ReferenceModel::Precomputed;
+  // DPOTrainer 1.6+ logs the entropy of the policy's logits after the loss, before the backward:
+  // entropy_from_logits(shift_logits.detach()) flattens logits[..., :-1, :], which c3f21ede9 left a view, so reshape
+  // copies it whole (trl/trainer/utils.py entropy_from_logits; the 128-row chunks after it are small).
+  p.entropy_copy = p.objective == Objective::Dpo && v.at_least(trl, V(1, 6));
   // TRL 0.9-0.11 computed the chosen half's cross-entropy whatever rpo_alpha was (get_batch_loss_metrics).
   if (v.at_least(trl, V(0, 9)) && v.below(trl, V(0, 12))) p.nll = true;
   // The logits are fp32 when the model upcasts them (transformers <= 4.45: logits = logits.float(), removed by #33902
@@ -71,6 +75,7 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
            (p.slice_copy ? ", of a contiguous copy of logits[:, :-1]" : "") +
            (p.logits_live_through_reference ? "; the policy's logits live through the reference forward" : "") +
            (p.shift_copy_kept ? "; shift_logits .contiguous() kept to the loss" : "") +
+           (p.entropy_copy ? "; the entropy metric copies the policy's logits after the loss" : "") +
            (p.hidden_states_returned ? "; output_hidden_states=True keeps every layer's output to the end of each forward" : "") +
            (p.logits_fp32 ? (model_upcasts ? "; fp32 logits (" + describe_version(v, tf) + " upcasts them)"
                                            : std::string("; fp32 logits (accelerate's convert_outputs_to_fp32 under the Trainer's bf16/fp16)"))

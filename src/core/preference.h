@@ -29,6 +29,7 @@ struct PreferenceFlow {
   bool scaled_copy = false;       // torchtune: log_softmax(logits / 1.0), an fp32 quotient first
   bool logits_live_through_reference = false;  // the policy's logits outlive its log-probs (TRL 0.7-0.11, >= 0.29)
   bool shift_copy_kept = false;   // TRL 0.29-1.5: shift_logits = logits[..., :-1, :].contiguous(), kept to the loss
+  bool entropy_copy = false;      // TRL >= 1.6: entropy_from_logits(shift_logits) reshapes the unshifted slice, a copy
   bool reference_logits_kept = false;  // the reference's logits live to the backward (torchtune LoRA, TRL >= 0.29)
   bool nll = false;               // a cross-entropy over the chosen half (ORPO; nll_alpha; TRL 0.9-0.11 always)
   bool outputs_to_fp32 = false;   // accelerate's convert_outputs_to_fp32 wraps the forwards (the Trainer's AMP)

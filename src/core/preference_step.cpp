@@ -179,6 +179,10 @@ void StepBuilder::reference_forward(const std::string& phase) {
     casts_.swap(ref_casts);
     for (uint32_t t : ref_casts) drop_if(t);
   }
+  if (p.entropy_copy) {  // the entropy metric's flattened copy of the policy's logits, after the loss
+    const int64_t el = p.logits_fp32 ? 4 : dims_.e;
+    drop(tmp(mul(el, mul(dims_.T, dims_.V)), pref_labels_.copy, -1));
+  }
   for (uint32_t t : pref_until_loss_) drop(t);
   pref_until_loss_.clear();
 }

@@ -120,8 +120,7 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
       choose_framework(c, framework_before);
       changed = true;
     }
-    // The objective, and for a preference objective where its reference comes from (auto shows what it means).
-    changed |= choice_combo("training.objective", t.objective, "");
+    // A preference objective (chosen in the question): where its reference comes from (auto shows what it means).
     if (t.preference()) {
       const char* auto_ref = kReferenceNames[static_cast<size_t>(auto_reference(c))];
       if (t.goal() == Objective::Dpo) changed |= choice_combo("training.reference_model", t.reference_model, auto_ref);

@@ -177,6 +177,12 @@ bool draw_question_inputs(Config& c) {
     fit_shape(c, hand);
     changed = true;
   }
+  // The objective: supervised, or a preference objective over pairs (its reference under Details > Training).
+  if (c.model.architecture.empty() && choice_combo("training.objective", c.training.objective, "")) {
+    hand.insert("training.objective");
+    fit_shape(c, hand);
+    changed = true;
+  }
   int64_t gpus = gpu_count(c.parallel);
   if (int_input("GPUs", "parallel.gpus", gpus, 1,
                 "How many GPUs train together. Data parallel follows: GPUs / (tensor x pipeline x context parallel, "

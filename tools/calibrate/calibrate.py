@@ -480,8 +480,71 @@ def _make_optimizer(plan, params, torch):
         raise HarnessError("training.optimizer_impl", f"{o['class']}({o['kwargs']}) failed: {e}") from None
 
 
-def _loss_fn(plan, model, base, torch):
+def selective_log_softmax(logits, index, torch):
+    """TRL's trl/trainer/utils.py selective_log_softmax (v0.15 onwards), copied: fp32 rows through logsumexp, 16-bit
+    rows through a log_softmax each."""
     import torch.nn.functional as F
+    if logits.dtype in (torch.float32, torch.float64):
+        selected = torch.gather(logits, dim=-1, index=index.unsqueeze(-1)).squeeze(-1)
+        lse = torch.stack([torch.logsumexp(lg, dim=-1) for lg in logits])
+        return selected - lse
+    rows = []
+    for row_logits, row_labels in zip(logits, index):
+        row_logps = F.log_softmax(row_logits, dim=-1)
+        rows.append(row_logps.gather(dim=-1, index=row_labels.unsqueeze(-1)).squeeze(-1))
+    return torch.stack(rows)
+
+
+def _dpo_loss_fn(plan, model, ref_model, torch):
+    """DPOTrainer._compute_loss of TRL's newest release (huggingface/trl trl/trainer/dpo_trainer.py, v1.9), on
+    ids = [chosen; rejected] with every token a completion token: the policy's outputs and the reference's stay
+    referenced until the loss returns, as its locals do there."""
+    import contextlib
+    import torch.nn.functional as F
+    obj = plan["objective"]
+
+    def logits_of(out):
+        return out.logits.float() if obj["logits_fp32"] else out.logits  # accelerate's convert_outputs_to_fp32
+
+    def f(ids, labels):
+        rows = ids.shape[0] // 2
+        outputs = model(input_ids=ids, use_cache=False)
+        shift_logits = logits_of(outputs)[..., :-1, :]
+        shift_labels = ids[..., 1:]
+        logps = selective_log_softmax(shift_logits, shift_labels, torch).sum(dim=1)
+        chosen, rejected = logps.chunk(2, dim=0)
+        ref_outputs = None
+        if obj["reference"] == "precomputed":
+            ref_chosen, ref_rejected = torch.zeros_like(chosen), torch.zeros_like(rejected)
+        else:
+            adapters_off = model.disable_adapter() if obj["reference"] == "adapter_disabled" else contextlib.nullcontext()
+            with torch.no_grad(), adapters_off:
+                ref_outputs = (ref_model or model)(input_ids=ids, use_cache=False)
+                ref_logps = selective_log_softmax(logits_of(ref_outputs)[..., :-1, :], shift_labels, torch).sum(dim=1)
+            ref_chosen, ref_rejected = ref_logps.chunk(2, dim=0)
+        delta = (chosen - ref_chosen) - (rejected - ref_rejected)
+        loss = -F.logsigmoid(obj["beta"] * delta).mean()
+        if obj["nll_alpha"] > 0:
+            loss = loss + obj["nll_alpha"] * F.cross_entropy(torch.flatten(shift_logits[:rows], end_dim=1),
+                                                           torch.flatten(shift_labels[:rows], end_dim=1))
+        # the metrics before backward: entropy_from_logits (128-row chunks of a flattened copy) and the masked means
+        with torch.no_grad():
+            flat = shift_logits.detach().reshape(-1, shift_logits.size(-1))
+            for chunk in flat.split(128):
+                p = F.softmax(chunk, dim=-1)
+                (torch.logsumexp(chunk, dim=-1) - (p * chunk).sum(dim=-1)).sum()
+            del flat
+            c_logits, r_logits = shift_logits.detach().chunk(2, dim=0)
+            c_logits.reshape(-1, c_logits.size(-1)).mean(-1).sum(), r_logits.reshape(-1, r_logits.size(-1)).mean(-1).sum()
+        del outputs, ref_outputs, shift_logits
+        return loss, None
+    return f
+
+
+def _loss_fn(plan, model, base, torch, ref_model=None):
+    import torch.nn.functional as F
+    if plan.get("objective"):
+        return _dpo_loss_fn(plan, model, ref_model, torch)
     impl = plan["loss"]["impl"]
     holds = plan["holds_outputs"]
     ignore = -100
@@ -621,6 +684,14 @@ def run_plan(plan, config, probe=None):
             except Exception:
                 pass
     mark("model")
+    # DPO's frozen reference copy (TRL's create_reference_model: a deepcopy in the policy's dtype, eval, no grad)
+    ref_model = None
+    if plan.get("objective") and plan["objective"]["reference"] == "copy":
+        import copy
+        ref_model = copy.deepcopy(model).eval()
+        for p_ in ref_model.parameters():
+            p_.requires_grad_(False)
+        mark("reference")
 
     # --- checkpointing (before PEFT wraps the model)
     ck = plan["checkpointing"]
@@ -689,7 +760,8 @@ def run_plan(plan, config, probe=None):
         import contextlib
         return contextlib.nullcontext()
 
-    loss_fn = _loss_fn(plan, model, base, torch)
+    loss_fn = _loss_fn(plan, model, base, torch, ref_model)
+    pair_rows = 2 if plan.get("objective") else 1  # DPO: a micro-batch of pairs is [chosen; rejected]
     b = plan["batch"]
     B, S, gas = b["micro_batch_size"], b["sequence_length"], b["gradient_accumulation_steps"]
     lengths = b.get("lengths")  # a run of listed micro-batch lengths, in order and cycled (memsim's micro_batches)
@@ -702,7 +774,7 @@ def run_plan(plan, config, probe=None):
             if lengths:
                 S = lengths[micro % len(lengths)]
             micro += 1
-            ids = torch.randint(0, V, (B, S), device=dev)
+            ids = torch.randint(0, V, (B * pair_rows, S), device=dev)
             labels = ids.clone()
             with ctx():
                 loss, held = loss_fn(ids, labels)

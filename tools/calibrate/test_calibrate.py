@@ -372,6 +372,31 @@ class TrainingTranslation(unittest.TestCase):
         self.assertIn("data.micro_batch_lengths", refused(c))
 
 
+class PreferenceTranslation(unittest.TestCase):
+    """training.objective dpo: the recipe of DPOTrainer._compute_loss (calibrate.py _dpo_loss_fn)."""
+
+    def test_dpo_full_takes_a_copy_and_lora_the_adapters_off(self):
+        plan = tr.translate(config(framework="hf_trainer", objective="dpo"))
+        self.assertEqual(plan["objective"]["kind"], "dpo")
+        self.assertEqual(plan["objective"]["reference"], "copy")
+        self.assertTrue(plan["objective"]["logits_fp32"])
+        c = config(framework="hf_trainer", objective="dpo")
+        c["peft"] = {"method": "lora", "lora_rank": 8, "lora_alpha": 16.0, "target_modules": "q_proj,v_proj",
+                     "adapter_dtype": "fp32"}
+        self.assertEqual(tr.translate(c)["objective"]["reference"], "adapter_disabled")
+        c["training"]["reference_model"] = "precomputed"
+        self.assertEqual(tr.translate(c)["objective"]["reference"], "precomputed")
+        self.assertIsNone(tr.translate(config())["objective"])
+
+    def test_dpo_refusals_name_their_fields(self):
+        self.assertIn("training.framework", refused(config(objective="dpo")))  # hf_loop: not TRL's trainer
+        self.assertIn("training.objective", refused(config(framework="hf_trainer", objective="orpo")))
+        self.assertIn("training.objective", refused(config(framework="hf_trainer", objective="kto")))
+        self.assertIn("training.reference_model",
+                      refused(config(framework="hf_trainer", objective="dpo", reference_model="adapter_disabled")))
+        self.assertIn("training.loss", refused(config(framework="hf_trainer", objective="dpo", loss="full_fp32")))
+
+
 class PeftTranslation(unittest.TestCase):
     def peft(self, **kw):
         p = {"method": "lora", "lora_rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.05,

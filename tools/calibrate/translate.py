@@ -50,6 +50,9 @@ MEMSIM_DEFAULTS = {
         "zero_grad_set_to_none": "auto",
         "softmax_saves_input": "auto",
         "empty_cache_steps": -1,
+        "objective": "sft",
+        "reference_model": "auto",
+        "nll_alpha": 0.0,
     },
     "peft": {
         "method": "none",
@@ -101,9 +104,10 @@ MEMSIM_DEFAULTS = {
                  "host_memory_bytes": 0},
     "versions": {"torch": "latest", "transformers": "latest", "peft": "latest", "bitsandbytes": "latest",
                  "deepspeed": "latest", "torchao": "latest", "flash_attn": "latest", "torchtune": "latest", "unsloth": "latest",
-                 "date": ""},
+                 "trl": "latest", "date": ""},
 }
 
+OBJECTIVES = ("sft", "dpo", "orpo", "simpo")
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data", "versions")
 SCHEMAS = (1, 2)
 
@@ -677,6 +681,36 @@ def translate(item, steps=DEFAULT_STEPS):
     if _choice(errors, "training.loss", t["loss"], ("auto",) + LOSSES):
         loss = resolved("loss")
 
+    # --- objective: supervised, or DPO as TRL's DPOTrainer._compute_loss runs it at its newest release (the harness
+    # runs the installed libraries, which memsim's latest stands for; docs/research/preference.md)
+    objective = None
+    if _choice(errors, "training.objective", t["objective"], OBJECTIVES) and t["objective"] != "sft":
+        ref = t["reference_model"]
+        if ref == "auto":
+            ref = "adapter_disabled" if pf.get("method", "none") != "none" else "copy"
+        if t["objective"] != "dpo":
+            errors.append(("training.objective", f"{t['objective']}: the harness reproduces DPO (TRL's "
+                           "DPOTrainer._compute_loss); orpo and simpo are not reproduced yet"))
+        if ref not in ("copy", "adapter_disabled", "precomputed"):
+            errors.append(("training.reference_model", f"{ref}: dpo needs copy, adapter_disabled or precomputed"))
+        if ref == "adapter_disabled" and pf.get("method", "none") == "none":
+            errors.append(("training.reference_model", "adapter_disabled needs a PEFT method"))
+        if fw != "hf_trainer":
+            errors.append(("training.framework", f"{fw}: DPO runs TRL's DPOTrainer on the HF Trainer; set hf_trainer"))
+        if t["loss"] != "auto":
+            errors.append(("training.loss", "with training.objective dpo the loss is TRL's log-probabilities: auto"))
+        if not isinstance(t["nll_alpha"], (int, float)) or t["nll_alpha"] < 0:
+            errors.append(("training.nll_alpha", f"must be a number from 0; got {t['nll_alpha']!r}"))
+        objective = {
+            "kind": "dpo", "reference": ref, "beta": 0.1, "nll_alpha": t["nll_alpha"],
+            # accelerate's convert_outputs_to_fp32 under the Trainer's bf16/fp16 (TRL's configs set bf16), outside
+            # DeepSpeed: the logits the loss reads are fp32 (memsim's PreferenceFlow::logits_fp32)
+            "logits_fp32": True,
+            "how": "TRL DPOTrainer._compute_loss (v1.9): one forward of [chosen; rejected], selective_log_softmax "
+                   "of logits[..., :-1, :], the reference under no_grad with its logits alive to the loss, the "
+                   "sigmoid loss, then entropy_from_logits and the masked logit means before backward",
+        }
+
     # --- checkpointing
     ck = t["activation_checkpointing"]
     if _choice(errors, "training.activation_checkpointing", ck, CHECKPOINTING) and ck == "selective":
@@ -907,6 +941,7 @@ def translate(item, steps=DEFAULT_STEPS):
         "zero_grad_set_to_none": t["zero_grad_set_to_none"],
         "checkpointing": checkpointing,
         "loss": {"impl": loss, "chunks": t["loss_chunks"] if loss == "chunked_fp32" else None},
+        "objective": objective,
         "batch": {"micro_batch_size": t["micro_batch_size"], "sequence_length": t["sequence_length"],
                   "gradient_accumulation_steps": t["gradient_accumulation_steps"], "steps": steps,
                   "lengths": lengths, "empty_cache_steps": t["empty_cache_steps"]},
