@@ -18,6 +18,7 @@ void StepBuilder::preference_labels() {
   pref_labels_.nll = program_.label("chosen half's cross-entropy: log-softmax (saved)");
   pref_labels_.copy = program_.label("logits copy (slice made contiguous)");
   pref_labels_.ref_gathered = program_.label("reference layer's gathered parameters");
+  pref_labels_.entropy = program_.label("entropy metric: a flattened copy of the logits");
 }
 
 // The frozen copy (reference_model copy): every parameter of the base in the policy's storage dtype (TRL's
@@ -180,8 +181,10 @@ void StepBuilder::reference_forward(const std::string& phase) {
     for (uint32_t t : ref_casts) drop_if(t);
   }
   if (p.entropy_copy) {  // the entropy metric's flattened copy of the policy's logits, after the loss
+    const size_t open = phase.find('(');
+    program_.phase("loss and metrics " + (open == std::string::npos ? std::string() : phase.substr(open)));
     const int64_t el = p.logits_fp32 ? 4 : dims_.e;
-    drop(tmp(mul(el, mul(dims_.T, dims_.V)), pref_labels_.copy, -1));
+    drop(tmp(mul(el, mul(dims_.T, dims_.V)), pref_labels_.entropy, -1));
   }
   for (uint32_t t : pref_until_loss_) drop(t);
   pref_until_loss_.clear();

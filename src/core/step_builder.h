@@ -33,9 +33,6 @@ struct OptimizerDtypes {
 };
 OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
 
-// A preference objective's frozen reference copy on this device (preference_step.cpp), 0 without one.
-int64_t reference_copy_bytes(const StepContext& ctx);
-
 // Parameters of the decay group in HF Trainer (get_decay_parameter_names): everything but norms and biases.
 inline bool decays(const ParamTensor& t) {
   return t.kind == ParamKind::Matmul || t.kind == ParamKind::Embedding || t.kind == ParamKind::Adapter;
@@ -362,7 +359,7 @@ class StepBuilder {
   bool preference() const { return resolved_.preference.objective != Objective::Sft; }
   struct PreferenceLabels {
     uint32_t ref_weights = UINT32_MAX, ref_logits = UINT32_MAX, logps = UINT32_MAX, nll = UINT32_MAX, copy = UINT32_MAX,
-             ref_gathered = UINT32_MAX;
+             ref_gathered = UINT32_MAX, entropy = UINT32_MAX;
   };
   PreferenceLabels pref_labels_;            // made on first use, so that other programs' labels are unchanged
   std::vector<uint32_t> pref_until_loss_;   // what the loss function holds through the reference forward

@@ -69,6 +69,9 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
 // Persistent model-state bytes per device, before allocator rounding (ZeRO paper sec. 5, Table 1).
 ModelStates model_state_bytes(const StepContext& ctx);
 HostStates host_state_bytes(const StepContext& ctx);
+// A preference objective's frozen reference copy on this device (preference_step.cpp), 0 without one; part of
+// model_state_bytes' weights.
+int64_t reference_copy_bytes(const StepContext& ctx);
 
 // Two iterations, so that the lazily created optimizer state (first step) and the steady state (second
 // step, where the forward already carries that state) are both replayed.
