@@ -208,12 +208,12 @@ class Decoder {
   }
 
   void decode(const ojson& p, Architecture& a, const std::string& args) {
-    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "timm_models", "lora_targets",
+    static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
-      if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, timm_models, "
+      if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, hf_keys, timm_models, "
                            "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
@@ -238,6 +238,16 @@ class Decoder {
         for (const auto& [k, v] : p["requires"].items())
           if (!v.is_object() || !v.contains("equals") || !v.contains("when_absent"))
             error("requires." + k, "must be {\"equals\": value, \"when_absent\": value}: the value the program assumes, and the config class's default");
+    }
+    // Where an HF config.json keeps a hyperparameter whose key is not its name: a JSON pointer into the config
+    // ({"layers1": "/depths/0"}; "/num_labels" counts id2label, as HF does).
+    if (p.contains("hf_keys")) {
+      if (!p["hf_keys"].is_object()) error("hf_keys", "must be an object of hyperparameter names, each a JSON pointer such as \"/depths/0\"");
+      else
+        for (const auto& [k, v] : p["hf_keys"].items())
+          if (!v.is_string() || v.get_ref<const std::string&>().empty() || v.get_ref<const std::string&>().front() != '/' ||
+              v.get_ref<const std::string&>().size() > 200)
+            error("hf_keys." + k, "must be a JSON pointer into the HF config, such as \"/depths/0\"");
     }
     // timm's model names this program builds, each with the arguments that make it (the import of a timm config.json).
     if (p.contains("timm_models")) {
@@ -656,6 +666,7 @@ struct BuiltinProgram {
   std::string name;
   std::vector<std::string> model_types, hyperparameters;
   std::vector<std::pair<std::string, std::string>> timm_models;  // timm's name, the arguments
+  std::vector<std::pair<std::string, std::string>> hf_keys;      // hyperparameter, its JSON pointer in an HF config
   struct Require {
     std::string key;
     ojson equals, when_absent;
@@ -670,11 +681,15 @@ const std::vector<BuiltinProgram>& builtin_programs() {
     for (std::string_view f : catalog_architecture_files()) {
       try {
         const auto j = ojson::parse(f);
-        BuiltinProgram b{j.at("name").get<std::string>(), {}, {}, {}, {}, f};
+        BuiltinProgram b{j.at("name").get<std::string>(), {}, {}, {}, {}, {}, f};
         if (j.contains("requires"))
           for (const auto& [k, v] : j.at("requires").items()) b.requires_.push_back({k, v.at("equals"), v.at("when_absent")});
         for (const auto& t : j.at("model_types")) b.model_types.push_back(t.get<std::string>());
-        for (const auto& [k, v] : j.at("hyperparameters").items()) b.hyperparameters.push_back(k);
+        for (const auto& [k, v] : j.at("hyperparameters").items()) {
+          b.hyperparameters.push_back(k);
+          const bool mapped = j.contains("hf_keys") && j.at("hf_keys").contains(k);
+          b.hf_keys.push_back({k, mapped ? j.at("hf_keys").at(k).get<std::string>() : "/" + k});
+        }
         if (j.contains("timm_models"))
           for (const auto& [k, v] : j.at("timm_models").items()) b.timm_models.push_back({k, v.get<std::string>()});
         out.push_back(std::move(b));
@@ -817,6 +832,12 @@ ModelShape model_shape_of(const ModelConfig& m) {
 std::vector<std::string> architecture_hyperparameters(std::string_view name) {
   for (const auto& b : builtin_programs())
     if (b.name == name) return b.hyperparameters;
+  return {};
+}
+
+std::vector<std::pair<std::string, std::string>> architecture_hf_keys(std::string_view name) {
+  for (const auto& b : builtin_programs())
+    if (b.name == name) return b.hf_keys;
   return {};
 }
 

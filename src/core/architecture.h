@@ -180,5 +180,8 @@ ModelShape build_program_shape(std::shared_ptr<const Architecture> a);
 ModelShape model_shape_of(const ModelConfig& m);
 // The hyperparameter names a built-in program declares (what an HF config.json import reads for it).
 std::vector<std::string> architecture_hyperparameters(std::string_view name);
+// Each hyperparameter of a built-in program with the JSON pointer where an HF config.json keeps it: the program's
+// hf_keys, or "/name" (the key is the name).
+std::vector<std::pair<std::string, std::string>> architecture_hf_keys(std::string_view name);
 
 }  // namespace memsim

@@ -232,11 +232,12 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
   }
   if (!program.empty()) {
     std::string args;
-    for (const std::string& key : architecture_hyperparameters(program)) {
+    for (const auto& [key, where] : architecture_hf_keys(program)) {
       double v = 0;
-      if (auto it = j->find(key); it != j->end() && (it->is_number() || it->is_boolean()))
-        v = it->is_boolean() ? (it->get<bool>() ? 1.0 : 0.0) : it->get<double>();
-      else if (key == "num_labels" && j->contains("id2label") && (*j)["id2label"].is_object() && !(*j)["id2label"].empty())
+      const json::json_pointer pointer(where);  // a built-in program's, checked when it decodes
+      if (j->contains(pointer) && ((*j)[pointer].is_number() || (*j)[pointer].is_boolean()))
+        v = (*j)[pointer].is_boolean() ? ((*j)[pointer].get<bool>() ? 1.0 : 0.0) : (*j)[pointer].get<double>();
+      else if (where == "/num_labels" && j->contains("id2label") && (*j)["id2label"].is_object() && !(*j)["id2label"].empty())
         v = static_cast<double>((*j)["id2label"].size());
       else
         continue;
@@ -334,7 +335,7 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     for (const auto& n : builtin_architecture_names()) programs += (programs.empty() ? "" : ", ") + n;
     errors.push_back({"model.model_type", "model.model_type: an HF \"" + type.substr(0, 60) +
                                               "\" config.json without hidden_size, layers, heads or vocabulary is not a family memsim reads (decoders, BERT, T5, "
-                                              "and the model_types its programs read: vit, dinov2). Image models written as "
+                                              "and the model_types its programs read: vit, dinov2, resnet, convnext, swin). Image models written as "
                                               "model programs: " + programs + " (their presets, --set model.architecture=NAME, "
                                               "or a timm config.json)"});
     return;

@@ -251,10 +251,49 @@ TEST_CASE("Swin program: torchvision's Swin-T/S/B counts, and a pair of window b
   CHECK(params_of("swin", "image_size=384") == 28288354);  // the bias tables depend on the window only
 }
 
+TEST_CASE("HF ResNet, ConvNeXt and Swin config.json files import as the programs, with torchvision's counts",
+          "[architecture]") {
+  // transformers' ResNetConfig, ConvNextConfig and SwinConfig (the Hub's microsoft/resnet-50 and -18,
+  // facebook/convnext-tiny-224, microsoft/swin-tiny-patch4-window7-224): the programs' hf_keys read depths and
+  // hidden sizes from their lists, num_classes from id2label. transformers builds the same layers as torchvision
+  // (ResNetBottleNeckLayer reduction 4 with the stride on the 3x3, ConvNextLayer with its layer scale, SwinLayer's
+  // relative position bias per block), so the totals are torchvision's.
+  struct Expect {
+    const char* file;
+    const char* program;
+    int64_t params;
+  };
+  for (const Expect& e : {Expect{"microsoft-resnet-50.json", "resnet", 25557032},
+                          Expect{"microsoft-resnet-18.json", "resnet_basic", 11689512},
+                          Expect{"facebook-convnext-tiny-224.json", "convnext", 28589128},
+                          Expect{"microsoft-swin-tiny-patch4-window7-224.json", "swin", 28288354}}) {
+    INFO(e.file);
+    const Parsed p = model_from_hf_json(read_file(source_path(std::string("tests/data/hf/") + e.file)));
+    REQUIRE(p.ok);
+    CHECK(p.config.model.architecture == e.program);
+    CHECK(model_shape_of(p.config.model).params_total == e.params);
+  }
+  // A list entry read by its pointer, and id2label's size as the classes.
+  const Parsed deeper = model_from_hf_json(R"({"model_type": "resnet", "depths": [3, 4, 23, 3], "layer_type": "bottleneck",
+      "hidden_sizes": [256, 512, 1024, 2048], "id2label": {"0": "cat", "1": "dog"}})");
+  REQUIRE(deeper.ok);
+  CHECK(deeper.config.model.architecture_args == "layers1=3,layers2=4,layers3=23,layers4=3,num_classes=2");
+  // A config whose structure no program has (basic blocks at bottleneck widths, absolute position embeddings) is one
+  // error saying what each program needs.
+  for (const char* bad : {R"({"model_type": "resnet", "depths": [2, 2, 2, 2], "layer_type": "basic"})",
+                          R"({"model_type": "swin", "use_absolute_embeddings": true})"}) {
+    const Parsed p = model_from_hf_json(bad);
+    INFO(bad);
+    REQUIRE(!p.ok);
+    CHECK(p.errors.front().field == "model.architecture");
+    CHECK(p.errors.front().message.find("needs") != std::string::npos);
+  }
+}
+
 TEST_CASE("an HF vision config.json of a family no program reads is one line naming the programs", "[architecture]") {
-  // transformers' ResNetForImageClassification (microsoft/resnet-50): depths and hidden_sizes, no hidden_size.
-  const Parsed p = model_from_hf_json(R"({"architectures": ["ResNetForImageClassification"], "depths": [3, 4, 6, 3],
-      "hidden_sizes": [256, 512, 1024, 2048], "layer_type": "bottleneck", "model_type": "resnet", "num_channels": 3})");
+  // transformers' EfficientNetConfig (google/efficientnet-b0): width and depth coefficients, no hidden_size.
+  const Parsed p = model_from_hf_json(R"({"architectures": ["EfficientNetForImageClassification"], "model_type": "efficientnet",
+      "width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280, "num_channels": 3})");
   REQUIRE(!p.ok);
   REQUIRE(p.errors.size() == 1);
   CHECK(p.errors.front().field == "model.model_type");
