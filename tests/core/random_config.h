@@ -95,6 +95,17 @@ Config random_config(Rng& rng) {
   if (rng() % 8 == 0) p.offload_optimizer = "cpu";
   if (rng() % 8 == 0) c.hardware.host_memory_bytes = int64_t(1) << 34;
   c.hardware.gpu = pick(rng, std::vector<std::string>{"a100-80gb", "h100-sxm", "rtx-4090", "t4"});
+  // A preference objective where memsim models one (validate.cpp validate_preference): drawn last, so that the
+  // draws above are what they were before objectives existed.
+  const bool eligible = (t.framework == "hf_trainer" || t.framework == "torchtune") && p.pipeline_parallel_size == 1 &&
+                        p.tensor_parallel_size == 1 && p.context_parallel_size == 1 && !t.activation_offload &&
+                        t.loss == "auto" && m.architecture.empty() && !m.is_encoder_decoder;
+  if (eligible && rng() % 4 == 0) {
+    t.objective = pick(rng, std::vector<std::string>{"dpo", "orpo", "simpo"});
+    if (t.objective == "dpo") t.reference_model = pick(rng, std::vector<std::string>{"auto", "precomputed", "copy"});
+    t.nll_alpha = rng() % 2 ? 0.0 : 1.0;
+    c.versions.trl = pick(rng, std::vector<std::string>{"latest", "0.11", "0.13", "0.16", "0.20", "1.5"});
+  }
   return c;
 }
 
