@@ -135,6 +135,13 @@ TEST_CASE("simulation speed") {
   vit.parallel.data_parallel_size = 1;
   vit.parallel.zero_stage = 0;
   BENCHMARK("ViT-B/16 program, batch 64, one GPU") { return simulate(vit).devices.size(); };
+  // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
+  // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
+  Config dpo;
+  dpo.training.framework = "hf_trainer";
+  dpo.training.objective = "dpo";
+  dpo.data.padding = "max_length";  // the data shape stated: no band run of unstated lengths (the row above)
+  BENCHMARK("default scenario as DPO (a frozen copy, the reference's forward)") { return simulate(dpo).devices.size(); };
 }
 
 // Links: the page encodes one on every change of the setup (publish) and decodes one on load and on hashchange.
