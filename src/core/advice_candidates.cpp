@@ -98,7 +98,8 @@ void activation_changes(const Config& base, const Resolved& rs, Adder& add) {
       c.training.gradient_accumulation_steps = t.gradient_accumulation_steps * t.micro_batch_size;
       add(G::SameJob, 1, "micro_batch_one",
           "Micro-batch 1, gradient accumulation " + count(c.training.gradient_accumulation_steps),
-          "same global batch; one sequence per matmul runs least efficiently" + bn_note, c);
+          t.preference() ? "same global batch; one pair (its chosen and rejected sequences) per forward runs least efficiently"
+                         : "same global batch; one sequence per matmul runs least efficiently" + bn_note, c);
     }
   }
   if (!t.activation_offload && t.activation_checkpointing == "none") {

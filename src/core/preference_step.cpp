@@ -180,9 +180,9 @@ void StepBuilder::reference_forward(const std::string& phase) {
     casts_.swap(ref_casts);
     for (uint32_t t : ref_casts) drop_if(t);
   }
-  if (p.entropy_copy) {  // the entropy metric's flattened copy of the policy's logits, after the loss
-    const size_t open = phase.find('(');
-    program_.phase("loss and metrics " + (open == std::string::npos ? std::string() : phase.substr(open)));
+  // The entropy metric's flattened copy of the policy's logits, after the loss (in the pass before it: a phase of its
+  // own, two events wide, would take the timeline's label from the backward).
+  if (p.entropy_copy) {
     const int64_t el = p.logits_fp32 ? 4 : dims_.e;
     drop(tmp(mul(el, mul(dims_.T, dims_.V)), pref_labels_.entropy, -1));
   }
