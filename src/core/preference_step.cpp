@@ -19,6 +19,7 @@ void StepBuilder::preference_labels() {
   pref_labels_.copy = program_.label("logits copy (slice made contiguous)");
   pref_labels_.ref_gathered = program_.label("reference layer's gathered parameters");
   pref_labels_.entropy = program_.label("entropy metric: a flattened copy of the logits");
+  pref_labels_.row_tmp = program_.label("log-probabilities: one row's logsumexp temporary");
 }
 
 // The frozen copy (reference_model copy): every parameter of the base in the policy's storage dtype (TRL's
@@ -79,7 +80,7 @@ void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
     case Logps::Selective:
       // trl/trainer/utils.py selective_log_softmax: fp32 rows go through logsumexp ((row - max).exp_() one row at a
       // time); 16-bit rows each get a log_softmax, saved, one (sequence x vocabulary) block per row.
-      if (el == 4) drop(tmp(mul(4, row), labels_.loss_grad, post));
+      if (el == 4) drop(tmp(mul(4, row), pref_labels_.row_tmp, post));
       else for (int64_t r = 0; r < dims_.b; ++r) saved.push_back(act(mul(el, row), pref_labels_.logps, post));
       break;
   }

@@ -359,7 +359,7 @@ class StepBuilder {
   bool preference() const { return resolved_.preference.objective != Objective::Sft; }
   struct PreferenceLabels {
     uint32_t ref_weights = UINT32_MAX, ref_logits = UINT32_MAX, logps = UINT32_MAX, nll = UINT32_MAX, copy = UINT32_MAX,
-             ref_gathered = UINT32_MAX, entropy = UINT32_MAX;
+             ref_gathered = UINT32_MAX, entropy = UINT32_MAX, row_tmp = UINT32_MAX;
   };
   PreferenceLabels pref_labels_;            // made on first use, so that other programs' labels are unchanged
   std::vector<uint32_t> pref_until_loss_;   // what the loss function holds through the reference forward

@@ -177,12 +177,6 @@ bool draw_question_inputs(Config& c) {
     fit_shape(c, hand);
     changed = true;
   }
-  // The objective: supervised, or a preference objective over pairs (its reference under Details > Training).
-  if (c.model.architecture.empty() && choice_combo("training.objective", c.training.objective, "")) {
-    hand.insert("training.objective");
-    fit_shape(c, hand);
-    changed = true;
-  }
   int64_t gpus = gpu_count(c.parallel);
   if (int_input("GPUs", "parallel.gpus", gpus, 1,
                 "How many GPUs train together. Data parallel follows: GPUs / (tensor x pipeline x context parallel, "
@@ -220,6 +214,13 @@ bool draw_question_inputs(Config& c) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("Not set by hand: the largest that fit the model, method and GPUs.");
     ImGui::PopStyleColor();
+  }
+  // The objective: supervised, or a preference objective over pairs (its reference under Details > Training). Last,
+  // so that the rows above keep their places.
+  if (!program && choice_combo("training.objective", t.objective, "")) {
+    hand.insert("training.objective");
+    fit_shape(c, hand);
+    changed = true;
   }
   return changed;
 }
