@@ -24,7 +24,6 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
   p.reference = c.training.reference() == ReferenceModel::Auto ? auto_reference(c) : c.training.reference();
   if (p.objective != Objective::Dpo) p.reference = ReferenceModel::None;  // ORPOTrainer, CPOTrainer: no reference
   p.nll = p.objective == Objective::Orpo || c.training.nll_alpha > 0;
-  const bool sharded = c.parallel.zero_stage == 3 && c.parallel.data_parallel_size * c.parallel.context_parallel_size > 1;
   if (f.torchtune_recipes) {
     // torchtune recipes/lora_dpo_single_device.py (v0.3+): logits = self._model(...) with the output's .float();
     // get_batch_log_probs takes log_softmax(logits / 1.0) (an fp32 quotient, then its fp32 log-softmax saved); the
@@ -35,7 +34,7 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
     p.logits_fp32 = true;
     p.scaled_copy = true;
     p.reference_logits_kept = p.reference == ReferenceModel::AdapterDisabled;
-    p.reference_sharded = sharded;
+    p.reference_sharded = true;
     p.note = "torchtune's DPO recipes: fp32 logits, log_softmax(logits / 1.0) saved";
     if (p.reference_logits_kept) p.note += ", the reference's fp32 logits kept to the backward (lora_dpo recipes)";
     return p;
@@ -66,10 +65,10 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
   // which under no_grad (the reference) keeps what would have gone layer by layer, and accelerate's wrapper makes an
   // fp32 copy of each.
   p.hidden_states_returned = v.at_least(trl, V(0, 19)) && v.below(trl, V(0, 29));
-  // The copy: ZeRO-3 shards it with the policy's config (prepare_deepspeed, stage 3); ZeRO-1/2 replicate it (stage
-  // 0); FSDP shards it from TRL 0.29 (prepare_fsdp), before which accelerate's prepare_model(evaluation_mode=True)
-  // left it whole.
-  p.reference_sharded = sharded && (deepspeed || v.at_least(trl, V(0, 29)));
+  // The copy: DeepSpeed shards it with the policy's config (prepare_deepspeed: stage 3 under ZeRO-3, stage 0, whole,
+  // under ZeRO-1/2); FSDP shards it from TRL 0.29 (prepare_fsdp), before which accelerate's
+  // prepare_model(evaluation_mode=True) left it whole.
+  p.reference_sharded = deepspeed || v.at_least(trl, V(0, 29));
   p.note = describe_version(v, trl) + ": " +
            (selective ? "selective_log_softmax per row" : "the whole log_softmax(-1) saved") +
            (p.slice_copy ? ", of a contiguous copy of logits[:, :-1]" : "") +

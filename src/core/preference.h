@@ -35,7 +35,7 @@ struct PreferenceFlow {
   bool outputs_to_fp32 = false;   // accelerate's convert_outputs_to_fp32 wraps the forwards (the Trainer's AMP)
   bool hidden_states_returned = false;  // TRL 0.19-0.28: output_hidden_states=True, every layer's output kept
                                         // until concatenated_forward returns
-  bool reference_sharded = false; // the copy is sharded like the policy's ZeRO-3 / FSDP parameters
+  bool reference_sharded = false; // the copy is sharded wherever the policy's parameters are (ShardPlan::shard_weights)
   std::string note;               // the rules above with their versions, for the result's notes
 };
 

@@ -92,14 +92,12 @@ void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
     drop(half);
   }
   // TRL 0.19-0.28 under accelerate's wrapper: an fp32 copy of every returned hidden state, held with the outputs.
-  if (p.hidden_states_returned && p.outputs_to_fp32)
-    for (int64_t l = 0; l <= shape_.num_layers; ++l) {
-      const uint32_t h = tmp(mul(4, dims_.Tn, dims_.h), labels_.residual, post);
-      if (p.logits_live_through_reference) pref_until_loss_.push_back(h);
-      else pref_forward_.push_back(h);
-    }
-  for (uint32_t t : pref_forward_) drop(t);
-  pref_forward_.clear();
+  if (p.hidden_states_returned && p.outputs_to_fp32) {
+    std::vector<uint32_t> copies;  // alive together until concatenated_forward returns
+    for (int64_t l = 0; l <= shape_.num_layers; ++l) copies.push_back(tmp(mul(4, dims_.Tn, dims_.h), labels_.residual, post));
+    if (p.logits_live_through_reference) pref_until_loss_.insert(pref_until_loss_.end(), copies.begin(), copies.end());
+    else for (uint32_t t : copies) drop(t);
+  }
   if (logits_saved) saved.push_back(logits);
   else if (p.logits_live_through_reference) pref_until_loss_.push_back(logits);
   else drop(logits);
@@ -122,7 +120,7 @@ void StepBuilder::reference_forward(const std::string& phase) {
     const int64_t el = p.logits_fp32 ? 4 : e;
     // ZeRO-3 / FSDP all-gather each layer of a sharded reference (or of the policy, for adapter_disabled) for its
     // forward and free it after; a replicated copy has its weights already.
-    const bool gathers = p.reference == ReferenceModel::Copy ? p.reference_sharded : shard_weights_ && shard_ranks_ > 1;
+    const bool gathers = (p.reference != ReferenceModel::Copy || p.reference_sharded) && shard_weights_ && shard_ranks_ > 1;
     auto gathered = [&](int64_t l) { return gathers ? tmp(gathered_bytes(l), pref_labels_.ref_gathered, static_cast<int32_t>(l)) : UINT32_MAX; };
     std::vector<uint32_t> ref_casts(static_cast<size_t>(shape_.num_layers), UINT32_MAX);
     casts_.swap(ref_casts);  // the reference's forward is an autocast region of its own

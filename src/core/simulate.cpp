@@ -343,9 +343,12 @@ void set_up(Simulation::State& st) {
   r.notes.insert(r.notes.end(), from_versions.begin(), from_versions.end());
   // A preference objective's frozen reference copy is counted in Weights: say how much of them it is.
   if (!st.contexts.empty())
-    if (const int64_t ref = reference_copy_bytes(st.contexts.front()); ref > 0)
+    if (const int64_t ref = reference_copy_bytes(st.contexts.front()); ref > 0) {
+      const ShardPlan sp = shard_plan(st.contexts.front());
+      const bool sharded = resolve(config).preference.reference_sharded && sp.shard_weights && sp.n > 1;
       r.notes.push_back("training.reference_model copy: the frozen reference model holds " + format_bytes(ref) +
-                        " per GPU of the weights (" + (resolve(config).preference.reference_sharded ? "sharded like the policy's" : "a whole copy on every GPU") + ")");
+                        " per GPU of the weights (" + (sharded ? "sharded like the policy's" : "a whole copy on every GPU") + ")");
+    }
   if (config.data.varies()) {
     st.plan = plan_run(config);
     r.notes.insert(r.notes.end(), st.plan.notes.begin(), st.plan.notes.end());

@@ -363,7 +363,6 @@ class StepBuilder {
   };
   PreferenceLabels pref_labels_;            // made on first use, so that other programs' labels are unchanged
   std::vector<uint32_t> pref_until_loss_;   // what the loss function holds through the reference forward
-  std::vector<uint32_t> pref_forward_;      // what the policy's concatenated_forward holds until it returns
   // transformers' loss paths that shift a contiguous copy of the logits (LossImpl HfShiftFp32, HfFp32Logits, HfShift).
   void hf_shifted_loss_forward(std::vector<uint32_t>& saved);
   // transformers' 4-D attention mask (Resolved::mask, docs/versions.md 5 and 6b).

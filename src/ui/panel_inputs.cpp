@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/catalog.h"
+#include "core/choices.h"
 #include "core/frameworks.h"
 #include "core/gpu_count.h"
 #include "core/tables.h"
@@ -16,10 +17,6 @@
 
 namespace memsim::ui {
 
-namespace {
-// ReferenceModel's names, in its order (choices.h kReferenceModel).
-constexpr const char* kReferenceNames[] = {"auto", "copy", "adapter_disabled", "precomputed", "none", "?"};
-}  // namespace
 
 bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
   set_field_errors(&result);
@@ -122,8 +119,9 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     }
     // A preference objective (chosen in the question): where its reference comes from (auto shows what it means).
     if (t.preference()) {
-      const char* auto_ref = kReferenceNames[static_cast<size_t>(auto_reference(c))];
-      if (t.goal() == Objective::Dpo) changed |= choice_combo("training.reference_model", t.reference_model, auto_ref);
+      // ReferenceModel's order is choices.h kReferenceModel's.
+      const std::string auto_ref(memsim::choice::kReferenceModel[static_cast<size_t>(auto_reference(c))]);
+      if (t.goal() == Objective::Dpo) changed |= choice_combo("training.reference_model", t.reference_model, auto_ref.c_str());
       changed |= double_input("training.nll_alpha", t.nll_alpha);
     }
     changed |= table_combo("training.precision", t.precision, precision_recipes());

@@ -133,6 +133,15 @@ TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3; n
   const int64_t ref = allocations(sharded.program, "reference model weights").at(0);
   CHECK(ref * 2 == sharded.model_states.weights_bytes);  // the policy's shard and the copy's, the same size
   CHECK(allocations(sharded.program, "reference layer's gathered parameters").size() >= 2u * 24);
+  // ZeRO-2 under DeepSpeed: prepare_deepspeed makes the reference stage 0, a whole copy of the (whole) policy; FSDP
+  // under TRL 0.29+: prepare_fsdp wraps it with the policy's strategy, so it holds what the policy's weights hold.
+  z3.parallel.zero_stage = 2;
+  for (const char* engine : {"deepspeed", "fsdp1", "fsdp2"}) {
+    z3.parallel.sharding = engine;
+    INFO(engine);
+    const DeviceResult d = run(z3);
+    CHECK(allocations(d.program, "reference model weights").at(0) * 2 == d.model_states.weights_bytes);
+  }
 
   Config lora = dpo_config();
   lora.peft.method = "lora";

@@ -702,6 +702,7 @@ def translate(item, steps=DEFAULT_STEPS):
         if not isinstance(t["nll_alpha"], (int, float)) or t["nll_alpha"] < 0:
             errors.append(("training.nll_alpha", f"must be a number from 0; got {t['nll_alpha']!r}"))
         objective = {
+            # beta: DPOConfig's default (0.1); memory does not depend on it
             "kind": "dpo", "reference": ref, "beta": 0.1, "nll_alpha": t["nll_alpha"],
             # accelerate's convert_outputs_to_fp32 under the Trainer's bf16/fp16 (TRL's configs set bf16), outside
             # DeepSpeed: the logits the loss reads are fp32 (memsim's PreferenceFlow::logits_fp32)
