@@ -168,6 +168,7 @@ void print_table(const Result& r) {
     if (d.run.steps > 0) std::printf("  run: %s\n", describe_run(d.run).c_str());
     std::printf("  breakdown:                %14s %20s\n", kAtPeakWords, kKeptWords);
     for (const auto& row : breakdown_rows(d)) {
+      if (row.absent) continue;
       const std::string label(row.label, std::min<size_t>(std::strlen(row.label), std::strcspn(row.label, "(")));
       std::printf("    %-22s %14s %20s\n", label.c_str(), format_bytes(row.at_peak_bytes).c_str(),
                   row.kept_bytes >= 0 ? format_bytes(row.kept_bytes).c_str() : "");

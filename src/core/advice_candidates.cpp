@@ -245,10 +245,50 @@ void preference_changes(const Config& base, const Resolved& rs, Adder& add) {
   }
 }
 
+// GRPO's rollouts (rollout.h): beta = 0 drops the reference; a colocated engine can claim less of the GPU, sleep
+// while the policy trains, or move to GPUs of its own; generate's KV cache can give way to vLLM's.
+void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
+  const RolloutFlow& r = rs.rollout;
+  if (!r.active) return;
+  const auto& t = base.training;
+  const ReferenceModel ref = rs.preference.reference;
+  if (ref == ReferenceModel::Copy || ref == ReferenceModel::AdapterDisabled) {
+    Config c = base;
+    c.training.reference_model = "none";
+    add(G::ChangesJob, 0, "grpo_beta_zero", "beta = 0: no reference model",
+        "no KL penalty (TRL's default from 0.19): no reference forward and, for a copy, no second model", c);
+  }
+  if (r.engine == GenerationEngine::VllmColocate) {
+    if (t.gpu_memory_utilization > 0.15) {
+      Config c = base;
+      c.training.gpu_memory_utilization = std::max(0.1, t.gpu_memory_utilization - 0.1);
+      add(G::SameJob, 1, "vllm_memory_lower", "vLLM's gpu_memory_utilization " + std::to_string(c.training.gpu_memory_utilization).substr(0, 3),
+          "the same generations with a smaller KV cache: fewer sequences decoded at once, slower generation", c);
+    }
+    if (!t.vllm_sleep) {
+      Config c = base;
+      c.training.vllm_sleep = true;
+      add(G::SameJob, 1, "vllm_sleep", "vLLM sleep mode (vllm_enable_sleep_mode)",
+          "the engine frees its weights and KV cache while the policy trains and reloads them to generate (TRL 0.23+)", c);
+    }
+    Config c = base;
+    c.training.generation_engine = "vllm_server";
+    add(G::MoreHardware, 0, "vllm_server", "Generate on separate GPUs (trl vllm-serve)",
+        "more GPUs: a vLLM server on GPUs of its own, the training GPUs hold no engine", c);
+  }
+  if (r.engine == GenerationEngine::HfGenerate) {
+    Config c = base;
+    c.training.generation_engine = "vllm_server";
+    add(G::MoreHardware, 0, "vllm_server", "Generate on separate GPUs (trl vllm-serve)",
+        "more GPUs: a vLLM server generates the completions, the training GPUs keep no KV cache", c);
+  }
+}
+
 void kernel_and_stack_changes(const Config& base, const Resolved& rs, Adder& add) {
   const auto& t = base.training;
   preference_changes(base, rs, add);
-  if (t.loss != "fused_linear" && !base.model.post_layernorm && !t.preference()) {
+  rollout_changes(base, rs, add);
+  if (t.loss != "fused_linear" && !base.model.post_layernorm && !t.preference() && !t.rollout()) {
     Config c = base;
     c.training.loss = "fused_linear";
     add(G::SameJob, 0, "loss_fused_linear", "Fused linear cross-entropy (Liger)",

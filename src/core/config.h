@@ -27,9 +27,11 @@ enum class LengthsSource { Fixed, MicroBatches, Samples, Unknown };  // data.len
 enum class Padding { Longest, MaxLength, None, Unknown };             // data.padding
 enum class TriState { Auto, True, False, Unknown };                  // auto / true / false switches
 enum class BackwardPrefetch { Pre, Post, None, Unknown };             // parallel.fsdp_backward_prefetch
-enum class Objective { Sft, Dpo, Orpo, Simpo, Unknown };             // training.objective
+enum class Objective { Sft, Dpo, Orpo, Simpo, Grpo, Unknown };       // training.objective
 // training.reference_model: where a preference objective's reference log-probabilities come from.
 enum class ReferenceModel { Auto, Copy, AdapterDisabled, Precomputed, None, Unknown };
+// training.generation_engine: what generates GRPO's completions (rollout.h).
+enum class GenerationEngine { HfGenerate, VllmColocate, VllmServer, Unknown };
 
 // The enum of `text` in `names`, Unknown when none matches.
 template <typename E, size_t N>
@@ -175,14 +177,36 @@ struct TrainingConfig {
   std::string reference_model = "auto";
   // DPO's rpo_alpha / CPO's cpo_alpha: above 0 a cross-entropy over the chosen half is added (ORPO always has one).
   double nll_alpha = 0.0;
+  // grpo (TRL's GRPOTrainer, rollout.h): completions are generated for every prompt, scored, and trained on.
+  // micro_batch_size counts completions (TRL's per_device_train_batch_size), sequence_length is a prompt and its
+  // completion together (max_prompt_length + max_completion_length).
+  int64_t num_generations = 8;       // completions per prompt (GRPOConfig.num_generations)
+  int64_t completion_length = 256;   // GRPOConfig.max_completion_length: generated tokens per completion
+  // hf_generate (use_vllm false: the policy's model.generate with a KV cache), vllm_colocate (a vLLM engine in the
+  // training process, holding gpu_memory_utilization of each GPU), vllm_server (an engine on other GPUs).
+  std::string generation_engine = "hf_generate";
+  double gpu_memory_utilization = 0.3;  // vllm_colocate: GRPOConfig.vllm_gpu_memory_utilization
+  bool vllm_sleep = false;              // vllm_colocate: vllm_enable_sleep_mode (the engine sleeps through training)
 
   bool operator==(const TrainingConfig&) const = default;
   Objective goal() const {
     constexpr std::pair<std::string_view, Objective> kNames[] = {
-        {"sft", Objective::Sft}, {"dpo", Objective::Dpo}, {"orpo", Objective::Orpo}, {"simpo", Objective::Simpo}};
+        {"sft", Objective::Sft}, {"dpo", Objective::Dpo}, {"orpo", Objective::Orpo}, {"simpo", Objective::Simpo},
+        {"grpo", Objective::Grpo}};
     return choice_of(objective, kNames);
   }
-  bool preference() const { return goal() != Objective::Sft; }
+  // The DPO family: pairs of chosen and rejected sequences (preference.h).
+  bool preference() const {
+    const Objective o = goal();
+    return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo;
+  }
+  bool rollout() const { return goal() == Objective::Grpo; }
+  GenerationEngine engine() const {
+    constexpr std::pair<std::string_view, GenerationEngine> kNames[] = {
+        {"hf_generate", GenerationEngine::HfGenerate}, {"vllm_colocate", GenerationEngine::VllmColocate},
+        {"vllm_server", GenerationEngine::VllmServer}};
+    return choice_of(generation_engine, kNames);
+  }
   ReferenceModel reference() const {
     constexpr std::pair<std::string_view, ReferenceModel> kNames[] = {
         {"auto", ReferenceModel::Auto}, {"copy", ReferenceModel::Copy}, {"adapter_disabled", ReferenceModel::AdapterDisabled},

@@ -66,14 +66,17 @@ std::string describe_run(const RunTrace& run, Unit unit, int decimals) {
 
 std::string describe_kept(const ModelStates& m, Unit unit, int decimals) {
   return std::string(kKeptWords) + ", per GPU: weights " + format_bytes(m.weights_bytes, unit, decimals) + ", gradients " +
-         format_bytes(m.gradients_bytes, unit, decimals) + ", optimizer " + format_bytes(m.optimizer_bytes, unit, decimals);
+         format_bytes(m.gradients_bytes, unit, decimals) + ", optimizer " + format_bytes(m.optimizer_bytes, unit, decimals) +
+         (m.other_models_bytes > 0 ? ", reference model " + format_bytes(m.other_models_bytes, unit, decimals) : std::string());
 }
 
 std::vector<BreakdownRow> breakdown_rows(const DeviceResult& d) {
   std::vector<BreakdownRow> rows;
   for (int i = 0; i < kComponentCount; ++i) {
     const auto c = static_cast<Component>(i);
-    rows.push_back({component_label(c), at_peak_bytes(d, c), kept_bytes(d.model_states, c)});
+    const bool optional = c == Component::OtherModels || c == Component::Generation;
+    const int64_t kept = kept_bytes(d.model_states, c);
+    rows.push_back({component_label(c), at_peak_bytes(d, c), kept, optional && at_peak_bytes(d, c) == 0 && kept <= 0});
   }
   rows.push_back({"Allocator cache (reserved, unused)", d.breakdown.fragmentation_bytes, -1});
   rows.push_back({"CUDA context (outside the allocator)", d.breakdown.cuda_context_bytes, -1});

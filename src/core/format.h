@@ -29,6 +29,9 @@ struct BreakdownRow {
   const char* label;
   int64_t at_peak_bytes;
   int64_t kept_bytes;
+  // A component only some setups have (the reference model, generation) that this one has none of: the tables
+  // leave it out; the row keeps its place, so that each component keeps its colour.
+  bool absent = false;
 };
 std::vector<BreakdownRow> breakdown_rows(const DeviceResult& d);
 // The verdict's statistic against the usable memory, naming the headroom: "48.62 GiB (nvidia-smi) of 72.00 GiB usable

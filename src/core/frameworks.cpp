@@ -643,6 +643,7 @@ Resolved resolve(const Config& c) {
   r.mask = derive_attention_mask(c, f, r.attention, v);
   if (f.unsloth_kernels) derive_unsloth(c, v, r);
   r.preference = resolve_preference(c, f, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage > 0);
+  r.rollout = resolve_rollout(c, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage == 3);
   return r;
 }
 
@@ -721,6 +722,7 @@ std::vector<std::string> version_notes(const Config& c) {
     notes.push_back("attention mask: " + r.mask.note);
   if (!r.unsloth_note.empty()) notes.push_back("unsloth: " + r.unsloth_note);
   if (!r.preference.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.preference.note);
+  if (!r.rollout.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.rollout.note);
   if (r.framework->unsloth_kernels && c.peft.enabled() && c.peft.quantized() && c.peft.prepare_kbit)
     notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
                     "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "

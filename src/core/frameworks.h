@@ -12,6 +12,7 @@
 #include "config.h"
 #include "fields.h"  // choices(field): the allowed strings of a choice field
 #include "preference.h"
+#include "rollout.h"
 #include "versions.h"
 
 namespace memsim {
@@ -227,6 +228,7 @@ struct Resolved {
   int64_t unsloth_ce_target_bytes = int64_t{4} << 30;  // UnslothFusedCe: the fp32 logits a chunk aims at (get_chunk_size)
   std::string unsloth_note;               // the rules above with their sources, for the result's notes
   PreferenceFlow preference;              // training.objective dpo, orpo, simpo (preference.h); objective Sft otherwise
+  RolloutFlow rollout;                    // training.objective grpo (rollout.h); inactive otherwise
   std::array<Origin, kSwitchCount> origin;
   StackVersions versions;
   int64_t adapter_bytes() const { return adapter_dtype == AdapterDtype::Fp32 ? 4 : 2; }

@@ -45,6 +45,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
     for (int64_t i = 0; i < casts; ++i) saved.push_back(tmp(mul(recipe_.autocast_copy_bytes, dims_.V, dims_.h), labels_.cast, post));
   }
   if (preference()) return preference_loss_forward(saved);
+  if (grpo()) return grpo_loss_forward(saved);
   const int64_t tv = mul(dims_.T, dims_.V);
   const int64_t e = dims_.e;
   const LossImpl loss = loss_now();
@@ -251,6 +252,7 @@ void StepBuilder::release_saved(std::vector<uint32_t>& saved, uint32_t label) {
 uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   const int32_t post = -1;  // the head belongs to no layer (the timeline shows its tensors unnumbered)
   if (preference()) return preference_loss_backward(saved);
+  if (grpo()) return grpo_loss_backward(saved);
   // The head's .grad appears when its matmul's backward runs, after the loss's nodes (allocator traces of the H200
   // calibration runs, tests/validation/measured/traces); the losses below that follow the traces create it there.
   const bool late_head_grad = (resolved_.loss == LossImpl::HfFp32Upcast || resolved_.loss == LossImpl::HfShiftFp32 ||

@@ -167,7 +167,7 @@ ModelStates model_state_bytes(const StepContext& ctx) {
     if (sp.shard_grads && !sp.grad_buffer) m.gradients_bytes = 0;  // reduced straight into host partitions
   }
   if (sp.offload_params) m.weights_bytes = sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp, states);
-  m.weights_bytes = add(m.weights_bytes, reference_copy_bytes(ctx));  // a preference objective's frozen copy
+  m.other_models_bytes = reference_copy_bytes(ctx);  // a preference objective's or GRPO's frozen copy
   return m;
 }
 

@@ -11,9 +11,12 @@ namespace {
 constexpr Version V(int major, int minor, int patch = 0) { return {major, minor, patch}; }
 }  // namespace
 
-ReferenceModel auto_reference(const Config& c) {
+ReferenceModel auto_reference(const Config& c, const StackVersions& v) {
   const Objective o = c.training.goal();
   if (o == Objective::Orpo || o == Objective::Simpo) return ReferenceModel::None;
+  // GRPOConfig.beta: 0.04 up to v0.18, 0.0 from v0.19 (commit 7359ddcc6 "New default: beta=0.0"); beta 0 loads no
+  // reference model (grpo_trainer.py: `if self.beta == 0.0: self.ref_model = None`).
+  if (o == Objective::Grpo && v.at_least(Library::Trl, V(0, 19))) return ReferenceModel::None;
   return c.peft.enabled() ? ReferenceModel::AdapterDisabled : ReferenceModel::Copy;
 }
 
@@ -21,8 +24,22 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
   PreferenceFlow p;
   p.objective = c.training.goal();
   if (p.objective == Objective::Sft || p.objective == Objective::Unknown) return p;
-  p.reference = c.training.reference() == ReferenceModel::Auto ? auto_reference(c) : c.training.reference();
-  if (p.objective != Objective::Dpo) p.reference = ReferenceModel::None;  // ORPOTrainer, CPOTrainer: no reference
+  p.reference = c.training.reference() == ReferenceModel::Auto ? auto_reference(c, v) : c.training.reference();
+  if (p.objective == Objective::Orpo || p.objective == Objective::Simpo) p.reference = ReferenceModel::None;  // ORPOTrainer, CPOTrainer
+  const Library trl = Library::Trl, tf = Library::Transformers;
+  const bool model_upcasts = v.below(tf, V(4, 46));
+  const bool accelerate_upcasts = f.transformers_model && !deepspeed;
+  if (p.objective == Objective::Grpo) {
+    // GRPOTrainer's log-probabilities: selective_log_softmax from v0.15 (T:478-487); its logits are whatever the
+    // model returns (TRL never upcasts them), accelerate's fp32 outputs under the Trainer's AMP included. The
+    // reference: a deepcopy or from_pretrained of the policy, prepare_deepspeed (ZeRO-3 sharded, a replica under
+    // ZeRO-1/2) or from v0.18 prepare_fsdp (sharded); without either, prepare_model(evaluation_mode=True), whole.
+    p.logps = Logps::Selective;
+    p.logits_fp32 = model_upcasts || accelerate_upcasts;
+    p.outputs_to_fp32 = accelerate_upcasts;
+    p.reference_sharded = deepspeed || v.at_least(trl, V(0, 18));
+    return p;
+  }
   p.nll = p.objective == Objective::Orpo || c.training.nll_alpha > 0;
   if (f.torchtune_recipes) {
     // torchtune recipes/lora_dpo_single_device.py (v0.3+): logits = self._model(...) with the output's .float();
@@ -40,7 +57,6 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
     return p;
   }
   // TRL's trainers on a transformers model.
-  const Library trl = Library::Trl, tf = Library::Transformers;
   const bool selective = v.at_least(trl, V(0, 15));
   p.logps = selective ? Logps::Selective : Logps::FullLogSoftmax;
   p.slice_copy = v.below(trl, V(0, 14));
@@ -56,8 +72,6 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
   // The logits are fp32 when the model upcasts them (transformers <= 4.45: logits = logits.float(), removed by #33902
   // in 4.46) or when accelerate's native AMP wraps the forward in convert_outputs_to_fp32: the Trainer with bf16 or
   // fp16 set (TRL's configs set bf16 by default) and not under DeepSpeed, whose engine has no such wrapper.
-  const bool model_upcasts = v.below(tf, V(4, 46));
-  const bool accelerate_upcasts = f.transformers_model && !deepspeed;
   p.logits_fp32 = model_upcasts || accelerate_upcasts;
   p.outputs_to_fp32 = accelerate_upcasts;
   // TRL 0.19-0.28 asked the model for its hidden states in every concatenated_forward ("[Liger] liger DPO support",

@@ -42,8 +42,9 @@ struct PreferenceFlow {
 // Requires a validated config. `framework`: the resolved framework; `deepspeed`: the sharding engine is DeepSpeed.
 PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& framework, const StackVersions& v, bool deepspeed);
 
-// The reference training.reference_model = auto stands for: none for orpo and simpo, adapter_disabled under PEFT
-// (TRL's null_ref_context, torchtune's disable_adapter), a copy otherwise.
-ReferenceModel auto_reference(const Config& c);
+// The reference training.reference_model = auto stands for: none for orpo and simpo, and for grpo from TRL 0.19
+// (beta 0 by default); adapter_disabled under PEFT (TRL's null_ref_context, torchtune's disable_adapter), a copy
+// otherwise.
+ReferenceModel auto_reference(const Config& c, const StackVersions& v);
 
 }  // namespace memsim

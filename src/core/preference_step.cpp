@@ -42,7 +42,7 @@ void StepBuilder::alloc_reference_weights() {
   const int64_t bytes = reference_copy_bytes(ctx_);
   if (bytes == 0) return;
   preference_labels();
-  program_.alloc(Component::Weights, bytes, pref_labels_.ref_weights);
+  program_.alloc(Component::OtherModels, bytes, pref_labels_.ref_weights);
 }
 
 // The policy's head and loss: `saved` holds the final norm's saved tensors (loss_forward made them).
@@ -121,32 +121,10 @@ void StepBuilder::reference_forward(const std::string& phase) {
     // ZeRO-3 / FSDP all-gather each layer of a sharded reference (or of the policy, for adapter_disabled) for its
     // forward and free it after; a replicated copy has its weights already.
     const bool gathers = (p.reference != ReferenceModel::Copy || p.reference_sharded) && shard_weights_ && shard_ranks_ > 1;
-    auto gathered = [&](int64_t l) { return gathers ? tmp(gathered_bytes(l), pref_labels_.ref_gathered, static_cast<int32_t>(l)) : UINT32_MAX; };
-    std::vector<uint32_t> ref_casts(static_cast<size_t>(shape_.num_layers), UINT32_MAX);
-    casts_.swap(ref_casts);  // the reference's forward is an autocast region of its own
-    const size_t embed_before = embed_saved_.size();
-    no_grad_ = true;
-    uint32_t g = gathered(-1);
-    uint32_t res = embed_forward();
-    drop_if(g);
-    mask_forward();
     std::vector<uint32_t> hidden;  // output_hidden_states: each layer's input stays with the outputs
-    for (int64_t l = 0; l < shape_.num_layers; ++l) {
-      g = gathered(l);
-      SavedLayer scratch;
-      if (p.hidden_states_returned) hidden.push_back(res);
-      res = forward_layer(static_cast<int32_t>(l), res, scratch, !p.hidden_states_returned);
-      for (uint32_t t : scratch.attn) drop(t);
-      for (uint32_t t : scratch.mlp) drop(t);
-      drop_if(g);
-    }
-    if (mask_.tensor != UINT32_MAX) drop(mask_.tensor);
-    mask_ = {};
-    g = gathered(shape_.num_layers);
     std::vector<uint32_t> norm;
-    bool retained = false;
-    norm_forward(post, res, retained, norm, {"lm_head"}, true);
-    if (!retained) drop(res);
+    NoGradPass pass = begin_no_grad(gathers ? pref_labels_.ref_gathered : UINT32_MAX);
+    uint32_t g = no_grad_trunk(pass, p.hidden_states_returned ? &hidden : nullptr, norm, nullptr);
     uint32_t hd = head_dequant();
     uint32_t lg16 = el != e ? tmp(mul(e, tv), pref_labels_.ref_logits, post) : UINT32_MAX;
     drop_if(hd);
@@ -173,11 +151,7 @@ void StepBuilder::reference_forward(const std::string& phase) {
     if (p.reference_logits_kept && resolved_.framework->torchtune_recipes) held_logits_ = logits;
     else if (p.reference_logits_kept) pref_until_loss_.push_back(logits);
     else drop(logits);
-    for (size_t i = embed_saved_.size(); i > embed_before; --i) drop(embed_saved_.back()), embed_saved_.pop_back();
-    no_grad_ = false;
-    no_grad_norm_out_ = UINT32_MAX;
-    casts_.swap(ref_casts);
-    for (uint32_t t : ref_casts) drop_if(t);
+    end_no_grad(pass);
   }
   // The entropy metric's flattened copy of the policy's logits, after the loss (in the pass before it: a phase of its
   // own, two events wide, would take the timeline's label from the backward).
@@ -187,6 +161,59 @@ void StepBuilder::reference_forward(const std::string& phase) {
   }
   for (uint32_t t : pref_until_loss_) drop(t);
   pref_until_loss_.clear();
+}
+
+// A frozen model's forward under no_grad (the reference's, generate's prefill, GRPO's scoring passes): an autocast
+// region of its own, and whatever the embeddings keep goes at its end.
+StepBuilder::NoGradPass StepBuilder::begin_no_grad(uint32_t gather_label) {
+  NoGradPass pass;
+  pass.gather_label = gather_label;
+  pass.casts.assign(static_cast<size_t>(shape_.num_layers), UINT32_MAX);
+  casts_.swap(pass.casts);
+  pass.embed_before = embed_saved_.size();
+  no_grad_ = true;
+  return pass;
+}
+
+void StepBuilder::end_no_grad(NoGradPass& pass) {
+  for (size_t i = embed_saved_.size(); i > pass.embed_before; --i) drop(embed_saved_.back()), embed_saved_.pop_back();
+  no_grad_ = false;
+  no_grad_norm_out_ = UINT32_MAX;
+  casts_.swap(pass.casts);
+  for (uint32_t t : pass.casts) drop_if(t);
+}
+
+// The embeddings, every layer (each one's tensors gone with it) and the final norm of a no-grad pass, each unit's
+// parameters all-gathered around it where the pass gathers. `hidden` (output_hidden_states) keeps each layer's
+// input; `after_layer` runs once a layer is done (generate's prefill keeps its keys and values). The final norm's
+// tensors go to `norm`; returns the head's gathered parameters, for the caller to drop after its matmul.
+uint32_t StepBuilder::no_grad_trunk(NoGradPass& pass, std::vector<uint32_t>* hidden, std::vector<uint32_t>& norm,
+                                    const std::function<void(int64_t)>* after_layer) {
+  const int32_t post = -1;
+  auto gathered = [&](int64_t l) {
+    return pass.gather_label != UINT32_MAX ? tmp(gathered_bytes(l), pass.gather_label, static_cast<int32_t>(l)) : UINT32_MAX;
+  };
+  uint32_t g = gathered(-1);
+  uint32_t res = embed_forward();
+  drop_if(g);
+  mask_forward();
+  for (int64_t l = 0; l < shape_.num_layers; ++l) {
+    g = gathered(l);
+    SavedLayer scratch;
+    if (hidden) hidden->push_back(res);
+    res = forward_layer(static_cast<int32_t>(l), res, scratch, hidden == nullptr);
+    for (uint32_t t : scratch.attn) drop(t);
+    for (uint32_t t : scratch.mlp) drop(t);
+    drop_if(g);
+    if (after_layer) (*after_layer)(l);
+  }
+  if (mask_.tensor != UINT32_MAX) drop(mask_.tensor);
+  mask_ = {};
+  g = gathered(shape_.num_layers);
+  bool retained = false;
+  norm_forward(post, res, retained, norm, {"lm_head"}, true);
+  if (!retained) drop(res);
+  return g;
 }
 
 // From the loss down to the final norm's output: the gradients of the log-probabilities (gather's zero-filled

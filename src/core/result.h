@@ -38,6 +38,7 @@ struct ModelStates {  // per device, bytes of the persistent model states (befor
   int64_t weights_bytes = 0;
   int64_t gradients_bytes = 0;
   int64_t optimizer_bytes = 0;  // states plus the fp32 master copy
+  int64_t other_models_bytes = 0;  // frozen models beside the policy: the reference copy (Component::OtherModels)
 };
 
 // A run of varying shapes (DataConfig), step by step: what the allocator held as the run went on.
@@ -98,6 +99,7 @@ inline int64_t kept_bytes(const ModelStates& m, Component c) {
     case Component::Weights: return m.weights_bytes;
     case Component::Gradients: return m.gradients_bytes;
     case Component::OptimizerStates: return m.optimizer_bytes;
+    case Component::OtherModels: return m.other_models_bytes > 0 ? m.other_models_bytes : -1;  // a setup without one
     default: return -1;
   }
 }

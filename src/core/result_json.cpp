@@ -22,7 +22,8 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
   out["params_trainable"] = r.params_trainable;
   out["model_states"] = {{"weights_bytes", r.model_states.weights_bytes},
                          {"gradients_bytes", r.model_states.gradients_bytes},
-                         {"optimizer_bytes", r.model_states.optimizer_bytes}};
+                         {"optimizer_bytes", r.model_states.optimizer_bytes},
+                         {"other_models_bytes", r.model_states.other_models_bytes}};
   json devices = json::array();
   for (const auto& d : r.devices) {
     json dev;

@@ -51,6 +51,8 @@ class RunReplayer {
         }
         handle_[e.tensor] = h;
         live_[comp] += alloc_.block_bytes(h);
+      } else if (e.op == Event::Op::EmptyCache) [[unlikely]] {
+        alloc_.empty_cache();
       } else if (handle_[e.tensor] >= 0) {
         live_[comp] -= alloc_.block_bytes(handle_[e.tensor]);
         alloc_.free(handle_[e.tensor]);
@@ -106,7 +108,7 @@ class RunReplayer {
       std::vector<uint8_t> made(p.tensors.size(), 0), carried(p.tensors.size(), 0);
       for (const Event& e : p.events) {
         if (e.op == Event::Op::Alloc) made[e.tensor] = 1;
-        else if (!made[e.tensor]) carried[e.tensor] = 1;
+        else if (e.op == Event::Op::Free && !made[e.tensor]) carried[e.tensor] = 1;
       }
       for (uint32_t id = 0; id < handle_.size(); ++id)
         if (handle_[id] >= 0 && !made[id]) carried[id] = 1;

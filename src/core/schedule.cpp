@@ -29,7 +29,12 @@ uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool
 // than the first receives its input; one other than the last sends its output, whose memory Megatron frees at
 // once (schedules.py deallocate_output_tensor).
 void StepBuilder::forward_mb(InFlight& f, std::string phase) {
-  const std::string reference_phase = f.post && preference() ? "reference " + phase : std::string();
+  const std::string reference_phase = f.post && (preference() || grpo()) ? "reference " + phase : std::string();
+  // TRL 0.15-0.16 generated and scored each micro-batch's completions before its forward (rollout_step.cpp).
+  if (grpo() && resolved_.rollout.per_micro_batch && f.owns_inputs && f.pre) {
+    const size_t open = phase.find('(');
+    rollout(open == std::string::npos ? phase : phase.substr(open + 1, phase.size() - open - 2));
+  }
   program_.phase(std::move(phase));
   reuse(f);
   if (run_shapes_ && f.owns_inputs) use_shape((*run_shapes_)[next_shape_++]);
@@ -113,6 +118,11 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   }
   release_all_gather();  // the root's post_forward frees the last all-gather output
   if (f.post && preference()) reference_forward(reference_phase);  // then TRL's reference forward (preference_step.cpp)
+  // TRL 0.18.x scored the reference inside _compute_loss, after the policy's forward.
+  if (f.post && grpo() && resolved_.rollout.reference_after_policy && reference_runs()) {
+    program_.phase(reference_phase);
+    score_pass(dims_.b, reference_gathers());
+  }
   if (offload && end > first && !f.post) offload_layer(end - 1 - first);
   // The outermost autocast region exits here: weight copies cached in checkpointed (no_grad) forwards are
   // held by no graph and go.

@@ -52,6 +52,7 @@ void StepBuilder::alloc_weights() {
     program_.alloc(Component::Weights, states_of(t).weights, labels_.weights);
   });
   alloc_reference_weights();  // a preference objective's frozen copy (preference_step.cpp)
+  alloc_engine();             // GRPO's colocated vLLM engine (rollout_step.cpp)
   // Transformer Engine's fp8 copies of every linear weight and its transpose, module buffers kept across steps
   // (linear.py: weight_fp8, weight_t_fp8). The transformer layers only: the output layer is not a TE module.
   if (recipe_.fp8_weight_copy_bytes > 0) {

@@ -83,6 +83,8 @@ void replay_with(Allocator& alloc, const StepProgram& prog, DeviceResult& d) {
       }
       handle[e.tensor] = h;
       live[comp] += alloc.block_bytes(h);
+    } else if (e.op == Event::Op::EmptyCache) [[unlikely]] {
+      alloc.empty_cache();
     } else if (handle[e.tensor] >= 0) {
       live[comp] -= alloc.block_bytes(handle[e.tensor]);
       alloc.free(handle[e.tensor]);
@@ -341,14 +343,21 @@ void set_up(Simulation::State& st) {
   // Which stated version set which switch (frameworks.cpp resolve()); none while every version is latest.
   const std::vector<std::string> from_versions = version_notes(config);
   r.notes.insert(r.notes.end(), from_versions.begin(), from_versions.end());
-  // A preference objective's frozen reference copy is counted in Weights: say how much of them it is.
+  // A frozen reference copy has a breakdown row of its own: say how it is placed.
   if (!st.contexts.empty())
     if (const int64_t ref = reference_copy_bytes(st.contexts.front()); ref > 0) {
       const ShardPlan sp = shard_plan(st.contexts.front());
       const bool sharded = resolve(config).preference.reference_sharded && sp.shard_weights && sp.n > 1;
       r.notes.push_back("training.reference_model copy: the frozen reference model holds " + format_bytes(ref) +
-                        " per GPU of the weights (" + (sharded ? "sharded like the policy's" : "a whole copy on every GPU") + ")");
+                        " per GPU (" + (sharded ? "sharded like the policy's weights" : "a whole copy on every GPU") + ")");
     }
+  // A colocated vLLM engine whose share of the GPU does not hold its weights does not start (vLLM: "No available
+  // memory for the cache blocks").
+  if (!st.contexts.empty())
+    if (const EngineBytes e = engine_bytes(st.contexts.front()); e.total > 0 && e.weights >= e.total)
+      r.notes.push_back("training.gpu_memory_utilization: the colocated vLLM engine's share, " + format_bytes(e.total) +
+                        ", does not hold its bf16 weights (" + format_bytes(e.weights) +
+                        "): vLLM would refuse to start with no memory left for the KV cache; raise it");
   if (config.data.varies()) {
     st.plan = plan_run(config);
     r.notes.insert(r.notes.end(), st.plan.notes.begin(), st.plan.notes.end());

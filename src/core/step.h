@@ -18,6 +18,8 @@ enum class Component : uint8_t {
   Temporaries,
   Communication,
   Overhead,       // inside the allocator: cuBLAS workspaces
+  OtherModels,    // frozen models beside the policy: a preference objective's or GRPO's reference copy
+  Generation,     // GRPO's rollouts: the KV cache of model.generate, or a colocated vLLM engine
   count
 };
 constexpr int kComponentCount = static_cast<int>(Component::count);
@@ -25,7 +27,9 @@ const char* component_id(Component c);     // "weights", ... (JSON keys)
 const char* component_label(Component c);  // "Weights", ... (interface)
 
 struct Event {  // 8 bytes: a 70B step has tens of thousands
-  enum class Op : uint8_t { Alloc, Free };
+  // EmptyCache: torch.cuda.empty_cache(), every pool's cached whole segments back to the driver (vLLM's sleep
+  // runs it after unmapping its pool); it names no tensor.
+  enum class Op : uint8_t { Alloc, Free, EmptyCache };
   Op op;
   Component component;
   uint32_t tensor;  // index into StepProgram::tensors
@@ -34,7 +38,8 @@ struct Event {  // 8 bytes: a 70B step has tens of thousands
 // CUDA streams the step allocates on. The caching allocator reuses a cached block only for a request on the
 // stream that allocated it (CUDACachingAllocator.cpp BlockComparatorSize orders by stream first; get_free_block
 // rejects another stream's block), so FSDP's side streams keep pools of their own.
-enum class Stream : uint8_t { Compute = 0, AllGather = 1, ReduceScatter = 2 };
+// Engine: a colocated vLLM engine's CuMemAllocator pool (its own torch MemPool, shared with no other request).
+enum class Stream : uint8_t { Compute = 0, AllGather = 1, ReduceScatter = 2, Engine = 3 };
 
 struct Tensor {  // 16 bytes
   int64_t bytes;
@@ -82,6 +87,7 @@ struct StepProgram {
     events.push_back({Event::Op::Free, tensors[tensor].component, tensor});
     if (recycle_ids) freed_ids.push_back(tensor);
   }
+  void empty_cache() { events.push_back({Event::Op::EmptyCache, Component::Generation, 0}); }
   void recycle_freed_ids() {
     reusable_ids.insert(reusable_ids.end(), freed_ids.begin(), freed_ids.end());
     freed_ids.clear();

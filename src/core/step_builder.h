@@ -356,7 +356,44 @@ class StepBuilder {
   void preference_loss_forward(std::vector<uint32_t>& saved);
   void reference_forward(const std::string& phase);
   uint32_t preference_loss_backward(std::vector<uint32_t>& saved);
-  bool preference() const { return resolved_.preference.objective != Objective::Sft; }
+  // The DPO family's pairs (dpo, orpo, simpo); GRPO has a flow of its own (rollout_step.cpp).
+  bool preference() const {
+    const Objective o = resolved_.preference.objective;
+    return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo;
+  }
+  // rollout_step.cpp: training.objective grpo (Resolved::rollout).
+  bool grpo() const { return resolved_.rollout.active; }
+  void rollout_labels();
+  void alloc_engine();
+  void engine_wake(bool kv);
+  void engine_sleep();
+  void weight_sync();
+  void rollout(const std::string& when);
+  bool reference_runs() const;
+  bool reference_gathers() const;
+  void score_pass(int64_t rows, bool gathers);
+  void hf_generate(int64_t rows);
+  void grpo_loss_forward(std::vector<uint32_t>& saved);
+  uint32_t grpo_loss_backward(std::vector<uint32_t>& saved);
+  struct RolloutLabels {
+    uint32_t kv = UINT32_MAX, kv_rep, gathered, logits, sampling, engine_weights, engine_kv, score_logits, scaled, logps,
+        entropy, ids;
+  };
+  RolloutLabels rollout_labels_;          // made on first use, so that other programs' labels are unchanged
+  uint32_t engine_weights_ = UINT32_MAX;  // the colocated vLLM engine's allocations while it is awake
+  uint32_t engine_kv_ = UINT32_MAX;
+  EngineBytes engine_;                    // what the engine claims, and its weights' share
+  std::vector<uint32_t> rollout_ids_;     // the generation batch's ids, until the step's micro-batches are done
+  // A frozen model's no-grad forward (preference_step.cpp): the autocast casts and embeddings it starts from.
+  struct NoGradPass {
+    uint32_t gather_label = UINT32_MAX;  // the label of each unit's all-gathered parameters; UINT32_MAX: no gathers
+    std::vector<uint32_t> casts;
+    size_t embed_before = 0;
+  };
+  NoGradPass begin_no_grad(uint32_t gather_label);
+  void end_no_grad(NoGradPass& pass);
+  uint32_t no_grad_trunk(NoGradPass& pass, std::vector<uint32_t>* hidden, std::vector<uint32_t>& norm,
+                         const std::function<void(int64_t)>* after_layer);
   struct PreferenceLabels {
     uint32_t ref_weights = UINT32_MAX, ref_logits = UINT32_MAX, logps = UINT32_MAX, nll = UINT32_MAX, copy = UINT32_MAX,
              ref_gathered = UINT32_MAX, entropy = UINT32_MAX, row_tmp = UINT32_MAX;

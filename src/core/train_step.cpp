@@ -68,7 +68,7 @@ ParamStates StepBuilder::states_of(const ParamTensor& t) const {
 void StepBuilder::use_shape(const MicroBatchShape& shape) {
   // A preference objective runs each pair's chosen and rejected sequences in one forward: twice the rows, or, with
   // the rows flattened (padding none: TRL's padding_free), twice the tokens of the one row.
-  const bool pairs = resolved_.preference.objective != Objective::Sft;
+  const bool pairs = preference();
   const bool flat = pairs && cfg_.data.varies() && cfg_.data.pad() == Padding::None;
   dims_.b = pairs && !flat ? mul(2, shape.sequences) : shape.sequences;
   dims_.s = (mul(flat ? 2 : 1, shape.tokens) + virtual_tokens(cfg_.peft)) / cfg_.parallel.context_parallel_size;
@@ -261,7 +261,11 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   // leaves out left theirs too, one per stage that receives activations.
   for (uint32_t g : pipeline_.input_grads) drop(g);
   pipeline_.input_grads.clear();
+  // GRPO generates and scores a step's completions before its first micro-batch (TRL 0.17+; rollout_step.cpp).
+  if (grpo() && !resolved_.rollout.per_micro_batch) rollout("step " + std::to_string(iter));
   run_schedule(iter, mbs, gas);
+  for (uint32_t t : rollout_ids_) drop(t);
+  rollout_ids_.clear();
   int64_t receiving = 0;
   for (const auto& [layer, g] : pipeline_.recv_made) receiving += g ? 0 : 1;
   for (int64_t k = 0; k < receiving * (gas - mbs); ++k)

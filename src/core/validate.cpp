@@ -7,6 +7,7 @@
 #include "frameworks.h"
 #include "gpu_count.h"
 #include "model.h"
+#include "rollout.h"
 #include "tables.h"
 #include "versions.h"
 
@@ -304,6 +305,51 @@ void validate_unsloth(const Config& c, std::vector<FieldError>& e) {
                                                 "training.activation_checkpointing full"});
 }
 
+// GRPO (rollout.h) as TRL's GRPOTrainer runs it, from v0.15 (per_device_train_batch_size counts completions).
+void validate_rollout(const Config& c, std::vector<FieldError>& e) {
+  const auto& t = c.training;
+  if (t.reference() == ReferenceModel::Precomputed)
+    e.push_back({"training.reference_model", "training.objective grpo scores each rollout as it is generated: "
+                                             "training.reference_model must be auto, copy, adapter_disabled or none (beta = 0)"});
+  if (t.reference() == ReferenceModel::AdapterDisabled && !c.peft.enabled())
+    e.push_back({"training.reference_model", "training.reference_model adapter_disabled needs a PEFT method (the "
+                                             "policy with its adapters off); without one use copy or none"});
+  if (c.data.varies())
+    e.push_back({"data.lengths", "training.objective grpo is modelled with every prompt and completion at its maximum "
+                                 "length: data.lengths must be fixed"});
+  if (t.completion_length >= t.sequence_length)
+    e.push_back({"training.completion_length", "training.completion_length must be below training.sequence_length (" +
+                                                   std::to_string(t.sequence_length) +
+                                                   ", the prompt and its completion together); got " +
+                                                   std::to_string(t.completion_length)});
+  else if (t.sequence_length > c.model.max_position_embeddings)
+    e.push_back({"training.completion_length", "training.objective grpo generates up to training.sequence_length (" +
+                                                   std::to_string(t.sequence_length) +
+                                                   " tokens, prompt and completion) but the model has " +
+                                                   std::to_string(c.model.max_position_embeddings) +
+                                                   " positions (model.max_position_embeddings): shorten the completion "
+                                                   "or the prompt"});
+  std::vector<FieldError> version_errors;
+  validate_versions(c.versions, version_errors);
+  if (!version_errors.empty()) return;  // reported by validate()
+  const StackVersions v = stack_versions(c.versions);
+  const auto at = [&](int major, int minor) { return v.at_least(Library::Trl, Version{major, minor, 0}); };
+  if (!at(0, 15))
+    e.push_back({"versions.trl", "training.objective grpo is modelled from TRL 0.15, when per_device_train_batch_size "
+                                 "began counting completions; got " + describe_version(v, Library::Trl)});
+  const GenerationBatch g = generation_batch(c, v);
+  if (t.num_generations > 0 && g.global % t.num_generations != 0)
+    e.push_back({"training.num_generations", "training.num_generations (" + std::to_string(t.num_generations) +
+                                                 ") must divide the completions generated at once, " + g.formula +
+                                                 " = " + std::to_string(g.global) + " (GRPOConfig's check)"});
+  if (t.engine() == GenerationEngine::VllmColocate && !at(0, 18))
+    e.push_back({"training.generation_engine", "vllm_colocate arrived in TRL 0.18 (vllm_mode=\"colocate\"); "
+                                               "earlier versions ran vLLM on GPUs of its own: use vllm_server"});
+  if (t.engine() == GenerationEngine::VllmColocate && t.vllm_sleep && !at(0, 23))
+    e.push_back({"training.vllm_sleep", "vllm_enable_sleep_mode arrived in TRL 0.23; with " +
+                                            describe_version(v, Library::Trl) + " set training.vllm_sleep false"});
+}
+
 // Preference objectives (preference.h) as memsim models them: TRL's trainers over the HF Trainer, or torchtune's
 // DPO recipes, on a decoder-only causal LM without a pipeline. Each refusal says what is modelled.
 void validate_preference(const Config& c, std::vector<FieldError>& e) {
@@ -320,7 +366,9 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
   if (!m.architecture.empty() || m.is_encoder_decoder || m.head() != TaskHead::CausalLm || m.post_layernorm)
     e.push_back({"training.objective", obj + " is modelled for decoder-only causal LMs (the built-in families); "
                                              "use sft for this model"});
-  if (t.framework != "hf_trainer" && t.framework != "torchtune")
+  if (o == Objective::Grpo && t.framework != "hf_trainer")
+    e.push_back({"training.framework", obj + " is modelled as TRL's GRPOTrainer runs it (hf_trainer); got " + t.framework});
+  else if (t.framework != "hf_trainer" && t.framework != "torchtune")
     e.push_back({"training.framework", obj + " is modelled as TRL's trainers run it (hf_trainer) and torchtune's DPO "
                                              "recipes (torchtune); got " + t.framework});
   if (c.parallel.pipeline_parallel_size > 1 || c.parallel.tensor_parallel_size > 1 || c.parallel.context_parallel_size > 1)
@@ -332,6 +380,7 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
   if (t.activation_offload)
     e.push_back({"training.activation_offload", obj + ": activation offload is not modelled with a preference objective"});
   const ReferenceModel r = t.reference();
+  if (o == Objective::Grpo) return validate_rollout(c, e);
   if (o == Objective::Dpo && r == ReferenceModel::None)
     e.push_back({"training.reference_model", "training.objective dpo needs reference log-probabilities: auto, copy, "
                                              "adapter_disabled or precomputed (orpo and simpo are reference-free)"});

@@ -147,7 +147,8 @@ constexpr LibraryInfo kLibraries[] = {
     {Library::Unsloth, "unsloth", "versions.unsloth", kUnsloth, "docs/research/unsloth.md (unslothai/unsloth tags)",
      "Unsloth's loss path, its gradient-checkpointing buffers and its dequantization buffer"},
     {Library::Trl, "trl", "versions.trl", kTrl, "huggingface/trl tags",
-     "a preference objective's log-probabilities and which logits live through the reference forward"},
+     "a preference objective's log-probabilities and which logits live through the reference forward; GRPO's "
+     "generation batch, KV cache, reference and scoring passes"},
 };
 static_assert(std::size(kLibraries) == kLibraryCount);
 

@@ -3,7 +3,7 @@
 
 namespace memsim::ui {
 // One colour per breakdown slot: the allocator components in Component order, then cache, CUDA context and NCCL.
-constexpr int kSlotCount = 10;
+constexpr int kSlotCount = 12;
 inline ImU32 slot_color(int slot) {
   static const ImU32 colors[kSlotCount] = {
       IM_COL32(76, 114, 176, 255),   // weights
@@ -13,6 +13,8 @@ inline ImU32 slot_color(int slot) {
       IM_COL32(129, 114, 179, 255),  // temporaries
       IM_COL32(147, 120, 96, 255),   // communication
       IM_COL32(218, 139, 195, 255),  // framework overhead
+      IM_COL32(100, 130, 150, 255),  // reference model
+      IM_COL32(230, 180, 60, 255),   // generation
       IM_COL32(140, 140, 140, 255),  // allocator cache
       IM_COL32(204, 185, 116, 255),  // CUDA context
       IM_COL32(100, 181, 205, 255),  // NCCL buffers

@@ -118,11 +118,21 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
       changed = true;
     }
     // A preference objective (chosen in the question): where its reference comes from (auto shows what it means).
-    if (t.preference()) {
+    if (t.preference() || t.rollout()) {
       // ReferenceModel's order is choices.h kReferenceModel's.
-      const std::string auto_ref(memsim::choice::kReferenceModel[static_cast<size_t>(auto_reference(c))]);
-      if (t.goal() == Objective::Dpo) changed |= choice_combo("training.reference_model", t.reference_model, auto_ref.c_str());
-      changed |= double_input("training.nll_alpha", t.nll_alpha);
+      const std::string auto_ref(memsim::choice::kReferenceModel[static_cast<size_t>(auto_reference(c, stack_versions(c.versions)))]);
+      if (t.goal() == Objective::Dpo || t.rollout()) changed |= choice_combo("training.reference_model", t.reference_model, auto_ref.c_str());
+      if (t.preference()) changed |= double_input("training.nll_alpha", t.nll_alpha);
+    }
+    // GRPO's rollouts: what generates them, how many and how long.
+    if (t.rollout()) {
+      changed |= int_input("training.num_generations", t.num_generations, 1);
+      changed |= int_input("training.completion_length", t.completion_length, 64);
+      changed |= choice_combo("training.generation_engine", t.generation_engine, "");
+      if (t.engine() == GenerationEngine::VllmColocate) {
+        changed |= double_input("training.gpu_memory_utilization", t.gpu_memory_utilization);
+        changed |= check_input("training.vllm_sleep", t.vllm_sleep);
+      }
     }
     changed |= table_combo("training.precision", t.precision, precision_recipes());
     changed |= table_combo("training.optimizer", t.optimizer, optimizers());

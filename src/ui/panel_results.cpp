@@ -133,6 +133,7 @@ void breakdown_table(const DeviceResult& d, Unit unit) {
   ImGui::TableSetupColumn(kKeptWords, ImGuiTableColumnFlags_WidthStretch, 1.6f);
   ImGui::TableHeadersRow();
   for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
+    if (slots[i].absent) continue;
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     ImVec2 p = ImGui::GetCursorScreenPos();

@@ -365,13 +365,15 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
                               : std::min<size_t>(n - 1, d.peak_event);
     dl->AddLine(ImVec2(x_of(ev), p0.y), ImVec2(x_of(ev), p0.y + height), IM_COL32(255, 255, 255, 120));
     const Event& e = d.program.events[ev];
-    const Tensor& t = d.program.tensors[e.tensor];
+    const bool release = e.op == Event::Op::EmptyCache;  // names no tensor
+    const Tensor& t = d.program.tensors[release ? 0 : e.tensor];
     // What is alive right after this event: replay the program up to it (a few microseconds per thousand
     // events), by component and the largest tensors.
     std::array<int64_t, kComponentCount> by_comp{};
     std::vector<uint8_t> alive(d.program.tensors.size(), 0);
     for (size_t i = 0; i <= ev; ++i) {
       const Event& x = d.program.events[i];
+      if (x.op == Event::Op::EmptyCache) continue;
       alive[x.tensor] = x.op == Event::Op::Alloc;
       by_comp[static_cast<int>(x.component)] += (x.op == Event::Op::Alloc ? 1 : -1) * d.program.tensors[x.tensor].bytes;
     }
@@ -383,8 +385,9 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
                       [&](uint32_t a, uint32_t b) { return d.program.tensors[a].bytes > d.program.tensors[b].bytes; });
     ImGui::BeginTooltip();
     ImGui::Text("event %zu of %zu, %s", ev + 1, n, phase_of(d, static_cast<uint32_t>(ev)));
-    ImGui::Text("%s %s: %s", e.op == Event::Op::Alloc ? "allocate" : "free", d.program.labels[t.label].c_str(),
-                bytes_text(t.bytes, unit).c_str());
+    if (release) ImGui::TextUnformatted("torch.cuda.empty_cache(): the cached segments go back to the driver");
+    else ImGui::Text("%s %s: %s", e.op == Event::Op::Alloc ? "allocate" : "free", d.program.labels[t.label].c_str(),
+                     bytes_text(t.bytes, unit).c_str());
     ImGui::Text("allocated %s, reserved %s", bytes_text(tl[ev].allocated_bytes, unit).c_str(),
                 bytes_text(tl[ev].reserved_bytes, unit).c_str());
     ImGui::Separator();

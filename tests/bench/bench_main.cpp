@@ -142,6 +142,15 @@ TEST_CASE("simulation speed") {
   dpo.training.objective = "dpo";
   dpo.data.padding = "max_length";  // the data shape stated: no band run of unstated lengths (the row above)
   BENCHMARK("default scenario as DPO (a frozen copy, the reference's forward)") { return simulate(dpo).devices.size(); };
+  // GRPO (core/rollout.h): the default scenario's model generating 4,096-token rollouts with model.generate under
+  // ZeRO-3 (the whole model gathered, a KV cache grown over 256 replayed decode steps), then trained on.
+  Config grpo;
+  grpo.training.framework = "hf_trainer";
+  grpo.training.objective = "grpo";
+  grpo.training.completion_length = 1024;
+  grpo.training.num_generations = 8;
+  grpo.data.padding = "max_length";
+  BENCHMARK("default scenario as GRPO (generate's KV cache, then training)") { return simulate(grpo).devices.size(); };
 }
 
 // Links: the page encodes one on every change of the setup (publish) and decodes one on load and on hashchange.

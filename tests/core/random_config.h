@@ -106,6 +106,22 @@ Config random_config(Rng& rng) {
     t.nll_alpha = rng() % 2 ? 0.0 : 1.0;
     c.versions.trl = pick(rng, std::vector<std::string>{"latest", "0.11", "0.13", "0.16", "0.20", "1.5"});
   }
+  // GRPO (validate.cpp validate_rollout), drawn after the preference objectives for the same reason: every
+  // completion count a step generates at once, one prompt's worth, and TRL versions on both sides of each rule.
+  const int64_t completions = t.micro_batch_size * p.data_parallel_size * t.gradient_accumulation_steps;
+  if (eligible && t.objective == "sft" && t.framework == "hf_trainer" && !c.data.varies() && t.sequence_length >= 2 &&
+      t.sequence_length <= m.max_position_embeddings && completions >= 2 && completions <= 4096 && rng() % 6 == 0) {
+    t.objective = "grpo";
+    t.num_generations = completions;
+    t.completion_length = std::max<int64_t>(1, t.sequence_length / 4);
+    c.versions.trl = pick(rng, std::vector<std::string>{"latest", "0.17", "0.18", "0.19", "0.21", "0.25", "1.0"});
+    const bool colocate_ok = c.versions.trl != "0.17";
+    t.generation_engine = pick(rng, std::vector<std::string>{"hf_generate", colocate_ok ? "vllm_colocate" : "hf_generate", "vllm_server"});
+    t.gpu_memory_utilization = rng() % 2 ? 0.3 : 0.6;
+    t.vllm_sleep = t.generation_engine == "vllm_colocate" && (c.versions.trl == "latest" || c.versions.trl == "0.25" ||
+                                                              c.versions.trl == "1.0") && rng() % 2;
+    t.reference_model = pick(rng, std::vector<std::string>{"auto", "none", c.peft.enabled() ? "adapter_disabled" : "copy"});
+  }
   return c;
 }
 

@@ -192,7 +192,10 @@ test("the page's numbers equal the CLI's for the same config", async () => {
   for (const args of [[], ["--hf-config", path.join(root, "tests/data/hf/gpt2.json"), "--set", "training.precision=fp32", "--set", "training.sequence_length=1024"],
                       ["--set", "parallel.zero_stage=0", "--set", "parallel.data_parallel_size=1", "--set", "hardware.gpu=h200"],
                       // a preference objective: the policy's and the reference's forwards, under the Trainer's ZeRO-3
-                      ["--set", "training.framework=hf_trainer", "--set", "training.objective=dpo", "--set", "training.sequence_length=1024"]]) {
+                      ["--set", "training.framework=hf_trainer", "--set", "training.objective=dpo", "--set", "training.sequence_length=1024"],
+                      // GRPO with a colocated vLLM engine asleep through training (generation, scoring, the empty_cache)
+                      ["--set", "training.framework=hf_trainer", "--set", "training.objective=grpo", "--set", "training.sequence_length=1024",
+                       "--set", "training.generation_engine=vllm_colocate", "--set", "training.vllm_sleep=true", "--set", "training.reference_model=copy"]]) {
     const config = cliConfig(args);
     const fromCli = cliEstimate(config);
     const fromPage = await page.evaluate((c) => window.memsim.estimate(c), config);

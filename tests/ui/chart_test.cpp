@@ -173,10 +173,11 @@ TEST_CASE("with a renderer each breakdown bar is a chart of its components and t
   const ui::QuadChart& bar = bars[0];
   check_covers_once(bar);
   // Every component with bytes is a segment in its own colour, as wide as its share of the capacity; the NCCL
-  // buffers (the tenth slot, outside the allocator) have a colour of their own.
+  // buffers (the slot after the components, the cache and the CUDA context, outside the allocator) have a colour of
+  // their own.
   REQUIRE(d.breakdown.nccl_bytes > 0);
   const double scale = static_cast<double>(std::max(d.capacity_bytes, d.peak.device_bytes));
-  const auto nccl = series(bar, ui::slot_color(9));
+  const auto nccl = series(bar, ui::slot_color(kComponentCount + 2));
   REQUIRE(nccl.size() == 1);
   CHECK(nccl[0].x1 - nccl[0].x0 == Approx(static_cast<double>(d.breakdown.nccl_bytes) / scale).epsilon(1e-3));
   const auto weights = series(bar, ui::slot_color(0));

@@ -1,0 +1,90 @@
+// GRPO's rollouts by TRL version and generation engine (rollout.h). Sources (docs/research/grpo.md): huggingface/trl
+// trl/trainer/grpo_trainer.py (T), grpo_config.py (C), trl/models/utils.py (MU) at the tags named; transformers'
+// generate and cache_utils.py; vLLM's v1 gpu_worker.py and device_allocator/cumem.py.
+#include "rollout.h"
+
+#include <cmath>
+
+#include "checked.h"
+
+namespace memsim {
+
+namespace {
+constexpr Version V(int major, int minor, int patch = 0) { return {major, minor, patch}; }
+}  // namespace
+
+GenerationBatch generation_batch(const Config& c, const StackVersions& v) {
+  const auto& t = c.training;
+  const int64_t dp = c.parallel.data_parallel_size;
+  GenerationBatch g;
+  // v0.15-v0.16 generated each micro-step's P completions (T:463-468, the check on P x num_processes at T:341-349);
+  // v0.17 a whole step's P x GAS (T:894-903); from v0.18 P x steps_per_generation, which defaults to GAS
+  // (C:517-529).
+  if (v.below(Library::Trl, V(0, 17))) {
+    g.per_device = t.micro_batch_size;
+    g.formula = "micro_batch_size x data-parallel GPUs";
+  } else {
+    g.per_device = mul(t.micro_batch_size, t.gradient_accumulation_steps);
+    g.formula = "micro_batch_size x data-parallel GPUs x gradient_accumulation_steps";
+  }
+  g.global = mul(g.per_device, dp);
+  return g;
+}
+
+RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepspeed_zero3) {
+  RolloutFlow r;
+  const auto& t = c.training;
+  if (!t.rollout()) return r;
+  const Library trl = Library::Trl, tf = Library::Transformers;
+  r.active = true;
+  r.engine = t.engine();
+  r.completion_tokens = t.completion_length;
+  r.prompt_tokens = t.sequence_length - t.completion_length;
+  r.generation_rows = generation_batch(c, v).per_device;
+  r.per_micro_batch = v.below(trl, V(0, 17));
+  const bool hf = r.engine == GenerationEngine::HfGenerate;
+  // unwrap_model_for_generation gathers every parameter at once under ZeRO-3 (GatheredParameters(model.parameters()),
+  // MU:187-194 at v0.14 ... MU:139-148 at v1.9; ds3_gather_for_generation defaults to True).
+  r.gathers_whole_model = hf && deepspeed_zero3;
+  // Up to v0.21 generate ran in train mode with gradient checkpointing on, where transformers sets use_cache=False:
+  // every new token re-ran the whole sequence. From v0.22 unwrap_model_for_generation turns checkpointing off
+  // around generate (MU:336-352, commit 65d7894b6), so the KV cache is used.
+  r.kv_cache = !(v.below(trl, V(0, 22)) && c.training.activation_checkpointing != "none");
+  // transformers < 4.42 round-tripped the legacy tuple cache, so the previous step's whole cache stayed alive while
+  // every layer's new one was built (PR #30536).
+  r.legacy_cache = v.below(tf, V(4, 42));
+  // The prefill's logits: every prompt position before 4.45 (num_logits_to_keep=1, PR #31292), upcast to fp32 up
+  // to 4.45 (logits.float(), removed by #33902 in 4.46).
+  r.prefill_all_logits = v.below(tf, V(4, 45));
+  r.generate_logits_fp32 = v.below(tf, V(4, 46));
+  // logits / self.temperature: none before v0.16, a new tensor v0.16-v0.29 (T:598 ... T:1078), in place (div_)
+  // from v1.0 (T:1068, #5254).
+  r.temperature_copy = v.at_least(trl, V(0, 16)) && v.below(trl, V(1, 0));
+  // The entropy of the training forward's logits (v0.20+, under no_grad): entropy_from_logits one sequence at a time
+  // up to v0.25, 128 flattened rows from v0.26 (TU:1464 at v0.20, TU:1544 at v0.26).
+  r.entropy_rows = v.below(trl, V(0, 20)) ? 0 : v.below(trl, V(0, 26)) ? t.completion_length : 128;
+  // old_per_token_logps, a no-grad pass of the policy over the generation batch: always with vLLM from v0.23
+  // (vllm_importance_sampling_correction, default True, C:601); otherwise only for num_iterations > 1 or
+  // steps_per_generation > GAS, neither of which memsim's config sets.
+  r.policy_logps_pass = !hf && v.at_least(trl, V(0, 23));
+  // Where the reference's no-grad forward runs: in _compute_loss after the policy's forward in v0.18.x (T:1333-1345),
+  // in _generate_and_score_completions otherwise; v0.19 over the whole generation batch at once (T:1213-1222).
+  r.reference_after_policy = v.at_least(trl, V(0, 18)) && v.below(trl, V(0, 19));
+  r.reference_unchunked = v.at_least(trl, V(0, 19)) && v.below(trl, V(0, 20));
+  r.engine_sleeps = r.engine == GenerationEngine::VllmColocate && t.vllm_sleep;
+  r.note = describe_version(v, trl) + ": " + std::to_string(r.generation_rows) + " completions per GPU generated at once" +
+           (r.per_micro_batch ? " before each micro-batch" : " before each optimizer step") +
+           (hf ? (r.gathers_whole_model ? "; generate gathers the whole model (ZeRO-3)" : "") +
+                     std::string(r.kv_cache ? (r.legacy_cache ? "; the KV cache doubles at each token (transformers < 4.42)"
+                                                              : "; a KV cache grown a token at a time")
+                                            : "; no KV cache (gradient checkpointing in train mode: every token re-runs the sequence)")
+               : r.engine == GenerationEngine::VllmColocate
+                   ? "; a colocated vLLM engine holds " + std::to_string(static_cast<int>(std::lround(t.gpu_memory_utilization * 100))) + "% of the GPU" +
+                         (r.engine_sleeps ? " while it generates (asleep during training)" : "")
+                   : std::string("; vLLM on other GPUs")) +
+           (r.policy_logps_pass ? "; a no-grad policy pass for the importance-sampling correction" : "") +
+           (r.temperature_copy ? "; logits / temperature copied" : "");
+  return r;
+}
+
+}  // namespace memsim

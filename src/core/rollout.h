@@ -1,0 +1,49 @@
+// GRPO (training.objective grpo) as TRL's GRPOTrainer runs it: completions are generated for each prompt, scored
+// (the reference's log-probabilities, and the policy's own where an update reuses them), and trained on. This file
+// resolves what each TRL version and generation engine keeps on the GPU; rollout_step.cpp builds the phases.
+// Sources: docs/research/grpo.md (huggingface/trl trl/trainer/grpo_trainer.py at the tags named, transformers'
+// generate, vLLM's worker).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "config.h"
+#include "versions.h"
+
+namespace memsim {
+
+struct RolloutFlow {
+  bool active = false;  // training.objective grpo
+  GenerationEngine engine = GenerationEngine::HfGenerate;
+  int64_t prompt_tokens = 0;      // sequence_length - completion_length
+  int64_t completion_tokens = 0;  // completion_length
+  // Completions one generate call makes on a device (generation_batch): P before v0.17, P x GAS from v0.17.
+  int64_t generation_rows = 0;
+  bool per_micro_batch = false;       // generation and scoring run before every micro-batch (TRL 0.15-0.16)
+  bool gathers_whole_model = false;   // hf_generate under ZeRO-3: unwrap_model_for_generation gathers every parameter
+  bool kv_cache = true;               // generate keeps a KV cache (not under gradient checkpointing before TRL 0.22)
+  bool legacy_cache = false;          // transformers < 4.42: the previous token's whole cache lives through the next
+  bool prefill_all_logits = false;    // transformers < 4.45: the prefill computes logits for every prompt token
+  bool generate_logits_fp32 = false;  // transformers < 4.46: the model upcasts its logits
+  bool temperature_copy = false;      // logits / temperature makes a new tensor (TRL 0.16-0.29)
+  int64_t entropy_rows = 0;           // rows of the logits entropy_from_logits takes at a time; 0: no entropy
+  bool policy_logps_pass = false;     // a no-grad pass of the policy for old_per_token_logps (vLLM, TRL >= 0.23)
+  bool reference_after_policy = false;  // the reference's forward runs after the policy's (TRL 0.18.x)
+  bool reference_unchunked = false;   // the reference scores the whole generation batch in one forward (TRL 0.19)
+  bool engine_sleeps = false;         // vllm_colocate with vllm_sleep: freed while the policy trains
+  std::string note;                   // the rules above with their versions, for the result's notes
+};
+
+// The completions per device that one generation makes (RolloutFlow::generation_rows) and the global count TRL
+// checks num_generations against; both from the config and the TRL version.
+struct GenerationBatch {
+  int64_t per_device = 0;
+  int64_t global = 0;
+  std::string formula;  // "micro_batch_size x data-parallel GPUs x gradient_accumulation_steps", for the error
+};
+GenerationBatch generation_batch(const Config& c, const StackVersions& v);
+
+// Requires a validated config; `deepspeed_zero3` says the policy's parameters are ZeRO-3 partitions.
+RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepspeed_zero3);
+
+}  // namespace memsim

@@ -1,0 +1,345 @@
+// GRPO's step (training.objective grpo; rollout.h resolves the flow): the completions are generated (the policy's
+// model.generate with its KV cache, or a colocated vLLM engine that wakes for it), scored by no-grad forwards (the
+// reference's log-probabilities, and the policy's own for vLLM's importance-sampling correction), then trained on a
+// micro-batch at a time with logits over the completion's tokens only. Sources: docs/research/grpo.md.
+#include <algorithm>
+
+#include "checked.h"
+#include "step_builder.h"
+
+namespace memsim {
+
+namespace {
+// Decoding replays at most this many KV-cache growths per layer and generation: past it, each replayed token stands
+// for several (the cache grows by their sum), so a long completion stays a bounded number of events.
+constexpr int64_t kMaxDecodeSteps = 256;
+// Without a KV cache every token re-runs the whole sequence; the replay runs this many of those forwards, at evenly
+// spaced lengths up to the last.
+constexpr int64_t kNoCacheForwards = 4;
+}  // namespace
+
+void StepBuilder::rollout_labels() {
+  if (rollout_labels_.kv != UINT32_MAX) return;
+  auto& p = program_;
+  rollout_labels_.kv = p.label("KV cache (model.generate, keys and values of every layer)");
+  rollout_labels_.kv_rep = p.label("keys/values repeated for GQA (generate's SDPA, one layer)");
+  rollout_labels_.gathered = p.label("parameters gathered for generation or the weight sync");
+  rollout_labels_.logits = p.label("generation logits");
+  rollout_labels_.sampling = p.label("sampling: fp32 scores, probabilities and sort (one token)");
+  rollout_labels_.engine_weights = p.label("vLLM engine weights");
+  rollout_labels_.engine_kv = p.label("vLLM KV cache (gpu_memory_utilization less the engine's weights)");
+  rollout_labels_.score_logits = p.label("scoring logits (no grad, completion tokens)");
+  rollout_labels_.scaled = p.label("logits / temperature (a new tensor)");
+  rollout_labels_.logps = p.label("per-token log-probabilities: log-softmax of a row");
+  rollout_labels_.entropy = p.label("entropy of the logits (no grad, one chunk)");
+  rollout_labels_.ids = p.label("prompt and completion ids");
+}
+
+// vLLM loads the checkpoint in its config's dtype (dtype "auto": bf16 for today's checkpoints), the whole base
+// whatever PEFT or quantization the policy trains with: TRL syncs merged full weights into it.
+EngineBytes engine_bytes(const StepContext& ctx) {
+  const auto& t = ctx.config.training;
+  if (!t.rollout() || t.engine() != GenerationEngine::VllmColocate) return {};
+  const int64_t capacity = ctx.config.hardware.gpu_memory_bytes > 0 ? ctx.config.hardware.gpu_memory_bytes : ctx.gpu->memory_bytes;
+  int64_t numel = 0;
+  for_each_param(ctx, [&](const ParamTensor& p) {
+    if (p.kind != ParamKind::Adapter) numel = add(numel, p.numel);
+  });
+  return {static_cast<int64_t>(static_cast<double>(capacity) * t.gpu_memory_utilization), mul(2, numel)};
+}
+
+// The colocated engine's memory (vllm_colocate): vLLM >= 0.9.1 requests total_memory x gpu_memory_utilization for
+// itself (v1/worker/gpu_worker.py:135-137 at v0.9.1) and gives the KV cache what its weights leave
+// (requested_memory - non_kv_cache_memory, :218). Under sleep mode both live in CuMemAllocator's pool; TRL puts the
+// engine to sleep as soon as it exists (vllm_generation.py:354-370), so the policy's load finds the GPU free.
+void StepBuilder::alloc_engine() {
+  const RolloutFlow& r = resolved_.rollout;
+  if (!r.active || r.engine != GenerationEngine::VllmColocate) return;
+  rollout_labels();
+  engine_ = engine_bytes(ctx_);
+  engine_wake(true);
+  if (r.engine_sleeps) engine_sleep();
+}
+
+void StepBuilder::engine_wake(bool kv) {
+  const Stream s = resolved_.rollout.engine_sleeps ? Stream::Engine : Stream::Compute;
+  if (engine_weights_ == UINT32_MAX)
+    engine_weights_ = program_.alloc(Component::Generation, engine_.weights, rollout_labels_.engine_weights, -1, s);
+  if (kv && engine_kv_ == UINT32_MAX && engine_.total > engine_.weights)  // else vLLM refuses to start (simulate.cpp)
+    engine_kv_ = program_.alloc(Component::Generation, engine_.total - engine_.weights, rollout_labels_.engine_kv, -1, s);
+}
+
+// sleep(level=1 or 2): the pool's pages are unmapped (weights offloaded or discarded, the KV cache discarded) and
+// the sleep ends in gc.collect() and torch.cuda.empty_cache() (cumem.py sleep). The device gets the memory back;
+// torch's own counters keep the pool's blocks (vLLM issue #17117), which memsim does not follow.
+void StepBuilder::engine_sleep() {
+  if (engine_kv_ != UINT32_MAX) drop(engine_kv_), engine_kv_ = UINT32_MAX;
+  if (engine_weights_ != UINT32_MAX) drop(engine_weights_), engine_weights_ = UINT32_MAX;
+  program_.empty_cache();
+}
+
+// _move_model_to_vllm / sync_weights: under ZeRO-3 a PEFT policy is gathered whole to merge its adapters
+// (gather_if_zero3(list(model.parameters()))), a full one a parameter at a time; FSDP one unit at a time.
+void StepBuilder::weight_sync() {
+  if (!shard_weights_ || shard_ranks_ <= 1) return;
+  std::vector<uint32_t> gathered;
+  const bool whole = cfg_.peft.enabled() && !shard_plan_.fsdp;
+  for (int64_t l = -1; l <= shape_.num_layers; ++l) {
+    gathered.push_back(tmp(gathered_bytes(l), rollout_labels_.gathered, static_cast<int32_t>(l)));
+    if (!whole) drop(gathered.back()), gathered.pop_back();
+  }
+  for (uint32_t g : gathered) drop(g);
+}
+
+// Generation and scoring before a step's micro-batches (before each micro-batch in TRL 0.15-0.16).
+void StepBuilder::rollout(const std::string& when) {
+  const RolloutFlow& r = resolved_.rollout;
+  rollout_labels();
+  program_.phase("generation (" + when + ")");
+  const ActDims training = dims_;
+  const int64_t rows = r.generation_rows;
+  const int64_t P = r.prompt_tokens, C = r.completion_tokens;
+  uint32_t ids = tmp(mul(8, rows, P + C), rollout_labels_.ids, -1);
+  switch (r.engine) {
+    case GenerationEngine::HfGenerate: hf_generate(rows); break;
+    case GenerationEngine::VllmColocate:
+      // TRL 0.25+: wake the weights, sync them, wake the KV cache, generate, sleep (level 2).
+      if (r.engine_sleeps) engine_wake(false);
+      weight_sync();
+      if (r.engine_sleeps) engine_wake(true), engine_sleep();
+      break;
+    case GenerationEngine::VllmServer:
+    case GenerationEngine::Unknown: weight_sync(); break;
+  }
+  program_.phase("scoring (" + when + ")");
+  const int64_t mbs = cfg_.training.micro_batch_size;
+  const int64_t chunks = std::min<int64_t>(rows / std::max<int64_t>(1, mbs), 2);  // the second stands for the rest
+  const bool gathers = shard_weights_ && shard_ranks_ > 1;
+  const bool policy_gathers = gathers;
+  if (r.policy_logps_pass)
+    for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, policy_gathers);
+  if (!r.reference_after_policy && reference_runs()) {
+    if (r.reference_unchunked) score_pass(rows, reference_gathers());
+    else for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, reference_gathers());
+  }
+  dims_ = training;
+  rollout_ids_.push_back(ids);  // the batch's ids live until its last micro-batch has trained (step())
+}
+
+bool StepBuilder::reference_runs() const {
+  const ReferenceModel ref = resolved_.preference.reference;
+  return ref == ReferenceModel::Copy || ref == ReferenceModel::AdapterDisabled;
+}
+bool StepBuilder::reference_gathers() const {
+  const PreferenceFlow& p = resolved_.preference;
+  return (p.reference != ReferenceModel::Copy || p.reference_sharded) && shard_weights_ && shard_ranks_ > 1;
+}
+
+// A no-grad forward of `rows` completions with their prompts, the head over the completion's tokens
+// (_get_per_token_logps: logits_to_keep = completion + 1, logits[:, :-1], / temperature, selective_log_softmax).
+void StepBuilder::score_pass(int64_t rows, bool gathers) {
+  const RolloutFlow& r = resolved_.rollout;
+  const PreferenceFlow& p = resolved_.preference;
+  const int32_t post = -1;
+  const ActDims before = dims_;
+  use_shape({rows, r.prompt_tokens + r.completion_tokens});
+  NoGradPass pass = begin_no_grad(gathers ? rollout_labels_.gathered : UINT32_MAX);
+  std::vector<uint32_t> norm;
+  uint32_t g = no_grad_trunk(pass, nullptr, norm, nullptr);
+  const int64_t e = dims_.e, el = p.logits_fp32 ? 4 : e;
+  const int64_t C = r.completion_tokens;
+  const int64_t kept = mul(rows, C + 1, dims_.V), scored = mul(rows, C, dims_.V);
+  uint32_t hd = head_dequant();
+  uint32_t lg16 = el != e ? tmp(mul(e, kept), rollout_labels_.score_logits, post) : UINT32_MAX;
+  drop_if(hd);
+  for (uint32_t t : norm) drop(t);
+  drop_if(g);
+  uint32_t logits = tmp(mul(el, kept), rollout_labels_.score_logits, post);
+  drop_if(lg16);
+  uint32_t scaled = r.temperature_copy ? tmp(mul(el, scored), rollout_labels_.scaled, post) : UINT32_MAX;
+  if (scaled != UINT32_MAX) drop(logits), logits = UINT32_MAX;
+  // selective_log_softmax, one row at a time: fp32 rows through logsumexp, 16-bit rows through log_softmax.
+  drop(tmp(mul(el, mul(C, dims_.V)), rollout_labels_.logps, post));
+  drop_if(scaled);
+  drop_if(logits);
+  end_no_grad(pass);
+  dims_ = before;
+}
+
+// model.generate under no_grad: the prefill over the prompts, then a token at a time. With a KV cache each layer's
+// keys and values grow by torch.cat (DynamicCache / DynamicLayer.update): a new tensor one token longer, then the
+// old one goes; transformers < 4.42 kept the previous token's whole legacy cache alive until the step ended (PR
+// #30536). SDPA with a padding mask repeats the grouped keys and values for every query head, a layer at a time.
+// Without a cache (gradient checkpointing in train mode before TRL 0.22) every token re-runs the whole sequence.
+void StepBuilder::hf_generate(int64_t rows) {
+  const RolloutFlow& r = resolved_.rollout;
+  const int32_t post = -1;
+  const int64_t P = r.prompt_tokens, C = r.completion_tokens;
+  std::vector<uint32_t> whole;  // ZeRO-3: GatheredParameters(model.parameters()) around the whole call
+  if (r.gathers_whole_model)
+    for (int64_t l = -1; l <= shape_.num_layers; ++l) whole.push_back(tmp(gathered_bytes(l), rollout_labels_.gathered, static_cast<int32_t>(l)));
+  const uint32_t gather_label = !r.gathers_whole_model && shard_weights_ && shard_ranks_ > 1 ? rollout_labels_.gathered : UINT32_MAX;
+  const int64_t e = dims_.e;
+  // One token's logits: [rows, V] in the model's dtype (fp32 before 4.46), their fp32 copy in _sample, and the
+  // logits processors' fp32 scores, probabilities and a top-k/top-p sort's values and int64 indices.
+  auto sample = [&](uint32_t logits) {
+    std::vector<uint32_t> t;
+    for (int i = 0; i < 3; ++i) t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));
+    t.push_back(tmp(mul(8, rows, dims_.V), rollout_labels_.sampling, post));
+    drop(logits);
+    for (uint32_t x : t) drop(x);
+  };
+  auto head = [&](int64_t positions, std::vector<uint32_t>& norm, uint32_t g) {
+    uint32_t hd = head_dequant();
+    uint32_t lg = tmp(mul(e, rows, positions, dims_.V), rollout_labels_.logits, post);
+    drop_if(hd);
+    for (uint32_t t : norm) drop(t);
+    drop_if(g);
+    if (r.generate_logits_fp32) {
+      uint32_t up = tmp(mul(4, rows, positions, dims_.V), rollout_labels_.logits, post);
+      drop(lg), lg = up;
+    }
+    sample(lg);
+  };
+  if (!r.kv_cache) {
+    for (int64_t k = 1; k <= kNoCacheForwards; ++k) {
+      use_shape({rows, P + (C - 1) * k / kNoCacheForwards});
+      NoGradPass pass = begin_no_grad(gather_label);
+      std::vector<uint32_t> norm;
+      uint32_t g = no_grad_trunk(pass, nullptr, norm, nullptr);
+      head(r.prefill_all_logits ? dims_.s : 1, norm, g);
+      end_no_grad(pass);
+    }
+  } else {
+    use_shape({rows, P});
+    const int64_t kv_token = mul(rows, dims_.h_kv, e);  // one token's keys (or values) of one layer
+    std::vector<uint32_t> cache;                         // per layer: keys, values
+    const std::function<void(int64_t)> keep = [&](int64_t l) {
+      cache.push_back(program_.alloc(Component::Generation, mul(kv_token, P), rollout_labels_.kv, static_cast<int32_t>(l)));
+      cache.push_back(program_.alloc(Component::Generation, mul(kv_token, P), rollout_labels_.kv, static_cast<int32_t>(l)));
+    };
+    NoGradPass pass = begin_no_grad(gather_label);
+    std::vector<uint32_t> norm;
+    uint32_t g = no_grad_trunk(pass, nullptr, norm, &keep);
+    head(r.prefill_all_logits ? P : 1, norm, g);
+    end_no_grad(pass);
+    const bool repeat = (resolved_.attention == Attention::Sdpa || resolved_.attention == Attention::SdpaRepeatKv ||
+                         resolved_.attention == Attention::Eager || resolved_.attention == Attention::SdpaMath) &&
+                        dims_.a != dims_.g;
+    const int64_t steps = std::min<int64_t>(C - 1, kMaxDecodeSteps);
+    for (int64_t s = 1; s <= steps; ++s) {
+      const int64_t len = P + (C - 1) * s / steps;
+      std::vector<uint32_t> old;
+      for (int64_t l = 0; l < shape_.num_layers; ++l) {
+        const int32_t li = static_cast<int32_t>(l);
+        for (int kv = 0; kv < 2; ++kv) {
+          uint32_t& slot = cache[static_cast<size_t>(2 * l + kv)];
+          const uint32_t grown = program_.alloc(Component::Generation, mul(kv_token, len), rollout_labels_.kv, li);
+          if (r.legacy_cache) old.push_back(slot);
+          else drop(slot);
+          slot = grown;
+        }
+        if (repeat) {
+          const int64_t rep = mul(rows, dims_.h_q, e, len);
+          uint32_t k = tmp(rep, rollout_labels_.kv_rep, li), v = tmp(rep, rollout_labels_.kv_rep, li);
+          drop(k), drop(v);
+        }
+      }
+      for (uint32_t t : old) drop(t);
+      sample(tmp(mul(r.generate_logits_fp32 ? 4 : e, rows, dims_.V), rollout_labels_.logits, post));
+    }
+    for (uint32_t t : cache) drop(t);
+  }
+  for (uint32_t t : whole) drop(t);
+}
+
+// The training forward's head and loss (_get_per_token_logps with grad): logits over the completion's C + 1
+// positions, logits[:, :-1] / temperature, selective_log_softmax; the entropy metric under no_grad (v0.20+).
+void StepBuilder::grpo_loss_forward(std::vector<uint32_t>& saved) {
+  rollout_labels();
+  const RolloutFlow& r = resolved_.rollout;
+  const PreferenceFlow& p = resolved_.preference;
+  const int32_t post = -1;
+  const int64_t e = dims_.e, el = p.logits_fp32 ? 4 : e;
+  const int64_t C = r.completion_tokens;
+  const int64_t kept = mul(dims_.b, C + 1, dims_.V), scored = mul(dims_.b, C, dims_.V);
+  uint32_t hd = head_dequant();
+  uint32_t lg16 = el != e ? tmp(mul(e, kept), labels_.logits, post) : UINT32_MAX;
+  drop_if(hd);
+  // The tensor the log-probabilities read: the temperature's quotient, or (without a copy) the logits themselves.
+  // fp32 logits: gather and each row's logsumexp save the tensor they read.
+  const bool read_saved = el == 4;
+  const uint32_t logits_label = lg16 != UINT32_MAX ? labels_.logits_fp32 : labels_.logits;
+  uint32_t read;
+  if (r.temperature_copy) {
+    uint32_t logits = tmp(mul(el, kept), logits_label, post);
+    drop_if(lg16);
+    read = read_saved ? act(mul(el, scored), rollout_labels_.scaled, post) : tmp(mul(el, scored), rollout_labels_.scaled, post);
+    drop(logits);
+  } else {
+    read = read_saved ? act(mul(el, kept), logits_label, post) : tmp(mul(el, kept), logits_label, post);
+    drop_if(lg16);
+  }
+  if (read_saved) {
+    drop(tmp(mul(4, mul(C, dims_.V)), rollout_labels_.logps, post));  // (row - max).exp_(), one row at a time
+    saved.push_back(read);
+  } else {
+    for (int64_t row = 0; row < dims_.b; ++row) saved.push_back(act(mul(e, mul(C, dims_.V)), rollout_labels_.logps, post));
+  }
+  if (r.entropy_rows > 0) {  // entropy_from_logits: log_softmax, exp and their product of one chunk
+    const int64_t chunk = mul(el, r.entropy_rows, dims_.V);
+    uint32_t a = tmp(chunk, rollout_labels_.entropy, post), b = tmp(chunk, rollout_labels_.entropy, post),
+             c = tmp(chunk, rollout_labels_.entropy, post);
+    drop(a), drop(b), drop(c);
+  }
+  if (!read_saved) drop(read);
+}
+
+// Down to the final norm's output: the log-probabilities' backward (per row for 16-bit logits), the temperature's
+// division, the slice's zero-filled gradient of the C + 1 positions, the cast back from fp32, lm_head.
+uint32_t StepBuilder::grpo_loss_backward(std::vector<uint32_t>& saved) {
+  const RolloutFlow& r = resolved_.rollout;
+  const PreferenceFlow& p = resolved_.preference;
+  const int32_t post = -1;
+  const int64_t e = dims_.e, el = p.logits_fp32 ? 4 : e;
+  const int64_t C = r.completion_tokens;
+  const int64_t kept = mul(dims_.b, C + 1, dims_.V), scored = mul(dims_.b, C, dims_.V);
+  uint32_t grad;
+  if (el == 4) {
+    uint32_t g1 = tmp(mul(4, scored), labels_.loss_grad, post);  // gather's zero-filled scatter
+    grad = tmp(mul(4, scored), labels_.loss_grad, post);         // logsumexp's backward, summed in
+    drop(g1);
+  } else {
+    std::vector<uint32_t> rows;
+    for (int64_t row = 0; row < dims_.b; ++row) {
+      uint32_t g1 = tmp(mul(e, mul(C, dims_.V)), labels_.loss_grad, post);
+      rows.push_back(tmp(mul(e, mul(C, dims_.V)), labels_.loss_grad, post));
+      drop(g1);
+      release_saved(saved, rollout_labels_.logps);
+    }
+    grad = tmp(mul(e, scored), labels_.loss_grad, post);  // the loop's unbind stacks them
+    for (uint32_t t : rows) drop(t);
+  }
+  if (r.temperature_copy) {  // DivBackward: grad / temperature
+    uint32_t g = tmp(mul(el, scored), labels_.loss_grad, post);
+    drop(grad), grad = g;
+  }
+  {  // SliceBackward: zeros of the C + 1 positions
+    uint32_t g = tmp(mul(el, kept), labels_.loss_grad, post);
+    drop(grad), grad = g;
+  }
+  if (el == 4 && e < 4) {
+    uint32_t g = tmp(mul(e, kept), labels_.loss_grad_bf16, post);
+    drop(grad), grad = g;
+  }
+  alloc_layer_grads(shape_.num_layers);
+  uint32_t dy;
+  { uint32_t hd = head_dequant(); dy = tmp(mul(e, dims_.Tn, dims_.h), labels_.dres, post); drop_if(hd); }
+  drop(grad);
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
+  saved.clear();
+  norm_backward(post, dy);
+  return dy;
+}
+
+}  // namespace memsim

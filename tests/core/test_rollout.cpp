@@ -1,0 +1,175 @@
+// GRPO (training.objective grpo; src/core/rollout.cpp and rollout_step.cpp, docs/research/grpo.md): the generation
+// batch by TRL version, generate's KV cache, the colocated vLLM engine and its sleep, the reference by beta's
+// default, the loss's logits over the completion, and the refusals.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "core/advice.h"
+#include "core/simulate.h"
+#include "core/validate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+// Qwen2.5 0.5B (24 layers, 2 KV heads of 64, a 151,936-token vocabulary) as TRL's GRPOTrainer trains it: 4
+// completions per micro-batch, 2 micro-batches per step, prompts of 384 and completions of 128 tokens.
+constexpr int64_t kLayers = 24, kKvWidth = 2 * 64, kVocab = 151936, kPrompt = 384, kCompletion = 128;
+Config grpo_config(const char* trl = "latest") {
+  Config c = single_gpu_config("qwen2.5-0.5b.json", 4, kPrompt + kCompletion);
+  c.training.objective = "grpo";
+  c.training.num_generations = 4;
+  c.training.completion_length = kCompletion;
+  c.training.gradient_accumulation_steps = 2;
+  c.versions.trl = trl;
+  return c;
+}
+
+DeviceResult run(const Config& c) {
+  const auto errors = validate(c);
+  INFO((errors.empty() ? std::string() : errors[0].field + ": " + errors[0].message));
+  REQUIRE(errors.empty());
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  return r.devices[0];
+}
+
+std::vector<int64_t> allocations(const StepProgram& p, const std::string& prefix) {
+  std::vector<int64_t> out;
+  for (const Event& e : p.events)
+    if (e.op == Event::Op::Alloc && p.labels[p.tensors[e.tensor].label].rfind(prefix, 0) == 0)
+      out.push_back(p.tensors[e.tensor].bytes);
+  return out;
+}
+
+bool refused(const Config& c, const std::string& field) {
+  for (const auto& e : validate(c))
+    if (e.field == field) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("GRPO's generate keeps a KV cache of the whole generation batch, grown to prompt + completion - 1") {
+  const DeviceResult d = run(grpo_config());
+  const auto kv = allocations(d.program, "KV cache");
+  REQUIRE(!kv.empty());
+  // TRL >= 0.17 generates a step's micro_batch_size x gradient_accumulation_steps = 8 completions at once; the
+  // prefill's keys (and values) of each layer, then the cache one token longer at a time. The last token sampled is
+  // never fed back, so the cache ends at prompt + completion - 1.
+  const int64_t token = 8 * kKvWidth * 2;
+  CHECK(kv.front() == token * kPrompt);
+  CHECK(*std::max_element(kv.begin(), kv.end()) == token * (kPrompt + kCompletion - 1));
+  CHECK(std::count(kv.begin(), kv.end(), token * (kPrompt + kCompletion - 1)) == 2 * 2 * kLayers);  // two steps
+  CHECK(d.peak_phase.find("generation") == std::string::npos);  // 8 x 512 tokens of a 0.5B: training dominates
+}
+
+TEST_CASE("GRPO's generation batch follows TRL: a micro-batch before 0.17, the step's micro-batches after") {
+  const int64_t token = kKvWidth * 2;
+  Config old = grpo_config("0.16");
+  old.training.gradient_accumulation_steps = 1;  // 0.16 checks micro_batch_size x GPUs against num_generations
+  CHECK(allocations(run(old).program, "KV cache").front() == 4 * token * kPrompt);
+  CHECK(allocations(run(grpo_config("0.17")).program, "KV cache").front() == 8 * token * kPrompt);
+  // With gradient checkpointing on, TRL before 0.22 generated in train mode, where transformers turns the cache off.
+  Config ckpt = grpo_config("0.21");
+  ckpt.training.activation_checkpointing = "full";
+  CHECK(allocations(run(ckpt).program, "KV cache").empty());
+  ckpt.versions.trl = "0.22";
+  CHECK(allocations(run(ckpt).program, "KV cache").front() == 8 * token * kPrompt);
+}
+
+TEST_CASE("GRPO's loss takes logits of the completion's tokens, and the reference follows beta's default") {
+  const DeviceResult latest = run(grpo_config());
+  // bf16 logits of 4 rows x (completion + 1) positions; none of the whole sequence.
+  const auto logits = allocations(latest.program, "logits");
+  CHECK(std::find(logits.begin(), logits.end(), int64_t{2} * 4 * (kCompletion + 1) * kVocab) != logits.end());
+  CHECK(std::find(logits.begin(), logits.end(), int64_t{2} * 4 * (kPrompt + kCompletion) * kVocab) == logits.end());
+  // beta defaults to 0 from TRL 0.19: no reference. 0.18 (beta 0.04) loads a frozen copy of the weights.
+  CHECK(latest.model_states.other_models_bytes == 0);
+  const DeviceResult old = run(grpo_config("0.18"));
+  CHECK(old.model_states.other_models_bytes == latest.model_states.weights_bytes);
+  CHECK(!allocations(old.program, "scoring logits").empty());
+  Config none = grpo_config("0.18");
+  none.training.reference_model = "none";  // beta = 0
+  CHECK(run(none).model_states.other_models_bytes == 0);
+}
+
+TEST_CASE("A colocated vLLM engine holds gpu_memory_utilization of the GPU; asleep, training does not see it") {
+  Config c = grpo_config();
+  c.training.generation_engine = "vllm_colocate";
+  c.training.gpu_memory_utilization = 0.25;
+  const DeviceResult awake = run(c);
+  const auto engine = allocations(awake.program, "vLLM");
+  REQUIRE(engine.size() == 2);  // weights and KV cache, allocated once
+  CHECK(engine[0] + engine[1] == static_cast<int64_t>(0.25 * static_cast<double>(awake.capacity_bytes)));
+  const int64_t generation = awake.breakdown.allocator[static_cast<int>(Component::Generation)];
+  CHECK(generation - (engine[0] + engine[1]) >= 0);  // the allocator's 512-byte rounding, and one token's sampling
+  CHECK(generation - (engine[0] + engine[1]) < (int64_t{1} << 20));
+  CHECK(allocations(awake.program, "KV cache").empty());  // vLLM's own cache, not generate's
+  c.training.vllm_sleep = true;
+  const DeviceResult asleep = run(c);
+  CHECK(asleep.peak.device_bytes < awake.peak.device_bytes);
+  CHECK(asleep.peak_phase.find("generation") == 0);  // awake only to generate
+}
+
+TEST_CASE("GRPO under ZeRO-3 gathers the whole model for generate") {
+  Config c = grpo_config();
+  c.parallel.data_parallel_size = 2;
+  c.parallel.zero_stage = 3;
+  c.training.framework = "hf_trainer";
+  c.training.num_generations = 8;  // 4 x 2 GPUs x 2 micro-batches = 16 completions at once
+  const DeviceResult d = run(c);
+  const auto gathered = allocations(d.program, "parameters gathered for generation");
+  int64_t sum = 0;
+  for (size_t i = 0; i < gathered.size() / 2; ++i) sum += gathered[i];  // the first step's generation
+  CHECK(sum >= 2 * 490'000'000);  // bf16: about the whole 494M-parameter model at once
+}
+
+TEST_CASE("GRPO's refusals name the field") {
+  Config c = grpo_config();
+  c.training.num_generations = 3;
+  CHECK(refused(c, "training.num_generations"));  // 4 x 1 x 2 = 8 completions
+  c = grpo_config();
+  c.training.completion_length = kPrompt + kCompletion;
+  CHECK(refused(c, "training.completion_length"));
+  c = grpo_config();
+  c.model.max_position_embeddings = 256;
+  CHECK(refused(c, "training.completion_length"));
+  c = grpo_config("0.17");
+  c.training.generation_engine = "vllm_colocate";
+  CHECK(refused(c, "training.generation_engine"));
+  c = grpo_config("0.22");
+  c.training.generation_engine = "vllm_colocate";
+  c.training.vllm_sleep = true;
+  CHECK(refused(c, "training.vllm_sleep"));
+  CHECK(refused(grpo_config("0.14"), "versions.trl"));
+  c = grpo_config();
+  c.training.gpu_memory_utilization = 1.5;
+  CHECK(refused(c, "training.gpu_memory_utilization"));
+  c.training.gpu_memory_utilization = 0.0;
+  CHECK(refused(c, "training.gpu_memory_utilization"));
+  c = grpo_config();
+  c.training.reference_model = "precomputed";
+  CHECK(refused(c, "training.reference_model"));
+  c = grpo_config();
+  c.data.lengths = "samples";
+  c.data.sample_lengths = "p0=100,p100=512";
+  CHECK(refused(c, "data.lengths"));
+  c = grpo_config();
+  c.training.framework = "torchtune";
+  CHECK(refused(c, "training.framework"));
+}
+
+TEST_CASE("What helps offers GRPO's own changes: beta = 0, a smaller or sleeping vLLM engine, separate generation GPUs") {
+  Config c = grpo_config();
+  c.training.reference_model = "copy";  // beta != 0
+  c.training.generation_engine = "vllm_colocate";
+  std::vector<std::string> ids;
+  for (const Suggestion& s : suggestion_candidates(c)) ids.push_back(s.id);
+  for (const char* id : {"grpo_beta_zero", "vllm_memory_lower", "vllm_sleep", "vllm_server"})
+    CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
+  CHECK(std::find(ids.begin(), ids.end(), "loss_fused_linear") == ids.end());  // refused under grpo
+}
