@@ -2,6 +2,7 @@
 // words. A change that keeps the job keeps the global batch (micro-batch x gradient accumulation x data parallel):
 // where it lowers the micro-batch or the data-parallel size, it raises the gradient accumulation to match.
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "advice.h"
@@ -9,6 +10,7 @@
 #include "catalog.h"
 #include "frameworks.h"
 #include "tables.h"
+#include "versions.h"
 
 namespace memsim {
 
@@ -262,10 +264,12 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
     if (t.gpu_memory_utilization > 0.15) {
       Config c = base;
       c.training.gpu_memory_utilization = std::max(0.1, t.gpu_memory_utilization - 0.1);
-      add(G::SameJob, 1, "vllm_memory_lower", "vLLM's gpu_memory_utilization " + std::to_string(c.training.gpu_memory_utilization).substr(0, 3),
+      char fraction[16];
+      std::snprintf(fraction, sizeof fraction, "%.2g", c.training.gpu_memory_utilization);
+      add(G::SameJob, 1, "vllm_memory_lower", std::string("vLLM's gpu_memory_utilization ") + fraction,
           "the same generations with a smaller KV cache: fewer sequences decoded at once, slower generation", c);
     }
-    if (!t.vllm_sleep) {
+    if (!t.vllm_sleep && stack_versions(base.versions).at_least(Library::Trl, Version{0, 23, 0})) {
       Config c = base;
       c.training.vllm_sleep = true;
       add(G::SameJob, 1, "vllm_sleep", "vLLM sleep mode (vllm_enable_sleep_mode)",

@@ -187,6 +187,9 @@ struct TrainingConfig {
   std::string generation_engine = "hf_generate";
   double gpu_memory_utilization = 0.3;  // vllm_colocate: GRPOConfig.vllm_gpu_memory_utilization
   bool vllm_sleep = false;              // vllm_colocate: vllm_enable_sleep_mode (the engine sleeps through training)
+  // grpo's rewards: none (reward functions, rules: nothing on the GPU) or same_as_policy (a reward model of the
+  // policy's architecture: AutoModelForSequenceClassification with num_labels 1, frozen, scoring every completion).
+  std::string reward_model = "none";
 
   bool operator==(const TrainingConfig&) const = default;
   Objective goal() const {
@@ -201,6 +204,7 @@ struct TrainingConfig {
     return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo;
   }
   bool rollout() const { return goal() == Objective::Grpo; }
+  bool reward_model_on() const { return reward_model == "same_as_policy"; }
   GenerationEngine engine() const {
     constexpr std::pair<std::string_view, GenerationEngine> kNames[] = {
         {"hf_generate", GenerationEngine::HfGenerate}, {"vllm_colocate", GenerationEngine::VllmColocate},

@@ -67,7 +67,7 @@ std::string describe_run(const RunTrace& run, Unit unit, int decimals) {
 std::string describe_kept(const ModelStates& m, Unit unit, int decimals) {
   return std::string(kKeptWords) + ", per GPU: weights " + format_bytes(m.weights_bytes, unit, decimals) + ", gradients " +
          format_bytes(m.gradients_bytes, unit, decimals) + ", optimizer " + format_bytes(m.optimizer_bytes, unit, decimals) +
-         (m.other_models_bytes > 0 ? ", reference model " + format_bytes(m.other_models_bytes, unit, decimals) : std::string());
+         (m.other_models_bytes > 0 ? ", other models " + format_bytes(m.other_models_bytes, unit, decimals) : std::string());
 }
 
 std::vector<BreakdownRow> breakdown_rows(const DeviceResult& d) {

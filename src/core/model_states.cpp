@@ -167,7 +167,7 @@ ModelStates model_state_bytes(const StepContext& ctx) {
     if (sp.shard_grads && !sp.grad_buffer) m.gradients_bytes = 0;  // reduced straight into host partitions
   }
   if (sp.offload_params) m.weights_bytes = sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp, states);
-  m.other_models_bytes = reference_copy_bytes(ctx);  // a preference objective's or GRPO's frozen copy
+  m.other_models_bytes = add(reference_copy_bytes(ctx), reward_model_bytes(ctx));  // frozen models beside the policy
   return m;
 }
 

@@ -72,6 +72,9 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
   r.reference_after_policy = v.at_least(trl, V(0, 18)) && v.below(trl, V(0, 19));
   r.reference_unchunked = v.at_least(trl, V(0, 19)) && v.below(trl, V(0, 20));
   r.engine_sleeps = r.engine == GenerationEngine::VllmColocate && t.vllm_sleep;
+  r.reward_sharded = deepspeed_zero3 && v.at_least(trl, V(0, 17));
+  r.sync_gathers_whole = (c.peft.enabled() && deepspeed_zero3) || (deepspeed_zero3 && v.below(trl, V(0, 16)));
+  r.engine_wakes_whole = v.below(trl, V(0, 25));
   r.note = describe_version(v, trl) + ": " + std::to_string(r.generation_rows) + " completions per GPU generated at once" +
            (r.per_micro_batch ? " before each micro-batch" : " before each optimizer step") +
            (hf ? (r.gathers_whole_model ? "; generate gathers the whole model (ZeRO-3)" : "") +

@@ -31,6 +31,9 @@ struct RolloutFlow {
   bool reference_after_policy = false;  // the reference's forward runs after the policy's (TRL 0.18.x)
   bool reference_unchunked = false;   // the reference scores the whole generation batch in one forward (TRL 0.19)
   bool engine_sleeps = false;         // vllm_colocate with vllm_sleep: freed while the policy trains
+  bool sync_gathers_whole = false;    // the weight sync gathers the whole model at once (ZeRO-3: PEFT, or TRL < 0.16)
+  bool engine_wakes_whole = false;    // sleep mode wakes weights and KV cache together, before the sync (TRL 0.23-0.24)
+  bool reward_sharded = false;        // the reward model is ZeRO-3 sharded (prepare_deepspeed, TRL 0.17+)
   std::string note;                   // the rules above with their versions, for the result's notes
 };
 

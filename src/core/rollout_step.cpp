@@ -33,6 +33,7 @@ void StepBuilder::rollout_labels() {
   rollout_labels_.logps = p.label("per-token log-probabilities: log-softmax of a row");
   rollout_labels_.entropy = p.label("entropy of the logits (no grad, one chunk)");
   rollout_labels_.ids = p.label("prompt and completion ids");
+  rollout_labels_.reward_weights = p.label("reward model weights (frozen)");
 }
 
 // vLLM loads the checkpoint in its config's dtype (dtype "auto": bf16 for today's checkpoints), the whole base
@@ -40,12 +41,16 @@ void StepBuilder::rollout_labels() {
 EngineBytes engine_bytes(const StepContext& ctx) {
   const auto& t = ctx.config.training;
   if (!t.rollout() || t.engine() != GenerationEngine::VllmColocate) return {};
+  EngineBytes e;
   const int64_t capacity = ctx.config.hardware.gpu_memory_bytes > 0 ? ctx.config.hardware.gpu_memory_bytes : ctx.gpu->memory_bytes;
   int64_t numel = 0;
   for_each_param(ctx, [&](const ParamTensor& p) {
     if (p.kind != ParamKind::Adapter) numel = add(numel, p.numel);
   });
-  return {static_cast<int64_t>(static_cast<double>(capacity) * t.gpu_memory_utilization), mul(2, numel)};
+  e.active = true;
+  e.total = static_cast<int64_t>(static_cast<double>(capacity) * t.gpu_memory_utilization);
+  e.weights = mul(2, numel);
+  return e;
 }
 
 // The colocated engine's memory (vllm_colocate): vLLM >= 0.9.1 requests total_memory x gpu_memory_utilization for
@@ -54,11 +59,31 @@ EngineBytes engine_bytes(const StepContext& ctx) {
 // engine to sleep as soon as it exists (vllm_generation.py:354-370), so the policy's load finds the GPU free.
 void StepBuilder::alloc_engine() {
   const RolloutFlow& r = resolved_.rollout;
+  if (const int64_t reward = reward_model_bytes(ctx_); reward > 0) {
+    rollout_labels();
+    program_.alloc(Component::OtherModels, reward, rollout_labels_.reward_weights);
+  }
   if (!r.active || r.engine != GenerationEngine::VllmColocate) return;
   rollout_labels();
   engine_ = engine_bytes(ctx_);
   engine_wake(true);
   if (r.engine_sleeps) engine_sleep();
+}
+
+// The reward model: the policy's architecture as AutoModelForSequenceClassification (num_labels 1: its score head is
+// hidden x 1, no lm_head), loaded with the policy's model_init_kwargs; prepare_deepspeed shards it under ZeRO-3 from
+// TRL 0.17 (T:681-686), accelerate's prepare_model(evaluation_mode=True) keeps it whole otherwise (T:353-355).
+int64_t reward_model_bytes(const StepContext& ctx) {
+  if (!ctx.config.training.rollout() || !ctx.config.training.reward_model_on()) return 0;
+  const bool sharded = resolve(ctx.config).rollout.reward_sharded;
+  const ShardPlan sp = shard_plan(ctx);
+  int64_t bytes = 0;
+  for_each_param(ctx, [&](const ParamTensor& t) {
+    if (t.kind == ParamKind::Adapter || t.name.rfind("lm_head", 0) == 0) return;
+    bytes = add(bytes, sharded ? param_states(sp, ctx, t).weights
+                               : param_storage_bytes(t, ctx.precision, ctx.config.peft, sp.adapter_bytes));
+  });
+  return bytes;
 }
 
 void StepBuilder::engine_wake(bool kv) {
@@ -78,12 +103,15 @@ void StepBuilder::engine_sleep() {
   program_.empty_cache();
 }
 
-// _move_model_to_vllm / sync_weights: under ZeRO-3 a PEFT policy is gathered whole to merge its adapters
-// (gather_if_zero3(list(model.parameters()))), a full one a parameter at a time; FSDP one unit at a time.
-void StepBuilder::weight_sync() {
-  if (!shard_weights_ || shard_ranks_ <= 1) return;
+// _move_model_to_vllm / sync_weights, once per optimizer step (when global_step has changed): under ZeRO-3 a PEFT
+// policy is gathered whole to merge its adapters (gather_if_zero3(list(model.parameters()))), and before TRL 0.16 any
+// policy (the state_dict was taken inside unwrap_model_for_generation); otherwise a parameter at a time, FSDP a unit
+// at a time (memsim gathers a layer at a time: the largest unit).
+void StepBuilder::weight_sync(int iter) {
+  if (!shard_weights_ || shard_ranks_ <= 1 || iter == synced_iter_) return;
+  synced_iter_ = iter;
   std::vector<uint32_t> gathered;
-  const bool whole = cfg_.peft.enabled() && !shard_plan_.fsdp;
+  const bool whole = resolved_.rollout.sync_gathers_whole;
   for (int64_t l = -1; l <= shape_.num_layers; ++l) {
     gathered.push_back(tmp(gathered_bytes(l), rollout_labels_.gathered, static_cast<int32_t>(l)));
     if (!whole) drop(gathered.back()), gathered.pop_back();
@@ -92,7 +120,7 @@ void StepBuilder::weight_sync() {
 }
 
 // Generation and scoring before a step's micro-batches (before each micro-batch in TRL 0.15-0.16).
-void StepBuilder::rollout(const std::string& when) {
+void StepBuilder::rollout(const std::string& when, int iter) {
   const RolloutFlow& r = resolved_.rollout;
   rollout_labels();
   program_.phase("generation (" + when + ")");
@@ -103,15 +131,17 @@ void StepBuilder::rollout(const std::string& when) {
   switch (r.engine) {
     case GenerationEngine::HfGenerate: hf_generate(rows); break;
     case GenerationEngine::VllmColocate:
-      // TRL 0.25+: wake the weights, sync them, wake the KV cache, generate, sleep (level 2).
-      if (r.engine_sleeps) engine_wake(false);
-      weight_sync();
+      // TRL 0.25+: empty_cache, wake the weights, sync them, wake the KV cache, generate, sleep (level 2); 0.23-0.24
+      // woke both before the sync (T:1144-1147 at v0.23) and slept at level 1.
+      if (r.engine_sleeps) program_.empty_cache(), engine_wake(r.engine_wakes_whole);
+      weight_sync(iter);
       if (r.engine_sleeps) engine_wake(true), engine_sleep();
       break;
     case GenerationEngine::VllmServer:
-    case GenerationEngine::Unknown: weight_sync(); break;
+    case GenerationEngine::Unknown: weight_sync(iter); break;
   }
-  program_.phase("scoring (" + when + ")");
+  const bool scores = r.policy_logps_pass || (!r.reference_after_policy && reference_runs()) || cfg_.training.reward_model_on();
+  if (scores) program_.phase("scoring (" + when + ")");
   const int64_t mbs = cfg_.training.micro_batch_size;
   const int64_t chunks = std::min<int64_t>(rows / std::max<int64_t>(1, mbs), 2);  // the second stands for the rest
   const bool gathers = shard_weights_ && shard_ranks_ > 1;
@@ -122,6 +152,9 @@ void StepBuilder::rollout(const std::string& when) {
     if (r.reference_unchunked) score_pass(rows, reference_gathers());
     else for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, reference_gathers());
   }
+  // The reward model scores the whole generation batch in one forward under inference_mode (T:481-486 at v0.14 ...
+  // T:1648-1653 at v1.9), its head a score per position.
+  if (cfg_.training.reward_model_on()) score_pass(rows, r.reward_sharded && shard_weights_ && shard_ranks_ > 1, true);
   dims_ = training;
   rollout_ids_.push_back(ids);  // the batch's ids live until its last micro-batch has trained (step())
 }
@@ -137,7 +170,7 @@ bool StepBuilder::reference_gathers() const {
 
 // A no-grad forward of `rows` completions with their prompts, the head over the completion's tokens
 // (_get_per_token_logps: logits_to_keep = completion + 1, logits[:, :-1], / temperature, selective_log_softmax).
-void StepBuilder::score_pass(int64_t rows, bool gathers) {
+void StepBuilder::score_pass(int64_t rows, bool gathers, bool reward) {
   const RolloutFlow& r = resolved_.rollout;
   const PreferenceFlow& p = resolved_.preference;
   const int32_t post = -1;
@@ -146,6 +179,14 @@ void StepBuilder::score_pass(int64_t rows, bool gathers) {
   NoGradPass pass = begin_no_grad(gathers ? rollout_labels_.gathered : UINT32_MAX);
   std::vector<uint32_t> norm;
   uint32_t g = no_grad_trunk(pass, nullptr, norm, nullptr);
+  if (reward) {  // the score head: one logit per position
+    drop(tmp(mul(4, dims_.T), rollout_labels_.score_logits, post));
+    for (uint32_t t : norm) drop(t);
+    drop_if(g);
+    end_no_grad(pass);
+    dims_ = before;
+    return;
+  }
   const int64_t e = dims_.e, el = p.logits_fp32 ? 4 : e;
   const int64_t C = r.completion_tokens;
   const int64_t kept = mul(rows, C + 1, dims_.V), scored = mul(rows, C, dims_.V);
@@ -182,11 +223,17 @@ void StepBuilder::hf_generate(int64_t rows) {
   const int64_t e = dims_.e;
   // One token's logits: [rows, V] in the model's dtype (fp32 before 4.46), their fp32 copy in _sample, and the
   // logits processors' fp32 scores, probabilities and a top-k/top-p sort's values and int64 indices.
+  // transformers < 4.42 kept the previous step's outputs, the prefill's logits among them, alive into the next step
+  // (PR #30536: "2*past_KV + first_iteration_logits").
+  uint32_t leaked = UINT32_MAX;
   auto sample = [&](uint32_t logits) {
     std::vector<uint32_t> t;
     for (int i = 0; i < 3; ++i) t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));
     t.push_back(tmp(mul(8, rows, dims_.V), rollout_labels_.sampling, post));
-    drop(logits);
+    drop_if(leaked);
+    leaked = UINT32_MAX;
+    if (r.legacy_cache) leaked = logits;
+    else drop(logits);
     for (uint32_t x : t) drop(x);
   };
   auto head = [&](int64_t positions, std::vector<uint32_t>& norm, uint32_t g) {
@@ -232,6 +279,8 @@ void StepBuilder::hf_generate(int64_t rows) {
       std::vector<uint32_t> old;
       for (int64_t l = 0; l < shape_.num_layers; ++l) {
         const int32_t li = static_cast<int32_t>(l);
+        // FSDP unshards each unit for every token's forward; the last token's, over the whole cache, stands for them.
+        const uint32_t unit = gather_label != UINT32_MAX && s == steps ? tmp(gathered_bytes(l), gather_label, li) : UINT32_MAX;
         for (int kv = 0; kv < 2; ++kv) {
           uint32_t& slot = cache[static_cast<size_t>(2 * l + kv)];
           const uint32_t grown = program_.alloc(Component::Generation, mul(kv_token, len), rollout_labels_.kv, li);
@@ -244,12 +293,14 @@ void StepBuilder::hf_generate(int64_t rows) {
           uint32_t k = tmp(rep, rollout_labels_.kv_rep, li), v = tmp(rep, rollout_labels_.kv_rep, li);
           drop(k), drop(v);
         }
+        drop_if(unit);
       }
       for (uint32_t t : old) drop(t);
       sample(tmp(mul(r.generate_logits_fp32 ? 4 : e, rows, dims_.V), rollout_labels_.logits, post));
     }
     for (uint32_t t : cache) drop(t);
   }
+  drop_if(leaked);
   for (uint32_t t : whole) drop(t);
 }
 

@@ -33,7 +33,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   // TRL 0.15-0.16 generated and scored each micro-batch's completions before its forward (rollout_step.cpp).
   if (grpo() && resolved_.rollout.per_micro_batch && f.owns_inputs && f.pre) {
     const size_t open = phase.find('(');
-    rollout(open == std::string::npos ? phase : phase.substr(open + 1, phase.size() - open - 2));
+    rollout(open == std::string::npos ? phase : phase.substr(open + 1, phase.size() - open - 2), iter_);
   }
   program_.phase(std::move(phase));
   reuse(f);

@@ -351,10 +351,16 @@ void set_up(Simulation::State& st) {
       r.notes.push_back("training.reference_model copy: the frozen reference model holds " + format_bytes(ref) +
                         " per GPU (" + (sharded ? "sharded like the policy's weights" : "a whole copy on every GPU") + ")");
     }
+  if (!st.contexts.empty())
+    if (const int64_t reward = reward_model_bytes(st.contexts.front()); reward > 0)
+      r.notes.push_back("training.reward_model same_as_policy: the frozen reward model holds " + format_bytes(reward) +
+                        " per GPU (" + (resolve(config).rollout.reward_sharded && config.parallel.zero_stage == 3
+                                            ? "ZeRO-3 sharded, prepare_deepspeed" : "whole on every GPU") +
+                        ") and scores the whole generation batch in one forward");
   // A colocated vLLM engine whose share of the GPU does not hold its weights does not start (vLLM: "No available
   // memory for the cache blocks").
   if (!st.contexts.empty())
-    if (const EngineBytes e = engine_bytes(st.contexts.front()); e.total > 0 && e.weights >= e.total)
+    if (const EngineBytes e = engine_bytes(st.contexts.front()); e.active && e.weights >= e.total)
       r.notes.push_back("training.gpu_memory_utilization: the colocated vLLM engine's share, " + format_bytes(e.total) +
                         ", does not hold its bf16 weights (" + format_bytes(e.weights) +
                         "): vLLM would refuse to start with no memory left for the KV cache; raise it");

@@ -87,7 +87,12 @@ struct StepProgram {
     events.push_back({Event::Op::Free, tensors[tensor].component, tensor});
     if (recycle_ids) freed_ids.push_back(tensor);
   }
-  void empty_cache() { events.push_back({Event::Op::EmptyCache, Component::Generation, 0}); }
+  // Its event names a 0-byte tensor of its own, so that a reader that takes every event for an allocation or a free
+  // counts nothing for it.
+  void empty_cache() {
+    tensors.push_back({0, Component::Generation, Stream::Compute, 0, -1});
+    events.push_back({Event::Op::EmptyCache, Component::Generation, static_cast<uint32_t>(tensors.size() - 1)});
+  }
   void recycle_freed_ids() {
     reusable_ids.insert(reusable_ids.end(), freed_ids.begin(), freed_ids.end());
     freed_ids.clear();

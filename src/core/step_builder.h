@@ -367,23 +367,24 @@ class StepBuilder {
   void alloc_engine();
   void engine_wake(bool kv);
   void engine_sleep();
-  void weight_sync();
-  void rollout(const std::string& when);
+  void weight_sync(int iter);
+  void rollout(const std::string& when, int iter);
   bool reference_runs() const;
   bool reference_gathers() const;
-  void score_pass(int64_t rows, bool gathers);
+  void score_pass(int64_t rows, bool gathers, bool reward = false);
   void hf_generate(int64_t rows);
   void grpo_loss_forward(std::vector<uint32_t>& saved);
   uint32_t grpo_loss_backward(std::vector<uint32_t>& saved);
   struct RolloutLabels {
     uint32_t kv = UINT32_MAX, kv_rep, gathered, logits, sampling, engine_weights, engine_kv, score_logits, scaled, logps,
-        entropy, ids;
+        entropy, ids, reward_weights;
   };
   RolloutLabels rollout_labels_;          // made on first use, so that other programs' labels are unchanged
   uint32_t engine_weights_ = UINT32_MAX;  // the colocated vLLM engine's allocations while it is awake
   uint32_t engine_kv_ = UINT32_MAX;
   EngineBytes engine_;                    // what the engine claims, and its weights' share
   std::vector<uint32_t> rollout_ids_;     // the generation batch's ids, until the step's micro-batches are done
+  int synced_iter_ = 0;                   // the optimizer step whose weights the engine last received
   // A frozen model's no-grad forward (preference_step.cpp): the autocast casts and embeddings it starts from.
   struct NoGradPass {
     uint32_t gather_label = UINT32_MAX;  // the label of each unit's all-gathered parameters; UINT32_MAX: no gathers

@@ -262,7 +262,7 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   for (uint32_t g : pipeline_.input_grads) drop(g);
   pipeline_.input_grads.clear();
   // GRPO generates and scores a step's completions before its first micro-batch (TRL 0.17+; rollout_step.cpp).
-  if (grpo() && !resolved_.rollout.per_micro_batch) rollout("step " + std::to_string(iter));
+  if (grpo() && !resolved_.rollout.per_micro_batch) rollout("step " + std::to_string(iter), iter);
   run_schedule(iter, mbs, gas);
   for (uint32_t t : rollout_ids_) drop(t);
   rollout_ids_.clear();

@@ -72,9 +72,12 @@ HostStates host_state_bytes(const StepContext& ctx);
 // A preference objective's frozen reference copy on this device (preference_step.cpp), 0 without one; part of
 // model_state_bytes' weights.
 int64_t reference_copy_bytes(const StepContext& ctx);
+// GRPO's reward model (training.reward_model same_as_policy) on this device (rollout_step.cpp), 0 without one.
+int64_t reward_model_bytes(const StepContext& ctx);
 // GRPO's colocated vLLM engine on this device (rollout_step.cpp): what it claims (gpu_memory_utilization x the GPU's
 // memory) and what its weights take of it; 0 and 0 without one.
 struct EngineBytes {
+  bool active = false;
   int64_t total = 0, weights = 0;
 };
 EngineBytes engine_bytes(const StepContext& ctx);

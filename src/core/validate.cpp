@@ -1,6 +1,7 @@
 #include "validate.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "architecture.h"
 #include "data_shape.h"
@@ -355,9 +356,12 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
 void validate_preference(const Config& c, std::vector<FieldError>& e) {
   const auto& t = c.training;
   const Objective o = t.goal();
+  if (o != Objective::Grpo && t.reward_model_on())
+    e.push_back({"training.reward_model", "training.reward_model applies to training.objective grpo; with " + t.objective +
+                                              " it must be none"});
   if (o == Objective::Sft || o == Objective::Unknown) {
     if (t.reference() != ReferenceModel::Auto && t.reference() != ReferenceModel::None && t.reference() != ReferenceModel::Unknown)
-      e.push_back({"training.reference_model", "training.reference_model applies to training.objective dpo; with sft "
+      e.push_back({"training.reference_model", "training.reference_model applies to training.objective dpo and grpo; with sft "
                                                "it must be auto or none"});
     return;
   }
@@ -471,7 +475,9 @@ void check_registered(const Config& c, std::vector<FieldError>& e) {
         const bool below_max = r.max_exclusive ? v < r.max : v <= r.max;
         if (r.bounded() && !(above_min && below_max)) {  // also refuses NaN
           const std::string key(f.key);
-          e.push_back({key, key + " must be a number " + r.words() + "; got " + std::to_string(v)});
+          char got[32];
+          std::snprintf(got, sizeof got, "%.10g", v);  // 0, 1.5, nan: as the user wrote it, not 0.000000
+          e.push_back({key, key + " must be a number " + r.words() + "; got " + got});
         }
         break;
       }

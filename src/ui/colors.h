@@ -14,7 +14,7 @@ inline ImU32 slot_color(int slot) {
       IM_COL32(147, 120, 96, 255),   // communication
       IM_COL32(218, 139, 195, 255),  // framework overhead
       IM_COL32(100, 130, 150, 255),  // reference model
-      IM_COL32(230, 180, 60, 255),   // generation
+      IM_COL32(60, 200, 170, 255),   // generation
       IM_COL32(140, 140, 140, 255),  // allocator cache
       IM_COL32(204, 185, 116, 255),  // CUDA context
       IM_COL32(100, 181, 205, 255),  // NCCL buffers

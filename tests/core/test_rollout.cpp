@@ -173,3 +173,16 @@ TEST_CASE("What helps offers GRPO's own changes: beta = 0, a smaller or sleeping
     CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
   CHECK(std::find(ids.begin(), ids.end(), "loss_fused_linear") == ids.end());  // refused under grpo
 }
+
+TEST_CASE("GRPO's reward model: frozen weights without lm_head, one forward over the whole generation batch") {
+  Config c = grpo_config();
+  const DeviceResult rules = run(c);
+  c.training.reward_model = "same_as_policy";
+  const DeviceResult model = run(c);
+  // Qwen2.5 0.5B ties lm_head to the embeddings, so the classifier keeps every bf16 weight of the policy.
+  CHECK(model.model_states.other_models_bytes == rules.model_states.weights_bytes);
+  const auto scores = allocations(model.program, "scoring logits");
+  CHECK(std::find(scores.begin(), scores.end(), int64_t{4} * 8 * (kPrompt + kCompletion)) != scores.end());  // 8 rows
+  c.training.objective = "sft";
+  CHECK(refused(c, "training.reward_model"));
+}
