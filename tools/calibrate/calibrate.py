@@ -541,8 +541,63 @@ def _dpo_loss_fn(plan, model, ref_model, torch):
     return f
 
 
+def _grpo_logps(model, ids, completion, logits_fp32, torch):
+    """GRPOTrainer._get_per_token_logps_and_entropies (v1.9): logits of the completion's tokens only, divided by the
+    temperature in place, selective_log_softmax."""
+    logits = model(input_ids=ids, logits_to_keep=completion + 1, use_cache=False).logits
+    if logits_fp32:
+        logits = logits.float()  # accelerate's convert_outputs_to_fp32
+    logits = logits[:, :-1, :][:, -completion:]
+    logits.div_(1.0)
+    return selective_log_softmax(logits, ids[:, -completion:], torch)
+
+
+def grpo_rollout(plan, model, ref_model, torch, dev):
+    """A step's generation and scoring as GRPOTrainer._generate_and_score_completions (v1.9) runs them with use_vllm
+    false: generate with gradient checkpointing off (unwrap_model_for_generation, TRL 0.22+), then the reference's
+    no-grad log-probabilities in chunks of the micro-batch. Returns the completions and the reference's log-probs."""
+    import contextlib
+    obj = plan["objective"]
+    b = plan["batch"]
+    V = plan["effective_model"]["vocab_size"]
+    rows, P, C = obj["generation_rows"], obj["prompt_length"], obj["completion_length"]
+    prompts = torch.randint(0, V, (rows, P), device=dev)
+    was_ckpt = getattr(model, "is_gradient_checkpointing", False)
+    if was_ckpt:
+        model.gradient_checkpointing_disable()
+    with torch.no_grad():
+        ids = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=C,
+                             min_new_tokens=C, do_sample=True, use_cache=True, pad_token_id=0, eos_token_id=None)
+    if was_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ref = None
+    if obj["reference"] != "none":
+        adapters_off = model.disable_adapter() if obj["reference"] == "adapter_disabled" else contextlib.nullcontext()
+        with torch.no_grad(), adapters_off:
+            ref = torch.cat([_grpo_logps(ref_model or model, chunk, C, obj["logits_fp32"], torch)
+                             for chunk in ids.split(b["micro_batch_size"])])
+    return ids, ref
+
+
+def _grpo_loss_fn(plan, model, torch):
+    """GRPOTrainer._compute_loss (v1.9, loss_type dapo's token-level mean; beta's KL term where a reference scored):
+    the policy's per-token log-probabilities with grad, the importance ratio against their detached selves."""
+    obj = plan["objective"]
+
+    def f(ids, ref_logps):
+        logps = _grpo_logps(model, ids, obj["completion_length"], obj["logits_fp32"], torch)
+        advantages = torch.randn(ids.shape[0], 1, device=ids.device)
+        loss = -(torch.exp(logps - logps.detach()) * advantages)
+        if ref_logps is not None:
+            loss = loss + 0.04 * (torch.exp(ref_logps - logps) - (ref_logps - logps) - 1)
+        return loss.mean(), None
+    return f
+
+
 def _loss_fn(plan, model, base, torch, ref_model=None):
     import torch.nn.functional as F
+    if plan.get("objective") and plan["objective"]["kind"] == "grpo":
+        return _grpo_loss_fn(plan, model, torch)
     if plan.get("objective"):
         return _dpo_loss_fn(plan, model, ref_model, torch)
     impl = plan["loss"]["impl"]
@@ -761,7 +816,8 @@ def run_plan(plan, config, probe=None):
         return contextlib.nullcontext()
 
     loss_fn = _loss_fn(plan, model, base, torch, ref_model)
-    pair_rows = 2 if plan.get("objective") else 1  # DPO: a micro-batch of pairs is [chosen; rejected]
+    grpo = bool(plan.get("objective")) and plan["objective"]["kind"] == "grpo"
+    pair_rows = 2 if plan.get("objective") and not grpo else 1  # DPO: a micro-batch of pairs is [chosen; rejected]
     b = plan["batch"]
     B, S, gas = b["micro_batch_size"], b["sequence_length"], b["gradient_accumulation_steps"]
     lengths = b.get("lengths")  # a run of listed micro-batch lengths, in order and cycled (memsim's micro_batches)
@@ -770,18 +826,27 @@ def run_plan(plan, config, probe=None):
     micro = 0
     for step in range(1, b["steps"] + 1):
         ts = time.time()
-        for _ in range(gas):
+        if grpo:
+            with ctx():
+                rollout_ids, rollout_ref = grpo_rollout(plan, model, ref_model, torch, dev)
+        for k in range(gas):
             if lengths:
                 S = lengths[micro % len(lengths)]
             micro += 1
-            ids = torch.randint(0, V, (B * pair_rows, S), device=dev)
-            labels = ids.clone()
+            if grpo:  # this micro-batch's completions, and the reference's log-probabilities of them
+                ids = rollout_ids[k * B:(k + 1) * B]
+                labels = None if rollout_ref is None else rollout_ref[k * B:(k + 1) * B]
+            else:
+                ids = torch.randint(0, V, (B * pair_rows, S), device=dev)
+                labels = ids.clone()
             with ctx():
                 loss, held = loss_fn(ids, labels)
                 loss = loss / gas
             (scaler.scale(loss) if scaler else loss).backward()
             losses.append(float(loss.detach()) * gas)
             del loss, held, ids, labels
+        if grpo:
+            del rollout_ids, rollout_ref  # the generation batch goes with its step
         if opt is not None:
             if scaler:
                 scaler.step(opt)

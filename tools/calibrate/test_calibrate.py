@@ -397,6 +397,28 @@ class PreferenceTranslation(unittest.TestCase):
         self.assertIn("training.loss", refused(config(framework="hf_trainer", objective="dpo", loss="full_fp32")))
 
 
+class GrpoTranslation(unittest.TestCase):
+    """training.objective grpo: the recipe of GRPOTrainer with model.generate (calibrate.py grpo_rollout)."""
+
+    def test_grpo_generates_the_steps_completions_and_scores_by_beta(self):
+        plan = tr.translate(config(framework="hf_trainer", objective="grpo", completion_length=128,
+                                   gradient_accumulation_steps=4))
+        o = plan["objective"]
+        self.assertEqual((o["kind"], o["reference"]), ("grpo", "none"))  # beta 0 by default from TRL 0.19
+        self.assertEqual((o["prompt_length"], o["completion_length"], o["generation_rows"]), (384, 128, 8))
+        c = config(framework="hf_trainer", objective="grpo", reference_model="copy")
+        self.assertEqual(tr.translate(c)["objective"]["reference"], "copy")
+
+    def test_grpo_refusals_name_their_fields(self):
+        self.assertIn("training.generation_engine",
+                      refused(config(framework="hf_trainer", objective="grpo", generation_engine="vllm_colocate")))
+        self.assertIn("training.reward_model",
+                      refused(config(framework="hf_trainer", objective="grpo", reward_model="same_as_policy")))
+        self.assertIn("training.completion_length",
+                      refused(config(framework="hf_trainer", objective="grpo", completion_length=512)))
+        self.assertIn("training.framework", refused(config(objective="grpo")))
+
+
 class PeftTranslation(unittest.TestCase):
     def peft(self, **kw):
         p = {"method": "lora", "lora_rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.05,

@@ -53,6 +53,12 @@ MEMSIM_DEFAULTS = {
         "objective": "sft",
         "reference_model": "auto",
         "nll_alpha": 0.0,
+        "num_generations": 8,
+        "completion_length": 256,
+        "generation_engine": "hf_generate",
+        "gpu_memory_utilization": 0.3,
+        "vllm_sleep": False,
+        "reward_model": "none",
     },
     "peft": {
         "method": "none",
@@ -107,7 +113,7 @@ MEMSIM_DEFAULTS = {
                  "trl": "latest", "date": ""},
 }
 
-OBJECTIVES = ("sft", "dpo", "orpo", "simpo")
+OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "grpo")
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data", "versions")
 SCHEMAS = (1, 2)
 
@@ -684,7 +690,9 @@ def translate(item, steps=DEFAULT_STEPS):
     # --- objective: supervised, or DPO as TRL's DPOTrainer._compute_loss runs it at its newest release (the harness
     # runs the installed libraries, which memsim's latest stands for; docs/research/preference.md)
     objective = None
-    if _choice(errors, "training.objective", t["objective"], OBJECTIVES) and t["objective"] != "sft":
+    if t["objective"] == "grpo":
+        objective = _grpo_objective(t, pf, fw, errors)
+    elif _choice(errors, "training.objective", t["objective"], OBJECTIVES) and t["objective"] != "sft":
         ref = t["reference_model"]
         if ref == "auto":
             ref = "adapter_disabled" if pf.get("method", "none") != "none" else "copy"
@@ -962,6 +970,42 @@ def translate(item, steps=DEFAULT_STEPS):
     }
     plan["effective_model"]["head_dim"] = head_dim_of(eff)
     return plan
+
+
+def _grpo_objective(t, pf, fw, errors):
+    """GRPO as TRL's GRPOTrainer runs it at its newest release with use_vllm false (docs/research/grpo.md): one
+    model.generate of the step's micro_batch_size x gradient_accumulation_steps completions with a KV cache
+    (gradient checkpointing off around it, TRL 0.22+), the reference's no-grad scoring in chunks of the micro-batch,
+    then each micro-batch's forward with logits over the completion's tokens. The harness runs no vLLM and no reward
+    model: those are refused."""
+    ref = t["reference_model"]
+    if ref == "auto":
+        ref = "none"  # GRPOConfig.beta defaults to 0.0 from TRL 0.19
+    if ref not in ("copy", "adapter_disabled", "none"):
+        errors.append(("training.reference_model", f"{ref}: grpo takes copy, adapter_disabled or none (beta = 0)"))
+    if ref == "adapter_disabled" and pf.get("method", "none") == "none":
+        errors.append(("training.reference_model", "adapter_disabled needs a PEFT method"))
+    if fw != "hf_trainer":
+        errors.append(("training.framework", f"{fw}: GRPO runs TRL's GRPOTrainer on the HF Trainer; set hf_trainer"))
+    if t["generation_engine"] != "hf_generate":
+        errors.append(("training.generation_engine", f"{t['generation_engine']}: the harness generates with "
+                       "model.generate only (no vLLM on the calibration machine)"))
+    if t["reward_model"] != "none":
+        errors.append(("training.reward_model", "the harness scores with a rule (no reward model)"))
+    if t["loss"] != "auto":
+        errors.append(("training.loss", "with training.objective grpo the loss is TRL's log-probabilities: auto"))
+    c, s = t["completion_length"], t["sequence_length"]
+    if not isinstance(c, int) or not 1 <= c < s:
+        errors.append(("training.completion_length", f"must be from 1 to below sequence_length ({s}); got {c!r}"))
+    return {
+        "kind": "grpo", "reference": ref, "completion_length": c, "prompt_length": s - c if isinstance(c, int) else 0,
+        "generation_rows": t["micro_batch_size"] * t["gradient_accumulation_steps"],
+        # accelerate's convert_outputs_to_fp32 under the Trainer's bf16 (GRPOConfig sets it), outside DeepSpeed
+        "logits_fp32": True,
+        "how": "TRL GRPOTrainer (v1.9, use_vllm false): model.generate with a KV cache (gradient checkpointing off "
+               "around it), the reference under no_grad in chunks of the micro-batch, then logits_to_keep = "
+               "completion + 1, logits.div_(temperature), selective_log_softmax, the per-token loss",
+    }
 
 
 def try_translate(item, steps=DEFAULT_STEPS):
