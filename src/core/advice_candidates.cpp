@@ -275,16 +275,12 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
       add(G::SameJob, 1, "vllm_sleep", "vLLM sleep mode (vllm_enable_sleep_mode)",
           "the engine frees its weights and KV cache while the policy trains and reloads them to generate (TRL 0.23+)", c);
     }
-    Config c = base;
-    c.training.generation_engine = "vllm_server";
-    add(G::MoreHardware, 0, "vllm_server", "Generate on separate GPUs (trl vllm-serve)",
-        "more GPUs: a vLLM server on GPUs of its own, the training GPUs hold no engine", c);
   }
-  if (r.engine == GenerationEngine::HfGenerate) {
+  if (r.engine != GenerationEngine::VllmServer) {
     Config c = base;
     c.training.generation_engine = "vllm_server";
     add(G::MoreHardware, 0, "vllm_server", "Generate on separate GPUs (trl vllm-serve)",
-        "more GPUs: a vLLM server generates the completions, the training GPUs keep no KV cache", c);
+        "more GPUs: a vLLM server generates the completions, the training GPUs hold no engine or KV cache", c);
   }
 }
 

@@ -28,12 +28,18 @@ void StepBuilder::preference_labels() {
 int64_t reference_copy_bytes(const StepContext& ctx) {
   const PreferenceFlow p = resolve(ctx.config).preference;
   if (p.reference != ReferenceModel::Copy) return 0;
+  return frozen_model_bytes(ctx, p.reference_sharded, false);
+}
+
+// A frozen second model of the policy's architecture on this device: every base parameter (lm_head left out for a
+// classifier) in the policy's storage dtype, or its shard where the policy's parameters are sharded.
+int64_t frozen_model_bytes(const StepContext& ctx, bool sharded, bool without_lm_head) {
   const ShardPlan sp = shard_plan(ctx);
   int64_t bytes = 0;
   for_each_param(ctx, [&](const ParamTensor& t) {
-    if (t.kind == ParamKind::Adapter) return;
-    bytes = add(bytes, p.reference_sharded ? param_states(sp, ctx, t).weights
-                                           : param_storage_bytes(t, ctx.precision, ctx.config.peft, sp.adapter_bytes));
+    if (t.kind == ParamKind::Adapter || (without_lm_head && t.name.rfind("lm_head", 0) == 0)) return;
+    bytes = add(bytes, sharded ? param_states(sp, ctx, t).weights
+                               : param_storage_bytes(t, ctx.precision, ctx.config.peft, sp.adapter_bytes));
   });
   return bytes;
 }

@@ -75,15 +75,7 @@ void StepBuilder::alloc_engine() {
 // TRL 0.17 (T:681-686), accelerate's prepare_model(evaluation_mode=True) keeps it whole otherwise (T:353-355).
 int64_t reward_model_bytes(const StepContext& ctx) {
   if (!ctx.config.training.rollout() || !ctx.config.training.reward_model_on()) return 0;
-  const bool sharded = resolve(ctx.config).rollout.reward_sharded;
-  const ShardPlan sp = shard_plan(ctx);
-  int64_t bytes = 0;
-  for_each_param(ctx, [&](const ParamTensor& t) {
-    if (t.kind == ParamKind::Adapter || t.name.rfind("lm_head", 0) == 0) return;
-    bytes = add(bytes, sharded ? param_states(sp, ctx, t).weights
-                               : param_storage_bytes(t, ctx.precision, ctx.config.peft, sp.adapter_bytes));
-  });
-  return bytes;
+  return frozen_model_bytes(ctx, resolve(ctx.config).rollout.reward_sharded, true);
 }
 
 void StepBuilder::engine_wake(bool kv) {
@@ -306,14 +298,21 @@ void StepBuilder::hf_generate(int64_t rows) {
 
 // The training forward's head and loss (_get_per_token_logps with grad): logits over the completion's C + 1
 // positions, logits[:, :-1] / temperature, selective_log_softmax; the entropy metric under no_grad (v0.20+).
+StepBuilder::GrpoLogits StepBuilder::grpo_logits() const {
+  GrpoLogits g;
+  g.e = dims_.e;
+  g.el = resolved_.preference.logits_fp32 ? 4 : g.e;
+  g.C = resolved_.rollout.completion_tokens;
+  g.kept = mul(dims_.b, g.C + 1, dims_.V);
+  g.scored = mul(dims_.b, g.C, dims_.V);
+  return g;
+}
+
 void StepBuilder::grpo_loss_forward(std::vector<uint32_t>& saved) {
   rollout_labels();
   const RolloutFlow& r = resolved_.rollout;
-  const PreferenceFlow& p = resolved_.preference;
   const int32_t post = -1;
-  const int64_t e = dims_.e, el = p.logits_fp32 ? 4 : e;
-  const int64_t C = r.completion_tokens;
-  const int64_t kept = mul(dims_.b, C + 1, dims_.V), scored = mul(dims_.b, C, dims_.V);
+  const auto [e, el, C, kept, scored] = grpo_logits();
   uint32_t hd = head_dequant();
   uint32_t lg16 = el != e ? tmp(mul(e, kept), labels_.logits, post) : UINT32_MAX;
   drop_if(hd);
@@ -350,11 +349,8 @@ void StepBuilder::grpo_loss_forward(std::vector<uint32_t>& saved) {
 // division, the slice's zero-filled gradient of the C + 1 positions, the cast back from fp32, lm_head.
 uint32_t StepBuilder::grpo_loss_backward(std::vector<uint32_t>& saved) {
   const RolloutFlow& r = resolved_.rollout;
-  const PreferenceFlow& p = resolved_.preference;
   const int32_t post = -1;
-  const int64_t e = dims_.e, el = p.logits_fp32 ? 4 : e;
-  const int64_t C = r.completion_tokens;
-  const int64_t kept = mul(dims_.b, C + 1, dims_.V), scored = mul(dims_.b, C, dims_.V);
+  const auto [e, el, C, kept, scored] = grpo_logits();
   uint32_t grad;
   if (el == 4) {
     uint32_t g1 = tmp(mul(4, scored), labels_.loss_grad, post);  // gather's zero-filled scatter

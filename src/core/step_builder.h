@@ -373,6 +373,12 @@ class StepBuilder {
   bool reference_gathers() const;
   void score_pass(int64_t rows, bool gathers, bool reward = false);
   void hf_generate(int64_t rows);
+  // The training forward's logits (bytes per element as computed and as the loss reads them, the completion's
+  // tokens, the C + 1 positions kept and the C scored, times rows x vocabulary).
+  struct GrpoLogits {
+    int64_t e, el, C, kept, scored;
+  };
+  GrpoLogits grpo_logits() const;
   void grpo_loss_forward(std::vector<uint32_t>& saved);
   uint32_t grpo_loss_backward(std::vector<uint32_t>& saved);
   struct RolloutLabels {

@@ -72,6 +72,9 @@ HostStates host_state_bytes(const StepContext& ctx);
 // A preference objective's frozen reference copy on this device (preference_step.cpp), 0 without one; part of
 // model_state_bytes' weights.
 int64_t reference_copy_bytes(const StepContext& ctx);
+// A frozen model of the policy's architecture on this device (preference_step.cpp), whole or sharded as the policy's
+// parameters are; a classifier leaves lm_head out.
+int64_t frozen_model_bytes(const StepContext& ctx, bool sharded, bool without_lm_head);
 // GRPO's reward model (training.reward_model same_as_policy) on this device (rollout_step.cpp), 0 without one.
 int64_t reward_model_bytes(const StepContext& ctx);
 // GRPO's colocated vLLM engine on this device (rollout_step.cpp): what it claims (gpu_memory_utilization x the GPU's
