@@ -136,10 +136,8 @@ void StepBuilder::rollout(const std::string& when, int iter) {
   if (scores) program_.phase("scoring (" + when + ")");
   const int64_t mbs = cfg_.training.micro_batch_size;
   const int64_t chunks = std::min<int64_t>(rows / std::max<int64_t>(1, mbs), 2);  // the second stands for the rest
-  const bool gathers = shard_weights_ && shard_ranks_ > 1;
-  const bool policy_gathers = gathers;
-  if (r.policy_logps_pass)
-    for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, policy_gathers);
+  if (r.policy_logps_pass)  // the policy's own layers, all-gathered where they are sharded
+    for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, shard_weights_ && shard_ranks_ > 1);
   if (!r.reference_after_policy && reference_runs()) {
     if (r.reference_unchunked) score_pass(rows, reference_gathers());
     else for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, reference_gathers());
@@ -214,7 +212,8 @@ void StepBuilder::hf_generate(int64_t rows) {
   const uint32_t gather_label = !r.gathers_whole_model && shard_weights_ && shard_ranks_ > 1 ? rollout_labels_.gathered : UINT32_MAX;
   const int64_t e = dims_.e;
   // One token's logits: [rows, V] in the model's dtype (fp32 before 4.46), their fp32 copy in _sample, and the
-  // logits processors' fp32 scores, probabilities and a top-k/top-p sort's values and int64 indices.
+  // logits processors' fp32 scores, probabilities and a top-k/top-p sort's values and int64 indices
+  // (docs/research/grpo.md B.Q2: _sample's copy and the warpers' temporaries; its 1-byte masks are left out).
   // transformers < 4.42 kept the previous step's outputs, the prefill's logits among them, alive into the next step
   // (PR #30536: "2*past_KV + first_iteration_logits").
   uint32_t leaked = UINT32_MAX;
@@ -336,7 +335,8 @@ void StepBuilder::grpo_loss_forward(std::vector<uint32_t>& saved) {
   } else {
     for (int64_t row = 0; row < dims_.b; ++row) saved.push_back(act(mul(e, mul(C, dims_.V)), rollout_labels_.logps, post));
   }
-  if (r.entropy_rows > 0) {  // entropy_from_logits: log_softmax, exp and their product of one chunk
+  // entropy_from_logits (trl/trainer/utils.py, grpo.md A.5): a chunk's log_softmax, its exp and their product.
+  if (r.entropy_rows > 0) {
     const int64_t chunk = mul(el, r.entropy_rows, dims_.V);
     uint32_t a = tmp(chunk, rollout_labels_.entropy, post), b = tmp(chunk, rollout_labels_.entropy, post),
              c = tmp(chunk, rollout_labels_.entropy, post);

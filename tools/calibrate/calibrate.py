@@ -589,6 +589,8 @@ def _grpo_loss_fn(plan, model, torch):
         advantages = torch.randn(ids.shape[0], 1, device=ids.device)
         loss = -(torch.exp(logps - logps.detach()) * advantages)
         if ref_logps is not None:
+            # beta: GRPOConfig's default while a reference was the default (0.04 up to TRL 0.18); memory does not
+            # depend on it
             loss = loss + 0.04 * (torch.exp(ref_logps - logps) - (ref_logps - logps) - 1)
         return loss.mean(), None
     return f
