@@ -100,7 +100,8 @@ void activation_changes(const Config& base, const Resolved& rs, Adder& add) {
       c.training.gradient_accumulation_steps = t.gradient_accumulation_steps * t.micro_batch_size;
       add(G::SameJob, 1, "micro_batch_one",
           "Micro-batch 1, gradient accumulation " + count(c.training.gradient_accumulation_steps),
-          t.preference() ? "same global batch; one pair (its chosen and rejected sequences) per forward runs least efficiently"
+          t.preference() && t.goal() != Objective::Kto
+              ? "same global batch; one pair (its chosen and rejected sequences) per forward runs least efficiently"
                          : "same global batch; one sequence per matmul runs least efficiently" + bn_note, c);
     }
   }
@@ -235,7 +236,8 @@ void layout_changes(const Config& base, const Resolved& rs, Adder& add) {
 // is the reference without a second model.
 void preference_changes(const Config& base, const Resolved& rs, Adder& add) {
   const ReferenceModel ref = rs.preference.reference;
-  if (rs.preference.objective != Objective::Dpo || (ref != ReferenceModel::Copy && ref != ReferenceModel::AdapterDisabled)) return;
+  const Objective o = rs.preference.objective;
+  if ((o != Objective::Dpo && o != Objective::Kto) || (ref != ReferenceModel::Copy && ref != ReferenceModel::AdapterDisabled)) return;
   Config c = base;
   c.training.reference_model = "precomputed";
   add(G::SameJob, 0, "reference_precomputed", "Precompute the reference log-probabilities (precompute_ref_log_probs)",

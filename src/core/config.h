@@ -27,7 +27,7 @@ enum class LengthsSource { Fixed, MicroBatches, Samples, Unknown };  // data.len
 enum class Padding { Longest, MaxLength, None, Unknown };             // data.padding
 enum class TriState { Auto, True, False, Unknown };                  // auto / true / false switches
 enum class BackwardPrefetch { Pre, Post, None, Unknown };             // parallel.fsdp_backward_prefetch
-enum class Objective { Sft, Dpo, Orpo, Simpo, Grpo, Unknown };       // training.objective
+enum class Objective { Sft, Dpo, Orpo, Simpo, Grpo, Kto, Unknown };       // training.objective
 // training.reference_model: where a preference objective's reference log-probabilities come from.
 enum class ReferenceModel { Auto, Copy, AdapterDisabled, Precomputed, None, Unknown };
 // training.generation_engine: what generates GRPO's completions (rollout.h).
@@ -195,13 +195,13 @@ struct TrainingConfig {
   Objective goal() const {
     constexpr std::pair<std::string_view, Objective> kNames[] = {
         {"sft", Objective::Sft}, {"dpo", Objective::Dpo}, {"orpo", Objective::Orpo}, {"simpo", Objective::Simpo},
-        {"grpo", Objective::Grpo}};
+        {"grpo", Objective::Grpo}, {"kto", Objective::Kto}};
     return choice_of(objective, kNames);
   }
-  // The DPO family: pairs of chosen and rejected sequences (preference.h).
+  // The DPO family (pairs of chosen and rejected sequences) and KTO (unpaired, labelled rows): preference.h.
   bool preference() const {
     const Objective o = goal();
-    return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo;
+    return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo || o == Objective::Kto;
   }
   bool rollout() const { return goal() == Objective::Grpo; }
   bool reward_model_on() const { return reward_model == "same_as_policy"; }

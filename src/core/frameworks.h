@@ -227,7 +227,7 @@ struct Resolved {
   int64_t unsloth_logits_max_tokens = 0;  // a micro-batch of at most this many tokens takes UnslothLogits instead
   int64_t unsloth_ce_target_bytes = int64_t{4} << 30;  // UnslothFusedCe: the fp32 logits a chunk aims at (get_chunk_size)
   std::string unsloth_note;               // the rules above with their sources, for the result's notes
-  PreferenceFlow preference;              // training.objective dpo, orpo, simpo (preference.h); objective Sft otherwise
+  PreferenceFlow preference;              // training.objective dpo, orpo, simpo, kto (preference.h); objective Sft otherwise
   RolloutFlow rollout;                    // training.objective grpo (rollout.h); inactive otherwise
   std::array<Origin, kSwitchCount> origin;
   StackVersions versions;

@@ -9,6 +9,49 @@ namespace memsim {
 
 namespace {
 constexpr Version V(int major, int minor, int patch = 0) { return {major, minor, patch}; }
+
+// TRL's KTOTrainer (trl/trainer/kto_trainer.py v0.8-v0.26, trl/experimental/kto/ v0.27-v1.8, trl/trainer/ again
+// from v1.9; quotes in docs/research/preference.md 1f and 5). Every version: unpaired rows (no concatenation), and
+// with calculate_KL (loss_type "kto", the default) a no-grad forward of the KL batch before each model's forward of
+// the batch; the policy first, then the reference on both batches under no_grad.
+PreferenceFlow resolve_kto(PreferenceFlow p, const StackVersions& v, bool logits_fp32, bool outputs_to_fp32, bool deepspeed) {
+  const Library trl = Library::Trl;
+  p.paired = false;
+  p.kl_pass = true;
+  // get_batch_logps: gather(logits[:, :-1, :].log_softmax(-1)) before v0.15 (a contiguous copy of the slice first,
+  // aten SoftMax.cu), selective_log_softmax from v0.15.
+  const bool selective = v.at_least(trl, V(0, 15));
+  p.logps = selective ? Logps::Selective : Logps::FullLogSoftmax;
+  p.slice_copy = !selective;
+  // v0.8-v0.16 forward(): `with torch.no_grad(): KL_logits = model(...).logits` is a local of the same function as the
+  // batch's forward, so it lives until forward() returns; v0.17 moved it into _compute_kl_logps.
+  p.kl_logits_held = v.below(trl, V(0, 17));
+  // forward() returns `chosen_logits = completion_logits[chosen_idx, ...]` (advanced indexing, later index_select: copies),
+  // kept to the end of get_batch_loss_metrics for its logits/chosen metric; the reference's own call of forward()
+  // (v0.8-v1.5) makes them too and drops them with the tuple. v1.6 inlined the reference (_compute_loss) and keeps
+  // `outputs` and `ref_outputs` as locals to its end; v1.6 made `.contiguous()` shift copies (gone in v1.7); v1.8
+  // added entropy_from_logits(shift_logits.detach()); v1.9 takes the copies after the entropy, from shift_logits.
+  p.label_copies = v.at_least(trl, V(1, 9)) ? LabelCopies::AfterReference : LabelCopies::BeforeReference;
+  p.reference_label_copies = v.below(trl, V(1, 6));
+  p.logits_live_through_reference = v.at_least(trl, V(1, 6));
+  p.reference_logits_kept = p.logits_live_through_reference && p.reference != ReferenceModel::Precomputed;
+  p.shift_copy_kept = v.at_least(trl, V(1, 6)) && v.below(trl, V(1, 7));
+  p.entropy_copy = v.at_least(trl, V(1, 8));
+  p.logits_fp32 = logits_fp32;
+  p.outputs_to_fp32 = outputs_to_fp32;
+  // The copy: prepare_deepspeed in every version; prepare_fsdp from v1.3 (accelerate's evaluation-mode prepare,
+  // whole, before).
+  p.reference_sharded = deepspeed || v.at_least(trl, V(1, 3));
+  p.note = describe_version(v, trl) + " KTOTrainer: " + (selective ? "selective_log_softmax per row" : "the whole log_softmax(-1) saved") +
+           "; a no-grad forward of the KL batch before each model's forward" +
+           (p.kl_logits_held ? ", its logits kept through the batch's forward" : "") +
+           (p.label_copies == LabelCopies::AfterReference ? "; copies of the logits' desirable and undesirable rows after the loss"
+                                                          : "; copies of the logits' desirable and undesirable rows kept through the reference") +
+           (p.logits_live_through_reference ? "; the policy's and the reference's logits kept to the end of the loss" : "") +
+           (p.entropy_copy ? "; the entropy metric copies the policy's logits" : "") +
+           (logits_fp32 ? "; fp32 logits" : "");
+  return p;
+}
 }  // namespace
 
 ReferenceModel auto_reference(const Config& c, const StackVersions& v) {
@@ -40,6 +83,7 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
     p.reference_sharded = deepspeed || v.at_least(trl, V(0, 18));
     return p;
   }
+  if (p.objective == Objective::Kto) return resolve_kto(p, v, model_upcasts || accelerate_upcasts, accelerate_upcasts, deepspeed);
   p.nll = p.objective == Objective::Orpo || c.training.nll_alpha > 0;
   if (f.torchtune_recipes) {
     // torchtune recipes/lora_dpo_single_device.py (v0.3+): logits = self._model(...) with the output's .float();

@@ -1,4 +1,4 @@
-// Preference objectives (training.objective dpo, orpo, simpo): what TRL's trainers and torchtune's DPO recipes keep of
+// Preference objectives (training.objective dpo, orpo, simpo, kto): what TRL's trainers and torchtune's DPO recipes keep of
 // the logits, and the reference model, resolved from the config and the versions. The step's side is
 // preference_step.cpp. Sources: docs/research/preference.md (huggingface/trl and pytorch/torchtune at the tags named).
 #pragma once
@@ -19,6 +19,11 @@ enum class Logps {
                    // log-softmax
 };
 
+// KTO's copies of the logits' desirable and undesirable rows (index_select for the logits/chosen and logits/rejected
+// metrics): none, made after the policy's log-probabilities and alive through the reference (TRL 0.8-1.8), or made
+// after the reference and the entropy metric (1.9+).
+enum class LabelCopies { None, BeforeReference, AfterReference };
+
 struct PreferenceFlow {
   Objective objective = Objective::Sft;
   ReferenceModel reference = ReferenceModel::None;  // resolved: never Auto
@@ -36,6 +41,13 @@ struct PreferenceFlow {
   bool hidden_states_returned = false;  // TRL 0.19-0.28: output_hidden_states=True, every layer's output kept
                                         // until concatenated_forward returns
   bool reference_sharded = false; // the copy is sharded wherever the policy's parameters are (ShardPlan::shard_weights)
+  // KTO (KTOTrainer): micro_batch_size unpaired rows, not pairs; each model also runs a no-grad forward over the KL
+  // batch (every prompt with another row's completion) before its forward of the batch.
+  bool paired = true;             // chosen and rejected concatenated: twice the rows (not KTO)
+  bool kl_pass = false;           // calculate_KL (the default loss_type kto): the KL batch's no-grad forwards
+  bool kl_logits_held = false;    // TRL 0.8-0.16: forward() keeps the KL batch's logits through the batch's forward
+  LabelCopies label_copies = LabelCopies::None;
+  bool reference_label_copies = false;  // TRL 0.8-1.5: the reference's forward() makes (and drops) its own copies
   std::string note;               // the rules above with their versions, for the result's notes
 };
 

@@ -1,6 +1,6 @@
-// A preference objective's step (training.objective dpo, orpo, simpo; preference.h resolves the flow): the policy's
+// A preference objective's step (training.objective dpo, orpo, simpo, kto; preference.h resolves the flow): the policy's
 // log-probabilities over the whole vocabulary for 2 x micro_batch_size rows (chosen and rejected concatenated, one
-// forward), the chosen half's cross-entropy, the reference model's forward under no_grad on top of the policy's saved
+// forward; KTO: micro_batch_size unpaired rows, after a no-grad forward of its KL batch), the chosen half's cross-entropy, the reference model's forward under no_grad on top of the policy's saved
 // activations, and the backward of the log-probabilities down to the final norm. TRL's trainers run the policy first
 // and the reference after it in every version (dpo_trainer.py get_batch_loss_metrics / _compute_loss; torchtune's
 // recipes likewise), so the reference's logits meet the policy's saved graph; what else is alive then is the
@@ -90,6 +90,12 @@ void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
       else for (int64_t r = 0; r < dims_.b; ++r) saved.push_back(act(mul(el, row), pref_labels_.logps, post));
       break;
   }
+  // KTO 0.8-1.8: forward() (later _compute_loss) copies the logits' desirable and undesirable rows for its metrics,
+  // kept to the end of the loss.
+  if (p.label_copies == LabelCopies::BeforeReference) {
+    kto_labels();
+    pref_until_loss_.push_back(tmp(mul(el, tv), kto_labels_.label_copies, post));
+  }
   // The chosen half's cross-entropy (ORPO, nll_alpha, TRL 0.9-0.11): logits[:B][..., :-1, :].contiguous(), then
   // cross_entropy saves its log-softmax of half the rows.
   if (p.nll) {
@@ -113,45 +119,70 @@ void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
   }
 }
 
-// The reference's forward under no_grad, after the policy's: every layer's tensors are temporaries, its logits and
-// log-probabilities go once the small per-sequence log-probabilities exist (unless the flow keeps its logits). Then
-// what the loss function held through it goes.
+// One frozen forward under no_grad and its log-probabilities (the reference's; KTO's KL batch): every layer's
+// tensors are temporaries, the log-probabilities' temporaries go once the small per-sequence log-probabilities exist.
+// Returns the logits, for the caller to keep or drop before end_no_grad(pass). `gather_label`: each unit's
+// all-gathered parameters (UINT32_MAX: none).
+uint32_t StepBuilder::logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label) {
+  const PreferenceFlow& p = resolved_.preference;
+  const int32_t post = -1;
+  const int64_t tv = mul(dims_.T, dims_.V), e = dims_.e;
+  const int64_t el = p.logits_fp32 ? 4 : e;
+  std::vector<uint32_t> hidden;  // output_hidden_states: each layer's input stays with the outputs
+  std::vector<uint32_t> norm;
+  pass = begin_no_grad(gather_label);
+  uint32_t g = no_grad_trunk(pass, p.hidden_states_returned ? &hidden : nullptr, norm, nullptr);
+  uint32_t hd = head_dequant();
+  uint32_t lg16 = el != e ? tmp(mul(e, tv), logits_label, post) : UINT32_MAX;
+  drop_if(hd);
+  for (uint32_t t : norm) drop(t);
+  drop_if(g);
+  uint32_t logits = tmp(mul(el, tv), logits_label, post);
+  drop_if(lg16);
+  if (p.hidden_states_returned && p.outputs_to_fp32)  // the wrapper's fp32 copies of the returned hidden states
+    for (int64_t l = 0; l <= shape_.num_layers; ++l) hidden.push_back(tmp(mul(4, dims_.Tn, dims_.h), labels_.residual, post));
+  uint32_t shift = p.shift_copy_kept ? tmp(mul(el, tv), pref_labels_.copy, post) : UINT32_MAX;
+  if (p.logps == Logps::FullLogSoftmax) {
+    uint32_t copy = p.slice_copy ? tmp(mul(el, tv), pref_labels_.copy, post)
+                    : p.scaled_copy ? tmp(mul(4, tv), pref_labels_.copy, post) : UINT32_MAX;
+    uint32_t ls = tmp(mul(p.scaled_copy ? 4 : el, tv), pref_labels_.logps, post);
+    drop_if(copy);
+    drop(ls);
+  } else {
+    drop(tmp(mul(el, mul(dims_.s, dims_.V)), pref_labels_.logps, post));  // one row at a time
+  }
+  drop_if(shift);
+  for (uint32_t t : hidden) drop(t);
+  return logits;
+}
+
+// The reference's forward under no_grad, after the policy's (for KTO its KL batch's first). Then what the loss
+// function held through it goes.
 void StepBuilder::reference_forward(const std::string& phase) {
   const PreferenceFlow& p = resolved_.preference;
+  drop_if(kl_logits_);  // KTO 0.8-0.16: forward() returned, and the policy's KL logits with it
+  kl_logits_ = UINT32_MAX;
   const bool runs = p.reference == ReferenceModel::Copy || p.reference == ReferenceModel::AdapterDisabled;
+  const int64_t el = p.logits_fp32 ? 4 : dims_.e;
   if (runs) {
     program_.phase(phase);
-    const int32_t post = -1;
-    const int64_t tv = mul(dims_.T, dims_.V), e = dims_.e;
-    const int64_t el = p.logits_fp32 ? 4 : e;
     // ZeRO-3 / FSDP all-gather each layer of a sharded reference (or of the policy, for adapter_disabled) for its
     // forward and free it after; a replicated copy has its weights already.
     const bool gathers = (p.reference != ReferenceModel::Copy || p.reference_sharded) && shard_weights_ && shard_ranks_ > 1;
-    std::vector<uint32_t> hidden;  // output_hidden_states: each layer's input stays with the outputs
-    std::vector<uint32_t> norm;
-    NoGradPass pass = begin_no_grad(gathers ? pref_labels_.ref_gathered : UINT32_MAX);
-    uint32_t g = no_grad_trunk(pass, p.hidden_states_returned ? &hidden : nullptr, norm, nullptr);
-    uint32_t hd = head_dequant();
-    uint32_t lg16 = el != e ? tmp(mul(e, tv), pref_labels_.ref_logits, post) : UINT32_MAX;
-    drop_if(hd);
-    for (uint32_t t : norm) drop(t);
-    drop_if(g);
-    uint32_t logits = tmp(mul(el, tv), pref_labels_.ref_logits, post);
-    drop_if(lg16);
-    if (p.hidden_states_returned && p.outputs_to_fp32)  // the wrapper's fp32 copies of the returned hidden states
-      for (int64_t l = 0; l <= shape_.num_layers; ++l) hidden.push_back(tmp(mul(4, dims_.Tn, dims_.h), labels_.residual, post));
-    uint32_t shift = p.shift_copy_kept ? tmp(mul(el, tv), pref_labels_.copy, post) : UINT32_MAX;
-    if (p.logps == Logps::FullLogSoftmax) {
-      uint32_t copy = p.slice_copy ? tmp(mul(el, tv), pref_labels_.copy, post)
-                      : p.scaled_copy ? tmp(mul(4, tv), pref_labels_.copy, post) : UINT32_MAX;
-      uint32_t ls = tmp(mul(p.scaled_copy ? 4 : el, tv), pref_labels_.logps, post);
-      drop_if(copy);
-      drop(ls);
-    } else {
-      drop(tmp(mul(el, mul(dims_.s, dims_.V)), pref_labels_.logps, post));  // one row at a time
+    const uint32_t gather_label = gathers ? pref_labels_.ref_gathered : UINT32_MAX;
+    uint32_t kl = UINT32_MAX;  // KTO: the reference's KL batch first; before 0.17 its logits live through the batch's
+    if (p.kl_pass) {
+      kto_labels();
+      NoGradPass kp;
+      kl = logps_pass(kp, gather_label, kto_labels_.kl_logits);
+      if (!p.kl_logits_held) drop(kl), kl = UINT32_MAX;
+      end_no_grad(kp);
     }
-    drop_if(shift);
-    for (uint32_t t : hidden) drop(t);
+    NoGradPass pass;
+    uint32_t logits = logps_pass(pass, gather_label, pref_labels_.ref_logits);
+    // KTO before 1.6: the reference's forward() also returns copies of the labelled rows, dropped with the tuple.
+    if (p.reference_label_copies) drop(tmp(mul(el, mul(dims_.T, dims_.V)), kto_labels_.label_copies, -1));
+    drop_if(kl);
     // torchtune's LoRA recipes never delete the reference's logits: they live to the micro-batch's backward. TRL
     // 0.29+ keeps ref_outputs to the end of _compute_loss.
     if (p.reference_logits_kept && resolved_.framework->torchtune_recipes) held_logits_ = logits;
@@ -161,12 +192,35 @@ void StepBuilder::reference_forward(const std::string& phase) {
   }
   // The entropy metric's flattened copy of the policy's logits, after the loss (in the pass before it: a phase of its
   // own, two events wide, would take the timeline's label from the backward).
-  if (p.entropy_copy) {
-    const int64_t el = p.logits_fp32 ? 4 : dims_.e;
-    drop(tmp(mul(el, mul(dims_.T, dims_.V)), pref_labels_.entropy, -1));
+  if (p.entropy_copy) drop(tmp(mul(el, mul(dims_.T, dims_.V)), pref_labels_.entropy, -1));
+  // KTO 1.9+: the labelled rows' copies of the (shifted) logits for the metrics, after the entropy.
+  if (p.label_copies == LabelCopies::AfterReference) {
+    kto_labels();
+    drop(tmp(mul(el, mul(dims_.T, dims_.V)), kto_labels_.label_copies, -1));
   }
   for (uint32_t t : pref_until_loss_) drop(t);
   pref_until_loss_.clear();
+}
+
+void StepBuilder::kto_labels() {
+  if (kto_labels_.kl_logits != UINT32_MAX) return;
+  kto_labels_.kl_logits = program_.label("KL batch logits (no grad)");
+  kto_labels_.kl_gathered = program_.label("KL batch forward: layer's gathered parameters");
+  kto_labels_.label_copies = program_.label("logits copies of the desirable and undesirable rows (metrics)");
+}
+
+// KTO's KL batch through the policy under no_grad, before the batch's forward (KTOTrainer forward() before 0.17,
+// _compute_kl_logps after): each prompt with another row's completion, micro_batch_size rows. ZeRO-3 / FSDP gather
+// the policy's units as for any forward.
+void StepBuilder::kl_forward() {
+  preference_labels();
+  kto_labels();
+  const bool gathers = shard_weights_ && shard_ranks_ > 1;
+  NoGradPass pass;
+  uint32_t logits = logps_pass(pass, gathers ? kto_labels_.kl_gathered : UINT32_MAX, kto_labels_.kl_logits);
+  if (resolved_.preference.kl_logits_held) kl_logits_ = logits;
+  else drop(logits);
+  end_no_grad(pass);
 }
 
 // A frozen model's forward under no_grad (the reference's, generate's prefill, GRPO's scoring passes): an autocast

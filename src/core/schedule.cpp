@@ -35,12 +35,19 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     const size_t open = phase.find('(');
     rollout(open == std::string::npos ? phase : phase.substr(open + 1, phase.size() - open - 2), iter_);
   }
-  program_.phase(std::move(phase));
+  // KTO: the KL batch through the policy under no_grad before the batch's forward (preference_step.cpp).
+  const bool kl = f.pre && f.post && f.owns_inputs && preference() && resolved_.preference.kl_pass &&
+                  !cfg_.model.is_encoder_decoder && !shape_.program;
+  program_.phase(kl ? "KL " + phase : phase);
   reuse(f);
   if (run_shapes_ && f.owns_inputs) use_shape((*run_shapes_)[next_shape_++]);
   f.dims = dims_;
   if (cfg_.model.is_encoder_decoder) return forward_encdec(f);
   if (shape_.program) return forward_program(f);
+  if (kl) {
+    kl_forward();
+    program_.phase(phase);
+  }
   f.casts.assign(static_cast<size_t>(shape_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
   casts_.swap(f.casts);
   const int64_t first = f.first, end = f.end;

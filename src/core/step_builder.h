@@ -350,16 +350,16 @@ class StepBuilder {
                          uint32_t& enc_out_grad);
   void t5_head_forward(uint32_t res, std::vector<uint32_t>& saved, std::vector<uint32_t>& transient);
   uint32_t t5_head_backward(std::vector<uint32_t>& saved);
-  // preference_step.cpp: training.objective dpo, orpo, simpo (Resolved::preference).
+  // preference_step.cpp: training.objective dpo, orpo, simpo, kto (Resolved::preference).
   void preference_labels();
   void alloc_reference_weights();
   void preference_loss_forward(std::vector<uint32_t>& saved);
   void reference_forward(const std::string& phase);
   uint32_t preference_loss_backward(std::vector<uint32_t>& saved);
-  // The DPO family's pairs (dpo, orpo, simpo); GRPO has a flow of its own (rollout_step.cpp).
+  // The DPO family's pairs (dpo, orpo, simpo) and KTO's unpaired rows; GRPO has a flow of its own (rollout_step.cpp).
   bool preference() const {
     const Objective o = resolved_.preference.objective;
-    return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo;
+    return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo || o == Objective::Kto;
   }
   // rollout_step.cpp: training.objective grpo (Resolved::rollout).
   bool grpo() const { return resolved_.rollout.active; }
@@ -407,6 +407,16 @@ class StepBuilder {
   };
   PreferenceLabels pref_labels_;            // made on first use, so that other programs' labels are unchanged
   std::vector<uint32_t> pref_until_loss_;   // what the loss function holds through the reference forward
+  // KTO (preference_step.cpp): the KL batch's no-grad forwards and the copies of the logits' labelled rows.
+  struct KtoLabels {
+    uint32_t kl_logits = UINT32_MAX, kl_gathered = UINT32_MAX, label_copies = UINT32_MAX;
+  };
+  KtoLabels kto_labels_;                    // made on first use, like pref_labels_
+  uint32_t kl_logits_ = UINT32_MAX;         // the policy's KL logits while forward() holds them (TRL 0.8-0.16)
+  void kto_labels();
+  uint32_t logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label);
+  void kl_forward();
+  void label_copies();
   // transformers' loss paths that shift a contiguous copy of the logits (LossImpl HfShiftFp32, HfFp32Logits, HfShift).
   void hf_shifted_loss_forward(std::vector<uint32_t>& saved);
   // transformers' 4-D attention mask (Resolved::mask, docs/versions.md 5 and 6b).

@@ -67,8 +67,8 @@ ParamStates StepBuilder::states_of(const ParamTensor& t) const {
 // (Korthikanti et al. 2022 sec. 4.2.2).
 void StepBuilder::use_shape(const MicroBatchShape& shape) {
   // A preference objective runs each pair's chosen and rejected sequences in one forward: twice the rows, or, with
-  // the rows flattened (padding none: TRL's padding_free), twice the tokens of the one row.
-  const bool pairs = preference();
+  // the rows flattened (padding none: TRL's padding_free), twice the tokens of the one row. KTO's rows are unpaired.
+  const bool pairs = preference() && resolved_.preference.paired;
   const bool flat = pairs && cfg_.data.varies() && cfg_.data.pad() == Padding::None;
   dims_.b = pairs && !flat ? mul(2, shape.sequences) : shape.sequences;
   dims_.s = (mul(flat ? 2 : 1, shape.tokens) + virtual_tokens(cfg_.peft)) / cfg_.parallel.context_parallel_size;

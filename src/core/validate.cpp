@@ -351,6 +351,28 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
                                             describe_version(v, Library::Trl) + " set training.vllm_sleep false"});
 }
 
+// KTO as TRL's KTOTrainer runs it (preference.cpp resolve_kto): from v0.8, where it arrived; calculate_KL's check of
+// the per-device batch (v0.11+: "Actual (not effective) batch size must be > 1"); padded batches (its collators pad
+// every row; there is no padding-free path); no NLL term.
+void validate_kto(const Config& c, std::vector<FieldError>& e) {
+  const auto& t = c.training;
+  if (t.nll_alpha > 0)
+    e.push_back({"training.nll_alpha", "training.objective kto has no NLL term: training.nll_alpha must be 0"});
+  if (c.data.varies() && c.data.pad() == Padding::None)
+    e.push_back({"data.padding", "training.objective kto pads each batch (KTOTrainer has no padding-free path): "
+                                 "data.padding must be longest or max_length"});
+  std::vector<FieldError> version_errors;
+  validate_versions(c.versions, version_errors);
+  if (!version_errors.empty()) return;  // reported by validate()
+  const StackVersions v = stack_versions(c.versions);
+  if (v.below(Library::Trl, Version{0, 8, 0}))
+    e.push_back({"versions.trl", "training.objective kto: KTOTrainer arrived in TRL 0.8; got " + describe_version(v, Library::Trl)});
+  if (t.micro_batch_size < 2 && v.at_least(Library::Trl, Version{0, 11, 0}))
+    e.push_back({"training.micro_batch_size", "training.objective kto estimates its KL term from the other rows of each "
+                                              "micro-batch: KTOTrainer requires micro_batch_size (per_device_train_batch_size) "
+                                              "of at least 2"});
+}
+
 // Preference objectives (preference.h) as memsim models them: TRL's trainers over the HF Trainer, or torchtune's
 // DPO recipes, on a decoder-only causal LM without a pipeline. Each refusal says what is modelled.
 void validate_preference(const Config& c, std::vector<FieldError>& e) {
@@ -372,6 +394,9 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
                                              "use sft for this model"});
   if (o == Objective::Grpo && t.framework != "hf_trainer")
     e.push_back({"training.framework", obj + " is modelled as TRL's GRPOTrainer runs it (hf_trainer); got " + t.framework});
+  else if (o == Objective::Kto && t.framework != "hf_trainer")
+    e.push_back({"training.framework", obj + " is modelled as TRL's KTOTrainer runs it (hf_trainer; torchtune has no KTO "
+                                             "recipe); got " + t.framework});
   else if (t.framework != "hf_trainer" && t.framework != "torchtune")
     e.push_back({"training.framework", obj + " is modelled as TRL's trainers run it (hf_trainer) and torchtune's DPO "
                                              "recipes (torchtune); got " + t.framework});
@@ -385,10 +410,12 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
     e.push_back({"training.activation_offload", obj + ": activation offload is not modelled with a preference objective"});
   const ReferenceModel r = t.reference();
   if (o == Objective::Grpo) return validate_rollout(c, e);
-  if (o == Objective::Dpo && r == ReferenceModel::None)
-    e.push_back({"training.reference_model", "training.objective dpo needs reference log-probabilities: auto, copy, "
+  const bool referenced = o == Objective::Dpo || o == Objective::Kto;
+  if (referenced && r == ReferenceModel::None)
+    e.push_back({"training.reference_model", obj + " needs reference log-probabilities: auto, copy, "
                                              "adapter_disabled or precomputed (orpo and simpo are reference-free)"});
-  if (o != Objective::Dpo && r != ReferenceModel::Auto && r != ReferenceModel::None && r != ReferenceModel::Unknown)
+  if (o == Objective::Kto) validate_kto(c, e);
+  if (!referenced && r != ReferenceModel::Auto && r != ReferenceModel::None && r != ReferenceModel::Unknown)
     e.push_back({"training.reference_model", obj + " has no reference model: training.reference_model must be auto or none"});
   if (r == ReferenceModel::AdapterDisabled && !c.peft.enabled())
     e.push_back({"training.reference_model", "training.reference_model adapter_disabled needs a PEFT method (the "

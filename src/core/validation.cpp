@@ -259,7 +259,7 @@ std::string validation_markdown(const ValidationSummary& s) {
                 s.program_counted, 100 * s.program_median_abs_error);
   md += buf;
   std::snprintf(buf, sizeof buf,
-                "**Summary, preference objectives** (training.objective dpo, orpo, simpo; single and several GPUs): "
+                "**Summary, preference objectives** (training.objective dpo, orpo, simpo, kto; single and several GPUs): "
                 "%d high- and medium-confidence cases counted; median absolute error %.1f%%.\n\n",
                 s.preference_counted, 100 * s.preference_median_abs_error);
   md += buf;

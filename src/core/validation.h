@@ -61,7 +61,7 @@ struct ValidationSummary {
   // families beyond decoder LLMs, reported apart.
   int program_counted = 0;
   double program_median_abs_error = 0;
-  // The counted cases (single and several GPUs) of preference objectives (training.objective dpo, orpo, simpo).
+  // The counted cases (single and several GPUs) of preference objectives (training.objective dpo, orpo, simpo, kto).
   int preference_counted = 0;
   double preference_median_abs_error = 0;
   int multi_counted = 0;

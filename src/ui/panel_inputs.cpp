@@ -121,8 +121,9 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     if (t.preference() || t.rollout()) {
       // ReferenceModel's order is choices.h kReferenceModel's.
       const std::string auto_ref(memsim::choice::kReferenceModel[static_cast<size_t>(auto_reference(c, stack_versions(c.versions)))]);
-      if (t.goal() == Objective::Dpo || t.rollout()) changed |= choice_combo("training.reference_model", t.reference_model, auto_ref.c_str());
-      if (t.preference()) changed |= double_input("training.nll_alpha", t.nll_alpha);
+      if (t.goal() == Objective::Dpo || t.goal() == Objective::Kto || t.rollout())
+        changed |= choice_combo("training.reference_model", t.reference_model, auto_ref.c_str());
+      if (t.preference() && t.goal() != Objective::Kto) changed |= double_input("training.nll_alpha", t.nll_alpha);
     }
     // GRPO's rollouts: what generates them, how many and how long.
     if (t.rollout()) {

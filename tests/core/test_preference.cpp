@@ -1,4 +1,4 @@
-// Preference objectives (training.objective dpo, orpo, simpo; src/core/preference.cpp and preference_step.cpp,
+// Preference objectives (training.objective dpo, orpo, simpo, kto; src/core/preference.cpp and preference_step.cpp,
 // docs/research/preference.md): the pair's rows, the log-probabilities each TRL version keeps, the reference model
 // and its forward, and the refusals.
 #include <catch2/catch.hpp>
@@ -46,12 +46,18 @@ std::vector<int64_t> allocations(const StepProgram& p, const std::string& prefix
   return out;
 }
 
-// The sum of what the layers (not the embeddings, head or loss) save for backward over the step.
-int64_t layer_activation_bytes(const StepProgram& p) {
+// The sum of what the layers (not the embeddings, head or loss) save for backward over the step, leaving out the
+// phases whose names start with `skip` (KTO's no-grad KL forwards).
+int64_t layer_activation_bytes(const StepProgram& p, const std::string& skip = "") {
   int64_t sum = 0;
-  for (const Event& e : p.events) {
+  size_t phase = 0;
+  bool skipped = false;
+  for (uint32_t i = 0; i < p.events.size(); ++i) {
+    while (phase < p.phases.size() && p.phases[phase].first_event <= i)
+      skipped = !skip.empty() && p.phases[phase].name.rfind(skip, 0) == 0, ++phase;
+    const Event& e = p.events[i];
     const Tensor& t = p.tensors[e.tensor];
-    if (e.op == Event::Op::Alloc && t.component == Component::Activations && t.layer >= 0) sum += t.bytes;
+    if (!skipped && e.op == Event::Op::Alloc && t.component == Component::Activations && t.layer >= 0) sum += t.bytes;
   }
   return sum;
 }
@@ -253,7 +259,7 @@ TEST_CASE("preference objectives refuse what is not modelled, one line naming th
   c.training.loss = "fused_linear";
   CHECK(first_error(c) == "training.loss");
   c = dpo_config();
-  c.training.objective = "kto";
+  c.training.objective = "ppo";
   CHECK(first_error(c) == "training.objective");
   c = dpo_config();
   c.model.architecture = "vit";
@@ -261,4 +267,85 @@ TEST_CASE("preference objectives refuse what is not modelled, one line naming th
   c = single_gpu_config("qwen2.5-0.5b.json");
   c.training.reference_model = "copy";  // sft
   CHECK(first_error(c) == "training.reference_model");
+}
+
+// KTO (TRL's KTOTrainer; preference.cpp resolve_kto, docs/research/preference.md 1f and 5).
+TEST_CASE("kto runs micro_batch_size unpaired rows and a no-grad forward of the KL batch before each model's") {
+  Config kto = dpo_config("latest", 4);
+  kto.training.objective = "kto";
+  kto.training.reference_model = "precomputed";
+  Config sft = single_gpu_config("qwen2.5-0.5b.json", 4, 512);
+  CHECK(layer_activation_bytes(run(kto).program, "KL ") == layer_activation_bytes(run(sft).program));
+  CHECK(layer_activation_bytes(run(kto).program) > layer_activation_bytes(run(sft).program));
+  const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;  // 4 rows, fp32 under the Trainer's bf16 (accelerate)
+  // Each pass's bf16 logits, then accelerate's fp32 copy of them.
+  auto passes = [&](size_t n) {
+    std::vector<int64_t> v;
+    for (size_t i = 0; i < n; ++i) v.push_back(fp32_logits / 2), v.push_back(fp32_logits);
+    return v;
+  };
+  // Precomputed reference log-probabilities (ref_KL_logps too): only the policy's KL forward, once per micro-batch.
+  CHECK(allocations(run(kto).program, "KL batch logits") == passes(2));
+  kto.training.reference_model = "auto";  // a copy without PEFT: its KL forward and its forward of the batch
+  const DeviceResult d = run(kto);
+  CHECK(allocations(d.program, "KL batch logits") == passes(4));
+  CHECK(allocations(d.program, "reference logits") == passes(2));
+  const PhaseBytes kl = phase_bytes(d, "KL forward (step 2)");
+  CHECK(kl.peak >= kl.start + fp32_logits);
+}
+
+TEST_CASE("kto before TRL 0.17 keeps the KL batch's logits through the batch's forward") {
+  Config c = dpo_config("0.16", 4);
+  c.training.objective = "kto";
+  c.peft.method = "lora";
+  const PhaseBytes held = phase_bytes(run(c), "forward (step 2)");
+  c.versions.trl = "0.17";
+  const PhaseBytes freed = phase_bytes(run(c), "forward (step 2)");
+  const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;
+  CHECK(held.start - freed.start >= fp32_logits);
+  CHECK(held.start - freed.start <= fp32_logits + (int64_t{2} << 20));  // the allocator's 2 MiB rounding
+}
+
+TEST_CASE("kto copies the logits' labelled rows for its metrics: before the reference up to TRL 1.8, after from 1.9") {
+  Config c = dpo_config("1.5", 4);
+  c.training.objective = "kto";
+  const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;
+  // 1.5: the policy's copies and the reference's own (its forward() call makes them too), per micro-batch.
+  CHECK(allocations(run(c).program, "logits copies of the desirable") == std::vector<int64_t>(4, fp32_logits));
+  c.versions.trl = "1.8";
+  const DeviceResult before = run(c);
+  CHECK(allocations(before.program, "logits copies of the desirable") == std::vector<int64_t>(2, fp32_logits));
+  CHECK(allocations(before.program, "entropy metric") == std::vector<int64_t>(2, fp32_logits));
+  // Kept through the reference forward, the policy's copies raise what it starts from.
+  c.versions.trl = "latest";
+  const DeviceResult after = run(c);
+  CHECK(allocations(after.program, "logits copies of the desirable") == std::vector<int64_t>(2, fp32_logits));
+  const int64_t held = phase_bytes(before, "reference forward (step 2)").start - phase_bytes(after, "reference forward (step 2)").start;
+  CHECK(held >= fp32_logits);
+  CHECK(held <= fp32_logits + (int64_t{2} << 20));  // the allocator's 2 MiB rounding
+}
+
+TEST_CASE("kto refuses what KTOTrainer refuses or memsim does not model, one line naming the field") {
+  auto first_error = [](const Config& c) {
+    const auto e = validate(c);
+    return e.empty() ? std::string() : e[0].field;
+  };
+  Config c = dpo_config("latest", 4);
+  c.training.objective = "kto";
+  CHECK(first_error(c).empty());
+  Config bad = c;
+  bad.training.reference_model = "none";
+  CHECK(first_error(bad) == "training.reference_model");
+  bad = c, bad.training.micro_batch_size = 1;  // calculate_KL needs another row (TRL 0.11+)
+  CHECK(first_error(bad) == "training.micro_batch_size");
+  bad.versions.trl = "0.10";
+  CHECK(first_error(bad).empty());
+  bad = c, bad.versions.trl = "0.7";
+  CHECK(first_error(bad) == "versions.trl");
+  bad = c, bad.training.nll_alpha = 1;
+  CHECK(first_error(bad) == "training.nll_alpha");
+  bad = c, bad.training.framework = "torchtune";
+  CHECK(first_error(bad) == "training.framework");
+  bad = c, bad.data.lengths = "micro_batches", bad.data.micro_batch_lengths = "512", bad.data.padding = "none";
+  CHECK(first_error(bad) == "data.padding");
 }

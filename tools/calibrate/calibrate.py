@@ -541,6 +541,65 @@ def _dpo_loss_fn(plan, model, ref_model, torch):
     return f
 
 
+def _kto_loss_fn(plan, model, ref_model, torch):
+    """KTOTrainer._compute_loss of TRL's newest release (huggingface/trl trl/trainer/kto_trainer.py, v1.9) on B
+    unpaired rows, the first half desirable: _compute_kl_logps (the KL batch under no_grad: each row's prompt with
+    another row's completion, here the batch rolled by one row), the batch's forward, the reference on both under
+    no_grad (its outputs alive to the end, as the local ref_outputs is there), the loss, then the metrics before
+    backward: entropy_from_logits and the index_select copies of each half's shifted logits."""
+    import contextlib
+    import torch.nn.functional as F
+    obj = plan["objective"]
+
+    def logits_of(out):
+        return out.logits.float() if obj["logits_fp32"] else out.logits  # accelerate's convert_outputs_to_fp32
+
+    def kl_logps(m, kl_ids):
+        with torch.no_grad():
+            logits = logits_of(m(input_ids=kl_ids, use_cache=False))
+            out = selective_log_softmax(logits[:, :-1, :], kl_ids[:, 1:], torch).sum(-1)
+            del logits
+        return out
+
+    def f(ids, labels):
+        rows = ids.shape[0]
+        desirable = torch.arange(rows, device=ids.device) < (rows + 1) // 2
+        kl_ids = torch.roll(ids, 1, dims=0)
+        policy_kl = kl_logps(model, kl_ids)
+        outputs = model(input_ids=ids, use_cache=False)
+        shift_logits = logits_of(outputs)[:, :-1, :]
+        logps = selective_log_softmax(shift_logits, ids[:, 1:], torch).sum(-1)
+        ref_outputs = None
+        if obj["reference"] == "precomputed":
+            ref_logps, ref_kl = torch.zeros_like(logps), torch.zeros_like(policy_kl)
+        else:
+            adapters_off = model.disable_adapter() if obj["reference"] == "adapter_disabled" else contextlib.nullcontext()
+            with torch.no_grad(), adapters_off:
+                ref = ref_model or model
+                ref_kl = kl_logps(ref, kl_ids)
+                ref_outputs = ref(input_ids=ids, use_cache=False)
+                ref_logps = selective_log_softmax(logits_of(ref_outputs)[:, :-1, :], ids[:, 1:], torch).sum(-1)
+        kl = (policy_kl - ref_kl).mean().detach().clamp(min=0)
+        ratios = logps - ref_logps
+        losses = torch.where(desirable, 1 - torch.sigmoid(obj["beta"] * (ratios - kl)),
+                             1 - torch.sigmoid(obj["beta"] * (kl - ratios)))
+        loss = losses.nanmean()
+        with torch.no_grad():
+            flat = shift_logits.detach().reshape(-1, shift_logits.size(-1))
+            for chunk in flat.split(128):
+                p = F.softmax(chunk, dim=-1)
+                (torch.logsumexp(chunk, dim=-1) - (p * chunk).sum(dim=-1)).sum()
+            del flat
+            idx = torch.nonzero(desirable).view(-1), torch.nonzero(~desirable).view(-1)
+            copies = [shift_logits.detach().index_select(0, i) for i in idx]
+            for c_ in copies:
+                c_.mean(-1).sum()
+            del copies
+        del outputs, ref_outputs, shift_logits
+        return loss, None
+    return f
+
+
 def _grpo_logps(model, ids, completion, logits_fp32, torch):
     """GRPOTrainer._get_per_token_logps_and_entropies (v1.9): logits of the completion's tokens only, divided by the
     temperature in place, selective_log_softmax."""
@@ -600,6 +659,8 @@ def _loss_fn(plan, model, base, torch, ref_model=None):
     import torch.nn.functional as F
     if plan.get("objective") and plan["objective"]["kind"] == "grpo":
         return _grpo_loss_fn(plan, model, torch)
+    if plan.get("objective") and plan["objective"]["kind"] == "kto":
+        return _kto_loss_fn(plan, model, ref_model, torch)
     if plan.get("objective"):
         return _dpo_loss_fn(plan, model, ref_model, torch)
     impl = plan["loss"]["impl"]
@@ -819,7 +880,8 @@ def run_plan(plan, config, probe=None):
 
     loss_fn = _loss_fn(plan, model, base, torch, ref_model)
     grpo = bool(plan.get("objective")) and plan["objective"]["kind"] == "grpo"
-    pair_rows = 2 if plan.get("objective") and not grpo else 1  # DPO: a micro-batch of pairs is [chosen; rejected]
+    # DPO: a micro-batch of pairs is [chosen; rejected]; KTO's rows are unpaired
+    pair_rows = 2 if plan.get("objective") and plan["objective"]["kind"] == "dpo" else 1
     b = plan["batch"]
     B, S, gas = b["micro_batch_size"], b["sequence_length"], b["gradient_accumulation_steps"]
     lengths = b.get("lengths")  # a run of listed micro-batch lengths, in order and cycled (memsim's micro_batches)

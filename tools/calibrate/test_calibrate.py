@@ -391,10 +391,23 @@ class PreferenceTranslation(unittest.TestCase):
     def test_dpo_refusals_name_their_fields(self):
         self.assertIn("training.framework", refused(config(objective="dpo")))  # hf_loop: not TRL's trainer
         self.assertIn("training.objective", refused(config(framework="hf_trainer", objective="orpo")))
-        self.assertIn("training.objective", refused(config(framework="hf_trainer", objective="kto")))
+        self.assertIn("training.objective", refused(config(framework="hf_trainer", objective="simpo")))
         self.assertIn("training.reference_model",
                       refused(config(framework="hf_trainer", objective="dpo", reference_model="adapter_disabled")))
         self.assertIn("training.loss", refused(config(framework="hf_trainer", objective="dpo", loss="full_fp32")))
+
+
+    def test_kto_reproduces_ktotrainer_and_refuses_what_it_refuses(self):
+        plan = tr.translate(config(framework="hf_trainer", objective="kto", micro_batch_size=2))
+        self.assertEqual(plan["objective"]["kind"], "kto")
+        self.assertEqual(plan["objective"]["reference"], "copy")
+        self.assertIn("KTOTrainer", plan["objective"]["how"])
+        self.assertIn("training.micro_batch_size",
+                      refused(config(framework="hf_trainer", objective="kto", micro_batch_size=1)))
+        self.assertIn("training.nll_alpha",
+                      refused(config(framework="hf_trainer", objective="kto", micro_batch_size=2, nll_alpha=1.0)))
+        self.assertIn("training.reference_model",
+                      refused(config(framework="hf_trainer", objective="kto", micro_batch_size=2, reference_model="none")))
 
 
 class GrpoTranslation(unittest.TestCase):

@@ -113,7 +113,7 @@ MEMSIM_DEFAULTS = {
                  "trl": "latest", "date": ""},
 }
 
-OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "grpo")
+OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "grpo", "kto")
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data", "versions")
 SCHEMAS = (1, 2)
 
@@ -696,11 +696,17 @@ def translate(item, steps=DEFAULT_STEPS):
         ref = t["reference_model"]
         if ref == "auto":
             ref = "adapter_disabled" if pf.get("method", "none") != "none" else "copy"
-        if t["objective"] != "dpo":
-            errors.append(("training.objective", f"{t['objective']}: the harness reproduces DPO (TRL's "
-                           "DPOTrainer._compute_loss); orpo and simpo are not reproduced yet"))
+        kind = t["objective"]
+        if kind not in ("dpo", "kto"):
+            errors.append(("training.objective", f"{kind}: the harness reproduces DPO and KTO (TRL's "
+                           "DPOTrainer._compute_loss, KTOTrainer._compute_loss); orpo and simpo are not reproduced yet"))
         if ref not in ("copy", "adapter_disabled", "precomputed"):
-            errors.append(("training.reference_model", f"{ref}: dpo needs copy, adapter_disabled or precomputed"))
+            errors.append(("training.reference_model", f"{ref}: {kind} needs copy, adapter_disabled or precomputed"))
+        if kind == "kto" and t["micro_batch_size"] < 2:
+            errors.append(("training.micro_batch_size", "kto estimates its KL term from the other rows of the "
+                           "micro-batch: at least 2 (KTOTrainer's check)"))
+        if kind == "kto" and isinstance(t["nll_alpha"], (int, float)) and t["nll_alpha"] > 0:
+            errors.append(("training.nll_alpha", "kto has no NLL term: 0"))
         if ref == "adapter_disabled" and pf.get("method", "none") == "none":
             errors.append(("training.reference_model", "adapter_disabled needs a PEFT method"))
         if fw != "hf_trainer":
@@ -710,8 +716,8 @@ def translate(item, steps=DEFAULT_STEPS):
         if not isinstance(t["nll_alpha"], (int, float)) or t["nll_alpha"] < 0:
             errors.append(("training.nll_alpha", f"must be a number from 0; got {t['nll_alpha']!r}"))
         objective = {
-            # beta: DPOConfig's default (0.1); memory does not depend on it
-            "kind": "dpo", "reference": ref, "beta": 0.1, "nll_alpha": t["nll_alpha"],
+            # beta: DPOConfig's and KTOConfig's default (0.1); memory does not depend on it
+            "kind": kind, "reference": ref, "beta": 0.1, "nll_alpha": t["nll_alpha"],
             # accelerate's convert_outputs_to_fp32 under the Trainer's bf16/fp16 (TRL's configs set bf16), outside
             # DeepSpeed: the logits the loss reads are fp32 (memsim's PreferenceFlow::logits_fp32)
             "logits_fp32": True,
@@ -719,6 +725,13 @@ def translate(item, steps=DEFAULT_STEPS):
                    "of logits[..., :-1, :], the reference under no_grad with its logits alive to the loss, the "
                    "sigmoid loss, then entropy_from_logits and the masked logit means before backward",
         }
+        if kind == "kto":
+            objective["how"] = ("TRL KTOTrainer._compute_loss (v1.9): the KL batch (each row's prompt with the "
+                                "previous row's completion) under no_grad, the batch's forward with "
+                                "selective_log_softmax of logits[:, :-1, :], the reference's KL and batch forwards "
+                                "under no_grad with its outputs alive to the loss, the KTO loss over the desirable "
+                                "first half and the undesirable second half, then entropy_from_logits and "
+                                "index_select copies of each half's logits before backward")
 
     # --- checkpointing
     ck = t["activation_checkpointing"]
