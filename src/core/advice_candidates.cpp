@@ -278,6 +278,24 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
           "the engine frees its weights and KV cache while the policy trains and reloads them to generate (TRL 0.23+)", c);
     }
   }
+  // Smaller generation batches with the same completions per optimizer step (TRL 0.18+): the fewest micro-batches per
+  // generation that divides the step and keeps num_generations' groups whole. Generation then runs inside the step
+  // on the same weights (no optimizer step between), so the samples are those of one large generation.
+  if (r.engine == GenerationEngine::HfGenerate && !r.per_micro_batch &&
+      stack_versions(base.versions).at_least(Library::Trl, Version{0, 18, 0})) {
+    const int64_t gas = t.gradient_accumulation_steps, now = t.steps_per_generation > 0 ? t.steps_per_generation : gas;
+    const int64_t per_step = t.micro_batch_size * base.parallel.data_parallel_size;
+    for (int64_t s = 1; s < now && s < gas; ++s) {
+      if (gas % s != 0 || (per_step * s) % std::max<int64_t>(1, t.num_generations) != 0) continue;
+      Config c = base;
+      c.training.steps_per_generation = s;
+      add(G::SameJob, 1, "grpo_generation_smaller",
+          (s == 1 ? std::string("Generate before every micro-batch") : "Generate every " + std::to_string(s) + " micro-batches") +
+              " (steps_per_generation " + std::to_string(s) + ")",
+          "the same completions per optimizer step, generated in smaller batches inside the step: a smaller KV cache, slower generation", c);
+      break;
+    }
+  }
   if (r.engine != GenerationEngine::VllmServer) {
     Config c = base;
     c.training.generation_engine = "vllm_server";

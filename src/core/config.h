@@ -190,6 +190,10 @@ struct TrainingConfig {
   // grpo's rewards: none (reward functions, rules: nothing on the GPU) or same_as_policy (a reward model of the
   // policy's architecture: AutoModelForSequenceClassification with num_labels 1, frozen, scoring every completion).
   std::string reward_model = "none";
+  // grpo: micro-batches per generation (GRPOConfig.steps_per_generation, TRL 0.18+; 0 = its default,
+  // gradient_accumulation_steps) and the optimization passes over each generation (num_iterations, TRL 0.16+).
+  int64_t steps_per_generation = 0;
+  int64_t num_iterations = 1;
 
   bool operator==(const TrainingConfig&) const = default;
   Objective goal() const {

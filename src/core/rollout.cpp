@@ -4,6 +4,7 @@
 #include "rollout.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "checked.h"
 
@@ -23,7 +24,12 @@ GenerationBatch generation_batch(const Config& c, const StackVersions& v) {
   if (v.below(Library::Trl, V(0, 17))) {
     g.per_device = t.micro_batch_size;
     g.formula = "micro_batch_size x data-parallel GPUs";
+  } else if (v.at_least(Library::Trl, V(0, 18)) && t.steps_per_generation > 0) {
+    g.steps = t.steps_per_generation;
+    g.per_device = mul(t.micro_batch_size, t.steps_per_generation);
+    g.formula = "micro_batch_size x data-parallel GPUs x steps_per_generation";
   } else {
+    g.steps = t.gradient_accumulation_steps;
     g.per_device = mul(t.micro_batch_size, t.gradient_accumulation_steps);
     g.formula = "micro_batch_size x data-parallel GPUs x gradient_accumulation_steps";
   }
@@ -40,8 +46,15 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
   r.engine = t.engine();
   r.completion_tokens = t.completion_length;
   r.prompt_tokens = t.sequence_length - t.completion_length;
-  r.generation_rows = generation_batch(c, v).per_device;
+  const GenerationBatch batch = generation_batch(c, v);
+  r.generation_rows = batch.per_device;
   r.per_micro_batch = v.below(trl, V(0, 17));
+  // From v0.17 a generation every generate_every = steps_per_generation x num_iterations micro-batches (T:896-903 at
+  // v0.17, T:969-975 at v0.18). Over a run they start at every micro-batch index that is a multiple of
+  // gcd(generate_every, GAS) within a step; below GAS, some start mid-step.
+  const int64_t gas = t.gradient_accumulation_steps;
+  const int64_t generate_every = mul(batch.steps, std::max<int64_t>(1, t.num_iterations));
+  r.mid_step_generation = !r.per_micro_batch && std::gcd(generate_every, gas) < gas;
   const bool hf = r.engine == GenerationEngine::HfGenerate;
   // unwrap_model_for_generation gathers every parameter at once under ZeRO-3 (GatheredParameters(model.parameters()),
   // MU:187-194 at v0.14 ... MU:139-148 at v1.9; ds3_gather_for_generation defaults to True).
@@ -64,9 +77,14 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
   // up to v0.25, 128 flattened rows from v0.26 (TU:1464 at v0.20, TU:1544 at v0.26).
   r.entropy_rows = v.below(trl, V(0, 20)) ? 0 : v.below(trl, V(0, 26)) ? t.completion_length : 128;
   // old_per_token_logps, a no-grad pass of the policy over the generation batch: always with vLLM from v0.23
-  // (vllm_importance_sampling_correction, default True, C:601); otherwise only for num_iterations > 1 or
-  // steps_per_generation > GAS, neither of which memsim's config sets.
-  r.policy_logps_pass = !hf && v.at_least(trl, V(0, 23));
+  // (vllm_importance_sampling_correction, default True, C:601); otherwise for num_iterations > 1 (v0.16-v0.17,
+  // T:743 at v0.16), or steps_per_generation > GAS too (v0.18-v0.19, T:1132 at v0.18), and from v0.20 where
+  // generations and optimizer steps do not align: GAS % generate_every != 0 (T:1618-1619 at v0.20).
+  const int64_t iterations = std::max<int64_t>(1, t.num_iterations);
+  const bool misaligned = v.below(trl, V(0, 18))   ? iterations > 1
+                          : v.below(trl, V(0, 20)) ? iterations > 1 || batch.steps > gas
+                                                   : gas % generate_every != 0;
+  r.policy_logps_pass = (!hf && v.at_least(trl, V(0, 23))) || (v.at_least(trl, V(0, 16)) && misaligned);
   // Where the reference's no-grad forward runs: in _compute_loss after the policy's forward in v0.18.x (T:1333-1345),
   // in _generate_and_score_completions otherwise; v0.19 over the whole generation batch at once (T:1213-1222).
   r.reference_after_policy = v.at_least(trl, V(0, 18)) && v.below(trl, V(0, 19));
@@ -76,7 +94,10 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
   r.sync_gathers_whole = (c.peft.enabled() && deepspeed_zero3) || (deepspeed_zero3 && v.below(trl, V(0, 16)));
   r.engine_wakes_whole = v.below(trl, V(0, 25));
   r.note = describe_version(v, trl) + ": " + std::to_string(r.generation_rows) + " completions per GPU generated at once" +
-           (r.per_micro_batch ? " before each micro-batch" : " before each optimizer step") +
+           (r.per_micro_batch       ? " before each micro-batch"
+            : r.mid_step_generation ? " every " + std::to_string(generate_every) + " micro-batches, some inside an optimizer step"
+            : generate_every > gas  ? " every " + std::to_string(generate_every / gas) + " optimizer steps, before the step"
+                                    : " before each optimizer step") +
            (hf ? (r.gathers_whole_model ? "; generate gathers the whole model (ZeRO-3)" : "") +
                      std::string(r.kv_cache ? (r.legacy_cache ? "; the KV cache doubles at each token (transformers < 4.42)"
                                                               : "; a KV cache grown a token at a time")
@@ -85,7 +106,9 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
                    ? "; a colocated vLLM engine holds " + std::to_string(static_cast<int>(std::lround(t.gpu_memory_utilization * 100))) + "% of the GPU" +
                          (r.engine_sleeps ? " while it generates (asleep during training)" : "")
                    : std::string("; vLLM on other GPUs")) +
-           (r.policy_logps_pass ? "; a no-grad policy pass for the importance-sampling correction" : "") +
+           (r.policy_logps_pass ? (hf || misaligned ? "; a no-grad policy pass for old_per_token_logps (generations not aligned with optimizer steps)"
+                                                    : "; a no-grad policy pass for the importance-sampling correction")
+                                : "") +
            (r.temperature_copy ? "; logits / temperature copied" : "");
   return r;
 }

@@ -20,6 +20,9 @@ struct RolloutFlow {
   // Completions one generate call makes on a device (generation_batch): P before v0.17, P x GAS from v0.17.
   int64_t generation_rows = 0;
   bool per_micro_batch = false;       // generation and scoring run before every micro-batch (TRL 0.15-0.16)
+  // Generations also fall inside optimizer steps (TRL 0.18+: steps_per_generation x num_iterations micro-batches
+  // apart, not a multiple of gradient_accumulation_steps): one then runs with the step's gradients alive.
+  bool mid_step_generation = false;
   bool gathers_whole_model = false;   // hf_generate under ZeRO-3: unwrap_model_for_generation gathers every parameter
   bool kv_cache = true;               // generate keeps a KV cache (not under gradient checkpointing before TRL 0.22)
   bool legacy_cache = false;          // transformers < 4.42: the previous token's whole cache lives through the next
@@ -43,6 +46,7 @@ struct GenerationBatch {
   int64_t per_device = 0;
   int64_t global = 0;
   std::string formula;  // "micro_batch_size x data-parallel GPUs x gradient_accumulation_steps", for the error
+  int64_t steps = 1;    // micro-batches per generation (steps_per_generation; 1 before TRL 0.17)
 };
 GenerationBatch generation_batch(const Config& c, const StackVersions& v);
 

@@ -30,8 +30,11 @@ uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool
 // once (schedules.py deallocate_output_tensor).
 void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   const std::string reference_phase = f.post && (preference() || grpo()) ? "reference " + phase : std::string();
-  // TRL 0.15-0.16 generated and scored each micro-batch's completions before its forward (rollout_step.cpp).
-  if (grpo() && resolved_.rollout.per_micro_batch && f.owns_inputs && f.pre) {
+  // TRL 0.15-0.16 generated and scored each micro-batch's completions before its forward (rollout_step.cpp); later
+  // ones do where generations fall inside a step: before the replayed second micro-batch, which stands for the
+  // step's later ones, with their accumulated gradients.
+  const RolloutFlow& r = resolved_.rollout;
+  if (grpo() && (r.per_micro_batch || (r.mid_step_generation && mb_in_step_ > 0)) && f.owns_inputs && f.pre) {
     const size_t open = phase.find('(');
     rollout(open == std::string::npos ? phase : phase.substr(open + 1, phase.size() - open - 2), iter_);
   }
@@ -307,7 +310,7 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     std::vector<InFlight> flights(static_cast<size_t>(mbs));
     for (auto& f : flights) chunk_of(f, 0);
     int64_t next_f = 0, next_b = 0;
-    auto F = [&]() { forward_mb(flights[next_f], phase_name("forward", next_f + 1)), ++next_f; };
+    auto F = [&]() { mb_in_step_ = next_f, forward_mb(flights[next_f], phase_name("forward", next_f + 1)), ++next_f; };
     auto B = [&]() {
       InFlight& f = flights[next_b];
       last_backward_ = next_b == mbs - 1;

@@ -391,6 +391,7 @@ class StepBuilder {
   EngineBytes engine_;                    // what the engine claims, and its weights' share
   std::vector<uint32_t> rollout_ids_;     // the generation batch's ids, until the step's micro-batches are done
   int synced_iter_ = 0;                   // the optimizer step whose weights the engine last received
+  int64_t mb_in_step_ = 0;                // the micro-batch forward_mb runs, from 0 within its step (unpipelined)
   // A frozen model's no-grad forward (preference_step.cpp): the autocast casts and embeddings it starts from.
   struct NoGradPass {
     uint32_t gather_label = UINT32_MAX;  // the label of each unit's all-gathered parameters; UINT32_MAX: no gathers

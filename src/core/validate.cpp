@@ -338,6 +338,13 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
   if (!at(0, 15))
     e.push_back({"versions.trl", "training.objective grpo is modelled from TRL 0.15, when per_device_train_batch_size "
                                  "began counting completions; got " + describe_version(v, Library::Trl)});
+  if (t.steps_per_generation > 0 && !at(0, 18))
+    e.push_back({"training.steps_per_generation", "steps_per_generation arrived in TRL 0.18 (before it a generation "
+                                                  "covered gradient_accumulation_steps micro-batches); with " +
+                                                      describe_version(v, Library::Trl) + " set 0"});
+  if (t.num_iterations > 1 && !at(0, 16))
+    e.push_back({"training.num_iterations", "num_iterations arrived in TRL 0.16; with " +
+                                                describe_version(v, Library::Trl) + " set 1"});
   const GenerationBatch g = generation_batch(c, v);
   if (t.num_generations > 0 && g.global % t.num_generations != 0)
     e.push_back({"training.num_generations", "training.num_generations (" + std::to_string(t.num_generations) +
@@ -381,6 +388,12 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
   if (o != Objective::Grpo && t.reward_model_on())
     e.push_back({"training.reward_model", "training.reward_model applies to training.objective grpo; with " + t.objective +
                                               " it must be none"});
+  if (o != Objective::Grpo && t.steps_per_generation != 0)
+    e.push_back({"training.steps_per_generation", "training.steps_per_generation applies to training.objective grpo; "
+                                                  "with " + t.objective + " it must be 0"});
+  if (o != Objective::Grpo && t.num_iterations != 1)
+    e.push_back({"training.num_iterations", "training.num_iterations applies to training.objective grpo; with " +
+                                                t.objective + " it must be 1"});
   if (o == Objective::Sft || o == Objective::Unknown) {
     if (t.reference() != ReferenceModel::Auto && t.reference() != ReferenceModel::None && t.reference() != ReferenceModel::Unknown)
       e.push_back({"training.reference_model", "training.reference_model applies to training.objective dpo and grpo; with sft "

@@ -131,6 +131,8 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
       changed |= int_input("training.completion_length", t.completion_length, 64);
       changed |= choice_combo("training.generation_engine", t.generation_engine, "");
       changed |= choice_combo("training.reward_model", t.reward_model, "");
+      changed |= int_input("training.steps_per_generation", t.steps_per_generation, 1);
+      changed |= int_input("training.num_iterations", t.num_iterations, 1);
       if (t.engine() == GenerationEngine::VllmColocate) {
         changed |= double_input("training.gpu_memory_utilization", t.gpu_memory_utilization);
         changed |= check_input("training.vllm_sleep", t.vllm_sleep);

@@ -186,3 +186,85 @@ TEST_CASE("GRPO's reward model: frozen weights without lm_head, one forward over
   c.training.objective = "sft";
   CHECK(refused(c, "training.reward_model"));
 }
+
+// The phases' names that start with `prefix`, in order.
+static std::vector<std::string> phases_named(const DeviceResult& d, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& p : d.program.phases)
+    if (p.name.rfind(prefix, 0) == 0) out.push_back(p.name);
+  return out;
+}
+
+TEST_CASE("steps_per_generation sizes the generation batch; misaligned generations fall inside a step and score the "
+          "policy first") {
+  const int64_t token = kKvWidth * 2;
+  Config c = grpo_config();  // 4 completions per micro-batch, 2 micro-batches per step
+  c.training.gradient_accumulation_steps = 4;
+  CHECK(phases_named(run(c), "generation").size() == 2);  // once before each replayed step
+  CHECK(allocations(run(c).program, "scoring logits").empty());  // latest: beta 0, aligned: nothing scores
+  // 2 micro-batches per generation: 8 completions, and a generation before the step's later micro-batches too.
+  c.training.steps_per_generation = 2;
+  const DeviceResult every2 = run(c);
+  CHECK(allocations(every2.program, "KV cache").front() == 8 * token * kPrompt);
+  CHECK(phases_named(every2, "generation") ==
+        std::vector<std::string>{"generation (step 1)", "generation (step 2)", "generation (step 2, micro-batches 2-4)"});
+  CHECK(allocations(every2.program, "scoring logits").empty());  // 4 % 2 == 0: aligned with the optimizer steps
+  // 3 micro-batches per generation: generations start anywhere in a step, and old_per_token_logps is scored.
+  c.training.steps_per_generation = 3;
+  const DeviceResult every3 = run(c);
+  CHECK(allocations(every3.program, "KV cache").front() == 12 * token * kPrompt);
+  CHECK(phases_named(every3, "generation").size() == 3);
+  CHECK(!allocations(every3.program, "scoring logits").empty());
+  // 8 micro-batches per generation: every second step, at its start (aligned), but GAS % 8 != 0 from TRL 0.20.
+  c.training.steps_per_generation = 8;
+  const DeviceResult every8 = run(c);
+  CHECK(allocations(every8.program, "KV cache").front() == 32 * token * kPrompt);
+  CHECK(phases_named(every8, "generation").size() == 2);
+  CHECK(!allocations(every8.program, "scoring logits").empty());
+}
+
+TEST_CASE("num_iterations reuses a generation: the policy's old log-probabilities by TRL version") {
+  Config c = grpo_config("0.19");
+  c.training.reference_model = "none";
+  c.training.gradient_accumulation_steps = 4, c.training.steps_per_generation = 2;
+  CHECK(allocations(run(c).program, "scoring logits").empty());
+  c.training.num_iterations = 2;  // 0.18-0.19: any num_iterations > 1 scores old_per_token_logps
+  CHECK(!allocations(run(c).program, "scoring logits").empty());
+  c.versions.trl = "0.20";  // 0.20+: only where GAS % (steps_per_generation x num_iterations) != 0; 4 % 4 == 0
+  CHECK(allocations(run(c).program, "scoring logits").empty());
+  c.training.num_iterations = 3;
+  CHECK(!allocations(run(c).program, "scoring logits").empty());
+}
+
+TEST_CASE("steps_per_generation and num_iterations: refused before their TRL releases and outside grpo") {
+  Config c = grpo_config("0.17");
+  c.training.steps_per_generation = 2;
+  CHECK(refused(c, "training.steps_per_generation"));
+  c = grpo_config("0.15");
+  c.training.gradient_accumulation_steps = 1;
+  c.training.num_iterations = 2;
+  CHECK(refused(c, "training.num_iterations"));
+  c = single_gpu_config("qwen2.5-0.5b.json");
+  c.training.num_iterations = 2;
+  CHECK(refused(c, "training.num_iterations"));
+  c.training.num_iterations = 1, c.training.steps_per_generation = 4;
+  CHECK(refused(c, "training.steps_per_generation"));
+  // num_generations must divide the generation batch steps_per_generation makes (GRPOConfig's check).
+  c = grpo_config();
+  c.training.num_generations = 8, c.training.steps_per_generation = 1;
+  CHECK(refused(c, "training.num_generations"));
+}
+
+TEST_CASE("What helps offers smaller generation batches inside the step where num_generations' groups stay whole") {
+  Config c = grpo_config();  // 4 completions per micro-batch, num_generations 4, 2 micro-batches: 8 at once
+  auto offered = [](const Config& x) {
+    for (const Suggestion& s : suggestion_candidates(x))
+      if (s.id == "grpo_generation_smaller") return s.config.training.steps_per_generation;
+    return int64_t{-1};
+  };
+  CHECK(offered(c) == 1);
+  c.training.num_generations = 8;  // a group needs both micro-batches
+  CHECK(offered(c) == -1);
+  c = grpo_config("0.17");  // before steps_per_generation
+  CHECK(offered(c) == -1);
+}

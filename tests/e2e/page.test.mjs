@@ -195,7 +195,11 @@ test("the page's numbers equal the CLI's for the same config", async () => {
                       ["--set", "training.framework=hf_trainer", "--set", "training.objective=dpo", "--set", "training.sequence_length=1024"],
                       // GRPO with a colocated vLLM engine asleep through training (generation, scoring, the empty_cache)
                       ["--set", "training.framework=hf_trainer", "--set", "training.objective=grpo", "--set", "training.sequence_length=1024",
-                       "--set", "training.generation_engine=vllm_colocate", "--set", "training.vllm_sleep=true", "--set", "training.reference_model=copy"]]) {
+                       "--set", "training.generation_engine=vllm_colocate", "--set", "training.vllm_sleep=true", "--set", "training.reference_model=copy"],
+                      // KTO under TRL 0.16 (the KL batch's logits held), and GRPO generating inside optimizer steps
+                      ["--set", "training.framework=hf_trainer", "--set", "training.objective=kto", "--set", "versions.trl=0.16", "--set", "training.sequence_length=1024"],
+                      ["--set", "training.framework=hf_trainer", "--set", "training.objective=grpo", "--set", "training.sequence_length=1024",
+                       "--set", "training.gradient_accumulation_steps=4", "--set", "training.steps_per_generation=3", "--set", "training.num_generations=4"]]) {
     const config = cliConfig(args);
     const fromCli = cliEstimate(config);
     const fromPage = await page.evaluate((c) => window.memsim.estimate(c), config);

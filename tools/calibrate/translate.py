@@ -59,6 +59,8 @@ MEMSIM_DEFAULTS = {
         "gpu_memory_utilization": 0.3,
         "vllm_sleep": False,
         "reward_model": "none",
+        "steps_per_generation": 0,
+        "num_iterations": 1,
     },
     "peft": {
         "method": "none",
@@ -1007,6 +1009,11 @@ def _grpo_objective(t, pf, fw, errors):
         errors.append(("training.reward_model", "the harness scores with a rule (no reward model)"))
     if t["loss"] != "auto":
         errors.append(("training.loss", "with training.objective grpo the loss is TRL's log-probabilities: auto"))
+    if t["steps_per_generation"] not in (0, t["gradient_accumulation_steps"]):
+        errors.append(("training.steps_per_generation", "the harness generates once per optimizer step: 0 (the "
+                       "default, gradient_accumulation_steps)"))
+    if t["num_iterations"] != 1:
+        errors.append(("training.num_iterations", "the harness trains each generation once: 1"))
     c, s = t["completion_length"], t["sequence_length"]
     if not isinstance(c, int) or not 1 <= c < s:
         errors.append(("training.completion_length", f"must be from 1 to below sequence_length ({s}); got {c!r}"))
