@@ -122,6 +122,24 @@ Config random_config(Rng& rng) {
                                                               c.versions.trl == "1.0") && rng() % 2;
     t.reference_model = pick(rng, std::vector<std::string>{"auto", "none", c.peft.enabled() ? "adapter_disabled" : "copy"});
   }
+  // Later additions, drawn after everything above so that earlier draws stay what they were. KTO (validate_kto): its
+  // unpaired rows need a second row in the micro-batch and padded data.
+  if (eligible && t.objective == "sft" && t.framework == "hf_trainer" && t.micro_batch_size >= 2 &&
+      !(c.data.varies() && c.data.padding == "none") && rng() % 8 == 0) {
+    t.objective = "kto";
+    c.versions.trl = pick(rng, std::vector<std::string>{"latest", "0.11", "0.16", "0.17", "1.5", "1.6", "1.8"});
+    t.reference_model = pick(rng, std::vector<std::string>{"auto", "precomputed", c.peft.enabled() ? "adapter_disabled" : "copy"});
+  }
+  // GRPO's generation cadence: steps_per_generation (TRL 0.18+; num_generations then one micro-batch's worth so that
+  // every cadence keeps its groups whole) and num_iterations.
+  if (t.objective == "grpo" && rng() % 3 == 0) {
+    const int64_t per_micro_batch = t.micro_batch_size * p.data_parallel_size;
+    if (c.versions.trl != "0.17" && per_micro_batch >= 2 && per_micro_batch <= 4096) {
+      t.num_generations = per_micro_batch;
+      t.steps_per_generation = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(t.gradient_accumulation_steps + 1));
+    }
+    t.num_iterations = 1 + static_cast<int64_t>(rng() % 3);
+  }
   return c;
 }
 
