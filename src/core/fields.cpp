@@ -253,7 +253,7 @@ constexpr FieldSpec kFields[] = {
      "reward model",
      "grpo: none (reward functions: rules, nothing on the GPU) or same_as_policy: a frozen reward model of the policy's architecture (AutoModelForSequenceClassification), loaded like the policy, sharded under ZeRO-3 from TRL 0.17, which scores the whole generation batch in one no-grad forward."},
     {F(training, steps_per_generation), K::Integer, {0, int64_t{1} << 20}, {}, 2,
-     "micro-batches per generation",
+     "steps per generation",
      "grpo, TRL 0.18+: steps_per_generation: each generation makes micro_batch_size x this many completions per GPU (0: gradient_accumulation_steps, TRL's default). Where generations do not fall on optimizer-step boundaries, one runs with the step's accumulated gradients alive, and the policy scores its own completions first (old_per_token_logps)."},
     {F(training, num_iterations), K::Integer, {1, 1 << 16}, {}, 2,
      "iterations per generation",
