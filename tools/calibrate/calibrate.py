@@ -495,11 +495,28 @@ def selective_log_softmax(logits, index, torch):
     return torch.stack(rows)
 
 
+def _entropy_metric(shift_logits, torch):
+    """TRL's entropy_from_logits (trl/trainer/utils.py, v1.9) as the preference trainers log it before backward: a
+    flattened copy of the logits, then 128 rows at a time."""
+    import torch.nn.functional as F
+    flat = shift_logits.detach().reshape(-1, shift_logits.size(-1))
+    for chunk in flat.split(128):
+        p = F.softmax(chunk, dim=-1)
+        (torch.logsumexp(chunk, dim=-1) - (p * chunk).sum(dim=-1)).sum()
+    del flat
+
+
+def _reference_context(model, obj):
+    """The reference's forward: the policy with its adapters off (TRL's null_ref_context / use_adapter), else
+    nothing (a copy, or the policy's own weights)."""
+    import contextlib
+    return model.disable_adapter() if obj["reference"] == "adapter_disabled" else contextlib.nullcontext()
+
+
 def _dpo_loss_fn(plan, model, ref_model, torch):
     """DPOTrainer._compute_loss of TRL's newest release (huggingface/trl trl/trainer/dpo_trainer.py, v1.9), on
     ids = [chosen; rejected] with every token a completion token: the policy's outputs and the reference's stay
     referenced until the loss returns, as its locals do there."""
-    import contextlib
     import torch.nn.functional as F
     obj = plan["objective"]
 
@@ -517,8 +534,7 @@ def _dpo_loss_fn(plan, model, ref_model, torch):
         if obj["reference"] == "precomputed":
             ref_chosen, ref_rejected = torch.zeros_like(chosen), torch.zeros_like(rejected)
         else:
-            adapters_off = model.disable_adapter() if obj["reference"] == "adapter_disabled" else contextlib.nullcontext()
-            with torch.no_grad(), adapters_off:
+            with torch.no_grad(), _reference_context(model, obj):
                 ref_outputs = (ref_model or model)(input_ids=ids, use_cache=False)
                 ref_logps = selective_log_softmax(logits_of(ref_outputs)[..., :-1, :], shift_labels, torch).sum(dim=1)
             ref_chosen, ref_rejected = ref_logps.chunk(2, dim=0)
@@ -529,11 +545,7 @@ def _dpo_loss_fn(plan, model, ref_model, torch):
                                                            torch.flatten(shift_labels[:rows], end_dim=1))
         # the metrics before backward: entropy_from_logits (128-row chunks of a flattened copy) and the masked means
         with torch.no_grad():
-            flat = shift_logits.detach().reshape(-1, shift_logits.size(-1))
-            for chunk in flat.split(128):
-                p = F.softmax(chunk, dim=-1)
-                (torch.logsumexp(chunk, dim=-1) - (p * chunk).sum(dim=-1)).sum()
-            del flat
+            _entropy_metric(shift_logits, torch)
             c_logits, r_logits = shift_logits.detach().chunk(2, dim=0)
             c_logits.reshape(-1, c_logits.size(-1)).mean(-1).sum(), r_logits.reshape(-1, r_logits.size(-1)).mean(-1).sum()
         del outputs, ref_outputs, shift_logits
@@ -547,8 +559,6 @@ def _kto_loss_fn(plan, model, ref_model, torch):
     another row's completion, here the batch rolled by one row), the batch's forward, the reference on both under
     no_grad (its outputs alive to the end, as the local ref_outputs is there), the loss, then the metrics before
     backward: entropy_from_logits and the index_select copies of each half's shifted logits."""
-    import contextlib
-    import torch.nn.functional as F
     obj = plan["objective"]
 
     def logits_of(out):
@@ -573,8 +583,7 @@ def _kto_loss_fn(plan, model, ref_model, torch):
         if obj["reference"] == "precomputed":
             ref_logps, ref_kl = torch.zeros_like(logps), torch.zeros_like(policy_kl)
         else:
-            adapters_off = model.disable_adapter() if obj["reference"] == "adapter_disabled" else contextlib.nullcontext()
-            with torch.no_grad(), adapters_off:
+            with torch.no_grad(), _reference_context(model, obj):
                 ref = ref_model or model
                 ref_kl = kl_logps(ref, kl_ids)
                 ref_outputs = ref(input_ids=ids, use_cache=False)
@@ -585,11 +594,7 @@ def _kto_loss_fn(plan, model, ref_model, torch):
                              1 - torch.sigmoid(obj["beta"] * (kl - ratios)))
         loss = losses.nanmean()
         with torch.no_grad():
-            flat = shift_logits.detach().reshape(-1, shift_logits.size(-1))
-            for chunk in flat.split(128):
-                p = F.softmax(chunk, dim=-1)
-                (torch.logsumexp(chunk, dim=-1) - (p * chunk).sum(dim=-1)).sum()
-            del flat
+            _entropy_metric(shift_logits, torch)
             idx = torch.nonzero(desirable).view(-1), torch.nonzero(~desirable).view(-1)
             copies = [shift_logits.detach().index_select(0, i) for i in idx]
             for c_ in copies:
@@ -615,7 +620,6 @@ def grpo_rollout(plan, model, ref_model, torch, dev):
     """A step's generation and scoring as GRPOTrainer._generate_and_score_completions (v1.9) runs them with use_vllm
     false: generate with gradient checkpointing off (unwrap_model_for_generation, TRL 0.22+), then the reference's
     no-grad log-probabilities in chunks of the micro-batch. Returns the completions and the reference's log-probs."""
-    import contextlib
     obj = plan["objective"]
     b = plan["batch"]
     V = plan["effective_model"]["vocab_size"]
@@ -631,8 +635,7 @@ def grpo_rollout(plan, model, ref_model, torch, dev):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref = None
     if obj["reference"] != "none":
-        adapters_off = model.disable_adapter() if obj["reference"] == "adapter_disabled" else contextlib.nullcontext()
-        with torch.no_grad(), adapters_off:
+        with torch.no_grad(), _reference_context(model, obj):
             ref = torch.cat([_grpo_logps(ref_model or model, chunk, C, obj["logits_fp32"], torch)
                              for chunk in ids.split(b["micro_batch_size"])])
     return ids, ref
