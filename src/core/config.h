@@ -418,6 +418,7 @@ struct VersionsConfig {
   std::string torchtune = "latest";
   std::string unsloth = "latest";
   std::string trl = "latest";
+  std::string vllm = "latest";
   std::string date;
 
   bool operator==(const VersionsConfig&) const = default;

@@ -90,6 +90,12 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
   r.reference_after_policy = v.at_least(trl, V(0, 18)) && v.below(trl, V(0, 19));
   r.reference_unchunked = v.at_least(trl, V(0, 19)) && v.below(trl, V(0, 20));
   r.engine_sleeps = r.engine == GenerationEngine::VllmColocate && t.vllm_sleep;
+  // vLLM's V1 worker from 0.8.0 (V1 the default) to 0.9.0: reset_peak_memory_stats, profile_run, then
+  // available = total x util - allocated_bytes.all.peak (whole process) - non-torch (gpu_worker.py:178-210 at v0.8.5,
+  // :197-212 at v0.9.0); 0.9.1 requests total x util for the engine alone (gpu_worker.py:135-137, :218). 0.7.x's
+  // default V0 worker measured from a baseline snapshot, the engine alone. docs/research/grpo.md C.1.
+  r.engine_budget_whole_process = r.engine == GenerationEngine::VllmColocate && v.at_least(Library::Vllm, V(0, 8)) &&
+                                  v.below(Library::Vllm, V(0, 9, 1));
   r.reward_sharded = deepspeed_zero3 && v.at_least(trl, V(0, 17));
   r.sync_gathers_whole = (c.peft.enabled() && deepspeed_zero3) || (deepspeed_zero3 && v.below(trl, V(0, 16)));
   r.engine_wakes_whole = v.below(trl, V(0, 25));

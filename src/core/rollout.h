@@ -34,6 +34,9 @@ struct RolloutFlow {
   bool reference_after_policy = false;  // the reference's forward runs after the policy's (TRL 0.18.x)
   bool reference_unchunked = false;   // the reference scores the whole generation batch in one forward (TRL 0.19)
   bool engine_sleeps = false;         // vllm_colocate with vllm_sleep: freed while the policy trains
+  // vLLM 0.8.0-0.9.0 (the V1 engine before 0.9.1): gpu_memory_utilization caps the whole process, so what the trainer
+  // holds when the engine starts comes out of the engine's share.
+  bool engine_budget_whole_process = false;
   bool sync_gathers_whole = false;    // the weight sync gathers the whole model at once (ZeRO-3: PEFT, or TRL < 0.16)
   bool engine_wakes_whole = false;    // sleep mode wakes weights and KV cache together, before the sync (TRL 0.23-0.24)
   bool reward_sharded = false;        // the reward model is ZeRO-3 sharded (prepare_deepspeed, TRL 0.17+)

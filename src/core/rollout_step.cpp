@@ -50,6 +50,15 @@ EngineBytes engine_bytes(const StepContext& ctx) {
   e.active = true;
   e.total = static_cast<int64_t>(static_cast<double>(capacity) * t.gpu_memory_utilization);
   e.weights = mul(2, numel);
+  // vLLM 0.8.0-0.9.0 caps the whole process: GRPOTrainer starts the engine after Trainer.__init__, which has moved the
+  // policy to the GPU unless DeepSpeed or FSDP prepares it later (trainer.py place_model_on_device; grpo_trainer.py
+  // LLM(...) at T:647 of v0.18, after super().__init__ at T:541); the reference is loaded on the CPU then.
+  if (resolve(ctx.config).rollout.engine_budget_whole_process) {
+    const ShardPlan sp = shard_plan(ctx);
+    const bool prepared_later = (sp.sharding == Sharding::DeepSpeed && ctx.config.parallel.zero_stage > 0) || sp.fsdp;
+    if (!prepared_later) e.trainer_at_start = frozen_model_bytes(ctx, false, false);
+    e.total = std::max<int64_t>(0, e.total - e.trainer_at_start);
+  }
   return e;
 }
 

@@ -360,10 +360,17 @@ void set_up(Simulation::State& st) {
   // A colocated vLLM engine whose share of the GPU does not hold its weights does not start (vLLM: "No available
   // memory for the cache blocks").
   if (!st.contexts.empty())
-    if (const EngineBytes e = engine_bytes(st.contexts.front()); e.active && e.weights >= e.total)
-      r.notes.push_back("training.gpu_memory_utilization: the colocated vLLM engine's share, " + format_bytes(e.total) +
-                        ", does not hold its bf16 weights (" + format_bytes(e.weights) +
-                        "): vLLM would refuse to start with no memory left for the KV cache; raise it");
+    if (const EngineBytes e = engine_bytes(st.contexts.front()); e.active) {
+      if (e.trainer_at_start > 0)
+        r.notes.push_back(describe_version(stack_versions(config.versions), Library::Vllm) +
+                          ": gpu_memory_utilization caps the whole process (vLLM's V1 engine before 0.9.1), and the "
+                          "policy's weights on the GPU when the engine starts (" + format_bytes(e.trainer_at_start) +
+                          ") come out of its share, which leaves the engine " + format_bytes(e.total));
+      if (e.weights >= e.total)
+        r.notes.push_back("training.gpu_memory_utilization: the colocated vLLM engine's share, " + format_bytes(e.total) +
+                          ", does not hold its bf16 weights (" + format_bytes(e.weights) +
+                          "): vLLM would refuse to start with no memory left for the KV cache; raise it");
+    }
   if (config.data.varies()) {
     st.plan = plan_run(config);
     r.notes.insert(r.notes.end(), st.plan.notes.begin(), st.plan.notes.end());

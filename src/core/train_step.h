@@ -82,6 +82,7 @@ int64_t reward_model_bytes(const StepContext& ctx);
 struct EngineBytes {
   bool active = false;
   int64_t total = 0, weights = 0;
+  int64_t trainer_at_start = 0;  // vLLM 0.8.0-0.9.0: the trainer's bytes that count against the engine's share
 };
 EngineBytes engine_bytes(const StepContext& ctx);
 

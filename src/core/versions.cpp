@@ -130,6 +130,18 @@ constexpr Release kTrl[] = {
     {{1, 9, 0}, {2026, 7, 21}},
 };
 
+// vLLM's release tags (creator dates of the tags in the AppMana/forks-vllm-ampere mirror, which carries upstream's
+// tags; the v0.8.x tags are lightweight, dated by their commits): the minor releases, and 0.7.3, 0.8.5 and 0.9.1,
+// where the rules below change.
+constexpr Release kVllm[] = {
+    {{0, 6, 0}, {2024, 9, 4}},   {{0, 7, 0}, {2025, 1, 26}},  {{0, 7, 3}, {2025, 2, 20}},  {{0, 8, 0}, {2025, 3, 18}},
+    {{0, 8, 5}, {2025, 4, 28}},  {{0, 9, 0}, {2025, 5, 27}},  {{0, 9, 1}, {2025, 6, 10}},  {{0, 9, 2}, {2025, 7, 6}},
+    {{0, 10, 0}, {2025, 7, 23}}, {{0, 10, 1}, {2025, 8, 18}}, {{0, 10, 2}, {2025, 10, 7}}, {{0, 11, 0}, {2025, 10, 10}},
+    {{0, 12, 0}, {2025, 12, 2}}, {{0, 13, 0}, {2025, 12, 18}}, {{0, 14, 0}, {2026, 1, 16}}, {{0, 15, 0}, {2026, 1, 28}},
+    {{0, 16, 0}, {2026, 2, 24}}, {{0, 17, 0}, {2026, 3, 6}},  {{0, 18, 0}, {2026, 3, 19}}, {{0, 19, 0}, {2026, 4, 2}},
+    {{0, 20, 0}, {2026, 4, 27}}, {{0, 21, 0}, {2026, 5, 14}},
+};
+
 constexpr LibraryInfo kLibraries[] = {
     {Library::Torch, "torch", "versions.torch", kTorch, "docs/versions.md release-date table; pytorch RELEASE.md",
      "softmax keeping its input, zero_grad(set_to_none), the optimizer's foreach default, the SDPA default, CUDA "
@@ -149,6 +161,8 @@ constexpr LibraryInfo kLibraries[] = {
     {Library::Trl, "trl", "versions.trl", kTrl, "huggingface/trl tags",
      "a preference objective's log-probabilities and which logits live through the reference forward; GRPO's "
      "generation batch, KV cache, reference and scoring passes"},
+    {Library::Vllm, "vllm", "versions.vllm", kVllm, "vLLM tags (docs/research/grpo.md C.1)",
+     "what a colocated engine's gpu_memory_utilization counts: the whole process (0.8.0-0.9.0) or the engine alone"},
 };
 static_assert(std::size(kLibraries) == kLibraryCount);
 
@@ -205,9 +219,10 @@ std::string& version_field(VersionsConfig& v, Library lib) {
     case Library::FlashAttn: return v.flash_attn;
     case Library::Torchtune: return v.torchtune;
     case Library::Unsloth: return v.unsloth;
-    case Library::Trl: break;
+    case Library::Trl: return v.trl;
+    case Library::Vllm: break;
   }
-  return v.trl;
+  return v.vllm;
 }
 
 const std::string& version_field(const VersionsConfig& v, Library lib) {

@@ -38,8 +38,8 @@ struct Date {
   bool operator==(const Date&) const = default;
 };
 
-enum class Library { Torch, Transformers, Peft, Bitsandbytes, Deepspeed, Torchao, FlashAttn, Torchtune, Unsloth, Trl };
-constexpr size_t kLibraryCount = 10;
+enum class Library { Torch, Transformers, Peft, Bitsandbytes, Deepspeed, Torchao, FlashAttn, Torchtune, Unsloth, Trl, Vllm };
+constexpr size_t kLibraryCount = 11;
 
 struct Release {
   Version version;

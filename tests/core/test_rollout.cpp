@@ -268,3 +268,40 @@ TEST_CASE("What helps offers smaller generation batches inside the step where nu
   c = grpo_config("0.17");  // before steps_per_generation
   CHECK(offered(c) == -1);
 }
+
+TEST_CASE("vLLM 0.8.0-0.9.0 caps the whole process: the policy's weights at the engine's start come out of its share") {
+  Config c = grpo_config();
+  c.training.generation_engine = "vllm_colocate";
+  c.training.gpu_memory_utilization = 0.25;
+  auto engine_total = [](const DeviceResult& d) {
+    const auto engine = allocations(d.program, "vLLM");
+    int64_t sum = 0;
+    for (int64_t b : engine) sum += b;
+    return sum;
+  };
+  const DeviceResult own = run(c);
+  const int64_t share = static_cast<int64_t>(0.25 * static_cast<double>(own.capacity_bytes));
+  CHECK(engine_total(own) == share);  // latest: the engine's own share
+  c.versions.vllm = "0.8.5";
+  const DeviceResult whole = run(c);
+  CHECK(engine_total(whole) == share - whole.model_states.weights_bytes);  // the Trainer placed the policy first
+  c.versions.vllm = "0.9.1";
+  CHECK(engine_total(run(c)) == share);
+  c.versions.vllm = "0.7.3";  // V0's worker measured from a baseline: the engine alone
+  CHECK(engine_total(run(c)) == share);
+  // Under ZeRO-3 the policy is prepared after the engine starts: nothing of it counts yet.
+  c.versions.vllm = "0.8.5";
+  c.parallel.data_parallel_size = 2, c.parallel.zero_stage = 3, c.parallel.sharding = "deepspeed";
+  c.training.num_generations = 2;
+  CHECK(engine_total(run(c)) == static_cast<int64_t>(0.25 * static_cast<double>(own.capacity_bytes)));
+  // A share the trainer's weights leave too small for the engine's: vLLM would not start, and the result says so.
+  Config small = grpo_config();
+  small.training.generation_engine = "vllm_colocate";
+  small.training.gpu_memory_utilization = 0.02;
+  small.versions.vllm = "0.8.5";
+  const Result r = simulate(small);
+  REQUIRE(r.ok);
+  bool said = false;
+  for (const auto& n : r.notes) said = said || n.find("vLLM would refuse to start") != std::string::npos;
+  CHECK(said);
+}

@@ -112,7 +112,7 @@ MEMSIM_DEFAULTS = {
                  "host_memory_bytes": 0},
     "versions": {"torch": "latest", "transformers": "latest", "peft": "latest", "bitsandbytes": "latest",
                  "deepspeed": "latest", "torchao": "latest", "flash_attn": "latest", "torchtune": "latest", "unsloth": "latest",
-                 "trl": "latest", "date": ""},
+                 "trl": "latest", "vllm": "latest", "date": ""},
 }
 
 OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "grpo", "kto")
