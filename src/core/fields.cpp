@@ -254,7 +254,7 @@ constexpr FieldSpec kFields[] = {
      "grpo: none (reward functions: rules, nothing on the GPU) or same_as_policy: a frozen reward model of the policy's architecture (AutoModelForSequenceClassification), loaded like the policy, sharded under ZeRO-3 from TRL 0.17, which scores the whole generation batch in one no-grad forward."},
     {F(training, steps_per_generation), K::Integer, {0, int64_t{1} << 20}, {}, 2,
      "steps per generation",
-     "grpo, TRL 0.18+: steps_per_generation: each generation makes micro_batch_size x this many completions per GPU (0: gradient_accumulation_steps, TRL's default). Where generations do not fall on optimizer-step boundaries, one runs with the step's accumulated gradients alive, and the policy scores its own completions first (old_per_token_logps)."},
+     "grpo, TRL 0.18+: steps_per_generation: each generation makes micro_batch_size x this many completions per GPU (0: gradient_accumulation_steps, TRL's default). Where generations do not fall on optimizer-step boundaries, one runs with the step's accumulated gradients alive. The policy scores its own completions first (old_per_token_logps) where TRL needs it: above gradient_accumulation_steps (0.18-0.19), or where the accumulation steps are not a multiple of this x num_iterations (0.20+)."},
     {F(training, num_iterations), K::Integer, {1, 1 << 16}, {}, 2,
      "iterations per generation",
      "grpo, TRL 0.16+: num_iterations: the optimization passes over each generation batch. Above 1 the policy scores its completions under no_grad first (old_per_token_logps; from TRL 0.20 only where generations do not align with optimizer steps)."},

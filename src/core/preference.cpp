@@ -10,8 +10,8 @@ namespace memsim {
 namespace {
 constexpr Version V(int major, int minor, int patch = 0) { return {major, minor, patch}; }
 
-// TRL's KTOTrainer (trl/trainer/kto_trainer.py v0.8-v0.26, trl/experimental/kto/ v0.27-v1.8, trl/trainer/ again
-// from v1.9; quotes in docs/research/preference.md 1f and 5). Every version: unpaired rows (no concatenation), and
+// TRL's KTOTrainer (trl/trainer/kto_trainer.py v0.8-v0.26, trl/experimental/kto/ v0.27-v1.7, trl/trainer/ again
+// from v1.8; quotes in docs/research/preference.md 1f and 5). Every version: unpaired rows (no concatenation), and
 // with calculate_KL (loss_type "kto", the default) a no-grad forward of the KL batch before each model's forward of
 // the batch; the policy first, then the reference on both batches under no_grad.
 PreferenceFlow resolve_kto(PreferenceFlow p, const StackVersions& v, bool logits_fp32, bool outputs_to_fp32, bool deepspeed) {
@@ -26,6 +26,8 @@ PreferenceFlow resolve_kto(PreferenceFlow p, const StackVersions& v, bool logits
   // v0.8-v0.16 forward(): `with torch.no_grad(): KL_logits = model(...).logits` is a local of the same function as the
   // batch's forward, so it lives until forward() returns; v0.17 moved it into _compute_kl_logps.
   p.kl_logits_held = v.below(trl, V(0, 17));
+  // v0.8-v0.9 forward() took get_batch_logps(KL_logits) after the batch's; v0.10 moved it right after the KL forward.
+  p.kl_logps_after_batch = v.below(trl, V(0, 10));
   // forward() returns `chosen_logits = completion_logits[chosen_idx, ...]` (advanced indexing, later index_select: copies),
   // kept to the end of get_batch_loss_metrics for its logits/chosen metric; the reference's own call of forward()
   // (v0.8-v1.5) makes them too and drops them with the tuple. v1.6 inlined the reference (_compute_loss) and keeps

@@ -46,6 +46,7 @@ struct PreferenceFlow {
   bool paired = true;             // chosen and rejected concatenated: twice the rows (not KTO)
   bool kl_pass = false;           // calculate_KL (the default loss_type kto): the KL batch's no-grad forwards
   bool kl_logits_held = false;    // TRL 0.8-0.16: forward() keeps the KL batch's logits through the batch's forward
+  bool kl_logps_after_batch = false;  // TRL 0.8-0.9: forward() takes the KL batch's log-probabilities after the batch's
   LabelCopies label_copies = LabelCopies::None;
   bool reference_label_copies = false;  // TRL 0.8-1.5: the reference's forward() makes (and drops) its own copies
   std::string note;               // the rules above with their versions, for the result's notes

@@ -90,6 +90,8 @@ void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
       else for (int64_t r = 0; r < dims_.b; ++r) saved.push_back(act(mul(el, row), pref_labels_.logps, post));
       break;
   }
+  // KTO 0.8-0.9: forward() takes the KL batch's log-probabilities after the batch's, the batch's graph alive.
+  if (p.kl_logps_after_batch) logps_temporaries();
   // KTO 0.8-1.8: forward() (later _compute_loss) copies the logits' desirable and undesirable rows for its metrics,
   // kept to the end of the loss.
   if (p.label_copies == LabelCopies::BeforeReference) {
@@ -122,8 +124,8 @@ void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
 // One frozen forward under no_grad and its log-probabilities (the reference's; KTO's KL batch): every layer's
 // tensors are temporaries, the log-probabilities' temporaries go once the small per-sequence log-probabilities exist.
 // Returns the logits, for the caller to keep or drop before end_no_grad(pass). `gather_label`: each unit's
-// all-gathered parameters (UINT32_MAX: none).
-uint32_t StepBuilder::logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label) {
+// all-gathered parameters (UINT32_MAX: none). `logps` false leaves the log-probabilities for later (KTO 0.8-0.9).
+uint32_t StepBuilder::logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label, bool logps) {
   const PreferenceFlow& p = resolved_.preference;
   const int32_t post = -1;
   const int64_t tv = mul(dims_.T, dims_.V), e = dims_.e;
@@ -141,6 +143,19 @@ uint32_t StepBuilder::logps_pass(NoGradPass& pass, uint32_t gather_label, uint32
   drop_if(lg16);
   if (p.hidden_states_returned && p.outputs_to_fp32)  // the wrapper's fp32 copies of the returned hidden states
     for (int64_t l = 0; l <= shape_.num_layers; ++l) hidden.push_back(tmp(mul(4, dims_.Tn, dims_.h), labels_.residual, post));
+  if (logps) logps_temporaries();
+  for (uint32_t t : hidden) drop(t);
+  return logits;
+}
+
+// The temporaries of one no-grad pass's log-probabilities, gone once the per-sequence log-probabilities exist: the
+// shift copy (TRL 0.29-1.5, KTO 1.6), the slice's contiguous copy or torchtune's quotient, the log-softmax, or one
+// row's at a time (selective_log_softmax).
+void StepBuilder::logps_temporaries() {
+  const PreferenceFlow& p = resolved_.preference;
+  const int32_t post = -1;
+  const int64_t tv = mul(dims_.T, dims_.V);
+  const int64_t el = p.logits_fp32 ? 4 : dims_.e;
   uint32_t shift = p.shift_copy_kept ? tmp(mul(el, tv), pref_labels_.copy, post) : UINT32_MAX;
   if (p.logps == Logps::FullLogSoftmax) {
     uint32_t copy = p.slice_copy ? tmp(mul(el, tv), pref_labels_.copy, post)
@@ -152,8 +167,6 @@ uint32_t StepBuilder::logps_pass(NoGradPass& pass, uint32_t gather_label, uint32
     drop(tmp(mul(el, mul(dims_.s, dims_.V)), pref_labels_.logps, post));  // one row at a time
   }
   drop_if(shift);
-  for (uint32_t t : hidden) drop(t);
-  return logits;
 }
 
 // The reference's forward under no_grad, after the policy's (for KTO its KL batch's first). Then what the loss
@@ -171,15 +184,16 @@ void StepBuilder::reference_forward(const std::string& phase) {
     const bool gathers = (p.reference != ReferenceModel::Copy || p.reference_sharded) && shard_weights_ && shard_ranks_ > 1;
     const uint32_t gather_label = gathers ? pref_labels_.ref_gathered : UINT32_MAX;
     uint32_t kl = UINT32_MAX;  // KTO: the reference's KL batch first; before 0.17 its logits live through the batch's
+    if (p.kl_pass || p.reference_label_copies) kto_labels();
     if (p.kl_pass) {
-      kto_labels();
       NoGradPass kp;
-      kl = logps_pass(kp, gather_label, kto_labels_.kl_logits);
+      kl = logps_pass(kp, gather_label, kto_labels_.kl_logits, !p.kl_logps_after_batch);
       if (!p.kl_logits_held) drop(kl), kl = UINT32_MAX;
       end_no_grad(kp);
     }
     NoGradPass pass;
     uint32_t logits = logps_pass(pass, gather_label, pref_labels_.ref_logits);
+    if (p.kl_logps_after_batch) logps_temporaries();  // KTO 0.8-0.9: the KL batch's, after the batch's
     // KTO before 1.6: the reference's forward() also returns copies of the labelled rows, dropped with the tuple.
     if (p.reference_label_copies) drop(tmp(mul(el, mul(dims_.T, dims_.V)), kto_labels_.label_copies, -1));
     drop_if(kl);
@@ -217,7 +231,8 @@ void StepBuilder::kl_forward() {
   kto_labels();
   const bool gathers = shard_weights_ && shard_ranks_ > 1;
   NoGradPass pass;
-  uint32_t logits = logps_pass(pass, gathers ? kto_labels_.kl_gathered : UINT32_MAX, kto_labels_.kl_logits);
+  uint32_t logits = logps_pass(pass, gathers ? kto_labels_.kl_gathered : UINT32_MAX, kto_labels_.kl_logits,
+                               !resolved_.preference.kl_logps_after_batch);
   if (resolved_.preference.kl_logits_held) kl_logits_ = logits;
   else drop(logits);
   end_no_grad(pass);

@@ -364,8 +364,9 @@ void set_up(Simulation::State& st) {
       if (e.trainer_at_start > 0)
         r.notes.push_back(describe_version(stack_versions(config.versions), Library::Vllm) +
                           ": gpu_memory_utilization caps the whole process (vLLM's V1 engine before 0.9.1), and the "
-                          "policy's weights on the GPU when the engine starts (" + format_bytes(e.trainer_at_start) +
-                          ") come out of its share, which leaves the engine " + format_bytes(e.total));
+                          "trainer's weights on the GPU when the engine starts (" + format_bytes(e.trainer_at_start) +
+                          ": the policy, and its reference copy if any) come out of its share, which leaves the "
+                          "engine " + format_bytes(e.total));
       if (e.weights >= e.total)
         r.notes.push_back("training.gpu_memory_utilization: the colocated vLLM engine's share, " + format_bytes(e.total) +
                           ", does not hold its bf16 weights (" + format_bytes(e.weights) +

@@ -415,9 +415,9 @@ class StepBuilder {
   KtoLabels kto_labels_;                    // made on first use, like pref_labels_
   uint32_t kl_logits_ = UINT32_MAX;         // the policy's KL logits while forward() holds them (TRL 0.8-0.16)
   void kto_labels();
-  uint32_t logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label);
+  uint32_t logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label, bool logps = true);
+  void logps_temporaries();
   void kl_forward();
-  void label_copies();
   // transformers' loss paths that shift a contiguous copy of the logits (LossImpl HfShiftFp32, HfFp32Logits, HfShift).
   void hf_shifted_loss_forward(std::vector<uint32_t>& saved);
   // transformers' 4-D attention mask (Resolved::mask, docs/versions.md 5 and 6b).

@@ -358,9 +358,9 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
                                             describe_version(v, Library::Trl) + " set training.vllm_sleep false"});
 }
 
-// KTO as TRL's KTOTrainer runs it (preference.cpp resolve_kto): from v0.8, where it arrived; calculate_KL's check of
-// the per-device batch (v0.11+: "Actual (not effective) batch size must be > 1"); padded batches (its collators pad
-// every row; there is no padding-free path); no NLL term.
+// KTO as TRL's KTOTrainer runs it (preference.cpp resolve_kto): from v0.8, where it arrived; its check of the batch
+// the KL term is estimated from; padded batches (its collators pad every row; there is no padding-free path); no NLL
+// term.
 void validate_kto(const Config& c, std::vector<FieldError>& e) {
   const auto& t = c.training;
   if (t.nll_alpha > 0)
@@ -374,10 +374,17 @@ void validate_kto(const Config& c, std::vector<FieldError>& e) {
   const StackVersions v = stack_versions(c.versions);
   if (v.below(Library::Trl, Version{0, 8, 0}))
     e.push_back({"versions.trl", "training.objective kto: KTOTrainer arrived in TRL 0.8; got " + describe_version(v, Library::Trl)});
-  if (t.micro_batch_size < 2 && v.at_least(Library::Trl, Version{0, 11, 0}))
+  // TRL 0.12+ checks the per-device batch ("Actual (not effective) batch size must be > 1", f05c3fa8f); 0.8-0.11
+  // checked device_count x per_device_train_batch_size x gradient_accumulation_steps.
+  if (v.at_least(Library::Trl, Version{0, 12, 0}) && t.micro_batch_size < 2)
     e.push_back({"training.micro_batch_size", "training.objective kto estimates its KL term from the other rows of each "
                                               "micro-batch: KTOTrainer requires micro_batch_size (per_device_train_batch_size) "
-                                              "of at least 2"});
+                                              "of at least 2 (TRL 0.12+)"});
+  else if (v.below(Library::Trl, Version{0, 12, 0}) &&
+           t.micro_batch_size * t.gradient_accumulation_steps * c.parallel.data_parallel_size < 2)
+    e.push_back({"training.micro_batch_size", "training.objective kto estimates its KL term from other rows: before TRL "
+                                              "0.12 KTOTrainer requires micro_batch_size x gradient_accumulation_steps x "
+                                              "GPUs of at least 2"});
 }
 
 // Preference objectives (preference.h) as memsim models them: TRL's trainers over the HF Trainer, or torchtune's
@@ -396,7 +403,7 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
                                                 t.objective + " it must be 1"});
   if (o == Objective::Sft || o == Objective::Unknown) {
     if (t.reference() != ReferenceModel::Auto && t.reference() != ReferenceModel::None && t.reference() != ReferenceModel::Unknown)
-      e.push_back({"training.reference_model", "training.reference_model applies to training.objective dpo and grpo; with sft "
+      e.push_back({"training.reference_model", "training.reference_model applies to training.objective dpo, kto and grpo; with sft "
                                                "it must be auto or none"});
     return;
   }

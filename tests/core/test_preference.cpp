@@ -306,6 +306,16 @@ TEST_CASE("kto before TRL 0.17 keeps the KL batch's logits through the batch's f
   CHECK(held.start - freed.start <= fp32_logits + (int64_t{2} << 20));  // the allocator's 2 MiB rounding
 }
 
+TEST_CASE("kto before TRL 0.10 takes the KL batch's log-probabilities after the batch's, inside its forward") {
+  Config c = dpo_config("0.9", 4);
+  c.training.objective = "kto";
+  c.training.reference_model = "precomputed";
+  const PhaseBytes late = phase_bytes(run(c), "forward (step 2)");
+  c.versions.trl = "0.10";
+  const PhaseBytes early = phase_bytes(run(c), "forward (step 2)");
+  CHECK(late.peak - early.peak >= int64_t{4} * 4 * 512 * kVocab);  // the slice's copy and the log-softmax, fp32
+}
+
 TEST_CASE("kto copies the logits' labelled rows for its metrics: before the reference up to TRL 1.8, after from 1.9") {
   Config c = dpo_config("1.5", 4);
   c.training.objective = "kto";
@@ -336,9 +346,11 @@ TEST_CASE("kto refuses what KTOTrainer refuses or memsim does not model, one lin
   Config bad = c;
   bad.training.reference_model = "none";
   CHECK(first_error(bad) == "training.reference_model");
-  bad = c, bad.training.micro_batch_size = 1;  // calculate_KL needs another row (TRL 0.11+)
+  bad = c, bad.training.micro_batch_size = 1;  // the KL term needs another row in the micro-batch (TRL 0.12+)
   CHECK(first_error(bad) == "training.micro_batch_size");
-  bad.versions.trl = "0.10";
+  bad.versions.trl = "0.11";  // before 0.12: in the accumulated batch across the GPUs
+  CHECK(first_error(bad) == "training.micro_batch_size");
+  bad.training.gradient_accumulation_steps = 2;
   CHECK(first_error(bad).empty());
   bad = c, bad.versions.trl = "0.7";
   CHECK(first_error(bad) == "versions.trl");

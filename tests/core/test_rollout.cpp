@@ -285,6 +285,9 @@ TEST_CASE("vLLM 0.8.0-0.9.0 caps the whole process: the policy's weights at the 
   c.versions.vllm = "0.8.5";
   const DeviceResult whole = run(c);
   CHECK(engine_total(whole) == share - whole.model_states.weights_bytes);  // the Trainer placed the policy first
+  c.training.reference_model = "copy";  // create_reference_model's deepcopy of the placed policy, before the engine
+  CHECK(engine_total(run(c)) == share - 2 * whole.model_states.weights_bytes);
+  c.training.reference_model = "auto";
   c.versions.vllm = "0.9.1";
   CHECK(engine_total(run(c)) == share);
   c.versions.vllm = "0.7.3";  // V0's worker measured from a baseline: the engine alone

@@ -411,6 +411,8 @@ class PreferenceTranslation(unittest.TestCase):
 
 
 class GrpoTranslation(unittest.TestCase):
+    """training.objective grpo: the recipe of GRPOTrainer with model.generate (calibrate.py grpo_rollout)."""
+
     def test_generation_cadence_other_than_one_per_step_is_refused(self):
         c = config(framework="hf_trainer", objective="grpo", micro_batch_size=4, sequence_length=768,
                    gradient_accumulation_steps=2, num_generations=4, completion_length=256)
@@ -420,8 +422,6 @@ class GrpoTranslation(unittest.TestCase):
         c["training"]["steps_per_generation"] = 0
         c["training"]["num_iterations"] = 2
         self.assertIn("training.num_iterations", refused(c))
-
-    """training.objective grpo: the recipe of GRPOTrainer with model.generate (calibrate.py grpo_rollout)."""
 
     def test_grpo_generates_the_steps_completions_and_scores_by_beta(self):
         plan = tr.translate(config(framework="hf_trainer", objective="grpo", completion_length=128,
