@@ -1,8 +1,9 @@
-// A preference objective's step (training.objective dpo, orpo, simpo, kto; preference.h resolves the flow): the policy's
-// log-probabilities over the whole vocabulary for 2 x micro_batch_size rows (chosen and rejected concatenated, one
-// forward; KTO: micro_batch_size unpaired rows, after a no-grad forward of its KL batch), the chosen half's cross-entropy, the reference model's forward under no_grad on top of the policy's saved
-// activations, and the backward of the log-probabilities down to the final norm. TRL's trainers run the policy first
-// and the reference after it in every version (dpo_trainer.py get_batch_loss_metrics / _compute_loss; torchtune's
+// A preference objective's step (training.objective dpo, orpo, simpo, kto; preference.h resolves the flow): the
+// policy's log-probabilities over the whole vocabulary for 2 x micro_batch_size rows (chosen and rejected
+// concatenated, one forward; KTO: micro_batch_size unpaired rows, after a no-grad forward of its KL batch), the chosen
+// half's cross-entropy, the reference model's forward under no_grad on top of the policy's saved activations, and
+// the backward of the log-probabilities down to the final norm. TRL's trainers run the policy first and the reference
+// after it in every version (dpo_trainer.py get_batch_loss_metrics / _compute_loss; torchtune's
 // recipes likewise), so the reference's logits meet the policy's saved graph; what else is alive then is the
 // version's (PreferenceFlow). Sources: docs/research/preference.md.
 #include "checked.h"

@@ -54,12 +54,12 @@ EngineBytes engine_bytes(const StepContext& ctx) {
   // policy to the GPU unless DeepSpeed or FSDP prepares it later (trainer.py place_model_on_device; grpo_trainer.py
   // LLM(...) at T:647 of v0.18, after super().__init__ at T:541). A reference copy is create_reference_model's
   // deepcopy of that policy (T:565), on the GPU too; under ZeRO-3 or FSDP it is loaded on the CPU (T:558).
-  if (resolve(ctx.config).rollout.engine_budget_whole_process) {
+  if (const Resolved rs = resolve(ctx.config); rs.rollout.engine_budget_whole_process) {
     const ShardPlan sp = shard_plan(ctx);
     const bool prepared_later = (sp.sharding == Sharding::DeepSpeed && ctx.config.parallel.zero_stage > 0) || sp.fsdp;
     if (!prepared_later) {
       const int64_t policy = frozen_model_bytes(ctx, false, false);
-      const bool copy = resolve(ctx.config).preference.reference == ReferenceModel::Copy;
+      const bool copy = rs.preference.reference == ReferenceModel::Copy;
       e.trainer_at_start = copy ? mul(2, policy) : policy;
     }
     e.total = std::max<int64_t>(0, e.total - e.trainer_at_start);

@@ -380,8 +380,8 @@ void validate_kto(const Config& c, std::vector<FieldError>& e) {
     e.push_back({"training.micro_batch_size", "training.objective kto estimates its KL term from the other rows of each "
                                               "micro-batch: KTOTrainer requires micro_batch_size (per_device_train_batch_size) "
                                               "of at least 2 (TRL 0.12+)"});
-  else if (v.below(Library::Trl, Version{0, 12, 0}) &&
-           t.micro_batch_size * t.gradient_accumulation_steps * c.parallel.data_parallel_size < 2)
+  else if (v.below(Library::Trl, Version{0, 12, 0}) && t.micro_batch_size < 2 && t.gradient_accumulation_steps < 2 &&
+           c.parallel.data_parallel_size < 2)  // their product below 2, without multiplying
     e.push_back({"training.micro_batch_size", "training.objective kto estimates its KL term from other rows: before TRL "
                                               "0.12 KTOTrainer requires micro_batch_size x gradient_accumulation_steps x "
                                               "GPUs of at least 2"});
