@@ -127,6 +127,10 @@ bool read_input(const std::string& path, std::string& out, std::string& error, s
 // published cases it comes from.
 void print_band(const DeviceResult& d) {
   if (!d.band.valid) return;
+  if (d.fixed_share) {  // core/result.h: the engine claims this share by design
+    std::printf("  band: the engine's claimed share itself (vLLM takes gpu_memory_utilization of the GPU at start)\n");
+    return;
+  }
   std::printf("  band (where a measurement is expected, from the nearest published cases' errors):\n");
   for (int i = 0; i < kBandStatistics; ++i) {
     const auto s = static_cast<BandStatistic>(i);
@@ -160,6 +164,7 @@ void print_table(const Result& r) {
               r.devices.size() > 1 ? (" (" + r.devices.front().role + ")").c_str() : "");
   for (const auto& d : r.devices) {
     std::printf("\n%s (x%lld): %s\n", d.role.c_str(), static_cast<long long>(d.device_count), verdict_words(d.verdict));
+    if (!d.refusal.empty()) std::printf("  %s\n", d.refusal.c_str());
     std::printf("  %-24s %14s\n", "peak allocated", format_bytes(d.peak.allocated_bytes).c_str());
     std::printf("  %-24s %14s\n", "peak reserved", format_bytes(d.peak.reserved_bytes).c_str());
     std::printf("  %-24s %14s  of %s\n", "device (nvidia-smi)", format_bytes(d.peak.device_bytes).c_str(),

@@ -11,12 +11,17 @@ namespace memsim {
 namespace {
 
 // The most loaded GPU's device peak, and the worst verdict over the GPUs (the verdicts are declared from best to
-// worst). A change that leaves a GPU borderline does not make the setup fit.
+// worst). A change that leaves a GPU borderline does not make the setup fit. A GPU whose memory is an engine's fixed
+// share (the vLLM server's) counts for the verdict, and for the peak only where vLLM would not start there: then as
+// the whole GPU, which is not enough, so that the changes that let it start rank by what the other GPUs then hold.
 int64_t worst_peak(const Result& r, Verdict& verdict) {
   int64_t peak = 0;
   verdict = Verdict::Fits;
-  for (const auto& d : r.devices)
-    peak = std::max(peak, d.peak.device_bytes), verdict = std::max(verdict, d.verdict);
+  for (const auto& d : r.devices) {
+    verdict = std::max(verdict, d.verdict);
+    if (!d.fixed_share) peak = std::max(peak, d.peak.device_bytes);
+    else if (d.verdict != Verdict::Fits) peak = std::max({peak, d.peak.device_bytes, d.capacity_bytes});
+  }
   return peak;
 }
 

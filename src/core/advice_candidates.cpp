@@ -296,6 +296,23 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
       break;
     }
   }
+  // The server's own GPUs (vllm_server.h), which vLLM may refuse to start on: its max_model_len cut to the longest
+  // request TRL sends (a smaller KV cache check), or the model over twice the GPUs. Both leave the training GPUs alone.
+  if (r.engine == GenerationEngine::VllmServer) {
+    if (t.vllm_server_max_model_len == 0 && base.model.max_position_embeddings > t.sequence_length) {
+      Config c = base;
+      c.training.vllm_server_max_model_len = t.sequence_length;
+      add(G::SameJob, 0, "vllm_server_max_model_len", "vLLM server's max_model_len " + std::to_string(t.sequence_length),
+          "trl vllm-serve --max_model_len: vLLM then needs a KV cache for one prompt and completion, not the model's whole context", c);
+    }
+    const int64_t tp = t.vllm_server_tensor_parallel_size;
+    if (stack_versions(base.versions).at_least(Library::Trl, Version{0, 16, 0}) && base.model.num_attention_heads % (2 * tp) == 0) {
+      Config c = base;
+      c.training.vllm_server_tensor_parallel_size = 2 * tp;
+      add(G::MoreHardware, 0, "vllm_server_tensor_parallel", "vLLM server over " + std::to_string(2 * tp) + " GPUs (tensor parallel)",
+          "more GPUs: trl vllm-serve --tensor_parallel_size " + std::to_string(2 * tp) + " splits the weights and the KV cache", c);
+    }
+  }
   if (r.engine != GenerationEngine::VllmServer) {
     Config c = base;
     c.training.generation_engine = "vllm_server";

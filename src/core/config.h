@@ -194,6 +194,12 @@ struct TrainingConfig {
   // gradient_accumulation_steps) and the optimization passes over each generation (num_iterations, TRL 0.16+).
   int64_t steps_per_generation = 0;
   int64_t num_iterations = 1;
+  // vllm_server: the server's own GPUs (vllm_server.h), as trl vllm-serve's arguments: tensor_parallel_size,
+  // data_parallel_size (TRL 0.17+), gpu_memory_utilization and max_model_len (0: the model's positions, vLLM's default).
+  int64_t vllm_server_tensor_parallel_size = 1;
+  int64_t vllm_server_data_parallel_size = 1;
+  double vllm_server_gpu_memory_utilization = 0.9;
+  int64_t vllm_server_max_model_len = 0;
 
   bool operator==(const TrainingConfig&) const = default;
   Objective goal() const {

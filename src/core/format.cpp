@@ -94,7 +94,8 @@ std::string describe_headroom(const DeviceResult& d, Unit unit, int decimals) {
 }
 
 std::string describe_usable(const DeviceResult& d, Unit unit, int decimals) {
-  return format_bytes(d.peak.device_bytes, unit, decimals) + " (nvidia-smi) of " + describe_headroom(d, unit, decimals);
+  return format_bytes(d.peak.device_bytes, unit, decimals) + " (nvidia-smi) of " + describe_headroom(d, unit, decimals) +
+         (d.refusal.empty() ? "" : "; " + d.refusal);
 }
 
 std::string describe_peaks(const DeviceResult& d, Unit unit, int decimals) {
@@ -107,7 +108,8 @@ const DeviceResult* worst_device(const Result& r) {
   const DeviceResult* worst = nullptr;
   for (const auto& d : r.devices) {
     if (!worst || d.verdict > worst->verdict ||
-        (d.verdict == worst->verdict && d.peak.device_bytes - d.usable_bytes > worst->peak.device_bytes - worst->usable_bytes))
+        (d.verdict == worst->verdict && !d.fixed_share &&
+         (worst->fixed_share || d.peak.device_bytes - d.usable_bytes > worst->peak.device_bytes - worst->usable_bytes)))
       worst = &d;
   }
   return worst;

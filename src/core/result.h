@@ -61,6 +61,11 @@ struct RunTrace {
 struct DeviceResult {
   std::string role;       // "every GPU" for symmetric layouts; pipeline stages etc. later
   int64_t device_count = 1;
+  // The GPU's memory is an engine's share, claimed by design (the vLLM server's GPUs, vllm_server.h): it has no band
+  // and no headroom, and it is the worst device, the one a verdict line names or What helps lowers, only where its
+  // verdict is worse than the training GPUs'.
+  bool fixed_share = false;
+  std::string refusal;    // such an engine's start check that fails, in a few words ("" when it starts)
   ModelStates model_states;
   Peak peak;
   Breakdown breakdown;

@@ -29,6 +29,8 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
     json dev;
     dev["role"] = d.role;
     dev["device_count"] = d.device_count;
+    if (d.fixed_share) dev["fixed_share"] = true;  // an engine's claimed share: its band is that share
+    if (!d.refusal.empty()) dev["refusal"] = d.refusal;
     dev["peak"] = {{"allocated_bytes", d.peak.allocated_bytes}, {"reserved_bytes", d.peak.reserved_bytes},
                    {"active_bytes", d.peak.active_bytes},       {"requested_bytes", d.peak.requested_bytes},
                    {"device_bytes", d.peak.device_bytes}};

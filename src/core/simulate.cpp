@@ -17,6 +17,7 @@
 #include "run_replay.h"
 #include "tables.h"
 #include "train_step.h"
+#include "vllm_server.h"
 
 namespace memsim {
 
@@ -414,6 +415,37 @@ void replay_unstated_data(const Config& config, Result& r) {
                     " tokens, or describe the lengths in the data section for the run's own answer.");
 }
 
+// The vLLM server's GPUs (vllm_server.h), a device of their own after the training GPUs: the engine's weights and KV
+// cache replayed through the allocator. vLLM claims its share by design, so no headroom is kept there: they fit when
+// vLLM starts (VllmServerPlan::failure), and their share is exact, so no band is claimed.
+void add_vllm_server(Simulation::State& st) {
+  const Config& config = st.config;
+  if (st.contexts.empty() || !config.training.rollout() || config.training.engine() != GenerationEngine::VllmServer) return;
+  DeviceResult d = device_shell(st.contexts.front(), "");
+  const VllmServerPlan plan = plan_vllm_server(config, d.capacity_bytes, d.breakdown.cuda_context_bytes);
+  d.role = plan.role;
+  d.device_count = mul(plan.tensor_parallel, plan.data_parallel);
+  d.fixed_share = true;
+  d.model_states = {};
+  d.model_states.weights_bytes = plan.weights_bytes;
+  d.host_bytes = d.nvme_bytes = 0;
+  d.breakdown.nccl_bytes = 0;
+  d.usable_bytes = d.capacity_bytes;
+  d.program = vllm_server_program(plan);
+  replay(d.program, d, int64_t{1} << 62, false, int64_t{1} << 58);
+  device_finish(d);
+  d.refusal = plan.refusal;
+  d.fits = d.fits && plan.failure.empty();
+  d.verdict = d.fits ? Verdict::Fits : Verdict::DoesNotFit;
+  const int64_t stats[kBandStatistics] = {d.peak.allocated_bytes, d.peak.reserved_bytes, d.peak.active_bytes,
+                                          d.peak.device_bytes};
+  d.band.valid = true;
+  for (int i = 0; i < kBandStatistics; ++i) d.band.stats[static_cast<size_t>(i)].low_bytes = d.band.stats[static_cast<size_t>(i)].high_bytes = stats[i];
+  st.r.notes.push_back(plan.note);
+  if (!plan.failure.empty()) st.r.notes.push_back("training.generation_engine vllm_server: " + plan.failure);
+  st.r.devices.push_back(std::move(d));
+}
+
 // Host RAM per node under offload, once every device is simulated: every GPU of a node keeps its offloaded states
 // there. Nodes hold consecutive ranks; with pipeline stages on different nodes the largest stage sets the need.
 void finish(Simulation::State& st) {
@@ -435,6 +467,7 @@ void finish(Simulation::State& st) {
   st.done = true;
   if (data_shape_unstated(st.config)) replay_unstated_data(st.config, r);
   apply_bands(r, st.config, residual_table());
+  add_vllm_server(st);
 }
 
 // A run's next steps. The same decisions as a fixed shape's replay (simulate_device), each made over the whole

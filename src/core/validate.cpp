@@ -306,6 +306,35 @@ void validate_unsloth(const Config& c, std::vector<FieldError>& e) {
                                                 "training.activation_checkpointing full"});
 }
 
+// The vLLM server's GPUs (vllm_server.h): trl vllm-serve's arguments by TRL version (v0.15 ran one engine on one
+// vllm_device; --tensor_parallel_size from v0.16, --data_parallel_size from v0.17), vLLM's own refusals of a
+// tensor-parallel size that does not divide the heads (ModelConfig.verify_with_parallel_config) and of a
+// max_model_len beyond the model's positions (_get_and_verify_max_len), and TRL's requests of a prompt and its
+// completion, which must fit in max_model_len.
+void validate_vllm_server(const Config& c, const StackVersions& v, std::vector<FieldError>& e) {
+  const auto& t = c.training;
+  const int64_t tp = t.vllm_server_tensor_parallel_size;
+  if (tp > 1 && v.below(Library::Trl, Version{0, 16, 0}))
+    e.push_back({"training.vllm_server_tensor_parallel_size", "before TRL 0.16 the vLLM engine ran on one GPU (vllm_device); with " +
+                                                                  describe_version(v, Library::Trl) + " set 1"});
+  if (t.vllm_server_data_parallel_size > 1 && v.below(Library::Trl, Version{0, 17, 0}))
+    e.push_back({"training.vllm_server_data_parallel_size", "trl vllm-serve --data_parallel_size arrived in TRL 0.17; with " +
+                                                                describe_version(v, Library::Trl) + " set 1"});
+  if (c.model.num_attention_heads % tp != 0)
+    e.push_back({"training.vllm_server_tensor_parallel_size", "vLLM splits the attention heads over its tensor-parallel GPUs: " +
+                                                                  std::to_string(tp) + " must divide model.num_attention_heads (" +
+                                                                  std::to_string(c.model.num_attention_heads) + ")"});
+  const int64_t len = t.vllm_server_max_model_len;
+  if (len > 0 && len < t.sequence_length)
+    e.push_back({"training.vllm_server_max_model_len", "training.vllm_server_max_model_len (" + std::to_string(len) +
+                                                           ") must hold a prompt and its completion, training.sequence_length (" +
+                                                           std::to_string(t.sequence_length) + "), or 0 for the model's positions"});
+  else if (len > c.model.max_position_embeddings)
+    e.push_back({"training.vllm_server_max_model_len", "training.vllm_server_max_model_len (" + std::to_string(len) +
+                                                           ") is beyond the model's " + std::to_string(c.model.max_position_embeddings) +
+                                                           " positions (model.max_position_embeddings), which vLLM refuses"});
+}
+
 // GRPO (rollout.h) as TRL's GRPOTrainer runs it, from v0.15 (per_device_train_batch_size counts completions).
 void validate_rollout(const Config& c, std::vector<FieldError>& e) {
   const auto& t = c.training;
@@ -353,6 +382,7 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
   if (t.engine() == GenerationEngine::VllmColocate && !at(0, 18))
     e.push_back({"training.generation_engine", "vllm_colocate arrived in TRL 0.18 (vllm_mode=\"colocate\"); "
                                                "earlier versions ran vLLM on GPUs of its own: use vllm_server"});
+  if (t.engine() == GenerationEngine::VllmServer) validate_vllm_server(c, v, e);
   if (t.engine() == GenerationEngine::VllmColocate && t.vllm_sleep && !at(0, 23))
     e.push_back({"training.vllm_sleep", "vllm_enable_sleep_mode arrived in TRL 0.23; with " +
                                             describe_version(v, Library::Trl) + " set training.vllm_sleep false"});

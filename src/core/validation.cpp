@@ -132,9 +132,10 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
       row.error = r.errors.empty() ? "failed" : r.errors[0].message;
     } else {
       // Sources report one rank or the maximum over ranks; the devices differ only across pipeline stages,
-      // where every source quoted here gives the maximum.
+      // where every source quoted here gives the maximum. A vLLM server's GPUs (fixed_share) are not the trainer's.
       row.ok = true;
       for (const DeviceResult& d : r.devices) {
+        if (d.fixed_share) continue;
         const int64_t v = measured_statistic(c, d);
         if (v > row.predicted_bytes) {
           row.predicted_bytes = v, row.peak_phase = d.peak_phase;
@@ -158,7 +159,8 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
           s.auto_cases_dated += dated;
           const Result ra = simulate(automatic);
           int64_t predicted = 0;
-          for (const DeviceResult& d : ra.devices) predicted = std::max(predicted, measured_statistic(c, d));
+          for (const DeviceResult& d : ra.devices)
+            if (!d.fixed_share) predicted = std::max(predicted, measured_statistic(c, d));
           // A config that no longer validates with its switches at auto counts as a total miss.
           error = ra.ok ? static_cast<double>(predicted - c.measured_bytes) / static_cast<double>(c.measured_bytes) : 1.0;
         }

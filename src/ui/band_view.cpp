@@ -45,6 +45,11 @@ ImVec4 verdict_color(Verdict v) {
 
 void band_line(const DeviceResult& d, Unit unit) {
   if (!d.band.valid) return;
+  if (d.fixed_share) {  // core/result.h: the engine claims this share by design, so no published cases set a band
+    ImGui::SameLine();
+    ImGui::TextDisabled("| vLLM's claimed share");
+    return;
+  }
   const StatisticBand& b = d.band.of(BandStatistic::Device);
   // On the line of the headroom it replaces, so that the panel keeps its height, where the rest of that line holds
   // it; else on a line of its own (a phone-sized panel, where the wrapped headroom line leaves a sliver).
@@ -63,7 +68,7 @@ void band_line(const DeviceResult& d, Unit unit) {
 
 std::string band_whisker(ImDrawList* dl, const DeviceResult& d, ImVec2 p0, float width, float height, double scale_to,
                          Unit unit, bool hovered, float mouse_x) {
-  if (!d.band.valid || scale_to <= 0) return {};
+  if (!d.band.valid || d.fixed_share || scale_to <= 0) return {};
   const StatisticBand& b = d.band.of(BandStatistic::Device);
   const float lo = static_cast<float>(std::min(1.0, static_cast<double>(b.low_bytes) / scale_to));
   const float hi = static_cast<float>(std::min(1.0, static_cast<double>(b.high_bytes) / scale_to));

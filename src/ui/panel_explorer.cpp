@@ -167,7 +167,7 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
     cell.fits = r.ok;
     for (const auto& d : r.devices) {
       cell.fits = cell.fits && d.verdict == Verdict::Fits;  // the results panel's verdict: the band's top fits
-      if (d.peak.device_bytes > cell.peak) {
+      if (!d.fixed_share && d.peak.device_bytes > cell.peak) {
         cell.peak = d.peak.device_bytes;
         cell.ratio = static_cast<double>(d.peak.device_bytes) / static_cast<double>(std::max<int64_t>(1, d.usable_bytes));
       }

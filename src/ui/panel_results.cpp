@@ -33,7 +33,9 @@ void verdict(const DeviceResult& d, Unit unit) {
   // The verdict's statistic (nvidia-smi) against the usable memory, the headroom named (core/format.h).
   ImGui::Text("%s (x%lld): %s", d.role.c_str(), static_cast<long long>(d.device_count),
               describe_usable(d, unit, unit == Unit::MiB ? 0 : 2).c_str());
-  if (left >= 0)
+  if (!d.refusal.empty())  // an engine that would not start (core/result.h): its check, not the usable line
+    ImGui::TextColored(ImVec4(1.0f, 0.6f, 0.4f, 1), "%s", d.refusal.c_str());
+  else if (left >= 0)
     ImGui::Text("%s left under the usable line", bytes_text(left, unit).c_str());
   else
     ImGui::TextColored(ImVec4(1.0f, 0.6f, 0.4f, 1), "%s over the usable %s", bytes_text(-left, unit).c_str(),

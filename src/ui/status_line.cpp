@@ -23,12 +23,12 @@ std::string verdict_sentence(const Result& r, Unit unit) {
   };
   const DeviceResult* worst = &r.devices[0];
   for (const auto& d : r.devices)
-    if (d.verdict > worst->verdict || (d.verdict == worst->verdict && share(d) > share(*worst))) worst = &d;
+    if (d.verdict > worst->verdict || (d.verdict == worst->verdict && !d.fixed_share && share(d) > share(*worst))) worst = &d;
   std::string words = verdict_words(worst->verdict);  // "DOES NOT FIT" -> "Does not fit"
   for (size_t i = 1; i < words.size(); ++i) words[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(words[i])));
   if (r.devices.size() > 1) words += " on " + worst->role + " (x" + std::to_string(worst->device_count) + ")";
   return words + ": " + format_bytes(worst->peak.device_bytes, unit, 1) + " of " + format_bytes(worst->usable_bytes, unit, 1) +
-         " usable";
+         " usable" + (worst->refusal.empty() ? "" : "; " + worst->refusal);
 }
 
 bool fit_one_line(std::string& text, float width) {

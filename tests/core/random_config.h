@@ -140,6 +140,13 @@ Config random_config(Rng& rng) {
     }
     t.num_iterations = 1 + static_cast<int64_t>(rng() % 3);
   }
+  // The vLLM server's own GPUs (validate_vllm_server): a tensor-parallel size that divides the heads, a smaller share,
+  // and max_model_len cut to the prompt and completion.
+  if (t.objective == "grpo" && t.generation_engine == "vllm_server" && rng() % 2 == 0) {
+    if (m.num_attention_heads % 2 == 0) t.vllm_server_tensor_parallel_size = pick(rng, std::vector<int64_t>{1, 2});
+    t.vllm_server_gpu_memory_utilization = rng() % 2 ? 0.9 : 0.5;
+    if (rng() % 2) t.vllm_server_max_model_len = t.sequence_length;
+  }
   return c;
 }
 

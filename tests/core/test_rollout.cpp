@@ -308,3 +308,139 @@ TEST_CASE("vLLM 0.8.0-0.9.0 caps the whole process: the policy's weights at the 
   for (const auto& n : r.notes) said = said || n.find("vLLM would refuse to start") != std::string::npos;
   CHECK(said);
 }
+
+namespace {
+
+Config server_config(const char* trl = "latest") {
+  Config c = grpo_config(trl);
+  c.training.generation_engine = "vllm_server";
+  return c;
+}
+
+int64_t sum_of(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t b : v) s += b;
+  return s;
+}
+
+bool noted(const Result& r, const std::string& words) {
+  for (const auto& n : r.notes)
+    if (n.find(words) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("vllm_server: the server's GPUs are a device of their own, its 16-bit weights and a KV cache filling its share") {
+  Config c = server_config();
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  REQUIRE(r.devices.size() == 2);
+  const DeviceResult& train = r.devices[0];
+  const DeviceResult& server = r.devices[1];
+  CHECK(!train.fixed_share);
+  CHECK(server.fixed_share);
+  CHECK(server.role.find("trl vllm-serve, tensor parallel 1") != std::string::npos);
+  CHECK(server.device_count == 1);
+  CHECK(server.verdict == Verdict::Fits);
+  // Qwen2.5 0.5B's tied vocabulary (151,936 = 64 x 2,374) needs no padding: the weights are the model's, in 16 bits.
+  const int64_t weights = sum_of(allocations(server.program, "vLLM engine weights"));
+  CHECK(weights == 2 * r.params_total);
+  CHECK(server.model_states.weights_bytes == weights);
+  // The KV cache: whole blocks of 16 tokens of every layer's 2 KV heads of 64, keys and values in 16 bits, filling
+  // total x 0.9 less the weights to within one block of every layer.
+  const int64_t page = 16 * 2 * kKvWidth * 2;
+  const auto kv = allocations(server.program, "vLLM KV cache");
+  REQUIRE(kv.size() == static_cast<size_t>(kLayers));
+  CHECK(kv.front() % page == 0);
+  const int64_t share = static_cast<int64_t>(static_cast<double>(server.capacity_bytes) * 0.9);
+  CHECK(weights + sum_of(kv) <= share);
+  CHECK(share - weights - sum_of(kv) < page * kLayers);
+  // The band of a claimed share is the share itself; the training GPUs keep theirs.
+  CHECK(server.band.of(BandStatistic::Device).low_bytes == server.peak.device_bytes);
+  CHECK(server.band.of(BandStatistic::Device).high_bytes == server.peak.device_bytes);
+  CHECK(server.usable_bytes == server.capacity_bytes);
+}
+
+TEST_CASE("vllm_server: tensor parallel splits the weights and the KV heads; data parallel adds engines") {
+  Config c = server_config();
+  const DeviceResult one = simulate(c).devices[1];
+  c.training.vllm_server_tensor_parallel_size = 2;
+  c.training.vllm_server_data_parallel_size = 3;
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  const DeviceResult& two = r.devices[1];
+  CHECK(two.device_count == 6);
+  CHECK(two.role.find("tensor parallel 2 x data parallel 3") != std::string::npos);
+  const int64_t w1 = sum_of(allocations(one.program, "vLLM engine weights")),
+                w2 = sum_of(allocations(two.program, "vLLM engine weights"));
+  const int64_t norms = 2 * (kLayers * 2 * 896 + 896);  // two RMSNorm scales a layer and the final one, whole on each GPU
+  CHECK(w2 == (w1 - norms) / 2 + norms);
+  // One KV head of 64 per GPU: a page of half the bytes.
+  CHECK(allocations(two.program, "vLLM KV cache").front() % (16 * 1 * 64 * 2 * 2) == 0);
+}
+
+TEST_CASE("vllm_server: vLLM refuses to start where one max_model_len request's KV cache or its share does not fit") {
+  Config c = server_config();
+  const DeviceResult fits = simulate(c).devices[1];
+  const int64_t weights = sum_of(allocations(fits.program, "vLLM engine weights"));
+  // A share that leaves the KV cache 100 MiB: 32,768 positions need 24 x 2,048 blocks of 6 KiB = 288 MiB.
+  c.training.vllm_server_gpu_memory_utilization =
+      static_cast<double>(weights + (int64_t{100} << 20)) / static_cast<double>(fits.capacity_bytes);
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.devices[1].verdict == Verdict::DoesNotFit);
+  CHECK(noted(r, "one request of max_model_len 32768 tokens"));
+  CHECK(r.devices[1].refusal == "vLLM would not start: its KV cache cannot hold one 32,768-token request (max_model_len)");
+  CHECK(r.devices[0].refusal.empty());
+  // What helps names the server's own fix, and it makes the setup fit.
+  bool offered_len = false;
+  for (const Suggestion& s : suggest(c))
+    if (s.id == "vllm_server_max_model_len") offered_len = s.fits;
+  CHECK(offered_len);
+  c.training.vllm_server_max_model_len = kPrompt + kCompletion;  // TRL's longest request
+  CHECK(simulate(c).devices[1].verdict == Verdict::Fits);
+  // A share below the weights: no memory for the cache blocks.
+  c.training.vllm_server_gpu_memory_utilization = static_cast<double>(weights / 2) / static_cast<double>(fits.capacity_bytes);
+  r = simulate(c);
+  CHECK(r.devices[1].verdict == Verdict::DoesNotFit);
+  CHECK(noted(r, "No available memory for the cache blocks"));
+  CHECK(r.devices[1].refusal.find("no KV cache") != std::string::npos);
+  // The whole GPU: more than its free memory once the CUDA context is there (vLLM 0.9.1+ checks at start).
+  c = server_config();
+  c.training.vllm_server_gpu_memory_utilization = 1.0;
+  r = simulate(c);
+  CHECK(r.devices[1].verdict == Verdict::DoesNotFit);
+  CHECK(noted(r, "more than the GPU's free memory"));
+  // Up to 0.9.0 no such check: total x util less the process's peak, the CUDA context included, goes to the KV cache,
+  // whose allocations the caching allocator's rounding then takes past the GPU.
+  c.versions.vllm = "0.8.5";
+  r = simulate(c);
+  CHECK(!noted(r, "free memory"));
+  CHECK(r.devices[1].peak.requested_bytes + r.devices[1].breakdown.cuda_context_bytes <= r.devices[1].capacity_bytes);
+  CHECK(r.devices[1].peak.device_bytes > r.devices[1].capacity_bytes);
+}
+
+TEST_CASE("vllm_server's refusals name the field") {
+  Config c = server_config();
+  c.training.vllm_server_tensor_parallel_size = 4;  // 14 heads
+  CHECK(refused(c, "training.vllm_server_tensor_parallel_size"));
+  c = server_config("0.15");
+  c.training.vllm_server_tensor_parallel_size = 2;  // one vllm_device
+  CHECK(refused(c, "training.vllm_server_tensor_parallel_size"));
+  c = server_config("0.16");
+  c.training.vllm_server_data_parallel_size = 2;
+  CHECK(refused(c, "training.vllm_server_data_parallel_size"));
+  c = server_config();
+  c.training.vllm_server_max_model_len = kPrompt;  // shorter than a prompt and its completion
+  CHECK(refused(c, "training.vllm_server_max_model_len"));
+  c.training.vllm_server_max_model_len = 65536;  // beyond 32,768 positions
+  CHECK(refused(c, "training.vllm_server_max_model_len"));
+  for (double util : {0.0, 1.5}) {
+    c = server_config();
+    c.training.vllm_server_gpu_memory_utilization = util;
+    CHECK(refused(c, "training.vllm_server_gpu_memory_utilization"));
+  }
+  CHECK(!refused(server_config("0.15"), "training.vllm_server_tensor_parallel_size"));
+  CHECK(simulate(server_config("0.15")).devices[1].role.find("vllm_device") != std::string::npos);
+}

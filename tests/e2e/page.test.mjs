@@ -199,7 +199,12 @@ test("the page's numbers equal the CLI's for the same config", async () => {
                       // KTO under TRL 0.16 (the KL batch's logits held), and GRPO generating inside optimizer steps
                       ["--set", "training.framework=hf_trainer", "--set", "training.objective=kto", "--set", "versions.trl=0.16", "--set", "training.sequence_length=1024"],
                       ["--set", "training.framework=hf_trainer", "--set", "training.objective=grpo", "--set", "training.sequence_length=1024",
-                       "--set", "training.gradient_accumulation_steps=4", "--set", "training.steps_per_generation=3", "--set", "training.num_generations=4"]]) {
+                       "--set", "training.gradient_accumulation_steps=4", "--set", "training.steps_per_generation=3", "--set", "training.num_generations=4"],
+                      // GRPO with a vLLM server on GPUs of its own: a second device, the weights split over two GPUs
+                      // and a KV cache filling a 30% share
+                      ["--set", "training.framework=hf_trainer", "--set", "training.objective=grpo", "--set", "training.sequence_length=1024",
+                       "--set", "training.generation_engine=vllm_server", "--set", "training.vllm_server_tensor_parallel_size=2",
+                       "--set", "training.vllm_server_gpu_memory_utilization=0.3"]]) {
     const config = cliConfig(args);
     const fromCli = cliEstimate(config);
     const fromPage = await page.evaluate((c) => window.memsim.estimate(c), config);

@@ -61,6 +61,10 @@ MEMSIM_DEFAULTS = {
         "reward_model": "none",
         "steps_per_generation": 0,
         "num_iterations": 1,
+        "vllm_server_tensor_parallel_size": 1,
+        "vllm_server_data_parallel_size": 1,
+        "vllm_server_gpu_memory_utilization": 0.9,
+        "vllm_server_max_model_len": 0,
     },
     "peft": {
         "method": "none",

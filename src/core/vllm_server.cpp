@@ -1,0 +1,136 @@
+// The vLLM server's GPUs (vllm_server.h). Sources, docs/research/grpo.md "vLLM server GPUs": TRL's
+// trl/scripts/vllm_serve.py (ScriptArguments: tensor_parallel_size 1, data_parallel_size 1 from v0.17,
+// gpu_memory_utilization 0.9, dtype auto, max_model_len None; v0.16.0:184-258, v1.9.0:229-355) and GRPOTrainer v0.15's
+// LLM(device=vllm_device, gpu_memory_utilization=0.9); vLLM's v1/worker/gpu_worker.py (v0.9.1:135-148 requested
+// memory and the free-memory check; v0.10.1:222-280 determine_available_memory), v1/core/kv_cache_utils.py
+// (v0.10.1:661-705 check_enough_kv_cache_memory; get_num_blocks), v1/kv_cache_interface.py (page sizes,
+// FullAttentionSpec.max_memory_usage_bytes at v0.10.1:86-88), config.py (get_num_kv_heads, the 16-bit dtype of
+// "auto") and model_executor/layers/vocab_parallel_embedding.py (vocabularies padded to a multiple of 64).
+#include "vllm_server.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "architecture.h"
+#include "checked.h"
+#include "format.h"
+#include "model.h"
+#include "versions.h"
+
+namespace memsim {
+
+namespace {
+
+constexpr int64_t kVocabPadding = 64;  // DEFAULT_VOCAB_PADDING_SIZE
+
+// One parameter's 16-bit bytes on one of `tp` GPUs: linear weights and embeddings split (a vocabulary padded to a
+// multiple of 64 first), norms whole on every GPU. Biases are counted split: a row-parallel layer's bias is whole,
+// but a bias is a vector, so the difference is a few KiB.
+int64_t share_bytes(const ParamTensor& t, int64_t tp) {
+  if (t.kind == ParamKind::Adapter) return 0;  // TRL syncs merged weights: the engine holds the base only
+  if (t.kind == ParamKind::Norm) return mul(2, t.numel);
+  if (t.kind == ParamKind::Embedding && t.rows > 0) {
+    const int64_t padded = ceil_div(t.rows, kVocabPadding) * kVocabPadding;
+    return mul(2, mul(ceil_div(padded, tp), t.numel / t.rows));
+  }
+  return mul(2, ceil_div(t.numel, tp));
+}
+
+}  // namespace
+
+VllmServerPlan plan_vllm_server(const Config& c, int64_t capacity_bytes, int64_t context_bytes) {
+  VllmServerPlan p;
+  const auto& t = c.training;
+  if (!t.rollout() || t.engine() != GenerationEngine::VllmServer) return p;
+  const StackVersions v = stack_versions(c.versions);
+  p.active = true;
+  p.tensor_parallel = t.vllm_server_tensor_parallel_size;
+  p.data_parallel = t.vllm_server_data_parallel_size;
+  const int64_t tp = p.tensor_parallel;
+  // requested_memory = total_memory x gpu_memory_utilization (gpu_worker.py:135-137 at v0.9.1).
+  p.requested_bytes = static_cast<int64_t>(static_cast<double>(capacity_bytes) * t.vllm_server_gpu_memory_utilization);
+  const ModelShape shape = model_shape_of(c.model);
+  for (int64_t l = 0; l < shape.num_layers; ++l) {
+    int64_t bytes = 0;
+    for (const auto& pt : shape.params_of(l)) bytes = add(bytes, share_bytes(pt, tp));
+    p.layer_weight_bytes.push_back(bytes);
+  }
+  int64_t outer = 0;
+  for (const auto* list : {&shape.pre, &shape.post})
+    for (const auto& pt : *list) outer = add(outer, share_bytes(pt, tp));
+  p.layer_weight_bytes.push_back(outer);
+  for (int64_t b : p.layer_weight_bytes) p.weights_bytes = add(p.weights_bytes, b);
+  // One token of one layer: keys and values of this GPU's heads (get_num_kv_heads: max(1, heads // tp)), 16-bit;
+  // multi-head latent attention keeps one compressed latent and its rotary part, whole on every GPU (MLAAttentionSpec).
+  const auto& m = c.model;
+  const int64_t per_layer_token =
+      m.kv_lora_rank > 0 ? mul(2, m.kv_lora_rank + m.qk_rope_head_dim)
+                         : mul(mul(2, 2), mul(std::max<int64_t>(1, m.num_key_value_heads / tp), effective_head_dim(m)));
+  p.kv_token_bytes = mul(per_layer_token, shape.num_layers);
+  const int64_t page = mul(per_layer_token, kVllmBlockTokens);  // one layer's block
+  p.max_model_len = t.vllm_server_max_model_len > 0 ? t.vllm_server_max_model_len : m.max_position_embeddings;
+  p.needed_kv_bytes = mul(mul(ceil_div(p.max_model_len, kVllmBlockTokens), page), shape.num_layers);
+  // From vLLM 0.9.1, available_kv_cache_memory = requested - non_kv_cache_memory (determine_available_memory), where
+  // the non-torch memory counts from the start-up snapshot, after the CUDA context; up to 0.9.0 total x util less the
+  // peak with every non-torch allocation, the context included (gpu_worker.py:178-210 at v0.8.5). memsim counts the
+  // weights and that context, not the profile run's activation peak, so the KV cache comes out larger than vLLM's by
+  // it. get_num_blocks: available // page_size // num_layers.
+  p.checks_free_memory = v.at_least(Library::Vllm, Version{0, 9, 1});
+  const int64_t available = p.requested_bytes - p.weights_bytes - (p.checks_free_memory ? 0 : context_bytes);
+  p.kv_blocks = available > 0 && page > 0 ? available / page / shape.num_layers : 0;
+  p.kv_layer_bytes = mul(p.kv_blocks, page);
+  const double util = t.vllm_server_gpu_memory_utilization;
+  const std::string share = format_bytes(p.requested_bytes) + " (gpu_memory_utilization " +
+                            std::to_string(static_cast<int>(std::lround(util * 100))) + "%)";
+  if (p.checks_free_memory && p.requested_bytes > capacity_bytes - context_bytes) {
+    p.refusal = "vLLM would not start: its share is more than the GPU's free memory";
+    p.failure = "vLLM refuses to start: its requested share, " + share + ", is more than the GPU's free memory (" +
+                format_bytes(capacity_bytes - context_bytes) + " after the CUDA context): lower "
+                "training.vllm_server_gpu_memory_utilization";
+  } else if (available <= 0 || p.kv_blocks == 0) {
+    p.refusal = "vLLM would not start: its weights leave no KV cache in its share";
+    p.failure = "vLLM refuses to start: its weights (" + format_bytes(p.weights_bytes) + " per GPU) leave none of its share, " +
+                share + ", for the KV cache (\"No available memory for the cache blocks\"): raise "
+                "training.vllm_server_tensor_parallel_size or the share";
+  } else if (p.needed_kv_bytes > p.kv_layer_bytes * shape.num_layers) {
+    p.refusal = "vLLM would not start: its KV cache cannot hold one " + format_count(p.max_model_len) +
+                "-token request (max_model_len)";
+    p.failure = "vLLM refuses to start: one request of max_model_len " + std::to_string(p.max_model_len) + " tokens needs " +
+                format_bytes(p.needed_kv_bytes) + " of KV cache per GPU and the share leaves " +
+                format_bytes(p.kv_layer_bytes * shape.num_layers) +
+                ": set training.vllm_server_max_model_len (trl vllm-serve --max_model_len) to the prompt and completion's " +
+                std::to_string(t.sequence_length) + " tokens, or raise the tensor parallel size or the share";
+  }
+  const bool trl15 = v.below(Library::Trl, Version{0, 16, 0});
+  p.role = trl15 ? std::string("vLLM engine (vllm_device: a GPU of its own)")
+                 : "vLLM server (trl vllm-serve, tensor parallel " + std::to_string(tp) +
+                       (p.data_parallel > 1 ? " x data parallel " + std::to_string(p.data_parallel) : std::string()) + ")";
+  const int64_t kv_tokens = mul(p.kv_blocks, kVllmBlockTokens);
+  const int64_t gpus = mul(tp, p.data_parallel);
+  p.note = "training.generation_engine vllm_server: the engine runs on " + std::to_string(gpus) + " more GPU" +
+           (gpus > 1 ? "s" : "") + " of hardware.gpu's kind (" + p.role + "), each claiming " + share + ": " +
+           format_bytes(p.weights_bytes) + " of 16-bit weights and a KV cache of " + format_count(kv_tokens) +
+           " tokens (" + format_count(kv_tokens / std::max<int64_t>(1, t.sequence_length)) + " sequences of " +
+           format_count(t.sequence_length) + " tokens at once; max_model_len " + format_count(p.max_model_len) +
+           "). Not modelled: the profile run's activation peak and the non-torch memory, which vLLM takes out of the KV "
+           "cache, and the CUDA graphs captured after it, outside the share";
+  return p;
+}
+
+StepProgram vllm_server_program(const VllmServerPlan& p) {
+  StepProgram prog;
+  prog.phase("vLLM loads the weights");
+  const uint32_t weights = prog.label("vLLM engine weights (16-bit, this GPU's tensor-parallel share)");
+  const int64_t layers = static_cast<int64_t>(p.layer_weight_bytes.size()) - 1;
+  for (int64_t l = 0; l <= layers; ++l)
+    prog.alloc(Component::Weights, p.layer_weight_bytes[static_cast<size_t>(l)], weights,
+               l < layers ? static_cast<int32_t>(l) : -1);
+  if (p.kv_blocks == 0) return prog;
+  // initialize_kv_cache: one int8 tensor of kv_blocks pages per attention layer (_allocate_kv_cache_tensors).
+  prog.phase("vLLM allocates its KV cache");
+  const uint32_t kv = prog.label("vLLM KV cache (the share less the weights)");
+  for (int64_t l = 0; l < layers; ++l) prog.alloc(Component::Generation, p.kv_layer_bytes, kv, static_cast<int32_t>(l));
+  return prog;
+}
+
+}  // namespace memsim
