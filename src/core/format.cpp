@@ -85,6 +85,8 @@ std::vector<BreakdownRow> breakdown_rows(const DeviceResult& d) {
 }
 
 std::string describe_headroom(const DeviceResult& d, Unit unit, int decimals) {
+  // An engine's claimed share (core/result.h fixed_share) keeps no headroom: the engine sizes itself to the GPU.
+  if (d.fixed_share) return format_bytes(d.usable_bytes, unit, decimals) + " (the whole GPU: vLLM sizes its share to it)";
   // The headroom as a person set it (10%, 12.5%): at most one decimal, none when it is whole.
   const double pct = std::round(headroom_fraction(d) * 1000.0) / 10.0;
   char headroom[32];
