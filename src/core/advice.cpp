@@ -12,15 +12,13 @@ namespace {
 
 // The most loaded GPU's device peak, and the worst verdict over the GPUs (the verdicts are declared from best to
 // worst). A change that leaves a GPU borderline does not make the setup fit. A GPU whose memory is an engine's fixed
-// share (the vLLM server's) counts for the verdict, and for the peak only where vLLM would not start there: then as
-// the whole GPU, which is not enough, so that the changes that let it start rank by what the other GPUs then hold.
+// share (the vLLM server's) counts for the verdict only: no training change moves it.
 int64_t worst_peak(const Result& r, Verdict& verdict) {
   int64_t peak = 0;
   verdict = Verdict::Fits;
   for (const auto& d : r.devices) {
     verdict = std::max(verdict, d.verdict);
     if (!d.fixed_share) peak = std::max(peak, d.peak.device_bytes);
-    else if (d.verdict != Verdict::Fits) peak = std::max({peak, d.peak.device_bytes, d.capacity_bytes});
   }
   return peak;
 }
@@ -31,6 +29,7 @@ bool keeps_job(const Suggestion& s) { return s.group == SuggestionGroup::SameJob
 // and at least 16 MiB, which would read as 0.00 GiB.
 // A pair is worth a row only where it saves that much more than its better change alone.
 bool worth_a_row(const Suggestion& s) {
+  if (s.unblocks) return true;
   const int64_t before = s.peak_bytes + s.saved_bytes;
   const int64_t more = s.saved_bytes - (s.group == SuggestionGroup::Pair ? s.parts_saved_bytes : 0);
   return more >= (int64_t{16} << 20) && more * 100 >= before;
@@ -54,15 +53,24 @@ int64_t worst_device_peak(const Result& r) {
 
 int64_t worst_device_peak(const Config& config) { return worst_device_peak(simulate(config)); }
 
-bool score_suggestion(Suggestion& s, int64_t peak_now, const Result& r) {
+int refusal_count(const Result& r) {
+  int n = 0;
+  for (const auto& d : r.devices) n += !d.refusal.empty();
+  return n;
+}
+
+bool score_suggestion(Suggestion& s, int64_t peak_now, const Result& r, int refusals_now) {
   if (!r.ok) return false;
   s.peak_bytes = worst_peak(r, s.verdict);
   s.fits = s.verdict == Verdict::Fits;
   s.saved_bytes = peak_now - s.peak_bytes;
+  s.unblocks = refusal_count(r) < refusals_now;
   return true;
 }
 
-bool evaluate_suggestion(Suggestion& s, int64_t peak_now) { return score_suggestion(s, peak_now, simulate(s.config)); }
+bool evaluate_suggestion(Suggestion& s, int64_t peak_now, int refusals_now) {
+  return score_suggestion(s, peak_now, simulate(s.config), refusals_now);
+}
 
 std::vector<Suggestion> pair_candidates(const Config& base, const std::vector<Suggestion>& scored) {
   std::vector<const Suggestion*> pool;
@@ -71,7 +79,10 @@ std::vector<Suggestion> pair_candidates(const Config& base, const std::vector<Su
     if (s.fits) return {};  // one change that keeps the job is enough
     if (worth_a_row(s)) pool.push_back(&s);
   }
-  std::stable_sort(pool.begin(), pool.end(), [](const Suggestion* a, const Suggestion* b) { return a->saved_bytes > b->saved_bytes; });
+  // A change that lets a vLLM engine start comes first: no pair without it can fit.
+  std::stable_sort(pool.begin(), pool.end(), [](const Suggestion* a, const Suggestion* b) {
+    return a->unblocks != b->unblocks ? a->unblocks : a->saved_bytes > b->saved_bytes;
+  });
   if (pool.size() > kMaxPairedChanges) pool.resize(kMaxPairedChanges);
   std::vector<Suggestion> pairs;
   for (size_t i = 0; i < pool.size(); ++i) {
@@ -114,13 +125,15 @@ std::vector<Suggestion> rank_suggestions(std::vector<Suggestion> evaluated) {
 }
 
 std::vector<Suggestion> suggest(const Config& base) {
-  const int64_t peak_now = worst_device_peak(base);
+  const Result now = simulate(base);
+  const int64_t peak_now = worst_device_peak(now);
   if (peak_now < 0) return {};
+  const int refusals_now = refusal_count(now);
   std::vector<Suggestion> out;
   for (auto& s : suggestion_candidates(base))
-    if (evaluate_suggestion(s, peak_now)) out.push_back(std::move(s));
+    if (evaluate_suggestion(s, peak_now, refusals_now)) out.push_back(std::move(s));
   for (auto& s : pair_candidates(base, out))
-    if (evaluate_suggestion(s, peak_now)) out.push_back(std::move(s));
+    if (evaluate_suggestion(s, peak_now, refusals_now)) out.push_back(std::move(s));
   return rank_suggestions(std::move(out));
 }
 

@@ -43,6 +43,9 @@ struct Suggestion {
   int64_t saved_bytes = 0;  // against the current setup (positive: less memory)
   bool fits = false;        // every GPU's verdict is fits after the change (the band's top fits, core/band.h)
   Verdict verdict = Verdict::DoesNotFit;  // the worst GPU's verdict after the change
+  // A vLLM engine that would not start does after the change (fewer GPUs with a refusal, core/result.h): a row even
+  // where it saves nothing, as the setup could not run before.
+  bool unblocks = false;
 };
 
 // Ranked (see rank_suggestions), pairs included where no single change that keeps the job fits; only changes that
@@ -56,11 +59,13 @@ std::vector<Suggestion> suggestion_candidates(const Config& config);
 // Only the changes that keep the job (the groups SameJob and SameJobNumerics): what pairs are made of.
 std::vector<Suggestion> suggestion_candidates(const Config& config, bool same_job_only);
 int64_t worst_device_peak(const Config& config);  // -1 if the setup does not simulate
-bool evaluate_suggestion(Suggestion& s, int64_t peak_now);
+bool evaluate_suggestion(Suggestion& s, int64_t peak_now, int refusals_now = 0);
 // The same two for a caller that simulates itself (a part at a time, or a run over fewer steps): the result's
 // peak, and a candidate scored from the result of its setup.
 int64_t worst_device_peak(const Result& r);  // -1 if the result is not ok
-bool score_suggestion(Suggestion& s, int64_t peak_now, const Result& after);
+// The GPUs where a vLLM engine would not start (DeviceResult::refusal); `refusals_now` below is the current setup's.
+int refusal_count(const Result& r);
+bool score_suggestion(Suggestion& s, int64_t peak_now, const Result& after, int refusals_now = 0);
 // The pairs to simulate next, from the single changes already scored: none where one of them that keeps the job
 // fits; otherwise each pair of the kMaxPairedChanges same-job changes (the numerics group included) that save the
 // most, the second applied to the setup the first makes.

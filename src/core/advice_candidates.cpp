@@ -296,15 +296,19 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
       break;
     }
   }
-  // The server's own GPUs (vllm_server.h), which vLLM may refuse to start on: its max_model_len cut to the longest
-  // request TRL sends (a smaller KV cache check), or the model over twice the GPUs. Both leave the training GPUs alone.
+  // An engine vLLM may refuse to start (vllm_server.h): its max_model_len cut to the longest request TRL sends (a
+  // smaller KV cache check; a colocated engine takes its own from TRL 0.26), or the server's model over twice the GPUs.
+  const bool colocated_own_len = r.engine == GenerationEngine::VllmColocate &&
+                                 stack_versions(base.versions).at_least(Library::Trl, Version{0, 26, 0});
+  if ((r.engine == GenerationEngine::VllmServer || colocated_own_len) && t.vllm_max_model_len == 0 &&
+      base.model.max_position_embeddings > t.sequence_length) {
+    Config c = base;
+    c.training.vllm_max_model_len = t.sequence_length;
+    add(G::SameJob, 0, "vllm_max_model_len", "vLLM's max_model_len " + std::to_string(t.sequence_length),
+        std::string(r.engine == GenerationEngine::VllmServer ? "trl vllm-serve --max_model_len" : "vllm_max_model_length") +
+            ": vLLM then needs a KV cache for one prompt and completion, not the model's whole context", c);
+  }
   if (r.engine == GenerationEngine::VllmServer) {
-    if (t.vllm_server_max_model_len == 0 && base.model.max_position_embeddings > t.sequence_length) {
-      Config c = base;
-      c.training.vllm_server_max_model_len = t.sequence_length;
-      add(G::SameJob, 0, "vllm_server_max_model_len", "vLLM server's max_model_len " + std::to_string(t.sequence_length),
-          "trl vllm-serve --max_model_len: vLLM then needs a KV cache for one prompt and completion, not the model's whole context", c);
-    }
     const int64_t tp = t.vllm_server_tensor_parallel_size;
     if (stack_versions(base.versions).at_least(Library::Trl, Version{0, 16, 0}) && base.model.num_attention_heads % (2 * tp) == 0) {
       Config c = base;
@@ -316,6 +320,9 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
   if (r.engine != GenerationEngine::VllmServer) {
     Config c = base;
     c.training.generation_engine = "vllm_server";
+    // The server's own max_model_len check (vllm_server.h) set as a user would: TRL's longest request.
+    if (c.training.vllm_max_model_len == 0 && base.model.max_position_embeddings > t.sequence_length)
+      c.training.vllm_max_model_len = t.sequence_length;
     add(G::MoreHardware, 0, "vllm_server", "Generate on separate GPUs (trl vllm-serve)",
         "more GPUs: a vLLM server generates the completions, the training GPUs hold no engine or KV cache", c);
   }

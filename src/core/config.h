@@ -199,7 +199,7 @@ struct TrainingConfig {
   int64_t vllm_server_tensor_parallel_size = 1;
   int64_t vllm_server_data_parallel_size = 1;
   double vllm_server_gpu_memory_utilization = 0.9;
-  int64_t vllm_server_max_model_len = 0;
+  int64_t vllm_max_model_len = 0;
 
   bool operator==(const TrainingConfig&) const = default;
   Objective goal() const {

@@ -96,8 +96,7 @@ std::string describe_headroom(const DeviceResult& d, Unit unit, int decimals) {
 }
 
 std::string describe_usable(const DeviceResult& d, Unit unit, int decimals) {
-  return format_bytes(d.peak.device_bytes, unit, decimals) + " (nvidia-smi) of " + describe_headroom(d, unit, decimals) +
-         (d.refusal.empty() ? "" : "; " + d.refusal);
+  return format_bytes(d.peak.device_bytes, unit, decimals) + " (nvidia-smi) of " + describe_headroom(d, unit, decimals);
 }
 
 std::string describe_peaks(const DeviceResult& d, Unit unit, int decimals) {

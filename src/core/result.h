@@ -65,7 +65,9 @@ struct DeviceResult {
   // and no headroom, and it is the worst device, the one a verdict line names or What helps lowers, only where its
   // verdict is worse than the training GPUs'.
   bool fixed_share = false;
-  std::string refusal;    // such an engine's start check that fails, in a few words ("" when it starts)
+  // A vLLM engine on this GPU that would not start (the server's, or one colocated with training): its failing start
+  // check in a few words ("" when it starts); the verdict is then does-not-fit.
+  std::string refusal;
   ModelStates model_states;
   Peak peak;
   Breakdown breakdown;

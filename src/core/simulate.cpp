@@ -272,6 +272,7 @@ struct Simulation::State {
   std::unique_ptr<RunReplay> pass;
   bool limited = false;
   DeviceResult device;
+  std::string colocated_refusal;  // a colocated vLLM engine that would not start (vllm_server.h): why
 };
 
 namespace {
@@ -358,8 +359,8 @@ void set_up(Simulation::State& st) {
                         " per GPU (" + (resolve(config).rollout.reward_sharded && config.parallel.zero_stage == 3
                                             ? "ZeRO-3 sharded, prepare_deepspeed" : "whole on every GPU") +
                         ") and scores the whole generation batch in one forward");
-  // A colocated vLLM engine whose share of the GPU does not hold its weights does not start (vLLM: "No available
-  // memory for the cache blocks").
+  // A colocated vLLM engine that vLLM would not start (no memory for the cache blocks, or a KV cache too small for one
+  // request of its max_model_len): the training GPUs do not fit, whatever their peak (finish()).
   if (!st.contexts.empty())
     if (const EngineBytes e = engine_bytes(st.contexts.front()); e.active) {
       if (e.trainer_at_start > 0)
@@ -368,10 +369,9 @@ void set_up(Simulation::State& st) {
                           "trainer's weights on the GPU when the engine starts (" + format_bytes(e.trainer_at_start) +
                           ": the policy, and its reference copy if any) come out of its share, which leaves the "
                           "engine " + format_bytes(e.total));
-      if (e.weights >= e.total)
-        r.notes.push_back("training.gpu_memory_utilization: the colocated vLLM engine's share, " + format_bytes(e.total) +
-                          ", does not hold its bf16 weights (" + format_bytes(e.weights) +
-                          "): vLLM would refuse to start with no memory left for the KV cache; raise it");
+      const VllmRefusal refused = colocated_vllm_refusal(config, e.total, e.weights);
+      if (!refused.note.empty()) r.notes.push_back(refused.note);
+      st.colocated_refusal = refused.refusal;
     }
   if (config.data.varies()) {
     st.plan = plan_run(config);
@@ -467,6 +467,8 @@ void finish(Simulation::State& st) {
   st.done = true;
   if (data_shape_unstated(st.config)) replay_unstated_data(st.config, r);
   apply_bands(r, st.config, residual_table());
+  if (!st.colocated_refusal.empty())
+    for (auto& d : r.devices) d.refusal = st.colocated_refusal, d.fits = false, d.verdict = Verdict::DoesNotFit;
   add_vllm_server(st);
 }
 

@@ -307,10 +307,8 @@ void validate_unsloth(const Config& c, std::vector<FieldError>& e) {
 }
 
 // The vLLM server's GPUs (vllm_server.h): trl vllm-serve's arguments by TRL version (v0.15 ran one engine on one
-// vllm_device; --tensor_parallel_size from v0.16, --data_parallel_size from v0.17), vLLM's own refusals of a
-// tensor-parallel size that does not divide the heads (ModelConfig.verify_with_parallel_config) and of a
-// max_model_len beyond the model's positions (_get_and_verify_max_len), and TRL's requests of a prompt and its
-// completion, which must fit in max_model_len.
+// vllm_device; --tensor_parallel_size from v0.16, --data_parallel_size from v0.17), and vLLM's own refusal of a
+// tensor-parallel size that does not divide the heads (ModelConfig.verify_with_parallel_config).
 void validate_vllm_server(const Config& c, const StackVersions& v, std::vector<FieldError>& e) {
   const auto& t = c.training;
   const int64_t tp = t.vllm_server_tensor_parallel_size;
@@ -324,15 +322,28 @@ void validate_vllm_server(const Config& c, const StackVersions& v, std::vector<F
     e.push_back({"training.vllm_server_tensor_parallel_size", "vLLM splits the attention heads over its tensor-parallel GPUs: " +
                                                                   std::to_string(tp) + " must divide model.num_attention_heads (" +
                                                                   std::to_string(c.model.num_attention_heads) + ")"});
-  const int64_t len = t.vllm_server_max_model_len;
-  if (len > 0 && len < t.sequence_length)
-    e.push_back({"training.vllm_server_max_model_len", "training.vllm_server_max_model_len (" + std::to_string(len) +
+}
+
+// max_model_len of a vLLM engine (vllm_server.h vllm_max_model_len): TRL passes a colocated engine its own from 0.26
+// (vllm_max_model_length); vLLM refuses one beyond the model's positions (_get_and_verify_max_len), and TRL's
+// requests of a prompt and its completion must fit in it.
+void validate_vllm_max_model_len(const Config& c, const StackVersions& v, std::vector<FieldError>& e) {
+  const auto& t = c.training;
+  const int64_t len = t.vllm_max_model_len;
+  if (len > 0 && t.engine() == GenerationEngine::VllmColocate && v.below(Library::Trl, Version{0, 26, 0}))
+    e.push_back({"training.vllm_max_model_len", "a colocated engine's vllm_max_model_length arrived in TRL 0.26 (before "
+                                                "it TRL passed max_prompt_length + max_completion_length); with " +
+                                                    describe_version(v, Library::Trl) + " set 0"});
+  else if (len > 0 && len < t.sequence_length)
+    e.push_back({"training.vllm_max_model_len", "training.vllm_max_model_len (" + std::to_string(len) +
                                                            ") must hold a prompt and its completion, training.sequence_length (" +
                                                            std::to_string(t.sequence_length) + "), or 0 for the model's positions"});
   else if (len > c.model.max_position_embeddings)
-    e.push_back({"training.vllm_server_max_model_len", "training.vllm_server_max_model_len (" + std::to_string(len) +
+    e.push_back({"training.vllm_max_model_len", "training.vllm_max_model_len (" + std::to_string(len) +
                                                            ") is beyond the model's " + std::to_string(c.model.max_position_embeddings) +
-                                                           " positions (model.max_position_embeddings), which vLLM refuses"});
+                                                           " positions (model.max_position_embeddings): vLLM refuses a "
+                                                           "max_model_len above the one it derives from the model's config "
+                                                           "(unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"});
 }
 
 // GRPO (rollout.h) as TRL's GRPOTrainer runs it, from v0.15 (per_device_train_batch_size counts completions).
@@ -383,6 +394,8 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
     e.push_back({"training.generation_engine", "vllm_colocate arrived in TRL 0.18 (vllm_mode=\"colocate\"); "
                                                "earlier versions ran vLLM on GPUs of its own: use vllm_server"});
   if (t.engine() == GenerationEngine::VllmServer) validate_vllm_server(c, v, e);
+  if (t.engine() == GenerationEngine::VllmServer || t.engine() == GenerationEngine::VllmColocate)
+    validate_vllm_max_model_len(c, v, e);
   if (t.engine() == GenerationEngine::VllmColocate && t.vllm_sleep && !at(0, 23))
     e.push_back({"training.vllm_sleep", "vllm_enable_sleep_mode arrived in TRL 0.23; with " +
                                             describe_version(v, Library::Trl) + " set training.vllm_sleep false"});

@@ -35,6 +35,28 @@ struct VllmServerPlan {
 // vLLM's KV block: CacheConfig.block_size defaults to 16 tokens on CUDA.
 constexpr int64_t kVllmBlockTokens = 16;
 
+// vLLM's KV cache on one GPU of an engine: a page (kVllmBlockTokens tokens of one layer's keys and values), the
+// layers, and the engine's max_model_len with the KV cache one such request needs (vLLM's start check).
+struct VllmKvCache {
+  int64_t page_bytes = 0;
+  int64_t layers = 0;
+  int64_t max_model_len = 0;
+  int64_t needed_bytes = 0;
+};
+VllmKvCache vllm_kv_cache(const Config& c, int64_t tensor_parallel);
+// The engine's max_model_len: training.vllm_max_model_len where set, else what TRL passes: the model's positions
+// (vLLM's default) for the server and, from TRL 0.26 (vllm_max_model_length None), for a colocated engine; a prompt
+// and its completion (training.sequence_length) for a colocated engine before 0.26.
+int64_t vllm_max_model_len(const Config& c);
+// A colocated engine (vllm_colocate) that vLLM would not start, given the share `engine_total_bytes` of which
+// `engine_weights_bytes` are its weights: the refusal in a few words and the note with what to change; both empty
+// when it starts.
+struct VllmRefusal {
+  std::string refusal;
+  std::string note;
+};
+VllmRefusal colocated_vllm_refusal(const Config& c, int64_t engine_total_bytes, int64_t engine_weights_bytes);
+
 // `capacity_bytes` is the GPU's memory, `context_bytes` what its CUDA context takes before the engine starts.
 VllmServerPlan plan_vllm_server(const Config& c, int64_t capacity_bytes, int64_t context_bytes);
 // The server GPU's allocations as vLLM makes them: the weights, then the KV cache, one tensor per layer.

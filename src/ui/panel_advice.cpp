@@ -114,6 +114,7 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
   static Config cached_for;
   static bool started = false, pairs_added = false;
   static int64_t peak_now = -1;
+  static int refusals_now = 0;  // GPUs where a vLLM engine would not start (core/advice.h refusal_count)
   static std::vector<Suggestion> pending, evaluated, cached;
   static std::vector<std::string> cached_sets;  // per row: the fields Apply changes, as --set would write them
   static size_t next = 0, singles = 0;
@@ -145,13 +146,14 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
   };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(8);
   // The peak to compare with: the setup's own result, or its replay over the variants' fewer steps.
-  if (peak_now == -2 && variant_steps == 0) peak_now = worst_device_peak(current);
+  if (peak_now == -2 && variant_steps == 0) peak_now = worst_device_peak(current), refusals_now = refusal_count(current);
   bool grew = false;
   while (std::chrono::steady_clock::now() < deadline) {
     if (peak_now == -2) {
       if (!in_flight) in_flight = std::make_unique<Simulation>(variant(config));
       if (!advance_until(*in_flight, deadline)) break;
       peak_now = worst_device_peak(in_flight->result());
+      refusals_now = refusal_count(in_flight->result());
       in_flight.reset();
       continue;
     }
@@ -166,7 +168,7 @@ bool draw_advice_panel(Config& config, Unit unit, const Result& current, bool re
     if (!in_flight) in_flight = std::make_unique<Simulation>(variant(pending[next].config));
     if (!advance_until(*in_flight, deadline)) break;
     Suggestion& s = pending[next++];
-    if (score_suggestion(s, peak_now, in_flight->result())) evaluated.push_back(s), grew = true;
+    if (score_suggestion(s, peak_now, in_flight->result(), refusals_now)) evaluated.push_back(s), grew = true;
     in_flight.reset();
   }
   if (grew) {

@@ -141,8 +141,9 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
         changed |= int_input("training.vllm_server_tensor_parallel_size", t.vllm_server_tensor_parallel_size, 1);
         changed |= int_input("training.vllm_server_data_parallel_size", t.vllm_server_data_parallel_size, 1);
         changed |= double_input("training.vllm_server_gpu_memory_utilization", t.vllm_server_gpu_memory_utilization);
-        changed |= int_input("training.vllm_server_max_model_len", t.vllm_server_max_model_len, 1024);
       }
+      if (t.engine() == GenerationEngine::VllmColocate || t.engine() == GenerationEngine::VllmServer)
+        changed |= int_input("training.vllm_max_model_len", t.vllm_max_model_len, 1024);
     }
     changed |= table_combo("training.precision", t.precision, precision_recipes());
     changed |= table_combo("training.optimizer", t.optimizer, optimizers());

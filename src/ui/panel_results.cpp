@@ -175,7 +175,8 @@ std::string verdict_line_text(const Result& r, Unit unit) {
   if (!d) return "";
   std::string who = d->role;
   if (r.devices.size() > 1) who = "worst, " + who;
-  return std::string(verdict_words(d->verdict)) + " - " + who + ": " + describe_usable(*d, unit, unit == Unit::MiB ? 0 : 2);
+  return std::string(verdict_words(d->verdict)) + " - " + who + ": " + describe_usable(*d, unit, unit == Unit::MiB ? 0 : 2) +
+         (d->refusal.empty() ? "" : "; " + d->refusal);
 }
 
 void draw_verdict_line(const Result& r, Unit unit, bool current) {

@@ -114,8 +114,8 @@ namespace {
 bool fits(const Config& c) {
   const Result r = simulate(c);
   if (!r.ok || r.devices.empty()) return false;
-  for (const auto& d : r.devices)
-    if (d.verdict != Verdict::Fits) return false;
+  for (const auto& d : r.devices)  // a vLLM server's GPUs (fixed_share) do not depend on the shape
+    if (!d.fixed_share && d.verdict != Verdict::Fits) return false;
   return true;
 }
 

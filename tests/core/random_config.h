@@ -145,7 +145,7 @@ Config random_config(Rng& rng) {
   if (t.objective == "grpo" && t.generation_engine == "vllm_server" && rng() % 2 == 0) {
     if (m.num_attention_heads % 2 == 0) t.vllm_server_tensor_parallel_size = pick(rng, std::vector<int64_t>{1, 2});
     t.vllm_server_gpu_memory_utilization = rng() % 2 ? 0.9 : 0.5;
-    if (rng() % 2) t.vllm_server_max_model_len = t.sequence_length;
+    if (rng() % 2) t.vllm_max_model_len = t.sequence_length;
   }
   return c;
 }

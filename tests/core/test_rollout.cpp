@@ -376,15 +376,17 @@ TEST_CASE("vllm_server: tensor parallel splits the weights and the KV heads; dat
                 w2 = sum_of(allocations(two.program, "vLLM engine weights"));
   const int64_t norms = 2 * (kLayers * 2 * 896 + 896);  // two RMSNorm scales a layer and the final one, whole on each GPU
   CHECK(w2 == (w1 - norms) / 2 + norms);
-  // One KV head of 64 per GPU: a page of half the bytes.
-  CHECK(allocations(two.program, "vLLM KV cache").front() % (16 * 1 * 64 * 2 * 2) == 0);
+  // One KV head of 64 per GPU: pages of 16 x 1 x 64 x 2 x 2 = 4 KiB, as many as the share less the weights holds.
+  const int64_t page = 16 * 1 * 64 * 2 * 2;
+  const int64_t share = static_cast<int64_t>(static_cast<double>(two.capacity_bytes) * 0.9);
+  CHECK(allocations(two.program, "vLLM KV cache").front() == (share - w2) / page / kLayers * page);
 }
 
 TEST_CASE("vllm_server: vLLM refuses to start where one max_model_len request's KV cache or its share does not fit") {
   Config c = server_config();
   const DeviceResult fits = simulate(c).devices[1];
   const int64_t weights = sum_of(allocations(fits.program, "vLLM engine weights"));
-  // A share that leaves the KV cache 100 MiB: 32,768 positions need 24 x 2,048 blocks of 6 KiB = 288 MiB.
+  // A share that leaves the KV cache 100 MiB: 32,768 positions need 24 layers x 2,048 blocks of 8 KiB = 384 MiB.
   c.training.vllm_server_gpu_memory_utilization =
       static_cast<double>(weights + (int64_t{100} << 20)) / static_cast<double>(fits.capacity_bytes);
   Result r = simulate(c);
@@ -396,9 +398,9 @@ TEST_CASE("vllm_server: vLLM refuses to start where one max_model_len request's 
   // What helps names the server's own fix, and it makes the setup fit.
   bool offered_len = false;
   for (const Suggestion& s : suggest(c))
-    if (s.id == "vllm_server_max_model_len") offered_len = s.fits;
+    if (s.id == "vllm_max_model_len") offered_len = s.fits;
   CHECK(offered_len);
-  c.training.vllm_server_max_model_len = kPrompt + kCompletion;  // TRL's longest request
+  c.training.vllm_max_model_len = kPrompt + kCompletion;  // TRL's longest request
   CHECK(simulate(c).devices[1].verdict == Verdict::Fits);
   // A share below the weights: no memory for the cache blocks.
   c.training.vllm_server_gpu_memory_utilization = static_cast<double>(weights / 2) / static_cast<double>(fits.capacity_bytes);
@@ -412,13 +414,40 @@ TEST_CASE("vllm_server: vLLM refuses to start where one max_model_len request's 
   r = simulate(c);
   CHECK(r.devices[1].verdict == Verdict::DoesNotFit);
   CHECK(noted(r, "more than the GPU's free memory"));
-  // Up to 0.9.0 no such check: total x util less the process's peak, the CUDA context included, goes to the KV cache,
-  // whose allocations the caching allocator's rounding then takes past the GPU.
+  // Up to 0.9.0 no such check: total x util less the process's peak, the CUDA context included (0.8.x), goes to the
+  // KV cache.
   c.versions.vllm = "0.8.5";
   r = simulate(c);
   CHECK(!noted(r, "free memory"));
   CHECK(r.devices[1].peak.requested_bytes + r.devices[1].breakdown.cuda_context_bytes <= r.devices[1].capacity_bytes);
-  CHECK(r.devices[1].peak.device_bytes > r.devices[1].capacity_bytes);
+  c.versions.vllm = "0.7.3";  // V0's baseline is taken after the context: the share is the engine's own
+  const DeviceResult v0 = simulate(c).devices[1];
+  CHECK(v0.peak.requested_bytes + v0.breakdown.cuda_context_bytes > v0.capacity_bytes);
+}
+
+TEST_CASE("vllm_server: What helps pairs the server's fix with the training GPUs' own where both fail") {
+  Config c = server_config();
+  const Result fits = simulate(c);
+  const int64_t weights = sum_of(allocations(fits.devices[1].program, "vLLM engine weights"));
+  // The training GPU does not fit either: its memory cut to its peak, which the headroom then exceeds. The server's
+  // share of that GPU leaves its KV cache 100 MiB, short of one 32,768-token request.
+  c.hardware.gpu = "custom";
+  c.hardware.gpu_memory_bytes = fits.devices[0].peak.device_bytes;
+  c.training.vllm_server_gpu_memory_utilization =
+      static_cast<double>(weights + (int64_t{100} << 20)) / static_cast<double>(c.hardware.gpu_memory_bytes);
+  const Result both = simulate(c);
+  REQUIRE(both.ok);
+  REQUIRE(both.devices[0].verdict != Verdict::Fits);
+  REQUIRE(!both.devices[1].refusal.empty());
+  bool server_fix = false, training_fix = false, pair_fits = false;
+  for (const Suggestion& s : suggest(c)) {
+    server_fix = server_fix || (s.id == "vllm_max_model_len" && s.unblocks);
+    training_fix = training_fix || (s.id.find('+') == std::string::npos && s.saved_bytes > 0 && !s.unblocks);
+    pair_fits = pair_fits || (s.id.find("vllm_max_model_len") != std::string::npos && s.id.find('+') != std::string::npos && s.fits);
+  }
+  CHECK(server_fix);
+  CHECK(training_fix);
+  CHECK(pair_fits);
 }
 
 TEST_CASE("vllm_server's refusals name the field") {
@@ -432,10 +461,10 @@ TEST_CASE("vllm_server's refusals name the field") {
   c.training.vllm_server_data_parallel_size = 2;
   CHECK(refused(c, "training.vllm_server_data_parallel_size"));
   c = server_config();
-  c.training.vllm_server_max_model_len = kPrompt;  // shorter than a prompt and its completion
-  CHECK(refused(c, "training.vllm_server_max_model_len"));
-  c.training.vllm_server_max_model_len = 65536;  // beyond 32,768 positions
-  CHECK(refused(c, "training.vllm_server_max_model_len"));
+  c.training.vllm_max_model_len = kPrompt;  // shorter than a prompt and its completion
+  CHECK(refused(c, "training.vllm_max_model_len"));
+  c.training.vllm_max_model_len = 65536;  // beyond 32,768 positions
+  CHECK(refused(c, "training.vllm_max_model_len"));
   for (double util : {0.0, 1.5}) {
     c = server_config();
     c.training.vllm_server_gpu_memory_utilization = util;
@@ -443,4 +472,42 @@ TEST_CASE("vllm_server's refusals name the field") {
   }
   CHECK(!refused(server_config("0.15"), "training.vllm_server_tensor_parallel_size"));
   CHECK(simulate(server_config("0.15")).devices[1].role.find("vllm_device") != std::string::npos);
+}
+
+TEST_CASE("vllm_colocate: from TRL 0.26 vLLM takes the model's positions as max_model_len, and a share too small for one "
+          "such request keeps it from starting: the training GPUs do not fit") {
+  Config c = grpo_config("0.25");
+  c.training.generation_engine = "vllm_colocate";
+  const int64_t capacity = run(c).capacity_bytes;
+  // Qwen2.5 0.5B: 988 MB of weights; 32,768 positions need 24 layers x 2,048 blocks x 6 KiB = 288 MiB of KV cache.
+  // A share that leaves the KV cache 100 MiB holds TRL 0.25's request of a prompt and completion (512 tokens) only.
+  const int64_t weights = 2 * simulate(c).params_total;
+  c.training.gpu_memory_utilization = static_cast<double>(weights + (int64_t{100} << 20)) / static_cast<double>(capacity);
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].refusal.empty());
+  c.versions.trl = "0.26";
+  r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.devices[0].verdict == Verdict::DoesNotFit);
+  CHECK(r.devices[0].refusal == "vLLM would not start: its KV cache cannot hold one 32,768-token request (max_model_len)");
+  CHECK(noted(r, "passes vllm_max_model_length None"));
+  // What helps offers TRL's vllm_max_model_length of a prompt and completion, and that fits again.
+  bool offered_len = false;
+  for (const Suggestion& s : suggest(c))
+    if (s.id == "vllm_max_model_len") offered_len = s.fits;
+  CHECK(offered_len);
+  c.training.vllm_max_model_len = kPrompt + kCompletion;
+  CHECK(simulate(c).devices[0].refusal.empty());
+  // Before TRL 0.26 a colocated engine has no max_model_len of its own to set.
+  c.versions.trl = "0.25";
+  CHECK(refused(c, "training.vllm_max_model_len"));
+  // A share below the weights: no memory for the cache blocks, in every version.
+  c = grpo_config();
+  c.training.generation_engine = "vllm_colocate";
+  c.training.gpu_memory_utilization = static_cast<double>(weights / 2) / static_cast<double>(capacity);
+  r = simulate(c);
+  CHECK(r.devices[0].verdict == Verdict::DoesNotFit);
+  CHECK(r.devices[0].refusal.find("no KV cache") != std::string::npos);
+  CHECK(noted(r, "does not hold its bf16 weights"));
 }

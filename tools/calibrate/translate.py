@@ -64,7 +64,7 @@ MEMSIM_DEFAULTS = {
         "vllm_server_tensor_parallel_size": 1,
         "vllm_server_data_parallel_size": 1,
         "vllm_server_gpu_memory_utilization": 0.9,
-        "vllm_server_max_model_len": 0,
+        "vllm_max_model_len": 0,
     },
     "peft": {
         "method": "none",
