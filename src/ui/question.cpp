@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/architecture.h"
+#include "core/band.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 
@@ -114,8 +115,10 @@ namespace {
 bool fits(const Config& c) {
   const Result r = simulate(c);
   if (!r.ok || r.devices.empty()) return false;
-  for (const auto& d : r.devices)  // a vLLM server's GPUs (fixed_share) do not depend on the shape
-    if (!d.fixed_share && d.verdict != Verdict::Fits) return false;
+  // A vLLM server's GPUs (fixed_share) and a vLLM engine's refusal to start do not depend on the shape: the shape is
+  // judged by what the training GPUs' memory makes of it (device_verdict, from the band).
+  for (const auto& d : r.devices)
+    if (!d.fixed_share && (d.refusal.empty() ? d.verdict : device_verdict(d)) != Verdict::Fits) return false;
   return true;
 }
 

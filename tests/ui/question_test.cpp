@@ -2,6 +2,7 @@
 // catalogue keeping what the user set by hand, and the micro-batch and sequence length that fit.
 #include <catch2/catch.hpp>
 
+#include "core/band.h"
 #include "core/validate.h"
 #include "core/catalog.h"
 #include "core/gpu_count.h"
@@ -141,4 +142,43 @@ TEST_CASE("question: when nothing fits, the defaults stay and the verdict says s
   CHECK(c.training.micro_batch_size == default_micro_batch());
   CHECK(c.training.sequence_length == default_sequence_length(c.model));
   CHECK_FALSE(all_fit(c));
+}
+
+TEST_CASE("question: the shape search ignores a vLLM server's GPUs and vLLM's refusal to start, which no shape changes",
+          "[question]") {
+  Config c;
+  choose_model(c, find_model_preset("llama-3.1-8b")->model, {});
+  set_method(c, Method::Lora);
+  c.training.framework = "hf_trainer";
+  c.parallel.zero_stage = 0;
+  c.training.objective = "grpo";
+  c.training.generation_engine = "vllm_server";
+  c.training.num_generations = 2;
+  c.training.completion_length = 128;
+  c.hardware.gpu = "l4";
+  set_gpu_count(c.parallel, 2);
+  // One L4 cannot hold the 16 GB model and one 131,072-token request's KV cache in 90%; four can.
+  Config four = c;
+  four.training.vllm_server_tensor_parallel_size = 4;
+  const HandSet hand;
+  fit_shape(c, hand);
+  fit_shape(four, hand);
+  const Result refused = simulate(c), starts = simulate(four);
+  REQUIRE(refused.ok);
+  REQUIRE(starts.ok);
+  REQUIRE(!refused.devices.back().refusal.empty());
+  REQUIRE(starts.devices.back().refusal.empty());
+  CHECK(c.training.micro_batch_size == four.training.micro_batch_size);
+  CHECK(c.training.sequence_length == four.training.sequence_length);
+  CHECK(starts.devices.front().verdict == Verdict::Fits);
+  // A colocated engine that vLLM would not start (TRL's vllm_max_model_length None: 131,072 tokens in a 30% share):
+  // the search still finds the shape the training GPUs' memory holds, not the largest one.
+  Config colocated = c;
+  colocated.training.generation_engine = "vllm_colocate";
+  colocated.hardware.gpu = "l40s";
+  fit_shape(colocated, hand);
+  const Result r = simulate(colocated);
+  REQUIRE(r.ok);
+  REQUIRE(!r.devices.front().refusal.empty());
+  CHECK(device_verdict(r.devices.front()) == Verdict::Fits);
 }
