@@ -61,9 +61,9 @@ struct RunTrace {
 struct DeviceResult {
   std::string role;       // "every GPU" for symmetric layouts; pipeline stages etc. later
   int64_t device_count = 1;
-  // The GPU's memory is an engine's share, claimed by design (the vLLM server's GPUs, vllm_server.h): it has no band
-  // and no headroom, and it is the worst device, the one a verdict line names or What helps lowers, only where its
-  // verdict is worse than the training GPUs'.
+  // The GPU's memory is an engine's share, claimed by design (the vLLM server's GPUs, vllm_server.h): its band is that
+  // share, it keeps no headroom, and it is the worst device, the one a verdict line names, only where its verdict is
+  // worse than the training GPUs'; What helps counts it for the verdict, not the peak.
   bool fixed_share = false;
   // A vLLM engine on this GPU that would not start (the server's, or one colocated with training): its failing start
   // check in a few words ("" when it starts); the verdict is then does-not-fit.

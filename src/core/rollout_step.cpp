@@ -6,6 +6,7 @@
 
 #include "checked.h"
 #include "step_builder.h"
+#include "vllm_server.h"
 
 namespace memsim {
 
@@ -37,19 +38,16 @@ void StepBuilder::rollout_labels() {
 }
 
 // vLLM loads the checkpoint in its config's dtype (dtype "auto": bf16 for today's checkpoints), the whole base
-// whatever PEFT or quantization the policy trains with: TRL syncs merged full weights into it.
+// whatever PEFT or quantization the policy trains with: TRL syncs merged full weights into it. A colocated engine is
+// one GPU's (vllm_tensor_parallel_size 1), sharded as a server's would be at tensor parallel 1 (vllm_server.h).
 EngineBytes engine_bytes(const StepContext& ctx) {
   const auto& t = ctx.config.training;
   if (!t.rollout() || t.engine() != GenerationEngine::VllmColocate) return {};
   EngineBytes e;
   const int64_t capacity = ctx.config.hardware.gpu_memory_bytes > 0 ? ctx.config.hardware.gpu_memory_bytes : ctx.gpu->memory_bytes;
-  int64_t numel = 0;
-  for_each_param(ctx, [&](const ParamTensor& p) {
-    if (p.kind != ParamKind::Adapter) numel = add(numel, p.numel);
-  });
   e.active = true;
   e.total = static_cast<int64_t>(static_cast<double>(capacity) * t.gpu_memory_utilization);
-  e.weights = mul(2, numel);
+  e.weights = vllm_weight_bytes(ctx.config.model, 1);
   // vLLM 0.8.0-0.9.0 caps the whole process: GRPOTrainer starts the engine after Trainer.__init__, which has moved the
   // policy to the GPU unless DeepSpeed or FSDP prepares it later (trainer.py place_model_on_device; grpo_trainer.py
   // LLM(...) at T:647 of v0.18, after super().__init__ at T:541). A reference copy is create_reference_model's

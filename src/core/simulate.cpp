@@ -417,7 +417,7 @@ void replay_unstated_data(const Config& config, Result& r) {
 
 // The vLLM server's GPUs (vllm_server.h), a device of their own after the training GPUs: the engine's weights and KV
 // cache replayed through the allocator. vLLM claims its share by design, so no headroom is kept there: they fit when
-// vLLM starts (VllmServerPlan::failure), and their share is exact, so no band is claimed.
+// vLLM starts (VllmServerPlan::failure), and their band is the share itself, not the published cases' errors.
 void add_vllm_server(Simulation::State& st) {
   const Config& config = st.config;
   if (st.contexts.empty() || !config.training.rollout() || config.training.engine() != GenerationEngine::VllmServer) return;

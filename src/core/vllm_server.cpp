@@ -77,20 +77,43 @@ VllmKvCache vllm_kv_cache(const Config& c, int64_t tensor_parallel) {
   return k;
 }
 
+namespace {
+
+// vLLM's two KV-cache start checks (check_enough_kv_cache_memory, kv_cache_utils.py:661-705 at v0.10.1) for `available`
+// bytes: "No available memory for the cache blocks" only where nothing is left, else one max_model_len request must
+// fit in whole blocks (get_num_blocks: available // page_size // num_layers). Returns the refusal in a few words, ""
+// where vLLM starts; `cache_bytes` gets the KV cache the share holds.
+std::string kv_cache_refusal(const VllmKvCache& kv, int64_t available, int64_t& cache_bytes) {
+  cache_bytes = available > 0 ? mul(available / kv.page_bytes / kv.layers, mul(kv.page_bytes, kv.layers)) : 0;
+  if (available <= 0) return "vLLM would not start: its weights leave no KV cache in its share";
+  if (kv.needed_bytes > cache_bytes)
+    return "vLLM would not start: its KV cache cannot hold one " + format_count(kv.max_model_len) +
+           "-token request (max_model_len)";
+  return "";
+}
+
+}  // namespace
+
+int64_t vllm_weight_bytes(const ModelConfig& m, int64_t tensor_parallel) {
+  const ModelShape shape = engine_shard(m, tensor_parallel);
+  int64_t bytes = add(engine_bytes_of(shape.pre), engine_bytes_of(shape.post));
+  for (int64_t l = 0; l < shape.num_layers; ++l) bytes = add(bytes, engine_bytes_of(shape.params_of(l)));
+  return bytes;
+}
+
 VllmRefusal colocated_vllm_refusal(const Config& c, int64_t engine_total_bytes, int64_t engine_weights_bytes) {
   VllmRefusal r;
   const VllmKvCache kv = vllm_kv_cache(c, 1);
   const int64_t available = engine_total_bytes - engine_weights_bytes;
-  const int64_t cache = available > 0 ? mul(available / kv.page_bytes / kv.layers, mul(kv.page_bytes, kv.layers)) : 0;
-  if (available <= 0) {  // check_enough_kv_cache_memory: "No available memory" only at <= 0
-    r.refusal = "vLLM would not start: its weights leave no KV cache in its share";
+  int64_t cache = 0;
+  r.refusal = kv_cache_refusal(kv, available, cache);
+  if (r.refusal.empty()) return r;
+  if (available <= 0) {
     r.note = "training.gpu_memory_utilization: the colocated vLLM engine's share, " + format_bytes(engine_total_bytes) +
              ", does not hold its bf16 weights (" + format_bytes(engine_weights_bytes) +
              "): vLLM would refuse to start with no memory left for the KV cache; raise it";
-  } else if (kv.needed_bytes > cache) {
+  } else {
     const bool own = c.training.vllm_max_model_len > 0;
-    r.refusal = "vLLM would not start: its KV cache cannot hold one " + format_count(kv.max_model_len) +
-                "-token request (max_model_len)";
     r.note = "training.generation_engine vllm_colocate: vLLM refuses to start: one request of max_model_len " +
              std::to_string(kv.max_model_len) + " tokens" +
              (own ? std::string() : " (" + describe_version(stack_versions(c.versions), Library::Trl) +
@@ -107,52 +130,45 @@ VllmServerPlan plan_vllm_server(const Config& c, int64_t capacity_bytes, int64_t
   const auto& t = c.training;
   if (!t.rollout() || t.engine() != GenerationEngine::VllmServer) return p;
   const StackVersions v = stack_versions(c.versions);
-  p.active = true;
   p.tensor_parallel = t.vllm_server_tensor_parallel_size;
   p.data_parallel = t.vllm_server_data_parallel_size;
   const int64_t tp = p.tensor_parallel;
   // requested_memory = total_memory x gpu_memory_utilization (gpu_worker.py:135-137 at v0.9.1).
-  p.requested_bytes = static_cast<int64_t>(static_cast<double>(capacity_bytes) * t.vllm_server_gpu_memory_utilization);
+  const int64_t requested = static_cast<int64_t>(static_cast<double>(capacity_bytes) * t.vllm_server_gpu_memory_utilization);
   const ModelShape shape = engine_shard(c.model, tp);
   for (int64_t l = 0; l < shape.num_layers; ++l) p.layer_weight_bytes.push_back(engine_bytes_of(shape.params_of(l)));
   p.layer_weight_bytes.push_back(add(engine_bytes_of(shape.pre), engine_bytes_of(shape.post)));
   for (int64_t b : p.layer_weight_bytes) p.weights_bytes = add(p.weights_bytes, b);
   const VllmKvCache kv = vllm_kv_cache(c, tp);
-  p.kv_token_bytes = mul(kv.page_bytes / kVllmBlockTokens, kv.layers);
-  const int64_t page = kv.page_bytes;  // one layer's block
-  p.max_model_len = kv.max_model_len;
-  p.needed_kv_bytes = kv.needed_bytes;
   // From vLLM 0.9.1, available_kv_cache_memory = requested - non_kv_cache_memory (determine_available_memory), where
   // the non-torch memory counts from the start-up snapshot, after the CUDA context; the V1 worker of 0.8.0-0.9.0 took
   // total x util less the peak with every non-torch allocation, the context included (gpu_worker.py:178-210 at
   // v0.8.5); V0 before 0.8 measured from a baseline taken after the context (worker.py:161, 233-235 at v0.7.2), as
   // rollout.cpp's engine_budget_whole_process does. memsim counts the weights and that context, not the profile run's
-  // activation peak, so the KV cache comes out larger than vLLM's by it. get_num_blocks: available // page_size //
-  // num_layers.
-  p.checks_free_memory = v.at_least(Library::Vllm, Version{0, 9, 1});
-  const bool context_counted = v.at_least(Library::Vllm, Version{0, 8, 0}) && !p.checks_free_memory;
-  const int64_t available = p.requested_bytes - p.weights_bytes - (context_counted ? context_bytes : 0);
-  p.kv_blocks = available > 0 && page > 0 ? available / page / shape.num_layers : 0;
-  p.kv_layer_bytes = mul(p.kv_blocks, page);
+  // activation peak, so the KV cache comes out larger than vLLM's by it.
+  const bool checks_free_memory = v.at_least(Library::Vllm, Version{0, 9, 1});
+  const bool context_counted = v.at_least(Library::Vllm, Version{0, 8, 0}) && !checks_free_memory;
+  const int64_t available = requested - p.weights_bytes - (context_counted ? context_bytes : 0);
+  int64_t cache = 0;
+  const std::string kv_refusal = kv_cache_refusal(kv, available, cache);
+  p.kv_layer_bytes = cache / kv.layers;
   const double util = t.vllm_server_gpu_memory_utilization;
-  const std::string share = format_bytes(p.requested_bytes) + " (gpu_memory_utilization " +
+  const std::string share = format_bytes(requested) + " (gpu_memory_utilization " +
                             std::to_string(static_cast<int>(std::lround(util * 100))) + "%)";
-  if (p.checks_free_memory && p.requested_bytes > capacity_bytes - context_bytes) {
+  if (checks_free_memory && requested > capacity_bytes - context_bytes) {
     p.refusal = "vLLM would not start: its share is more than the GPU's free memory";
     p.failure = "vLLM refuses to start: its requested share, " + share + ", is more than the GPU's free memory (" +
                 format_bytes(capacity_bytes - context_bytes) + " after the CUDA context): lower "
                 "training.vllm_server_gpu_memory_utilization";
-  } else if (available <= 0) {  // check_enough_kv_cache_memory: "No available memory" only at <= 0
-    p.refusal = "vLLM would not start: its weights leave no KV cache in its share";
+  } else if (available <= 0) {
+    p.refusal = kv_refusal;
     p.failure = "vLLM refuses to start: its weights (" + format_bytes(p.weights_bytes) + " per GPU) leave none of its share, " +
                 share + ", for the KV cache (\"No available memory for the cache blocks\"): raise "
                 "training.vllm_server_tensor_parallel_size or the share";
-  } else if (p.needed_kv_bytes > p.kv_layer_bytes * shape.num_layers) {
-    p.refusal = "vLLM would not start: its KV cache cannot hold one " + format_count(p.max_model_len) +
-                "-token request (max_model_len)";
-    p.failure = "vLLM refuses to start: one request of max_model_len " + std::to_string(p.max_model_len) + " tokens needs " +
-                format_bytes(p.needed_kv_bytes) + " of KV cache per GPU and the share leaves " +
-                format_bytes(p.kv_layer_bytes * shape.num_layers) +
+  } else if (!kv_refusal.empty()) {
+    p.refusal = kv_refusal;
+    p.failure = "vLLM refuses to start: one request of max_model_len " + std::to_string(kv.max_model_len) + " tokens needs " +
+                format_bytes(kv.needed_bytes) + " of KV cache per GPU and the share leaves " + format_bytes(cache) +
                 ": set training.vllm_max_model_len (trl vllm-serve --max_model_len) to the prompt and completion's " +
                 std::to_string(t.sequence_length) + " tokens, or raise the tensor parallel size or the share";
   }
@@ -160,13 +176,13 @@ VllmServerPlan plan_vllm_server(const Config& c, int64_t capacity_bytes, int64_t
   p.role = trl15 ? std::string("vLLM engine (vllm_device: a GPU of its own)")
                  : "vLLM server (trl vllm-serve, tensor parallel " + std::to_string(tp) +
                        (p.data_parallel > 1 ? " x data parallel " + std::to_string(p.data_parallel) : std::string()) + ")";
-  const int64_t kv_tokens = mul(p.kv_blocks, kVllmBlockTokens);
+  const int64_t kv_tokens = mul(cache / kv.page_bytes / kv.layers, kVllmBlockTokens);
   const int64_t gpus = mul(tp, p.data_parallel);
   p.note = "training.generation_engine vllm_server: the engine runs on " + std::to_string(gpus) + " more GPU" +
            (gpus > 1 ? "s" : "") + " of hardware.gpu's kind (" + p.role + "), each claiming " + share + ": " +
            format_bytes(p.weights_bytes) + " of 16-bit weights and a KV cache of " + format_count(kv_tokens) +
            " tokens (room for " + format_count(kv_tokens / std::max<int64_t>(1, t.sequence_length)) + " sequences of " +
-           format_count(t.sequence_length) + " tokens; max_model_len " + format_count(p.max_model_len) +
+           format_count(t.sequence_length) + " tokens; max_model_len " + format_count(kv.max_model_len) +
            "). Not modelled: the profile run's activation peak and the non-torch memory, which vLLM takes out of the KV "
            "cache; outside the share, the CUDA graphs captured after it and each weight sync's full parameter "
            "(update_named_param); checkpoints stored in fewer than 16 bits (FP8) are counted in 16";
@@ -181,8 +197,8 @@ StepProgram vllm_server_program(const VllmServerPlan& p) {
   for (int64_t l = 0; l <= layers; ++l)
     prog.alloc(Component::Weights, p.layer_weight_bytes[static_cast<size_t>(l)], weights,
                l < layers ? static_cast<int32_t>(l) : -1);
-  if (p.kv_blocks == 0) return prog;
-  // initialize_kv_cache: one int8 tensor of kv_blocks pages per attention layer (_allocate_kv_cache_tensors).
+  if (p.kv_layer_bytes == 0) return prog;
+  // initialize_kv_cache: one int8 tensor of whole pages per attention layer (_allocate_kv_cache_tensors).
   prog.phase("vLLM allocates its KV cache");
   const uint32_t kv = prog.label("vLLM KV cache (the share less the weights)");
   for (int64_t l = 0; l < layers; ++l) prog.alloc(Component::Generation, p.kv_layer_bytes, kv, static_cast<int32_t>(l));

@@ -14,18 +14,11 @@
 namespace memsim {
 
 struct VllmServerPlan {
-  bool active = false;              // grpo with generation_engine vllm_server
   int64_t tensor_parallel = 1;      // vllm-serve --tensor_parallel_size
   int64_t data_parallel = 1;        // vllm-serve --data_parallel_size (TRL 0.17+): engines, each on its own GPUs
-  int64_t requested_bytes = 0;      // total memory x gpu_memory_utilization, per GPU
   int64_t weights_bytes = 0;        // the checkpoint in 16 bits, this GPU's tensor-parallel share
   std::vector<int64_t> layer_weight_bytes;  // per layer, then the embeddings and head (for the replay's tensors)
-  int64_t kv_token_bytes = 0;       // one token's keys and values over every layer, on one GPU
-  int64_t kv_blocks = 0;            // blocks of kBlockTokens tokens the KV cache holds
-  int64_t kv_layer_bytes = 0;       // one layer's KV tensor (kv_blocks x the layer's page)
-  int64_t max_model_len = 0;        // --max_model_len, or the model's positions
-  int64_t needed_kv_bytes = 0;      // the KV cache one max_model_len request needs (vLLM's start check)
-  bool checks_free_memory = false;  // vLLM >= 0.9.1 refuses a requested share above the GPU's free memory
+  int64_t kv_layer_bytes = 0;       // one layer's KV tensor: whole blocks of kVllmBlockTokens tokens (0: none)
   std::string failure;              // why vLLM would not start, and what to change; empty when it does
   std::string refusal;              // the same in a few words, for the verdict line
   std::string role;                 // "vLLM server (trl vllm-serve, ...)"
@@ -56,6 +49,9 @@ struct VllmRefusal {
   std::string note;
 };
 VllmRefusal colocated_vllm_refusal(const Config& c, int64_t engine_total_bytes, int64_t engine_weights_bytes);
+
+// The 16-bit weights an engine holds on one of `tensor_parallel` GPUs (a colocated engine: 1), as vLLM shards them.
+int64_t vllm_weight_bytes(const ModelConfig& m, int64_t tensor_parallel);
 
 // `capacity_bytes` is the GPU's memory, `context_bytes` what its CUDA context takes before the engine starts.
 VllmServerPlan plan_vllm_server(const Config& c, int64_t capacity_bytes, int64_t context_bytes);
