@@ -143,6 +143,8 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
   const auto& peft = cfg_.peft;
   bool need_self = false;
   bool qkv_done = false;  // a fused qkv linear (litgpt, Megatron) carries one adapter for all of q, k, v
+  bnb_input_in_graph_ = false;
+  bool qkv_int8_done = false;  // a fused qkv linear is one MatMul8bitLt call
   for (const char* mod : modules) {
     const ModuleInfo info = module_info(mod);  // a copy: module_info may grow its cache below
     if (resolved_.fused_qkv && info.qkv && info.targeted) {
@@ -155,9 +157,24 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
     }
     // Old bitsandbytes keeps a 4-bit linear's input whenever the input requires grad: everywhere but the first
     // layer's q/k/v, which read the frozen embedding's normalised output.
+    // It keeps it as an attribute of its autograd node (ctx.tensors), which lives as long as the graph: the
+    // caller that saves the input hands it to hold_in_graph.
     if (resolved_.bnb_saves_input && peft.four_bit() &&
         module_quantized(layer, mod) && !(layer == 0 && info.qkv))
-      need_self = true;
+      need_self = true, bnb_input_in_graph_ = true;
+    // LLM.int8's MatMul8bitLt keeps its input in every version (ctx.tensors = (CAt, subA, A) whenever the input
+    // requires grad), and before bitsandbytes 0.45 an int8 transposed copy of it, one per linear, which nothing but
+    // the graph holds (docs/versions.md 4). subA, the outlier columns, is small.
+    if (peft.quantization() == BaseQuantization::Int8 && module_quantized(layer, mod) && !(layer == 0 && info.qkv)) {
+      need_self = true, bnb_input_in_graph_ = true;
+      if (resolved_.bnb_int8_copy && !(resolved_.fused_qkv && info.qkv && qkv_int8_done)) {
+        if (int8_copy_label_ == UINT32_MAX) int8_copy_label_ = program_.label("LLM.int8 copy of a linear's input (int8, kept by the graph)");
+        const uint32_t copy = act(tw, int8_copy_label_, layer);
+        hold_in_graph(copy);
+        drop(copy);  // held by the node alone: it goes with the graph
+      }
+      qkv_int8_done |= info.qkv;
+    }
     if (!info.targeted) continue;
     if (info.ia3) {
       need_self |= ia3_inputs(layer, mod, width, saved, tokens);
@@ -329,8 +346,12 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     no_grad_norm_out_ = y;
     return;
   }
-  if (linear_inputs(layer, consumers, dims_.h, saved, tokens)) saved.push_back(fp8_input(y, mul(tokens, dims_.h), layer));
-  else drop(y);
+  if (linear_inputs(layer, consumers, dims_.h, saved, tokens)) {
+    saved.push_back(fp8_input(y, mul(tokens, dims_.h), layer));
+    if (bnb_input_in_graph_) hold_in_graph(saved.back());
+  } else {
+    drop(y);
+  }
 }
 
 // Tied embeddings: lm_head and the embedding are one parameter, whose AccumulateGrad node has two inputs, so the
@@ -668,7 +689,14 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     }
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
-  if (cfg_.peft.enabled() && !no_grad_) linear_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, A, dims_.T);
+  if (cfg_.peft.enabled() && !no_grad_ &&
+      linear_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, A, dims_.T) && bnb_input_in_graph_) {
+    for (auto it = A.rbegin(); it != A.rend(); ++it)
+      if (program_.tensors[*it].label == labels_.attn_out) {
+        hold_in_graph(*it);
+        break;
+      }
+  }
   // An fp8 o_proj saves its own fp8 copy of the attention output, which the kernel keeps in 16 bits.
   if (recipe_.fp8_saved_inputs) A.push_back(act(mul(dims_.T, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q), labels_.fp8_input, layer));
   // Row-parallel output: all-reduced (TP) or reduce-scattered to T / t tokens (sequence parallel).
@@ -725,9 +753,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     uint32_t prod = act(tf, labels_.mlp_prod, layer);
     no_grad_release(M, {up, a});
     if (cfg_.training.compile && !no_grad_) erase(M, a), drop(a);
-    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T))
+    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T)) {
       M.push_back(fp8_input(prod, mul(dims_.T, dims_.f), layer));
-    else prod_transient = prod;
+      if (bnb_input_in_graph_) hold_in_graph(M.back());
+    } else {
+      prod_transient = prod;
+    }
   } else {
     const uint32_t fc1 = act(tf, labels_.mlp_fc1, layer);  // saved by gelu
     M.push_back(fc1);
@@ -735,9 +766,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     no_grad_release(A, {no_grad_norm_out_});  // parallel attention's shared norm output
     uint32_t g = act(tf, labels_.mlp_gelu, layer);
     no_grad_release(M, {fc1});
-    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T))
+    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T)) {
       M.push_back(fp8_input(g, mul(dims_.T, dims_.f), layer));
-    else prod_transient = g;
+      if (bnb_input_in_graph_) hold_in_graph(M.back());
+    } else {
+      prod_transient = g;
+    }
   }
   uint32_t out = tmp(mul(e, dims_.Tn, dims_.h), labels_.mlp_out, layer);
   if (prod_transient != UINT32_MAX) drop(prod_transient);

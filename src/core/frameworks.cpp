@@ -43,8 +43,9 @@ constexpr FrameworkSpec kFrameworks[] = {
      "(128-row chunks, no fp32 upcast); instantiate_torch_optimizer: one group, torch default foreach; "
      "Fabric FSDPStrategy: FSDP1 with one unit per Block and use_orig_params=True (torch >= 2.0), accumulating "
      "micro-batches under fabric.no_backward_sync (FSDP no_sync); quantize bnb.*: Lightning plugins/precision/bitsandbytes.py "
-     "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included", false, false, false, true, false,
-     FrameworkSpec::ExpertShard::PerExpertLinear, false, false, false, true},
+     "_Linear4bit quantizes weight.to(dtype=torch.half) of every nn.Linear, lm_head included; finetune/*.py fit(): "
+     "`logits` and `loss` stay bound until the next micro-batch rebinds them after its forward", false, false, false, true, false,
+     FrameworkSpec::ExpertShard::PerExpertLinear, false, false, false, true, false, "alltoall", false, true},
     {"megatron", "Megatron-LM", "flash_attention_2", "fused", "full_fp32", "fused", 2, false, true, "megatron", false, false, false, false, false, false, false,
      "Megatron-Core: TE fused attention and fused norms, vocab_parallel_cross_entropy on fp32 logits, "
      "Apex/TE FusedAdam", false, false, false, false, true, FrameworkSpec::ExpertShard::PerExpertLinear, false, false,
@@ -582,6 +583,7 @@ Resolved resolve(const Config& c) {
            Library::Bitsandbytes);
     return old;
   });
+  r.bnb_int8_copy = f.bitsandbytes_quantization && v.below(Library::Bitsandbytes, V(0, 45, 0));
   if (c.peft.adapter_dtype == "auto") {
     r.adapter_dtype = derive_adapter_dtype(c, f, find_precision(t.precision), v, d);
   } else {

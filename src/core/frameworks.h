@@ -126,6 +126,11 @@ struct FrameworkSpec {
   std::string_view cp_rotate = "alltoall";
   // Offers Megatron's --recompute-granularity selective (What helps suggests it in place of no checkpointing).
   bool selective_recompute = false;
+  // The loop's variables hold the model's outputs until the next micro-batch rebinds them, after its forward:
+  // litgpt's fit() (`logits = model(input_ids, ...)`, `loss = chunked_cross_entropy(...)` stay bound through the
+  // backward, the optimizer step and the next forward). The logits, and through their grad_fn the whole graph with
+  // what its nodes hold as attributes (bitsandbytes' ctx.tensors), live until then.
+  bool outputs_live_to_next_forward = false;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.
@@ -209,6 +214,10 @@ struct Resolved {
   bool softmax_saves_input;
   bool zero_grad_set_to_none;
   bool bnb_saves_input;
+  // An LLM.int8 base (MatMul8bitLt) keeps an int8 transposed copy of each input that requires grad beside the input
+  // itself, before bitsandbytes 0.45.0 (docs/versions.md 4: ctx.tensors = (CAt, subA, A); #1401 skips CAt for a
+  // frozen weight). A fact of the version, not a switch: no case measures it.
+  bool bnb_int8_copy;
   AdapterDtype adapter_dtype;
   bool expandable_segments;
   bool lazy_module_loading;   // hardware.cuda_module_loading lazy

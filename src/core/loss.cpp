@@ -127,6 +127,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       uint32_t hd = head_dequant();
       held_logits_ = act(mul(e, tv), labels_.logits, post);
       drop_if(hd);
+      release_previous_outputs();  // model() has returned: `logits` lets go of the last micro-batch's
       uint32_t copy = dims_.b > 1 ? tmp(mul(e, tv), labels_.logits, post) : UINT32_MAX;
       saved.push_back(act(mul(e, tv), labels_.lse_loss, post));
       if (copy != UINT32_MAX) drop(copy);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "checked.h"
 #include "step_builder.h"
@@ -23,6 +24,32 @@ bool StepBuilder::checkpointed(int64_t l) const {
 uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool own) {
   const bool keep_s2 = resolved_.checkpointing != Checkpointing::Selective;
   return cfg_.model.post_layernorm ? layer_forward_post_ln(l, in, sv, keep_s2, own) : layer_forward(l, in, sv, keep_s2, own);
+}
+
+void StepBuilder::hold_in_graph(uint32_t t) {
+  // A recomputation's graph (checkpointing, in backward) goes with its layer's backward, and a no_grad forward
+  // builds none.
+  if (in_backward_ || no_grad_) return;
+  if (graph_attr_.size() <= t) graph_attr_.resize(static_cast<size_t>(t) + 1, 0);
+  if (graph_attr_[t] != 0) return;
+  graph_attr_[t] = 1;
+  graph_attrs_now_.push_back(t);
+}
+
+void StepBuilder::release_graph(std::vector<uint32_t>& attrs) {
+  for (uint32_t t : attrs) {
+    const uint8_t state = graph_attr_[t];
+    graph_attr_[t] = 0;
+    if (state == 2) program_.free(t);
+  }
+  attrs.clear();
+}
+
+// litgpt: `logits = model(...)` has rebound the loop's variable, and the previous micro-batch's logits and graph
+// have no holder left.
+void StepBuilder::release_previous_outputs() {
+  if (prev_logits_ != UINT32_MAX) drop(prev_logits_), prev_logits_ = UINT32_MAX;
+  release_graph(prev_graph_attrs_);
 }
 
 // The forward of one micro-batch on this device's layers [first_layer_, end_layer_). A pipeline stage other
@@ -120,6 +147,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   if (f.post) {
     gather(shape_.num_layers, gathered);
     loss_forward(res, f.loss_saved);
+    release_previous_outputs();  // where the loss did not already, once the new logits exist
     // The output layer as a unit of its own reshards after its forward and is all-gathered again for backward.
     if (embedding_units()) for (uint32_t g : gathered) drop(g);
     else f.gathered_post = gathered;
@@ -142,6 +170,8 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   f.embed_saved.swap(embed_saved_);
   f.held_logits = held_logits_;
   held_logits_ = UINT32_MAX;
+  f.graph_attrs.swap(graph_attrs_now_);
+  graph_attrs_now_.clear();
 }
 
 void StepBuilder::backward_mb(InFlight& f, std::string phase) {
@@ -240,7 +270,16 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   }
-  if (f.held_logits != UINT32_MAX) drop(f.held_logits), f.held_logits = UINT32_MAX;
+  // The loop lets go of the outputs, and the graph goes with them (the HF Trainer's training_step returns), or
+  // holds them into the next forward.
+  if (resolved_.framework->outputs_live_to_next_forward && cfg_.parallel.pipeline_parallel_size == 1) {
+    release_previous_outputs();  // not expected: the forward between has released them
+    std::swap(prev_logits_, f.held_logits);
+    prev_graph_attrs_.swap(f.graph_attrs);
+  } else {
+    if (f.held_logits != UINT32_MAX) drop(f.held_logits), f.held_logits = UINT32_MAX;
+    release_graph(f.graph_attrs);
+  }
   // The input's gradient is sent to the previous stage; under torch.distributed.pipelining it is also the
   // receive buffer's .grad, which stays until the next step() clears it.
   if (!f.pre && resolved_.framework->pp_persistent_recv) pipeline_.input_grads.push_back(dres);

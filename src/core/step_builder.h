@@ -126,6 +126,7 @@ struct InFlight {
   std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;  // offloaded tensors (bytes, label) per layer
   std::vector<uint32_t> loss_saved, gathered_post, embed_saved, casts;
   uint32_t held_logits = UINT32_MAX;
+  std::vector<uint32_t> graph_attrs;  // tensors its graph's nodes hold as attributes (StepBuilder::graph_attr_)
   // Encoder-decoder (encoder_decoder.cpp): what outlives one stack. enc_keep goes after the encoder's backward,
   // dec_keep after the decoder's, out_keep with the model outputs the training loop holds.
   std::vector<uint32_t> enc_final_saved, dec_embed_saved, enc_keep, dec_keep, out_keep;
@@ -438,7 +439,20 @@ class StepBuilder {
   uint32_t softmax_input(int64_t bytes, uint32_t label, int32_t layer, bool kept) {
     return kept ? act(bytes, labels_.softmax_in, layer) : tmp(bytes, label, layer);
   }
-  void drop(uint32_t t) { program_.free(t); }
+  // A tensor a graph node holds as an attribute outlives its owner's drop: it goes with the graph (release_graph).
+  void drop(uint32_t t) {
+    if (t < graph_attr_.size() && graph_attr_[t] != 0) {
+      graph_attr_[t] = 2;
+      return;
+    }
+    program_.free(t);
+  }
+  // The forward that is running builds the graph: `t` becomes an attribute of one of its nodes.
+  void hold_in_graph(uint32_t t);
+  // A micro-batch's graph goes: the attributes its nodes held, freed where their owners have dropped them.
+  void release_graph(std::vector<uint32_t>& attrs);
+  // FrameworkSpec::outputs_live_to_next_forward: the last micro-batch's outputs and graph go now.
+  void release_previous_outputs();
   // How an eager attention takes the softmax of its scores, in bytes per element: the decoders' softmax(dtype=fp32)
   // and T5's softmax(scores.float()) read scores in the compute dtype (converted to fp32 first where `convert`)
   // and write fp32, cast back for attn @ v, then drop out; BERT's softmax reads and writes the autocast dtype
@@ -523,6 +537,19 @@ class StepBuilder {
   std::vector<Spare> spare_;
   std::vector<uint32_t> embed_saved_;         // post-LN embedding norm and dropout
   uint32_t held_logits_ = UINT32_MAX;         // logits the training loop keeps until after backward
+  // Tensors an autograd node holds as an attribute, not through save_for_backward, so that backward does not
+  // release them and they live as long as the graph: bitsandbytes before 0.43.2 keeps every 4-bit linear's input
+  // (autograd/_functions.py MatMul4Bit.forward: ctx.tensors = (A, B); bitsandbytes#1270, in 0.43.2, keeps only B).
+  // Per tensor id: 0 not held, 1 held, 2 held and dropped by its owner (freed with the graph). The running
+  // forward's go to its InFlight::graph_attrs.
+  std::vector<uint8_t> graph_attr_;
+  std::vector<uint32_t> graph_attrs_now_;
+  // A training loop that rebinds its outputs only after the next forward (FrameworkSpec::
+  // outputs_live_to_next_forward): the last micro-batch's logits and its graph's attributes until then.
+  uint32_t prev_logits_ = UINT32_MAX;
+  std::vector<uint32_t> prev_graph_attrs_;
+  bool bnb_input_in_graph_ = false;           // the last linear_inputs call found a bitsandbytes linear that keeps its input
+  uint32_t int8_copy_label_ = UINT32_MAX;     // made on first use, so that other programs' labels are unchanged
   uint32_t tied_pending_ = UINT32_MAX;        // tied weights, a later micro-batch: lm_head's gradient in the engine
   bool grads_live_ = false;
   bool any_quantized_ = false;

@@ -85,6 +85,59 @@ TEST_CASE("old bitsandbytes keeps every 4-bit linear's input (peft.bnb_saves_inp
   CHECK(per_layer_activations(c) - modern == 2 * b * s * (h + f));
 }
 
+TEST_CASE("an LLM.int8 base keeps each linear's input, and before bitsandbytes 0.45 an int8 copy of it", "[activations][peft]") {
+  // MatMul8bitLt: ctx.tensors = (CAt, subA, A) whenever the input requires grad (docs/versions.md 4). As for the
+  // 4-bit test above, A adds the MLP's input [bs, h] and down_proj's [bs, f] in 2 bytes; before 0.45 (#1401) each
+  // linear's CAt adds its input's size in 1 byte: q, k, v and gate, up read [bs, h], o_proj [bs, h_q], down [bs, f].
+  const int64_t b = 1, s = 2048, h = 4096, hq = 4096, f = 14336;
+  Config c = llama3_8b(b, s);
+  c.training.attention = "sdpa";
+  c.training.precision = "bf16_pure";
+  c.peft.method = "lora";
+  c.peft.adapter_dtype = "bf16";
+  const int64_t plain = per_layer_activations(c);
+  c.peft.base_quantization = "int8";
+  c.versions.bitsandbytes = "0.45.0";
+  const int64_t kept = per_layer_activations(c) - plain;
+  CHECK(kept == 2 * b * s * (h + f));
+  c.versions.bitsandbytes = "0.44.1";
+  CHECK(per_layer_activations(c) - plain == kept + b * s * (5 * h + hq + f));
+}
+
+TEST_CASE("litgpt's loop holds the last micro-batch's logits, and old bitsandbytes' 4-bit inputs, into the next forward",
+          "[activations][peft]") {
+  // fit() rebinds `logits` only after the next model() call, and through their grad_fn the graph stays too, with
+  // the attribute MatMul4Bit keeps (ctx.tensors = (A, B), not released by backward) before bitsandbytes 0.43.2.
+  // Between step 1 and step 2's forward the activations left are those: the bf16 logits [b, s, V], and per
+  // 4-bit linear whose input requires grad its input: the fused qkv's (not layer 0's, which reads the frozen
+  // embedding's output), o_proj's [bs, h_q], the MLP's [bs, h] and down's [bs, f], then lm_head's [bs, h]
+  // (Lightning quantizes the head too).
+  const int64_t b = 2, s = 512, h = 4096, hq = 4096, f = 14336, V = 128256, L = 2;
+  Config c = llama3_8b(b, s);
+  c.model.num_hidden_layers = L;
+  c.training.framework = "litgpt";
+  c.training.attention = "sdpa_repeat_kv";
+  c.peft.method = "lora";
+  c.peft.target_modules = "q_proj,v_proj";
+  c.peft.adapter_dtype = "bf16";
+  c.peft.base_quantization = "nf4";
+  c.peft.prepare_kbit = false;
+  auto held = [&](const char* bnb_saves_input, const char* framework) {
+    Config k = c;
+    k.peft.bnb_saves_input = bnb_saves_input;
+    k.training.framework = framework;
+    Result r = simulate(k);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "forward (step 2", Component::Activations);
+  };
+  const int64_t logits = 2 * b * s * V;
+  CHECK(held("false", "litgpt") == logits);
+  const int64_t inputs = 2 * b * s * ((L - 1) * h + L * (hq + h + f) + h);
+  CHECK(held("true", "litgpt") == logits + inputs);
+  // The HF Trainer's training_step returns after backward: the graph goes with it, and the inputs with the graph.
+  CHECK(held("true", "hf_trainer") == 0);
+}
+
 TEST_CASE("Llama-3-8B layer, bf16, repeat_kv (torchtune, litgpt, older HF)", "[activations]") {
   Config c = llama3_8b(1, 4096);
   c.training.attention = "sdpa_repeat_kv";

@@ -93,22 +93,26 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
     // under FSDP on 2 GPUs was 15.0% under before the fms cases stated their versions, 8.5% since).
     CHECK(std::abs(r.relative_error) < 0.13);
   }
-  CHECK(s.multi_median_abs_error <= 0.036);  // the distributed issue's target is 8%; reached: 3.3% over 38 cases
+  // The distributed issue's target is 8%; reached: 2.8% over 41 cases (3.4% before lit-gpt's FSDP rows described
+  // their data: the longest Alpaca sample in the first micro-batch only).
+  CHECK(s.multi_median_abs_error <= 0.030);
 }
 
 // The real-runs issue's targets count every high- and medium-confidence public case, the excluded findings too:
 // median <= 2.5% and p90 <= 8%. Reached: median 2.9% over the 154 decoder-family cases (3.4% before fms-acceleration's
 // cases stated their versions, 3.1% before SDPA's math kernel, FSDP2's embedding units and Unsloth), p90 13.0% (the
 // excluded rows are the ones the model cannot explain yet); 3.0-3.1% over 157-158 with the first families written
-// as programs (three DeiT cases 4-6% under, a finding in their notes; MMPretrain's ViT-L 0.2% under). The bounds guard what is reached. With every
-// switch that a case file sets by hand back at auto (the versions decide): median 3.4-3.6%, p90 26.1%.
+// as programs (three DeiT cases 4-6% under, a finding in their notes; MMPretrain's ViT-L 0.2% under); 2.8% over 161,
+// p90 12.4%, since bitsandbytes' inputs live with litgpt's graph into the next forward and lit-gpt's rows describe
+// their data. The bounds guard what is reached. With every switch that a case file sets by hand back at auto (the
+// versions decide): median 3.1%, p90 24.1%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 150);
-  CHECK(s.all_median_abs_error <= 0.0315);
-  CHECK(s.all_p90_abs_error <= 0.14);
-  CHECK(s.auto_median_abs_error <= 0.040);
-  CHECK(s.auto_p90_abs_error <= 0.28);
+  CHECK(s.all_median_abs_error <= 0.030);
+  CHECK(s.all_p90_abs_error <= 0.13);
+  CHECK(s.auto_median_abs_error <= 0.034);
+  CHECK(s.auto_p90_abs_error <= 0.26);
 }
 
 // memsim's own calibration runs (tools/calibrate on an H200, tests/validation/measured/): every statistic of
