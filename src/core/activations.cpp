@@ -400,11 +400,21 @@ void StepBuilder::drop_if(uint32_t t) {
 }
 
 // bitsandbytes MatMul4Bit / 8-bit matmuls dequantize the frozen weight for the GEMM, forward and backward
-// (autograd/_functions.py: grad_A = grad_output @ dequantize_4bit(B)): one layer's largest weight at a time.
+// (autograd/_functions.py: grad_A = grad_output @ dequantize_4bit(B)): one layer's largest weight at a time. A
+// routed expert's weights are separate linears in transformers 4.x's MoE blocks (MixtralBlockSparseTop2MLP w1, w3,
+// w2), each a Linear4bit of its own, so one expert's one projection is dequantized at a time, not the
+// [experts, ...] tensor memsim keeps them in.
 void StepBuilder::dequant(int32_t layer) {
   int64_t largest = 0;
-  for (const auto& t : shape_.params_of(layer))
-    if (t.quantized) largest = std::max(largest, t.numel);
+  for (const auto& t : shape_.params_of(layer)) {
+    if (!t.quantized) continue;
+    int64_t one = t.numel;
+    if (is_expert_param(t) && t.rows > 0) {
+      one = t.numel / t.rows;  // one expert's
+      if (cfg_.model.mlp_gated && t.name.size() >= 12 && t.name.compare(t.name.size() - 12, 12, "gate_up_proj") == 0) one /= 2;
+    }
+    largest = std::max(largest, one);
+  }
   if (largest == 0) return;
   uint32_t w = tmp(mul(dequant_bytes(), largest), labels_.dequant, layer);
   drop(w);

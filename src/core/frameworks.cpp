@@ -584,6 +584,7 @@ Resolved resolve(const Config& c) {
     return old;
   });
   r.bnb_int8_copy = f.bitsandbytes_quantization && v.below(Library::Bitsandbytes, V(0, 45, 0));
+  r.fsdp1_reshard_hook = r.sharding == Sharding::Fsdp1 && v.at_least(torch, V(2, 1));
   if (c.peft.adapter_dtype == "auto") {
     r.adapter_dtype = derive_adapter_dtype(c, f, find_precision(t.precision), v, d);
   } else {

@@ -218,6 +218,10 @@ struct Resolved {
   // itself, before bitsandbytes 0.45.0 (docs/versions.md 4: ctx.tensors = (CAt, subA, A); #1401 skips CAt for a
   // frozen weight). A fact of the version, not a switch: no case measures it.
   bool bnb_int8_copy;
+  // FSDP1 reshards a unit whose FlatParameter needs no gradient (a frozen layer) through a hook on its forward's inputs
+  // (_runtime_utils.py _register_post_backward_reshard_only_hook, torch 2.1+, pytorch#101982); StepBuilder::
+  // fsdp_hook_holds_inputs says when that hook keeps tensors alive.
+  bool fsdp1_reshard_hook;
   AdapterDtype adapter_dtype;
   bool expandable_segments;
   bool lazy_module_loading;   // hardware.cuda_module_loading lazy

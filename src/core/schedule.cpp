@@ -36,6 +36,13 @@ void StepBuilder::hold_in_graph(uint32_t t) {
   graph_attrs_now_.push_back(t);
 }
 
+void StepBuilder::hold_to_backward_end(uint32_t t) {
+  if (graph_attr_.size() <= t) graph_attr_.resize(static_cast<size_t>(t) + 1, 0);
+  if (graph_attr_[t] != 0) return;
+  graph_attr_[t] = 1;
+  backward_held_.push_back(t);
+}
+
 void StepBuilder::release_graph(std::vector<uint32_t>& attrs) {
   for (uint32_t t : attrs) {
     const uint8_t state = graph_attr_[t];
@@ -223,6 +230,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
       if (!reentrant) drop(out);
       layer_backward(li, dres, re);
       if (reentrant) drop(out);
+      if (fsdp_hook_holds_inputs_) hold_to_backward_end(in), hold_to_backward_end(dres);  // dres: now in's .grad
       for (uint32_t t : sv.attn) drop(t);
       sv.attn.clear();
     } else {
@@ -270,6 +278,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
   }
+  release_graph(backward_held_);  // FSDP1's final callback (_finalize_params) removes its hooks
   // The loop lets go of the outputs, and the graph goes with them (the HF Trainer's training_step returns), or
   // holds them into the next forward.
   if (resolved_.framework->outputs_live_to_next_forward && cfg_.parallel.pipeline_parallel_size == 1) {

@@ -449,6 +449,8 @@ class StepBuilder {
   }
   // The forward that is running builds the graph: `t` becomes an attribute of one of its nodes.
   void hold_in_graph(uint32_t t);
+  // `t` lives until this backward ends, whoever drops it first (fsdp_hook_holds_inputs_).
+  void hold_to_backward_end(uint32_t t);
   // A micro-batch's graph goes: the attributes its nodes held, freed where their owners have dropped them.
   void release_graph(std::vector<uint32_t>& attrs);
   // FrameworkSpec::outputs_live_to_next_forward: the last micro-batch's outputs and graph go now.
@@ -550,6 +552,13 @@ class StepBuilder {
   std::vector<uint32_t> prev_graph_attrs_;
   bool bnb_input_in_graph_ = false;           // the last linear_inputs call found a bitsandbytes linear that keeps its input
   uint32_t int8_copy_label_ = UINT32_MAX;     // made on first use, so that other programs' labels are unchanged
+  // FSDP1's reshard-only hook (_register_post_backward_reshard_only_hook) on a frozen layer unit calls
+  // register_multi_grad_hook on the forward's inputs that require grad. Reentrant checkpointing recomputes the
+  // layer on leaves (detach_variable), and for a leaf the hook's closure holds its AccumulateGrad node, which holds
+  // the tensor, until _finalize_params removes the handle at the end of backward: each checkpointed layer's input
+  // and the input gradient AccumulateGrad writes into its .grad stay until then (backward_held_).
+  bool fsdp_hook_holds_inputs_ = false;
+  std::vector<uint32_t> backward_held_;
   uint32_t tied_pending_ = UINT32_MAX;        // tied weights, a later micro-batch: lm_head's gradient in the engine
   bool grads_live_ = false;
   bool any_quantized_ = false;

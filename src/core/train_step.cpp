@@ -127,6 +127,11 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   fsdp_.accumulate_no_sync = shard_plan_.fsdp && (no_sync == TriState::True || (no_sync == TriState::Auto && resolved_.framework->fsdp_no_sync_accumulation)) &&
                    cfg_.parallel.pipeline_parallel_size == 1 && cfg_.training.gradient_accumulation_steps > 1;
   fsdp_.grad_shard_made.assign(static_cast<size_t>(shape_.num_layers + 2), false);
+  // FSDP1's reshard-only hook on a frozen layer unit (Resolved::fsdp1_reshard_hook): under PEFT the layers' own
+  // weights are frozen wherever the units do not mix in the adapters (fsdp1_unit_gradients: the HF Trainer wraps
+  // them as units of their own), and reentrant checkpointing hands the recomputed layer leaves that require grad.
+  fsdp_hook_holds_inputs_ = resolved_.fsdp1_reshard_hook && shard_plan_.fsdp && shard_ranks_ > 1 && cfg_.peft.enabled() &&
+                            !fsdp1_unit_gradients(cfg_) && resolved_.checkpoint_reentrant;
   shape_.for_each_layer_kind([&](const std::vector<ParamTensor>& list, int64_t) {
     for (const auto& t : list) any_quantized_ |= t.quantized;
   });

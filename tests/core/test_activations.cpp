@@ -104,6 +104,22 @@ TEST_CASE("an LLM.int8 base keeps each linear's input, and before bitsandbytes 0
   CHECK(per_layer_activations(c) - plain == kept + b * s * (5 * h + hq + f));
 }
 
+TEST_CASE("a 4-bit MoE dequantizes one expert's projection at a time", "[activations][peft][moe]") {
+  // transformers' Mixtral experts are nn.Linear modules (w1, w3 [f, h], w2 [h, f]), each a Linear4bit: MatMul4Bit
+  // dequantizes one of them for its GEMM, [14336, 4096] in bf16, not all eight experts' weights at once.
+  Config c = single_gpu_config("mixtral-8x7b.json", 1, 1024);
+  c.model.num_hidden_layers = 2;
+  c.peft.method = "lora";
+  c.peft.base_quantization = "nf4";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& p = r.devices[0].program;
+  int64_t largest = 0;
+  for (const auto& t : p.tensors)
+    if (p.labels[t.label] == "dequantized frozen weight (bitsandbytes matmul)") largest = std::max(largest, t.bytes);
+  CHECK(largest == 2 * 14336LL * 4096);
+}
+
 TEST_CASE("litgpt's loop holds the last micro-batch's logits, and old bitsandbytes' 4-bit inputs, into the next forward",
           "[activations][peft]") {
   // fit() rebinds `logits` only after the next model() call, and through their grad_fn the graph stays too, with

@@ -32,6 +32,26 @@ int64_t live_before(const DeviceResult& d, const std::string& phase, Component c
   return live_bytes_before_phase(d.program, phase, c);
 }
 
+// The most bytes alive at once, during the first phase whose name starts with `phase`, of the tensors `counts` picks.
+template <typename Pick>
+int64_t most_live_in(const StepProgram& p, const std::string& phase, Pick&& counts) {
+  uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
+  for (size_t i = 0; i < p.phases.size(); ++i)
+    if (p.phases[i].name.rfind(phase, 0) == 0) {
+      begin = p.phases[i].first_event;
+      if (i + 1 < p.phases.size()) end = p.phases[i + 1].first_event;
+      break;
+    }
+  int64_t live = 0, most = 0;
+  for (uint32_t i = 0; i < end; ++i) {
+    const Tensor& t = p.tensors[p.events[i].tensor];
+    if (!counts(t)) continue;
+    live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
+    if (i >= begin) most = std::max(most, live);
+  }
+  return most;
+}
+
 }  // namespace
 
 TEST_CASE("FSDP2 mixed precision keeps fp32 shards only: 16 bytes per parameter over N", "[distributed][fsdp]") {
@@ -150,22 +170,10 @@ TEST_CASE("FSDP prefetch depth: k more blocks' parameters held while one compute
   auto most_gathered = [&](const char* phase) {
     Result r = simulate(c);
     REQUIRE(r.ok);
-    const StepProgram& p = r.devices[0].program;
-    uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
-    for (size_t i = 0; i < p.phases.size(); ++i)
-      if (p.phases[i].name.rfind(phase, 0) == 0) {
-        begin = p.phases[i].first_event;
-        if (i + 1 < p.phases.size()) end = p.phases[i + 1].first_event;
-        break;
-      }
-    int64_t live = 0, most = 0;
-    for (uint32_t i = 0; i < end; ++i) {
-      const Tensor& t = p.tensors[p.events[i].tensor];
-      if (t.component != Component::Communication || t.stream != Stream::Compute) continue;
-      live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
-      if (i >= begin && t.layer >= 4 && t.layer < 24) most = std::max(most, live);  // away from the root's units
-    }
-    return most;
+    // Away from the root's units.
+    return most_live_in(r.devices[0].program, phase, [](const Tensor& t) {
+      return t.component == Component::Communication && t.stream == Stream::Compute && t.layer >= 4 && t.layer < 24;
+    });
   };
   const int64_t fwd = most_gathered("forward (step 2"), bwd = most_gathered("backward (step 2");
   c.parallel.fsdp_forward_prefetch = 2;
@@ -176,6 +184,49 @@ TEST_CASE("FSDP prefetch depth: k more blocks' parameters held while one compute
   Result bad = simulate(c);
   REQUIRE_FALSE(bad.ok);
   CHECK(bad.errors[0].field == "parallel.fsdp_forward_prefetch");
+}
+
+TEST_CASE("FSDP1 with frozen layers and reentrant checkpointing: inputs and their gradients stay, no backward prefetch",
+          "[distributed][fsdp][peft]") {
+  // docs/research/fsdp1-frozen-reentrant.md. The HF Trainer wraps PEFT's adapters as units of their own, so each
+  // decoder layer's FlatParameter is frozen and FSDP1 (torch 2.1+) reshards it through a multi-grad hook on its
+  // inputs; reentrant checkpointing recomputes the layer on leaves, which the hook holds with their .grad until
+  // backward ends. And no layer forwarded without grad is marked for a pre-backward unshard, so BACKWARD_PRE
+  // prefetches none of them.
+  const int64_t b = 1, s = 2048, h = 4096, L = 32;
+  const int64_t block = 2 * (2 * 4096LL * 4096 + 2 * 1024 * 4096 + 3 * 4096LL * 14336 + 2 * 4096);
+  Config c = llama3_8b_on(2, "hf_trainer", "bf16_pure", 3);
+  c.parallel.sharding = "fsdp1";
+  c.peft.method = "lora";
+  c.peft.target_modules = "q_proj,v_proj";
+  c.versions.transformers = "4.48";  // reentrant checkpointing by default before 5.0
+  auto in_backward = [&](const Config& k, auto&& counts) {
+    Result r = simulate(k);
+    REQUIRE(r.ok);
+    const StepProgram& p = r.devices[0].program;
+    return most_live_in(p, "backward (step 2", [&](const Tensor& t) { return counts(p, t); });
+  };
+  auto residual_grads = [](const StepProgram& p, const Tensor& t) { return p.labels[t.label] == "gradient of the residual stream"; };
+  auto gathered_layers = [](const StepProgram& p, const Tensor& t) {
+    return p.labels[t.label] == "FSDP unsharded parameters (all-gathered)" && t.layer >= 4 && t.layer < 24;
+  };
+  const int64_t grad = 2 * b * s * h;
+  // Every layer's input gradient is held to the end: at layer 0 the 31 above it, and its own once computed.
+  CHECK(in_backward(c, residual_grads) >= (L - 1) * grad);
+  // One layer unsharded at a time (its adapters, units of their own, add under 1 MiB).
+  const int64_t one = in_backward(c, gathered_layers);
+  CHECK(one >= block);
+  CHECK(one < block + (1 << 20));
+  Config before = c;
+  before.versions.torch = "2.0";  // before pytorch#101982: no reshard-only hook
+  CHECK(in_backward(before, residual_grads) <= 3 * grad);
+  Config non_reentrant = c;
+  non_reentrant.training.checkpoint_reentrant = "false";  // the layer's inputs are not leaves; its forward marks it
+  CHECK(in_backward(non_reentrant, residual_grads) <= 3 * grad);
+  CHECK(in_backward(non_reentrant, gathered_layers) == 2 * one);
+  Config unfrozen = c;
+  unfrozen.parallel.fsdp_use_orig_params = "true";  // Block units mixing in the adapters have a gradient
+  CHECK(in_backward(unfrozen, residual_grads) <= 3 * grad);
 }
 
 TEST_CASE("FSDP1 use_orig_params gives frozen weights gradients; no_sync accumulation holds them unsharded", "[distributed][fsdp][peft]") {

@@ -90,12 +90,14 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
     if (!is_multi_gpu(r.vcase.config) || !r.vcase.excluded.empty() || r.vcase.confidence == "low" || r.vcase.lower_bound) continue;
     INFO(r.vcase.id << ": " << 100 * r.relative_error << "%");
     // Worst counted: torchtitan's Llama 3.1 405B interleaved 3D, 12.4% under (fms-acceleration's Mistral-7B QLoRA
-    // under FSDP on 2 GPUs was 15.0% under before the fms cases stated their versions, 8.5% since).
+    // under FSDP on 2 GPUs was 15.0% under before the fms cases stated their versions, 8.5% since, 3.2% over with
+    // FSDP1's reshard-only hook).
     CHECK(std::abs(r.relative_error) < 0.13);
   }
-  // The distributed issue's target is 8%; reached: 2.8% over 41 cases (3.4% before lit-gpt's FSDP rows described
-  // their data: the longest Alpaca sample in the first micro-batch only).
-  CHECK(s.multi_median_abs_error <= 0.030);
+  // The distributed issue's target is 8%; reached: 1.9% over 43 cases (3.4% before lit-gpt's FSDP rows described
+  // their data, the longest Alpaca sample in the first micro-batch only; 2.8% before FSDP1's reshard-only hook held
+  // the recomputed layers' inputs under PEFT, which also explained two excluded 70B QLoRA rows).
+  CHECK(s.multi_median_abs_error <= 0.022);
 }
 
 // The real-runs issue's targets count every high- and medium-confidence public case, the excluded findings too:
@@ -104,13 +106,14 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 // excluded rows are the ones the model cannot explain yet); 3.0-3.1% over 157-158 with the first families written
 // as programs (three DeiT cases 4-6% under, a finding in their notes; MMPretrain's ViT-L 0.2% under); 2.8% over 161,
 // p90 12.4%, since bitsandbytes' inputs live with litgpt's graph into the next forward and lit-gpt's rows describe
-// their data. The bounds guard what is reached. With every switch that a case file sets by hand back at auto (the
+// their data; 2.6% over 161, p90 11.6%, with FSDP1's reshard-only hook and its backward prefetch under reentrant
+// checkpointing. The bounds guard what is reached. With every switch that a case file sets by hand back at auto (the
 // versions decide): median 3.1%, p90 24.1%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 150);
-  CHECK(s.all_median_abs_error <= 0.030);
-  CHECK(s.all_p90_abs_error <= 0.13);
+  CHECK(s.all_median_abs_error <= 0.028);
+  CHECK(s.all_p90_abs_error <= 0.125);
   CHECK(s.auto_median_abs_error <= 0.034);
   CHECK(s.auto_p90_abs_error <= 0.26);
 }
