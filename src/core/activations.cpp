@@ -411,7 +411,7 @@ void StepBuilder::dequant(int32_t layer) {
     int64_t one = t.numel;
     if (is_expert_param(t) && t.rows > 0) {
       one = t.numel / t.rows;  // one expert's
-      if (cfg_.model.mlp_gated && t.name.size() >= 12 && t.name.compare(t.name.size() - 12, 12, "gate_up_proj") == 0) one /= 2;
+      if (cfg_.model.mlp_gated && t.name.ends_with("gate_up_proj")) one /= 2;  // gate and up, two linears
     }
     largest = std::max(largest, one);
   }

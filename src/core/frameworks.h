@@ -220,7 +220,7 @@ struct Resolved {
   bool bnb_int8_copy;
   // FSDP1 reshards a unit whose FlatParameter needs no gradient (a frozen layer) through a hook on its forward's inputs
   // (_runtime_utils.py _register_post_backward_reshard_only_hook, torch 2.1+, pytorch#101982); StepBuilder::
-  // fsdp_hook_holds_inputs says when that hook keeps tensors alive.
+  // fsdp_hook_holds_inputs_ says when that hook keeps tensors alive.
   bool fsdp1_reshard_hook;
   AdapterDtype adapter_dtype;
   bool expandable_segments;

@@ -26,21 +26,18 @@ uint32_t StepBuilder::forward_layer(int32_t l, uint32_t in, SavedLayer& sv, bool
   return cfg_.model.post_layernorm ? layer_forward_post_ln(l, in, sv, keep_s2, own) : layer_forward(l, in, sv, keep_s2, own);
 }
 
+// Marks `t` held (graph_attr_) and lists it in `holders`, for release_graph; a tensor held already stays where it is.
+void StepBuilder::hold(uint32_t t, std::vector<uint32_t>& holders) {
+  if (graph_attr_.size() <= t) graph_attr_.resize(static_cast<size_t>(t) + 1, 0);
+  if (graph_attr_[t] != 0) return;
+  graph_attr_[t] = 1;
+  holders.push_back(t);
+}
+
 void StepBuilder::hold_in_graph(uint32_t t) {
   // A recomputation's graph (checkpointing, in backward) goes with its layer's backward, and a no_grad forward
   // builds none.
-  if (in_backward_ || no_grad_) return;
-  if (graph_attr_.size() <= t) graph_attr_.resize(static_cast<size_t>(t) + 1, 0);
-  if (graph_attr_[t] != 0) return;
-  graph_attr_[t] = 1;
-  graph_attrs_now_.push_back(t);
-}
-
-void StepBuilder::hold_to_backward_end(uint32_t t) {
-  if (graph_attr_.size() <= t) graph_attr_.resize(static_cast<size_t>(t) + 1, 0);
-  if (graph_attr_[t] != 0) return;
-  graph_attr_[t] = 1;
-  backward_held_.push_back(t);
+  if (!in_backward_ && !no_grad_) hold(t, graph_attrs_now_);
 }
 
 void StepBuilder::release_graph(std::vector<uint32_t>& attrs) {
@@ -230,7 +227,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
       if (!reentrant) drop(out);
       layer_backward(li, dres, re);
       if (reentrant) drop(out);
-      if (fsdp_hook_holds_inputs_) hold_to_backward_end(in), hold_to_backward_end(dres);  // dres: now in's .grad
+      if (fsdp_hook_holds_inputs_) hold(in, backward_held_), hold(dres, backward_held_);  // dres: now in's .grad
       for (uint32_t t : sv.attn) drop(t);
       sv.attn.clear();
     } else {

@@ -449,8 +449,9 @@ class StepBuilder {
   }
   // The forward that is running builds the graph: `t` becomes an attribute of one of its nodes.
   void hold_in_graph(uint32_t t);
-  // `t` lives until this backward ends, whoever drops it first (fsdp_hook_holds_inputs_).
-  void hold_to_backward_end(uint32_t t);
+  // `t` lives until `holders` is released (release_graph), whoever drops it first: a micro-batch's graph, or
+  // backward_held_ at the end of this backward (fsdp_hook_holds_inputs_).
+  void hold(uint32_t t, std::vector<uint32_t>& holders);
   // A micro-batch's graph goes: the attributes its nodes held, freed where their owners have dropped them.
   void release_graph(std::vector<uint32_t>& attrs);
   // FrameworkSpec::outputs_live_to_next_forward: the last micro-batch's outputs and graph go now.

@@ -69,16 +69,22 @@ TEST_CASE("torch.compile: each norm keeps its input and rstd, and silu(gate) is 
   CHECK(mib(saved) * 28 / 1024 == Approx(8.75).margin(0.005));  // GiB over 28 layers; the README row drops 9.0
 }
 
-TEST_CASE("old bitsandbytes keeps every 4-bit linear's input (peft.bnb_saves_input)", "[activations][peft]") {
-  // QLoRA on q and v (lora_A reads the normed input unchanged, so it is saved already) and SDPA keeps the
-  // attention output that o_proj reads: the flag adds the MLP's input [bs, h] and down_proj's input [bs, f], 2 bytes
-  // each (MatMul4Bit.forward before bitsandbytes 0.43.2: ctx.tensors = (A, B)).
-  const int64_t b = 1, s = 2048, h = 4096, f = 14336;
+// Llama-3-8B under LoRA with bf16 adapters on a pure-bf16 base, SDPA: the bitsandbytes tests' starting point.
+static Config bf16_lora(int64_t b, int64_t s) {
   Config c = llama3_8b(b, s);
   c.training.attention = "sdpa";
   c.training.precision = "bf16_pure";
   c.peft.method = "lora";
   c.peft.adapter_dtype = "bf16";
+  return c;
+}
+
+TEST_CASE("old bitsandbytes keeps every 4-bit linear's input (peft.bnb_saves_input)", "[activations][peft]") {
+  // QLoRA on q and v (lora_A reads the normed input unchanged, so it is saved already) and SDPA keeps the
+  // attention output that o_proj reads: the flag adds the MLP's input [bs, h] and down_proj's input [bs, f], 2 bytes
+  // each (MatMul4Bit.forward before bitsandbytes 0.43.2: ctx.tensors = (A, B)).
+  const int64_t b = 1, s = 2048, h = 4096, f = 14336;
+  Config c = bf16_lora(b, s);
   c.peft.base_quantization = "nf4";
   const int64_t modern = per_layer_activations(c);
   c.peft.bnb_saves_input = "true";
@@ -90,11 +96,7 @@ TEST_CASE("an LLM.int8 base keeps each linear's input, and before bitsandbytes 0
   // 4-bit test above, A adds the MLP's input [bs, h] and down_proj's [bs, f] in 2 bytes; before 0.45 (#1401) each
   // linear's CAt adds its input's size in 1 byte: q, k, v and gate, up read [bs, h], o_proj [bs, h_q], down [bs, f].
   const int64_t b = 1, s = 2048, h = 4096, hq = 4096, f = 14336;
-  Config c = llama3_8b(b, s);
-  c.training.attention = "sdpa";
-  c.training.precision = "bf16_pure";
-  c.peft.method = "lora";
-  c.peft.adapter_dtype = "bf16";
+  Config c = bf16_lora(b, s);
   const int64_t plain = per_layer_activations(c);
   c.peft.base_quantization = "int8";
   c.versions.bitsandbytes = "0.45.0";

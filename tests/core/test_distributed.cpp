@@ -32,9 +32,11 @@ int64_t live_before(const DeviceResult& d, const std::string& phase, Component c
   return live_bytes_before_phase(d.program, phase, c);
 }
 
-// The most bytes alive at once, during the first phase whose name starts with `phase`, of the tensors `counts` picks.
-template <typename Pick>
-int64_t most_live_in(const StepProgram& p, const std::string& phase, Pick&& counts) {
+// The most bytes alive at once of the tensors `counts` picks, read during the first phase whose name starts with
+// `phase`, at the events whose tensor `peak_at` picks (every one by default).
+template <typename Pick, typename At = bool (*)(const Tensor&)>
+int64_t most_live_in(const StepProgram& p, const std::string& phase, Pick&& counts,
+                     At&& peak_at = [](const Tensor&) { return true; }) {
   uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
   for (size_t i = 0; i < p.phases.size(); ++i)
     if (p.phases[i].name.rfind(phase, 0) == 0) {
@@ -47,10 +49,13 @@ int64_t most_live_in(const StepProgram& p, const std::string& phase, Pick&& coun
     const Tensor& t = p.tensors[p.events[i].tensor];
     if (!counts(t)) continue;
     live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
-    if (i >= begin) most = std::max(most, live);
+    if (i >= begin && peak_at(t)) most = std::max(most, live);
   }
   return most;
 }
+
+// Away from the root's units (embeddings, head): the middle layers of a 32-layer model.
+bool mid_layer(const Tensor& t) { return t.layer >= 4 && t.layer < 24; }
 
 }  // namespace
 
@@ -170,10 +175,9 @@ TEST_CASE("FSDP prefetch depth: k more blocks' parameters held while one compute
   auto most_gathered = [&](const char* phase) {
     Result r = simulate(c);
     REQUIRE(r.ok);
-    // Away from the root's units.
     return most_live_in(r.devices[0].program, phase, [](const Tensor& t) {
-      return t.component == Component::Communication && t.stream == Stream::Compute && t.layer >= 4 && t.layer < 24;
-    });
+      return t.component == Component::Communication && t.stream == Stream::Compute;
+    }, mid_layer);
   };
   const int64_t fwd = most_gathered("forward (step 2"), bwd = most_gathered("backward (step 2");
   c.parallel.fsdp_forward_prefetch = 2;
@@ -208,7 +212,7 @@ TEST_CASE("FSDP1 with frozen layers and reentrant checkpointing: inputs and thei
   };
   auto residual_grads = [](const StepProgram& p, const Tensor& t) { return p.labels[t.label] == "gradient of the residual stream"; };
   auto gathered_layers = [](const StepProgram& p, const Tensor& t) {
-    return p.labels[t.label] == "FSDP unsharded parameters (all-gathered)" && t.layer >= 4 && t.layer < 24;
+    return p.labels[t.label] == "FSDP unsharded parameters (all-gathered)" && mid_layer(t);
   };
   const int64_t grad = 2 * b * s * h;
   // Every layer's input gradient is held to the end: at layer 0 the 31 above it, and its own once computed.
@@ -613,22 +617,10 @@ TEST_CASE("DeepSpeed ZeRO-3 prefetches ahead to stage3_max_live_parameters, on t
     Result r = simulate(c);
     REQUIRE(r.ok);
     const StepProgram& p = r.devices[0].program;
-    uint32_t begin = 0, end = static_cast<uint32_t>(p.events.size());
-    for (size_t i = 0; i < p.phases.size(); ++i)
-      if (p.phases[i].name.rfind(phase, 0) == 0) {
-        begin = p.phases[i].first_event;
-        if (i + 1 < p.phases.size()) end = p.phases[i + 1].first_event;
-        break;
-      }
-    int64_t live = 0, most = 0;
-    for (uint32_t i = 0; i < end; ++i) {
-      const Tensor& t = p.tensors[p.events[i].tensor];
-      if (p.labels[t.label] != "DeepSpeed ZeRO-3 all-gathered layer parameters") continue;
-      CHECK(t.stream == Stream::AllGather);  // overlap_comm, the stage-3 default
-      live += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
-      if (i >= begin && t.layer >= 4 && t.layer < 24) most = std::max(most, live);
-    }
-    return most;
+    auto gathered = [&](const Tensor& t) { return p.labels[t.label] == "DeepSpeed ZeRO-3 all-gathered layer parameters"; };
+    for (const Tensor& t : p.tensors)
+      if (gathered(t)) CHECK(t.stream == Stream::AllGather);  // overlap_comm, the stage-3 default
+    return most_live_in(p, phase, gathered, mid_layer);
   };
   for (const char* phase : {"forward (step 2", "backward (step 2"}) {
     INFO(phase);
