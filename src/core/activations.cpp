@@ -137,6 +137,46 @@ const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) cons
   return module_info_.back().second;
 }
 
+// Whether a bitsandbytes linear keeps its input as an attribute of its autograd node (ctx.tensors), which lives as
+// long as the graph: the caller that keeps the input hands it to hold_in_graph. Old bitsandbytes keeps a 4-bit
+// linear's input whenever the input requires grad: everywhere but the first layer's q/k/v, which read the frozen
+// embedding's normalised output. LLM.int8's MatMul8bitLt keeps its input in every version (ctx.tensors = (CAt,
+// subA, A) whenever the input requires grad), and before bitsandbytes 0.45 an int8 transposed copy of it, one per
+// linear call (a fused qkv linear is one; `qkv_int8_done` remembers it), which nothing but the graph holds
+// (docs/versions.md 4); subA, the outlier columns, is small. A non-reentrant checkpoint's recomputation builds a
+// graph that goes as soon as it has run (torch/utils/checkpoint.py recompute_fn drops its outputs): backward reads
+// the first forward's ctx.tensors, so the recomputation keeps nothing for them.
+bool StepBuilder::bnb_keeps_input(int32_t layer, const char* module, const ModuleInfo& info, int64_t tw,
+                                  bool& qkv_int8_done) {
+  const auto& peft = cfg_.peft;
+  if (!module_quantized(layer, module) || (layer == 0 && info.qkv)) return false;
+  const bool int8 = peft.quantization() == BaseQuantization::Int8;
+  if (!(int8 || (resolved_.bnb_saves_input && peft.four_bit()))) return false;
+  const bool recomputing_without_graph = in_backward_ && !resolved_.checkpoint_reentrant;
+  if (int8 && resolved_.bnb_int8_copy && !(resolved_.fused_qkv && info.qkv && qkv_int8_done)) {
+    if (int8_copy_label_ == UINT32_MAX) int8_copy_label_ = program_.label("LLM.int8 copy of a linear's input (int8, kept by the graph)");
+    const uint32_t copy = act(tw, int8_copy_label_, layer);
+    hold_in_graph(copy);
+    drop(copy);  // held by the node alone: it goes with the graph
+  }
+  qkv_int8_done |= int8 && info.qkv;
+  return !recomputing_without_graph;
+}
+
+// The input of these linears kept by a non-reentrant checkpoint's first forward: it runs with grad, and its saved
+// tensors go through the checkpoint's pack hook, which keeps none of them, but a bitsandbytes node's ctx.tensors
+// is an attribute, not a saved tensor (docs/versions.md 4), so it stays with the graph. `input` is then held.
+void StepBuilder::checkpoint_graph_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width,
+                                          int64_t tokens, uint32_t input) {
+  if (!ckpt_graph_) return;
+  bool keeps = false, qkv_int8_done = false;
+  for (const char* mod : modules) {
+    const ModuleInfo info = module_info(mod);
+    keeps |= bnb_keeps_input(layer, mod, info, mul(tokens, width), qkv_int8_done);
+  }
+  if (keeps) hold_in_graph(input);
+}
+
 bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width,
                                 std::vector<uint32_t>& saved, int64_t tokens, bool low_precision_input) {
   const int64_t tw = mul(tokens, width);
@@ -144,7 +184,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
   bool need_self = false;
   bool qkv_done = false;  // a fused qkv linear (litgpt, Megatron) carries one adapter for all of q, k, v
   bnb_input_in_graph_ = false;
-  bool qkv_int8_done = false;  // a fused qkv linear is one MatMul8bitLt call
+  bool qkv_int8_done = false;
   for (const char* mod : modules) {
     const ModuleInfo info = module_info(mod);  // a copy: module_info may grow its cache below
     if (resolved_.fused_qkv && info.qkv && info.targeted) {
@@ -155,26 +195,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       if (dims_.amp && !low_precision_input) saved.push_back(act(mul(2, tw), labels_.norm_out_cast, layer));
       else need_self = true;
     }
-    // Old bitsandbytes keeps a 4-bit linear's input whenever the input requires grad: everywhere but the first
-    // layer's q/k/v, which read the frozen embedding's normalised output.
-    // It keeps it as an attribute of its autograd node (ctx.tensors), which lives as long as the graph: the
-    // caller that saves the input hands it to hold_in_graph.
-    if (resolved_.bnb_saves_input && peft.four_bit() &&
-        module_quantized(layer, mod) && !(layer == 0 && info.qkv))
-      need_self = true, bnb_input_in_graph_ = true;
-    // LLM.int8's MatMul8bitLt keeps its input in every version (ctx.tensors = (CAt, subA, A) whenever the input
-    // requires grad), and before bitsandbytes 0.45 an int8 transposed copy of it, one per linear, which nothing but
-    // the graph holds (docs/versions.md 4). subA, the outlier columns, is small.
-    if (peft.quantization() == BaseQuantization::Int8 && module_quantized(layer, mod) && !(layer == 0 && info.qkv)) {
-      need_self = true, bnb_input_in_graph_ = true;
-      if (resolved_.bnb_int8_copy && !(resolved_.fused_qkv && info.qkv && qkv_int8_done)) {
-        if (int8_copy_label_ == UINT32_MAX) int8_copy_label_ = program_.label("LLM.int8 copy of a linear's input (int8, kept by the graph)");
-        const uint32_t copy = act(tw, int8_copy_label_, layer);
-        hold_in_graph(copy);
-        drop(copy);  // held by the node alone: it goes with the graph
-      }
-      qkv_int8_done |= info.qkv;
-    }
+    if (bnb_keeps_input(layer, mod, info, tw, qkv_int8_done)) need_self = true, bnb_input_in_graph_ = true;
     if (!info.targeted) continue;
     if (info.ia3) {
       need_self |= ia3_inputs(layer, mod, width, saved, tokens);
@@ -256,12 +277,16 @@ void StepBuilder::dora_inputs(int32_t layer, const std::string& module, int64_t 
 }
 
 // IA3 (peft tuners/ia3/layer.py Linear.forward): the learned vector, in its own dtype (fp32: update_layer makes it
-// with torch.randn), scales the base output, `result.to(dtype) * ia3_scaling`, or for a feedforward module the
-// input, `(x.to(dtype) * ia3_scaling).to(weight.dtype)`. The product saves its tensor operand for the vector's
-// gradient: the pre-scale output cast to the vector's dtype, a new [tokens, out] tensor; or the input cast to it,
-// a copy unless the input already has that dtype (then the input itself, and the function returns true). The
-// bitsandbytes layers (ia3/bnb.py) instead upcast x to fp32 when autocast is off (`x = x.float()`) and multiply
-// in that dtype, which saves the same fp32 tensors; under autocast they multiply x (or the output) as it is.
+// with torch.randn), scales the base output or, for a feedforward module, the input,
+// `(x.to(dtype) * ia3_scaling).to(previous_dtype)`. The product saves its tensor operand for the vector's gradient.
+// For a feedforward module that is the input cast to the vector's dtype, a copy unless the input already has that
+// dtype (then the input itself, and the function returns true). For the output: before peft 0.11 the output cast
+// to the vector's dtype, `result.to(dtype) * ia3_scaling`, a new [tokens, out] fp32 tensor; from 0.11 (peft#1634,
+// `(result * ia3_scaling).to(result_dtype)`) the base output itself in its own dtype, which nothing else keeps
+// (type promotion happens inside the mul kernel; mul's backward saves its operands as they were passed), and the
+// product in the promoted dtype is a transient. The bitsandbytes layers (ia3/bnb.py) instead upcast x to fp32 when
+// autocast is off (`x = x.float()`) and multiply in that dtype, which saves the same fp32 tensors; under autocast
+// they multiply x (or the output) as it is.
 bool StepBuilder::ia3_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved,
                              int64_t tokens) {
   const int64_t ab = any_quantized_ ? (dims_.amp ? dims_.e : 4) : adapter_bytes();
@@ -271,6 +296,12 @@ bool StepBuilder::ia3_inputs(int32_t layer, const std::string& module, int64_t w
     return false;
   }
   const int64_t out = out_width(module);
+  if (!any_quantized_ && !resolved_.ia3_casts_output) {
+    const int64_t out_bytes = dims_.amp ? 2 : dims_.e;  // the base linear's output dtype
+    saved.push_back(act(mul(out_bytes, tokens, out), labels_.lora_in, layer));
+    drop(tmp(mul(std::max(out_bytes, ab), tokens, out), labels_.lora_in, layer));  // the product, before its cast back
+    return false;
+  }
   saved.push_back(act(mul(ab, tokens, out), labels_.lora_in, layer));
   drop(tmp(mul(ab, tokens, out), labels_.lora_in, layer));  // the scaled product, cast back to the input's dtype
   return false;
@@ -344,6 +375,7 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     if (res_retained && own_res) saved.push_back(res);
     saved.push_back(y);
     no_grad_norm_out_ = y;
+    checkpoint_graph_inputs(layer, consumers, dims_.h, tokens, y);
     return;
   }
   if (linear_inputs(layer, consumers, dims_.h, saved, tokens)) {
@@ -707,6 +739,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
         break;
       }
   }
+  if (cfg_.peft.enabled() && ckpt_graph_)
+    for (auto it = A.rbegin(); it != A.rend(); ++it)
+      if (program_.tensors[*it].label == labels_.attn_out) {
+        checkpoint_graph_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, dims_.T, *it);
+        break;
+      }
   // An fp8 o_proj saves its own fp8 copy of the attention output, which the kernel keeps in 16 bits.
   if (recipe_.fp8_saved_inputs) A.push_back(act(mul(dims_.T, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q), labels_.fp8_input, layer));
   // Row-parallel output: all-reduced (TP) or reduce-scattered to T / t tokens (sequence parallel).
@@ -767,6 +805,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       M.push_back(fp8_input(prod, mul(dims_.T, dims_.f), layer));
       if (bnb_input_in_graph_) hold_in_graph(M.back());
     } else {
+      checkpoint_graph_inputs(layer, {"down_proj"}, dims_.f, dims_.T, prod);
       prod_transient = prod;
     }
   } else {
@@ -780,6 +819,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       M.push_back(fp8_input(g, mul(dims_.T, dims_.f), layer));
       if (bnb_input_in_graph_) hold_in_graph(M.back());
     } else {
+      checkpoint_graph_inputs(layer, {"down_proj"}, dims_.f, dims_.T, g);
       prod_transient = g;
     }
   }
@@ -822,9 +862,11 @@ uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, Sa
   // tests/validation/measured/h200-2026-11-30/traces, allocates and frees its norms, q/k/v, RoPE, attention and
   // MLP tensors one by one). keep_s2 = false: eager attention's softmax is not kept either.
   no_grad_ = true;
+  ckpt_graph_ = !resolved_.checkpoint_reentrant;
   SavedLayer scratch;
   const uint32_t next = layer_forward(layer, res, scratch, false, false);
   no_grad_ = false;
+  ckpt_graph_ = false;
   no_grad_norm_out_ = UINT32_MAX;
   return next;
 }

@@ -287,7 +287,7 @@ constexpr FieldSpec kFields[] = {
      "Module names to adapt (PEFT target_modules), comma-separated, or all-linear; for ln_tuning, the norms that get a trainable copy."},
     {F(peft, feedforward_modules), K::Text, kNoRange, {}, 1,
      "feedforward_modules",
-     "IA3Config feedforward_modules: targeted linears whose input the vector scales (one value per input feature, and an fp32 copy of the input kept); the others scale their output (the fp32 pre-scale output kept)."},
+     "IA3Config feedforward_modules: targeted linears whose input the vector scales (one value per input feature, and an fp32 copy of the input kept); the others scale their output (the pre-scale output kept: in its own dtype from peft 0.11, an fp32 cast of it before)."},
     {F(peft, num_virtual_tokens), K::Integer, {1, 1 << 16}, {}, 1,
      "virtual tokens",
      "PromptTuningConfig num_virtual_tokens: learned embeddings put before every sequence, so the layers and the loss see sequence_length + this many positions."},

@@ -432,11 +432,12 @@ AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const
   }
   // peft 0.6-0.11 (peft#928, commit 5bdbf2bc, lora/layer.py update_layer): the adapters take the base weight's dtype
   // when it is a float; bitsandbytes' int8/uint8 storage is not, so over a quantized base they stay fp32. That cast
-  // is LoRA's (and DoRA's, the same layer); for IA3 vectors and prompt embeddings no such cast was read (not
-  // verified), so they keep fp32, the dtype they are created in.
+  // is LoRA's (and DoRA's, the same layer); IA3's update_layer only moves its vectors to the device (ia3/layer.py at
+  // v0.10.0), and for prompt embeddings no such cast was read, so they keep fp32, the dtype they are created in.
   if (!c.peft.lora_like()) {
     d.from(Switch::AdapterDtype, "peft 0.6 to 0.11 cast only LoRA layers to the base's dtype (peft#928); other "
-                                 "methods' modules are created in fp32 (not verified for IA3)", peft);
+                                 "methods' modules are created in fp32 (IA3's update_layer moves them to the device only)",
+           peft);
     return AdapterDtype::Fp32;
   }
   if (c.peft.quantized() || !pr || pr->weight_bytes == 4) {
@@ -584,6 +585,7 @@ Resolved resolve(const Config& c) {
     return old;
   });
   r.bnb_int8_copy = f.bitsandbytes_quantization && v.below(Library::Bitsandbytes, V(0, 45, 0));
+  r.ia3_casts_output = v.below(Library::Peft, V(0, 11));
   r.fsdp1_reshard_hook = r.sharding == Sharding::Fsdp1 && v.at_least(torch, V(2, 1));
   if (c.peft.adapter_dtype == "auto") {
     r.adapter_dtype = derive_adapter_dtype(c, f, find_precision(t.precision), v, d);

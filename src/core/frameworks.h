@@ -218,6 +218,11 @@ struct Resolved {
   // itself, before bitsandbytes 0.45.0 (docs/versions.md 4: ctx.tensors = (CAt, subA, A); #1401 skips CAt for a
   // frozen weight). A fact of the version, not a switch: no case measures it.
   bool bnb_int8_copy;
+  // IA3 on a linear that scales its output (not a feedforward module) cast the base output to the vector's dtype
+  // before multiplying, `result.to(dtype) * ia3_scaling`, so the product kept that cast copy (fp32), before peft
+  // 0.11.0; from 0.11.0 (peft#1634) `(result * ia3_scaling).to(result_dtype)` keeps the output itself, in its own
+  // dtype (docs/versions.md 10). A fact of the version, not a switch.
+  bool ia3_casts_output;
   // FSDP1 reshards a unit whose FlatParameter needs no gradient (a frozen layer) through a hook on its forward's inputs
   // (_runtime_utils.py _register_post_backward_reshard_only_hook, torch 2.1+, pytorch#101982); StepBuilder::
   // fsdp_hook_holds_inputs_ says when that hook keeps tensors alive.

@@ -36,8 +36,10 @@ void StepBuilder::hold(uint32_t t, std::vector<uint32_t>& holders) {
 
 void StepBuilder::hold_in_graph(uint32_t t) {
   // A recomputation's graph (checkpointing, in backward) goes with its layer's backward, and a no_grad forward
-  // builds none.
-  if (!in_backward_ && !no_grad_) hold(t, graph_attrs_now_);
+  // builds none; a non-reentrant checkpoint's first forward runs with grad (ckpt_graph_).
+  if (in_backward_ || (no_grad_ && !ckpt_graph_)) return;
+  if (no_grad_) program_.recategorize(t, Component::Activations);  // act() made it a temporary
+  hold(t, graph_attrs_now_);
 }
 
 void StepBuilder::release_graph(std::vector<uint32_t>& attrs) {

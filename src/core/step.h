@@ -87,6 +87,16 @@ struct StepProgram {
     events.push_back({Event::Op::Free, tensors[tensor].component, tensor});
     if (recycle_ids) freed_ids.push_back(tensor);
   }
+  // A live tensor turns out to belong to another component (a no_grad forward's intermediate that a graph node
+  // keeps after all): its allocation event, the latest event that names it, says so too.
+  void recategorize(uint32_t tensor, Component c) {
+    tensors[tensor].component = c;
+    for (auto it = events.rbegin(); it != events.rend(); ++it)
+      if (it->tensor == tensor && it->op == Event::Op::Alloc) {
+        it->component = c;
+        break;
+      }
+  }
   // Its event names a 0-byte tensor of its own, so that a reader that takes every event for an allocation or a free
   // counts nothing for it.
   void empty_cache() {

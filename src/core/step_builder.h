@@ -265,6 +265,9 @@ class StepBuilder {
     bool ia3 = false, dora = false;  // the PEFT method, beside the rest (a string compare per linear otherwise)
   };
   const ModuleInfo& module_info(const char* module) const;
+  bool bnb_keeps_input(int32_t layer, const char* module, const ModuleInfo& info, int64_t tw, bool& qkv_int8_done);
+  void checkpoint_graph_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, int64_t tokens,
+                               uint32_t input);
   int64_t adapter_bytes() const;
   int64_t weight_bytes_of(const ParamTensor& t) const;
   int64_t grad_bytes_of(const ParamTensor& t) const;
@@ -509,6 +512,9 @@ class StepBuilder {
   int64_t shard_ranks_ = 1;  // ranks of the shard group
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
   bool in_backward_ = false;
+  // The checkpointed forward running under no_grad_ is a non-reentrant checkpoint's: torch runs it with grad, and
+  // what its nodes hold as attributes stays with the graph (hold_in_graph, checkpoint_graph_inputs).
+  bool ckpt_graph_ = false;
   // A checkpointed layer's forward under no_grad: layer_forward runs its ops, and each intermediate goes when its
   // last reader has run instead of being saved (no_grad_release). no_grad_norm_out_ is the last norm's output.
   bool no_grad_ = false;

@@ -106,6 +106,80 @@ TEST_CASE("an LLM.int8 base keeps each linear's input, and before bitsandbytes 0
   CHECK(per_layer_activations(c) - plain == kept + b * s * (5 * h + hq + f));
 }
 
+TEST_CASE("non-reentrant checkpointing keeps old bitsandbytes' inputs for the whole graph", "[activations][peft]") {
+  // A non-reentrant checkpoint runs the layer's first forward with grad, its saved tensors going through a pack
+  // hook that keeps none of them; MatMul4Bit's ctx.tensors (before 0.43.2) and MatMul8bitLt's are attributes of
+  // the node, not saved tensors, so each 4-bit linear's input stays with the graph: q/k/v's and the MLP's
+  // normalised inputs [bs, h], o_proj's [bs, h_q] and down_proj's [bs, f], beside the checkpoint's own input.
+  // A reentrant checkpoint's forward runs under no_grad and keeps only its input. Answer.AI's profiling notebook
+  // (fsdp_qlora nbs/00-profile_lora_qlora.ipynb at 0719cd0: a 24-layer Llama, h 2048, f 4096, bf16, LoRA on q and v,
+  // no prepare_model_for_kbit_training, HF checkpointing with use_reentrant=False, bitsandbytes before 0.43) measured
+  // QLoRA minus LoRA allocated after forward at 0.250 / 0.499 / 0.998 / 1.498 GB for 512 / 1024 / 2048 / 3072
+  // tokens: (3h + f) x 2 bytes per token and layer, but for layer 0's q/k/v input, is 0.2496 / ... / 1.4974 GB.
+  const int64_t b = 1, s = 2048, h = 4096, hq = 4096, f = 14336;
+  Config c = bf16_lora(b, s);
+  c.peft.base_quantization = "nf4";
+  c.peft.prepare_kbit = false;  // else the fp32 norms make the residual, the checkpoint's input, fp32
+  c.training.activation_checkpointing = "full";
+  c.peft.bnb_saves_input = "true";
+  c.training.checkpoint_reentrant = "true";
+  const int64_t input = 2 * b * s * h;
+  CHECK(per_layer_activations(c) == input);
+  c.training.checkpoint_reentrant = "false";
+  CHECK(per_layer_activations(c) == input + 2 * b * s * (h + hq + h + f));
+  c.peft.bnb_saves_input = "false";
+  CHECK(per_layer_activations(c) == input);
+  // LLM.int8 keeps its input in every version, and before bitsandbytes 0.45 an int8 copy per linear: q, k, v and
+  // gate, up read [bs, h], o_proj [bs, h_q], down [bs, f].
+  c.peft.base_quantization = "int8";
+  c.peft.bnb_saves_input = "auto";
+  c.versions.bitsandbytes = "0.45.0";
+  CHECK(per_layer_activations(c) == input + 2 * b * s * (h + hq + h + f));
+  c.versions.bitsandbytes = "0.44.1";
+  CHECK(per_layer_activations(c) == input + 2 * b * s * (h + hq + h + f) + b * s * (5 * h + hq + f));
+  c.training.checkpoint_reentrant = "true";
+  CHECK(per_layer_activations(c) == input);
+}
+
+TEST_CASE("Answer.AI's notebook: what old bitsandbytes keeps under non-reentrant checkpointing, per token", "[activations][peft]") {
+  // fsdp_qlora nbs/00-profile_lora_qlora.ipynb (0719cd0): LlamaConfig(hidden 2048, 24 layers, 16 heads, intermediate
+  // 4096, vocab 32000) in bf16, PEFT LoRA r=8 on q_proj and v_proj with dropout 0.1, every layer linear a
+  // Linear4bit (nf4, bf16 storage), gradient_checkpointing_enable(use_reentrant=False), batch 1. Allocated after the
+  // forward, QLoRA minus LoRA, measured (GB = 1e9): 0.250 / 0.499 / 0.998 / 1.498 at 512 / 1024 / 2048 / 3072 tokens.
+  // Besides the weights (the model load, subtracted there) the two differ only by the inputs the 4-bit linears keep.
+  Config c = single_gpu_config("llama-3.2-1b.json", 1, 512);
+  c.model.hidden_size = 2048, c.model.num_hidden_layers = 24, c.model.num_attention_heads = 16;
+  c.model.num_key_value_heads = 16, c.model.head_dim = 128, c.model.intermediate_size = 4096, c.model.vocab_size = 32000;
+  c.model.tie_word_embeddings = false;
+  c.training.activation_checkpointing = "full";
+  c.training.checkpoint_reentrant = "false";
+  c.peft.method = "lora";
+  c.peft.lora_rank = 8;
+  c.peft.lora_dropout = 0.1;
+  c.peft.target_modules = "q_proj,v_proj";
+  c.peft.adapter_dtype = "bf16";
+  c.peft.prepare_kbit = false;
+  c.peft.bnb_saves_input = "true";
+  auto after_forward = [](Config x) {
+    const Result r = simulate(x);
+    REQUIRE(r.ok);
+    return live_bytes_before_phase(r.devices[0].program, "backward", Component::Activations);
+  };
+  const double measured_gb[] = {0.250, 0.499, 0.998, 1.498};
+  const int64_t lengths[] = {512, 1024, 2048, 3072};
+  for (int i = 0; i < 4; ++i) {
+    c.training.sequence_length = lengths[i];
+    Config lora = c;
+    lora.peft.base_quantization = "none";
+    c.peft.base_quantization = "nf4";
+    const int64_t kept = after_forward(c) - after_forward(lora);
+    // (3h + f) x 2 bytes per token and layer: q/k/v's and the MLP's normalised inputs, o_proj's and down_proj's;
+    // layer 0's q/k/v read the frozen embedding's normalised output, which requires no grad.
+    CHECK(kept == lengths[i] * (24 * (3 * 2048 + 4096) * 2 - 2048 * 2));
+    CHECK(std::fabs(static_cast<double>(kept) / 1e9 - measured_gb[i]) < 0.002);
+  }
+}
+
 TEST_CASE("a 4-bit MoE dequantizes one expert's projection at a time", "[activations][peft][moe]") {
   // transformers' Mixtral experts are nn.Linear modules (w1, w3 [f, h], w2 [h, f]), each a Linear4bit: MatMul4Bit
   // dequantizes one of them for its GEMM, [14336, 4096] in bf16, not all eight experts' weights at once.

@@ -276,16 +276,22 @@ TEST_CASE("saved activations of IA3, LN tuning, prompt tuning and DoRA, derived 
   const int64_t attention = 2 * T * hkv + 2 * T * hq + 2 * T * hkv + 2 * T * hq + 4 * a * T;
   const int64_t mlp = 3 * 2 * T * f;
   c.peft.method = "ia3";
-  c.peft.target_modules = "q_proj";  // smallest IA3 setting: the fp32 pre-scale output of q_proj
+  c.peft.target_modules = "q_proj";  // smallest IA3 setting: the bf16 pre-scale output of q_proj
   c.peft.feedforward_modules = "";
-  const int64_t frozen = saved_per_layer(c) - 4 * T * hq;
+  const int64_t frozen = saved_per_layer(c) - 2 * T * hq;
   CHECK(frozen == norms + attention + mlp);
 
-  // IA3 (ia3/layer.py): k_proj and v_proj keep `result.to(fp32)`, the pre-scale output, for the vector's gradient;
-  // the feedforward down_proj keeps `x.to(fp32)`, an fp32 copy of its input.
+  // IA3 (ia3/layer.py, peft 0.11+): k_proj and v_proj keep their bf16 pre-scale output, which
+  // `(result * ia3_scaling)` saves for the vector's gradient; the feedforward down_proj keeps `x.to(fp32)`, an fp32
+  // copy of its input.
   c.peft.target_modules = "k_proj,v_proj,down_proj";
   c.peft.feedforward_modules = "down_proj";
+  CHECK(saved_per_layer(c) == frozen + 2 * 2 * T * hkv + 4 * T * f);
+  // Before peft 0.11 (peft#1634) the output was cast to the vector's fp32 first, `result.to(dtype) * ia3_scaling`,
+  // and the product kept that copy.
+  c.versions.peft = "0.10.0";
   CHECK(saved_per_layer(c) == frozen + 2 * 4 * T * hkv + 4 * T * f);
+  c.versions.peft = "latest";
   // bf16 vectors (autocast_adapter_dtype=False): the pre-scale outputs are kept in bf16, and down_proj's input is
   // multiplied as it is, so the product keeps the bf16 input itself.
   c.peft.adapter_dtype = "bf16";

@@ -107,13 +107,13 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 // as programs (three DeiT cases 4-6% under, a finding in their notes; MMPretrain's ViT-L 0.2% under); 2.8% over 161,
 // p90 12.4%, since bitsandbytes' inputs live with litgpt's graph into the next forward and lit-gpt's rows describe
 // their data; 2.6% over 161, p90 11.6%, with FSDP1's reshard-only hook and its backward prefetch under reentrant
-// checkpointing. The bounds guard what is reached. With every switch that a case file sets by hand back at auto (the
+// checkpointing; p90 11.3% with IA3's output scaling by the peft version. The bounds guard what is reached. With every switch that a case file sets by hand back at auto (the
 // versions decide): median 3.1%, p90 24.1%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 150);
   CHECK(s.all_median_abs_error <= 0.028);
-  CHECK(s.all_p90_abs_error <= 0.125);
+  CHECK(s.all_p90_abs_error <= 0.118);
   CHECK(s.auto_median_abs_error <= 0.034);
   CHECK(s.auto_p90_abs_error <= 0.26);
 }
