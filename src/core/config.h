@@ -200,6 +200,11 @@ struct TrainingConfig {
   int64_t vllm_server_data_parallel_size = 1;
   double vllm_server_gpu_memory_utilization = 0.9;
   int64_t vllm_max_model_len = 0;
+  // An evaluation between training steps (eval_step.cpp): eval_batch_size sequences of sequence_length through the
+  // model under no_grad, with the loss, once after the first optimizer step; 0: none. eval_logits_batches: the eval
+  // batches whose logits the HF Trainer's evaluation loop holds on the GPU at once (0: the loss only).
+  int64_t eval_batch_size = 0;
+  int64_t eval_logits_batches = 0;
 
   bool operator==(const TrainingConfig&) const = default;
   Objective goal() const {

@@ -266,9 +266,23 @@ void StepBuilder::end_no_grad(NoGradPass& pass) {
 uint32_t StepBuilder::no_grad_trunk(NoGradPass& pass, std::vector<uint32_t>* hidden, std::vector<uint32_t>& norm,
                                     const std::function<void(int64_t)>* after_layer) {
   const int32_t post = -1;
-  auto gathered = [&](int64_t l) {
-    return pass.gather_label != UINT32_MAX ? tmp(gathered_bytes(l), pass.gather_label, static_cast<int32_t>(l)) : UINT32_MAX;
-  };
+  uint32_t res = no_grad_layers(pass, hidden, after_layer);
+  uint32_t g = no_grad_gathered(pass, shape_.num_layers);
+  bool retained = false;
+  norm_forward(post, res, retained, norm, {"lm_head"}, true);
+  if (!retained) drop(res);
+  return g;
+}
+
+// Unit l's all-gathered parameters for a no-grad pass that gathers (l = -1: the embeddings, num_layers: the head).
+uint32_t StepBuilder::no_grad_gathered(const NoGradPass& pass, int64_t l) {
+  return pass.gather_label != UINT32_MAX ? tmp(gathered_bytes(l), pass.gather_label, static_cast<int32_t>(l)) : UINT32_MAX;
+}
+
+// The embeddings and every layer of a no-grad pass; returns the last layer's output.
+uint32_t StepBuilder::no_grad_layers(NoGradPass& pass, std::vector<uint32_t>* hidden,
+                                     const std::function<void(int64_t)>* after_layer) {
+  auto gathered = [&](int64_t l) { return no_grad_gathered(pass, l); };
   uint32_t g = gathered(-1);
   uint32_t res = embed_forward();
   drop_if(g);
@@ -285,11 +299,7 @@ uint32_t StepBuilder::no_grad_trunk(NoGradPass& pass, std::vector<uint32_t>* hid
   }
   if (mask_.tensor != UINT32_MAX) drop(mask_.tensor);
   mask_ = {};
-  g = gathered(shape_.num_layers);
-  bool retained = false;
-  norm_forward(post, res, retained, norm, {"lm_head"}, true);
-  if (!retained) drop(res);
-  return g;
+  return res;
 }
 
 // From the loss down to the final norm's output: the gradients of the log-probabilities (gather's zero-filled

@@ -406,6 +406,11 @@ class StepBuilder {
   void end_no_grad(NoGradPass& pass);
   uint32_t no_grad_trunk(NoGradPass& pass, std::vector<uint32_t>* hidden, std::vector<uint32_t>& norm,
                          const std::function<void(int64_t)>* after_layer);
+  uint32_t no_grad_layers(NoGradPass& pass, std::vector<uint32_t>* hidden, const std::function<void(int64_t)>* after_layer);
+  uint32_t no_grad_gathered(const NoGradPass& pass, int64_t unit);
+  // eval_step.cpp: an evaluation between steps (training.eval_batch_size).
+  void evaluation(int after_step);
+  uint32_t eval_gathered_label_ = UINT32_MAX, eval_logits_label_ = UINT32_MAX;
   struct PreferenceLabels {
     uint32_t ref_weights = UINT32_MAX, ref_logits = UINT32_MAX, logps = UINT32_MAX, nll = UINT32_MAX, copy = UINT32_MAX,
              ref_gathered = UINT32_MAX, entropy = UINT32_MAX, row_tmp = UINT32_MAX;

@@ -306,6 +306,7 @@ StepProgram StepBuilder::build() {
     const int64_t pp = cfg_.parallel.pipeline_parallel_size;
     const int64_t repeat_after = cfg_.parallel.schedule() == PipelineSchedule::Interleaved1F1B && pp > 1 ? 2 * pp : pp + 1;
     step(iter, iter == 1 ? 1 : std::min<int64_t>(gas, repeat_after), gas);
+    if (iter == 1 && cfg_.training.eval_batch_size > 0) evaluation(1);
   }
   return std::move(program_);
 }
@@ -318,7 +319,10 @@ void StepBuilder::begin_run(const RunPlan& plan) {
 }
 
 // Shapes vary, so no micro-batch stands for another: every step replays all of its micro-batches.
-void StepBuilder::run_step(int64_t k, int64_t gas) { step(static_cast<int>(k), gas, gas); }
+void StepBuilder::run_step(int64_t k, int64_t gas) {
+  step(static_cast<int>(k), gas, gas);
+  if (k == 1 && cfg_.training.eval_batch_size > 0) evaluation(1);
+}
 
 StepProgram build_train_step(const StepContext& ctx) { return StepBuilder(ctx).build(); }
 

@@ -621,6 +621,26 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   if (c.data.varies()) refuse("data.lengths", std::string("must be fixed") + for_programs + ": its inputs have the shapes the program declares");
 }
 
+// An evaluation pass (eval_step.cpp) runs the decoder's own no-grad forward and loss on one device's whole model.
+void validate_evaluation(const Config& c, std::vector<FieldError>& e) {
+  const auto& t = c.training;
+  if (t.eval_batch_size > 0) {
+    std::string why;
+    if (c.model.is_encoder_decoder || !c.model.architecture.empty()) why = "decoder language models";
+    else if (t.goal() != Objective::Sft) why = "training.objective sft";
+    else if (c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1)
+      why = "parallel.pipeline_parallel_size and parallel.context_parallel_size 1";
+    if (!why.empty())
+      e.push_back({"training.eval_batch_size", "training.eval_batch_size is modelled for " + why + "; set 0"});
+  }
+  if (t.eval_logits_batches > 0 && t.eval_batch_size == 0)
+    e.push_back({"training.eval_logits_batches", "training.eval_logits_batches needs an evaluation: set "
+                                                 "training.eval_batch_size above 0, or this to 0"});
+  if (t.eval_logits_batches > 0 && t.framework != "hf_trainer" && t.framework != "unsloth")
+    e.push_back({"training.eval_logits_batches", "training.eval_logits_batches is the HF Trainer's evaluation loop "
+                                                 "(training.framework hf_trainer or unsloth); with " + t.framework + " set 0"});
+}
+
 std::vector<FieldError> validate(const Config& c) {
   std::vector<FieldError> e;
   check_registered(c, e);
@@ -691,6 +711,7 @@ std::vector<FieldError> validate(const Config& c) {
   validate_architecture(c, e);
   validate_unsloth(c, e);
   validate_attention(c, e);
+  validate_evaluation(c, e);
 
   // A GPU count the layout does not divide (gpu_count.h): reported on its own field, the layout kept as it was.
   if (auto gpus = gpu_count_error(c.parallel)) e.push_back(*gpus);

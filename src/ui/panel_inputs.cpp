@@ -162,6 +162,10 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     changed |= switch_combo("training.zero_grad_set_to_none", t.zero_grad_set_to_none, rs, Switch::ZeroGradSetToNone);
     changed |= switch_combo("training.softmax_saves_input", t.softmax_saves_input, rs, Switch::SoftmaxSavesInput);
     changed |= check_input("training.activation_offload", t.activation_offload);
+    // Evaluation between steps: its batch, and the HF Trainer's logits kept for compute_metrics.
+    changed |= int_input("training.eval_batch_size", t.eval_batch_size, 1);
+    if (t.eval_batch_size > 0 || t.eval_logits_batches > 0)
+      changed |= int_input("training.eval_logits_batches", t.eval_logits_batches, 1);
   }
   if (details) {
     changed |= draw_data_inputs(c, reveal_data);
