@@ -309,6 +309,11 @@ struct ParallelConfig {
   // framework's: HF Trainer and Fabric do), true, or false (Accelerate's sync_each_batch=True, or syncing every
   // micro-batch by hand).
   std::string fsdp_no_sync = "auto";
+  // FSDP1 with checkpointing: the checkpoint wrapper sits inside each unit, FSDP(CheckpointWrapper(layer)) (torch's
+  // apply_activation_checkpointing after the FSDP wrap: Accelerate's fsdp_activation_checkpointing, fsdp_qlora,
+  // llama-recipes), not around it (transformers' gradient_checkpointing_enable calls each wrapped layer through
+  // checkpoint). Inside, FSDP's forward runs with grad: its hooks see the real activations.
+  bool fsdp_checkpoint_in_units = false;
   int64_t tensor_parallel_size = 1;
   bool sequence_parallel = false;      // with TP: norms, dropout and residuals split along the sequence too
   int64_t context_parallel_size = 1;   // ring attention: each rank holds sequence_length / cp tokens

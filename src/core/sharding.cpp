@@ -273,9 +273,11 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     // FSDP1 prefetches in backward only a unit that registered pre-backward hooks in its forward
     // (_get_handle_to_prefetch skips a handle without _needs_pre_backward_unshard); a layer whose forward ran under
     // reentrant checkpointing ran without grad, where _register_pre_backward_hooks returns at once, so backward
-    // prefetch never reaches it: it is all-gathered when its recomputation starts.
+    // prefetch never reaches it: it is all-gathered when its recomputation starts. A checkpoint inside the unit
+    // (fsdp_checkpoint_in_units) leaves the unit's own forward with grad, hooks registered.
     const bool next_unhooked = shard_plan_.sharding == Sharding::Fsdp1 && resolved_.checkpoint_reentrant && layer >= 1 &&
-                               layer - 1 < shape_.num_layers && checkpointed(layer - 1);
+                               !cfg_.parallel.fsdp_checkpoint_in_units && layer - 1 < shape_.num_layers &&
+                               checkpointed(layer - 1);
     if (cfg_.parallel.zero_stage == 3 && !fsdp_unshard_.no_sync())
       call.prefetch_depth = !in_backward_ ? cfg_.parallel.fsdp_forward_prefetch
                             : shard_plan_.sharding == Sharding::Fsdp2 ? cfg_.parallel.fsdp2_backward_prefetch

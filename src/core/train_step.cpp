@@ -129,9 +129,11 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   fsdp_.grad_shard_made.assign(static_cast<size_t>(shape_.num_layers + 2), false);
   // FSDP1's reshard-only hook on a frozen layer unit (Resolved::fsdp1_reshard_hook): under PEFT the layers' own
   // weights are frozen wherever the units do not mix in the adapters (fsdp1_unit_gradients: the HF Trainer wraps
-  // them as units of their own), and reentrant checkpointing hands the recomputed layer leaves that require grad.
+  // them as units of their own), and reentrant checkpointing around the unit hands the recomputed layer leaves that
+  // require grad (inside the unit, FSDP's forward runs with grad on the real activations: fsdp_checkpoint_in_units).
   fsdp_hook_holds_inputs_ = resolved_.fsdp1_reshard_hook && shard_plan_.fsdp && shard_ranks_ > 1 && cfg_.peft.enabled() &&
-                            !fsdp1_unit_gradients(cfg_) && resolved_.checkpoint_reentrant;
+                            !fsdp1_unit_gradients(cfg_) && resolved_.checkpoint_reentrant &&
+                            !cfg_.parallel.fsdp_checkpoint_in_units;
   shape_.for_each_layer_kind([&](const std::vector<ParamTensor>& list, int64_t) {
     for (const auto& t : list) any_quantized_ |= t.quantized;
   });

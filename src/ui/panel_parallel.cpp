@@ -50,6 +50,8 @@ bool draw_parallel_inputs(Config& c) {
       if (rs.sharding == Sharding::Fsdp1) {
         changed |= choice_combo("parallel.fsdp_backward_prefetch", p.fsdp_backward_prefetch, "");
         changed |= string_combo("parallel.fsdp_use_orig_params", p.fsdp_use_orig_params, {"auto", "true", "false"});
+        if (c.training.activation_checkpointing != "none")
+          changed |= check_input("parallel.fsdp_checkpoint_in_units", p.fsdp_checkpoint_in_units);
       } else {
         changed |= int_input("parallel.fsdp2_backward_prefetch", p.fsdp2_backward_prefetch, 1);
         if (p.zero_stage == 3)

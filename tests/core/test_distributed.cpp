@@ -231,6 +231,12 @@ TEST_CASE("FSDP1 with frozen layers and reentrant checkpointing: inputs and thei
   Config unfrozen = c;
   unfrozen.parallel.fsdp_use_orig_params = "true";  // Block units mixing in the adapters have a gradient
   CHECK(in_backward(unfrozen, residual_grads) <= 3 * grad);
+  // The checkpoint inside the unit, FSDP(CheckpointWrapper(layer)) (apply_activation_checkpointing after the
+  // wrap): the unit's forward runs with grad on the real activations, so neither rule applies.
+  Config inside = c;
+  inside.parallel.fsdp_checkpoint_in_units = true;
+  CHECK(in_backward(inside, residual_grads) <= 3 * grad);
+  CHECK(in_backward(inside, gathered_layers) == 2 * one);
 }
 
 TEST_CASE("FSDP1 use_orig_params gives frozen weights gradients; no_sync accumulation holds them unsharded", "[distributed][fsdp][peft]") {

@@ -96,8 +96,10 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
   }
   // The distributed issue's target is 8%; reached: 1.9% over 43 cases (3.4% before lit-gpt's FSDP rows described
   // their data, the longest Alpaca sample in the first micro-batch only; 2.8% before FSDP1's reshard-only hook held
-  // the recomputed layers' inputs under PEFT, which also explained two excluded 70B QLoRA rows).
-  CHECK(s.multi_median_abs_error <= 0.022);
+  // the recomputed layers' inputs under PEFT, which also explained two excluded 70B QLoRA rows); 2.5% over 57 with
+  // Answer.AI's FSDP-QLoRA rows, scored first at up to 22% over before fsdp_checkpoint_in_units said where their
+  // checkpoint sits, now within 8.6% (their 70B CPU-offload row, low confidence, 21% under: a finding).
+  CHECK(s.multi_median_abs_error <= 0.026);
 }
 
 // The real-runs issue's targets count every high- and medium-confidence public case, the excluded findings too:
@@ -107,12 +109,14 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 // as programs (three DeiT cases 4-6% under, a finding in their notes; MMPretrain's ViT-L 0.2% under); 2.8% over 161,
 // p90 12.4%, since bitsandbytes' inputs live with litgpt's graph into the next forward and lit-gpt's rows describe
 // their data; 2.6% over 161, p90 11.6%, with FSDP1's reshard-only hook and its backward prefetch under reentrant
-// checkpointing; p90 11.3% with IA3's output scaling by the peft version. The bounds guard what is reached. With every switch that a case file sets by hand back at auto (the
+// checkpointing; p90 11.3% with IA3's output scaling by the peft version; 2.8% over 177, p90 11.6%, with Answer.AI's
+// FSDP-QLoRA benchmark rows (15 counted, within 8.6% but for two excluded rows whose peak is set while the model
+// loads). The bounds guard what is reached. With every switch that a case file sets by hand back at auto (the
 // versions decide): median 3.1%, p90 24.1%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 150);
-  CHECK(s.all_median_abs_error <= 0.028);
+  CHECK(s.all_median_abs_error <= 0.029);
   CHECK(s.all_p90_abs_error <= 0.118);
   CHECK(s.auto_median_abs_error <= 0.034);
   CHECK(s.auto_p90_abs_error <= 0.26);
