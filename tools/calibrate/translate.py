@@ -65,6 +65,8 @@ MEMSIM_DEFAULTS = {
         "vllm_server_data_parallel_size": 1,
         "vllm_server_gpu_memory_utilization": 0.9,
         "vllm_max_model_len": 0,
+        "eval_batch_size": 0,
+        "eval_logits_batches": 0,
     },
     "peft": {
         "method": "none",
@@ -92,6 +94,7 @@ MEMSIM_DEFAULTS = {
         "fsdp_shard_embeddings": False,
         "fsdp_use_orig_params": "auto",
         "fsdp_no_sync": "auto",
+        "fsdp_checkpoint_in_units": False,
         "tensor_parallel_size": 1,
         "sequence_parallel": False,
         "context_parallel_size": 1,
