@@ -113,6 +113,31 @@ void activation_changes(const Config& base, const Resolved& rs, Adder& add) {
   }
 }
 
+// The evaluation between steps (training.eval_batch_size): a smaller eval batch, and the logits the HF Trainer's
+// loop keeps for compute_metrics sent to the host after every batch, or reduced before they are kept. None changes
+// the training.
+void evaluation_changes(const Config& base, Adder& add) {
+  const auto& t = base.training;
+  if (t.eval_batch_size > t.micro_batch_size) {
+    Config c = base;
+    c.training.eval_batch_size = std::max<int64_t>(t.micro_batch_size, t.eval_batch_size / 2);
+    add(G::SameJob, 0, "eval_batch_smaller", "Eval batch " + count(c.training.eval_batch_size),
+        "the same training; the evaluation runs more, smaller batches (per_device_eval_batch_size)", c);
+  }
+  if (t.eval_logits_batches > 1) {
+    Config c = base;
+    c.training.eval_logits_batches = 1;
+    add(G::SameJob, 0, "eval_accumulation_one", "eval_accumulation_steps 1",
+        "the same training and metrics; each eval batch's logits go to the host at once, a copy per batch", c);
+  }
+  if (t.eval_logits_batches > 0) {
+    Config c = base;
+    c.training.eval_logits_batches = 0;
+    add(G::SameJob, 0, "eval_logits_reduced", "preprocess_logits_for_metrics (e.g. argmax) before the logits are kept",
+        "the same training; compute_metrics receives what the function returns (token ids), not the logits", c);
+  }
+}
+
 void sharding_changes(const Config& base, const Resolved& rs, Adder& add) {
   const auto& p = base.parallel;
   const bool fsdp = rs.sharding == Sharding::Fsdp1 || rs.sharding == Sharding::Fsdp2;
@@ -477,6 +502,7 @@ std::vector<Suggestion> suggestion_candidates(const Config& base, bool same_job_
   Adder add{out, same_job_only};
   const Resolved rs = resolve(base);
   activation_changes(base, rs, add);
+  evaluation_changes(base, add);
   sharding_changes(base, rs, add);
   layout_changes(base, rs, add);
   kernel_and_stack_changes(base, rs, add);

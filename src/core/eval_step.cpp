@@ -34,6 +34,11 @@ void StepBuilder::evaluation(int after_step) {
   std::vector<uint32_t> prev_graph;
   prev_graph.swap(prev_graph_attrs_);
 
+  // Liger's patched forward skips the logits only `self.training and labels is not None` (liger_kernel
+  // transformers/model/llama.py lce_forward): in eval mode it makes them and calls transformers' own loss.
+  const LossImpl train_loss = resolved_.loss;
+  if (train_loss == LossImpl::FusedLinear && resolved_.framework->transformers_model)
+    resolved_.loss = transformers_loss(resolved_.versions);
   const int64_t dp = cfg_.parallel.data_parallel_size;
   const int64_t logits_bytes = mul(resolved_.loss == LossImpl::HfFp32Logits ? 4 : dims_.e, dims_.T, dims_.V);
   const int64_t kept = t.eval_logits_batches;
@@ -62,6 +67,7 @@ void StepBuilder::evaluation(int after_step) {
     drop(all);  // eval_accumulation_steps reached, or the evaluation's end: to the host
   }
 
+  resolved_.loss = train_loss;
   held_logits_ = held_before, prev_logits_ = prev_before;
   prev_graph_attrs_.swap(prev_graph);
   dims_ = train_dims;

@@ -229,6 +229,14 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
 // docs/versions.md 6a: LlamaForCausalLM's logits and loss (Mistral, Qwen2 and the other "Copied from" Llama classes
 // follow it; transformers#30860 says almost every ModelForCausalLM had the 4.31 upcast, so all decoder-only causal LMs
 // are taken to: a class that never upcast, such as GPT-2's, is overestimated in 4.31-4.45).
+LossImpl hf_loss_path(const StackVersions& v) {
+  const Library tf = Library::Transformers;
+  return v.below(tf, V(4, 31))   ? LossImpl::HfShift
+         : v.below(tf, V(4, 46)) ? LossImpl::HfFp32Logits
+         : v.below(tf, V(4, 49)) ? LossImpl::HfShiftFp32
+                                 : LossImpl::HfFp32Upcast;
+}
+
 LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d, int64_t& chunks) {
   const LossImpl spec = named(f.loss, kLoss, kLossValues);
   if (f.compiles_loss && c.training.compile && decoder_causal_lm(c.model) && spec == LossImpl::FullFp32) {
@@ -289,25 +297,25 @@ LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersion
     d.framework(Switch::Loss);
     return spec;
   }
-  const Library tf = Library::Transformers;
-  if (v.below(tf, V(4, 31))) {
-    d.from(Switch::Loss, "before transformers 4.31 the logits stayed in the model dtype and the loss shifted a copy of "
-                         "them (docs/versions.md 6a, from memory)", tf);
-    return LossImpl::HfShift;
+  const LossImpl loss = hf_loss_path(v);
+  switch (loss) {
+    case LossImpl::HfShift:
+      d.from(Switch::Loss, "before transformers 4.31 the logits stayed in the model dtype and the loss shifted a copy of "
+                           "them (docs/versions.md 6a, from memory)", Library::Transformers);
+      break;
+    case LossImpl::HfFp32Logits:
+      d.from(Switch::Loss, "from transformers#24891 (4.31) the model returned fp32 logits (logits.float()) and the loss "
+                           "shifted an fp32 copy of them, until #33902 (4.46)", Library::Transformers);
+      break;
+    case LossImpl::HfShiftFp32:
+      d.from(Switch::Loss, "from transformers#33902 (4.46) the logits stay in the model dtype and ForCausalLMLoss "
+                           "(#34191) upcasts them and shifts an fp32 copy, until #35646 (4.49, inferred)", Library::Transformers);
+      break;
+    default:
+      d.from(Switch::Loss, "ForCausalLMLoss upcasts the logits to fp32 with no shifted copy from transformers#35646 (4.49, "
+                           "inferred)", Library::Transformers);
   }
-  if (v.below(tf, V(4, 46))) {
-    d.from(Switch::Loss, "from transformers#24891 (4.31) the model returned fp32 logits (logits.float()) and the loss "
-                         "shifted an fp32 copy of them, until #33902 (4.46)", tf);
-    return LossImpl::HfFp32Logits;
-  }
-  if (v.below(tf, V(4, 49))) {
-    d.from(Switch::Loss, "from transformers#33902 (4.46) the logits stay in the model dtype and ForCausalLMLoss "
-                         "(#34191) upcasts them and shifts an fp32 copy, until #35646 (4.49, inferred)", tf);
-    return LossImpl::HfShiftFp32;
-  }
-  d.from(Switch::Loss, "ForCausalLMLoss upcasts the logits to fp32 with no shifted copy from transformers#35646 (4.49, "
-                       "inferred)", tf);
-  return LossImpl::HfFp32Upcast;
+  return loss;
 }
 
 // docs/versions.md 6b and 5: the 4-D attention mask that transformers builds for a decoder-only causal LM, and the
@@ -741,5 +749,7 @@ std::vector<std::string> version_notes(const Config& c) {
                     "#104780 (Adam), in 2.1");
   return notes;
 }
+
+LossImpl transformers_loss(const StackVersions& v) { return hf_loss_path(v); }
 
 }  // namespace memsim

@@ -260,6 +260,9 @@ const FrameworkSpec* find_framework(std::string_view id);
 // Requires a validated config.
 Resolved resolve(const Config& c);
 
+// transformers' own causal-LM loss path at these versions (docs/versions.md 6a), as derive_loss picks it.
+LossImpl transformers_loss(const StackVersions& v);
+
 // A resolved switch's value as the config would write it ("true", "for_loop", "bf16", "1").
 std::string switch_value(const Resolved& r, Switch s);
 // Whether the switch changes anything in this config (the adapters' dtype needs adapters, bnb_saves_input a 4-bit

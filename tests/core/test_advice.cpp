@@ -236,3 +236,24 @@ TEST_CASE("what helps: rows that save under 1% of the peak are left out, and the
   // "tiny" saves 0.99%: gone. The fitting pair is shown; the pair that does not fit is not.
   CHECK(ids == std::vector<std::string>{"loss", "offload", "ckpt", "half", "adam8", "pair_yes", "gpus", "lora"});
 }
+
+TEST_CASE("what helps: where an evaluation sets the peak, a smaller eval batch and logits off the GPU", "[advice][evaluation]") {
+  // Llama-3-8B LoRA on one GPU, trained at micro-batch 1 under checkpointing, evaluated at batch 8 with
+  // compute_metrics keeping four batches' logits: the evaluation holds the peak, and the changes that shrink it
+  // leave the training as it is.
+  Config c = single_gpu_config("llama-3-8b.json", 1, 1024);
+  c.peft.method = "lora";
+  c.training.activation_checkpointing = "full";
+  c.training.eval_batch_size = 8;
+  c.training.eval_logits_batches = 4;
+  const std::vector<Suggestion> s = suggest(c);
+  for (const char* id : {"eval_batch_smaller", "eval_accumulation_one", "eval_logits_reduced"}) {
+    INFO(id);
+    const Suggestion* x = find_id(s, id);
+    REQUIRE(x != nullptr);
+    CHECK(x->group == SuggestionGroup::SameJob);
+    CHECK(x->saved_bytes > 0);
+    CHECK(same_job(x->config, c));
+  }
+  CHECK(find_id(s, "eval_batch_smaller")->config.training.eval_batch_size == 4);
+}

@@ -39,6 +39,10 @@ TEST_CASE("an evaluation batch's peak is its loss over the whole batch's logits"
   CHECK(t.devices[0].peak.allocated_bytes < r.devices[0].peak.allocated_bytes);
   // The training steps themselves do not change.
   CHECK(t.devices[0].program.phases.size() + 1 == r.devices[0].program.phases.size());
+  // Liger's fused loss skips the logits only in training mode (lce_forward: skip_logits = self.training and labels
+  // is not None): the evaluation makes them and takes transformers' loss.
+  c.training.loss = "fused_linear";
+  CHECK(eval_peak(c) == 2 * T * h + (2 + 4 + 4) * T * V);
 }
 
 TEST_CASE("compute_metrics keeps every eval batch's gathered logits on the GPU", "[evaluation]") {
