@@ -333,6 +333,13 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
       !v.stated(tf) || c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1)
     return mk;
   const bool eager = attention == Attention::Eager;
+  // Llama's cache_position rework for the static cache (4.38: "we've recently retouched the llama architecture code
+  // to make it compatible with static caches", transformers#29484) reached Gemma (added in 4.38 as its copy) and
+  // Cohere (4.39), not Mistral, Mixtral, Qwen2 or the other "Copied from Mistral" models, whose 4.38-4.39 forward
+  // still calls _prepare_4d_causal_attention_mask(_for_sdpa). Those take the 4.36-4.37 builders until 4.40, after
+  // which both paths hand SDPA no mask when nothing is padded.
+  const bool llama_rework = m.model_type == "llama" || m.model_type == "gemma" || m.model_type == "cohere";
+  const bool prepare_4d = v.below(tf, V(4, 38)) || (!llama_rework && v.below(tf, V(4, 40)));
   const char* built = "";
   if (v.below(tf, V(4, 36))) {
     // LlamaModel.forward makes an all-ones attention_mask when none is passed, then _prepare_decoder_attention_mask:
@@ -341,12 +348,13 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
     built = "transformers up to 4.35 builds a [batch, 1, seq, seq] mask in the model dtype for every micro-batch, padded "
             "or not (LlamaModel._prepare_decoder_attention_mask: _make_causal_mask and _expand_mask), one tensor that "
             "every layer reads";
-  } else if (v.below(tf, V(4, 38))) {
+  } else if (prepare_4d) {
     mk.build = MaskBuild::Prepared, mk.to_4d = true, mk.unpadded = eager;
-    built = eager ? "transformers 4.36-4.37 builds a [batch, 1, seq, seq] mask in the model dtype for every micro-batch "
-                    "(_prepare_4d_causal_attention_mask, AttentionMaskConverter.to_4d)"
-                  : "transformers 4.36-4.37 hands SDPA no mask when nothing is padded (is_causal, so flash) and a "
-                    "[batch, 1, seq, seq] mask in the model dtype otherwise (_prepare_4d_causal_attention_mask_for_sdpa)";
+    built = eager ? "transformers 4.36-4.37 (to 4.39 outside Llama, Gemma and Cohere) builds a [batch, 1, seq, seq] mask "
+                    "in the model dtype for every micro-batch (_prepare_4d_causal_attention_mask, AttentionMaskConverter.to_4d)"
+                  : "transformers 4.36-4.37 (to 4.39 outside Llama, Gemma and Cohere) hands SDPA no mask when nothing is "
+                    "padded (is_causal, so flash) and a [batch, 1, seq, seq] mask in the model dtype otherwise "
+                    "(_prepare_4d_causal_attention_mask_for_sdpa)";
   } else if (v.below(tf, V(4, 39))) {
     mk.build = MaskBuild::MaxPositions, mk.unpadded = true;
     built = "transformers 4.38 keeps a causal_mask buffer of max_position_embeddings^2 booleans, repeats it into a "

@@ -193,6 +193,31 @@ TEST_CASE("attention mask: 4.38's buffer and per-layer copies, 4.39 without padd
   CHECK_FALSE(has_label(program_of(with_versions(c, "4.40", "2.2")), kMask));
 }
 
+TEST_CASE("attention mask: 4.38-4.39 outside the Llama family keep the 4.36-4.37 builders", "[versions][attention_mask]") {
+  // The same shape as a Mistral (model_type mistral, max_position_embeddings 32768): its 4.38-4.39 forward still calls
+  // _prepare_4d_causal_attention_mask_for_sdpa, so no P^2 buffer (2 GiB per row at P = 32768) and no mask unpadded.
+  const int64_t b = 2, s = 512;
+  for (const char* type : {"mistral", "qwen2"}) {
+    Config c = base(b, s);
+    c.model.model_type = type;
+    c.model.max_position_embeddings = 32768;
+    for (const char* version : {"4.38.2", "4.39.3"}) {
+      CAPTURE(type, version);
+      const StepProgram p = program_of(with_versions(c, version, "2.2"));
+      CHECK_FALSE(has_label(p, "causal_mask buffer"));
+      CHECK_FALSE(has_label(p, kMask));
+      // A padded micro-batch gets the [b, 1, s, s] mask as under 4.37.
+      CHECK(live(program_of(with_versions(padded_run(c, "512,384"), version, "2.2")), "backward", kMask) ==
+            live(program_of(with_versions(padded_run(c, "512,384"), "4.37.2", "2.2")), "backward", kMask));
+    }
+  }
+  // Gemma was added in 4.38 as a copy of Llama's reworked code: it keeps the buffer.
+  Config g = base(b, s);
+  g.model.model_type = "gemma";
+  g.model.max_position_embeddings = 8192;
+  CHECK(live(program_of(with_versions(g, "4.38.2", "2.2")), "forward", "causal_mask buffer") == int64_t{8192} * 8192);
+}
+
 TEST_CASE("attention mask: the memory-efficient kernel pads an unaligned mask, per head on torch 2.1.0",
           "[versions][attention_mask]") {
   const int64_t L = 16, a = 32, b = 2, s = 500;  // 500 keys: not a multiple of 8 nor 16
