@@ -60,9 +60,7 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
   const auto& m = cfg_.model;
   const int64_t e = dims_.e, th = mul(dims_.T, dims_.h);
   auto& A = saved.attn;
-  if (dims_.amp && casts_[layer] == UINT32_MAX) {
-    casts_[layer] = tmp(mul(matmul_numel(shape_.params_of(layer)), recipe_.autocast_copy_bytes), labels_.cast, layer);
-  }
+  autocast_casts(layer, !no_grad_);
   // q, k and v save their input: x itself, or under autocast one cast of it each.
   if (dims_.amp) for (int i = 0; i < 3; ++i) A.push_back(act(mul(2, th), labels_.norm_out_cast, layer));
   else if (free_input) A.push_back(x);
@@ -452,6 +450,89 @@ void StepBuilder::dequant(int32_t layer) {
   drop(w);
 }
 
+// torch.autocast's low-precision copies of one layer's fp32 matmul weights. ATen caches a copy until the outermost
+// autocast region exits only for a leaf that requires grad (autocast_mode.cpp cached_cast: `arg.requires_grad() &&
+// arg.is_leaf()`); a frozen weight (PEFT's base) is cast again by every call, and only the graph keeps that copy
+// (mm saves it for the input's gradient), so a forward without a graph (a checkpoint's first) holds one at a time.
+// A quantized weight is not floating point and is never cast. `graph`: this forward records a graph.
+void StepBuilder::autocast_casts(int32_t layer, bool graph) {
+  if (!dims_.amp || casts_[layer] != UINT32_MAX) return;
+  int64_t cached = 0, frozen = 0, largest_frozen = 0;
+  for (const auto& t : shape_.params_of(layer)) {
+    if (t.kind != ParamKind::Matmul || t.quantized) continue;
+    if (!t.frozen) cached = add(cached, t.numel);
+    else frozen = add(frozen, t.numel), largest_frozen = std::max(largest_frozen, t.numel);
+  }
+  const int64_t held = graph ? add(cached, frozen) : cached;
+  if (held > 0) casts_[layer] = tmp(mul(held, recipe_.autocast_copy_bytes), labels_.cast, layer);
+  if (!graph && largest_frozen > 0) drop(tmp(mul(largest_frozen, recipe_.autocast_copy_bytes), labels_.cast, layer));
+}
+
+uint32_t StepBuilder::int4_label(uint32_t& label, const char* text) {
+  if (label == UINT32_MAX) label = program_.label(text);
+  return label;
+}
+
+// A GPTQ or AWQ base's 4-bit linears of one half of a layer (parameters under `prefix`) in a forward with LoRA
+// (docs/research/gptq-awq-lora.md 3-4). GPTQ as transformers trains it (GPTQConfig(use_exllama=False), as its docs
+// ask for PEFT: exllama has no backward) runs auto-gptq's qlinear_cuda_old torch path whenever batch x sequence >=
+// 128: it unpacks qweight into int32 [in/8, 8, out] (4 bytes an element), casts to int8, subtracts the zeros and
+// multiplies by the fp16 scales into an fp16 [in, out] weight, then torch.matmul(x, weight). No custom autograd
+// Function: the matmul saves that fp16 weight for the input's gradient whenever x requires grad (not x: the weight
+// needs no gradient), so a forward that keeps its graph keeps a dequantized copy of every linear, 2 bytes a weight.
+// AWQ (AutoAWQ >= 0.2.0, WQLinear_GEMM, WQLinearMMFunction) saves x as passed after `x.half()`, a new fp16 copy
+// unless the input is fp16 already (prepare_model_for_kbit_training makes the norms' outputs fp32 on an AWQ model),
+// and dequantizes the fp16 weight as a transient when batch x sequence >= 1024 (FP16_MATMUL_HEURISTIC_CONDITION).
+// The first layer's q/k/v read the frozen embedding's normalised output, which needs no gradient (as in
+// bnb_keeps_input): nothing is saved for them.
+void StepBuilder::int4_forward(int32_t layer, const char* prefix, std::vector<uint32_t>& saved) {
+  const bool gptq = cfg_.peft.quantization() == BaseQuantization::Gptq;
+  const bool bf16 = cfg_.training.precision.find("bf16") != std::string::npos;
+  for (const auto& t : shape_.params_of(layer)) {
+    if (!t.quantized || t.name.rfind(prefix, 0) != 0) continue;
+    const std::string mod = module_name(t.name);
+    const bool qkv = mod == "q_proj" || mod == "k_proj" || mod == "v_proj";
+    const bool input_grad = !no_grad_ && !(layer == 0 && qkv);
+    if (gptq) {
+      const uint32_t shifted = tmp(mul(4, t.numel), int4_label(int4_labels_.unpack, "GPTQ weight unpacked (int32, then int8)"), layer);
+      const uint32_t bytes = tmp(t.numel, int4_labels_.unpack, layer);
+      drop(shifted);
+      const uint32_t w = input_grad ? act(mul(2, t.numel), int4_label(int4_labels_.weight, "GPTQ weight dequantized to fp16 (saved by the matmul)"), layer)
+                                    : tmp(mul(2, t.numel), int4_label(int4_labels_.weight, "GPTQ weight dequantized to fp16 (saved by the matmul)"), layer);
+      drop(bytes);
+      if (input_grad) saved.push_back(w);
+      else drop(w);
+      continue;
+    }
+    const int64_t in = t.numel / std::max<int64_t>(t.rows, 1);
+    const bool reads_norm = qkv || mod == "gate_proj" || mod == "up_proj";
+    const int64_t in_bytes = reads_norm ? dims_.e_res : dims_.e;
+    uint32_t x16 = UINT32_MAX;
+    if (in_bytes != 2 || bf16) {  // x.half(): a new fp16 copy, saved by the Function when it records a graph
+      x16 = act(mul(2, dims_.T, in), int4_label(int4_labels_.input, "fp16 copy of an AWQ linear's input (x.half(), saved)"), layer);
+      if (input_grad) saved.push_back(x16), x16 = UINT32_MAX;
+    }
+    if (mul(dims_.b, dims_.s) >= 1024) drop(tmp(mul(2, t.numel), labels_.dequant, layer));
+    drop_if(x16);  // not saved: it goes after the matmul
+  }
+}
+
+// The backward of those linears, for the largest of the half: GPTQ's saved weight serves grad_x = grad @ W^T with
+// nothing new. AWQ's WQLinearMMFunction.backward dequantizes again (fp16 [in, out]; from 0.2.1 `.to(grad dtype)`,
+// a copy under bf16) and multiplies by `weights.transpose(0, 1).unsqueeze(0).repeat(batch_size, 1, 1)`, a copy of
+// the weight per row of the batch (AutoAWQ PR #338). Returns the transient, alive beside the half's gradients, or
+// UINT32_MAX.
+uint32_t StepBuilder::int4_backward(int32_t layer, const char* prefix) {
+  if (cfg_.peft.quantization() != BaseQuantization::Awq) return UINT32_MAX;
+  int64_t largest = 0;
+  for (const auto& t : shape_.params_of(layer))
+    if (t.quantized && t.name.rfind(prefix, 0) == 0) largest = std::max(largest, t.numel);
+  if (largest == 0) return UINT32_MAX;
+  const bool bf16 = cfg_.training.precision.find("bf16") != std::string::npos;
+  const int64_t copies = add(add(1, bf16 ? 1 : 0), dims_.b);
+  return tmp(mul(2, largest, copies), int4_label(int4_labels_.backward, "AWQ weight dequantized and repeated per row (backward)"), layer);
+}
+
 // q_norm / k_norm on the projection outputs (Qwen3RMSNorm and Gemma3's per head, OLMo 2's over the whole width;
 // modeling_qwen3.py Qwen3Attention.forward): the same RMSNorm as norm_forward's, at the projection's width, with
 // one rstd per head (or per token). Returns the normalised output, which RoPE (or attention) consumes. Under
@@ -592,9 +673,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   fp8_cast(layer);
   const bool gqa = dims_.g < dims_.a;
   // Autocast's cached low-precision weights: saved by the matmuls until this layer's backward.
-  if (dims_.amp && casts_[layer] == UINT32_MAX) {
-    casts_[layer] = tmp(mul(matmul_numel(shape_.params_of(layer)), recipe_.autocast_copy_bytes), labels_.cast, layer);
-  }
+  autocast_casts(layer, !no_grad_);
 
   // ---- attention half
   bool retained = false;
@@ -606,8 +685,10 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   else norm_forward(layer, res, retained, saved.attn, {"q_proj", "k_proj", "v_proj"}, free_input);
   // Unsloth from 2025.2: matmul_lora dequantizes into its persistent buffer (unsloth_weight_buffer) in the forward
   // and the recomputation; only the backward's explicit fast_dequantize calls make new tensors.
-  const bool dequant_here = any_quantized_ && !(unsloth() && resolved_.unsloth_weight_buffer);
+  const bool int4 = cfg_.peft.packed_int4();
+  const bool dequant_here = any_quantized_ && !int4 && !(unsloth() && resolved_.unsloth_weight_buffer);
   if (dequant_here) dequant(layer);
+  if (int4) int4_forward(layer, "self_attn.", saved.attn);
   auto& A = saved.attn;
   if (mla) {
     mla_forward(layer, A);
@@ -774,6 +855,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     if (!no_grad_) linear_inputs(layer, {"gate_proj", "up_proj"}, dims_.h, M, dims_.Tn);  // norm 1's output is kept already
   }
   if (dequant_here) dequant(layer);
+  if (int4) int4_forward(layer, "mlp.", saved.mlp);
   const int64_t tf = mul(e, dims_.T, dims_.f);
   uint32_t prod_transient = UINT32_MAX;  // the down projection's input when a frozen weight does not keep it
   if (moe) {
@@ -843,9 +925,9 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
 // a time. The largest moment is the MLP (gate, up and their product) or, in eager attention, the softmax.
 uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved) {
   saved.attn.push_back(res);
-  if (dims_.amp && casts_[layer] == UINT32_MAX) {  // cached by autocast until the forward's autocast region exits
-    casts_[layer] = tmp(mul(matmul_numel(shape_.params_of(layer)), recipe_.autocast_copy_bytes), labels_.cast, layer);
-    ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+  if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
+    autocast_casts(layer, false);
+    if (casts_[layer] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
   if (cfg_.model.post_layernorm || cfg_.model.kv_lora_rank > 0) {
     // Post-LN and MLA layers: their largest moment only (gate, up and their product; in eager attention
@@ -891,9 +973,9 @@ uint32_t StepBuilder::layer_forward_selective_op(int32_t layer, uint32_t res, Sa
   const auto& m = cfg_.model;
   const int64_t e = dims_.e;
   saved.attn.push_back(res);
-  if (dims_.amp && casts_[layer] == UINT32_MAX) {
-    casts_[layer] = tmp(mul(matmul_numel(shape_.params_of(layer)), recipe_.autocast_copy_bytes), labels_.cast, layer);
-    ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+  if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
+    autocast_casts(layer, false);
+    if (casts_[layer] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
   auto& A = saved.attn;
   if (resolved_.fused_qkv) {
@@ -937,8 +1019,10 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   }
   // LoRA_MLP.backward: DW = dY W_down^T (a new [tokens, f]) takes h, df and de in place over DW, e and g; then dX.
   if (unsloth_lora_kernels() && cfg_.model.mlp_gated && !shape_.is_moe(layer)) mlp_t = add(mul(e, dims_.T, dims_.f), mul(e, dims_.T, dims_.h));
-  if (any_quantized_) dequant(layer);
+  if (any_quantized_ && !cfg_.peft.packed_int4()) dequant(layer);
+  const uint32_t mlp_int4 = int4_backward(layer, "mlp.");
   uint32_t t = tmp(mlp_t, labels_.bwd_mlp, layer);
+  drop_if(mlp_int4);
   for (auto it = saved.mlp.rbegin(); it != saved.mlp.rend(); ++it) drop(*it);
   saved.mlp.clear();
   drop(t);
@@ -965,7 +1049,9 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
     if (cfg_.parallel.context_parallel_size > 1)
       at = add(at, add(add(mul(4, dims_.T, add(hq, mul(2, kvw))), ring_kv_bytes(kvw)), mul(2 * 2 * 4, dims_.T, kvw)));
   }
+  const uint32_t attn_int4 = int4_backward(layer, "self_attn.");
   t = tmp(at, labels_.bwd_attn, layer);
+  drop_if(attn_int4);
   for (auto it = saved.attn.rbegin(); it != saved.attn.rend(); ++it) drop(*it);
   saved.attn.clear();
   drop(t);

@@ -19,7 +19,8 @@ namespace memsim {
 // and the accessors below are the one place each is compared. An unknown string (refused by validate() before
 // anything is simulated) reads as Unknown.
 enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Unknown };
-enum class BaseQuantization { None, Int8, Nf4, Fp4, Unknown };  // bitsandbytes: LLM.int8, 4-bit NF4 and FP4
+// bitsandbytes (LLM.int8, 4-bit NF4 and FP4), and packed int4 bases: GPTQ (auto-gptq via optimum) and AWQ (AutoAWQ)
+enum class BaseQuantization { None, Int8, Nf4, Fp4, Gptq, Awq, Unknown };
 enum class TaskHead { CausalLm, SequenceClassification, Unknown };
 enum class PipelineSchedule { OneFOneB, Interleaved1F1B, GPipe, Unknown };
 enum class Offload { None, Cpu, Nvme, Unknown };  // ZeRO-Offload / ZeRO-Infinity targets
@@ -248,8 +249,10 @@ struct PeftConfig {
   int64_t num_virtual_tokens = 20;                // PromptTuningConfig.num_virtual_tokens
   // auto (by the peft version: autocast_adapter_dtype=True keeps adapters in fp32 since 0.12), fp32, bf16, fp16
   std::string adapter_dtype = "auto";
-  std::string base_quantization = "none";   // none, int8 (LLM.int8), nf4, fp4 (bitsandbytes)
+  std::string base_quantization = "none";   // none, int8 (LLM.int8), nf4, fp4 (bitsandbytes), gptq, awq (4-bit)
   bool double_quantization = false;         // bnb_4bit_use_double_quant
+  // GPTQConfig / AwqConfig group_size: input features that share one scale and zero (-1: the whole row).
+  int64_t quant_group_size = 128;
   bool prepare_kbit = true;                 // prepare_model_for_kbit_training: non-quantized params to fp32
   // bitsandbytes before 0.43.2 keeps each 4-bit linear's input for backward even though the frozen weight needs no
   // gradient (autograd/_functions.py MatMul4Bit.forward: ctx.tensors = (A, B); PR #1270 made it (None, B)).
@@ -268,13 +271,19 @@ struct PeftConfig {
   BaseQuantization quantization() const {
     constexpr std::pair<std::string_view, BaseQuantization> kNames[] = {
         {"none", BaseQuantization::None}, {"int8", BaseQuantization::Int8}, {"nf4", BaseQuantization::Nf4},
-        {"fp4", BaseQuantization::Fp4}};
+        {"fp4", BaseQuantization::Fp4}, {"gptq", BaseQuantization::Gptq}, {"awq", BaseQuantization::Awq}};
     return choice_of(base_quantization, kNames);
   }
   bool enabled() const { return kind() != PeftMethod::None; }
   bool lora_like() const { return kind() == PeftMethod::Lora || kind() == PeftMethod::Dora; }  // low-rank adapters on linears
-  bool quantized() const { return quantization() != BaseQuantization::None; }  // a bitsandbytes base
-  bool four_bit() const { return quantization() == BaseQuantization::Nf4 || quantization() == BaseQuantization::Fp4; }
+  bool quantized() const { return quantization() != BaseQuantization::None; }  // a bitsandbytes, GPTQ or AWQ base
+  bool four_bit() const { return quantization() == BaseQuantization::Nf4 || quantization() == BaseQuantization::Fp4; }  // bitsandbytes'
+  // GPTQ or AWQ: int4 packed in int32 buffers, with per-group scales and zeros (model_states.cpp).
+  bool packed_int4() const { return quantization() == BaseQuantization::Gptq || quantization() == BaseQuantization::Awq; }
+  // prepare_model_for_kbit_training casts every fp16/bf16 parameter to fp32, except on a GPTQ model: peft skips
+  // the cast there (utils/other.py, v0.6-v0.17: `if not is_gptq_quantized and ...: # cast all non INT8 parameters
+  // to fp32`); AWQ is in none of its lists, so its embeddings, norms and head are cast.
+  bool kbit_cast() const { return enabled() && quantized() && prepare_kbit && quantization() != BaseQuantization::Gptq; }
 };
 
 // The world is data x context x tensor x pipeline parallel (Megatron's layout). Sharding of model states runs

@@ -49,7 +49,7 @@ uint32_t StepBuilder::t5_embed(std::vector<uint32_t>& saved) {
 uint32_t StepBuilder::t5_norm(int32_t layer, uint32_t x, std::vector<uint32_t>& saved, bool own_x) {
   const int64_t th = mul(dims_.T, dims_.h);
   // prepare_model_for_kbit_training casts the norm weights to fp32, which keeps h and the output fp32.
-  const bool kbit = cfg_.peft.enabled() && cfg_.peft.quantized() && cfg_.peft.prepare_kbit;
+  const bool kbit = cfg_.peft.kbit_cast();
   const int64_t wb = kbit ? 4 : recipe_.weight_bytes;
   saved.push_back(act(mul(4, dims_.T), labels_.norm_rstd, layer));
   uint32_t h = UINT32_MAX;
@@ -114,8 +114,7 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
   const int64_t E = shape_.num_encoder_layers;
   const bool dec = layer >= E;
   const int64_t e = dims_.e, er = dims_.e_res, th = mul(dims_.T, dims_.h);
-  if (dims_.amp && casts_[layer] == UINT32_MAX)  // autocast's cached bf16 weights, saved by the matmuls
-    casts_[layer] = tmp(mul(matmul_numel(shape_.params_of(layer)), recipe_.autocast_copy_bytes), labels_.cast, layer);
+  autocast_casts(layer, !no_grad_);  // autocast's bf16 weights, saved by the matmuls
   // T5Block clamps fp16 hidden states after every sublayer ("clamp inf values to enable fp16 training"):
   // clamp with tensor bounds saves its input, so the unclamped sum stays too. Autocast keeps the residual fp32.
   const bool fp16 = recipe_.fp16 && !dims_.amp;
@@ -223,9 +222,9 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
 // MLP's or the fp32 softmax of the scores.
 uint32_t StepBuilder::t5_block_checkpointed(int32_t layer, uint32_t x, SavedLayer& sv) {
   sv.attn.push_back(x);
-  if (dims_.amp && casts_[layer] == UINT32_MAX) {  // cached until the forward's autocast region exits
-    casts_[layer] = tmp(mul(matmul_numel(shape_.params_of(layer)), recipe_.autocast_copy_bytes), labels_.cast, layer);
-    ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+  if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
+    autocast_casts(layer, false);
+    if (casts_[layer] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
   int64_t peak = mul(3, dims_.e, dims_.T, dims_.f);
   peak = std::max(peak, mul(4 + dims_.e, dims_.a, dims_.b, mul(dims_.s, dims_.s)));

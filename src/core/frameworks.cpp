@@ -744,7 +744,7 @@ std::vector<std::string> version_notes(const Config& c) {
   if (!r.unsloth_note.empty()) notes.push_back("unsloth: " + r.unsloth_note);
   if (!r.preference.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.preference.note);
   if (!r.rollout.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.rollout.note);
-  if (r.framework->unsloth_kernels && c.peft.enabled() && c.peft.quantized() && c.peft.prepare_kbit)
+  if (r.framework->unsloth_kernels && c.peft.kbit_cast())
     notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
                     "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "
                     "prepare_model_for_training upcasts only the adapters): set false for an Unsloth run");

@@ -368,6 +368,60 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
 
 }  // namespace serialize_detail
 
+namespace {
+
+// A quantized checkpoint's config.json carries how its linears are stored (transformers' quantization_config:
+// GPTQConfig, AwqConfig, BitsAndBytesConfig to_dict). That storage is the PEFT base's: the checkpoint's weights
+// can only be trained through adapters, so a setup without a PEFT method gets LoRA. Anything memsim does not model
+// (other bit widths, other methods) leaves the base as it was, with a note.
+void read_quantization_config(const json& doc, PeftConfig& peft, std::vector<std::string>& notes) {
+  const auto q = doc.find("quantization_config");
+  if (q == doc.end() || !q->is_object()) return;
+  const std::string method = q->value("quant_method", std::string());
+  auto integer = [&](const char* key, int64_t fallback) {
+    const auto it = q->find(key);
+    return it != q->end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+  };
+  auto flag = [&](const char* key) {
+    const auto it = q->find(key);
+    return it != q->end() && it->is_boolean() && it->get<bool>();
+  };
+  std::string storage, detail;
+  if (method == "gptq" || method == "awq") {
+    const int64_t bits = integer(method == "awq" ? "w_bit" : "bits", integer("bits", 4));
+    if (bits != 4) {
+      notes.push_back("quantization_config: a " + std::to_string(bits) + "-bit " + method +
+                      " checkpoint; memsim models 4-bit GPTQ and AWQ only, so the base is left as it was");
+      return;
+    }
+    storage = method;
+    peft.quant_group_size = integer("group_size", integer("q_group_size", 128));
+    detail = "group size " + std::to_string(peft.quant_group_size);
+  } else if (method == "bitsandbytes" || flag("load_in_4bit") || flag("load_in_8bit")) {
+    if (flag("load_in_8bit")) {
+      storage = "int8";
+    } else {
+      storage = q->value("bnb_4bit_quant_type", std::string("fp4")) == "nf4" ? "nf4" : "fp4";
+      peft.double_quantization = flag("bnb_4bit_use_double_quant");
+      detail = peft.double_quantization ? "double quantization" : "no double quantization";
+    }
+  } else {
+    notes.push_back("quantization_config: quant_method \"" + method.substr(0, 40) +
+                    "\" is not modelled (gptq, awq and bitsandbytes are), so the base is left as it was");
+    return;
+  }
+  peft.base_quantization = storage;
+  std::string note = "quantization_config: a " + storage + " checkpoint" + (detail.empty() ? "" : " (" + detail + ")") +
+                     ": peft.base_quantization " + storage;
+  if (!peft.enabled()) {
+    peft.method = "lora";
+    note += "; peft.method lora, since a quantized base trains only through adapters";
+  }
+  notes.push_back(note);
+}
+
+}  // namespace
+
 Parsed model_from_hf_json(std::string_view text, const Config& base) {
   Parsed p;
   p.config = base;
@@ -378,6 +432,7 @@ Parsed model_from_hf_json(std::string_view text, const Config& base) {
   if (p.errors.empty()) {
     p.config.model = m;
     p.ok = true;
+    read_quantization_config(doc, p.config.peft, p.notes);
   }
   return p;
 }

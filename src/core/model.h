@@ -26,7 +26,7 @@ struct ParamTensor {
   ParamKind kind = ParamKind::Matmul;
   int64_t rows = 0;  // first dimension (out_features of a linear, vocab of an embedding); numel for vectors
   bool frozen = false;     // no gradient, no optimizer state (PEFT)
-  bool quantized = false;  // stored by bitsandbytes (int8 or 4-bit) instead of the weight dtype
+  bool quantized = false;  // stored by bitsandbytes (int8 or 4-bit), GPTQ or AWQ instead of the weight dtype
   // Frozen, yet its FSDP unit holds a gradient for it (FSDP1 use_orig_params, mark_unit_gradients).
   bool unit_grad = false;
   // A convolution's weight (model programs' conv2d): PEFT's all-linear leaves it out (it matches nn.Linear only).

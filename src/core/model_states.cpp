@@ -195,6 +195,19 @@ HostStates host_state_bytes(const StepContext& ctx) {
   return h;
 }
 
+// A GPTQ or AWQ 4-bit linear's buffers (docs/research/gptq-awq-lora.md 1), with G = ceil(in / group_size) groups
+// (one for group_size -1): qweight packs eight 4-bit values per int32 (in x out / 2 bytes), qzeros the groups' zeros
+// the same way (G x out / 2), scales are fp16 (2 G out). auto-gptq's QuantLinear (v0.4.2-v0.7.1, every kernel class)
+// also registers g_idx, one int32 per input feature; AutoAWQ's WQLinear_GEMM has none. optimum before 1.20 gave
+// every GPTQ linear an fp16 bias, which a Llama-style model does not have: not counted (2 x out bytes).
+static int64_t packed_int4_bytes(const ParamTensor& t, const PeftConfig& peft) {
+  const int64_t out = std::max<int64_t>(t.rows, 1), in = t.numel / out;
+  const int64_t groups = peft.quant_group_size > 0 ? ceil_div(in, peft.quant_group_size) : 1;
+  int64_t bytes = add(add(ceil_div(t.numel, 2), ceil_div(mul(groups, out), 2)), mul(2, groups, out));
+  if (peft.quantization() == BaseQuantization::Gptq) bytes = add(bytes, mul(4, in));
+  return bytes;
+}
+
 // Bytes of each stored parameter: its dtype, or bitsandbytes' packed storage for a quantized frozen weight
 // (MEMORY_FORMULAS.md 4.2): int8 = 1 B/element + an fp32 scale per output row (Int8Params SCB); NF4/FP4 =
 // 4 bits/element + an fp32 absmax per 64-element block, or with double quantization a uint8 absmax per block plus
@@ -202,20 +215,21 @@ HostStates host_state_bytes(const StepContext& ctx) {
 // prepare_model_for_kbit_training casts every other parameter to fp32.
 int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes) {
   if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
+  if (t.quantized && peft.packed_int4()) return packed_int4_bytes(t, peft);
   if (t.quantized && peft.quantization() == BaseQuantization::Int8) return add(t.numel, mul(t.rows, 4));
   if (t.quantized) {
     const int64_t blocks = ceil_div(t.numel, 64);
     const int64_t stats = peft.double_quantization ? add(add(blocks, mul(ceil_div(blocks, 256), 4)), 4 + 1024) : mul(blocks, 4);
     return add(ceil_div(t.numel, 2), stats);
   }
-  if (peft.enabled() && peft.quantized() && peft.prepare_kbit) return mul(t.numel, 4);
+  if (peft.kbit_cast()) return mul(t.numel, 4);
   return mul(t.numel, pr.weight_bytes);
 }
 
 int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes) {
   if (!has_grad(t)) return 0;
   if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
-  if (peft.enabled() && peft.quantized() && peft.prepare_kbit) return mul(t.numel, 4);
+  if (peft.kbit_cast()) return mul(t.numel, 4);
   return mul(t.numel, pr.grad_bytes);
 }
 
@@ -224,7 +238,7 @@ int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const 
 OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
                                  int64_t adapter_bytes) {
   OptimizerDtypes d{pr.state_bytes, pr.master_bytes};
-  if (t.kind == ParamKind::Adapter || (peft.enabled() && peft.quantized() && peft.prepare_kbit)) {
+  if (t.kind == ParamKind::Adapter || peft.kbit_cast()) {
     d.state_bytes = t.kind == ParamKind::Adapter ? adapter_bytes : 4;
     d.master_bytes = d.state_bytes == 4 ? 0 : d.master_bytes;
   }

@@ -534,14 +534,13 @@ void StepBuilder::forward_program(InFlight& f) {
     gather(l, gathered);
     f.program_req[static_cast<size_t>(l)] = req;
     f.program_bytes[static_cast<size_t>(l)] = bytes;
-    if (dims_.amp && casts_[l] == UINT32_MAX)
-      casts_[l] = tmp(mul(matmul_numel(shape_.params_of(l)), recipe_.autocast_copy_bytes), labels_.cast, li);
+    autocast_casts(li, !checkpointed(l));
     SavedLayer& sv = f.saved[static_cast<size_t>(l)];
     if (checkpointed(l)) {
       // A checkpoint keeps its input and runs the block under no_grad; the weights' casts made there are held by no
       // graph and go when the forward's autocast region exits.
       sv.attn.push_back(res), sv.ops.push_back(UINT32_MAX);
-      if (dims_.amp) ckpt_casts_.push_back(static_cast<uint32_t>(l));
+      if (casts_[l] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(l));
       no_grad_ = true;
       res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, false, UINT32_MAX);
       no_grad_ = false;

@@ -239,6 +239,10 @@ class StepBuilder {
   bool ia3_inputs(int32_t layer, const std::string& module, int64_t width, std::vector<uint32_t>& saved, int64_t tokens);
   bool norm_trainable(int32_t layer, std::initializer_list<const char*> consumers) const;
   void dequant(int32_t layer);
+  void autocast_casts(int32_t layer, bool graph);
+  void int4_forward(int32_t layer, const char* prefix, std::vector<uint32_t>& saved);
+  uint32_t int4_backward(int32_t layer, const char* prefix);
+  uint32_t int4_label(uint32_t& label, const char* text);
   int64_t head_grad_bytes() const;
   bool module_quantized(int32_t layer, const std::string& module) const;
   int64_t dequant_bytes() const;
@@ -564,6 +568,8 @@ class StepBuilder {
   std::vector<uint32_t> prev_graph_attrs_;
   bool bnb_input_in_graph_ = false;           // the last linear_inputs call found a bitsandbytes linear that keeps its input
   uint32_t int8_copy_label_ = UINT32_MAX;     // made on first use, so that other programs' labels are unchanged
+  // GPTQ/AWQ tensors' labels (int4_forward), made on first use so that other programs are unchanged.
+  struct { uint32_t unpack = UINT32_MAX, weight = UINT32_MAX, input = UINT32_MAX, backward = UINT32_MAX; } int4_labels_;
   // FSDP1's reshard-only hook (_register_post_backward_reshard_only_hook) on a frozen layer unit calls
   // register_multi_grad_hook on the forward's inputs that require grad. Reentrant checkpointing recomputes the
   // layer on leaves (detach_variable), and for a leaf the hook's closure holds its AccumulateGrad node, which holds

@@ -27,7 +27,7 @@ constexpr int64_t kCublasLtWorkspaceBytes = 1024 * kKiB;
 
 int64_t StepBuilder::state_dtype_of(const ParamTensor& t) const {
   if (t.kind == ParamKind::Adapter) return adapter_bytes();
-  if (cfg_.peft.enabled() && cfg_.peft.quantized() && cfg_.peft.prepare_kbit) return 4;
+  if (cfg_.peft.kbit_cast()) return 4;
   return recipe_.state_bytes;
 }
 
@@ -109,7 +109,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // parameters), so inputs_embeds, and with them the residual stream and the norms' outputs (LlamaRMSNorm
   // returns weight * hidden.to(input_dtype), an fp32 weight), are fp32 whatever the recipe. Lightning's
   // bitsandbytes plugin does not call it.
-  const bool kbit = cfg_.peft.enabled() && cfg_.peft.quantized() && cfg_.peft.prepare_kbit;
+  const bool kbit = cfg_.peft.kbit_cast();
   if (kbit && !resolved_.framework->bnb_via_lightning && !cfg_.model.is_encoder_decoder) dims_.e_res = 4;
   dims_.amp = recipe_.autocast_copy_bytes > 0;
   shard_plan_ = shard_plan(ctx);

@@ -111,6 +111,33 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
                                                      : "")});
     if (items.empty()) e.push_back({"peft.target_modules", "peft.target_modules must name at least one module, or be all-linear"});
   }
+  // GPTQ and AWQ bases (int4_forward in activations.cpp) as transformers loads them under PEFT's LoRA: dense
+  // pre-norm decoder layers with separate linears, on one device or data parallel.
+  if (p.packed_int4()) {
+    const std::string q = p.base_quantization;
+    if (p.kind() != PeftMethod::Lora)
+      e.push_back({"peft.method", "peft.method must be lora over a " + q + " base (peft wraps GPTQ and AWQ linears for "
+                                  "LoRA only)"});
+    if (m.is_encoder_decoder || !m.architecture.empty() || m.kv_lora_rank > 0 || m.num_experts > 0 || m.post_layernorm ||
+        m.fused_qkv)
+      e.push_back({"peft.base_quantization", "peft.base_quantization " + q + " is modelled for dense decoder-only "
+                                             "models with separate q/k/v linears (no encoder-decoder, program, latent "
+                                             "attention, mixture of experts, post-LN or fused qkv)"});
+    const std::string& f = c.training.framework;
+    if (f != "hf_trainer" && f != "hf_loop" && f != "deepspeed")
+      e.push_back({"training.framework", "training.framework must be hf_trainer, hf_loop or deepspeed with a " + q +
+                                         " base (transformers loads it through " +
+                                         (q == "gptq" ? std::string("optimum and auto-gptq") : std::string("AutoAWQ")) + ")"});
+    if (c.parallel.zero_stage >= 3 && c.parallel.data_parallel_size > 1)
+      e.push_back({"parallel.zero_stage", "parallel.zero_stage must be at most 2 with a " + q + " base: sharding its "
+                                          "packed int32 buffers (ZeRO-3, FSDP FULL_SHARD) is not modelled"});
+    const int64_t g = p.quant_group_size;
+    if (g == 0 || (g > 0 && (m.hidden_size % g != 0 || m.intermediate_size % g != 0)))
+      e.push_back({"peft.quant_group_size", "peft.quant_group_size must divide the hidden size (" +
+                                                std::to_string(m.hidden_size) + ") and the intermediate size (" +
+                                                std::to_string(m.intermediate_size) + "), or be -1; got " +
+                                                std::to_string(g)});
+  }
   if ((p.method == "ia3" || p.method == "ln_tuning" || p.method == "prompt_tuning") && m.is_encoder_decoder)
     e.push_back({"peft.method", "peft.method " + p.method + " is modelled for decoder-only models; with an "
                                 "encoder-decoder use lora or dora"});
@@ -276,7 +303,7 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
   if (t > 1 && c.peft.enabled() && c.peft.method != "lora" && c.peft.method != "dora")
     err("peft.method", "with tensor parallelism only LoRA and DoRA are modelled (Megatron-Core / NeMo LoRA)");
   if (t > 1 && c.peft.enabled() && c.peft.base_quantization != "none")
-    err("peft.base_quantization", "a quantized (bitsandbytes) base has no tensor-parallel linears: set "
+    err("peft.base_quantization", "a quantized (bitsandbytes, GPTQ or AWQ) base has no tensor-parallel linears: set "
                                   "parallel.tensor_parallel_size to 1 or peft.base_quantization to none");
   const long double world = static_cast<long double>(dp) * static_cast<long double>(t) * static_cast<long double>(pp) *
                             static_cast<long double>(cp);

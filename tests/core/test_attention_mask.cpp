@@ -64,31 +64,6 @@ StepProgram program_of(const Config& c) {
   return std::move(builder.program());
 }
 
-// Bytes of the live tensors whose label starts with `label`, just before the first phase named `phase...`; or, with
-// `most`, the most that were ever live at once before it.
-int64_t live(const StepProgram& p, const std::string& phase, const std::string& label, bool most = false) {
-  uint32_t end = static_cast<uint32_t>(p.events.size());
-  for (const auto& ph : p.phases)
-    if (ph.name.rfind(phase, 0) == 0) {
-      end = ph.first_event;
-      break;
-    }
-  int64_t now = 0, top = 0;
-  for (uint32_t i = 0; i < end; ++i) {
-    const Tensor& t = p.tensors[p.events[i].tensor];
-    if (p.labels[t.label].rfind(label, 0) != 0) continue;
-    now += (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes;
-    top = std::max(top, now);
-  }
-  return most ? top : now;
-}
-
-bool has_label(const StepProgram& p, const std::string& prefix) {
-  for (const auto& l : p.labels)
-    if (l.rfind(prefix, 0) == 0) return true;
-  return false;
-}
-
 const std::string kMask = "attention mask, [batch, 1, seq, seq]";
 const std::string kSoftmax = "SDPA math kernel: softmax";
 const std::string kCopy = "attention mask: one layer's copy";

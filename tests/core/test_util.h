@@ -79,3 +79,28 @@ inline memsim::Config single_gpu_config(const std::string& file, int64_t micro_b
   c.parallel.data_parallel_size = 1;
   return c;
 }
+
+// Bytes of the live tensors whose label starts with `label`, just before the first phase named `phase...`; or, with
+// `most`, the most that were ever live at once before it.
+inline int64_t live(const memsim::StepProgram& p, const std::string& phase, const std::string& label, bool most = false) {
+  uint32_t end = static_cast<uint32_t>(p.events.size());
+  for (const auto& ph : p.phases)
+    if (ph.name.rfind(phase, 0) == 0) {
+      end = ph.first_event;
+      break;
+    }
+  int64_t now = 0, top = 0;
+  for (uint32_t i = 0; i < end; ++i) {
+    const memsim::Tensor& t = p.tensors[p.events[i].tensor];
+    if (p.labels[t.label].rfind(label, 0) != 0) continue;
+    now += (p.events[i].op == memsim::Event::Op::Alloc ? 1 : -1) * t.bytes;
+    top = std::max(top, now);
+  }
+  return most ? top : now;
+}
+
+inline bool has_label(const memsim::StepProgram& p, const std::string& prefix) {
+  for (const auto& l : p.labels)
+    if (l.rfind(prefix, 0) == 0) return true;
+  return false;
+}

@@ -79,6 +79,7 @@ MEMSIM_DEFAULTS = {
         "adapter_dtype": "auto",
         "base_quantization": "none",
         "double_quantization": False,
+        "quant_group_size": 128,
         "prepare_kbit": True,
         "bnb_saves_input": "auto",
         "modules_to_save": "",
