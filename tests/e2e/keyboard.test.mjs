@@ -55,6 +55,27 @@ test("keyboard: the model group: a number typed in, and the fragment follows", a
   await page.close();
 });
 
+test("keyboard: a GPTQ base's group size typed in; the link keeps it", async () => {
+  // LoRA on a GPTQ base (memsim-cli config --format fragment); its group size shows under the base storage list.
+  const hash = "#memsim=2&model=llama-2-7b&micro_batch_size=2&sequence_length=1024&framework=hf_trainer&precision=" +
+               "fp16_mixed&activation_checkpointing=none&method=lora&base_quantization=gptq&data_parallel_size=1&" +
+               "zero_stage=0&c=m96kps";
+  const { page, errors } = await openPage(hash);
+  assert.equal((await state(page)).config.peft.base_quantization, "gptq");
+  await tabTo(page, "quantization group size: 128", { back: true });
+  await typeText(page, "64");
+  await press(page, "Enter");
+  await page.waitForFunction(() => location.hash.includes("&quant_group_size=64&"), null, { timeout: patience });
+  const s = await state(page);
+  assert.equal(s.config.peft.quant_group_size, 64);
+  // Smaller groups store more scales and zeros: the estimate's weights grow.
+  const weights = async (config) =>
+    (await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(config))).devices[0].breakdown.weights;
+  assert.ok(await weights(s.config) > await weights({ ...s.config, peft: { ...s.config.peft, quant_group_size: 128 } }));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("keyboard: the hardware and parallelism groups: lists open, the arrows move, Enter picks", async () => {
   const { page, errors } = await openPage();
   await tabTo(page, "GPU: ", { limit: 40 });  // the question's GPU list, 21 presses from the start
