@@ -36,6 +36,7 @@ enum class OpKind {
   Silu,         // nn.functional.silu (SwiGLU's gate)
   Relu,         // nn.ReLU
   Tanh,         // nn.Tanh
+  Sigmoid,      // torch.sigmoid (CLIP's quick_gelu: x * sigmoid(1.702 x))
   Dropout,      // nn.Dropout
   SelectToken,  // x[:, i, :], a view (the class token)
   Slice,        // x[..., start:start + size], a view (q, k and v of a fused qkv linear)

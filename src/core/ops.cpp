@@ -74,6 +74,9 @@ const std::vector<OpSpec>& op_specs() {
        "torch.nn.ReLU; inplace: nn.ReLU(inplace=True) (torchvision ResNet), relu_ writes its input and saves the "
        "result, which is then that tensor"},
       {OpKind::Tanh, "tanh", {{"in", K::Tensor, true}}, false, "torch.nn.Tanh (tanh_backward reads its result)"},
+      {OpKind::Sigmoid, "sigmoid", {{"in", K::Tensor, true}}, false,
+       "torch.sigmoid (sigmoid_backward reads its result, derivatives.yaml); CLIP's QuickGELUActivation is "
+       "input * torch.sigmoid(1.702 * input) (transformers activations.py): scale, sigmoid and mul"},
       {OpKind::Dropout, "dropout", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false, "torch.nn.Dropout"},
       {OpKind::SelectToken, "select_token", {{"in", K::Tensor, true}, {"index", K::Dim, false}}, false,
        "x[:, index, :], a view of one token row (ViTForImageClassification: sequence_output[:, 0, :])"},
@@ -290,6 +293,7 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     case OpKind::Silu:
     case OpKind::Relu:
     case OpKind::Tanh:
+    case OpKind::Sigmoid:
     case OpKind::Dropout:
       if (in[0]->is_parameter) return error = "the input must be an activation, not the parameter " + in[0]->name, false;
       out = in[0]->shape;

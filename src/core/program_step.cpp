@@ -268,7 +268,8 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (req) keep(oi, x);
         break;
       case OpKind::Relu:
-      case OpKind::Tanh:  // both backwards read the result (derivatives.yaml: threshold_backward, tanh_backward)
+      case OpKind::Tanh:  // the backwards read the result (derivatives.yaml: threshold_backward, tanh_backward,
+      case OpKind::Sigmoid:  // sigmoid_backward)
         if (!op.inplace) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (req) keep(oi, o);  // in place: the result is the input's storage
         break;

@@ -231,6 +231,22 @@ TEST_CASE("DINOv2 with a SwiGLU MLP (ViT-g/14): the program the config's use_swi
   CHECK(per_block(c, c.model.architecture_args) - per_block(plain, c.model.architecture_args) == 2 * N * (4 * F - 2 * 4 * h));
 }
 
+TEST_CASE("CLIP's vision tower program: exact counts, and quick_gelu keeps its sigmoid", "[architecture]") {
+  // CLIPVisionModel of openai/clip-vit-base-patch32 and clip-vit-large-patch14 (fusion_bench's model pool prints
+  // 87,456,000 and 303,179,776), plus CLIPForImageClassification's classifier: h x 2 + 2.
+  Config c = vit_config("");
+  c.model.architecture = "clip_vision";
+  CHECK(model_shape_of(c.model).params_total == 87456000 + 768 * 2 + 2);
+  c.model.architecture_args = "hidden_size=1024,num_hidden_layers=24,num_attention_heads=16,intermediate_size=4096,patch_size=14";
+  CHECK(model_shape_of(c.model).params_total == 303179776 + 1024 * 2 + 2);
+  // Pure bf16, B/32 at batch 8 (N = 8 x 50 rows): ViT's 32Nh + 16N + 4aN, and QuickGELU's sigmoid output, which
+  // sigmoid_backward and the product's backward read (8Nh at f = 4h); 1.702 x is a transient.
+  const int64_t N = 8 * 50, h = 768, a = 12;
+  c.model.architecture_args = "";
+  c.training.precision = "bf16_pure";
+  CHECK(per_block(c, "num_labels=2") == 40 * N * h + 16 * N + 4 * a * N);
+}
+
 TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
   CHECK(first_error("whisper").find("model.architecture must be empty") == 0);
   CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);
