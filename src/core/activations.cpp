@@ -476,7 +476,7 @@ uint32_t StepBuilder::int4_label(uint32_t& label, const char* text) {
 // A GPTQ or AWQ base's 4-bit linears of one half of a layer (parameters under `prefix`) in a forward with LoRA
 // (docs/research/gptq-awq-lora.md 3-4). GPTQ as transformers trains it (GPTQConfig(use_exllama=False), as its docs
 // ask for PEFT: exllama has no backward) runs auto-gptq's qlinear_cuda_old torch path whenever batch x sequence >=
-// 128: it unpacks qweight into int32 [in/8, 8, out] (4 bytes an element), casts to int8, subtracts the zeros and
+// 128 (kernel_switch_threshold; below it a CUDA kernel runs that saves nothing, which memsim does not model): it unpacks qweight into int32 [in/8, 8, out] (4 bytes an element), casts to int8, subtracts the zeros and
 // multiplies by the fp16 scales into an fp16 [in, out] weight, then torch.matmul(x, weight). No custom autograd
 // Function: the matmul saves that fp16 weight for the input's gradient whenever x requires grad (not x: the weight
 // needs no gradient), so a forward that keeps its graph keeps a dequantized copy of every linear, 2 bytes a weight.
@@ -487,7 +487,6 @@ uint32_t StepBuilder::int4_label(uint32_t& label, const char* text) {
 // bnb_keeps_input): nothing is saved for them.
 void StepBuilder::int4_forward(int32_t layer, const char* prefix, std::vector<uint32_t>& saved) {
   const bool gptq = cfg_.peft.quantization() == BaseQuantization::Gptq;
-  const bool bf16 = cfg_.training.precision.find("bf16") != std::string::npos;
   for (const auto& t : shape_.params_of(layer)) {
     if (!t.quantized || t.name.rfind(prefix, 0) != 0) continue;
     const std::string mod = module_name(t.name);
@@ -497,8 +496,8 @@ void StepBuilder::int4_forward(int32_t layer, const char* prefix, std::vector<ui
       const uint32_t shifted = tmp(mul(4, t.numel), int4_label(int4_labels_.unpack, "GPTQ weight unpacked (int32, then int8)"), layer);
       const uint32_t bytes = tmp(t.numel, int4_labels_.unpack, layer);
       drop(shifted);
-      const uint32_t w = input_grad ? act(mul(2, t.numel), int4_label(int4_labels_.weight, "GPTQ weight dequantized to fp16 (saved by the matmul)"), layer)
-                                    : tmp(mul(2, t.numel), int4_label(int4_labels_.weight, "GPTQ weight dequantized to fp16 (saved by the matmul)"), layer);
+      const uint32_t label = int4_label(int4_labels_.weight, "GPTQ weight dequantized to fp16 (saved by the matmul)");
+      const uint32_t w = input_grad ? act(mul(2, t.numel), label, layer) : tmp(mul(2, t.numel), label, layer);
       drop(bytes);
       if (input_grad) saved.push_back(w);
       else drop(w);
@@ -508,7 +507,7 @@ void StepBuilder::int4_forward(int32_t layer, const char* prefix, std::vector<ui
     const bool reads_norm = qkv || mod == "gate_proj" || mod == "up_proj";
     const int64_t in_bytes = reads_norm ? dims_.e_res : dims_.e;
     uint32_t x16 = UINT32_MAX;
-    if (in_bytes != 2 || bf16) {  // x.half(): a new fp16 copy, saved by the Function when it records a graph
+    if (in_bytes != 2 || !recipe_.fp16) {  // x.half(): a new fp16 copy, saved by the Function when it records a graph
       x16 = act(mul(2, dims_.T, in), int4_label(int4_labels_.input, "fp16 copy of an AWQ linear's input (x.half(), saved)"), layer);
       if (input_grad) saved.push_back(x16), x16 = UINT32_MAX;
     }
@@ -528,9 +527,9 @@ uint32_t StepBuilder::int4_backward(int32_t layer, const char* prefix) {
   for (const auto& t : shape_.params_of(layer))
     if (t.quantized && t.name.rfind(prefix, 0) == 0) largest = std::max(largest, t.numel);
   if (largest == 0) return UINT32_MAX;
-  const bool bf16 = cfg_.training.precision.find("bf16") != std::string::npos;
-  const int64_t copies = add(add(1, bf16 ? 1 : 0), dims_.b);
-  return tmp(mul(2, largest, copies), int4_label(int4_labels_.backward, "AWQ weight dequantized and repeated per row (backward)"), layer);
+  // The dequantized fp16 weight and its repeat per row, and the cast to the gradient's dtype where that is not fp16.
+  const int64_t bytes = add(mul(2, largest, add(1, dims_.b)), recipe_.fp16 ? 0 : mul(dims_.e, largest));
+  return tmp(bytes, int4_label(int4_labels_.backward, "AWQ weight dequantized and repeated per row (backward)"), layer);
 }
 
 // q_norm / k_norm on the projection outputs (Qwen3RMSNorm and Gemma3's per head, OLMo 2's over the whole width;

@@ -72,7 +72,7 @@ bool draw_peft_inputs(Config& c) {
   const Resolved rs = resolve(c);  // the auto switches below show what they resolve to
   if (p.method != "ln_tuning")
     changed |= switch_combo("peft.adapter_dtype", p.adapter_dtype, rs, Switch::AdapterDtype);
-  changed |= string_combo("peft.base_quantization", p.base_quantization, {"none", "int8", "nf4", "fp4", "gptq", "awq"});
+  changed |= choice_combo("peft.base_quantization", p.base_quantization, "");  // the registry's choices (choices.h)
   if (p.base_quantization == "gptq" || p.base_quantization == "awq")
     changed |= int_input("peft.quant_group_size", p.quant_group_size, 32);
   if (p.base_quantization == "nf4" || p.base_quantization == "fp4")
