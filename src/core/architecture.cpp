@@ -821,8 +821,68 @@ std::vector<ArchitectureError> decode_architecture(const std::string& spec, cons
   return errors;
 }
 
+namespace {
+
+// A vision-language model's tower and projector, after the decoder's embeddings in `pre` (model.h ParamTensor::Part).
+// The tower is the program's CLIPVisionModel: its embeddings, every block's tensors (one list per block, as its
+// modules allocate them) and the post-layernorm, without the program's classifier head. LlavaMultiModalProjector
+// (transformers models/llava/modeling_llava.py; LLaVA's multimodal_projector/builder.py mlp2x_gelu): linear_1 [hidden,
+// tower width] and linear_2 [hidden, hidden], each with a bias (multimodal_projector_bias, default True).
+void attach_vision_tower(ModelShape& s, const ModelConfig& m) {
+  std::shared_ptr<const Architecture> tower;
+  decode_architecture(m.vision_tower, m.vision_tower_args, tower);
+  if (!tower) throw RangeError("model.vision_tower does not decode; validate the config first");
+  const ModelShape t = build_program_shape(tower);
+  const int64_t before = sum_numel(s.pre);
+  auto add_tower = [&](const std::vector<ParamTensor>& ts, const std::string& layer) {
+    for (ParamTensor p : ts) {
+      if (p.name.rfind("classifier", 0) == 0) continue;  // the program's classification head: not in the tower
+      if (const size_t at = p.name.find("layers."); !layer.empty() && at != std::string::npos) p.name.insert(at + 7, layer + ".");
+      p.name = "vision_tower." + p.name;
+      p.frozen = true;
+      p.part = ParamTensor::Part::VisionTower;
+      s.pre.push_back(std::move(p));
+    }
+  };
+  add_tower(t.pre, "");
+  for (int64_t l = 0; l < t.num_layers; ++l) add_tower(t.params_of(l), std::to_string(l));
+  add_tower(t.post, "");
+  const int64_t width = static_cast<int64_t>(architecture_value(*tower, "hidden_size"));
+  s.projector_widths = {width};
+  for (int64_t i = 0; i < m.projector_depth; ++i) s.projector_widths.push_back(m.hidden_size);
+  for (int64_t i = 0; i < m.projector_depth; ++i) {
+    const std::string name = "multi_modal_projector.linear_" + std::to_string(i + 1);
+    const int64_t in = s.projector_widths[static_cast<size_t>(i)], out = m.hidden_size;
+    ParamTensor w{name + ".weight", mul(out, in), ParamKind::Matmul, out};
+    ParamTensor b{name + ".bias", out, ParamKind::Bias, out};
+    w.part = b.part = ParamTensor::Part::Projector;
+    s.pre.push_back(w);
+    s.pre.push_back(b);
+  }
+  s.image_tokens = vision_image_tokens(m);
+  s.vision_tower = std::move(tower);
+  const int64_t added = sub(sum_numel(s.pre), before);
+  s.params_total = add(s.params_total, added);
+  s.params_active_per_token = add(s.params_active_per_token, added);
+}
+
+}  // namespace
+
+int64_t vision_image_tokens(const ModelConfig& m) {
+  if (m.vision_tower.empty()) return 0;
+  std::shared_ptr<const Architecture> tower;
+  decode_architecture(m.vision_tower, m.vision_tower_args, tower);
+  // LLaVA's 'default' vision_feature_select_strategy (feature_select 'patch') drops the class token: one image is
+  // its (image_size / patch_size)^2 patches in the sequence (576 for ViT-L/14 at 336).
+  return tower ? std::max<int64_t>(0, static_cast<int64_t>(architecture_value(*tower, "tokens")) - 1) : 0;
+}
+
 ModelShape model_shape_of(const ModelConfig& m) {
-  if (m.architecture.empty()) return build_model_shape(m);
+  if (m.architecture.empty()) {
+    ModelShape s = build_model_shape(m);
+    if (!m.vision_tower.empty()) attach_vision_tower(s, m);
+    return s;
+  }
   std::shared_ptr<const Architecture> program;
   decode_architecture(m.architecture, m.architecture_args, program);
   if (!program) throw RangeError("model.architecture does not decode; validate the config first");

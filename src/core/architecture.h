@@ -174,6 +174,10 @@ std::string default_lora_targets(const ModelConfig& m);
 // A decoded program's hyperparameter or dimension, by name (0 if absent).
 double architecture_value(const Architecture& a, std::string_view name);
 
+// The image tokens one image brings into a vision-language model's sequence (model.vision_tower): its tower's patches
+// (LLaVA's 'default' feature select drops the class token); 0 without a tower, or with one that does not decode.
+int64_t vision_image_tokens(const ModelConfig& m);
+
 // The parameter tensors of a program (embeddings -> pre, block -> layer, head -> post), as its modules allocate
 // them in order. The shape keeps the program for the step builder.
 ModelShape build_program_shape(std::shared_ptr<const Architecture> a);

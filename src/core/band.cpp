@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "architecture.h"
 #include "frameworks.h"
 #include "result.h"
 
@@ -323,10 +324,15 @@ bool data_shape_unstated(const Config& c) {
          c.model.architecture.empty();
 }
 
+int64_t unstated_shortest_sample(const Config& c) {
+  // A vision-language model's sample holds its images' tokens (validated to fit the sequence) and some text.
+  return 1 + c.data.images_per_sample * vision_image_tokens(c.model);
+}
+
 Config unstated_data_run(const Config& c) {
   Config run = c;
   run.data.lengths = "samples";
-  run.data.sample_lengths = "p0=1,p100=" + std::to_string(c.training.sequence_length);
+  run.data.sample_lengths = "p0=" + std::to_string(unstated_shortest_sample(c)) + ",p100=" + std::to_string(c.training.sequence_length);
   run.data.padding = "longest";
   run.data.pad_to_multiple_of = 1;
   run.data.group_by_length = false;

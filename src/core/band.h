@@ -143,5 +143,7 @@ bool data_shape_unstated(const Config& c);
 // The run that stands for the unstated shape: kUnsetDataMicroBatches micro-batches of samples whose lengths are
 // uniform from 1 to training.sequence_length (knowing only the longest, the least committal shape).
 Config unstated_data_run(const Config& c);
+// The shortest sample of that run: 1 token, or a vision-language model's image tokens and one more.
+int64_t unstated_shortest_sample(const Config& c);
 
 }  // namespace memsim

@@ -116,6 +116,14 @@ struct ModelConfig {
   // overrides them ("image_size=384, num_labels=10"), and the fields above do not apply to it.
   std::string architecture;
   std::string architecture_args;
+  // A vision-language model in LLaVA's layout (transformers LlavaForConditionalGeneration; haotian-liu/LLaVA): a
+  // frozen vision tower, a built-in program's name ("clip_vision") with its own arguments, runs under no_grad on the
+  // images of each sample; a trained MLP projector of projector_depth linears with GELU between (LLaVA's
+  // mlp{depth}x_gelu: Linear(tower width, hidden_size), then GELU and Linear(hidden_size, hidden_size)) maps its patch
+  // features into the decoder above, whose sequence holds them as image tokens. Empty: a text-only model.
+  std::string vision_tower;
+  std::string vision_tower_args;
+  int64_t projector_depth = 2;
 
   bool operator==(const ModelConfig&) const = default;
   TaskHead head() const {
@@ -414,6 +422,10 @@ struct DataConfig {
   int64_t epochs = 1;
   int64_t steps = 0;                // optimizer steps to replay; 0: the run's (dataset_samples x epochs), at most 2,000
   int64_t seed = 1;                 // the shuffle's and the draws' seed (the replay is deterministic)
+  // A vision-language model (model.vision_tower): images per sample. Each brings the tower's patch tokens into the
+  // sequence (transformers' processor expands <image> before the collator), so sequence_length and the lengths above
+  // count them; 0: text-only batches, the tower does not run.
+  int64_t images_per_sample = 1;
 
   bool operator==(const DataConfig&) const = default;
   bool varies() const { return source() != LengthsSource::Fixed; }

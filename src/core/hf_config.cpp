@@ -159,6 +159,54 @@ const std::set<std::string>& hf_ignorable() {
 
 namespace serialize_detail {
 
+namespace {
+
+// LlavaForConditionalGeneration's config.json (transformers models/llava/configuration_llava.py): its vision_config
+// is the tower, a CLIP vision model read into the clip_vision program's arguments; the projector is
+// LlavaMultiModalProjector's two linears. Other multimodal types keep the language model alone, with a note.
+void read_vision_config(const json& src, ModelConfig& out, std::vector<FieldError>& errors, std::vector<std::string>& notes) {
+  auto vc = src.find("vision_config");
+  if (vc == src.end() || !vc->is_object()) return;
+  std::string type;
+  if (auto it = src.find("model_type"); it != src.end() && it->is_string()) type = it->get<std::string>().substr(0, 60);
+  std::string vision_type;
+  if (auto it = vc->find("model_type"); it != vc->end() && it->is_string()) vision_type = it->get<std::string>().substr(0, 60);
+  if (type != "llava" || vision_type != "clip_vision_model") {
+    notes.push_back("model: the vision tower of this " + (type.empty() ? std::string("multimodal") : type) + " config (" +
+                    (vision_type.empty() ? std::string("no model_type") : vision_type) + ") is not modelled; memsim reads "
+                    "its language model alone (vision towers: LLaVA's CLIP, model_type llava)");
+    return;
+  }
+  if (auto it = src.find("vision_feature_select_strategy"); it != src.end() && it->is_string() && it->get<std::string>() != "default") {
+    errors.push_back({"model.vision_tower", "model.vision_tower: vision_feature_select_strategy \"" +
+                                            it->get<std::string>().substr(0, 40) + "\" is not modelled (default: the patch tokens without the class token)"});
+    return;
+  }
+  if (auto it = src.find("vision_feature_layer"); it != src.end() && !it->is_number_integer()) {
+    errors.push_back({"model.vision_tower", "model.vision_tower: a vision_feature_layer list (features of several layers "
+                                            "concatenated) is not modelled; one layer is"});
+    return;
+  }
+  std::string args;
+  for (const auto& [key, where] : architecture_hf_keys("clip_vision")) {
+    const json::json_pointer pointer(where);
+    if (!vc->contains(pointer) || !(*vc)[pointer].is_number()) continue;
+    std::ostringstream text;
+    text << key << "=" << (*vc)[pointer].get<double>();
+    args += (args.empty() ? "" : ",") + text.str();
+  }
+  // The name came from the text_config (the language model's checkpoint): say what is around it.
+  out.name = (out.name.empty() ? std::string("LLaVA") : out.name) + " with a CLIP vision tower (llava)";
+  out.vision_tower = "clip_vision";
+  out.vision_tower_args = args;
+  out.projector_depth = 2;
+  notes.push_back("model: model_type llava: the vision_config is the vision tower \"clip_vision\" (" +
+                  (args.empty() ? std::string("its defaults") : args) + ") and the projector LlavaMultiModalProjector's "
+                  "two linears; the text_config is the language model");
+}
+
+}  // namespace
+
 void read_model_section(const json& src, ModelConfig& out, std::vector<FieldError>& errors,
                         std::vector<std::string>& notes) {
   const json* j = &src;
@@ -257,6 +305,16 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
   Config tmp;
   tmp.model = hf_structure(type.substr(0, kMaxStringBytes), notes);
   json norm = *j;
+  // A nested text_config is saved as its differences from the class's defaults (PretrainedConfig.to_diff_dict), so
+  // llava-1.5-7b-hf's names only the vocabulary and positions: LlamaConfig's defaults (configuration_llama.py) are
+  // the rest.
+  if (j != &src && type == "llama") {
+    std::string filled;
+    for (auto [key, value] : {std::pair<const char*, int64_t>{"hidden_size", 4096}, {"intermediate_size", 11008},
+                              {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"vocab_size", 32000}})
+      if (!norm.contains(key)) norm[key] = value, filled += (filled.empty() ? "" : ", ") + std::string(key) + " " + std::to_string(value);
+    if (!filled.empty()) notes.push_back("model: text_config leaves out LlamaConfig's defaults; read " + filled);
+  }
   if (type == "t5" || type == "mt5") {
     // T5Config.__init__: feed_forward_proj is "{gated-}{act}"; "gated-gelu" means the tanh approximation gelu_new.
     if (auto it = norm.find("feed_forward_proj"); it != norm.end() && it->is_string()) {
@@ -363,7 +421,10 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     errors.push_back({"model.is_encoder_decoder", "model.is_encoder_decoder: memsim models the T5 family (model_type t5 "
                                                   "or mt5) as encoder-decoders; model_type \"" + type.substr(0, 40) +
                                                   "\" (BART-style) is not modelled"});
-  if (errors.size() == before.size()) out = m;
+  if (errors.size() == before.size()) {
+    out = m;
+    if (j != &src) read_vision_config(src, out, errors, notes);
+  }
 }
 
 }  // namespace serialize_detail

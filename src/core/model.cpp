@@ -338,7 +338,7 @@ void mark_unit_gradients(ModelShape& s) {
     for (const auto* ts : unit)
       for (const auto& t : *ts) trains |= !t.frozen;
     for (auto* ts : unit)
-      for (auto& t : *ts) t.unit_grad = trains && t.frozen && !t.quantized;
+      for (auto& t : *ts) t.unit_grad = trains && t.frozen && !t.quantized && t.part != ParamTensor::Part::VisionTower;
   };
   mark({&s.pre, &s.post});  // the root unit
   s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { mark({&ts}); });
@@ -353,6 +353,10 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   auto adapt = [&](std::vector<ParamTensor>& ts, bool in_layers) {
     std::vector<ParamTensor> out;
     for (auto t : ts) {
+      if (t.part != ParamTensor::Part::Model) {  // a VLM's tower (frozen) and projector (trained): PEFT leaves them be
+        out.push_back(t);
+        continue;
+      }
       const std::string mod = module_name(t.name);
       t.frozen = true;
       // bitsandbytes replaces the nn.Linear modules of the layers; the head, embeddings and norms stay

@@ -31,6 +31,11 @@ struct ParamTensor {
   bool unit_grad = false;
   // A convolution's weight (model programs' conv2d): PEFT's all-linear leaves it out (it matches nn.Linear only).
   bool conv = false;
+  // A vision-language model's frozen vision tower or its trained projector (ModelConfig::vision_tower), at the end of
+  // `pre`: PEFT's targets and modules_to_save never reach them (LLaVA's find_all_linear_names skips
+  // 'vision_tower' and 'mm_projector'; ms-swift's LLaVA target regex keeps to the language model), and the tower
+  // runs under no_grad, so it never holds a gradient.
+  enum class Part : uint8_t { Model, VisionTower, Projector } part = Part::Model;
 };
 // Whether backward computes a gradient for the tensor (its optimizer state follows `frozen` alone).
 inline bool has_grad(const ParamTensor& t) { return !t.frozen || t.unit_grad; }
@@ -56,6 +61,12 @@ struct ModelShape {
   // A model program (model.architecture): its ops, which the step builder runs instead of a built-in family's
   // layers (program_step.cpp). Null for the built-in families.
   std::shared_ptr<const Architecture> program;
+  // A vision-language model (ModelConfig::vision_tower): the tower's program (its tensors are in `pre`, marked
+  // Part::VisionTower), the image tokens one image brings into the sequence (its patches: LLaVA's 'default' feature
+  // select drops the class token) and the projector's widths, first to last.
+  std::shared_ptr<const Architecture> vision_tower;
+  int64_t image_tokens = 0;
+  std::vector<int64_t> projector_widths;  // tower width, hidden_size, ..., hidden_size (projector_depth + 1 entries)
   // A program with several block kinds (a CNN's stages): each kind's parameters, and each layer's kind. Empty where
   // the layers share one list (`layer`, with moe_layer and the encoder-decoder lists).
   std::vector<std::vector<ParamTensor>> block_kinds;

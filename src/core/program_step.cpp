@@ -37,12 +37,17 @@ bool contains(const std::vector<uint32_t>& v, uint32_t x) { return std::find(v.b
 
 }  // namespace
 
+// The program being run: the model's, or a vision-language model's tower (vision_step.cpp) while it runs.
+const Architecture& StepBuilder::running_program() const { return in_tower_ ? *shape_.vision_tower : *shape_.program; }
+
 const ArchStage& StepBuilder::program_stage(ProgramStage st, int32_t layer) const {
-  const Architecture& a = *shape_.program;
+  const Architecture& a = running_program();
   return st == ProgramStage::Embeddings ? a.embeddings : st == ProgramStage::Block ? a.block_of(layer) : a.head;
 }
 
 const std::vector<ParamTensor>& StepBuilder::program_params(ProgramStage st, int32_t layer) const {
+  static const std::vector<ParamTensor> frozen_tower;  // a tower's tensors are frozen: none of them trains
+  if (in_tower_) return frozen_tower;
   return st == ProgramStage::Embeddings ? shape_.pre : st == ProgramStage::Head ? shape_.post : shape_.params_of(layer);
 }
 
@@ -81,7 +86,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
       case OpKind::Linear:
       case OpKind::Conv2d: {
         const ModuleInfo& info = module_info(op.module.c_str());
-        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") || info.targeted;
+        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") || (info.targeted && !in_tower_);
         p.bytes[o] = dims_.e;
         break;
       }
@@ -143,10 +148,11 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
 }
 
 uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what) {
-  const Architecture& a = *shape_.program;
+  const Architecture& a = running_program();
   const size_t slot = st == ProgramStage::Embeddings ? 0 : st == ProgramStage::Head ? 1 : 2 + static_cast<size_t>(a.kind_of_layer[static_cast<size_t>(layer)]);
-  if (program_labels_.size() < 2 + a.blocks.size()) program_labels_.resize(2 + a.blocks.size());
-  auto& cache = program_labels_[slot];
+  auto& labels = in_tower_ ? tower_labels_ : program_labels_;
+  if (labels.size() < 2 + a.blocks.size()) labels.resize(2 + a.blocks.size());
+  auto& cache = labels[slot];
   const ArchStage& s = program_stage(st, layer);
   if (cache.empty()) cache.assign(s.tensors.size() * 3, UINT32_MAX);
   const size_t k = static_cast<size_t>(tensor) * 3 + (what[0] == 'g' ? 1 : what[0] == 'c' ? 2 : 0);
@@ -154,7 +160,7 @@ uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tens
     const std::string stage = slot == 0 ? "embeddings" : slot == 1 ? "head" : a.block_names[slot - 2];
     const ArchTensor& t = s.tensors[static_cast<size_t>(tensor)];
     const std::string op = t.producer >= 0 ? op_name(s.ops[static_cast<size_t>(t.producer)].kind) : "input";
-    std::string text = stage + " " + t.name + " (" + op + ")";
+    std::string text = (in_tower_ ? "vision tower " : "") + stage + " " + t.name + " (" + op + ")";
     if (what[0] == 'g') text = "gradient of " + text;
     if (what[0] == 'c') text = "compute-dtype copy of " + text;
     cache[k] = program_.label(text);

@@ -103,6 +103,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   if (f.pre) {
     gather(-1, gathered);
     res = embed_forward();
+    if (shape_.vision_tower) res = vision_forward(f, res);  // a VLM's tower and projector (vision_step.cpp)
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
     mask_forward();
@@ -250,6 +251,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     if (embedding_units()) gather(-1, gathered);
     // Embedding backward: a dense [V, h] gradient. Untied, it is the embedding's .grad; tied, see tied_sum.
     alloc_layer_grads(-1);
+    vision_backward(f);  // a VLM's projector, created after the embeddings, runs its backward first
     // A frozen embedding (PEFT) has no backward: its input is token ids and its weight needs no gradient.
     if (cfg_.model.tie_word_embeddings && has_grad(shape_.pre.front())) {
       const int64_t bytes = mul(recipe_.grad_bytes, dims_.V, dims_.h);
@@ -293,6 +295,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
   if (!f.pre && resolved_.framework->pp_persistent_recv) pipeline_.input_grads.push_back(dres);
   else drop(dres);
   if (f.inputs != UINT32_MAX) drop(f.inputs);
+  if (f.pixels != UINT32_MAX) drop(f.pixels), f.pixels = UINT32_MAX;
   if (mask_.tensor != UINT32_MAX) drop(mask_.tensor);  // a holder outside this chunk's layers (not expected)
   mask_ = {};
   f.mask = {};

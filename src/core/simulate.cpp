@@ -404,7 +404,8 @@ void replay_unstated_data(const Config& config, Result& r) {
   }
   const int64_t fixed_reserved = r.devices.empty() ? 0 : r.devices.front().peak.reserved_bytes;
   r.notes.push_back(assumed + ": memsim replayed " + std::to_string(kUnsetDataMicroBatches) +
-                    " micro-batches of samples whose lengths are uniform from 1 to " +
+                    " micro-batches of samples whose lengths are uniform from " +
+                    std::to_string(unstated_shortest_sample(config)) + " to " +
                     std::to_string(config.training.sequence_length) + " tokens, and that run " +
                     (rd.oom ? "runs out of memory" : "reserves " + format_bytes(rd.peak.reserved_bytes)) +
                     " (the fixed shape reserves " + format_bytes(fixed_reserved) +

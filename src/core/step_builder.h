@@ -125,6 +125,9 @@ struct InFlight {
   std::vector<SavedLayer> saved;                                // per layer of this device
   std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;  // offloaded tensors (bytes, label) per layer
   std::vector<uint32_t> loss_saved, gathered_post, embed_saved, casts;
+  // A vision-language model (vision_step.cpp): the batch's pixel values and what the projector saved.
+  uint32_t pixels = UINT32_MAX;
+  std::vector<uint32_t> vision_saved;
   uint32_t held_logits = UINT32_MAX;
   std::vector<uint32_t> graph_attrs;  // tensors its graph's nodes hold as attributes (StepBuilder::graph_attr_)
   // Encoder-decoder (encoder_decoder.cpp): what outlives one stack. enc_keep goes after the encoder's backward,
@@ -331,6 +334,7 @@ class StepBuilder {
     std::vector<int32_t> root;
     std::vector<bool> op_trains;
   };
+  const Architecture& running_program() const;
   const ArchStage& program_stage(ProgramStage st, int32_t layer) const;  // a block: layer's kind
   const std::vector<ParamTensor>& program_params(ProgramStage st, int32_t layer) const;
   ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
@@ -343,6 +347,18 @@ class StepBuilder {
   // Labels of each tensor's output, gradient and cast: the embeddings, the head, then each block kind.
   std::vector<std::vector<uint32_t>> program_labels_;
   uint32_t pool_indices_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
+
+  // vision_step.cpp: a vision-language model's frozen tower (its program, run under no_grad on the micro-batch's
+  // images), the trained projector, and the splice of its output into the decoder's input embeddings.
+  uint32_t vision_forward(InFlight& f, uint32_t embeds);
+  void vision_backward(InFlight& f);
+  bool in_tower_ = false;  // program_stage and friends run the tower's program
+  std::vector<std::vector<uint32_t>> tower_labels_;
+  struct VisionLabels {  // made on first use, so that text-only models' label tables are unchanged
+    bool made = false;
+    uint32_t pixels, projector_out, projector_gelu, features, mask, spliced, grad_features, grad_projector;
+  };
+  VisionLabels vision_labels_{};
 
   // encoder_decoder.cpp: T5ForConditionalGeneration, encoder on the source length, decoder on the target length.
   void forward_encdec(InFlight& f);

@@ -648,6 +648,62 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   if (c.data.varies()) refuse("data.lengths", std::string("must be fixed") + for_programs + ": its inputs have the shapes the program declares");
 }
 
+// A vision-language model (model.vision_tower, vision_step.cpp): a CLIP tower program before a built-in decoder, with
+// the layouts and loops the tower's splice is modelled in. Each refusal names its field; every value is kept.
+void validate_vision(const Config& c, std::vector<FieldError>& e) {
+  const auto& m = c.model;
+  if (m.vision_tower.empty()) {
+    if (!m.vision_tower_args.empty())
+      e.push_back({"model.vision_tower_args", "model.vision_tower_args needs model.vision_tower (a tower program); clear it or choose clip_vision"});
+    return;
+  }
+  std::shared_ptr<const Architecture> tower;
+  for (auto err : decode_architecture(m.vision_tower, m.vision_tower_args, tower)) {
+    // The decoder names the program's own fields; here the program is the tower.
+    const bool args = err.field == "model.architecture_args";
+    const std::string field = args ? "model.vision_tower_args" : "model.vision_tower";
+    std::string msg = err.message;
+    // (the _args name first: after it, every "model.architecture" left is the program's own)
+    for (auto [from, to] : {std::pair<std::string, std::string>{"model.architecture_args", "model.vision_tower_args"},
+                            {"model.architecture", "model.vision_tower"}})
+      for (size_t at = msg.find(from); at != std::string::npos; at = msg.find(from, at + to.size())) msg.replace(at, from.size(), to);
+    e.push_back({field, msg});
+  }
+  if (!tower) return;
+  const auto& types = tower->model_types;
+  if (std::find(types.begin(), types.end(), "clip_vision_model") == types.end()) {
+    e.push_back({"model.vision_tower", "model.vision_tower must be a CLIP vision program (clip_vision), as LLaVA-1.5 "
+                                       "uses; got " + tower->name + " (SigLIP and Qwen2-VL towers are not modelled yet)"});
+    return;
+  }
+  const auto& t = c.training;
+  const auto& p = c.parallel;
+  const std::string vlm = " with a vision tower (model.vision_tower)";
+  if (!m.architecture.empty() || m.is_encoder_decoder || m.head() != TaskHead::CausalLm || m.post_layernorm)
+    e.push_back({"model.vision_tower", "model.vision_tower goes before a built-in decoder language model (causal_lm; not a "
+                                       "program, an encoder-decoder or an encoder)"});
+  if (t.goal() != Objective::Sft)
+    e.push_back({"training.objective", "training.objective must be sft" + vlm + ": preference and RL steps are modelled "
+                                       "for text-only models"});
+  if (p.tensor_parallel_size > 1 || p.pipeline_parallel_size > 1 || p.context_parallel_size > 1 || p.expert_parallel_size > 1 ||
+      p.sequence_parallel)
+    e.push_back({"parallel.tensor_parallel_size", "parallel: tensor, pipeline, context and expert parallel sizes must be 1 "
+                                                  "and sequence_parallel off" + vlm + " (data parallelism, ZeRO and FSDP are modelled)"});
+  if (t.framework != "hf_trainer" && t.framework != "hf_loop" && t.framework != "deepspeed")
+    e.push_back({"training.framework", "training.framework must be hf_trainer, hf_loop or deepspeed" + vlm +
+                                       " (transformers' LlavaForConditionalGeneration, as LLaVA, TRL, ms-swift and "
+                                       "LLaMA-Factory train it); got " + t.framework});
+  if (t.eval_batch_size > 0)
+    e.push_back({"training.eval_batch_size", "training.eval_batch_size must be 0" + vlm + ": the evaluation pass does not "
+                                             "run the tower yet"});
+  const int64_t image_tokens = vision_image_tokens(m);
+  const int64_t needed = image_tokens > 0 && c.data.images_per_sample > 0 ? image_tokens * c.data.images_per_sample : 0;
+  if (needed > 0 && t.sequence_length <= needed)
+    e.push_back({"training.sequence_length", "training.sequence_length counts the image tokens" + vlm + ": it must be above " +
+                                             std::to_string(needed) + " (" + std::to_string(c.data.images_per_sample) +
+                                             " x " + std::to_string(image_tokens) + "); got " + std::to_string(t.sequence_length)});
+}
+
 // An evaluation pass (eval_step.cpp) runs the decoder's own no-grad forward and loss on one device's whole model.
 void validate_evaluation(const Config& c, std::vector<FieldError>& e) {
   const auto& t = c.training;
@@ -736,6 +792,7 @@ std::vector<FieldError> validate(const Config& c) {
   validate_peft(c, e);
   validate_encoder_decoder(c, e);
   validate_architecture(c, e);
+  validate_vision(c, e);
   validate_unsloth(c, e);
   validate_attention(c, e);
   validate_evaluation(c, e);

@@ -106,6 +106,7 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
         changed |= int_input("model.max_position_embeddings", m.max_position_embeddings, 128);
       ImGui::TreePop();
     }
+    changed |= draw_vision_tower(c);  // panel_vision.cpp
   }
   auto& t = c.training;
   if (details && section("Training")) {  // micro-batch and sequence length are the question's

@@ -70,6 +70,9 @@ bool take_work_left();
 // The Model section of a model program (model.architecture): the program, its arguments, the way back to the
 // built-in families. Returns true when the config changed.
 bool draw_program_model(ModelConfig& m);
+// The Model section's vision tower (a vision-language model in LLaVA's layout), its arguments, the projector's depth
+// and the images per sample. Returns true when the config changed.
+bool draw_vision_tower(Config& config);
 
 // Parallelism and hardware inputs. Returns true when the config changed.
 bool draw_parallel_inputs(Config& config);

@@ -39,7 +39,8 @@ TEST_CASE("every supported preset counts its published total", "[catalog]") {
     }
     Config c;
     c.model = p.model;
-    c.training.sequence_length = 512;
+    // A vision-language model's sequence holds an image's 576 tokens as well.
+    c.training.sequence_length = p.model.vision_tower.empty() ? 512 : 1024;
     c.training.micro_batch_size = 1;
     Result r = simulate(c);
     CHECK(r.ok);

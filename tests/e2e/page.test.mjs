@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { decodePng, distinctColors, share } from "./png.mjs";
@@ -96,6 +96,25 @@ test("a dropped timm config.json becomes a CNN program: its inputs, a short link
   assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
   assert.equal(fromPage.params_total, 25557032 - 2049 * 900);
   await page.screenshot({ path: path.join(shots, "timm-resnet50-1280x720.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("a dropped LLaVA config.json becomes a vision-language model: its tower, a short link and the CLI's numbers", async () => {
+  const { page, errors } = await openPage();
+  const llava = readFileSync(path.join(root, "tests/data/hf/llava-1.5-7b-hf.json"), "utf8");
+  await page.evaluate((t) => window.memsim.loadText(t, "config.json"), llava);
+  await until(page, async () => {}, () => window.memsim.state().config.model.vision_tower === "clip_vision");
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.equal(state.config.model.hidden_size, 4096);
+  assert.ok(state.config.model.vision_tower_args.includes("image_size=336"), state.config.model.vision_tower_args);
+  const hash = await page.evaluate(() => window.location.hash);
+  assert.ok(hash.length < 400, "a short link: " + hash);
+  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
+  const fromCli = cliEstimate(JSON.stringify(state.config));
+  assert.equal(fromPage.params_total, 7063427072);
+  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  await page.screenshot({ path: path.join(shots, "llava-config-1280x720.png") });
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -230,7 +249,10 @@ test("the page's numbers equal the CLI's for every preset (wasm and native agree
     .map((l) => l.split(/\s+/)[0]).filter((id) => !generated.includes(id) || generated.indexOf(id) % 8 === 0);
   assert.ok(ids.length >= 70);
   for (const id of ids) {
-    const config = cliConfig(["--preset", id, "--set", "training.sequence_length=512"]);
+    // A vision-language model's sequence holds an image's 576 tokens as well: 512 is refused there.
+    const length = (n) => cliConfig(["--preset", id, "--set", "training.sequence_length=" + n]);
+    let config;
+    try { config = length(512); } catch { config = length(1024); }
     const fromCli = cliEstimate(config);
     const fromPage = await page.evaluate((c) => window.memsim.estimate(c), config);
     assert.deepEqual(fromPage.devices, fromCli.devices, id);

@@ -221,6 +221,8 @@ MEMSIM_MODEL_FIELDS = {
     "is_encoder_decoder": False, "num_decoder_layers": 0, "relative_attention_num_buckets": 32,
     # A model program (memsim's src/core/architecture.h); the harness trains the built-in families only.
     "architecture": "", "architecture_args": "",
+    # A vision-language model's tower and projector (model.vision_tower); the harness trains text-only models.
+    "vision_tower": "", "vision_tower_args": "", "projector_depth": 2,
 }
 # Older and model-specific HF names memsim reads as its own (serialize.cpp kAliases).
 ALIASES = {

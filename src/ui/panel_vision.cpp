@@ -1,0 +1,72 @@
+// The Model section's vision tower: a vision-language model in LLaVA's layout (core/config.h
+// ModelConfig::vision_tower; core/vision_step.cpp). The tower is a built-in program, run frozen on each sample's
+// images; its arguments, the projector's depth and the images per sample follow. A summary line says what one image
+// costs in the sequence and what the tower and the projector weigh.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <memory>
+#include <string>
+
+#include "core/architecture.h"
+#include "panels.h"
+
+namespace memsim::ui {
+
+namespace {
+
+// LLaVA-1.5's tower, openai/clip-vit-large-patch14-336 (the llava-1.5 presets' vision_config): what choosing CLIP
+// sets, where the arguments were empty, rather than the program's own defaults (ViT-B/32 at 224).
+constexpr const char* kLlavaTowerArgs =
+    "hidden_size=1024,num_hidden_layers=24,num_attention_heads=16,intermediate_size=4096,image_size=336,patch_size=14";
+
+}  // namespace
+
+bool draw_vision_tower(Config& c) {
+  if (!subsection("Vision tower (LLaVA)")) return false;
+  ModelConfig& m = c.model;
+  bool changed = false;
+  const FieldSpec& tower = field_spec("model.vision_tower");
+  int on = m.vision_tower.empty() ? 0 : 1;
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  if (index_combo(tower.label.data(), on, {"none (text only)", "CLIP (clip_vision)"})) {
+    if (on == 0) {
+      m.vision_tower.clear(), m.vision_tower_args.clear();
+    } else {
+      m.vision_tower = "clip_vision";
+      if (m.vision_tower_args.empty()) m.vision_tower_args = kLlavaTowerArgs;
+    }
+    changed = true;
+  }
+  announce_focus(focus_words(tower.label.data(), on ? "CLIP, list" : "none, list", "model.vision_tower", tower.help.data()));
+  help_marker(tower.help.data(), item_has_keyboard_focus());
+  field_error("model.vision_tower");
+  if (!m.vision_tower.empty()) {
+    // Decoded once per change of the tower or its arguments: the page redraws many frames of one setup.
+    static std::string decoded_spec, decoded_args, summary;
+    if (decoded_spec != m.vision_tower || decoded_args != m.vision_tower_args) {
+      decoded_spec = m.vision_tower, decoded_args = m.vision_tower_args;
+      std::shared_ptr<const Architecture> a;
+      decode_architecture(m.vision_tower, m.vision_tower_args, a);
+      summary.clear();
+      if (a) {
+        summary = "Each image is " + std::to_string(vision_image_tokens(m)) + " tokens of the sequence (" +
+                  std::to_string(a->repeat) + " blocks of width " +
+                  std::to_string(static_cast<int64_t>(architecture_value(*a, "hidden_size"))) + ", frozen, under no_grad).";
+      }
+    }
+    if (!summary.empty()) ImGui::TextWrapped("%s", summary.c_str());
+    const FieldSpec& args = field_spec("model.vision_tower_args");
+    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+    changed |= ImGui::InputText(args.label.data(), &m.vision_tower_args);
+    announce_text_input(args.label.data(), m.vision_tower_args, args.help.data());
+    help_marker(args.help.data(), item_has_keyboard_focus());
+    field_error("model.vision_tower_args");
+    changed |= int_input("model.projector_depth", m.projector_depth, 1);
+    changed |= int_input("data.images_per_sample", c.data.images_per_sample, 1);
+  }
+  ImGui::TreePop();
+  return changed;
+}
+
+}  // namespace memsim::ui

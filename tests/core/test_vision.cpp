@@ -1,0 +1,179 @@
+// A vision-language model in LLaVA's layout (model.vision_tower, src/core/vision_step.cpp): the tower's weights and
+// its no_grad forward, the projector's saved tensors and gradients, the splice, the HF config.json import and the
+// field errors.
+#include <catch2/catch.hpp>
+
+#include "core/architecture.h"
+#include "core/catalog.h"
+#include "core/model.h"
+#include "core/validate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+// LLaVA-1.5-7B with LoRA on one GPU under the HF Trainer, pure bf16, no checkpointing.
+Config llava(int64_t micro_batch = 2, int64_t sequence = 1024) {
+  const ModelPreset* p = find_model_preset("llava-1.5-7b");
+  REQUIRE(p != nullptr);
+  Config c;
+  c.model = p->model;
+  c.training.micro_batch_size = micro_batch;
+  c.training.sequence_length = sequence;
+  c.training.gradient_accumulation_steps = 1;
+  c.training.framework = "hf_trainer";
+  c.training.precision = "bf16_pure";
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "sdpa";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  c.peft.method = "lora";
+  return c;
+}
+
+bool has_error(const Config& c, const std::string& field) {
+  for (const auto& e : validate(c))
+    if (e.field == field) return true;
+  return false;
+}
+
+constexpr int64_t kTowerParams = 303507456;     // CLIPVisionModel of clip-vit-large-patch14-336
+constexpr int64_t kProjectorParams = 20979712;  // 1024 x 4096 + 4096 + 4096 x 4096 + 4096
+
+}  // namespace
+
+TEST_CASE("LLaVA-1.5-7B counts the published total: decoder, tower and projector", "[vision]") {
+  const Config c = llava();
+  const ModelShape s = model_shape_of(c.model);
+  CHECK(s.params_total == 7063427072);
+  int64_t tower = 0, projector = 0;
+  for (const auto& t : s.pre) {
+    if (t.part == ParamTensor::Part::VisionTower) {
+      tower += t.numel;
+      CHECK(t.frozen);
+    }
+    if (t.part == ParamTensor::Part::Projector) {
+      projector += t.numel;
+      CHECK(!t.frozen);
+    }
+  }
+  CHECK(tower == kTowerParams);
+  CHECK(projector == kProjectorParams);
+  CHECK(s.image_tokens == 576);
+  CHECK(s.projector_widths == std::vector<int64_t>{1024, 4096, 4096});
+}
+
+TEST_CASE("LoRA leaves the tower and the projector alone: the projector trains in full, the tower not at all", "[vision]") {
+  Config c = llava();
+  c.peft.target_modules = "q_proj,k_proj,v_proj";  // names CLIP's attention uses too; LLaVA's targets skip the tower
+  ModelShape s = model_shape_of(c.model);
+  apply_peft(s, c.peft);
+  for (const auto& t : s.pre) {
+    CHECK(t.name.find("lora_") == std::string::npos);
+    if (t.part == ParamTensor::Part::Projector) CHECK(!t.frozen);
+  }
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  const int64_t lora = 32 * 3 * (8 * 4096 + 4096 * 8);  // r = 8 on q, k and v of the decoder's 32 layers
+  CHECK(r.params_trainable == lora + kProjectorParams);
+}
+
+TEST_CASE("the tower runs under no_grad and keeps its hidden states only until the projector has read them", "[vision]") {
+  const Config c = llava(2, 1024);
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& p = r.devices[0].program;
+  const int64_t hidden = 2 * 577 * 1024 * 2;  // two images' [577, 1024] bf16 hidden state
+  // output_hidden_states: every block's output is alive at once before the projector runs ...
+  CHECK(live(p, "backward", "vision tower block y", true) == 24 * hidden);
+  // ... and at the end of the forward only the second-to-last, which linear_1 saves (its patch rows are a view).
+  CHECK(live(p, "backward", "vision tower block y") == hidden);
+  CHECK(live(p, "backward", "vision tower embeddings") == 0);
+  // The projector saves linear_1's output for GELU and GELU's output for linear_2: [2 x 576, 4096] bf16 each.
+  CHECK(live(p, "backward", "projector linear output") == 2 * 576 * 4096 * 2);
+  CHECK(live(p, "backward", "projector GELU output") == 2 * 576 * 4096 * 2);
+  CHECK(live(p, "backward", "image token mask") == 2 * 1024);
+  // The pixels (fp32 [3, 336, 336] per image) stay with the batch until its backward; nothing of the tower or the
+  // projector outlives the step.
+  CHECK(live(p, "backward", "pixel values") == 2 * 3 * 336 * 336 * 4);
+  for (const char* label : {"vision tower", "projector", "image", "pixel values", "gradient of the image"})
+    CHECK(live(p, "optimizer", label) == 0);
+  // The tower's weights are frozen bf16 weights; the projector holds gradients and Adam's states.
+  CHECK(has_label(p, "gradient of the image features"));
+}
+
+TEST_CASE("a VLM costs its text-only decoder plus the tower, the projector and their tensors", "[vision]") {
+  Config vlm = llava(2, 1024);
+  Config text = vlm;
+  text.model.vision_tower.clear();
+  text.model.vision_tower_args.clear();
+  const Result a = simulate(vlm), b = simulate(text);
+  REQUIRE(a.ok);
+  REQUIRE(b.ok);
+  const int64_t weights = live_bytes_before_phase(a.devices[0].program, "forward", Component::Weights) -
+                          live_bytes_before_phase(b.devices[0].program, "forward", Component::Weights);
+  CHECK(weights >= (kTowerParams + kProjectorParams) * 2);
+  CHECK(weights < (kTowerParams + kProjectorParams) * 2 + (int64_t{8} << 20));  // allocator rounding per tensor
+  const int64_t more = a.devices[0].peak.allocated_bytes - b.devices[0].peak.allocated_bytes;
+  CHECK(more > weights);
+  CHECK(more < weights + (int64_t{256} << 20));  // the projector's states and saved tensors, at this size
+}
+
+TEST_CASE("with no images in the batch the tower holds its weights but does not run", "[vision]") {
+  Config c = llava();
+  c.data.images_per_sample = 0;
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK_FALSE(has_label(r.devices[0].program, "vision tower"));
+  CHECK_FALSE(has_label(r.devices[0].program, "pixel values"));
+}
+
+TEST_CASE("the tower goes with one image per sample per 576 tokens, and the other settings are refused by field", "[vision]") {
+  Config c = llava(1, 577);
+  CHECK(validate(c).empty());
+  c.training.sequence_length = 576;
+  CHECK(has_error(c, "training.sequence_length"));
+  c.training.sequence_length = 2048;
+  c.data.images_per_sample = 4;
+  CHECK(has_error(c, "training.sequence_length"));
+  c.data.images_per_sample = 1;
+
+  Config other = llava();
+  other.model.vision_tower = "vit";
+  CHECK(has_error(other, "model.vision_tower"));
+  other.model.vision_tower = "no_such_program";
+  CHECK(has_error(other, "model.vision_tower"));
+  other = llava();
+  other.model.vision_tower_args = "num_attention_heads=7";  // 7 heads do not divide 1024
+  CHECK(has_error(other, "model.vision_tower_args"));
+  other = llava();
+  other.model.vision_tower.clear();
+  CHECK(has_error(other, "model.vision_tower_args"));
+  other = llava();
+  other.parallel.pipeline_parallel_size = 2;
+  CHECK(has_error(other, "parallel.tensor_parallel_size"));
+  other = llava();
+  other.training.objective = "dpo";
+  CHECK(has_error(other, "training.objective"));
+  other = llava();
+  other.training.framework = "torchtune";
+  CHECK(has_error(other, "training.framework"));
+}
+
+TEST_CASE("an HF llava config.json imports as the decoder with its CLIP tower", "[vision][hf]") {
+  const Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/llava-1.5-7b-hf.json")));
+  REQUIRE(p.ok);
+  const ModelConfig& m = p.config.model;
+  CHECK(m.vision_tower == "clip_vision");
+  CHECK(architecture_arg(m.vision_tower_args, "image_size", 0) == 336);
+  CHECK(architecture_arg(m.vision_tower_args, "patch_size", 0) == 14);
+  CHECK(architecture_arg(m.vision_tower_args, "num_hidden_layers", 0) == 24);
+  CHECK(m.hidden_size == 4096);  // LlamaConfig's default, which the text_config leaves out
+  CHECK(m.num_hidden_layers == 32);
+  CHECK(m.vocab_size == 32064);
+  CHECK(model_shape_of(m).params_total == 7063427072);
+  bool noted = false;
+  for (const auto& n : p.notes) noted |= n.find("LlamaConfig's defaults") != std::string::npos;
+  CHECK(noted);
+}
