@@ -180,6 +180,10 @@ struct TrainingConfig {
   // micro-batch of micro_batch_size pairs runs as one forward of 2 x micro_batch_size sequences of sequence_length
   // (each pair padded to its longer sequence, prompt included).
   std::string objective = "sft";
+  // A vision-language model's projector (ModelConfig::vision_tower): auto (trained without PEFT; frozen under PEFT,
+  // which freezes the whole base model unless modules_to_save names it, as TRL's and ms-swift's LoRA runs leave it),
+  // true (LLaVA's own scripts build the projector after get_peft_model and train it in every stage) or false.
+  std::string train_projector = "auto";
   // auto (copy for full fine-tuning, adapter_disabled under PEFT, none for orpo and simpo), copy (a frozen second
   // model), adapter_disabled (the policy with its adapters off), precomputed (precompute_ref_log_probs: no
   // reference during training) or none (reference-free).

@@ -332,6 +332,15 @@ int64_t trainable_numel(const ModelShape& s) {
   return n;
 }
 
+bool projector_trains(const TrainingConfig& t, const PeftConfig& peft) {
+  return t.train_projector == "true" || (t.train_projector == "auto" && !peft.enabled());
+}
+
+void apply_projector_training(ModelShape& s, bool trains) {
+  for (auto& t : s.pre)
+    if (t.part == ParamTensor::Part::Projector) t.frozen = !trains;
+}
+
 void mark_unit_gradients(ModelShape& s) {
   auto mark = [](std::vector<std::vector<ParamTensor>*> unit) {
     bool trains = false;

@@ -126,6 +126,10 @@ void apply_tensor_parallel(ModelShape& shape, const ModelConfig& m, int64_t t);
 // stay whole).
 void apply_expert_parallel(ModelShape& shape, int64_t ep);
 int64_t trainable_numel(const ModelShape& s);
+// A vision-language model's projector trains (training.train_projector; auto: unless PEFT freezes the base): its
+// tensors' frozen flags follow. Nothing changes without a tower.
+bool projector_trains(const TrainingConfig& t, const PeftConfig& peft);
+void apply_projector_training(ModelShape& shape, bool trains);
 
 // The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"), as PEFT targets it.
 std::string module_name(const std::string& param_name);

@@ -11,7 +11,8 @@
 // - hidden_states[vision_feature_layer = -2][:, 1:] (the 'default' strategy drops the class token): a view of the
 //   second-to-last block's output, which the projector's first linear saves, so that output stays until backward;
 // - multi_modal_projector: linear_1, GELU, linear_2 (LLaVA's mlp2x_gelu; projector_depth linears with GELU
-//   between), trained: each linear saves its input for its weight's gradient and GELU saves its input;
+//   between); where it trains (training.train_projector), each linear saves its input for its weight's gradient
+//   and GELU saves its input, and where it is frozen nothing of it is kept;
 // - inputs_embeds.masked_scatter(special_image_mask, image_features): a new [batch, sequence, hidden] tensor, the
 //   decoder's first residual. Its backward reads only the mask (masked_select of the gradient for the features,
 //   masked_fill for the embeddings), so neither input is kept.
@@ -71,7 +72,10 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
 
   // vision_feature_layer -2; its patch rows are a view, which linear_1 saves (its weight trains).
   const uint32_t selected = hidden.size() >= 2 ? hidden[hidden.size() - 2] : hidden.back();
-  const bool grad = !no_grad_;
+  // A frozen projector (training.train_projector) reads tensors that need no gradient: nothing is saved.
+  bool trains = false;
+  for (const auto& t : shape_.pre) trains |= t.part == ParamTensor::Part::Projector && has_grad(t);
+  const bool grad = !no_grad_ && trains;
   if (grad) {
     program_.recategorize(selected, Component::Activations);
     f.vision_saved.push_back(selected);

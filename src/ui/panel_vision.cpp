@@ -63,6 +63,8 @@ bool draw_vision_tower(Config& c) {
     help_marker(args.help.data(), item_has_keyboard_focus());
     field_error("model.vision_tower_args");
     changed |= int_input("model.projector_depth", m.projector_depth, 1);
+    changed |= choice_combo("training.train_projector", c.training.train_projector,
+                            c.peft.enabled() ? "frozen: PEFT freezes the base" : "trained: no PEFT");
     changed |= int_input("data.images_per_sample", c.data.images_per_sample, 1);
   }
   ImGui::TreePop();

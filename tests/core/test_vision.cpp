@@ -64,7 +64,7 @@ TEST_CASE("LLaVA-1.5-7B counts the published total: decoder, tower and projector
   CHECK(s.projector_widths == std::vector<int64_t>{1024, 4096, 4096});
 }
 
-TEST_CASE("LoRA leaves the tower and the projector alone: the projector trains in full, the tower not at all", "[vision]") {
+TEST_CASE("LoRA leaves the tower and the projector alone; the projector trains where it is asked to", "[vision]") {
   Config c = llava();
   c.peft.target_modules = "q_proj,k_proj,v_proj";  // names CLIP's attention uses too; LLaVA's targets skip the tower
   ModelShape s = model_shape_of(c.model);
@@ -73,14 +73,29 @@ TEST_CASE("LoRA leaves the tower and the projector alone: the projector trains i
     CHECK(t.name.find("lora_") == std::string::npos);
     if (t.part == ParamTensor::Part::Projector) CHECK(!t.frozen);
   }
-  const Result r = simulate(c);
-  REQUIRE(r.ok);
   const int64_t lora = 32 * 3 * (8 * 4096 + 4096 * 8);  // r = 8 on q, k and v of the decoder's 32 layers
+  // auto under PEFT: frozen with the base (TRL, ms-swift); true: LLaVA's scripts train it beside the adapters.
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == lora);
+  // It runs in forward and keeps nothing for backward, nor does the tower's selected hidden state stay.
+  CHECK(live(r.devices[0].program, "backward", "projector") == 0);
+  CHECK(live(r.devices[0].program, "backward", "vision tower") == 0);
+  c.training.train_projector = "true";
+  r = simulate(c);
+  REQUIRE(r.ok);
   CHECK(r.params_trainable == lora + kProjectorParams);
+  // Without PEFT the projector trains with the decoder (auto), and the tower stays frozen.
+  Config full = llava();
+  full.peft.method = "none";
+  r = simulate(full);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == r.params_total - kTowerParams);
 }
 
 TEST_CASE("the tower runs under no_grad and keeps its hidden states only until the projector has read them", "[vision]") {
-  const Config c = llava(2, 1024);
+  Config c = llava(2, 1024);
+  c.training.train_projector = "true";
   const Result r = simulate(c);
   REQUIRE(r.ok);
   const StepProgram& p = r.devices[0].program;
@@ -105,6 +120,7 @@ TEST_CASE("the tower runs under no_grad and keeps its hidden states only until t
 
 TEST_CASE("a VLM costs its text-only decoder plus the tower, the projector and their tensors", "[vision]") {
   Config vlm = llava(2, 1024);
+  vlm.training.train_projector = "true";
   Config text = vlm;
   text.model.vision_tower.clear();
   text.model.vision_tower_args.clear();

@@ -51,6 +51,7 @@ MEMSIM_DEFAULTS = {
         "softmax_saves_input": "auto",
         "empty_cache_steps": -1,
         "objective": "sft",
+        "train_projector": "auto",
         "reference_model": "auto",
         "nll_alpha": 0.0,
         "num_generations": 8,
