@@ -847,6 +847,9 @@ void attach_vision_tower(ModelShape& s, const ModelConfig& m) {
   add_tower(t.pre, "");
   for (int64_t l = 0; l < t.num_layers; ++l) add_tower(t.params_of(l), std::to_string(l));
   add_tower(t.post, "");
+  s.tower_embeddings = t.pre, s.tower_block = t.layer, s.tower_head = t.post;
+  for (auto* list : {&s.tower_embeddings, &s.tower_block, &s.tower_head})
+    for (auto& p : *list) p.frozen = true, p.part = ParamTensor::Part::VisionTower;
   const int64_t width = static_cast<int64_t>(architecture_value(*tower, "hidden_size"));
   s.projector_widths = {width};
   for (int64_t i = 0; i < m.projector_depth; ++i) s.projector_widths.push_back(m.hidden_size);

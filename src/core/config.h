@@ -184,6 +184,9 @@ struct TrainingConfig {
   // which freezes the whole base model unless modules_to_save names it, as TRL's and ms-swift's LoRA runs leave it),
   // true (LLaVA's own scripts build the projector after get_peft_model and train it in every stage) or false.
   std::string train_projector = "auto";
+  // ... and whether its vision tower trains in full (TRL's full fine-tuning of llava-hf freezes nothing unless told;
+  // LLaVA, ms-swift's freeze_vit and LLaMA-Factory's freeze_vision_tower keep it frozen: the default).
+  bool train_vision_tower = false;
   // auto (copy for full fine-tuning, adapter_disabled under PEFT, none for orpo and simpo), copy (a frozen second
   // model), adapter_disabled (the policy with its adapters off), precomputed (precompute_ref_log_probs: no
   // reference during training) or none (reference-free).

@@ -336,9 +336,13 @@ bool projector_trains(const TrainingConfig& t, const PeftConfig& peft) {
   return t.train_projector == "true" || (t.train_projector == "auto" && !peft.enabled());
 }
 
-void apply_projector_training(ModelShape& s, bool trains) {
-  for (auto& t : s.pre)
-    if (t.part == ParamTensor::Part::Projector) t.frozen = !trains;
+void apply_vision_training(ModelShape& s, bool projector, bool tower) {
+  for (auto& t : s.pre) {
+    if (t.part == ParamTensor::Part::Projector) t.frozen = !projector;
+    if (t.part == ParamTensor::Part::VisionTower) t.frozen = !tower;
+  }
+  for (auto* list : {&s.tower_embeddings, &s.tower_block, &s.tower_head})
+    for (auto& t : *list) t.frozen = !tower;
 }
 
 void mark_unit_gradients(ModelShape& s) {

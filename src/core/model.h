@@ -67,6 +67,9 @@ struct ModelShape {
   std::shared_ptr<const Architecture> vision_tower;
   int64_t image_tokens = 0;
   std::vector<int64_t> projector_widths;  // tower width, hidden_size, ..., hidden_size (projector_depth + 1 entries)
+  // The tower's tensors per program stage as its program names them (its embeddings, a block, its head): what the
+  // step builder looks up while it runs the tower (program_params). Their frozen flags follow those in `pre`.
+  std::vector<ParamTensor> tower_embeddings, tower_block, tower_head;
   // A program with several block kinds (a CNN's stages): each kind's parameters, and each layer's kind. Empty where
   // the layers share one list (`layer`, with moe_layer and the encoder-decoder lists).
   std::vector<std::vector<ParamTensor>> block_kinds;
@@ -126,10 +129,10 @@ void apply_tensor_parallel(ModelShape& shape, const ModelConfig& m, int64_t t);
 // stay whole).
 void apply_expert_parallel(ModelShape& shape, int64_t ep);
 int64_t trainable_numel(const ModelShape& s);
-// A vision-language model's projector trains (training.train_projector; auto: unless PEFT freezes the base): its
-// tensors' frozen flags follow. Nothing changes without a tower.
+// A vision-language model's projector trains (training.train_projector; auto: unless PEFT freezes the base), and its
+// tower (training.train_vision_tower): the tensors' frozen flags follow. Nothing changes without a tower.
 bool projector_trains(const TrainingConfig& t, const PeftConfig& peft);
-void apply_projector_training(ModelShape& shape, bool trains);
+void apply_vision_training(ModelShape& shape, bool projector, bool tower);
 
 // The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"), as PEFT targets it.
 std::string module_name(const std::string& param_name);

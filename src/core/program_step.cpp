@@ -46,8 +46,8 @@ const ArchStage& StepBuilder::program_stage(ProgramStage st, int32_t layer) cons
 }
 
 const std::vector<ParamTensor>& StepBuilder::program_params(ProgramStage st, int32_t layer) const {
-  static const std::vector<ParamTensor> frozen_tower;  // a tower's tensors are frozen: none of them trains
-  if (in_tower_) return frozen_tower;
+  if (in_tower_)
+    return st == ProgramStage::Embeddings ? shape_.tower_embeddings : st == ProgramStage::Head ? shape_.tower_head : shape_.tower_block;
   return st == ProgramStage::Embeddings ? shape_.pre : st == ProgramStage::Head ? shape_.post : shape_.params_of(layer);
 }
 

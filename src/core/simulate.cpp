@@ -285,7 +285,7 @@ void set_up(Simulation::State& st) {
   shape = model_shape_of(config.model);  // a model program is decoded again: validation found no error in it
   const Resolved rs = resolve(config);
   apply_peft(shape, config.peft, rs.framework->bnb_via_lightning);
-  apply_projector_training(shape, projector_trains(config.training, config.peft));
+  apply_vision_training(shape, projector_trains(config.training, config.peft), config.training.train_vision_tower);
   if (fsdp1_unit_gradients(config)) mark_unit_gradients(shape);
   r.params_total = shape.params_total;
   r.params_trainable = trainable_numel(shape);

@@ -125,9 +125,17 @@ struct InFlight {
   std::vector<SavedLayer> saved;                                // per layer of this device
   std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;  // offloaded tensors (bytes, label) per layer
   std::vector<uint32_t> loss_saved, gathered_post, embed_saved, casts;
-  // A vision-language model (vision_step.cpp): the batch's pixel values and what the projector saved.
-  uint32_t pixels = UINT32_MAX;
-  std::vector<uint32_t> vision_saved;
+  // A vision-language model (vision_step.cpp): the batch's pixel values; per projector linear the input it saved, per
+  // GELU its saved input (UINT32_MAX: none); the image-token mask masked_scatter keeps. A trained tower's hidden
+  // states (each block's input, kept until that block's backward), what its stages saved, and per block whether its
+  // input requires grad and its element size.
+  uint32_t pixels = UINT32_MAX, image_mask = UINT32_MAX;
+  std::vector<uint32_t> projector_inputs, gelu_inputs;
+  std::vector<uint32_t> tower_hidden;
+  SavedLayer tower_pre;
+  std::vector<SavedLayer> tower_saved;
+  std::vector<bool> tower_req;
+  std::vector<int64_t> tower_bytes;
   uint32_t held_logits = UINT32_MAX;
   std::vector<uint32_t> graph_attrs;  // tensors its graph's nodes hold as attributes (StepBuilder::graph_attr_)
   // Encoder-decoder (encoder_decoder.cpp): what outlives one stack. enc_keep goes after the encoder's backward,
@@ -352,6 +360,8 @@ class StepBuilder {
   // images), the trained projector, and the splice of its output into the decoder's input embeddings.
   uint32_t vision_forward(InFlight& f, uint32_t embeds);
   void vision_backward(InFlight& f);
+  void tower_backward(InFlight& f, uint32_t features_grad);
+  bool tower_trains() const { return !shape_.tower_block.empty() && has_grad(shape_.tower_block.front()); }
   bool in_tower_ = false;  // program_stage and friends run the tower's program
   std::vector<std::vector<uint32_t>> tower_labels_;
   struct VisionLabels {  // made on first use, so that text-only models' label tables are unchanged

@@ -17,7 +17,12 @@
 //   decoder's first residual. Its backward reads only the mask (masked_select of the gradient for the features,
 //   masked_fill for the embeddings), so neither input is kept.
 // Backward, after the decoder's first layer: masked_select gives the features' gradient, and the projector's
-// backward runs down to linear_1, whose input needs no gradient. The tower has no backward.
+// backward runs down to linear_1, whose input needs no gradient unless the tower trains
+// (training.train_vision_tower). A trained tower runs its forward with grad (each block checkpointed where the
+// decoder's activation checkpointing is on: gradient_checkpointing_enable reaches CLIPEncoder too), and its backward
+// after the projector's: the slice's gradient into zeros of the selected hidden state, then the blocks below it, last
+// first. The last block's output feeds nothing of the loss, so its backward never runs and what it saved goes with
+// the hidden-states tuple.
 // Not modelled: the tower's weights cast by autocast under an fp32 recipe (LLaVA casts the tower to the compute
 // dtype), the 2 bytes of pixel values under DeepSpeed (the HF Trainer casts floating inputs to its dtype; memsim
 // keeps the image processor's fp32), and LLaVA's own repository splicing per sample with torch.cat and re-padding
@@ -51,62 +56,94 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   for (const auto& t : tower.inputs) pixel_bytes = add(pixel_bytes, mul(4, t.numel()));
   f.pixels = act(mul(n_images, pixel_bytes), vision_labels_.pixels, -1);
 
-  // The tower: its program's stages under no_grad, one image per sample of the program.
+  // The tower: its program's stages, one image per sample of the program; under no_grad unless it trains.
   const ActDims decoder_dims = dims_;
   const bool was_no_grad = no_grad_;
+  const bool tower_grad = !was_no_grad && tower_trains();
+  const bool tower_ckpt = tower_grad && resolved_.checkpointing != Checkpointing::None;
   dims_.b = n_images;
-  no_grad_ = true;
+  no_grad_ = !tower_grad;
   in_tower_ = true;
   SavedLayer none;
-  std::vector<uint32_t> hidden;  // BaseModelOutput.hidden_states: the embeddings' output, then each block's
-  hidden.push_back(program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, none, false, f.pixels));
-  int64_t bytes = plan_program(ProgramStage::Embeddings, -1, false, 0).bytes[static_cast<size_t>(tower.embeddings.output)];
+  std::vector<uint32_t>& hidden = f.tower_hidden;  // BaseModelOutput.hidden_states: the embeddings', then each block's
+  hidden.clear();
+  f.tower_pre = {};
+  f.tower_saved.assign(static_cast<size_t>(tower.repeat), SavedLayer{});
+  f.tower_req.assign(static_cast<size_t>(tower.repeat), false);
+  f.tower_bytes.assign(static_cast<size_t>(tower.repeat), 0);
+  hidden.push_back(program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, tower_grad ? f.tower_pre : none, false, f.pixels));
+  const ProgramPlan emb = plan_program(ProgramStage::Embeddings, -1, false, 0);
+  bool req = emb.req[static_cast<size_t>(tower.embeddings.output)];
+  int64_t bytes = emb.bytes[static_cast<size_t>(tower.embeddings.output)];
   for (int64_t l = 0; l < tower.repeat; ++l) {
     const int32_t li = static_cast<int32_t>(l);
-    hidden.push_back(program_forward(ProgramStage::Block, li, hidden.back(), false, bytes, none, false, UINT32_MAX));
-    bytes = plan_program(ProgramStage::Block, li, false, bytes).bytes[static_cast<size_t>(tower.block_of(l).output)];
+    const size_t i = static_cast<size_t>(l);
+    f.tower_req[i] = req, f.tower_bytes[i] = bytes;
+    // The block's input is the caller's (the hidden-states tuple holds it); a checkpoint keeps it for the recompute.
+    if (tower_ckpt) no_grad_ = true;
+    hidden.push_back(program_forward(ProgramStage::Block, li, hidden.back(), req, bytes, tower_grad && !tower_ckpt ? f.tower_saved[i] : none,
+                                     false, UINT32_MAX));
+    if (tower_ckpt) no_grad_ = false;
+    const ProgramPlan blk = plan_program(ProgramStage::Block, li, req, bytes);
+    req = blk.req[static_cast<size_t>(tower.block_of(l).output)];
+    bytes = blk.bytes[static_cast<size_t>(tower.block_of(l).output)];
   }
   in_tower_ = false;
   no_grad_ = was_no_grad;
   dims_ = decoder_dims;
 
-  // vision_feature_layer -2; its patch rows are a view, which linear_1 saves (its weight trains).
+  // vision_feature_layer -2: a view of its patch rows. The projector saves what its backward reads: each linear its
+  // input where its weight trains (the first one's is the view, whose base stays), each GELU its input where a
+  // gradient flows through it (a trained projector, or a trained tower below it).
   const uint32_t selected = hidden.size() >= 2 ? hidden[hidden.size() - 2] : hidden.back();
-  // A frozen projector (training.train_projector) reads tensors that need no gradient: nothing is saved.
-  bool trains = false;
-  for (const auto& t : shape_.pre) trains |= t.part == ParamTensor::Part::Projector && has_grad(t);
-  const bool grad = !no_grad_ && trains;
-  if (grad) {
-    program_.recategorize(selected, Component::Activations);
-    f.vision_saved.push_back(selected);
-  }
+  bool weights = false;
+  for (const auto& t : shape_.pre) weights |= t.part == ParamTensor::Part::Projector && has_grad(t);
+  weights = weights && !no_grad_;
+  const bool flows = !no_grad_ && (weights || tower_grad);
   const int64_t rows = mul(n_images, shape_.image_tokens);
   const auto& widths = shape_.projector_widths;
   const size_t depth = widths.size() - 1;
+  f.projector_inputs.assign(depth, UINT32_MAX);
+  f.gelu_inputs.assign(depth > 0 ? depth - 1 : 0, UINT32_MAX);
+  if (weights) {
+    if (!tower_grad) program_.recategorize(selected, Component::Activations);
+    f.projector_inputs[0] = selected;
+  }
   uint32_t x = UINT32_MAX;  // the running projector tensor (UINT32_MAX: the selected view)
   for (size_t i = 0; i < depth; ++i) {
     const int64_t out = widths[i + 1];
-    if (i > 0) {  // GELU between linears: saves its input (the previous linear's output)
+    if (i > 0) {  // GELU between linears, then linear i + 1 reads its output
       const uint32_t g = act(mul(dims_.e, rows, out), vision_labels_.projector_gelu, -1);
-      if (grad) f.vision_saved.push_back(x);
+      if (flows) f.gelu_inputs[i - 1] = x;
       else drop(x);
       x = g;
+      if (weights) f.projector_inputs[i] = x;
     }
     const uint32_t y = act(mul(dims_.e, rows, out), i + 1 < depth ? vision_labels_.projector_out : vision_labels_.features, -1);
-    if (i > 0) {  // this linear saves its input (the GELU output)
-      if (grad) f.vision_saved.push_back(x);
-      else drop(x);
-    }
+    if (i > 0 && !weights) drop(x);
     x = y;
   }
-  // get_image_features returns: the hidden-states tuple goes, but for the view linear_1 saved.
-  for (uint32_t h : hidden)
-    if (!grad || h != selected) drop(h);
+  // get_image_features returns: the hidden-states tuple goes. A frozen tower's states all go but the one linear_1
+  // saved; a trained tower's block inputs stay for its backward, and its last block, whose output feeds nothing,
+  // lets go of what it saved.
+  if (!tower_grad) {
+    for (uint32_t h : hidden)
+      if (!weights || h != selected) drop(h);
+    hidden.clear();
+  } else {
+    drop(hidden.back());
+    hidden.pop_back();
+    SavedLayer& last = f.tower_saved.back();
+    std::sort(last.attn.begin(), last.attn.end());
+    last.attn.erase(std::unique(last.attn.begin(), last.attn.end()), last.attn.end());
+    for (uint32_t t : last.attn) drop(t);
+    last = {};
+  }
 
   // masked_scatter: a new embeddings tensor; its backward keeps the image-token mask ([batch, sequence, 1] bools).
   const uint32_t mask = act(dims_.T, vision_labels_.mask, -1);
   const uint32_t spliced = act(mul(dims_.e_res, dims_.Tn, dims_.h), vision_labels_.spliced, -1);
-  if (grad) f.vision_saved.push_back(mask);
+  if (flows) f.image_mask = mask;
   else drop(mask);
   drop(x);
   if (std::find(embed_saved_.begin(), embed_saved_.end(), embeds) == embed_saved_.end()) drop(embeds);
@@ -115,31 +152,69 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
 
 // After the decoder's first layer: `dres`, the gradient of the spliced embeddings, stands for masked_fill's (the
 // embeddings' gradient, the same size); masked_select takes the image rows for the features. Then the projector's
-// backward, last linear first. The projector's .grad tensors are the embeddings slot's (alloc_layer_grads(-1)).
+// backward, last linear first, and a trained tower's. The projector's and the tower's .grad tensors are the
+// embeddings slot's (alloc_layer_grads(-1)).
 void StepBuilder::vision_backward(InFlight& f) {
-  if (f.vision_saved.empty()) return;
+  if (f.image_mask == UINT32_MAX) return;  // nothing of the image path needs a gradient
   const int64_t rows = mul(mul(dims_.b, cfg_.data.images_per_sample), shape_.image_tokens);
   const auto& widths = shape_.projector_widths;
   const size_t depth = widths.size() - 1;
-  // vision_saved: the selected hidden state, then per GELU its input and the next linear's input, then the mask.
-  std::vector<uint32_t>& saved = f.vision_saved;
-  const uint32_t mask = saved.back();
+  const bool tower_grad = !f.tower_hidden.empty();
   uint32_t g = tmp(mul(dims_.e_res, rows, widths[depth]), vision_labels_.grad_features, -1);
   for (size_t i = depth; i-- > 0;) {
-    if (i == 0) break;  // linear_1: its input needs no gradient, its weight's comes from g and the saved input
-    // linear i+1's input gradient, then GELU's backward over its saved input.
-    const uint32_t dx = tmp(mul(dims_.e, rows, widths[i]), vision_labels_.grad_projector, -1);
+    // Linear i + 1: its weight's gradient from g and its saved input; its input's, where one is needed.
+    const bool dx_needed = i > 0 || tower_grad;
+    const uint32_t dx = dx_needed ? tmp(mul(dims_.e, rows, widths[i]), vision_labels_.grad_projector, -1) : UINT32_MAX;
     drop(g);
-    drop(saved[2 * i]);  // linear i+1's input (the GELU output)
-    const uint32_t dg = tmp(mul(dims_.e, rows, widths[i]), vision_labels_.grad_projector, -1);
-    drop(dx);
-    drop(saved[2 * i - 1]);  // GELU's input (linear i's output)
-    g = dg;
+    const uint32_t input = f.projector_inputs[i];
+    if (input != UINT32_MAX && !(i == 0 && tower_grad)) drop(input);  // a trained tower's hidden state is its own
+    g = dx;
+    if (i > 0) {  // GELU's backward over its saved input
+      const uint32_t dg = tmp(mul(dims_.e, rows, widths[i]), vision_labels_.grad_projector, -1);
+      drop(g);
+      drop(f.gelu_inputs[i - 1]);
+      g = dg;
+    }
   }
-  drop(g);
-  drop(saved.front());  // linear_1's input: the tower's second-to-last hidden state
-  drop(mask);
-  saved.clear();
+  drop(f.image_mask);
+  f.image_mask = UINT32_MAX;
+  f.projector_inputs.clear(), f.gelu_inputs.clear();
+  if (tower_grad) tower_backward(f, g);
+}
+
+void StepBuilder::tower_backward(InFlight& f, uint32_t features_grad) {
+  const ActDims decoder_dims = dims_;
+  dims_.b = mul(dims_.b, cfg_.data.images_per_sample);
+  in_tower_ = true;
+  std::vector<uint32_t>& hidden = f.tower_hidden;  // block l's input at l; the selected state last
+  // [:, 1:]'s backward: the patch rows' gradient into zeros of the whole hidden state (slice_backward).
+  const int64_t last = static_cast<int64_t>(hidden.size()) - 1;  // the selected state: block last - 1's output
+  uint32_t g = tmp(program_.tensors[hidden[static_cast<size_t>(last)]].bytes, vision_labels_.grad_projector, -1);
+  drop(features_grad);
+  const bool ckpt = resolved_.checkpointing != Checkpointing::None;
+  for (int64_t l = last - 1; l >= 0; --l) {
+    const int32_t li = static_cast<int32_t>(l);
+    const size_t i = static_cast<size_t>(l);
+    if (ckpt) {
+      SavedLayer& re = recompute_;
+      re.attn.clear(), re.mlp.clear(), re.ops.clear();
+      const uint32_t out = program_forward(ProgramStage::Block, li, hidden[i], f.tower_req[i], f.tower_bytes[i], re, false, UINT32_MAX);
+      const bool reentrant = resolved_.checkpoint_reentrant;
+      if (!reentrant) drop(out);
+      g = program_backward(ProgramStage::Block, li, g, f.tower_req[i], f.tower_bytes[i], re);
+      if (reentrant) drop(out);
+    } else {
+      g = program_backward(ProgramStage::Block, li, g, f.tower_req[i], f.tower_bytes[i], f.tower_saved[i]);
+    }
+    drop(hidden[i + 1]);  // block l's output, read by nothing else now
+  }
+  const uint32_t d = program_backward(ProgramStage::Embeddings, -1, g, false, 0, f.tower_pre);
+  if (d != UINT32_MAX) drop(d);
+  drop(hidden.front());
+  hidden.clear();
+  f.tower_saved.clear();
+  in_tower_ = false;
+  dims_ = decoder_dims;
 }
 
 }  // namespace memsim

@@ -65,6 +65,7 @@ bool draw_vision_tower(Config& c) {
     changed |= int_input("model.projector_depth", m.projector_depth, 1);
     changed |= choice_combo("training.train_projector", c.training.train_projector,
                             c.peft.enabled() ? "frozen: PEFT freezes the base" : "trained: no PEFT");
+    changed |= check_input("training.train_vision_tower", c.training.train_vision_tower);
     changed |= int_input("data.images_per_sample", c.data.images_per_sample, 1);
   }
   ImGui::TreePop();

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include "core/architecture.h"
-#include "core/catalog.h"
 #include "core/model.h"
 #include "core/validate.h"
 #include "test_util.h"
@@ -13,21 +12,9 @@ using namespace memsim;
 
 namespace {
 
-// LLaVA-1.5-7B with LoRA on one GPU under the HF Trainer, pure bf16, no checkpointing.
+// LLaVA-1.5-7B (its HF config.json) with LoRA on one GPU under the HF Trainer, pure bf16, no checkpointing.
 Config llava(int64_t micro_batch = 2, int64_t sequence = 1024) {
-  const ModelPreset* p = find_model_preset("llava-1.5-7b");
-  REQUIRE(p != nullptr);
-  Config c;
-  c.model = p->model;
-  c.training.micro_batch_size = micro_batch;
-  c.training.sequence_length = sequence;
-  c.training.gradient_accumulation_steps = 1;
-  c.training.framework = "hf_trainer";
-  c.training.precision = "bf16_pure";
-  c.training.activation_checkpointing = "none";
-  c.training.attention = "sdpa";
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
+  Config c = single_gpu_config("llava-1.5-7b-hf.json", micro_batch, sequence);
   c.peft.method = "lora";
   return c;
 }
@@ -192,4 +179,38 @@ TEST_CASE("an HF llava config.json imports as the decoder with its CLIP tower", 
   bool noted = false;
   for (const auto& n : p.notes) noted |= n.find("LlamaConfig's defaults") != std::string::npos;
   CHECK(noted);
+}
+
+TEST_CASE("a trained tower keeps its activations, or only its blocks' inputs under checkpointing, and frees them", "[vision]") {
+  Config c = llava(2, 1024);
+  c.peft.method = "none";  // full fine-tuning: decoder and projector train (auto) ...
+  c.training.train_vision_tower = true;  // ... and the tower too, as TRL's full fine-tuning of llava-hf does
+  const int64_t hidden = 2 * 577 * 1024 * 2;  // two images' [577, 1024] bf16 hidden state
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == r.params_total);
+  const StepProgram& plain = r.devices[0].program;
+  // Without checkpointing every block keeps its activations until its backward; the last block's go with the tuple.
+  const int64_t saved = live(plain, "backward", "vision tower");
+  CHECK(saved > 23 * hidden * 4);  // per block more than its input, q, k and v
+  for (const char* label : {"vision tower", "gradient of vision tower", "projector", "image", "pixel values"})
+    CHECK(live(plain, "optimizer", label) == 0);
+  // With checkpointing (HF's covers CLIPEncoder's layers) the blocks keep their inputs: 24 hidden states (the
+  // embeddings' and blocks 0-22's outputs; the last block's output goes). The embeddings are not checkpointed: their
+  // pre-layernorm keeps its input, one more of the same size.
+  c.training.activation_checkpointing = "full";
+  r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& ckpt = r.devices[0].program;
+  CHECK(live(ckpt, "backward", "vision tower") == 25 * hidden);
+  CHECK(live(ckpt, "backward", "vision tower embeddings embedded (add)") == hidden);
+  for (const char* label : {"vision tower", "gradient of vision tower", "projector", "image", "pixel values"})
+    CHECK(live(ckpt, "optimizer", label) == 0);
+  // The tower's gradients and optimizer states: 303,507,456 more trained parameters than with it frozen.
+  Config frozen = c;
+  frozen.training.train_vision_tower = false;
+  const Result f = simulate(frozen);
+  REQUIRE(f.ok);
+  CHECK(r.params_trainable - f.params_trainable == kTowerParams);
+  CHECK(r.devices[0].peak.allocated_bytes > f.devices[0].peak.allocated_bytes);
 }

@@ -52,6 +52,7 @@ MEMSIM_DEFAULTS = {
         "empty_cache_steps": -1,
         "objective": "sft",
         "train_projector": "auto",
+        "train_vision_tower": False,
         "reference_model": "auto",
         "nll_alpha": 0.0,
         "num_generations": 8,
