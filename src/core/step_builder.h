@@ -132,6 +132,7 @@ struct InFlight {
   uint32_t pixels = UINT32_MAX, image_mask = UINT32_MAX;
   std::vector<uint32_t> projector_inputs, gelu_inputs;
   std::vector<uint32_t> tower_hidden;
+  int64_t tower_selected_bytes = 0;
   SavedLayer tower_pre;
   std::vector<SavedLayer> tower_saved;
   std::vector<bool> tower_req;
@@ -366,7 +367,8 @@ class StepBuilder {
   std::vector<std::vector<uint32_t>> tower_labels_;
   struct VisionLabels {  // made on first use, so that text-only models' label tables are unchanged
     bool made = false;
-    uint32_t pixels, projector_out, projector_gelu, features, mask, spliced, grad_features, grad_projector;
+    uint32_t pixels, projector_out, projector_gelu, features, mask, spliced, scatter_tmp, grad_features, grad_projector,
+        grad_selected;
   };
   VisionLabels vision_labels_{};
 

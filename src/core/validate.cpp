@@ -696,12 +696,37 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
   if (t.eval_batch_size > 0)
     e.push_back({"training.eval_batch_size", "training.eval_batch_size must be 0" + vlm + ": the evaluation pass does not "
                                              "run the tower yet"});
+  if (c.data.varies() && c.data.pad() == Padding::None)
+    e.push_back({"data.padding", "data.padding must be longest or max_length" + vlm + ": a padding-free batch (one "
+                                 "flattened row) is not modelled with images"});
+  if (t.train_vision_tower && c.peft.enabled())
+    e.push_back({"training.train_vision_tower", "training.train_vision_tower is modelled for full fine-tuning (peft.method "
+                                                "none): a tower trained beside adapters is not"});
   const int64_t image_tokens = vision_image_tokens(m);
   const int64_t needed = image_tokens > 0 && c.data.images_per_sample > 0 ? image_tokens * c.data.images_per_sample : 0;
+  const std::string need = std::to_string(needed) + " (" + std::to_string(c.data.images_per_sample) + " x " +
+                           std::to_string(image_tokens) + ")";
   if (needed > 0 && t.sequence_length <= needed)
     e.push_back({"training.sequence_length", "training.sequence_length counts the image tokens" + vlm + ": it must be above " +
-                                             std::to_string(needed) + " (" + std::to_string(c.data.images_per_sample) +
-                                             " x " + std::to_string(image_tokens) + "); got " + std::to_string(t.sequence_length)});
+                                             need + "; got " + std::to_string(t.sequence_length)});
+  // Every sample holds its images' tokens: a listed micro-batch or a sample shorter than that cannot be.
+  if (needed > 0 && c.data.source() == LengthsSource::MicroBatches) {
+    std::vector<int64_t> lengths;
+    if (parse_micro_batch_lengths(c.data.micro_batch_lengths, lengths).empty())
+      for (int64_t n : lengths)
+        if (n <= needed) {
+          e.push_back({"data.micro_batch_lengths", "data.micro_batch_lengths count the image tokens" + vlm +
+                                                   ": each must be above " + need + "; got " + std::to_string(n)});
+          break;
+        }
+  }
+  if (needed > 0 && c.data.source() == LengthsSource::Samples) {
+    LengthDistribution d;
+    if (parse_sample_lengths(c.data.sample_lengths, t.sequence_length, d).empty() && !d.points.empty() &&
+        d.points.front().second <= static_cast<double>(needed))
+      e.push_back({"data.sample_lengths", "data.sample_lengths count the image tokens" + vlm + ": the shortest sample (p0) "
+                                          "must be above " + need + "; give p0"});
+  }
 }
 
 // An evaluation pass (eval_step.cpp) runs the decoder's own no-grad forward and loss on one device's whole model.

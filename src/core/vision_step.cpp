@@ -46,7 +46,9 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
     l.features = program_.label("image features (the projector's output)");
     l.mask = program_.label("image token mask (saved by masked_scatter)");
     l.spliced = program_.label("input embeddings with the image features (masked_scatter)");
+    l.scatter_tmp = program_.label("masked_scatter / masked_select scratch (mask copy, prefix sum, indices)");
     l.grad_features = program_.label("gradient of the image features (masked_select)");
+    l.grad_selected = program_.label("gradient of the tower's selected hidden state (slice backward)");
     l.grad_projector = program_.label("projector backward: activation gradients");
   }
   const Architecture& tower = *shape_.vision_tower;
@@ -133,6 +135,10 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   } else {
     drop(hidden.back());
     hidden.pop_back();
+    // The selected state: linear_1 keeps it where its weight trains; else nothing does (its block's backward does
+    // not read its output), and it goes.
+    f.tower_selected_bytes = program_.tensors[selected].bytes;
+    if (!weights) drop(selected), hidden.back() = UINT32_MAX;
     SavedLayer& last = f.tower_saved.back();
     std::sort(last.attn.begin(), last.attn.end());
     last.attn.erase(std::unique(last.attn.begin(), last.attn.end()), last.attn.end());
@@ -141,8 +147,14 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   }
 
   // masked_scatter: a new embeddings tensor; its backward keeps the image-token mask ([batch, sequence, 1] bools).
+  // masked_scatter is clone() then masked_scatter_, which on CUDA makes the expanded mask contiguous (a bool per
+  // element) and an int64 prefix sum of self's size (aten/src/ATen/native/cuda/IndexKernel.cu masked_scatter__cuda:
+  // maskPrefixSum = at::empty(self.sizes(), kLong)): 9 bytes per element of the embeddings while it runs.
   const uint32_t mask = act(dims_.T, vision_labels_.mask, -1);
   const uint32_t spliced = act(mul(dims_.e_res, dims_.Tn, dims_.h), vision_labels_.spliced, -1);
+  const uint32_t mask_cont = tmp(mul(dims_.T, dims_.h), vision_labels_.scatter_tmp, -1);
+  const uint32_t prefix_sum = tmp(mul(8, dims_.T, dims_.h), vision_labels_.scatter_tmp, -1);
+  drop(prefix_sum), drop(mask_cont);
   if (flows) f.image_mask = mask;
   else drop(mask);
   drop(x);
@@ -160,7 +172,12 @@ void StepBuilder::vision_backward(InFlight& f) {
   const auto& widths = shape_.projector_widths;
   const size_t depth = widths.size() - 1;
   const bool tower_grad = !f.tower_hidden.empty();
+  // masked_scatter's backward for the features is masked_select(grad, mask): on CUDA index_out over the mask
+  // expanded to the gradient's [batch, sequence, hidden], whose nonzero() is an int64 [N, 3] index tensor for the N
+  // selected elements while the result is written.
+  const uint32_t indices = tmp(mul(24, rows, widths[depth]), vision_labels_.scatter_tmp, -1);
   uint32_t g = tmp(mul(dims_.e_res, rows, widths[depth]), vision_labels_.grad_features, -1);
+  drop(indices);
   for (size_t i = depth; i-- > 0;) {
     // Linear i + 1: its weight's gradient from g and its saved input; its input's, where one is needed.
     const bool dx_needed = i > 0 || tower_grad;
@@ -187,10 +204,12 @@ void StepBuilder::tower_backward(InFlight& f, uint32_t features_grad) {
   dims_.b = mul(dims_.b, cfg_.data.images_per_sample);
   in_tower_ = true;
   std::vector<uint32_t>& hidden = f.tower_hidden;  // block l's input at l; the selected state last
-  // [:, 1:]'s backward: the patch rows' gradient into zeros of the whole hidden state (slice_backward).
+  // [:, 1:]'s backward: the patch rows' gradient into zeros of the whole hidden state (slice_backward). The selected
+  // state itself is read by nothing from here on (its block's backward needs its input, not its output).
   const int64_t last = static_cast<int64_t>(hidden.size()) - 1;  // the selected state: block last - 1's output
-  uint32_t g = tmp(program_.tensors[hidden[static_cast<size_t>(last)]].bytes, vision_labels_.grad_projector, -1);
+  uint32_t g = tmp(f.tower_selected_bytes, vision_labels_.grad_selected, -1);
   drop(features_grad);
+  if (hidden.back() != UINT32_MAX) drop(hidden.back());
   const bool ckpt = resolved_.checkpointing != Checkpointing::None;
   for (int64_t l = last - 1; l >= 0; --l) {
     const int32_t li = static_cast<int32_t>(l);
@@ -206,11 +225,10 @@ void StepBuilder::tower_backward(InFlight& f, uint32_t features_grad) {
     } else {
       g = program_backward(ProgramStage::Block, li, g, f.tower_req[i], f.tower_bytes[i], f.tower_saved[i]);
     }
-    drop(hidden[i + 1]);  // block l's output, read by nothing else now
+    drop(hidden[i]);  // block l's input: its backward was its last reader
   }
   const uint32_t d = program_backward(ProgramStage::Embeddings, -1, g, false, 0, f.tower_pre);
   if (d != UINT32_MAX) drop(d);
-  drop(hidden.front());
   hidden.clear();
   f.tower_saved.clear();
   in_tower_ = false;

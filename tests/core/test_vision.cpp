@@ -96,6 +96,9 @@ TEST_CASE("the tower runs under no_grad and keeps its hidden states only until t
   CHECK(live(p, "backward", "projector linear output") == 2 * 576 * 4096 * 2);
   CHECK(live(p, "backward", "projector GELU output") == 2 * 576 * 4096 * 2);
   CHECK(live(p, "backward", "image token mask") == 2 * 1024);
+  // masked_scatter's contiguous mask and int64 prefix sum over the embeddings' elements, gone by backward.
+  CHECK(live(p, "backward", "masked_scatter", true) == 9 * 2 * 1024 * 4096);
+  CHECK(live(p, "backward", "masked_scatter") == 0);
   // The pixels (fp32 [3, 336, 336] per image) stay with the batch until its backward; nothing of the tower or the
   // projector outlives the step.
   CHECK(live(p, "backward", "pixel values") == 2 * 3 * 336 * 336 * 4);
@@ -162,6 +165,25 @@ TEST_CASE("the tower goes with one image per sample per 576 tokens, and the othe
   other = llava();
   other.training.framework = "torchtune";
   CHECK(has_error(other, "training.framework"));
+  other = llava();
+  other.training.train_vision_tower = true;  // beside LoRA: refused; without PEFT it is modelled
+  CHECK(has_error(other, "training.train_vision_tower"));
+  other.peft.method = "none";
+  CHECK(validate(other).empty());
+  // The data's lengths hold the images' tokens as well.
+  other = llava(1, 2048);
+  other.data.lengths = "micro_batches";
+  other.data.micro_batch_lengths = "1024,500";
+  CHECK(has_error(other, "data.micro_batch_lengths"));
+  other.data.micro_batch_lengths = "1024,700";
+  CHECK(validate(other).empty());
+  other.data.lengths = "samples";
+  other.data.sample_lengths = "p50=800,p100=2048";  // no p0: 1 token
+  CHECK(has_error(other, "data.sample_lengths"));
+  other.data.sample_lengths = "p0=600,p50=800,p100=2048";
+  CHECK(validate(other).empty());
+  other.data.padding = "none";  // one flattened row: the images of the micro-batch are not counted by rows
+  CHECK(has_error(other, "data.padding"));
 }
 
 TEST_CASE("an HF llava config.json imports as the decoder with its CLIP tower", "[vision][hf]") {
