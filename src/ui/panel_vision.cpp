@@ -52,10 +52,12 @@ bool draw_vision_tower(Config& c) {
       if (a) {
         summary = "Each image is " + std::to_string(vision_image_tokens(m)) + " tokens of the sequence (" +
                   std::to_string(a->repeat) + " blocks of width " +
-                  std::to_string(static_cast<int64_t>(architecture_value(*a, "hidden_size"))) + ", frozen, under no_grad).";
+                  std::to_string(static_cast<int64_t>(architecture_value(*a, "hidden_size"))) + ", ";
       }
     }
-    if (!summary.empty()) ImGui::TextWrapped("%s", summary.c_str());
+    // Whether the tower trains is the training section's, not the cached program's: said apart from the cache.
+    if (!summary.empty())
+      ImGui::TextWrapped("%s%s", summary.c_str(), c.training.train_vision_tower ? "trained in full)." : "frozen, under no_grad).");
     const FieldSpec& args = field_spec("model.vision_tower_args");
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     changed |= ImGui::InputText(args.label.data(), &m.vision_tower_args);
