@@ -36,7 +36,13 @@ def main():
            if line.strip() and "not simulated" not in line]
     added, changed = [], []
     for pid in ids:
-        model = json.loads(subprocess.check_output([cli, "config", "--preset", pid, "--format", "json"], text=True))["model"]
+        # The model fields do not depend on the training section, but the CLI prints only a config that validates:
+        # a model of 512 positions (BERT) needs a shorter sequence than the default.
+        run = subprocess.run([cli, "config", "--preset", pid, "--format", "json"], text=True, capture_output=True)
+        if run.returncode != 0:
+            run = subprocess.run([cli, "config", "--preset", pid, "--set", "training.sequence_length=512", "--format", "json"],
+                                 text=True, capture_output=True, check=True)
+        model = json.loads(run.stdout)["model"]
         entry = {k: v for k, v in model.items() if defaults.get(k) != v}
         if pid not in table:
             table[pid] = entry
