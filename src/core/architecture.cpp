@@ -31,7 +31,7 @@ struct Names {
 };
 
 // Integer arithmetic over hyperparameter and dimension names: + - * / (exact or fractional), // (floor), % and ^,
-// max(a, b) and min(a, b), with parentheses. Errors are sentences for the caller to prefix with the field.
+// max(a, b), min(a, b), sqrt(x), round(x) and if(c, a, b), with parentheses. Errors are sentences for the caller to prefix with the field.
 class Expr {
  public:
   Expr(std::string_view text, const Names& names) : t_(text), names_(names) {}
@@ -131,6 +131,23 @@ class Expr {
         if (!eat(")")) return fail("misses a ')' after " + name + "'s arguments");
         return name == "max" ? std::max(a, b) : std::min(a, b);
       }
+      // sqrt(x) and round(x) as Python's math.sqrt and round (half to even), and if(c, a, b): a where c is not 0,
+      // else b. Qwen2-VL's smart_resize is written with them (qwen2_vl_vision.json).
+      if ((name == "sqrt" || name == "round") && eat("(")) {
+        const double a = sum(depth + 1);
+        if (!eat(")")) return fail("misses a ')' after " + name + "'s argument");
+        if (name == "sqrt" && a < 0) return fail("takes the square root of a negative number");
+        return name == "sqrt" ? std::sqrt(a) : std::nearbyint(a);  // the default rounding mode: to nearest, ties to even
+      }
+      if (name == "if" && eat("(")) {
+        const double c = sum(depth + 1);
+        if (!eat(",")) return fail("misses the ',' after if's condition");
+        const double a = sum(depth + 1);
+        if (!eat(",")) return fail("misses the ',' between if's two values");
+        const double b = sum(depth + 1);
+        if (!eat(")")) return fail("misses a ')' after if's arguments");
+        return c != 0 ? a : b;
+      }
       if (const double* v = names_.find(name)) return *v;
       return fail("names '" + name + "', which is neither a hyperparameter nor a dimension (or the dimensions name each other in a cycle)");
     }
@@ -209,12 +226,12 @@ class Decoder {
 
   void decode(const ojson& p, Architecture& a, const std::string& args) {
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
-                                 "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head"};
+                                 "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, hf_keys, timm_models, "
-                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head");
+                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -368,8 +385,14 @@ class Decoder {
       a.block_names.push_back(name);
     }
     if (a.repeat < 1) return error("blocks", "run no block: at least one kind needs a repeat of 1 or more");
-    if (!p.contains("head") || !p["head"].is_object()) return error("head", "must be an object with \"ops\"");
-    stage(p["head"], "head", {}, &received, a.head);
+    if (p.contains("vision_tower")) tower(p["vision_tower"], received, a);
+    if (!errors_.empty()) return;
+    if (!p.contains("head") && a.tower.declared) {
+      // A tower-only program: its last block's output is what a vision-language model's projector reads.
+    } else {
+      if (!p.contains("head") || !p["head"].is_object()) return error("head", "must be an object with \"ops\"");
+      stage(p["head"], "head", {}, &received, a.head);
+    }
     if (!errors_.empty()) return;
     const bool image = emb_out.shape.size() == 3;
     a.tokens = image ? mul(emb_out.shape[1], emb_out.shape[2]) : emb_out.shape[0];
@@ -383,6 +406,59 @@ class Decoder {
     for (char c : n)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
     return true;
+  }
+
+  // "vision_tower": {"module": "visual", "width": "embed_dim", "feature_rows": "patches", "merge": 4,
+  // "feature_layer": -1, "all_hidden_states": false, "projector": "patch_merger"} (TowerSpec). `last` is the last
+  // block's output, which the features' rows and width must fit.
+  void tower(const ojson& j, const ArchTensor& last, Architecture& a) {
+    if (!j.is_object()) return error("vision_tower", "must be an object: module, width, feature_rows, merge, feature_layer, all_hidden_states, projector");
+    static const char* kKeys[] = {"module", "width", "feature_rows", "merge", "feature_layer", "all_hidden_states", "projector"};
+    for (const auto& [k, v] : j.items()) {
+      bool known = false;
+      for (const char* t : kKeys) known |= k == t;
+      if (!known) error("vision_tower." + k, "is not a key of vision_tower; allowed: module, width, feature_rows, merge, feature_layer, all_hidden_states, projector");
+    }
+    TowerSpec& t = a.tower;
+    t.declared = true;
+    if (j.contains("module")) {
+      if (!j["module"].is_string() || !valid_name(j["module"].get<std::string>())) error("vision_tower.module", "must be a module name (letters, digits and _)");
+      else t.module = j["module"].get<std::string>();
+    }
+    for (const char* k : {"width", "feature_rows"})
+      if (!j.contains(k)) error(std::string("vision_tower.") + k, "is missing");
+    if (!errors_.empty()) return;
+    if (!dim(j["width"], "vision_tower.width", t.width) || !dim(j["feature_rows"], "vision_tower.feature_rows", t.feature_rows)) return;
+    if (j.contains("merge") && !dim(j["merge"], "vision_tower.merge", t.merge)) return;
+    if (j.contains("feature_layer")) {
+      double d = 0;
+      if (!value(j["feature_layer"], "vision_tower.feature_layer", d)) return;
+      if (d != -1 && d != -2) return error("vision_tower.feature_layer", "must be -1 (the last block's output) or -2 (the one before it)");
+      t.feature_layer = static_cast<int64_t>(d);
+    }
+    if (j.contains("all_hidden_states")) {
+      if (!j["all_hidden_states"].is_boolean()) return error("vision_tower.all_hidden_states", "must be true or false");
+      t.all_hidden_states = j["all_hidden_states"].get<bool>();
+    }
+    if (j.contains("projector")) {
+      const ojson& v = j["projector"];
+      if (v == "llava_mlp") t.projector = TowerSpec::Projector::LlavaMlp;
+      else if (v == "patch_merger") t.projector = TowerSpec::Projector::PatchMerger;
+      else return error("vision_tower.projector", "must be llava_mlp (LlavaMultiModalProjector) or patch_merger (Qwen2-VL's PatchMerger)");
+    }
+    if (last.shape.size() != 2) return error("vision_tower", "needs blocks that pass on token rows [tokens, width]");
+    if (!t.all_hidden_states && t.feature_layer != -1)
+      return error("vision_tower.feature_layer", "must be -1 where all_hidden_states is false: only the last block's output is kept");
+    if (t.projector == TowerSpec::Projector::PatchMerger && t.feature_layer != -1)
+      return error("vision_tower.projector", "patch_merger reads the last block's output (feature_layer -1)");
+    if (t.feature_layer == -2 && t.feature_rows != last.shape[0] - 1)
+      return error("vision_tower.feature_rows", "must be the rows but the class token (" + std::to_string(last.shape[0] - 1) + ") with feature_layer -2, as LLaVA selects them");
+    if (t.feature_layer == -1 && t.feature_rows != last.shape[0])
+      return error("vision_tower.feature_rows", "must be every row the blocks pass on (" + std::to_string(last.shape[0]) + ") with feature_layer -1");
+
+    if (t.width != last.shape[1]) return error("vision_tower.width", "is " + std::to_string(t.width) + " but the blocks' output is " + std::to_string(last.shape[1]) + " wide");
+    if (t.feature_rows > last.shape[0]) return error("vision_tower.feature_rows", "is " + std::to_string(t.feature_rows) + ", more than the " + std::to_string(last.shape[0]) + " rows the blocks pass on");
+    if (t.feature_rows % t.merge != 0) return error("vision_tower.merge", "must divide the feature rows (" + std::to_string(t.feature_rows) + "); got " + std::to_string(t.merge));
   }
 
   void apply_args(const std::string& args) {
@@ -594,6 +670,7 @@ class Decoder {
           else if (key.name == std::string("noise_scaled")) op.noise_scaled = d != 0;
           else if (key.name == std::string("when")) op.when = d != 0;
           else if (key.name == std::string("masked")) op.masked = d != 0;
+          else if (key.name == std::string("packed")) op.packed = d != 0;
           else op.tanh = d != 0;
           break;
         }
@@ -824,21 +901,30 @@ std::vector<ArchitectureError> decode_architecture(const std::string& spec, cons
 namespace {
 
 // A vision-language model's tower and projector, after the decoder's embeddings in `pre` (model.h ParamTensor::Part).
-// The tower is the program's CLIPVisionModel: its embeddings, every block's tensors (one list per block, as its
-// modules allocate them) and the post-layernorm, without the program's classifier head. LlavaMultiModalProjector
-// (transformers models/llava/modeling_llava.py; LLaVA's multimodal_projector/builder.py mlp2x_gelu): linear_1 [hidden,
-// tower width] and linear_2 [hidden, hidden], each with a bias (multimodal_projector_bias, default True).
+// The tower is the program's vision model: its embeddings, every block's tensors (one list per block, as its
+// modules allocate them) and a CLIP program's post-layernorm, without the program's classifier head. The projector:
+// - llava_mlp, LlavaMultiModalProjector (transformers models/llava/modeling_llava.py; LLaVA's
+//   multimodal_projector/builder.py mlp2x_gelu): linear_1 [hidden, tower width] and linear_2 [hidden, hidden], each
+//   with a bias (multimodal_projector_bias, default True);
+// - patch_merger, Qwen2-VL's PatchMerger (transformers v4.45.0 models/qwen2_vl/modeling_qwen2_vl.py: ln_q =
+//   LayerNorm(context_dim), mlp = Linear(context_dim x merge, same), GELU, Linear(same, dim)), where dim is the
+//   decoder's hidden size. It is a module of the tower (visual.merger); memsim keeps it with the projectors.
 void attach_vision_tower(ModelShape& s, const ModelConfig& m) {
   std::shared_ptr<const Architecture> tower;
   decode_architecture(m.vision_tower, m.vision_tower_args, tower);
   if (!tower) throw RangeError("model.vision_tower does not decode; validate the config first");
+  const TowerSpec spec = tower_spec(*tower);
   const ModelShape t = build_program_shape(tower);
   const int64_t before = sum_numel(s.pre);
   auto add_tower = [&](const std::vector<ParamTensor>& ts, const std::string& layer) {
     for (ParamTensor p : ts) {
       if (p.name.rfind("classifier", 0) == 0) continue;  // the program's classification head: not in the tower
-      if (const size_t at = p.name.find("layers."); !layer.empty() && at != std::string::npos) p.name.insert(at + 7, layer + ".");
-      p.name = "vision_tower." + p.name;
+      for (const char* list : {"layers.", "blocks."})
+        if (const size_t at = p.name.find(list); !layer.empty() && at != std::string::npos) {
+          p.name.insert(at + 7, layer + ".");
+          break;
+        }
+      p.name = spec.module + "." + p.name;
       p.frozen = true;
       p.part = ParamTensor::Part::VisionTower;
       s.pre.push_back(std::move(p));
@@ -850,17 +936,24 @@ void attach_vision_tower(ModelShape& s, const ModelConfig& m) {
   s.tower_embeddings = t.pre, s.tower_block = t.layer, s.tower_head = t.post;
   for (auto* list : {&s.tower_embeddings, &s.tower_block, &s.tower_head})
     for (auto& p : *list) p.frozen = true, p.part = ParamTensor::Part::VisionTower;
-  const int64_t width = static_cast<int64_t>(architecture_value(*tower, "hidden_size"));
-  s.projector_widths = {width};
-  for (int64_t i = 0; i < m.projector_depth; ++i) s.projector_widths.push_back(m.hidden_size);
-  for (int64_t i = 0; i < m.projector_depth; ++i) {
-    const std::string name = "multi_modal_projector.linear_" + std::to_string(i + 1);
-    const int64_t in = s.projector_widths[static_cast<size_t>(i)], out = m.hidden_size;
-    ParamTensor w{name + ".weight", mul(out, in), ParamKind::Matmul, out};
-    ParamTensor b{name + ".bias", out, ParamKind::Bias, out};
+  auto projector = [&](const std::string& name, int64_t out, int64_t in, ParamKind kind) {
+    ParamTensor w{name + ".weight", in == 0 ? out : mul(out, in), kind, out};
+    ParamTensor b{name + ".bias", out, kind == ParamKind::Norm ? ParamKind::Norm : ParamKind::Bias, out};
     w.part = b.part = ParamTensor::Part::Projector;
     s.pre.push_back(w);
     s.pre.push_back(b);
+  };
+  if (spec.projector == TowerSpec::Projector::PatchMerger) {
+    const int64_t merged = mul(spec.width, spec.merge);
+    s.projector_widths = {merged, merged, m.hidden_size};
+    projector(spec.module + ".merger.ln_q", spec.width, 0, ParamKind::Norm);
+    projector(spec.module + ".merger.mlp.0", merged, merged, ParamKind::Matmul);
+    projector(spec.module + ".merger.mlp.2", m.hidden_size, merged, ParamKind::Matmul);
+  } else {
+    s.projector_widths = {spec.width};
+    for (int64_t i = 0; i < m.projector_depth; ++i) s.projector_widths.push_back(m.hidden_size);
+    for (int64_t i = 0; i < m.projector_depth; ++i)
+      projector("multi_modal_projector.linear_" + std::to_string(i + 1), m.hidden_size, s.projector_widths[static_cast<size_t>(i)], ParamKind::Matmul);
   }
   s.image_tokens = vision_image_tokens(m);
   s.vision_tower = std::move(tower);
@@ -871,13 +964,34 @@ void attach_vision_tower(ModelShape& s, const ModelConfig& m) {
 
 }  // namespace
 
+TowerSpec tower_spec(const Architecture& a) {
+  if (a.tower.declared) return a.tower;
+  // LLaVA's use of a CLIP program: its 'default' vision_feature_select_strategy (feature_select 'patch') drops the
+  // class token, so one image is its (image_size / patch_size)^2 patch rows (576 for ViT-L/14 at 336).
+  TowerSpec t;
+  t.width = static_cast<int64_t>(architecture_value(a, "hidden_size"));
+  t.feature_rows = std::max<int64_t>(0, static_cast<int64_t>(architecture_value(a, "tokens")) - 1);
+  return t;
+}
+
+bool tower_packs_attention(const ModelConfig& m) {
+  if (m.vision_tower.empty()) return false;
+  std::shared_ptr<const Architecture> tower;
+  decode_architecture(m.vision_tower, m.vision_tower_args, tower);
+  if (!tower) return false;
+  for (const ArchStage* st : tower->stages())
+    for (const auto& op : st->ops)
+      if (op.kind == OpKind::Attention && op.packed) return true;
+  return false;
+}
+
 int64_t vision_image_tokens(const ModelConfig& m) {
   if (m.vision_tower.empty()) return 0;
   std::shared_ptr<const Architecture> tower;
   decode_architecture(m.vision_tower, m.vision_tower_args, tower);
-  // LLaVA's 'default' vision_feature_select_strategy (feature_select 'patch') drops the class token: one image is
-  // its (image_size / patch_size)^2 patches in the sequence (576 for ViT-L/14 at 336).
-  return tower ? std::max<int64_t>(0, static_cast<int64_t>(architecture_value(*tower, "tokens")) - 1) : 0;
+  if (!tower) return 0;
+  const TowerSpec t = tower_spec(*tower);
+  return t.feature_rows / std::max<int64_t>(1, t.merge);
 }
 
 ModelShape model_shape_of(const ModelConfig& m) {

@@ -93,6 +93,7 @@ struct ArchOp {
   bool noise_scaled = false; // DropPath: the noise is divided by the keep probability, not the input (torchvision)
   bool when = true;          // Copy: whether the copy happens (a shifted window's roll: only where the shift is not 0)
   bool masked = false;       // WindowAttention: shifted windows add a mask to the scores
+  bool packed = false;       // Attention: the micro-batch's samples as one sequence with a block-diagonal mask
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows
   bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
   ParamKind param_kind = ParamKind::Embedding;  // Parameter
@@ -107,8 +108,26 @@ struct ArchStage {
   std::vector<int32_t> last_reader;
 };
 
+// How a program serves as a vision-language model's tower (model.vision_tower; vision_step.cpp): which hidden state
+// the features are read from, how many rows of it make one image token, and the projector after it. A program without
+// a "vision_tower" object is LLaVA's use of a CLIP program: the second-to-last of all the hidden states
+// (output_hidden_states=True), its patch rows without the class token, LlavaMultiModalProjector.
+struct TowerSpec {
+  bool declared = false;               // the program has "vision_tower" (and may then leave out its head)
+  std::string module = "vision_tower"; // the state_dict prefix of the tower's tensors (Qwen2-VL: "visual")
+  int64_t width = 0;                   // the features' width (the tower's hidden size)
+  int64_t feature_rows = 0;            // rows of the selected hidden state per image the features come from
+  int64_t merge = 1;                   // feature rows per image token (Qwen2-VL's spatial merge: 2 x 2 = 4)
+  int64_t feature_layer = -2;          // the hidden_states index of the features (-1: the last block's output)
+  bool all_hidden_states = true;       // every block's output kept until the projector has run
+  // llava_mlp: LlavaMultiModalProjector (model.projector_depth linears with GELU between); patch_merger: Qwen2-VL's
+  // PatchMerger (a LayerNorm over the tower's width, merge rows side by side, Linear, GELU, Linear).
+  enum class Projector : uint8_t { LlavaMlp, PatchMerger } projector = Projector::LlavaMlp;
+};
+
 struct Architecture {
   std::string name, title, source;
+  TowerSpec tower;                            // "vision_tower": its use as a tower; a tower-only program has no head
   std::vector<std::string> model_types;       // HF model_type values this program reads (config.json import)
   std::string lora_targets;                   // LoRA's default target_modules for the family (PEFT's mapping)
   std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
@@ -174,6 +193,10 @@ std::string default_lora_targets(const ModelConfig& m);
 // A decoded program's hyperparameter or dimension, by name (0 if absent).
 double architecture_value(const Architecture& a, std::string_view name);
 
+// How a decoded program serves as a tower: its "vision_tower", or for a program without one (CLIP's), LLaVA's use.
+TowerSpec tower_spec(const Architecture& a);
+// Whether the model's vision tower has a packed attention op (Qwen2-VL's: the micro-batch's patches as one sequence).
+bool tower_packs_attention(const ModelConfig& m);
 // The image tokens one image brings into a vision-language model's sequence (model.vision_tower): its tower's patches
 // (LLaVA's 'default' feature select drops the class token); 0 without a tower, or with one that does not decode.
 int64_t vision_image_tokens(const ModelConfig& m);

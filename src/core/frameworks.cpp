@@ -3,6 +3,7 @@
 #include <array>
 #include <iterator>
 
+#include "architecture.h"
 #include "choices.h"
 #include "data_shape.h"
 #include "model.h"
@@ -224,6 +225,29 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
                                 : "SDPA is transformers' default from 4.36 (transformers#26572) with torch >= 2.1.1",
          Library::Transformers, Library::Torch);
   return Attention::Sdpa;
+}
+
+// docs/research/qwen2-vl.md section 2: Qwen2-VL's tower attends over every patch of the micro-batch with cu_seqlens.
+// Until transformers#37363 (25343aafee, released in 4.54) eager and SDPA build a block-diagonal [1, N, N] mask in
+// every block; SDPA got 3-D q, k and v until #36891 (064cd7cd, 4.51), which PyTorch's fused kernels refuse, so it ran
+// the math path. flash_attention_2 takes cu_seqlens (varlen) in every version. "latest" is 4.54 on: one call per image.
+PackedAttention derive_packed_attention(Attention attention, const StackVersions& v, std::string& note) {
+  const Library tf = Library::Transformers;
+  if (attention == Attention::FlashAttention2 || v.at_least(tf, V(4, 54))) return PackedAttention::PerSample;
+  const std::string stated = " (transformers " + version_text(v[tf].version) + ")";
+  if (attention == Attention::Eager) {
+    note = "packed attention (Qwen2-VL's tower): eager builds a [1, N, N] mask over all N patches of the micro-batch "
+           "in every block and scores over all of them until transformers#37363 (4.54)" + stated;
+    return PackedAttention::EagerMask;
+  }
+  if (v.below(tf, V(4, 51))) {
+    note = "packed attention (Qwen2-VL's tower): SDPA gets 3-D q, k, v until transformers#36891 (4.51), so PyTorch "
+           "runs its math path over a [1, N, N] mask of all N patches of the micro-batch" + stated;
+    return PackedAttention::SdpaMathMask;
+  }
+  note = "packed attention (Qwen2-VL's tower): SDPA's memory-efficient kernel over a [1, N, N] mask of all N patches "
+         "of the micro-batch, made an additive bias, until transformers#37363 (4.54)" + stated;
+  return PackedAttention::SdpaEfficientMask;
 }
 
 // docs/versions.md 6a: LlamaForCausalLM's logits and loss (Mistral, Qwen2 and the other "Copied from" Llama classes
@@ -662,6 +686,7 @@ Resolved resolve(const Config& c) {
   }
   r.foreach_keeps_denom = v.below(torch, V(2, 1));
   r.mask = derive_attention_mask(c, f, r.attention, v);
+  r.packed_attention = derive_packed_attention(r.attention, v, r.packed_note);
   if (f.unsloth_kernels) derive_unsloth(c, v, r);
   r.preference = resolve_preference(c, f, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage > 0);
   r.rollout = resolve_rollout(c, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage == 3);
@@ -741,6 +766,7 @@ std::vector<std::string> version_notes(const Config& c) {
   // (data_shape.h run_may_pad; a fixed shape counts as unpadded).
   if (r.mask.build != MaskBuild::None && (r.mask.unpadded || run_may_pad(c)))
     notes.push_back("attention mask: " + r.mask.note);
+  if (!r.packed_note.empty() && tower_packs_attention(c.model)) notes.push_back(r.packed_note);
   if (!r.unsloth_note.empty()) notes.push_back("unsloth: " + r.unsloth_note);
   if (!r.preference.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.preference.note);
   if (!r.rollout.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.rollout.note);

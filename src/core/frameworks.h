@@ -182,6 +182,15 @@ enum class MaskKernel : uint8_t {
   Math,          // SDPA before torch 2.1: the math kernel, the [b, h, s, s] softmax kept per layer
   MemEfficient,  // SDPA from torch 2.1: the memory-efficient kernel, which keeps the bias it is given
 };
+// Qwen2-VL's VisionAttention / VisionSdpaAttention over the micro-batch's patches as one sequence
+// (docs/research/qwen2-vl.md section 2).
+enum class PackedAttention : uint8_t {
+  PerSample,          // flash_attention_2 (varlen over cu_seqlens), or transformers >= 4.54 (one call per image)
+  EagerMask,          // eager before 4.54: a [1, N, N] mask in the compute dtype and [heads, N, N] scores
+  SdpaMathMask,       // SDPA before 4.51: 3-D q, k, v take the math path, a [1, N, N] bool mask and [heads, N, N] scores
+  SdpaEfficientMask,  // SDPA 4.51-4.53: 4-D inputs, the memory-efficient kernel over the mask made an additive bias
+};
+
 struct AttentionMask {
   MaskBuild build = MaskBuild::None;
   bool unpadded = false;   // built for micro-batches without padding too, not only where the 2-D mask has zeros
@@ -239,6 +248,10 @@ struct Resolved {
   // The attention mask of transformers' model code and what SDPA does with it; like foreach_keeps_denom it follows
   // from the versions and the config with no field of its own.
   AttentionMask mask;
+  // A packed attention op (ops.cpp "packed": Qwen2-VL's tower over all the micro-batch's patches, cu_seqlens): what its
+  // block-diagonal mask costs, by transformers' version and the kernel; like mask, no config field of its own.
+  PackedAttention packed_attention = PackedAttention::PerSample;
+  std::string packed_note;  // the rule with its sources, where it is not PerSample
   // Unsloth (FrameworkSpec::unsloth_kernels), by the unsloth version; like mask, no config field of their own.
   UnslothGc unsloth_gc = UnslothGc::Offload;
   bool unsloth_weight_buffer = false;  // fast_dequantize into one persistent buffer (2025.2 on)

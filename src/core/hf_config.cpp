@@ -35,8 +35,11 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
     // lm_head_bias = true (modeling_phimoe.py).
     m.norm_type = NormType::LayerNorm;
     m.lm_head_bias = true;
-  } else if (model_type == "qwen2") {
-    m.qkv_bias = true;  // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
+  } else if (model_type == "qwen2" || model_type == "qwen2_vl" || model_type == "qwen2_vl_text" || model_type == "qwen2_5_vl" ||
+             model_type == "qwen2_5_vl_text") {
+    // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False. Qwen2-VL's and Qwen2.5-VL's language models are
+    // Qwen2's layers with multimodal rotary positions (modeling_qwen2_vl.py Qwen2VLAttention: the same projections).
+    m.qkv_bias = true;
   } else if (model_type == "qwen3") {
     m.qk_norm = true;  // Qwen3Attention: q_norm, k_norm = RMSNorm(head_dim)
   } else if (model_type == "gemma") {
@@ -135,6 +138,8 @@ const std::set<std::string>& hf_ignorable() {
       "architectures", "torch_dtype", "dtype", "transformers_version", "bos_token_id", "eos_token_id",
       "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "initializer_range", "rope_theta",
       "rope_scaling", "use_cache", "pretraining_tp", "schema", "id2label", "label2id",
+      // Qwen2-VL's special tokens (its vision_config is the tower, read_vision_config)
+      "vision_start_token_id", "vision_end_token_id", "vision_token_id", "image_token_id", "video_token_id", "vision_config",
       "gradient_checkpointing", "classifier_dropout", "n_shared_experts", "router_aux_loss_coef",
       "output_router_logits", "norm_topk_prob", "routed_scaling_factor", "scoring_func", "topk_method", "n_group",
       "topk_group", "aux_loss_alpha", "seq_aux", "moe_layer_freq", "ep_size", "num_nextn_predict_layers",
@@ -171,10 +176,31 @@ void read_vision_config(const json& src, ModelConfig& out, std::vector<FieldErro
   if (auto it = src.find("model_type"); it != src.end() && it->is_string()) type = it->get<std::string>().substr(0, 60);
   std::string vision_type;
   if (auto it = vc->find("model_type"); it != vc->end() && it->is_string()) vision_type = it->get<std::string>().substr(0, 60);
+  if (type == "qwen2_vl") {
+    // Qwen2VLForConditionalGeneration (transformers models/qwen2_vl): vision_config is Qwen2VLVisionConfig, the
+    // qwen2_vl_vision program's hyperparameters by the same names (its config.json's "in_chans" is not one of
+    // them: Qwen2VLVisionConfig takes in_channels, so the class default 3 holds). The merger is the projector.
+    std::string args;
+    for (const auto& [key, where] : architecture_hf_keys("qwen2_vl_vision")) {
+      const json::json_pointer pointer(where);
+      if (!vc->contains(pointer) || !(*vc)[pointer].is_number()) continue;
+      std::ostringstream text;
+      text << key << "=" << (*vc)[pointer].get<double>();
+      args += (args.empty() ? "" : ",") + text.str();
+    }
+    out.name = (out.name.empty() ? std::string("Qwen2-VL") : out.name) + " with its vision tower (qwen2_vl)";
+    out.vision_tower = "qwen2_vl_vision";
+    out.vision_tower_args = args;
+    notes.push_back("model: model_type qwen2_vl: the vision_config is the vision tower \"qwen2_vl_vision\" (" +
+                    (args.empty() ? std::string("its defaults") : args) + ") with its patch merger; each image's size "
+                    "(image_height, image_width, before smart_resize) and max_pixels are the tower's arguments "
+                    "(defaults 448 x 448, the hub processor's 12845056)");
+    return;
+  }
   if (type != "llava" || vision_type != "clip_vision_model") {
     notes.push_back("model: the vision tower of this " + (type.empty() ? std::string("multimodal") : type) + " config (" +
                     (vision_type.empty() ? std::string("no model_type") : vision_type) + ") is not modelled; memsim reads "
-                    "its language model alone (vision towers: LLaVA's CLIP, model_type llava)");
+                    "its language model alone (vision towers: LLaVA's CLIP, model_type llava; Qwen2-VL's, model_type qwen2_vl)");
     return;
   }
   if (auto it = src.find("vision_feature_select_strategy"); it != src.end() && it->is_string() && it->get<std::string>() != "default") {
@@ -423,7 +449,7 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
                                                   "\" (BART-style) is not modelled"});
   if (errors.size() == before.size()) {
     out = m;
-    if (j != &src) read_vision_config(src, out, errors, notes);
+    if (j != &src || src.contains("vision_config")) read_vision_config(src, out, errors, notes);
   }
 }
 

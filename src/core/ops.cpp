@@ -65,8 +65,11 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::Linear, "linear", {{"in", K::Tensor, true}, {"out_features", K::Dim, true}, {"bias", K::Flag, false}},
        true, "torch.nn.Linear: weight [out, in], bias [out]"},
       {OpKind::Attention, "attention",
-       {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}}, false,
-       "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q, k, v [tokens, heads x d]"},
+       {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}, {"packed", K::Flag, false}}, false,
+       "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q, k, v [tokens, heads x d]. packed: the "
+       "micro-batch's samples as one sequence that attends within each sample (Qwen2-VL's tower: cu_seqlens), which "
+       "before transformers 4.54 builds a block-diagonal [1, N, N] mask over all N rows in every block (eager, "
+       "SDPA) and, with eager or 3-D SDPA inputs (before 4.51: the math path), scores over all of them"},
       {OpKind::Gelu, "gelu", {{"in", K::Tensor, true}, {"tanh", K::Flag, false}}, false, "torch.nn.GELU"},
       {OpKind::Silu, "silu", {{"in", K::Tensor, true}}, false,
        "torch.nn.functional.silu: silu_backward reads its input (derivatives.yaml)"},

@@ -352,15 +352,28 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
         const int64_t rows = s.tensors[q].shape[0];
         id[o] = UINT32_MAX;
-        if (resolved_.attention == Attention::Eager) {
+        // A packed op (Qwen2-VL's tower) before transformers 4.54: the micro-batch's n rows as one sequence, with a
+        // block-diagonal [1, n, n] mask built in this block (Resolved::packed_attention, frameworks.cpp).
+        const PackedAttention packing = op.packed ? resolved_.packed_attention : PackedAttention::PerSample;
+        const int64_t n = mul(b, rows);
+        std::vector<uint32_t> masks;
+        if (packing != PackedAttention::PerSample)  // eager: torch.full in q's dtype; SDPA: torch.zeros(..., bool)
+          masks.push_back(tmp(mul(packing == PackedAttention::EagerMask ? dims_.e : 1, mul(n, n)), labels_.attn_tmp, layer));
+        if (packing == PackedAttention::SdpaMathMask)  // the math path adds the bool mask made a float bias
+          masks.push_back(tmp(mul(dims_.e, mul(n, n)), labels_.attn_tmp, layer));
+        const bool scores_over_all = packing == PackedAttention::EagerMask || packing == PackedAttention::SdpaMathMask;
+        if (resolved_.attention == Attention::Eager || scores_over_all) {
           // q k^T, scaled, softmax (autocast: converted to fp32 first, written in fp32), dropout, @ v; the probs
-          // that attn @ v reads are saved (attention_probs), with q, k and v for the two matmuls.
-          const int64_t s2 = mul(op.heads, b, mul(rows, rows));
+          // that attn @ v reads are saved (attention_probs), with q, k and v for the two matmuls. Packed: scores
+          // over all n rows at once; SDPA's math path keeps the compute dtype for its softmax.
+          const int64_t s2 = scores_over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows, rows));
           const uint32_t scores = tmp(mul(dims_.e, s2), labels_.scores, layer);
           const uint32_t scaled = tmp(mul(dims_.e, s2), labels_.scores, layer);
           drop(scores);
+          for (uint32_t t : masks) drop(t);  // added to the scores: the add's backward needs neither
+          masks.clear();
           std::vector<uint32_t> probs;
-          const int64_t sm = dims_.amp ? 4 : dims_.e;
+          const int64_t sm = dims_.amp && packing != PackedAttention::SdpaMathMask ? 4 : dims_.e;
           attention_probs(layer, s2, {dims_.e, dims_.amp, sm, true, op.p_at(layer) > 0}, !no_grad_ && req, probs, scaled);
           const uint32_t ctx = tmp(bytes_of(o), labels_.attn_tmp, layer);
           id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);  // permute(...).contiguous()
@@ -370,11 +383,29 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
             else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
           }
         } else {
+          // SDPA 4.51-4.53 over the packed mask: the bool mask made an additive bias in q's dtype
+          // (convert_boolean_attn_mask), copied with its keys padded to a multiple of 16 where they are not, which
+          // the memory-efficient kernel reads and its backward keeps.
+          uint32_t bias = UINT32_MAX;
+          if (packing == PackedAttention::SdpaEfficientMask) {
+            bias = tmp(mul(dims_.e, mul(n, n)), labels_.attn_tmp, layer);
+            if (n % 16 != 0) {
+              const uint32_t padded = tmp(mul(dims_.e, mul(n, round_up(n, 16))), labels_.attn_tmp, layer);
+              drop(bias);
+              bias = padded;
+            }
+            for (uint32_t t : masks) drop(t);
+            masks.clear();
+          }
           id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
           if (req) {
             keep(oi, o);
             const int64_t rows_lse = dims_.e == 4 ? round_up(rows, 32) : rows;  // the efficient kernel pads to 32
             save_new(oi, mul(4, op.heads, b, rows_lse), labels_.lse);
+          }
+          if (bias != UINT32_MAX) {
+            if (req && !no_grad_) saved.attn.push_back(bias), saved.ops.push_back(static_cast<uint32_t>(i));
+            else drop(bias);
           }
         }
         if (req) keep(oi, q), keep(oi, k), keep(oi, v);
@@ -460,10 +491,14 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
       std::vector<uint32_t> scratch;
       if (op.kind == OpKind::Attention) {
         const int64_t rows = s.tensors[op.in[0]].shape[0];
-        if (resolved_.attention == Attention::Eager) {
-          const int64_t s2 = mul(op.heads, b, mul(rows, rows));
-          scratch.push_back(tmp(mul(dims_.amp ? 4 : dims_.e, s2), labels_.bwd_attn, layer));  // grad of the probs
-          scratch.push_back(tmp(mul(dims_.amp ? 4 : dims_.e, s2), labels_.bwd_attn, layer));  // grad of the scores
+        const PackedAttention packing = op.packed ? resolved_.packed_attention : PackedAttention::PerSample;
+        const bool over_all = packing == PackedAttention::EagerMask || packing == PackedAttention::SdpaMathMask;
+        if (resolved_.attention == Attention::Eager || over_all) {
+          const int64_t n = mul(b, rows);  // packed: the scores span the micro-batch's rows
+          const int64_t s2 = over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows, rows));
+          const int64_t e = dims_.amp && packing != PackedAttention::SdpaMathMask ? 4 : dims_.e;
+          scratch.push_back(tmp(mul(e, s2), labels_.bwd_attn, layer));  // grad of the probs
+          scratch.push_back(tmp(mul(e, s2), labels_.bwd_attn, layer));  // grad of the scores
         } else {
           scratch.push_back(tmp(mul(4, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));  // flash's fp32 dq accumulator
         }

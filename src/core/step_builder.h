@@ -133,6 +133,8 @@ struct InFlight {
   std::vector<uint32_t> projector_inputs, gelu_inputs;
   std::vector<uint32_t> tower_hidden;
   int64_t tower_selected_bytes = 0;
+  // A patch merger's LayerNorm (Qwen2-VL's ln_q): its saved input (the selected hidden state) and fp32 mean and rstd.
+  uint32_t merger_norm_input = UINT32_MAX, merger_norm_stats = UINT32_MAX;
   SavedLayer tower_pre;
   std::vector<SavedLayer> tower_saved;
   std::vector<bool> tower_req;
@@ -368,7 +370,7 @@ class StepBuilder {
   struct VisionLabels {  // made on first use, so that text-only models' label tables are unchanged
     bool made = false;
     uint32_t pixels, projector_out, projector_gelu, features, mask, spliced, scatter_tmp, grad_features, grad_projector,
-        grad_selected;
+        grad_selected, merger_norm, merger_stats;
   };
   VisionLabels vision_labels_{};
 

@@ -624,6 +624,11 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   }
   std::shared_ptr<const Architecture> program;
   for (auto& err : decode_architecture(m.architecture, m.architecture_args, program)) e.push_back({err.field, err.message});
+  if (program && program->head.ops.empty()) {  // a tower-only program (its "vision_tower" without a head)
+    e.push_back({"model.architecture", "model.architecture: " + program->name + " is a vision tower without a head or loss; "
+                                       "use it as model.vision_tower before a decoder"});
+    return;
+  }
   const auto& t = c.training;
   const auto& p = c.parallel;
   auto refuse = [&](const char* field, const std::string& why) { e.push_back({field, std::string(field) + " " + why}); };
@@ -671,11 +676,27 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
   }
   if (!tower) return;
   const auto& types = tower->model_types;
-  if (std::find(types.begin(), types.end(), "clip_vision_model") == types.end()) {
-    e.push_back({"model.vision_tower", "model.vision_tower must be a CLIP vision program (clip_vision), as LLaVA-1.5 "
-                                       "uses; got " + tower->name + " (SigLIP and Qwen2-VL towers are not modelled yet)"});
+  if (!tower->tower.declared && std::find(types.begin(), types.end(), "clip_vision_model") == types.end()) {
+    e.push_back({"model.vision_tower", "model.vision_tower must be a vision tower program: clip_vision (LLaVA-1.5's), "
+                                       "qwen2_vl_vision, or one that declares \"vision_tower\"; got " + tower->name +
+                                       " (SigLIP towers are not modelled yet)"});
     return;
   }
+  // Qwen2-VL's merger maps to the decoder's width (vision_config.hidden_size is the text model's), and its
+  // smart_resize raises for an image side below the resize factor (image_processing_qwen2_vl.py: "height:{height} or
+  // width:{width} must be larger than factor:{factor}").
+  if (tower->tower.projector == TowerSpec::Projector::PatchMerger) {
+    const auto merged_to = static_cast<int64_t>(architecture_value(*tower, "hidden_size"));
+    if (merged_to != m.hidden_size)
+      e.push_back({"model.vision_tower_args", "model.vision_tower_args: hidden_size (the merger's output, " + std::to_string(merged_to) +
+                                              ") must be the language model's model.hidden_size, " + std::to_string(m.hidden_size)});
+  }
+  if (const double factor = architecture_value(*tower, "factor"); factor > 0)
+    for (const char* side : {"image_height", "image_width"})
+      if (architecture_value(*tower, side) < factor)
+        e.push_back({"model.vision_tower_args", std::string("model.vision_tower_args: ") + side + " must be at least " +
+                                                std::to_string(static_cast<int64_t>(factor)) + " pixels (the processor's resize factor); got " +
+                                                std::to_string(static_cast<int64_t>(architecture_value(*tower, side)))});
   const auto& t = c.training;
   const auto& p = c.parallel;
   const std::string vlm = " with a vision tower (model.vision_tower)";

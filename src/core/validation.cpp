@@ -171,7 +171,7 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
         (m ? multi : counted).push_back(std::fabs(row.relative_error));
         double& worst = m ? s.multi_worst_high_abs_error : s.worst_high_abs_error;
         if (c.confidence == "high") worst = std::max(worst, std::fabs(row.relative_error));
-        if (!c.config.model.architecture.empty()) programs.push_back(std::fabs(row.relative_error));
+        if (!c.config.model.architecture.empty() || !c.config.model.vision_tower.empty()) programs.push_back(std::fabs(row.relative_error));
         if (c.config.training.preference()) preference.push_back(std::fabs(row.relative_error));
         if (!m && c.config.peft.enabled()) {
           peft.push_back(std::fabs(row.relative_error));
@@ -256,7 +256,7 @@ std::string validation_markdown(const ValidationSummary& s) {
                 100 * s.multi_median_abs_error, 100 * s.multi_worst_high_abs_error);
   md += buf;
   std::snprintf(buf, sizeof buf,
-                "**Summary, families beyond decoder LLMs** (model programs, model.architecture; published cases for ViT/DeiT and ResNets so far, none yet for DINOv2, ConvNeXt or Swin; single "
+                "**Summary, families beyond decoder LLMs** (model programs, model.architecture, and vision-language models, model.vision_tower; published cases for ViT/DeiT, ResNets and Qwen2-VL so far, none yet for DINOv2, ConvNeXt, Swin or LLaVA; single "
                 "and several GPUs): %d high- and medium-confidence cases counted; median absolute error %.1f%%.\n\n",
                 s.program_counted, 100 * s.program_median_abs_error);
   md += buf;

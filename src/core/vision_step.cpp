@@ -50,8 +50,12 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
     l.grad_features = program_.label("gradient of the image features (masked_select)");
     l.grad_selected = program_.label("gradient of the tower's selected hidden state (slice backward)");
     l.grad_projector = program_.label("projector backward: activation gradients");
+    l.merger_norm = program_.label("patch merger LayerNorm output (ln_q; merged rows are a view of it)");
+    l.merger_stats = program_.label("patch merger LayerNorm mean and rstd (fp32, saved)");
   }
   const Architecture& tower = *shape_.vision_tower;
+  const TowerSpec spec = tower_spec(tower);
+  const bool merger = spec.projector == TowerSpec::Projector::PatchMerger;
   const int64_t n_images = mul(dims_.b, images);
   // The image processor's pixel_values, collated into the batch the loop holds until the micro-batch's backward.
   int64_t pixel_bytes = 0;
@@ -86,6 +90,8 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
     hidden.push_back(program_forward(ProgramStage::Block, li, hidden.back(), req, bytes, tower_grad && !tower_ckpt ? f.tower_saved[i] : none,
                                      false, UINT32_MAX));
     if (tower_ckpt) no_grad_ = false;
+    // Without output_hidden_states (Qwen2-VL's blocks loop), a frozen tower's block input goes once the block ran.
+    if (!spec.all_hidden_states && !tower_grad) drop(hidden[hidden.size() - 2]), hidden[hidden.size() - 2] = UINT32_MAX;
     const ProgramPlan blk = plan_program(ProgramStage::Block, li, req, bytes);
     req = blk.req[static_cast<size_t>(tower.block_of(l).output)];
     bytes = blk.bytes[static_cast<size_t>(tower.block_of(l).output)];
@@ -94,10 +100,11 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   no_grad_ = was_no_grad;
   dims_ = decoder_dims;
 
-  // vision_feature_layer -2: a view of its patch rows. The projector saves what its backward reads: each linear its
-  // input where its weight trains (the first one's is the view, whose base stays), each GELU its input where a
-  // gradient flows through it (a trained projector, or a trained tower below it).
-  const uint32_t selected = hidden.size() >= 2 ? hidden[hidden.size() - 2] : hidden.back();
+  // vision_feature_layer -2: a view of its patch rows (-1, Qwen2-VL: the last block's output, whole). The projector
+  // saves what its backward reads: each linear its input where its weight trains (the first one's is the view, whose
+  // base stays), each GELU its input where a gradient flows through it (a trained projector, or a trained tower below
+  // it).
+  const uint32_t selected = spec.feature_layer == -2 && hidden.size() >= 2 ? hidden[hidden.size() - 2] : hidden.back();
   bool weights = false;
   for (const auto& t : shape_.pre) weights |= t.part == ParamTensor::Part::Projector && has_grad(t);
   weights = weights && !no_grad_;
@@ -107,15 +114,27 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   const size_t depth = widths.size() - 1;
   f.projector_inputs.assign(depth, UINT32_MAX);
   f.gelu_inputs.assign(depth > 0 ? depth - 1 : 0, UINT32_MAX);
+  // A patch merger first normalises the patch rows (ln_q), then reads each image token's merge rows side by side, a
+  // view of the norm's output: .view(-1, hidden_size x merge). LayerNorm saves its input and fp32 mean and rstd per
+  // row where a gradient flows through it (native_layer_norm).
+  uint32_t normed = UINT32_MAX;
+  if (merger) {
+    normed = act(mul(dims_.e, rows, widths[0]), vision_labels_.merger_norm, -1);
+    if (flows) {
+      if (!tower_grad) program_.recategorize(selected, Component::Activations);
+      f.merger_norm_input = selected;
+      f.merger_norm_stats = act(mul(8, rows, spec.merge), vision_labels_.merger_stats, -1);
+    }
+  }
   if (weights) {
-    if (!tower_grad) program_.recategorize(selected, Component::Activations);
-    f.projector_inputs[0] = selected;
+    if (!tower_grad && !merger) program_.recategorize(selected, Component::Activations);
+    f.projector_inputs[0] = merger ? normed : selected;
   }
   uint32_t x = UINT32_MAX;  // the running projector tensor (UINT32_MAX: the selected view)
   for (size_t i = 0; i < depth; ++i) {
     const int64_t out = widths[i + 1];
     if (i > 0) {  // GELU between linears, then linear i + 1 reads its output
-      const uint32_t g = act(mul(dims_.e, rows, out), vision_labels_.projector_gelu, -1);
+      const uint32_t g = act(mul(dims_.e, rows, widths[i]), vision_labels_.projector_gelu, -1);  // of linear i's output
       if (flows) f.gelu_inputs[i - 1] = x;
       else drop(x);
       x = g;
@@ -123,6 +142,7 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
     }
     const uint32_t y = act(mul(dims_.e, rows, out), i + 1 < depth ? vision_labels_.projector_out : vision_labels_.features, -1);
     if (i > 0 && !weights) drop(x);
+    if (i == 0 && merger && !weights) drop(normed);
     x = y;
   }
   // get_image_features returns: the hidden-states tuple goes. A frozen tower's states all go but the one linear_1
@@ -130,9 +150,9 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   // lets go of what it saved.
   if (!tower_grad) {
     for (uint32_t h : hidden)
-      if (!weights || h != selected) drop(h);
+      if (h != UINT32_MAX && (!(weights || f.merger_norm_input != UINT32_MAX) || h != selected)) drop(h);
     hidden.clear();
-  } else {
+  } else if (spec.feature_layer == -2) {
     drop(hidden.back());
     hidden.pop_back();
     // The selected state: linear_1 keeps it where its weight trains; else nothing does (its block's backward does
@@ -144,6 +164,9 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
     last.attn.erase(std::unique(last.attn.begin(), last.attn.end()), last.attn.end());
     for (uint32_t t : last.attn) drop(t);
     last = {};
+  } else {
+    // The last block's output is the features' source (a merger's LayerNorm saves it): every block's backward runs.
+    f.tower_selected_bytes = program_.tensors[selected].bytes;
   }
 
   // masked_scatter: a new embeddings tensor; its backward keeps the image-token mask ([batch, sequence, 1] bools).
@@ -184,7 +207,8 @@ void StepBuilder::vision_backward(InFlight& f) {
     const uint32_t dx = dx_needed ? tmp(mul(dims_.e, rows, widths[i]), vision_labels_.grad_projector, -1) : UINT32_MAX;
     drop(g);
     const uint32_t input = f.projector_inputs[i];
-    if (input != UINT32_MAX && !(i == 0 && tower_grad)) drop(input);  // a trained tower's hidden state is its own
+    // A trained tower's hidden state is its own (a merger's linear reads the norm's output instead).
+    if (input != UINT32_MAX && !(i == 0 && tower_grad && f.merger_norm_stats == UINT32_MAX)) drop(input);
     g = dx;
     if (i > 0) {  // GELU's backward over its saved input
       const uint32_t dg = tmp(mul(dims_.e, rows, widths[i]), vision_labels_.grad_projector, -1);
@@ -192,6 +216,19 @@ void StepBuilder::vision_backward(InFlight& f) {
       drop(f.gelu_inputs[i - 1]);
       g = dg;
     }
+  }
+  // A patch merger's LayerNorm: its input's gradient where the tower trains; its saved input and statistics go (a
+  // trained tower's hidden state is its own).
+  if (f.merger_norm_stats != UINT32_MAX) {
+    if (tower_grad) {
+      const uint32_t dn = tmp(mul(dims_.e, rows, widths[0]), vision_labels_.grad_projector, -1);
+      drop(g);
+      g = dn;
+    } else {
+      drop(f.merger_norm_input);
+    }
+    drop(f.merger_norm_stats);
+    f.merger_norm_input = f.merger_norm_stats = UINT32_MAX;
   }
   drop(f.image_mask);
   f.image_mask = UINT32_MAX;
@@ -204,11 +241,16 @@ void StepBuilder::tower_backward(InFlight& f, uint32_t features_grad) {
   dims_.b = mul(dims_.b, cfg_.data.images_per_sample);
   in_tower_ = true;
   std::vector<uint32_t>& hidden = f.tower_hidden;  // block l's input at l; the selected state last
-  // [:, 1:]'s backward: the patch rows' gradient into zeros of the whole hidden state (slice_backward). The selected
-  // state itself is read by nothing from here on (its block's backward needs its input, not its output).
+  // [:, 1:]'s backward: the patch rows' gradient into zeros of the whole hidden state (slice_backward); where the
+  // features are the whole state (Qwen2-VL), the gradient is it. The selected state itself is read by nothing from
+  // here on (its block's backward needs its input, not its output).
   const int64_t last = static_cast<int64_t>(hidden.size()) - 1;  // the selected state: block last - 1's output
-  uint32_t g = tmp(f.tower_selected_bytes, vision_labels_.grad_selected, -1);
-  drop(features_grad);
+  const TowerSpec spec = tower_spec(*shape_.vision_tower);
+  uint32_t g = features_grad;
+  if (spec.feature_layer == -2) {
+    g = tmp(f.tower_selected_bytes, vision_labels_.grad_selected, -1);
+    drop(features_grad);
+  }
   if (hidden.back() != UINT32_MAX) drop(hidden.back());
   const bool ckpt = resolved_.checkpointing != Checkpointing::None;
   for (int64_t l = last - 1; l >= 0; --l) {

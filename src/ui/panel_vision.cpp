@@ -1,6 +1,7 @@
-// The Model section's vision tower: a vision-language model in LLaVA's layout (core/config.h
+// The Model section's vision tower: a vision-language model in LLaVA's or Qwen2-VL's layout (core/config.h
 // ModelConfig::vision_tower; core/vision_step.cpp). The tower is a built-in program, run frozen on each sample's
-// images; its arguments, the projector's depth and the images per sample follow. A summary line says what one image
+// images; its arguments (Qwen2-VL: the image's size and max_pixels), LLaVA's projector depth and the images per
+// sample follow. A summary line says what one image
 // costs in the sequence and what the tower and the projector weigh.
 #include <imgui.h>
 #include <imgui_stdlib.h>
@@ -23,36 +24,42 @@ constexpr const char* kLlavaTowerArgs =
 }  // namespace
 
 bool draw_vision_tower(Config& c) {
-  if (!subsection("Vision tower (LLaVA)")) return false;
+  if (!subsection("Vision tower (LLaVA, Qwen2-VL)")) return false;
   ModelConfig& m = c.model;
   bool changed = false;
   const FieldSpec& tower = field_spec("model.vision_tower");
-  int on = m.vision_tower.empty() ? 0 : 1;
+  static const char* const kTowers[] = {"", "clip_vision", "qwen2_vl_vision"};
+  int on = 0;
+  for (int i = 1; i < 3; ++i)
+    if (m.vision_tower == kTowers[i]) on = i;
+  if (on == 0 && !m.vision_tower.empty()) on = 1;  // a program given as text: shown under CLIP, its field says more
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  if (index_combo(tower.label.data(), on, {"none (text only)", "CLIP (clip_vision)"})) {
-    if (on == 0) {
-      m.vision_tower.clear(), m.vision_tower_args.clear();
-    } else {
-      m.vision_tower = "clip_vision";
-      if (m.vision_tower_args.empty()) m.vision_tower_args = kLlavaTowerArgs;
-    }
+  if (index_combo(tower.label.data(), on, {"none (text only)", "CLIP (clip_vision)", "Qwen2-VL (qwen2_vl_vision)"})) {
+    const bool same = m.vision_tower == kTowers[on];
+    m.vision_tower = kTowers[on];
+    if (on == 0 || !same) m.vision_tower_args.clear();
+    // LLaVA-1.5's CLIP; Qwen2-VL's merger maps to the language model's width, the tower's hidden_size.
+    if (on == 1 && m.vision_tower_args.empty()) m.vision_tower_args = kLlavaTowerArgs;
+    if (on == 2 && m.vision_tower_args.empty()) m.vision_tower_args = "hidden_size=" + std::to_string(m.hidden_size);
     changed = true;
   }
-  announce_focus(focus_words(tower.label.data(), on ? "CLIP, list" : "none, list", "model.vision_tower", tower.help.data()));
+  const char* const kSpoken[] = {"none, list", "CLIP, list", "Qwen2-VL, list"};
+  announce_focus(focus_words(tower.label.data(), kSpoken[on], "model.vision_tower", tower.help.data()));
   help_marker(tower.help.data(), item_has_keyboard_focus());
   field_error("model.vision_tower");
   if (!m.vision_tower.empty()) {
     // Decoded once per change of the tower or its arguments: the page redraws many frames of one setup.
     static std::string decoded_spec, decoded_args, summary;
+    static bool merger = false;  // Qwen2-VL's patch merger has a fixed depth
     if (decoded_spec != m.vision_tower || decoded_args != m.vision_tower_args) {
       decoded_spec = m.vision_tower, decoded_args = m.vision_tower_args;
       std::shared_ptr<const Architecture> a;
       decode_architecture(m.vision_tower, m.vision_tower_args, a);
-      summary.clear();
+      summary.clear(), merger = false;
       if (a) {
         summary = "Each image is " + std::to_string(vision_image_tokens(m)) + " tokens of the sequence (" +
-                  std::to_string(a->repeat) + " blocks of width " +
-                  std::to_string(static_cast<int64_t>(architecture_value(*a, "hidden_size"))) + ", ";
+                  std::to_string(a->repeat) + " blocks of width " + std::to_string(tower_spec(*a).width) + ", ";
+        merger = tower_spec(*a).projector == TowerSpec::Projector::PatchMerger;
       }
     }
     // Whether the tower trains is the training section's, not the cached program's: said apart from the cache.
@@ -64,7 +71,7 @@ bool draw_vision_tower(Config& c) {
     announce_text_input(args.label.data(), m.vision_tower_args, args.help.data());
     help_marker(args.help.data(), item_has_keyboard_focus());
     field_error("model.vision_tower_args");
-    changed |= int_input("model.projector_depth", m.projector_depth, 1);
+    if (!merger) changed |= int_input("model.projector_depth", m.projector_depth, 1);
     changed |= choice_combo("training.train_projector", c.training.train_projector,
                             c.peft.enabled() ? "frozen: PEFT freezes the base" : "trained: no PEFT");
     changed |= check_input("training.train_vision_tower", c.training.train_vision_tower);

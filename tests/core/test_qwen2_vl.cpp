@@ -1,0 +1,204 @@
+// Qwen2-VL (model.vision_tower = qwen2_vl_vision, src/core/catalog/architectures/qwen2_vl_vision.json): the
+// native-resolution tower's weights and image tokens (the processor's smart_resize, written as the program's dims),
+// the patch merger as the projector, what the step keeps, the HF config.json import and the field errors.
+#include <catch2/catch.hpp>
+
+#include "core/architecture.h"
+#include "core/model.h"
+#include "core/validate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+// Qwen2-VL-7B-Instruct (its HF config.json) with LoRA on one GPU under the HF Trainer, pure bf16, no checkpointing.
+Config qwen2_vl(int64_t micro_batch = 1, int64_t sequence = 1024, const std::string& tower_args = "") {
+  Config c = single_gpu_config("qwen2-vl-7b-instruct.json", micro_batch, sequence);
+  c.peft.method = "lora";
+  if (!tower_args.empty()) c.model.vision_tower_args += "," + tower_args;
+  return c;
+}
+
+bool has_error(const Config& c, const std::string& field) {
+  for (const auto& e : validate(c))
+    if (e.field == field) return true;
+  return false;
+}
+
+// Derived from modeling_qwen2_vl.py's modules at embed_dim 1280, depth 32, mlp_ratio 4 (the published total,
+// 8,291,375,616, is their sum with Qwen2-7B's language model at vocabulary 152,064):
+// patch_embed 1280 x 3 x 2 x 14 x 14 = 1,505,280; per block 19,677,440 (norm1, norm2, qkv with bias, proj, fc1, fc2).
+constexpr int64_t kTowerParams = 1505280 + 32 * int64_t{19677440};
+// PatchMerger: ln_q (2 x 1280), mlp.0 (5120 x 5120 + 5120), mlp.2 (3584 x 5120 + 3584).
+constexpr int64_t kMergerParams = 2560 + 5120 * 5120 + 5120 + 3584 * 5120 + 3584;
+
+int64_t image_tokens(const std::string& args) {
+  ModelConfig m;
+  m.vision_tower = "qwen2_vl_vision";
+  m.vision_tower_args = args;
+  return vision_image_tokens(m);
+}
+
+}  // namespace
+
+TEST_CASE("Qwen2-VL-7B counts the published total: language model, tower and merger", "[vision][qwen2_vl]") {
+  const Config c = qwen2_vl();
+  const ModelShape s = model_shape_of(c.model);
+  CHECK(s.params_total == 8291375616);
+  int64_t tower = 0, merger = 0;
+  for (const auto& t : s.pre) {
+    if (t.part == ParamTensor::Part::VisionTower) {
+      tower += t.numel;
+      CHECK(t.name.rfind("visual.", 0) == 0);
+    }
+    if (t.part == ParamTensor::Part::Projector) {
+      merger += t.numel;
+      CHECK(t.name.rfind("visual.merger.", 0) == 0);
+    }
+  }
+  CHECK(tower == kTowerParams);
+  CHECK(merger == kMergerParams);
+  CHECK(s.projector_widths == std::vector<int64_t>{5120, 5120, 3584});
+  bool block_named = false;  // state_dict paths: visual.blocks.N.attn.qkv.weight
+  for (const auto& t : s.pre) block_named |= t.name == "visual.blocks.31.attn.qkv.weight";
+  CHECK(block_named);
+}
+
+TEST_CASE("an image's tokens follow the processor's smart_resize", "[vision][qwen2_vl]") {
+  // Python's image_processing_qwen2_vl.smart_resize, factor 28, min_pixels 3136, then (h / 14)(w / 14) / 4:
+  CHECK(image_tokens("") == 256);                                    // 448 x 448: the defaults
+  CHECK(image_tokens("image_height=480,image_width=640") == 391);     // 476 x 644, a COCO image
+  CHECK(image_tokens("image_height=1080,image_width=1920") == 2691);  // 1092 x 1932, under the hub's max_pixels
+  CHECK(image_tokens("image_height=1080,image_width=1920,max_pixels=1003520") == 1222);  // shrunk to 728 x 1316
+  CHECK(image_tokens("image_height=30,image_width=60") == 6);         // grown to 56 x 84 (min_pixels)
+  CHECK(image_tokens("image_height=70,image_width=70") == 4);         // round(2.5) is 2: Python rounds half to even
+}
+
+TEST_CASE("the frozen tower keeps one hidden state at a time; a frozen merger keeps nothing", "[vision][qwen2_vl]") {
+  Config c = qwen2_vl(2, 1024, "image_height=480,image_width=640");  // 1,564 patches, 391 tokens per image
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& p = r.devices[0].program;
+  const int64_t hidden = 2 * 1564 * 1280 * 2;  // two images' [1564, 1280] bf16 hidden state
+  // No output_hidden_states: a block's input goes once the block ran, so at most its input and its output at once.
+  CHECK(live(p, "backward", "vision tower block y", true) == 2 * hidden);
+  CHECK(live(p, "backward", "vision tower") == 0);
+  CHECK(live(p, "backward", "projector") == 0);  // LoRA freezes the merger (auto), which saves nothing
+  CHECK(live(p, "backward", "patch merger") == 0);
+  CHECK(live(p, "backward", "image token mask") == 0);
+  CHECK(live(p, "backward", "pixel values") == 2 * 1564 * 1176 * 4);  // fp32 [patches, 3 x 2 x 14 x 14] per image
+  CHECK(r.params_trainable == 2523136);  // r = 8 on the language model's q and v only
+}
+
+TEST_CASE("a trained merger saves its norm's input and statistics, its linears' inputs and GELU's", "[vision][qwen2_vl]") {
+  Config c = qwen2_vl(2, 1024, "image_height=480,image_width=640");
+  c.training.train_projector = "true";
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  const StepProgram& p = r.devices[0].program;
+  const int64_t rows = 2 * 391;
+  CHECK(r.params_trainable == 2523136 + kMergerParams);
+  // ln_q's input (the last block's output), its fp32 mean and rstd per patch row, and its output (mlp.0's input).
+  CHECK(live(p, "backward", "vision tower block y") == 2 * 1564 * 1280 * 2);
+  CHECK(live(p, "backward", "patch merger LayerNorm mean") == 8 * 2 * 1564);
+  CHECK(live(p, "backward", "patch merger LayerNorm output") == rows * 5120 * 2);
+  CHECK(live(p, "backward", "projector linear output") == rows * 5120 * 2);  // GELU's input
+  CHECK(live(p, "backward", "projector GELU output") == rows * 5120 * 2);    // mlp.2's input
+  for (const char* label : {"vision tower", "projector", "patch merger", "image", "pixel values"})
+    CHECK(live(p, "optimizer", label) == 0);
+}
+
+TEST_CASE("a trained Qwen2-VL tower runs every block's backward and frees what it kept", "[vision][qwen2_vl]") {
+  Config c = qwen2_vl(1, 1024, "image_height=448,image_width=448");
+  c.peft.method = "none";
+  c.training.train_vision_tower = true;
+  c.training.activation_checkpointing = "full";
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == r.params_total);
+  const StepProgram& p = r.devices[0].program;
+  // Under checkpointing each block keeps its input: the embeddings' output and 31 blocks' outputs, and the last
+  // block's output, which the merger's norm saves; the embeddings' linear keeps the pixels' bf16 copy or nothing.
+  const int64_t hidden = 1024 * 1280 * 2;
+  CHECK(live(p, "backward", "vision tower block y") == 32 * hidden);
+  for (const char* label : {"vision tower", "gradient of vision tower", "projector", "patch merger", "image", "pixel values"})
+    CHECK(live(p, "optimizer", label) == 0);
+}
+
+TEST_CASE("an HF qwen2_vl config.json imports as Qwen2 with its tower", "[vision][qwen2_vl][hf]") {
+  const Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/qwen2-vl-7b-instruct.json")));
+  REQUIRE(p.ok);
+  const ModelConfig& m = p.config.model;
+  CHECK(m.vision_tower == "qwen2_vl_vision");
+  CHECK(architecture_arg(m.vision_tower_args, "depth", 0) == 32);
+  CHECK(architecture_arg(m.vision_tower_args, "hidden_size", 0) == 3584);
+  CHECK(m.qkv_bias);
+  bool noted_unknown = false;
+  for (const auto& n : p.notes) noted_unknown |= n.find("is not known") != std::string::npos;
+  CHECK_FALSE(noted_unknown);
+}
+
+TEST_CASE("Qwen2-VL's bad inputs are field errors", "[vision][qwen2_vl]") {
+  Config c = qwen2_vl(1, 1024);
+  CHECK(validate(c).empty());
+  Config small = qwen2_vl(1, 1024, "image_height=20");  // smart_resize raises below the factor, 28
+  CHECK(has_error(small, "model.vision_tower_args"));
+  Config wide = qwen2_vl(1, 1024, "hidden_size=4096");  // the merger must map to the language model's width
+  CHECK(has_error(wide, "model.vision_tower_args"));
+  Config many = qwen2_vl(1, 1024, "image_height=1080,image_width=1920");  // 2,691 tokens do not fit 1,024
+  CHECK(has_error(many, "training.sequence_length"));
+  Config tower_only = qwen2_vl();
+  tower_only.model.vision_tower.clear(), tower_only.model.vision_tower_args.clear();
+  tower_only.model.architecture = "qwen2_vl_vision";  // a tower without a head or loss is not a model
+  CHECK(has_error(tower_only, "model.architecture"));
+}
+
+TEST_CASE("program dims take sqrt, round (half to even) and if", "[architecture][qwen2_vl]") {
+  const std::string program = R"J({"memsim_architecture": 1, "name": "t", "source": "test",
+    "hyperparameters": {"a": 9, "c": 0},
+    "dims": {"r": "sqrt(a)", "h": "round(2.5) + round(3.5)", "w": "if(c, 1, 2) * 8"},
+    "repeat": 1, "inputs": {"x": {"shape": ["h", "w"]}},
+    "embeddings": {"ops": [{"op": "linear", "name": "e", "in": "x", "out_features": "r", "out": "y"}], "output": "y"},
+    "block": {"input": "x", "ops": [{"op": "linear", "name": "l", "in": "x", "out_features": "r", "out": "y"}], "output": "y"},
+    "head": {"input": "x", "ops": [{"op": "mean_tokens", "in": "x", "out": "m"},
+                                   {"op": "cross_entropy", "in": "m", "out": "loss"}]}})J";
+  std::shared_ptr<const Architecture> a;
+  for (const auto& e : decode_architecture(program, "", a)) FAIL(e.message);
+  REQUIRE(a);
+  CHECK(architecture_value(*a, "r") == 3);
+  CHECK(architecture_value(*a, "h") == 6);  // 2 + 4
+  CHECK(architecture_value(*a, "w") == 16);
+  CHECK_FALSE(decode_architecture(program, "a=-4", a).empty());  // sqrt of a negative number
+}
+
+TEST_CASE("before transformers 4.54 the tower's attention spans every patch of the micro-batch", "[vision][qwen2_vl]") {
+  // Two images of 1,564 patches: N = 3,128 rows attend as one sequence with a block-diagonal mask (cu_seqlens).
+  const int64_t n = 2 * 1564;
+  auto run = [&](const std::string& transformers, const std::string& attention) {
+    Config c = qwen2_vl(2, 1024, "image_height=480,image_width=640");
+    c.versions.transformers = transformers;
+    c.training.attention = attention;
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    return r;
+  };
+  // 4.54 on ("latest"): one call per image, no mask and no scores.
+  const Result latest = run("latest", "sdpa");
+  CHECK(live(latest.devices[0].program, "backward", "attention scores", true) == 0);
+  // 4.45-4.50: SDPA's math path (3-D q, k, v) over a bool mask made a bf16 bias: [16, N, N] scores twice at once.
+  const Result math = run("4.48", "sdpa");
+  CHECK(live(math.devices[0].program, "backward", "attention scores", true) == 2 * 16 * n * n * 2);
+  CHECK(live(math.devices[0].program, "backward", "attention temporaries", true) >= 3 * n * n);
+  CHECK(math.devices[0].peak.allocated_bytes > latest.devices[0].peak.allocated_bytes);
+  bool noted = false;
+  for (const auto& note : math.notes) noted |= note.find("math path") != std::string::npos;
+  CHECK(noted);
+  // 4.51-4.53: the memory-efficient kernel; no scores, the mask and its bf16 bias padded to 16 keys.
+  const Result efficient = run("4.52", "sdpa");
+  CHECK(live(efficient.devices[0].program, "backward", "attention scores", true) == 0);
+  CHECK(live(efficient.devices[0].program, "backward", "attention temporaries", true) >= n * n + 2 * n * (n + 8));
+  // flash_attention_2 takes cu_seqlens in every version.
+  const Result flash = run("4.48", "flash_attention_2");
+  CHECK(live(flash.devices[0].program, "backward", "attention scores", true) == 0);
+}
