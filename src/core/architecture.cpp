@@ -413,11 +413,13 @@ class Decoder {
   // block's output, which the features' rows and width must fit.
   void tower(const ojson& j, const ArchTensor& last, Architecture& a) {
     if (!j.is_object()) return error("vision_tower", "must be an object: module, width, feature_rows, merge, feature_layer, all_hidden_states, projector");
-    static const char* kKeys[] = {"module", "width", "feature_rows", "merge", "feature_layer", "all_hidden_states", "projector"};
+    static const char* kKeys[] = {"module", "width", "feature_rows", "merge", "feature_layer", "all_hidden_states", "projector",
+                                  "out_width", "merger_norm", "reordered"};
     for (const auto& [k, v] : j.items()) {
       bool known = false;
       for (const char* t : kKeys) known |= k == t;
-      if (!known) error("vision_tower." + k, "is not a key of vision_tower; allowed: module, width, feature_rows, merge, feature_layer, all_hidden_states, projector");
+      if (!known) error("vision_tower." + k, "is not a key of vision_tower; allowed: module, width, feature_rows, merge, feature_layer, all_hidden_states, projector, "
+                                             "out_width, merger_norm, reordered");
     }
     TowerSpec& t = a.tower;
     t.declared = true;
@@ -446,6 +448,17 @@ class Decoder {
       else if (v == "patch_merger") t.projector = TowerSpec::Projector::PatchMerger;
       else return error("vision_tower.projector", "must be llava_mlp (LlavaMultiModalProjector) or patch_merger (Qwen2-VL's PatchMerger)");
     }
+    if (j.contains("out_width") && !dim(j["out_width"], "vision_tower.out_width", t.out_width)) return;
+    if (j.contains("merger_norm")) {
+      if (j["merger_norm"] == "rms_norm") t.rms_merger = true;
+      else if (j["merger_norm"] != "layer_norm") return error("vision_tower.merger_norm", "must be layer_norm or rms_norm");
+    }
+    if (j.contains("reordered")) {
+      if (!j["reordered"].is_boolean()) return error("vision_tower.reordered", "must be true or false");
+      t.reordered = j["reordered"].get<bool>();
+    }
+    if (t.projector != TowerSpec::Projector::PatchMerger && (t.out_width > 0 || t.rms_merger || t.reordered))
+      return error("vision_tower.projector", "out_width, merger_norm and reordered describe a patch_merger");
     if (last.shape.size() != 2) return error("vision_tower", "needs blocks that pass on token rows [tokens, width]");
     if (!t.all_hidden_states && t.feature_layer != -1)
       return error("vision_tower.feature_layer", "must be -1 where all_hidden_states is false: only the last block's output is kept");
@@ -635,6 +648,7 @@ class Decoder {
           if (kn == "window") op.window = d;
           if (kn == "index" || kn == "start" || kn == "height") op.index = d;
           if (kn == "size" || kn == "rows") op.size = d;
+          if (kn == "unit") op.unit = d;
           break;
         }
         case OpKey::Probability: {
@@ -946,7 +960,13 @@ void attach_vision_tower(ModelShape& s, const ModelConfig& m) {
   if (spec.projector == TowerSpec::Projector::PatchMerger) {
     const int64_t merged = mul(spec.width, spec.merge);
     s.projector_widths = {merged, merged, m.hidden_size};
-    projector(spec.module + ".merger.ln_q", spec.width, 0, ParamKind::Norm);
+    if (spec.rms_merger) {  // Qwen2RMSNorm: a weight only
+      ParamTensor w{spec.module + ".merger.ln_q.weight", spec.width, ParamKind::Norm, spec.width};
+      w.part = ParamTensor::Part::Projector;
+      s.pre.push_back(w);
+    } else {
+      projector(spec.module + ".merger.ln_q", spec.width, 0, ParamKind::Norm);
+    }
     projector(spec.module + ".merger.mlp.0", merged, merged, ParamKind::Matmul);
     projector(spec.module + ".merger.mlp.2", m.hidden_size, merged, ParamKind::Matmul);
   } else {

@@ -30,6 +30,7 @@ enum class OpKind {
   Concat,       // torch.cat along the token axis
   Add,          // elementwise sum (residual adds, position embeddings)
   LayerNorm,    // nn.LayerNorm
+  RmsNorm,      // transformers' eager RMSNorm (Qwen2RMSNorm): an fp32 copy, rstd, weight * normed.to(dtype)
   Linear,       // nn.Linear
   Attention,    // multi-head attention over q, k, v (the kernel from the config: eager or SDPA)
   Gelu,         // nn.GELU (exact or tanh)
@@ -94,6 +95,7 @@ struct ArchOp {
   bool when = true;          // Copy: whether the copy happens (a shifted window's roll: only where the shift is not 0)
   bool masked = false;       // WindowAttention: shifted windows add a mask to the scores
   bool packed = false;       // Attention: the micro-batch's samples as one sequence with a block-diagonal mask
+  int64_t unit = 0;          // Attention: rows that attend together within a sample (windows); 0: the whole sample
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows
   bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
   ParamKind param_kind = ParamKind::Embedding;  // Parameter
@@ -123,6 +125,12 @@ struct TowerSpec {
   // llava_mlp: LlavaMultiModalProjector (model.projector_depth linears with GELU between); patch_merger: Qwen2-VL's
   // PatchMerger (a LayerNorm over the tower's width, merge rows side by side, Linear, GELU, Linear).
   enum class Projector : uint8_t { LlavaMlp, PatchMerger } projector = Projector::LlavaMlp;
+  // patch_merger: the width it maps to (the decoder's hidden size; 0: not declared), whether its ln_q is an RMSNorm
+  // (Qwen2.5-VL's Qwen2RMSNorm, a weight only) rather than a LayerNorm, and whether its output is gathered back into
+  // the processor's order (Qwen2.5-VL's reverse_indices after its window order: a copy of the features).
+  int64_t out_width = 0;
+  bool rms_merger = false;
+  bool reordered = false;
 };
 
 struct Architecture {

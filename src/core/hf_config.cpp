@@ -176,22 +176,30 @@ void read_vision_config(const json& src, ModelConfig& out, std::vector<FieldErro
   if (auto it = src.find("model_type"); it != src.end() && it->is_string()) type = it->get<std::string>().substr(0, 60);
   std::string vision_type;
   if (auto it = vc->find("model_type"); it != vc->end() && it->is_string()) vision_type = it->get<std::string>().substr(0, 60);
-  if (type == "qwen2_vl") {
-    // Qwen2VLForConditionalGeneration (transformers models/qwen2_vl): vision_config is Qwen2VLVisionConfig, the
-    // qwen2_vl_vision program's hyperparameters by the same names (its config.json's "in_chans" is not one of
-    // them: Qwen2VLVisionConfig takes in_channels, so the class default 3 holds). The merger is the projector.
+  if (type == "qwen2_vl" || type == "qwen2_5_vl") {
+    // Qwen2VLForConditionalGeneration and Qwen2_5_VLForConditionalGeneration (transformers models/qwen2_vl,
+    // qwen2_5_vl): vision_config is the tower's config, the program's hyperparameters by the same names (its
+    // config.json's "in_chans" is not one of them: the config classes take in_channels, so the default 3 holds;
+    // Qwen2.5-VL's fullatt_block_indexes are read by the program's hf_keys). The merger is the projector.
+    const std::string program = type == "qwen2_vl" ? "qwen2_vl_vision" : "qwen2_5_vl_vision";
+    const std::string title = type == "qwen2_vl" ? "Qwen2-VL" : "Qwen2.5-VL";
+    if (auto f = vc->find("fullatt_block_indexes"); f != vc->end() && (!f->is_array() || f->size() != 4)) {
+      errors.push_back({"model.vision_tower", "model.vision_tower: fullatt_block_indexes must list 4 blocks, as "
+                                              "qwen2_5_vl_vision's block kinds are written; got " + f->dump().substr(0, 60)});
+      return;
+    }
     std::string args;
-    for (const auto& [key, where] : architecture_hf_keys("qwen2_vl_vision")) {
+    for (const auto& [key, where] : architecture_hf_keys(program)) {
       const json::json_pointer pointer(where);
       if (!vc->contains(pointer) || !(*vc)[pointer].is_number()) continue;
       std::ostringstream text;
       text << key << "=" << (*vc)[pointer].get<double>();
       args += (args.empty() ? "" : ",") + text.str();
     }
-    out.name = (out.name.empty() ? std::string("Qwen2-VL") : out.name) + " with its vision tower (qwen2_vl)";
-    out.vision_tower = "qwen2_vl_vision";
+    out.name = (out.name.empty() ? title : out.name) + " with its vision tower (" + type + ")";
+    out.vision_tower = program;
     out.vision_tower_args = args;
-    notes.push_back("model: model_type qwen2_vl: the vision_config is the vision tower \"qwen2_vl_vision\" (" +
+    notes.push_back("model: model_type " + type + ": the vision_config is the vision tower \"" + program + "\" (" +
                     (args.empty() ? std::string("its defaults") : args) + ") with its patch merger; each image's size "
                     "(image_height, image_width, before smart_resize) and max_pixels are the tower's arguments "
                     "(defaults 448 x 448, the hub processor's 12845056)");
@@ -200,7 +208,7 @@ void read_vision_config(const json& src, ModelConfig& out, std::vector<FieldErro
   if (type != "llava" || vision_type != "clip_vision_model") {
     notes.push_back("model: the vision tower of this " + (type.empty() ? std::string("multimodal") : type) + " config (" +
                     (vision_type.empty() ? std::string("no model_type") : vision_type) + ") is not modelled; memsim reads "
-                    "its language model alone (vision towers: LLaVA's CLIP, model_type llava; Qwen2-VL's, model_type qwen2_vl)");
+                    "its language model alone (vision towers: LLaVA's CLIP, model_type llava; Qwen2-VL's and Qwen2.5-VL's, model_types qwen2_vl and qwen2_5_vl)");
     return;
   }
   if (auto it = src.find("vision_feature_select_strategy"); it != src.end() && it->is_string() && it->get<std::string>() != "default") {

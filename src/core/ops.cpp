@@ -62,14 +62,20 @@ const std::vector<OpSpec>& op_specs() {
        "(torchvision Bottleneck: out += identity), which writes a and makes nothing new"},
       {OpKind::LayerNorm, "layer_norm", {{"in", K::Tensor, true}, {"bias", K::Flag, false}}, true,
        "torch.nn.LayerNorm(width): weight and bias [width]"},
+      {OpKind::RmsNorm, "rms_norm", {{"in", K::Tensor, true}}, true,
+       "transformers' eager RMSNorm (Qwen2RMSNorm, LlamaRMSNorm): x.to(float32), * rsqrt(mean(x^2) + eps), then "
+       "weight * x.to(input dtype); weight [width]. Saves the fp32 copy and rstd, and the cast result where the weight "
+       "trains"},
       {OpKind::Linear, "linear", {{"in", K::Tensor, true}, {"out_features", K::Dim, true}, {"bias", K::Flag, false}},
        true, "torch.nn.Linear: weight [out, in], bias [out]"},
       {OpKind::Attention, "attention",
-       {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}, {"packed", K::Flag, false}}, false,
+       {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}, {"packed", K::Flag, false},
+        {"unit", K::Dim, false}}, false,
        "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q, k, v [tokens, heads x d]. packed: the "
        "micro-batch's samples as one sequence that attends within each sample (Qwen2-VL's tower: cu_seqlens), which "
        "before transformers 4.54 builds a block-diagonal [1, N, N] mask over all N rows in every block (eager, "
-       "SDPA) and, with eager or 3-D SDPA inputs (before 4.51: the math path), scores over all of them"},
+       "SDPA) and, with eager or 3-D SDPA inputs (before 4.51: the math path), scores over all of them. unit: rows that "
+       "attend together within a sample (Qwen2.5-VL's windows of 64 patches), where the kernel attends per unit"},
       {OpKind::Gelu, "gelu", {{"in", K::Tensor, true}, {"tanh", K::Flag, false}}, false, "torch.nn.GELU"},
       {OpKind::Silu, "silu", {{"in", K::Tensor, true}}, false,
        "torch.nn.functional.silu: silu_backward reads its input (derivatives.yaml)"},
@@ -292,6 +298,7 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       out = in[0]->shape;
       return true;
     case OpKind::LayerNorm:
+    case OpKind::RmsNorm:
     case OpKind::Gelu:
     case OpKind::Silu:
     case OpKind::Relu:
@@ -389,6 +396,11 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
       const int64_t w = in[0]->shape.back();
       param(".weight", w, ParamKind::Norm, w);
       if (op.bias) param(".bias", w, ParamKind::Norm, w);
+      break;
+    }
+    case OpKind::RmsNorm: {
+      const int64_t w = in[0]->shape.back();
+      param(".weight", w, ParamKind::Norm, w);
       break;
     }
     case OpKind::Linear: {

@@ -94,6 +94,10 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
         p.bytes[o] = dims_.amp ? 4 : widest;  // layer_norm is on autocast's fp32 list
         break;
+      case OpKind::RmsNorm:  // weight * x.to(input dtype): the input's dtype (or the weight's, if wider)
+        p.op_trains[i] = param_trains(params, op.name + ".weight");
+        p.bytes[o] = widest;
+        break;
       case OpKind::BatchNorm2d:  // on none of autocast's lists: cuDNN takes 16-bit input with fp32 weights
         p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
         p.bytes[o] = widest;
@@ -273,6 +277,33 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (req) keep(oi, x);
         break;
+      case OpKind::RmsNorm: {
+        // transformers' Qwen2RMSNorm / LlamaRMSNorm: x32 = x.to(float32) (x itself where it is fp32), saved by pow
+        // and by x32 * rstd; rstd [rows] fp32, saved by the product; the fp32 product, cast back to x's dtype, which
+        // weight * (...) saves where the weight trains; the output.
+        const int64_t n = mul(b, s.tensors[x].numel());
+        const bool fp32_in = p.bytes[x] == 4, keeps = req && !no_grad_;
+        auto make = [&](int64_t bytes, uint32_t label, bool saved_later) { return saved_later ? act(bytes, label, layer) : tmp(bytes, label, layer); };
+        const uint32_t x32 = fp32_in ? UINT32_MAX : make(mul(4, n), labels_.norm_x32, keeps);
+        const uint32_t rstd = make(mul(4, rows_of(x)), labels_.norm_rstd, keeps);
+        const uint32_t prod = tmp(mul(4, n), labels_.attn_tmp, layer);
+        const uint32_t cast = fp32_in ? UINT32_MAX : make(mul(p.bytes[x], n), labels_.norm_scaled, keeps && p.op_trains[i]);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        drop(prod);
+        if (keeps) {
+          if (fp32_in) keep(oi, x);
+          else saved.attn.push_back(x32), saved.ops.push_back(static_cast<uint32_t>(i));
+          saved.attn.push_back(rstd), saved.ops.push_back(static_cast<uint32_t>(i));
+          if (cast != UINT32_MAX) {
+            if (p.op_trains[i]) saved.attn.push_back(cast), saved.ops.push_back(static_cast<uint32_t>(i));
+            else drop(cast);
+          }
+        } else {
+          for (uint32_t t : {x32, rstd, cast})
+            if (t != UINT32_MAX) drop(t);
+        }
+        break;
+      }
       case OpKind::Relu:
       case OpKind::Tanh:  // the backwards read the result (derivatives.yaml: threshold_backward, tanh_backward,
       case OpKind::Sigmoid:  // sigmoid_backward)
@@ -366,7 +397,9 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           // q k^T, scaled, softmax (autocast: converted to fp32 first, written in fp32), dropout, @ v; the probs
           // that attn @ v reads are saved (attention_probs), with q, k and v for the two matmuls. Packed: scores
           // over all n rows at once; SDPA's math path keeps the compute dtype for its softmax.
-          const int64_t s2 = scores_over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows, rows));
+          // Per sample: over the whole sample, or per unit (Qwen2.5-VL's windows: its eager call per window).
+        const int64_t unit = op.unit > 0 ? std::min(op.unit, rows) : rows;
+        const int64_t s2 = scores_over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows / unit, mul(unit, unit)));
           const uint32_t scores = tmp(mul(dims_.e, s2), labels_.scores, layer);
           const uint32_t scaled = tmp(mul(dims_.e, s2), labels_.scores, layer);
           drop(scores);
@@ -495,7 +528,8 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         const bool over_all = packing == PackedAttention::EagerMask || packing == PackedAttention::SdpaMathMask;
         if (resolved_.attention == Attention::Eager || over_all) {
           const int64_t n = mul(b, rows);  // packed: the scores span the micro-batch's rows
-          const int64_t s2 = over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows, rows));
+          const int64_t unit = op.unit > 0 ? std::min(op.unit, rows) : rows;
+          const int64_t s2 = over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows / unit, mul(unit, unit)));
           const int64_t e = dims_.amp && packing != PackedAttention::SdpaMathMask ? 4 : dims_.e;
           scratch.push_back(tmp(mul(e, s2), labels_.bwd_attn, layer));  // grad of the probs
           scratch.push_back(tmp(mul(e, s2), labels_.bwd_attn, layer));  // grad of the scores
@@ -513,6 +547,9 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
       }
       // drop_path's backward: the product's gradient, then the division's (x's gradient, below).
       if (op.kind == OpKind::DropPath && !op.noise_scaled) scratch.push_back(tmp(bytes_of(o), labels_.bwd_mlp, layer));
+      // An eager RMSNorm's backward: about three fp32 temporaries of its input's size (pow, mean and mul backward,
+      // as the built-in layers' norm_backward counts them).
+      if (op.kind == OpKind::RmsNorm) scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_norm, layer));
       // Under autocast a trained weight's gradient comes out of the matmul in the compute dtype and is cast to the
       // fp32 .grad (the cast's backward): a transient of the weight's size.
       if (dims_.amp && p.op_trains[i] && (op.kind == OpKind::Linear || op.kind == OpKind::Conv2d))

@@ -678,19 +678,17 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
   const auto& types = tower->model_types;
   if (!tower->tower.declared && std::find(types.begin(), types.end(), "clip_vision_model") == types.end()) {
     e.push_back({"model.vision_tower", "model.vision_tower must be a vision tower program: clip_vision (LLaVA-1.5's), "
-                                       "qwen2_vl_vision, or one that declares \"vision_tower\"; got " + tower->name +
+                                       "qwen2_vl_vision, qwen2_5_vl_vision, or one that declares \"vision_tower\"; got " + tower->name +
                                        " (SigLIP towers are not modelled yet)"});
     return;
   }
   // Qwen2-VL's merger maps to the decoder's width (vision_config.hidden_size is the text model's), and its
   // smart_resize raises for an image side below the resize factor (image_processing_qwen2_vl.py: "height:{height} or
   // width:{width} must be larger than factor:{factor}").
-  if (tower->tower.projector == TowerSpec::Projector::PatchMerger) {
-    const auto merged_to = static_cast<int64_t>(architecture_value(*tower, "hidden_size"));
-    if (merged_to != m.hidden_size)
-      e.push_back({"model.vision_tower_args", "model.vision_tower_args: hidden_size (the merger's output, " + std::to_string(merged_to) +
-                                              ") must be the language model's model.hidden_size, " + std::to_string(m.hidden_size)});
-  }
+  if (tower->tower.projector == TowerSpec::Projector::PatchMerger && tower->tower.out_width > 0 && tower->tower.out_width != m.hidden_size)
+    e.push_back({"model.vision_tower_args", "model.vision_tower_args: the merger's output width (" + std::to_string(tower->tower.out_width) +
+                                            ": hidden_size for Qwen2-VL, out_hidden_size for Qwen2.5-VL) must be the language model's "
+                                            "model.hidden_size, " + std::to_string(m.hidden_size)});
   if (const double factor = architecture_value(*tower, "factor"); factor > 0)
     for (const char* side : {"image_height", "image_width"})
       if (architecture_value(*tower, side) < factor)

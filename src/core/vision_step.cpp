@@ -117,13 +117,22 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   // A patch merger first normalises the patch rows (ln_q), then reads each image token's merge rows side by side, a
   // view of the norm's output: .view(-1, hidden_size x merge). LayerNorm saves its input and fp32 mean and rstd per
   // row where a gradient flows through it (native_layer_norm).
+  // Qwen2.5-VL's ln_q is an eager RMSNorm instead: it saves an fp32 copy of its input and rstd per row, not the input.
   uint32_t normed = UINT32_MAX;
   if (merger) {
-    normed = act(mul(dims_.e, rows, widths[0]), vision_labels_.merger_norm, -1);
+    const int64_t elements = mul(rows, widths[0]);
+    const uint32_t x32 = spec.rms_merger ? act(mul(4, elements), vision_labels_.merger_stats, -1) : UINT32_MAX;
+    normed = act(mul(dims_.e, elements), vision_labels_.merger_norm, -1);
     if (flows) {
-      if (!tower_grad) program_.recategorize(selected, Component::Activations);
-      f.merger_norm_input = selected;
-      f.merger_norm_stats = act(mul(8, rows, spec.merge), vision_labels_.merger_stats, -1);
+      if (!spec.rms_merger) {
+        if (!tower_grad) program_.recategorize(selected, Component::Activations);
+        f.merger_norm_input = selected;
+      } else {
+        f.merger_norm_input = x32;
+      }
+      f.merger_norm_stats = act(mul(spec.rms_merger ? 4 : 8, rows, spec.merge), vision_labels_.merger_stats, -1);
+    } else if (x32 != UINT32_MAX) {
+      drop(x32);
     }
   }
   if (weights) {
@@ -145,12 +154,20 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
     if (i == 0 && merger && !weights) drop(normed);
     x = y;
   }
+  // Qwen2.5-VL ran its blocks in window order: hidden_states[reverse_indices] gathers the merged rows back, a copy
+  // (index's backward needs only the indices).
+  if (spec.reordered) {
+    const uint32_t y = act(program_.tensors[x].bytes, vision_labels_.features, -1);
+    drop(x);
+    x = y;
+  }
   // get_image_features returns: the hidden-states tuple goes. A frozen tower's states all go but the one linear_1
   // saved; a trained tower's block inputs stay for its backward, and its last block, whose output feeds nothing,
   // lets go of what it saved.
   if (!tower_grad) {
+    const bool keep_selected = (weights && !merger) || f.merger_norm_input == selected;  // linear_1's or ln_q's input
     for (uint32_t h : hidden)
-      if (h != UINT32_MAX && (!(weights || f.merger_norm_input != UINT32_MAX) || h != selected)) drop(h);
+      if (h != UINT32_MAX && (!keep_selected || h != selected)) drop(h);
     hidden.clear();
   } else if (spec.feature_layer == -2) {
     drop(hidden.back());
@@ -224,9 +241,9 @@ void StepBuilder::vision_backward(InFlight& f) {
       const uint32_t dn = tmp(mul(dims_.e, rows, widths[0]), vision_labels_.grad_projector, -1);
       drop(g);
       g = dn;
-    } else {
-      drop(f.merger_norm_input);
     }
+    // The LayerNorm's saved input is the selected hidden state (a trained tower's own); the RMSNorm's an fp32 copy.
+    if (!tower_grad || tower_spec(*shape_.vision_tower).rms_merger) drop(f.merger_norm_input);
     drop(f.merger_norm_stats);
     f.merger_norm_input = f.merger_norm_stats = UINT32_MAX;
   }

@@ -1,4 +1,4 @@
-// The Model section's vision tower: a vision-language model in LLaVA's or Qwen2-VL's layout (core/config.h
+// The Model section's vision tower: a vision-language model in LLaVA's, Qwen2-VL's or Qwen2.5-VL's layout (core/config.h
 // ModelConfig::vision_tower; core/vision_step.cpp). The tower is a built-in program, run frozen on each sample's
 // images; its arguments (Qwen2-VL: the image's size and max_pixels), LLaVA's projector depth and the images per
 // sample follow. A summary line says what one image
@@ -24,26 +24,28 @@ constexpr const char* kLlavaTowerArgs =
 }  // namespace
 
 bool draw_vision_tower(Config& c) {
-  if (!subsection("Vision tower (LLaVA, Qwen2-VL)")) return false;
+  if (!subsection("Vision tower (LLaVA, Qwen2-VL, Qwen2.5-VL)")) return false;
   ModelConfig& m = c.model;
   bool changed = false;
   const FieldSpec& tower = field_spec("model.vision_tower");
-  static const char* const kTowers[] = {"", "clip_vision", "qwen2_vl_vision"};
+  static const char* const kTowers[] = {"", "clip_vision", "qwen2_vl_vision", "qwen2_5_vl_vision"};
   int on = 0;
-  for (int i = 1; i < 3; ++i)
+  for (int i = 1; i < 4; ++i)
     if (m.vision_tower == kTowers[i]) on = i;
   if (on == 0 && !m.vision_tower.empty()) on = 1;  // a program given as text: shown under CLIP, its field says more
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  if (index_combo(tower.label.data(), on, {"none (text only)", "CLIP (clip_vision)", "Qwen2-VL (qwen2_vl_vision)"})) {
+  if (index_combo(tower.label.data(), on,
+                  {"none (text only)", "CLIP (clip_vision)", "Qwen2-VL (qwen2_vl_vision)", "Qwen2.5-VL (qwen2_5_vl_vision)"})) {
     const bool same = m.vision_tower == kTowers[on];
     m.vision_tower = kTowers[on];
     if (on == 0 || !same) m.vision_tower_args.clear();
     // LLaVA-1.5's CLIP; Qwen2-VL's merger maps to the language model's width, the tower's hidden_size.
     if (on == 1 && m.vision_tower_args.empty()) m.vision_tower_args = kLlavaTowerArgs;
     if (on == 2 && m.vision_tower_args.empty()) m.vision_tower_args = "hidden_size=" + std::to_string(m.hidden_size);
+    if (on == 3 && m.vision_tower_args.empty()) m.vision_tower_args = "out_hidden_size=" + std::to_string(m.hidden_size);
     changed = true;
   }
-  const char* const kSpoken[] = {"none, list", "CLIP, list", "Qwen2-VL, list"};
+  const char* const kSpoken[] = {"none, list", "CLIP, list", "Qwen2-VL, list", "Qwen2.5-VL, list"};
   announce_focus(focus_words(tower.label.data(), kSpoken[on], "model.vision_tower", tower.help.data()));
   help_marker(tower.help.data(), item_has_keyboard_focus());
   field_error("model.vision_tower");

@@ -202,3 +202,62 @@ TEST_CASE("before transformers 4.54 the tower's attention spans every patch of t
   const Result flash = run("4.48", "flash_attention_2");
   CHECK(live(flash.devices[0].program, "backward", "attention scores", true) == 0);
 }
+
+// Qwen2.5-VL: RMSNorm blocks with a SwiGLU MLP, windows of 8 x 8 patches but in blocks 7, 15, 23 and 31.
+TEST_CASE("Qwen2.5-VL-7B counts the published total, and imports with its windowed tower", "[vision][qwen2_vl]") {
+  const Parsed p = model_from_hf_json(read_file(source_path("tests/data/hf/qwen2.5-vl-7b-instruct.json")));
+  REQUIRE(p.ok);
+  const ModelConfig& m = p.config.model;
+  CHECK(m.vision_tower == "qwen2_5_vl_vision");
+  CHECK(architecture_arg(m.vision_tower_args, "fullatt2", 0) == 15);
+  CHECK(architecture_arg(m.vision_tower_args, "out_hidden_size", 0) == 3584);
+  const ModelShape s = model_shape_of(m);
+  CHECK(s.params_total == 8292166656);
+  int64_t tower = 0, merger = 0;
+  for (const auto& t : s.pre) {
+    if (t.part == ParamTensor::Part::VisionTower) tower += t.numel;
+    if (t.part == ParamTensor::Part::Projector) merger += t.numel;
+  }
+  // Derived from modeling_qwen2_5_vl.py: per block 2 RMSNorms (2 x 1280), qkv, proj, gate and up (1280 x 3420 + 3420
+  // each) and down (3420 x 1280 + 1280): 19,702,200; the merger's ln_q has a weight only.
+  CHECK(tower == 1505280 + 32 * int64_t{19702200});
+  CHECK(merger == 1280 + 5120 * 5120 + 5120 + 3584 * 5120 + 3584);
+  Config c = single_gpu_config("qwen2.5-vl-7b-instruct.json", 1, 1024);
+  c.peft.method = "lora";
+  CHECK(validate(c).empty());
+  c.model.vision_tower_args += ",out_hidden_size=2048";  // the merger must map to the decoder's 3584
+  CHECK(has_error(c, "model.vision_tower_args"));
+}
+
+TEST_CASE("Qwen2.5-VL's windows bound eager scores to 64 patches from transformers 4.54; before, the mask spans the batch", "[vision][qwen2_vl]") {
+  auto run = [&](const std::string& transformers) {
+    Config c = single_gpu_config("qwen2.5-vl-7b-instruct.json", 2, 1024);
+    c.peft.method = "lora";
+    c.training.attention = "eager";
+    c.versions.transformers = transformers;
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    return live(r.devices[0].program, "backward", "attention scores", true);
+  };
+  const int64_t n = 1024;  // two images of 448 x 448: 32 x 32 patches each, 16 windows of 64
+  // 4.54 on: one eager call per window in 28 blocks ([16, 64, 64] each; memsim holds the batch's windows at once)
+  // and per image in the 4 full-attention blocks ([16, 1024, 1024] per image), bf16 scores and their scaled copy.
+  CHECK(run("latest") == 2 * 16 * 2 * n * n * 2);
+  // 4.49-4.53: every block, windowed or not, scores all the micro-batch's 2,048 patches against each other.
+  CHECK(run("4.50") == 2 * 16 * (2 * n) * (2 * n) * 2);
+}
+
+TEST_CASE("a trained Qwen2.5-VL tower keeps its RMSNorms' fp32 copies and frees them", "[vision][qwen2_vl]") {
+  Config c = single_gpu_config("qwen2.5-vl-7b-instruct.json", 1, 1024);
+  c.peft.method = "none";
+  c.training.train_vision_tower = true;
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == r.params_total);
+  const StepProgram& p = r.devices[0].program;
+  // Each block's two RMSNorms save an fp32 copy of their [1024, 1280] input (the decoder's norms save theirs too,
+  // at its width; the tower's are at least these).
+  CHECK(live(p, "backward", "norm input upcast to fp32") >= 32 * 2 * 1024 * 1280 * 4);
+  for (const char* label : {"vision tower", "gradient of vision tower", "projector", "patch merger", "image", "pixel values"})
+    CHECK(live(p, "optimizer", label) == 0);
+}
