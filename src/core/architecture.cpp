@@ -448,7 +448,10 @@ class Decoder {
       else if (v == "patch_merger") t.projector = TowerSpec::Projector::PatchMerger;
       else return error("vision_tower.projector", "must be llava_mlp (LlavaMultiModalProjector) or patch_merger (Qwen2-VL's PatchMerger)");
     }
-    if (j.contains("out_width") && !dim(j["out_width"], "vision_tower.out_width", t.out_width)) return;
+    if (j.contains("out_width")) {
+      if (!dim(j["out_width"], "vision_tower.out_width", t.out_width)) return;
+      if (j["out_width"].is_string() && valid_name(j["out_width"].get<std::string>())) t.out_width_name = j["out_width"].get<std::string>();
+    }
     if (j.contains("merger_norm")) {
       if (j["merger_norm"] == "rms_norm") t.rms_merger = true;
       else if (j["merger_norm"] != "layer_norm") return error("vision_tower.merger_norm", "must be layer_norm or rms_norm");
@@ -457,6 +460,8 @@ class Decoder {
       if (!j["reordered"].is_boolean()) return error("vision_tower.reordered", "must be true or false");
       t.reordered = j["reordered"].get<bool>();
     }
+    if (t.projector == TowerSpec::Projector::LlavaMlp && t.merge != 1)
+      return error("vision_tower.merge", "must be 1 with the llava_mlp projector, which reads one row per image token");
     if (t.projector != TowerSpec::Projector::PatchMerger && (t.out_width > 0 || t.rms_merger || t.reordered))
       return error("vision_tower.projector", "out_width, merger_norm and reordered describe a patch_merger");
     if (last.shape.size() != 2) return error("vision_tower", "needs blocks that pass on token rows [tokens, width]");

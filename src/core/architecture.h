@@ -129,6 +129,7 @@ struct TowerSpec {
   // (Qwen2.5-VL's Qwen2RMSNorm, a weight only) rather than a LayerNorm, and whether its output is gathered back into
   // the processor's order (Qwen2.5-VL's reverse_indices after its window order: a copy of the features).
   int64_t out_width = 0;
+  std::string out_width_name;  // the hyperparameter out_width names, where it names one ("hidden_size")
   bool rms_merger = false;
   bool reordered = false;
 };

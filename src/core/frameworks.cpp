@@ -231,18 +231,33 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
 // Until transformers#37363 (25343aafee, released in 4.54) eager and SDPA build a block-diagonal [1, N, N] mask in
 // every block; SDPA got 3-D q, k and v until #36891 (064cd7cd, 4.51), which PyTorch's fused kernels refuse, so it ran
 // the math path. flash_attention_2 takes cu_seqlens (varlen) in every version. "latest" is 4.54 on: one call per image.
-PackedAttention derive_packed_attention(Attention attention, const StackVersions& v, std::string& note) {
+// 4.53.0 built a [1, 1, N, N] float mask in every block for every implementation, flash_attention_2 included;
+// 4.53.1-4.53.3 build it for eager and SDPA only (3c5f9108, transformers#39121), so SDPA gets a float bias from 4.53.
+PackedAttention derive_packed_attention(Attention attention, const StackVersions& v, PackedMask& mask, std::string& note) {
   const Library tf = Library::Transformers;
-  if (attention == Attention::FlashAttention2 || v.at_least(tf, V(4, 54))) return PackedAttention::PerSample;
+  mask = PackedMask::None;
+  if (v.at_least(tf, V(4, 54))) return PackedAttention::PerSample;
   const std::string stated = " (transformers " + version_text(v[tf].version) + ")";
+  const bool float_mask = v.at_least(tf, V(4, 53));
+  if (attention == Attention::FlashAttention2) {
+    if (v.at_least(tf, V(4, 53)) && v.below(tf, V(4, 53, 1))) {
+      mask = PackedMask::Float;
+      note = "packed attention (Qwen2-VL's tower): transformers 4.53.0 builds a [1, 1, N, N] float mask over all N "
+             "patches of the micro-batch in every block, which flash_attention_2 does not read" + stated;
+    }
+    return PackedAttention::PerSample;
+  }
   if (attention == Attention::Eager) {
+    mask = PackedMask::Float;
     note = "packed attention (Qwen2-VL's tower): eager builds a [1, N, N] mask over all N patches of the micro-batch "
            "in every block and scores over all of them until transformers#37363 (4.54)" + stated;
     return PackedAttention::EagerMask;
   }
-  if (v.below(tf, V(4, 51))) {
-    note = "packed attention (Qwen2-VL's tower): SDPA gets 3-D q, k, v until transformers#36891 (4.51), so PyTorch "
-           "runs its math path over a [1, N, N] mask of all N patches of the micro-batch" + stated;
+  mask = float_mask ? PackedMask::Float : PackedMask::Bool;
+  if (v.below(tf, V(4, 51)) || attention == Attention::SdpaMath) {
+    note = "packed attention (Qwen2-VL's tower): SDPA runs its math path (3-D q, k, v until transformers#36891, 4.51, "
+           "which PyTorch's fused kernels refuse; or training.attention sdpa_math) over a [1, N, N] mask of all N "
+           "patches of the micro-batch" + stated;
     return PackedAttention::SdpaMathMask;
   }
   note = "packed attention (Qwen2-VL's tower): SDPA's memory-efficient kernel over a [1, N, N] mask of all N patches "
@@ -686,7 +701,7 @@ Resolved resolve(const Config& c) {
   }
   r.foreach_keeps_denom = v.below(torch, V(2, 1));
   r.mask = derive_attention_mask(c, f, r.attention, v);
-  r.packed_attention = derive_packed_attention(r.attention, v, r.packed_note);
+  r.packed_attention = derive_packed_attention(r.attention, v, r.packed_mask, r.packed_note);
   if (f.unsloth_kernels) derive_unsloth(c, v, r);
   r.preference = resolve_preference(c, f, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage > 0);
   r.rollout = resolve_rollout(c, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage == 3);

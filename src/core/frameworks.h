@@ -191,6 +191,10 @@ enum class PackedAttention : uint8_t {
   SdpaEfficientMask,  // SDPA 4.51-4.53: 4-D inputs, the memory-efficient kernel over the mask made an additive bias
 };
 
+// The dtype of that mask: SDPA's bool before 4.53, a float in the compute dtype for eager and from 4.53 (4.53.0 builds
+// it for flash_attention_2 too, which reads cu_seqlens instead).
+enum class PackedMask : uint8_t { None, Bool, Float };
+
 struct AttentionMask {
   MaskBuild build = MaskBuild::None;
   bool unpadded = false;   // built for micro-batches without padding too, not only where the 2-D mask has zeros
@@ -251,6 +255,7 @@ struct Resolved {
   // A packed attention op (ops.cpp "packed": Qwen2-VL's tower over all the micro-batch's patches, cu_seqlens): what its
   // block-diagonal mask costs, by transformers' version and the kernel; like mask, no config field of its own.
   PackedAttention packed_attention = PackedAttention::PerSample;
+  PackedMask packed_mask = PackedMask::None;  // the [1, N, N] mask built in every block (none from 4.54)
   std::string packed_note;  // the rule with its sources, where it is not PerSample
   // Unsloth (FrameworkSpec::unsloth_kernels), by the unsloth version; like mask, no config field of their own.
   UnslothGc unsloth_gc = UnslothGc::Offload;

@@ -1,6 +1,7 @@
 // The Hugging Face config.json as memsim's model section (serialize.h model_from_hf_json; config_from_json reads
 // a config's model section the same way): structural defaults per model_type, key aliases, ignored keys.
 #include <algorithm>
+#include <iomanip>
 #include <sstream>
 
 #include "architecture.h"
@@ -193,7 +194,7 @@ void read_vision_config(const json& src, ModelConfig& out, std::vector<FieldErro
       const json::json_pointer pointer(where);
       if (!vc->contains(pointer) || !(*vc)[pointer].is_number()) continue;
       std::ostringstream text;
-      text << key << "=" << (*vc)[pointer].get<double>();
+      text << std::setprecision(15) << key << "=" << (*vc)[pointer].get<double>();
       args += (args.empty() ? "" : ",") + text.str();
     }
     out.name = (out.name.empty() ? title : out.name) + " with its vision tower (" + type + ")";
@@ -349,6 +350,10 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
       if (!norm.contains(key)) norm[key] = value, filled += (filled.empty() ? "" : ", ") + std::string(key) + " " + std::to_string(value);
     if (!filled.empty()) notes.push_back("model: text_config leaves out LlamaConfig's defaults; read " + filled);
   }
+  // tie_word_embeddings is the top-level config's (PreTrainedModel ties by self.config, the composite one), which a
+  // re-saved multimodal config may state there alone (Qwen2.5-VL-3B's, transformers >= 4.52).
+  if (j != &src && !norm.contains("tie_word_embeddings"))
+    if (auto it = src.find("tie_word_embeddings"); it != src.end() && it->is_boolean()) norm["tie_word_embeddings"] = *it;
   if (type == "t5" || type == "mt5") {
     // T5Config.__init__: feed_forward_proj is "{gated-}{act}"; "gated-gelu" means the tanh approximation gelu_new.
     if (auto it = norm.find("feed_forward_proj"); it != norm.end() && it->is_string()) {

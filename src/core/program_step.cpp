@@ -278,30 +278,30 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (req) keep(oi, x);
         break;
       case OpKind::RmsNorm: {
-        // transformers' Qwen2RMSNorm / LlamaRMSNorm: x32 = x.to(float32) (x itself where it is fp32), saved by pow
-        // and by x32 * rstd; rstd [rows] fp32, saved by the product; the fp32 product, cast back to x's dtype, which
-        // weight * (...) saves where the weight trains; the output.
+        // transformers' Qwen2RMSNorm / LlamaRMSNorm: x32 = x.to(float32) (x itself where it is fp32) and rstd [rows]
+        // fp32, saved by pow and by x32 * rstd where x needs a gradient; the fp32 product, cast back to x's dtype (the
+        // product itself for fp32 x), which weight * (...) saves where the weight trains; the output.
         const int64_t n = mul(b, s.tensors[x].numel());
-        const bool fp32_in = p.bytes[x] == 4, keeps = req && !no_grad_;
+        const bool fp32_in = p.bytes[x] == 4, grad_in = req && !no_grad_ && p.req[x], grad_w = req && !no_grad_ && p.op_trains[i];
         auto make = [&](int64_t bytes, uint32_t label, bool saved_later) { return saved_later ? act(bytes, label, layer) : tmp(bytes, label, layer); };
-        const uint32_t x32 = fp32_in ? UINT32_MAX : make(mul(4, n), labels_.norm_x32, keeps);
-        const uint32_t rstd = make(mul(4, rows_of(x)), labels_.norm_rstd, keeps);
-        const uint32_t prod = tmp(mul(4, n), labels_.attn_tmp, layer);
-        const uint32_t cast = fp32_in ? UINT32_MAX : make(mul(p.bytes[x], n), labels_.norm_scaled, keeps && p.op_trains[i]);
+        const uint32_t x32 = fp32_in ? UINT32_MAX : make(mul(4, n), labels_.norm_x32, grad_in);
+        const uint32_t rstd = make(mul(4, rows_of(x)), labels_.norm_rstd, grad_in);
+        const uint32_t prod = make(mul(4, n), labels_.norm_scaled, fp32_in && grad_w);
+        const uint32_t cast = fp32_in ? UINT32_MAX : make(mul(p.bytes[x], n), labels_.norm_scaled, grad_w);
+        if (!fp32_in) drop(prod);
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
-        drop(prod);
-        if (keeps) {
+        auto save = [&](uint32_t t) { saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i)); };
+        if (grad_in) {
           if (fp32_in) keep(oi, x);
-          else saved.attn.push_back(x32), saved.ops.push_back(static_cast<uint32_t>(i));
-          saved.attn.push_back(rstd), saved.ops.push_back(static_cast<uint32_t>(i));
-          if (cast != UINT32_MAX) {
-            if (p.op_trains[i]) saved.attn.push_back(cast), saved.ops.push_back(static_cast<uint32_t>(i));
-            else drop(cast);
-          }
+          else save(x32);
+          save(rstd);
         } else {
-          for (uint32_t t : {x32, rstd, cast})
-            if (t != UINT32_MAX) drop(t);
+          if (x32 != UINT32_MAX) drop(x32);
+          drop(rstd);
         }
+        const uint32_t scaled = fp32_in ? prod : cast;
+        if (grad_w) save(scaled);
+        else drop(scaled);
         break;
       }
       case OpKind::Relu:
@@ -383,31 +383,40 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
         const int64_t rows = s.tensors[q].shape[0];
         id[o] = UINT32_MAX;
-        // A packed op (Qwen2-VL's tower) before transformers 4.54: the micro-batch's n rows as one sequence, with a
-        // block-diagonal [1, n, n] mask built in this block (Resolved::packed_attention, frameworks.cpp).
+        // A packed op (Qwen2-VL's tower, VisionAttention) before transformers 4.54: the micro-batch's n rows as one
+        // sequence, with a block-diagonal [1, n, n] mask built in this block (Resolved::packed_attention and
+        // packed_mask, frameworks.cpp; docs/research/qwen2-vl.md section 2). From 4.54 it calls the kernel once per
+        // sample (per unit: Qwen2.5-VL's windows), one after another.
         const PackedAttention packing = op.packed ? resolved_.packed_attention : PackedAttention::PerSample;
         const int64_t n = mul(b, rows);
         std::vector<uint32_t> masks;
-        if (packing != PackedAttention::PerSample)  // eager: torch.full in q's dtype; SDPA: torch.zeros(..., bool)
-          masks.push_back(tmp(mul(packing == PackedAttention::EagerMask ? dims_.e : 1, mul(n, n)), labels_.attn_tmp, layer));
-        if (packing == PackedAttention::SdpaMathMask)  // the math path adds the bool mask made a float bias
-          masks.push_back(tmp(mul(dims_.e, mul(n, n)), labels_.attn_tmp, layer));
+        if (op.packed && resolved_.packed_mask != PackedMask::None)  // torch.zeros(..., bool), or torch.full in q's dtype
+          masks.push_back(tmp(mul(resolved_.packed_mask == PackedMask::Bool ? 1 : dims_.e, mul(n, n)), labels_.attn_tmp, layer));
+        const bool math = packing == PackedAttention::SdpaMathMask || resolved_.attention == Attention::SdpaMath;
+        if (packing == PackedAttention::SdpaMathMask && resolved_.packed_mask == PackedMask::Bool)
+          masks.push_back(tmp(mul(dims_.e, mul(n, n)), labels_.attn_tmp, layer));  // the math path's float bias
         const bool scores_over_all = packing == PackedAttention::EagerMask || packing == PackedAttention::SdpaMathMask;
-        if (resolved_.attention == Attention::Eager || scores_over_all) {
-          // q k^T, scaled, softmax (autocast: converted to fp32 first, written in fp32), dropout, @ v; the probs
-          // that attn @ v reads are saved (attention_probs), with q, k and v for the two matmuls. Packed: scores
-          // over all n rows at once; SDPA's math path keeps the compute dtype for its softmax.
-          // Per sample: over the whole sample, or per unit (Qwen2.5-VL's windows: its eager call per window).
-        const int64_t unit = op.unit > 0 ? std::min(op.unit, rows) : rows;
-        const int64_t s2 = scores_over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows / unit, mul(unit, unit)));
+        if (resolved_.attention == Attention::Eager || math) {
+          // q k^T, scaled, softmax, dropout, @ v; the probs that attn @ v reads are saved (attention_probs), with q,
+          // k and v for the two matmuls. Generic eager attention: under autocast softmax converts to fp32 and writes
+          // fp32. The packed op is Qwen2-VL's, whose eager softmax is explicitly fp32 (dtype=torch.float32) and cast
+          // back (.to(q.dtype)) with or without autocast. SDPA's math path keeps the compute dtype.
+          // Scores over all n rows at once (packed, before 4.54), else per sample or per unit; a packed op's calls
+          // from 4.54 run one after another, so what they do not keep is one call's at a time.
+          const int64_t unit = op.unit > 0 ? std::min(op.unit, rows) : rows;
+          int64_t s2 = scores_over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows / unit, mul(unit, unit)));
+          if (op.packed && !scores_over_all && (no_grad_ || !req)) s2 = mul(op.heads, mul(unit, unit));
           const uint32_t scores = tmp(mul(dims_.e, s2), labels_.scores, layer);
           const uint32_t scaled = tmp(mul(dims_.e, s2), labels_.scores, layer);
           drop(scores);
           for (uint32_t t : masks) drop(t);  // added to the scores: the add's backward needs neither
           masks.clear();
           std::vector<uint32_t> probs;
-          const int64_t sm = dims_.amp && packing != PackedAttention::SdpaMathMask ? 4 : dims_.e;
-          attention_probs(layer, s2, {dims_.e, dims_.amp, sm, true, op.p_at(layer) > 0}, !no_grad_ && req, probs, scaled);
+          const bool fp32_softmax = op.packed && !math;
+          const SoftmaxFlow flow = math           ? SoftmaxFlow{dims_.e, false, dims_.e, true, op.p_at(layer) > 0}
+                                   : fp32_softmax ? SoftmaxFlow{dims_.e, dims_.e != 4, 4, false, op.p_at(layer) > 0}
+                                                  : SoftmaxFlow{dims_.e, dims_.amp, dims_.amp ? 4 : dims_.e, true, op.p_at(layer) > 0};
+          attention_probs(layer, s2, flow, !no_grad_ && req, probs, scaled);
           const uint32_t ctx = tmp(bytes_of(o), labels_.attn_tmp, layer);
           id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);  // permute(...).contiguous()
           drop(ctx);
@@ -416,20 +425,22 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
             else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
           }
         } else {
-          // SDPA 4.51-4.53 over the packed mask: the bool mask made an additive bias in q's dtype
-          // (convert_boolean_attn_mask), copied with its keys padded to a multiple of 16 where they are not, which
-          // the memory-efficient kernel reads and its backward keeps.
+          // SDPA 4.51-4.53 over the packed mask: a bool mask made an additive bias in q's dtype
+          // (convert_boolean_attn_mask; from 4.53 the mask is that float already), copied with its keys padded to a
+          // multiple of 8 where they are not (PyTorch's memory-efficient path pads the unexpanded bias), which the
+          // kernel reads and its backward keeps. flash_attention_2 at 4.53.0 builds a mask it never reads.
           uint32_t bias = UINT32_MAX;
           if (packing == PackedAttention::SdpaEfficientMask) {
-            bias = tmp(mul(dims_.e, mul(n, n)), labels_.attn_tmp, layer);
-            if (n % 16 != 0) {
-              const uint32_t padded = tmp(mul(dims_.e, mul(n, round_up(n, 16))), labels_.attn_tmp, layer);
+            if (resolved_.packed_mask == PackedMask::Bool) bias = tmp(mul(dims_.e, mul(n, n)), labels_.attn_tmp, layer);
+            else bias = masks.back(), masks.pop_back();
+            if (n % 8 != 0) {
+              const uint32_t padded = tmp(mul(dims_.e, mul(n, round_up(n, 8))), labels_.attn_tmp, layer);
               drop(bias);
               bias = padded;
             }
-            for (uint32_t t : masks) drop(t);
-            masks.clear();
           }
+          for (uint32_t t : masks) drop(t);
+          masks.clear();
           id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
           if (req) {
             keep(oi, o);
@@ -526,11 +537,14 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         const int64_t rows = s.tensors[op.in[0]].shape[0];
         const PackedAttention packing = op.packed ? resolved_.packed_attention : PackedAttention::PerSample;
         const bool over_all = packing == PackedAttention::EagerMask || packing == PackedAttention::SdpaMathMask;
-        if (resolved_.attention == Attention::Eager || over_all) {
+        const bool math = packing == PackedAttention::SdpaMathMask || resolved_.attention == Attention::SdpaMath;
+        if (resolved_.attention == Attention::Eager || math) {
           const int64_t n = mul(b, rows);  // packed: the scores span the micro-batch's rows
           const int64_t unit = op.unit > 0 ? std::min(op.unit, rows) : rows;
-          const int64_t s2 = over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows / unit, mul(unit, unit)));
-          const int64_t e = dims_.amp && packing != PackedAttention::SdpaMathMask ? 4 : dims_.e;
+          int64_t s2 = over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows / unit, mul(unit, unit)));
+          if (op.packed && !over_all) s2 = mul(op.heads, mul(unit, unit));  // one call's backward at a time (4.54 on)
+          // The softmax's gradient in the dtype it wrote: fp32 for the packed op's eager softmax and under autocast.
+          const int64_t e = math ? dims_.e : (op.packed || dims_.amp) ? 4 : dims_.e;
           scratch.push_back(tmp(mul(e, s2), labels_.bwd_attn, layer));  // grad of the probs
           scratch.push_back(tmp(mul(e, s2), labels_.bwd_attn, layer));  // grad of the scores
         } else {

@@ -133,8 +133,11 @@ struct InFlight {
   std::vector<uint32_t> projector_inputs, gelu_inputs;
   std::vector<uint32_t> tower_hidden;
   int64_t tower_selected_bytes = 0;
-  // A patch merger's LayerNorm (Qwen2-VL's ln_q): its saved input (the selected hidden state) and fp32 mean and rstd.
-  uint32_t merger_norm_input = UINT32_MAX, merger_norm_stats = UINT32_MAX;
+  // A patch merger's norm (Qwen2-VL's ln_q) where a gradient flows through it: what it saved that is the step's to
+  // free (LayerNorm: its input, a frozen tower's hidden state, and fp32 mean and rstd; RMSNorm: the fp32 copy and
+  // rstd where the tower trains, the cast where its weight does).
+  bool merger_norm = false;
+  std::vector<uint32_t> merger_saved;
   SavedLayer tower_pre;
   std::vector<SavedLayer> tower_saved;
   std::vector<bool> tower_req;

@@ -685,16 +685,33 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
   // Qwen2-VL's merger maps to the decoder's width (vision_config.hidden_size is the text model's), and its
   // smart_resize raises for an image side below the resize factor (image_processing_qwen2_vl.py: "height:{height} or
   // width:{width} must be larger than factor:{factor}").
-  if (tower->tower.projector == TowerSpec::Projector::PatchMerger && tower->tower.out_width > 0 && tower->tower.out_width != m.hidden_size)
-    e.push_back({"model.vision_tower_args", "model.vision_tower_args: the merger's output width (" + std::to_string(tower->tower.out_width) +
-                                            ": hidden_size for Qwen2-VL, out_hidden_size for Qwen2.5-VL) must be the language model's "
-                                            "model.hidden_size, " + std::to_string(m.hidden_size)});
-  if (const double factor = architecture_value(*tower, "factor"); factor > 0)
+  // The merger maps to the decoder's width whatever the tower's default says; a width the arguments state must agree.
+  const TowerSpec& spec = tower->tower;
+  if (spec.projector == TowerSpec::Projector::PatchMerger && !spec.out_width_name.empty() &&
+      architecture_arg(m.vision_tower_args, spec.out_width_name, -1) >= 0 && spec.out_width != m.hidden_size)
+    e.push_back({"model.vision_tower_args", "model.vision_tower_args: " + spec.out_width_name + " (the merger's output width, " +
+                                            std::to_string(spec.out_width) + ") must be the language model's model.hidden_size, " +
+                                            std::to_string(m.hidden_size) + "; leave it out to follow model.hidden_size"});
+  // The transformers release that added the model (Qwen2-VL in 4.45, Qwen2.5-VL in 4.49): an older one cannot run it.
+  const StackVersions versions = stack_versions(c.versions);
+  for (auto [name, since] : {std::pair<const char*, Version>{"qwen2_vl_vision", Version{4, 45, 0}}, {"qwen2_5_vl_vision", Version{4, 49, 0}}})
+    if (tower->name == name && versions.below(Library::Transformers, since))
+      e.push_back({"versions.transformers", "versions.transformers must be at least " + version_text(since) + " for " + name +
+                                            " (the release that added the model); got " + describe_version(versions, Library::Transformers)});
+  // smart_resize raised for a side under the factor until transformers 4.53, which grows small images instead.
+  if (const double factor = architecture_value(*tower, "factor"); factor > 0) {
     for (const char* side : {"image_height", "image_width"})
-      if (architecture_value(*tower, side) < factor)
+      if (architecture_value(*tower, side) < factor && (versions.below(Library::Transformers, Version{4, 53, 0}) || architecture_value(*tower, side) < 1))
         e.push_back({"model.vision_tower_args", std::string("model.vision_tower_args: ") + side + " must be at least " +
-                                                std::to_string(static_cast<int64_t>(factor)) + " pixels (the processor's resize factor); got " +
+                                                std::to_string(static_cast<int64_t>(factor)) + " pixels (the resize factor, below which "
+                                                "smart_resize raises before transformers 4.53); got " +
                                                 std::to_string(static_cast<int64_t>(architecture_value(*tower, side)))});
+    // smart_resize: "absolute aspect ratio must be smaller than 200".
+    const double h = architecture_value(*tower, "image_height"), w = architecture_value(*tower, "image_width");
+    if (h >= factor && w >= factor && std::max(h, w) / std::min(h, w) > 200)
+      e.push_back({"model.vision_tower_args", "model.vision_tower_args: image_height and image_width must be within 200:1 of each "
+                                              "other, as the processor's smart_resize requires"});
+  }
   const auto& t = c.training;
   const auto& p = c.parallel;
   const std::string vlm = " with a vision tower (model.vision_tower)";

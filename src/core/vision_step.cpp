@@ -117,22 +117,36 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   // A patch merger first normalises the patch rows (ln_q), then reads each image token's merge rows side by side, a
   // view of the norm's output: .view(-1, hidden_size x merge). LayerNorm saves its input and fp32 mean and rstd per
   // row where a gradient flows through it (native_layer_norm).
-  // Qwen2.5-VL's ln_q is an eager RMSNorm instead: it saves an fp32 copy of its input and rstd per row, not the input.
+  // Qwen2.5-VL's ln_q is transformers' eager RMSNorm instead: x32 = x.float() and rstd, saved by pow and the product
+  // where x needs a gradient (a trained tower); the product cast back, which weight * (...) saves where the weight
+  // trains.
   uint32_t normed = UINT32_MAX;
+  f.merger_norm = merger && flows;
+  f.merger_saved.clear();
   if (merger) {
-    const int64_t elements = mul(rows, widths[0]);
-    const uint32_t x32 = spec.rms_merger ? act(mul(4, elements), vision_labels_.merger_stats, -1) : UINT32_MAX;
-    normed = act(mul(dims_.e, elements), vision_labels_.merger_norm, -1);
-    if (flows) {
-      if (!spec.rms_merger) {
-        if (!tower_grad) program_.recategorize(selected, Component::Activations);
-        f.merger_norm_input = selected;
-      } else {
-        f.merger_norm_input = x32;
+    const int64_t elements = mul(rows, widths[0]), patch_rows = mul(rows, spec.merge);
+    auto make = [&](int64_t bytes, uint32_t label, bool saved) { return saved ? act(bytes, label, -1) : tmp(bytes, label, -1); };
+    if (!spec.rms_merger) {
+      normed = act(mul(dims_.e, elements), vision_labels_.merger_norm, -1);
+      if (flows) {
+        if (!tower_grad) {
+          program_.recategorize(selected, Component::Activations);
+          f.merger_saved.push_back(selected);
+        }
+        f.merger_saved.push_back(act(mul(8, patch_rows), vision_labels_.merger_stats, -1));
       }
-      f.merger_norm_stats = act(mul(spec.rms_merger ? 4 : 8, rows, spec.merge), vision_labels_.merger_stats, -1);
-    } else if (x32 != UINT32_MAX) {
-      drop(x32);
+    } else {
+      const uint32_t x32 = make(mul(4, elements), vision_labels_.merger_stats, tower_grad);
+      const uint32_t rstd = make(mul(4, patch_rows), vision_labels_.merger_stats, tower_grad);
+      const uint32_t prod = tmp(mul(4, elements), vision_labels_.merger_stats, -1);
+      const uint32_t cast = make(mul(dims_.e, elements), vision_labels_.merger_norm, weights);
+      drop(prod);
+      normed = act(mul(dims_.e, elements), vision_labels_.merger_norm, -1);
+      for (uint32_t t : {x32, rstd})
+        if (tower_grad) f.merger_saved.push_back(t);
+        else drop(t);
+      if (weights) f.merger_saved.push_back(cast);
+      else drop(cast);
     }
   }
   if (weights) {
@@ -165,7 +179,8 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   // saved; a trained tower's block inputs stay for its backward, and its last block, whose output feeds nothing,
   // lets go of what it saved.
   if (!tower_grad) {
-    const bool keep_selected = (weights && !merger) || f.merger_norm_input == selected;  // linear_1's or ln_q's input
+    const bool keep_selected = (weights && !merger) ||  // linear_1's input, or the LayerNorm merger's
+                               std::find(f.merger_saved.begin(), f.merger_saved.end(), selected) != f.merger_saved.end();
     for (uint32_t h : hidden)
       if (h != UINT32_MAX && (!keep_selected || h != selected)) drop(h);
     hidden.clear();
@@ -182,8 +197,10 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
     for (uint32_t t : last.attn) drop(t);
     last = {};
   } else {
-    // The last block's output is the features' source (a merger's LayerNorm saves it): every block's backward runs.
+    // The last block's output is the features' source (a merger's LayerNorm saves it; an RMSNorm its fp32 copy, so
+    // the output itself goes): every block's backward runs.
     f.tower_selected_bytes = program_.tensors[selected].bytes;
+    if (spec.rms_merger) drop(selected), hidden.back() = UINT32_MAX;
   }
 
   // masked_scatter: a new embeddings tensor; its backward keeps the image-token mask ([batch, sequence, 1] bools).
@@ -220,12 +237,14 @@ void StepBuilder::vision_backward(InFlight& f) {
   drop(indices);
   for (size_t i = depth; i-- > 0;) {
     // Linear i + 1: its weight's gradient from g and its saved input; its input's, where one is needed.
-    const bool dx_needed = i > 0 || tower_grad;
+    // (the first one's also where a merger's norm trains: its weight's gradient reads the norm output's gradient)
+    const bool dx_needed = i > 0 || tower_grad || f.merger_norm;
     const uint32_t dx = dx_needed ? tmp(mul(dims_.e, rows, widths[i]), vision_labels_.grad_projector, -1) : UINT32_MAX;
     drop(g);
     const uint32_t input = f.projector_inputs[i];
     // A trained tower's hidden state is its own (a merger's linear reads the norm's output instead).
-    if (input != UINT32_MAX && !(i == 0 && tower_grad && f.merger_norm_stats == UINT32_MAX)) drop(input);
+    const bool merger = shape_.vision_tower && tower_spec(*shape_.vision_tower).projector == TowerSpec::Projector::PatchMerger;
+    if (input != UINT32_MAX && !(i == 0 && tower_grad && !merger)) drop(input);
     g = dx;
     if (i > 0) {  // GELU's backward over its saved input
       const uint32_t dg = tmp(mul(dims_.e, rows, widths[i]), vision_labels_.grad_projector, -1);
@@ -234,18 +253,20 @@ void StepBuilder::vision_backward(InFlight& f) {
       g = dg;
     }
   }
-  // A patch merger's LayerNorm: its input's gradient where the tower trains; its saved input and statistics go (a
-  // trained tower's hidden state is its own).
-  if (f.merger_norm_stats != UINT32_MAX) {
+  // A patch merger's norm: its weights' gradients, its input's where the tower trains; what it saved goes (a trained
+  // tower's hidden state is its own).
+  if (f.merger_norm) {
     if (tower_grad) {
       const uint32_t dn = tmp(mul(dims_.e, rows, widths[0]), vision_labels_.grad_projector, -1);
       drop(g);
       g = dn;
+    } else {
+      drop(g);
+      g = UINT32_MAX;
     }
-    // The LayerNorm's saved input is the selected hidden state (a trained tower's own); the RMSNorm's an fp32 copy.
-    if (!tower_grad || tower_spec(*shape_.vision_tower).rms_merger) drop(f.merger_norm_input);
-    drop(f.merger_norm_stats);
-    f.merger_norm_input = f.merger_norm_stats = UINT32_MAX;
+    for (uint32_t t : f.merger_saved) drop(t);
+    f.merger_saved.clear();
+    f.merger_norm = false;
   }
   drop(f.image_mask);
   f.image_mask = UINT32_MAX;

@@ -4,6 +4,7 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include "core/catalog.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 
@@ -135,6 +136,21 @@ TEST_CASE("simulation speed") {
   vit.parallel.data_parallel_size = 1;
   vit.parallel.zero_stage = 0;
   BENCHMARK("ViT-B/16 program, batch 64, one GPU") { return simulate(vit).devices.size(); };
+  // A vision-language model (core/vision_step.cpp): Qwen2.5-VL-7B (its preset) with LoRA, two 1080 x 1920 images per
+  // micro-batch under ms-swift's MAX_PIXELS (1,222 image tokens each), the windowed tower decoded on every simulation.
+  Config vlm;
+  vlm.model = find_model_preset("qwen2.5-vl-7b")->model;
+  vlm.model.vision_tower_args += ",image_height=1080,image_width=1920,max_pixels=1003520";
+  vlm.training.framework = "hf_trainer";
+  vlm.training.micro_batch_size = 2;
+  vlm.training.sequence_length = 4096;
+  vlm.training.activation_checkpointing = "full";
+  vlm.parallel.data_parallel_size = 1;
+  vlm.parallel.zero_stage = 0;
+  vlm.peft.method = "lora";
+  vlm.peft.target_modules = "all-linear";
+  vlm.data.padding = "max_length";
+  BENCHMARK("Qwen2.5-VL-7B LoRA, 2 x 1080p images, 4,096 tokens, one GPU") { return simulate(vlm).devices.size(); };
   // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
   // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
   Config dpo;

@@ -119,6 +119,24 @@ test("a dropped LLaVA config.json becomes a vision-language model: its tower, a 
   await page.close();
 });
 
+test("a dropped Qwen2.5-VL config.json brings its windowed tower; the page and the CLI agree", async () => {
+  const { page, errors } = await openPage();
+  const qwen = readFileSync(path.join(root, "tests/data/hf/qwen2.5-vl-7b-instruct.json"), "utf8");
+  await page.evaluate((t) => window.memsim.loadText(t, "config.json"), qwen);
+  await until(page, async () => {}, () => window.memsim.state().config.model.vision_tower === "qwen2_5_vl_vision");
+  const state = await page.evaluate(() => window.memsim.state());
+  assert.equal(state.config.model.hidden_size, 3584);
+  assert.ok(state.config.model.vision_tower_args.includes("fullatt2=15"), state.config.model.vision_tower_args);
+  const hash = await page.evaluate(() => window.location.hash);
+  assert.ok(hash.length < 400, "a short link: " + hash);
+  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
+  const fromCli = cliEstimate(JSON.stringify(state.config));
+  assert.equal(fromPage.params_total, 8292166656);
+  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("the keyboard picks a model preset and the fragment follows", async () => {
   const { page, errors } = await openPage();
   await until(page, async () => {
