@@ -187,6 +187,12 @@ struct TrainingConfig {
   // ... and whether its vision tower trains in full (TRL's full fine-tuning of llava-hf freezes nothing unless told;
   // LLaVA, ms-swift's freeze_vit and LLaMA-Factory's freeze_vision_tower keep it frozen: the default).
   bool train_vision_tower = false;
+  // ... and ms-swift's vit_gradient_checkpointing (its own argument; default true from ms-swift 3.5): auto (the tower
+  // is checkpointed with the decoder where it trains, and a frozen one records nothing: transformers' Trainer, TRL,
+  // LLaMA-Factory), true (its blocks checkpointed, and a frozen tower's patch embeddings made to require grad
+  // (enable_input_require_grads), so it records a checkpointed graph that backward runs through), false (a trained
+  // tower not checkpointed).
+  std::string vit_gradient_checkpointing = "auto";
   // auto (copy for full fine-tuning, adapter_disabled under PEFT, none for orpo and simpo), copy (a frozen second
   // model), adapter_disabled (the policy with its adapters off), precomputed (precompute_ref_log_probs: no
   // reference during training) or none (reference-free).

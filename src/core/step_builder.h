@@ -133,6 +133,7 @@ struct InFlight {
   std::vector<uint32_t> projector_inputs, gelu_inputs;
   std::vector<uint32_t> tower_hidden;
   int64_t tower_selected_bytes = 0;
+  bool tower_ckpt = false;  // the tower's blocks are checkpointed (training.vit_gradient_checkpointing)
   // A patch merger's norm (Qwen2-VL's ln_q) where a gradient flows through it: what it saved that is the step's to
   // free (LayerNorm: its input, a frozen tower's hidden state, and fp32 mean and rstd; RMSNorm: the fp32 copy and
   // rstd where the tower trains, the cast where its weight does).

@@ -660,6 +660,8 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
   if (m.vision_tower.empty()) {
     if (!m.vision_tower_args.empty())
       e.push_back({"model.vision_tower_args", "model.vision_tower_args needs model.vision_tower (a tower program); clear it or choose clip_vision"});
+    if (c.training.vit_gradient_checkpointing != "auto")
+      e.push_back({"training.vit_gradient_checkpointing", "training.vit_gradient_checkpointing needs model.vision_tower; set it to auto"});
     return;
   }
   std::shared_ptr<const Architecture> tower;

@@ -65,10 +65,16 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   // The tower: its program's stages, one image per sample of the program; under no_grad unless it trains.
   const ActDims decoder_dims = dims_;
   const bool was_no_grad = no_grad_;
-  const bool tower_grad = !was_no_grad && tower_trains();
-  const bool tower_ckpt = tower_grad && resolved_.checkpointing != Checkpointing::None;
+  // ms-swift's vit_gradient_checkpointing (training.vit_gradient_checkpointing true): the blocks checkpointed, and a
+  // frozen tower's patch_embed output made to require grad (enable_input_require_grads on the tower), so a graph runs
+  // through it even with every weight frozen (swift/trainers/mixin.py _prepare_gradient_checkpointing, ms-swift 3.5+).
+  const std::string& vit_gc = cfg_.training.vit_gradient_checkpointing;
+  const bool input_grads = vit_gc == "true";
+  const bool tower_grad = !was_no_grad && (tower_trains() || input_grads);
+  const bool tower_ckpt = tower_grad && (vit_gc == "true" || (vit_gc == "auto" && resolved_.checkpointing != Checkpointing::None));
   dims_.b = n_images;
   no_grad_ = !tower_grad;
+  f.tower_ckpt = tower_ckpt;
   in_tower_ = true;
   SavedLayer none;
   std::vector<uint32_t>& hidden = f.tower_hidden;  // BaseModelOutput.hidden_states: the embeddings', then each block's
@@ -79,7 +85,7 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   f.tower_bytes.assign(static_cast<size_t>(tower.repeat), 0);
   hidden.push_back(program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, tower_grad ? f.tower_pre : none, false, f.pixels));
   const ProgramPlan emb = plan_program(ProgramStage::Embeddings, -1, false, 0);
-  bool req = emb.req[static_cast<size_t>(tower.embeddings.output)];
+  bool req = emb.req[static_cast<size_t>(tower.embeddings.output)] || (tower_grad && input_grads);
   int64_t bytes = emb.bytes[static_cast<size_t>(tower.embeddings.output)];
   for (int64_t l = 0; l < tower.repeat; ++l) {
     const int32_t li = static_cast<int32_t>(l);
@@ -290,7 +296,7 @@ void StepBuilder::tower_backward(InFlight& f, uint32_t features_grad) {
     drop(features_grad);
   }
   if (hidden.back() != UINT32_MAX) drop(hidden.back());
-  const bool ckpt = resolved_.checkpointing != Checkpointing::None;
+  const bool ckpt = f.tower_ckpt;
   for (int64_t l = last - 1; l >= 0; --l) {
     const int32_t li = static_cast<int32_t>(l);
     const size_t i = static_cast<size_t>(l);

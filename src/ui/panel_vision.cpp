@@ -6,6 +6,7 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -53,11 +54,20 @@ bool draw_vision_tower(Config& c) {
     // Decoded once per change of the tower or its arguments: the page redraws many frames of one setup.
     static std::string decoded_spec, decoded_args, summary;
     static bool merger = false;  // Qwen2-VL's patch merger has a fixed depth
+    static bool image_sized = false;  // the program takes image_height, image_width and max_pixels
+    static std::map<std::string, double> image_defaults;
     if (decoded_spec != m.vision_tower || decoded_args != m.vision_tower_args) {
       decoded_spec = m.vision_tower, decoded_args = m.vision_tower_args;
       std::shared_ptr<const Architecture> a;
       decode_architecture(m.vision_tower, m.vision_tower_args, a);
-      summary.clear(), merger = false;
+      summary.clear(), merger = false, image_sized = false;
+      image_defaults.clear();
+      std::shared_ptr<const Architecture> plain;
+      decode_architecture(m.vision_tower, "", plain);
+      if (plain) {
+        for (const auto& [name, value] : plain->defaults) image_defaults[name] = value;
+        image_sized = image_defaults.count("image_height") && image_defaults.count("image_width") && image_defaults.count("max_pixels");
+      }
       if (a) {
         summary = "Each image is " + std::to_string(vision_image_tokens(m)) + " tokens of the sequence (" +
                   std::to_string(a->repeat) + " blocks of width " + std::to_string(tower_spec(*a).width) + ", ";
@@ -67,6 +77,24 @@ bool draw_vision_tower(Config& c) {
     // Whether the tower trains is the training section's, not the cached program's: said apart from the cache.
     if (!summary.empty())
       ImGui::TextWrapped("%s%s", summary.c_str(), c.training.train_vision_tower ? "trained in full)." : "frozen, under no_grad).");
+    // A native-resolution tower (Qwen2-VL's) sizes each image by its arguments: inputs of their own, written into
+    // the arguments (left out where they equal the program's default, as the model program panel does).
+    if (image_sized) {
+      static const std::pair<const char*, const char*> kImage[] = {
+          {"image_height", "The image's height in pixels before the processor resizes it (smart_resize: to multiples of 28, its area within min_pixels and max_pixels)."},
+          {"image_width", "The image's width in pixels before the processor resizes it."},
+          {"max_pixels", "The processor's largest image area after resizing: the hub's preprocessor_config.json sets 12845056; ms-swift's MAX_PIXELS and LLaMA-Factory's image_max_pixels set their own."}};
+      for (const auto& [name, help] : kImage) {
+        const double fallback = image_defaults[name];
+        const double current = architecture_arg(m.vision_tower_args, name, fallback);
+        int64_t v = static_cast<int64_t>(current);
+        const std::string field = std::string("model.vision_tower_args.") + name;
+        if (int_input(name, field.c_str(), v, std::string(name) == "max_pixels" ? 28 * 28 * 64 : 28, help) && v != current) {
+          m.vision_tower_args = set_architecture_arg(m.vision_tower_args, name, static_cast<double>(v), fallback);
+          changed = true;
+        }
+      }
+    }
     const FieldSpec& args = field_spec("model.vision_tower_args");
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     changed |= ImGui::InputText(args.label.data(), &m.vision_tower_args);
@@ -77,6 +105,8 @@ bool draw_vision_tower(Config& c) {
     changed |= choice_combo("training.train_projector", c.training.train_projector,
                             c.peft.enabled() ? "frozen: PEFT freezes the base" : "trained: no PEFT");
     changed |= check_input("training.train_vision_tower", c.training.train_vision_tower);
+    changed |= choice_combo("training.vit_gradient_checkpointing", c.training.vit_gradient_checkpointing,
+                            c.training.train_vision_tower ? "with the decoder's checkpointing" : "frozen: no graph");
     changed |= int_input("data.images_per_sample", c.data.images_per_sample, 1);
   }
   ImGui::TreePop();

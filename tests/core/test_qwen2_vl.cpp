@@ -278,3 +278,28 @@ TEST_CASE("a trained Qwen2.5-VL tower keeps its RMSNorms' fp32 copies and frees 
   for (const char* label : {"vision tower", "gradient of vision tower", "projector", "patch merger", "image", "pixel values"})
     CHECK(live(p, "optimizer", label) == 0);
 }
+
+TEST_CASE("ms-swift's vit_gradient_checkpointing makes a frozen tower keep its blocks' inputs and run backward", "[vision][qwen2_vl]") {
+  Config c = qwen2_vl(1, 1024, "image_height=448,image_width=448");  // 1,024 patches
+  c.training.activation_checkpointing = "full";
+  const Result plain = simulate(c);
+  REQUIRE(plain.ok);
+  CHECK(live(plain.devices[0].program, "backward", "vision tower") == 0);
+  // ms-swift 3.5+: enable_input_require_grads on the tower and its blocks checkpointed. Each block keeps its input
+  // (the embeddings' output and blocks 0-30's), the frozen merger's LayerNorm its input (block 31's) and statistics.
+  c.training.vit_gradient_checkpointing = "true";
+  const Result swift = simulate(c);
+  REQUIRE(swift.ok);
+  const StepProgram& p = swift.devices[0].program;
+  const int64_t hidden = 1024 * 1280 * 2;
+  CHECK(live(p, "backward", "vision tower block y") == 31 * hidden + hidden);
+  CHECK(live(p, "backward", "vision tower embeddings") == hidden);
+  CHECK(live(p, "backward", "patch merger LayerNorm mean") == 8 * 1024);
+  CHECK(has_label(p, "gradient of vision tower"));  // backward runs through the frozen blocks
+  CHECK(swift.params_trainable == plain.params_trainable);
+  for (const char* label : {"vision tower", "gradient of vision tower", "projector", "patch merger", "image", "pixel values"})
+    CHECK(live(p, "optimizer", label) == 0);
+  Config text = c;
+  text.model.vision_tower.clear(), text.model.vision_tower_args.clear();
+  CHECK(has_error(text, "training.vit_gradient_checkpointing"));
+}

@@ -53,6 +53,7 @@ MEMSIM_DEFAULTS = {
         "objective": "sft",
         "train_projector": "auto",
         "train_vision_tower": False,
+        "vit_gradient_checkpointing": "auto",
         "reference_model": "auto",
         "nll_alpha": 0.0,
         "num_generations": 8,
