@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { decodePng, distinctColors, share } from "./png.mjs";
-import { base, browser, cli, openPage, requests, root, shots, site, until, useBrowser, patience } from "./harness.mjs";
+import { base, browser, cli, openPage, press, requests, root, shots, site, tabTo, until, useBrowser, patience } from "./harness.mjs";
 
 useBrowser();
 
@@ -133,6 +133,21 @@ test("a dropped Qwen2.5-VL config.json brings its windowed tower; the page and t
   const fromCli = cliEstimate(JSON.stringify(state.config));
   assert.equal(fromPage.params_total, 8292166656);
   assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("on a phone, the keyboard sets a Qwen2-VL image's height and the tower's arguments follow", async () => {
+  const frag = execFileSync(cli, ["config", "--preset", "qwen2-vl-7b", "--set", "peft.method=lora", "--set",
+                                  "parallel.data_parallel_size=1", "--format", "fragment"]).toString().trim();
+  const { page, errors } = await openPage("#" + frag, { width: 390, height: 844 });
+  const header = await tabTo(page, "Vision tower");
+  if (header.includes("closed")) await press(page, "Space");
+  assert.ok((await tabTo(page, "image_height")).startsWith("image_height: 448"));
+  await page.keyboard.type("720", { delay: 30 });
+  await press(page, "Enter");
+  await until(page, async () => {}, () => window.memsim.state().config.model.vision_tower_args.includes("image_height=720"));
+  await page.screenshot({ path: path.join(shots, "qwen2-vl-image-height-390x844.png") });
   assert.deepEqual(errors, []);
   await page.close();
 });
