@@ -1,6 +1,7 @@
 #include "validate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "architecture.h"
@@ -664,6 +665,22 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
       e.push_back({"training.vit_gradient_checkpointing", "training.vit_gradient_checkpointing needs model.vision_tower; set it to auto"});
     return;
   }
+  // A native-resolution tower's image sizes and pixel budgets are whole positive numbers of pixels: one line for the
+  // argument, rather than the dims that cannot be computed from it.
+  std::shared_ptr<const Architecture> plain;
+  decode_architecture(m.vision_tower, "", plain);
+  bool bad_size = false;
+  if (plain)
+    for (const auto& [name, fallback] : plain->defaults) {
+      if (name != "image_height" && name != "image_width" && name != "min_pixels" && name != "max_pixels") continue;
+      const double v = architecture_arg(m.vision_tower_args, name, fallback);
+      if (v >= 1 && v == std::floor(v) && v < 1e12) continue;
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", v);
+      e.push_back({"model.vision_tower_args", "model.vision_tower_args: " + name + " must be a whole number of pixels, 1 or more; got " + got});
+      bad_size = true;
+    }
+  if (bad_size) return;
   std::shared_ptr<const Architecture> tower;
   for (auto err : decode_architecture(m.vision_tower, m.vision_tower_args, tower)) {
     // The decoder names the program's own fields; here the program is the tower.

@@ -151,6 +151,13 @@ TEST_CASE("Qwen2-VL's bad inputs are field errors", "[vision][qwen2_vl]") {
   CHECK(has_error(wide, "model.vision_tower_args"));
   Config many = qwen2_vl(1, 1024, "image_height=1080,image_width=1920");  // 2,691 tokens do not fit 1,024
   CHECK(has_error(many, "training.sequence_length"));
+  for (const char* bad : {"image_height=0", "image_width=-5", "max_pixels=0", "image_height=448.5"}) {
+    const Config c_bad = qwen2_vl(1, 1024, bad);  // one line naming the argument, not the dims it breaks
+    const auto errors = validate(c_bad);
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].field == "model.vision_tower_args");
+    CHECK(errors[0].message.find("whole number of pixels") != std::string::npos);
+  }
   Config thin = qwen2_vl(1, 1024, "image_height=30,image_width=7000");  // smart_resize: within 200:1
   CHECK(has_error(thin, "model.vision_tower_args"));
   Config old = qwen2_vl(1, 1024);
