@@ -1,4 +1,4 @@
-// A vision-language model in LLaVA's layout (ModelConfig::vision_tower): the frozen vision tower runs on the
+// A vision-language model (ModelConfig::vision_tower), LLaVA's layout first: the frozen vision tower runs on the
 // micro-batch's images, the projector maps its patch features to the decoder's width, and the features replace the
 // image tokens' rows of the input embeddings. As transformers' LlavaModel runs it (models/llava/modeling_llava.py,
 // v4.46-4.57: get_image_features and forward; haotian-liu/LLaVA llava_arch.py and clip_encoder.py do the same with
@@ -23,6 +23,11 @@
 // after the projector's: the slice's gradient into zeros of the selected hidden state, then the blocks below it, last
 // first. The last block's output feeds nothing of the loss, so its backward never runs and what it saved goes with
 // the hidden-states tuple.
+// Qwen2-VL and Qwen2.5-VL (a program whose "vision_tower" object says so, TowerSpec; docs/research/qwen2-vl.md) differ
+// where their spec does: the tower keeps only its running hidden state (no output_hidden_states), the features are
+// the last block's output whole, and the projector is the tower's PatchMerger (ln_q, 2 x 2 rows side by side, Linear,
+// GELU, Linear; Qwen2.5-VL's ln_q an RMSNorm and its output gathered back from window order). ms-swift's
+// vit_gradient_checkpointing (training.vit_gradient_checkpointing) runs a frozen tower with grad, checkpointed.
 // Not modelled: the tower's weights cast by autocast under an fp32 recipe (LLaVA casts the tower to the compute
 // dtype), the 2 bytes of pixel values under DeepSpeed (the HF Trainer casts floating inputs to its dtype; memsim
 // keeps the image processor's fp32), and LLaVA's own repository splicing per sample with torch.cat and re-padding
