@@ -2,6 +2,7 @@
 // words. A change that keeps the job keeps the global batch (micro-batch x gradient accumulation x data parallel):
 // where it lowers the micro-batch or the data-parallel size, it raises the gradient accumulation to match.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -474,6 +475,33 @@ void job_changes(const Config& base, Adder& add) {
     c.training.sequence_length = t.sequence_length / 2;
     add(G::ChangesJob, 0, "sequence_half", "Sequence length " + count(c.training.sequence_length),
         "a different job: samples longer than this are cut or split, and the model sees less context", c);
+  }
+  // A native-resolution tower (Qwen2-VL's, whose program takes max_pixels): half each image's resized area as the
+  // processor's budget (ms-swift's MAX_PIXELS, LLaMA-Factory's image_max_pixels), which about halves its tokens; the
+  // samples are that much shorter (their text is the same), where the data has one fixed length.
+  if (!base.model.vision_tower.empty() && base.data.images_per_sample > 0 && !base.data.varies()) {
+    std::shared_ptr<const Architecture> plain, now_tower;
+    decode_architecture(base.model.vision_tower, "", plain);
+    decode_architecture(base.model.vision_tower, base.model.vision_tower_args, now_tower);
+    double fallback = -1;
+    if (plain)
+      for (const auto& [name, value] : plain->defaults)
+        if (name == "max_pixels") fallback = value;
+    if (now_tower && fallback > 0) {
+      const double area = architecture_value(*now_tower, "resized_height") * architecture_value(*now_tower, "resized_width");
+      const double budget = std::floor(area / 2);
+      if (budget >= architecture_value(*now_tower, "min_pixels") && budget >= 784) {
+        Config c = base;
+        c.model.vision_tower_args = set_architecture_arg(base.model.vision_tower_args, "max_pixels", budget, fallback);
+        const int64_t before = vision_image_tokens(base.model), after = vision_image_tokens(c.model);
+        c.training.sequence_length -= base.data.images_per_sample * (before - after);
+        if (after < before)
+          add(G::ChangesJob, 0, "max_pixels_half",
+              "max_pixels " + count(static_cast<int64_t>(budget)) + ": each image " + count(after) + " tokens instead of " + count(before) +
+                  " (sequence length " + count(c.training.sequence_length) + ")",
+              "a different job: the processor downscales the images further, and fine detail is lost", c);
+      }
+    }
   }
   // The largest model of the same catalogue family with at most three quarters of the parameters, whose positions
   // hold the sequence.

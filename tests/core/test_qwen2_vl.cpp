@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/architecture.h"
+#include "core/advice.h"
 #include "core/catalog.h"
 #include "core/model.h"
 #include "core/validate.h"
@@ -309,4 +310,24 @@ TEST_CASE("ms-swift's vit_gradient_checkpointing makes a frozen tower keep its b
   Config text = c;
   text.model.vision_tower.clear(), text.model.vision_tower_args.clear();
   CHECK(has_error(text, "training.vit_gradient_checkpointing"));
+}
+
+TEST_CASE("What helps offers a smaller max_pixels for a native-resolution tower", "[vision][qwen2_vl][advice]") {
+  Config c = qwen2_vl(2, 4096, "image_height=1080,image_width=1920,max_pixels=1003520");  // 1,222 tokens an image
+  c.data.images_per_sample = 2;
+  const auto candidates = suggestion_candidates(c);
+  const Suggestion* half = nullptr;
+  for (const auto& s : candidates)
+    if (s.id == "max_pixels_half") half = &s;
+  REQUIRE(half);
+  CHECK(half->group == SuggestionGroup::ChangesJob);
+  // 728 x 1316 resized: half its area is the new budget, and the image shrinks to 504 x 952 (612 tokens).
+  CHECK(architecture_arg(half->config.model.vision_tower_args, "max_pixels", 0) == 728 * 1316 / 2);
+  const int64_t tokens = vision_image_tokens(half->config.model);
+  CHECK(tokens < 1222 / 2 + 50);
+  CHECK(half->config.training.sequence_length == 4096 - 2 * (1222 - tokens));  // one image a sample, its text unchanged
+  const Result before = simulate(c), after = simulate(half->config);
+  REQUIRE(before.ok);
+  REQUIRE(after.ok);
+  CHECK(after.devices[0].peak.allocated_bytes < before.devices[0].peak.allocated_bytes);
 }
