@@ -701,9 +701,6 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
                                        " (SigLIP towers are not modelled yet)"});
     return;
   }
-  // Qwen2-VL's merger maps to the decoder's width (vision_config.hidden_size is the text model's), and its
-  // smart_resize raises for an image side below the resize factor (image_processing_qwen2_vl.py: "height:{height} or
-  // width:{width} must be larger than factor:{factor}").
   // The merger maps to the decoder's width whatever the tower's default says; a width the arguments state must agree.
   const TowerSpec& spec = tower->tower;
   if (spec.projector == TowerSpec::Projector::PatchMerger && !spec.out_width_name.empty() &&
@@ -717,7 +714,8 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
     if (tower->name == name && versions.below(Library::Transformers, since))
       e.push_back({"versions.transformers", "versions.transformers must be at least " + version_text(since) + " for " + name +
                                             " (the release that added the model); got " + describe_version(versions, Library::Transformers)});
-  // smart_resize raised for a side under the factor until transformers 4.53, which grows small images instead.
+  // smart_resize raised for a side under the factor until transformers 4.53, which grows small images instead
+  // (image_processing_qwen2_vl.py: "height:{height} or width:{width} must be larger than factor:{factor}").
   if (const double factor = architecture_value(*tower, "factor"); factor > 0) {
     for (const char* side : {"image_height", "image_width"})
       if (architecture_value(*tower, side) < factor && (versions.below(Library::Transformers, Version{4, 53, 0}) || architecture_value(*tower, side) < 1))
@@ -727,7 +725,7 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
                                                 std::to_string(static_cast<int64_t>(architecture_value(*tower, side)))});
     // smart_resize: "absolute aspect ratio must be smaller than 200".
     const double h = architecture_value(*tower, "image_height"), w = architecture_value(*tower, "image_width");
-    if (h >= factor && w >= factor && std::max(h, w) / std::min(h, w) > 200)
+    if (h >= 1 && w >= 1 && std::max(h, w) / std::min(h, w) > 200)
       e.push_back({"model.vision_tower_args", "model.vision_tower_args: image_height and image_width must be within 200:1 of each "
                                               "other, as the processor's smart_resize requires"});
   }

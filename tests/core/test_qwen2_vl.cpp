@@ -161,6 +161,8 @@ TEST_CASE("Qwen2-VL's bad inputs are field errors", "[vision][qwen2_vl]") {
   }
   Config thin = qwen2_vl(1, 1024, "image_height=30,image_width=7000");  // smart_resize: within 200:1
   CHECK(has_error(thin, "model.vision_tower_args"));
+  Config sliver = qwen2_vl(1, 1024, "image_height=10,image_width=3000");  // under the factor (4.53 grows it), 300:1
+  CHECK(has_error(sliver, "model.vision_tower_args"));
   Config old = qwen2_vl(1, 1024);
   old.versions.transformers = "4.44";  // Qwen2-VL arrived in 4.45
   CHECK(has_error(old, "versions.transformers"));
