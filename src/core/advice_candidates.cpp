@@ -490,7 +490,9 @@ void job_changes(const Config& base, Adder& add) {
     if (now_tower && fallback > 0) {
       const double area = architecture_value(*now_tower, "resized_height") * architecture_value(*now_tower, "resized_width");
       const double budget = std::floor(area / 2);
-      if (budget >= architecture_value(*now_tower, "min_pixels") && budget >= 784) {
+      // smart_resize keeps at least one factor x factor cell (28 x 28: one image token) and min_pixels.
+      const double cell = architecture_value(*now_tower, "factor") * architecture_value(*now_tower, "factor");
+      if (budget >= architecture_value(*now_tower, "min_pixels") && budget >= cell) {
         Config c = base;
         c.model.vision_tower_args = set_architecture_arg(base.model.vision_tower_args, "max_pixels", budget, fallback);
         const int64_t before = vision_image_tokens(base.model), after = vision_image_tokens(c.model);

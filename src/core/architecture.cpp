@@ -980,7 +980,7 @@ void attach_vision_tower(ModelShape& s, const ModelConfig& m) {
     for (int64_t i = 0; i < m.projector_depth; ++i)
       projector("multi_modal_projector.linear_" + std::to_string(i + 1), m.hidden_size, s.projector_widths[static_cast<size_t>(i)], ParamKind::Matmul);
   }
-  s.image_tokens = vision_image_tokens(m);
+  s.image_tokens = spec.feature_rows / spec.merge;  // vision_image_tokens(m), without decoding the tower again
   s.vision_tower = std::move(tower);
   const int64_t added = sub(sum_numel(s.pre), before);
   s.params_total = add(s.params_total, added);

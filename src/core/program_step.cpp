@@ -427,8 +427,9 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         } else {
           // SDPA 4.51-4.53 over the packed mask: a bool mask made an additive bias in q's dtype
           // (convert_boolean_attn_mask; from 4.53 the mask is that float already), copied with its keys padded to a
-          // multiple of 8 where they are not (PyTorch's memory-efficient path pads the unexpanded bias), which the
-          // kernel reads and its backward keeps. flash_attention_2 at 4.53.0 builds a mask it never reads.
+          // multiple of 8 where they are not (PyTorch's memory-efficient path pads the unexpanded bias:
+          // aten/src/ATen/native/transformers/attention.cpp preprocess_mask, mem_eff_alignment = 8, pad_bias), which
+          // the kernel reads and its backward keeps. flash_attention_2 at 4.53.0 builds a mask it never reads.
           uint32_t bias = UINT32_MAX;
           if (packing == PackedAttention::SdpaEfficientMask) {
             if (resolved_.packed_mask == PackedMask::Bool) bias = tmp(mul(dims_.e, mul(n, n)), labels_.attn_tmp, layer);

@@ -674,7 +674,7 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
     for (const auto& [name, fallback] : plain->defaults) {
       if (name != "image_height" && name != "image_width" && name != "min_pixels" && name != "max_pixels") continue;
       const double v = architecture_arg(m.vision_tower_args, name, fallback);
-      if (v >= 1 && v == std::floor(v) && v < 1e12) continue;
+      if (v >= 1 && v == std::floor(v) && v < 1e12) continue;  // (1e12: beyond any image, and exact in a double)
       char got[32];
       std::snprintf(got, sizeof got, "%g", v);
       e.push_back({"model.vision_tower_args", "model.vision_tower_args: " + name + " must be a whole number of pixels, 1 or more; got " + got});

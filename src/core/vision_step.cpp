@@ -210,7 +210,6 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   } else {
     // The last block's output is the features' source (a merger's LayerNorm saves it; an RMSNorm its fp32 copy, so
     // the output itself goes): every block's backward runs.
-    f.tower_selected_bytes = program_.tensors[selected].bytes;
     if (spec.rms_merger) drop(selected), hidden.back() = UINT32_MAX;
   }
 
@@ -246,6 +245,7 @@ void StepBuilder::vision_backward(InFlight& f) {
   const uint32_t indices = tmp(mul(24, rows, widths[depth]), vision_labels_.scatter_tmp, -1);
   uint32_t g = tmp(mul(dims_.e_res, rows, widths[depth]), vision_labels_.grad_features, -1);
   drop(indices);
+  const bool merger = tower_spec(*shape_.vision_tower).projector == TowerSpec::Projector::PatchMerger;
   for (size_t i = depth; i-- > 0;) {
     // Linear i + 1: its weight's gradient from g and its saved input; its input's, where one is needed.
     // (the first one's also where a merger's norm trains: its weight's gradient reads the norm output's gradient)
@@ -254,7 +254,6 @@ void StepBuilder::vision_backward(InFlight& f) {
     drop(g);
     const uint32_t input = f.projector_inputs[i];
     // A trained tower's hidden state is its own (a merger's linear reads the norm's output instead).
-    const bool merger = shape_.vision_tower && tower_spec(*shape_.vision_tower).projector == TowerSpec::Projector::PatchMerger;
     if (input != UINT32_MAX && !(i == 0 && tower_grad && !merger)) drop(input);
     g = dx;
     if (i > 0) {  // GELU's backward over its saved input
