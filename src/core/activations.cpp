@@ -694,6 +694,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   } else {
     const bool rope = m.position_embedding_type == PositionType::Rope;
     uint32_t q, k, v;
+    const uint32_t qkv_pre = v2_pre_scale(layer, dims_.T, add(dims_.h_q, mul(2, dims_.h_kv)));  // adapter_v2's attn
     if (resolved_.fused_qkv && rope) {
       // One linear makes q, k and v (litgpt, Megatron): v is a view of its output, so whatever keeps v keeps the
       // whole [T, h_q + 2 h_kv] output; q and k are views that RoPE copies.
@@ -712,6 +713,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       }
     }
     A.push_back(v);
+    v2_keep(qkv_pre, A);
     // q, k and v are projected: the norm's output has no reader left, unless the MLP reads it too (parallel).
     if (!parallel) no_grad_release(A, {no_grad_norm_out_});
     if (rope && !unsloth()) {
@@ -810,6 +812,18 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       if (ring != UINT32_MAX) drop(ring);
     }
   }
+  // litgpt's LLaMA-Adapter: the adaption prompt's attention, gated in; o_proj then reads the sum. In v1's first
+  // adapted layer nothing before the gate needs a gradient (the input is the frozen layers' output, the norm and qkv
+  // are frozen, and the prompt's keys and values are cached without one), so what the attention saved goes.
+  const bool grad_from_gate = cfg_.peft.kind() == PeftMethod::Adapter && layer == first_grad_layer_ && !no_grad_;
+  const uint32_t adapter_sum = adapter_layer(layer) ? adapter_attention(layer, A, !grad_from_gate) : UINT32_MAX;
+  if (grad_from_gate) {
+    std::vector<uint32_t> gate_only;
+    for (uint32_t t : A)
+      if (program_.tensors[t].label == adapter_label_) gate_only.push_back(t);
+      else drop(t);
+    A.swap(gate_only);
+  }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
   if (cfg_.peft.enabled() && !no_grad_ &&
       linear_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, A, dims_.T) && bnb_input_in_graph_) {
@@ -828,7 +842,10 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   // An fp8 o_proj saves its own fp8 copy of the attention output, which the kernel keeps in 16 bits.
   if (recipe_.fp8_saved_inputs) A.push_back(act(mul(dims_.T, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q), labels_.fp8_input, layer));
   // Row-parallel output: all-reduced (TP) or reduce-scattered to T / t tokens (sequence parallel).
+  const uint32_t o_pre = v2_pre_scale(layer, dims_.Tn, dims_.h);
   uint32_t o = tmp(mul(e, dims_.Tn, dims_.h), labels_.o_out, layer);
+  v2_keep(o_pre, A);
+  drop_if(adapter_sum);
   if (no_grad_) {  // o_proj has run: the attention half has no reader left but the shared norm's output
     const bool keep = parallel && erase(A, no_grad_norm_out_);
     no_grad_release_all(A);
@@ -870,8 +887,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     prod_transient = tmp(tf, labels_.mlp_prod, layer);
     no_grad_release(M, {gate, up});
   } else if (m.mlp_gated) {
+    const uint32_t gate_pre = v2_pre_scale(layer, dims_.T, dims_.f);
     const uint32_t gate = act(tf, labels_.mlp_gate, layer);  // saved by silu
+    v2_keep(gate_pre, M);
+    const uint32_t up_pre = v2_pre_scale(layer, dims_.T, dims_.f);
     const uint32_t up = act(tf, labels_.mlp_up, layer);      // saved by act * up
+    v2_keep(up_pre, M);
     M.push_back(gate), M.push_back(up);
     no_grad_release(M, {no_grad_norm_out_});
     no_grad_release(A, {no_grad_norm_out_});  // parallel attention's shared norm output
@@ -890,7 +911,9 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       prod_transient = prod;
     }
   } else {
+    const uint32_t fc1_pre = v2_pre_scale(layer, dims_.T, dims_.f);
     const uint32_t fc1 = act(tf, labels_.mlp_fc1, layer);  // saved by gelu
+    v2_keep(fc1_pre, M);
     M.push_back(fc1);
     no_grad_release(M, {no_grad_norm_out_});
     no_grad_release(A, {no_grad_norm_out_});  // parallel attention's shared norm output
@@ -904,7 +927,9 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       prod_transient = g;
     }
   }
+  const uint32_t down_pre = v2_pre_scale(layer, dims_.Tn, dims_.h);
   uint32_t out = tmp(mul(e, dims_.Tn, dims_.h), labels_.mlp_out, layer);
+  v2_keep(down_pre, M);
   if (prod_transient != UINT32_MAX) drop(prod_transient);
   if (m.hidden_dropout > 0) out = dropout(out, mul(dims_.Tn, dims_.h), e, false, labels_.mlp_out, layer, M);
   // The layer's output is saved by the next layer (or the next checkpoint) even when this forward is no_grad's.
@@ -1018,6 +1043,9 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   }
   // LoRA_MLP.backward: DW = dY W_down^T (a new [tokens, f]) takes h, df and de in place over DW, e and g; then dX.
   if (unsloth_lora_kernels() && cfg_.model.mlp_gated && !shape_.is_moe(layer)) mlp_t = add(mul(e, dims_.T, dims_.f), mul(e, dims_.T, dims_.h));
+  // AdapterV2Linear's backward: grad * scale for the linear and grad * the saved output for the scale's gradient.
+  const bool v2 = cfg_.peft.kind() == PeftMethod::AdapterV2;
+  if (v2) mlp_t = add(mlp_t, mul(2, e, dims_.T, dims_.f));
   if (any_quantized_ && !cfg_.peft.packed_int4()) dequant(layer);
   const uint32_t mlp_int4 = int4_backward(layer, "mlp.");
   uint32_t t = tmp(mlp_t, labels_.bwd_mlp, layer);
@@ -1048,6 +1076,9 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
     if (cfg_.parallel.context_parallel_size > 1)
       at = add(at, add(add(mul(4, dims_.T, add(hq, mul(2, kvw))), ring_kv_bytes(kvw)), mul(2 * 2 * 4, dims_.T, kvw)));
   }
+  // The adaption prompt's call: the gate's product gives ay's gradient, whose kernel backward makes a second dq.
+  if (adapter_layer(layer)) at = add(at, mul(2, e, dims_.T, dims_.h_q));
+  if (v2) at = add(at, mul(2, e, dims_.T, add(dims_.h_q, mul(2, dims_.h_kv))));
   const uint32_t attn_int4 = int4_backward(layer, "self_attn.");
   t = tmp(at, labels_.bwd_attn, layer);
   drop_if(attn_int4);

@@ -700,6 +700,7 @@ Resolved resolve(const Config& c) {
     d.given(Switch::EmptyCacheSteps);
   }
   r.foreach_keeps_denom = v.below(torch, V(2, 1));
+  r.masked_sdpa_math = v.below(torch, V(2, 1));
   r.mask = derive_attention_mask(c, f, r.attention, v);
   r.packed_attention = derive_packed_attention(r.attention, v, r.packed_mask, r.packed_note);
   if (f.unsloth_kernels) derive_unsloth(c, v, r);

@@ -249,6 +249,9 @@ struct Resolved {
   // (torch/optim/adamw.py _multi_tensor_adamw at v2.0.0); pytorch#104898 (AdamW) and #104780 (Adam), merged July
   // 2023 and first in 2.1.0, add eps in place. It follows from the torch version alone, so it is not a config field.
   bool foreach_keeps_denom;
+  // An SDPA call given an attn_mask runs on the math kernel (torch 2.0: no fused kernel took a mask before
+  // pytorch#104310, 2.1), else on the memory-efficient one.
+  bool masked_sdpa_math;
   // The attention mask of transformers' model code and what SDPA does with it; like foreach_keeps_denom it follows
   // from the versions and the config with no field of its own.
   AttentionMask mask;

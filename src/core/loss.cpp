@@ -125,7 +125,11 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // litgpt chunked_cross_entropy: 128-row chunks in the compute dtype, no upcast; fit() keeps `logits`
       // through backward, and b > 1 makes reshape copy the shifted slice.
       uint32_t hd = head_dequant();
+      // adapter_v2's lm_head is an AdapterV2Linear, called per 128-row chunk (lm_head_chunk_size): each chunk's
+      // biased logits stay for the scale's gradient (v2_pre_scale), its linear output one chunk at a time.
+      const uint32_t head_pre = v2_pre_scale(post, dims_.T, dims_.V, mul(dims_.b, 128));
       held_logits_ = act(mul(e, tv), labels_.logits, post);
+      v2_keep(head_pre, saved);
       drop_if(hd);
       release_previous_outputs();  // model() has returned: `logits` lets go of the last micro-batch's
       uint32_t copy = dims_.b > 1 ? tmp(mul(e, tv), labels_.logits, post) : UINT32_MAX;
@@ -357,6 +361,8 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
       uint32_t g = tmp(mul(e, tv), labels_.loss_grad, post);
       uint32_t z = tmp(mul(e, tv), labels_.loss_grad, post);
       drop(g);
+      // adapter_v2's lm_head: the logits' gradient times the scale, for the linear's input gradient.
+      if (cfg_.peft.kind() == PeftMethod::AdapterV2) drop(tmp(mul(e, tv), labels_.loss_grad, post));
       { uint32_t hd = head_dequant(); dy = tmp(mul(e, dims_.Tn, dims_.h), labels_.dres, post); drop_if(hd); }
       drop(z);
       break;

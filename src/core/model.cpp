@@ -155,6 +155,7 @@ ModelShape build_model_shape(const ModelConfig& m) {
   mlp(s.layer, "mlp", m.intermediate_size);
   s.num_layers = m.num_hidden_layers;
   s.num_dense_layers = m.num_hidden_layers;
+  s.num_attention_heads = m.num_attention_heads;
   const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
   const int64_t per_expert = m.mlp_gated ? mul(3, h, fe) : mul(2, h, fe);
   if (m.num_experts > 0) {
@@ -357,6 +358,47 @@ void mark_unit_gradients(ModelShape& s) {
   s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { mark({&ts}); });
 }
 
+// litgpt's LLaMA-Adapter (lit_gpt/adapter.py at 8641822 and litgpt 0.5's litgpt/adapter.py alike): each layer from
+// adapter_start_layer gets adapter_wte = nn.Embedding(adapter_prompt_length, n_embd) and gating_factor
+// [1, 1, n_head, 1]; the layers before it get nothing, so the layers come in two kinds. adapter_v2.py also makes
+// every linear an AdapterV2Linear (the fused attn, proj, the MLP's fc / fc_1, fc_2, proj, and lm_head), each with an
+// adapter_bias and an adapter_scale of out_features, and mark_only_adapter_v2_as_trainable trains what has "norm_1",
+// "norm_2" or "ln_f" in its name: memsim's input_layernorm, post_attention_layernorm and norm, weights and biases.
+// The published trainable counts check it: Llama 2 7B 1,229,760 (v1) and 4,279,744 (v2), StableLM-Alpha 3B 573,888
+// and 2,125,248 (lit-gpt tutorials/resource-tables.md).
+static void add_llama_adapter(ModelShape& s, const PeftConfig& peft) {
+  const bool v2 = peft.kind() == PeftMethod::AdapterV2;
+  auto wrap = [&](std::vector<ParamTensor>& ts) {
+    if (!v2) return;
+    std::vector<ParamTensor> out;
+    for (auto t : ts) {
+      const std::string mod = module_name(t.name);
+      if (t.kind == ParamKind::Norm && (mod == "input_layernorm" || mod == "post_attention_layernorm" || mod == "norm"))
+        t.frozen = false;
+      out.push_back(t);
+      const bool weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+      if (t.kind == ParamKind::Matmul && weight && t.part == ParamTensor::Part::Model) {
+        const std::string base = t.name.substr(0, t.name.size() - 7);
+        out.push_back({base + ".adapter_bias", t.rows, ParamKind::Adapter, t.rows});
+        out.push_back({base + ".adapter_scale", t.rows, ParamKind::Adapter, t.rows});
+      }
+    }
+    ts = std::move(out);
+  };
+  wrap(s.post);
+  wrap(s.layer);
+  int64_t width = 0;
+  for (const auto& t : s.layer)
+    if (t.kind == ParamKind::Norm && module_name(t.name) == "input_layernorm") width = t.rows;
+  std::vector<ParamTensor> adapted = s.layer;
+  adapted.push_back({"self_attn.adapter_wte.weight", mul(peft.adapter_prompt_length, width), ParamKind::Adapter,
+                     peft.adapter_prompt_length});
+  adapted.push_back({"self_attn.gating_factor", s.num_attention_heads, ParamKind::Adapter, s.num_attention_heads});
+  s.block_kinds = {s.layer, adapted};
+  s.kind_of_layer.assign(static_cast<size_t>(s.num_layers), 0);
+  for (int64_t l = std::max<int64_t>(peft.adapter_start_layer, 0); l < s.num_layers; ++l) s.kind_of_layer[static_cast<size_t>(l)] = 1;
+}
+
 void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   if (!peft.enabled()) return;
   // PEFT on a fused q/k/v linear: one adapter on the whole of it (lora_A [r, in], lora_B [q + k + v width, r]),
@@ -438,6 +480,7 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   }
   adapt(s.post, false);
   s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { adapt(ts, true); });
+  if (peft.llama_adapter()) add_llama_adapter(s, peft);
   recount(s);
 }
 

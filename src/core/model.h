@@ -48,6 +48,7 @@ struct ModelShape {
   std::vector<ParamTensor> moe_layer;  // a mixture-of-experts layer (empty for dense models)
   int64_t num_layers = 0;
   int64_t num_dense_layers = 0;        // layers [0, num_dense_layers) are dense, the rest MoE
+  int64_t num_attention_heads = 0;     // of a decoder layer (litgpt's LLaMA-Adapter gates each head's prompt)
   std::vector<ParamTensor> post;       // final norm(s) and output head
   // Encoder-decoder (T5): layers [0, num_encoder_layers) are encoder blocks, the rest decoder blocks
   // (self-attention, cross-attention, MLP). The first block of each stack also holds that stack's relative

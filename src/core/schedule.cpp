@@ -128,8 +128,10 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     SavedLayer& sv = f.saved[l - first];
     // A checkpointed layer's saved inputs hold the mask until its backward (reentrant: ctx.save_for_backward of
     // every tensor argument; non-reentrant: the arguments kept for the recomputation).
-    if (mask_.tensor != UINT32_MAX && mask_.holder < 0 && checkpointed(l)) mask_.holder = l;
-    res = resolved_.checkpointing == Checkpointing::SelectiveOp && !cfg_.model.post_layernorm && cfg_.model.kv_lora_rank == 0
+    const bool grad = l >= first_grad_layer_;
+    if (mask_.tensor != UINT32_MAX && mask_.holder < 0 && grad && checkpointed(l)) mask_.holder = l;
+    res = !grad ? layer_forward_without_grad(li, res)
+          : resolved_.checkpointing == Checkpointing::SelectiveOp && !cfg_.model.post_layernorm && cfg_.model.kv_lora_rank == 0
               ? layer_forward_selective_op(li, res, sv)
           : checkpointed(l) ? layer_forward_checkpointed(li, res, sv)
                             : forward_layer(li, res, sv, true);
@@ -208,6 +210,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     dres = tmp(mul(dims_.e_res, dims_.Tn, dims_.h), labels_.p2p, static_cast<int32_t>(end - 1));  // received from the next stage
   }
   for (int64_t l = end - 1; l >= first; --l) {
+    if (l < first_grad_layer_) break;  // no graph below: the gradient stops at the first layer that trains
     const int32_t li = static_cast<int32_t>(l);
     SavedLayer& sv = f.saved[l - first];
     gather(l, gathered);

@@ -243,6 +243,19 @@ class StepBuilder {
   uint32_t layer_forward(int32_t layer, uint32_t res, SavedLayer& saved, bool keep_s2, bool free_input);
   uint32_t layer_forward_post_ln(int32_t layer, uint32_t x, SavedLayer& saved, bool keep_s2, bool free_input);
   uint32_t layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved);
+  // A layer below first_grad_layer_: nothing in it trains and its input needs no gradient, so autograd records
+  // nothing; it runs as a no_grad forward and has no backward.
+  uint32_t layer_forward_without_grad(int32_t layer, uint32_t res);
+  // litgpt's LLaMA-Adapter (adapter_step.cpp): the attention over the layer's adaption prompt, gated into the
+  // output; AdapterV2Linear's pre-scale output (UINT32_MAX where the method is not adapter_v2), kept by v2_keep.
+  bool adapter_layer(int32_t layer) const {
+    return cfg_.peft.llama_adapter() && layer >= 0 && layer >= cfg_.peft.adapter_start_layer;
+  }
+  uint32_t adapter_attention(int32_t layer, std::vector<uint32_t>& saved, bool q_grad);
+  uint32_t v2_pre_scale(int32_t layer, int64_t tokens, int64_t out_features, int64_t chunk_tokens = 0);
+  void v2_keep(uint32_t pre, std::vector<uint32_t>& saved);
+  int64_t first_grad_layer_ = 0;
+  uint32_t adapter_label_ = UINT32_MAX, adapter_v2_label_ = UINT32_MAX;  // made on first use
   uint32_t layer_forward_selective_op(int32_t layer, uint32_t res, SavedLayer& saved);
   void layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved);
   void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,

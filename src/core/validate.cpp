@@ -174,6 +174,26 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     if (m.kv_lora_rank > 0)
       e.push_back({"peft.method", "peft.method ln_tuning is not modelled with latent attention (its inner norms)"});
   }
+  if (p.llama_adapter()) {
+    // litgpt's adapter.py / adapter_v2.py on its own GPT (adapter_step.cpp): a dense pre-norm decoder with one fused
+    // qkv linear, under litgpt's finetune scripts.
+    if (c.training.framework != "litgpt")
+      e.push_back({"peft.method", "peft.method " + p.method + " is litgpt's LLaMA-Adapter recipe (finetune adapter / "
+                                  "adapter_v2): set training.framework to litgpt; for PEFT's methods use lora, dora, "
+                                  "ia3, ln_tuning or prompt_tuning"});
+    if (m.is_encoder_decoder || m.kv_lora_rank > 0 || m.num_experts > 0 || m.post_layernorm || !m.architecture.empty() ||
+        !m.vision_tower.empty())
+      e.push_back({"peft.method", "peft.method " + p.method + " is modelled for dense decoder models (no "
+                                  "encoder-decoder, latent attention, mixture of experts, vision tower or model program)"});
+    if (p.adapter_start_layer >= m.num_hidden_layers && m.num_hidden_layers > 0)
+      e.push_back({"peft.adapter_start_layer", "peft.adapter_start_layer must be below the model's " +
+                                                   std::to_string(m.num_hidden_layers) + " layers (0 to " +
+                                                   std::to_string(m.num_hidden_layers - 1) + "); got " +
+                                                   std::to_string(p.adapter_start_layer)});
+    if (!p.modules_to_save.empty())
+      e.push_back({"peft.modules_to_save", "peft.modules_to_save is PEFT's; litgpt's adapter recipes train only the "
+                                           "adapter's own parameters: leave it empty"});
+  }
   if (p.method == "prompt_tuning") {
     if (m.position_embedding_type == PositionType::Absolute &&
         c.training.sequence_length + p.num_virtual_tokens > m.max_position_embeddings)

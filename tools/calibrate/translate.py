@@ -79,6 +79,8 @@ MEMSIM_DEFAULTS = {
         "target_modules": "q_proj,v_proj",
         "feedforward_modules": "down_proj",
         "num_virtual_tokens": 20,
+        "adapter_prompt_length": 10,
+        "adapter_start_layer": 2,
         "adapter_dtype": "auto",
         "base_quantization": "none",
         "double_quantization": False,

@@ -1,0 +1,84 @@
+// litgpt's LLaMA-Adapter (peft.method adapter and adapter_v2) in a decoder layer's step: what the adaption prompt's
+// attention and AdapterV2Linear keep for backward, and the no_grad layers below adapter_start_layer. The parameters
+// are model.cpp's add_llama_adapter. Sources: lit-gpt 8641822 (2023-10, the resource tables' commit) and litgpt
+// 0.5: lit_gpt/adapter.py CausalSelfAttention.scaled_dot_product_attention, lit_gpt/adapter_v2.py AdapterV2Linear,
+// finetune/adapter.py (docs/research/llama-adapter.md).
+#include <algorithm>
+
+#include "checked.h"
+#include "step_builder.h"
+
+namespace memsim {
+
+// adapter_start_layer > 0 under adapter (v1): the embedding is frozen and the layers below the start train nothing,
+// so their outputs need no gradient and autograd records nothing for them (v2 trains every layer's norms).
+uint32_t StepBuilder::layer_forward_without_grad(int32_t layer, uint32_t res) {
+  if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
+    autocast_casts(layer, false);
+    if (casts_[layer] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+  }
+  no_grad_ = true;
+  SavedLayer scratch;
+  const uint32_t next = layer_forward(layer, res, scratch, false, false);
+  no_grad_ = false;
+  no_grad_norm_out_ = UINT32_MAX;
+  for (uint32_t t : scratch.attn) drop(t);
+  for (uint32_t t : scratch.mlp) drop(t);
+  drop(res);  // Block.forward's x: rebound to the layer's output
+  return next;
+}
+
+// After the causal call, every token attends to the layer's adaption prompt: ay = SDPA(q, ak, av, amask) with a
+// [T, aT] bool mask, and the layer's attention output becomes y + gating_factor * ay. The gate trains, so the
+// product keeps ay for its gradient. ak and av are the prompt through the layer's qkv linear ([1, heads, aT,
+// head_size], no size), taken from adapter_kv_cache: finetune/adapter.py's validate() fills it under no_grad before
+// training ("the adapter kv cache cannot be initialized under inference_mode") and nothing resets it, so they need no
+// gradient. The call has a mask: from torch 2.1 the memory-efficient kernel, which keeps q (kept already by the
+// causal call), ak, av, its output (ay itself) and an fp32 logsumexp per head and row padded to 32; on torch 2.0 the
+// math kernel, whose q @ k^T keeps only the scaled k (k needs no gradient, so the scaled q is not saved) and whose
+// softmax keeps its [b, heads, T, aT] output. The product and the sum are transients; the sum is what the output
+// projection reads (returned: the caller frees it once the projection has run). q_grad false: q needs no gradient
+// (v1's first adapted layer), so the kernel saves nothing and only the gate keeps ay.
+uint32_t StepBuilder::adapter_attention(int32_t layer, std::vector<uint32_t>& saved, bool q_grad) {
+  if (adapter_label_ == UINT32_MAX) adapter_label_ = program_.label("adaption prompt attention output (kept by the gate)");
+  const int64_t tq = mul(dims_.e, dims_.T, dims_.h_q);
+  const bool keep = !no_grad_;
+  uint32_t kernel_saved = UINT32_MAX;
+  if (keep && q_grad) {
+    kernel_saved = resolved_.masked_sdpa_math
+                       ? act(mul(dims_.e, dims_.a, dims_.b, mul(dims_.s, cfg_.peft.adapter_prompt_length)), labels_.softmax, layer)
+                       : act(mul(4, dims_.a, dims_.b, round_up(dims_.s, 32)), labels_.lse, layer);
+  }
+  const uint32_t ay = keep ? act(tq, adapter_label_, layer) : tmp(tq, adapter_label_, layer);
+  const uint32_t gated = tmp(tq, labels_.attn_tmp, layer);
+  const uint32_t sum = tmp(tq, labels_.attn_tmp, layer);
+  drop(gated);
+  if (kernel_saved != UINT32_MAX) saved.push_back(kernel_saved);
+  if (keep) saved.push_back(ay);
+  else drop(ay);
+  return sum;
+}
+
+// adapter_v2.py AdapterV2Linear.forward: adapter_scale * (self.linear(x) + adapter_bias). The scale's gradient reads
+// the biased output, so the product saves it ([tokens, out] in the compute dtype: Fabric's bf16-true makes the
+// adapter parameters bf16); linear(x) goes once the bias is added. The frozen linear saves nothing of x. Call before
+// the caller makes the product, and v2_keep after. chunk_tokens: the linear runs on chunks of this many rows (litgpt's
+// lm_head_chunk_size), so its own output is one chunk's at a time.
+uint32_t StepBuilder::v2_pre_scale(int32_t layer, int64_t tokens, int64_t out_features, int64_t chunk_tokens) {
+  if (cfg_.peft.kind() != PeftMethod::AdapterV2) return UINT32_MAX;
+  if (adapter_v2_label_ == UINT32_MAX) adapter_v2_label_ = program_.label("AdapterV2Linear output before its scale (saved)");
+  const int64_t bytes = mul(dims_.e, tokens, out_features);
+  const int64_t rows = chunk_tokens > 0 ? std::min(tokens, chunk_tokens) : tokens;
+  const uint32_t linear = tmp(mul(dims_.e, rows, out_features), labels_.attn_tmp, layer);
+  const uint32_t biased = no_grad_ ? tmp(bytes, adapter_v2_label_, layer) : act(bytes, adapter_v2_label_, layer);
+  drop(linear);
+  return biased;
+}
+
+void StepBuilder::v2_keep(uint32_t pre, std::vector<uint32_t>& saved) {
+  if (pre == UINT32_MAX) return;
+  if (no_grad_) drop(pre);
+  else saved.push_back(pre);
+}
+
+}  // namespace memsim
