@@ -815,13 +815,15 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   // litgpt's LLaMA-Adapter: the adaption prompt's attention, gated in; o_proj then reads the sum. In v1's first
   // adapted layer nothing before the gate needs a gradient (the input is the frozen layers' output, the norm and qkv
   // are frozen, and the prompt's keys and values are cached without one), so what the attention saved goes.
-  const bool grad_from_gate = cfg_.peft.kind() == PeftMethod::Adapter && layer == first_grad_layer_ && !no_grad_;
+  // PEFT's adaption_prompt likewise: its first adapted layer's own attention has no gradient to pass, and only the
+  // prompt's scores (after o_proj, adaption_prompt_attention) need one.
+  const bool grad_from_gate = (cfg_.peft.kind() == PeftMethod::Adapter || cfg_.peft.kind() == PeftMethod::AdaptionPrompt) &&
+                              layer == first_grad_layer_ && !no_grad_;
   const uint32_t adapter_sum = adapter_layer(layer) ? adapter_attention(layer, A, !grad_from_gate) : UINT32_MAX;
+  std::vector<uint32_t> attention_gone;  // freed once o_proj has run
   if (grad_from_gate) {
     std::vector<uint32_t> gate_only;
-    for (uint32_t t : A)
-      if (program_.tensors[t].label == adapter_label_) gate_only.push_back(t);
-      else drop(t);
+    for (uint32_t t : A) (program_.tensors[t].label == adapter_label_ ? gate_only : attention_gone).push_back(t);
     A.swap(gate_only);
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
@@ -846,6 +848,8 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   uint32_t o = tmp(mul(e, dims_.Tn, dims_.h), labels_.o_out, layer);
   v2_keep(o_pre, A);
   drop_if(adapter_sum);
+  for (uint32_t t : attention_gone) drop(t);
+  if (peft_prompt_layer(layer)) o = adaption_prompt_attention(layer, A, o, !grad_from_gate);
   if (no_grad_) {  // o_proj has run: the attention half has no reader left but the shared norm's output
     const bool keep = parallel && erase(A, no_grad_norm_out_);
     no_grad_release_all(A);
@@ -1078,6 +1082,9 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   }
   // The adaption prompt's call: the gate's product gives ay's gradient, whose kernel backward makes a second dq.
   if (adapter_layer(layer)) at = add(at, mul(2, e, dims_.T, dims_.h_q));
+  // PEFT's: the gradients of the gated scores, the fp32 softmax and the scores ([heads, T, adapter_len]), then dq.
+  if (peft_prompt_layer(layer))
+    at = add(at, add(mul(2, e, dims_.T, dims_.h_q), mul(4 + 2 * e, dims_.a, dims_.b, mul(dims_.s, cfg_.peft.adapter_prompt_length))));
   if (v2) at = add(at, mul(2, e, dims_.T, add(dims_.h_q, mul(2, dims_.h_kv))));
   const uint32_t attn_int4 = int4_backward(layer, "self_attn.");
   t = tmp(at, labels_.bwd_attn, layer);

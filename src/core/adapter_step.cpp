@@ -81,4 +81,66 @@ void StepBuilder::v2_keep(uint32_t pre, std::vector<uint32_t>& saved) {
   else saved.push_back(pre);
 }
 
+// PEFT's AdaptedAttention.forward (peft/tuners/adaption_prompt/layer.py and utils.py llama_compute_query_states, at
+// 5d602fd, 2026): the wrapped LlamaAttention runs whole, its o_proj included (`out`). Then
+// - the prompt's keys and values: k_proj and v_proj of adaption_prompt [1, L, h], viewed per key/value head,
+//   .repeat(bsz, ...) (a copy) and repeat_interleave'd to every query head ([b, heads, L, head_dim] each), which the
+//   two matmuls keep: the keys for the query's gradient (where it needs one), the values for the gated scores';
+// - the query again: q_proj of the layer's input, rotated as (q * cos) + (rotate_half(q) * sin); value_states =
+//   v_proj(...) is computed too and goes unused. The scores' matmul keeps the rotated query for the prompt keys'
+//   gradient, whether or not the query itself needs one;
+// - eager scores over the prompt: matmul / sqrt(head_dim), softmax(dtype=fp32) (its output kept), .to(q's dtype)
+//   (kept by the gate's product for the gate's gradient), gate * that (kept by the matmul with the prompt values);
+// - the output [b, heads, T, head_dim], transposed and reshaped (a copy), through the frozen o_proj again, and added to
+//   `out`: the sum replaces it as the attention's output.
+uint32_t StepBuilder::adaption_prompt_attention(int32_t layer, std::vector<uint32_t>& saved, uint32_t out, bool q_grad) {
+  if (prompt_query_label_ == UINT32_MAX) {
+    prompt_query_label_ = program_.label("adaption prompt: the recomputed query (saved)");
+    prompt_kv_label_ = program_.label("adaption prompt: keys and values per query head (saved)");
+  }
+  const int64_t e = dims_.e, prompt = cfg_.peft.adapter_prompt_length;
+  const bool keep = !no_grad_;
+  auto make = [&](int64_t bytes, uint32_t label, bool kept) { return kept ? act(bytes, label, layer) : tmp(bytes, label, layer); };
+  std::vector<uint32_t> kept;
+  auto hold = [&](uint32_t t, bool k) {
+    if (k) kept.push_back(t);
+    else drop(t);
+  };
+  const uint32_t k_batch = tmp(mul(e, dims_.b, prompt, dims_.h_kv), labels_.attn_tmp, layer);
+  const uint32_t v_batch = tmp(mul(e, dims_.b, prompt, dims_.h_kv), labels_.attn_tmp, layer);
+  const uint32_t k_heads = make(mul(e, dims_.b, prompt, dims_.h_q), prompt_kv_label_, keep && q_grad);
+  const uint32_t v_heads = make(mul(e, dims_.b, prompt, dims_.h_q), prompt_kv_label_, keep);
+  drop(k_batch), drop(v_batch);
+  hold(k_heads, keep && q_grad);
+  hold(v_heads, keep);
+  const int64_t tq = mul(e, dims_.T, dims_.h_q);
+  const uint32_t q = tmp(tq, labels_.q, layer);
+  const uint32_t v = tmp(mul(e, dims_.T, dims_.h_kv), labels_.v, layer);
+  const uint32_t cos_part = tmp(tq, labels_.q_rot, layer);
+  const uint32_t half = tmp(tq, labels_.q_rot, layer);
+  const uint32_t sin_part = tmp(tq, labels_.q_rot, layer);
+  drop(half);
+  const uint32_t q_rot = make(tq, prompt_query_label_, keep);
+  drop(q), drop(v), drop(cos_part), drop(sin_part);
+  hold(q_rot, keep);
+  const int64_t s2 = mul(dims_.a, dims_.b, mul(dims_.s, prompt));
+  const uint32_t scores = tmp(mul(e, s2), labels_.scores, layer);
+  const uint32_t scaled = tmp(mul(e, s2), labels_.scores, layer);
+  drop(scores);
+  const uint32_t p32 = make(mul(4, s2), labels_.softmax, keep);
+  drop(scaled);
+  const uint32_t p16 = make(mul(e, s2), labels_.probs, keep);
+  const uint32_t gated = make(mul(e, s2), labels_.probs, keep);
+  for (uint32_t t : {p32, p16, gated}) hold(t, keep);
+  const uint32_t context = tmp(tq, labels_.attn_tmp, layer);
+  const uint32_t flat = tmp(tq, labels_.attn_tmp, layer);
+  drop(context);
+  const uint32_t projected = tmp(mul(e, dims_.Tn, dims_.h), labels_.o_out, layer);
+  drop(flat);
+  const uint32_t sum = tmp(mul(e, dims_.Tn, dims_.h), labels_.o_out, layer);
+  drop(projected), drop(out);
+  saved.insert(saved.end(), kept.begin(), kept.end());
+  return sum;
+}
+
 }  // namespace memsim

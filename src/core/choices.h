@@ -35,7 +35,7 @@ inline constexpr std::string_view kActivations[] = {"gelu",        "gelu_10",   
                                                     "sigmoid",     "silu",              "swish",         "tanh",
                                                     "xielu"};
 // PEFT's methods (config.h PeftConfig); prefix_tuning is a known name that validate.cpp refuses with its reason.
-inline constexpr std::string_view kPeftMethod[] = {"none", "lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning", "adapter", "adapter_v2"};
+inline constexpr std::string_view kPeftMethod[] = {"none", "lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning", "adapter", "adapter_v2", "adaption_prompt"};
 inline constexpr std::string_view kBaseQuantization[] = {"none", "int8", "nf4", "fp4", "gptq", "awq"};
 inline constexpr std::string_view kTaskHead[] = {"causal_lm", "sequence_classification"};
 inline constexpr std::string_view kLengths[] = {"fixed", "micro_batches", "samples"};

@@ -18,7 +18,7 @@ namespace memsim {
 // Choices the modelling code reads as enums: the config holds their strings (its edge: JSON, links, --set, the page),
 // and the accessors below are the one place each is compared. An unknown string (refused by validate() before
 // anything is simulated) reads as Unknown.
-enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Adapter, AdapterV2, Unknown };
+enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Adapter, AdapterV2, AdaptionPrompt, Unknown };
 // bitsandbytes (LLM.int8, 4-bit NF4 and FP4), and packed int4 bases: GPTQ (auto-gptq via optimum) and AWQ (AutoAWQ)
 enum class BaseQuantization { None, Int8, Nf4, Fp4, Gptq, Awq, Unknown };
 enum class TaskHead { CausalLm, SequenceClassification, Unknown };
@@ -261,14 +261,16 @@ struct TrainingConfig {
 // Methods: lora, dora (LoraConfig, use_dora), ia3 (IA3Config), ln_tuning (LNTuningConfig: target_modules name
 // norms) and prompt_tuning (PromptTuningConfig). prefix_tuning is a known name that validate.cpp refuses.
 struct PeftConfig {
-  std::string method = "none";              // none, lora, dora, ia3, ln_tuning, prompt_tuning, adapter, adapter_v2
+  std::string method = "none";              // none, lora, dora, ia3, ln_tuning, prompt_tuning, adapter, adapter_v2, adaption_prompt
   int64_t lora_rank = 8;
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   std::string target_modules = "q_proj,v_proj";  // comma-separated module names, or all-linear
   std::string feedforward_modules = "down_proj";  // IA3Config.feedforward_modules: scale the input, not the output
   int64_t num_virtual_tokens = 20;                // PromptTuningConfig.num_virtual_tokens
-  // litgpt's LLaMA-Adapter (litgpt/adapter.py Config): the adaption prompt's length, and the first layer that has one.
+  // LLaMA-Adapter: the adaption prompt's length, and the first layer that has one (litgpt/adapter.py Config
+  // adapter_prompt_length and adapter_start_layer; PEFT's AdaptionPromptConfig adapter_len, and adapter_layers counted
+  // from the top: adapter_start_layer = num_hidden_layers - adapter_layers).
   int64_t adapter_prompt_length = 10;
   int64_t adapter_start_layer = 2;
   // auto (by the peft version: autocast_adapter_dtype=True keeps adapters in fp32 since 0.12), fp32, bf16, fp16
@@ -290,7 +292,8 @@ struct PeftConfig {
     constexpr std::pair<std::string_view, PeftMethod> kNames[] = {
         {"none", PeftMethod::None}, {"lora", PeftMethod::Lora}, {"dora", PeftMethod::Dora}, {"ia3", PeftMethod::Ia3},
         {"ln_tuning", PeftMethod::LnTuning}, {"prompt_tuning", PeftMethod::PromptTuning},
-        {"adapter", PeftMethod::Adapter}, {"adapter_v2", PeftMethod::AdapterV2}};
+        {"adapter", PeftMethod::Adapter}, {"adapter_v2", PeftMethod::AdapterV2},
+        {"adaption_prompt", PeftMethod::AdaptionPrompt}};
     return choice_of(method, kNames);
   }
   BaseQuantization quantization() const {
@@ -303,6 +306,8 @@ struct PeftConfig {
   bool lora_like() const { return kind() == PeftMethod::Lora || kind() == PeftMethod::Dora; }  // low-rank adapters on linears
   // litgpt's LLaMA-Adapter v1 (adapter.py) or v2 (adapter_v2.py): an adaption prompt per layer from adapter_start_layer.
   bool llama_adapter() const { return kind() == PeftMethod::Adapter || kind() == PeftMethod::AdapterV2; }
+  // An adaption prompt per layer from adapter_start_layer: litgpt's recipes or PEFT's AdaptionPromptConfig.
+  bool prompt_adapter() const { return llama_adapter() || kind() == PeftMethod::AdaptionPrompt; }
   bool quantized() const { return quantization() != BaseQuantization::None; }  // a bitsandbytes, GPTQ or AWQ base
   bool four_bit() const { return quantization() == BaseQuantization::Nf4 || quantization() == BaseQuantization::Fp4; }  // bitsandbytes'
   // GPTQ or AWQ: int4 packed in int32 buffers, with per-group scales and zeros (model_states.cpp).

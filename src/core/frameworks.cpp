@@ -476,6 +476,15 @@ AdapterDtype derive_adapter_dtype(const Config& c, const FrameworkSpec& f, const
     return AdapterDtype::Fp32;
   }
   const Library peft = Library::Peft;
+  if (c.peft.kind() == PeftMethod::AdaptionPrompt) {
+    // AdaptedAttention creates adaption_prompt and adaption_gate in q_proj's weight dtype (fp32 over bitsandbytes'
+    // int8/uint8 storage), and AdaptionPromptModel has no _cast_adapter_dtype for get_peft_model's autocast to call
+    // (peft/tuners/adaption_prompt/layer.py, model.py at 5d602fd).
+    d.from(Switch::AdapterDtype, "PEFT's adaption prompt takes q_proj's weight dtype, which autocast_adapter_dtype "
+                                 "does not change (AdaptionPromptModel has no _cast_adapter_dtype)", peft);
+    if (c.peft.quantized() || !pr || pr->weight_bytes == 4) return AdapterDtype::Fp32;
+    return std::string_view(pr->id).find("fp16") != std::string_view::npos ? AdapterDtype::Fp16 : AdapterDtype::Bf16;
+  }
   if (v.below(peft, V(0, 6))) {
     d.from(Switch::AdapterDtype, "peft before 0.6 created the adapters in fp32 and only moved them to the device", peft);
     return AdapterDtype::Fp32;

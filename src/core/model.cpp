@@ -366,8 +366,12 @@ void mark_unit_gradients(ModelShape& s) {
 // "norm_2" or "ln_f" in its name: memsim's input_layernorm, post_attention_layernorm and norm, weights and biases.
 // The published trainable counts check it: Llama 2 7B 1,229,760 (v1) and 4,279,744 (v2), StableLM-Alpha 3B 573,888
 // and 2,125,248 (lit-gpt tutorials/resource-tables.md).
+//
+// PEFT's AdaptionPromptConfig (peft/tuners/adaption_prompt/layer.py AdaptedAttention, at 5d602fd) wraps the attention of
+// the top adapter_layers layers: adaption_prompt [1, adapter_len, hidden_size] and adaption_gate [1], in q_proj's dtype.
 static void add_llama_adapter(ModelShape& s, const PeftConfig& peft) {
   const bool v2 = peft.kind() == PeftMethod::AdapterV2;
+  const bool peft_prompt = peft.kind() == PeftMethod::AdaptionPrompt;
   auto wrap = [&](std::vector<ParamTensor>& ts) {
     if (!v2) return;
     std::vector<ParamTensor> out;
@@ -391,9 +395,15 @@ static void add_llama_adapter(ModelShape& s, const PeftConfig& peft) {
   for (const auto& t : s.layer)
     if (t.kind == ParamKind::Norm && module_name(t.name) == "input_layernorm") width = t.rows;
   std::vector<ParamTensor> adapted = s.layer;
-  adapted.push_back({"self_attn.adapter_wte.weight", mul(peft.adapter_prompt_length, width), ParamKind::Adapter,
-                     peft.adapter_prompt_length});
-  adapted.push_back({"self_attn.gating_factor", s.num_attention_heads, ParamKind::Adapter, s.num_attention_heads});
+  if (peft_prompt) {
+    adapted.push_back({"self_attn.adaption_prompt", mul(peft.adapter_prompt_length, width), ParamKind::Adapter,
+                       peft.adapter_prompt_length});
+    adapted.push_back({"self_attn.adaption_gate", 1, ParamKind::Adapter, 1});
+  } else {
+    adapted.push_back({"self_attn.adapter_wte.weight", mul(peft.adapter_prompt_length, width), ParamKind::Adapter,
+                       peft.adapter_prompt_length});
+    adapted.push_back({"self_attn.gating_factor", s.num_attention_heads, ParamKind::Adapter, s.num_attention_heads});
+  }
   s.block_kinds = {s.layer, adapted};
   s.kind_of_layer.assign(static_cast<size_t>(s.num_layers), 0);
   for (int64_t l = std::max<int64_t>(peft.adapter_start_layer, 0); l < s.num_layers; ++l) s.kind_of_layer[static_cast<size_t>(l)] = 1;
@@ -480,7 +490,7 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   }
   adapt(s.post, false);
   s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { adapt(ts, true); });
-  if (peft.llama_adapter()) add_llama_adapter(s, peft);
+  if (peft.prompt_adapter()) add_llama_adapter(s, peft);
   recount(s);
 }
 

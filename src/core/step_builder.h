@@ -252,10 +252,17 @@ class StepBuilder {
     return cfg_.peft.llama_adapter() && layer >= 0 && layer >= cfg_.peft.adapter_start_layer;
   }
   uint32_t adapter_attention(int32_t layer, std::vector<uint32_t>& saved, bool q_grad);
+  // PEFT's adaption_prompt (AdaptedAttention): after the attention's o_proj, the recomputed query's scores over the
+  // prompt, through o_proj again and added to `out`, which it replaces (the sum is returned).
+  bool peft_prompt_layer(int32_t layer) const {
+    return cfg_.peft.kind() == PeftMethod::AdaptionPrompt && layer >= 0 && layer >= cfg_.peft.adapter_start_layer;
+  }
+  uint32_t adaption_prompt_attention(int32_t layer, std::vector<uint32_t>& saved, uint32_t out, bool q_grad);
   uint32_t v2_pre_scale(int32_t layer, int64_t tokens, int64_t out_features, int64_t chunk_tokens = 0);
   void v2_keep(uint32_t pre, std::vector<uint32_t>& saved);
   int64_t first_grad_layer_ = 0;
   uint32_t adapter_label_ = UINT32_MAX, adapter_v2_label_ = UINT32_MAX;  // made on first use
+  uint32_t prompt_query_label_ = UINT32_MAX, prompt_kv_label_ = UINT32_MAX;
   uint32_t layer_forward_selective_op(int32_t layer, uint32_t res, SavedLayer& saved);
   void layer_backward(int32_t layer, uint32_t& dres, SavedLayer& saved);
   void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,

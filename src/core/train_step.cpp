@@ -137,8 +137,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   shape_.for_each_layer_kind([&](const std::vector<ParamTensor>& list, int64_t) {
     for (const auto& t : list) any_quantized_ |= t.quantized;
   });
-  // litgpt's LLaMA-Adapter (v1): the frozen embedding and the layers below adapter_start_layer train nothing.
-  if (cfg_.peft.kind() == PeftMethod::Adapter) first_grad_layer_ = std::min(cfg_.peft.adapter_start_layer, shape_.num_layers);
+  // LLaMA-Adapter (litgpt's v1, PEFT's adaption_prompt): the frozen embedding and the layers below
+  // adapter_start_layer train nothing.
+  if (cfg_.peft.kind() == PeftMethod::Adapter || cfg_.peft.kind() == PeftMethod::AdaptionPrompt) first_grad_layer_ = std::min(cfg_.peft.adapter_start_layer, shape_.num_layers);
   grads_.resize(static_cast<size_t>(shape_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);
   states_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);

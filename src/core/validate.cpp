@@ -174,13 +174,23 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     if (m.kv_lora_rank > 0)
       e.push_back({"peft.method", "peft.method ln_tuning is not modelled with latent attention (its inner norms)"});
   }
-  if (p.llama_adapter()) {
-    // litgpt's adapter.py / adapter_v2.py on its own GPT (adapter_step.cpp): a dense pre-norm decoder with one fused
-    // qkv linear, under litgpt's finetune scripts.
-    if (c.training.framework != "litgpt")
-      e.push_back({"peft.method", "peft.method " + p.method + " is litgpt's LLaMA-Adapter recipe (finetune adapter / "
-                                  "adapter_v2): set training.framework to litgpt; for PEFT's methods use lora, dora, "
-                                  "ia3, ln_tuning or prompt_tuning"});
+  if (p.llama_adapter() && c.training.framework != "litgpt")
+    // litgpt's adapter.py / adapter_v2.py on its own GPT (adapter_step.cpp), under litgpt's finetune scripts.
+    e.push_back({"peft.method", "peft.method " + p.method + " is litgpt's LLaMA-Adapter recipe (finetune adapter / "
+                                "adapter_v2): set training.framework to litgpt; PEFT's LLaMA-Adapter is adaption_prompt"});
+  if (p.method == "adaption_prompt") {
+    // PEFT's AdaptedAttention wraps a transformers attention module: TRANSFORMERS_MODEL_CONFIG has llama, mistral and
+    // gpt2 (whose prompt output skips o_proj: not modelled).
+    const auto& f = c.training.framework;
+    if (f != "hf_trainer" && f != "hf_loop" && f != "deepspeed")
+      e.push_back({"peft.method", "peft.method adaption_prompt is PEFT's, on transformers' model code: set "
+                                  "training.framework to hf_trainer, hf_loop or deepspeed (litgpt's LLaMA-Adapter is "
+                                  "adapter / adapter_v2)"});
+    if (m.model_type != "llama" && m.model_type != "mistral")
+      e.push_back({"peft.method", "peft.method adaption_prompt is modelled for model_type llama and mistral (PEFT's "
+                                  "TRANSFORMERS_MODEL_CONFIG); got \"" + m.model_type.substr(0, 40) + "\""});
+  }
+  if (p.prompt_adapter()) {
     if (m.is_encoder_decoder || m.kv_lora_rank > 0 || m.num_experts > 0 || m.post_layernorm || !m.architecture.empty() ||
         !m.vision_tower.empty())
       e.push_back({"peft.method", "peft.method " + p.method + " is modelled for dense decoder models (no "
@@ -191,8 +201,9 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
                                                    std::to_string(m.num_hidden_layers - 1) + "); got " +
                                                    std::to_string(p.adapter_start_layer)});
     if (!p.modules_to_save.empty())
-      e.push_back({"peft.modules_to_save", "peft.modules_to_save is PEFT's; litgpt's adapter recipes train only the "
-                                           "adapter's own parameters: leave it empty"});
+      e.push_back({"peft.modules_to_save", "peft.modules_to_save is not modelled with peft.method " + p.method +
+                                               ", which trains the adaption prompts (and v2's biases, scales and "
+                                               "norms) only: leave it empty"});
   }
   if (p.method == "prompt_tuning") {
     if (m.position_embedding_type == PositionType::Absolute &&

@@ -15,7 +15,7 @@ bool draw_peft_inputs(Config& c) {
   bool changed = false;
   if (!section("Fine-tuning (PEFT)")) return false;
   const std::string previous = p.method;
-  changed |= string_combo("peft.method", p.method, {"none", "lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning", "adapter", "adapter_v2"});
+  changed |= string_combo("peft.method", p.method, {"none", "lora", "dora", "ia3", "ln_tuning", "prompt_tuning", "prefix_tuning", "adapter", "adapter_v2", "adaption_prompt"});
   if (changed) method_defaults(p, previous);
   if (!p.enabled()) {
     ImGui::TextDisabled("Full fine-tuning: every parameter is trained.");
@@ -69,7 +69,7 @@ bool draw_peft_inputs(Config& c) {
   }
   if (p.method == "prompt_tuning")
     changed |= int_input("peft.num_virtual_tokens", p.num_virtual_tokens, 10);
-  if (p.llama_adapter()) {  // litgpt's recipes: field_error under peft.method says so when the framework is another
+  if (p.prompt_adapter()) {  // field_error under peft.method names the frameworks each one runs under
     changed |= int_input("peft.adapter_prompt_length", p.adapter_prompt_length, 10);
     changed |= int_input("peft.adapter_start_layer", p.adapter_start_layer, 1);
   }
@@ -85,7 +85,7 @@ bool draw_peft_inputs(Config& c) {
     changed |= switch_combo("peft.bnb_saves_input", p.bnb_saves_input, rs, Switch::BnbSavesInput);
   if (p.base_quantization != "none")
     changed |= check_input("peft.prepare_kbit", p.prepare_kbit);
-  if (p.llama_adapter()) return changed;  // litgpt trains the adapter's own parameters only: no modules_to_save
+  if (p.prompt_adapter()) return changed;  // the adaption prompts train alone: no modules_to_save
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   changed |= ImGui::InputTextWithHint("modules_to_save", "e.g. lm_head", &p.modules_to_save);
   const char* save_help = field_spec("peft.modules_to_save").help.data();

@@ -2,6 +2,7 @@
 // layer keeps for backward, the layers below adapter_start_layer that record nothing, and the field errors.
 #include <catch2/catch.hpp>
 
+#include "core/frameworks.h"
 #include "core/simulate.h"
 #include "core/validate.h"
 #include "core/validation.h"
@@ -134,4 +135,51 @@ TEST_CASE("LLaMA-Adapter's bad settings name the field", "[peft][adapter][bad-in
   bool refused = false;
   for (const auto& e : errors) refused |= e.field == "peft.method";
   CHECK(refused);
+}
+
+TEST_CASE("PEFT's adaption_prompt: the benchmark's trainable count and what each layer keeps", "[peft][adapter]") {
+  // method_comparison/MetaMathQA adaptionprompt--llama-3.2-3B: adapter_len 100 on all 28 layers reports 8,601,628
+  // trainable parameters = 28 x (100 x 3072 + 1) (adaption_prompt [1, 100, 3072] and adaption_gate [1]).
+  Config c = single_gpu_config("llama-3.2-3b.json", 1, 1024);
+  c.training.framework = "hf_loop";
+  c.peft.method = "adaption_prompt";
+  c.peft.adapter_prompt_length = 100;
+  c.peft.adapter_start_layer = 0;
+  Result r = simulate(c);
+  INFO((r.errors.empty() ? "" : r.errors[0].message));
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 8601628);
+  // The prompt and gate take q_proj's dtype (bf16) whatever autocast_adapter_dtype says: 2 bytes each.
+  CHECK(resolve(c).adapter_bytes() == 2);
+  // Per adapted layer beyond a frozen one: the recomputed, rotated query [T, 3072] bf16, the fp32 softmax and its
+  // bf16 cast and gated product over the prompt ([24 heads, T, 100] each), and the prompt's keys and values
+  // repeated to every query head ([24, 100, 128] bf16 each).
+  const int64_t T = 1024, h = 3072, hq = 3072, hkv = 1024, f = 8192, a = 24, L = 100;
+  // A frozen layer with a graph (test_peft.cpp's closed form): the RMSNorms' fp32 copies and rstd, v, the rotated q
+  // and k, the attention output and logsumexp, the MLP's gate, up and activation.
+  const int64_t frozen = 2 * (4 * T * h + 4 * T) + 2 * T * hkv + 2 * T * hq + 2 * T * hkv + 2 * T * hq + 4 * a * T + 3 * 2 * T * f;
+  CHECK(per_layer_activations(c) - frozen == 2 * T * hq + (4 + 2 + 2) * a * T * L + 2 * 2 * a * L * 128);
+  // Layers below the start record nothing: one more of them costs no activation memory.
+  c.model.num_hidden_layers = 4;
+  c.peft.adapter_start_layer = 3;
+  const int64_t four = saved_before_backward(c);
+  c.model.num_hidden_layers = 5;
+  c.peft.adapter_start_layer = 4;
+  CHECK(saved_before_backward(c) == four);
+}
+
+TEST_CASE("PEFT's adaption_prompt refuses what PEFT does not wrap", "[peft][adapter][bad-input]") {
+  Config c = single_gpu_config("llama-3.2-3b.json", 1, 1024);
+  c.peft.method = "adaption_prompt";
+  c.peft.adapter_start_layer = 0;
+  CHECK(validate(c).empty());
+  c.training.framework = "litgpt";
+  auto errors = validate(c);
+  REQUIRE(!errors.empty());
+  CHECK(errors[0].field == "peft.method");
+  c.training.framework = "hf_trainer";
+  c.model.model_type = "qwen2";
+  errors = validate(c);
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].message.find("llama and mistral") != std::string::npos);
 }
