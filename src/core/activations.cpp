@@ -729,10 +729,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     }
     A.push_back(q);
     A.push_back(k);
+    if (prefix_tokens_ > 0) prefix_cat(layer, A, k, v);
+    const int64_t kv_rows = prefix_tokens_ > 0 ? mul(dims_.b, kv_len()) : dims_.T;
     const bool repeat = kv_repeated();
     if (repeat) {
-      const uint32_t kr = act(mul(e, dims_.T, dims_.h_q), labels_.kv_rep, layer);
-      const uint32_t vr = act(mul(e, dims_.T, dims_.h_q), labels_.kv_rep, layer);
+      const uint32_t kr = act(mul(e, kv_rows, dims_.h_q), labels_.kv_rep, layer);
+      const uint32_t vr = act(mul(e, kv_rows, dims_.h_q), labels_.kv_rep, layer);
       A.push_back(kr), A.push_back(vr);
       erase(A, k), drop(k);
       erase(A, v), drop(v);
@@ -1073,6 +1075,11 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
     at = add(add(mul(2, e, dims_.T, hq), mul(2, e, dims_.T, kvw)), mul(2, e, dims_.a, dims_.b, mul(dims_.s, dims_.s)));
   } else {
     at = add(add(mul(2, e, dims_.T, hq), mul(2, e, dims_.T, kvw)), mul(4, dims_.T, hq));
+    // Prefix tuning: dk and dv over the prefix's keys too, and the prefix's share kept for get_prompt's backward.
+    if (prefix_tokens_ > 0) {
+      at = add(at, mul(2, e, mul(dims_.b, prefix_tokens_), kvw));
+      prefix_grads_.push_back(act(mul(e, mul(dims_.b, prefix_tokens_), mul(2, dims_.h_kv)), labels_.bwd_attn, layer));
+    }
     if (dims_.g < dims_.a && !repeat && !mla) at = add(at, mul(2, e, dims_.T, dims_.h_q));
     // Ring attention backward (_attention.py _templated_ring_attention_backward) accumulates dq, dk and dv in
     // fp32 (zeros_like(..., dtype=fp32)), gathers or rotates the key/value chunks again (ring_kv_bytes), and

@@ -143,4 +143,49 @@ uint32_t StepBuilder::adaption_prompt_attention(int32_t layer, std::vector<uint3
   return sum;
 }
 
+// PEFT's prefix tuning (peft_model.py get_prompt and _prefix_tuning_forward at 5d602fd; transformers 4.56+
+// DynamicCache and masking_utils). Before the model runs, get_prompt embeds the prefix, [b, P, layers x 2 x kv width]
+// in fp32, casts it to the model's dtype and views it per layer as [2, b, kv heads, P, head_dim]; DynamicCache keeps
+// those views until each layer's update replaces them, so the cast lives until the last layer has run.
+void StepBuilder::prefix_forward_begin() {
+  if (prefix_label_ == UINT32_MAX) prefix_label_ = program_.label("prefix tuning: the prefix keys and values of every layer");
+  const int64_t n = mul(dims_.b, prefix_tokens_, mul(shape_.num_layers, 2, dims_.h_kv));
+  const uint32_t fp32 = tmp(mul(4, n), prefix_label_, -1);
+  prefix_kv_ = act(mul(dims_.e, n), prefix_label_, -1);
+  drop(fp32);
+}
+
+void StepBuilder::prefix_forward_end() {
+  if (prefix_kv_ != UINT32_MAX) drop(prefix_kv_), prefix_kv_ = UINT32_MAX;
+}
+
+// A layer's cache update (DynamicLayer.update): keys = torch.cat([prefix keys, k], dim=-2), the same for the values,
+// [b, kv heads, P + s, head_dim] each; cat's backward keeps nothing, so the layer's own k and v go, and attention reads
+// (and SDPA saves, or repeats for every query head first) the concatenated ones. The cache holds them too, as long as
+// the model's outputs live: through backward where the loop keeps them (holds_logits), else to the loss.
+void StepBuilder::prefix_cat(int32_t layer, std::vector<uint32_t>& saved, uint32_t& k, uint32_t& v) {
+  const int64_t rows = mul(dims_.b, kv_len());
+  const uint32_t kc = act(mul(dims_.e, rows, dims_.h_kv), labels_.k_rot, layer);
+  const uint32_t vc = act(mul(dims_.e, rows, dims_.h_kv), labels_.v, layer);
+  erase(saved, k), drop(k);
+  erase(saved, v), drop(v);
+  k = kc, v = vc;
+  saved.push_back(kc), saved.push_back(vc);
+  if (in_backward_) return;  // no recomputation: prefix tuning is not modelled with checkpointing
+  for (uint32_t t : {kc, vc}) hold(t, resolved_.holds_logits ? graph_attrs_now_ : prefix_cache_);
+}
+
+// After the layers' backward: each layer's prefix key and value gradients ([b, P, 2 x kv width], kept as they came by
+// the split's input buffer) are stacked back into the cast's gradient, which the cast's backward makes fp32 for the
+// embedding's dense gradient (the parameter's .grad, allocated with the other gradients).
+void StepBuilder::prefix_backward() {
+  const int64_t n = mul(dims_.b, prefix_tokens_, mul(shape_.num_layers, 2, dims_.h_kv));
+  const uint32_t stacked = tmp(mul(dims_.e, n), prefix_label_, -1);
+  for (uint32_t t : prefix_grads_) drop(t);
+  prefix_grads_.clear();
+  const uint32_t fp32 = tmp(mul(4, n), prefix_label_, -1);
+  drop(stacked);
+  drop(fp32);
+}
+
 }  // namespace memsim

@@ -90,8 +90,10 @@ void StepBuilder::mask_forward() {
       break;
     }
     case MaskBuild::Boolean:
-      // masking_utils.sdpa_mask: the causal and padding mask functions evaluated into one boolean [b, 1, s, s].
-      mask = keep(bss);
+      // masking_utils.sdpa_mask: the causal and padding mask functions evaluated into one boolean [b, 1, s, s];
+      // [b, 1, s, prefix + s] under prefix tuning, whose cache holds the prefix as past keys.
+      mask_elems = mul(dims_.b, dims_.s, kv_len());
+      mask = keep(mask_elems);
       break;
     case MaskBuild::BooleanToFloat: {
       // eager_mask: sdpa_mask's booleans, then torch.where(mask, 0.0, min_dtype) in the model dtype.
@@ -127,14 +129,14 @@ void StepBuilder::mask_forward() {
 // makes this layer hold it. `keep`: the call's graph is saved (not a no_grad forward).
 void StepBuilder::sdpa_mask_inputs(int32_t layer, std::vector<uint32_t>& kept, std::vector<uint32_t>& gone, bool keep) {
   const auto& mk = resolved_.mask;
-  const int64_t e = dims_.e, s = dims_.s;
-  const int64_t bss = mul(dims_.b, s, s);
+  const int64_t e = dims_.e, s = dims_.s, keys = kv_len();  // keys: s, or prefix + s under prefix tuning
+  const int64_t bss = mul(dims_.b, s, keys);
   std::vector<int64_t> copies;  // bytes of each copy, in order; the last is what the kernel gets
   if (mk.build == MaskBuild::MaxPositions) copies.push_back(mul(dims_.e_res, bss));
   if (mk.build == MaskBuild::Boolean) copies.push_back(mul(e, bss));
   else if (dims_.e_res != e) copies.push_back(mul(e, bss));
   const bool mem_eff = mk.kernel == MaskKernel::MemEfficient;
-  const bool aligned = s % mk.pad_align == 0;
+  const bool aligned = keys % mk.pad_align == 0;
   // The last copy is saved when the memory-efficient kernel takes it as it is.
   for (size_t i = 0; i < copies.size(); ++i) {
     const bool saved = mem_eff && aligned && i + 1 == copies.size();
@@ -144,7 +146,7 @@ void StepBuilder::sdpa_mask_inputs(int32_t layer, std::vector<uint32_t>& kept, s
   if (!mem_eff) return;
   if (!aligned) {
     const int64_t rows = mk.pad_expanded ? mul(dims_.b, dims_.a, s) : mul(dims_.b, s);
-    kept.push_back(act(mul(e, rows, round_up(s, mk.pad_align)), mask_labels_.padded, layer));
+    kept.push_back(act(mul(e, rows, round_up(keys, mk.pad_align)), mask_labels_.padded, layer));
   } else if (copies.empty() && keep && !in_backward_ && mask_.holder < 0) {
     mask_.holder = layer;  // the shared mask, kept by reference; layers run upward, so this is the lowest
   }

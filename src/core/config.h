@@ -18,7 +18,7 @@ namespace memsim {
 // Choices the modelling code reads as enums: the config holds their strings (its edge: JSON, links, --set, the page),
 // and the accessors below are the one place each is compared. An unknown string (refused by validate() before
 // anything is simulated) reads as Unknown.
-enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Adapter, AdapterV2, AdaptionPrompt, Unknown };
+enum class PeftMethod { None, Lora, Dora, Ia3, LnTuning, PromptTuning, Adapter, AdapterV2, AdaptionPrompt, PrefixTuning, Unknown };
 // bitsandbytes (LLM.int8, 4-bit NF4 and FP4), and packed int4 bases: GPTQ (auto-gptq via optimum) and AWQ (AutoAWQ)
 enum class BaseQuantization { None, Int8, Nf4, Fp4, Gptq, Awq, Unknown };
 enum class TaskHead { CausalLm, SequenceClassification, Unknown };
@@ -267,7 +267,7 @@ struct PeftConfig {
   double lora_dropout = 0.0;
   std::string target_modules = "q_proj,v_proj";  // comma-separated module names, or all-linear
   std::string feedforward_modules = "down_proj";  // IA3Config.feedforward_modules: scale the input, not the output
-  int64_t num_virtual_tokens = 20;                // PromptTuningConfig.num_virtual_tokens
+  int64_t num_virtual_tokens = 20;                // PromptTuningConfig / PrefixTuningConfig num_virtual_tokens
   // LLaMA-Adapter: the adaption prompt's length, and the first layer that has one (litgpt/adapter.py Config
   // adapter_prompt_length and adapter_start_layer; PEFT's AdaptionPromptConfig adapter_len, and adapter_layers counted
   // from the top: adapter_start_layer = num_hidden_layers - adapter_layers).
@@ -293,7 +293,7 @@ struct PeftConfig {
         {"none", PeftMethod::None}, {"lora", PeftMethod::Lora}, {"dora", PeftMethod::Dora}, {"ia3", PeftMethod::Ia3},
         {"ln_tuning", PeftMethod::LnTuning}, {"prompt_tuning", PeftMethod::PromptTuning},
         {"adapter", PeftMethod::Adapter}, {"adapter_v2", PeftMethod::AdapterV2},
-        {"adaption_prompt", PeftMethod::AdaptionPrompt}};
+        {"adaption_prompt", PeftMethod::AdaptionPrompt}, {"prefix_tuning", PeftMethod::PrefixTuning}};
     return choice_of(method, kNames);
   }
   BaseQuantization quantization() const {

@@ -368,8 +368,10 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
   AttentionMask mk;
   const auto& m = c.model;
   const Library tf = Library::Transformers, torch = Library::Torch;
+  // Prefix tuning always has a mask (a past length rules out is_causal), so it is built at latest too.
+  const bool prefix = c.peft.kind() == PeftMethod::PrefixTuning;
   if (!f.transformers_model || !decoder_causal_lm(m) || m.post_layernorm || attention == Attention::FlashAttention2 ||
-      !v.stated(tf) || c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1)
+      (!v.stated(tf) && !prefix) || c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1)
     return mk;
   const bool eager = attention == Attention::Eager;
   // Llama's cache_position rework for the static cache (4.38: "we've recently retouched the llama architecture code
@@ -419,7 +421,7 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
                 : "from transformers#30070 (4.40) SDPA gets no mask when nothing is padded (_ignore_causal_mask_sdpa: "
                   "is_causal, so flash) and a [batch, 1, seq, seq] mask in the model dtype for a padded micro-batch";
   } else {
-    mk.build = MaskBuild::Boolean, mk.unpadded = c.training.compile;
+    mk.build = MaskBuild::Boolean, mk.unpadded = c.training.compile || prefix;
     built = c.training.compile
                 ? "from transformers 4.53 SDPA gets a boolean [batch, 1, seq, seq] mask (masking_utils.sdpa_mask) for "
                   "every micro-batch under torch.compile (the causal skip is off while compiling), which torch converts "
@@ -452,6 +454,9 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
              "pytorch#114173, 2.1.2)";
   }
   mk.note = "from " + describe_version(v, tf) + (eager ? "" : " and " + describe_version(v, torch)) + ": " + built + kernel;
+  if (prefix)
+    mk.note += "; prefix tuning: the cache's prefix is a past length, which rules out is_causal, so every micro-batch "
+               "gets the mask, [batch, 1, seq, num_virtual_tokens + seq]";
   if (attention == Attention::SdpaMath) {  // chosen by hand: the math kernel adds the mask to its scores itself
     mk.kernel = MaskKernel::Math;
     mk.note += "; training.attention sdpa_math: the math kernel adds it to the scores";

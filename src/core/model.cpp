@@ -491,6 +491,16 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   adapt(s.post, false);
   s.for_each_layer_kind([&](std::vector<ParamTensor>& ts, int64_t) { adapt(ts, true); });
   if (peft.prompt_adapter()) add_llama_adapter(s, peft);
+  // PrefixEncoder without prefix_projection (peft/tuners/prefix_tuning/model.py): nn.Embedding(num_virtual_tokens,
+  // num_layers * 2 * token_dim), fp32; _prepare_prompt_learning_config makes token_dim the key/value width under
+  // grouped-query attention (num_key_value_heads x head_dim).
+  if (peft.kind() == PeftMethod::PrefixTuning) {
+    int64_t kv_width = 0;
+    for (const auto& t : s.layer)
+      if (t.kind == ParamKind::Matmul && t.name == "self_attn.k_proj.weight") kv_width = t.rows;
+    s.pre.push_back({"prompt_encoder.embedding.weight", mul(peft.num_virtual_tokens, mul(s.num_layers, 2, kv_width)),
+                     ParamKind::Adapter, peft.num_virtual_tokens});
+  }
   recount(s);
 }
 

@@ -102,6 +102,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   mask_ = {};
   if (f.pre) {
     gather(-1, gathered);
+    if (prefix_tokens_ > 0) prefix_forward_begin();
     res = embed_forward();
     if (shape_.vision_tower) res = vision_forward(f, res);  // a VLM's tower and projector (vision_step.cpp)
     for (uint32_t g : gathered) drop(g);
@@ -143,6 +144,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     // the input goes when the decoder loop moves on to the layer's output.
     if (unsloth_offload && unsloth_offloads(l)) offload_layer(l - first);
   }
+  if (prefix_tokens_ > 0) prefix_forward_end();  // the last layer's update has replaced the prefix's views
   // No layer keeps the mask: it goes when LlamaModel.forward returns, before the head (its final norm, a small
   // tensor, is taken to run after).
   if (mask_.tensor != UINT32_MAX && mask_.holder < 0) drop(mask_.tensor), mask_.tensor = UINT32_MAX;
@@ -179,6 +181,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   f.embed_saved.swap(embed_saved_);
   f.held_logits = held_logits_;
   held_logits_ = UINT32_MAX;
+  release_graph(prefix_cache_);  // prefix tuning's cache, where the loop drops the model's outputs with the loss
   f.graph_attrs.swap(graph_attrs_now_);
   graph_attrs_now_.clear();
 }
@@ -247,6 +250,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     gathered.clear();
   }
   if (f.pre) {
+    if (prefix_tokens_ > 0) prefix_backward();
     for (auto it = embed_saved_.rbegin(); it != embed_saved_.rend(); ++it) drop(*it);
     embed_saved_.clear();
     // The embedding as a unit of its own: FSDP2's pre-backward hook all-gathers it again (though its backward reads

@@ -258,6 +258,16 @@ class StepBuilder {
     return cfg_.peft.kind() == PeftMethod::AdaptionPrompt && layer >= 0 && layer >= cfg_.peft.adapter_start_layer;
   }
   uint32_t adaption_prompt_attention(int32_t layer, std::vector<uint32_t>& saved, uint32_t out, bool q_grad);
+  // PEFT's prefix tuning: the prefix keys and values (get_prompt) before the layers, each layer's cache update
+  // (k and v become the prefix's rows and its own, held by the cache), and the prefix's gradients after the layers.
+  void prefix_forward_begin();
+  void prefix_forward_end();
+  void prefix_cat(int32_t layer, std::vector<uint32_t>& saved, uint32_t& k, uint32_t& v);
+  void prefix_backward();
+  int64_t kv_len() const { return dims_.s + prefix_tokens_; }  // keys per sequence: the prefix's and its own
+  int64_t prefix_tokens_ = 0;
+  uint32_t prefix_kv_ = UINT32_MAX, prefix_label_ = UINT32_MAX;
+  std::vector<uint32_t> prefix_cache_, prefix_grads_;
   uint32_t v2_pre_scale(int32_t layer, int64_t tokens, int64_t out_features, int64_t chunk_tokens = 0);
   void v2_keep(uint32_t pre, std::vector<uint32_t>& saved);
   int64_t first_grad_layer_ = 0;

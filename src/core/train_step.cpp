@@ -139,6 +139,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   });
   // LLaMA-Adapter (litgpt's v1, PEFT's adaption_prompt): the frozen embedding and the layers below
   // adapter_start_layer train nothing.
+  if (cfg_.peft.kind() == PeftMethod::PrefixTuning) prefix_tokens_ = cfg_.peft.num_virtual_tokens;
   if (cfg_.peft.kind() == PeftMethod::Adapter || cfg_.peft.kind() == PeftMethod::AdaptionPrompt) first_grad_layer_ = std::min(cfg_.peft.adapter_start_layer, shape_.num_layers);
   grads_.resize(static_cast<size_t>(shape_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);

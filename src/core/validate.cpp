@@ -52,16 +52,6 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
                                              "trainable parameters"});
     return;
   }
-  if (p.method == "prefix_tuning") {
-    // PrefixTuningConfig: past_key_values of num_virtual_tokens per layer (an nn.Embedding of num_layers x 2 x
-    // token_dim, or through a two-layer MLP with prefix_projection). Their memory depends on how the model's
-    // attention takes them: transformers' cache concatenates them to every layer's keys and values, and the
-    // past-length mask changes the SDPA kernel (and what it saves) by version. Not guessed.
-    e.push_back({"peft.method", "peft.method prefix_tuning is not modelled: the prefix keys and values go through "
-                                "transformers' cache and a past-length attention mask whose saved tensors depend on "
-                                "the transformers version; use prompt_tuning, lora, ia3 or ln_tuning"});
-    return;
-  }
   const auto& m = c.model;
   if (p.lora_like() && m.architecture.empty()) {
     // The smallest linear the adapters can sit on bounds the rank (a rank above it adds parameters, not capacity).
@@ -178,6 +168,37 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     // litgpt's adapter.py / adapter_v2.py on its own GPT (adapter_step.cpp), under litgpt's finetune scripts.
     e.push_back({"peft.method", "peft.method " + p.method + " is litgpt's LLaMA-Adapter recipe (finetune adapter / "
                                 "adapter_v2): set training.framework to litgpt; PEFT's LLaMA-Adapter is adaption_prompt"});
+  if (p.method == "prefix_tuning") {
+    // PrefixTuningConfig through PeftModelForCausalLM._prefix_tuning_forward (peft 0.19): a DynamicCache of the
+    // prefix keys and values that each attention's cache update concatenates before its own, and the causal mask
+    // masking_utils builds for the longer keys (adapter_step.cpp prefix_cat, attention_mask.cpp).
+    const auto& f = c.training.framework;
+    if (f != "hf_trainer" && f != "hf_loop" && f != "deepspeed")
+      e.push_back({"peft.method", "peft.method prefix_tuning is PEFT's, on transformers' model code: set "
+                                  "training.framework to hf_trainer, hf_loop or deepspeed"});
+    const std::string& a = c.training.attention;
+    if (a != "auto" && a != "sdpa" && a != "sdpa_repeat_kv")
+      e.push_back({"training.attention", "peft.method prefix_tuning is modelled with SDPA (auto, sdpa or "
+                                         "sdpa_repeat_kv): the prefix makes every call take a mask; got " + a});
+    const StackVersions v = stack_versions(c.versions);
+    if (v.stated(Library::Transformers) && v.below(Library::Transformers, Version{4, 56, 0}))
+      e.push_back({"versions.transformers", "peft.method prefix_tuning is modelled from transformers 4.56 (PEFT hands "
+                                            "it a DynamicCache of the prefix and masking_utils builds the mask); older "
+                                            "caches and masks are not"});
+    if (c.training.activation_checkpointing != "none")
+      e.push_back({"training.activation_checkpointing", "peft.method prefix_tuning is not modelled with activation "
+                                                        "checkpointing (a recomputed layer updates the cache again)"});
+    if (c.training.objective != "sft")
+      e.push_back({"training.objective", "peft.method prefix_tuning is modelled for training.objective sft"});
+    if (m.is_encoder_decoder || m.kv_lora_rank > 0 || m.post_layernorm || !m.architecture.empty() || !m.vision_tower.empty() ||
+        resolve(c).fused_qkv)
+      e.push_back({"peft.method", "peft.method prefix_tuning is modelled for decoder models with separate k and v "
+                                  "projections (no encoder-decoder, latent attention, vision tower or model program)"});
+    if (c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1 || c.parallel.tensor_parallel_size > 1)
+      e.push_back({"peft.method", "peft.method prefix_tuning is modelled without tensor, pipeline or context parallelism"});
+    if (!p.modules_to_save.empty())
+      e.push_back({"peft.modules_to_save", "peft.modules_to_save is not modelled with peft.method prefix_tuning: leave it empty"});
+  }
   if (p.method == "adaption_prompt") {
     // PEFT's AdaptedAttention wraps a transformers attention module: TRANSFORMERS_MODEL_CONFIG has llama, mistral and
     // gpt2 (whose prompt output skips o_proj: not modelled).

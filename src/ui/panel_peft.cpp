@@ -67,7 +67,7 @@ bool draw_peft_inputs(Config& c) {
     help_marker(ff_help, item_has_keyboard_focus());
     field_error("peft.feedforward_modules");
   }
-  if (p.method == "prompt_tuning")
+  if (p.method == "prompt_tuning" || p.method == "prefix_tuning")
     changed |= int_input("peft.num_virtual_tokens", p.num_virtual_tokens, 10);
   if (p.prompt_adapter()) {  // field_error under peft.method names the frameworks each one runs under
     changed |= int_input("peft.adapter_prompt_length", p.adapter_prompt_length, 10);

@@ -332,11 +332,13 @@ TEST_CASE("saved activations of IA3, LN tuning, prompt tuning and DoRA, derived 
 
 TEST_CASE("PEFT methods memsim does not model are refused with the field", "[peft][bad-input]") {
   Config c = from_hf("llama-3.2-3b.json");
+  // Prefix tuning is modelled from transformers 4.56 (test_prefix_tuning.cpp); an older stated version is refused.
   c.peft.method = "prefix_tuning";
+  c.versions.transformers = "4.46.0";
   Result r = simulate(c);
   REQUIRE(!r.ok);
-  CHECK(r.errors[0].field == "peft.method");
-  CHECK(r.errors[0].message.find("prefix_tuning is not modelled") != std::string::npos);
+  CHECK(r.errors[0].field == "versions.transformers");
+  c.versions.transformers = "latest";
   c.peft.method = "p_tuning";
   CHECK(simulate(c).errors.at(0).field == "peft.method");
   // IA3's feedforward modules must be among its targets (IA3Config.__post_init__).
