@@ -980,7 +980,15 @@ void attach_vision_tower(ModelShape& s, const ModelConfig& m) {
     for (int64_t i = 0; i < m.projector_depth; ++i)
       projector("multi_modal_projector.linear_" + std::to_string(i + 1), m.hidden_size, s.projector_widths[static_cast<size_t>(i)], ParamKind::Matmul);
   }
-  s.image_tokens = spec.feature_rows / spec.merge;  // vision_image_tokens(m), without decoding the tower again
+  // LlavaNextModel's image_newline [hidden_size] (use_image_newline_parameter), initialised beside the projector.
+  if (spec.newline) {
+    ParamTensor nl{"image_newline", m.hidden_size, ParamKind::Bias, m.hidden_size};
+    nl.part = ParamTensor::Part::Projector;
+    s.pre.push_back(nl);
+  }
+  s.image_tokens = spec.tokens_per_image();  // vision_image_tokens(m), without decoding the tower again
+  s.image_crops = spec.crops;
+  s.projector_rows = spec.projector_rows_per_image();
   s.vision_tower = std::move(tower);
   const int64_t added = sub(sum_numel(s.pre), before);
   s.params_total = add(s.params_total, added);
@@ -996,6 +1004,10 @@ TowerSpec tower_spec(const Architecture& a) {
   TowerSpec t;
   t.width = static_cast<int64_t>(architecture_value(a, "hidden_size"));
   t.feature_rows = std::max<int64_t>(0, static_cast<int64_t>(architecture_value(a, "tokens")) - 1);
+  // LLaVA-NeXT's anyres, where the program's dims say (clip_vision.json with anyres = 1).
+  t.crops = std::max<int64_t>(1, static_cast<int64_t>(architecture_value(a, "crops")));
+  t.image_tokens = std::max<int64_t>(0, static_cast<int64_t>(architecture_value(a, "image_tokens")));
+  t.newline = architecture_value(a, "image_newline") != 0;
   return t;
 }
 
@@ -1015,8 +1027,7 @@ int64_t vision_image_tokens(const ModelConfig& m) {
   std::shared_ptr<const Architecture> tower;
   decode_architecture(m.vision_tower, m.vision_tower_args, tower);
   if (!tower) return 0;
-  const TowerSpec t = tower_spec(*tower);
-  return t.feature_rows / std::max<int64_t>(1, t.merge);
+  return tower_spec(*tower).tokens_per_image();
 }
 
 ModelShape model_shape_of(const ModelConfig& m) {

@@ -9,6 +9,7 @@
 // produced (which is also how a cycle shows: ops run in the order written), a shape that does not fit, a dimension
 // that is not a positive integer. Each error names its field ("model.architecture: block.ops[3].in: ...").
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -132,6 +133,15 @@ struct TowerSpec {
   std::string out_width_name;  // the hyperparameter out_width names, where it names one ("hidden_size")
   bool rms_merger = false;
   bool reordered = false;
+  // LLaVA-NeXT's anyres (a CLIP program's dims "crops", "image_tokens" and "image_newline"): the tower runs on `crops`
+  // images per image (the base view and the tiles of the best grid pinpoint), the projector on all their feature rows,
+  // and pack_image_features makes them `image_tokens` rows (the base view's, and the tiles' unpadded with a learned
+  // image_newline row per row of patches). 1, 0 (feature_rows / merge) and false elsewhere.
+  int64_t crops = 1;
+  int64_t image_tokens = 0;
+  bool newline = false;
+  int64_t tokens_per_image() const { return image_tokens > 0 ? image_tokens : feature_rows / std::max<int64_t>(1, merge); }
+  int64_t projector_rows_per_image() const { return crops * (feature_rows / std::max<int64_t>(1, merge)); }
 };
 
 struct Architecture {

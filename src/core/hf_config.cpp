@@ -206,10 +206,31 @@ void read_vision_config(const json& src, ModelConfig& out, std::vector<FieldErro
                     "(defaults 448 x 448, the hub processor's 12845056)");
     return;
   }
-  if (type != "llava" || vision_type != "clip_vision_model") {
+  // LlavaNextForConditionalGeneration (model_type llava_next): the same tower and projector, with anyres crops and the
+  // image_newline row; clip_vision.json's dims are written for llava-v1.6's five grid pinpoints, in units of the tower's
+  // image_size.
+  const bool next = type == "llava_next";
+  if (next && vision_type == "clip_vision_model") {
+    const double size = vc->contains("image_size") && (*vc)["image_size"].is_number() ? (*vc)["image_size"].get<double>() : 224;
+    const json expected = json::array({json::array({size, 2 * size}), json::array({2 * size, size}), json::array({2 * size, 2 * size}),
+                                       json::array({3 * size, size}), json::array({size, 3 * size})});
+    auto pins = src.find("image_grid_pinpoints");
+    bool same = pins != src.end() && pins->is_array() && pins->size() == expected.size();
+    for (size_t i = 0; same && i < expected.size(); ++i)
+      same = (*pins)[i].is_array() && (*pins)[i].size() == 2 && (*pins)[i][0].is_number() && (*pins)[i][1].is_number() &&
+             (*pins)[i][0].get<double>() == expected[i][0].get<double>() && (*pins)[i][1].get<double>() == expected[i][1].get<double>();
+    if (!same) {
+      errors.push_back({"model.vision_tower", "model.vision_tower: image_grid_pinpoints " +
+                                              (pins == src.end() ? std::string("(none)") : pins->dump().substr(0, 80)) +
+                                              " are not modelled; llava-v1.6's five ([[s, 2s], [2s, s], [2s, 2s], [3s, s], [s, 3s]] "
+                                              "for the tower's image_size s) are"});
+      return;
+    }
+  }
+  if ((type != "llava" && !next) || vision_type != "clip_vision_model") {
     notes.push_back("model: the vision tower of this " + (type.empty() ? std::string("multimodal") : type) + " config (" +
                     (vision_type.empty() ? std::string("no model_type") : vision_type) + ") is not modelled; memsim reads "
-                    "its language model alone (vision towers: LLaVA's CLIP, model_type llava; Qwen2-VL's and Qwen2.5-VL's, model_types qwen2_vl and qwen2_5_vl)");
+                    "its language model alone (vision towers: LLaVA's CLIP, model_types llava and llava_next; Qwen2-VL's and Qwen2.5-VL's, model_types qwen2_vl and qwen2_5_vl)");
     return;
   }
   if (auto it = src.find("vision_feature_select_strategy"); it != src.end() && it->is_string() && it->get<std::string>() != "default") {
@@ -230,14 +251,18 @@ void read_vision_config(const json& src, ModelConfig& out, std::vector<FieldErro
     text << key << "=" << (*vc)[pointer].get<double>();
     args += (args.empty() ? "" : ",") + text.str();
   }
+  if (next) args += (args.empty() ? "" : ",") + std::string("anyres=1");
   // The name came from the text_config (the language model's checkpoint): say what is around it.
-  out.name = (out.name.empty() ? std::string("LLaVA") : out.name) + " with a CLIP vision tower (llava)";
+  out.name = (out.name.empty() ? std::string(next ? "LLaVA-NeXT" : "LLaVA") : out.name) + " with a CLIP vision tower (" + type + ")";
   out.vision_tower = "clip_vision";
   out.vision_tower_args = args;
   out.projector_depth = 2;
-  notes.push_back("model: model_type llava: the vision_config is the vision tower \"clip_vision\" (" +
+  notes.push_back("model: model_type " + type + ": the vision_config is the vision tower \"clip_vision\" (" +
                   (args.empty() ? std::string("its defaults") : args) + ") and the projector LlavaMultiModalProjector's "
-                  "two linears; the text_config is the language model");
+                  "two linears; the text_config is the language model" +
+                  (next ? std::string("; each image's size before processing is the tower's image_height and image_width "
+                                      "(0: the tower's image_size), which choose its tiles")
+                        : std::string()));
 }
 
 }  // namespace
@@ -343,12 +368,17 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
   // A nested text_config is saved as its differences from the class's defaults (PretrainedConfig.to_diff_dict), so
   // llava-1.5-7b-hf's names only the vocabulary and positions: LlamaConfig's defaults (configuration_llama.py) are
   // the rest.
-  if (j != &src && type == "llama") {
+  // MistralConfig's (configuration_mistral.py) likewise for llava-v1.6-mistral-7b-hf's text_config.
+  if (j != &src && (type == "llama" || type == "mistral")) {
+    const bool mistral = type == "mistral";
     std::string filled;
-    for (auto [key, value] : {std::pair<const char*, int64_t>{"hidden_size", 4096}, {"intermediate_size", 11008},
+    for (auto [key, value] : {std::pair<const char*, int64_t>{"hidden_size", 4096}, {"intermediate_size", mistral ? 14336 : 11008},
                               {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"vocab_size", 32000}})
       if (!norm.contains(key)) norm[key] = value, filled += (filled.empty() ? "" : ", ") + std::string(key) + " " + std::to_string(value);
-    if (!filled.empty()) notes.push_back("model: text_config leaves out LlamaConfig's defaults; read " + filled);
+    if (mistral && !norm.contains("num_key_value_heads"))
+      norm["num_key_value_heads"] = 8, filled += std::string(filled.empty() ? "" : ", ") + "num_key_value_heads 8";
+    if (!filled.empty())
+      notes.push_back(std::string("model: text_config leaves out ") + (mistral ? "MistralConfig" : "LlamaConfig") + "'s defaults; read " + filled);
   }
   // tie_word_embeddings is the top-level config's (PreTrainedModel ties by self.config, the composite one), which a
   // re-saved multimodal config may state there alone (Qwen2.5-VL-3B's, transformers >= 4.52).

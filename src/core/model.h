@@ -67,6 +67,8 @@ struct ModelShape {
   // select drops the class token) and the projector's widths, first to last.
   std::shared_ptr<const Architecture> vision_tower;
   int64_t image_tokens = 0;
+  int64_t image_crops = 1;           // the tower's images per image (LLaVA-NeXT's base view and tiles)
+  int64_t projector_rows = 0;        // rows through the projector per image (every crop's features)
   std::vector<int64_t> projector_widths;  // tower width, hidden_size, ..., hidden_size (projector_depth + 1 entries)
   // The tower's tensors per program stage as its program names them (its embeddings, a block, its head): what the
   // step builder looks up while it runs the tower (program_params). Their frozen flags follow those in `pre`.

@@ -727,11 +727,23 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
       if (name != "image_height" && name != "image_width" && name != "min_pixels" && name != "max_pixels") continue;
       const double v = architecture_arg(m.vision_tower_args, name, fallback);
       if (v >= 1 && v == std::floor(v) && v < 1e12) continue;  // (1e12: beyond any image, and exact in a double)
+      if (v == 0 && fallback == 0) continue;  // a CLIP tower's 0: its image_size (clip_vision.json, LLaVA-NeXT's anyres)
       char got[32];
       std::snprintf(got, sizeof got, "%g", v);
       e.push_back({"model.vision_tower_args", "model.vision_tower_args: " + name + " must be a whole number of pixels, 1 or more; got " + got});
       bad_size = true;
     }
+  // LLaVA-NeXT's anyres (clip_vision.json): on or off.
+  if (plain && std::any_of(plain->defaults.begin(), plain->defaults.end(), [](const auto& d) { return d.first == "anyres"; })) {
+    const double anyres = architecture_arg(m.vision_tower_args, "anyres", 0);
+    if (anyres != 0 && anyres != 1) {
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", anyres);
+      e.push_back({"model.vision_tower_args", std::string("model.vision_tower_args: anyres must be 0 (LLaVA-1.5: one view per "
+                                                          "image) or 1 (LLaVA-NeXT's tiles); got ") + got});
+      bad_size = true;
+    }
+  }
   if (bad_size) return;
   std::shared_ptr<const Architecture> tower;
   for (auto err : decode_architecture(m.vision_tower, m.vision_tower_args, tower)) {

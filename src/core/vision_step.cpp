@@ -62,10 +62,15 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   const TowerSpec spec = tower_spec(tower);
   const bool merger = spec.projector == TowerSpec::Projector::PatchMerger;
   const int64_t n_images = mul(dims_.b, images);
+  // LLaVA-NeXT: each image is `crops` tower images (its base view and tiles).
+  const int64_t crops = shape_.image_crops;
   // The image processor's pixel_values, collated into the batch the loop holds until the micro-batch's backward.
   int64_t pixel_bytes = 0;
   for (const auto& t : tower.inputs) pixel_bytes = add(pixel_bytes, mul(4, t.numel()));
-  f.pixels = act(mul(n_images, pixel_bytes), vision_labels_.pixels, -1);
+  f.pixels = act(mul(n_images, crops, pixel_bytes), vision_labels_.pixels, -1);
+  // LlavaNextModel.get_image_features: pixel_values [batch, crops, ...] becomes torch.cat of each image's crops, a copy
+  // the tower reads, alive until it returns.
+  const uint32_t crops_copy = crops > 1 ? tmp(mul(n_images, crops, pixel_bytes), vision_labels_.pixels, -1) : UINT32_MAX;
 
   // The tower: its program's stages, one image per sample of the program; under no_grad unless it trains.
   const ActDims decoder_dims = dims_;
@@ -77,7 +82,7 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   const bool input_grads = vit_gc == "true";
   const bool tower_grad = !was_no_grad && (tower_trains() || input_grads);
   const bool tower_ckpt = tower_grad && (vit_gc == "true" || (vit_gc == "auto" && resolved_.checkpointing != Checkpointing::None));
-  dims_.b = n_images;
+  dims_.b = mul(n_images, crops);
   no_grad_ = !tower_grad;
   f.tower_ckpt = tower_ckpt;
   in_tower_ = true;
@@ -110,6 +115,7 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   in_tower_ = false;
   no_grad_ = was_no_grad;
   dims_ = decoder_dims;
+  if (crops_copy != UINT32_MAX) drop(crops_copy);
 
   // vision_feature_layer -2: a view of its patch rows (-1, Qwen2-VL: the last block's output, whole). The projector
   // saves what its backward reads: each linear its input where its weight trains (the first one's is the view, whose
@@ -120,7 +126,7 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   for (const auto& t : shape_.pre) weights |= t.part == ParamTensor::Part::Projector && has_grad(t);
   weights = weights && !no_grad_;
   const bool flows = !no_grad_ && (weights || tower_grad);
-  const int64_t rows = mul(n_images, shape_.image_tokens);
+  const int64_t rows = mul(n_images, shape_.projector_rows);  // every crop's features
   const auto& widths = shape_.projector_widths;
   const size_t depth = widths.size() - 1;
   f.projector_inputs.assign(depth, UINT32_MAX);
@@ -179,6 +185,21 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
     if (i == 0 && merger && !weights) drop(normed);
     x = y;
   }
+  // LLaVA-NeXT's pack_image_features, one image at a time: the tiles' features viewed as a grid, permute(...)
+  // .contiguous() (a copy), unpadded to the image's aspect (a view), torch.cat with image_newline expanded at the end
+  // of each row (new), flattened and torch.cat after the base view's features (new, kept in a list); then torch.cat of
+  // the list, the image features. cat and permute keep nothing for backward.
+  if (spec.newline) {
+    const int64_t width = widths[depth], tokens = shape_.image_tokens, base = spec.feature_rows;
+    const int64_t tiles = sub(shape_.projector_rows, base);
+    const uint32_t listed = tmp(mul(dims_.e, n_images, tokens, width), vision_labels_.features, -1);
+    const uint32_t grid = tmp(mul(dims_.e, tiles, width), vision_labels_.scatter_tmp, -1);
+    const uint32_t with_newline = tmp(mul(dims_.e, sub(tokens, base), width), vision_labels_.scatter_tmp, -1);
+    drop(grid), drop(with_newline);
+    const uint32_t packed = act(mul(dims_.e, n_images, tokens, width), vision_labels_.features, -1);
+    drop(listed), drop(x);
+    x = packed;
+  }
   // Qwen2.5-VL ran its blocks in window order: hidden_states[reverse_indices] gathers the merged rows back, a copy
   // (index's backward needs only the indices).
   if (spec.reordered) {
@@ -235,16 +256,24 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
 // embeddings slot's (alloc_layer_grads(-1)).
 void StepBuilder::vision_backward(InFlight& f) {
   if (f.image_mask == UINT32_MAX) return;  // nothing of the image path needs a gradient
-  const int64_t rows = mul(mul(dims_.b, cfg_.data.images_per_sample), shape_.image_tokens);
+  const int64_t n_images = mul(dims_.b, cfg_.data.images_per_sample);
+  const int64_t rows = mul(n_images, shape_.projector_rows), token_rows = mul(n_images, shape_.image_tokens);
   const auto& widths = shape_.projector_widths;
   const size_t depth = widths.size() - 1;
   const bool tower_grad = !f.tower_hidden.empty();
   // masked_scatter's backward for the features is masked_select(grad, mask): on CUDA index_out over the mask
   // expanded to the gradient's [batch, sequence, hidden], whose nonzero() is an int64 [N, 3] index tensor for the N
   // selected elements while the result is written.
-  const uint32_t indices = tmp(mul(24, rows, widths[depth]), vision_labels_.scatter_tmp, -1);
-  uint32_t g = tmp(mul(dims_.e_res, rows, widths[depth]), vision_labels_.grad_features, -1);
+  const uint32_t indices = tmp(mul(24, token_rows, widths[depth]), vision_labels_.scatter_tmp, -1);
+  uint32_t g = tmp(mul(dims_.e_res, token_rows, widths[depth]), vision_labels_.grad_features, -1);
   drop(indices);
+  // LLaVA-NeXT: the packing's backward gives the projector output's gradient, every crop's rows (the unpadded
+  // region's gradient into zeros of the tiles' grid, permuted back), beside the features' gradient.
+  if (token_rows != rows || shape_.image_crops > 1) {
+    const uint32_t unpacked = tmp(mul(dims_.e_res, rows, widths[depth]), vision_labels_.grad_features, -1);
+    drop(g);
+    g = unpacked;
+  }
   const bool merger = tower_spec(*shape_.vision_tower).projector == TowerSpec::Projector::PatchMerger;
   for (size_t i = depth; i-- > 0;) {
     // Linear i + 1: its weight's gradient from g and its saved input; its input's, where one is needed.
@@ -286,7 +315,7 @@ void StepBuilder::vision_backward(InFlight& f) {
 
 void StepBuilder::tower_backward(InFlight& f, uint32_t features_grad) {
   const ActDims decoder_dims = dims_;
-  dims_.b = mul(dims_.b, cfg_.data.images_per_sample);
+  dims_.b = mul(dims_.b, cfg_.data.images_per_sample, shape_.image_crops);
   in_tower_ = true;
   std::vector<uint32_t>& hidden = f.tower_hidden;  // block l's input at l; the selected state last
   // [:, 1:]'s backward: the patch rows' gradient into zeros of the whole hidden state (slice_backward); where the

@@ -1,4 +1,4 @@
-// The Model section's vision tower: a vision-language model in LLaVA's, Qwen2-VL's or Qwen2.5-VL's layout (core/config.h
+// The Model section's vision tower: a vision-language model in LLaVA's (1.5 or NeXT's anyres), Qwen2-VL's or Qwen2.5-VL's layout (core/config.h
 // ModelConfig::vision_tower; core/vision_step.cpp). The tower is a built-in program, run frozen on each sample's
 // images; its arguments (Qwen2-VL: the image's size and max_pixels), LLaVA's projector depth and the images per
 // sample follow. A summary line says what one image
@@ -55,18 +55,20 @@ bool draw_vision_tower(Config& c) {
     static std::string decoded_spec, decoded_args, summary;
     static bool merger = false;  // Qwen2-VL's patch merger has a fixed depth
     static bool image_sized = false;  // the program takes image_height, image_width and max_pixels
+    static bool anyres_capable = false;  // the CLIP program's LLaVA-NeXT tiles (anyres, image_height, image_width)
     static std::map<std::string, double> image_defaults;
     if (decoded_spec != m.vision_tower || decoded_args != m.vision_tower_args) {
       decoded_spec = m.vision_tower, decoded_args = m.vision_tower_args;
       std::shared_ptr<const Architecture> a;
       decode_architecture(m.vision_tower, m.vision_tower_args, a);
-      summary.clear(), merger = false, image_sized = false;
+      summary.clear(), merger = false, image_sized = false, anyres_capable = false;
       image_defaults.clear();
       std::shared_ptr<const Architecture> plain;
       decode_architecture(m.vision_tower, "", plain);
       if (plain) {
         for (const auto& [name, value] : plain->defaults) image_defaults[name] = value;
         image_sized = image_defaults.count("image_height") && image_defaults.count("image_width") && image_defaults.count("max_pixels");
+        anyres_capable = image_defaults.count("anyres") && image_defaults.count("image_height") && image_defaults.count("image_width");
       }
       if (a) {
         summary = "Each image is " + std::to_string(vision_image_tokens(m)) + " tokens of the sequence (" +
@@ -92,6 +94,32 @@ bool draw_vision_tower(Config& c) {
         if (int_input(name, field.c_str(), v, std::string(name) == "max_pixels" ? 28 * 28 * 64 : 28, help) && v != current) {
           m.vision_tower_args = set_architecture_arg(m.vision_tower_args, name, static_cast<double>(v), fallback);
           changed = true;
+        }
+      }
+    }
+    // LLaVA-NeXT (llava_next): the CLIP tower on the image's base view and the tiles of its best grid pinpoint, which
+    // the image's size chooses (0: the tower's image_size).
+    if (anyres_capable) {
+      bool anyres = architecture_arg(m.vision_tower_args, "anyres", 0) != 0;
+      if (ImGui::Checkbox("anyres tiles (LLaVA-NeXT)", &anyres)) {
+        m.vision_tower_args = set_architecture_arg(m.vision_tower_args, "anyres", anyres ? 1 : 0, 0);
+        changed = true;
+      }
+      const char* anyres_help = "LLaVA-NeXT (LLaVA-1.6): each image also runs the tower on the tiles of the best of llava-v1.6's grid pinpoints for its size, and brings their unpadded features and a newline row per row of patches into the sequence.";
+      announce_focus(std::string("anyres tiles, checkbox, ") + (anyres ? "checked. " : "not checked. ") + anyres_help);
+      help_marker(anyres_help, item_has_keyboard_focus());
+      if (anyres) {
+        static const std::pair<const char*, const char*> kSize[] = {
+            {"image_height", "The image's height in pixels before processing; it and the width choose the tiles (0: the tower's image_size)."},
+            {"image_width", "The image's width in pixels before processing (0: the tower's image_size)."}};
+        for (const auto& [name, help] : kSize) {
+          const double current = architecture_arg(m.vision_tower_args, name, 0);
+          int64_t v = static_cast<int64_t>(current);
+          const std::string field = std::string("model.vision_tower_args.") + name;
+          if (int_input(name, field.c_str(), v, 14, help) && v != current) {
+            m.vision_tower_args = set_architecture_arg(m.vision_tower_args, name, static_cast<double>(v), 0);
+            changed = true;
+          }
         }
       }
     }
