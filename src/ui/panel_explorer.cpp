@@ -1,5 +1,6 @@
 // Fit explorer: a heatmap over two axes (micro-batch x sequence, TP x PP, GPUs x GPU type, LoRA rank x
-// targets; for a model program with an image size, micro-batch x image size) coloured by the peak over the usable
+// targets; for a model program with an image size, micro-batch x image size; for a vision-language model whose tower
+// sizes its images, micro-batch x image side) coloured by the peak over the usable
 // memory. Cells are simulated a few per frame, with a progress bar,
 // so the interface stays responsive; clicking a cell applies its setup. A long run of varying shapes is replayed
 // over fewer steps in every cell, as What helps does (panel_advice.cpp), and the caption says so.
@@ -102,6 +103,42 @@ Axis image_size_axis(const ImageAxis& ia) {
           }};
 }
 
+// A vision-language model whose tower sizes each image from its pixels (Qwen2-VL's and Qwen2.5-VL's smart_resize,
+// LLaVA-NeXT's anyres tiles): the first pair's second axis is the images' side (square images) instead of the
+// sequence. Each cell keeps the samples' text: the sequence grows or shrinks by the image tokens, as What helps'
+// max_pixels suggestion does. Worked out once per tower and arguments.
+bool tower_sizes_images(const ModelConfig& m) {
+  static std::string spec, args;
+  static bool sized = false;
+  if (spec != m.vision_tower || args != m.vision_tower_args) {
+    spec = m.vision_tower, args = m.vision_tower_args, sized = false;
+    std::shared_ptr<const Architecture> plain;
+    decode_architecture(m.vision_tower, "", plain);
+    if (plain) {
+      bool h = false, w = false, pixels = false, anyres = false;
+      for (const auto& [name, value] : plain->defaults) {
+        h |= name == "image_height", w |= name == "image_width", pixels |= name == "max_pixels";
+        anyres |= name == "anyres" && architecture_arg(m.vision_tower_args, "anyres", value) == 1;
+      }
+      sized = h && w && (pixels || anyres);
+    }
+  }
+  return sized;
+}
+
+Axis image_side_axis(const Config& base) {
+  static const std::vector<int64_t> sides = {224, 336, 448, 672, 896, 1344, 1792};
+  std::vector<std::string> labels;
+  for (int64_t s : sides) labels.push_back(std::to_string(s));
+  const int64_t images = base.data.images_per_sample;
+  const int64_t text = base.training.sequence_length - images * vision_image_tokens(base.model);
+  return {"image side", labels, [images, text](Config& c, size_t i) {
+            for (const char* key : {"image_height", "image_width"})
+              c.model.vision_tower_args = set_architecture_arg(c.model.vision_tower_args, key, static_cast<double>(sides[i]), -1);
+            c.training.sequence_length = std::max<int64_t>(1, text + images * vision_image_tokens(c.model));
+          }};
+}
+
 // Peak over usable memory: green fades as the setup gets tight, yellow within the headroom, red over it (up
 // to 150%, darker the further over). Cells not computed yet, or invalid, are grey.
 ColorScale fit_scale() {
@@ -132,12 +169,19 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
   static Axis image_y;
   static std::string image_y_for;
   if (!ia.key.empty() && image_y_for != ia.spec) image_y = image_size_axis(ia), image_y_for = ia.spec;
-  const char* names[] = {ia.key.empty() ? "micro-batch x sequence" : "micro-batch x image size", "tensor x pipeline parallel",
-                         "GPUs x GPU type", "LoRA rank x targets"};
+  // A vision-language model's image side: rebuilt with the setup, whose text length each cell keeps.
+  const bool sided = ia.key.empty() && !config.model.vision_tower.empty() && tower_sizes_images(config.model);
+  static Axis side_y;
+  static Config side_for;
+  if (sided && !(side_for == config)) side_y = image_side_axis(config), side_for = config;
+  const char* names[] = {!ia.key.empty() ? "micro-batch x image size" : sided ? "micro-batch x image side" : "micro-batch x sequence",
+                         "tensor x pipeline parallel", "GPUs x GPU type", "LoRA rank x targets"};
   index_combo("axes", pair_index, {names[0], names[1], names[2], names[3]});
   announce_focus(std::string("axes: ") + names[pair_index] + ", list");
   const Axis& xa = pairs[static_cast<size_t>(pair_index)].first;
-  const Axis& ya = pair_index == 0 && !ia.key.empty() ? image_y : pairs[static_cast<size_t>(pair_index)].second;
+  const Axis& ya = pair_index == 0 && !ia.key.empty() ? image_y
+                  : pair_index == 0 && sided     ? side_y
+                                                 : pairs[static_cast<size_t>(pair_index)].second;
   const size_t nx = xa.labels.size(), ny = ya.labels.size();
   if (pair_index != cached_pair || !(config == cached_for)) {
     cached_pair = pair_index;

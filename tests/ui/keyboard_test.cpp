@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/architecture.h"
+#include "core/catalog.h"
 #include "core/simulate.h"
 #include "headless.h"
 #include "ui/app.h"
@@ -196,6 +197,29 @@ TEST_CASE("keyboard: for a model program with an image size, the Fit explorer's 
   k.press(ImGuiKey_DownArrow);
   k.press(ImGuiKey_Space);
   CHECK(k.app.config().model.architecture_args == "image_size=256");
+  CHECK(k.app.config().training.micro_batch_size == 1);
+}
+
+TEST_CASE("keyboard: for a vision-language model that sizes its images, the Fit explorer's axes are micro-batch x image side", "[ui][keyboard][vision]") {
+  Keyboard k;
+  Config c = k.app.config();
+  c.model = find_model_preset("qwen2-vl-2b")->model;
+  c.peft.method = "lora";
+  c.training.sequence_length = 4096;
+  k.app.set_config(c);
+  k.frames(5);
+  REQUIRE(k.tab_to("Fit explorer, tab"));
+  k.press(ImGuiKey_Space);
+  k.frames(300);
+  REQUIRE(k.tab_to("micro-batch 1, image side 224: "));
+  k.press(ImGuiKey_DownArrow);
+  CHECK(k.focus().rfind("micro-batch 1, image side 336: ", 0) == 0);
+  k.press(ImGuiKey_DownArrow);
+  k.press(ImGuiKey_Space);
+  // 448 x 448: 256 image tokens where the default 448 x 448 had as many, so the text around it keeps the length.
+  CHECK(architecture_arg(k.app.config().model.vision_tower_args, "image_height", 0) == 448);
+  CHECK(architecture_arg(k.app.config().model.vision_tower_args, "image_width", 0) == 448);
+  CHECK(k.app.config().training.sequence_length == 4096);
   CHECK(k.app.config().training.micro_batch_size == 1);
 }
 
