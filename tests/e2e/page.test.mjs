@@ -152,6 +152,45 @@ test("on a phone, the keyboard sets a Qwen2-VL image's height and the tower's ar
   await page.close();
 });
 
+test("LLaVA-NeXT: the Vision tower's anyres image size sets its tiles, and the page agrees with the CLI", async () => {
+  const frag = execFileSync(cli, ["config", "--preset", "llava-v1.6-mistral-7b", "--set", "peft.method=lora", "--set",
+                                  "parallel.data_parallel_size=1", "--set", "training.sequence_length=4096",
+                                  "--format", "fragment"]).toString().trim();
+  const { page, errors } = await openPage("#" + frag, { width: 1280, height: 800 });
+  const header = await tabTo(page, "Vision tower");
+  if (header.includes("closed")) await press(page, "Space");
+  assert.ok((await tabTo(page, "image_height")).startsWith("image_height: 0"));
+  await page.keyboard.type("480", { delay: 30 });
+  await press(page, "Enter");
+  assert.ok((await tabTo(page, "image_width")).startsWith("image_width: 0"));
+  await page.keyboard.type("640", { delay: 30 });
+  await press(page, "Enter");
+  await until(page, async () => {}, () => window.memsim.state().config.model.vision_tower_args.includes("image_width=640"));
+  const state = await page.evaluate(() => window.memsim.state());
+  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
+  const fromCli = cliEstimate(JSON.stringify(state.config));
+  assert.equal(fromPage.params_total, 7566747648 + 3407872);  // the preset and LoRA's adapters on q and v
+  assert.equal(fromPage.params_total, fromCli.params_total);
+  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  await page.screenshot({ path: path.join(shots, "llava-next-anyres-1280x800.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("on a phone, litgpt's adapter_v2 shows its prompt length and start layer", async () => {
+  const frag = execFileSync(cli, ["config", "--preset", "llama-3.2-1b", "--set", "training.framework=litgpt", "--set",
+                                  "peft.method=adapter_v2", "--set", "parallel.data_parallel_size=1",
+                                  "--format", "fragment"]).toString().trim();
+  const { page, errors } = await openPage("#" + frag, { width: 390, height: 844 });
+  assert.ok((await tabTo(page, "adapter start layer")).startsWith("adapter start layer: 2"));
+  await page.keyboard.type("4", { delay: 30 });
+  await press(page, "Enter");
+  await until(page, async () => {}, () => window.memsim.state().config.peft.adapter_start_layer === 4);
+  await page.screenshot({ path: path.join(shots, "adapter-v2-390x844.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("the keyboard picks a model preset and the fragment follows", async () => {
   const { page, errors } = await openPage();
   await until(page, async () => {
