@@ -147,7 +147,8 @@ const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) cons
 bool StepBuilder::bnb_keeps_input(int32_t layer, const char* module, const ModuleInfo& info, int64_t tw,
                                   bool& qkv_int8_done) {
   const auto& peft = cfg_.peft;
-  if (!module_quantized(layer, module) || (layer == 0 && info.qkv)) return false;
+  // (Nor in the first adapted layer of litgpt's v1 or PEFT's adaption_prompt, whose q/k/v input needs no gradient.)
+  if (!module_quantized(layer, module) || (layer == 0 && info.qkv) || (info.qkv && gate_only_layer(layer))) return false;
   const bool int8 = peft.quantization() == BaseQuantization::Int8;
   if (!(int8 || (resolved_.bnb_saves_input && peft.four_bit()))) return false;
   const bool recomputing_without_graph = in_backward_ && !resolved_.checkpoint_reentrant;
@@ -819,30 +820,39 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   // are frozen, and the prompt's keys and values are cached without one), so what the attention saved goes.
   // PEFT's adaption_prompt likewise: its first adapted layer's own attention has no gradient to pass, and only the
   // prompt's scores (after o_proj, adaption_prompt_attention) need one.
-  const bool grad_from_gate = (cfg_.peft.kind() == PeftMethod::Adapter || cfg_.peft.kind() == PeftMethod::AdaptionPrompt) &&
-                              layer == first_grad_layer_ && !no_grad_;
+  const bool grad_from_gate = gate_only_layer(layer) && !no_grad_;
   const uint32_t adapter_sum = adapter_layer(layer) ? adapter_attention(layer, A, !grad_from_gate) : UINT32_MAX;
   std::vector<uint32_t> attention_gone;  // freed once o_proj has run
+  bool input_after_residual = false;  // a LayerNorm's input: freed once the residual add has read it
   if (grad_from_gate) {
     std::vector<uint32_t> gate_only;
-    for (uint32_t t : A) (program_.tensors[t].label == adapter_label_ ? gate_only : attention_gone).push_back(t);
+    for (uint32_t t : A) {
+      if (t == res) input_after_residual = true;
+      else (program_.tensors[t].label == adapter_label_ ? gate_only : attention_gone).push_back(t);
+    }
     A.swap(gate_only);
   }
   // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
+  // (litgpt's adapter: o_proj reads the gated sum, which a bitsandbytes linear then keeps, not the kernel's output.)
   if (cfg_.peft.enabled() && !no_grad_ &&
       linear_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, A, dims_.T) && bnb_input_in_graph_) {
-    for (auto it = A.rbegin(); it != A.rend(); ++it)
-      if (program_.tensors[*it].label == labels_.attn_out) {
-        hold_in_graph(*it);
-        break;
-      }
+    if (adapter_sum != UINT32_MAX) hold_in_graph(adapter_sum);
+    else
+      for (auto it = A.rbegin(); it != A.rend(); ++it)
+        if (program_.tensors[*it].label == labels_.attn_out) {
+          hold_in_graph(*it);
+          break;
+        }
   }
-  if (cfg_.peft.enabled() && ckpt_graph_)
-    for (auto it = A.rbegin(); it != A.rend(); ++it)
-      if (program_.tensors[*it].label == labels_.attn_out) {
-        checkpoint_graph_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, dims_.T, *it);
-        break;
-      }
+  if (cfg_.peft.enabled() && ckpt_graph_) {
+    if (adapter_sum != UINT32_MAX) checkpoint_graph_inputs(layer, {"o_proj"}, dims_.h_q, dims_.T, adapter_sum);
+    else
+      for (auto it = A.rbegin(); it != A.rend(); ++it)
+        if (program_.tensors[*it].label == labels_.attn_out) {
+          checkpoint_graph_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, dims_.T, *it);
+          break;
+        }
+  }
   // An fp8 o_proj saves its own fp8 copy of the attention output, which the kernel keeps in 16 bits.
   if (recipe_.fp8_saved_inputs) A.push_back(act(mul(dims_.T, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q), labels_.fp8_input, layer));
   // Row-parallel output: all-reduced (TP) or reduce-scattered to T / t tokens (sequence parallel).
@@ -864,6 +874,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     mid = act(mul(dims_.e_res, dims_.Tn, dims_.h), labels_.residual, layer);
     drop(o);
     if (!retained && free_input) drop(res);
+    if (input_after_residual) drop(res);
   }
 
   // ---- MLP half
@@ -945,6 +956,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   if (parallel) {
     drop(o);
     if (!retained_in && free_input) drop(res);
+    if (input_after_residual) drop(res);
   } else if (!retained) {
     drop(mid);
   }

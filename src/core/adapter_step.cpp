@@ -135,6 +135,9 @@ uint32_t StepBuilder::adaption_prompt_attention(int32_t layer, std::vector<uint3
   const uint32_t context = tmp(tq, labels_.attn_tmp, layer);
   const uint32_t flat = tmp(tq, labels_.attn_tmp, layer);
   drop(context);
+  // A bitsandbytes o_proj keeps what it reads (ctx.tensors) as long as the graph (bnb_keeps_input).
+  bool int8_done = false;
+  if (!no_grad_ && bnb_keeps_input(layer, "o_proj", module_info("o_proj"), mul(dims_.T, dims_.h_q), int8_done)) hold_in_graph(flat);
   const uint32_t projected = tmp(mul(e, dims_.Tn, dims_.h), labels_.o_out, layer);
   drop(flat);
   const uint32_t sum = tmp(mul(e, dims_.Tn, dims_.h), labels_.o_out, layer);
@@ -171,7 +174,9 @@ void StepBuilder::prefix_cat(int32_t layer, std::vector<uint32_t>& saved, uint32
   erase(saved, v), drop(v);
   k = kc, v = vc;
   saved.push_back(kc), saved.push_back(vc);
-  if (in_backward_) return;  // no recomputation: prefix tuning is not modelled with checkpointing
+  // No recomputation (prefix tuning is refused with checkpointing, as PEFT refuses it). A no_grad pass (an
+  // evaluation) keeps nothing past the layer here: its cache's hold until its outputs go is not modelled.
+  if (in_backward_ || no_grad_) return;
   for (uint32_t t : {kc, vc}) hold(t, resolved_.holds_logits ? graph_attrs_now_ : prefix_cache_);
 }
 

@@ -271,6 +271,13 @@ class StepBuilder {
   uint32_t v2_pre_scale(int32_t layer, int64_t tokens, int64_t out_features, int64_t chunk_tokens = 0);
   void v2_keep(uint32_t pre, std::vector<uint32_t>& saved);
   int64_t first_grad_layer_ = 0;
+  bool inputs_require_grad_ = false;  // PEFT's enable_input_require_grads under checkpointing (adaption_prompt)
+  // The first adapted layer of litgpt's v1 or PEFT's adaption_prompt where nothing below it records: its input, its
+  // attention norm and q/k/v need no gradient, only what comes from the gate on does.
+  bool gate_only_layer(int32_t layer) const {
+    return (cfg_.peft.kind() == PeftMethod::Adapter || cfg_.peft.kind() == PeftMethod::AdaptionPrompt) && !inputs_require_grad_ &&
+           layer == first_grad_layer_;
+  }
   uint32_t adapter_label_ = UINT32_MAX, adapter_v2_label_ = UINT32_MAX;  // made on first use
   uint32_t prompt_query_label_ = UINT32_MAX, prompt_kv_label_ = UINT32_MAX;
   uint32_t layer_forward_selective_op(int32_t layer, uint32_t res, SavedLayer& saved);

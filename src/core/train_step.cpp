@@ -137,10 +137,14 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   shape_.for_each_layer_kind([&](const std::vector<ParamTensor>& list, int64_t) {
     for (const auto& t : list) any_quantized_ |= t.quantized;
   });
-  // LLaMA-Adapter (litgpt's v1, PEFT's adaption_prompt): the frozen embedding and the layers below
-  // adapter_start_layer train nothing.
   if (cfg_.peft.kind() == PeftMethod::PrefixTuning) prefix_tokens_ = cfg_.peft.num_virtual_tokens;
-  if (cfg_.peft.kind() == PeftMethod::Adapter || cfg_.peft.kind() == PeftMethod::AdaptionPrompt) first_grad_layer_ = std::min(cfg_.peft.adapter_start_layer, shape_.num_layers);
+  // LLaMA-Adapter (litgpt's v1, PEFT's adaption_prompt): the frozen embedding and the layers below
+  // adapter_start_layer train nothing, so nothing below it needs a gradient. Under PEFT with gradient checkpointing
+  // the embedding's output is made to require grad (enable_input_require_grads, without which a reentrant checkpoint
+  // gives the prompts no gradient), so every layer records; litgpt's Fabric checkpoints non-reentrantly and does not.
+  inputs_require_grad_ = cfg_.peft.kind() == PeftMethod::AdaptionPrompt && resolved_.checkpointing != Checkpointing::None;
+  if ((cfg_.peft.kind() == PeftMethod::Adapter || cfg_.peft.kind() == PeftMethod::AdaptionPrompt) && !inputs_require_grad_)
+    first_grad_layer_ = std::min(cfg_.peft.adapter_start_layer, shape_.num_layers);
   grads_.resize(static_cast<size_t>(shape_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);
   states_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);

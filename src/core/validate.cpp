@@ -181,13 +181,17 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
       e.push_back({"training.attention", "peft.method prefix_tuning is modelled with SDPA (auto, sdpa or "
                                          "sdpa_repeat_kv): the prefix makes every call take a mask; got " + a});
     const StackVersions v = stack_versions(c.versions);
+    if (v.stated(Library::Torch) && v.below(Library::Torch, Version{2, 1, 0}))
+      e.push_back({"versions.torch", "peft.method prefix_tuning is modelled from torch 2.1, whose memory-efficient kernel "
+                                     "takes the prefix's mask (2.0 runs the math kernel, not modelled with a prefix)"});
     if (v.stated(Library::Transformers) && v.below(Library::Transformers, Version{4, 56, 0}))
       e.push_back({"versions.transformers", "peft.method prefix_tuning is modelled from transformers 4.56 (PEFT hands "
                                             "it a DynamicCache of the prefix and masking_utils builds the mask); older "
                                             "caches and masks are not"});
     if (c.training.activation_checkpointing != "none")
-      e.push_back({"training.activation_checkpointing", "peft.method prefix_tuning is not modelled with activation "
-                                                        "checkpointing (a recomputed layer updates the cache again)"});
+      e.push_back({"training.activation_checkpointing", "peft.method prefix_tuning does not work with gradient "
+                                                        "checkpointing (PEFT raises: its cache would be updated again "
+                                                        "by the recomputation); set it to none"});
     if (c.training.objective != "sft")
       e.push_back({"training.objective", "peft.method prefix_tuning is modelled for training.objective sft"});
     if (m.is_encoder_decoder || m.kv_lora_rank > 0 || m.post_layernorm || !m.architecture.empty() || !m.vision_tower.empty() ||
