@@ -274,10 +274,12 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
     // (_get_handle_to_prefetch skips a handle without _needs_pre_backward_unshard); a layer whose forward ran under
     // reentrant checkpointing ran without grad, where _register_pre_backward_hooks returns at once, so backward
     // prefetch never reaches it: it is all-gathered when its recomputation starts. A checkpoint inside the unit
-    // (fsdp_checkpoint_in_units) leaves the unit's own forward with grad, hooks registered.
-    const bool next_unhooked = shard_plan_.sharding == Sharding::Fsdp1 && resolved_.checkpoint_reentrant && layer >= 1 &&
-                               !cfg_.parallel.fsdp_checkpoint_in_units && layer - 1 < shape_.num_layers &&
-                               checkpointed(layer - 1);
+    // (fsdp_checkpoint_in_units) leaves the unit's own forward with grad, hooks registered. A layer below
+    // first_grad_layer_ (LLaMA-Adapter's frozen layers) ran without grad too, and has no backward at all.
+    const bool next_unhooked = shard_plan_.sharding == Sharding::Fsdp1 && layer >= 1 && layer - 1 < shape_.num_layers &&
+                               ((resolved_.checkpoint_reentrant && !cfg_.parallel.fsdp_checkpoint_in_units &&
+                                 checkpointed(layer - 1)) ||
+                                layer - 1 < first_grad_layer_);
     if (cfg_.parallel.zero_stage == 3 && !fsdp_unshard_.no_sync())
       call.prefetch_depth = !in_backward_ ? cfg_.parallel.fsdp_forward_prefetch
                             : shard_plan_.sharding == Sharding::Fsdp2 ? cfg_.parallel.fsdp2_backward_prefetch
