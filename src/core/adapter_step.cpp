@@ -1,8 +1,11 @@
-// litgpt's LLaMA-Adapter (peft.method adapter and adapter_v2) in a decoder layer's step: what the adaption prompt's
-// attention and AdapterV2Linear keep for backward, and the no_grad layers below adapter_start_layer. The parameters
-// are model.cpp's add_llama_adapter. Sources: lit-gpt 8641822 (2023-10, the resource tables' commit) and litgpt
-// 0.5: lit_gpt/adapter.py CausalSelfAttention.scaled_dot_product_attention, lit_gpt/adapter_v2.py AdapterV2Linear,
-// finetune/adapter.py (docs/research/llama-adapter.md).
+// The prompt-based PEFT methods in a decoder layer's step (docs/research/llama-adapter.md):
+// - litgpt's LLaMA-Adapter (peft.method adapter and adapter_v2): what the adaption prompt's attention and
+//   AdapterV2Linear keep for backward. Sources: lit-gpt 8641822 (2023-10, the resource tables' commit) and litgpt
+//   0.5: lit_gpt/adapter.py CausalSelfAttention.scaled_dot_product_attention, lit_gpt/adapter_v2.py AdapterV2Linear,
+//   finetune/adapter.py;
+// - PEFT's adaption_prompt (AdaptedAttention) and prefix tuning (get_prompt and the cache's concatenation);
+// - the no_grad layers below adapter_start_layer (litgpt's v1, PEFT's adaption_prompt).
+// The parameters are model.cpp's add_llama_adapter and apply_peft's PrefixEncoder.
 #include <algorithm>
 
 #include "checked.h"
@@ -10,8 +13,9 @@
 
 namespace memsim {
 
-// adapter_start_layer > 0 under adapter (v1): the embedding is frozen and the layers below the start train nothing,
-// so their outputs need no gradient and autograd records nothing for them (v2 trains every layer's norms).
+// adapter_start_layer > 0 under litgpt's adapter (v1) or PEFT's adaption_prompt: the embedding is frozen and the
+// layers below the start train nothing, so their outputs need no gradient and autograd records nothing for them (v2
+// trains every layer's norms; first_grad_layer_ says which layers, train_step.cpp).
 uint32_t StepBuilder::layer_forward_without_grad(int32_t layer, uint32_t res) {
   if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
     autocast_casts(layer, false);
