@@ -836,7 +836,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   // (litgpt's adapter: o_proj reads the gated sum, which a bitsandbytes linear then keeps, not the kernel's output.)
   if (cfg_.peft.enabled() && !no_grad_ &&
       linear_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, A, dims_.T) && bnb_input_in_graph_) {
-    if (adapter_sum != UINT32_MAX) hold_in_graph(adapter_sum);
+    if (adapter_sum != UINT32_MAX) program_.recategorize(adapter_sum, Component::Activations), hold_in_graph(adapter_sum);
     else
       for (auto it = A.rbegin(); it != A.rend(); ++it)
         if (program_.tensors[*it].label == labels_.attn_out) {

@@ -141,7 +141,8 @@ uint32_t StepBuilder::adaption_prompt_attention(int32_t layer, std::vector<uint3
   drop(context);
   // A bitsandbytes o_proj keeps what it reads (ctx.tensors) as long as the graph (bnb_keeps_input).
   bool int8_done = false;
-  if (!no_grad_ && bnb_keeps_input(layer, "o_proj", module_info("o_proj"), mul(dims_.T, dims_.h_q), int8_done)) hold_in_graph(flat);
+  if (!no_grad_ && bnb_keeps_input(layer, "o_proj", module_info("o_proj"), mul(dims_.T, dims_.h_q), int8_done))
+    program_.recategorize(flat, Component::Activations), hold_in_graph(flat);  // kept for backward: an activation
   const uint32_t projected = tmp(mul(e, dims_.Tn, dims_.h), labels_.o_out, layer);
   drop(flat);
   const uint32_t sum = tmp(mul(e, dims_.Tn, dims_.h), labels_.o_out, layer);

@@ -183,3 +183,18 @@ TEST_CASE("PEFT's adaption_prompt refuses what PEFT does not wrap", "[peft][adap
   REQUIRE(errors.size() == 1);
   CHECK(errors[0].message.find("llama and mistral") != std::string::npos);
 }
+
+TEST_CASE("LLaMA-Adapter over an old bitsandbytes base: each 4-bit linear keeps what it reads, the gated sum for proj", "[peft][adapter][bnb]") {
+  // bitsandbytes before 0.43.2 keeps a 4-bit linear's input in ctx.tensors while the graph lives (peft.bnb_saves_input).
+  // In an adapted layer (two layers, both adapted, minus one: layer 1, whose input needs a gradient) that is the
+  // attention norm's output (qkv), the gated sum y + gate * ay that proj reads, the MLP norm's output (fc_1 and
+  // fc_2) and the SwiGLU product (proj): none of them saved otherwise under a frozen base.
+  const int64_t T = 1024, h = 4096, f = 11008;
+  Config c = litgpt_llama("adapter", T);
+  c.peft.adapter_start_layer = 0;
+  c.peft.base_quantization = "nf4";
+  c.versions.bitsandbytes = "0.44.0";
+  const int64_t without = per_layer_activations(c);
+  c.versions.bitsandbytes = "0.42.0";
+  CHECK(per_layer_activations(c) - without == 2 * T * (h + h + h + f));
+}
