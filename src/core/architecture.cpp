@@ -1,6 +1,7 @@
 // Decoding and checking model programs (architecture.h).
 #include "architecture.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -225,6 +226,7 @@ class Decoder {
   }
 
   void decode(const ojson& p, Architecture& a, const std::string& args) {
+    arch_ = &a;
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower"};
     for (const auto& [k, v] : p.items()) {
@@ -336,11 +338,26 @@ class Decoder {
     for (const auto& [k, v] : p["inputs"].items()) {
       ArchTensor t;
       t.name = k;
-      if (!v.is_object() || !v.contains("shape")) error("inputs." + k, "must be an object with a \"shape\"");
-      else if (shape(v["shape"], "inputs." + k + ".shape", t.shape)) a.inputs.push_back(t);
+      if (!v.is_object() || !v.contains("shape")) {
+        error("inputs." + k, "must be an object with a \"shape\" (and optionally a \"dtype\")");
+        continue;
+      }
+      for (const auto& [key, x] : v.items())
+        if (key != "shape" && key != "dtype") error("inputs." + k + "." + key, "is not a key of an input; allowed: shape, dtype");
+      if (v.contains("dtype")) {
+        const ojson& d = v["dtype"];
+        if (d == "fp32") t.dtype = InputDtype::Fp32;
+        else if (d == "compute") t.dtype = InputDtype::Compute;
+        else if (d == "int64") t.dtype = InputDtype::Int64;
+        else error("inputs." + k + ".dtype", "must be fp32 (the collator's pixel values), compute (made on the GPU in the compute dtype, "
+                                             "as a frozen encoder's latents or text embeddings) or int64");
+      }
+      if (shape(v["shape"], "inputs." + k + ".shape", t.shape)) a.inputs.push_back(t);
     }
     if (!errors_.empty()) return;
     if (!p.contains("embeddings") || !p["embeddings"].is_object()) return error("embeddings", "must be an object with \"ops\"");
+    stage_position_ = -1;
+    input_read_.assign(a.inputs.size(), false);
     stage(p["embeddings"], "embeddings", a.inputs, nullptr, a.embeddings);
     if (!errors_.empty()) return;
     const ArchTensor emb_out = a.embeddings.tensors[a.embeddings.output];
@@ -367,7 +384,7 @@ class Decoder {
           return error(where + ".name", "must be a string of 1 to 64 characters (what the timeline calls these blocks)");
         name = j["name"].get<std::string>();
       }
-      in_block_ = true, first_layer_ = a.repeat, repeat_ = repeat;
+      in_block_ = true, first_layer_ = a.repeat, repeat_ = repeat, stage_position_ = a.repeat;
       ArchStage st;
       stage(j, where, {}, &received, st);
       in_block_ = false;
@@ -391,8 +408,27 @@ class Decoder {
       // A tower-only program: its last block's output is what a vision-language model's projector reads.
     } else {
       if (!p.contains("head") || !p["head"].is_object()) return error("head", "must be an object with \"ops\"");
+      stage_position_ = a.repeat;
       stage(p["head"], "head", {}, &received, a.head);
     }
+    if (!errors_.empty()) return;
+    // Each carry's last reader: the stages that read it by name, and the next stage where it is its producer's output.
+    for (int64_t l = 0; l <= a.repeat; ++l) {
+      const ArchStage& st = l < a.repeat ? a.block_of(l) : a.head;
+      for (const auto& t : st.tensors)
+        if (t.carry >= 0) a.carries[static_cast<size_t>(t.carry)].last_reader = l;
+      if (l < a.repeat && a.block_of(l).output >= 0)
+        for (const auto& [t, c] : a.block_of(l).exports)
+          if (t == a.block_of(l).output && a.carries[static_cast<size_t>(c)].producer == l)
+            a.carries[static_cast<size_t>(c)].last_reader = std::max<int64_t>(a.carries[static_cast<size_t>(c)].last_reader, l + 1);
+    }
+    for (const auto& [t, c] : a.embeddings.exports)
+      if (t == a.embeddings.output) a.carries[static_cast<size_t>(c)].last_reader = std::max<int64_t>(a.carries[static_cast<size_t>(c)].last_reader, 0);
+    for (const auto& c : a.carries)
+      if (c.last_reader <= c.producer) error("carry", "\"" + c.name + "\" is carried but no later stage reads it");
+    for (size_t t = 0; t < a.inputs.size(); ++t)
+      if (!input_read_[t]) error("inputs." + a.inputs[t].name, "is never read by any stage");
+    if (a.head.ops.size() > 0 && a.head.ops.back().kind == OpKind::MseLoss) a.label_bytes = 0;  // its target is an input
     if (!errors_.empty()) return;
     const bool image = emb_out.shape.size() == 3;
     a.tokens = image ? mul(emb_out.shape[1], emb_out.shape[2]) : emb_out.shape[0];
@@ -527,6 +563,65 @@ class Decoder {
     return false;
   }
 
+  // A tensor of the stage, or else a carry of an earlier stage, which becomes an input of this one.
+  int32_t tensor_or_carry(ArchStage& s, const std::string& n) {
+    const int32_t t = tensor_named(s, n);
+    if (t >= 0) return t;
+    // A program input read after the embeddings (a UNet's text embeddings, read by every cross-attention).
+    for (size_t i = 0; i < arch_->inputs.size(); ++i)
+      if (arch_->inputs[i].name == n) {
+        s.tensors.push_back(arch_->inputs[i]);
+        input_read_[i] = true;
+        return static_cast<int32_t>(s.tensors.size()) - 1;
+      }
+    for (size_t c = 0; c < arch_->carries.size(); ++c)
+      if (arch_->carries[c].name == n) {
+        ArchTensor in = arch_->carries[c].tensor;
+        in.producer = -1, in.carry = static_cast<int32_t>(c), in.is_parameter = false;
+        s.tensors.push_back(in);
+        return static_cast<int32_t>(s.tensors.size()) - 1;
+      }
+    return -1;
+  }
+
+  // "carry": ["skip1", ...]: tensors of this stage that later stages read by name. Each is a new tensor an op made
+  // (not a view, an in-place result or a parameter), made once: in the embeddings or a block kind that runs once.
+  void carry(const ojson& j, const std::string& sk, ArchStage& s) {
+    const std::string kw = sk + ".carry";
+    if (!j.is_array() || j.size() > 64) return error(kw, "must be a list of at most 64 tensor names");
+    if (in_block_ && repeat_ != 1) return error(kw, "needs a block kind that runs once (repeat 1): each carry is made by one stage");
+    for (const auto& v : j) {
+      const std::string n = v.is_string() ? v.get<std::string>() : std::string();
+      const int32_t t = tensor_named(s, n);
+      if (t < 0 || s.tensors[t].producer < 0) return error(kw, "\"" + n.substr(0, 60) + "\" is not a tensor an op of the stage makes");
+      const ArchOp& op = s.ops[static_cast<size_t>(s.tensors[t].producer)];
+      if (!makes_new_tensor(op))
+        return error(kw, "\"" + n + "\" is a view, an in-place result or a parameter (" + op_name(op.kind) + "); carry a tensor an op makes anew");
+      for (const auto& c : arch_->carries)
+        if (c.name == n) return error(kw, "\"" + n + "\" is carried by an earlier stage already; carry names are unique in a program");
+      ArchCarry c;
+      c.name = n, c.tensor = s.tensors[t], c.producer = stage_position_;
+      s.exports.push_back({t, static_cast<int32_t>(arch_->carries.size())});
+      arch_->carries.push_back(std::move(c));
+    }
+  }
+
+  static bool makes_new_tensor(const ArchOp& op) {
+    switch (op.kind) {
+      case OpKind::Parameter:
+      case OpKind::FlattenTokens:
+      case OpKind::UnflattenTokens:
+      case OpKind::SelectToken:
+      case OpKind::Slice:
+      case OpKind::Dropout:
+      case OpKind::DropPath:
+      case OpKind::Copy:
+      case OpKind::Unpad:
+      case OpKind::ResizeTokens: return false;  // each may return its input, or a view of it
+      default: return !op.inplace;
+    }
+  }
+
   int32_t tensor_named(ArchStage& s, const std::string& n) {
     for (size_t i = 0; i < s.tensors.size(); ++i)
       if (s.tensors[i].name == n) return static_cast<int32_t>(i);
@@ -538,8 +633,8 @@ class Decoder {
              ArchStage& s) {
     const bool head = sk == "head", embeddings = sk == "embeddings", kind = sk.rfind("blocks[", 0) == 0;
     for (const auto& [k, v] : j.items())
-      if (k != "ops" && k != "input" && k != "output" && !(kind && (k == "repeat" || k == "name")))
-        error(sk + "." + k, std::string("is not a stage key; allowed: ") + (kind ? "name, repeat, " : "") + "input, ops, output");
+      if (k != "ops" && k != "input" && k != "output" && !(kind && (k == "repeat" || k == "name")) && !(k == "carry" && !head))
+        error(sk + "." + k, std::string("is not a stage key; allowed: ") + (kind ? "name, repeat, " : "") + "input, ops, output" + (head ? "" : ", carry"));
     for (const auto& t : inputs) s.tensors.push_back(t);
     if (received) {
       if (!j.contains("input") || !j["input"].is_string()) return error(sk + ".input", "must name the tensor the stage receives");
@@ -566,7 +661,8 @@ class Decoder {
         return error(sk + ".ops[" + std::to_string(i) + "].inplace", "overwrites \"" + s.tensors[s.ops[i].in[0]].name +
                                                                        "\", which a later op still reads");
     if (head) {
-      if (s.ops.back().kind != OpKind::CrossEntropy) return error(sk + ".ops", "the head must end with its loss (cross_entropy)");
+      if (s.ops.back().kind != OpKind::CrossEntropy && s.ops.back().kind != OpKind::MseLoss)
+        return error(sk + ".ops", "the head must end with its loss (cross_entropy or mse_loss)");
       if (j.contains("output")) error(sk + ".output", "the head ends in its loss and passes nothing on");
     } else {
       if (!j.contains("output") || !j["output"].is_string()) return error(sk + ".output", "must name the tensor the stage passes on");
@@ -574,15 +670,18 @@ class Decoder {
       if (s.output < 0) return error(sk + ".output", "\"" + j["output"].get<std::string>().substr(0, 60) + "\" is not a tensor of the stage");
       if (s.tensors[s.output].is_parameter) return error(sk + ".output", "must be an activation, not a parameter");
     }
+    if (j.contains("carry")) carry(j["carry"], sk, s);
+    if (!errors_.empty()) return;
     // A tensor nothing reads is a mistake in a program (a typo in an "in", or a dead op).
     for (size_t t = 0; t < s.tensors.size(); ++t)
       // (A parameter may be registered and unused in training, as DINOv2's mask_token: it stays a weight.)
       if (s.last_reader[t] < 0 && static_cast<int32_t>(t) != s.output && !(embeddings && s.tensors[t].producer < 0) &&
           !s.tensors[t].is_parameter &&
-          !(head && s.tensors[t].producer == static_cast<int32_t>(s.ops.size()) - 1))
+          !(head && s.tensors[t].producer == static_cast<int32_t>(s.ops.size()) - 1) &&
+          std::none_of(s.exports.begin(), s.exports.end(), [&](const auto& e) { return e.first == static_cast<int32_t>(t); }))
         error(sk, "tensor \"" + s.tensors[t].name + "\" is produced but never read");
     for (size_t t = 0; embeddings && t < inputs.size(); ++t)
-      if (s.last_reader[t] < 0) error("inputs." + s.tensors[t].name, "is never read by the embeddings");
+      if (s.last_reader[t] >= 0) input_read_[t] = true;
   }
 
   void op(const ojson& o, const std::string& where, ArchStage& s) {
@@ -629,7 +728,7 @@ class Decoder {
             continue;
           }
           for (const auto& n : names) {
-            const int32_t t = tensor_named(s, n);
+            const int32_t t = tensor_or_carry(s, n);
             if (t < 0) error(kw, "tensor \"" + n.substr(0, 60) + "\" is not produced before this op (ops run in the order written, so a cycle shows here too)");
             else op.in.push_back(t);
           }
@@ -654,6 +753,7 @@ class Decoder {
           if (kn == "index" || kn == "start" || kn == "height") op.index = d;
           if (kn == "size" || kn == "rows") op.size = d;
           if (kn == "unit") op.unit = d;
+          if (kn == "scale") op.stride = d;
           break;
         }
         case OpKey::Probability: {
@@ -696,8 +796,8 @@ class Decoder {
         case OpKey::Choice: {
           const std::string c = v.is_string() ? v.get<std::string>() : "";
           if (key.name == std::string("axis")) {
-            if (c == "tokens" || c == "features") op.features = c == "features";
-            else error(kw, "must be tokens (rows, dim=1) or features (the last dimension)");
+            if (c == "tokens" || c == "features" || c == "channels") op.features = c == "features", op.channels = c == "channels";
+            else error(kw, "must be tokens (rows, dim=1), features (the last dimension) or channels (an image's, dim=1)");
             break;
           }
           if (c == "embedding") op.param_kind = ParamKind::Embedding;
@@ -747,6 +847,9 @@ class Decoder {
 
   std::vector<ArchitectureError>& errors_;
   std::string field_;
+  Architecture* arch_ = nullptr;  // the program being decoded (its inputs, and its carries so far)
+  std::vector<bool> input_read_;  // per program input: some stage reads it
+  int64_t stage_position_ = -1;   // the stage being decoded: -1 the embeddings, a block kind's first block, or the head
   bool in_block_ = false;  // decoding a block kind's ops, where `layer` names the block's index
   int64_t first_layer_ = 0, repeat_ = 0;  // the kind's first block and how many run
   int64_t per_layer_values_ = 0;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model.h"
@@ -54,7 +55,14 @@ enum class OpKind {
   Unpad,        // the padded map's first `rows` rows again (x[:, :H, :W, :].contiguous(): a copy where padded)
   WindowAttention,  // eager attention within windows of `window` rows, plus a learned relative position bias
   CrossEntropy, // the classification loss over the last dimension
+  GroupNorm,    // nn.GroupNorm over an image's channels (diffusers' ResnetBlock2D, Transformer2DModel)
+  UpsampleNearest,  // F.interpolate(x, scale_factor=s, mode="nearest") of an image (diffusers' Upsample2D)
+  MseLoss,      // F.mse_loss(prediction.float(), target.float()): a diffusion model's loss on the predicted noise
 };
+
+// What a program input holds per element: the collator's fp32 (pixel values), the compute dtype (latents and text
+// embeddings a frozen encoder made on the GPU in the weights' dtype), or int64 (ids, timesteps).
+enum class InputDtype : uint8_t { Fp32, Compute, Int64 };
 
 // A tensor of the program, per sample (the micro-batch dimension is implicit): images [C, H, W], token rows
 // [tokens, width]. `dtype` is what its producer makes (ops.cpp).
@@ -63,6 +71,8 @@ struct ArchTensor {
   std::vector<int64_t> shape;
   int32_t producer = -1;     // op index in its stage; -1: the stage's input or a program input
   bool is_parameter = false; // a Parameter op's output: a weight, not an activation
+  int32_t carry = -1;        // a stage input read from an earlier stage's carry (Architecture::carries); else -1
+  InputDtype dtype = InputDtype::Fp32;  // a program input's element type (inputs.<name>.dtype)
   int64_t numel() const;     // per sample
 };
 
@@ -73,7 +83,7 @@ struct ArchOp {
   std::vector<int32_t> in;   // tensor indices in the stage
   int32_t out = -1;
   int64_t out_features = 0;  // Linear; Conv2d: out_channels
-  int64_t kernel = 0, stride = 0;  // Conv2d, MaxPool2d
+  int64_t kernel = 0, stride = 0;  // Conv2d, MaxPool2d; UpsampleNearest: stride is the scale factor
   int64_t padding = 0;       // Conv2d, MaxPool2d: zeros (or -inf) on each side
   int64_t groups = 1;        // Conv2d: channel groups (depthwise: the channels)
   int64_t heads = 0;         // Attention, WindowAttention
@@ -98,6 +108,7 @@ struct ArchOp {
   bool packed = false;       // Attention: the micro-batch's samples as one sequence with a block-diagonal mask
   int64_t unit = 0;          // Attention: rows that attend together within a sample (windows); 0: the whole sample
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows
+  bool channels = false;     // Concat: along an image's channels (torch.cat(..., dim=1) of [N, C, H, W])
   bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
   ParamKind param_kind = ParamKind::Embedding;  // Parameter
 };
@@ -109,6 +120,19 @@ struct ArchStage {
   int32_t output = -1;  // what it passes on (embeddings, block); -1 for the head, which ends in its loss
   // Per tensor: the index of the last op that reads it in forward (-1: none).
   std::vector<int32_t> last_reader;
+  // (tensor, carry index): what the stage passes on to later stages besides its output ("carry").
+  std::vector<std::pair<int32_t, int32_t>> exports;
+};
+
+// A tensor a stage passes on to later stages besides its output, which any later stage reads by name: a UNet's skip
+// connections, a timestep embedding every block reads, an encoder's output that cross-attention reads. It lives
+// until its last reader has run and every stage that saved it (or checkpointed a block that reads it) has run its
+// backward; its gradient adds up over its readers until the stage that made it runs its backward (program_step.cpp).
+struct ArchCarry {
+  std::string name;
+  ArchTensor tensor;          // its shape
+  int64_t producer = -1;      // the stage that makes it: -1 the embeddings, else the block's index
+  int64_t last_reader = -1;   // the last stage that reads it: a block's index, or `repeat` for the head
 };
 
 // How a program serves as a vision-language model's tower (model.vision_tower; vision_step.cpp): which hidden state
@@ -153,13 +177,14 @@ struct Architecture {
   std::vector<std::pair<std::string, double>> defaults;  // the hyperparameters, as the program declares them
   int64_t repeat = 0;                         // blocks in all
   std::vector<ArchTensor> inputs;             // the data a micro-batch brings (pixel_values: fp32)
-  int64_t label_bytes = 8;                    // per sample: the int64 class label
+  int64_t label_bytes = 8;                    // per sample: the int64 class label (0 where the loss is mse_loss)
   ArchStage embeddings, head;
   // The block kinds in the order they run ("block" declares one; "blocks" several, as a CNN's stages, whose first
   // block changes the shape), how many times each runs, and each block's kind.
   std::vector<ArchStage> blocks;
   std::vector<std::string> block_names;       // what the timeline calls each kind ("block" where there is one)
   std::vector<int32_t> kind_of_layer;         // per block, 0 to repeat - 1
+  std::vector<ArchCarry> carries;             // in the order the stages make them
   const ArchStage& block_of(int64_t layer) const { return blocks[static_cast<size_t>(kind_of_layer[static_cast<size_t>(layer)])]; }
   // Every stage in the order it runs: the embeddings, each block kind, the head.
   std::vector<const ArchStage*> stages() const {

@@ -58,8 +58,10 @@ const std::vector<OpSpec>& op_specs() {
        "torch.cat over token rows of equal width (axis tokens, dim=1) or over features of equal rows (axis features, "
        "dim=-1): a new tensor in the promoted dtype"},
       {OpKind::Add, "add", {{"in", K::Tensors, true}, {"inplace", K::Flag, false}}, false,
-       "elementwise a + b of equal shapes (a parameter of the same shape broadcasts over the batch); inplace: a += b "
-       "(torchvision Bottleneck: out += identity), which writes a and makes nothing new"},
+       "elementwise a + b of equal shapes (a parameter of the same shape broadcasts over the batch), or an image [C, H, "
+       "W] plus one row [1, C] per sample broadcast over its height and width (diffusers ResnetBlock2D: hidden_states "
+       "+ temb[:, :, None, None]); inplace: a += b (torchvision Bottleneck: out += identity), which writes a and "
+       "makes nothing new"},
       {OpKind::LayerNorm, "layer_norm", {{"in", K::Tensor, true}, {"bias", K::Flag, false}}, true,
        "torch.nn.LayerNorm(width): weight and bias [width]"},
       {OpKind::RmsNorm, "rms_norm", {{"in", K::Tensor, true}}, true,
@@ -71,7 +73,8 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::Attention, "attention",
        {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}, {"packed", K::Flag, false},
         {"unit", K::Dim, false}}, false,
-       "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q, k, v [tokens, heads x d]. packed: the "
+       "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q [tokens, heads x d], k and v [tokens or another "
+       "sequence's rows (cross-attention), heads x d]. packed: the "
        "micro-batch's samples as one sequence that attends within each sample (Qwen2-VL's tower: cu_seqlens), which "
        "before transformers 4.54 builds a block-diagonal [1, N, N] mask over all N rows in every block (eager, "
        "SDPA) and, with eager or 3-D SDPA inputs (before 4.51: the math path), scores over all of them. unit: rows that "
@@ -133,6 +136,16 @@ const std::vector<OpSpec>& op_specs() {
        "q.matmul saves q and k"},
       {OpKind::CrossEntropy, "cross_entropy", {{"in", K::Tensor, true}}, false,
        "torch.nn.CrossEntropyLoss over the last dimension, one int64 label per sample"},
+      {OpKind::GroupNorm, "group_norm", {{"in", K::Tensor, true}, {"groups", K::Dim, true}}, true,
+       "torch.nn.GroupNorm(groups, C) of an image [C, H, W]: weight and bias [C]; native_group_norm saves its input "
+       "and the fp32 mean and rstd per sample and group (derivatives.yaml); on autocast's fp32 list, so under "
+       "autocast it reads an fp32 copy of a 16-bit input and writes fp32"},
+      {OpKind::UpsampleNearest, "upsample_nearest", {{"in", K::Tensor, true}, {"scale", K::Dim, true}}, false,
+       "F.interpolate(x, scale_factor=scale, mode=\"nearest\") of an image [C, H, W] (diffusers Upsample2D): "
+       "[C, scale H, scale W], a new tensor; upsample_nearest2d's backward needs only the sizes"},
+      {OpKind::MseLoss, "mse_loss", {{"in", K::Tensors, true}}, false,
+       "F.mse_loss(prediction.float(), target.float(), reduction=\"mean\") (diffusers train_text_to_image.py): "
+       "the fp32 copies of a 16-bit prediction and target, which mse_loss saves (derivatives.yaml: self, target)"},
   };
   return specs;
 }
@@ -269,6 +282,18 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     }
     case OpKind::Concat: {
       if (in.size() < 2) return error = "concat needs at least two inputs", false;
+      if (op.channels) {  // images of equal height and width, channels add up
+        int64_t c = 0;
+        for (const auto* t : in) {
+          if (t->shape.size() != 3 || t->is_parameter)
+            return error = "concat along channels needs images [channels, height, width]; " + t->name + " is " + dims_text(t->shape), false;
+          if (t->shape[1] != in[0]->shape[1] || t->shape[2] != in[0]->shape[2])
+            return error = "concat along channels needs equal heights and widths; " + t->name + " is " + dims_text(t->shape) + ", " + in[0]->name + " " + dims_text(in[0]->shape), false;
+          c = add(c, t->shape[0]);
+        }
+        out = {c, in[0]->shape[1], in[0]->shape[2]};
+        return true;
+      }
       if (op.features) {  // equal rows, widths add up
         int64_t w = 0;
         for (const auto* t : in) {
@@ -292,6 +317,13 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     }
     case OpKind::Add:
       if (in.size() != 2) return error = "add needs two inputs", false;
+      // An image plus one row per sample, broadcast over height and width (diffusers ResnetBlock2D:
+      // hidden_states + temb[:, :, None, None]).
+      if (in[0]->shape.size() == 3 && in[1]->shape.size() == 2 && in[1]->shape[0] == 1 && in[1]->shape[1] == in[0]->shape[0] &&
+          !in[0]->is_parameter && !in[1]->is_parameter && !op.inplace) {
+        out = in[0]->shape;
+        return true;
+      }
       if (in[0]->shape != in[1]->shape)
         return error = "add needs equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
       if (in[0]->is_parameter && in[1]->is_parameter) return error = "add needs an activation among its inputs", false;
@@ -317,8 +349,11 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       if (in.size() != 3) return error = "attention needs three inputs: q, k and v", false;
       for (const auto* t : in)
         if (!rows(t, "attention")) return false;
-      if (in[0]->shape != in[1]->shape)
-        return error = "attention needs q and k of equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
+      // Cross-attention (diffusers' attn2: k and v from the text embeddings) has other rows for k and v than for q.
+      if (in[0]->shape[1] != in[1]->shape[1])
+        return error = "attention needs q and k of equal widths; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
+      if (in[0]->shape[0] != in[1]->shape[0] && (op.packed || op.unit > 0))
+        return error = "packed or unit attention attends within its own rows: q and k need equal rows; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
       if (in[1]->shape[0] != in[2]->shape[0])
         return error = "attention needs k and v over the same tokens; " + in[1]->name + " is " + dims_text(in[1]->shape) + ", " + in[2]->name + " " + dims_text(in[2]->shape), false;
       if (in[0]->shape[1] % op.heads != 0 || in[2]->shape[1] % op.heads != 0)
@@ -354,6 +389,30 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       if (!rows(in[0], "resize_tokens")) return false;
       out = {op.size, in[0]->shape[1]};
       return true;
+    case OpKind::GroupNorm: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 3 || in[0]->is_parameter)
+        return error = "group_norm needs an image activation [channels, height, width]; " + in[0]->name + " is " + dims_text(s), false;
+      if (s[0] % op.groups != 0)
+        return error = "group_norm's groups (" + std::to_string(op.groups) + ") must divide the " + std::to_string(s[0]) + " channels of " + in[0]->name, false;
+      out = s;
+      return true;
+    }
+    case OpKind::UpsampleNearest: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 3 || in[0]->is_parameter)
+        return error = "upsample_nearest needs an image activation [channels, height, width]; " + in[0]->name + " is " + dims_text(s), false;
+      out = {s[0], mul(s[1], op.stride), mul(s[2], op.stride)};
+      if (double(out[1]) * double(out[2]) * double(out[0]) > 1e12) return error = "upsample_nearest makes more than 10^12 elements per sample", false;
+      return true;
+    }
+    case OpKind::MseLoss:
+      if (in.size() != 2) return error = "mse_loss needs two inputs: the prediction and the target", false;
+      if (in[0]->shape != in[1]->shape)
+        return error = "mse_loss needs a prediction and a target of equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
+      if (in[0]->is_parameter || in[1]->is_parameter) return error = "mse_loss reads activations, not parameters", false;
+      out = {};
+      return true;
     case OpKind::CrossEntropy:
       if (in[0]->numel() != in[0]->shape.back())
         return error = "cross_entropy reads one row of class scores per sample; " + in[0]->name + " is " + dims_text(in[0]->shape), false;
@@ -386,7 +445,8 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
       param(".lambda1", w, ParamKind::Embedding, w);
       break;
     }
-    case OpKind::BatchNorm2d: {
+    case OpKind::BatchNorm2d:
+    case OpKind::GroupNorm: {
       const int64_t c = in[0]->shape[0];
       param(".weight", c, ParamKind::Norm, c);
       param(".bias", c, ParamKind::Norm, c);

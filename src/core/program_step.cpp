@@ -40,6 +40,10 @@ bool contains(const std::vector<uint32_t>& v, uint32_t x) { return std::find(v.b
 // The program being run: the model's, or a vision-language model's tower (vision_step.cpp) while it runs.
 const Architecture& StepBuilder::running_program() const { return in_tower_ ? *shape_.vision_tower : *shape_.program; }
 
+int64_t StepBuilder::input_dtype_bytes(InputDtype d) const {
+  return d == InputDtype::Compute ? dims_.e : d == InputDtype::Int64 ? 8 : 4;
+}
+
 const ArchStage& StepBuilder::program_stage(ProgramStage st, int32_t layer) const {
   const Architecture& a = running_program();
   return st == ProgramStage::Embeddings ? a.embeddings : st == ProgramStage::Block ? a.block_of(layer) : a.head;
@@ -70,8 +74,14 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
   p.op_trains.assign(s.ops.size(), false);
   for (size_t t = 0; t < n; ++t) p.root[t] = static_cast<int32_t>(t);
   // The program's inputs (pixel values) come from the collator in fp32; the stage input in the dtype it was made in.
-  for (size_t t = 0; t < n; ++t)
-    if (s.tensors[t].producer < 0) p.bytes[t] = static_cast<int32_t>(t) == s.input ? input_bytes : 4, p.req[t] = static_cast<int32_t>(t) == s.input && input_req;
+  // A carry from an earlier stage: as its producer made it.
+  for (size_t t = 0; t < n; ++t) {
+    if (s.tensors[t].producer >= 0) continue;
+    const int32_t c = s.tensors[t].carry;
+    if (static_cast<int32_t>(t) == s.input) p.bytes[t] = input_bytes, p.req[t] = input_req;
+    else if (c >= 0 && static_cast<size_t>(c) < carry_.size()) p.bytes[t] = carry_[c].bytes, p.req[t] = carry_[c].req;
+    else p.bytes[t] = input_dtype_bytes(s.tensors[t].dtype), p.req[t] = false;
+  }
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const ArchOp& op = s.ops[i];
     const int32_t o = op.out;
@@ -97,6 +107,10 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
       case OpKind::RmsNorm:  // weight * x.to(input dtype): the input's dtype (or the weight's, if wider)
         p.op_trains[i] = param_trains(params, op.name + ".weight");
         p.bytes[o] = widest;
+        break;
+      case OpKind::GroupNorm:  // on autocast's fp32 list (a 16-bit input is cast to fp32 first)
+        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
+        p.bytes[o] = dims_.amp ? 4 : widest;
         break;
       case OpKind::BatchNorm2d:  // on none of autocast's lists: cuDNN takes 16-bit input with fp32 weights
         p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
@@ -131,7 +145,8 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.root[o] = op.size == s.tensors[op.in[0]].shape[0] ? p.root[op.in[0]] : o;
         p.bytes[o] = widest;
         break;
-      case OpKind::CrossEntropy: p.bytes[o] = 4; break;
+      case OpKind::CrossEntropy:
+      case OpKind::MseLoss: p.bytes[o] = 4; break;
       case OpKind::Dropout:
       case OpKind::DropPath:
         p.root[o] = op.p_at(layer) > 0 ? o : p.root[op.in[0]];  // p = 0: aten _dropout and timm's drop_path return their input
@@ -175,18 +190,26 @@ uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tens
 // One stage's forward. `in`: the stage input (block, head), owned by the caller unless own_input. Under no_grad_ (a
 // checkpointed block's first forward) nothing is saved: every intermediate goes after its last reader.
 uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes,
-                                      SavedLayer& saved, bool own_input, uint32_t inputs) {
+                                      SavedLayer& saved, bool own_input, uint32_t inputs, int32_t input_carry) {
   const ArchStage& s = program_stage(st, layer);
   const ProgramPlan p = plan_program(st, layer, in_req, in_bytes);
   const size_t n = s.tensors.size();
   std::vector<uint32_t> id(n, UINT32_MAX);
   std::vector<int32_t> keeps(n, 0);  // ops that saved the tensor's storage (by root)
   std::vector<bool> owned(n, true);
+  // Per root: the carry it is (the carry's state owns it: kept by holds, not by this stage), or -1.
+  std::vector<int32_t> carried(n, -1);
   for (size_t t = 0; t < n; ++t)
     if (s.tensors[t].producer < 0) {
-      id[t] = static_cast<int32_t>(t) == s.input ? in : inputs;  // the program's inputs live in f.inputs
-      owned[t] = static_cast<int32_t>(t) == s.input && own_input;
+      const bool is_input = static_cast<int32_t>(t) == s.input;
+      carried[t] = is_input ? input_carry : s.tensors[t].carry;
+      // The program's inputs live in f.inputs; a carry in its state.
+      id[t] = is_input ? in : carried[t] >= 0 ? carry_[static_cast<size_t>(carried[t])].id : inputs;
+      owned[t] = is_input && own_input && carried[t] < 0;
     }
+  // (A checkpointed block's recomputation makes its carries again for its own backward only: there they are its own.)
+  if (!program_recompute_)
+    for (const auto& [t, c] : s.exports) carried[p.root[t]] = c;
   const int64_t b = dims_.b;
   auto bytes_of = [&](int32_t t) { return mul(p.bytes[t], b, s.tensors[static_cast<size_t>(t)].numel()); };
   auto rows_of = [&](int32_t t) {
@@ -198,7 +221,9 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
   // (A tensor the caller owns, the stage input under a checkpoint or the program's inputs, lives past the stage's
   // backward anyway.)
   auto keep = [&](int32_t op, int32_t t) {
-    if (no_grad_ || !owned[p.root[t]]) return;
+    if (no_grad_) return;
+    if (carried[p.root[t]] >= 0) return hold_carry(carried[p.root[t]], saved);
+    if (!owned[p.root[t]]) return;
     ++keeps[p.root[t]];
     saved.attn.push_back(id[p.root[t]]);
     saved.ops.push_back(static_cast<uint32_t>(op));
@@ -211,7 +236,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
   // A tensor whose last reader has run goes, with its views, unless saved or owned by the caller.
   auto release = [&](int32_t t) {
     const int32_t r = p.root[t];
-    if (!owned[r] || keeps[r] > 0 || id[r] == UINT32_MAX || (s.output >= 0 && r == p.root[s.output])) return;
+    if (carried[r] >= 0 || !owned[r] || keeps[r] > 0 || id[r] == UINT32_MAX || (s.output >= 0 && r == p.root[s.output])) return;
     drop(id[r]);
     id[r] = UINT32_MAX;
   };
@@ -310,6 +335,42 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (!op.inplace) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (req) keep(oi, o);  // in place: the result is the input's storage
         break;
+      case OpKind::GroupNorm: {
+        // native_group_norm saves its input and the fp32 mean and rstd per sample and group (derivatives.yaml). Under
+        // autocast a 16-bit input is first cast to fp32 (group_norm is on the fp32 list): that copy is what it reads
+        // and saves.
+        const bool cast = dims_.amp && p.bytes[x] != 4;
+        const bool save = req && !no_grad_;
+        const int64_t copy = mul(4, b, s.tensors[x].numel());
+        const uint32_t x32 = !cast ? UINT32_MAX : save ? act(copy, labels_.norm_x32, layer) : tmp(copy, labels_.norm_x32, layer);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        if (req) {
+          if (cast && save) saved.attn.push_back(x32), saved.ops.push_back(static_cast<uint32_t>(i));
+          else if (!cast) keep(oi, x);
+          save_new(oi, mul(8, b, op.groups), labels_.norm_rstd);
+        }
+        if (cast && !save) drop(x32);
+        break;
+      }
+      case OpKind::UpsampleNearest:  // upsample_nearest2d's backward needs only the sizes
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        break;
+      case OpKind::MseLoss: {
+        // prediction.float() and target.float(): fp32 copies of 16-bit tensors (fp32 ones are themselves), which
+        // mse_loss saves for its backward (derivatives.yaml mse_loss: self, target).
+        if (mse_copy_label_ == UINT32_MAX) mse_copy_label_ = program_.label("mse_loss fp32 copy (saved)");
+        for (int32_t t : op.in) {
+          if (p.bytes[t] == 4) {
+            if (req) keep(oi, t);
+          } else if (req) {
+            save_new(oi, mul(4, b, s.tensors[t].numel()), mse_copy_label_);
+          } else {
+            transient.push_back(tmp(mul(4, b, s.tensors[t].numel()), mse_copy_label_, layer));
+          }
+        }
+        id[o] = act(4, program_label(st, layer, o, "out"), layer);  // the loss
+        break;
+      }
       case OpKind::BatchNorm2d:
         // cudnn_batch_norm / native_batch_norm save the input and the batch's mean and inverse deviation, fp32 [C]
         // each; the weight is the module's.
@@ -381,7 +442,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         break;
       case OpKind::Attention: {
         const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
-        const int64_t rows = s.tensors[q].shape[0];
+        const int64_t rows = s.tensors[q].shape[0], kv_rows = s.tensors[k].shape[0];
         id[o] = UINT32_MAX;
         // A packed op (Qwen2-VL's tower, VisionAttention) before transformers 4.54: the micro-batch's n rows as one
         // sequence, with a block-diagonal [1, n, n] mask built in this block (Resolved::packed_attention and
@@ -406,6 +467,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           const int64_t unit = op.unit > 0 ? std::min(op.unit, rows) : rows;
           int64_t s2 = scores_over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows / unit, mul(unit, unit)));
           if (op.packed && !scores_over_all && (no_grad_ || !req)) s2 = mul(op.heads, mul(unit, unit));
+          if (kv_rows != rows) s2 = mul(op.heads, b, mul(rows, kv_rows));  // cross-attention (neither packed nor in units)
           const uint32_t scores = tmp(mul(dims_.e, s2), labels_.scores, layer);
           const uint32_t scaled = tmp(mul(dims_.e, s2), labels_.scores, layer);
           drop(scores);
@@ -495,15 +557,46 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
     for (int32_t t : op.in)
       if (last[p.root[t]] == oi) release(t);
   }
+  // The carries it makes pass to their state, which frees them once nothing needs them; recomputed, they go now
+  // unless an op of the block saved them.
+  for (const auto& [t, c] : s.exports) {
+    const int32_t r = p.root[t];
+    if (program_recompute_) {
+      if (keeps[r] == 0 && id[r] != UINT32_MAX && r != p.root[s.output]) drop(id[r]), id[r] = UINT32_MAX;
+      continue;
+    }
+    CarryState& cs = carry_[static_cast<size_t>(c)];
+    cs.id = id[r], cs.req = p.req[t], cs.bytes = p.bytes[t], cs.read = false;
+  }
   // The head's loss is a scalar the loop keeps until backward; nothing else of a stage outlives it but the output.
   const int32_t out = s.output >= 0 ? s.output : s.ops.back().out;
+  output_carry_ = carried[p.root[out]];
   return id[p.root[out]];
+}
+
+void StepBuilder::hold_carry(int32_t c, SavedLayer& saved) {
+  if (std::find(saved.holds.begin(), saved.holds.end(), c) != saved.holds.end()) return;
+  saved.holds.push_back(c);
+  ++carry_[static_cast<size_t>(c)].holds;
+}
+
+void StepBuilder::release_carry_holds(SavedLayer& saved) {
+  for (int32_t c : saved.holds) {
+    --carry_[static_cast<size_t>(c)].holds;
+    settle_carry(c);
+  }
+  saved.holds.clear();
+}
+
+void StepBuilder::settle_carry(int32_t c) {
+  CarryState& cs = carry_[static_cast<size_t>(c)];
+  if (cs.id != UINT32_MAX && cs.holds == 0 && cs.read) drop(cs.id), cs.id = UINT32_MAX;
 }
 
 // One stage's backward: `dout` is the gradient of the stage output (the head: none, its loss seeds it). Returns the
 // gradient of the stage input, or UINT32_MAX where it needs none.
 uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes,
-                                       SavedLayer& saved) {
+                                       SavedLayer& saved, int32_t input_carry) {
   const ArchStage& s = program_stage(st, layer);
   const ProgramPlan p = plan_program(st, layer, in_req, in_bytes);
   const size_t n = s.tensors.size();
@@ -511,8 +604,23 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
   auto bytes_of = [&](int32_t t) { return mul(p.bytes[t], b, s.tensors[static_cast<size_t>(t)].numel()); };
   std::vector<uint32_t> grad(n, UINT32_MAX);  // per tensor (a view's gradient is a tensor of its own)
   if (s.output >= 0) grad[s.output] = dout;
+  // A carry's gradient, summed over the later stages that read it, joins what this stage's own ops give it.
+  for (const auto& [t, c] : s.exports) {
+    CarryState& cs = carry_[static_cast<size_t>(c)];
+    if (cs.grad == UINT32_MAX) continue;
+    if (grad[t] == UINT32_MAX) grad[t] = cs.grad;
+    else drop(cs.grad);
+    cs.grad = UINT32_MAX;
+  }
   // A gradient for input t of an op: new, or added into the one that exists (InputBuffer::add accumulates in place).
   auto give = [&](int32_t t, uint32_t g) {
+    const int32_t c = s.tensors[t].producer >= 0 ? -1 : t == s.input ? input_carry : s.tensors[t].carry;
+    if (c >= 0) {  // a carry's: held for its producer's backward
+      CarryState& cs = carry_[static_cast<size_t>(c)];
+      if (!p.req[t] || cs.grad != UINT32_MAX) return drop(g);
+      cs.grad = g;
+      return;
+    }
     if (!p.req[t] || s.tensors[t].is_parameter || (s.tensors[t].producer < 0 && t != s.input)) return drop(g);
     if (grad[t] == UINT32_MAX) grad[t] = g;
     else drop(g);
@@ -520,7 +628,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
   for (size_t i = s.ops.size(); i-- > 0;) {
     const ArchOp& op = s.ops[i];
     const int32_t o = op.out;
-    if (op.kind == OpKind::CrossEntropy) grad[o] = tmp(4, program_label(st, layer, o, "grad"), layer);
+    if (op.kind == OpKind::CrossEntropy || op.kind == OpKind::MseLoss) grad[o] = tmp(4, program_label(st, layer, o, "grad"), layer);
     const uint32_t g = grad[o];
     grad[o] = UINT32_MAX;
     // A view, or dropout with p = 0 (an in-place op's backward makes new gradients, as its out-of-place form does).
@@ -544,6 +652,8 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
           const int64_t unit = op.unit > 0 ? std::min(op.unit, rows) : rows;
           int64_t s2 = over_all ? mul(op.heads, mul(n, n)) : mul(op.heads, b, mul(rows / unit, mul(unit, unit)));
           if (op.packed && !over_all) s2 = mul(op.heads, mul(unit, unit));  // one call's backward at a time (4.54 on)
+          const int64_t kv_rows = s.tensors[op.in[1]].shape[0];
+          if (kv_rows != rows) s2 = mul(op.heads, b, mul(rows, kv_rows));  // cross-attention
           // The softmax's gradient in the dtype it wrote: fp32 for the packed op's eager softmax and under autocast.
           const int64_t e = math ? dims_.e : (op.packed || dims_.amp) ? 4 : dims_.e;
           scratch.push_back(tmp(mul(e, s2), labels_.bwd_attn, layer));  // grad of the probs
@@ -560,6 +670,8 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         if (dims_.amp) scratch.push_back(tmp(mul(4, s2), labels_.bwd_attn, layer));
         scratch.push_back(tmp(mul(dims_.amp ? 4 : dims_.e, s2), labels_.bwd_attn, layer));
       }
+      // mse_loss's backward writes the fp32 copy's gradient, which .float()'s backward casts to the prediction's dtype.
+      if (op.kind == OpKind::MseLoss && p.bytes[op.in[0]] != 4) scratch.push_back(tmp(mul(4, b, s.tensors[op.in[0]].numel()), labels_.bwd_mlp, layer));
       // drop_path's backward: the product's gradient, then the division's (x's gradient, below).
       if (op.kind == OpKind::DropPath && !op.noise_scaled) scratch.push_back(tmp(bytes_of(o), labels_.bwd_mlp, layer));
       // An eager RMSNorm's backward: about three fp32 temporaries of its input's size (pow, mean and mul backward,
@@ -593,6 +705,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
   saved.attn.erase(std::unique(saved.attn.begin(), saved.attn.end()), saved.attn.end());
   for (uint32_t t : saved.attn) drop(t);
   saved.attn.clear(), saved.ops.clear();
+  release_carry_holds(saved);
   return s.input >= 0 ? grad[s.input] : UINT32_MAX;
 }
 
@@ -609,13 +722,20 @@ void StepBuilder::forward_program(InFlight& f) {
   f.saved.assign(static_cast<size_t>(L), SavedLayer{});
   f.host.assign(static_cast<size_t>(L), {});
   int64_t input_bytes = a.label_bytes;
-  for (const auto& t : a.inputs) input_bytes = add(input_bytes, mul(4, t.numel()));
+  for (const auto& t : a.inputs) input_bytes = add(input_bytes, mul(input_dtype_bytes(t.dtype), t.numel()));
   f.inputs = act(mul(dims_.b, input_bytes), labels_.inputs, -1);  // the collated batch: fp32 inputs, int64 labels
   std::vector<uint32_t> gathered;
   gather(-1, gathered);
   SavedLayer& pre = f.program_pre;
   pre = {};
+  carry_.assign(a.carries.size(), CarryState{});
+  // The carries whose last reader is stage `at` (-1 the embeddings, L the head) may go once it has run.
+  auto read_by = [&](int64_t at) {
+    for (size_t c = 0; c < a.carries.size(); ++c)
+      if (a.carries[c].last_reader == at) carry_[c].read = true, settle_carry(static_cast<int32_t>(c));
+  };
   uint32_t res = program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, pre, false, f.inputs);
+  int32_t in_carry = output_carry_;
   for (uint32_t g : gathered) drop(g);
   gathered.clear();
   const ProgramPlan emb = plan_program(ProgramStage::Embeddings, -1, false, 0);
@@ -623,24 +743,31 @@ void StepBuilder::forward_program(InFlight& f) {
   int64_t bytes = emb.bytes[a.embeddings.output];
   f.program_req.assign(static_cast<size_t>(L + 1), false);
   f.program_bytes.assign(static_cast<size_t>(L + 1), 0);
+  f.program_input_carry.assign(static_cast<size_t>(L + 1), -1);
   for (int64_t l = 0; l < L; ++l) {
     const int32_t li = static_cast<int32_t>(l);
     gather(l, gathered);
     f.program_req[static_cast<size_t>(l)] = req;
     f.program_bytes[static_cast<size_t>(l)] = bytes;
+    f.program_input_carry[static_cast<size_t>(l)] = in_carry;
     autocast_casts(li, !checkpointed(l));
     SavedLayer& sv = f.saved[static_cast<size_t>(l)];
     if (checkpointed(l)) {
-      // A checkpoint keeps its input and runs the block under no_grad; the weights' casts made there are held by no
-      // graph and go when the forward's autocast region exits.
-      sv.attn.push_back(res), sv.ops.push_back(UINT32_MAX);
+      // A checkpoint keeps its inputs (the carries it reads among them) and runs the block under no_grad; the
+      // weights' casts made there are held by no graph and go when the forward's autocast region exits.
+      if (in_carry >= 0) hold_carry(in_carry, sv);
+      else sv.attn.push_back(res), sv.ops.push_back(UINT32_MAX);
+      for (const auto& t : a.block_of(l).tensors)
+        if (t.carry >= 0) hold_carry(t.carry, sv);
       if (casts_[l] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(l));
       no_grad_ = true;
-      res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, false, UINT32_MAX);
+      res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, false, f.inputs, in_carry);
       no_grad_ = false;
     } else {
-      res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, true, UINT32_MAX);
+      res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, true, f.inputs, in_carry);
     }
+    in_carry = output_carry_;
+    read_by(l);
     const ProgramPlan blk = plan_program(ProgramStage::Block, li, req, bytes);
     req = blk.req[a.block_of(l).output];
     bytes = blk.bytes[a.block_of(l).output];
@@ -649,11 +776,15 @@ void StepBuilder::forward_program(InFlight& f) {
   }
   f.program_req[static_cast<size_t>(L)] = req;
   f.program_bytes[static_cast<size_t>(L)] = bytes;
+  f.program_input_carry[static_cast<size_t>(L)] = in_carry;
   gather(L, gathered);
   SavedLayer& post = f.program_post;
   post = {};
   f.loss_saved.clear();
-  f.loss_saved.push_back(program_forward(ProgramStage::Head, static_cast<int32_t>(L), res, req, bytes, post, true, UINT32_MAX));
+  f.loss_saved.push_back(program_forward(ProgramStage::Head, static_cast<int32_t>(L), res, req, bytes, post, true, f.inputs, in_carry));
+  read_by(L);
+  f.carry = std::move(carry_);
+  carry_.clear();
   if (embedding_units()) for (uint32_t g : gathered) drop(g);
   else f.gathered_post = gathered;
   release_all_gather();
@@ -666,6 +797,8 @@ void StepBuilder::backward_program(InFlight& f) {
   dims_ = f.dims;
   begin_backward();
   casts_.swap(f.casts);
+  carry_ = std::move(f.carry);
+  f.carry.clear();
   const int64_t L = shape_.num_layers;
   std::vector<uint32_t> gathered;
   // The head: its loss seeds the gradient.
@@ -674,7 +807,7 @@ void StepBuilder::backward_program(InFlight& f) {
   for (uint32_t t : f.loss_saved) drop(t);
   f.loss_saved.clear();
   uint32_t dres = program_backward(ProgramStage::Head, static_cast<int32_t>(L), UINT32_MAX, f.program_req[static_cast<size_t>(L)],
-                                   f.program_bytes[static_cast<size_t>(L)], f.program_post);
+                                   f.program_bytes[static_cast<size_t>(L)], f.program_post, f.program_input_carry[static_cast<size_t>(L)]);
   release_layer_grads(L);
   step_in_backward(L);
   for (uint32_t g : f.gathered_post) drop(g);
@@ -684,24 +817,28 @@ void StepBuilder::backward_program(InFlight& f) {
     SavedLayer& sv = f.saved[static_cast<size_t>(l)];
     const bool req = f.program_req[static_cast<size_t>(l)];
     const int64_t bytes = f.program_bytes[static_cast<size_t>(l)];
+    const int32_t in_carry = f.program_input_carry[static_cast<size_t>(l)];
     gather(l, gathered);
     alloc_layer_grads(l);
     if (checkpointed(l)) {
       // Recompute with grad on the kept input, then backward through the recomputed graph (non-reentrant: the
       // recomputed output is not held).
-      const uint32_t in = sv.attn.front();
+      const uint32_t in = in_carry >= 0 ? carry_[static_cast<size_t>(in_carry)].id : sv.attn.front();
       SavedLayer& re = recompute_;
-      re.attn.clear(), re.mlp.clear(), re.ops.clear();
-      const uint32_t out = program_forward(ProgramStage::Block, li, in, req, bytes, re, false, UINT32_MAX);
+      re.attn.clear(), re.mlp.clear(), re.ops.clear(), re.holds.clear();
+      program_recompute_ = true;
+      const uint32_t out = program_forward(ProgramStage::Block, li, in, req, bytes, re, false, f.inputs, in_carry);
+      program_recompute_ = false;
       const bool reentrant = resolved_.checkpoint_reentrant;
       if (!reentrant) drop(out);
-      const uint32_t din = program_backward(ProgramStage::Block, li, dres, req, bytes, re);
+      const uint32_t din = program_backward(ProgramStage::Block, li, dres, req, bytes, re, in_carry);
       if (reentrant) drop(out);
       dres = din;
-      drop(in);
+      if (in_carry < 0) drop(in);
       sv.attn.clear(), sv.ops.clear();
+      release_carry_holds(sv);
     } else {
-      dres = program_backward(ProgramStage::Block, li, dres, req, bytes, sv);
+      dres = program_backward(ProgramStage::Block, li, dres, req, bytes, sv, in_carry);
     }
     if (casts_[l] != UINT32_MAX) drop(casts_[l]), casts_[l] = UINT32_MAX;
     release_layer_grads(l);
@@ -722,6 +859,13 @@ void StepBuilder::backward_program(InFlight& f) {
   gathered.clear();
   drop(f.inputs);
   f.inputs = UINT32_MAX;
+  // (Every carry went with its last hold and its gradient with its producer's backward; a carry nothing required
+  // grad for may still hold one.)
+  for (auto& cs : carry_) {
+    if (cs.grad != UINT32_MAX) drop(cs.grad);
+    if (cs.id != UINT32_MAX) drop(cs.id);
+  }
+  carry_.clear();
   casts_.swap(f.casts);
   end_backward();
 }

@@ -112,6 +112,17 @@ struct SavedLayer {
   std::vector<uint32_t> mlp;   // norm 2 and MLP
   std::vector<uint32_t> cross; // encoder-decoder: a decoder block's cross-attention and its norm
   std::vector<uint32_t> ops;   // model programs: the op that saved each tensor of `attn` (program_step.cpp)
+  std::vector<int32_t> holds;  // model programs: the carries this stage saved or its checkpoint keeps (one hold each)
+};
+
+// A model program's carry while a micro-batch is in flight (architecture.h ArchCarry, program_step.cpp).
+struct CarryState {
+  uint32_t id = UINT32_MAX;    // the tensor, while it lives
+  uint32_t grad = UINT32_MAX;  // its gradient, summed over its readers' backwards until its producer's
+  int32_t holds = 0;           // stages whose saved tensors (or checkpoint) include it, until their backward
+  bool read = false;           // its last reader's forward has run
+  bool req = false;            // it requires grad
+  int64_t bytes = 0;           // its element size
 };
 
 // What one micro-batch keeps between its forward and its backward (several are in flight in a pipeline).
@@ -156,6 +167,8 @@ struct InFlight {
   SavedLayer program_pre, program_post;
   std::vector<bool> program_req;
   std::vector<int64_t> program_bytes;
+  std::vector<int32_t> program_input_carry;  // per block (then the head): the carry its input is, or -1
+  std::vector<CarryState> carry;             // the program's carries (Architecture::carries)
 };
 
 // Labels of the encoder-decoder tensors, made on first use so that decoder-only programs are unchanged.
@@ -391,14 +404,26 @@ class StepBuilder {
   const std::vector<ParamTensor>& program_params(ProgramStage st, int32_t layer) const;
   ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
   uint32_t program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
+  // input_carry: the carry the stage input is (its producer carries its output too), or -1.
   uint32_t program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes, SavedLayer& saved,
-                           bool own_input, uint32_t inputs);
-  uint32_t program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes, SavedLayer& saved);
+                           bool own_input, uint32_t inputs, int32_t input_carry = -1);
+  uint32_t program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes, SavedLayer& saved,
+                            int32_t input_carry = -1);
+  // Carries (CarryState): one more hold by `saved`'s stage; a stage's holds released; a carry freed once nothing
+  // needs it.
+  void hold_carry(int32_t c, SavedLayer& saved);
+  void release_carry_holds(SavedLayer& saved);
+  void settle_carry(int32_t c);
+  std::vector<CarryState> carry_;  // the micro-batch in flight's (InFlight::carry while its forward or backward runs)
+  int32_t output_carry_ = -1;      // set by program_forward: the carry the stage's output is, or -1
+  bool program_recompute_ = false; // a checkpointed block's recomputation runs (its carries are its own)
   void forward_program(InFlight& f);
   void backward_program(InFlight& f);
   // Labels of each tensor's output, gradient and cast: the embeddings, the head, then each block kind.
   std::vector<std::vector<uint32_t>> program_labels_;
   uint32_t pool_indices_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
+  uint32_t mse_copy_label_ = UINT32_MAX;      // likewise
+  int64_t input_dtype_bytes(InputDtype d) const;  // a program input's element size
 
   // vision_step.cpp: a vision-language model's frozen tower (its program, run under no_grad on the micro-batch's
   // images), the trained projector, and the splice of its output into the decoder's input embeddings.

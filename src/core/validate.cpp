@@ -762,6 +762,11 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
     e.push_back({field, msg});
   }
   if (!tower) return;
+  if (!tower->carries.empty() || tower->label_bytes == 0) {
+    e.push_back({"model.vision_tower", "model.vision_tower: a tower's program passes one tensor from stage to stage and ends in no loss; " +
+                                           tower->name + " carries tensors between stages or has an mse_loss head"});
+    return;
+  }
   const auto& types = tower->model_types;
   if (!tower->tower.declared && std::find(types.begin(), types.end(), "clip_vision_model") == types.end()) {
     e.push_back({"model.vision_tower", "model.vision_tower must be a vision tower program: clip_vision (LLaVA-1.5's), "
