@@ -457,7 +457,7 @@ void StepBuilder::dequant(int32_t layer) {
 // (mm saves it for the input's gradient), so a forward without a graph (a checkpoint's first) holds one at a time.
 // A quantized weight is not floating point and is never cast. `graph`: this forward records a graph.
 void StepBuilder::autocast_casts(int32_t layer, bool graph) {
-  if (!dims_.amp || casts_[layer] != UINT32_MAX) return;
+  if (!dims_.amp || recipe_.autocast_copy_bytes == 0 || casts_[layer] != UINT32_MAX) return;  // (16-bit weights: no copies)
   int64_t cached = 0, frozen = 0, largest_frozen = 0;
   for (const auto& t : shape_.params_of(layer)) {
     if (t.kind != ParamKind::Matmul || t.quantized) continue;

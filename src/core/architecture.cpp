@@ -228,12 +228,13 @@ class Decoder {
   void decode(const ojson& p, Architecture& a, const std::string& args) {
     arch_ = &a;
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
-                                 "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower"};
+                                 "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower",
+                                 "frozen_modules"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, hf_keys, timm_models, "
-                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower");
+                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower, frozen_modules");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -323,6 +324,8 @@ class Decoder {
       }
     }
     if (!errors_.empty()) return;
+    if (p.contains("frozen_modules")) frozen_modules(p["frozen_modules"], a);
+    if (!errors_.empty()) return;
     const bool one = p.contains("block"), several = p.contains("blocks");
     if (one == several)
       return error("block", "a program has either \"block\" (one kind, repeated \"repeat\" times) or \"blocks\" (a list "
@@ -330,8 +333,8 @@ class Decoder {
     if (one && !p.contains("repeat"))
       return error("repeat", "is missing: the number of blocks (an expression such as \"num_hidden_layers\")");
     if (several && p.contains("repeat")) return error("repeat", "goes in each entry of \"blocks\"");
-    if (several && (!p["blocks"].is_array() || p["blocks"].empty() || p["blocks"].size() > 64))
-      return error("blocks", "must be a list of 1 to 64 block kinds, each an object with repeat, input, ops and output");
+    if (several && (!p["blocks"].is_array() || p["blocks"].empty() || p["blocks"].size() > 128))
+      return error("blocks", "must be a list of 1 to 128 block kinds, each an object with repeat, input, ops and output");
     // The data a micro-batch brings.
     if (!p.contains("inputs") || !p["inputs"].is_object() || p["inputs"].empty())
       return error("inputs", "must name the data tensors a sample brings, each with its \"shape\"");
@@ -563,6 +566,25 @@ class Decoder {
     return false;
   }
 
+  // "frozen_modules": [{"name": "vae", "params": "vae_params", "when": "vae_on_gpu"}, ...]: frozen models resident
+  // beside the program's (FrozenModule); "when" (an expression, nonzero: present) defaults to present.
+  void frozen_modules(const ojson& j, Architecture& a) {
+    if (!j.is_array() || j.size() > 16) return error("frozen_modules", "must be a list of at most 16 objects with name, params and optionally when");
+    for (size_t i = 0; i < j.size(); ++i) {
+      const std::string where = "frozen_modules[" + std::to_string(i) + "]";
+      const ojson& m = j[i];
+      if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !valid_name(m["name"].get<std::string>()) || !m.contains("params"))
+        return error(where, "must be an object with a name (letters, digits and _) and params (a count or an expression)");
+      for (const auto& [k, v] : m.items())
+        if (k != "name" && k != "params" && k != "when") error(where + "." + k, "is not a key of a frozen module; allowed: name, params, when");
+      double when = 1;
+      if (m.contains("when") && !value(m["when"], where + ".when", when)) return;
+      int64_t params = 0;
+      if (!dim(m["params"], where + ".params", params, 0)) return;
+      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params});
+    }
+  }
+
   // A tensor of the stage, or else a carry of an earlier stage, which becomes an input of this one.
   int32_t tensor_or_carry(ArchStage& s, const std::string& n) {
     const int32_t t = tensor_named(s, n);
@@ -633,8 +655,12 @@ class Decoder {
              ArchStage& s) {
     const bool head = sk == "head", embeddings = sk == "embeddings", kind = sk.rfind("blocks[", 0) == 0;
     for (const auto& [k, v] : j.items())
-      if (k != "ops" && k != "input" && k != "output" && !(kind && (k == "repeat" || k == "name")) && !(k == "carry" && !head))
-        error(sk + "." + k, std::string("is not a stage key; allowed: ") + (kind ? "name, repeat, " : "") + "input, ops, output" + (head ? "" : ", carry"));
+      if (k != "ops" && k != "input" && k != "output" && !(kind && (k == "repeat" || k == "name" || k == "checkpoint")) && !(k == "carry" && !head))
+        error(sk + "." + k, std::string("is not a stage key; allowed: ") + (kind ? "name, repeat, checkpoint, " : "") + "input, ops, output" + (head ? "" : ", carry"));
+    if (kind && j.contains("checkpoint")) {
+      if (!j["checkpoint"].is_boolean()) error(sk + ".checkpoint", "must be true or false (whether a checkpoint may wrap this kind of block)");
+      else s.checkpointable = j["checkpoint"].get<bool>();
+    }
     for (const auto& t : inputs) s.tensors.push_back(t);
     if (received) {
       if (!j.contains("input") || !j["input"].is_string()) return error(sk + ".input", "must name the tensor the stage receives");

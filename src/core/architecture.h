@@ -122,6 +122,9 @@ struct ArchStage {
   std::vector<int32_t> last_reader;
   // (tensor, carry index): what the stage passes on to later stages besides its output ("carry").
   std::vector<std::pair<int32_t, int32_t>> exports;
+  // A block kind a checkpoint may wrap ("checkpoint": false: the framework never wraps it, as diffusers' UNet leaves
+  // each Transformer2DModel's norm and projections, its samplers and the mid block's first resnet outside).
+  bool checkpointable = true;
 };
 
 // A tensor a stage passes on to later stages besides its output, which any later stage reads by name: a UNet's skip
@@ -168,8 +171,17 @@ struct TowerSpec {
   int64_t projector_rows_per_image() const { return crops * (feature_rows / std::max<int64_t>(1, merge)); }
 };
 
+// A frozen model that sits on the GPU beside the program's own and trains with it without a graph ("frozen_modules":
+// the VAE and text encoder of diffusers' training scripts, which encode each batch). Its weights are resident in the
+// compute dtype (the scripts' weight_dtype); its no-grad forward's transients are not modelled yet.
+struct FrozenModule {
+  std::string name;
+  int64_t params = 0;
+};
+
 struct Architecture {
   std::string name, title, source;
+  std::vector<FrozenModule> frozen_modules;   // those present (their "when" holds)
   TowerSpec tower;                            // "vision_tower": its use as a tower; a tower-only program has no head
   std::vector<std::string> model_types;       // HF model_type values this program reads (config.json import)
   std::string lora_targets;                   // LoRA's default target_modules for the family (PEFT's mapping)

@@ -152,6 +152,10 @@ struct TrainingConfig {
   std::string precision = "bf16_mixed";  // id in the precision table (tables.h)
   std::string optimizer = "adamw";       // id in the optimizer table (tables.h)
   std::string optimizer_impl = "auto";   // auto (the framework's, by the versions), foreach, fused, for_loop
+  // An exponential moving average of the trainable weights (diffusers' --use_ema: EMAModel, an fp32 shadow copy):
+  // none, gpu (updated parameter by parameter), gpu_foreach (--foreach_ema), cpu (--offload_ema: pinned host memory,
+  // moved to the GPU for each update).
+  std::string ema = "none";
   std::string activation_checkpointing = "full";  // none, full, selective, every_k
   int64_t checkpoint_every_k_layers = 2;          // with every_k: layers 0, k, 2k, ... are checkpointed
   // auto (the framework's: FrameworkSpec::checkpoint_reentrant), true or false: torch.utils.checkpoint's

@@ -258,7 +258,12 @@ std::string module_name(const std::string& param_name) {
   for (const char* suffix : {".weight", ".bias", ".lambda1"})  // lambda1: Dinov2LayerScale's one parameter
     if (n.size() > std::string(suffix).size() && n.compare(n.size() - std::string(suffix).size(), std::string::npos, suffix) == 0)
       n.erase(n.size() - std::string(suffix).size());
-  const auto dot = n.rfind('.');
+  auto dot = n.rfind('.');
+  // PEFT matches target_modules as a suffix of the module path: an nn.Sequential's member (diffusers' "to_out.0")
+  // is named with its parent, as its targets name it.
+  const bool index = dot != std::string::npos && dot + 1 < n.size() &&
+                     std::all_of(n.begin() + static_cast<std::ptrdiff_t>(dot) + 1, n.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (index && dot > 0) dot = n.rfind('.', dot - 1);
   return dot == std::string::npos ? n : n.substr(dot + 1);
 }
 

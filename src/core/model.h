@@ -137,7 +137,8 @@ int64_t trainable_numel(const ModelShape& s);
 bool projector_trains(const TrainingConfig& t, const PeftConfig& peft);
 void apply_vision_training(ModelShape& shape, bool projector, bool tower);
 
-// The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"), as PEFT targets it.
+// The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"; an nn.Sequential member keeps its
+// parent: "attn1.to_out.0.weight" -> "to_out.0"), as PEFT targets it.
 std::string module_name(const std::string& param_name);
 // Every comma-separated item of a list field (target_modules, modules_to_save, ...), trimmed; empty items skipped.
 std::vector<std::string> list_items(const std::string& list);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "architecture.h"
 #include "checked.h"
 #include "step_builder.h"
 #include "train_step.h"
@@ -167,8 +168,29 @@ ModelStates model_state_bytes(const StepContext& ctx) {
     if (sp.shard_grads && !sp.grad_buffer) m.gradients_bytes = 0;  // reduced straight into host partitions
   }
   if (sp.offload_params) m.weights_bytes = sp.fsdp ? 0 : persistent_weight_bytes(ctx, sp, states);
-  m.other_models_bytes = add(reference_copy_bytes(ctx), reward_model_bytes(ctx));  // frozen models beside the policy
+  // Frozen models beside the policy: a reference copy, a reward model, a program's frozen encoders.
+  m.other_models_bytes = add(add(reference_copy_bytes(ctx), reward_model_bytes(ctx)), frozen_modules_bytes(ctx));
+  m.other_models_bytes = add(m.other_models_bytes, ema_copy_bytes(ctx));
   return m;
+}
+
+// diffusers training_utils.py EMAModel: shadow_params = [p.clone().detach() for p in parameters] of a UNet loaded in
+// fp32 (train_text_to_image.py: ema_unet = UNet2DConditionModel.from_pretrained(...), then ema_unet.to(device)).
+int64_t ema_copy_bytes(const StepContext& ctx) {
+  const std::string& ema = ctx.config.training.ema;
+  if (ema != "gpu" && ema != "gpu_foreach") return 0;
+  int64_t numel = 0;
+  for_each_param(ctx, [&](const ParamTensor& t) {
+    if (!t.frozen) numel = add(numel, t.numel);
+  });
+  return mul(4, numel);
+}
+
+int64_t frozen_modules_bytes(const StepContext& ctx) {
+  if (!ctx.shape.program) return 0;
+  int64_t bytes = 0;
+  for (const auto& f : ctx.shape.program->frozen_modules) bytes = add(bytes, mul(ctx.precision.activation_bytes, f.params));
+  return bytes;
 }
 
 // What offload moves off the GPU, per GPU (MEMORY_FORMULAS.md 2.2): ZeRO-Offload the fp32 master, the states and

@@ -44,6 +44,37 @@ void StepBuilder::create_state(const ParamTensor& t) {
   for (int64_t i = 0; i < parts; ++i) program_.alloc(Component::OptimizerStates, bytes / parts, labels_.state);
 }
 
+// diffusers training_utils.py EMAModel.step (under no_grad), after each optimizer step: per parameter
+// s_param.sub_(one_minus_decay * (s_param - param)), two fp32 temporaries of that parameter's size; with foreach,
+// torch._foreach_sub(s, p) first makes an fp32 list as large as the whole copy. --offload_ema keeps the copy in
+// pinned host memory and moves it to the GPU for the update (ema_unet.to(device), then back: the whole copy
+// transiently on the GPU).
+void StepBuilder::ema_update(int iter) {
+  const std::string& ema = cfg_.training.ema;
+  if (ema == "none" || ema.empty()) return;
+  program_.phase("EMA update " + std::to_string(iter));
+  if (ema_label_ == UINT32_MAX) ema_label_ = program_.label("EMA copy of the trainable weights (fp32)");
+  std::vector<uint32_t> moved;
+  int64_t largest = 0;
+  for_each_param(ctx_, [&](const ParamTensor& t) {
+    if (t.frozen) return;
+    largest = std::max(largest, t.numel);
+    if (ema == "cpu") moved.push_back(program_.alloc(Component::OtherModels, mul(4, t.numel), ema_label_));
+  });
+  if (ema == "gpu_foreach") {
+    std::vector<uint32_t> diff;
+    for_each_param(ctx_, [&](const ParamTensor& t) {
+      if (!t.frozen) diff.push_back(program_.alloc(Component::Temporaries, mul(4, t.numel), labels_.opt_tmp));
+    });
+    for (auto it = diff.rbegin(); it != diff.rend(); ++it) drop(*it);
+  } else if (largest > 0) {
+    const uint32_t d = program_.alloc(Component::Temporaries, mul(4, largest), labels_.opt_tmp);
+    const uint32_t scaled = program_.alloc(Component::Temporaries, mul(4, largest), labels_.opt_tmp);
+    drop(scaled), drop(d);
+  }
+  for (uint32_t t : moved) drop(t);
+}
+
 void StepBuilder::optimizer_step(int iter) {
   program_.phase("optimizer step " + std::to_string(iter));
   if (cfg_.training.optimizer_in_backward) return;  // stepped during backward

@@ -290,13 +290,22 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         }
         break;
       }
-      case OpKind::LayerNorm:
+      case OpKind::LayerNorm: {
+        // Under autocast a 16-bit input is first cast to fp32 (layer_norm is on the fp32 list, as group_norm): that
+        // copy is what native_layer_norm reads and saves.
+        const bool cast = dims_.amp && p.bytes[x] != 4;
+        const bool save = req && !no_grad_;
+        const int64_t copy = mul(4, b, s.tensors[x].numel());
+        const uint32_t x32 = !cast ? UINT32_MAX : save ? act(copy, labels_.norm_x32, layer) : tmp(copy, labels_.norm_x32, layer);
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (req) {
-          keep(oi, x);
+          if (cast && save) saved.attn.push_back(x32), saved.ops.push_back(static_cast<uint32_t>(i));
+          else if (!cast) keep(oi, x);
           save_new(oi, mul(8, rows_of(x)), labels_.norm_rstd);  // mean and rstd, fp32
         }
+        if (cast && !save) drop(x32);
         break;
+      }
       case OpKind::Gelu:
       case OpKind::Silu:
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);

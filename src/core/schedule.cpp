@@ -7,12 +7,15 @@
 #include <tuple>
 #include <utility>
 
+#include "architecture.h"
 #include "checked.h"
 #include "step_builder.h"
 
 namespace memsim {
 
 bool StepBuilder::checkpointed(int64_t l) const {
+  // A model program's block kind that no checkpoint wraps (architecture.h ArchStage::checkpointable).
+  if (shape_.program && l >= 0 && l < shape_.program->repeat && !shape_.program->block_of(l).checkpointable) return false;
   switch (resolved_.checkpointing) {
     case Checkpointing::Full:
     case Checkpointing::SelectiveOp: return true;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "architecture.h"
 #include "checked.h"
 #include "step_builder.h"
 
@@ -52,6 +53,17 @@ void StepBuilder::alloc_weights() {
     program_.alloc(Component::Weights, states_of(t).weights, labels_.weights);
   });
   alloc_reference_weights();  // a preference objective's frozen copy (preference_step.cpp)
+  // training.ema's fp32 shadow copy on the GPU, a tensor per trainable parameter (EMAModel.shadow_params).
+  if (ema_copy_bytes(ctx_) > 0) {
+    if (ema_label_ == UINT32_MAX) ema_label_ = program_.label("EMA copy of the trainable weights (fp32)");
+    for_each_param(ctx_, [&](const ParamTensor& t) {
+      if (!t.frozen) program_.alloc(Component::OtherModels, mul(4, t.numel), ema_label_);
+    });
+  }
+  // A model program's frozen modules (diffusers' VAE and text encoder, in weight_dtype), one tensor each.
+  if (shape_.program)
+    for (const auto& f : shape_.program->frozen_modules)
+      program_.alloc(Component::OtherModels, mul(recipe_.activation_bytes, f.params), program_.label(f.name + " weights (frozen, beside the model)"));
   alloc_engine();             // GRPO's colocated vLLM engine (rollout_step.cpp)
   // Transformer Engine's fp8 copies of every linear weight and its transpose, module buffers kept across steps
   // (linear.py: weight_fp8, weight_t_fp8). The transformer layers only: the output layer is not a TE module.

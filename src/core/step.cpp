@@ -10,7 +10,7 @@ struct ComponentName {
 constexpr ComponentName kComponentNames[kComponentCount] = {
     {"weights", "Weights"},           {"gradients", "Gradients"},         {"optimizer_states", "Optimizer states"},
     {"activations", "Activations"},   {"temporaries", "Temporaries"},     {"communication", "Communication"},
-    {"overhead", "Framework overhead"},      {"other_models", "Other models (reference, reward)"},   {"generation", "Generation (KV cache, vLLM)"},
+    {"overhead", "Framework overhead"},      {"other_models", "Other models (reference, reward, frozen encoders)"},   {"generation", "Generation (KV cache, vLLM)"},
 };
 }  // namespace
 

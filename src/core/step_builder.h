@@ -245,6 +245,8 @@ class StepBuilder {
   void reshard_after_backward(int64_t layer);                // FSDP: kept unsharded params go
   void reduce_slot(int64_t layer);
   void optimizer_step(int iter);
+  void ema_update(int iter);  // training.ema after the step (optimizer_step.cpp)
+  uint32_t ema_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
   void step_in_backward(int64_t layer);
   // parallel.fsdp_shard_embeddings under FSDP2: the embedding and the head are units of their own.
   bool embedding_units() const { return cfg_.parallel.fsdp_shard_embeddings && shard_plan_.fsdp && shard_plan_.sharding == Sharding::Fsdp2; }

@@ -27,6 +27,10 @@ struct PrecisionRecipe {
   bool fp8_saved_inputs = false;      // linears save their inputs in fp8 (1 byte)
   bool fp8_transient_casts = false;   // each linear casts its weight to fp8 for the matmul (1 byte, transient)
   bool fp8_allgather = false;         // FSDP all-gathers linear weights in fp8 (1 byte per element)
+  // torch.autocast over weights already in the 16-bit dtype (diffusers' LoRA scripts: unet.to(weight_dtype) inside
+  // accelerate's autocast): no weight copies, but the fp32-list ops (norms, the loss) upcast and the matmuls cast
+  // fp32 inputs down, as under amp_*.
+  bool autocast_16bit = false;
 };
 
 // Adam8bit is bitsandbytes' (CUDA kernels, no full-size temporaries); Adam8bitTorchao is torchao.optim's, a

@@ -111,7 +111,7 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // bitsandbytes plugin does not call it.
   const bool kbit = cfg_.peft.kbit_cast();
   if (kbit && !resolved_.framework->bnb_via_lightning && !cfg_.model.is_encoder_decoder) dims_.e_res = 4;
-  dims_.amp = recipe_.autocast_copy_bytes > 0;
+  dims_.amp = recipe_.autocast_copy_bytes > 0 || recipe_.autocast_16bit;
   shard_plan_ = shard_plan(ctx);
   adapter_bytes_ = resolved_.adapter_bytes();
   shard_ranks_ = shard_plan_.n;
@@ -286,6 +286,7 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   for (int64_t k = 0; k < receiving * (gas - mbs); ++k)
     pipeline_.input_grads.push_back(program_.alloc(Component::Communication, mul(dims_.e_res, dims_.Tn, dims_.h), labels_.p2p, -1));
   optimizer_step(iter);
+  ema_update(iter);
   // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
   // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.
   program_.phase("zero_grad " + std::to_string(iter));

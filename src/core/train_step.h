@@ -75,6 +75,11 @@ int64_t reference_copy_bytes(const StepContext& ctx);
 // A frozen model of the policy's architecture on this device (preference_step.cpp), whole or sharded as the policy's
 // parameters are; a classifier leaves lm_head out.
 int64_t frozen_model_bytes(const StepContext& ctx, bool sharded, bool without_lm_head);
+// training.ema's fp32 shadow copy of the trainable weights on this device (0: none, or in host memory).
+int64_t ema_copy_bytes(const StepContext& ctx);
+// A model program's frozen modules (architecture.h FrozenModule: diffusers' VAE and text encoder) on this device, in
+// the compute dtype (the scripts' weight_dtype); 0 without a program or any.
+int64_t frozen_modules_bytes(const StepContext& ctx);
 // GRPO's reward model (training.reward_model same_as_policy) on this device (rollout_step.cpp), 0 without one.
 int64_t reward_model_bytes(const StepContext& ctx);
 // GRPO's colocated vLLM engine on this device (rollout_step.cpp): what it claims (gpu_memory_utilization x the GPU's

@@ -674,6 +674,10 @@ void check_registered(const Config& c, std::vector<FieldError>& e) {
 // LoRA on the program's linears, fixed shapes. Every field named here keeps its value; only the combination is refused.
 void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   const auto& m = c.model;
+  if (m.architecture.empty() && (c.training.precision == "fp16_autocast" || c.training.precision == "bf16_autocast"))
+    e.push_back({"training.precision", "training.precision " + c.training.precision + " (16-bit weights under autocast, as diffusers' "
+                                       "scripts run) is modelled for model programs; for the built-in families use bf16_pure, "
+                                       "amp_bf16 or amp_fp16"});
   if (m.architecture.empty()) {
     if (!m.architecture_args.empty())
       e.push_back({"model.architecture_args", "model.architecture_args needs model.architecture (a program); clear it or choose a program"});
@@ -708,6 +712,18 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   if (c.peft.enabled() && (c.peft.kind() != PeftMethod::Lora || c.peft.quantized()))
     refuse("peft.method", std::string("must be none or lora without base quantization") + for_programs);
   if (c.data.varies()) refuse("data.lengths", std::string("must be fixed") + for_programs + ": its inputs have the shapes the program declares");
+}
+
+// training.ema: diffusers' EMAModel keeps a whole copy on each process; memsim models it where each GPU holds whole
+// parameters (one GPU, DDP, ZeRO without data parallelism).
+void validate_ema(const Config& c, std::vector<FieldError>& e) {
+  if (c.training.ema == "none") return;
+  const auto& p = c.parallel;
+  const bool sharded = p.tensor_parallel_size > 1 || p.pipeline_parallel_size > 1 || p.context_parallel_size > 1 ||
+                       p.expert_parallel_size > 1 || (p.data_parallel_size > 1 && (p.zero_stage >= 1 || p.sharding == "fsdp1" || p.sharding == "fsdp2"));
+  if (sharded)
+    e.push_back({"training.ema", "training.ema " + c.training.ema + " is modelled where each GPU holds whole parameters (one GPU or DDP: "
+                                 "parallel.zero_stage 0, no tensor, pipeline, context or expert parallelism); set it to none"});
 }
 
 // A vision-language model (model.vision_tower, vision_step.cpp): a CLIP tower program before a built-in decoder, with
@@ -944,6 +960,7 @@ std::vector<FieldError> validate(const Config& c) {
   validate_encoder_decoder(c, e);
   validate_architecture(c, e);
   validate_vision(c, e);
+  validate_ema(c, e);
   validate_unsloth(c, e);
   validate_attention(c, e);
   validate_evaluation(c, e);

@@ -151,6 +151,7 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     // Each auto shows what it resolves to, and the stated versions that decided it (Library versions).
     const Resolved rs = resolve(c);
     changed |= switch_combo("training.optimizer_impl", t.optimizer_impl, rs, Switch::OptimizerImpl);
+    changed |= choice_combo("training.ema", t.ema, "");
     changed |= choice_combo("training.activation_checkpointing", t.activation_checkpointing, "");
     if (t.activation_checkpointing == "every_k")
       changed |= int_input("training.checkpoint_every_k_layers", t.checkpoint_every_k_layers, 1);

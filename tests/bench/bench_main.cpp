@@ -151,6 +151,20 @@ TEST_CASE("simulation speed") {
   vlm.peft.target_modules = "all-linear";
   vlm.data.padding = "max_length";
   BENCHMARK("Qwen2.5-VL-7B LoRA, 2 x 1080p images, 4,096 tokens, one GPU") { return simulate(vlm).devices.size(); };
+  // A diffusion UNet (sd_unet, 76 stages with carries): the SD 1.5 preset under diffusers' LoRA recipe (rank 4 on the
+  // attentions' four linears, fp16 weights under autocast), 512 px, batch 4, the 114 KB program decoded every time.
+  Config unet;
+  unet.model = find_model_preset("stable-diffusion-v1-5")->model;
+  unet.training.framework = "hf_loop";
+  unet.training.precision = "fp16_autocast";
+  unet.training.micro_batch_size = 4;
+  unet.training.activation_checkpointing = "none";
+  unet.parallel.data_parallel_size = 1;
+  unet.parallel.zero_stage = 0;
+  unet.peft.method = "lora";
+  unet.peft.lora_rank = 4;
+  unet.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+  BENCHMARK("Stable Diffusion 1.5 UNet LoRA, 512 px, batch 4, one GPU") { return simulate(unet).devices.size(); };
   // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
   // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
   Config dpo;

@@ -53,7 +53,8 @@ Config random_config(Rng& rng) {
   for (const auto& f : frameworks()) ids.emplace_back(f.id);
   t.framework = pick(rng, ids);
   ids.clear();
-  for (const auto& p : precision_recipes()) ids.emplace_back(p.id);
+  for (const auto& p : precision_recipes())
+    if (!p.autocast_16bit) ids.emplace_back(p.id);  // (16-bit weights under autocast: model programs only)
   t.precision = pick(rng, ids);
   ids.clear();
   for (const auto& o : optimizers()) ids.emplace_back(o.id);

@@ -1,6 +1,6 @@
 // Carries between a program's stages (architecture.h ArchCarry, program_step.cpp): a UNet-shaped toy with a timestep
 // embedding every block reads, skip connections the up path concatenates, text embeddings read by cross-attention,
-// and an mse_loss head. The ledger of every variant balances (each tensor allocated once, freed once, nothing of the
+// and an mse_loss head; and the Stable Diffusion 1.x UNet written with them (sd_unet, tools/programs/sd_unet.py). The ledger of every variant balances (each tensor allocated once, freed once, nothing of the
 // step left but the weights and optimizer states); a carry lives as long as its readers need it, and its gradient
 // adds up over its readers until its producer's backward.
 #include <catch2/catch.hpp>
@@ -270,5 +270,69 @@ TEST_CASE("carries: temb goes after its last reader unless a stage saved it", "[
   const Result r = simulate(toy_config("fp32", "full", "lora"));
   REQUIRE(r.ok);
   CHECK(first_free(r.devices[0].program, "embeddings temb (linear)") > backward_start(r.devices[0].program));
+}
+
+TEST_CASE("sd_unet: the SD 1.5 UNet's exact count, its LoRA, and a step through the engines", "[architecture]") {
+  // 859,520,964: UNet2DConditionModel(**stable-diffusion-v1-5/unet/config.json).num_parameters().
+  CHECK(params_of("sd_unet") == 859520964);
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("sd_unet", "", a).empty());
+  CHECK(a->carries.size() == 1 + 12 + 16);  // temb, the 12 skips, and each of the 16 attentions' residual
+  // A 768 px image: a 96 x 96 latent; a resolution the VAE's factor does not divide still rounds as diffusers does.
+  std::shared_ptr<const Architecture> big;
+  REQUIRE(decode_architecture("sd_unet", "resolution=768", big).empty());
+  CHECK(big->tokens == 96 * 96);
+  // train_text_to_image_lora.py's LoRA (rank 4 on to_k, to_q, to_v, to_out.0 of all 32 attentions): 797,184, the
+  // 3.2 MB fp32 file it saves.
+  Config c;
+  c.model.architecture = "sd_unet";
+  c.training.framework = "hf_loop";
+  c.training.precision = "fp16_autocast";
+  c.training.optimizer = "adamw";
+  c.training.activation_checkpointing = "none";
+  c.training.micro_batch_size = 1;
+  c.peft.method = "lora";
+  c.peft.lora_rank = 4;
+  c.peft.lora_alpha = 4;
+  c.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+  c.peft.adapter_dtype = "fp32";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  std::string errors;
+  for (const auto& e : validate(c)) errors += e.field + ": " + e.message + "\n";
+  INFO(errors);
+  REQUIRE(errors.empty());
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 797184);
+  CHECK(ledger_problem(r.devices[0].program).empty());
+  // The frozen base in fp16 (unet.to(weight_dtype)): 2 bytes a parameter.
+  CHECK(r.model_states.weights_bytes >= 2 * int64_t{859520964});
+  CHECK(r.model_states.weights_bytes < 2 * int64_t{859520964} + 4 * 797184 + (1 << 20));
+  // Under fp16 autocast the norms upcast: the saved GroupNorm and LayerNorm inputs are fp32 copies.
+  bool x32 = false;
+  for (const auto& l : r.devices[0].program.labels) x32 |= l.find("fp32") != std::string::npos;
+  CHECK(x32);
+  // Checkpointing the resnets and transformer blocks saves memory; full fine-tuning under amp and 16-bit
+  // autocast on a built-in family are as the validator says.
+  Config ck = c;
+  ck.training.activation_checkpointing = "full";
+  const Result rc = simulate(ck);
+  REQUIRE(rc.ok);
+  CHECK(rc.devices[0].peak.allocated_bytes < r.devices[0].peak.allocated_bytes);
+  CHECK(ledger_problem(rc.devices[0].program).empty());
+  Config full = c;
+  full.peft.method = "none";
+  full.training.precision = "amp_fp16";
+  full.training.activation_checkpointing = "full";
+  REQUIRE(validate(full).empty());
+  const Result rf = simulate(full);
+  REQUIRE(rf.ok);
+  CHECK(ledger_problem(rf.devices[0].program).empty());
+  Config llm;
+  llm.training.precision = "fp16_autocast";
+  bool refused = false;
+  for (const auto& e : validate(llm)) refused |= e.field == "training.precision";
+  CHECK(refused);
 }
 

@@ -177,6 +177,27 @@ test("LLaVA-NeXT: the Vision tower's anyres image size sets its tiles, and the p
   await page.close();
 });
 
+test("on a phone, the Stable Diffusion UNet's resolution sets its latent, and the page agrees with the CLI", async () => {
+  const frag = execFileSync(cli, ["config", "--preset", "stable-diffusion-v1-5", "--set", "peft.method=lora", "--set",
+                                  "peft.target_modules=to_k,to_q,to_v,to_out.0", "--set", "peft.lora_rank=4", "--set", "training.precision=fp16_autocast", "--set", "training.framework=hf_loop", "--set",
+                                  "parallel.data_parallel_size=1", "--set", "training.micro_batch_size=1",
+                                  "--format", "fragment"]).toString().trim();
+  const { page, errors } = await openPage("#" + frag, { width: 390, height: 844 });
+  assert.ok((await tabTo(page, "resolution")).startsWith("resolution: 512"));
+  await page.keyboard.type("768", { delay: 30 });
+  await press(page, "Enter");
+  await until(page, async () => {}, () => window.memsim.state().config.model.architecture_args.includes("resolution=768"));
+  const state = await page.evaluate(() => window.memsim.state());
+  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
+  const fromCli = cliEstimate(JSON.stringify(state.config));
+  assert.equal(fromPage.params_total, 859520964 + 797184);  // the UNet and rank-4 LoRA on to_k, to_q, to_v, to_out.0
+  assert.equal(fromPage.params_total, fromCli.params_total);
+  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  await page.screenshot({ path: path.join(shots, "sd-unet-resolution-390x844.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("on a phone, litgpt's adapter_v2 shows its prompt length and start layer", async () => {
   const frag = execFileSync(cli, ["config", "--preset", "llama-3.2-1b", "--set", "training.framework=litgpt", "--set",
                                   "peft.method=adapter_v2", "--set", "parallel.data_parallel_size=1",

@@ -54,6 +54,7 @@ MEMSIM_DEFAULTS = {
         "train_projector": "auto",
         "train_vision_tower": False,
         "vit_gradient_checkpointing": "auto",
+        "ema": "none",
         "reference_model": "auto",
         "nll_alpha": 0.0,
         "num_generations": 8,

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Writes src/core/catalog/architectures/sd_unet.json: the Stable Diffusion 1.x UNet (diffusers
+UNet2DConditionModel) as a memsim model program.
+
+The program has 76 stages in a fixed layout (4 levels, 2 layers per block, one transformer block per attention),
+so it is generated rather than written by hand; the channel counts, heads, text width and resolution stay
+hyperparameters. What each stage does, and why, is in docs/research/diffusion-unet.md (diffusers v0.36.0):
+
+- a ResnetBlock2D is one stage, checkpointable (diffusers checkpoints each resnet, v0.20 on), except the mid
+  block's first resnet, which diffusers runs outside any checkpoint;
+- a Transformer2DModel is three stages: its GroupNorm, proj_in and the token view (never checkpointed); each
+  BasicTransformerBlock (checkpointed, as diffusers does from v0.20); the contiguous copy, proj_out and the
+  residual add (never checkpointed);
+- Downsample2D and Upsample2D are stages of their own, never checkpointed;
+- the skips (conv_in's output, each down resnet's or attention's output, each downsampler's) are carries that
+  the up path's resnets concatenate, the last pushed first (unet_2d_condition.py: down_block_res_samples);
+- temb (the time embedding) is a carry every resnet reads; the text embeddings an input every attn2 reads.
+
+Usage: python3 tools/programs/sd_unet.py [--check]   (--check: exit 1 if the checked-in file differs)
+"""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectures", "sd_unet.json")
+
+# block_out_channels, by level: SD 1.x and 2.x repeat the third level's channels in the fourth, which then has no
+# conv_shortcut (diffusers adds one where a resnet's in and out channels differ; the generator decides it from the
+# channel names, so the fourth level is ch2 itself)
+CH = ["ch0", "ch1", "ch2", "ch2"]
+HEADS = ["heads0", "heads1", "heads2", "heads3"]
+SIDE = ["side0", "side1", "side2", "side3"]  # the latent's side at each level
+
+
+def resnet(name, cin, cout, side, skip=None, checkpoint=True, carry_out=None):
+    """diffusers ResnetBlock2D (models/resnet.py): norm1, SiLU, conv1, + time_emb_proj(SiLU(temb)), norm2, SiLU,
+    dropout (p 0: its input), conv2, (conv_shortcut where cin != cout), (x + h) / output_scale_factor."""
+    ops = []
+    x = "x"
+    if skip is not None:  # an up block's torch.cat([hidden_states, res_hidden_states], dim=1)
+        ops.append({"op": "concat", "in": ["x", skip], "axis": "channels", "out": "cat"})
+        x = "cat"
+    ops += [
+        {"op": "group_norm", "name": f"{name}.norm1", "in": x, "groups": "groups", "out": "n1"},
+        {"op": "silu", "in": "n1", "out": "a1"},
+        {"op": "conv2d", "name": f"{name}.conv1", "in": "a1", "out_channels": cout, "kernel": 3, "stride": 1, "padding": 1, "out": "c1"},
+        {"op": "silu", "in": "temb", "out": "ta"},
+        {"op": "linear", "name": f"{name}.time_emb_proj", "in": "ta", "out_features": cout, "out": "tp"},
+        {"op": "add", "in": ["c1", "tp"], "out": "h1"},
+        {"op": "group_norm", "name": f"{name}.norm2", "in": "h1", "groups": "groups", "out": "n2"},
+        {"op": "silu", "in": "n2", "out": "a2"},
+        {"op": "conv2d", "name": f"{name}.conv2", "in": "a2", "out_channels": cout, "kernel": 3, "stride": 1, "padding": 1, "out": "c2"},
+    ]
+    shortcut = x
+    if cin != cout:
+        ops.append({"op": "conv2d", "name": f"{name}.conv_shortcut", "in": x, "out_channels": cout, "kernel": 1, "stride": 1, "out": "sc"})
+        shortcut = "sc"
+    ops += [
+        {"op": "add", "in": [shortcut, "c2"], "out": "sum"},
+        {"op": "scale", "in": "sum", "out": "y"},  # / output_scale_factor (1.0): a new tensor
+    ]
+    stage = {"name": name, "repeat": 1, "input": "x", "ops": ops, "output": "y"}
+    if not checkpoint:
+        stage["checkpoint"] = False
+    if carry_out:
+        stage["carry"] = ["y"]
+        rename(stage, "y", carry_out)
+    return stage
+
+
+def rename(stage, old, new):
+    """Renames a stage's tensor (a carry's name is its tensor's name in the stage that makes it)."""
+    for op in stage["ops"]:
+        if op["out"] == old:
+            op["out"] = new
+        if isinstance(op.get("in"), list):
+            op["in"] = [new if t == old else t for t in op["in"]]
+        elif op.get("in") == old:
+            op["in"] = new
+    if stage["output"] == old:
+        stage["output"] = new
+    if "carry" in stage:
+        stage["carry"] = [new if t == old else t for t in stage["carry"]]
+
+
+def transformer(name, ch, heads, side, residual, carry_out=None):
+    """diffusers Transformer2DModel (use_linear_projection False) with one BasicTransformerBlock: three stages."""
+    t2d_in = {"name": f"{name} (norm, proj_in)", "repeat": 1, "input": "x", "checkpoint": False, "ops": [
+        {"op": "group_norm", "name": f"{name}.norm", "in": "x", "groups": "groups", "out": "n"},
+        {"op": "conv2d", "name": f"{name}.proj_in", "in": "n", "out_channels": ch, "kernel": 1, "stride": 1, "out": "p"},
+        # permute(0, 2, 3, 1).reshape(B, H W, C): a view of proj_in's output, which norm1 reads
+        {"op": "flatten_tokens", "in": "p", "out": "tokens"},
+    ], "output": "tokens"}
+    b = f"{name}.transformer_blocks.0"
+    block = {"name": f"{b}", "repeat": 1, "input": "h", "ops": [
+        {"op": "layer_norm", "name": f"{b}.norm1", "in": "h", "out": "l1"},
+        {"op": "linear", "name": f"{b}.attn1.to_q", "in": "l1", "out_features": ch, "bias": False, "out": "q"},
+        {"op": "linear", "name": f"{b}.attn1.to_k", "in": "l1", "out_features": ch, "bias": False, "out": "k"},
+        {"op": "linear", "name": f"{b}.attn1.to_v", "in": "l1", "out_features": ch, "bias": False, "out": "v"},
+        {"op": "attention", "in": ["q", "k", "v"], "heads": heads, "out": "o"},
+        {"op": "linear", "name": f"{b}.attn1.to_out.0", "in": "o", "out_features": ch, "out": "o1"},
+        {"op": "scale", "in": "o1", "out": "o2"},  # / rescale_output_factor (1.0)
+        {"op": "add", "in": ["o2", "h"], "out": "r1"},
+        {"op": "layer_norm", "name": f"{b}.norm2", "in": "r1", "out": "l2"},
+        {"op": "linear", "name": f"{b}.attn2.to_q", "in": "l2", "out_features": ch, "bias": False, "out": "q2"},
+        {"op": "linear", "name": f"{b}.attn2.to_k", "in": "text", "out_features": ch, "bias": False, "out": "k2"},
+        {"op": "linear", "name": f"{b}.attn2.to_v", "in": "text", "out_features": ch, "bias": False, "out": "v2"},
+        {"op": "attention", "in": ["q2", "k2", "v2"], "heads": heads, "out": "o3"},
+        {"op": "linear", "name": f"{b}.attn2.to_out.0", "in": "o3", "out_features": ch, "out": "o4"},
+        {"op": "scale", "in": "o4", "out": "o5"},
+        {"op": "add", "in": ["o5", "r1"], "out": "r2"},
+        {"op": "layer_norm", "name": f"{b}.norm3", "in": "r2", "out": "l3"},
+        # GEGLU: proj to 2 x 4C, chunk(2) (views), hidden * gelu(gate)
+        {"op": "linear", "name": f"{b}.ff.net.0.proj", "in": "l3", "out_features": f"8 * {ch}", "out": "pr"},
+        {"op": "slice", "in": "pr", "start": 0, "size": f"4 * {ch}", "out": "hs"},
+        {"op": "slice", "in": "pr", "start": f"4 * {ch}", "size": f"4 * {ch}", "out": "gate"},
+        {"op": "gelu", "in": "gate", "out": "g"},
+        {"op": "mul", "in": ["hs", "g"], "out": "m"},
+        {"op": "linear", "name": f"{b}.ff.net.2", "in": "m", "out_features": ch, "out": "f"},
+        {"op": "add", "in": ["f", "r2"], "out": "y"},
+    ], "output": "y"}
+    t2d_out = {"name": f"{name} (proj_out)", "repeat": 1, "input": "y", "checkpoint": False, "ops": [
+        # reshape(B, H, W, C).permute(0, 3, 1, 2).contiguous(): a copy, which proj_out saves
+        {"op": "unflatten_tokens", "in": "y", "height": side, "out": "u"},
+        {"op": "copy", "in": "u", "out": "img"},
+        {"op": "conv2d", "name": f"{name}.proj_out", "in": "img", "out_channels": ch, "kernel": 1, "stride": 1, "out": "po"},
+        {"op": "add", "in": ["po", residual], "out": "out"},
+    ], "output": "out"}
+    if carry_out:
+        t2d_out["carry"] = ["out"]
+        rename(t2d_out, "out", carry_out)
+    return [t2d_in, block, t2d_out]
+
+
+def program():
+    stages = []
+    skips = ["skip0"]  # conv_in's output
+    n = 0
+
+    def next_skip():
+        nonlocal n
+        n += 1
+        skips.append(f"skip{n}")
+        return skips[-1]
+
+    # Down blocks: CrossAttnDownBlock2D x 3, DownBlock2D.
+    cin = "ch0"
+    for level in range(4):
+        ch, side = CH[level], SIDE[level]
+        for i in range(2):
+            name = f"down_blocks.{level}.resnets.{i}"
+            if level < 3:
+                res = f"d{level}r{i}_out"  # the attention's residual
+                stages.append(resnet(name, cin, ch, side, carry_out=res))
+                stages += transformer(f"down_blocks.{level}.attentions.{i}", ch, HEADS[level], side, res, carry_out=next_skip())
+            else:
+                stages.append(resnet(name, cin, ch, side, carry_out=next_skip()))
+            cin = ch
+        if level < 3:
+            stages.append({"name": f"down_blocks.{level}.downsamplers.0", "repeat": 1, "input": "x", "checkpoint": False, "ops": [
+                {"op": "conv2d", "name": f"down_blocks.{level}.downsamplers.0.conv", "in": "x", "out_channels": ch, "kernel": 3, "stride": 2, "padding": 1, "out": next_skip()},
+            ], "output": skips[-1], "carry": [skips[-1]]})
+
+    # Mid block: resnet (not checkpointed), attention, resnet.
+    stages.append(resnet("mid_block.resnets.0", "ch2", "ch2", "side3", checkpoint=False, carry_out="mid_r0_out"))
+    stages += transformer("mid_block.attentions.0", "ch2", "heads3", "side3", "mid_r0_out")
+    stages.append(resnet("mid_block.resnets.1", "ch2", "ch2", "side3"))
+
+    # Up blocks: UpBlock2D, CrossAttnUpBlock2D x 3, from the deepest level; each resnet pops the last skip.
+    skip_channels = ["ch0"] + ["ch0", "ch0", "ch0"] + ["ch1", "ch1", "ch1"] + ["ch2", "ch2", "ch2"] + ["ch2", "ch2"]
+    prev = "ch2"
+    for u in range(4):
+        level = 3 - u
+        ch, side = CH[level], SIDE[level]
+        for i in range(3):
+            skip = skips.pop()
+            name = f"up_blocks.{u}.resnets.{i}"
+            # in = prev (or ch) + skip channels (unet_2d_blocks.py: resnet_in_channels + res_skip_channels)
+            rin = prev if i == 0 else ch
+            cin = f"{rin} + {skip_channels[len(skips)]}"
+            if u == 0:
+                stages.append(resnet(name, cin, ch, side, skip=skip))
+            else:
+                res = f"u{u}r{i}_out"
+                stages.append(resnet(name, cin, ch, side, skip=skip, carry_out=res))
+                stages += transformer(f"up_blocks.{u}.attentions.{i}", ch, HEADS[level], side, res)
+        prev = ch
+        if u < 3:
+            stages.append({"name": f"up_blocks.{u}.upsamplers.0", "repeat": 1, "input": "x", "checkpoint": False, "ops": [
+                {"op": "upsample_nearest", "in": "x", "scale": 2, "out": "up"},
+                {"op": "conv2d", "name": f"up_blocks.{u}.upsamplers.0.conv", "in": "up", "out_channels": ch, "kernel": 3, "stride": 1, "padding": 1, "out": "y"},
+            ], "output": "y"})
+    assert not skips, skips
+
+    return {
+        "memsim_architecture": 1,
+        "name": "sd_unet",
+        "title": "Stable Diffusion 1.x UNet (diffusers UNet2DConditionModel), trained on the noise-prediction loss",
+        "source": "diffusers v0.36.0 src/diffusers/models/unets/unet_2d_condition.py, unet_2d_blocks.py, resnet.py, "
+                  "transformers/transformer_2d.py, attention.py, attention_processor.py (AttnProcessor2_0), "
+                  "activations.py (GEGLU), downsampling.py, upsampling.py; checkpoint units as from v0.20; "
+                  "examples/text_to_image/train_text_to_image.py and train_text_to_image_lora.py (the loss). "
+                  "docs/research/diffusion-unet.md. Generated by tools/programs/sd_unet.py",
+        "lora_targets": "to_k,to_q,to_v,to_out.0",
+        "model_types": [],
+        "hyperparameters": {
+            "resolution": 512,
+            "vae_scale_factor": 8,
+            "in_channels": 4,
+            "out_channels": 4,
+            "ch0": 320,
+            "ch1": 640,
+            "ch2": 1280,
+            "heads0": 8,
+            "heads1": 8,
+            "heads2": 8,
+            "heads3": 8,
+            "groups": 32,
+            "cross_attention_dim": 768,
+            "text_tokens": 77,
+            # The frozen models the training scripts keep on the GPU in weight_dtype to encode each batch:
+            # AutoencoderKL (stable-diffusion-v1-5/vae, 83,653,863) and CLIPTextModel (ViT-L/14's text tower,
+            # 123,060,480). 0: latents or text embeddings cached before training (the model not on the GPU).
+            "vae_params": 83653863,
+            "text_encoder_params": 123060480,
+            "vae_on_gpu": 1,
+            "text_encoder_on_gpu": 1,
+        },
+        "frozen_modules": [
+            {"name": "vae", "params": "vae_params", "when": "vae_on_gpu"},
+            {"name": "text_encoder", "params": "text_encoder_params", "when": "text_encoder_on_gpu"},
+        ],
+        "dims": {
+            "side0": "resolution // vae_scale_factor",
+            "side1": "(side0 + 1) // 2",
+            "side2": "(side1 + 1) // 2",
+            "side3": "(side2 + 1) // 2",
+            "time_dim": "4 * ch0",
+        },
+        "inputs": {
+            # The noisy latents, the noise (the target), the sinusoidal timestep projection (cast to the latents'
+            # dtype) and the text encoder's hidden states: all made on the GPU in the weights' dtype.
+            "latents": {"shape": ["in_channels", "side0", "side0"], "dtype": "compute"},
+            "noise": {"shape": ["out_channels", "side0", "side0"], "dtype": "compute"},
+            "t_emb": {"shape": [1, "ch0"], "dtype": "compute"},
+            "text": {"shape": ["text_tokens", "cross_attention_dim"], "dtype": "compute"},
+        },
+        "embeddings": {
+            "ops": [
+                {"op": "linear", "name": "time_embedding.linear_1", "in": "t_emb", "out_features": "time_dim", "out": "t1"},
+                {"op": "silu", "in": "t1", "out": "t2"},
+                {"op": "linear", "name": "time_embedding.linear_2", "in": "t2", "out_features": "time_dim", "out": "temb"},
+                {"op": "conv2d", "name": "conv_in", "in": "latents", "out_channels": "ch0", "kernel": 3, "stride": 1, "padding": 1, "out": "skip0"},
+            ],
+            "output": "skip0",
+            "carry": ["temb", "skip0"],
+        },
+        "blocks": stages,
+        "head": {
+            "input": "x",
+            "ops": [
+                {"op": "group_norm", "name": "conv_norm_out", "in": "x", "groups": "groups", "out": "n"},
+                {"op": "silu", "in": "n", "out": "a"},
+                {"op": "conv2d", "name": "conv_out", "in": "a", "out_channels": "out_channels", "kernel": 3, "stride": 1, "padding": 1, "out": "pred"},
+                {"op": "mse_loss", "in": ["pred", "noise"], "out": "loss"},
+            ],
+        },
+    }
+
+
+def main():
+    text = json.dumps(program(), indent=1) + "\n"
+    if "--check" in sys.argv:
+        with open(OUT) as f:
+            if f.read() != text:
+                print("sd_unet.json differs from tools/programs/sd_unet.py's output; run it", file=sys.stderr)
+                sys.exit(1)
+        return
+    with open(OUT, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
