@@ -23,6 +23,8 @@ struct ValidationCase {
   std::vector<std::pair<std::string, std::string>> inferred;  // field -> why this value
   std::string excluded;     // non-empty: a finding, kept out of the error statistics, with the reason
   bool lower_bound = false; // the source saw an OOM: the true peak is above measured_bytes (a pass/fail check)
+  bool upper_bound = false; // the source says it fits: the true peak is at most measured_bytes (the card; pass/fail)
+  bool bound() const { return lower_bound || upper_bound; }
   // The case's first score: memsim's error when the case was added, before any model change it motivated
   // (first_score in the case file). Kept so that the report shows what the model got right unaided.
   bool has_first_score = false;
@@ -38,7 +40,7 @@ struct ValidationRow {
   int64_t predicted_bytes = 0;
   double relative_error = 0;  // (predicted - measured) / measured
   std::string peak_phase;
-  bool bound_met = true;    // lower-bound cases: predicted above the bound
+  bool bound_met = true;    // bound cases: predicted above a lower bound, at most an upper one
   // The uncertainty band of the statistic measured, as the nearest other cases give it (leave-one-out: the case is
   // left out of its own neighbours), and whether the measured value falls inside it. Not for lower bounds.
   bool band_ok = false;
