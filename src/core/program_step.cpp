@@ -63,9 +63,41 @@ static bool param_trains(const std::vector<ParamTensor>& params, const std::stri
   return false;
 }
 
+// Per op of a stage: whether its own parameters train (or PEFT wraps it), once per stage kind: every forward and
+// backward of a stage plans it again, and the names' lookups were most of a program's simulation time.
+const std::vector<char>& StepBuilder::stage_param_trains(ProgramStage st, int32_t layer) const {
+  const Architecture& a = running_program();
+  const ArchStage& s = program_stage(st, layer);
+  const size_t slot = st == ProgramStage::Embeddings ? 0 : st == ProgramStage::Head ? 1 : 2 + static_cast<size_t>(a.kind_of_layer[static_cast<size_t>(layer)]);
+  auto& cache = in_tower_ ? tower_trains_ : program_trains_;
+  if (cache.size() < 2 + a.blocks.size()) cache.resize(2 + a.blocks.size());
+  std::vector<char>& v = cache[slot];
+  if (v.size() == s.ops.size()) return v;
+  const auto& params = program_params(st, layer);
+  v.assign(s.ops.size(), 0);
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const ArchOp& op = s.ops[i];
+    switch (op.kind) {
+      case OpKind::Parameter: v[i] = param_trains(params, op.name); break;
+      case OpKind::Linear:
+      case OpKind::Conv2d:
+        v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") ||
+               (module_info(op.module.c_str()).targeted && !in_tower_);
+        break;
+      case OpKind::LayerNorm:
+      case OpKind::GroupNorm:
+      case OpKind::BatchNorm2d: v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias"); break;
+      case OpKind::RmsNorm: v[i] = param_trains(params, op.name + ".weight"); break;
+      case OpKind::LayerScale: v[i] = param_trains(params, op.name + ".lambda1"); break;
+      default: break;
+    }
+  }
+  return v;
+}
+
 StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const {
   const ArchStage& s = program_stage(st, layer);
-  const auto& params = program_params(st, layer);
+  const std::vector<char>& trains = stage_param_trains(st, layer);
   ProgramPlan p;
   const size_t n = s.tensors.size();
   p.bytes.assign(n, dims_.e);
@@ -90,30 +122,29 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
     for (int32_t t : op.in) req = req || p.req[t], widest = std::max(widest, p.bytes[t]);
     switch (op.kind) {
       case OpKind::Parameter:
-        p.op_trains[i] = param_trains(params, op.name);
+        p.op_trains[i] = trains[i];
         p.bytes[o] = dims_.e_res;  // fp32 under autocast over fp32 weights, else the weights' dtype
         break;
       case OpKind::Linear:
       case OpKind::Conv2d: {
-        const ModuleInfo& info = module_info(op.module.c_str());
-        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") || (info.targeted && !in_tower_);
+        p.op_trains[i] = trains[i];
         p.bytes[o] = dims_.e;
         break;
       }
       case OpKind::LayerNorm:
-        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
+        p.op_trains[i] = trains[i];
         p.bytes[o] = dims_.amp ? 4 : widest;  // layer_norm is on autocast's fp32 list
         break;
       case OpKind::RmsNorm:  // weight * x.to(input dtype): the input's dtype (or the weight's, if wider)
-        p.op_trains[i] = param_trains(params, op.name + ".weight");
+        p.op_trains[i] = trains[i];
         p.bytes[o] = widest;
         break;
       case OpKind::GroupNorm:  // on autocast's fp32 list (a 16-bit input is cast to fp32 first)
-        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
+        p.op_trains[i] = trains[i];
         p.bytes[o] = dims_.amp ? 4 : widest;
         break;
       case OpKind::BatchNorm2d:  // on none of autocast's lists: cuDNN takes 16-bit input with fp32 weights
-        p.op_trains[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias");
+        p.op_trains[i] = trains[i];
         p.bytes[o] = widest;
         break;
       case OpKind::Relu:
@@ -132,7 +163,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.bytes[o] = widest;
         break;
       case OpKind::LayerScale:  // x * lambda1: type promotion with the parameter's dtype (fp32 under autocast)
-        p.op_trains[i] = param_trains(params, op.name + ".lambda1");
+        p.op_trains[i] = trains[i];
         p.bytes[o] = std::max(widest, dims_.e_res);
         break;
       case OpKind::Mul: {  // x * s: s's gradient reads x; type promotion as layer_scale's

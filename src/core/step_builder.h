@@ -426,6 +426,8 @@ class StepBuilder {
   uint32_t pool_indices_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
   uint32_t mse_copy_label_ = UINT32_MAX;      // likewise
   int64_t input_dtype_bytes(InputDtype d) const;  // a program input's element size
+  const std::vector<char>& stage_param_trains(ProgramStage st, int32_t layer) const;
+  mutable std::vector<std::vector<char>> program_trains_, tower_trains_;  // per stage slot (stage_param_trains)
 
   // vision_step.cpp: a vision-language model's frozen tower (its program, run under no_grad on the micro-batch's
   // images), the trained projector, and the splice of its output into the decoder's input embeddings.
