@@ -566,8 +566,9 @@ class Decoder {
     return false;
   }
 
-  // "frozen_modules": [{"name": "vae", "params": "vae_params", "when": "vae_on_gpu"}, ...]: frozen models resident
-  // beside the program's (FrozenModule); "when" (an expression, nonzero: present) defaults to present.
+  // "frozen_modules": [{"name": "vae", "params": "vae_params", "when": "vae_on_gpu", "dtype": "fp32"}, ...]: frozen
+  // models resident beside the program's (FrozenModule); "when" (an expression, nonzero: present) defaults to
+  // present, "dtype" to the compute dtype.
   void frozen_modules(const ojson& j, Architecture& a) {
     if (!j.is_array() || j.size() > 16) return error("frozen_modules", "must be a list of at most 16 objects with name, params and optionally when");
     for (size_t i = 0; i < j.size(); ++i) {
@@ -576,12 +577,17 @@ class Decoder {
       if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !valid_name(m["name"].get<std::string>()) || !m.contains("params"))
         return error(where, "must be an object with a name (letters, digits and _) and params (a count or an expression)");
       for (const auto& [k, v] : m.items())
-        if (k != "name" && k != "params" && k != "when") error(where + "." + k, "is not a key of a frozen module; allowed: name, params, when");
+        if (k != "name" && k != "params" && k != "when" && k != "dtype") error(where + "." + k, "is not a key of a frozen module; allowed: name, params, when, dtype");
+      bool fp32 = false;
+      if (m.contains("dtype")) {
+        if (m["dtype"] == "fp32") fp32 = true;
+        else if (m["dtype"] != "compute") return error(where + ".dtype", "must be compute (the weights' dtype the scripts cast it to) or fp32");
+      }
       double when = 1;
       if (m.contains("when") && !value(m["when"], where + ".when", when)) return;
       int64_t params = 0;
       if (!dim(m["params"], where + ".params", params, 0)) return;
-      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params});
+      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params, fp32});
     }
   }
 

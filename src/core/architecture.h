@@ -177,6 +177,7 @@ struct TowerSpec {
 struct FrozenModule {
   std::string name;
   int64_t params = 0;
+  bool fp32 = false;  // "dtype": "fp32" (the SDXL scripts' VAE), else the compute dtype
 };
 
 struct Architecture {

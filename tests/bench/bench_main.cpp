@@ -165,6 +165,12 @@ TEST_CASE("simulation speed") {
   unet.peft.lora_rank = 4;
   unet.peft.target_modules = "to_k,to_q,to_v,to_out.0";
   BENCHMARK("Stable Diffusion 1.5 UNet LoRA, 512 px, batch 4, one GPU") { return simulate(unet).devices.size(); };
+  // SDXL's (113 stages, 10-block transformer kinds) as its DreamBooth LoRA README runs it: 1024 px, checkpointing.
+  Config xl = unet;
+  xl.model = find_model_preset("stable-diffusion-xl-base-1.0")->model;
+  xl.training.micro_batch_size = 1;
+  xl.training.activation_checkpointing = "full";
+  BENCHMARK("Stable Diffusion XL UNet LoRA, 1024 px, checkpointing, one GPU") { return simulate(xl).devices.size(); };
   // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
   // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
   Config dpo;

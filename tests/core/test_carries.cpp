@@ -336,3 +336,48 @@ TEST_CASE("sd_unet: the SD 1.5 UNet's exact count, its LoRA, and a step through 
   CHECK(refused);
 }
 
+TEST_CASE("sdxl_unet: SDXL's exact count, its LoRA's closed form, the fp32 VAE beside it", "[architecture]") {
+  // 2,567,463,684: UNet2DConditionModel(**stable-diffusion-xl-base-1.0/unet/config.json).num_parameters().
+  CHECK(params_of("sdxl_unet") == 2567463684);
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("sdxl_unet", "", a).empty());
+  CHECK(a->tokens == 128 * 128);  // 1024 px through the VAE's factor 8
+  CHECK(a->repeat == 113);        // 10- and 2-block transformer kinds repeat
+  REQUIRE(a->frozen_modules.size() == 3);
+  CHECK(a->frozen_modules[0].fp32);  // the VAE, fp32 in the SDXL scripts
+  CHECK(!a->frozen_modules[2].fp32);
+  Config c;
+  c.model.architecture = "sdxl_unet";
+  c.training.framework = "hf_loop";
+  c.training.precision = "fp16_autocast";
+  c.training.optimizer = "adamw_8bit";
+  c.training.activation_checkpointing = "full";
+  c.training.micro_batch_size = 1;
+  c.peft.method = "lora";
+  c.peft.lora_rank = 4;
+  c.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+  c.peft.adapter_dtype = "fp32";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  REQUIRE(validate(c).empty());
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(ledger_problem(r.devices[0].program).empty());
+  // LoRA of rank r on a transformer block of width C with 2,048-wide text: attn1's four C x C linears, 8 r C;
+  // attn2's to_q and to_out (4 r C) and its to_k and to_v from the text (2 r (2048 + C)): r (14 C + 4096). SDXL
+  // has 10 blocks of 640 and 60 of 1280.
+  const int64_t rank = 4;
+  CHECK(r.params_trainable == rank * (10 * (14 * 640 + 4096) + 60 * (14 * 1280 + 4096)));
+  // Beside it: the fp32 VAE and the fp16 text encoders.
+  CHECK(r.model_states.other_models_bytes == 4 * int64_t{83653863} + 2 * (int64_t{123060480} + 694659840));
+  // Latents cached and text embeddings precomputed: nothing beside it.
+  Config cached = c;
+  cached.model.architecture_args = "vae_on_gpu=0,text_encoder_on_gpu=0,text_encoder_2_on_gpu=0";
+  const Result rc = simulate(cached);
+  REQUIRE(rc.ok);
+  CHECK(rc.model_states.other_models_bytes == 0);
+  // A frozen module's dtype is compute or fp32.
+  CHECK(first_error(program_edited("sdxl_unet", [](auto& j) { j["frozen_modules"][0]["dtype"] = "int8"; })) ==
+        "model.architecture: frozen_modules[0].dtype: must be compute (the weights' dtype the scripts cast it to) or fp32");
+}
+

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Writes src/core/catalog/architectures/sd_unet.json: the Stable Diffusion 1.x UNet (diffusers
-UNet2DConditionModel) as a memsim model program.
+"""Writes src/core/catalog/architectures/sd_unet.json and sdxl_unet.json: the Stable Diffusion 1.x and SDXL UNets
+(diffusers UNet2DConditionModel) as memsim model programs.
 
-The program has 76 stages in a fixed layout (4 levels, 2 layers per block, one transformer block per attention),
-so it is generated rather than written by hand; the channel counts, heads, text width and resolution stay
-hyperparameters. What each stage does, and why, is in docs/research/diffusion-unet.md (diffusers v0.36.0):
+Each program has a fixed layout of stages (SD 1.x: 4 levels, 2 layers per block, one transformer block per
+attention, 76 stages; SDXL: 3 levels, no attention in the first, 2 and 10 transformer blocks per attention, linear
+projections and the text_time add_embedding), so they are generated rather than written by hand; the channel
+counts, heads, text width and resolution stay hyperparameters. What each stage does, and why, is in docs/research/diffusion-unet.md (diffusers v0.36.0):
 
 - a ResnetBlock2D is one stage, checkpointable (diffusers checkpoints each resnet, v0.20 on), except the mid
   block's first resnet, which diffusers runs outside any checkpoint;
@@ -16,14 +17,14 @@ hyperparameters. What each stage does, and why, is in docs/research/diffusion-un
   the up path's resnets concatenate, the last pushed first (unet_2d_condition.py: down_block_res_samples);
 - temb (the time embedding) is a carry every resnet reads; the text embeddings an input every attn2 reads.
 
-Usage: python3 tools/programs/sd_unet.py [--check]   (--check: exit 1 if the checked-in file differs)
+Usage: python3 tools/programs/sd_unet.py [--check]   (--check: exit 1 if a checked-in file differs)
 """
 import json
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectures", "sd_unet.json")
+OUT_DIR = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectures")
 
 # block_out_channels, by level: SD 1.x and 2.x repeat the third level's channels in the fourth, which then has no
 # conv_shortcut (diffusers adds one where a resnet's in and out channels differ; the generator decides it from the
@@ -84,16 +85,28 @@ def rename(stage, old, new):
         stage["carry"] = [new if t == old else t for t in stage["carry"]]
 
 
-def transformer(name, ch, heads, side, residual, carry_out=None):
-    """diffusers Transformer2DModel (use_linear_projection False) with one BasicTransformerBlock: three stages."""
-    t2d_in = {"name": f"{name} (norm, proj_in)", "repeat": 1, "input": "x", "checkpoint": False, "ops": [
-        {"op": "group_norm", "name": f"{name}.norm", "in": "x", "groups": "groups", "out": "n"},
-        {"op": "conv2d", "name": f"{name}.proj_in", "in": "n", "out_channels": ch, "kernel": 1, "stride": 1, "out": "p"},
-        # permute(0, 2, 3, 1).reshape(B, H W, C): a view of proj_in's output, which norm1 reads
-        {"op": "flatten_tokens", "in": "p", "out": "tokens"},
-    ], "output": "tokens"}
-    b = f"{name}.transformer_blocks.0"
-    block = {"name": f"{b}", "repeat": 1, "input": "h", "ops": [
+def transformer(name, ch, heads, side, residual, carry_out=None, linear=False, layers=1):
+    """diffusers Transformer2DModel with `layers` BasicTransformerBlocks: three stages (the blocks one kind, repeated).
+    linear: use_linear_projection (SD 2.x, SDXL): proj_in and proj_out are Linears on the tokens; matmul copies the
+    permuted view to flatten it, and saves that copy; the output's contiguous copy is read by the residual add only."""
+    if linear:
+        t2d_in_ops = [
+            {"op": "group_norm", "name": f"{name}.norm", "in": "x", "groups": "groups", "out": "n"},
+            {"op": "flatten_tokens", "in": "n", "out": "f"},  # permute(0, 2, 3, 1).reshape(B, H W, C): a view
+            {"op": "copy", "in": "f", "out": "fc"},           # matmul's contiguous copy of it
+            {"op": "linear", "name": f"{name}.proj_in", "in": "fc", "out_features": ch, "out": "tokens"},
+        ]
+    else:
+        t2d_in_ops = [
+            {"op": "group_norm", "name": f"{name}.norm", "in": "x", "groups": "groups", "out": "n"},
+            {"op": "conv2d", "name": f"{name}.proj_in", "in": "n", "out_channels": ch, "kernel": 1, "stride": 1, "out": "p"},
+            # permute(0, 2, 3, 1).reshape(B, H W, C): a view of proj_in's output, which norm1 reads
+            {"op": "flatten_tokens", "in": "p", "out": "tokens"},
+        ]
+    t2d_in = {"name": f"{name} (norm, proj_in)", "repeat": 1, "input": "x", "checkpoint": False, "ops": t2d_in_ops, "output": "tokens"}
+    # One block: its module path; several (a kind that repeats): the path without the block's index.
+    b = f"{name}.transformer_blocks.0" if layers == 1 else f"{name}.transformer_blocks"
+    block = {"name": b, "repeat": layers, "input": "h", "ops": [
         {"op": "layer_norm", "name": f"{b}.norm1", "in": "h", "out": "l1"},
         {"op": "linear", "name": f"{b}.attn1.to_q", "in": "l1", "out_features": ch, "bias": False, "out": "q"},
         {"op": "linear", "name": f"{b}.attn1.to_k", "in": "l1", "out_features": ch, "bias": False, "out": "k"},
@@ -120,142 +133,184 @@ def transformer(name, ch, heads, side, residual, carry_out=None):
         {"op": "linear", "name": f"{b}.ff.net.2", "in": "m", "out_features": ch, "out": "f"},
         {"op": "add", "in": ["f", "r2"], "out": "y"},
     ], "output": "y"}
-    t2d_out = {"name": f"{name} (proj_out)", "repeat": 1, "input": "y", "checkpoint": False, "ops": [
-        # reshape(B, H, W, C).permute(0, 3, 1, 2).contiguous(): a copy, which proj_out saves
-        {"op": "unflatten_tokens", "in": "y", "height": side, "out": "u"},
-        {"op": "copy", "in": "u", "out": "img"},
-        {"op": "conv2d", "name": f"{name}.proj_out", "in": "img", "out_channels": ch, "kernel": 1, "stride": 1, "out": "po"},
-        {"op": "add", "in": ["po", residual], "out": "out"},
-    ], "output": "out"}
+    if linear:
+        out_ops = [
+            {"op": "linear", "name": f"{name}.proj_out", "in": "y", "out_features": ch, "out": "po"},
+            # reshape(B, H, W, C).permute(0, 3, 1, 2).contiguous(): a copy, which the residual add reads
+            {"op": "unflatten_tokens", "in": "po", "height": side, "out": "u"},
+            {"op": "copy", "in": "u", "out": "img"},
+            {"op": "add", "in": ["img", residual], "out": "out"},
+        ]
+    else:
+        out_ops = [
+            # reshape(B, H, W, C).permute(0, 3, 1, 2).contiguous(): a copy, which proj_out saves
+            {"op": "unflatten_tokens", "in": "y", "height": side, "out": "u"},
+            {"op": "copy", "in": "u", "out": "img"},
+            {"op": "conv2d", "name": f"{name}.proj_out", "in": "img", "out_channels": ch, "kernel": 1, "stride": 1, "out": "po"},
+            {"op": "add", "in": ["po", residual], "out": "out"},
+        ]
+    t2d_out = {"name": f"{name} (proj_out)", "repeat": 1, "input": "y", "checkpoint": False, "ops": out_ops, "output": "out"}
     if carry_out:
         t2d_out["carry"] = ["out"]
         rename(t2d_out, "out", carry_out)
     return [t2d_in, block, t2d_out]
 
 
-def program():
-    stages = []
-    skips = ["skip0"]  # conv_in's output
-    n = 0
+# The two layouts. Per level: its channels' hyperparameter (a level that repeats the one before names the same one:
+# diffusers adds a conv_shortcut only where a resnet's channels change), its heads' hyperparameter, and the
+# transformer blocks per attention (0: no attention, a DownBlock2D / UpBlock2D).
+SD1 = {
+    "name": "sd_unet",
+    "title": "Stable Diffusion 1.x UNet (diffusers UNet2DConditionModel), trained on the noise-prediction loss",
+    "levels": [("ch0", "heads0", 1), ("ch1", "heads1", 1), ("ch2", "heads2", 1), ("ch2", "heads3", 0)],
+    "mid_heads": "heads3", "mid_layers": 1, "linear": False, "add_embedding": False,
+    "hyperparameters": {"resolution": 512, "vae_scale_factor": 8, "in_channels": 4, "out_channels": 4,
+                        "ch0": 320, "ch1": 640, "ch2": 1280, "heads0": 8, "heads1": 8, "heads2": 8, "heads3": 8,
+                        "groups": 32, "cross_attention_dim": 768, "text_tokens": 77},
+    # AutoencoderKL (stable-diffusion-v1-5/vae) and CLIPTextModel (CLIP ViT-L/14's text tower), in weight_dtype
+    "frozen": [("vae", 83653863, "compute"), ("text_encoder", 123060480, "compute")],
+    "source_extra": "examples/text_to_image/train_text_to_image.py and train_text_to_image_lora.py (the loss)",
+}
+SDXL = {
+    "name": "sdxl_unet",
+    "title": "Stable Diffusion XL UNet (diffusers UNet2DConditionModel, text_time conditioning), trained on the noise-prediction loss",
+    "levels": [("ch0", "heads0", 0), ("ch1", "heads1", "layers1"), ("ch2", "heads2", "layers2")],
+    "mid_heads": "heads2", "mid_layers": "layers2", "linear": True, "add_embedding": True,
+    "hyperparameters": {"resolution": 1024, "vae_scale_factor": 8, "in_channels": 4, "out_channels": 4,
+                        "ch0": 320, "ch1": 640, "ch2": 1280, "heads0": 5, "heads1": 10, "heads2": 20,
+                        "layers1": 2, "layers2": 10, "groups": 32, "cross_attention_dim": 2048, "text_tokens": 77,
+                        "addition_time_embed_dim": 256, "pooled_text_dim": 1280},
+    # The SDXL scripts keep the VAE in fp32 (its fp16 overflows; train_dreambooth_lora_sdxl.py, train_text_to_image_sdxl.py)
+    # and the two text encoders in weight_dtype: CLIPTextModel (123,060,480) and OpenCLIP ViT-bigG's
+    # CLIPTextModelWithProjection (text_encoder_2/config.json: hidden 1280, 32 layers, intermediate 5120, vocabulary
+    # 49,408, 77 positions, projection 1280 without bias: 694,659,840)
+    "frozen": [("vae", 83653863, "fp32"), ("text_encoder", 123060480, "compute"), ("text_encoder_2", 694659840, "compute")],
+    "source_extra": "examples/dreambooth/train_dreambooth_lora_sdxl.py and examples/text_to_image/train_text_to_image_sdxl.py (the loss, add_time_ids)",
+}
 
-    def next_skip():
+
+def program(v):
+    stages = []
+    skips = [("skip0", "ch0")]  # conv_in's output, with its channels
+    n = 0
+    levels = v["levels"]
+    linear = v["linear"]
+
+    def push(ch):
         nonlocal n
         n += 1
-        skips.append(f"skip{n}")
-        return skips[-1]
+        skips.append((f"skip{n}", ch))
+        return skips[-1][0]
 
-    # Down blocks: CrossAttnDownBlock2D x 3, DownBlock2D.
+    def side(level):
+        return f"side{level}"
+
+    # Down blocks: CrossAttnDownBlock2D where the level has attention, else DownBlock2D; no downsampler in the last.
     cin = "ch0"
-    for level in range(4):
-        ch, side = CH[level], SIDE[level]
+    for level, (ch, heads, layers) in enumerate(levels):
+        last = level == len(levels) - 1
         for i in range(2):
             name = f"down_blocks.{level}.resnets.{i}"
-            if level < 3:
+            if layers != 0:
                 res = f"d{level}r{i}_out"  # the attention's residual
-                stages.append(resnet(name, cin, ch, side, carry_out=res))
-                stages += transformer(f"down_blocks.{level}.attentions.{i}", ch, HEADS[level], side, res, carry_out=next_skip())
+                stages.append(resnet(name, cin, ch, side(level), carry_out=res))
+                stages += transformer(f"down_blocks.{level}.attentions.{i}", ch, heads, side(level), res, carry_out=push(ch),
+                                      linear=linear, layers=layers)
             else:
-                stages.append(resnet(name, cin, ch, side, carry_out=next_skip()))
+                stages.append(resnet(name, cin, ch, side(level), carry_out=push(ch)))
             cin = ch
-        if level < 3:
+        if not last:
             stages.append({"name": f"down_blocks.{level}.downsamplers.0", "repeat": 1, "input": "x", "checkpoint": False, "ops": [
-                {"op": "conv2d", "name": f"down_blocks.{level}.downsamplers.0.conv", "in": "x", "out_channels": ch, "kernel": 3, "stride": 2, "padding": 1, "out": next_skip()},
-            ], "output": skips[-1], "carry": [skips[-1]]})
+                {"op": "conv2d", "name": f"down_blocks.{level}.downsamplers.0.conv", "in": "x", "out_channels": ch, "kernel": 3, "stride": 2, "padding": 1, "out": push(ch)},
+            ], "output": skips[-1][0], "carry": [skips[-1][0]]})
 
     # Mid block: resnet (not checkpointed), attention, resnet.
-    stages.append(resnet("mid_block.resnets.0", "ch2", "ch2", "side3", checkpoint=False, carry_out="mid_r0_out"))
-    stages += transformer("mid_block.attentions.0", "ch2", "heads3", "side3", "mid_r0_out")
-    stages.append(resnet("mid_block.resnets.1", "ch2", "ch2", "side3"))
+    top = len(levels) - 1
+    ch_top = levels[top][0]
+    stages.append(resnet("mid_block.resnets.0", ch_top, ch_top, side(top), checkpoint=False, carry_out="mid_r0_out"))
+    stages += transformer("mid_block.attentions.0", ch_top, v["mid_heads"], side(top), "mid_r0_out", linear=linear,
+                          layers=v["mid_layers"])
+    stages.append(resnet("mid_block.resnets.1", ch_top, ch_top, side(top)))
 
-    # Up blocks: UpBlock2D, CrossAttnUpBlock2D x 3, from the deepest level; each resnet pops the last skip.
-    skip_channels = ["ch0"] + ["ch0", "ch0", "ch0"] + ["ch1", "ch1", "ch1"] + ["ch2", "ch2", "ch2"] + ["ch2", "ch2"]
-    prev = "ch2"
-    for u in range(4):
-        level = 3 - u
-        ch, side = CH[level], SIDE[level]
+    # Up blocks, from the deepest level; each resnet pops the last skip and concatenates it after the current tensor.
+    prev = ch_top
+    for u in range(len(levels)):
+        level = top - u
+        ch, heads, layers = levels[level]
         for i in range(3):
-            skip = skips.pop()
+            skip, skip_ch = skips.pop()
             name = f"up_blocks.{u}.resnets.{i}"
-            # in = prev (or ch) + skip channels (unet_2d_blocks.py: resnet_in_channels + res_skip_channels)
-            rin = prev if i == 0 else ch
-            cin = f"{rin} + {skip_channels[len(skips)]}"
-            if u == 0:
-                stages.append(resnet(name, cin, ch, side, skip=skip))
+            rin = prev if i == 0 else ch  # unet_2d_blocks.py: resnet_in_channels + res_skip_channels
+            cin = f"{rin} + {skip_ch}"
+            if layers == 0:
+                stages.append(resnet(name, cin, ch, side(level), skip=skip))
             else:
                 res = f"u{u}r{i}_out"
-                stages.append(resnet(name, cin, ch, side, skip=skip, carry_out=res))
-                stages += transformer(f"up_blocks.{u}.attentions.{i}", ch, HEADS[level], side, res)
+                stages.append(resnet(name, cin, ch, side(level), skip=skip, carry_out=res))
+                stages += transformer(f"up_blocks.{u}.attentions.{i}", ch, heads, side(level), res, linear=linear, layers=layers)
         prev = ch
-        if u < 3:
+        if u < len(levels) - 1:
             stages.append({"name": f"up_blocks.{u}.upsamplers.0", "repeat": 1, "input": "x", "checkpoint": False, "ops": [
                 {"op": "upsample_nearest", "in": "x", "scale": 2, "out": "up"},
                 {"op": "conv2d", "name": f"up_blocks.{u}.upsamplers.0.conv", "in": "up", "out_channels": ch, "kernel": 3, "stride": 1, "padding": 1, "out": "y"},
             ], "output": "y"})
     assert not skips, skips
 
+    hyper = dict(v["hyperparameters"])
+    frozen = []
+    for name, params, dtype in v["frozen"]:
+        hyper[f"{name}_params"] = params
+        hyper[f"{name}_on_gpu"] = 1
+        entry = {"name": name, "params": f"{name}_params", "when": f"{name}_on_gpu"}
+        if dtype != "compute":
+            entry["dtype"] = dtype
+        frozen.append(entry)
+    dims = {"side0": "resolution // vae_scale_factor"}
+    for level in range(1, len(levels)):
+        dims[f"side{level}"] = f"(side{level - 1} + 1) // 2"
+    dims["time_dim"] = "4 * ch0"
+    inputs = {
+        # The noisy latents, the noise (the target), the sinusoidal timestep projection (cast to the latents' dtype)
+        # and the text encoder's hidden states: all made on the GPU in the weights' dtype.
+        "latents": {"shape": ["in_channels", "side0", "side0"], "dtype": "compute"},
+        "noise": {"shape": ["out_channels", "side0", "side0"], "dtype": "compute"},
+        "t_emb": {"shape": [1, "ch0"], "dtype": "compute"},
+        "text": {"shape": ["text_tokens", "cross_attention_dim"], "dtype": "compute"},
+    }
+    emb_ops = [
+        {"op": "linear", "name": "time_embedding.linear_1", "in": "t_emb", "out_features": "time_dim", "out": "t1"},
+        {"op": "silu", "in": "t1", "out": "t2"},
+        {"op": "linear", "name": "time_embedding.linear_2", "in": "t2", "out_features": "time_dim", "out": "temb"},
+    ]
+    if v["add_embedding"]:
+        # text_time: the pooled text embeddings beside the six size and crop ids' sinusoidal projections
+        # (add_time_proj, 6 x addition_time_embed_dim), through add_embedding, added to the time embedding.
+        inputs["text_time"] = {"shape": [1, "pooled_text_dim + 6 * addition_time_embed_dim"], "dtype": "compute"}
+        emb_ops[-1]["out"] = "temb0"
+        emb_ops += [
+            {"op": "linear", "name": "add_embedding.linear_1", "in": "text_time", "out_features": "time_dim", "out": "a1"},
+            {"op": "silu", "in": "a1", "out": "a2"},
+            {"op": "linear", "name": "add_embedding.linear_2", "in": "a2", "out_features": "time_dim", "out": "aug"},
+            {"op": "add", "in": ["temb0", "aug"], "out": "temb"},
+        ]
+    emb_ops.append({"op": "conv2d", "name": "conv_in", "in": "latents", "out_channels": "ch0", "kernel": 3, "stride": 1, "padding": 1, "out": "skip0"})
     return {
         "memsim_architecture": 1,
-        "name": "sd_unet",
-        "title": "Stable Diffusion 1.x UNet (diffusers UNet2DConditionModel), trained on the noise-prediction loss",
+        "name": v["name"],
+        "title": v["title"],
         "source": "diffusers v0.36.0 src/diffusers/models/unets/unet_2d_condition.py, unet_2d_blocks.py, resnet.py, "
                   "transformers/transformer_2d.py, attention.py, attention_processor.py (AttnProcessor2_0), "
-                  "activations.py (GEGLU), downsampling.py, upsampling.py; checkpoint units as from v0.20; "
-                  "examples/text_to_image/train_text_to_image.py and train_text_to_image_lora.py (the loss). "
-                  "docs/research/diffusion-unet.md. Generated by tools/programs/sd_unet.py",
+                  "activations.py (GEGLU), downsampling.py, upsampling.py; checkpoint units as from v0.20; " + v["source_extra"] +
+                  ". docs/research/diffusion-unet.md. Generated by tools/programs/sd_unet.py",
         "lora_targets": "to_k,to_q,to_v,to_out.0",
         "model_types": [],
-        "hyperparameters": {
-            "resolution": 512,
-            "vae_scale_factor": 8,
-            "in_channels": 4,
-            "out_channels": 4,
-            "ch0": 320,
-            "ch1": 640,
-            "ch2": 1280,
-            "heads0": 8,
-            "heads1": 8,
-            "heads2": 8,
-            "heads3": 8,
-            "groups": 32,
-            "cross_attention_dim": 768,
-            "text_tokens": 77,
-            # The frozen models the training scripts keep on the GPU in weight_dtype to encode each batch:
-            # AutoencoderKL (stable-diffusion-v1-5/vae, 83,653,863) and CLIPTextModel (ViT-L/14's text tower,
-            # 123,060,480). 0: latents or text embeddings cached before training (the model not on the GPU).
-            "vae_params": 83653863,
-            "text_encoder_params": 123060480,
-            "vae_on_gpu": 1,
-            "text_encoder_on_gpu": 1,
-        },
-        "frozen_modules": [
-            {"name": "vae", "params": "vae_params", "when": "vae_on_gpu"},
-            {"name": "text_encoder", "params": "text_encoder_params", "when": "text_encoder_on_gpu"},
-        ],
-        "dims": {
-            "side0": "resolution // vae_scale_factor",
-            "side1": "(side0 + 1) // 2",
-            "side2": "(side1 + 1) // 2",
-            "side3": "(side2 + 1) // 2",
-            "time_dim": "4 * ch0",
-        },
-        "inputs": {
-            # The noisy latents, the noise (the target), the sinusoidal timestep projection (cast to the latents'
-            # dtype) and the text encoder's hidden states: all made on the GPU in the weights' dtype.
-            "latents": {"shape": ["in_channels", "side0", "side0"], "dtype": "compute"},
-            "noise": {"shape": ["out_channels", "side0", "side0"], "dtype": "compute"},
-            "t_emb": {"shape": [1, "ch0"], "dtype": "compute"},
-            "text": {"shape": ["text_tokens", "cross_attention_dim"], "dtype": "compute"},
-        },
-        "embeddings": {
-            "ops": [
-                {"op": "linear", "name": "time_embedding.linear_1", "in": "t_emb", "out_features": "time_dim", "out": "t1"},
-                {"op": "silu", "in": "t1", "out": "t2"},
-                {"op": "linear", "name": "time_embedding.linear_2", "in": "t2", "out_features": "time_dim", "out": "temb"},
-                {"op": "conv2d", "name": "conv_in", "in": "latents", "out_channels": "ch0", "kernel": 3, "stride": 1, "padding": 1, "out": "skip0"},
-            ],
-            "output": "skip0",
-            "carry": ["temb", "skip0"],
-        },
+        "hyperparameters": hyper,
+        # The frozen models the training scripts keep on the GPU to encode each batch; a model's _on_gpu = 0: its
+        # outputs cached before training (latents, text embeddings), the model not on the GPU.
+        "frozen_modules": frozen,
+        "dims": dims,
+        "inputs": inputs,
+        "embeddings": {"ops": emb_ops, "output": "skip0", "carry": ["temb", "skip0"]},
         "blocks": stages,
         "head": {
             "input": "x",
@@ -270,15 +325,20 @@ def program():
 
 
 def main():
-    text = json.dumps(program(), indent=1) + "\n"
-    if "--check" in sys.argv:
-        with open(OUT) as f:
-            if f.read() != text:
-                print("sd_unet.json differs from tools/programs/sd_unet.py's output; run it", file=sys.stderr)
-                sys.exit(1)
-        return
-    with open(OUT, "w") as f:
-        f.write(text)
+    stale = []
+    for v in (SD1, SDXL):
+        text = json.dumps(program(v), indent=1) + "\n"
+        path = os.path.join(OUT_DIR, v["name"] + ".json")
+        if "--check" in sys.argv:
+            with open(path) as f:
+                if f.read() != text:
+                    stale.append(v["name"])
+            continue
+        with open(path, "w") as f:
+            f.write(text)
+    if stale:
+        print("%s differ from tools/programs/sd_unet.py's output; run it" % ", ".join(stale), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
