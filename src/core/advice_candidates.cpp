@@ -527,6 +527,41 @@ void job_changes(const Config& base, Adder& add) {
 
 }  // namespace
 
+// A model program's frozen modules (a diffusion model's VAE and text encoders) whose outputs the scripts can cache
+// before training (diffusers' --cache_latents, precomputed embeddings), and training.ema kept off the GPU.
+void program_changes(const Config& base, Adder& add) {
+  const auto& t = base.training;
+  if (t.ema == "gpu" || t.ema == "gpu_foreach") {
+    Config c = base;
+    c.training.ema = "cpu";
+    add(G::SameJob, 1, "ema_cpu", "EMA copy in host memory (--offload_ema)",
+        "the same training; the copy moves to the GPU for each update and back, a transfer of the whole copy per step", c);
+  }
+  if (t.ema == "gpu_foreach") {
+    Config c = base;
+    c.training.ema = "gpu";
+    add(G::SameJob, 0, "ema_per_parameter", "EMA updated one parameter at a time (no --foreach_ema)",
+        "the same training; the update loops over the parameters, a little slower", c);
+  }
+  if (base.model.architecture.empty()) return;
+  std::shared_ptr<const Architecture> a;
+  if (!decode_architecture(base.model.architecture, base.model.architecture_args, a).empty() || !a) return;
+  for (const auto& f : a->frozen_modules) {
+    if (f.when.empty()) continue;
+    double fallback = 1;
+    for (const auto& [k, v] : a->defaults)
+      if (k == f.when) fallback = v;
+    Config c = base;
+    c.model.architecture_args = set_architecture_arg(base.model.architecture_args, f.when, 0, fallback);
+    const bool vae = f.name.find("vae") != std::string::npos;
+    add(G::SameJob, 0, "frozen_off_" + f.name, std::string(vae ? "Cache the latents" : "Precompute the text embeddings") + " (" + f.name + " off the GPU)",
+        std::string("the same training on ") + (vae ? "latents" : "embeddings") + " made once before it (diffusers' " +
+            (vae ? "--cache_latents" : "precomputed embeddings") + "): the " + f.name +
+            " leaves the GPU; " + (vae ? "a random crop or flip no longer varies per epoch" : "captions no longer vary per step (caption dropout, shuffled tags)") +
+            ", and the cache needs host memory or disk", c);
+  }
+}
+
 std::vector<Suggestion> suggestion_candidates(const Config& base, bool same_job_only) {
   std::vector<Suggestion> out;
   Adder add{out, same_job_only};
@@ -536,6 +571,7 @@ std::vector<Suggestion> suggestion_candidates(const Config& base, bool same_job_
   sharding_changes(base, rs, add);
   layout_changes(base, rs, add);
   kernel_and_stack_changes(base, rs, add);
+  program_changes(base, add);
   if (!same_job_only) {
     hardware_changes(base, rs, add);
     job_changes(base, add);

@@ -587,7 +587,8 @@ class Decoder {
       if (m.contains("when") && !value(m["when"], where + ".when", when)) return;
       int64_t params = 0;
       if (!dim(m["params"], where + ".params", params, 0)) return;
-      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params, fp32});
+      const std::string when_name = m.contains("when") && m["when"].is_string() && valid_name(m["when"].get<std::string>()) ? m["when"].get<std::string>() : "";
+      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params, fp32, when_name});
     }
   }
 

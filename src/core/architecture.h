@@ -178,6 +178,7 @@ struct FrozenModule {
   std::string name;
   int64_t params = 0;
   bool fp32 = false;  // "dtype": "fp32" (the SDXL scripts' VAE), else the compute dtype
+  std::string when;   // the hyperparameter its "when" names (vae_on_gpu), where it names one: 0 takes it off the GPU
 };
 
 struct Architecture {

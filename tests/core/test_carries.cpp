@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/advice.h"
 #include "core/architecture.h"
 #include "core/simulate.h"
 #include "core/validate.h"
@@ -379,5 +380,30 @@ TEST_CASE("sdxl_unet: SDXL's exact count, its LoRA's closed form, the fp32 VAE b
   // A frozen module's dtype is compute or fp32.
   CHECK(first_error(program_edited("sdxl_unet", [](auto& j) { j["frozen_modules"][0]["dtype"] = "int8"; })) ==
         "model.architecture: frozen_modules[0].dtype: must be compute (the weights' dtype the scripts cast it to) or fp32");
+}
+
+TEST_CASE("What helps for a diffusion UNet: cache the latents, precompute the embeddings, keep the EMA on the host", "[architecture]") {
+  Config c;
+  c.model.architecture = "sdxl_unet";
+  c.training.framework = "hf_loop";
+  c.training.precision = "amp_fp16";
+  c.training.ema = "gpu_foreach";
+  c.peft.method = "none";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  std::set<std::string> ids;
+  std::string vae_args;
+  for (const auto& s : suggestion_candidates(c)) {
+    ids.insert(s.id);
+    if (s.id == "frozen_off_vae") vae_args = s.config.model.architecture_args;
+  }
+  for (const char* id : {"frozen_off_vae", "frozen_off_text_encoder", "frozen_off_text_encoder_2", "ema_cpu", "ema_per_parameter"}) {
+    INFO(id);
+    CHECK(ids.count(id) == 1);
+  }
+  CHECK(vae_args == "vae_on_gpu=0");
+  // A built-in family has no frozen modules; without EMA there is nothing to move.
+  Config llm;
+  for (const auto& s : suggestion_candidates(llm)) CHECK(s.id.rfind("frozen_off_", 0) != 0);
 }
 
