@@ -74,7 +74,8 @@ std::vector<std::pair<Axis, Axis>> axis_pairs() {
   };
 }
 
-// A model program's sequence is its inputs' shape: where the program has an image size (image_size, img_size), the
+// A model program's sequence is its inputs' shape: where the program has an image size (image_size, img_size, a
+// diffusion UNet's resolution), the
 // first pair's second axis is that instead of the sequence length. Worked out once per program.
 struct ImageAxis {
   std::string spec, key;
@@ -88,18 +89,23 @@ const ImageAxis& image_axis(const ModelConfig& m) {
     decode_architecture(m.architecture, "", plain);
     if (plain)
       for (const auto& [name, value] : plain->defaults)
-        if (name == "image_size" || name == "img_size") cached.key = name, cached.default_size = value;
+        if (name == "image_size" || name == "img_size" || name == "resolution") cached.key = name, cached.default_size = value;
   }
   return cached;
 }
 
 Axis image_size_axis(const ImageAxis& ia) {
-  static const std::vector<int64_t> sizes = {128, 224, 256, 384, 448, 512, 768};
+  // A classifier's input sizes; a diffusion UNet's training resolutions (its resolution argument, 512 and 1024 px
+  // the SD 1.x and SDXL defaults).
+  static const std::vector<int64_t> classifier = {128, 224, 256, 384, 448, 512, 768};
+  static const std::vector<int64_t> diffusion = {256, 384, 512, 640, 768, 1024, 1280};
+  const std::vector<int64_t>& sizes = ia.key == "resolution" ? diffusion : classifier;
   std::vector<std::string> labels;
   for (int64_t s : sizes) labels.push_back(std::to_string(s));
-  return {"image size", labels, [ia](Config& c, size_t i) {
+  const std::vector<int64_t>* list = &sizes;  // a static table
+  return {"image size", labels, [ia, list](Config& c, size_t i) {
             c.model.architecture_args = set_architecture_arg(c.model.architecture_args, ia.key,
-                                                             static_cast<double>(sizes[i]), ia.default_size);
+                                                             static_cast<double>((*list)[i]), ia.default_size);
           }};
 }
 
