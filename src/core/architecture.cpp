@@ -431,6 +431,11 @@ class Decoder {
       if (c.last_reader <= c.producer) error("carry", "\"" + c.name + "\" is carried but no later stage reads it");
     for (size_t t = 0; t < a.inputs.size(); ++t)
       if (!input_read_[t]) error("inputs." + a.inputs[t].name, "is never read by any stage");
+    // Each tensor of each stage kind gets up to three timeline labels (its output, gradient and cast), and a step's
+    // labels are 16-bit: a bound on the tensors of all the stages keeps them apart.
+    size_t tensors = 0;
+    for (const ArchStage* st : a.stages()) tensors += st->tensors.size();
+    if (tensors > 16384) error("blocks", "hold " + std::to_string(tensors) + " tensors in all their kinds; a program has at most 16,384");
     if (a.head.ops.size() > 0 && a.head.ops.back().kind == OpKind::MseLoss) a.label_bytes = 0;  // its target is an input
     if (!errors_.empty()) return;
     const bool image = emb_out.shape.size() == 3;
@@ -628,6 +633,8 @@ class Decoder {
         return error(kw, "\"" + n + "\" is a view, an in-place result or a parameter (" + op_name(op.kind) + "); carry a tensor an op makes anew");
       for (const auto& c : arch_->carries)
         if (c.name == n) return error(kw, "\"" + n + "\" is carried by an earlier stage already; carry names are unique in a program");
+      for (const auto& in : arch_->inputs)
+        if (in.name == n) return error(kw, "\"" + n + "\" is the name of a program input, which later stages read by that name; rename the carry");
       ArchCarry c;
       c.name = n, c.tensor = s.tensors[t], c.producer = stage_position_;
       s.exports.push_back({t, static_cast<int32_t>(arch_->carries.size())});

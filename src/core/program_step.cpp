@@ -769,10 +769,13 @@ void StepBuilder::forward_program(InFlight& f) {
   SavedLayer& pre = f.program_pre;
   pre = {};
   carry_.assign(a.carries.size(), CarryState{});
-  // The carries whose last reader is stage `at` (-1 the embeddings, L the head) may go once it has run.
-  auto read_by = [&](int64_t at) {
+  // The carries whose last reader is stage `at` (-1 the embeddings, L the head) or before may go once it has run,
+  // except the one the stage passes on as the next one's input (its output a view of it): that one waits for the
+  // next stage.
+  auto read_by = [&](int64_t at, int32_t passed_on) {
     for (size_t c = 0; c < a.carries.size(); ++c)
-      if (a.carries[c].last_reader == at) carry_[c].read = true, settle_carry(static_cast<int32_t>(c));
+      if (a.carries[c].last_reader <= at && !carry_[c].read && static_cast<int32_t>(c) != passed_on)
+        carry_[c].read = true, settle_carry(static_cast<int32_t>(c));
   };
   uint32_t res = program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, pre, false, f.inputs);
   int32_t in_carry = output_carry_;
@@ -807,7 +810,7 @@ void StepBuilder::forward_program(InFlight& f) {
       res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, true, f.inputs, in_carry);
     }
     in_carry = output_carry_;
-    read_by(l);
+    read_by(l, in_carry);
     const ProgramPlan blk = plan_program(ProgramStage::Block, li, req, bytes);
     req = blk.req[a.block_of(l).output];
     bytes = blk.bytes[a.block_of(l).output];
@@ -822,7 +825,7 @@ void StepBuilder::forward_program(InFlight& f) {
   post = {};
   f.loss_saved.clear();
   f.loss_saved.push_back(program_forward(ProgramStage::Head, static_cast<int32_t>(L), res, req, bytes, post, true, f.inputs, in_carry));
-  read_by(L);
+  read_by(L, -1);
   f.carry = std::move(carry_);
   carry_.clear();
   if (embedding_units()) for (uint32_t g : gathered) drop(g);
@@ -870,9 +873,11 @@ void StepBuilder::backward_program(InFlight& f) {
       const uint32_t out = program_forward(ProgramStage::Block, li, in, req, bytes, re, false, f.inputs, in_carry);
       program_recompute_ = false;
       const bool reentrant = resolved_.checkpoint_reentrant;
-      if (!reentrant) drop(out);
+      // (A block whose output is a view of its input recomputes no tensor of its own: nothing to drop.)
+      const bool own_out = out != in;
+      if (!reentrant && own_out) drop(out);
       const uint32_t din = program_backward(ProgramStage::Block, li, dres, req, bytes, re, in_carry);
-      if (reentrant) drop(out);
+      if (reentrant && own_out) drop(out);
       dres = din;
       if (in_carry < 0) drop(in);
       sv.attn.clear(), sv.ops.clear();

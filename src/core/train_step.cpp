@@ -286,11 +286,12 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   for (int64_t k = 0; k < receiving * (gas - mbs); ++k)
     pipeline_.input_grads.push_back(program_.alloc(Component::Communication, mul(dims_.e_res, dims_.Tn, dims_.h), labels_.p2p, -1));
   optimizer_step(iter);
-  ema_update(iter);
   // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
   // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.
+  // diffusers updates its EMA copy after optimizer.zero_grad() (train_text_to_image.py: ema_unet.step once
+  // sync_gradients), so the update's temporaries meet no gradients.
   program_.phase("zero_grad " + std::to_string(iter));
-  if (!resolved_.zero_grad_set_to_none) return;
+  if (!resolved_.zero_grad_set_to_none) return ema_update(iter);
   for (size_t slot = 0; slot < grads_.size(); ++slot) {
     for (uint32_t g : grads_[slot]) drop(g);
     grads_[slot].clear();
@@ -302,6 +303,7 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   fsdp_.grad_shards.clear();
   fsdp_.grad_shard_made.assign(fsdp_.grad_shard_made.size(), false);
   grads_live_ = false;
+  ema_update(iter);
 }
 
 StepProgram StepBuilder::build() {

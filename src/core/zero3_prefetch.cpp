@@ -50,6 +50,7 @@ void Zero3Prefetch::fetch(Host& host, int64_t slot, bool backward, int64_t max_l
       const int64_t next = window_.empty() ? slot + dir : window_.back().slot + dir;
       if (!in_trace(next)) break;
       window_.push_back({next, 0, {}, 0});
+      continue;  // (a module without parameters, a model program's concatenation: the check above moves past it)
     }
     Slot& w = window_.back();
     const ParamTensor& t = host.params(w.slot)[w.next_param++];

@@ -151,7 +151,7 @@ TEST_CASE("simulation speed") {
   vlm.peft.target_modules = "all-linear";
   vlm.data.padding = "max_length";
   BENCHMARK("Qwen2.5-VL-7B LoRA, 2 x 1080p images, 4,096 tokens, one GPU") { return simulate(vlm).devices.size(); };
-  // A diffusion UNet (sd_unet, 76 stages with carries): the SD 1.5 preset under diffusers' LoRA recipe (rank 4 on the
+  // A diffusion UNet (sd_unet, 88 stages with carries): the SD 1.5 preset under diffusers' LoRA recipe (rank 4 on the
   // attentions' four linears, fp16 weights under autocast), 512 px, batch 4, the 114 KB program decoded every time.
   Config unet;
   unet.model = find_model_preset("stable-diffusion-v1-5")->model;
@@ -165,7 +165,7 @@ TEST_CASE("simulation speed") {
   unet.peft.lora_rank = 4;
   unet.peft.target_modules = "to_k,to_q,to_v,to_out.0";
   BENCHMARK("Stable Diffusion 1.5 UNet LoRA, 512 px, batch 4, one GPU") { return simulate(unet).devices.size(); };
-  // SDXL's (113 stages, 10-block transformer kinds) as its DreamBooth LoRA README runs it: 1024 px, checkpointing.
+  // SDXL's (122 stages, 10-block transformer kinds) as its DreamBooth LoRA README runs it: 1024 px, checkpointing.
   Config xl = unet;
   xl.model = find_model_preset("stable-diffusion-xl-base-1.0")->model;
   xl.training.micro_batch_size = 1;

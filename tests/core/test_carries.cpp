@@ -343,7 +343,7 @@ TEST_CASE("sdxl_unet: SDXL's exact count, its LoRA's closed form, the fp32 VAE b
   std::shared_ptr<const Architecture> a;
   REQUIRE(decode_architecture("sdxl_unet", "", a).empty());
   CHECK(a->tokens == 128 * 128);  // 1024 px through the VAE's factor 8
-  CHECK(a->repeat == 113);        // 10- and 2-block transformer kinds repeat
+  CHECK(a->repeat == 122);        // 10- and 2-block transformer kinds repeat
   REQUIRE(a->frozen_modules.size() == 3);
   CHECK(a->frozen_modules[0].fp32);  // the VAE, fp32 in the SDXL scripts
   CHECK(!a->frozen_modules[2].fp32);
@@ -405,5 +405,47 @@ TEST_CASE("What helps for a diffusion UNet: cache the latents, precompute the em
   // A built-in family has no frozen modules; without EMA there is nothing to move.
   Config llm;
   for (const auto& s : suggestion_candidates(llm)) CHECK(s.id.rfind("frozen_off_", 0) != 0);
+}
+
+TEST_CASE("carries: review findings stay fixed (a view of a carry passed on, names, EMA after zero_grad)", "[architecture]") {
+  auto edited = [](auto&& edit) {
+    auto j = nlohmann::ordered_json::parse(kToyUnet);
+    edit(j);
+    return j.dump();
+  };
+  // A first block that passes its input on as a view (flatten, then unflatten): the carry h0 is that block's input
+  // and, through the view, the next block's; nothing later reads it by name.
+  const std::string passthrough = edited([](auto& j) {
+    nlohmann::ordered_json view = {{"name", "view"}, {"repeat", 1}, {"input", "x"}, {"ops", {
+        {{"op", "flatten_tokens"}, {"in", "x"}, {"out", "f"}},
+        {{"op", "unflatten_tokens"}, {"in", "f"}, {"height", "latent"}, {"out", "u"}}}}, {"output", "u"}};
+    j["blocks"].insert(j["blocks"].begin(), view);
+    j["blocks"][4]["ops"][3] = {{"op", "copy"}, {"in", "c1"}, {"out", "cat2"}};
+  });
+  REQUIRE(first_error(passthrough).empty());
+  for (const char* ckpt : {"none", "full"}) {
+    Config c = toy_config("amp_bf16", ckpt, "none");
+    c.model.architecture = passthrough;
+    REQUIRE(validate(c).empty());
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    INFO(ckpt);
+    CHECK(ledger_problem(r.devices[0].program).empty());
+  }
+  // A carry may not take a program input's name (later stages would read the input).
+  CHECK(first_error(edited([](auto& j) { j["blocks"][0]["ops"][9]["out"] = "noise"; j["blocks"][0]["output"] = "noise"; j["blocks"][0]["carry"] = {"noise"}; }))
+            .find("\"noise\" is the name of a program input") != std::string::npos);
+  // fp16 weights under autocast train only adapters: accelerate's GradScaler refuses fp16 gradients.
+  Config full = toy_config("fp16_autocast", "none", "none");
+  bool refused = false;
+  for (const auto& e : validate(full)) refused |= e.field == "training.precision";
+  CHECK(refused);
+  // diffusers' EMA update runs after zero_grad: no gradient is live when it starts.
+  Config ema = toy_config("amp_bf16", "none", "none");
+  ema.training.ema = "gpu_foreach";
+  const Result r = simulate(ema);
+  REQUIRE(r.ok);
+  CHECK(live_bytes_before_phase(r.devices[0].program, "EMA update 1", Component::Gradients) == 0);
+  CHECK(live_bytes_before_phase(r.devices[0].program, "EMA update 1", Component::OtherModels) > 0);
 }
 

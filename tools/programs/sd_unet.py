@@ -3,18 +3,19 @@
 (diffusers UNet2DConditionModel) as memsim model programs.
 
 Each program has a fixed layout of stages (SD 1.x: 4 levels, 2 layers per block, one transformer block per
-attention, 76 stages; SDXL: 3 levels, no attention in the first, 2 and 10 transformer blocks per attention, linear
+attention, 88 stages; SDXL: 3 levels, no attention in the first, 2 and 10 transformer blocks per attention, linear
 projections and the text_time add_embedding), so they are generated rather than written by hand; the channel
 counts, heads, text width and resolution stay hyperparameters. What each stage does, and why, is in docs/research/diffusion-unet.md (diffusers v0.36.0):
 
 - a ResnetBlock2D is one stage, checkpointable (diffusers checkpoints each resnet, v0.20 on), except the mid
-  block's first resnet, which diffusers runs outside any checkpoint;
+  block's first resnet, which diffusers runs outside any checkpoint; an up resnet's concatenation of its skip is a
+  stage of its own before it, outside the checkpoint;
 - a Transformer2DModel is three stages: its GroupNorm, proj_in and the token view (never checkpointed); each
   BasicTransformerBlock (checkpointed, as diffusers does from v0.20); the contiguous copy, proj_out and the
   residual add (never checkpointed);
 - Downsample2D and Upsample2D are stages of their own, never checkpointed;
 - the skips (conv_in's output, each down resnet's or attention's output, each downsampler's) are carries that
-  the up path's resnets concatenate, the last pushed first (unet_2d_condition.py: down_block_res_samples);
+  the up path concatenates before each resnet, the last pushed first (unet_2d_condition.py: down_block_res_samples);
 - temb (the time embedding) is a carry every resnet reads; the text embeddings an input every attn2 reads.
 
 Usage: python3 tools/programs/sd_unet.py [--check]   (--check: exit 1 if a checked-in file differs)
@@ -34,14 +35,11 @@ HEADS = ["heads0", "heads1", "heads2", "heads3"]
 SIDE = ["side0", "side1", "side2", "side3"]  # the latent's side at each level
 
 
-def resnet(name, cin, cout, side, skip=None, checkpoint=True, carry_out=None):
+def resnet(name, cin, cout, side, checkpoint=True, carry_out=None):
     """diffusers ResnetBlock2D (models/resnet.py): norm1, SiLU, conv1, + time_emb_proj(SiLU(temb)), norm2, SiLU,
     dropout (p 0: its input), conv2, (conv_shortcut where cin != cout), (x + h) / output_scale_factor."""
     ops = []
     x = "x"
-    if skip is not None:  # an up block's torch.cat([hidden_states, res_hidden_states], dim=1)
-        ops.append({"op": "concat", "in": ["x", skip], "axis": "channels", "out": "cat"})
-        x = "cat"
     ops += [
         {"op": "group_norm", "name": f"{name}.norm1", "in": x, "groups": "groups", "out": "n1"},
         {"op": "silu", "in": "n1", "out": "a1"},
@@ -242,11 +240,16 @@ def program(v):
             name = f"up_blocks.{u}.resnets.{i}"
             rin = prev if i == 0 else ch  # unet_2d_blocks.py: resnet_in_channels + res_skip_channels
             cin = f"{rin} + {skip_ch}"
+            # torch.cat([hidden_states, res_hidden_states], dim=1) runs in the up block's forward, outside the
+            # resnet's checkpoint, which keeps the concatenated tensor (cat itself saves nothing).
+            stages.append({"name": f"{name} (cat)", "repeat": 1, "input": "x", "checkpoint": False, "ops": [
+                {"op": "concat", "in": ["x", skip], "axis": "channels", "out": "cat"},
+            ], "output": "cat"})
             if layers == 0:
-                stages.append(resnet(name, cin, ch, side(level), skip=skip))
+                stages.append(resnet(name, cin, ch, side(level)))
             else:
                 res = f"u{u}r{i}_out"
-                stages.append(resnet(name, cin, ch, side(level), skip=skip, carry_out=res))
+                stages.append(resnet(name, cin, ch, side(level), carry_out=res))
                 stages += transformer(f"up_blocks.{u}.attentions.{i}", ch, heads, side(level), res, linear=linear, layers=layers)
         prev = ch
         if u < len(levels) - 1:
