@@ -592,6 +592,8 @@ class Decoder {
       if (m.contains("when") && !value(m["when"], where + ".when", when)) return;
       int64_t params = 0;
       if (!dim(m["params"], where + ".params", params, 0)) return;
+      for (const auto& f : a.frozen_modules)
+        if (f.name == m["name"].get<std::string>()) return error(where + ".name", "\"" + f.name + "\" names an earlier frozen module; names are unique");
       const std::string when_name = m.contains("when") && m["when"].is_string() && valid_name(m["when"].get<std::string>()) ? m["when"].get<std::string>() : "";
       if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params, fp32, when_name});
     }

@@ -782,9 +782,10 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
     e.push_back({field, msg});
   }
   if (!tower) return;
-  if (!tower->carries.empty() || tower->label_bytes == 0) {
-    e.push_back({"model.vision_tower", "model.vision_tower: a tower's program passes one tensor from stage to stage and ends in no loss; " +
-                                           tower->name + " carries tensors between stages or has an mse_loss head"});
+  if (!tower->carries.empty() || tower->label_bytes == 0 || !tower->frozen_modules.empty()) {
+    e.push_back({"model.vision_tower", "model.vision_tower: a tower's program passes one tensor from stage to stage, ends in no loss and "
+                                           "has no frozen modules of its own; " + tower->name + " carries tensors between stages, has an "
+                                           "mse_loss head or frozen modules"});
     return;
   }
   const auto& types = tower->model_types;
