@@ -229,12 +229,13 @@ class Decoder {
     arch_ = &a;
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower",
-                                 "frozen_modules"};
+                                 "frozen_modules", "frozen_forward"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, hf_keys, timm_models, "
-                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower, frozen_modules");
+                           "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower, frozen_modules, "
+                           "frozen_forward");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -407,7 +408,13 @@ class Decoder {
     if (a.repeat < 1) return error("blocks", "run no block: at least one kind needs a repeat of 1 or more");
     if (p.contains("vision_tower")) tower(p["vision_tower"], received, a);
     if (!errors_.empty()) return;
-    if (!p.contains("head") && a.tower.declared) {
+    if (p.contains("frozen_forward")) {
+      if (!p["frozen_forward"].is_boolean()) return error("frozen_forward", "must be true or false");
+      a.frozen_forward = p["frozen_forward"].get<bool>();
+      if (a.frozen_forward && (p.contains("head") || a.tower.declared || !a.carries.empty() || !a.frozen_modules.empty()))
+        return error("frozen_forward", "a frozen module's forward has no head, vision_tower, carries or frozen modules of its own");
+    }
+    if (!p.contains("head") && (a.tower.declared || a.frozen_forward)) {
       // A tower-only program: its last block's output is what a vision-language model's projector reads.
     } else {
       if (!p.contains("head") || !p["head"].is_object()) return error("head", "must be an object with \"ops\"");
@@ -582,7 +589,8 @@ class Decoder {
       if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !valid_name(m["name"].get<std::string>()) || !m.contains("params"))
         return error(where, "must be an object with a name (letters, digits and _) and params (a count or an expression)");
       for (const auto& [k, v] : m.items())
-        if (k != "name" && k != "params" && k != "when" && k != "dtype") error(where + "." + k, "is not a key of a frozen module; allowed: name, params, when, dtype");
+        if (k != "name" && k != "params" && k != "when" && k != "dtype" && k != "forward")
+          error(where + "." + k, "is not a key of a frozen module; allowed: name, params, when, dtype, forward");
       bool fp32 = false;
       if (m.contains("dtype")) {
         if (m["dtype"] == "fp32") fp32 = true;
@@ -595,7 +603,28 @@ class Decoder {
       for (const auto& f : a.frozen_modules)
         if (f.name == m["name"].get<std::string>()) return error(where + ".name", "\"" + f.name + "\" names an earlier frozen module; names are unique");
       const std::string when_name = m.contains("when") && m["when"].is_string() && valid_name(m["when"].get<std::string>()) ? m["when"].get<std::string>() : "";
-      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params, fp32, when_name});
+      std::shared_ptr<const Architecture> forward;
+      if (when != 0 && m.contains("forward")) {
+        // {"program": a built-in frozen_forward program, "args": {its hyperparameter: an expression over this one's}}
+        const ojson& fw = m["forward"];
+        if (!fw.is_object() || !fw.contains("program") || !fw["program"].is_string() || !valid_name(fw["program"].get<std::string>()))
+          return error(where + ".forward", "must be an object with a built-in program's name (program) and its args");
+        std::string args;
+        if (fw.contains("args")) {
+          if (!fw["args"].is_object()) return error(where + ".forward.args", "must be an object: the program's hyperparameter -> an expression");
+          for (const auto& [k, v] : fw["args"].items()) {
+            double d = 0;
+            if (!value(v, where + ".forward.args." + k, d)) return;
+            args += (args.empty() ? "" : ",") + k + "=" + number(d);
+          }
+        }
+        const std::string prog = fw["program"].get<std::string>();
+        if (builtin_architecture(prog).empty()) return error(where + ".forward.program", "\"" + prog.substr(0, 40) + "\" is not a built-in program");
+        const auto errs = decode_architecture(prog, args, forward);
+        if (!errs.empty()) return error(where + ".forward", "the program " + prog + " does not hold with " + args + ": " + errs.front().message);
+        if (!forward->frozen_forward) return error(where + ".forward.program", prog + " is not a frozen module's forward (frozen_forward)");
+      }
+      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params, fp32, when_name, forward});
     }
   }
 

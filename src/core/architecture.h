@@ -179,11 +179,16 @@ struct FrozenModule {
   int64_t params = 0;
   bool fp32 = false;  // "dtype": "fp32" (the SDXL scripts' VAE), else the compute dtype
   std::string when;   // the hyperparameter its "when" names (vae_on_gpu), where it names one: 0 takes it off the GPU
+  // The program its no-grad forward runs each micro-batch before the model's (the VAE encoding the batch's images:
+  // "forward": {"program": "sd_vae_encoder", "args": {"resolution": "resolution"}}), decoded with its arguments; null
+  // where it declares none (its transients are then not modelled).
+  std::shared_ptr<const struct Architecture> forward;
 };
 
 struct Architecture {
   std::string name, title, source;
   std::vector<FrozenModule> frozen_modules;   // those present (their "when" holds)
+  bool frozen_forward = false;                // "frozen_forward": a frozen module's forward (no head, no loss)
   TowerSpec tower;                            // "vision_tower": its use as a tower; a tower-only program has no head
   std::vector<std::string> model_types;       // HF model_type values this program reads (config.json import)
   std::string lora_targets;                   // LoRA's default target_modules for the family (PEFT's mapping)

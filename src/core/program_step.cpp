@@ -38,7 +38,9 @@ bool contains(const std::vector<uint32_t>& v, uint32_t x) { return std::find(v.b
 }  // namespace
 
 // The program being run: the model's, or a vision-language model's tower (vision_step.cpp) while it runs.
-const Architecture& StepBuilder::running_program() const { return in_tower_ ? *shape_.vision_tower : *shape_.program; }
+const Architecture& StepBuilder::running_program() const {
+  return frozen_run_ ? *frozen_run_ : in_tower_ ? *shape_.vision_tower : *shape_.program;
+}
 
 int64_t StepBuilder::input_dtype_bytes(InputDtype d) const {
   return d == InputDtype::Compute ? dims_.e : d == InputDtype::Int64 ? 8 : 4;
@@ -50,6 +52,8 @@ const ArchStage& StepBuilder::program_stage(ProgramStage st, int32_t layer) cons
 }
 
 const std::vector<ParamTensor>& StepBuilder::program_params(ProgramStage st, int32_t layer) const {
+  static const std::vector<ParamTensor> none;  // a frozen module's forward: its weights train nowhere
+  if (frozen_run_) return none;
   if (in_tower_)
     return st == ProgramStage::Embeddings ? shape_.tower_embeddings : st == ProgramStage::Head ? shape_.tower_head : shape_.tower_block;
   return st == ProgramStage::Embeddings ? shape_.pre : st == ProgramStage::Head ? shape_.post : shape_.params_of(layer);
@@ -69,7 +73,7 @@ const std::vector<char>& StepBuilder::stage_param_trains(ProgramStage st, int32_
   const Architecture& a = running_program();
   const ArchStage& s = program_stage(st, layer);
   const size_t slot = st == ProgramStage::Embeddings ? 0 : st == ProgramStage::Head ? 1 : 2 + static_cast<size_t>(a.kind_of_layer[static_cast<size_t>(layer)]);
-  auto& cache = in_tower_ ? tower_trains_ : program_trains_;
+  auto& cache = frozen_run_ ? frozen_trains_ : in_tower_ ? tower_trains_ : program_trains_;
   if (cache.size() < 2 + a.blocks.size()) cache.resize(2 + a.blocks.size());
   std::vector<char>& v = cache[slot];
   if (v.size() == s.ops.size()) return v;
@@ -82,7 +86,7 @@ const std::vector<char>& StepBuilder::stage_param_trains(ProgramStage st, int32_
       case OpKind::Linear:
       case OpKind::Conv2d:
         v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") ||
-               (module_info(op.module.c_str()).targeted && !in_tower_);
+               (module_info(op.module.c_str()).targeted && !in_tower_ && !frozen_run_);
         break;
       case OpKind::LayerNorm:
       case OpKind::GroupNorm:
@@ -200,7 +204,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
 uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what) {
   const Architecture& a = running_program();
   const size_t slot = st == ProgramStage::Embeddings ? 0 : st == ProgramStage::Head ? 1 : 2 + static_cast<size_t>(a.kind_of_layer[static_cast<size_t>(layer)]);
-  auto& labels = in_tower_ ? tower_labels_ : program_labels_;
+  auto& labels = frozen_run_ ? frozen_labels_ : in_tower_ ? tower_labels_ : program_labels_;
   if (labels.size() < 2 + a.blocks.size()) labels.resize(2 + a.blocks.size());
   auto& cache = labels[slot];
   const ArchStage& s = program_stage(st, layer);
@@ -210,7 +214,7 @@ uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tens
     const std::string stage = slot == 0 ? "embeddings" : slot == 1 ? "head" : a.block_names[slot - 2];
     const ArchTensor& t = s.tensors[static_cast<size_t>(tensor)];
     const std::string op = t.producer >= 0 ? op_name(s.ops[static_cast<size_t>(t.producer)].kind) : "input";
-    std::string text = (in_tower_ ? "vision tower " : "") + stage + " " + t.name + " (" + op + ")";
+    std::string text = (frozen_run_ ? frozen_name_ + " forward " : in_tower_ ? "vision tower " : "") + stage + " " + t.name + " (" + op + ")";
     if (what[0] == 'g') text = "gradient of " + text;
     if (what[0] == 'c') text = "compute-dtype copy of " + text;
     cache[k] = program_.label(text);
@@ -749,6 +753,38 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
   return s.input >= 0 ? grad[s.input] : UINT32_MAX;
 }
 
+// A frozen module's forward (FrozenModule::forward: the VAE encoding the batch's images), each micro-batch before
+// the model's: its program under no_grad, outside autocast (the scripts call vae.encode outside the prepared model)
+// in the module's dtype, its weights resident beside the model (alloc_weights); everything it makes goes, its
+// output too (the latents the model reads are among its inputs).
+void StepBuilder::frozen_forwards(uint32_t inputs) {
+  for (const auto& fm : shape_.program->frozen_modules) {
+    if (!fm.forward) continue;
+    const Architecture& a = *fm.forward;
+    const ActDims saved_dims = dims_;
+    const bool saved_no_grad = no_grad_;
+    dims_.e = fm.fp32 ? 4 : recipe_.activation_bytes;
+    dims_.e_res = dims_.e;
+    dims_.amp = false;
+    no_grad_ = true;
+    frozen_run_ = &a;
+    if (frozen_name_ != fm.name) frozen_name_ = fm.name, frozen_labels_.clear(), frozen_trains_.clear();
+    SavedLayer none;
+    uint32_t res = program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, none, false, inputs);
+    const ProgramPlan emb = plan_program(ProgramStage::Embeddings, -1, false, 0);
+    int64_t bytes = emb.bytes[a.embeddings.output];
+    for (int64_t l = 0; l < a.repeat; ++l) {
+      const int32_t li = static_cast<int32_t>(l);
+      res = program_forward(ProgramStage::Block, li, res, false, bytes, none, true, inputs);
+      bytes = plan_program(ProgramStage::Block, li, false, bytes).bytes[a.block_of(l).output];
+    }
+    drop(res);
+    frozen_run_ = nullptr;
+    no_grad_ = saved_no_grad;
+    dims_ = saved_dims;
+  }
+}
+
 // One micro-batch's forward through the program on this device (no pipeline: the whole model).
 void StepBuilder::forward_program(InFlight& f) {
   const Architecture& a = *shape_.program;
@@ -763,7 +799,12 @@ void StepBuilder::forward_program(InFlight& f) {
   f.host.assign(static_cast<size_t>(L), {});
   int64_t input_bytes = a.label_bytes;
   for (const auto& t : a.inputs) input_bytes = add(input_bytes, mul(input_dtype_bytes(t.dtype), t.numel()));
+  // A frozen module's forward reads the batch's own inputs (the images the VAE encodes), collated in fp32.
+  for (const auto& fm : a.frozen_modules)
+    if (fm.forward)
+      for (const auto& t : fm.forward->inputs) input_bytes = add(input_bytes, mul(input_dtype_bytes(t.dtype), t.numel()));
   f.inputs = act(mul(dims_.b, input_bytes), labels_.inputs, -1);  // the collated batch: fp32 inputs, int64 labels
+  frozen_forwards(f.inputs);
   std::vector<uint32_t> gathered;
   gather(-1, gathered);
   SavedLayer& pre = f.program_pre;

@@ -419,6 +419,12 @@ class StepBuilder {
   std::vector<CarryState> carry_;  // the micro-batch in flight's (InFlight::carry while its forward or backward runs)
   int32_t output_carry_ = -1;      // set by program_forward: the carry the stage's output is, or -1
   bool program_recompute_ = false; // a checkpointed block's recomputation runs (its carries are its own)
+  // A frozen module's forward (program_step.cpp frozen_forwards): the program it runs while it runs, its labels.
+  void frozen_forwards(uint32_t inputs);
+  const Architecture* frozen_run_ = nullptr;
+  std::string frozen_name_;
+  std::vector<std::vector<uint32_t>> frozen_labels_;
+  mutable std::vector<std::vector<char>> frozen_trains_;
   void forward_program(InFlight& f);
   void backward_program(InFlight& f);
   // Labels of each tensor's output, gradient and cast: the embeddings, the head, then each block kind.

@@ -689,6 +689,11 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   }
   std::shared_ptr<const Architecture> program;
   for (auto& err : decode_architecture(m.architecture, m.architecture_args, program)) e.push_back({err.field, err.message});
+  if (program && program->frozen_forward) {
+    e.push_back({"model.architecture", "model.architecture: " + program->name + " is a frozen module's forward (a diffusion model's VAE "
+                                       "encoder), which trains nothing; it runs beside the model that names it in frozen_modules"});
+    return;
+  }
   if (program && program->head.ops.empty()) {  // a tower-only program (its "vision_tower" without a head)
     e.push_back({"model.architecture", "model.architecture: " + program->name + " is a vision tower without a head or loss; "
                                        "use it as model.vision_tower before a decoder"});

@@ -449,3 +449,43 @@ TEST_CASE("carries: review findings stay fixed (a view of a carry passed on, nam
   CHECK(live_bytes_before_phase(r.devices[0].program, "EMA update 1", Component::OtherModels) > 0);
 }
 
+TEST_CASE("a frozen module's forward: the VAE encodes each micro-batch's images under no_grad before the UNet", "[architecture]") {
+  Config c;
+  c.model.architecture = "sdxl_unet";
+  c.training.framework = "hf_loop";
+  c.training.precision = "fp16_autocast";
+  c.training.activation_checkpointing = "full";
+  c.training.micro_batch_size = 1;
+  c.peft.method = "lora";
+  c.peft.lora_rank = 4;
+  c.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(ledger_problem(r.devices[0].program).empty());
+  // At 1024 px the fp32 VAE's first level holds 128-channel full-resolution maps (512 MiB each): with the UNet
+  // checkpointed, its encode is the step's peak.
+  CHECK(r.devices[0].peak_phase.find("forward") == 0);
+  const StepProgram& p = r.devices[0].program;
+  int64_t vae_tensors = 0;
+  for (const auto& e : p.events)
+    if (e.op == Event::Op::Alloc && p.labels[p.tensors[e.tensor].label].rfind("vae forward ", 0) == 0) ++vae_tensors;
+  CHECK(vae_tensors > 0);
+  // No part of it outlives the encode: nothing is saved for a backward it never has.
+  CHECK(live_bytes_before_phase(p, "backward", Component::Temporaries) < int64_t{1} << 30);
+  // Latents cached (the VAE off the GPU): no encode.
+  Config cached = c;
+  cached.model.architecture_args = "vae_on_gpu=0";
+  const Result rc = simulate(cached);
+  REQUIRE(rc.ok);
+  for (const auto& l : rc.devices[0].program.labels) CHECK(l.rfind("vae forward ", 0) != 0);
+  CHECK(rc.devices[0].peak.allocated_bytes < r.devices[0].peak.allocated_bytes);
+  // The encoder is no model to train.
+  Config vae = c;
+  vae.model.architecture = "sd_vae_encoder";
+  bool refused = false;
+  for (const auto& e : validate(vae)) refused |= e.message.find("frozen module's forward") != std::string::npos;
+  CHECK(refused);
+}
+

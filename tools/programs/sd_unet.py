@@ -267,6 +267,8 @@ def program(v):
         entry = {"name": name, "params": f"{name}_params", "when": f"{name}_on_gpu"}
         if dtype != "compute":
             entry["dtype"] = dtype
+        if name == "vae":  # vae.encode(pixel_values) each micro-batch: its no-grad transients before the UNet's forward
+            entry["forward"] = {"program": "sd_vae_encoder", "args": {"resolution": "resolution"}}
         frozen.append(entry)
     dims = {"side0": "resolution // vae_scale_factor"}
     for level in range(1, len(levels)):
@@ -327,15 +329,95 @@ def program(v):
     }
 
 
+def vae_resnet(name, cin, cout):
+    """diffusers ResnetBlock2D without a time embedding (temb_channels None), as the VAE's encoder builds it."""
+    ops = [
+        {"op": "group_norm", "name": f"{name}.norm1", "in": "x", "groups": "groups", "out": "n1"},
+        {"op": "silu", "in": "n1", "out": "a1"},
+        {"op": "conv2d", "name": f"{name}.conv1", "in": "a1", "out_channels": cout, "kernel": 3, "stride": 1, "padding": 1, "out": "c1"},
+        {"op": "group_norm", "name": f"{name}.norm2", "in": "c1", "groups": "groups", "out": "n2"},
+        {"op": "silu", "in": "n2", "out": "a2"},
+        {"op": "conv2d", "name": f"{name}.conv2", "in": "a2", "out_channels": cout, "kernel": 3, "stride": 1, "padding": 1, "out": "c2"},
+    ]
+    shortcut = "x"
+    if cin != cout:
+        ops.append({"op": "conv2d", "name": f"{name}.conv_shortcut", "in": "x", "out_channels": cout, "kernel": 1, "stride": 1, "out": "sc"})
+        shortcut = "sc"
+    ops += [{"op": "add", "in": [shortcut, "c2"], "out": "sum"}, {"op": "scale", "in": "sum", "out": "y"}]
+    return {"name": name, "repeat": 1, "input": "x", "ops": ops, "output": "y"}
+
+
+def vae_encoder():
+    """diffusers AutoencoderKL.encode (models/autoencoders/vae.py Encoder, then quant_conv) as a frozen module's
+    forward: what vae.encode(pixel_values) makes, under no_grad, each micro-batch before the UNet's forward."""
+    stages = []
+    chans = ["ch0", "ch1", "ch2", "ch2"]  # block_out_channels [128, 256, 512, 512]
+    cin = "ch0"
+    for level, ch in enumerate(chans):
+        for i in range(2):
+            stages.append(vae_resnet(f"encoder.down_blocks.{level}.resnets.{i}", cin, ch))
+            cin = ch
+        if level < 3:
+            # Downsample2D(padding=0): F.pad(x, (0, 1, 0, 1)) (a copy one row and column larger), then a 3x3 conv of
+            # stride 2; memsim's copy keeps the input's size, and the padded conv makes the same output
+            stages.append({"name": f"encoder.down_blocks.{level}.downsamplers.0", "repeat": 1, "input": "x", "ops": [
+                {"op": "copy", "in": "x", "out": "padded"},
+                {"op": "conv2d", "name": f"encoder.down_blocks.{level}.downsamplers.0.conv", "in": "padded", "out_channels": ch, "kernel": 3, "stride": 2, "padding": 1, "out": "y"},
+            ], "output": "y"})
+    stages.append(vae_resnet("encoder.mid_block.resnets.0", "ch2", "ch2"))
+    a = "encoder.mid_block.attentions.0"
+    # Attention(512, heads=1, norm_num_groups=32, residual_connection=True) through AttnProcessor2_0 on a 4-D input:
+    # group_norm, the tokens as a view, q, k, v, SDPA with one head, to_out, back to an image (a copy), + residual.
+    stages.append({"name": a, "repeat": 1, "input": "x", "ops": [
+        {"op": "group_norm", "name": f"{a}.group_norm", "in": "x", "groups": "groups", "out": "n"},
+        {"op": "flatten_tokens", "in": "n", "out": "t"},
+        {"op": "linear", "name": f"{a}.to_q", "in": "t", "out_features": "ch2", "out": "q"},
+        {"op": "linear", "name": f"{a}.to_k", "in": "t", "out_features": "ch2", "out": "k"},
+        {"op": "linear", "name": f"{a}.to_v", "in": "t", "out_features": "ch2", "out": "v"},
+        {"op": "attention", "in": ["q", "k", "v"], "heads": 1, "out": "o"},
+        {"op": "linear", "name": f"{a}.to_out.0", "in": "o", "out_features": "ch2", "out": "o1"},
+        {"op": "unflatten_tokens", "in": "o1", "height": "side3", "out": "u"},
+        {"op": "copy", "in": "u", "out": "img"},
+        {"op": "add", "in": ["img", "x"], "out": "sum"},
+        {"op": "scale", "in": "sum", "out": "y"},
+    ], "output": "y"})
+    stages.append(vae_resnet("encoder.mid_block.resnets.1", "ch2", "ch2"))
+    stages.append({"name": "encoder.conv_out, quant_conv", "repeat": 1, "input": "x", "ops": [
+        {"op": "group_norm", "name": "encoder.conv_norm_out", "in": "x", "groups": "groups", "out": "n"},
+        {"op": "silu", "in": "n", "out": "a"},
+        {"op": "conv2d", "name": "encoder.conv_out", "in": "a", "out_channels": "2 * latent_channels", "kernel": 3, "stride": 1, "padding": 1, "out": "moments"},
+        {"op": "conv2d", "name": "quant_conv", "in": "moments", "out_channels": "2 * latent_channels", "kernel": 1, "stride": 1, "out": "y"},
+    ], "output": "y"})
+    return {
+        "memsim_architecture": 1,
+        "name": "sd_vae_encoder",
+        "title": "Stable Diffusion's VAE encoder (diffusers AutoencoderKL.encode), a frozen module's forward",
+        "source": "diffusers v0.36.0 src/diffusers/models/autoencoders/autoencoder_kl.py (encode: encoder, quant_conv), vae.py "
+                  "(Encoder: conv_in, DownEncoderBlock2D x 4, UNetMidBlock2D, conv_norm_out, conv_out with double_z), resnet.py, "
+                  "downsampling.py (padding 0: F.pad then a stride-2 conv), attention_processor.py; stable-diffusion-v1-5/vae/config.json "
+                  "(block_out_channels [128, 256, 512, 512], layers_per_block 2, latent_channels 4, norm_num_groups 32). "
+                  "Generated by tools/programs/sd_unet.py",
+        "model_types": [],
+        "frozen_forward": True,
+        "hyperparameters": {"resolution": 512, "in_channels": 3, "ch0": 128, "ch1": 256, "ch2": 512, "latent_channels": 4, "groups": 32},
+        "dims": {"side0": "resolution", "side1": "(side0 + 1) // 2", "side2": "(side1 + 1) // 2", "side3": "(side2 + 1) // 2"},
+        "inputs": {"pixel_values": {"shape": ["in_channels", "resolution", "resolution"]}},
+        "embeddings": {"ops": [
+            {"op": "conv2d", "name": "encoder.conv_in", "in": "pixel_values", "out_channels": "ch0", "kernel": 3, "stride": 1, "padding": 1, "out": "h"},
+        ], "output": "h"},
+        "blocks": stages,
+    }
+
+
 def main():
     stale = []
-    for v in (SD1, SDXL):
-        text = json.dumps(program(v), indent=1) + "\n"
-        path = os.path.join(OUT_DIR, v["name"] + ".json")
+    for name, p in [(v["name"], program(v)) for v in (SD1, SDXL)] + [("sd_vae_encoder", vae_encoder())]:
+        text = json.dumps(p, indent=1) + "\n"
+        path = os.path.join(OUT_DIR, name + ".json")
         if "--check" in sys.argv:
             with open(path) as f:
                 if f.read() != text:
-                    stale.append(v["name"])
+                    stale.append(name)
             continue
         with open(path, "w") as f:
             f.write(text)
