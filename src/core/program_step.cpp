@@ -325,9 +325,11 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         }
         break;
       }
-      case OpKind::LayerNorm: {
-        // Under autocast a 16-bit input is first cast to fp32 (layer_norm is on the fp32 list, as group_norm): that
-        // copy is what native_layer_norm reads and saves.
+      case OpKind::LayerNorm:
+      case OpKind::GroupNorm: {
+        // native_layer_norm and native_group_norm save their input and fp32 mean and rstd (derivatives.yaml): per row,
+        // or per sample and group. Both are on autocast's fp32 list: under autocast a 16-bit input is first cast to
+        // fp32, and that copy is what they read and save.
         const bool cast = dims_.amp && p.bytes[x] != 4;
         const bool save = req && !no_grad_;
         const int64_t copy = mul(4, b, s.tensors[x].numel());
@@ -336,7 +338,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (req) {
           if (cast && save) saved.attn.push_back(x32), saved.ops.push_back(static_cast<uint32_t>(i));
           else if (!cast) keep(oi, x);
-          save_new(oi, mul(8, rows_of(x)), labels_.norm_rstd);  // mean and rstd, fp32
+          save_new(oi, op.kind == OpKind::LayerNorm ? mul(8, rows_of(x)) : mul(8, b, op.groups), labels_.norm_rstd);
         }
         if (cast && !save) drop(x32);
         break;
@@ -379,23 +381,6 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (!op.inplace) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (req) keep(oi, o);  // in place: the result is the input's storage
         break;
-      case OpKind::GroupNorm: {
-        // native_group_norm saves its input and the fp32 mean and rstd per sample and group (derivatives.yaml). Under
-        // autocast a 16-bit input is first cast to fp32 (group_norm is on the fp32 list): that copy is what it reads
-        // and saves.
-        const bool cast = dims_.amp && p.bytes[x] != 4;
-        const bool save = req && !no_grad_;
-        const int64_t copy = mul(4, b, s.tensors[x].numel());
-        const uint32_t x32 = !cast ? UINT32_MAX : save ? act(copy, labels_.norm_x32, layer) : tmp(copy, labels_.norm_x32, layer);
-        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
-        if (req) {
-          if (cast && save) saved.attn.push_back(x32), saved.ops.push_back(static_cast<uint32_t>(i));
-          else if (!cast) keep(oi, x);
-          save_new(oi, mul(8, b, op.groups), labels_.norm_rstd);
-        }
-        if (cast && !save) drop(x32);
-        break;
-      }
       case OpKind::UpsampleNearest:  // upsample_nearest2d's backward needs only the sizes
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
