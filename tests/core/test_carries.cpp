@@ -142,6 +142,26 @@ int64_t params_of(const std::string& program) {
   return model_shape_of(c.model).params_total;
 }
 
+// diffusers' LoRA recipe on a UNet program: rank 4 on the attentions' four linears (fp32 adapters), 16-bit weights
+// under autocast, one GPU, micro-batch 1.
+Config unet_lora(const std::string& program, const std::string& ckpt = "none") {
+  Config c;
+  c.model.architecture = program;
+  c.training.framework = "hf_loop";
+  c.training.precision = "fp16_autocast";
+  c.training.optimizer = "adamw";
+  c.training.activation_checkpointing = ckpt;
+  c.training.micro_batch_size = 1;
+  c.peft.method = "lora";
+  c.peft.lora_rank = 4;
+  c.peft.lora_alpha = 4;
+  c.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+  c.peft.adapter_dtype = "fp32";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("carries: a toy UNet decodes, counts its parameters, and its ledger balances in every variant", "[architecture]") {
@@ -285,20 +305,7 @@ TEST_CASE("sd_unet: the SD 1.5 UNet's exact count, its LoRA, and a step through 
   CHECK(big->tokens == 96 * 96);
   // train_text_to_image_lora.py's LoRA (rank 4 on to_k, to_q, to_v, to_out.0 of all 32 attentions): 797,184, the
   // 3.2 MB fp32 file it saves.
-  Config c;
-  c.model.architecture = "sd_unet";
-  c.training.framework = "hf_loop";
-  c.training.precision = "fp16_autocast";
-  c.training.optimizer = "adamw";
-  c.training.activation_checkpointing = "none";
-  c.training.micro_batch_size = 1;
-  c.peft.method = "lora";
-  c.peft.lora_rank = 4;
-  c.peft.lora_alpha = 4;
-  c.peft.target_modules = "to_k,to_q,to_v,to_out.0";
-  c.peft.adapter_dtype = "fp32";
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
+  Config c = unet_lora("sd_unet");
   std::string errors;
   for (const auto& e : validate(c)) errors += e.field + ": " + e.message + "\n";
   INFO(errors);
@@ -347,19 +354,8 @@ TEST_CASE("sdxl_unet: SDXL's exact count, its LoRA's closed form, the fp32 VAE b
   REQUIRE(a->frozen_modules.size() == 3);
   CHECK(a->frozen_modules[0].fp32);  // the VAE, fp32 in the SDXL scripts
   CHECK(!a->frozen_modules[2].fp32);
-  Config c;
-  c.model.architecture = "sdxl_unet";
-  c.training.framework = "hf_loop";
-  c.training.precision = "fp16_autocast";
+  Config c = unet_lora("sdxl_unet", "full");
   c.training.optimizer = "adamw_8bit";
-  c.training.activation_checkpointing = "full";
-  c.training.micro_batch_size = 1;
-  c.peft.method = "lora";
-  c.peft.lora_rank = 4;
-  c.peft.target_modules = "to_k,to_q,to_v,to_out.0";
-  c.peft.adapter_dtype = "fp32";
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
   REQUIRE(validate(c).empty());
   const Result r = simulate(c);
   REQUIRE(r.ok);
@@ -450,17 +446,7 @@ TEST_CASE("carries: review findings stay fixed (a view of a carry passed on, nam
 }
 
 TEST_CASE("a frozen module's forward: the VAE encodes each micro-batch's images under no_grad before the UNet", "[architecture]") {
-  Config c;
-  c.model.architecture = "sdxl_unet";
-  c.training.framework = "hf_loop";
-  c.training.precision = "fp16_autocast";
-  c.training.activation_checkpointing = "full";
-  c.training.micro_batch_size = 1;
-  c.peft.method = "lora";
-  c.peft.lora_rank = 4;
-  c.peft.target_modules = "to_k,to_q,to_v,to_out.0";
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
+  const Config c = unet_lora("sdxl_unet", "full");
   const Result r = simulate(c);
   REQUIRE(r.ok);
   CHECK(ledger_problem(r.devices[0].program).empty());
