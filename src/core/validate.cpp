@@ -787,10 +787,17 @@ void validate_vision(const Config& c, std::vector<FieldError>& e) {
     e.push_back({field, msg});
   }
   if (!tower) return;
-  if (!tower->carries.empty() || tower->label_bytes == 0 || !tower->frozen_modules.empty()) {
-    e.push_back({"model.vision_tower", "model.vision_tower: a tower's program passes one tensor from stage to stage, ends in no loss and "
-                                           "has no frozen modules of its own; " + tower->name + " carries tensors between stages, has an "
-                                           "mse_loss head or frozen modules"});
+  // (A tower's blocks and head receive only what the stage before passes on: vision_step.cpp gives them no inputs.)
+  bool reads_inputs = false;
+  for (const ArchStage* st : tower->stages())
+    if (st != &tower->embeddings)
+      for (size_t t = 0; t < st->tensors.size(); ++t)
+        reads_inputs |= st->tensors[t].producer < 0 && static_cast<int32_t>(t) != st->input && !st->tensors[t].is_parameter;
+  if (!tower->carries.empty() || tower->label_bytes == 0 || !tower->frozen_modules.empty() || reads_inputs) {
+    e.push_back({"model.vision_tower", "model.vision_tower: a tower's program passes one tensor from stage to stage, reads its inputs "
+                                           "in its embeddings only, ends in no loss and has no frozen modules of its own; " + tower->name +
+                                           " carries tensors between stages, reads an input after its embeddings, has an mse_loss head or "
+                                           "frozen modules"});
     return;
   }
   const auto& types = tower->model_types;

@@ -3,6 +3,8 @@
 // field errors.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "core/architecture.h"
 #include "core/model.h"
 #include "core/validate.h"
@@ -236,3 +238,19 @@ TEST_CASE("a trained tower keeps its activations, or only its blocks' inputs und
   CHECK(r.params_trainable - f.params_trainable == kTowerParams);
   CHECK(r.devices[0].peak.allocated_bytes > f.devices[0].peak.allocated_bytes);
 }
+
+TEST_CASE("a tower program whose block reads a program input after its embeddings is refused (it would get no tensor)", "[vision]") {
+  Config c = llava();
+  auto j = nlohmann::ordered_json::parse(memsim::builtin_architecture("clip_vision"));
+  j["inputs"]["extra"] = {{"shape", {"tokens", "hidden_size"}}};
+  auto& ops = j["block"]["ops"];
+  const nlohmann::ordered_json add = {{"op", "add"}, {"in", {"x", "extra"}}, {"out", "x_extra"}};
+  ops.insert(ops.begin(), add);
+  ops[1]["in"] = "x_extra";
+  c.model.vision_tower = j.dump();
+  c.model.vision_tower_args = "hidden_size=1024,num_hidden_layers=24,num_attention_heads=16,intermediate_size=4096,image_size=336,patch_size=14";
+  bool refused = false;
+  for (const auto& e : validate(c)) refused |= e.field == "model.vision_tower" && e.message.find("reads an input after its embeddings") != std::string::npos;
+  CHECK(refused);
+}
+
