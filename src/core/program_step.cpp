@@ -73,7 +73,7 @@ const std::vector<char>& StepBuilder::stage_param_trains(ProgramStage st, int32_
   const Architecture& a = running_program();
   const ArchStage& s = program_stage(st, layer);
   const size_t slot = st == ProgramStage::Embeddings ? 0 : st == ProgramStage::Head ? 1 : 2 + static_cast<size_t>(a.kind_of_layer[static_cast<size_t>(layer)]);
-  auto& cache = frozen_run_ ? frozen_trains_ : in_tower_ ? tower_trains_ : program_trains_;
+  auto& cache = frozen_run_ ? frozen_trains_[frozen_index_] : in_tower_ ? tower_trains_ : program_trains_;
   if (cache.size() < 2 + a.blocks.size()) cache.resize(2 + a.blocks.size());
   std::vector<char>& v = cache[slot];
   if (v.size() == s.ops.size()) return v;
@@ -204,7 +204,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
 uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what) {
   const Architecture& a = running_program();
   const size_t slot = st == ProgramStage::Embeddings ? 0 : st == ProgramStage::Head ? 1 : 2 + static_cast<size_t>(a.kind_of_layer[static_cast<size_t>(layer)]);
-  auto& labels = frozen_run_ ? frozen_labels_ : in_tower_ ? tower_labels_ : program_labels_;
+  auto& labels = frozen_run_ ? frozen_labels_[frozen_index_] : in_tower_ ? tower_labels_ : program_labels_;
   if (labels.size() < 2 + a.blocks.size()) labels.resize(2 + a.blocks.size());
   auto& cache = labels[slot];
   const ArchStage& s = program_stage(st, layer);
@@ -743,7 +743,10 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
 // in the module's dtype, its weights resident beside the model (alloc_weights); everything it makes goes, its
 // output too (the latents the model reads are among its inputs).
 void StepBuilder::frozen_forwards(uint32_t inputs) {
-  for (const auto& fm : shape_.program->frozen_modules) {
+  const auto& modules = shape_.program->frozen_modules;
+  frozen_labels_.resize(modules.size()), frozen_trains_.resize(modules.size());
+  for (size_t m = 0; m < modules.size(); ++m) {
+    const FrozenModule& fm = modules[m];
     if (!fm.forward) continue;
     const Architecture& a = *fm.forward;
     const ActDims saved_dims = dims_;
@@ -753,7 +756,7 @@ void StepBuilder::frozen_forwards(uint32_t inputs) {
     dims_.amp = false;
     no_grad_ = true;
     frozen_run_ = &a;
-    if (frozen_name_ != fm.name) frozen_name_ = fm.name, frozen_labels_.clear(), frozen_trains_.clear();
+    frozen_name_ = fm.name, frozen_index_ = m;
     SavedLayer none;
     uint32_t res = program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, none, false, inputs);
     const ProgramPlan emb = plan_program(ProgramStage::Embeddings, -1, false, 0);

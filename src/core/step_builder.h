@@ -423,8 +423,9 @@ class StepBuilder {
   void frozen_forwards(uint32_t inputs);
   const Architecture* frozen_run_ = nullptr;
   std::string frozen_name_;
-  std::vector<std::vector<uint32_t>> frozen_labels_;
-  mutable std::vector<std::vector<char>> frozen_trains_;
+  size_t frozen_index_ = 0;  // which frozen module runs: its labels and plans are its own, made once per simulation
+  std::vector<std::vector<std::vector<uint32_t>>> frozen_labels_;
+  mutable std::vector<std::vector<std::vector<char>>> frozen_trains_;
   void forward_program(InFlight& f);
   void backward_program(InFlight& f);
   // Labels of each tensor's output, gradient and cast: the embeddings, the head, then each block kind.

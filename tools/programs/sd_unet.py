@@ -27,15 +27,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectures")
 
-# block_out_channels, by level: SD 1.x and 2.x repeat the third level's channels in the fourth, which then has no
-# conv_shortcut (diffusers adds one where a resnet's in and out channels differ; the generator decides it from the
-# channel names, so the fourth level is ch2 itself)
-CH = ["ch0", "ch1", "ch2", "ch2"]
-HEADS = ["heads0", "heads1", "heads2", "heads3"]
-SIDE = ["side0", "side1", "side2", "side3"]  # the latent's side at each level
 
 
-def resnet(name, cin, cout, side, checkpoint=True, carry_out=None):
+def resnet(name, cin, cout, checkpoint=True, carry_out=None):
     """diffusers ResnetBlock2D (models/resnet.py): norm1, SiLU, conv1, + time_emb_proj(SiLU(temb)), norm2, SiLU,
     dropout (p 0: its input), conv2, (conv_shortcut where cin != cout), (x + h) / output_scale_factor."""
     ops = []
@@ -155,7 +149,8 @@ def transformer(name, ch, heads, side, residual, carry_out=None, linear=False, l
 
 
 # The two layouts. Per level: its channels' hyperparameter (a level that repeats the one before names the same one:
-# diffusers adds a conv_shortcut only where a resnet's channels change), its heads' hyperparameter, and the
+# diffusers adds a conv_shortcut only where a resnet's channels change, and the generator decides it from the names;
+# SD 1.x and 2.x repeat the third level's 1280 in the fourth), its heads' hyperparameter, and the
 # transformer blocks per attention (0: no attention, a DownBlock2D / UpBlock2D).
 SD1 = {
     "name": "sd_unet",
@@ -211,11 +206,11 @@ def program(v):
             name = f"down_blocks.{level}.resnets.{i}"
             if layers != 0:
                 res = f"d{level}r{i}_out"  # the attention's residual
-                stages.append(resnet(name, cin, ch, side(level), carry_out=res))
+                stages.append(resnet(name, cin, ch, carry_out=res))
                 stages += transformer(f"down_blocks.{level}.attentions.{i}", ch, heads, side(level), res, carry_out=push(ch),
                                       linear=linear, layers=layers)
             else:
-                stages.append(resnet(name, cin, ch, side(level), carry_out=push(ch)))
+                stages.append(resnet(name, cin, ch, carry_out=push(ch)))
             cin = ch
         if not last:
             stages.append({"name": f"down_blocks.{level}.downsamplers.0", "repeat": 1, "input": "x", "checkpoint": False, "ops": [
@@ -225,10 +220,10 @@ def program(v):
     # Mid block: resnet (not checkpointed), attention, resnet.
     top = len(levels) - 1
     ch_top = levels[top][0]
-    stages.append(resnet("mid_block.resnets.0", ch_top, ch_top, side(top), checkpoint=False, carry_out="mid_r0_out"))
+    stages.append(resnet("mid_block.resnets.0", ch_top, ch_top, checkpoint=False, carry_out="mid_r0_out"))
     stages += transformer("mid_block.attentions.0", ch_top, v["mid_heads"], side(top), "mid_r0_out", linear=linear,
                           layers=v["mid_layers"])
-    stages.append(resnet("mid_block.resnets.1", ch_top, ch_top, side(top)))
+    stages.append(resnet("mid_block.resnets.1", ch_top, ch_top))
 
     # Up blocks, from the deepest level; each resnet pops the last skip and concatenates it after the current tensor.
     prev = ch_top
@@ -246,10 +241,10 @@ def program(v):
                 {"op": "concat", "in": ["x", skip], "axis": "channels", "out": "cat"},
             ], "output": "cat"})
             if layers == 0:
-                stages.append(resnet(name, cin, ch, side(level)))
+                stages.append(resnet(name, cin, ch))
             else:
                 res = f"u{u}r{i}_out"
-                stages.append(resnet(name, cin, ch, side(level), carry_out=res))
+                stages.append(resnet(name, cin, ch, carry_out=res))
                 stages += transformer(f"up_blocks.{u}.attentions.{i}", ch, heads, side(level), res, linear=linear, layers=layers)
         prev = ch
         if u < len(levels) - 1:
