@@ -405,7 +405,10 @@ bool StepBuilder::tied_sum() const {
 bool StepBuilder::gathered_inputs() const { return resolved_.framework->tp_saves_gathered_input && dims_.Tn < dims_.T; }
 
 bool StepBuilder::module_quantized(int32_t layer, const std::string& module) const {
-  const auto& ts = module == "lm_head" ? shape_.post : layer >= 0 && layer < shape_.num_layers ? shape_.params_of(layer) : shape_.pre;
+  // (A program's head runs as layer num_layers: its linears are in post.)
+  const auto& ts = module == "lm_head" || (shape_.program && layer >= shape_.num_layers) ? shape_.post
+                   : layer >= 0 && layer < shape_.num_layers                              ? shape_.params_of(layer)
+                                                                                          : shape_.pre;
   for (const auto& t : ts)
     if (t.quantized && module_name(t.name) == module) return true;
   return false;

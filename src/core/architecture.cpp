@@ -229,13 +229,13 @@ class Decoder {
     arch_ = &a;
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower",
-                                 "frozen_modules", "frozen_forward"};
+                                 "frozen_modules", "frozen_forward", "not_quantized"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, hf_keys, timm_models, "
                            "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower, frozen_modules, "
-                           "frozen_forward");
+                           "frozen_forward, not_quantized");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -251,6 +251,13 @@ class Decoder {
     text("title", a.title, false);
     text("source", a.source, true);
     text("lora_targets", a.lora_targets, false);
+    if (p.contains("not_quantized")) {
+      const ojson& q = p["not_quantized"];
+      bool ok = q.is_array() && q.size() <= 64;
+      for (size_t i = 0; ok && i < q.size(); ++i) ok = q[i].is_string() && !q[i].get_ref<const std::string&>().empty() && q[i].get_ref<const std::string&>().size() <= 200;
+      if (!ok) error("not_quantized", "must be a list of at most 64 module paths (non-empty strings of at most 200 characters)");
+      else for (const auto& k : q) a.not_quantized.push_back(k.get<std::string>());
+    }
     // HF config keys the program's structure assumes (the import picks, among the programs of a model_type, the one
     // whose assumptions the config meets): {"use_swiglu_ffn": {"equals": false, "when_absent": false}}.
     if (p.contains("requires")) {
@@ -861,14 +868,26 @@ class Decoder {
           else if (key.name == std::string("when")) op.when = d != 0;
           else if (key.name == std::string("masked")) op.masked = d != 0;
           else if (key.name == std::string("packed")) op.packed = d != 0;
+          else if (key.name == std::string("affine")) op.affine = d != 0;
+          else if (key.name == std::string("cast_out")) op.cast_out = d != 0;
           else op.tanh = d != 0;
           break;
         }
         case OpKey::Choice: {
           const std::string c = v.is_string() ? v.get<std::string>() : "";
+          if (key.name == std::string("axis") && spec->kind == OpKind::Slice) {
+            if (c == "tokens" || c == "features") op.rows = c == "tokens";
+            else error(kw, "must be features (columns of the last dimension) or tokens (rows, dim=1)");
+            break;
+          }
           if (key.name == std::string("axis")) {
             if (c == "tokens" || c == "features" || c == "channels") op.features = c == "features", op.channels = c == "channels";
             else error(kw, "must be tokens (rows, dim=1), features (the last dimension) or channels (an image's, dim=1)");
+            break;
+          }
+          if (key.name == std::string("variant")) {
+            if (c == "transformers" || c == "diffusers") op.diffusers = c == "diffusers";
+            else error(kw, "must be transformers (LlamaRMSNorm's arithmetic) or diffusers (diffusers' RMSNorm)");
             break;
           }
           if (c == "embedding") op.param_kind = ParamKind::Embedding;

@@ -32,7 +32,7 @@ enum class OpKind {
   Concat,       // torch.cat along the token axis
   Add,          // elementwise sum (residual adds, position embeddings)
   LayerNorm,    // nn.LayerNorm
-  RmsNorm,      // transformers' eager RMSNorm (Qwen2RMSNorm): an fp32 copy, rstd, weight * normed.to(dtype)
+  RmsNorm,      // eager RMSNorm: transformers' (Qwen2RMSNorm: an fp32 copy, rstd, weight * normed.to(dtype)) or diffusers'
   Linear,       // nn.Linear
   Attention,    // multi-head attention over q, k, v (the kernel from the config: eager or SDPA)
   Gelu,         // nn.GELU (exact or tanh)
@@ -42,9 +42,9 @@ enum class OpKind {
   Sigmoid,      // torch.sigmoid (CLIP's quick_gelu: x * sigmoid(1.702 x))
   Dropout,      // nn.Dropout
   SelectToken,  // x[:, i, :], a view (the class token)
-  Slice,        // x[..., start:start + size], a view (q, k and v of a fused qkv linear)
+  Slice,        // x[..., start:start + size], a view (q, k and v of a fused qkv linear); or of token rows
   LayerScale,   // x * lambda1, a learned per-channel scale (DINOv2's Dinov2LayerScale, CaiT)
-  Mul,          // x * s: s a parameter that broadcasts over x (ConvNeXt's layer_scale) or an activation of x's shape
+  Mul,          // x * s: s a parameter that broadcasts over x (ConvNeXt's layer_scale), an activation of x's shape or a row
   MeanTokens,   // x[:, start:].mean(dim=1): the mean of the token rows from `start` (DINOv2's classifier input)
   ResizeTokens, // a positional table interpolated to `rows` rows (DINOv2's interpolate_pos_encoding)
   DropPath,     // stochastic depth on a residual branch (timm's DropPath)
@@ -58,6 +58,7 @@ enum class OpKind {
   GroupNorm,    // nn.GroupNorm over an image's channels (diffusers' ResnetBlock2D, Transformer2DModel)
   UpsampleNearest,  // F.interpolate(x, scale_factor=s, mode="nearest") of an image (diffusers' Upsample2D)
   MseLoss,      // F.mse_loss(prediction.float(), target.float()): a diffusion model's loss on the predicted noise
+  Rotary,       // diffusers' apply_rotary_emb on q or k: fp32 products with shared cos/sin tables, cast back
 };
 
 // What a program input holds per element: the collator's fp32 (pixel values), the compute dtype (latents and text
@@ -106,7 +107,13 @@ struct ArchOp {
   bool when = true;          // Copy: whether the copy happens (a shifted window's roll: only where the shift is not 0)
   bool masked = false;       // WindowAttention: shifted windows add a mask to the scores
   bool packed = false;       // Attention: the micro-batch's samples as one sequence with a block-diagonal mask
-  int64_t unit = 0;          // Attention: rows that attend together within a sample (windows); 0: the whole sample
+  int64_t unit = 0;          // Attention: rows that attend together within a sample (windows); 0: the whole sample.
+                             // RmsNorm: the columns normalized together (a per-head norm: head_dim); 0: the width
+  bool affine = true;        // LayerNorm: elementwise_affine (weight, and bias where `bias`); false: no parameters
+  bool cast_out = false;     // Attention: the output cast to q's dtype (diffusers' processors: .to(query.dtype))
+  bool rows = false;         // Slice: of token rows (x[:, start:start + size]) rather than of the last dimension
+  bool diffusers = false;    // RmsNorm: diffusers' RMSNorm (normalization.py), which multiplies the input itself by
+                             // the fp32 rstd and casts to the weight's dtype only where that is 16-bit
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows
   bool channels = false;     // Concat: along an image's channels (torch.cat(..., dim=1) of [N, C, H, W])
   bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
@@ -192,6 +199,10 @@ struct Architecture {
   TowerSpec tower;                            // "vision_tower": its use as a tower; a tower-only program has no head
   std::vector<std::string> model_types;       // HF model_type values this program reads (config.json import)
   std::string lora_targets;                   // LoRA's default target_modules for the family (PEFT's mapping)
+  // The linears bitsandbytes leaves unquantized under a quantized base ("not_quantized": the framework's
+  // modules_to_not_convert for the family), matched as its replace_with_bnb_linear matches them: a module whose
+  // path is the key or contains the key followed by a dot.
+  std::vector<std::string> not_quantized;
   std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
   std::vector<std::pair<std::string, double>> defaults;  // the hyperparameters, as the program declares them
   int64_t repeat = 0;                         // blocks in all

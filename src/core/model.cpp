@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "architecture.h"
 #include "checked.h"
 
 namespace memsim {
@@ -414,6 +415,16 @@ static void add_llama_adapter(ModelShape& s, const PeftConfig& peft) {
   for (int64_t l = std::max<int64_t>(peft.adapter_start_layer, 0); l < s.num_layers; ++l) s.kind_of_layer[static_cast<size_t>(l)] = 1;
 }
 
+// replace_with_bnb_linear's test (diffusers quantizers/bitsandbytes/utils.py, transformers integrations/
+// bitsandbytes.py): `(key + "." in current_key_name_str) or (key == current_key_name_str)`, the module's path.
+static bool program_keeps_unquantized(const Architecture& a, const std::string& weight) {
+  const size_t dot = weight.rfind('.');
+  const std::string path = dot == std::string::npos ? weight : weight.substr(0, dot);
+  for (const auto& key : a.not_quantized)
+    if (path == key || path.find(key + ".") != std::string::npos) return true;
+  return false;
+}
+
 void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   if (!peft.enabled()) return;
   // PEFT on a fused q/k/v linear: one adapter on the whole of it (lora_A [r, in], lora_B [q + k + v width, r]),
@@ -435,6 +446,10 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
       const bool head = quantize_head && mod == "lm_head";  // present in post only when untied
       t.quantized = quant && (in_layers || head) && t.kind == ParamKind::Matmul && mod != "gate" &&
                     !in_list(peft.modules_to_save, mod);
+      // A model program: bitsandbytes replaces each nn.Linear of every stage (not a convolution) but those the
+      // program names in not_quantized (diffusers' and transformers' replace_with_bnb_linear).
+      if (s.program) t.quantized = quant && t.kind == ParamKind::Matmul && !t.conv && !program_keeps_unquantized(*s.program, t.name) &&
+                                   !in_list(peft.modules_to_save, mod);
       out.push_back(t);
       // modules_to_save: ModulesToSaveWrapper (peft/utils/other.py) keeps the original module, frozen, and trains
       // a deepcopy of it (modules_to_save[adapter_name] = copy.deepcopy(original_module)).

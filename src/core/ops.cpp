@@ -16,6 +16,12 @@ int64_t prod(const std::vector<int64_t>& s) {
   return n;
 }
 
+// `row` is one row [1, C] per sample that broadcasts over the token rows [T, C] of `x` (a modulation's scale,
+// shift or gate: diffusers' AdaLayerNormZero chunks).
+bool row_of(const ArchTensor& row, const ArchTensor& x) {
+  return row.shape.size() == 2 && x.shape.size() == 2 && row.shape[0] == 1 && row.shape[1] == x.shape[1];
+}
+
 std::string dims_text(const std::vector<int64_t>& s) {
   std::string t = "[";
   for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
@@ -60,25 +66,31 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::Add, "add", {{"in", K::Tensors, true}, {"inplace", K::Flag, false}}, false,
        "elementwise a + b of equal shapes (a parameter of the same shape broadcasts over the batch), or an image [C, H, "
        "W] plus one row [1, C] per sample broadcast over its height and width (diffusers ResnetBlock2D: hidden_states "
-       "+ temb[:, :, None, None]); inplace: a += b (torchvision Bottleneck: out += identity), which writes a and "
+       "+ temb[:, :, None, None]), or token rows plus one row (AdaLayerNormZero: + shift_msa[:, None]); inplace: a += b (torchvision Bottleneck: out += identity), which writes a and "
        "makes nothing new"},
-      {OpKind::LayerNorm, "layer_norm", {{"in", K::Tensor, true}, {"bias", K::Flag, false}}, true,
-       "torch.nn.LayerNorm(width): weight and bias [width]"},
-      {OpKind::RmsNorm, "rms_norm", {{"in", K::Tensor, true}}, true,
+      {OpKind::LayerNorm, "layer_norm", {{"in", K::Tensor, true}, {"bias", K::Flag, false}, {"affine", K::Flag, false}}, true,
+       "torch.nn.LayerNorm(width): weight and bias [width]; affine false: nn.LayerNorm(width, "
+       "elementwise_affine=False), no parameters (diffusers AdaLayerNormZero's norm)"},
+      {OpKind::RmsNorm, "rms_norm", {{"in", K::Tensor, true}, {"unit", K::Dim, false}, {"variant", K::Choice, false}}, true,
        "transformers' eager RMSNorm (Qwen2RMSNorm, LlamaRMSNorm): x.to(float32), * rsqrt(mean(x^2) + eps), then "
        "weight * x.to(input dtype); weight [width]. Saves the fp32 copy and rstd, and the cast result where the weight "
-       "trains"},
+       "trains. variant diffusers: diffusers v0.36 models/normalization.py RMSNorm, x * rsqrt(x.to(float32).pow(2)"
+       ".mean(-1) + eps), cast to the weight's dtype where that is 16-bit, * weight. unit: the columns normalized "
+       "together, weight [unit] (Flux's norm_q over each head's head_dim)"},
       {OpKind::Linear, "linear", {{"in", K::Tensor, true}, {"out_features", K::Dim, true}, {"bias", K::Flag, false}},
        true, "torch.nn.Linear: weight [out, in], bias [out]"},
       {OpKind::Attention, "attention",
        {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}, {"packed", K::Flag, false},
-        {"unit", K::Dim, false}}, false,
+        {"unit", K::Dim, false}, {"cast_out", K::Flag, false}}, false,
        "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q [tokens, heads x d], k and v [tokens or another "
        "sequence's rows (cross-attention), heads x d]. packed: the "
        "micro-batch's samples as one sequence that attends within each sample (Qwen2-VL's tower: cu_seqlens), which "
        "before transformers 4.54 builds a block-diagonal [1, N, N] mask over all N rows in every block (eager, "
        "SDPA) and, with eager or 3-D SDPA inputs (before 4.51: the math path), scores over all of them. unit: rows that "
-       "attend together within a sample (Qwen2.5-VL's windows of 64 patches), where the kernel attends per unit"},
+       "attend together within a sample (Qwen2.5-VL's windows of 64 patches), where the kernel attends per unit. Under "
+       "autocast the kernel reads (and saves) compute-dtype copies of fp32 q, k, v (autocast_mode.cpp: "
+       "scaled_dot_product_attention is lower_precision_fp). cast_out: the output cast to q's dtype, as diffusers' "
+       "processors do (FluxAttnProcessor, AttnProcessor2_0: hidden_states.to(query.dtype))"},
       {OpKind::Gelu, "gelu", {{"in", K::Tensor, true}, {"tanh", K::Flag, false}}, false, "torch.nn.GELU"},
       {OpKind::Silu, "silu", {{"in", K::Tensor, true}}, false,
        "torch.nn.functional.silu: silu_backward reads its input (derivatives.yaml)"},
@@ -92,16 +104,20 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::Dropout, "dropout", {{"in", K::Tensor, true}, {"p", K::Probability, true}}, false, "torch.nn.Dropout"},
       {OpKind::SelectToken, "select_token", {{"in", K::Tensor, true}, {"index", K::Dim, false}}, false,
        "x[:, index, :], a view of one token row (ViTForImageClassification: sequence_output[:, 0, :])"},
-      {OpKind::Slice, "slice", {{"in", K::Tensor, true}, {"start", K::Dim, true}, {"size", K::Dim, true}}, false,
+      {OpKind::Slice, "slice", {{"in", K::Tensor, true}, {"start", K::Dim, true}, {"size", K::Dim, true}, {"axis", K::Choice, false}}, false,
        "x[..., start:start + size], a view of columns of the last dimension (timm Attention: qkv.reshape(B, N, 3, "
-       "heads, d).permute(2, 0, 3, 1, 4), then q, k, v = qkv[0], qkv[1], qkv[2])"},
+       "heads, d).permute(2, 0, 3, 1, 4), then q, k, v = qkv[0], qkv[1], qkv[2]); axis tokens: x[:, start:start + "
+       "size] of token rows (diffusers FluxTransformerBlock: the joint attention's output split into the text's and "
+       "the image's rows)"},
       {OpKind::DropPath, "drop_path", {{"in", K::Tensor, true}, {"p", K::Probability, true}, {"noise_scaled", K::Flag, false}}, false,
        "timm layers/drop.py drop_path (v0.3.2 models/layers/drop.py): x.div(keep_prob) * random_tensor, one random "
        "value per sample; the identity at p = 0"},
       {OpKind::Mul, "mul", {{"in", K::Tensors, true}}, false,
        "elementwise x * s, s a parameter that broadcasts over x (torchvision ConvNeXt CNBlock: self.layer_scale [C, 1, "
-       "1] * self.block(input)) or an activation of x's shape (SwiGLU: silu(x1) * x2); each factor is saved where the "
-       "other's gradient needs it (derivatives.yaml mul: self's gradient reads other, other's reads self)"},
+       "1] * self.block(input)), an activation of x's shape (SwiGLU: silu(x1) * x2) or one row [1, C] per sample "
+       "broadcast over x's token rows (diffusers FluxTransformerBlock: gate_msa.unsqueeze(1) * attn_output); each "
+       "factor is saved where the other's gradient needs it (derivatives.yaml mul: self's gradient reads other, "
+       "other's reads self)"},
       {OpKind::LayerScale, "layer_scale", {{"in", K::Tensor, true}}, true,
        "transformers models/dinov2/modeling_dinov2.py Dinov2LayerScale: hidden_state * lambda1, lambda1 [width]"},
       {OpKind::MeanTokens, "mean_tokens", {{"in", K::Tensor, true}, {"start", K::Dim, false}}, false,
@@ -146,6 +162,11 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::MseLoss, "mse_loss", {{"in", K::Tensors, true}}, false,
        "F.mse_loss(prediction.float(), target.float(), reduction=\"mean\") (diffusers train_text_to_image.py): "
        "the fp32 copies of a 16-bit prediction and target, which mse_loss saves (derivatives.yaml: self, target)"},
+      {OpKind::Rotary, "rotary", {{"in", K::Tensor, true}}, false,
+       "diffusers v0.36 models/embeddings.py apply_rotary_emb (use_real, unbind dim -1) on q or k token rows: "
+       "(x.float() * cos + x_rotated.float() * sin).to(x.dtype), a new tensor in x's dtype; the products save only "
+       "the cos and sin tables ([tokens, head_dim] fp32, made once per forward by FluxPosEmbed and shared by every "
+       "block), so nothing of x's size"},
   };
   return specs;
 }
@@ -221,8 +242,8 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       if (in.size() != 2) return error = "mul needs two inputs: an activation and a parameter", false;
       if (in[0]->is_parameter)
         return error = "mul multiplies an activation (first) by a parameter or an activation (second); " + in[0]->name + " is a parameter", false;
-      if (!in[1]->is_parameter && in[1]->shape != in[0]->shape)
-        return error = "mul of two activations needs equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
+      if (!in[1]->is_parameter && in[1]->shape != in[0]->shape && !row_of(*in[1], *in[0]))
+        return error = "mul of two activations needs equal shapes, or token rows and one row [1, width]; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
       {  // broadcast: aligned from the right, each of the parameter's dimensions equals the activation's or is 1
         const auto &ps = in[1]->shape, &xs = in[0]->shape;
         bool fits = ps.size() <= xs.size();
@@ -324,13 +345,20 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
         out = in[0]->shape;
         return true;
       }
+      if (row_of(*in[1], *in[0]) && !in[0]->is_parameter && !in[1]->is_parameter && !op.inplace) {  // token rows + a row
+        out = in[0]->shape;
+        return true;
+      }
       if (in[0]->shape != in[1]->shape)
         return error = "add needs equal shapes; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
       if (in[0]->is_parameter && in[1]->is_parameter) return error = "add needs an activation among its inputs", false;
       out = in[0]->shape;
       return true;
-    case OpKind::LayerNorm:
     case OpKind::RmsNorm:
+      if (op.unit > 0 && (in[0]->shape.empty() || in[0]->shape.back() % op.unit != 0))
+        return error = "rms_norm's unit (" + std::to_string(op.unit) + ") must divide the last dimension of " + in[0]->name + " " + dims_text(in[0]->shape), false;
+      [[fallthrough]];
+    case OpKind::LayerNorm:
     case OpKind::Gelu:
     case OpKind::Silu:
     case OpKind::Relu:
@@ -368,6 +396,14 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       out = {1, in[0]->shape[1]};
       return true;
     case OpKind::Slice:
+      if (op.rows) {
+        if (!rows(in[0], "slice along tokens")) return false;
+        if (op.index + op.size > in[0]->shape[0])
+          return error = "slice [" + std::to_string(op.index) + ", " + std::to_string(op.index + op.size) + ") is past the " +
+                         std::to_string(in[0]->shape[0]) + " rows of " + in[0]->name, false;
+        out = {op.size, in[0]->shape[1]};
+        return true;
+      }
       if (op.index + op.size > in[0]->shape.back())
         return error = "slice [" + std::to_string(op.index) + ", " + std::to_string(op.index + op.size) + ") is past the " +
                        std::to_string(in[0]->shape.back()) + " columns of " + in[0]->name, false;
@@ -406,6 +442,11 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       if (double(out[1]) * double(out[2]) * double(out[0]) > 1e12) return error = "upsample_nearest makes more than 10^12 elements per sample", false;
       return true;
     }
+    case OpKind::Rotary:
+      if (in[0]->is_parameter) return error = "rotary needs an activation; " + in[0]->name + " is a parameter", false;
+      if (!rows(in[0], "rotary")) return false;
+      out = in[0]->shape;
+      return true;
     case OpKind::MseLoss:
       if (in.size() != 2) return error = "mse_loss needs two inputs: the prediction and the target", false;
       if (in[0]->shape != in[1]->shape)
@@ -453,13 +494,14 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
       break;
     }
     case OpKind::LayerNorm: {
+      if (!op.affine) break;
       const int64_t w = in[0]->shape.back();
       param(".weight", w, ParamKind::Norm, w);
       if (op.bias) param(".bias", w, ParamKind::Norm, w);
       break;
     }
     case OpKind::RmsNorm: {
-      const int64_t w = in[0]->shape.back();
+      const int64_t w = op.unit > 0 ? op.unit : in[0]->shape.back();
       param(".weight", w, ParamKind::Norm, w);
       break;
     }

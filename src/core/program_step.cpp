@@ -99,6 +99,22 @@ const std::vector<char>& StepBuilder::stage_param_trains(ProgramStage st, int32_
   return v;
 }
 
+// A bitsandbytes linear's weight dequantized to the compute dtype for one matmul (MatMul4Bit, MatMul8bitLt:
+// autograd/_functions.py), alive while the matmul runs; UINT32_MAX where the op's weight is not quantized.
+uint32_t StepBuilder::program_dequant(ProgramStage st, int32_t layer, const ArchOp& op) {
+  const ParamTensor* w = program_quantized(st, layer, op);
+  return w ? tmp(mul(dequant_bytes(), w->numel), labels_.dequant, layer) : UINT32_MAX;
+}
+
+// The quantized weight of a linear op, or null.
+const ParamTensor* StepBuilder::program_quantized(ProgramStage st, int32_t layer, const ArchOp& op) const {
+  if (!any_quantized_ || op.kind != OpKind::Linear) return nullptr;
+  const std::string weight = op.name + ".weight";
+  for (const auto& t : program_params(st, layer))
+    if (t.quantized && t.name == weight) return &t;
+  return nullptr;
+}
+
 StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const {
   const ArchStage& s = program_stage(st, layer);
   const std::vector<char>& trains = stage_param_trains(st, layer);
@@ -132,7 +148,9 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
       case OpKind::Linear:
       case OpKind::Conv2d: {
         p.op_trains[i] = trains[i];
-        p.bytes[o] = dims_.e;
+        // bitsandbytes' Linear4bit / Linear8bitLt return their input's dtype (nn/modules.py: out.to(inp_dtype)), an
+        // fp32 input's under autocast (docs/research/flux-dit.md section 6).
+        p.bytes[o] = program_quantized(st, layer, op) ? p.bytes[op.in[0]] : dims_.e;
         break;
       }
       case OpKind::LayerNorm:
@@ -141,7 +159,9 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         break;
       case OpKind::RmsNorm:  // weight * x.to(input dtype): the input's dtype (or the weight's, if wider)
         p.op_trains[i] = trains[i];
-        p.bytes[o] = widest;
+        // diffusers': (x * rstd).to(weight dtype) * weight where the weight is 16-bit, else the fp32 product * weight:
+        // the weight's dtype either way (e_res, as a parameter op's).
+        p.bytes[o] = op.diffusers ? dims_.e_res : widest;
         break;
       case OpKind::GroupNorm:  // on autocast's fp32 list (a 16-bit input is cast to fp32 first)
         p.op_trains[i] = trains[i];
@@ -157,7 +177,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.bytes[o] = widest;
         break;
       case OpKind::Attention:
-      case OpKind::WindowAttention: p.bytes[o] = dims_.e; break;
+      case OpKind::WindowAttention: p.bytes[o] = op.cast_out ? p.bytes[op.in[0]] : dims_.e; break;
       case OpKind::Copy:  // no copy: x itself
         if (!op.when) p.root[o] = p.root[op.in[0]];
         p.bytes[o] = widest;
@@ -316,7 +336,16 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           if (no_grad_) transient.push_back(t);
           else saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
         }
+        // Linear4bit casts an input of another dtype to the compute dtype first (x.to(compute_dtype)), and PEFT's
+        // 4-bit LoRA layer clones the base output before adding the adapter's (tuners/lora/bnb.py: result.clone()).
+        const ParamTensor* qw = program_quantized(st, layer, op);
+        const uint32_t in_cast = qw && p.bytes[x] != dims_.e ? tmp(mul(dims_.e, b, s.tensors[x].numel()), labels_.dequant, layer) : UINT32_MAX;
+        const uint32_t deq = program_dequant(st, layer, op);
+        const uint32_t base_out = qw && !no_grad_ && module_info(op.module.c_str()).targeted ? tmp(bytes_of(o), labels_.attn_tmp, layer) : UINT32_MAX;
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        drop_if(base_out);
+        drop_if(deq);
+        drop_if(in_cast);
         if (cast != UINT32_MAX) {
           if (self) saved.attn.push_back(cast), saved.ops.push_back(static_cast<uint32_t>(i));
           else drop(cast);
@@ -349,6 +378,36 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (req) keep(oi, x);
         break;
       case OpKind::RmsNorm: {
+        // rstd per row, or per row and unit (a per-head norm)
+        const int64_t norm_rows = mul(rows_of(x), op.unit > 0 ? s.tensors[x].shape.back() / op.unit : 1);
+        if (op.diffusers) {
+          // diffusers' RMSNorm: x.to(float32).pow(2) saves the fp32 copy (x itself where it is fp32), x * rstd
+          // saves x and rstd (both need a gradient where x does) and makes the fp32 product; where the weight is
+          // 16-bit the product is cast to it; weight * (...) saves that where the weight trains.
+          const int64_t n = mul(b, s.tensors[x].numel());
+          const bool fp32_in = p.bytes[x] == 4, grad_in = req && !no_grad_ && p.req[x], grad_w = req && !no_grad_ && p.op_trains[i];
+          auto make = [&](int64_t bytes, uint32_t label, bool saved_later) { return saved_later ? act(bytes, label, layer) : tmp(bytes, label, layer); };
+          auto save = [&](uint32_t t) { saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i)); };
+          const uint32_t x32 = fp32_in ? UINT32_MAX : make(mul(4, n), labels_.norm_x32, grad_in);
+          const uint32_t rstd = make(mul(4, norm_rows), labels_.norm_rstd, grad_in);
+          const bool cast_16 = dims_.e_res < 4;
+          const uint32_t prod = make(mul(4, n), labels_.norm_scaled, !cast_16 && grad_w);
+          const uint32_t cast = cast_16 ? make(mul(dims_.e_res, n), labels_.norm_scaled, grad_w) : UINT32_MAX;
+          if (cast_16) drop(prod);
+          id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+          if (grad_in) {
+            keep(oi, x);
+            if (x32 != UINT32_MAX) save(x32);
+            save(rstd);
+          } else {
+            if (x32 != UINT32_MAX) drop(x32);
+            drop(rstd);
+          }
+          const uint32_t scaled = cast_16 ? cast : prod;
+          if (grad_w) save(scaled);
+          else drop(scaled);
+          break;
+        }
         // transformers' Qwen2RMSNorm / LlamaRMSNorm: x32 = x.to(float32) (x itself where it is fp32) and rstd [rows]
         // fp32, saved by pow and by x32 * rstd where x needs a gradient; the fp32 product, cast back to x's dtype (the
         // product itself for fp32 x), which weight * (...) saves where the weight trains; the output.
@@ -356,7 +415,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         const bool fp32_in = p.bytes[x] == 4, grad_in = req && !no_grad_ && p.req[x], grad_w = req && !no_grad_ && p.op_trains[i];
         auto make = [&](int64_t bytes, uint32_t label, bool saved_later) { return saved_later ? act(bytes, label, layer) : tmp(bytes, label, layer); };
         const uint32_t x32 = fp32_in ? UINT32_MAX : make(mul(4, n), labels_.norm_x32, grad_in);
-        const uint32_t rstd = make(mul(4, rows_of(x)), labels_.norm_rstd, grad_in);
+        const uint32_t rstd = make(mul(4, norm_rows), labels_.norm_rstd, grad_in);
         const uint32_t prod = make(mul(4, n), labels_.norm_scaled, fp32_in && grad_w);
         const uint32_t cast = fp32_in ? UINT32_MAX : make(mul(p.bytes[x], n), labels_.norm_scaled, grad_w);
         if (!fp32_in) drop(prod);
@@ -473,6 +532,19 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
         const int64_t rows = s.tensors[q].shape[0], kv_rows = s.tensors[k].shape[0];
         id[o] = UINT32_MAX;
+        // Under autocast the kernel reads compute-dtype copies of wider inputs (fp32 q, k, v after a bitsandbytes
+        // linear), and saves those.
+        uint32_t in_copy[3] = {UINT32_MAX, UINT32_MAX, UINT32_MAX};
+        for (int j = 0; j < 3; ++j) {
+          const int32_t t = op.in[static_cast<size_t>(j)];
+          if (dims_.amp && p.bytes[t] > dims_.e) {
+            const int64_t bytes = mul(dims_.e, b, s.tensors[t].numel());
+            in_copy[j] = req && !no_grad_ ? act(bytes, labels_.attn_tmp, layer) : tmp(bytes, labels_.attn_tmp, layer);
+          }
+        }
+        // diffusers' .to(query.dtype) of the kernel's output: where that is another dtype, the kernel's own output is
+        // a tensor apart (saved by its backward) and the op's output its cast copy.
+        const bool cast_copy = op.cast_out && p.bytes[o] != dims_.e;
         // A packed op (Qwen2-VL's tower, VisionAttention) before transformers 4.54: the micro-batch's n rows as one
         // sequence, with a block-diagonal [1, n, n] mask built in this block (Resolved::packed_attention and
         // packed_mask, frameworks.cpp; docs/research/qwen2-vl.md section 2). From 4.54 it calls the kernel once per
@@ -533,9 +605,16 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           }
           for (uint32_t t : masks) drop(t);
           masks.clear();
+          const uint32_t kernel_out = cast_copy ? (req && !no_grad_ ? act(mul(dims_.e, b, s.tensors[o].numel()), labels_.attn_tmp, layer)
+                                                                  : tmp(mul(dims_.e, b, s.tensors[o].numel()), labels_.attn_tmp, layer))
+                                                : UINT32_MAX;
           id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+          if (kernel_out != UINT32_MAX) {
+            if (req && !no_grad_) saved.attn.push_back(kernel_out), saved.ops.push_back(static_cast<uint32_t>(i));
+            else drop(kernel_out);
+          }
           if (req) {
-            keep(oi, o);
+            if (kernel_out == UINT32_MAX) keep(oi, o);
             const int64_t rows_lse = dims_.e == 4 ? round_up(rows, 32) : rows;  // the efficient kernel pads to 32
             save_new(oi, mul(4, op.heads, b, rows_lse), labels_.lse);
           }
@@ -544,7 +623,27 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
             else drop(bias);
           }
         }
-        if (req) keep(oi, q), keep(oi, k), keep(oi, v);
+        for (int j = 0; j < 3; ++j) {
+          const uint32_t c = in_copy[j];
+          if (c == UINT32_MAX) {
+            if (req) keep(oi, op.in[static_cast<size_t>(j)]);
+          } else if (req && !no_grad_) {
+            saved.attn.push_back(c), saved.ops.push_back(static_cast<uint32_t>(i));
+          } else {
+            drop(c);
+          }
+        }
+        break;
+      }
+      case OpKind::Rotary: {
+        // apply_rotary_emb: x.float() * cos, then x_rotated.float() * sin, both fp32 products alive as their sum is
+        // made, then the sum cast to x's dtype (the output); the products save the shared cos and sin tables only.
+        const int64_t n32 = mul(4, b, s.tensors[x].numel());
+        const uint32_t products = tmp(mul(2, n32), labels_.attn_tmp, layer);
+        const uint32_t sum = tmp(n32, labels_.attn_tmp, layer);
+        drop(products);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        drop(sum);
         break;
       }
       case OpKind::Concat:
@@ -701,6 +800,18 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
       }
       // mse_loss's backward writes the fp32 copy's gradient, which .float()'s backward casts to the prediction's dtype.
       if (op.kind == OpKind::MseLoss && p.bytes[op.in[0]] != 4) scratch.push_back(tmp(mul(4, b, s.tensors[op.in[0]].numel()), labels_.bwd_mlp, layer));
+      // bitsandbytes' matmul dequantizes the frozen weight again for the input's gradient.
+      if (op.kind == OpKind::Linear && p.req[op.in[0]]) {
+        const uint32_t deq = program_dequant(st, layer, op);
+        if (deq != UINT32_MAX) scratch.push_back(deq);
+      }
+      // apply_rotary_emb's backward: the fp32 gradient of the cast and of each product (grad * cos, grad * sin).
+      if (op.kind == OpKind::Rotary) scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));
+      // A row broadcast over token rows (a modulation's gate or scale): its gradient is the full product, summed
+      // over the rows (mul's backward, then sum_to_size).
+      if (op.kind == OpKind::Mul && !s.tensors[op.in[1]].is_parameter && p.req[op.in[1]] &&
+          s.tensors[op.in[1]].shape != s.tensors[op.in[0]].shape)
+        scratch.push_back(tmp(bytes_of(o), labels_.bwd_mlp, layer));
       // drop_path's backward: the product's gradient, then the division's (x's gradient, below).
       if (op.kind == OpKind::DropPath && !op.noise_scaled) scratch.push_back(tmp(bytes_of(o), labels_.bwd_mlp, layer));
       // An eager RMSNorm's backward: about three fp32 temporaries of its input's size (pow, mean and mul backward,

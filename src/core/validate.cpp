@@ -718,8 +718,9 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   if (t.attention != "auto" && t.attention != "eager" && t.attention != "sdpa")
     refuse("training.attention", std::string("must be auto, sdpa or eager") + for_programs);
   if (t.compile) refuse("training.compile", std::string("must be off") + for_programs + ": what compiled blocks save is modelled for the built-in layers only");
-  if (c.peft.enabled() && (c.peft.kind() != PeftMethod::Lora || c.peft.quantized()))
-    refuse("peft.method", std::string("must be none or lora without base quantization") + for_programs);
+  if (c.peft.enabled() && c.peft.kind() != PeftMethod::Lora) refuse("peft.method", std::string("must be none or lora") + for_programs);
+  if (c.peft.enabled() && c.peft.packed_int4())
+    refuse("peft.base_quantization", std::string("must be none, int8, nf4 or fp4 (bitsandbytes)") + for_programs + ": GPTQ and AWQ bases are modelled for the built-in decoders");
   if (c.data.varies()) refuse("data.lengths", std::string("must be fixed") + for_programs + ": its inputs have the shapes the program declares");
 }
 

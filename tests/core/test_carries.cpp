@@ -116,26 +116,6 @@ Config toy_config(const std::string& precision, const std::string& ckpt, const s
   return c;
 }
 
-// Each tensor allocated once and freed at most once, after its allocation; what is left at the end is weights,
-// gradients the optimizer keeps, optimizer states and workspaces, never an activation or a temporary.
-std::string ledger_problem(const StepProgram& p) {
-  std::vector<int> state(p.tensors.size(), 0);  // 0 never, 1 live, 2 freed
-  for (const auto& e : p.events) {
-    int& s = state[e.tensor];
-    if (e.op == Event::Op::Alloc) {
-      if (s != 0) return "tensor " + std::to_string(e.tensor) + " (" + p.labels[p.tensors[e.tensor].label] + ") allocated twice";
-      s = 1;
-    } else {
-      if (s != 1) return "tensor " + std::to_string(e.tensor) + " (" + p.labels[p.tensors[e.tensor].label] + ") freed while not live";
-      s = 2;
-    }
-  }
-  for (size_t t = 0; t < p.tensors.size(); ++t)
-    if (state[t] == 1 && (p.tensors[t].component == Component::Activations || p.tensors[t].component == Component::Temporaries))
-      return "tensor " + std::to_string(t) + " (" + p.labels[p.tensors[t].label] + ") is still live at the end";
-  return "";
-}
-
 int64_t params_of(const std::string& program) {
   Config c = toy_config("fp32", "none", "none");
   c.model.architecture = program;

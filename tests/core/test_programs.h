@@ -32,3 +32,23 @@ inline int64_t activations_before_backward(const memsim::Config& c) {
   REQUIRE(r.ok);
   return live_bytes_before_phase(r.devices[0].program, "backward", memsim::Component::Activations);
 }
+
+// Each tensor allocated once and freed at most once, after its allocation; what is left at the end is weights,
+// gradients the optimizer keeps, optimizer states and workspaces, never an activation or a temporary.
+inline std::string ledger_problem(const memsim::StepProgram& p) {
+  std::vector<int> state(p.tensors.size(), 0);  // 0 never, 1 live, 2 freed
+  for (const auto& e : p.events) {
+    int& s = state[e.tensor];
+    if (e.op == memsim::Event::Op::Alloc) {
+      if (s != 0) return "tensor " + std::to_string(e.tensor) + " (" + p.labels[p.tensors[e.tensor].label] + ") allocated twice";
+      s = 1;
+    } else {
+      if (s != 1) return "tensor " + std::to_string(e.tensor) + " (" + p.labels[p.tensors[e.tensor].label] + ") freed while not live";
+      s = 2;
+    }
+  }
+  for (size_t t = 0; t < p.tensors.size(); ++t)
+    if (state[t] == 1 && (p.tensors[t].component == memsim::Component::Activations || p.tensors[t].component == memsim::Component::Temporaries))
+      return "tensor " + std::to_string(t) + " (" + p.labels[p.tensors[t].label] + ") is still live at the end";
+  return "";
+}

@@ -1,0 +1,179 @@
+// FLUX.1's transformer as a model program (flux_dit, tools/programs/flux.py; docs/research/flux-dit.md), the ops it
+// brought (layer_norm without affine, a per-head rms_norm, rows that modulate token rows, a slice of token rows,
+// rotary, attention cast back to q's dtype) and bitsandbytes bases under a program: the exact count, the token
+// counts, one single-stream block's saved set in closed form under LoRA and under an NF4 base, the ledger.
+#include <catch2/catch.hpp>
+
+#include "core/architecture.h"
+#include "core/model.h"
+#include "core/simulate.h"
+#include "core/validate.h"
+#include "test_programs.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+// diffusers' Flux LoRA recipe at a small size: 256 px (256 image tokens), 64 T5 tokens, rank 4 on the single and
+// double blocks' to_q, to_k, to_v, bf16 weights under autocast, no checkpointing.
+Config flux_lora(const std::string& args = "") {
+  Config c;
+  c.model.architecture = "flux_dit";
+  c.model.architecture_args = "resolution=256,max_sequence_length=64,vae_on_gpu=0,text_encoder_on_gpu=0,text_encoder_2_on_gpu=0" +
+                              (args.empty() ? "" : "," + args);
+  c.training.framework = "hf_loop";
+  c.training.precision = "bf16_autocast";
+  c.training.optimizer = "adamw";
+  c.training.activation_checkpointing = "none";
+  c.training.attention = "sdpa";
+  c.training.micro_batch_size = 1;
+  c.peft.method = "lora";
+  c.peft.lora_rank = 4;
+  c.peft.lora_alpha = 4;
+  c.peft.target_modules = "to_q,to_k,to_v";
+  c.peft.adapter_dtype = "fp32";
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  c.hardware.gpu = "h100-sxm";
+  return c;
+}
+
+std::string errors_of(const Config& c) {
+  std::string e;
+  for (const auto& x : validate(c)) e += x.field + ": " + x.message + "\n";
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("flux_dit: FLUX.1-dev's exact count and its token counts", "[architecture][dit]") {
+  // 11,901,408,320: FluxTransformer2DModel(**FLUX.1-dev/transformer/config.json).num_parameters(), the HF blog's
+  // printed 11,906,077,760 less its 4,669,440 LoRA parameters (flux-dit.md section 1).
+  Config c = flux_lora();
+  c.model.architecture_args = "";
+  CHECK(model_shape_of(c.model).params_total == 11901408320);
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("flux_dit", "", a).empty());
+  CHECK(a->tokens == 64 * 64);  // 1024 px: latents of 128, packed 2 x 2
+  CHECK(a->repeat == 19 + 1 + 38);  // the double blocks, the join, the single blocks
+  REQUIRE(decode_architecture("flux_dit", "height=768,width=512,max_sequence_length=77", a).empty());
+  CHECK(a->tokens == 48 * 32);  // 1,536 image tokens at 512 x 768
+  // The single blocks run on the joint rows, text first: 77 + 1,536.
+  CHECK(a->blocks.back().tensors[static_cast<size_t>(a->blocks.back().input)].shape == std::vector<int64_t>{77 + 1536, 3072});
+}
+
+TEST_CASE("flux_dit: one single-stream block's saved set, under LoRA and under an NF4 base", "[architecture][dit]") {
+  const int64_t T = 64 + 256, C = 3072, H = 24, r = 4, b = 2;
+  auto per_block = [&](Config c) {
+    c.training.micro_batch_size = b;
+    Config one = c, two = c;
+    one.model.architecture_args += ",num_single_layers=1";
+    two.model.architecture_args += ",num_single_layers=2";
+    INFO(errors_of(two));
+    REQUIRE(validate(two).empty());
+    return activations_before_backward(two) - activations_before_backward(one);
+  };
+  // bf16 weights: the LayerNorm's fp32 copy of its input (autocast's fp32 list) 4 TC and its mean and rstd 8 T; GELU's
+  // input [T, 4C] 8 TC; each LoRA linear's autocast copy of its input 2 TC and lora_B's input 2 T r; each per-head
+  // RMSNorm's fp32 copy 4 TC and rstd 4 T H; SDPA's q, k, v and output 8 TC and logsumexp 4 H T; the modulation row
+  // [1, 3C] (bf16) the multiplies keep.
+  const int64_t lora = b * (34 * T * C + 8 * T + 6 * T * r + 12 * T * H + 6 * C);
+  CHECK(per_block(flux_lora()) == lora);
+  // An NF4 base (bitsandbytes Linear4bit returns its input's dtype: the fp32 stream a LayerNorm under autocast
+  // makes): the LayerNorm keeps its fp32 input itself 4 TC, GELU's input is fp32 16 TC, the RMSNorms keep their fp32
+  // inputs 8 TC, SDPA keeps bf16 copies of the fp32 q, k, v and its own bf16 output 8 TC (the op's output is the
+  // cast back to fp32, .to(query.dtype)); the LoRA inputs as before. 42 TC in all (flux-dit.md section 8, table Q).
+  Config q = flux_lora();
+  q.peft.base_quantization = "nf4";
+  const int64_t nf4 = b * (42 * T * C + 8 * T + 6 * T * r + 12 * T * H + 6 * C);
+  CHECK(per_block(q) == nf4);
+}
+
+TEST_CASE("flux_dit: QLoRA's weights, the ledger in every variant, and what a program refuses", "[architecture][dit]") {
+  Config c = flux_lora();
+  c.model.architecture_args = "vae_on_gpu=0,text_encoder_on_gpu=0,text_encoder_2_on_gpu=0,height=768,width=512,max_sequence_length=77";
+  c.peft.base_quantization = "nf4";
+  c.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+  c.training.activation_checkpointing = "full";
+  REQUIRE(errors_of(c).empty());
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 4669440);  // the blog's rank-4 adapters
+  // Every nn.Linear in NF4, 64-element blocks with an fp32 absmax each: 11,898,322,944 weights x (1/2 + 4/64);
+  // the 3,085,376 biases and RMSNorm weights fp32 after prepare_model_for_kbit_training; the adapters fp32.
+  const int64_t nf4 = 11898322944 / 2 + 11898322944 / 64 * 4;
+  CHECK(r.model_states.weights_bytes == nf4 + 4 * int64_t{3085376} + 4 * int64_t{4669440});
+  CHECK(ledger_problem(r.devices[0].program).empty());
+  // The transients of each quantized linear are on the timeline.
+  bool dequant = false;
+  for (const auto& l : r.devices[0].program.labels) dequant |= l.find("dequantized") != std::string::npos;
+  CHECK(dequant);
+  for (const char* v : {"none", "full"})
+    for (const char* quant : {"none", "nf4", "int8"}) {
+      Config x = flux_lora();
+      x.training.activation_checkpointing = v;
+      x.peft.base_quantization = quant;
+      x.training.gradient_accumulation_steps = 2;
+      INFO(v << " " << quant);
+      const Result rx = simulate(x);
+      REQUIRE(rx.ok);
+      CHECK(ledger_problem(rx.devices[0].program).empty());
+    }
+  Config z3 = flux_lora();
+  z3.parallel.zero_stage = 3;
+  z3.parallel.data_parallel_size = 2;
+  const Result rz = simulate(z3);
+  REQUIRE(rz.ok);
+  CHECK(ledger_problem(rz.devices[0].program).empty());
+  // GPTQ and AWQ bases are for the built-in decoders.
+  Config gptq = flux_lora();
+  gptq.peft.base_quantization = "gptq";
+  CHECK(errors_of(gptq).find("peft.base_quantization") != std::string::npos);
+}
+
+TEST_CASE("flux_dit's ops: shapes, parameters and field errors", "[architecture][dit]") {
+  auto with_block_op = [](const char* json_op) {
+    return program_edited("flux_dit", [&](nlohmann::ordered_json& j) {
+      auto& ops = j["blocks"].back()["ops"];
+      ops.insert(ops.begin(), nlohmann::ordered_json::parse(json_op));
+    });
+  };
+  // A per-head RMSNorm's unit divides the width; a slice of rows stays within them; rotary needs an activation.
+  CHECK(first_error(with_block_op(R"({"op": "rms_norm", "name": "n", "in": "x", "unit": 100, "out": "bad"})")).find("unit (100) must divide") != std::string::npos);
+  CHECK(first_error(with_block_op(R"({"op": "slice", "in": "x", "axis": "tokens", "start": 10, "size": 100000, "out": "bad"})")).find("past the") != std::string::npos);
+  CHECK(first_error(with_block_op(R"({"op": "slice", "in": "x", "axis": "channels", "start": 0, "size": 1, "out": "bad"})")).find("must be features") != std::string::npos);
+  CHECK(first_error(with_block_op(R"({"op": "rms_norm", "name": "n", "in": "x", "variant": "llama", "out": "bad"})")).find("must be transformers") != std::string::npos);
+  // A row broadcasts over token rows only where its width matches.
+  CHECK(first_error(with_block_op(R"({"op": "mul", "in": ["x", "s_emb"], "out": "bad"})")).find("not produced") != std::string::npos);
+  const std::string wide_row = program_edited("flux_dit", [](nlohmann::ordered_json& j) {
+    auto& ops = j["blocks"].back()["ops"];
+    ops.insert(ops.begin() + 2, nlohmann::ordered_json::parse(R"({"op": "mul", "in": ["x", "s_emb"], "out": "bad"})"));
+  });
+  CHECK(first_error(wide_row).find("one row [1, width]") != std::string::npos);
+  // layer_norm without affine owns nothing; a per-head rms_norm owns [unit].
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("flux_dit", "", a).empty());
+  const ModelShape s = build_program_shape(a);
+  int64_t norms = 0;
+  for (const auto& t : s.block_kinds.back()) {
+    CHECK(t.name.find("norm.norm") == std::string::npos);  // AdaLayerNormZeroSingle's LayerNorm: no weight
+    if (t.kind == ParamKind::Norm) norms += t.numel;
+  }
+  CHECK(norms == 2 * 128);  // norm_q and norm_k over head_dim
+}
+
+TEST_CASE("rms_norm's diffusers variant keeps its input beside the fp32 copy", "[architecture][dit]") {
+  // diffusers' RMSNorm (v0.30-v0.34): x * rsqrt(...) multiplies the 16-bit input itself, which the product saves
+  // besides pow's fp32 copy: 2 bytes an element more than the composite norm.
+  const std::string diffusers = program_edited("flux_dit", [](nlohmann::ordered_json& j) {
+    for (auto& op : j["blocks"].back()["ops"])
+      if (op["op"] == "rms_norm") op["variant"] = "diffusers";
+  });
+  Config base = flux_lora("num_single_layers=1");
+  Config alt = base;
+  alt.model.architecture = diffusers;
+  REQUIRE(validate(alt).empty());
+  const int64_t T = 64 + 256, C = 3072;
+  CHECK(activations_before_backward(alt) - activations_before_backward(base) == 2 * (2 * T * C));
+}
