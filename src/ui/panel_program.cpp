@@ -51,8 +51,10 @@ bool draw_program_model(ModelConfig& m) {
       const std::string field = "model.architecture_args." + name;
       bool edited = false;
       double next = current;
-      // Counts (widths, layers, sizes, labels) as integers; a default of 0 is a rate or probability (dropout).
-      if (current == std::floor(current) && fallback == std::floor(fallback) && fallback != 0 && std::fabs(current) < 1e15) {
+      // Counts (widths, layers, sizes, labels) as integers; a default of 0 is a rate or probability (dropout), unless
+      // its value is a whole number of 2 or more, which no probability is (Flux's height and width: 0 means the
+      // resolution's).
+      if (current == std::floor(current) && fallback == std::floor(fallback) && (fallback != 0 || current >= 2) && std::fabs(current) < 1e15) {
         int64_t v = static_cast<int64_t>(current);
         edited = int_input(name.c_str(), field.c_str(), v, 1, help.c_str());
         next = static_cast<double>(v);

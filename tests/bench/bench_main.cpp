@@ -171,6 +171,17 @@ TEST_CASE("simulation speed") {
   xl.training.micro_batch_size = 1;
   xl.training.activation_checkpointing = "full";
   BENCHMARK("Stable Diffusion XL UNet LoRA, 1024 px, checkpointing, one GPU") { return simulate(xl).devices.size(); };
+  // FLUX.1-dev's transformer (flux_dit: 19 double-stream block kinds, 38 single-stream blocks) under the HF blog's
+  // QLoRA recipe: NF4 base, rank 4, 512 x 768, 77 text tokens, checkpointing, bf16 under autocast, 8-bit AdamW.
+  Config flux = unet;
+  flux.model = find_model_preset("flux-1-dev")->model;
+  flux.model.architecture_args = "height=768,width=512,max_sequence_length=77,vae_on_gpu=0,text_encoder_on_gpu=0,text_encoder_2_on_gpu=0";
+  flux.training.precision = "bf16_autocast";
+  flux.training.optimizer = "adamw_8bit";
+  flux.training.micro_batch_size = 1;
+  flux.training.activation_checkpointing = "full";
+  flux.peft.base_quantization = "nf4";
+  BENCHMARK("FLUX.1-dev transformer QLoRA, 512 x 768, checkpointing, one GPU") { return simulate(flux).devices.size(); };
   // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
   // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
   Config dpo;

@@ -198,6 +198,30 @@ test("on a phone, the Stable Diffusion UNet's resolution sets its latent, and th
   await page.close();
 });
 
+test("FLUX.1's transformer under QLoRA: its T5 length sets the joint tokens, and the page agrees with the CLI", async () => {
+  const frag = execFileSync(cli, ["config", "--preset", "flux-1-dev", "--set", "peft.method=lora", "--set", "peft.base_quantization=nf4",
+                                  "--set", "peft.target_modules=to_k,to_q,to_v,to_out.0", "--set", "peft.lora_rank=4",
+                                  "--set", "training.precision=bf16_autocast", "--set", "training.framework=hf_loop",
+                                  "--set", "training.activation_checkpointing=full", "--set", "parallel.data_parallel_size=1",
+                                  "--set", "training.micro_batch_size=1", "--set", "hardware.gpu=rtx-4090",
+                                  "--set", "model.architecture_args=height=768,width=512,max_sequence_length=77,vae_on_gpu=0,text_encoder_on_gpu=0,text_encoder_2_on_gpu=0",
+                                  "--format", "fragment"]).toString().trim();
+  const { page, errors } = await openPage("#" + frag);
+  assert.ok((await tabTo(page, "max_sequence_length")).startsWith("max_sequence_length: 77"));
+  await page.keyboard.type("256", { delay: 30 });
+  await press(page, "Enter");
+  await until(page, async () => {}, () => window.memsim.state().config.model.architecture_args.includes("max_sequence_length=256"));
+  const state = await page.evaluate(() => window.memsim.state());
+  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
+  const fromCli = cliEstimate(JSON.stringify(state.config));
+  assert.equal(fromPage.params_total, 11901408320 + 4669440);  // the transformer and the blog's rank-4 adapters
+  assert.equal(fromPage.params_total, fromCli.params_total);
+  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  await page.screenshot({ path: path.join(shots, "flux-qlora-1280x800.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("on a phone, litgpt's adapter_v2 shows its prompt length and start layer", async () => {
   const frag = execFileSync(cli, ["config", "--preset", "llama-3.2-1b", "--set", "training.framework=litgpt", "--set",
                                   "peft.method=adapter_v2", "--set", "parallel.data_parallel_size=1",

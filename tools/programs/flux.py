@@ -150,7 +150,8 @@ def single_block():
 def program():
     double_layers = 19
     hyper = {
-        "in_channels": 64, "num_layers": double_layers, "num_single_layers": 38, "attention_head_dim": 128,
+        # (num_layers, the 19 double-stream blocks, is fixed: each is a block kind of its own, generated here)
+        "in_channels": 64, "num_single_layers": 38, "attention_head_dim": 128,
         "num_attention_heads": 24, "joint_attention_dim": 4096, "pooled_projection_dim": 768, "guidance_embeds": 1,
         # memsim's: the image side (or height and width where not 0), the VAE's downsampling, the T5 tokens
         "resolution": 1024, "height": 0, "width": 0, "vae_scale_factor": 8, "max_sequence_length": 512,
