@@ -598,10 +598,11 @@ class Decoder {
       for (const auto& [k, v] : m.items())
         if (k != "name" && k != "params" && k != "when" && k != "dtype" && k != "forward")
           error(where + "." + k, "is not a key of a frozen module; allowed: name, params, when, dtype, forward");
-      bool fp32 = false;
+      bool fp32 = false, weights_dtype = false;
       if (m.contains("dtype")) {
         if (m["dtype"] == "fp32") fp32 = true;
-        else if (m["dtype"] != "compute") return error(where + ".dtype", "must be compute (the weights' dtype the scripts cast it to) or fp32");
+        else if (m["dtype"] == "weights") weights_dtype = true;
+        else if (m["dtype"] != "compute") return error(where + ".dtype", "must be compute (the dtype the scripts cast it to), fp32, or weights (the trained model's own dtype: a buffer that moves with it)");
       }
       double when = 1;
       if (m.contains("when") && !value(m["when"], where + ".when", when)) return;
@@ -631,7 +632,7 @@ class Decoder {
         if (!errs.empty()) return error(where + ".forward", "the program " + prog + " does not hold with " + args + ": " + errs.front().message);
         if (!forward->frozen_forward) return error(where + ".forward.program", prog + " is not a frozen module's forward (frozen_forward)");
       }
-      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params, fp32, when_name, forward});
+      if (when != 0) a.frozen_modules.push_back({m["name"].get<std::string>(), params, fp32, weights_dtype, when_name, forward});
     }
   }
 

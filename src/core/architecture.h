@@ -185,6 +185,9 @@ struct FrozenModule {
   std::string name;
   int64_t params = 0;
   bool fp32 = false;  // "dtype": "fp32" (the SDXL scripts' VAE), else the compute dtype
+  bool weights_dtype = false;  // "dtype": "weights": the trained model's own storage dtype (SD3's position buffer,
+                               // which moves with the transformer: fp32 in full fine-tuning, 16-bit after .to(dtype))
+  int64_t bytes_per_param(int64_t compute_bytes, int64_t weight_bytes) const { return fp32 ? 4 : weights_dtype ? weight_bytes : compute_bytes; }
   std::string when;   // the hyperparameter its "when" names (vae_on_gpu), where it names one: 0 takes it off the GPU
   // The program its no-grad forward runs each micro-batch before the model's (the VAE encoding the batch's images:
   // "forward": {"program": "sd_vae_encoder", "args": {"resolution": "resolution"}}), decoded with its arguments; null

@@ -189,7 +189,8 @@ int64_t ema_copy_bytes(const StepContext& ctx) {
 int64_t frozen_modules_bytes(const StepContext& ctx) {
   if (!ctx.shape.program) return 0;
   int64_t bytes = 0;
-  for (const auto& f : ctx.shape.program->frozen_modules) bytes = add(bytes, mul(f.fp32 ? 4 : ctx.precision.activation_bytes, f.params));
+  for (const auto& f : ctx.shape.program->frozen_modules)
+    bytes = add(bytes, mul(f.bytes_per_param(ctx.precision.activation_bytes, ctx.precision.weight_bytes), f.params));
   return bytes;
 }
 

@@ -67,9 +67,10 @@ static bool param_trains(const std::vector<ParamTensor>& params, const std::stri
   return false;
 }
 
-// Per op of a stage: whether its own parameters train (or PEFT wraps it), once per stage kind: every forward and
-// backward of a stage plans it again, and the names' lookups were most of a program's simulation time.
-const std::vector<char>& StepBuilder::stage_param_trains(ProgramStage st, int32_t layer) const {
+// Per op of a stage: whether its own parameters train (or PEFT wraps it, kOpTrains) and whether its weight is
+// quantized (kOpQuantized), once per stage kind: every forward and backward of a stage plans it again, and the
+// names' lookups were most of a program's simulation time.
+const std::vector<char>& StepBuilder::stage_op_flags(ProgramStage st, int32_t layer) const {
   const Architecture& a = running_program();
   const ArchStage& s = program_stage(st, layer);
   const size_t slot = st == ProgramStage::Embeddings ? 0 : st == ProgramStage::Head ? 1 : 2 + static_cast<size_t>(a.kind_of_layer[static_cast<size_t>(layer)]);
@@ -84,10 +85,15 @@ const std::vector<char>& StepBuilder::stage_param_trains(ProgramStage st, int32_
     switch (op.kind) {
       case OpKind::Parameter: v[i] = param_trains(params, op.name); break;
       case OpKind::Linear:
-      case OpKind::Conv2d:
+      case OpKind::Conv2d: {
         v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") ||
                (module_info(op.module.c_str()).targeted && !in_tower_ && !frozen_run_);
+        const std::string weight = op.name + ".weight";
+        if (any_quantized_ && op.kind == OpKind::Linear)
+          for (const auto& t : params)
+            if (t.quantized && t.name == weight) v[i] |= kOpQuantized;
         break;
+      }
       case OpKind::LayerNorm:
       case OpKind::GroupNorm:
       case OpKind::BatchNorm2d: v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias"); break;
@@ -101,23 +107,16 @@ const std::vector<char>& StepBuilder::stage_param_trains(ProgramStage st, int32_
 
 // A bitsandbytes linear's weight dequantized to the compute dtype for one matmul (MatMul4Bit, MatMul8bitLt:
 // autograd/_functions.py), alive while the matmul runs; UINT32_MAX where the op's weight is not quantized.
-uint32_t StepBuilder::program_dequant(ProgramStage st, int32_t layer, const ArchOp& op) {
-  const ParamTensor* w = program_quantized(st, layer, op);
-  return w ? tmp(mul(dequant_bytes(), w->numel), labels_.dequant, layer) : UINT32_MAX;
-}
-
-// The quantized weight of a linear op, or null.
-const ParamTensor* StepBuilder::program_quantized(ProgramStage st, int32_t layer, const ArchOp& op) const {
-  if (!any_quantized_ || op.kind != OpKind::Linear) return nullptr;
-  const std::string weight = op.name + ".weight";
-  for (const auto& t : program_params(st, layer))
-    if (t.quantized && t.name == weight) return &t;
-  return nullptr;
+uint32_t StepBuilder::program_dequant(ProgramStage st, int32_t layer, size_t i) {
+  const ArchStage& s = program_stage(st, layer);
+  if (!(stage_op_flags(st, layer)[i] & kOpQuantized)) return UINT32_MAX;
+  const ArchOp& op = s.ops[i];  // a linear: weight [out_features, in]
+  return tmp(mul(dequant_bytes(), op.out_features, s.tensors[static_cast<size_t>(op.in[0])].shape.back()), labels_.dequant, layer);
 }
 
 StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const {
   const ArchStage& s = program_stage(st, layer);
-  const std::vector<char>& trains = stage_param_trains(st, layer);
+  const std::vector<char>& flags = stage_op_flags(st, layer);
   ProgramPlan p;
   const size_t n = s.tensors.size();
   p.bytes.assign(n, dims_.e);
@@ -142,33 +141,33 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
     for (int32_t t : op.in) req = req || p.req[t], widest = std::max(widest, p.bytes[t]);
     switch (op.kind) {
       case OpKind::Parameter:
-        p.op_trains[i] = trains[i];
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         p.bytes[o] = dims_.e_res;  // fp32 under autocast over fp32 weights, else the weights' dtype
         break;
       case OpKind::Linear:
       case OpKind::Conv2d: {
-        p.op_trains[i] = trains[i];
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         // bitsandbytes' Linear4bit / Linear8bitLt return their input's dtype (nn/modules.py: out.to(inp_dtype)), an
         // fp32 input's under autocast (docs/research/flux-dit.md section 6).
-        p.bytes[o] = program_quantized(st, layer, op) ? p.bytes[op.in[0]] : dims_.e;
+        p.bytes[o] = (flags[i] & kOpQuantized) ? p.bytes[op.in[0]] : dims_.e;
         break;
       }
       case OpKind::LayerNorm:
-        p.op_trains[i] = trains[i];
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         p.bytes[o] = dims_.amp ? 4 : widest;  // layer_norm is on autocast's fp32 list
         break;
       case OpKind::RmsNorm:  // weight * x.to(input dtype): the input's dtype (or the weight's, if wider)
-        p.op_trains[i] = trains[i];
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         // diffusers': (x * rstd).to(weight dtype) * weight where the weight is 16-bit, else the fp32 product * weight:
         // the weight's dtype either way (e_res, as a parameter op's).
         p.bytes[o] = op.diffusers ? dims_.e_res : widest;
         break;
       case OpKind::GroupNorm:  // on autocast's fp32 list (a 16-bit input is cast to fp32 first)
-        p.op_trains[i] = trains[i];
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         p.bytes[o] = dims_.amp ? 4 : widest;
         break;
       case OpKind::BatchNorm2d:  // on none of autocast's lists: cuDNN takes 16-bit input with fp32 weights
-        p.op_trains[i] = trains[i];
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         p.bytes[o] = widest;
         break;
       case OpKind::Relu:
@@ -187,7 +186,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.bytes[o] = widest;
         break;
       case OpKind::LayerScale:  // x * lambda1: type promotion with the parameter's dtype (fp32 under autocast)
-        p.op_trains[i] = trains[i];
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         p.bytes[o] = std::max(widest, dims_.e_res);
         break;
       case OpKind::Mul: {  // x * s: s's gradient reads x; type promotion as layer_scale's
@@ -338,9 +337,9 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         }
         // Linear4bit casts an input of another dtype to the compute dtype first (x.to(compute_dtype)), and PEFT's
         // 4-bit LoRA layer clones the base output before adding the adapter's (tuners/lora/bnb.py: result.clone()).
-        const ParamTensor* qw = program_quantized(st, layer, op);
+        const bool qw = (stage_op_flags(st, layer)[i] & kOpQuantized) != 0;
         const uint32_t in_cast = qw && p.bytes[x] != dims_.e ? tmp(mul(dims_.e, b, s.tensors[x].numel()), labels_.dequant, layer) : UINT32_MAX;
-        const uint32_t deq = program_dequant(st, layer, op);
+        const uint32_t deq = program_dequant(st, layer, i);
         const uint32_t base_out = qw && !no_grad_ && module_info(op.module.c_str()).targeted ? tmp(bytes_of(o), labels_.attn_tmp, layer) : UINT32_MAX;
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         drop_if(base_out);
@@ -380,56 +379,32 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
       case OpKind::RmsNorm: {
         // rstd per row, or per row and unit (a per-head norm)
         const int64_t norm_rows = mul(rows_of(x), op.unit > 0 ? s.tensors[x].shape.back() / op.unit : 1);
-        if (op.diffusers) {
-          // diffusers' RMSNorm: x.to(float32).pow(2) saves the fp32 copy (x itself where it is fp32), x * rstd
-          // saves x and rstd (both need a gradient where x does) and makes the fp32 product; where the weight is
-          // 16-bit the product is cast to it; weight * (...) saves that where the weight trains.
-          const int64_t n = mul(b, s.tensors[x].numel());
-          const bool fp32_in = p.bytes[x] == 4, grad_in = req && !no_grad_ && p.req[x], grad_w = req && !no_grad_ && p.op_trains[i];
-          auto make = [&](int64_t bytes, uint32_t label, bool saved_later) { return saved_later ? act(bytes, label, layer) : tmp(bytes, label, layer); };
-          auto save = [&](uint32_t t) { saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i)); };
-          const uint32_t x32 = fp32_in ? UINT32_MAX : make(mul(4, n), labels_.norm_x32, grad_in);
-          const uint32_t rstd = make(mul(4, norm_rows), labels_.norm_rstd, grad_in);
-          const bool cast_16 = dims_.e_res < 4;
-          const uint32_t prod = make(mul(4, n), labels_.norm_scaled, !cast_16 && grad_w);
-          const uint32_t cast = cast_16 ? make(mul(dims_.e_res, n), labels_.norm_scaled, grad_w) : UINT32_MAX;
-          if (cast_16) drop(prod);
-          id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
-          if (grad_in) {
-            keep(oi, x);
-            if (x32 != UINT32_MAX) save(x32);
-            save(rstd);
-          } else {
-            if (x32 != UINT32_MAX) drop(x32);
-            drop(rstd);
-          }
-          const uint32_t scaled = cast_16 ? cast : prod;
-          if (grad_w) save(scaled);
-          else drop(scaled);
-          break;
-        }
         // transformers' Qwen2RMSNorm / LlamaRMSNorm: x32 = x.to(float32) (x itself where it is fp32) and rstd [rows]
         // fp32, saved by pow and by x32 * rstd where x needs a gradient; the fp32 product, cast back to x's dtype (the
         // product itself for fp32 x), which weight * (...) saves where the weight trains; the output.
+        // diffusers' RMSNorm: x.to(float32).pow(2) saves the fp32 copy, x * rstd saves x itself and rstd, and the fp32
+        // product is cast to the weight's dtype only where that is 16-bit.
         const int64_t n = mul(b, s.tensors[x].numel());
         const bool fp32_in = p.bytes[x] == 4, grad_in = req && !no_grad_ && p.req[x], grad_w = req && !no_grad_ && p.op_trains[i];
+        const bool cast_back = op.diffusers ? dims_.e_res < 4 : !fp32_in;  // the fp32 product cast to 16 bits
+        const int64_t cast_bytes = op.diffusers ? dims_.e_res : p.bytes[x];
         auto make = [&](int64_t bytes, uint32_t label, bool saved_later) { return saved_later ? act(bytes, label, layer) : tmp(bytes, label, layer); };
         const uint32_t x32 = fp32_in ? UINT32_MAX : make(mul(4, n), labels_.norm_x32, grad_in);
         const uint32_t rstd = make(mul(4, norm_rows), labels_.norm_rstd, grad_in);
-        const uint32_t prod = make(mul(4, n), labels_.norm_scaled, fp32_in && grad_w);
-        const uint32_t cast = fp32_in ? UINT32_MAX : make(mul(p.bytes[x], n), labels_.norm_scaled, grad_w);
-        if (!fp32_in) drop(prod);
+        const uint32_t prod = make(mul(4, n), labels_.norm_scaled, !cast_back && grad_w);
+        const uint32_t cast = cast_back ? make(mul(cast_bytes, n), labels_.norm_scaled, grad_w) : UINT32_MAX;
+        if (cast_back) drop(prod);
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         auto save = [&](uint32_t t) { saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i)); };
         if (grad_in) {
-          if (fp32_in) keep(oi, x);
-          else save(x32);
+          if (op.diffusers || fp32_in) keep(oi, x);
+          if (x32 != UINT32_MAX) save(x32);
           save(rstd);
         } else {
           if (x32 != UINT32_MAX) drop(x32);
           drop(rstd);
         }
-        const uint32_t scaled = fp32_in ? prod : cast;
+        const uint32_t scaled = cast_back ? cast : prod;
         if (grad_w) save(scaled);
         else drop(scaled);
         break;
@@ -802,7 +777,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
       if (op.kind == OpKind::MseLoss && p.bytes[op.in[0]] != 4) scratch.push_back(tmp(mul(4, b, s.tensors[op.in[0]].numel()), labels_.bwd_mlp, layer));
       // bitsandbytes' matmul dequantizes the frozen weight again for the input's gradient.
       if (op.kind == OpKind::Linear && p.req[op.in[0]]) {
-        const uint32_t deq = program_dequant(st, layer, op);
+        const uint32_t deq = program_dequant(st, layer, i);
         if (deq != UINT32_MAX) scratch.push_back(deq);
       }
       // apply_rotary_emb's backward: the fp32 gradient of the cast and of each product (grad * cos, grad * sin).
@@ -862,7 +837,7 @@ void StepBuilder::frozen_forwards(uint32_t inputs) {
     const Architecture& a = *fm.forward;
     const ActDims saved_dims = dims_;
     const bool saved_no_grad = no_grad_;
-    dims_.e = fm.fp32 ? 4 : recipe_.activation_bytes;
+    dims_.e = fm.bytes_per_param(recipe_.activation_bytes, recipe_.weight_bytes);
     dims_.e_res = dims_.e;
     dims_.amp = false;
     no_grad_ = true;

@@ -63,7 +63,7 @@ void StepBuilder::alloc_weights() {
   // A model program's frozen modules (diffusers' VAE and text encoder, in weight_dtype), one tensor each.
   if (shape_.program)
     for (const auto& f : shape_.program->frozen_modules)
-      program_.alloc(Component::OtherModels, mul(f.fp32 ? 4 : recipe_.activation_bytes, f.params), program_.label(f.name + " weights (frozen, beside the model)"));
+      program_.alloc(Component::OtherModels, mul(f.bytes_per_param(recipe_.activation_bytes, recipe_.weight_bytes), f.params), program_.label(f.name + " weights (frozen, beside the model)"));
   alloc_engine();             // GRPO's colocated vLLM engine (rollout_step.cpp)
   // Transformer Engine's fp8 copies of every linear weight and its transpose, module buffers kept across steps
   // (linear.py: weight_fp8, weight_t_fp8). The transformer layers only: the output layer is not a TE module.

@@ -404,8 +404,7 @@ class StepBuilder {
   const Architecture& running_program() const;
   const ArchStage& program_stage(ProgramStage st, int32_t layer) const;  // a block: layer's kind
   const std::vector<ParamTensor>& program_params(ProgramStage st, int32_t layer) const;
-  uint32_t program_dequant(ProgramStage st, int32_t layer, const ArchOp& op);
-  const ParamTensor* program_quantized(ProgramStage st, int32_t layer, const ArchOp& op) const;
+  uint32_t program_dequant(ProgramStage st, int32_t layer, size_t op);
   ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
   uint32_t program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
   // input_carry: the carry the stage input is (its producer carries its output too), or -1.
@@ -435,8 +434,9 @@ class StepBuilder {
   uint32_t pool_indices_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
   uint32_t mse_copy_label_ = UINT32_MAX;      // likewise
   int64_t input_dtype_bytes(InputDtype d) const;  // a program input's element size
-  const std::vector<char>& stage_param_trains(ProgramStage st, int32_t layer) const;
-  mutable std::vector<std::vector<char>> program_trains_, tower_trains_;  // per stage slot (stage_param_trains)
+  static constexpr char kOpTrains = 1, kOpQuantized = 2;  // stage_op_flags' bits
+  const std::vector<char>& stage_op_flags(ProgramStage st, int32_t layer) const;
+  mutable std::vector<std::vector<char>> program_trains_, tower_trains_;  // per stage slot (stage_op_flags)
 
   // vision_step.cpp: a vision-language model's frozen tower (its program, run under no_grad on the micro-batch's
   // images), the trained projector, and the splice of its output into the decoder's input embeddings.

@@ -182,6 +182,13 @@ TEST_CASE("simulation speed") {
   flux.training.activation_checkpointing = "full";
   flux.peft.base_quantization = "nf4";
   BENCHMARK("FLUX.1-dev transformer QLoRA, 512 x 768, checkpointing, one GPU") { return simulate(flux).devices.size(); };
+  // Stable Diffusion 3's (sd3_mmdit: 24 joint block kinds) as the Colab LoRA recipe runs it: fp16, 1024 px.
+  Config sd3 = unet;
+  sd3.model = find_model_preset("stable-diffusion-3-medium")->model;
+  sd3.training.micro_batch_size = 1;
+  sd3.training.activation_checkpointing = "full";
+  sd3.training.optimizer = "adamw_8bit";
+  BENCHMARK("Stable Diffusion 3 medium transformer LoRA, 1024 px, checkpointing, one GPU") { return simulate(sd3).devices.size(); };
   // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
   // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
   Config dpo;

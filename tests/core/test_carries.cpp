@@ -355,7 +355,7 @@ TEST_CASE("sdxl_unet: SDXL's exact count, its LoRA's closed form, the fp32 VAE b
   CHECK(rc.model_states.other_models_bytes == 0);
   // A frozen module's dtype is compute or fp32.
   CHECK(first_error(program_edited("sdxl_unet", [](auto& j) { j["frozen_modules"][0]["dtype"] = "int8"; })) ==
-        "model.architecture: frozen_modules[0].dtype: must be compute (the weights' dtype the scripts cast it to) or fp32");
+        "model.architecture: frozen_modules[0].dtype: must be compute (the dtype the scripts cast it to), fp32, or weights (the trained model's own dtype: a buffer that moves with it)");
 }
 
 TEST_CASE("What helps for a diffusion UNet: cache the latents, precompute the embeddings, keep the EMA on the host", "[architecture]") {

@@ -177,3 +177,55 @@ TEST_CASE("rms_norm's diffusers variant keeps its input beside the fp32 copy", "
   const int64_t T = 64 + 256, C = 3072;
   CHECK(activations_before_backward(alt) - activations_before_backward(base) == 2 * (2 * T * C));
 }
+
+TEST_CASE("sd3_mmdit: SD3-medium's exact count, its tokens, its LoRA, the position buffer beside it", "[architecture][dit]") {
+  // 2,028,328,000: SD3Transformer2DModel(**stable-diffusion-3-medium-diffusers/transformer/config.json)
+  // .num_parameters() (sd3-mmdit.md section 1): 23 joint blocks of 84,980,736 and the context_pre_only last block of
+  // 54,294,528, which has no to_add_out, norm2_context or ff_context.
+  Config c;
+  c.model.architecture = "sd3_mmdit";
+  CHECK(model_shape_of(c.model).params_total == 2028328000);
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("sd3_mmdit", "", a).empty());
+  CHECK(a->tokens == 64 * 64);  // 1024 px: latents of 128, 2 x 2 patches
+  CHECK(a->repeat == 24);
+  // The text rows: 77 CLIP tokens and 77 T5 tokens, the training scripts' --max_sequence_length.
+  std::vector<int64_t> text_rows;
+  for (const auto& t : a->blocks[0].tensors)
+    if (t.name == "ctx0") text_rows = t.shape;
+  CHECK(text_rows == std::vector<int64_t>{154, 1536});
+  REQUIRE(decode_architecture("sd3_mmdit", "resolution=256", a).empty());
+  CHECK(a->tokens == 16 * 16);
+  // The Colab recipe's LoRA (rank 4 on to_k, to_q, to_v, to_out.0): the image side's four projections of 24 blocks.
+  Config lora = flux_lora();
+  lora.model.architecture = "sd3_mmdit";
+  lora.model.architecture_args = "resolution=256";
+  lora.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+  lora.training.precision = "fp16_autocast";
+  lora.training.activation_checkpointing = "full";
+  REQUIRE(errors_of(lora).empty());
+  const Result r = simulate(lora);
+  REQUIRE(r.ok);
+  CHECK(r.params_trainable == 96 * 4 * (1536 + 1536));
+  CHECK(ledger_problem(r.devices[0].program).empty());
+  // Beside it: the VAE in fp32 and the 192^2 x 1536 position buffer, which moves with the transformer: 16-bit here,
+  // fp32 where the transformer trains in fp32 (amp). The text encoders are deleted after the prompt's encoding.
+  const int64_t buffer = int64_t{192} * 192 * 1536;
+  CHECK(r.model_states.other_models_bytes == 4 * int64_t{83819683} + 2 * buffer);
+  Config full = lora;
+  full.peft.method = "none";
+  full.training.precision = "amp_fp16";
+  full.training.optimizer = "adamw_8bit";
+  full.training.activation_checkpointing = "none";
+  REQUIRE(errors_of(full).empty());
+  const Result rf = simulate(full);
+  REQUIRE(rf.ok);
+  CHECK(rf.model_states.other_models_bytes == 4 * int64_t{83819683} + 4 * buffer);
+  CHECK(ledger_problem(rf.devices[0].program).empty());
+  // The week's scripts that left the text encoders on the GPU: 5,580,620,800 more parameters in fp16.
+  Config leak = full;
+  leak.model.architecture_args = "resolution=256,text_encoder_on_gpu=1,text_encoder_2_on_gpu=1,text_encoder_3_on_gpu=1";
+  const Result rl = simulate(leak);
+  REQUIRE(rl.ok);
+  CHECK(rl.model_states.other_models_bytes - rf.model_states.other_models_bytes == 2 * int64_t{5580620800});
+}
