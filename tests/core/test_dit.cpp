@@ -229,3 +229,26 @@ TEST_CASE("sd3_mmdit: SD3-medium's exact count, its tokens, its LoRA, the positi
   REQUIRE(rl.ok);
   CHECK(rl.model_states.other_models_bytes - rf.model_states.other_models_bytes == 2 * int64_t{5580620800});
 }
+
+TEST_CASE("sd35_large_mmdit: SD3.5 Large's exact count and its q/k norms, diffusers' RMSNorm", "[architecture][dit]") {
+  // 8,056,627,520 (sd3-mmdit.md section 1): 38 joint blocks of 38 heads with q/k RMSNorm weights [64].
+  Config c;
+  c.model.architecture = "sd35_large_mmdit";
+  CHECK(model_shape_of(c.model).params_total == 8056627520);
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("sd35_large_mmdit", "", a).empty());
+  int norms = 0;
+  for (const auto& op : a->blocks[0].ops)
+    if (op.kind == OpKind::RmsNorm) norms += op.diffusers && op.unit == 64;
+  CHECK(norms == 4);  // norm_q, norm_k, norm_added_q, norm_added_k
+  Config lora = flux_lora();
+  lora.model.architecture = "sd35_large_mmdit";
+  lora.model.architecture_args = "resolution=256";
+  lora.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+  lora.training.precision = "fp16_autocast";
+  lora.training.activation_checkpointing = "full";
+  REQUIRE(errors_of(lora).empty());
+  const Result r = simulate(lora);
+  REQUIRE(r.ok);
+  CHECK(ledger_problem(r.devices[0].program).empty());
+}

@@ -65,11 +65,14 @@ def feed_forward(prefix, x, out):
     ]
 
 
-def rms(name, x, out):
+def rms(name, x, out, variant=None):
     """torch.nn.RMSNorm(attention_head_dim, eps=1e-6) over each head's columns (FluxAttention from v0.35): PyTorch's
     composite rms_norm upcasts to fp32, saves that copy and rsqrt, and returns the input's dtype, as transformers'
     RMSNorm does (flux-dit.md section 7). diffusers' own RMSNorm (v0.30-v0.34) is rms_norm's "variant": "diffusers"."""
-    return {"op": "rms_norm", "name": name, "in": x, "unit": "attention_head_dim", "out": out}
+    op = {"op": "rms_norm", "name": name, "in": x, "unit": "attention_head_dim", "out": out}
+    if variant:
+        op["variant"] = variant
+    return op
 
 
 def double_block(i, ctx_in, ctx_out):

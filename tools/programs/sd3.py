@@ -45,8 +45,9 @@ def joint_block(i, last, ctx_in, ctx_out, qk_norm):
         ops.append({"op": "linear", "name": f"{a}.{p}", "in": "cm", "out_features": C, "out": t})
     q, k, cq, ck = "q", "k", "cq", "ck"
     if qk_norm:
-        ops += [rms(f"{a}.norm_q", "q", "qn"), rms(f"{a}.norm_k", "k", "kn"),
-                rms(f"{a}.norm_added_q", "cq", "cqn"), rms(f"{a}.norm_added_k", "ck", "ckn")]
+        # SD3.5's q/k norms are diffusers' own RMSNorm in every version (sd3-mmdit.md section 1)
+        ops += [rms(f"{a}.norm_q", "q", "qn", "diffusers"), rms(f"{a}.norm_k", "k", "kn", "diffusers"),
+                rms(f"{a}.norm_added_q", "cq", "cqn", "diffusers"), rms(f"{a}.norm_added_k", "ck", "ckn", "diffusers")]
         q, k, cq, ck = "qn", "kn", "cqn", "ckn"
     ops += [
         {"op": "concat", "in": [q, cq], "out": "jq"},
@@ -86,6 +87,10 @@ def joint_block(i, last, ctx_in, ctx_out, qk_norm):
 VARIANTS = [
     {"name": "sd3_mmdit", "title": "Stable Diffusion 3 transformer (MMDiT, 2B)", "layers": 24, "heads": 24, "qk_norm": False,
      "pos_embed_max_size": 192},
+    # SD3.5 Large: 38 joint blocks of 38 heads, q/k RMSNorm, no dual-attention layers (its config's
+    # dual_attention_layers is empty: sd3-mmdit.md section 0)
+    {"name": "sd35_large_mmdit", "title": "Stable Diffusion 3.5 Large transformer (MMDiT, 8B)", "layers": 38, "heads": 38,
+     "qk_norm": True, "pos_embed_max_size": 192},
 ]
 
 
