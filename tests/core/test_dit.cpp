@@ -230,7 +230,7 @@ TEST_CASE("sd3_mmdit: SD3-medium's exact count, its tokens, its LoRA, the positi
   CHECK(rl.model_states.other_models_bytes - rf.model_states.other_models_bytes == 2 * int64_t{5580620800});
 }
 
-TEST_CASE("sd35_large_mmdit: SD3.5 Large's exact count and its q/k norms, diffusers' RMSNorm", "[architecture][dit]") {
+TEST_CASE("sd35_large_mmdit and sd35_medium_mmdit: SD3.5's exact counts, q/k norms as diffusers' RMSNorm, dual attention", "[architecture][dit]") {
   // 8,056,627,520 (sd3-mmdit.md section 1): 38 joint blocks of 38 heads with q/k RMSNorm weights [64].
   Config c;
   c.model.architecture = "sd35_large_mmdit";
@@ -241,14 +241,28 @@ TEST_CASE("sd35_large_mmdit: SD3.5 Large's exact count and its q/k norms, diffus
   for (const auto& op : a->blocks[0].ops)
     if (op.kind == OpKind::RmsNorm) norms += op.diffusers && op.unit == 64;
   CHECK(norms == 4);  // norm_q, norm_k, norm_added_q, norm_added_k
-  Config lora = flux_lora();
-  lora.model.architecture = "sd35_large_mmdit";
-  lora.model.architecture_args = "resolution=256";
-  lora.peft.target_modules = "to_k,to_q,to_v,to_out.0";
-  lora.training.precision = "fp16_autocast";
-  lora.training.activation_checkpointing = "full";
-  REQUIRE(errors_of(lora).empty());
-  const Result r = simulate(lora);
-  REQUIRE(r.ok);
-  CHECK(ledger_problem(r.devices[0].program).empty());
+  // SD3.5 Medium: 2,243,171,520, its first 13 blocks with dual attention (nine modulation chunks and attn2 over the
+  // image rows, with its own q/k norms), a 384^2 position table beside it.
+  c.model.architecture = "sd35_medium_mmdit";
+  CHECK(model_shape_of(c.model).params_total == 2243171520);
+  REQUIRE(decode_architecture("sd35_medium_mmdit", "", a).empty());
+  int attentions = 0;
+  for (const auto& op : a->blocks[12].ops) attentions += op.kind == OpKind::Attention;
+  CHECK(attentions == 2);
+  attentions = 0;
+  for (const auto& op : a->blocks[13].ops) attentions += op.kind == OpKind::Attention;
+  CHECK(attentions == 1);
+  for (const char* program : {"sd35_large_mmdit", "sd35_medium_mmdit"}) {
+    INFO(program);
+    Config lora = flux_lora();
+    lora.model.architecture = program;
+    lora.model.architecture_args = "resolution=256";
+    lora.peft.target_modules = "to_k,to_q,to_v,to_out.0";
+    lora.training.precision = "fp16_autocast";
+    lora.training.activation_checkpointing = "full";
+    REQUIRE(errors_of(lora).empty());
+    const Result r = simulate(lora);
+    REQUIRE(r.ok);
+    CHECK(ledger_problem(r.devices[0].program).empty());
+  }
 }

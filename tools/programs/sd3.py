@@ -27,16 +27,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectures")
 
 
-def joint_block(i, last, ctx_in, ctx_out, qk_norm):
-    """JointTransformerBlock (attention.py) with JointAttnProcessor2_0 (attention_processor.py)."""
+def joint_block(i, last, ctx_in, ctx_out, qk_norm, dual=False):
+    """JointTransformerBlock (attention.py) with JointAttnProcessor2_0 (attention_processor.py); dual: SD3.5 Medium's
+    use_dual_attention, SD35AdaLayerNormZeroX's nine chunks and attn2, self-attention over the image rows alone
+    (AttnProcessor2_0) after the joint attention's residual (sd3-mmdit.md section 2)."""
     n = f"transformer_blocks.{i}"
-    ops, (sh, sc, ga, sh2, sc2, ga2) = modulation(f"{n}.norm1", "temb", 6, "i")
+    if dual:
+        ops, (sh, sc, ga, sh2, sc2, ga2, sh3, sc3, ga3) = modulation(f"{n}.norm1", "temb", 9, "i")
+    else:
+        ops, (sh, sc, ga, sh2, sc2, ga2) = modulation(f"{n}.norm1", "temb", 6, "i")
     if last:  # context_pre_only: AdaLayerNormContinuous, scale then shift
         cops, (csc, csh) = modulation(f"{n}.norm1_context", "temb", 2, "c")
     else:
         cops, (csh, csc, cga, csh2, csc2, cga2) = modulation(f"{n}.norm1_context", "temb", 6, "c")
     ops += cops
     ops += modulate("x", sc, sh, "xm", f"{n}.norm1.norm")
+    if dual:  # the same LayerNorm output, modulated a second time for attn2
+        ops += [{"op": "mul", "in": ["xm_n", sc3], "out": "xm2_s"}, {"op": "add", "in": ["xm2_s", sh3], "out": "xm2"}]
     ops += modulate(ctx_in, csc, csh, "cm", f"{n}.norm1_context.norm")
     a = f"{n}.attn"
     for p, t in (("to_q", "q"), ("to_k", "k"), ("to_v", "v")):
@@ -59,11 +66,25 @@ def joint_block(i, last, ctx_in, ctx_out, qk_norm):
         {"op": "mul", "in": ["io", ga], "out": "ig"},
         {"op": "add", "in": ["x", "ig"], "out": "x1"},
     ]
-    ops += modulate("x1", sc2, sh2, "x1m", f"{n}.norm2")
+    if dual:
+        a2 = f"{n}.attn2"
+        ops += [{"op": "linear", "name": f"{a2}.{p}", "in": "xm2", "out_features": C, "out": t} for p, t in (("to_q", "q2"), ("to_k", "k2"), ("to_v", "v2"))]
+        q2, k2 = "q2", "k2"
+        if qk_norm:
+            ops += [rms(f"{a2}.norm_q", "q2", "q2n", "diffusers"), rms(f"{a2}.norm_k", "k2", "k2n", "diffusers")]
+            q2, k2 = "q2n", "k2n"
+        ops += [
+            {"op": "attention", "in": [q2, k2, "v2"], "heads": "num_attention_heads", "cast_out": True, "out": "ao2"},
+            {"op": "linear", "name": f"{a2}.to_out.0", "in": "ao2", "out_features": C, "out": "io2"},
+            {"op": "mul", "in": ["io2", ga3], "out": "ig2"},
+            {"op": "add", "in": ["x1", "ig2"], "out": "x1d"},
+        ]
+    x1 = "x1d" if dual else "x1"
+    ops += modulate(x1, sc2, sh2, "x1m", f"{n}.norm2")
     ops += feed_forward(f"{n}.ff", "x1m", "f")
     ops += [
         {"op": "mul", "in": ["f", ga2], "out": "fg"},
-        {"op": "add", "in": ["x1", "fg"], "out": "y"},
+        {"op": "add", "in": [x1, "fg"], "out": "y"},
     ]
     stage = {"name": n, "repeat": 1, "input": "x", "ops": ops, "output": "y"}
     if last:
@@ -91,6 +112,9 @@ VARIANTS = [
     # dual_attention_layers is empty: sd3-mmdit.md section 0)
     {"name": "sd35_large_mmdit", "title": "Stable Diffusion 3.5 Large transformer (MMDiT, 8B)", "layers": 38, "heads": 38,
      "qk_norm": True, "pos_embed_max_size": 192},
+    # SD3.5 Medium (MMDiT-X): 24 joint blocks with q/k norms, the first 13 with dual attention, a 384^2 position table
+    {"name": "sd35_medium_mmdit", "title": "Stable Diffusion 3.5 Medium transformer (MMDiT-X, 2.5B)", "layers": 24, "heads": 24,
+     "qk_norm": True, "pos_embed_max_size": 384, "dual_layers": 13},
 ]
 
 
@@ -154,7 +178,8 @@ def program(v):
         {"op": "add", "in": ["t3", "p3"], "out": "temb"},
         {"op": "linear", "name": "context_embedder", "in": "text", "out_features": C, "out": "ctx0"},
     ]
-    stages = [joint_block(i, i == layers - 1, f"ctx{i}", f"ctx{i + 1}", v["qk_norm"]) for i in range(layers)]
+    stages = [joint_block(i, i == layers - 1, f"ctx{i}", f"ctx{i + 1}", v["qk_norm"], i < v.get("dual_layers", 0))
+              for i in range(layers)]
     head_ops, (scale, shift) = modulation("norm_out", "temb", 2, "o")
     head_ops += modulate("x", scale, shift, "om", "norm_out.norm")
     head_ops += [
