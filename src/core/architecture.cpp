@@ -229,13 +229,13 @@ class Decoder {
     arch_ = &a;
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower",
-                                 "frozen_modules", "frozen_forward", "not_quantized"};
+                                 "frozen_modules", "frozen_forward", "not_quantized", "checkpoint_reentrant"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, hf_keys, timm_models, "
                            "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower, frozen_modules, "
-                           "frozen_forward, not_quantized");
+                           "frozen_forward, not_quantized, checkpoint_reentrant");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -251,6 +251,10 @@ class Decoder {
     text("title", a.title, false);
     text("source", a.source, true);
     text("lora_targets", a.lora_targets, false);
+    if (p.contains("checkpoint_reentrant")) {
+      if (!p["checkpoint_reentrant"].is_boolean()) error("checkpoint_reentrant", "must be true or false (the use_reentrant the family's own checkpoint call passes)");
+      else a.checkpoint_reentrant = p["checkpoint_reentrant"].get<bool>() ? 1 : 0;
+    }
     if (p.contains("not_quantized")) {
       const ojson& q = p["not_quantized"];
       bool ok = q.is_array() && q.size() <= 64;

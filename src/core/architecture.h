@@ -206,6 +206,9 @@ struct Architecture {
   // modules_to_not_convert for the family), matched as its replace_with_bnb_linear matches them: a module whose
   // path is the key or contains the key followed by a dot.
   std::vector<std::string> not_quantized;
+  // "checkpoint_reentrant": how the family's own code calls torch.utils.checkpoint, where it decides rather than the
+  // framework (diffusers' models: use_reentrant=False); -1 where the program does not say.
+  int8_t checkpoint_reentrant = -1;
   std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
   std::vector<std::pair<std::string, double>> defaults;  // the hyperparameters, as the program declares them
   int64_t repeat = 0;                         // blocks in all

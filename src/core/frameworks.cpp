@@ -631,6 +631,18 @@ Resolved resolve(const Config& c) {
   // in every 4.x (#28538 only made torch's default explicit); #43203 (merged January 2026, first in v5.0.0 as
   // snowflakedb/ArcticTraining#373 reads it) makes use_reentrant=False the default. Other frameworks: their own.
   r.checkpoint_reentrant = tri_state(t.checkpoint_reentrant, Switch::CheckpointReentrant, d, [&] {
+    // A model program whose family checkpoints itself (diffusers' models call torch.utils.checkpoint with
+    // use_reentrant=False: modeling_utils.py _gradient_checkpointing_func from v0.33, ckpt_kwargs on torch >= 1.11
+    // before), whatever the training loop.
+    if (!c.model.architecture.empty()) {
+      std::shared_ptr<const Architecture> program;
+      if (decode_architecture(c.model.architecture, c.model.architecture_args, program).empty() && program && program->checkpoint_reentrant >= 0) {
+        d.from(Switch::CheckpointReentrant, program->checkpoint_reentrant ? "the model program's own checkpoint call is reentrant"
+                                                                          : "the model program's own checkpoint call is non-reentrant (diffusers: use_reentrant=False)",
+               Library::Torch);
+        return program->checkpoint_reentrant == 1;
+      }
+    }
     if (!f.transformers_model) {
       d.framework(Switch::CheckpointReentrant);
       return f.checkpoint_reentrant;

@@ -448,8 +448,8 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
                     !in_list(peft.modules_to_save, mod);
       // A model program: bitsandbytes replaces each nn.Linear of every stage (not a convolution) but those the
       // program names in not_quantized (diffusers' and transformers' replace_with_bnb_linear).
-      if (s.program) t.quantized = quant && t.kind == ParamKind::Matmul && !t.conv && !program_keeps_unquantized(*s.program, t.name) &&
-                                   !in_list(peft.modules_to_save, mod);
+      if (s.program) t.quantized = quant && t.kind == ParamKind::Matmul && !t.conv && t.name.ends_with(".weight") &&
+                                   !program_keeps_unquantized(*s.program, t.name) && !in_list(peft.modules_to_save, mod);
       out.push_back(t);
       // modules_to_save: ModulesToSaveWrapper (peft/utils/other.py) keeps the original module, frozen, and trains
       // a deepcopy of it (modules_to_save[adapter_name] = copy.deepcopy(original_module)).

@@ -339,6 +339,8 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         // 4-bit LoRA layer clones the base output before adding the adapter's (tuners/lora/bnb.py: result.clone()).
         const bool qw = (stage_op_flags(st, layer)[i] & kOpQuantized) != 0;
         const uint32_t in_cast = qw && p.bytes[x] != dims_.e ? tmp(mul(dims_.e, b, s.tensors[x].numel()), labels_.dequant, layer) : UINT32_MAX;
+        if (no_grad_ && ckpt_graph_ && qw && !program_recompute_ && p.req[x])
+          checkpoint_graph_inputs(layer, {op.module.c_str()}, width, rows, id[p.root[x]]);
         const uint32_t deq = program_dequant(st, layer, i);
         const uint32_t base_out = qw && !no_grad_ && module_info(op.module.c_str()).targeted ? tmp(bytes_of(o), labels_.attn_tmp, layer) : UINT32_MAX;
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
@@ -918,9 +920,13 @@ void StepBuilder::forward_program(InFlight& f) {
       for (const auto& t : a.block_of(l).tensors)
         if (t.carry >= 0) hold_carry(t.carry, sv);
       if (casts_[l] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(l));
+      // A non-reentrant checkpoint's first forward runs with grad and keeps what bitsandbytes' nodes hold as
+      // attributes (checkpoint_graph_inputs); diffusers checkpoints so (use_reentrant=False).
       no_grad_ = true;
+      ckpt_graph_ = !resolved_.checkpoint_reentrant;
       res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, false, f.inputs, in_carry);
       no_grad_ = false;
+      ckpt_graph_ = false;
     } else {
       res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, true, f.inputs, in_carry);
     }
@@ -949,6 +955,8 @@ void StepBuilder::forward_program(InFlight& f) {
   for (uint32_t l : ckpt_casts_) drop(casts_[l]), casts_[l] = UINT32_MAX;
   ckpt_casts_.clear();
   casts_.swap(f.casts);
+  f.graph_attrs.swap(graph_attrs_now_);  // what the graph's nodes hold as attributes goes with the graph
+  graph_attrs_now_.clear();
 }
 
 void StepBuilder::backward_program(InFlight& f) {
@@ -1027,6 +1035,7 @@ void StepBuilder::backward_program(InFlight& f) {
   }
   carry_.clear();
   casts_.swap(f.casts);
+  release_graph(f.graph_attrs);  // the loop lets go of the loss, and the graph goes with it
   end_backward();
 }
 

@@ -137,6 +137,8 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   shape_.for_each_layer_kind([&](const std::vector<ParamTensor>& list, int64_t) {
     for (const auto& t : list) any_quantized_ |= t.quantized;
   });
+  for (const auto* list : {&shape_.pre, &shape_.post})  // a program's embeddings or head alone may hold one
+    for (const auto& t : *list) any_quantized_ |= t.quantized;
   if (cfg_.peft.kind() == PeftMethod::PrefixTuning) prefix_tokens_ = cfg_.peft.num_virtual_tokens;
   // LLaMA-Adapter (litgpt's v1, PEFT's adaption_prompt): the frozen embedding and the layers below
   // adapter_start_layer train nothing, so nothing below it needs a gradient. Under PEFT with gradient checkpointing

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/architecture.h"
+#include "core/frameworks.h"
 #include "core/model.h"
 #include "core/simulate.h"
 #include "core/validate.h"
@@ -265,4 +266,41 @@ TEST_CASE("sd35_large_mmdit and sd35_medium_mmdit: SD3.5's exact counts, q/k nor
     REQUIRE(r.ok);
     CHECK(ledger_problem(r.devices[0].program).empty());
   }
+}
+
+TEST_CASE("bitsandbytes under a program: which linears, and what a non-reentrant checkpoint keeps", "[architecture][dit]") {
+  // Only a linear's weight is replaced, and not the modules the program keeps as they are: transformers'
+  // get_keys_to_not_convert leaves ViT's classifier (the last module) in its dtype.
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("vit", "", a).empty());
+  ModelShape s = build_program_shape(a);
+  PeftConfig peft;
+  peft.method = "lora";
+  peft.base_quantization = "nf4";
+  peft.target_modules = "query,value";
+  apply_peft(s, peft, false);
+  bool query = false, classifier = false, position = false;
+  for (const auto& t : s.post) classifier |= t.name == "classifier.weight" && t.quantized;
+  for (const auto& t : s.pre) position |= t.quantized && t.name.find("position") != std::string::npos;
+  for (const auto& t : s.layer) query |= t.name.ends_with("query.weight") && t.quantized;
+  CHECK(query);
+  CHECK_FALSE(classifier);
+  CHECK_FALSE(position);
+  // diffusers checkpoints with use_reentrant=False, so auto resolves so for its programs. The first forward then
+  // keeps what bitsandbytes' nodes hold as attributes: LLM.int8's input (MatMul8bitLt's ctx.tensors) for every
+  // quantized linear whose input needs a gradient, until the graph goes; a 4-bit base from 0.43.2 keeps nothing.
+  Config c = flux_lora();
+  c.training.activation_checkpointing = "full";
+  c.peft.base_quantization = "int8";
+  CHECK_FALSE(resolve(c).checkpoint_reentrant);
+  Config reentrant = c;
+  reentrant.training.checkpoint_reentrant = "true";
+  const int64_t held = activations_before_backward(c) - activations_before_backward(reentrant);
+  CHECK(held > 0);
+  Config nf4 = c, nf4_re = reentrant;
+  nf4.peft.base_quantization = nf4_re.peft.base_quantization = "nf4";
+  CHECK(activations_before_backward(nf4) == activations_before_backward(nf4_re));
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(ledger_problem(r.devices[0].program).empty());
 }
