@@ -25,12 +25,7 @@ keeps its input, 2 bytes an element per block, in fp16 runs only (not bf16, and 
 
 Usage: python3 tools/programs/flux.py [--check]   (--check: exit 1 if a checked-in file differs)
 """
-import json
-import os
-import sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT_DIR = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectures")
+from common import write_programs
 
 C = "inner"  # num_attention_heads * attention_head_dim
 
@@ -246,16 +241,7 @@ def program():
 
 
 def main():
-    text = json.dumps(program(), indent=1) + "\n"
-    path = os.path.join(OUT_DIR, "flux_dit.json")
-    if "--check" in sys.argv:
-        with open(path) as f:
-            if f.read() != text:
-                print("flux_dit.json differs from tools/programs/flux.py's output; run it", file=sys.stderr)
-                sys.exit(1)
-        return
-    with open(path, "w") as f:
-        f.write(text)
+    write_programs([("flux_dit", program())], "flux.py")
 
 
 if __name__ == "__main__":

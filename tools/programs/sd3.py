@@ -17,14 +17,8 @@ building blocks (tools/programs/flux.py, docs/research/flux-dit.md):
 
 Usage: python3 tools/programs/sd3.py [--check]   (--check: exit 1 if a checked-in file differs)
 """
-import json
-import os
-import sys
-
+from common import write_programs
 from flux import C, feed_forward, modulate, modulation, rms
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT_DIR = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectures")
 
 
 def joint_block(i, last, ctx_in, ctx_out, qk_norm, dual=False):
@@ -214,20 +208,7 @@ def program(v):
 
 
 def main():
-    stale = []
-    for v in VARIANTS:
-        text = json.dumps(program(v), indent=1) + "\n"
-        path = os.path.join(OUT_DIR, v["name"] + ".json")
-        if "--check" in sys.argv:
-            with open(path) as f:
-                if f.read() != text:
-                    stale.append(v["name"])
-            continue
-        with open(path, "w") as f:
-            f.write(text)
-    if stale:
-        print("%s differ from tools/programs/sd3.py's output; run it" % ", ".join(stale), file=sys.stderr)
-        sys.exit(1)
+    write_programs([(v["name"], program(v)) for v in VARIANTS], "sd3.py")
 
 
 if __name__ == "__main__":

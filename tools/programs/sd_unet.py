@@ -20,12 +20,7 @@ counts, heads, text width and resolution stay hyperparameters. What each stage d
 
 Usage: python3 tools/programs/sd_unet.py [--check]   (--check: exit 1 if a checked-in file differs)
 """
-import json
-import os
-import sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT_DIR = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectures")
+from common import write_programs
 
 
 
@@ -407,20 +402,7 @@ def vae_encoder():
 
 
 def main():
-    stale = []
-    for name, p in [(v["name"], program(v)) for v in (SD1, SDXL)] + [("sd_vae_encoder", vae_encoder())]:
-        text = json.dumps(p, indent=1) + "\n"
-        path = os.path.join(OUT_DIR, name + ".json")
-        if "--check" in sys.argv:
-            with open(path) as f:
-                if f.read() != text:
-                    stale.append(name)
-            continue
-        with open(path, "w") as f:
-            f.write(text)
-    if stale:
-        print("%s differ from tools/programs/sd_unet.py's output; run it" % ", ".join(stale), file=sys.stderr)
-        sys.exit(1)
+    write_programs([(v["name"], program(v)) for v in (SD1, SDXL)] + [("sd_vae_encoder", vae_encoder())], "sd_unet.py")
 
 
 if __name__ == "__main__":
