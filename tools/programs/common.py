@@ -6,6 +6,16 @@ import sys
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "core", "catalog", "architectures")
 
 
+def mlp_embedding(module, x, width, tag, out):
+    """diffusers TimestepEmbedding and PixArtAlphaTextProjection(act_fn="silu"), as UNet2DConditionModel's
+    time_embedding and add_embedding and the DiTs' time_text_embed use them: linear_1, SiLU, linear_2."""
+    return [
+        {"op": "linear", "name": f"{module}.linear_1", "in": x, "out_features": width, "out": f"{tag}1"},
+        {"op": "silu", "in": f"{tag}1", "out": f"{tag}2"},
+        {"op": "linear", "name": f"{module}.linear_2", "in": f"{tag}2", "out_features": width, "out": out},
+    ]
+
+
 def write_programs(programs, script):
     """Writes each (name, program) to src/core/catalog/architectures/NAME.json; with --check on the command line,
     writes nothing and exits 1 naming the files that differ from what `script` would write."""

@@ -25,7 +25,7 @@ keeps its input, 2 bytes an element per block, in fp16 runs only (not bf16, and 
 
 Usage: python3 tools/programs/flux.py [--check]   (--check: exit 1 if a checked-in file differs)
 """
-from common import write_programs
+from common import mlp_embedding, write_programs
 
 C = "inner"  # num_attention_heads * attention_head_dim
 
@@ -72,6 +72,16 @@ def rms(name, x, out, variant=None):
     if variant:
         op["variant"] = variant
     return op
+
+
+def dit_head(x, out_features, pred="pred"):
+    """norm_out (AdaLayerNormContinuous: scale, then shift) and proj_out of the image rows `x`, and the MSE of the
+    prediction against the flow-matching target."""
+    ops, (scale, shift) = modulation("norm_out", "temb", 2, "o")
+    return ops + modulate(x, scale, shift, "om", "norm_out.norm") + [
+        {"op": "linear", "name": "proj_out", "in": "om", "out_features": out_features, "out": pred},
+        {"op": "mse_loss", "in": [pred, "target"], "out": "loss"},
+    ]
 
 
 def double_block(i, ctx_in, ctx_out):
@@ -158,6 +168,7 @@ def program():
         # memsim's: the image side (or height and width where not 0), the VAE's downsampling, the T5 tokens
         "resolution": 1024, "height": 0, "width": 0, "vae_scale_factor": 8, "max_sequence_length": 512,
     }
+    # The VAE (16 latent channels), CLIP-L's CLIPTextModel and T5-XXL's encoder: flux-dit.md section 1
     frozen = []
     for name, params in (("vae", 83819683), ("text_encoder", 123060480), ("text_encoder_2", 4762310656)):
         hyper[f"{name}_params"] = params
@@ -186,16 +197,10 @@ def program():
     te = "time_text_embed"
     emb_ops = [
         {"op": "linear", "name": "x_embedder", "in": "latents", "out_features": C, "out": "img"},
-        {"op": "linear", "name": f"{te}.timestep_embedder.linear_1", "in": "t_proj", "out_features": C, "out": "t1"},
-        {"op": "silu", "in": "t1", "out": "t2"},
-        {"op": "linear", "name": f"{te}.timestep_embedder.linear_2", "in": "t2", "out_features": C, "out": "t3"},
-        {"op": "linear", "name": f"{te}.guidance_embedder.linear_1", "in": "g_proj", "out_features": C, "out": "g1"},
-        {"op": "silu", "in": "g1", "out": "g2"},
-        {"op": "linear", "name": f"{te}.guidance_embedder.linear_2", "in": "g2", "out_features": C, "out": "g3"},
+        *mlp_embedding(f"{te}.timestep_embedder", "t_proj", C, "t", "t3"),
+        *mlp_embedding(f"{te}.guidance_embedder", "g_proj", C, "g", "g3"),
         {"op": "add", "in": ["t3", "g3"], "out": "tg"},
-        {"op": "linear", "name": f"{te}.text_embedder.linear_1", "in": "pooled", "out_features": C, "out": "p1"},
-        {"op": "silu", "in": "p1", "out": "p2"},
-        {"op": "linear", "name": f"{te}.text_embedder.linear_2", "in": "p2", "out_features": C, "out": "p3"},
+        *mlp_embedding(f"{te}.text_embedder", "pooled", C, "p", "p3"),
         {"op": "add", "in": ["tg", "p3"], "out": "temb"},
         {"op": "linear", "name": "context_embedder", "in": "text", "out_features": C, "out": "ctx0"},
     ]
@@ -207,13 +212,7 @@ def program():
     ], "output": "joint"})
     stages.append(single_block())
     head_ops = [{"op": "slice", "in": "x", "axis": "tokens", "start": "text_tokens", "size": "image_tokens", "out": "img"}]
-    mops, (scale, shift) = modulation("norm_out", "temb", 2, "o")
-    head_ops += mops
-    head_ops += modulate("img", scale, shift, "om", "norm_out.norm")
-    head_ops += [
-        {"op": "linear", "name": "proj_out", "in": "om", "out_features": "in_channels", "out": "pred"},
-        {"op": "mse_loss", "in": ["pred", "target"], "out": "loss"},
-    ]
+    head_ops += dit_head("img", "in_channels")
     return {
         "memsim_architecture": 1,
         "name": "flux_dit",

@@ -17,8 +17,8 @@ building blocks (tools/programs/flux.py, docs/research/flux-dit.md):
 
 Usage: python3 tools/programs/sd3.py [--check]   (--check: exit 1 if a checked-in file differs)
 """
-from common import write_programs
-from flux import C, feed_forward, modulate, modulation, rms
+from common import mlp_embedding, write_programs
+from flux import C, dit_head, feed_forward, modulate, modulation, rms
 
 
 def joint_block(i, last, ctx_in, ctx_out, qk_norm, dual=False):
@@ -130,6 +130,7 @@ def program(v):
     # The VAE stays on the GPU in fp32 and encodes every micro-batch's images (no latent cache in the full script);
     # the three text encoders encode the instance prompt once and are deleted (since diffusers 8e1b7a084a,
     # 2024-06-16; before, they stayed: _on_gpu = 1). sd3-mmdit.md section 5.
+    # Counts: the VAE, CLIP-L and CLIP-G with their projections, T5-XXL's encoder (sd3-mmdit.md section 1).
     frozen = []
     for name, params, on, dtype in (("vae", 83819683, 1, "fp32"), ("text_encoder", 123650304, 0, "compute"),
                                     ("text_encoder_2", 694659840, 0, "compute"), ("text_encoder_3", 4762310656, 0, "compute")):
@@ -168,23 +169,14 @@ def program(v):
         # (+ the cropped position table, (latent + pos_embed).to(latent.dtype): an fp32 [1, tokens, inner] crop and sum,
         # transients shared by the micro-batch's samples, left out)
         {"op": "flatten_tokens", "in": "patch_map", "out": "patches"},
-        {"op": "linear", "name": f"{te}.timestep_embedder.linear_1", "in": "t_proj", "out_features": C, "out": "t1"},
-        {"op": "silu", "in": "t1", "out": "t2"},
-        {"op": "linear", "name": f"{te}.timestep_embedder.linear_2", "in": "t2", "out_features": C, "out": "t3"},
-        {"op": "linear", "name": f"{te}.text_embedder.linear_1", "in": "pooled", "out_features": C, "out": "p1"},
-        {"op": "silu", "in": "p1", "out": "p2"},
-        {"op": "linear", "name": f"{te}.text_embedder.linear_2", "in": "p2", "out_features": C, "out": "p3"},
+        *mlp_embedding(f"{te}.timestep_embedder", "t_proj", C, "t", "t3"),
+        *mlp_embedding(f"{te}.text_embedder", "pooled", C, "p", "p3"),
         {"op": "add", "in": ["t3", "p3"], "out": "temb"},
         {"op": "linear", "name": "context_embedder", "in": "text", "out_features": C, "out": "ctx0"},
     ]
     stages = [joint_block(i, i == layers - 1, f"ctx{i}", f"ctx{i + 1}", v["qk_norm"], i < v.get("dual_layers", 0))
               for i in range(layers)]
-    head_ops, (scale, shift) = modulation("norm_out", "temb", 2, "o")
-    head_ops += modulate("x", scale, shift, "om", "norm_out.norm")
-    head_ops += [
-        {"op": "linear", "name": "proj_out", "in": "om", "out_features": "patch_size * patch_size * in_channels", "out": "pred_tokens"},
-        {"op": "mse_loss", "in": ["pred_tokens", "target"], "out": "loss"},
-    ]
+    head_ops = dit_head("x", "patch_size * patch_size * in_channels", "pred_tokens")
     return {
         "memsim_architecture": 1,
         "name": v["name"],

@@ -20,7 +20,7 @@ counts, heads, text width and resolution stay hyperparameters. What each stage d
 
 Usage: python3 tools/programs/sd_unet.py [--check]   (--check: exit 1 if a checked-in file differs)
 """
-from common import write_programs
+from common import mlp_embedding, write_programs
 
 
 
@@ -273,9 +273,7 @@ def program(v):
         "text": {"shape": ["text_tokens", "cross_attention_dim"], "dtype": "compute"},
     }
     emb_ops = [
-        {"op": "linear", "name": "time_embedding.linear_1", "in": "t_emb", "out_features": "time_dim", "out": "t1"},
-        {"op": "silu", "in": "t1", "out": "t2"},
-        {"op": "linear", "name": "time_embedding.linear_2", "in": "t2", "out_features": "time_dim", "out": "temb"},
+        *mlp_embedding("time_embedding", "t_emb", "time_dim", "t", "temb"),
     ]
     if v["add_embedding"]:
         # text_time: the pooled text embeddings beside the six size and crop ids' sinusoidal projections
@@ -283,9 +281,7 @@ def program(v):
         inputs["text_time"] = {"shape": [1, "pooled_text_dim + 6 * addition_time_embed_dim"], "dtype": "compute"}
         emb_ops[-1]["out"] = "temb0"
         emb_ops += [
-            {"op": "linear", "name": "add_embedding.linear_1", "in": "text_time", "out_features": "time_dim", "out": "a1"},
-            {"op": "silu", "in": "a1", "out": "a2"},
-            {"op": "linear", "name": "add_embedding.linear_2", "in": "a2", "out_features": "time_dim", "out": "aug"},
+            *mlp_embedding("add_embedding", "text_time", "time_dim", "a", "aug"),
             {"op": "add", "in": ["temb0", "aug"], "out": "temb"},
         ]
     emb_ops.append({"op": "conv2d", "name": "conv_in", "in": "latents", "out_channels": "ch0", "kernel": 3, "stride": 1, "padding": 1, "out": "skip0"})
