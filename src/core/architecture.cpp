@@ -455,11 +455,41 @@ class Decoder {
     for (const ArchStage* st : a.stages()) tensors += st->tensors.size();
     if (tensors > 16384) error("blocks", "hold " + std::to_string(tensors) + " tensors in all their kinds; a program has at most 16,384");
     if (a.head.ops.size() > 0 && a.head.ops.back().kind == OpKind::MseLoss) a.label_bytes = 0;  // its target is an input
+    if (a.head.ops.size() > 0 && a.head.ops.back().kind == OpKind::CrossEntropy) {  // an int64 label per scored row
+      const ArchTensor& scores = a.head.tensors[static_cast<size_t>(a.head.ops.back().in[0])];
+      a.label_bytes = mul(8, scores.numel() / std::max<int64_t>(1, scores.shape.back()));
+    }
+    tie_embedding(a);
     if (!errors_.empty()) return;
     const bool image = emb_out.shape.size() == 3;
     a.tokens = image ? mul(emb_out.shape[1], emb_out.shape[2]) : emb_out.shape[0];
     a.width = image ? emb_out.shape[0] : emb_out.shape[1];
     a.values = values_;
+  }
+
+  // An embedding op with "tied": its weight is the head's output linear's, the last linear of the head, which must
+  // have that weight's shape [rows, width] (PreTrainedModel.tie_weights ties the output embeddings to the input ones).
+  void tie_embedding(Architecture& a) {
+    const ArchOp* tied = nullptr;
+    std::string where;
+    for (const ArchStage* st : a.stages())
+      for (const auto& op : st->ops)
+        if (op.kind == OpKind::Embedding && op.tied) {
+          if (tied) return error("embedding", "\"" + op.name + "\" is tied too; one embedding may share the head's weight");
+          tied = &op;
+          if (st == &a.head) return error("head", "a tied embedding belongs to an earlier stage than the head whose weight it shares");
+        }
+    if (!tied) return;
+    const ArchOp* out = nullptr;
+    for (const auto& op : a.head.ops)
+      if (op.kind == OpKind::Linear) out = &op;
+    if (!out) return error("head", "has no linear for the tied embedding \"" + tied->name + "\" to share its weight with");
+    const int64_t width = a.head.tensors[static_cast<size_t>(out->in[0])].shape.back();
+    if (out->out_features != tied->size || width != tied->out_features)
+      return error("head", "\"" + out->name + "\" has a weight [" + std::to_string(out->out_features) + ", " + std::to_string(width) +
+                               "], which the tied embedding \"" + tied->name + "\" [" + std::to_string(tied->size) + ", " +
+                               std::to_string(tied->out_features) + "] cannot share");
+    a.tied_head = out->name;
   }
 
  private:
@@ -875,6 +905,8 @@ class Decoder {
           else if (key.name == std::string("packed")) op.packed = d != 0;
           else if (key.name == std::string("affine")) op.affine = d != 0;
           else if (key.name == std::string("cast_out")) op.cast_out = d != 0;
+          else if (key.name == std::string("tied")) op.tied = d != 0;
+          else if (key.name == std::string("frozen")) op.frozen = d != 0;
           else op.tanh = d != 0;
           break;
         }
@@ -905,7 +937,8 @@ class Decoder {
       }
     }
     // Defaults that depend on the op: LayerNorm has a bias unless told otherwise, Linear and Conv2d likewise.
-    if (!o.contains("bias") && (op.kind == OpKind::LayerNorm || op.kind == OpKind::Linear || op.kind == OpKind::Conv2d)) op.bias = true;
+    if (!o.contains("bias") && (op.kind == OpKind::LayerNorm || op.kind == OpKind::Linear || op.kind == OpKind::Conv2d ||
+                               op.kind == OpKind::Conv1d)) op.bias = true;
     if (op.kind == OpKind::MaxPool2d && !o.contains("stride")) op.stride = op.kernel;  // nn.MaxPool2d's default
     // An in-place op writes a tensor this stage made (writing the stage's input or a parameter would change what
     // another stage or the optimizer holds).

@@ -59,6 +59,8 @@ enum class OpKind {
   UpsampleNearest,  // F.interpolate(x, scale_factor=s, mode="nearest") of an image (diffusers' Upsample2D)
   MseLoss,      // F.mse_loss(prediction.float(), target.float()): a diffusion model's loss on the predicted noise
   Rotary,       // diffusers' apply_rotary_emb on q or k: fp32 products with shared cos/sin tables, cast back
+  Conv1d,       // nn.Conv1d over [channels, length] (Whisper's front end)
+  Embedding,    // nn.Embedding: int64 ids [rows] -> [rows, width] (a decoder's token embedding)
 };
 
 // What a program input holds per element: the collator's fp32 (pixel values), the compute dtype (latents and text
@@ -117,6 +119,9 @@ struct ArchOp {
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows
   bool channels = false;     // Concat: along an image's channels (torch.cat(..., dim=1) of [N, C, H, W])
   bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
+  bool tied = false;         // Embedding: its weight is the head's output linear's (tie_word_embeddings)
+  bool frozen = false;       // Parameter: requires_grad_(False) (Whisper's sinusoidal encoder positions): a weight
+                             // that never trains, even in full fine-tuning
   ParamKind param_kind = ParamKind::Embedding;  // Parameter
 };
 
@@ -209,11 +214,15 @@ struct Architecture {
   // "checkpoint_reentrant": how the family's own code calls torch.utils.checkpoint, where it decides rather than the
   // framework (diffusers' models: use_reentrant=False); -1 where the program does not say.
   int8_t checkpoint_reentrant = -1;
+  // The head's output linear whose weight a tied embedding op uses (transformers' tie_word_embeddings: Whisper's
+  // proj_out and model.decoder.embed_tokens); empty where nothing is tied. The weight is the head's parameter, so
+  // its gradient exists from the head's backward on, as the shared tensor's .grad does in PyTorch.
+  std::string tied_head;
   std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
   std::vector<std::pair<std::string, double>> defaults;  // the hyperparameters, as the program declares them
   int64_t repeat = 0;                         // blocks in all
   std::vector<ArchTensor> inputs;             // the data a micro-batch brings (pixel_values: fp32)
-  int64_t label_bytes = 8;                    // per sample: the int64 class label (0 where the loss is mse_loss)
+  int64_t label_bytes = 8;                    // per sample: the int64 labels, one per row the loss scores (0 for mse_loss)
   ArchStage embeddings, head;
   // The block kinds in the order they run ("block" declares one; "blocks" several, as a CNN's stages, whose first
   // block changes the shape), how many times each runs, and each block's kind.

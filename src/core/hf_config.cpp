@@ -339,6 +339,16 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     return;
   }
   if (!program.empty()) {
+    // Only the keys that differ from the program's defaults: a link carries the arguments (at most 256 bytes), and
+    // a large config sets every key (Whisper's 15).
+    std::shared_ptr<const Architecture> defaults;
+    decode_architecture(program, "", defaults);
+    auto is_default = [&](const std::string& key, double v) {
+      if (!defaults) return false;
+      for (const auto& [k, d] : defaults->defaults)
+        if (k == key) return d == v;
+      return false;
+    };
     std::string args;
     for (const auto& [key, where] : architecture_hf_keys(program)) {
       double v = 0;
@@ -349,6 +359,7 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
         v = static_cast<double>((*j)["id2label"].size());
       else
         continue;
+      if (is_default(key, v)) continue;
       std::ostringstream text;
       text << key << "=" << v;
       args += (args.empty() ? "" : ",") + text.str();

@@ -463,7 +463,9 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
       const bool weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
       const bool fused_part = fused && (mod == "k_proj" || mod == "v_proj") && !in_list(peft.target_modules, mod);
       // all-linear matches nn.Linear modules only (peft tuners_utils _maybe_include_all_linear_layers), not a conv.
-      const bool conv_skipped = t.conv && peft.target_modules == "all-linear";
+      // It leaves out the output layer too (get_output_embeddings), a program's tied head (Whisper's proj_out).
+      const bool conv_skipped = peft.target_modules == "all-linear" &&
+                                (t.conv || (s.program && !s.program->tied_head.empty() && t.name == s.program->tied_head + ".weight"));
       if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod) && !fused_part && !conv_skipped) {
         int64_t out_f = t.rows;
         const int64_t in_f = t.numel / t.rows;

@@ -34,9 +34,10 @@ int64_t ArchTensor::numel() const { return prod(shape); }
 
 const std::vector<OpSpec>& op_specs() {
   static const std::vector<OpSpec> specs = {
-      {OpKind::Parameter, "parameter", {{"shape", K::Dim, true}, {"kind", K::Choice, false}}, true,
+      {OpKind::Parameter, "parameter", {{"shape", K::Dim, true}, {"kind", K::Choice, false}, {"frozen", K::Flag, false}}, true,
        "nn.Parameter used as it is (ViT cls_token [1, 1, h] and position_embeddings [1, tokens, h], modeling_vit.py "
-       "ViTEmbeddings)"},
+       "ViTEmbeddings); frozen: a weight with requires_grad_(False), counted and stored but never trained (Whisper's "
+       "sinusoidal encoder positions, modeling_whisper.py WhisperEncoder: embed_positions.requires_grad_(False))"},
       {OpKind::Conv2d, "conv2d",
        {{"in", K::Tensor, true}, {"out_channels", K::Dim, true}, {"kernel", K::Dim, true}, {"stride", K::Dim, true},
         {"padding", K::Dim, false}, {"groups", K::Dim, false}, {"bias", K::Flag, false}},
@@ -167,6 +168,18 @@ const std::vector<OpSpec>& op_specs() {
        "(x.float() * cos + x_rotated.float() * sin).to(x.dtype), a new tensor in x's dtype; the products save only "
        "the cos and sin tables ([tokens, head_dim] fp32, made once per forward by FluxPosEmbed and shared by every "
        "block), so nothing of x's size"},
+      {OpKind::Conv1d, "conv1d",
+       {{"in", K::Tensor, true}, {"out_channels", K::Dim, true}, {"kernel", K::Dim, true}, {"stride", K::Dim, true},
+        {"padding", K::Dim, false}, {"bias", K::Flag, false}},
+       true,
+       "torch.nn.Conv1d over [channels, length]: weight [out, in, k], bias [out]; output length (L + 2 padding - k) "
+       "// stride + 1 (Whisper's conv1 and conv2, modeling_whisper.py WhisperEncoder)"},
+      {OpKind::Embedding, "embedding",
+       {{"in", K::Tensor, true}, {"rows", K::Dim, true}, {"out_features", K::Dim, true}, {"tied", K::Flag, false}}, true,
+       "torch.nn.Embedding(rows, out_features) of int64 ids [n]: weight [rows, out_features], output [n, out_features] "
+       "in the weight's dtype (embedding is on none of autocast's lists); its backward reads only the ids. tied: the "
+       "weight is the head's output linear's (PreTrainedModel.tie_weights: WhisperForConditionalGeneration's proj_out "
+       "and model.decoder.embed_tokens), counted once"},
   };
   return specs;
 }
@@ -215,6 +228,23 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       out = {op.kind == OpKind::Conv2d ? op.out_features : s[0], (h - op.kernel) / op.stride + 1, (w - op.kernel) / op.stride + 1};
       return true;
     }
+    case OpKind::Conv1d: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 2 || in[0]->is_parameter)
+        return error = "conv1d needs an activation [channels, length]; " + in[0]->name + " is " + dims_text(s), false;
+      const int64_t l = add(s[1], 2 * op.padding);
+      if (op.kernel > l)
+        return error = "conv1d's kernel " + std::to_string(op.kernel) + " exceeds the length of " + in[0]->name + " " + dims_text(s) + (op.padding ? " with its padding" : ""), false;
+      out = {op.out_features, (l - op.kernel) / op.stride + 1};
+      return true;
+    }
+    case OpKind::Embedding: {
+      const auto& s = in[0]->shape;
+      if (s.size() != 1 || in[0]->is_parameter || in[0]->dtype != InputDtype::Int64 || in[0]->producer >= 0)
+        return error = "embedding reads a program input of int64 ids [n] (\"dtype\": \"int64\"); " + in[0]->name + " is not one", false;
+      out = {s[0], op.out_features};
+      return true;
+    }
     case OpKind::BatchNorm2d:
     case OpKind::GlobalAvgPool: {
       const auto& s = in[0]->shape;
@@ -226,7 +256,11 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     }
     case OpKind::FlattenTokens: {
       const auto& s = in[0]->shape;
-      if (s.size() != 3) return error = "flatten_tokens needs [channels, height, width]; " + in[0]->name + " is " + dims_text(s), false;
+      if (s.size() == 2 && !in[0]->is_parameter) {  // [channels, length]: a transpose (WhisperEncoder: permute(0, 2, 1))
+        out = {s[1], s[0]};
+        return true;
+      }
+      if (s.size() != 3) return error = "flatten_tokens needs [channels, height, width] or [channels, length]; " + in[0]->name + " is " + dims_text(s), false;
       out = {mul(s[1], s[2]), s[0]};
       return true;
     }
@@ -455,8 +489,8 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       out = {};
       return true;
     case OpKind::CrossEntropy:
-      if (in[0]->numel() != in[0]->shape.back())
-        return error = "cross_entropy reads one row of class scores per sample; " + in[0]->name + " is " + dims_text(in[0]->shape), false;
+      if (in[0]->shape.empty() || in[0]->shape.size() > 2 || in[0]->is_parameter)
+        return error = "cross_entropy reads rows of class scores [rows, classes] (one label per row); " + in[0]->name + " is " + dims_text(in[0]->shape), false;
       out = {};
       return true;
   }
@@ -472,6 +506,7 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
     case OpKind::Parameter: {
       const int64_t n = prod(param_shape);
       params.push_back({op.name, n, op.param_kind, param_shape.empty() ? n : param_shape.front()});
+      params.back().frozen = op.frozen;
       break;
     }
     case OpKind::Conv2d: {
@@ -481,6 +516,15 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
       if (op.bias) param(".bias", op.out_features, ParamKind::Bias, op.out_features);
       break;
     }
+    case OpKind::Conv1d: {
+      param(".weight", mul(op.out_features, in[0]->shape[0], op.kernel), ParamKind::Matmul, op.out_features);
+      params.back().conv = true;
+      if (op.bias) param(".bias", op.out_features, ParamKind::Bias, op.out_features);
+      break;
+    }
+    case OpKind::Embedding:  // a tied one uses the head linear's weight
+      if (!op.tied) param(".weight", mul(op.size, op.out_features), ParamKind::Embedding, op.size);
+      break;
     case OpKind::LayerScale: {  // an elementwise scale: HF Trainer's decay group has it, autocast does not cast it
       const int64_t w = in[0]->shape.back();
       param(".lambda1", w, ParamKind::Embedding, w);

@@ -84,7 +84,12 @@ const std::vector<char>& StepBuilder::stage_op_flags(ProgramStage st, int32_t la
     const ArchOp& op = s.ops[i];
     switch (op.kind) {
       case OpKind::Parameter: v[i] = param_trains(params, op.name); break;
+      case OpKind::Embedding:  // a tied one's weight is the head's (Architecture::tied_head)
+        v[i] = op.tied ? !in_tower_ && !frozen_run_ && param_trains(shape_.post, a.tied_head + ".weight")
+                       : param_trains(params, op.name + ".weight");
+        break;
       case OpKind::Linear:
+      case OpKind::Conv1d:
       case OpKind::Conv2d: {
         v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") ||
                (module_info(op.module.c_str()).targeted && !in_tower_ && !frozen_run_);
@@ -144,7 +149,12 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         p.bytes[o] = dims_.e_res;  // fp32 under autocast over fp32 weights, else the weights' dtype
         break;
+      case OpKind::Embedding:  // the weight's dtype (embedding is on none of autocast's lists)
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
+        p.bytes[o] = dims_.e_res;
+        break;
       case OpKind::Linear:
+      case OpKind::Conv1d:
       case OpKind::Conv2d: {
         p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         // bitsandbytes' Linear4bit / Linear8bitLt return their input's dtype (nn/modules.py: out.to(inp_dtype)), an
@@ -319,15 +329,23 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           if (req) save_new(oi, mul(p.bytes[o], b), labels_.hidden_mask);
         }
         break;
+      case OpKind::Embedding:  // embedding_backward reads only the ids (an input the batch holds anyway)
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        break;
       case OpKind::Linear:
+      case OpKind::Conv1d:
       case OpKind::Conv2d: {
         uint32_t cast = UINT32_MAX;
         // HF ViTPatchEmbeddings casts fp32 pixels to the projection's dtype (pixel_values.to(expected_dtype)) where
         // autocast does not: a copy in the compute dtype, which the conv then reads.
         if (!dims_.amp && p.bytes[x] != dims_.e) cast = act(mul(dims_.e, b, s.tensors[x].numel()), program_label(st, layer, x, "cast"), layer);
-        const int64_t width = op.kind == OpKind::Conv2d ? mul(s.tensors[x].shape[0], mul(op.kernel, op.kernel)) : s.tensors[x].shape.back();
-        // conv2d's im2col view of its input: the cuDNN kernel saves the input itself; the element count is what counts.
-        const int64_t rows = op.kind == OpKind::Conv2d ? ceil_div(mul(b, s.tensors[x].numel()), width) : rows_of(x);
+        const bool conv = op.kind != OpKind::Linear;
+        const int64_t width = op.kind == OpKind::Conv2d ? mul(s.tensors[x].shape[0], mul(op.kernel, op.kernel))
+                              : conv                    ? mul(s.tensors[x].shape[0], op.kernel)
+                                                        : s.tensors[x].shape.back();
+        // A convolution's im2col view of its input: the cuDNN kernel saves the input itself; the element count is
+        // what counts.
+        const int64_t rows = conv ? ceil_div(mul(b, s.tensors[x].numel()), width) : rows_of(x);
         const bool low = cast != UINT32_MAX || p.bytes[x] < 4;
         std::vector<uint32_t> lin;
         const bool self = !no_grad_ && linear_inputs(layer, {op.module.c_str()}, width, lin, rows, low);
@@ -782,6 +800,15 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         const uint32_t deq = program_dequant(st, layer, i);
         if (deq != UINT32_MAX) scratch.push_back(deq);
       }
+      // A tied embedding's dense gradient (embedding_dense_backward: [rows, width] in the output's dtype), added into
+      // the .grad the head's backward made (InputBuffer / AccumulateGrad). Outside autocast the sum is a new tensor
+      // that replaces .grad, a third block at once (StepBuilder::tied_sum, from two recorded H200 traces). An untied
+      // embedding's dense gradient becomes its .grad (alloc_layer_grads counts it).
+      if (op.kind == OpKind::Embedding && op.tied && p.op_trains[i]) {
+        const int64_t dense = mul(dims_.e_res, op.size, op.out_features);
+        scratch.push_back(tmp(dense, labels_.bwd_mlp, layer));
+        if (!dims_.amp) scratch.push_back(tmp(dense, labels_.bwd_mlp, layer));
+      }
       // apply_rotary_emb's backward: the fp32 gradient of the cast and of each product (grad * cos, grad * sin).
       if (op.kind == OpKind::Rotary) scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));
       // A row broadcast over token rows (a modulation's gate or scale): its gradient is the full product, summed
@@ -796,7 +823,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
       if (op.kind == OpKind::RmsNorm) scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_norm, layer));
       // Under autocast a trained weight's gradient comes out of the matmul in the compute dtype and is cast to the
       // fp32 .grad (the cast's backward): a transient of the weight's size.
-      if (dims_.amp && p.op_trains[i] && (op.kind == OpKind::Linear || op.kind == OpKind::Conv2d))
+      if (dims_.amp && p.op_trains[i] && (op.kind == OpKind::Linear || op.kind == OpKind::Conv1d || op.kind == OpKind::Conv2d))
         for (const auto& t : program_params(st, layer))
           if (t.name == op.name + ".weight" && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
       for (int32_t t : op.in)

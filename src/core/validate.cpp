@@ -81,7 +81,7 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
       known.clear();
       for (const ArchStage* st : program->stages())
         for (const auto& op : st->ops)
-          if ((op.kind == OpKind::Linear || op.kind == OpKind::Conv2d) &&
+          if ((op.kind == OpKind::Linear || op.kind == OpKind::Conv1d || op.kind == OpKind::Conv2d) &&
               std::find(known.begin(), known.end(), op.module) == known.end())
             known.push_back(op.module);
     }

@@ -248,7 +248,7 @@ TEST_CASE("CLIP's vision tower program: exact counts, and quick_gelu keeps its s
 }
 
 TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
-  CHECK(first_error("whisper").find("model.architecture must be empty") == 0);
+  CHECK(first_error("wav2vec2").find("model.architecture must be empty") == 0);
   CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);
   // An unknown op.
   CHECK(first_error(vit_edited([](auto& j) { j["block"]["ops"][10]["op"] = "swish"; })) ==

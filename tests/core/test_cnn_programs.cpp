@@ -273,11 +273,12 @@ TEST_CASE("HF ResNet, ConvNeXt and Swin config.json files import as the programs
     CHECK(p.config.model.architecture == e.program);
     CHECK(model_shape_of(p.config.model).params_total == e.params);
   }
-  // A list entry read by its pointer, and id2label's size as the classes.
+  // A list entry read by its pointer, and id2label's size as the classes; the keys at the program's defaults are left
+  // out of the arguments (ResNet-50's 3, 4, 6, 3 are the program's).
   const Parsed deeper = model_from_hf_json(R"({"model_type": "resnet", "depths": [3, 4, 23, 3], "layer_type": "bottleneck",
       "hidden_sizes": [256, 512, 1024, 2048], "id2label": {"0": "cat", "1": "dog"}})");
   REQUIRE(deeper.ok);
-  CHECK(deeper.config.model.architecture_args == "layers1=3,layers2=4,layers3=23,layers4=3,num_classes=2");
+  CHECK(deeper.config.model.architecture_args == "layers3=23,num_classes=2");
   // A config whose structure no program has (basic blocks at bottleneck widths, absolute position embeddings) is one
   // error saying what each program needs.
   for (const char* bad : {R"({"model_type": "resnet", "depths": [2, 2, 2, 2], "layer_type": "basic"})",
