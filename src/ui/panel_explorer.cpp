@@ -75,8 +75,8 @@ std::vector<std::pair<Axis, Axis>> axis_pairs() {
 }
 
 // A model program's sequence is its inputs' shape: where the program has an image size (image_size, img_size, a
-// diffusion UNet's resolution), the
-// first pair's second axis is that instead of the sequence length. Worked out once per program.
+// diffusion UNet's resolution) or a label length (Whisper's target_length: its clips are always 30 s), the first
+// pair's second axis is that instead of the sequence length. Worked out once per program.
 struct ImageAxis {
   std::string spec, key;
   double default_size = 0;
@@ -89,7 +89,8 @@ const ImageAxis& image_axis(const ModelConfig& m) {
     decode_architecture(m.architecture, "", plain);
     if (plain)
       for (const auto& [name, value] : plain->defaults)
-        if (name == "image_size" || name == "img_size" || name == "resolution") cached.key = name, cached.default_size = value;
+        if (name == "image_size" || name == "img_size" || name == "resolution" || name == "target_length")
+          cached.key = name, cached.default_size = value;
   }
   return cached;
 }
@@ -99,11 +100,14 @@ Axis image_size_axis(const ImageAxis& ia) {
   // the SD 1.x and SDXL defaults).
   static const std::vector<int64_t> classifier = {128, 224, 256, 384, 448, 512, 768};
   static const std::vector<int64_t> diffusion = {256, 384, 512, 640, 768, 1024, 1280};
-  const std::vector<int64_t>& sizes = ia.key == "resolution" ? diffusion : classifier;
+  // A speech model's padded label length per batch, up to Whisper's 448 positions.
+  static const std::vector<int64_t> labels_per_clip = {32, 64, 96, 128, 192, 256, 448};
+  const bool speech = ia.key == "target_length";
+  const std::vector<int64_t>& sizes = ia.key == "resolution" ? diffusion : speech ? labels_per_clip : classifier;
   std::vector<std::string> labels;
   for (int64_t s : sizes) labels.push_back(std::to_string(s));
   const std::vector<int64_t>* list = &sizes;  // a static table
-  return {"image size", labels, [ia, list](Config& c, size_t i) {
+  return {speech ? "label tokens" : "image size", labels, [ia, list](Config& c, size_t i) {
             c.model.architecture_args = set_architecture_arg(c.model.architecture_args, ia.key,
                                                              static_cast<double>((*list)[i]), ia.default_size);
           }};
@@ -180,7 +184,10 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
   static Axis side_y;
   static Config side_for;
   if (sided && !(side_for == config)) side_y = image_side_axis(config), side_for = config;
-  const char* names[] = {!ia.key.empty() ? "micro-batch x image size" : sided ? "micro-batch x image side" : "micro-batch x sequence",
+  const char* names[] = {ia.key == "target_length" ? "micro-batch x label tokens"
+                         : !ia.key.empty()          ? "micro-batch x image size"
+                         : sided                    ? "micro-batch x image side"
+                                                    : "micro-batch x sequence",
                          "tensor x pipeline parallel", "GPUs x GPU type", "LoRA rank x targets"};
   index_combo("axes", pair_index, {names[0], names[1], names[2], names[3]});
   announce_focus(std::string("axes: ") + names[pair_index] + ", list");
