@@ -189,6 +189,18 @@ TEST_CASE("simulation speed") {
   sd3.training.activation_checkpointing = "full";
   sd3.training.optimizer = "adamw_8bit";
   BENCHMARK("Stable Diffusion 3 medium transformer LoRA, 1024 px, checkpointing, one GPU") { return simulate(sd3).devices.size(); };
+  // Whisper large-v3 (whisper: 32 encoder and 32 decoder layers, the encoder's output a carry every cross-attention
+  // reads) as the PEFT int8 notebook trains large-v2: LoRA r 32 on q and v, fp16 under autocast, batch 8, checkpointing.
+  Config whisper = unet;
+  whisper.model = find_model_preset("whisper-large-v3")->model;
+  whisper.model.architecture_args += ",target_length=128";
+  whisper.training.framework = "hf_trainer";
+  whisper.training.micro_batch_size = 8;
+  whisper.training.activation_checkpointing = "full";
+  whisper.peft.base_quantization = "int8";
+  whisper.peft.lora_rank = 32;
+  whisper.peft.target_modules = "q_proj,v_proj";
+  BENCHMARK("Whisper large-v3 int8 LoRA, batch 8, checkpointing, one GPU") { return simulate(whisper).devices.size(); };
   // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
   // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
   Config dpo;

@@ -222,6 +222,30 @@ test("FLUX.1's transformer under QLoRA: its T5 length sets the joint tokens, and
   await page.close();
 });
 
+test("on a phone, Whisper's label length sets its decoder rows, its link stays short, and the page agrees with the CLI", async () => {
+  const frag = execFileSync(cli, ["config", "--preset", "whisper-large-v3", "--set", "peft.method=lora", "--set", "peft.base_quantization=int8",
+                                  "--set", "peft.target_modules=q_proj,v_proj", "--set", "peft.lora_rank=32",
+                                  "--set", "training.precision=fp16_autocast", "--set", "training.activation_checkpointing=full",
+                                  "--set", "parallel.data_parallel_size=1", "--set", "training.micro_batch_size=8",
+                                  "--set", "hardware.gpu=t4", "--format", "fragment"]).toString().trim();
+  assert.ok(frag.startsWith("memsim=2&model=whisper-large-v3&"), frag);
+  assert.ok(frag.length < 300, frag);
+  const { page, errors } = await openPage("#" + frag, { width: 390, height: 844 });
+  assert.ok((await tabTo(page, "target_length")).startsWith("target_length: 448"));
+  await page.keyboard.type("128", { delay: 30 });
+  await press(page, "Enter");
+  await until(page, async () => {}, () => window.memsim.state().config.model.architecture_args.includes("target_length=128"));
+  const state = await page.evaluate(() => window.memsim.state());
+  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
+  const fromCli = cliEstimate(JSON.stringify(state.config));
+  assert.equal(fromPage.params_total, 1543490560 + 15728640);  // large-v3 and rank-32 LoRA on every q_proj and v_proj
+  assert.equal(fromPage.params_total, fromCli.params_total);
+  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  await page.screenshot({ path: path.join(shots, "whisper-int8-lora-390x844.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("on a phone, litgpt's adapter_v2 shows its prompt length and start layer", async () => {
   const frag = execFileSync(cli, ["config", "--preset", "llama-3.2-1b", "--set", "training.framework=litgpt", "--set",
                                   "peft.method=adapter_v2", "--set", "parallel.data_parallel_size=1",
