@@ -396,8 +396,39 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
 // 2.9% over with it). Modelled where the gradients are plain tensors (not sharded, in Megatron's buffer, or stepped
 // in backward).
 bool StepBuilder::tied_sum() const {
-  return cfg_.model.tie_word_embeddings && has_grad(shape_.pre.front()) && !dims_.amp && !shard_grads_ && !shard_plan_.grad_buffer &&
+  const ParamTensor* tied = tied_weight();
+  return tied && has_grad(*tied) && !dims_.amp && !shard_grads_ && !shard_plan_.grad_buffer &&
          !cfg_.training.optimizer_in_backward && ctx_.has_pre && ctx_.has_post;
+}
+
+const ParamTensor* StepBuilder::tied_weight() const {
+  if (shape_.program) {
+    if (shape_.program->tied_head.empty()) return nullptr;
+    const std::string name = shape_.program->tied_head + ".weight";
+    for (const auto& t : shape_.post)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+  return cfg_.model.tie_word_embeddings && !shape_.pre.empty() ? &shape_.pre.front() : nullptr;
+}
+
+// The dense gradient is a temporary; outside autocast the sum is a new tensor: in the first micro-batch it becomes
+// .grad (the head's share, made in the loss backward, goes), in a later one AccumulateGrad adds it into .grad in place
+// and the head's share that waited in the engine (tied_pending_) goes.
+void StepBuilder::tied_embedding_grad(int64_t bytes) {
+  uint32_t dense = tmp(bytes, labels_.embed_grad_dense, -1);
+  if (!tied_sum()) return drop(dense);
+  const uint32_t sum = program_.alloc(Component::Gradients, bytes, labels_.tied_sum);
+  auto& head = grads_[static_cast<size_t>(shape_.num_layers + 1)];
+  if (tied_pending_ != UINT32_MAX) {
+    drop(tied_pending_), tied_pending_ = UINT32_MAX;
+    drop(dense), drop(sum);
+  } else if (!head.empty()) {
+    drop(head.back()), head.back() = sum;
+    drop(dense);
+  } else {
+    drop(dense), drop(sum);
+  }
 }
 
 // FrameworkSpec::tp_saves_gathered_input, with sequence parallelism on: each norm's output is all-gathered to the

@@ -370,7 +370,7 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     out.architecture = program;
     out.architecture_args = args;
     notes.push_back("model: model_type " + out.model_type + " is the model program \"" + program +
-                    "\" (src/core/catalog/architectures); read its hyperparameters: " + (args.empty() ? "none" : args));
+                    "\" (src/core/catalog/architectures); read its hyperparameters: " + (args.empty() ? "all at the program's defaults" : args + ", the rest at the program's defaults"));
     return;
   }
   Config tmp;

@@ -242,6 +242,7 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       const auto& s = in[0]->shape;
       if (s.size() != 1 || in[0]->is_parameter || in[0]->dtype != InputDtype::Int64 || in[0]->producer >= 0)
         return error = "embedding reads a program input of int64 ids [n] (\"dtype\": \"int64\"); " + in[0]->name + " is not one", false;
+      if (double(op.size) * double(op.out_features) > 1e12) return error = "embedding's weight [rows, out_features] holds more than 10^12 elements", false;
       out = {s[0], op.out_features};
       return true;
     }

@@ -15,7 +15,7 @@ namespace memsim {
 void StepBuilder::step_in_backward(int64_t layer) {
   if (!cfg_.training.optimizer_in_backward) return;
   const size_t slot = static_cast<size_t>(layer + 1);
-  const bool tied = cfg_.model.tie_word_embeddings;
+  const bool tied = tied_weight() != nullptr;
   if (!states_created_[slot]) {
     states_created_[slot] = true;
     const std::vector<ParamTensor>& ts = layer < 0 ? shape_.pre : layer >= shape_.num_layers ? shape_.post : shape_.params_of(layer);

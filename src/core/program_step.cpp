@@ -85,8 +85,13 @@ const std::vector<char>& StepBuilder::stage_op_flags(ProgramStage st, int32_t la
     switch (op.kind) {
       case OpKind::Parameter: v[i] = param_trains(params, op.name); break;
       case OpKind::Embedding:  // a tied one's weight is the head's (Architecture::tied_head)
-        v[i] = op.tied ? !in_tower_ && !frozen_run_ && param_trains(shape_.post, a.tied_head + ".weight")
-                       : param_trains(params, op.name + ".weight");
+        // (Exactly the shared weight: a modules_to_save copy of the head would be untied, refused in validation.)
+        if (op.tied) {
+          const ParamTensor* tied = in_tower_ || frozen_run_ ? nullptr : tied_weight();
+          v[i] = tied && has_grad(*tied);
+        } else {
+          v[i] = param_trains(params, op.name + ".weight");
+        }
         break;
       case OpKind::Linear:
       case OpKind::Conv1d:
@@ -360,8 +365,19 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         if (no_grad_ && ckpt_graph_ && qw && !program_recompute_ && p.req[x])
           checkpoint_graph_inputs(layer, {op.module.c_str()}, width, rows, id[p.root[x]]);
         const uint32_t deq = program_dequant(st, layer, i);
+        // Autocast's 16-bit copy of an fp32 weight outside the blocks (a block's are autocast_casts'): the head's
+        // output layer (the tied matrix too), the embeddings' convolutions. The matmul keeps it for its input's
+        // gradient (loss.cpp counts lm_head's so).
+        uint32_t weight_copy = UINT32_MAX;
+        if (st != ProgramStage::Block && dims_.amp && recipe_.autocast_copy_bytes > 0 && !qw)
+          for (const auto& t : program_params(st, layer))
+            if (t.name == op.name + ".weight") weight_copy = tmp(mul(recipe_.autocast_copy_bytes, t.numel), labels_.cast, layer);
         const uint32_t base_out = qw && !no_grad_ && module_info(op.module.c_str()).targeted ? tmp(bytes_of(o), labels_.attn_tmp, layer) : UINT32_MAX;
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        if (weight_copy != UINT32_MAX) {
+          if (!no_grad_ && (p.req[x] || p.op_trains[i])) saved.attn.push_back(weight_copy), saved.ops.push_back(static_cast<uint32_t>(i));
+          else transient.push_back(weight_copy);
+        }
         drop_if(base_out);
         drop_if(deq);
         drop_if(in_cast);
@@ -800,15 +816,10 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         const uint32_t deq = program_dequant(st, layer, i);
         if (deq != UINT32_MAX) scratch.push_back(deq);
       }
-      // A tied embedding's dense gradient (embedding_dense_backward: [rows, width] in the output's dtype), added into
-      // the .grad the head's backward made (InputBuffer / AccumulateGrad). Outside autocast the sum is a new tensor
-      // that replaces .grad, a third block at once (StepBuilder::tied_sum, from two recorded H200 traces). An untied
-      // embedding's dense gradient becomes its .grad (alloc_layer_grads counts it).
-      if (op.kind == OpKind::Embedding && op.tied && p.op_trains[i]) {
-        const int64_t dense = mul(dims_.e_res, op.size, op.out_features);
-        scratch.push_back(tmp(dense, labels_.bwd_mlp, layer));
-        if (!dims_.amp) scratch.push_back(tmp(dense, labels_.bwd_mlp, layer));
-      }
+      // A tied embedding's dense gradient (embedding_dense_backward: [rows, width]), added into the gradient the
+      // head's backward made, as the built-in families' (tied_embedding_grad, from two recorded H200 traces). An
+      // untied embedding's dense gradient becomes its .grad (alloc_layer_grads counts it).
+      if (op.kind == OpKind::Embedding && op.tied && p.op_trains[i]) tied_embedding_grad(mul(recipe_.grad_bytes, op.size, op.out_features));
       // apply_rotary_emb's backward: the fp32 gradient of the cast and of each product (grad * cos, grad * sin).
       if (op.kind == OpKind::Rotary) scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));
       // A row broadcast over token rows (a modulation's gate or scale): its gradient is the full product, summed

@@ -263,25 +263,7 @@ void StepBuilder::backward_mb(InFlight& f, std::string phase) {
     alloc_layer_grads(-1);
     vision_backward(f);  // a VLM's projector, created after the embeddings, runs its backward first
     // A frozen embedding (PEFT) has no backward: its input is token ids and its weight needs no gradient.
-    if (cfg_.model.tie_word_embeddings && has_grad(shape_.pre.front())) {
-      const int64_t bytes = mul(recipe_.grad_bytes, dims_.V, dims_.h);
-      uint32_t dense = tmp(bytes, labels_.embed_grad_dense, -1);
-      if (tied_sum()) {
-        const uint32_t sum = program_.alloc(Component::Gradients, bytes, labels_.tied_sum);
-        auto& head = grads_[static_cast<size_t>(shape_.num_layers + 1)];
-        if (tied_pending_ != UINT32_MAX) {  // AccumulateGrad adds the sum into the existing .grad in place
-          drop(tied_pending_), tied_pending_ = UINT32_MAX;
-          drop(dense), drop(sum);
-        } else if (!head.empty()) {  // the first micro-batch: the sum becomes .grad
-          drop(head.back()), head.back() = sum;
-          drop(dense);
-        } else {
-          drop(dense), drop(sum);
-        }
-      } else {
-        drop(dense);
-      }
-    }
+    if (cfg_.model.tie_word_embeddings && has_grad(shape_.pre.front())) tied_embedding_grad(mul(recipe_.grad_bytes, dims_.V, dims_.h));
     release_layer_grads(-1);
     reshard_after_backward(-1);
     reshard_after_backward(shape_.num_layers);

@@ -111,7 +111,7 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
   if (grad_created_[slot]) {  // gradient accumulation: the .grad tensors are already there
     if (layer >= shape_.num_layers && tied_sum())  // ... but a tied matrix's gradient waits in the engine (tied_sum)
-      tied_pending_ = program_.alloc(Component::Gradients, grad_bytes_of(shape_.pre.front()), labels_.tied_pending);
+      tied_pending_ = program_.alloc(Component::Gradients, grad_bytes_of(*tied_weight()), labels_.tied_pending);
     return;
   }
   grad_created_[slot] = true;

@@ -324,6 +324,13 @@ class StepBuilder {
   void no_grad_release_all(std::vector<uint32_t>& saved);
   void moe_forward_no_grad(int32_t layer);
   bool tied_sum() const;
+  // The matrix the embedding and the output layer share: the built-in families' embedding when
+  // model.tie_word_embeddings, a program's head linear that a tied embedding op uses (Architecture::tied_head);
+  // null where nothing is tied.
+  const ParamTensor* tied_weight() const;
+  // A tied embedding's backward: its dense [V, h] gradient (`bytes`), added into the shared matrix's gradient (see
+  // tied_sum).
+  void tied_embedding_grad(int64_t bytes);
   void release_saved(std::vector<uint32_t>& saved, uint32_t label);
   uint32_t qk_norm_forward(int32_t layer, uint32_t x, int64_t width, int64_t heads, const char* name,
                            std::vector<uint32_t>& saved, bool out_saved);

@@ -722,6 +722,21 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   if (c.peft.enabled() && c.peft.packed_int4())
     refuse("peft.base_quantization", std::string("must be none, int8, nf4 or fp4 (bitsandbytes)") + for_programs + ": GPTQ and AWQ bases are modelled for the built-in decoders");
   if (c.data.varies()) refuse("data.lengths", std::string("must be fixed") + for_programs + ": its inputs have the shapes the program declares");
+  if (m.tie_word_embeddings)
+    refuse("model.tie_word_embeddings", std::string("must be false") + for_programs + ": a program ties its own weights (an embedding op's \"tied\")");
+  if (program && !program->tied_head.empty()) {
+    if (p.fsdp_shard_embeddings)
+      refuse("parallel.fsdp_shard_embeddings", std::string("must be off") + for_programs + " whose embedding is tied to its head (" +
+                                                   program->tied_head + "): the shared weight is one FSDP unit's");
+    // PEFT's ModulesToSaveWrapper of a tied module trains an untied copy; the program models the tied pair only.
+    for (const auto& item : list_items(c.peft.modules_to_save))
+      for (const ArchStage* st : program->stages())
+        for (const auto& op : st->ops)
+          if ((op.kind == OpKind::Embedding && op.tied && (item == op.module || item == op.name)) ||
+              (op.name == program->tied_head && (item == op.module || item == op.name)))
+            refuse("peft.modules_to_save", "names \"" + item + "\", which is tied to " + (op.kind == OpKind::Embedding ? program->tied_head : std::string("the embedding")) +
+                                               " in this program: an untied trainable copy is not modelled; leave it out");
+  }
 }
 
 // training.ema: diffusers' EMAModel keeps a whole copy on each process; memsim models it where each GPU holds whole

@@ -100,15 +100,43 @@ TEST_CASE("whisper: the tied weight's gradient exists from the head's backward, 
   REQUIRE(r.ok);
   const auto& p = r.devices[0].program;
   CHECK(ledger_problem(p).empty());
-  // As many of the table's gradients as of conv2's weight (one per replayed step), no more.
+  // Per replayed step (one conv2 weight gradient each): the head's share of the table's gradient, then, outside
+  // autocast, the sum with the embedding's that replaces it (tied_sum, as the built-in families'). Never two .grads.
   const int64_t table = 2 * 51865 * 384, conv2 = 2 * 384 * 384 * 3;  // bf16
-  int64_t grads = 0, conv_grads = 0;
-  for (const auto& t : p.tensors) {
-    if (t.component == Component::Gradients && t.bytes == table) ++grads;
-    if (t.component == Component::Gradients && t.bytes == conv2) ++conv_grads;
-  }
+  auto count = [&](const StepProgram& prog, int64_t& grads, int64_t& conv_grads, int64_t& most_live) {
+    grads = conv_grads = most_live = 0;
+    std::vector<char> live(prog.tensors.size(), 0);
+    int64_t now = 0;
+    for (const auto& e : prog.events) {
+      const auto& t = prog.tensors[e.tensor];
+      if (t.component != Component::Gradients) continue;
+      if (t.bytes == conv2 && e.op == Event::Op::Alloc) ++conv_grads;
+      if (t.bytes != table) continue;
+      if (e.op == Event::Op::Alloc) ++grads, ++now;
+      else --now;
+      most_live = std::max(most_live, now);
+    }
+  };
+  int64_t grads = 0, conv_grads = 0, most_live = 0;
+  count(p, grads, conv_grads, most_live);
   CHECK(conv_grads > 0);
-  CHECK(grads == conv_grads);
+  CHECK(grads == 2 * conv_grads);
+  CHECK(most_live == 2);  // the sum made beside the head's share, which then goes
+  // Under autocast the embedding's share is added in place: one table gradient per step.
+  Config amp = c;
+  amp.training.precision = "amp_bf16";
+  const Result ra = simulate(amp);
+  REQUIRE(ra.ok);
+  count(ra.devices[0].program, grads, conv_grads, most_live);
+  CHECK(grads == 0);  // fp32 gradients: 4 bytes an element, not the bf16 table's size
+  const int64_t table32 = 4 * 51865 * 384, conv32 = 4 * 384 * 384 * 3;
+  int64_t g32 = 0, c32 = 0;
+  for (const auto& t : ra.devices[0].program.tensors) {
+    if (t.component == Component::Gradients && t.bytes == table32) ++g32;
+    if (t.component == Component::Gradients && t.bytes == conv32) ++c32;
+  }
+  CHECK(c32 > 0);
+  CHECK(g32 == c32);
   // LoRA on q and v with an int8 base under fp16 autocast and checkpointing: the ledger holds.
   c.training.precision = "fp16_autocast";
   c.training.activation_checkpointing = "full";
@@ -134,6 +162,15 @@ TEST_CASE("whisper: bad shapes get a field error", "[architecture][whisper]") {
   // An embedding of something other than int64 ids.
   CHECK(first_error(program_edited("whisper", [](auto& j) { j["embeddings"]["ops"][8]["in"] = "input_features"; }))
             .find("embedding reads a program input of int64 ids") != std::string::npos);
+  // What a tied program does not model gets a field error naming it.
+  Config c = whisper();
+  c.model.tie_word_embeddings = true;
+  CHECK(errors_of(c).find("model.tie_word_embeddings: model.tie_word_embeddings must be false for a model program") == 0);
+  c = whisper();
+  c.peft.method = "lora";
+  c.peft.target_modules = "q_proj,v_proj";
+  c.peft.modules_to_save = "embed_tokens";
+  CHECK(errors_of(c).find("peft.modules_to_save: peft.modules_to_save names \"embed_tokens\", which is tied to proj_out") == 0);
   // A tied embedding whose width the head's linear does not have.
   CHECK(first_error(program_edited("whisper", [](auto& j) { j["embeddings"]["ops"][8]["rows"] = 1000; }))
             .find("cannot share") != std::string::npos);

@@ -126,6 +126,8 @@ def whisper():
         # get_keys_to_not_convert keeps the tied output embedding in 16 bits under load_in_8bit / load_in_4bit
         "not_quantized": ["proj_out"],
         "model_types": ["whisper"],
+        # a config.json that unties proj_out would need an untied program: its import is refused, not misread
+        "requires": {"tie_word_embeddings": {"equals": True, "when_absent": True}},
         "hyperparameters": {
             "vocab_size": 51865, "num_mel_bins": 80, "d_model": 384,
             "encoder_layers": 4, "encoder_attention_heads": 6, "encoder_ffn_dim": 1536,
