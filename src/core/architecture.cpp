@@ -726,6 +726,7 @@ class Decoder {
       case OpKind::DropPath:
       case OpKind::Copy:
       case OpKind::Unpad:
+      case OpKind::Cast:
       case OpKind::ResizeTokens: return false;  // each may return its input, or a view of it
       default: return !op.inplace;
     }
@@ -867,6 +868,9 @@ class Decoder {
           if (kn == "size" || kn == "rows") op.size = d;
           if (kn == "unit") op.unit = d;
           if (kn == "scale") op.stride = d;
+          if (kn == "head_dim") op.head_dim = d;
+          if (kn == "state") op.state = d;
+          if (kn == "chunk") op.chunk = d;
           break;
         }
         case OpKey::Probability: {
@@ -907,6 +911,7 @@ class Decoder {
           else if (key.name == std::string("cast_out")) op.cast_out = d != 0;
           else if (key.name == std::string("tied")) op.tied = d != 0;
           else if (key.name == std::string("frozen")) op.frozen = d != 0;
+          else if (key.name == std::string("conv_bias")) op.conv_bias = d != 0;
           else op.tanh = d != 0;
           break;
         }
@@ -920,6 +925,13 @@ class Decoder {
           if (key.name == std::string("axis")) {
             if (c == "tokens" || c == "features" || c == "channels") op.features = c == "features", op.channels = c == "channels";
             else error(kw, "must be tokens (rows, dim=1), features (the last dimension) or channels (an image's, dim=1)");
+            break;
+          }
+          if (key.name == std::string("dtype")) {
+            if (c == "fp32") op.cast_to = CastTo::Fp32;
+            else if (c == "compute") op.cast_to = CastTo::Compute;
+            else if (c == "weights") op.cast_to = CastTo::Weights;
+            else error(kw, "must be fp32, compute (the autocast or weight dtype) or weights (the weights' storage dtype)");
             break;
           }
           if (key.name == std::string("variant")) {

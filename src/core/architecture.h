@@ -61,7 +61,12 @@ enum class OpKind {
   Rotary,       // diffusers' apply_rotary_emb on q or k: fp32 products with shared cos/sin tables, cast back
   Conv1d,       // nn.Conv1d over [channels, length] (Whisper's front end)
   Embedding,    // nn.Embedding: int64 ids [rows] -> [rows, width] (a decoder's token embedding)
+  Cast,         // x.to(dtype): a copy in another dtype, or x itself where it has that dtype already
+  SsdMixer,     // Mamba-2's mixer after in_proj: mamba_ssm's fused conv1d, SSD scan, gated RMSNorm and out_proj
 };
+
+// What a cast op converts to: fp32, the compute dtype (autocast's or the weights'), or the weights' storage dtype.
+enum class CastTo : uint8_t { Fp32, Compute, Weights };
 
 // What a program input holds per element: the collator's fp32 (pixel values), the compute dtype (latents and text
 // embeddings a frozen encoder made on the GPU in the weights' dtype), or int64 (ids, timesteps).
@@ -120,6 +125,11 @@ struct ArchOp {
   bool channels = false;     // Concat: along an image's channels (torch.cat(..., dim=1) of [N, C, H, W])
   bool inplace = false;      // Relu, Add: writes into its (first) input, which it then is (nn.ReLU(inplace=True), +=)
   bool tied = false;         // Embedding: its weight is the head's output linear's (tie_word_embeddings)
+  CastTo cast_to = CastTo::Fp32;  // Cast
+  // SsdMixer: head_dim (P), state (N, d_state), chunk (Q, the SSD kernel's chunk_size); heads, groups, kernel (the
+  // depthwise conv's width) and out_features (out_proj's) use the fields above; bias is out_proj's, conv_bias conv1d's.
+  int64_t head_dim = 0, state = 0, chunk = 0;
+  bool conv_bias = true;
   bool frozen = false;       // Parameter: requires_grad_(False) (Whisper's sinusoidal encoder positions): a weight
                              // that never trains, even in full fine-tuning
   ParamKind param_kind = ParamKind::Embedding;  // Parameter

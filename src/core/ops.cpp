@@ -174,6 +174,21 @@ const std::vector<OpSpec>& op_specs() {
        true,
        "torch.nn.Conv1d over [channels, length]: weight [out, in, k], bias [out]; output length (L + 2 padding - k) "
        "// stride + 1 (Whisper's conv1 and conv2, modeling_whisper.py WhisperEncoder)"},
+      {OpKind::Cast, "cast", {{"in", K::Tensor, true}, {"dtype", K::Choice, true}}, false,
+       "x.to(dtype): fp32 (Mamba2Block: residual.to(torch.float32); Mamba2ForCausalLM: logits.float()), compute (the "
+       "autocast or weight dtype) or weights (x.to(norm.weight.dtype)); a new tensor, or x itself where its dtype is "
+       "that already (Tensor.to returns self); its backward casts the gradient back"},
+      {OpKind::SsdMixer, "ssd_mixer",
+       {{"in", K::Tensor, true}, {"heads", K::Dim, true}, {"head_dim", K::Dim, true}, {"groups", K::Dim, true},
+        {"state", K::Dim, true}, {"kernel", K::Dim, true}, {"chunk", K::Dim, true}, {"out_features", K::Dim, true},
+        {"bias", K::Flag, false}, {"conv_bias", K::Flag, false}},
+       true,
+       "Mamba-2's mixer after in_proj as transformers' Mamba2Mixer.cuda_kernels_forward trains it: mamba_ssm "
+       "ops/triton/ssd_combined.py mamba_split_conv1d_scan_combined (v2.2.2 MambaSplitConv1dScanCombinedFn) over "
+       "zxbcdt [T, 2 di + 2 g N + H] (di = heads x head_dim): the depthwise causal conv1d over xBC [T, di + 2 g N], "
+       "the chunked SSD scan, the gated RMSNorm (weight [di]) and out_proj [out_features, di]. Parameters conv1d.weight "
+       "[di + 2 g N, 1, kernel], conv1d.bias, dt_bias, A_log, D [heads], norm.weight [di], out_proj.weight "
+       "(docs/research/mamba2.md section 1.2)"},
       {OpKind::Embedding, "embedding",
        {{"in", K::Tensor, true}, {"rows", K::Dim, true}, {"out_features", K::Dim, true}, {"tied", K::Flag, false}}, true,
        "torch.nn.Embedding(rows, out_features) of int64 ids [n]: weight [rows, out_features], output [n, out_features] "
@@ -236,6 +251,22 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       if (op.kernel > l)
         return error = "conv1d's kernel " + std::to_string(op.kernel) + " exceeds the length of " + in[0]->name + " " + dims_text(s) + (op.padding ? " with its padding" : ""), false;
       out = {op.out_features, (l - op.kernel) / op.stride + 1};
+      return true;
+    }
+    case OpKind::Cast:
+      if (in[0]->is_parameter) return error = "cast needs an activation; " + in[0]->name + " is a parameter", false;
+      out = in[0]->shape;
+      return true;
+    case OpKind::SsdMixer: {
+      if (!rows(in[0], "ssd_mixer")) return false;
+      if (op.heads % op.groups != 0)
+        return error = "ssd_mixer's groups (" + std::to_string(op.groups) + ") must divide its heads (" + std::to_string(op.heads) + ")", false;
+      const int64_t di = mul(op.heads, op.head_dim);
+      const int64_t width = add(mul(2, di), add(mul(2, op.groups, op.state), op.heads));
+      if (in[0]->shape[1] != width)
+        return error = "ssd_mixer reads in_proj's output of 2 x heads x head_dim + 2 x groups x state + heads = " + std::to_string(width) +
+                       " columns; " + in[0]->name + " is " + dims_text(in[0]->shape), false;
+      out = {in[0]->shape[0], op.out_features};
       return true;
     }
     case OpKind::Embedding: {
@@ -521,6 +552,19 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
       param(".weight", mul(op.out_features, in[0]->shape[0], op.kernel), ParamKind::Matmul, op.out_features);
       params.back().conv = true;
       if (op.bias) param(".bias", op.out_features, ParamKind::Bias, op.out_features);
+      break;
+    }
+    case OpKind::SsdMixer: {  // Mamba2Mixer.__init__'s order: conv1d, (in_proj,) dt_bias, A_log, norm, D, out_proj
+      const int64_t di = mul(op.heads, op.head_dim), conv = add(di, mul(2, op.groups, op.state));
+      param(".conv1d.weight", mul(conv, op.kernel), ParamKind::Matmul, conv);
+      params.back().conv = true;
+      if (op.conv_bias) param(".conv1d.bias", conv, ParamKind::Bias, conv);
+      param(".dt_bias", op.heads, ParamKind::Bias, op.heads);
+      param(".A_log", op.heads, ParamKind::Embedding, op.heads);  // elementwise: autocast does not cast it
+      param(".norm.weight", di, ParamKind::Norm, di);
+      param(".D", op.heads, ParamKind::Embedding, op.heads);
+      param(".out_proj.weight", mul(op.out_features, di), ParamKind::Matmul, op.out_features);
+      if (op.bias) param(".out_proj.bias", op.out_features, ParamKind::Bias, op.out_features);
       break;
     }
     case OpKind::Embedding:  // a tied one uses the head linear's weight

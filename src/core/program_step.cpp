@@ -109,10 +109,31 @@ const std::vector<char>& StepBuilder::stage_op_flags(ProgramStage st, int32_t la
       case OpKind::BatchNorm2d: v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias"); break;
       case OpKind::RmsNorm: v[i] = param_trains(params, op.name + ".weight"); break;
       case OpKind::LayerScale: v[i] = param_trains(params, op.name + ".lambda1"); break;
+      case OpKind::SsdMixer:
+        for (const char* p : {".out_proj.weight", ".norm.weight", ".conv1d.weight", ".A_log", ".D", ".dt_bias"})
+          if (param_trains(params, op.name + p)) v[i] = 1;
+        break;
       default: break;
     }
   }
   return v;
+}
+
+// mamba_ssm v2.2.2 ssd_chunk_state.py _chunk_state_bwd_db (and _chunk_scan_bwd_dC, _bmm_chunk_bwd alike):
+// nheads_ngroups_ratio / max(min(cdiv(batch x nchunks x nheads, sm_count), nheads_ngroups_ratio), 1) splits, rounded
+// up, each with an fp32 buffer. The SM counts are the cards' (NVIDIA's architecture whitepapers and datasheets:
+// A100 108, H100 SXM 132, ...); a card not listed takes the A100's.
+int64_t StepBuilder::ssd_splits(int64_t batch_chunks, int64_t heads, int64_t groups) const {
+  static const std::pair<std::string_view, int64_t> kSms[] = {
+      {"a100-80gb", 108}, {"a100-40gb", 108}, {"h100-sxm", 132}, {"h100-pcie", 114}, {"h200", 132}, {"b200", 148},
+      {"gb200", 152}, {"l4", 58}, {"l40s", 142}, {"a10g", 80}, {"t4", 40}, {"v100-16gb", 80}, {"v100-32gb", 80},
+      {"rtx-3090", 82}, {"rtx-4090", 128}, {"rtx-5090", 170}, {"rtx-a6000", 84}, {"rtx-6000-ada", 142}, {"p100-16gb", 56}};
+  int64_t sms = 108;
+  for (const auto& [id, n] : kSms)
+    if (id == cfg_.hardware.gpu) sms = n;
+  const int64_t ratio = std::max<int64_t>(1, heads / std::max<int64_t>(1, groups));
+  const int64_t per = std::max<int64_t>(std::min(ceil_div(mul(batch_chunks, heads), sms), ratio), 1);
+  return ceil_div(ratio, per);
 }
 
 // A bitsandbytes linear's weight dequantized to the compute dtype for one matmul (MatMul4Bit, MatMul8bitLt:
@@ -158,6 +179,16 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         p.op_trains[i] = (flags[i] & kOpTrains) != 0;
         p.bytes[o] = dims_.e_res;
         break;
+      case OpKind::SsdMixer:  // out_proj's output: the compute dtype (F.linear under autocast, or the weights')
+        p.op_trains[i] = (flags[i] & kOpTrains) != 0;
+        p.bytes[o] = dims_.e;
+        break;
+      case OpKind::Cast: {  // x itself where it has the dtype already
+        const int64_t to = op.cast_to == CastTo::Fp32 ? 4 : op.cast_to == CastTo::Compute ? dims_.e : dims_.e_res;
+        if (to == p.bytes[op.in[0]]) p.root[o] = p.root[op.in[0]];
+        p.bytes[o] = to;
+        break;
+      }
       case OpKind::Linear:
       case OpKind::Conv1d:
       case OpKind::Conv2d: {
@@ -337,6 +368,44 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
       case OpKind::Embedding:  // embedding_backward reads only the ids (an input the batch holds anyway)
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
+      case OpKind::Cast:  // _to_copy's backward casts the gradient back: nothing saved
+        if (p.root[o] == o) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        break;
+      case OpKind::SsdMixer: {
+        // MambaSplitConv1dScanCombinedFn.forward (docs/research/mamba2.md 1.2): the conv's output xBC [T, cd]; the
+        // scan's dt and dA_cumsum [b, H, chunks, Q] fp32, its chunk states [b, chunks, H, P, N] fp32 and again in
+        // the activations' dtype, the final states [b, H, P, N] fp32 and CB [b, chunks, g, Q, Q] fp32, alive
+        // together; the scan's output out_x [T, di] (saved); the gated norm's output [T, di] and rstd [g T] fp32
+        // (saved); out_proj's output. save_for_backward keeps zxbcdt (this op's input), out_x and rstd: nothing of the
+        // conv, the states or the norm's output, which backward recomputes.
+        const int64_t T = rows_of(x), a = p.bytes[x];
+        const int64_t di = mul(op.heads, op.head_dim), cd = add(di, mul(2, op.groups, op.state));
+        const int64_t L = s.tensors[x].shape[0], chunks = ceil_div(L, op.chunk);
+        const int64_t bc = mul(b, chunks);
+        const uint32_t conv = tmp(mul(a, T, cd), labels_.attn_tmp, layer);
+        const uint32_t dt = tmp(mul(8, bc, op.heads, op.chunk), labels_.attn_tmp, layer);
+        const uint32_t states32 = tmp(mul(4, bc, di, op.state), labels_.attn_tmp, layer);
+        const uint32_t states = tmp(mul(a, bc, di, op.state), labels_.attn_tmp, layer);
+        const uint32_t final_states = tmp(mul(4, b, di, op.state), labels_.attn_tmp, layer);
+        const uint32_t cb = tmp(mul(4, bc, op.groups, mul(op.chunk, op.chunk)), labels_.attn_tmp, layer);
+        const bool save = req && !no_grad_;
+        if (ssd_label_ == UINT32_MAX) ssd_label_ = program_.label("SSD scan output out_x (saved)");
+        const uint32_t out_x = save ? act(mul(a, T, di), ssd_label_, layer) : tmp(mul(a, T, di), ssd_label_, layer);
+        for (uint32_t t : {conv, dt, states32, states, cb}) drop(t);
+        const uint32_t normed = tmp(mul(a, T, di), labels_.norm_scaled, layer);
+        const uint32_t rstd = save ? act(mul(4, op.groups, T), labels_.norm_rstd, layer) : tmp(mul(4, op.groups, T), labels_.norm_rstd, layer);
+        id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        drop(normed);
+        drop(final_states);
+        if (save) {
+          saved.attn.push_back(out_x), saved.ops.push_back(static_cast<uint32_t>(i));
+          saved.attn.push_back(rstd), saved.ops.push_back(static_cast<uint32_t>(i));
+        } else {
+          drop(out_x), drop(rstd);
+        }
+        if (req) keep(oi, x);
+        break;
+      }
       case OpKind::Linear:
       case OpKind::Conv1d:
       case OpKind::Conv2d: {
@@ -820,6 +889,26 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
       // head's backward made, as the built-in families' (tied_embedding_grad, from two recorded H200 traces). An
       // untied embedding's dense gradient becomes its .grad (alloc_layer_grads counts it).
       if (op.kind == OpKind::Embedding && op.tied && p.op_trains[i]) tied_embedding_grad(mul(recipe_.grad_bytes, op.size, op.out_features));
+      // MambaSplitConv1dScanCombinedFn.backward (docs/research/mamba2.md 1.2): the norm's output and the conv's
+      // output recomputed, dxBC, dout @ W_out and the norm's dx; the scan's recomputed dt and dA_cumsum, CB and fp32
+      // chunk states, their fp32 gradient and the state passing's two copies; dB and dC (fp32, per split of the
+      // heads) and dCB. dzxbcdt is the input's gradient (below).
+      if (op.kind == OpKind::SsdMixer) {
+        const int32_t x = op.in[0];
+        const int64_t T = mul(b, s.tensors[x].numel() / s.tensors[x].shape.back()), a = p.bytes[x];
+        const int64_t di = mul(op.heads, op.head_dim), cd = add(di, mul(2, op.groups, op.state));
+        const int64_t chunks = ceil_div(s.tensors[x].shape[0], op.chunk), bc = mul(b, chunks);
+        const int64_t splits = ssd_splits(bc, op.heads, op.groups);
+        for (int64_t bytes : {mul(a, T, di), mul(a, T, cd), mul(a, T, cd), mul(a, T, di), mul(a, T, di),
+                              mul(8, bc, op.heads, op.chunk), mul(4, bc, op.groups, mul(op.chunk, op.chunk)),
+                              mul(4, bc, di, op.state), mul(4, bc, di, op.state), mul(2 * a, bc, di, op.state),
+                              mul(8, splits, op.groups, mul(T, op.state)), mul(4, splits, op.groups, mul(T, op.chunk))})
+          scratch.push_back(tmp(bytes, labels_.bwd_attn, layer));
+        // out_proj's weight gradient comes out of its matmul in the compute dtype, cast to the fp32 .grad under autocast.
+        if (dims_.amp && p.op_trains[i])
+          for (const auto& t : program_params(st, layer))
+            if (t.name == op.name + ".out_proj.weight" && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
+      }
       // apply_rotary_emb's backward: the fp32 gradient of the cast and of each product (grad * cos, grad * sin).
       if (op.kind == OpKind::Rotary) scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));
       // A row broadcast over token rows (a modulation's gate or scale): its gradient is the full product, summed

@@ -328,6 +328,10 @@ class StepBuilder {
   // model.tie_word_embeddings, a program's head linear that a tied embedding op uses (Architecture::tied_head);
   // null where nothing is tied.
   const ParamTensor* tied_weight() const;
+  // How many splits of the heads the SSD backward's dB, dC and dCB kernels run over, each with its own fp32 buffer
+  // (ssd_chunk_state.py _chunk_state_bwd_db, ssd_chunk_scan.py _chunk_scan_bwd_dC / _bmm_chunk_bwd: nsplits from the
+  // device's SM count), for `batch_chunks` = batch x chunks.
+  int64_t ssd_splits(int64_t batch_chunks, int64_t heads, int64_t groups) const;
   // A tied embedding's backward: its dense [V, h] gradient (`bytes`), added into the shared matrix's gradient (see
   // tied_sum).
   void tied_embedding_grad(int64_t bytes);
@@ -440,6 +444,7 @@ class StepBuilder {
   std::vector<std::vector<uint32_t>> program_labels_;
   uint32_t pool_indices_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
   uint32_t mse_copy_label_ = UINT32_MAX;      // likewise
+  uint32_t ssd_label_ = UINT32_MAX;           // likewise
   int64_t input_dtype_bytes(InputDtype d) const;  // a program input's element size
   static constexpr char kOpTrains = 1, kOpQuantized = 2;  // stage_op_flags' bits
   const std::vector<char>& stage_op_flags(ProgramStage st, int32_t layer) const;

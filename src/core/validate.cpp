@@ -84,6 +84,8 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
           if ((op.kind == OpKind::Linear || op.kind == OpKind::Conv1d || op.kind == OpKind::Conv2d) &&
               std::find(known.begin(), known.end(), op.module) == known.end())
             known.push_back(op.module);
+          else if (op.kind == OpKind::SsdMixer && std::find(known.begin(), known.end(), "out_proj") == known.end())
+            known.push_back("out_proj");  // its nn.Linear, which PEFT wraps (the fused kernel reads its weight only)
     }
     // A fused q/k/v linear is targeted whole, under its family's name (model.cpp targets_fused_qkv).
     if (m.fused_qkv && p.lora_like()) known.insert(known.end(), {"qkv_proj", "c_attn", "query_key_value", "Wqkv"});

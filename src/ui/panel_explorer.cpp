@@ -89,7 +89,7 @@ const ImageAxis& image_axis(const ModelConfig& m) {
     decode_architecture(m.architecture, "", plain);
     if (plain)
       for (const auto& [name, value] : plain->defaults)
-        if (name == "image_size" || name == "img_size" || name == "resolution" || name == "target_length")
+        if (name == "image_size" || name == "img_size" || name == "resolution" || name == "target_length" || name == "sequence_length")
           cached.key = name, cached.default_size = value;
   }
   return cached;
@@ -103,11 +103,14 @@ Axis image_size_axis(const ImageAxis& ia) {
   // A speech model's padded label length per batch, up to Whisper's 448 positions.
   static const std::vector<int64_t> labels_per_clip = {32, 64, 96, 128, 192, 256, 448};
   const bool speech = ia.key == "target_length";
-  const std::vector<int64_t>& sizes = ia.key == "resolution" ? diffusion : speech ? labels_per_clip : classifier;
+  // A language model written as a program (Mamba-2): its tokens per sample.
+  static const std::vector<int64_t> tokens = {512, 1024, 2048, 4096, 8192, 16384, 32768};
+  const bool sequence = ia.key == "sequence_length";
+  const std::vector<int64_t>& sizes = ia.key == "resolution" ? diffusion : speech ? labels_per_clip : sequence ? tokens : classifier;
   std::vector<std::string> labels;
   for (int64_t s : sizes) labels.push_back(std::to_string(s));
   const std::vector<int64_t>* list = &sizes;  // a static table
-  return {speech ? "label tokens" : "image size", labels, [ia, list](Config& c, size_t i) {
+  return {speech ? "label tokens" : sequence ? "sequence" : "image size", labels, [ia, list](Config& c, size_t i) {
             c.model.architecture_args = set_architecture_arg(c.model.architecture_args, ia.key,
                                                              static_cast<double>((*list)[i]), ia.default_size);
           }};
@@ -185,6 +188,7 @@ bool draw_explorer_panel(Config& config, Unit unit, bool ready) {
   static Config side_for;
   if (sided && !(side_for == config)) side_y = image_side_axis(config), side_for = config;
   const char* names[] = {ia.key == "target_length" ? "micro-batch x label tokens"
+                         : ia.key == "sequence_length" ? "micro-batch x sequence"
                          : !ia.key.empty()          ? "micro-batch x image size"
                          : sided                    ? "micro-batch x image side"
                                                     : "micro-batch x sequence",
