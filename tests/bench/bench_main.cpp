@@ -201,6 +201,15 @@ TEST_CASE("simulation speed") {
   whisper.peft.lora_rank = 32;
   whisper.peft.target_modules = "q_proj,v_proj";
   BENCHMARK("Whisper large-v3 int8 LoRA, batch 8, checkpointing, one GPU") { return simulate(whisper).devices.size(); };
+  // Mamba-2 2.7B (mamba2: 64 layers of in_proj and the fused SSD mixer) fine-tuned in full, bf16, 4,096 tokens.
+  Config ssm = whisper;
+  ssm.model = find_model_preset("mamba2-2.7b")->model;
+  ssm.model.architecture_args += ",sequence_length=4096";
+  ssm.training.precision = "bf16_pure";
+  ssm.training.micro_batch_size = 2;
+  ssm.peft.method = "none";
+  ssm.peft.base_quantization = "none";
+  BENCHMARK("Mamba-2 2.7B full fine-tune, 4,096 tokens, checkpointing, one GPU") { return simulate(ssm).devices.size(); };
   // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
   // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
   Config dpo;

@@ -246,6 +246,28 @@ test("on a phone, Whisper's label length sets its decoder rows, its link stays s
   await page.close();
 });
 
+test("Mamba-2: its sequence_length sets the tokens, and the page agrees with the CLI", async () => {
+  const frag = execFileSync(cli, ["config", "--preset", "mamba2-2.7b", "--set", "training.precision=bf16_pure",
+                                  "--set", "training.activation_checkpointing=full", "--set", "parallel.data_parallel_size=1",
+                                  "--set", "training.micro_batch_size=2", "--set", "hardware.gpu=h100-sxm",
+                                  "--format", "fragment"]).toString().trim();
+  assert.ok(frag.startsWith("memsim=2&model=mamba2-2.7b&"), frag);
+  const { page, errors } = await openPage("#" + frag);
+  assert.ok((await tabTo(page, "sequence_length")).startsWith("sequence_length: 2048"));
+  await page.keyboard.type("8192", { delay: 30 });
+  await press(page, "Enter");
+  await until(page, async () => {}, () => window.memsim.state().config.model.architecture_args.includes("sequence_length=8192"));
+  const state = await page.evaluate(() => window.memsim.state());
+  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
+  const fromCli = cliEstimate(JSON.stringify(state.config));
+  assert.equal(fromPage.params_total, 2702599680);  // state-spaces/mamba2-2.7b, tied
+  assert.equal(fromPage.params_total, fromCli.params_total);
+  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
+  await page.screenshot({ path: path.join(shots, "mamba2-1280x800.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("on a phone, litgpt's adapter_v2 shows its prompt length and start layer", async () => {
   const frag = execFileSync(cli, ["config", "--preset", "llama-3.2-1b", "--set", "training.framework=litgpt", "--set",
                                   "peft.method=adapter_v2", "--set", "parallel.data_parallel_size=1",
