@@ -912,6 +912,7 @@ class Decoder {
           else if (key.name == std::string("tied")) op.tied = d != 0;
           else if (key.name == std::string("frozen")) op.frozen = d != 0;
           else if (key.name == std::string("conv_bias")) op.conv_bias = d != 0;
+          else if (key.name == std::string("shifted_logits")) op.shifted_logits = d != 0;
           else op.tanh = d != 0;
           break;
         }

@@ -130,6 +130,7 @@ struct ArchOp {
   // depthwise conv's width) and out_features (out_proj's) use the fields above; bias is out_proj's, conv_bias conv1d's.
   int64_t head_dim = 0, state = 0, chunk = 0;
   bool conv_bias = true;
+  bool shifted_logits = false;  // Copy: a causal LM's shifted logits, copied only where the loss path copies them
   bool frozen = false;       // Parameter: requires_grad_(False) (Whisper's sinusoidal encoder positions): a weight
                              // that never trains, even in full fine-tuning
   ParamKind param_kind = ParamKind::Embedding;  // Parameter

@@ -130,10 +130,12 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::Scale, "scale", {{"in", K::Tensor, true}}, false,
        "x * a Python number (torchvision shifted_window_attention: q = q * (C // num_heads) ** -0.5): a new tensor; "
        "a scalar's product saves nothing (derivatives.yaml mul.Scalar)"},
-      {OpKind::Copy, "copy", {{"in", K::Tensor, true}, {"when", K::Flag, false}}, false,
+      {OpKind::Copy, "copy", {{"in", K::Tensor, true}, {"when", K::Flag, false}, {"shifted_logits", K::Flag, false}}, false,
        "a contiguous copy of x: F.pad with zero pads (constant_pad_nd clones), torch.roll, a permute(...).reshape(...) "
        "of a window partition or its reverse; none of them saves anything. `when` false: no copy (the roll of a "
-       "window that is not shifted)"},
+       "window that is not shifted). shifted_logits: a causal LM's logits[..., :-1, :].contiguous(), which "
+       "transformers makes before 4.49 and not after (ForCausalLMLoss shifts the labels: the loss path the versions "
+       "decide, frameworks.cpp hf_loss_path)"},
       {OpKind::SpaceToDepth, "space_to_depth", {{"in", K::Tensor, true}, {"height", K::Dim, true}}, false,
        "torchvision PatchMerging: torch.cat([x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :], x[..., 0::2, 1::2, :], "
        "x[..., 1::2, 1::2, :]], -1) of an [H, W, C] map: [H W, C] -> [H W / 4, 4 C], a new tensor; cat saves nothing"},

@@ -136,6 +136,15 @@ int64_t StepBuilder::ssd_splits(int64_t batch_chunks, int64_t heads, int64_t gro
   return ceil_div(ratio, per);
 }
 
+// Whether a copy op copies: its `when`, and for a causal LM's shifted logits the loss path the framework and versions
+// resolve (transformers shifts a copy of the logits before 4.49, the labels from then on: frameworks.cpp hf_loss_path).
+bool StepBuilder::copies(const ArchOp& op) const {
+  if (!op.when) return false;
+  if (!op.shifted_logits) return true;
+  const LossImpl l = resolved_.loss;
+  return l == LossImpl::HfShift || l == LossImpl::HfFp32Logits || l == LossImpl::HfShiftFp32;
+}
+
 // A bitsandbytes linear's weight dequantized to the compute dtype for one matmul (MatMul4Bit, MatMul8bitLt:
 // autograd/_functions.py), alive while the matmul runs; UINT32_MAX where the op's weight is not quantized.
 uint32_t StepBuilder::program_dequant(ProgramStage st, int32_t layer, size_t i) {
@@ -224,7 +233,7 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
       case OpKind::Attention:
       case OpKind::WindowAttention: p.bytes[o] = op.cast_out ? p.bytes[op.in[0]] : dims_.e; break;
       case OpKind::Copy:  // no copy: x itself
-        if (!op.when) p.root[o] = p.root[op.in[0]];
+        if (!copies(op)) p.root[o] = p.root[op.in[0]];
         p.bytes[o] = widest;
         break;
       case OpKind::Unpad:  // nothing padded: a full slice, and contiguous() of it is itself
@@ -562,7 +571,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
       case OpKind::Copy:
-        if (op.when) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+        if (copies(op)) id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         break;
       case OpKind::PadToWindows:  // pad's backward needs only the sizes
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);

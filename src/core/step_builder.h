@@ -332,6 +332,7 @@ class StepBuilder {
   // (ssd_chunk_state.py _chunk_state_bwd_db, ssd_chunk_scan.py _chunk_scan_bwd_dC / _bmm_chunk_bwd: nsplits from the
   // device's SM count), for `batch_chunks` = batch x chunks.
   int64_t ssd_splits(int64_t batch_chunks, int64_t heads, int64_t groups) const;
+  bool copies(const ArchOp& op) const;  // whether a program's copy op makes a copy (program_step.cpp)
   // A tied embedding's backward: its dense [V, h] gradient (`bytes`), added into the shared matrix's gradient (see
   // tied_sum).
   void tied_embedding_grad(int64_t bytes);

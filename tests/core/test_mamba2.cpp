@@ -76,6 +76,26 @@ TEST_CASE("mamba2: one layer's saved set in closed form, in pure bf16 and under 
   CHECK(per_layer(c) == T * (22 * d + 4 * g * N + 2 * H + 4 * g + 4));
 }
 
+TEST_CASE("mamba2: the shifted fp32 logits are copied before transformers 4.49, not after", "[architecture][mamba2]") {
+  // Mamba2ForCausalLM at 4.46 shifts logits[..., :-1, :].contiguous(); ForCausalLMLoss from 4.49 shifts the labels.
+  Config c = mamba();
+  c.model.architecture_args += ",sequence_length=256";
+  const int64_t fp32_logits = 4 * 2 * 256 * 50288;
+  auto copies = [&](const std::string& transformers) {
+    Config x = c;
+    x.versions.transformers = transformers;
+    const Result r = simulate(x);
+    REQUIRE(r.ok);
+    const auto& p = r.devices[0].program;
+    int64_t n = 0;
+    for (const auto& t : p.tensors)
+      if (t.bytes == fp32_logits && p.labels[t.label].rfind("head shifted", 0) == 0) ++n;  // (not its gradient)
+    return n;
+  };
+  CHECK(copies("4.46") > 0);
+  CHECK(copies("latest") == 0);
+}
+
 TEST_CASE("mamba2: the ledger holds, checkpointed, under LoRA and with accumulation", "[architecture][mamba2]") {
   Config c = mamba();
   c.model.architecture_args += ",sequence_length=1024";

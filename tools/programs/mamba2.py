@@ -7,7 +7,8 @@ mamba_ssm's fused mamba_split_conv1d_scan_combined; docs/research/mamba2.md sect
 - backbone.layers, repeated: the stream cast to the norm's dtype (hidden_states.to(norm.weight.dtype)),
   Mamba2RMSNorm (LlamaRMSNorm's arithmetic), the residual kept in fp32 (residual_in_fp32), in_proj, the fused
   mixer (conv1d, SSD scan, gated RMSNorm, out_proj), the fp32 residual add;
-- head: norm_f, lm_head, logits.float(), the shifted copy (.contiguous()) and the cross-entropy.
+- head: norm_f, lm_head, logits.float(), the shifted copy (.contiguous(): Mamba2ForCausalLM's own loss code at
+  4.46, self.loss_function later, which copies only before 4.49) and the cross-entropy.
 
 Not modelled: the slow torch_forward path (no kernels, a CPU, or torch.compile at transformers HEAD), which saves
 about twelve times as much per token (mamba2.md section 1.3); the padding-mask multiply (a batch with padding).
@@ -73,7 +74,7 @@ def mamba2():
                 {"op": "linear", "name": "lm_head", "in": "h", "out_features": "vocab_size", "bias": False,
                  "out": "logits"},
                 {"op": "cast", "in": "logits", "dtype": "fp32", "out": "logits32"},
-                {"op": "copy", "in": "logits32", "out": "shifted"},
+                {"op": "copy", "in": "logits32", "shifted_logits": True, "out": "shifted"},
                 {"op": "cross_entropy", "in": "shifted", "out": "loss"},
             ],
         },
