@@ -494,7 +494,7 @@ void StepBuilder::autocast_casts(int32_t layer, bool graph) {
   if (!dims_.amp || recipe_.autocast_copy_bytes == 0 || casts_[layer] != UINT32_MAX) return;  // (16-bit weights: no copies)
   int64_t cached = 0, frozen = 0, largest_frozen = 0;
   for (const auto& t : shape_.params_of(layer)) {
-    if (t.kind != ParamKind::Matmul || t.quantized) continue;
+    if (t.kind != ParamKind::Matmul || t.quantized || t.fused) continue;  // (a fused kernel casts its own: ssd_mixer)
     if (!t.frozen) cached = add(cached, t.numel);
     else frozen = add(frozen, t.numel), largest_frozen = std::max(largest_frozen, t.numel);
   }

@@ -448,7 +448,7 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
                     !in_list(peft.modules_to_save, mod);
       // A model program: bitsandbytes replaces each nn.Linear of every stage (not a convolution) but those the
       // program names in not_quantized (diffusers' and transformers' replace_with_bnb_linear).
-      if (s.program) t.quantized = quant && t.kind == ParamKind::Matmul && !t.conv && t.name.ends_with(".weight") &&
+      if (s.program) t.quantized = quant && t.kind == ParamKind::Matmul && !t.conv && !t.fused && t.name.ends_with(".weight") &&
                                    !program_keeps_unquantized(*s.program, t.name) && !in_list(peft.modules_to_save, mod);
       out.push_back(t);
       // modules_to_save: ModulesToSaveWrapper (peft/utils/other.py) keeps the original module, frozen, and trains
@@ -465,7 +465,7 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
       // all-linear matches nn.Linear modules only (peft tuners_utils _maybe_include_all_linear_layers), not a conv.
       // It leaves out the output layer too (get_output_embeddings), a program's tied head (Whisper's proj_out).
       const bool conv_skipped = peft.target_modules == "all-linear" &&
-                                (t.conv || (s.program && !s.program->tied_head.empty() && t.name == s.program->tied_head + ".weight"));
+                                (t.conv || t.fused || (s.program && !s.program->tied_head.empty() && t.name == s.program->tied_head + ".weight"));
       if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod) && !fused_part && !conv_skipped) {
         int64_t out_f = t.rows;
         const int64_t in_f = t.numel / t.rows;

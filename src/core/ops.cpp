@@ -267,7 +267,9 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       const int64_t width = add(mul(2, di), add(mul(2, op.groups, op.state), op.heads));
       if (in[0]->shape[1] != width)
         return error = "ssd_mixer reads in_proj's output of 2 x heads x head_dim + 2 x groups x state + heads = " + std::to_string(width) +
-                       " columns; " + in[0]->name + " is " + dims_text(in[0]->shape), false;
+                       " columns; " + in[0]->name + " is " + dims_text(in[0]->shape) + " (Mamba-2 needs num_heads x head_dim = expand x hidden_size)", false;
+      if (op.kernel < 2 || op.kernel > 4)
+        return error = "ssd_mixer's conv kernel is " + std::to_string(op.kernel) + "; causal_conv1d's kernels take widths 2 to 4", false;
       out = {in[0]->shape[0], op.out_features};
       return true;
     }
@@ -559,13 +561,14 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
     case OpKind::SsdMixer: {  // Mamba2Mixer.__init__'s order: conv1d, (in_proj,) dt_bias, A_log, norm, D, out_proj
       const int64_t di = mul(op.heads, op.head_dim), conv = add(di, mul(2, op.groups, op.state));
       param(".conv1d.weight", mul(conv, op.kernel), ParamKind::Matmul, conv);
-      params.back().conv = true;
+      params.back().conv = true, params.back().fused = true;  // causal_conv1d reads the weight as it is stored
       if (op.conv_bias) param(".conv1d.bias", conv, ParamKind::Bias, conv);
       param(".dt_bias", op.heads, ParamKind::Bias, op.heads);
       param(".A_log", op.heads, ParamKind::Embedding, op.heads);  // elementwise: autocast does not cast it
       param(".norm.weight", di, ParamKind::Norm, di);
       param(".D", op.heads, ParamKind::Embedding, op.heads);
       param(".out_proj.weight", mul(op.out_features, di), ParamKind::Matmul, op.out_features);
+      params.back().fused = true;  // read by the kernel, never called: no adapter, quantization or autocast cache reaches it
       if (op.bias) param(".out_proj.bias", op.out_features, ParamKind::Bias, op.out_features);
       break;
     }

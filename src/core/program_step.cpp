@@ -400,12 +400,20 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         const bool save = req && !no_grad_;
         if (ssd_label_ == UINT32_MAX) ssd_label_ = program_.label("SSD scan output out_x (saved)");
         const uint32_t out_x = save ? act(mul(a, T, di), ssd_label_, layer) : tmp(mul(a, T, di), ssd_label_, layer);
-        for (uint32_t t : {conv, dt, states32, states, cb}) drop(t);
         const uint32_t normed = tmp(mul(a, T, di), labels_.norm_scaled, layer);
         const uint32_t rstd = save ? act(mul(4, op.groups, T), labels_.norm_rstd, layer) : tmp(mul(4, op.groups, T), labels_.norm_rstd, layer);
+        // Under autocast: outproj_weight.to(the autocast dtype), a plain cast autocast does not cache, which
+        // save_for_backward keeps (ssd_combined.py l.817, l.822).
+        uint32_t weight_copy = UINT32_MAX;
+        if (dims_.amp && recipe_.autocast_copy_bytes > 0)
+          weight_copy = tmp(mul(recipe_.autocast_copy_bytes, op.out_features, di), labels_.cast, layer);
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
-        drop(normed);
-        drop(final_states);
+        // The function's locals go as it returns; final_states with the mixer (return_final_states at 4.46).
+        for (uint32_t t : {conv, dt, states32, states, cb, normed, final_states}) drop(t);
+        if (weight_copy != UINT32_MAX) {
+          if (save) saved.attn.push_back(weight_copy), saved.ops.push_back(static_cast<uint32_t>(i));
+          else drop(weight_copy);
+        }
         if (save) {
           saved.attn.push_back(out_x), saved.ops.push_back(static_cast<uint32_t>(i));
           saved.attn.push_back(rstd), saved.ops.push_back(static_cast<uint32_t>(i));
@@ -911,7 +919,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         for (int64_t bytes : {mul(a, T, di), mul(a, T, cd), mul(a, T, cd), mul(a, T, di), mul(a, T, di),
                               mul(8, bc, op.heads, op.chunk), mul(4, bc, op.groups, mul(op.chunk, op.chunk)),
                               mul(4, bc, di, op.state), mul(4, bc, di, op.state), mul(2 * a, bc, di, op.state),
-                              mul(8, splits, op.groups, mul(T, op.state)), mul(4, splits, op.groups, mul(T, op.chunk))})
+                              mul(8, splits, op.groups, mul(T, op.state)), mul(4, splits, op.groups, mul(bc, op.chunk, op.chunk))})
           scratch.push_back(tmp(bytes, labels_.bwd_attn, layer));
         // out_proj's weight gradient comes out of its matmul in the compute dtype, cast to the fp32 .grad under autocast.
         if (dims_.amp && p.op_trains[i])

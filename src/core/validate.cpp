@@ -75,18 +75,28 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
       else known.push_back("wi");
     }
     // A model program: the modules of its linears and convolutions, by PEFT's short name.
+    bool fused_mixer = false;
     if (!m.architecture.empty()) {
       std::shared_ptr<const Architecture> program;
       if (!decode_architecture(m.architecture, m.architecture_args, program).empty()) return;  // reported on its own
       known.clear();
       for (const ArchStage* st : program->stages())
-        for (const auto& op : st->ops)
+        for (const auto& op : st->ops) {
           if ((op.kind == OpKind::Linear || op.kind == OpKind::Conv1d || op.kind == OpKind::Conv2d) &&
               std::find(known.begin(), known.end(), op.module) == known.end())
             known.push_back(op.module);
-          else if (op.kind == OpKind::SsdMixer && std::find(known.begin(), known.end(), "out_proj") == known.end())
-            known.push_back("out_proj");  // its nn.Linear, which PEFT wraps (the fused kernel reads its weight only)
+          fused_mixer |= op.kind == OpKind::SsdMixer;
+        }
     }
+    // Mamba-2's out_proj and conv1d are modules the fused kernel never calls: an adapter on them would never run,
+    // and PEFT refuses them for mamba2 from 0.16 (peft#2562).
+    for (const auto& item : list_items(p.target_modules))
+      if (fused_mixer && (item == "out_proj" || item == "conv1d") && std::find(known.begin(), known.end(), item) == known.end()) {
+        e.push_back({"peft.target_modules", "peft.target_modules names \"" + item + "\", which Mamba-2's fused kernel "
+                                            "(mamba_split_conv1d_scan_combined) reads without calling it: an adapter there never runs, and PEFT "
+                                            "refuses it from 0.16; target in_proj"});
+        return;
+      }
     // A fused q/k/v linear is targeted whole, under its family's name (model.cpp targets_fused_qkv).
     if (m.fused_qkv && p.lora_like()) known.insert(known.end(), {"qkv_proj", "c_attn", "query_key_value", "Wqkv"});
     if (p.method == "ia3") known.erase(std::remove(known.begin(), known.end(), "lm_head"), known.end());
@@ -726,6 +736,13 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   if (c.data.varies()) refuse("data.lengths", std::string("must be fixed") + for_programs + ": its inputs have the shapes the program declares");
   if (m.tie_word_embeddings)
     refuse("model.tie_word_embeddings", std::string("must be false") + for_programs + ": a program ties its own weights (an embedding op's \"tied\")");
+  // A program's tokens are its inputs' shapes: a language model written as a program says them in its arguments.
+  if (program && t.sequence_length != Config{}.training.sequence_length)
+    for (const auto& [name, value] : program->defaults)
+      if (name == "sequence_length")
+        refuse("training.sequence_length", std::string("is the built-in families'") + for_programs + ": set this program's " +
+                                               "tokens per sample with model.architecture_args sequence_length (now " +
+                                               std::to_string(static_cast<int64_t>(architecture_value(*program, "sequence_length"))) + ")");
   if (program && !program->tied_head.empty()) {
     if (p.fsdp_shard_embeddings)
       refuse("parallel.fsdp_shard_embeddings", std::string("must be off") + for_programs + " whose embedding is tied to its head (" +

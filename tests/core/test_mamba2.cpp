@@ -108,12 +108,36 @@ TEST_CASE("mamba2: the ledger holds, checkpointed, under LoRA and with accumulat
     CHECK(ledger_problem(r.devices[0].program).empty());
   }
   c.peft.method = "lora";
-  c.peft.target_modules = "in_proj,out_proj";
+  c.peft.target_modules = "in_proj";
   INFO(errors_of(c));
   REQUIRE(validate(c).empty());
   const Result r = simulate(c);
   REQUIRE(r.ok);
   CHECK(ledger_problem(r.devices[0].program).empty());
+}
+
+TEST_CASE("mamba2: the fused kernel's own weights: no adapter, no quantization, no autocast cache", "[architecture][mamba2]") {
+  Config c = mamba();
+  c.peft.method = "lora";
+  c.peft.target_modules = "out_proj";
+  CHECK(errors_of(c).find("peft.target_modules: peft.target_modules names \"out_proj\", which Mamba-2's fused kernel") == 0);
+  // all-linear is in_proj and lm_head's; an NF4 base quantizes in_proj only (out_proj kept, as llm_int8_skip_modules).
+  c.peft.target_modules = "all-linear";
+  c.peft.base_quantization = "nf4";
+  ModelShape s = model_shape_of(c.model);
+  apply_peft(s, c.peft, false);
+  for (const auto& t : s.layer) {
+    INFO(t.name);
+    const bool out_proj = t.name.find("out_proj.weight") != std::string::npos && t.name.find("lora") == std::string::npos;
+    if (out_proj) CHECK(!t.quantized);
+    if (t.name.find("in_proj.weight") != std::string::npos && t.name.find("lora") == std::string::npos) CHECK(t.quantized);
+    CHECK(t.name.find("out_proj.lora") == std::string::npos);
+    CHECK(t.name.find("conv1d.lora") == std::string::npos);
+  }
+  // training.sequence_length is the built-in families': the program says its tokens itself.
+  Config seq = mamba();
+  seq.training.sequence_length = 8192;
+  CHECK(errors_of(seq).find("training.sequence_length: training.sequence_length is the built-in families'") == 0);
 }
 
 TEST_CASE("mamba2: bad shapes get a field error", "[architecture][mamba2]") {
@@ -124,4 +148,6 @@ TEST_CASE("mamba2: bad shapes get a field error", "[architecture][mamba2]") {
             .find("ssd_mixer reads in_proj's output of") != std::string::npos);
   CHECK(first_error(program_edited("mamba2", [](auto& j) { j["block"]["ops"][0]["dtype"] = "fp8"; }))
             .find("must be fp32, compute") != std::string::npos);
+  CHECK(first_error("mamba2", "conv_kernel=5").find("causal_conv1d's kernels take widths 2 to 4") != std::string::npos);
+  CHECK(first_error("mamba2", "hidden_size=2048").find("num_heads x head_dim = expand x hidden_size") != std::string::npos);
 }
