@@ -40,12 +40,6 @@ Config flux_lora(const std::string& args = "") {
   return c;
 }
 
-std::string errors_of(const Config& c) {
-  std::string e;
-  for (const auto& x : validate(c)) e += x.field + ": " + x.message + "\n";
-  return e;
-}
-
 }  // namespace
 
 TEST_CASE("flux_dit: FLUX.1-dev's exact count and its token counts", "[architecture][dit]") {

@@ -32,12 +32,6 @@ Config mamba(const std::string& args = k130m) {
   return c;
 }
 
-std::string errors_of(const Config& c) {
-  std::string e;
-  for (const auto& x : validate(c)) e += x.field + ": " + x.message + "\n";
-  return e;
-}
-
 int64_t per_layer(Config c) {
   auto at = [&](int layers) {
     Config x = c;

@@ -8,7 +8,15 @@
 
 #include "core/architecture.h"
 #include "core/simulate.h"
+#include "core/validate.h"
 #include "test_util.h"
+
+// Every validation error of a config, one "field: message" line each (empty where it validates).
+inline std::string errors_of(const memsim::Config& c) {
+  std::string e;
+  for (const auto& x : memsim::validate(c)) e += x.field + ": " + x.message + "\n";
+  return e;
+}
 
 // The first error decoding a program (a built-in's name or JSON text) with its arguments; empty where it holds.
 inline std::string first_error(const std::string& program, const std::string& args = "") {

@@ -31,12 +31,6 @@ Config whisper(const std::string& args = "") {
   return c;
 }
 
-std::string errors_of(const Config& c) {
-  std::string e;
-  for (const auto& x : validate(c)) e += x.field + ": " + x.message + "\n";
-  return e;
-}
-
 int64_t before_backward(Config c, const std::string& args) {
   c.model.architecture_args = args;
   INFO(errors_of(c));
