@@ -107,6 +107,10 @@ void choose_model(Config& c, const ModelConfig& model, const HandSet& hand) {
   c.model = model;
   if (!hand.count("training.sequence_length") && c.model.max_position_embeddings > 0)
     c.training.sequence_length = std::min(c.training.sequence_length, c.model.max_position_embeddings);
+  // A model program's tokens are its own arguments (Mamba-2's sequence_length, which refuses the field): a length
+  // the page chose for the last model goes back to the default; one set by hand stays, and validation says why not.
+  if (!hand.count("training.sequence_length") && !c.model.architecture.empty())
+    c.training.sequence_length = Config{}.training.sequence_length;
   fit_shape(c, hand);
 }
 

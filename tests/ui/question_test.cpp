@@ -87,6 +87,20 @@ TEST_CASE("question: a model picked keeps every field set by hand", "[question]"
   CHECK(fresh.training.sequence_length <= 1024);
 }
 
+TEST_CASE("question: picking a model program drops the sequence length the page chose for the last model", "[question]") {
+  Config c;
+  c.training.sequence_length = 2048;  // as fit_shape may leave it for a decoder
+  choose_model(c, find_model_preset("mamba2-130m")->model, {});
+  CHECK(c.training.sequence_length == Config{}.training.sequence_length);
+  CHECK(validate(c).empty());
+  // Set by hand, it stays, and validation names the program's own argument.
+  Config hand_set;
+  hand_set.training.sequence_length = 2048;
+  choose_model(hand_set, find_model_preset("mamba2-130m")->model, HandSet{"training.sequence_length"});
+  REQUIRE(!validate(hand_set).empty());
+  CHECK(validate(hand_set).front().field == "training.sequence_length");
+}
+
 TEST_CASE("question: QLoRA of Llama-3.1-70B on one A100 80GB fits at micro-batch 1 x 2048", "[question]") {
   Config c;  // the page's default: 8 x A100 80GB, ZeRO-3, micro-batch 4 x 4096
   HandSet hand;
