@@ -121,16 +121,10 @@ const std::vector<char>& StepBuilder::stage_op_flags(ProgramStage st, int32_t la
 
 // mamba_ssm v2.2.2 ssd_chunk_state.py _chunk_state_bwd_db (and _chunk_scan_bwd_dC, _bmm_chunk_bwd alike):
 // nheads_ngroups_ratio / max(min(cdiv(batch x nchunks x nheads, sm_count), nheads_ngroups_ratio), 1) splits, rounded
-// up, each with an fp32 buffer. The SM counts are the cards' (NVIDIA's architecture whitepapers and datasheets:
-// A100 108, H100 SXM 132, ...); a card not listed takes the A100's.
+// up, each with an fp32 buffer; sm_count is the card's (GpuSpec::multiprocessors), the A100's for a custom card.
 int64_t StepBuilder::ssd_splits(int64_t batch_chunks, int64_t heads, int64_t groups) const {
-  static const std::pair<std::string_view, int64_t> kSms[] = {
-      {"a100-80gb", 108}, {"a100-40gb", 108}, {"h100-sxm", 132}, {"h100-pcie", 114}, {"h200", 132}, {"b200", 148},
-      {"gb200", 152}, {"l4", 58}, {"l40s", 142}, {"a10g", 80}, {"t4", 40}, {"v100-16gb", 80}, {"v100-32gb", 80},
-      {"rtx-3090", 82}, {"rtx-4090", 128}, {"rtx-5090", 170}, {"rtx-a6000", 84}, {"rtx-6000-ada", 142}, {"p100-16gb", 56}};
-  int64_t sms = 108;
-  for (const auto& [id, n] : kSms)
-    if (id == cfg_.hardware.gpu) sms = n;
+  const GpuSpec* gpu = find_gpu(cfg_.hardware.gpu);
+  const int64_t sms = gpu ? gpu->multiprocessors : find_gpu("a100-80gb")->multiprocessors;
   const int64_t ratio = std::max<int64_t>(1, heads / std::max<int64_t>(1, groups));
   const int64_t per = std::max<int64_t>(std::min(ceil_div(mul(batch_chunks, heads), sms), ratio), 1);
   return ceil_div(ratio, per);

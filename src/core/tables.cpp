@@ -70,31 +70,36 @@ constexpr OptimizerSpec kOptimizers[] = {
 // Capacities as nvidia-smi reports "Total" (MiB), the memory a process can address including the context;
 // each quoted from a pasted nvidia-smi/rocm-smi table (src/core/catalog/gpus.json and SOURCES.md list them).
 // The figure moves a little with driver and ECC settings (T4: 15360 or 15109 MiB).
+// multiprocessors: NVIDIA's SM counts as each architecture's whitepaper gives them for the product (A100 108; H100
+// SXM5 132, PCIe 114, H200 the SXM5 die's 132; T4 40; V100 80; P100 56; the GeForce and RTX/L-series datasheets: L4
+// 58, L40S and RTX 6000 Ada 142, A10G 80, RTX 3090 82, RTX 4090 128, RTX 5090 170, RTX A6000 84), B200 and GB200 148
+// as torch reports a compute-capability-10.0 device (Inductor's DeviceProperties in compiled kernels); AMD's compute
+// units per GCD from the CDNA 2 and CDNA 3 whitepapers (MI250X 110, MI300X and MI325X 304).
 constexpr GpuSpec kGpus[] = {
-    {"a100-80gb", "NVIDIA A100 80GB (SXM4 or PCIe)", "nvidia", 81920 * kMiB, 80, "nvidia-smi: 0MiB / 81920MiB (A100-SXM4-80GB, A100 80GB PCIe)"},
-    {"a100-40gb", "NVIDIA A100 40GB (SXM4 or PCIe)", "nvidia", 40960 * kMiB, 80, "nvidia-smi: 0MiB / 40960MiB (A100-SXM4-40GB)"},
-    {"h100-sxm", "NVIDIA H100 SXM 80GB", "nvidia", 81559 * kMiB, 90, "nvidia-smi: 72790MiB / 81559MiB (H100 80GB HBM3, gpu-burn#114)"},
-    {"h100-pcie", "NVIDIA H100 PCIe 80GB", "nvidia", 81559 * kMiB, 90, "TensorRT-LLM report: NVIDIA H100 PCIe (81559 MiB)"},
-    {"h200", "NVIDIA H200 141GB", "nvidia", 143771 * kMiB, 90, "nvidia-smi: 0MiB / 143771MiB (H200)"},
-    {"b200", "NVIDIA B200 180GB", "nvidia", 183359 * kMiB, 100, "nvidia-smi: 0MiB / 183359MiB (B200)"},
-    {"gb200", "NVIDIA GB200 (one GPU)", "nvidia", 189471 * kMiB, 100, "nvidia-smi: 0MiB / 189471MiB (GB200)"},
-    {"l4", "NVIDIA L4 24GB", "nvidia", 23034 * kMiB, 89, "nvidia-smi: 0MiB / 23034MiB (L4)"},
-    {"l40s", "NVIDIA L40S 48GB", "nvidia", 46068 * kMiB, 89, "nvidia-smi: 0MiB / 46068MiB (L40S)"},
-    {"a10g", "NVIDIA A10G 24GB", "nvidia", 23028 * kMiB, 86, "nvidia-smi: 0MiB / 23028MiB (A10G)"},
-    {"t4", "NVIDIA T4 16GB", "nvidia", 15360 * kMiB, 75, "nvidia-smi: 0MiB / 15360MiB (Tesla T4)"},
-    {"v100-16gb", "NVIDIA V100 16GB", "nvidia", 16160 * kMiB, 70, "nvidia-smi: 0MiB / 16160MiB (Tesla V100-SXM2-16GB)"},
-    {"v100-32gb", "NVIDIA V100 32GB", "nvidia", 32510 * kMiB, 70, "nvidia-smi: 0MiB / 32510MiB (Tesla V100-SXM2-32GB)"},
-    {"rtx-3090", "NVIDIA RTX 3090 24GB", "nvidia", 24576 * kMiB, 86, "nvidia-smi: 24576MiB (GeForce RTX 3090)"},
-    {"rtx-4090", "NVIDIA RTX 4090 24GB", "nvidia", 24564 * kMiB, 89, "nvidia-smi: 0MiB / 24564MiB (GeForce RTX 4090)"},
-    {"rtx-5090", "NVIDIA RTX 5090 32GB", "nvidia", 32607 * kMiB, 120, "nvidia-smi: 2MiB / 32607MiB (GeForce RTX 5090)"},
-    {"rtx-a6000", "NVIDIA RTX A6000 48GB", "nvidia", 49140 * kMiB, 86, "nvidia-smi: 49140MiB (RTX A6000, ECC off; 46068MiB with ECC)"},
-    {"rtx-6000-ada", "NVIDIA RTX 6000 Ada 48GB", "nvidia", 49140 * kMiB, 89, "nvidia-smi: 44578MiB / 49140MiB (RTX 6000 Ada)"},
-    {"mi250x", "AMD Instinct MI250X (one GCD, 64GB)", "amd", 65520 * kMiB, 0, "ROCm runtime on gfx90a: 68702699520 B per GCD"},
-    {"mi300x", "AMD Instinct MI300X 192GB", "amd", 196608 * kMiB, 0, "rocm-smi: VRAM Total Memory (B): 206158430208"},
+    {"a100-80gb", "NVIDIA A100 80GB (SXM4 or PCIe)", "nvidia", 81920 * kMiB, 80, "nvidia-smi: 0MiB / 81920MiB (A100-SXM4-80GB, A100 80GB PCIe)", 108},
+    {"a100-40gb", "NVIDIA A100 40GB (SXM4 or PCIe)", "nvidia", 40960 * kMiB, 80, "nvidia-smi: 0MiB / 40960MiB (A100-SXM4-40GB)", 108},
+    {"h100-sxm", "NVIDIA H100 SXM 80GB", "nvidia", 81559 * kMiB, 90, "nvidia-smi: 72790MiB / 81559MiB (H100 80GB HBM3, gpu-burn#114)", 132},
+    {"h100-pcie", "NVIDIA H100 PCIe 80GB", "nvidia", 81559 * kMiB, 90, "TensorRT-LLM report: NVIDIA H100 PCIe (81559 MiB)", 114},
+    {"h200", "NVIDIA H200 141GB", "nvidia", 143771 * kMiB, 90, "nvidia-smi: 0MiB / 143771MiB (H200)", 132},
+    {"b200", "NVIDIA B200 180GB", "nvidia", 183359 * kMiB, 100, "nvidia-smi: 0MiB / 183359MiB (B200)", 148},
+    {"gb200", "NVIDIA GB200 (one GPU)", "nvidia", 189471 * kMiB, 100, "nvidia-smi: 0MiB / 189471MiB (GB200)", 148},
+    {"l4", "NVIDIA L4 24GB", "nvidia", 23034 * kMiB, 89, "nvidia-smi: 0MiB / 23034MiB (L4)", 58},
+    {"l40s", "NVIDIA L40S 48GB", "nvidia", 46068 * kMiB, 89, "nvidia-smi: 0MiB / 46068MiB (L40S)", 142},
+    {"a10g", "NVIDIA A10G 24GB", "nvidia", 23028 * kMiB, 86, "nvidia-smi: 0MiB / 23028MiB (A10G)", 80},
+    {"t4", "NVIDIA T4 16GB", "nvidia", 15360 * kMiB, 75, "nvidia-smi: 0MiB / 15360MiB (Tesla T4)", 40},
+    {"v100-16gb", "NVIDIA V100 16GB", "nvidia", 16160 * kMiB, 70, "nvidia-smi: 0MiB / 16160MiB (Tesla V100-SXM2-16GB)", 80},
+    {"v100-32gb", "NVIDIA V100 32GB", "nvidia", 32510 * kMiB, 70, "nvidia-smi: 0MiB / 32510MiB (Tesla V100-SXM2-32GB)", 80},
+    {"rtx-3090", "NVIDIA RTX 3090 24GB", "nvidia", 24576 * kMiB, 86, "nvidia-smi: 24576MiB (GeForce RTX 3090)", 82},
+    {"rtx-4090", "NVIDIA RTX 4090 24GB", "nvidia", 24564 * kMiB, 89, "nvidia-smi: 0MiB / 24564MiB (GeForce RTX 4090)", 128},
+    {"rtx-5090", "NVIDIA RTX 5090 32GB", "nvidia", 32607 * kMiB, 120, "nvidia-smi: 2MiB / 32607MiB (GeForce RTX 5090)", 170},
+    {"rtx-a6000", "NVIDIA RTX A6000 48GB", "nvidia", 49140 * kMiB, 86, "nvidia-smi: 49140MiB (RTX A6000, ECC off; 46068MiB with ECC)", 84},
+    {"rtx-6000-ada", "NVIDIA RTX 6000 Ada 48GB", "nvidia", 49140 * kMiB, 89, "nvidia-smi: 44578MiB / 49140MiB (RTX 6000 Ada)", 142},
+    {"mi250x", "AMD Instinct MI250X (one GCD, 64GB)", "amd", 65520 * kMiB, 0, "ROCm runtime on gfx90a: 68702699520 B per GCD", 110},
+    {"mi300x", "AMD Instinct MI300X 192GB", "amd", 196608 * kMiB, 0, "rocm-smi: VRAM Total Memory (B): 206158430208", 304},
     {"mi325x", "AMD Instinct MI325X 256GB", "amd", 262144 * kMiB, 0,
-     "ROCm GPU specifications table: MI325X VRAM 256 GiB (its MI300X row, 192 GiB, equals that card's rocm-smi total)"},
+     "ROCm GPU specifications table: MI325X VRAM 256 GiB (its MI300X row, 192 GiB, equals that card's rocm-smi total)", 304},
     // Last, so that the indices of the cards before it stay as links and saved setups know them.
-    {"p100-16gb", "NVIDIA P100 16GB", "nvidia", 16280 * kMiB, 60, "torch: _CudaDeviceProperties(name='Tesla P100-PCIE-16GB', total_memory=16280MB)"},
+    {"p100-16gb", "NVIDIA P100 16GB", "nvidia", 16280 * kMiB, 60, "torch: _CudaDeviceProperties(name='Tesla P100-PCIE-16GB', total_memory=16280MB)", 56},
 };
 
 }  // namespace

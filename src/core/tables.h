@@ -68,6 +68,9 @@ struct GpuSpec {
   int64_t memory_bytes;  // total as the process sees it (nvidia-smi "Total", rocm-smi VRAM total)
   int compute_capability;  // 80 = sm_80; 0 for non-NVIDIA
   std::string_view source;
+  // torch.cuda.get_device_properties().multi_processor_count: NVIDIA's SMs, AMD's compute units (per GCD), which
+  // Triton kernels size their grids and split buffers by (tables.cpp cites each).
+  int multiprocessors;
 };
 
 std::span<const PrecisionRecipe> precision_recipes();
