@@ -122,8 +122,7 @@ uint32_t StepBuilder::layer_forward_post_ln(int32_t layer, uint32_t x, SavedLaye
 // dtype, autocast's cast, or dropout's output and mask), and lora_B saves lora_A's output (peft
 // tuners/lora/layer.py Linear.forward; MEMORY_FORMULAS.md 4.4). Returns whether the tensor itself is saved.
 const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) const {
-  for (const auto& [name, info] : module_info_)
-    if (name == module) return info;
+  if (auto it = module_info_.find(module); it != module_info_.end()) return it->second;
   const std::string m(module);
   ModuleInfo info;
   info.qkv = m == "q_proj" || m == "k_proj" || m == "v_proj";
@@ -131,8 +130,7 @@ const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) cons
   info.trainable = !cfg_.peft.enabled() || trainable_module(module);
   info.ia3 = cfg_.peft.kind() == PeftMethod::Ia3;
   info.dora = cfg_.peft.kind() == PeftMethod::Dora;
-  module_info_.push_back({module, info});
-  return module_info_.back().second;
+  return module_info_.emplace(std::string_view(module), info).first->second;
 }
 
 // Whether a bitsandbytes linear keeps its input as an attribute of its autograd node (ctx.tensors), which lives as
@@ -435,13 +433,13 @@ void StepBuilder::tied_embedding_grad(int64_t bytes) {
 // whole sequence for the column-parallel linears that read it, and they save that.
 bool StepBuilder::gathered_inputs() const { return resolved_.framework->tp_saves_gathered_input && dims_.Tn < dims_.T; }
 
-bool StepBuilder::module_quantized(int32_t layer, const std::string& module) const {
+bool StepBuilder::module_quantized(int32_t layer, std::string_view module) const {
   // (A program's head runs as layer num_layers: its linears are in post.)
   const auto& ts = module == "lm_head" || (shape_.program && layer >= shape_.num_layers) ? shape_.post
                    : layer >= 0 && layer < shape_.num_layers                              ? shape_.params_of(layer)
                                                                                           : shape_.pre;
   for (const auto& t : ts)
-    if (t.quantized && module_name(t.name) == module) return true;
+    if (t.quantized && module_name_view(t.name) == module) return true;
   return false;
 }
 

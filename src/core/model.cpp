@@ -254,18 +254,18 @@ void apply_expert_parallel(ModelShape& s, int64_t ep) {
                        mul(s.params_per_moe_layer, s.num_layers - s.num_dense_layers));
 }
 
-std::string module_name(const std::string& param_name) {
-  std::string n = param_name;
-  for (const char* suffix : {".weight", ".bias", ".lambda1"})  // lambda1: Dinov2LayerScale's one parameter
-    if (n.size() > std::string(suffix).size() && n.compare(n.size() - std::string(suffix).size(), std::string::npos, suffix) == 0)
-      n.erase(n.size() - std::string(suffix).size());
+std::string module_name(const std::string& param_name) { return std::string(module_name_view(param_name)); }
+
+std::string_view module_name_view(std::string_view n) {
+  for (std::string_view suffix : {".weight", ".bias", ".lambda1"})  // lambda1: Dinov2LayerScale's one parameter
+    if (n.size() > suffix.size() && n.ends_with(suffix)) n.remove_suffix(suffix.size());
   auto dot = n.rfind('.');
   // PEFT matches target_modules as a suffix of the module path: an nn.Sequential's member (diffusers' "to_out.0")
   // is named with its parent, as its targets name it.
-  const bool index = dot != std::string::npos && dot + 1 < n.size() &&
+  const bool index = dot != std::string_view::npos && dot + 1 < n.size() &&
                      std::all_of(n.begin() + static_cast<std::ptrdiff_t>(dot) + 1, n.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (index && dot > 0) dot = n.rfind('.', dot - 1);
-  return dot == std::string::npos ? n : n.substr(dot + 1);
+  return dot == std::string_view::npos ? n : n.substr(dot + 1);
 }
 
 std::vector<std::string> list_items(const std::string& list) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config.h"
@@ -143,6 +144,12 @@ void apply_vision_training(ModelShape& shape, bool projector, bool tower);
 // The short name of a parameter's module ("self_attn.q_proj.weight" -> "q_proj"; an nn.Sequential member keeps its
 // parent: "attn1.to_out.0.weight" -> "to_out.0"), as PEFT targets it.
 std::string module_name(const std::string& param_name);
+// The same, as a view into `param_name` (the simulation compares it per linear call; no allocation).
+std::string_view module_name_view(std::string_view param_name);
+// Whether `param` is the parameter `module` + `suffix` ("x.to_q" + ".weight"), compared without building the name.
+inline bool names_param(std::string_view param, std::string_view module, std::string_view suffix) {
+  return param.size() == module.size() + suffix.size() && param.starts_with(module) && param.ends_with(suffix);
+}
 // Every comma-separated item of a list field (target_modules, modules_to_save, ...), trimmed; empty items skipped.
 std::vector<std::string> list_items(const std::string& list);
 bool peft_targets(const PeftConfig& peft, const std::string& module);

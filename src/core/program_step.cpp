@@ -61,9 +61,13 @@ const std::vector<ParamTensor>& StepBuilder::program_params(ProgramStage st, int
 
 // Whether the parameter `name` of this slot trains (has a gradient): itself, or the trainable copy PEFT's
 // modules_to_save runs in its place (model.cpp apply_peft).
-static bool param_trains(const std::vector<ParamTensor>& params, const std::string& name) {
-  for (const auto& t : params)
-    if ((t.name == name || t.name == "modules_to_save." + name) && has_grad(t)) return true;
+static bool param_trains(const std::vector<ParamTensor>& params, std::string_view module, std::string_view suffix) {
+  constexpr std::string_view copy = "modules_to_save.";
+  for (const auto& t : params) {
+    const std::string_view n = t.name;
+    if ((names_param(n, module, suffix) || (n.starts_with(copy) && names_param(n.substr(copy.size()), module, suffix))) && has_grad(t))
+      return true;
+  }
   return false;
 }
 
@@ -83,35 +87,34 @@ const std::vector<char>& StepBuilder::stage_op_flags(ProgramStage st, int32_t la
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const ArchOp& op = s.ops[i];
     switch (op.kind) {
-      case OpKind::Parameter: v[i] = param_trains(params, op.name); break;
+      case OpKind::Parameter: v[i] = param_trains(params, op.name, ""); break;
       case OpKind::Embedding:  // a tied one's weight is the head's (Architecture::tied_head)
         // (Exactly the shared weight: a modules_to_save copy of the head would be untied, refused in validation.)
         if (op.tied) {
           const ParamTensor* tied = in_tower_ || frozen_run_ ? nullptr : tied_weight();
           v[i] = tied && has_grad(*tied);
         } else {
-          v[i] = param_trains(params, op.name + ".weight");
+          v[i] = param_trains(params, op.name, ".weight");
         }
         break;
       case OpKind::Linear:
       case OpKind::Conv1d:
       case OpKind::Conv2d: {
-        v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias") ||
+        v[i] = param_trains(params, op.name, ".weight") || param_trains(params, op.name, ".bias") ||
                (module_info(op.module.c_str()).targeted && !in_tower_ && !frozen_run_);
-        const std::string weight = op.name + ".weight";
         if (any_quantized_ && op.kind == OpKind::Linear)
           for (const auto& t : params)
-            if (t.quantized && t.name == weight) v[i] |= kOpQuantized;
+            if (t.quantized && names_param(t.name, op.name, ".weight")) v[i] |= kOpQuantized;
         break;
       }
       case OpKind::LayerNorm:
       case OpKind::GroupNorm:
-      case OpKind::BatchNorm2d: v[i] = param_trains(params, op.name + ".weight") || param_trains(params, op.name + ".bias"); break;
-      case OpKind::RmsNorm: v[i] = param_trains(params, op.name + ".weight"); break;
-      case OpKind::LayerScale: v[i] = param_trains(params, op.name + ".lambda1"); break;
+      case OpKind::BatchNorm2d: v[i] = param_trains(params, op.name, ".weight") || param_trains(params, op.name, ".bias"); break;
+      case OpKind::RmsNorm: v[i] = param_trains(params, op.name, ".weight"); break;
+      case OpKind::LayerScale: v[i] = param_trains(params, op.name, ".lambda1"); break;
       case OpKind::SsdMixer:
         for (const char* p : {".out_proj.weight", ".norm.weight", ".conv1d.weight", ".A_log", ".D", ".dt_bias"})
-          if (param_trains(params, op.name + p)) v[i] = 1;
+          if (param_trains(params, op.name, p)) v[i] = 1;
         break;
       default: break;
     }
@@ -451,7 +454,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         uint32_t weight_copy = UINT32_MAX;
         if (st != ProgramStage::Block && dims_.amp && recipe_.autocast_copy_bytes > 0 && !qw)
           for (const auto& t : program_params(st, layer))
-            if (t.name == op.name + ".weight") weight_copy = tmp(mul(recipe_.autocast_copy_bytes, t.numel), labels_.cast, layer);
+            if (names_param(t.name, op.name, ".weight")) weight_copy = tmp(mul(recipe_.autocast_copy_bytes, t.numel), labels_.cast, layer);
         const uint32_t base_out = qw && !no_grad_ && module_info(op.module.c_str()).targeted ? tmp(bytes_of(o), labels_.attn_tmp, layer) : UINT32_MAX;
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
         if (weight_copy != UINT32_MAX) {
@@ -918,7 +921,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         // out_proj's weight gradient comes out of its matmul in the compute dtype, cast to the fp32 .grad under autocast.
         if (dims_.amp && p.op_trains[i])
           for (const auto& t : program_params(st, layer))
-            if (t.name == op.name + ".out_proj.weight" && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
+            if (names_param(t.name, op.name, ".out_proj.weight") && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
       }
       // apply_rotary_emb's backward: the fp32 gradient of the cast and of each product (grad * cos, grad * sin).
       if (op.kind == OpKind::Rotary) scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));
@@ -936,7 +939,7 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
       // fp32 .grad (the cast's backward): a transient of the weight's size.
       if (dims_.amp && p.op_trains[i] && (op.kind == OpKind::Linear || op.kind == OpKind::Conv1d || op.kind == OpKind::Conv2d))
         for (const auto& t : program_params(st, layer))
-          if (t.name == op.name + ".weight" && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
+          if (names_param(t.name, op.name, ".weight") && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
       for (int32_t t : op.in)
         if (p.req[t] && !s.tensors[t].is_parameter) give(t, tmp(bytes_of(t), program_label(st, layer, t, "grad"), layer));
       for (uint32_t t : scratch) drop(t);

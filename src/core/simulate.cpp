@@ -582,13 +582,14 @@ Simulation::RunProgress Simulation::run_progress() const {
 }
 
 const Result& Simulation::result() const { return state_->r; }
+Result Simulation::take_result() && { return std::move(state_->r); }
 
 Result simulate(const Config& config) {
   Simulation s(config);
   // A run whose cache outgrows the GPU ends its first pass unfinished and replays a second one against the GPU.
   while (!s.advance()) {
   }
-  return s.result();
+  return std::move(s).take_result();
 }
 
 }  // namespace memsim

@@ -30,6 +30,7 @@ class Simulation {
   };
   RunProgress run_progress() const;
   const Result& result() const;
+  Result take_result() &&;  // the result, moved out (simulate() returns it without a copy of every timeline)
 
   struct State;
 

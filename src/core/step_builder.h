@@ -8,6 +8,8 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "architecture.h"
@@ -314,7 +316,7 @@ class StepBuilder {
   uint32_t int4_backward(int32_t layer, const char* prefix);
   uint32_t int4_label(uint32_t& label, const char* text);
   int64_t head_grad_bytes() const;
-  bool module_quantized(int32_t layer, const std::string& module) const;
+  bool module_quantized(int32_t layer, std::string_view module) const;
   int64_t dequant_bytes() const;
   uint32_t head_dequant();
   void drop_if(uint32_t t);
@@ -634,9 +636,9 @@ class StepBuilder {
   ShardPlan shard_plan_;            // what is sharded, over how many ranks, and how (ZeRO stage, FSDP version)
   mutable PerTensor<ParamStates> states_{shape_};  // param_states(shard_plan_, ctx_, t)
   mutable PerTensor<int64_t> grad_bytes_{shape_};  // grad_bytes_of(t)
-  // module_info by name. The callers pass string literals, so the name's address finds it; a name spelled in two
-  // places has two entries with the same answers.
-  mutable std::vector<std::pair<const char*, ModuleInfo>> module_info_;
+  // module_info by name. The names are string literals or a program's op modules, which outlive the builder; a
+  // program repeats its module names in every block kind, so they are keyed by content, not address.
+  mutable std::unordered_map<std::string_view, ModuleInfo> module_info_;
   // norm_trainable by (parameter list, first consumer), the consumer found by its literal's address as above.
   mutable std::vector<std::pair<std::pair<const std::vector<ParamTensor>*, const char*>, bool>> norm_trainable_;
   int64_t adapter_bytes_ = 2;  // adapter_bytes(), from the config once

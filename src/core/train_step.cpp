@@ -42,10 +42,10 @@ int64_t StepBuilder::flat_partition_numel() const {
 bool StepBuilder::trainable_module(const char* module) const {
   for (const auto* list : {&shape_.layer, &shape_.moe_layer, &shape_.decoder_layer, &shape_.post})
     for (const auto& t : *list)
-      if (has_grad(t) && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
+      if (has_grad(t) && t.kind != ParamKind::Adapter && module_name_view(t.name) == module) return true;
   for (const auto& list : shape_.block_kinds)
     for (const auto& t : list)
-      if (has_grad(t) && t.kind != ParamKind::Adapter && module_name(t.name) == module) return true;
+      if (has_grad(t) && t.kind != ParamKind::Adapter && module_name_view(t.name) == module) return true;
   return false;
 }
 
