@@ -2,6 +2,7 @@
 #include "architecture.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -1091,17 +1092,24 @@ std::string architecture_for_model_type(std::string_view model_type, const std::
 
 std::vector<ArchitectureError> decode_architecture(const std::string& spec, const std::string& args,
                                                    std::shared_ptr<const Architecture>& out) {
-  // The last program decoded, kept: validation, the simulation's setup and the page decode the same text on every
-  // edit, and a decode costs about as much as the step it describes. Programs are immutable once decoded.
-  static std::mutex last_mutex;
-  static std::string last_spec, last_args;
-  static std::shared_ptr<const Architecture> last;
+  // The last few programs decoded, kept: validation, the simulation's setup and the page decode the same texts on
+  // every edit, and a decode costs about as much as the step it describes. A few, not one: a vision-language model's
+  // validation decodes its tower with and without its arguments, and the model's program beside it, which evicted
+  // each other from a single entry on every simulation. Programs are immutable once decoded.
+  struct Decoded {
+    std::string spec, args;
+    std::shared_ptr<const Architecture> program;
+  };
+  static std::mutex recent_mutex;
+  static std::array<Decoded, 4> recent;  // most recently used first
   {
-    const std::lock_guard<std::mutex> lock(last_mutex);
-    if (last && last_spec == spec && last_args == args) {
-      out = last;
-      return {};
-    }
+    const std::lock_guard<std::mutex> lock(recent_mutex);
+    for (size_t i = 0; i < recent.size(); ++i)
+      if (recent[i].program && recent[i].spec == spec && recent[i].args == args) {
+        out = recent[i].program;
+        std::rotate(recent.begin(), recent.begin() + static_cast<std::ptrdiff_t>(i), recent.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        return {};
+      }
   }
   std::vector<ArchitectureError> errors;
   const std::string field = "model.architecture";
@@ -1155,8 +1163,9 @@ std::vector<ArchitectureError> decode_architecture(const std::string& spec, cons
   }
   if (errors.empty()) {
     out = a;
-    const std::lock_guard<std::mutex> lock(last_mutex);
-    last_spec = spec, last_args = args, last = a;
+    const std::lock_guard<std::mutex> lock(recent_mutex);
+    std::rotate(recent.begin(), recent.end() - 1, recent.end());
+    recent.front() = {spec, args, a};
   }
   return errors;
 }
