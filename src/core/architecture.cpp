@@ -386,6 +386,10 @@ class Decoder {
       const std::string where = one ? "block" : "blocks[" + std::to_string(k) + "]";
       const ojson& j = one ? p["block"] : p["blocks"][k];
       if (!j.is_object()) return error(where, "must be an object with \"ops\"");
+      if (!one && j.contains("same_as")) {
+        if (!more_of_kind(j, where, received, a)) return;
+        continue;
+      }
       int64_t repeat = 0;
       if (one) {
         if (!dim(p["repeat"], "repeat", repeat)) return;
@@ -739,6 +743,37 @@ class Decoder {
     return -1;
   }
 
+  // A "blocks" entry {"same_as": "mamba", "repeat": 2}: more blocks of an earlier kind, with its parameter list and
+  // ops (a hybrid's interleaved layers: Nemotron-H's pattern, Bamba's attention layers among Mamba-2 ones). Such a
+  // kind runs at several places in the order, so it must keep its input's shape, make no carry (a carry is made
+  // once) and read none (a carry lives until its last reader in the order), and give no per-block values.
+  bool more_of_kind(const ojson& j, const std::string& where, const ArchTensor& received, Architecture& a) {
+    for (const auto& [k, v] : j.items())
+      if (k != "same_as" && k != "repeat") return error(where + "." + k, "is not a key of a same_as entry (same_as, repeat)"), false;
+    if (!j["same_as"].is_string()) return error(where + ".same_as", "must name an earlier kind of block"), false;
+    const std::string& name = j["same_as"].get_ref<const std::string&>();
+    const auto named = std::find(a.block_names.begin(), a.block_names.end(), name);
+    if (named == a.block_names.end())
+      return error(where + ".same_as", "\"" + name.substr(0, 64) + "\" is not the name of an earlier entry of blocks"), false;
+    const size_t kind = static_cast<size_t>(named - a.block_names.begin());
+    const ArchStage& st = a.blocks[kind];
+    const ArchTensor& in = st.tensors[static_cast<size_t>(st.input)];
+    if (in.shape != received.shape || st.tensors[static_cast<size_t>(st.output)].shape != in.shape)
+      return error(where + ".same_as", "\"" + name + "\" runs again here, so it must receive and pass on " + dims_text(received.shape) + " as it does"), false;
+    if (!st.exports.empty()) return error(where + ".same_as", "\"" + name + "\" makes a carry, which only a kind that runs once may"), false;
+    for (const ArchTensor& t : st.tensors)
+      if (t.carry >= 0 && &t != &in) return error(where + ".same_as", "\"" + name + "\" reads a carry; a kind that runs at several places may not"), false;
+    for (const ArchOp& op : st.ops)
+      if (!op.p_per_layer.empty()) return error(where + ".same_as", "\"" + name + "\" has per-block values (an expression of layer); a kind that runs at several places may not"), false;
+    if (!j.contains("repeat")) return error(where + ".repeat", "is missing: how many more blocks of that kind run here"), false;
+    int64_t repeat = 0;
+    if (!dim(j["repeat"], where + ".repeat", repeat, 0)) return false;
+    if (a.repeat + repeat > 4096) return error(where + ".repeat", "makes more than 4096 blocks in all"), false;
+    for (int64_t r = 0; r < repeat; ++r) a.kind_of_layer.push_back(static_cast<int32_t>(kind));
+    a.repeat += repeat;
+    return true;
+  }
+
   // One stage (`sk`: embeddings, block, blocks[k] or head) from its object `j`.
   void stage(const ojson& j, const std::string& sk, const std::vector<ArchTensor>& inputs, const ArchTensor* received,
              ArchStage& s) {
@@ -864,6 +899,7 @@ class Decoder {
           if (kn == "padding") op.padding = d;
           if (kn == "groups") op.groups = d;
           if (kn == "heads") op.heads = d;
+          if (kn == "kv_heads") op.kv_heads = d;
           if (kn == "window") op.window = d;
           if (kn == "index" || kn == "start" || kn == "height") op.index = d;
           if (kn == "size" || kn == "rows") op.size = d;

@@ -95,6 +95,7 @@ struct ArchOp {
   int64_t padding = 0;       // Conv2d, MaxPool2d: zeros (or -inf) on each side
   int64_t groups = 1;        // Conv2d: channel groups (depthwise: the channels)
   int64_t heads = 0;         // Attention, WindowAttention
+  int64_t kv_heads = 0;      // Attention: key and value heads (grouped-query attention); 0: as many as heads
   int64_t window = 0;        // WindowAttention: rows per window (window_size x window_size)
   int64_t index = 0;         // SelectToken; Slice: the first column; UnflattenTokens, SpaceToDepth, PadToWindows: the height
   int64_t size = 0;          // Slice: the columns; ResizeTokens, Unpad: the rows

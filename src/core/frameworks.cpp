@@ -193,6 +193,21 @@ OptimizerImpl derive_optimizer_impl(const FrameworkSpec& f, const StackVersions&
   return torch2 ? OptimizerImpl::Foreach : OptimizerImpl::ForLoop;
 }
 
+// A model program with grouped-query attention (an attention op with fewer kv_heads than heads).
+bool program_groups_kv(const Config& c) {
+  if (c.model.architecture.empty()) return false;
+  std::shared_ptr<const Architecture> a;
+  if (!decode_architecture(c.model.architecture, c.model.architecture_args, a).empty() || !a) return false;
+  auto grouped = [](const ArchStage& s) {
+    for (const ArchOp& op : s.ops)
+      if (op.kind == OpKind::Attention && op.kv_heads > 0 && op.kv_heads < op.heads) return true;
+    return false;
+  };
+  for (const ArchStage& s : a->blocks)
+    if (grouped(s)) return true;
+  return grouped(a->embeddings) || grouped(a->head);
+}
+
 // docs/versions.md 7: transformers' default attn_implementation, and repeat_kv before SDPA.
 Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const auto& m = c.model;
@@ -213,7 +228,7 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
   }
   // transformers#39412 passes enable_gqa (torch >= 2.5) instead of repeating k and v for every query head. Its
   // release is 4.54 to 4.56, not verified: 4.56 is taken, which keeps the repeated copies for 4.54 and 4.55.
-  const bool gqa = m.num_key_value_heads < m.num_attention_heads;
+  const bool gqa = program_groups_kv(c) || (m.architecture.empty() && m.num_key_value_heads < m.num_attention_heads);
   if (gqa && (v.below(Library::Transformers, V(4, 56)) || v.below(Library::Torch, V(2, 5)))) {
     d.from(Switch::Attention, "transformers repeats k and v for every query head before SDPA until transformers#39412 "
                               "(4.54-4.56, not verified: 4.56 taken) passes enable_gqa, which needs torch >= 2.5",

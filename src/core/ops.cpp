@@ -22,13 +22,14 @@ bool row_of(const ArchTensor& row, const ArchTensor& x) {
   return row.shape.size() == 2 && x.shape.size() == 2 && row.shape[0] == 1 && row.shape[1] == x.shape[1];
 }
 
+
+}  // namespace
+
 std::string dims_text(const std::vector<int64_t>& s) {
   std::string t = "[";
   for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
   return t + "]";
 }
-
-}  // namespace
 
 int64_t ArchTensor::numel() const { return prod(shape); }
 
@@ -81,8 +82,8 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::Linear, "linear", {{"in", K::Tensor, true}, {"out_features", K::Dim, true}, {"bias", K::Flag, false}},
        true, "torch.nn.Linear: weight [out, in], bias [out]"},
       {OpKind::Attention, "attention",
-       {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"dropout", K::Probability, false}, {"packed", K::Flag, false},
-        {"unit", K::Dim, false}, {"cast_out", K::Flag, false}}, false,
+       {{"in", K::Tensors, true}, {"heads", K::Dim, true}, {"kv_heads", K::Dim, false}, {"dropout", K::Probability, false},
+        {"packed", K::Flag, false}, {"unit", K::Dim, false}, {"cast_out", K::Flag, false}}, false,
        "softmax(q k^T / sqrt(d)) v over `heads` heads, bidirectional; q [tokens, heads x d], k and v [tokens or another "
        "sequence's rows (cross-attention), heads x d]. packed: the "
        "micro-batch's samples as one sequence that attends within each sample (Qwen2-VL's tower: cu_seqlens), which "
@@ -91,7 +92,11 @@ const std::vector<OpSpec>& op_specs() {
        "attend together within a sample (Qwen2.5-VL's windows of 64 patches), where the kernel attends per unit. Under "
        "autocast the kernel reads (and saves) compute-dtype copies of fp32 q, k, v (autocast_mode.cpp: "
        "scaled_dot_product_attention is lower_precision_fp). cast_out: the output cast to q's dtype, as diffusers' "
-       "processors do (FluxAttnProcessor, AttnProcessor2_0: hidden_states.to(query.dtype))"},
+       "processors do (FluxAttnProcessor, AttnProcessor2_0: hidden_states.to(query.dtype)). kv_heads: grouped-query "
+       "attention, k and v [rows, kv_heads x d]; where the resolved attention repeats them for every query head "
+       "(transformers' repeat_kv: eager, SDPA before enable_gqa, the math kernel) the kernel reads and saves those "
+       "copies, and where it does not (flash, SDPA's enable_gqa) its backward expands dk and dv to every head "
+       "(flash_api.cpp mha_bwd: dk_expanded, dv_expanded) before summing them"},
       {OpKind::Gelu, "gelu", {{"in", K::Tensor, true}, {"tanh", K::Flag, false}}, false, "torch.nn.GELU"},
       {OpKind::Silu, "silu", {{"in", K::Tensor, true}}, false,
        "torch.nn.functional.silu: silu_backward reads its input (derivatives.yaml)"},
@@ -448,15 +453,28 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       for (const auto* t : in)
         if (!rows(t, "attention")) return false;
       // Cross-attention (diffusers' attn2: k and v from the text embeddings) has other rows for k and v than for q.
-      if (in[0]->shape[1] != in[1]->shape[1])
+      // Grouped-query attention: k and v have kv_heads of q's head width.
+      if (op.kv_heads > 0) {
+        if (op.packed || op.unit > 0) return error = "attention's kv_heads is for self- or cross-attention over whole samples, not packed or unit attention", false;
+        if (op.heads % op.kv_heads != 0)
+          return error = "attention's kv_heads (" + std::to_string(op.kv_heads) + ") must divide its heads (" + std::to_string(op.heads) + ")", false;
+        if (in[0]->shape[1] % op.heads != 0)
+          return error = "attention's heads (" + std::to_string(op.heads) + ") must divide the width of q", false;
+        const int64_t d = in[0]->shape[1] / op.heads;
+        if (in[1]->shape[1] != d * op.kv_heads)
+          return error = "attention with kv_heads " + std::to_string(op.kv_heads) + " needs k " + std::to_string(d * op.kv_heads) + " wide (kv_heads x q's head width " + std::to_string(d) + "); " + in[1]->name + " is " + dims_text(in[1]->shape), false;
+        if (in[2]->shape[1] % op.kv_heads != 0)
+          return error = "attention's kv_heads (" + std::to_string(op.kv_heads) + ") must divide the width of v", false;
+      } else if (in[0]->shape[1] != in[1]->shape[1]) {
         return error = "attention needs q and k of equal widths; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
+      }
       if (in[0]->shape[0] != in[1]->shape[0] && (op.packed || op.unit > 0))
         return error = "packed or unit attention attends within its own rows: q and k need equal rows; " + in[0]->name + " is " + dims_text(in[0]->shape) + ", " + in[1]->name + " " + dims_text(in[1]->shape), false;
       if (in[1]->shape[0] != in[2]->shape[0])
         return error = "attention needs k and v over the same tokens; " + in[1]->name + " is " + dims_text(in[1]->shape) + ", " + in[2]->name + " " + dims_text(in[2]->shape), false;
-      if (in[0]->shape[1] % op.heads != 0 || in[2]->shape[1] % op.heads != 0)
+      if (op.kv_heads == 0 && (in[0]->shape[1] % op.heads != 0 || in[2]->shape[1] % op.heads != 0))
         return error = "attention's heads (" + std::to_string(op.heads) + ") must divide the widths of q and v", false;
-      out = {in[0]->shape[0], in[2]->shape[1]};
+      out = {in[0]->shape[0], op.kv_heads > 0 ? in[2]->shape[1] / op.kv_heads * op.heads : in[2]->shape[1]};
       return true;
     }
     case OpKind::SelectToken:

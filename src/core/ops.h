@@ -29,6 +29,7 @@ const std::vector<OpSpec>& op_specs();
 const OpSpec* find_op(std::string_view name);
 const char* op_name(OpKind kind);  // its name in a program
 std::string op_names();  // "parameter, conv2d, ..." for error lines
+std::string dims_text(const std::vector<int64_t>& shape);  // "[4, 64, 64]"
 
 // The output shape of `op` over its inputs (per sample), or an error sentence.
 bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const std::vector<int64_t>& param_shape,

@@ -142,6 +142,15 @@ bool StepBuilder::copies(const ArchOp& op) const {
   return l == LossImpl::HfShift || l == LossImpl::HfFp32Logits || l == LossImpl::HfShiftFp32;
 }
 
+// Whether a grouped-query attention op's kernel takes k and v repeated for every query head (kv_repeated's rule for
+// the built-in layers): transformers' repeat_kv before eager and before SDPA without enable_gqa, and the math kernel
+// for more than one kv head. A program builds no padding mask, so SDPA from enable_gqa on takes them as they are.
+bool StepBuilder::program_repeats_kv(const ArchOp& op) const {
+  if (op.kv_heads == 0 || op.kv_heads >= op.heads) return false;
+  const Attention a = resolved_.attention;
+  return a == Attention::SdpaRepeatKv || a == Attention::Eager || (a == Attention::SdpaMath && op.kv_heads > 1);
+}
+
 // A bitsandbytes linear's weight dequantized to the compute dtype for one matmul (MatMul4Bit, MatMul8bitLt:
 // autograd/_functions.py), alive while the matmul runs; UINT32_MAX where the op's weight is not quantized.
 uint32_t StepBuilder::program_dequant(ProgramStage st, int32_t layer, size_t i) {
@@ -623,17 +632,30 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         }
         break;
       case OpKind::Attention: {
-        const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
+        const int32_t q = op.in[0], k = op.in[1];
         const int64_t rows = s.tensors[q].shape[0], kv_rows = s.tensors[k].shape[0];
         id[o] = UINT32_MAX;
         // Under autocast the kernel reads compute-dtype copies of wider inputs (fp32 q, k, v after a bitsandbytes
         // linear), and saves those.
+        // Grouped-query attention where the resolved kernel takes k and v repeated for every query head
+        // (program_repeats_kv): repeat_kv's copies, which the kernel reads and saves in their place.
+        const int64_t groups = program_repeats_kv(op) ? op.heads / op.kv_heads : 1;
         uint32_t in_copy[3] = {UINT32_MAX, UINT32_MAX, UINT32_MAX};
         for (int j = 0; j < 3; ++j) {
           const int32_t t = op.in[static_cast<size_t>(j)];
-          if (dims_.amp && p.bytes[t] > dims_.e) {
-            const int64_t bytes = mul(dims_.e, b, s.tensors[t].numel());
+          const int64_t copies = j > 0 ? groups : 1;
+          const bool cast = dims_.amp && p.bytes[t] > dims_.e;
+          uint32_t repeated = UINT32_MAX;
+          if (copies > 1) {
+            const int64_t bytes = mul(p.bytes[t], b, s.tensors[t].numel(), copies);
+            repeated = req && !no_grad_ && !cast ? act(bytes, labels_.attn_tmp, layer) : tmp(bytes, labels_.attn_tmp, layer);
+          }
+          if (cast) {
+            const int64_t bytes = mul(dims_.e, b, s.tensors[t].numel(), copies);
             in_copy[j] = req && !no_grad_ ? act(bytes, labels_.attn_tmp, layer) : tmp(bytes, labels_.attn_tmp, layer);
+            if (repeated != UINT32_MAX) drop(repeated);  // the kernel reads the cast copy
+          } else {
+            in_copy[j] = repeated;
           }
         }
         // diffusers' .to(query.dtype) of the kernel's output: where that is another dtype, the kernel's own output is
@@ -883,6 +905,11 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         } else {
           scratch.push_back(tmp(mul(4, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));  // flash's fp32 dq accumulator
         }
+        // Grouped-query attention: the gradients of k and v for every query head, summed into the kv heads' after the
+        // kernel (repeat_kv's backward; without the repeat, flash_api.cpp mha_bwd's dk_expanded and dv_expanded).
+        if (op.kv_heads > 0 && op.kv_heads < op.heads)
+          for (int j = 1; j < 3; ++j)
+            scratch.push_back(tmp(mul(dims_.e, b, s.tensors[op.in[static_cast<size_t>(j)]].numel(), op.heads / op.kv_heads), labels_.bwd_attn, layer));
       }
       if (op.kind == OpKind::WindowAttention) {
         // attn @ v's gradient of the probabilities (compute dtype), the softmax's of the scores (fp32 under

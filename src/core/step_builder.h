@@ -419,6 +419,7 @@ class StepBuilder {
   const ArchStage& program_stage(ProgramStage st, int32_t layer) const;  // a block: layer's kind
   const std::vector<ParamTensor>& program_params(ProgramStage st, int32_t layer) const;
   uint32_t program_dequant(ProgramStage st, int32_t layer, size_t op);
+  bool program_repeats_kv(const ArchOp& op) const;
   ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
   uint32_t program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
   // input_carry: the carry the stage input is (its producer carries its output too), or -1.

@@ -210,6 +210,16 @@ TEST_CASE("simulation speed") {
   ssm.peft.method = "none";
   ssm.peft.base_quantization = "none";
   BENCHMARK("Mamba-2 2.7B full fine-tune, 4,096 tokens, checkpointing, one GPU") { return simulate(ssm).devices.size(); };
+  // Nemotron-H 8B (nemotron_h: 52 layers in the pattern's order, 24 Mamba-2, 4 grouped-query attention, 24 MLP) with
+  // LoRA on the attention's projections (the program's targets), bf16, 8,192 tokens, checkpointing.
+  Config hybrid = ssm;
+  hybrid.model = find_model_preset("nemotron-h-8b")->model;
+  hybrid.model.architecture_args = "sequence_length=8192";
+  hybrid.training.micro_batch_size = 1;
+  hybrid.peft.method = "lora";
+  hybrid.peft.lora_rank = 16;
+  hybrid.peft.target_modules = "q_proj,k_proj,v_proj,o_proj";
+  BENCHMARK("Nemotron-H 8B LoRA, 8,192 tokens, checkpointing, one GPU") { return simulate(hybrid).devices.size(); };
   // A preference objective (core/preference.h): DPO of the default scenario's model with its frozen copy, the policy's
   // forward and backward of twice the rows and the reference's no-grad forward in every micro-batch.
   Config dpo;

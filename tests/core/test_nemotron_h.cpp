@@ -1,0 +1,165 @@
+// Nemotron-H as model programs (nemotron_h, nemotron_h_47b, nemotron_h_56b; tools/programs/nemotron_h.py;
+// docs/research/nemotron-h.md) and what they brought: blocks that run an earlier kind again ("same_as": the layer
+// pattern with three parameter lists) and grouped-query attention (the attention op's kv_heads). Exact counts, the
+// pattern, closed forms of the MLP and attention layers, the repeated k and v by version, the import, bad input.
+#include <catch2/catch.hpp>
+
+#include "core/architecture.h"
+#include "core/serialize.h"
+#include "core/model.h"
+#include "core/simulate.h"
+#include "core/validate.h"
+#include "test_programs.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+// A small Nemotron-H with the 8B's pattern: d 256, 4 heads of 64 with 2 kv heads, ffn 512, 8 Mamba heads of 64 in
+// 2 groups, state 16, 1,000 tokens, 128 tokens a sample.
+const std::string kSmall = "vocab_size=1000,hidden_size=256,num_attention_heads=4,num_key_value_heads=2,attention_head_dim=64,"
+                           "intermediate_size=512,mamba_num_heads=8,mamba_head_dim=64,n_groups=2,ssm_state_size=16,"
+                           "chunk_size=64,sequence_length=128";
+
+Config nemotron(const std::string& args = kSmall) {
+  Config c;
+  c.model.architecture = "nemotron_h";
+  c.model.architecture_args = args;
+  c.training.framework = "hf_trainer";
+  c.training.precision = "bf16_pure";
+  c.training.optimizer = "adamw";
+  c.training.activation_checkpointing = "none";
+  c.training.micro_batch_size = 2;
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  c.hardware.gpu = "h100-sxm";
+  return c;
+}
+
+std::string pattern_of(const char* program) {
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture(program, "", a).empty());
+  std::string p;
+  for (int32_t k : a->kind_of_layer) {
+    const std::string& name = a->block_names[static_cast<size_t>(k)];
+    p += name == "mamba" ? 'M' : name == "attention" ? '*' : '-';
+  }
+  CHECK(a->blocks.size() == 3);  // three kinds, three parameter lists, however long the pattern
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("nemotron_h: exact counts and each release's layer pattern", "[architecture][nemotron_h]") {
+  // docs/research/nemotron-h.md section 1.3, the 8B: 24 Mamba-2 layers of 109,640,064, 4 attention layers of
+  // 41,947,136, 24 MLP layers of 176,164,864, two untied 131,072 x 4,096 tables and norm_f.
+  auto count = [](const char* program, const std::string& args) {
+    Config c = nemotron(args);
+    c.model.architecture = program;
+    return model_shape_of(c.model).params_total;
+  };
+  CHECK(count("nemotron_h", "") == 24 * 109640064LL + 4 * 41947136LL + 24 * 176164864LL + 2 * 536870912LL + 4096);
+  CHECK(count("nemotron_h", "") == 8100852736);
+  CHECK(count("nemotron_h", "hidden_size=3072,mamba_num_heads=112,intermediate_size=12288") == 4489223040);
+  CHECK(count("nemotron_h_47b", "") == 46791554816);
+  CHECK(count("nemotron_h_56b", "") == 56324350464);
+  // hybrid_override_pattern, one character a layer, kept in order by same_as entries.
+  CHECK(pattern_of("nemotron_h") == "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-");
+  CHECK(pattern_of("nemotron_h_47b") == "M-M-M-M-M-M-M-M-M*-M-M-M-M-M-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-M-M---MM---M-M*-M-M-M-M-M-");
+  CHECK(pattern_of("nemotron_h_56b") ==
+        "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-");
+}
+
+TEST_CASE("nemotron_h: the MLP and attention layers' saved sets in closed form", "[architecture][nemotron_h]") {
+  const int64_t T = 2 * 128;
+  // MLP layers (24 of them) in pure bf16: the norm's fp32 copy 4d, rstd 4 and normalized cast 2d, up_proj's input 2d,
+  // relu's output 2f (square reads it too), down_proj's input, the square, 2f. A wider ffn adds 4 bytes a token per
+  // unit per MLP layer.
+  auto with_ffn = [&](int64_t f) { return activations_before_backward(nemotron(kSmall + ",intermediate_size=" + std::to_string(f))); };
+  CHECK(with_ffn(1024) - with_ffn(512) == 24 * T * 4 * 512);
+  // Attention layers (4): before enable_gqa (transformers < 4.56) repeat_kv copies k and v for every query head and
+  // SDPA saves the copies in their place: 2 x (heads - kv_heads) x head_dim more bf16 elements a token a layer.
+  Config old = nemotron(), recent = nemotron();
+  old.versions.transformers = "4.46.0";
+  recent.versions.transformers = "4.57.0";
+  CHECK(activations_before_backward(old) - activations_before_backward(recent) == 4 * T * 2 * (4 - 2) * 64 * 2);
+  // Eager attention repeats them in every version, and keeps the scores' probabilities besides.
+  Config eager = recent;
+  eager.training.attention = "eager";
+  CHECK(activations_before_backward(eager) > activations_before_backward(old));
+}
+
+TEST_CASE("nemotron_h: the ledger holds, checkpointed, under LoRA, with repeated k and v", "[architecture][nemotron_h]") {
+  Config c = nemotron();
+  c.training.activation_checkpointing = "full";
+  c.training.gradient_accumulation_steps = 2;
+  c.versions.transformers = "4.46.0";
+  for (const char* precision : {"bf16_pure", "amp_bf16"}) {
+    c.training.precision = precision;
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    CHECK(ledger_problem(r.devices[0].program).empty());
+  }
+  c.peft.method = "lora";  // the program's targets: q_proj, k_proj, v_proj, o_proj
+  c.training.attention = "eager";
+  INFO(errors_of(c));
+  REQUIRE(validate(c).empty());
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(ledger_problem(r.devices[0].program).empty());
+  CHECK(r.params_trainable < r.params_total / 10);
+  // The Mamba-2 layers' fused kernel reads out_proj itself: an adapter there is refused, as for Mamba-2.
+  c.peft.target_modules = "out_proj";
+  CHECK(errors_of(c).find("out_proj") != std::string::npos);
+}
+
+TEST_CASE("nemotron_h: an HF config.json imports by its layer pattern, and another pattern is refused", "[architecture][nemotron_h]") {
+  const std::string eight = R"({"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 52,
+      "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", "num_attention_heads": 32,
+      "num_key_value_heads": 8, "attention_head_dim": 128, "intermediate_size": 21504, "mlp_hidden_act": "relu2",
+      "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128, "conv_kernel": 4,
+      "chunk_size": 128, "vocab_size": 131072, "tie_word_embeddings": false, "residual_in_fp32": false})";
+  const Parsed p = model_from_hf_json(eight);
+  REQUIRE(p.ok);
+  CHECK(p.config.model.architecture == "nemotron_h");
+  CHECK(model_shape_of(p.config.model).params_total == 8100852736);
+  // The 56B's pattern picks its own program.
+  nlohmann::json j = nlohmann::json::parse(eight);
+  j["hybrid_override_pattern"] =
+      "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
+  const Parsed big = model_from_hf_json(j.dump());
+  REQUIRE(big.ok);
+  CHECK(big.config.model.architecture == "nemotron_h_56b");
+  // A pattern no program has (a fine-tune that drops layers), or an fp32 residual: one error naming what each needs.
+  j["hybrid_override_pattern"] = "M-M*-";
+  const Parsed other = model_from_hf_json(j.dump());
+  REQUIRE(!other.ok);
+  CHECK(other.errors.front().field == "model.architecture");
+  CHECK(other.errors.front().message.find("hybrid_override_pattern") != std::string::npos);
+}
+
+TEST_CASE("same_as and kv_heads: bad programs get a field error", "[architecture][nemotron_h]") {
+  auto edited = [](auto&& edit) { return first_error(program_edited("nemotron_h", edit)); };
+  // A kind that is not (yet) defined.
+  CHECK(edited([](auto& j) { j["blocks"][1] = {{"same_as", "attention"}, {"repeat", 1}}; })
+            .find("\"attention\" is not the name of an earlier entry of blocks") != std::string::npos);
+  CHECK(edited([](auto& j) { j["blocks"][2] = {{"same_as", "mamba"}, {"repeat", 1}, {"ops", 1}}; })
+            .find("is not a key of a same_as entry") != std::string::npos);
+  CHECK(edited([](auto& j) { j["blocks"][2] = {{"same_as", 3}, {"repeat", 1}}; }).find("must name an earlier kind") != std::string::npos);
+  CHECK(edited([](auto& j) { j["blocks"][2] = {{"same_as", "mamba"}}; }).find("is missing") != std::string::npos);
+  // A kind that makes a carry runs once.
+  CHECK(edited([](auto& j) { j["blocks"][0]["carry"] = {"h"}; })
+            .find("makes a carry, which only a kind that runs once may") != std::string::npos);
+  // kv_heads must divide the heads and give k's width.
+  CHECK(first_error("nemotron_h", "num_key_value_heads=3").find("kv_heads (3) must divide its heads (32)") != std::string::npos);
+  CHECK(edited([](auto& j) {
+          for (auto& op : j["blocks"][7]["ops"])
+            if (op["op"] == "attention") op["kv_heads"] = 4;
+        }).find("needs k 512 wide") != std::string::npos);
+  // No crash and a field error on a shape the pattern cannot keep: a kind whose output is another width.
+  CHECK(!edited([](auto& j) {
+           for (auto& op : j["blocks"][1]["ops"])
+             if (op["op"] == "linear" && op["name"] == "backbone.layers.mixer.down_proj") op["out_features"] = 64;
+         }).empty());
+}
