@@ -1,5 +1,6 @@
 // Links (serialize.h; README "Links"): the URL fragment in its short and full forms, percent-coding, the frozen
 // defaults and presets links rest on, the checksum, and `--set`'s bare names.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "link_data.h"
@@ -65,6 +66,9 @@ bool percent_decode(std::string_view s, std::string& out) {
 //   names where a name is unique among the schema's fields (hidden_size, not model.hidden_size);
 // - model=ID, where it is shorter, stands for a catalogue model as frozen in tests/golden/vN.presets.json; the model
 //   fields after it are the differences from that preset;
+// - a program's argument list (architecture_args, vision_tower_args) edited from its preset's is written as the
+//   arguments set: architecture_args~=target_length=128, each k=v taken out of the preset's list and appended, as the
+//   page sets one, and "k=" taken out (a Whisper link then carries its one edited argument, not all eleven);
 // - c= ends it: a checksum of everything before it.
 // The full form (schema=N and every field, as every link was written before) is still read, without a checksum;
 // a field it leaves out also takes schema N's frozen defaults.
@@ -252,6 +256,60 @@ bool split_items(std::string_view fragment, Pairs& items, std::string& bad_item)
 }
 
 // A link's items (schema `version`, without schema=, memsim= and c=) over the frozen defaults.
+// An argument list ("k=v,k2=v2") as its items, in order; false where an item has no '='.
+bool split_args(const std::string& args, Pairs& out) {
+  out.clear();
+  size_t pos = 0;
+  while (pos < args.size()) {
+    size_t end = args.find(',', pos);
+    if (end == std::string::npos) end = args.size();
+    const std::string item = args.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) return false;
+    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    pos = end + 1;
+  }
+  return true;
+}
+
+// `base` with each argument of `changes` set as the page sets one (set_architecture_arg): taken out of the list and
+// appended with its new value, or only taken out where the value is empty ("k=": back to the program's default).
+std::string merge_args(const std::string& base, const std::string& changes) {
+  Pairs b, c;
+  if (!split_args(base, b) || !split_args(changes, c)) return changes;
+  for (const auto& [k, v] : c) {
+    std::erase_if(b, [&](const auto& kv) { return kv.first == k; });
+    if (!v.empty()) b.emplace_back(k, v);
+  }
+  std::string out;
+  for (const auto& [k, v] : b) out += (out.empty() ? "" : ",") + k + "=" + v;
+  return out;
+}
+
+// The settings that turn `base` into `value` by merge_args: the base's arguments that value no longer has where
+// they stood (each "k=" where value has none, else set again at the end), then value's tail; empty where value is
+// not of that form (the list reordered by hand).
+std::string args_changes(const std::string& base, const std::string& value) {
+  Pairs b, v;
+  if (base.empty() || !split_args(base, b) || !split_args(value, v)) return {};
+  size_t kept = 0;
+  std::vector<std::string> touched;
+  for (const auto& kv : b) {
+    if (kept < v.size() && v[kept] == kv) ++kept;
+    else touched.push_back(kv.first);
+  }
+  std::string out;
+  for (const std::string& k : touched)
+    if (std::none_of(v.begin() + static_cast<std::ptrdiff_t>(kept), v.end(), [&](const auto& kv) { return kv.first == k; }))
+      out += (out.empty() ? "" : ",") + k + "=";
+  for (size_t i = kept; i < v.size(); ++i) out += (out.empty() ? "" : ",") + v[i].first + "=" + v[i].second;
+  return !out.empty() && merge_args(base, out) == value ? out : std::string();
+}
+
+bool is_args_field(const std::string& full_key) {
+  return full_key == "model.architecture_args" || full_key == "model.vision_tower_args";
+}
+
 Parsed decode_items(Pairs items, int version, Parsed p) {
   const SchemaLinks* s = schema_links(version);
   // Bare names and model=ID as the link's own schema meant them.
@@ -266,6 +324,21 @@ Parsed decode_items(Pairs items, int version, Parsed p) {
         return p;
       }
       expanded.insert(expanded.end(), preset->begin(), preset->end());
+    } else if (k.size() > 1 && k.back() == '~' && s && s->full_key.count(k.substr(0, k.size() - 1)) &&
+               is_args_field(s->full_key.at(k.substr(0, k.size() - 1)))) {
+      // Arguments set in the list so far: the preset's, or the schema's default.
+      const std::string& full = s->full_key.at(k.substr(0, k.size() - 1));
+      std::string base;
+      for (const auto& kv : s->defaults)
+        if (kv.first == full) base = kv.second;
+      for (const auto& kv : expanded)
+        if (kv.first == full) base = kv.second;
+      Pairs settings;
+      if (!split_args(v, settings)) {
+        p.errors.push_back({full, k + ": the link sets \"" + v.substr(0, 60) + "\"; each setting is name=value (name= takes it out)"});
+        return p;
+      }
+      expanded.emplace_back(full, merge_args(base, v));
     } else if (k.find('.') == std::string::npos && s && s->full_key.count(k)) {
       expanded.emplace_back(s->full_key.at(k), v);
     } else {
@@ -369,8 +442,13 @@ std::string config_to_fragment(const Config& c) {
   }
   Pairs items = {{std::string(kShortMarker), std::to_string(kConfigSchema)}};
   if (preset_id) items.emplace_back("model", *preset_id);
-  for (size_t i = 0; i < values.size(); ++i)
-    if (values[i] != (is_model(i) ? *model_base : b.defaults)[i]) items.emplace_back(b.names[i], values[i]);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::string& base = (is_model(i) ? *model_base : b.defaults)[i];
+    if (values[i] == base) continue;
+    const std::string changes = is_args_field(keys[i]) ? args_changes(base, values[i]) : std::string();
+    if (!changes.empty() && changes.size() + 1 < values[i].size()) items.emplace_back(b.names[i] + "~", changes);
+    else items.emplace_back(b.names[i], values[i]);
+  }
   std::string out;
   for (const auto& [k, v] : items) out += (out.empty() ? "" : "&") + k + "=" + readable_encode(v);
   return out + "&c=" + link_checksum(items);

@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 
+#include "core/architecture.h"
 #include "core/catalog.h"
 #include "core/serialize.h"
 #include "random_config.h"
@@ -159,6 +160,67 @@ TEST_CASE("links: typical setups link in well under 400 characters, with names p
     CHECK(layout.find(part) != std::string::npos);
   CHECK(qlora.find('%') == std::string::npos);
   CHECK(layout.find('%') == std::string::npos);
+}
+
+TEST_CASE("links: a program's arguments edited from its preset's are written as the ones set", "[links]") {
+  // Whisper large-v3's eleven arguments with the labels' length set: the link carries that one argument.
+  Config whisper;
+  whisper.model = find_model_preset("whisper-large-v3")->model;
+  const std::string preset_args = whisper.model.architecture_args;
+  whisper.model.architecture_args = set_architecture_arg(preset_args, "target_length", 128, 448);
+  const std::string link = config_to_fragment(whisper);
+  INFO(link);
+  CHECK(link.rfind("memsim=2&model=whisper-large-v3&architecture_args~=target_length=128&c=", 0) == 0);
+  Parsed back = config_from_fragment(link);
+  REQUIRE(back.ok);
+  CHECK(back.config == whisper);
+  // Several set at once, as the page sets them (each moved to the end); a vision tower's arguments alike.
+  Config edited = whisper;
+  edited.model.architecture_args = set_architecture_arg(set_architecture_arg(preset_args, "decoder_layers", 2, 32), "target_length", 64, 448);
+  const std::string two = config_to_fragment(edited);
+  INFO(two);
+  CHECK(two.find("architecture_args~=decoder_layers=2,target_length=64&") != std::string::npos);
+  Parsed two_back = config_from_fragment(two);
+  REQUIRE(two_back.ok);
+  CHECK(two_back.config == edited);
+  Config vlm;
+  vlm.model = find_model_preset("qwen2.5-vl-7b")->model;
+  vlm.model.vision_tower_args += ",image_height=1080";
+  const std::string tower = config_to_fragment(vlm);
+  INFO(tower);
+  CHECK(tower.find("vision_tower_args~=image_height=1080&") != std::string::npos);
+  Parsed tower_back = config_from_fragment(tower);
+  REQUIRE(tower_back.ok);
+  CHECK(tower_back.config == vlm);
+  // An argument back at the program's default is taken out of the list: "k=".
+  Config removed = whisper;
+  removed.model.architecture_args = preset_args.substr(preset_args.find(',') + 1);
+  const std::string out = config_to_fragment(removed);
+  INFO(out);
+  CHECK(out.find("architecture_args~=vocab_size=&") != std::string::npos);
+  Parsed out_back = config_from_fragment(out);
+  REQUIRE(out_back.ok);
+  CHECK(out_back.config == removed);
+  // A list reordered by hand: what follows the first moved argument is set again.
+  Config reordered = whisper;
+  reordered.model.architecture_args = "num_mel_bins=128,vocab_size=51866" + preset_args.substr(preset_args.find(",d_model"));
+  const std::string whole = config_to_fragment(reordered);
+  INFO(whole);
+  CHECK(whole.size() <= config_to_full_fragment(reordered).size());
+  Parsed whole_back = config_from_fragment(whole);
+  REQUIRE(whole_back.ok);
+  CHECK(whole_back.config == reordered);
+  // Over the defaults (no preset): a program picked by name, its arguments written whole.
+  Config program;
+  program.model.architecture = "mamba2";
+  program.model.architecture_args = "sequence_length=4096";
+  Parsed program_back = config_from_fragment(config_to_fragment(program));
+  REQUIRE(program_back.ok);
+  CHECK(program_back.config == program);
+  // A hand-edited link whose settings are not k=v is a field error, not a crash.
+  Parsed bad = config_from_fragment("schema=2&model=whisper-large-v3&architecture_args~=target_length");
+  REQUIRE(bad.ok == false);
+  CHECK(bad.errors.front().message.find("each setting is name=value") != std::string::npos);
 }
 
 TEST_CASE("links: a short link cut anywhere, at a field boundary or inside a field, is refused", "[links]") {

@@ -236,6 +236,9 @@ test("on a phone, Whisper's label length sets its decoder rows, its link stays s
   await press(page, "Enter");
   await until(page, async () => {}, () => window.memsim.state().config.model.architecture_args.includes("target_length=128"));
   const state = await page.evaluate(() => window.memsim.state());
+  // The link carries the one argument set, not the preset's eleven.
+  assert.ok(state.fragment.includes("&architecture_args~=target_length=128&"), state.fragment);
+  assert.ok(state.fragment.length < 300, state.fragment);
   const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
   const fromCli = cliEstimate(JSON.stringify(state.config));
   assert.equal(fromPage.params_total, 1543490560 + 15728640);  // large-v3 and rank-32 LoRA on every q_proj and v_proj
