@@ -1,4 +1,5 @@
-"""What the program generators (sd_unet.py, flux.py, sd3.py) share: writing their JSON, or checking it is current."""
+"""What the program generators (sd_unet.py, flux.py, sd3.py, whisper.py, mamba2.py, nemotron_h.py) share: pieces of
+programs, and writing their JSON or checking it is current."""
 import json
 import os
 import sys
@@ -14,6 +15,24 @@ def mlp_embedding(module, x, width, tag, out):
         {"op": "silu", "in": f"{tag}1", "out": f"{tag}2"},
         {"op": "linear", "name": f"{module}.linear_2", "in": f"{tag}2", "out_features": width, "out": out},
     ]
+
+
+def causal_lm_head(norm):
+    """A causal LM's head on the fp32 or model-dtype stream (Mamba2ForCausalLM, NemotronHForCausalLM): the final
+    norm, the cast to lm_head's dtype, lm_head, logits.float(), the shifted copy where the loss path copies it
+    (transformers before 4.49) and the cross-entropy."""
+    return {
+        "input": "x",
+        "ops": [
+            {"op": "rms_norm", "name": norm, "in": "x", "out": "h"},
+            {"op": "cast", "in": "h", "dtype": "weights", "out": "h_w"},
+            {"op": "linear", "name": "lm_head", "in": "h_w", "out_features": "vocab_size", "bias": False,
+             "out": "logits"},
+            {"op": "cast", "in": "logits", "dtype": "fp32", "out": "logits32"},
+            {"op": "copy", "in": "logits32", "shifted_logits": True, "out": "shifted"},
+            {"op": "cross_entropy", "in": "shifted", "out": "loss"},
+        ],
+    }
 
 
 def write_programs(programs, script):

@@ -13,7 +13,7 @@ mamba_ssm's fused mamba_split_conv1d_scan_combined; docs/research/mamba2.md sect
 Not modelled: the slow torch_forward path (no kernels, a CPU, or torch.compile at transformers HEAD), which saves
 about twelve times as much per token (mamba2.md section 1.3); the padding-mask multiply (a batch with padding).
 """
-from common import write_programs
+from common import causal_lm_head, write_programs
 
 
 def mamba2():
@@ -66,18 +66,7 @@ def mamba2():
         },
         "block": block,
         "repeat": "num_hidden_layers",
-        "head": {
-            "input": "x",
-            "ops": [
-                {"op": "rms_norm", "name": "backbone.norm_f", "in": "x", "out": "h"},
-                {"op": "cast", "in": "h", "dtype": "weights", "out": "h_w"},
-                {"op": "linear", "name": "lm_head", "in": "h_w", "out_features": "vocab_size", "bias": False,
-                 "out": "logits"},
-                {"op": "cast", "in": "logits", "dtype": "fp32", "out": "logits32"},
-                {"op": "copy", "in": "logits32", "shifted_logits": True, "out": "shifted"},
-                {"op": "cross_entropy", "in": "shifted", "out": "loss"},
-            ],
-        },
+        "head": causal_lm_head("backbone.norm_f"),
     }
 
 

@@ -17,7 +17,7 @@ copies (transformers before 4.49) and the cross-entropy.
 Not modelled: the unfused Mamba-2 path (a padded batch or a cache: mamba_chunk_scan_combined, then the gated norm
 and out_proj as modules), the 4-D mask a padded batch builds, and the slow torch path without kernels.
 """
-from common import write_programs
+from common import causal_lm_head, write_programs
 
 # hybrid_override_pattern of each released size (docs/research/nemotron-h.md section 1)
 PATTERN_52 = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"  # Nemotron-H-4B and -8B
@@ -126,18 +126,7 @@ def nemotron_h(name, pattern, hyperparameters):
             "output": "x0",
         },
         "blocks": blocks(pattern),
-        "head": {
-            "input": "x",
-            "ops": [
-                {"op": "rms_norm", "name": "backbone.norm_f", "in": "x", "out": "h"},
-                {"op": "cast", "in": "h", "dtype": "weights", "out": "h_w"},
-                {"op": "linear", "name": "lm_head", "in": "h_w", "out_features": "vocab_size", "bias": False,
-                 "out": "logits"},
-                {"op": "cast", "in": "logits", "dtype": "fp32", "out": "logits32"},
-                {"op": "copy", "in": "logits32", "shifted_logits": True, "out": "shifted"},
-                {"op": "cross_entropy", "in": "shifted", "out": "loss"},
-            ],
-        },
+        "head": causal_lm_head("backbone.norm_f"),
     }
 
 
