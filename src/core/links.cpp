@@ -277,9 +277,9 @@ bool split_args(const std::string& args, Pairs& out) {
 std::string merge_args(const std::string& base, const std::string& changes) {
   Pairs b, c;
   if (!split_args(base, b) || !split_args(changes, c)) return changes;
-  for (const auto& [k, v] : c) {
-    std::erase_if(b, [&](const auto& kv) { return kv.first == k; });
-    if (!v.empty()) b.emplace_back(k, v);
+  for (const auto& setting : c) {  // (not a structured binding: clang 14, emscripten's, cannot capture one)
+    std::erase_if(b, [&](const auto& kv) { return kv.first == setting.first; });
+    if (!setting.second.empty()) b.push_back(setting);
   }
   std::string out;
   for (const auto& [k, v] : b) out += (out.empty() ? "" : ",") + k + "=" + v;
