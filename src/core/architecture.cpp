@@ -645,6 +645,7 @@ class Decoder {
       }
       double when = 1;
       if (m.contains("when") && !value(m["when"], where + ".when", when)) return;
+      if (m.contains("when")) note_switch(m["when"], a);
       int64_t params = 0;
       if (!dim(m["params"], where + ".params", params, 0)) return;
       for (const auto& f : a.frozen_modules)
@@ -741,6 +742,15 @@ class Decoder {
     for (size_t i = 0; i < s.tensors.size(); ++i)
       if (s.tensors[i].name == n) return static_cast<int32_t>(i);
     return -1;
+  }
+
+  // A flag written as a hyperparameter's name (an op's "bias": "use_bias", a frozen module's "when"): that
+  // hyperparameter is a switch (Architecture::switches).
+  static void note_switch(const ojson& v, Architecture& a) {
+    if (!v.is_string()) return;
+    const std::string& name = v.get_ref<const std::string&>();
+    const bool declared = std::any_of(a.defaults.begin(), a.defaults.end(), [&](const auto& h) { return h.first == name; });
+    if (declared && std::find(a.switches.begin(), a.switches.end(), name) == a.switches.end()) a.switches.push_back(name);
   }
 
   // A "blocks" entry {"same_as": "mamba", "repeat": 2}: more blocks of an earlier kind, with its parameter list and
@@ -938,6 +948,7 @@ class Decoder {
           double d = 0;
           if (v.is_boolean()) d = v.get<bool>() ? 1 : 0;
           else if (!value(v, kw, d)) break;
+          if (arch_) note_switch(v, *arch_);
           if (key.name == std::string("bias")) op.bias = d != 0;
           else if (key.name == std::string("inplace")) op.inplace = d != 0;
           else if (key.name == std::string("noise_scaled")) op.noise_scaled = d != 0;

@@ -232,6 +232,9 @@ struct Architecture {
   std::string tied_head;
   std::vector<std::pair<std::string, double>> values;  // hyperparameters and dims, as evaluated
   std::vector<std::pair<std::string, double>> defaults;  // the hyperparameters, as the program declares them
+  // Hyperparameters that an op reads as a flag by name ("bias": "use_bias", "when": "vae_on_gpu"): on or off, which
+  // the page shows as a checkbox.
+  std::vector<std::string> switches;
   int64_t repeat = 0;                         // blocks in all
   std::vector<ArchTensor> inputs;             // the data a micro-batch brings (pixel_values: fp32)
   int64_t label_bytes = 8;                    // per sample: the int64 labels, one per row the loss scores (0 for mse_loss)

@@ -5,6 +5,7 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -54,7 +55,13 @@ bool draw_program_model(ModelConfig& m) {
       // Counts (widths, layers, sizes, labels) as integers; a default of 0 is a rate or probability (dropout), unless
       // its value is a whole number of 2 or more, which no probability is (Flux's height and width: 0 means the
       // resolution's).
-      if (current == std::floor(current) && fallback == std::floor(fallback) && (fallback != 0 || current >= 2) && std::fabs(current) < 1e15) {
+      // A switch (an op's flag: a bias, a tied head, a model kept on the GPU) set to on or off: a checkbox.
+      const bool is_switch = std::find(plain->switches.begin(), plain->switches.end(), name) != plain->switches.end();
+      if (is_switch && (current == 0 || current == 1) && (fallback == 0 || fallback == 1)) {
+        bool on = current != 0;
+        edited = check_input(name.c_str(), field.c_str(), on, help.c_str());
+        next = on ? 1 : 0;
+      } else if (current == std::floor(current) && fallback == std::floor(fallback) && (fallback != 0 || current >= 2) && std::fabs(current) < 1e15) {
         int64_t v = static_cast<int64_t>(current);
         edited = int_input(name.c_str(), field.c_str(), v, 1, help.c_str());
         next = static_cast<double>(v);

@@ -4,6 +4,8 @@
 // pattern, closed forms of the MLP and attention layers, the repeated k and v by version, the import, bad input.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "core/architecture.h"
 #include "core/serialize.h"
 #include "core/model.h"
@@ -69,6 +71,18 @@ TEST_CASE("nemotron_h: exact counts and each release's layer pattern", "[archite
   CHECK(pattern_of("nemotron_h_47b") == "M-M-M-M-M-M-M-M-M*-M-M-M-M-M-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-M-M---MM---M-M*-M-M-M-M-M-");
   CHECK(pattern_of("nemotron_h_56b") ==
         "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-");
+}
+
+TEST_CASE("programs: the hyperparameters an op reads as a flag are its switches (the page's checkboxes)", "[architecture][nemotron_h]") {
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("nemotron_h", "", a).empty());
+  std::vector<std::string> switches = a->switches;
+  std::sort(switches.begin(), switches.end());
+  CHECK(switches == std::vector<std::string>{"attention_bias", "mlp_bias", "tie_word_embeddings", "use_bias", "use_conv_bias"});
+  // A "when" flag too: FLUX.1's models kept on the GPU.
+  REQUIRE(decode_architecture("flux_dit", "", a).empty());
+  CHECK(std::find(a->switches.begin(), a->switches.end(), "vae_on_gpu") != a->switches.end());
+  CHECK(std::find(a->switches.begin(), a->switches.end(), "height") == a->switches.end());
 }
 
 TEST_CASE("nemotron_h: the MLP and attention layers' saved sets in closed form", "[architecture][nemotron_h]") {
