@@ -46,7 +46,7 @@ suite "calibration harness: config translation (no GPU, no torch)" \
   python3 -m unittest discover -s tools/calibrate -p 'test_*.py'
 suite "docs/validation.md and the band's residual table are current" bash scripts/validation_report.sh --check
 suite "generated model programs are current (tools/programs)" \
-  bash -c 'python3 tools/programs/sd_unet.py --check && python3 tools/programs/flux.py --check && python3 tools/programs/sd3.py --check && python3 tools/programs/whisper.py --check && python3 tools/programs/mamba2.py --check && python3 tools/programs/nemotron_h.py --check'
+  bash -c 'python3 tools/programs/sd_unet.py --check && python3 tools/programs/flux.py --check && python3 tools/programs/sd3.py --check && python3 tools/programs/whisper.py --check && python3 tools/programs/mamba2.py --check && python3 tools/programs/nemotron_h.py --check && python3 tools/programs/bamba.py --check'
 
 echo
 [ ${#failures[@]} -gt 0 ] && printf 'failed suite: %s\n' "${failures[@]}"

@@ -916,6 +916,7 @@ class Decoder {
           if (kn == "unit") op.unit = d;
           if (kn == "scale") op.stride = d;
           if (kn == "head_dim") op.head_dim = d;
+          if (kn == "rotary_dims") op.size = d;
           if (kn == "state") op.state = d;
           if (kn == "chunk") op.chunk = d;
           break;
@@ -981,6 +982,11 @@ class Decoder {
             else if (c == "compute") op.cast_to = CastTo::Compute;
             else if (c == "weights") op.cast_to = CastTo::Weights;
             else error(kw, "must be fp32, compute (the autocast or weight dtype) or weights (the weights' storage dtype)");
+            break;
+          }
+          if (key.name == std::string("variant") && spec->kind == OpKind::Rotary) {
+            if (c == "transformers" || c == "diffusers") op.hf_rotary = c == "transformers";
+            else error(kw, "must be transformers (apply_rotary_pos_emb) or diffusers (apply_rotary_emb)");
             break;
           }
           if (key.name == std::string("variant")) {

@@ -120,6 +120,7 @@ struct ArchOp {
   bool affine = true;        // LayerNorm: elementwise_affine (weight, and bias where `bias`); false: no parameters
   bool cast_out = false;     // Attention: the output cast to q's dtype (diffusers' processors: .to(query.dtype))
   bool rows = false;         // Slice: of token rows (x[:, start:start + size]) rather than of the last dimension
+  bool hf_rotary = false;    // Rotary: transformers' apply_rotary_pos_emb (variant transformers), not diffusers'
   bool diffusers = false;    // RmsNorm: diffusers' RMSNorm (normalization.py), which multiplies the input itself by
                              // the fp32 rstd and casts to the weight's dtype only where that is 16-bit
   bool features = false;     // Concat: along the features (last dimension) rather than the token rows

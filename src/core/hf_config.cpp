@@ -473,7 +473,7 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     for (const auto& n : builtin_architecture_names()) programs += (programs.empty() ? "" : ", ") + n;
     errors.push_back({"model.model_type", "model.model_type: an HF \"" + type.substr(0, 60) +
                                               "\" config.json without hidden_size, layers, heads or vocabulary is not a family memsim reads (decoders, BERT, T5, "
-                                              "and the model_types its programs read: vit, dinov2, resnet, convnext, swin, whisper, mamba2, nemotron_h). Families written as "
+                                              "and the model_types its programs read: vit, dinov2, resnet, convnext, swin, whisper, mamba2, nemotron_h, bamba). Families written as "
                                               "model programs: " + programs + " (their presets, --set model.architecture=NAME, "
                                               "or a timm config.json)"});
     return;

@@ -170,11 +170,15 @@ const std::vector<OpSpec>& op_specs() {
       {OpKind::MseLoss, "mse_loss", {{"in", K::Tensors, true}}, false,
        "F.mse_loss(prediction.float(), target.float(), reduction=\"mean\") (diffusers train_text_to_image.py): "
        "the fp32 copies of a 16-bit prediction and target, which mse_loss saves (derivatives.yaml: self, target)"},
-      {OpKind::Rotary, "rotary", {{"in", K::Tensor, true}}, false,
+      {OpKind::Rotary, "rotary",
+       {{"in", K::Tensor, true}, {"variant", K::Choice, false}, {"heads", K::Dim, false}, {"rotary_dims", K::Dim, false}}, false,
        "diffusers v0.36 models/embeddings.py apply_rotary_emb (use_real, unbind dim -1) on q or k token rows: "
        "(x.float() * cos + x_rotated.float() * sin).to(x.dtype), a new tensor in x's dtype; the products save only "
        "the cos and sin tables ([tokens, head_dim] fp32, made once per forward by FluxPosEmbed and shared by every "
-       "block), so nothing of x's size"},
+       "block), so nothing of x's size. variant transformers: apply_rotary_pos_emb (modeling_llama.py, "
+       "modeling_bamba.py) over x's `heads`, on the first rotary_dims of each head (partial_rotary_factor; all of "
+       "it where 0): q_rot * cos + rotate_half(q_rot) * sin in the dtype of cos, the residual stream's (fp32 under "
+       "autocast with fp32 weights), then cat with the rest of each head, a new tensor in that dtype"},
       {OpKind::Conv1d, "conv1d",
        {{"in", K::Tensor, true}, {"out_channels", K::Dim, true}, {"kernel", K::Dim, true}, {"stride", K::Dim, true},
         {"padding", K::Dim, false}, {"bias", K::Flag, false}},
@@ -533,6 +537,12 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     case OpKind::Rotary:
       if (in[0]->is_parameter) return error = "rotary needs an activation; " + in[0]->name + " is a parameter", false;
       if (!rows(in[0], "rotary")) return false;
+      if (op.hf_rotary) {
+        if (op.heads < 1 || in[0]->shape[1] % op.heads != 0)
+          return error = "rotary (transformers) needs heads that divide the width of " + in[0]->name + " (" + std::to_string(in[0]->shape[1]) + ")", false;
+        if (op.size > in[0]->shape[1] / op.heads || op.size % 2 != 0)
+          return error = "rotary's rotary_dims (" + std::to_string(op.size) + ") must be even and at most the head width " + std::to_string(in[0]->shape[1] / op.heads), false;
+      }
       out = in[0]->shape;
       return true;
     case OpKind::MseLoss:

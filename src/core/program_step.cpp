@@ -238,6 +238,9 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
         break;
       case OpKind::Attention:
       case OpKind::WindowAttention: p.bytes[o] = op.cast_out ? p.bytes[op.in[0]] : dims_.e; break;
+      case OpKind::Rotary:  // transformers': cos and sin in the residual stream's dtype, which the products promote to
+        p.bytes[o] = op.hf_rotary ? std::max(widest, dims_.e_res) : widest;
+        break;
       case OpKind::Copy:  // no copy: x itself
         if (!copies(op)) p.root[o] = p.root[op.in[0]];
         p.bytes[o] = widest;
@@ -752,6 +755,30 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         break;
       }
       case OpKind::Rotary: {
+        if (op.hf_rotary) {
+          // apply_rotary_pos_emb on each head's first rotary_dims (q_rot, a view): rotate_half's cat(-x2, x1) (the
+          // negation a temporary of its own), the two products in cos's dtype, their sum; where the rotation covers
+          // part of each head, cat(q_embed, q_pass) is the output. cos and sin are shared; nothing of x's size is saved.
+          const int64_t pb = p.bytes[o];
+          const int64_t d = s.tensors[x].shape[1] / op.heads, rd = op.size > 0 ? op.size : d;
+          const int64_t rot = mul(b, s.tensors[x].numel() / d, rd);
+          const uint32_t neg = tmp(mul(p.bytes[x], rot / 2), labels_.attn_tmp, layer);
+          const uint32_t half = tmp(mul(p.bytes[x], rot), labels_.attn_tmp, layer);
+          drop(neg);
+          const uint32_t by_cos = tmp(mul(pb, rot), labels_.attn_tmp, layer);
+          const uint32_t by_sin = tmp(mul(pb, rot), labels_.attn_tmp, layer);
+          drop(half);
+          if (rd == d) {
+            id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+            drop(by_cos), drop(by_sin);
+          } else {
+            const uint32_t sum = tmp(mul(pb, rot), labels_.attn_tmp, layer);
+            drop(by_cos), drop(by_sin);
+            id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
+            drop(sum);
+          }
+          break;
+        }
         // apply_rotary_emb: x.float() * cos, then x_rotated.float() * sin, both fp32 products alive as their sum is
         // made, then the sum cast to x's dtype (the output); the products save the shared cos and sin tables only.
         const int64_t n32 = mul(4, b, s.tensors[x].numel());
@@ -951,7 +978,15 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
             if (names_param(t.name, op.name, ".out_proj.weight") && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
       }
       // apply_rotary_emb's backward: the fp32 gradient of the cast and of each product (grad * cos, grad * sin).
-      if (op.kind == OpKind::Rotary) scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));
+      // apply_rotary_pos_emb's backward: the gradient through each product (grad * cos, grad * sin) in cos's dtype,
+      // and rotate_half's (a cat's slices, negated) over the rotated part.
+      if (op.kind == OpKind::Rotary && op.hf_rotary) {
+        const int64_t d = s.tensors[op.in[0]].shape[1] / op.heads, rd = op.size > 0 ? op.size : d;
+        const int64_t rot = mul(b, s.tensors[op.in[0]].numel() / d, rd);
+        scratch.push_back(tmp(mul(2 * p.bytes[o] + p.bytes[op.in[0]], rot), labels_.bwd_attn, layer));
+      } else if (op.kind == OpKind::Rotary) {
+        scratch.push_back(tmp(mul(12, b, s.tensors[op.in[0]].numel()), labels_.bwd_attn, layer));
+      }
       // A row broadcast over token rows (a modulation's gate or scale): its gradient is the full product, summed
       // over the rows (mul's backward, then sum_to_size).
       if (op.kind == OpKind::Mul && !s.tensors[op.in[1]].is_parameter && p.req[op.in[1]] &&

@@ -1,7 +1,8 @@
-// Nemotron-H as model programs (nemotron_h, nemotron_h_47b, nemotron_h_56b; tools/programs/nemotron_h.py;
-// docs/research/nemotron-h.md) and what they brought: blocks that run an earlier kind again ("same_as": the layer
-// pattern with three parameter lists) and grouped-query attention (the attention op's kv_heads). Exact counts, the
-// pattern, closed forms of the MLP and attention layers, the repeated k and v by version, the import, bad input.
+// The hybrids as model programs: Nemotron-H (nemotron_h, nemotron_h_47b, nemotron_h_56b; tools/programs/nemotron_h.py)
+// and Bamba (bamba; tools/programs/bamba.py), docs/research/nemotron-h.md, and what they brought: blocks that run an
+// earlier kind again ("same_as": the layer pattern with one parameter list per kind), grouped-query attention (the
+// attention op's kv_heads) and transformers' rotary embedding (rotary's variant transformers, partial). Exact counts,
+// the patterns, closed forms, the repeated k and v by version, the import, bad input.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -176,4 +177,76 @@ TEST_CASE("same_as and kv_heads: bad programs get a field error", "[architecture
            for (auto& op : j["blocks"][1]["ops"])
              if (op["op"] == "linear" && op["name"] == "backbone.layers.mixer.down_proj") op["out_features"] = 64;
          }).empty());
+}
+
+namespace {
+
+Config bamba(const std::string& args) {
+  Config c = nemotron("");
+  c.model.architecture = "bamba";
+  c.model.architecture_args = args;
+  return c;
+}
+
+// A small Bamba: d 256, 4 heads of 64 with 2 kv heads, rotary over 32 of each head's 64, ffn 512, 8 Mamba heads of
+// 64 in one group, state 16, 1,000 tokens, 128 tokens a sample.
+const std::string kSmallBamba = "vocab_size=1000,hidden_size=256,num_attention_heads=4,num_key_value_heads=2,attn_rotary_emb=32,"
+                                "intermediate_size=512,mamba_n_heads=8,mamba_d_head=64,mamba_d_state=16,mamba_chunk_size=64,"
+                                "sequence_length=128";
+
+}  // namespace
+
+TEST_CASE("bamba: the exact count, the attention layers' places", "[architecture][nemotron_h][bamba]") {
+  // docs/research/nemotron-h.md section 2.3: 29 Mamba-2 layers of 278,455,936 (with their MLP and two norms), 3
+  // attention layers of 218,112,000, two untied 128,256 x 4,096 tables and the final norm; the model card's 9.78B.
+  CHECK(model_shape_of(bamba("").model).params_total == 29 * 278455936LL + 3 * 218112000LL + 2 * 525336576LL + 4096);
+  CHECK(model_shape_of(bamba("").model).params_total == 9780235392);
+  std::shared_ptr<const Architecture> a;
+  REQUIRE(decode_architecture("bamba", "", a).empty());
+  REQUIRE(a->kind_of_layer.size() == 32);
+  for (size_t l = 0; l < 32; ++l) {
+    INFO(l);
+    CHECK((a->block_names[static_cast<size_t>(a->kind_of_layer[l])] == "attention") == (l == 9 || l == 18 || l == 27));
+  }
+}
+
+TEST_CASE("bamba: transformers' rotary saves nothing of its own, and its dtype is the stream's", "[architecture][nemotron_h][bamba]") {
+  // In pure bf16 the rotated q and k replace q and k in what SDPA saves: a partial or a full rotation saves the same.
+  Config half = bamba(kSmallBamba), full = bamba(kSmallBamba + ",attn_rotary_emb=64");
+  CHECK(activations_before_backward(half) == activations_before_backward(full));
+  // Under autocast with fp32 weights, cos and sin are fp32 (the stream's dtype): the rotated q and k are fp32, and
+  // the kernel reads and saves their compute-dtype casts instead, the same bytes; the ledger holds either way.
+  for (const char* precision : {"bf16_pure", "amp_bf16"}) {
+    Config c = half;
+    c.training.precision = precision;
+    c.training.activation_checkpointing = "full";
+    c.versions.transformers = "4.48.0";
+    INFO(precision << ": " << errors_of(c));
+    REQUIRE(validate(c).empty());
+    const Result r = simulate(c);
+    REQUIRE(r.ok);
+    CHECK(ledger_problem(r.devices[0].program).empty());
+  }
+  Config amp = half, amp_full = full;
+  amp.training.precision = amp_full.training.precision = "amp_bf16";
+  CHECK(activations_before_backward(amp) == activations_before_backward(amp_full));
+  // Bad rotations are field errors.
+  CHECK(first_error("bamba", "attn_rotary_emb=33").find("must be even and at most the head width 128") != std::string::npos);
+  CHECK(first_error("bamba", "attn_rotary_emb=256").find("must be even and at most the head width 128") != std::string::npos);
+}
+
+TEST_CASE("bamba: an HF config.json imports with its attention layers, and another layout is refused", "[architecture][nemotron_h][bamba]") {
+  nlohmann::json j = nlohmann::json::parse(R"({"model_type": "bamba", "hidden_size": 4096, "num_hidden_layers": 32,
+      "attn_layer_indices": [9, 18, 27], "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+      "mamba_n_heads": 128, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4,
+      "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": true, "mamba_proj_bias": false,
+      "attn_rotary_emb": 64, "vocab_size": 128256, "tie_word_embeddings": false})");
+  const Parsed p = model_from_hf_json(j.dump());
+  REQUIRE(p.ok);
+  CHECK(p.config.model.architecture == "bamba");
+  CHECK(model_shape_of(p.config.model).params_total == 9780235392);
+  j["attn_layer_indices"] = {4, 12};
+  const Parsed other = model_from_hf_json(j.dump());
+  REQUIRE(!other.ok);
+  CHECK(other.errors.front().message.find("attn_layer_indices") != std::string::npos);
 }
