@@ -346,8 +346,14 @@ class Decoder {
     if (one && !p.contains("repeat"))
       return error("repeat", "is missing: the number of blocks (an expression such as \"num_hidden_layers\")");
     if (several && p.contains("repeat")) return error("repeat", "goes in each entry of \"blocks\"");
-    if (several && (!p["blocks"].is_array() || p["blocks"].empty() || p["blocks"].size() > 128))
-      return error("blocks", "must be a list of 1 to 128 block kinds, each an object with repeat, input, ops and output");
+    if (several && (!p["blocks"].is_array() || p["blocks"].empty() || p["blocks"].size() > 4096))
+      return error("blocks", "must be a list of 1 to 4,096 entries: block kinds, each an object with repeat, input, ops and output, "
+                             "or same_as entries that run an earlier kind again");
+    if (several) {
+      size_t kinds = 0;
+      for (const auto& j : p["blocks"]) kinds += !(j.is_object() && j.contains("same_as"));
+      if (kinds > 128) return error("blocks", "declares " + std::to_string(kinds) + " kinds of block; a program has at most 128 (same_as entries run one again)");
+    }
     // The data a micro-batch brings.
     if (!p.contains("inputs") || !p["inputs"].is_object() || p["inputs"].empty())
       return error("inputs", "must name the data tensors a sample brings, each with its \"shape\"");
@@ -404,6 +410,8 @@ class Decoder {
           return error(where + ".name", "must be a string of 1 to 64 characters (what the timeline calls these blocks)");
         name = j["name"].get<std::string>();
       }
+      if (std::find(a.block_names.begin(), a.block_names.end(), name) != a.block_names.end())
+        return error(where + ".name", "\"" + name + "\" names an earlier kind of block; names are unique (same_as finds a kind by it)");
       in_block_ = true, first_layer_ = a.repeat, repeat_ = repeat, stage_position_ = a.repeat;
       ArchStage st;
       stage(j, where, {}, &received, st);

@@ -255,8 +255,8 @@ bool split_items(std::string_view fragment, Pairs& items, std::string& bad_item)
   return true;
 }
 
-// A link's items (schema `version`, without schema=, memsim= and c=) over the frozen defaults.
-// An argument list ("k=v,k2=v2") as its items, in order; false where an item has no '='.
+// An argument list ("k=v,k2=v2") as its items, in order; false where an item has no '=' or an empty name (a
+// trailing comma ends the list).
 bool split_args(const std::string& args, Pairs& out) {
   out.clear();
   size_t pos = 0;
@@ -310,11 +310,15 @@ bool is_args_field(const std::string& full_key) {
   return full_key == "model.architecture_args" || full_key == "model.vision_tower_args";
 }
 
+// A link's items (schema `version`, without schema=, memsim= and c=) over the frozen defaults.
 Parsed decode_items(Pairs items, int version, Parsed p) {
   const SchemaLinks* s = schema_links(version);
   // Bare names and model=ID as the link's own schema meant them.
   Pairs expanded;
+  bool model_seen = false;
+  const bool model_named = std::any_of(items.begin(), items.end(), [](const auto& kv) { return kv.first == "model"; });
   for (auto& [k, v] : items) {
+    model_seen |= k == "model";
     if (k == "model") {
       const Pairs* preset = nullptr;
       if (s && s->presets.count(v)) preset = &s->presets.at(v);
@@ -333,9 +337,17 @@ Parsed decode_items(Pairs items, int version, Parsed p) {
         if (kv.first == full) base = kv.second;
       for (const auto& kv : expanded)
         if (kv.first == full) base = kv.second;
-      Pairs settings;
-      if (!split_args(v, settings)) {
-        p.errors.push_back({full, k + ": the link sets \"" + v.substr(0, 60) + "\"; each setting is name=value (name= takes it out)"});
+      Pairs settings, listed;
+      if (!split_args(v, settings) || settings.size() > 512) {
+        p.errors.push_back({full, k + ": the link sets \"" + v.substr(0, 60) + "\"; each setting is name=value (name= takes it out), at most 512"});
+        return p;
+      }
+      if (model_named && !model_seen) {
+        p.errors.push_back({full, k + ": the link sets arguments before model=, which sets the list they change"});
+        return p;
+      }
+      if (!split_args(base, listed)) {
+        p.errors.push_back({full, k + ": the link changes \"" + base.substr(0, 60) + "\", which is not a list of name=value"});
         return p;
       }
       expanded.emplace_back(full, merge_args(base, v));

@@ -159,7 +159,10 @@ const std::vector<OpSpec>& op_specs() {
        "softmax (saved), attn.matmul(v) (saves the probabilities, cast to the compute dtype under autocast, and v); "
        "q.matmul saves q and k"},
       {OpKind::CrossEntropy, "cross_entropy", {{"in", K::Tensor, true}}, false,
-       "torch.nn.CrossEntropyLoss over the last dimension, one int64 label per sample"},
+       "torch.nn.CrossEntropyLoss over the last dimension, one int64 label per sample: log_softmax (saved) then "
+       "nll_loss, whose backward writes a full-size gradient beside log_softmax's (fp32 under autocast, then cast "
+       "back), as loss.cpp's built-in losses do from the H200 traces; the head's parameter gradients appear after "
+       "them, with its first op that trains"},
       {OpKind::GroupNorm, "group_norm", {{"in", K::Tensor, true}, {"groups", K::Dim, true}}, true,
        "torch.nn.GroupNorm(groups, C) of an image [C, H, W]: weight and bias [C]; native_group_norm saves its input "
        "and the fp32 mean and rstd per sample and group (derivatives.yaml); on autocast's fp32 list, so under "
@@ -537,6 +540,8 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
     case OpKind::Rotary:
       if (in[0]->is_parameter) return error = "rotary needs an activation; " + in[0]->name + " is a parameter", false;
       if (!rows(in[0], "rotary")) return false;
+      if (!op.hf_rotary && (op.heads > 0 || op.size > 0))
+        return error = "rotary's heads and rotary_dims are the transformers variant's: add \"variant\": \"transformers\"", false;
       if (op.hf_rotary) {
         if (op.heads < 1 || in[0]->shape[1] % op.heads != 0)
           return error = "rotary (transformers) needs heads that divide the width of " + in[0]->name + " (" + std::to_string(in[0]->shape[1]) + ")", false;

@@ -736,6 +736,10 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
             if (kernel_out == UINT32_MAX) keep(oi, o);
             const int64_t rows_lse = dims_.e == 4 ? round_up(rows, 32) : rows;  // the efficient kernel pads to 32
             save_new(oi, mul(4, op.heads, b, rows_lse), labels_.lse);
+            // SDPA in fp32 cannot use flash; with native GQA (enable_gqa) the efficient kernel refuses and SDPA falls
+            // back to the math kernel, which saves the fp32 softmax, as the built-in layers model it (HF PR #46960).
+            if (dims_.e == 4 && resolved_.attention == Attention::Sdpa && op.kv_heads > 0 && op.kv_heads < op.heads && groups == 1)
+              save_new(oi, mul(4, op.heads, b, mul(rows, kv_rows)), labels_.softmax);
           }
           if (bias != UINT32_MAX) {
             if (req && !no_grad_) saved.attn.push_back(bias), saved.ops.push_back(static_cast<uint32_t>(i));
@@ -902,6 +906,9 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
     if (op.kind == OpKind::CrossEntropy || op.kind == OpKind::MseLoss) grad[o] = tmp(4, program_label(st, layer, o, "grad"), layer);
     const uint32_t g = grad[o];
     grad[o] = UINT32_MAX;
+    // The head's parameter gradients appear with the first of its ops that makes one (lm_head's matmul backward),
+    // after the loss's nodes, as the built-in heads' do (loss.cpp late_head_grad, from the H200 traces).
+    if (head_grads_pending_ >= 0 && p.op_trains[i] && g != UINT32_MAX) alloc_layer_grads(head_grads_pending_), head_grads_pending_ = -1;
     // A view, or dropout with p = 0 (an in-place op's backward makes new gradients, as its out-of-place form does).
     const bool alias = p.root[o] != o && !op.inplace;
     if (g != UINT32_MAX && alias) {
@@ -934,9 +941,30 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
         }
         // Grouped-query attention: the gradients of k and v for every query head, summed into the kv heads' after the
         // kernel (repeat_kv's backward; without the repeat, flash_api.cpp mha_bwd's dk_expanded and dv_expanded).
+        // Where wider k or v were repeated and then cast for the kernel, the cast's backward writes the repeated
+        // gradient in their dtype too, before repeat_kv's backward sums it.
         if (op.kv_heads > 0 && op.kv_heads < op.heads)
-          for (int j = 1; j < 3; ++j)
-            scratch.push_back(tmp(mul(dims_.e, b, s.tensors[op.in[static_cast<size_t>(j)]].numel(), op.heads / op.kv_heads), labels_.bwd_attn, layer));
+          for (int j = 1; j < 3; ++j) {
+            const int32_t t = op.in[static_cast<size_t>(j)];
+            const int64_t copies = mul(b, s.tensors[t].numel(), op.heads / op.kv_heads);
+            scratch.push_back(tmp(mul(dims_.e, copies), labels_.bwd_attn, layer));
+            if (program_repeats_kv(op) && dims_.amp && p.bytes[t] > dims_.e) scratch.push_back(tmp(mul(p.bytes[t], copies), labels_.bwd_attn, layer));
+          }
+      }
+      // cross_entropy is log_softmax then nll_loss: nll_loss's backward writes a gradient of the log-probabilities'
+      // full size, alive while log_softmax's backward writes its own (the input's gradient), as the built-in losses
+      // model it from the H200 traces (loss.cpp, LossImpl::HfFp32Upcast). Under autocast a 16-bit input's log_softmax
+      // ran in fp32: its fp32 gradient then lives beside the cast back to the input's dtype, nll_loss's gone.
+      if (op.kind == OpKind::CrossEntropy) {
+        const int64_t classes = mul(b, s.tensors[op.in[0]].numel());
+        const bool upcast = dims_.amp && p.bytes[op.in[0]] != 4;
+        const uint32_t nll = tmp(mul(upcast ? 4 : p.bytes[op.in[0]], classes), labels_.loss_grad, layer);
+        if (upcast) {
+          scratch.push_back(tmp(mul(4, classes), labels_.loss_grad, layer));
+          drop(nll);
+        } else {
+          scratch.push_back(nll);
+        }
       }
       if (op.kind == OpKind::WindowAttention) {
         // attn @ v's gradient of the probabilities (compute dtype), the softmax's of the scores (fp32 under
@@ -1172,11 +1200,12 @@ void StepBuilder::backward_program(InFlight& f) {
   std::vector<uint32_t> gathered;
   // The head: its loss seeds the gradient.
   if (embedding_units()) gather(L, f.gathered_post);
-  alloc_layer_grads(L);
   for (uint32_t t : f.loss_saved) drop(t);
   f.loss_saved.clear();
+  head_grads_pending_ = L;  // allocated by program_backward at the head's first op that trains
   uint32_t dres = program_backward(ProgramStage::Head, static_cast<int32_t>(L), UINT32_MAX, f.program_req[static_cast<size_t>(L)],
                                    f.program_bytes[static_cast<size_t>(L)], f.program_post, f.program_input_carry[static_cast<size_t>(L)]);
+  if (head_grads_pending_ >= 0) alloc_layer_grads(L), head_grads_pending_ = -1;  // no op of the head trains
   release_layer_grads(L);
   step_in_backward(L);
   for (uint32_t g : f.gathered_post) drop(g);

@@ -420,6 +420,7 @@ class StepBuilder {
   const std::vector<ParamTensor>& program_params(ProgramStage st, int32_t layer) const;
   uint32_t program_dequant(ProgramStage st, int32_t layer, size_t op);
   bool program_repeats_kv(const ArchOp& op) const;
+  int64_t head_grads_pending_ = -1;  // backward_program: the head's layer index until its first op that trains runs
   ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
   uint32_t program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
   // input_carry: the carry the stage input is (its producer carries its output too), or -1.
@@ -637,10 +638,11 @@ class StepBuilder {
   ShardPlan shard_plan_;            // what is sharded, over how many ranks, and how (ZeRO stage, FSDP version)
   mutable PerTensor<ParamStates> states_{shape_};  // param_states(shard_plan_, ctx_, t)
   mutable PerTensor<int64_t> grad_bytes_{shape_};  // grad_bytes_of(t)
-  // module_info by name. The names are string literals or a program's op modules, which outlive the builder; a
-  // program repeats its module names in every block kind, so they are keyed by content, not address.
+  // module_info by name. The names are string literals or a program's op modules, which live as long as shape_
+  // holds the program (its shared_ptr); a program repeats its module names in every block kind, so they are keyed
+  // by content, not address.
   mutable std::unordered_map<std::string_view, ModuleInfo> module_info_;
-  // norm_trainable by (parameter list, first consumer), the consumer found by its literal's address as above.
+  // norm_trainable by (parameter list, first consumer), the consumer found by its literal's address.
   mutable std::vector<std::pair<std::pair<const std::vector<ParamTensor>*, const char*>, bool>> norm_trainable_;
   int64_t adapter_bytes_ = 2;  // adapter_bytes(), from the config once
   int64_t shard_ranks_ = 1;  // ranks of the shard group

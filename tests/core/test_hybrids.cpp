@@ -99,6 +99,14 @@ TEST_CASE("nemotron_h: the MLP and attention layers' saved sets in closed form",
   old.versions.transformers = "4.46.0";
   recent.versions.transformers = "4.57.0";
   CHECK(activations_before_backward(old) - activations_before_backward(recent) == 4 * T * 2 * (4 - 2) * 64 * 2);
+  // In fp32, SDPA with enable_gqa falls back to the math kernel, which saves the fp32 softmax: 4 layers x 4 heads x
+  // b x 128^2 x 4 bytes more than the flash path would keep (as the built-in layers model it).
+  Config fp32 = recent;
+  fp32.training.precision = "fp32";
+  Config fp32_mha = fp32;
+  fp32_mha.model.architecture_args += ",num_key_value_heads=4";
+  CHECK(activations_before_backward(fp32) - activations_before_backward(fp32_mha) ==
+        4 * 4 * 2 * 128 * 128 * 4 - 4 * T * 2 * (4 - 2) * 64 * 4);
   // Eager attention repeats them in every version, and keeps the scores' probabilities besides.
   Config eager = recent;
   eager.training.attention = "eager";
@@ -163,6 +171,8 @@ TEST_CASE("same_as and kv_heads: bad programs get a field error", "[architecture
             .find("is not a key of a same_as entry") != std::string::npos);
   CHECK(edited([](auto& j) { j["blocks"][2] = {{"same_as", 3}, {"repeat", 1}}; }).find("must name an earlier kind") != std::string::npos);
   CHECK(edited([](auto& j) { j["blocks"][2] = {{"same_as", "mamba"}}; }).find("is missing") != std::string::npos);
+  // Kind names are unique: same_as finds a kind by its name.
+  CHECK(edited([](auto& j) { j["blocks"][1]["name"] = "mamba"; }).find("\"mamba\" names an earlier kind of block") != std::string::npos);
   // A kind that makes a carry runs once.
   CHECK(edited([](auto& j) { j["blocks"][0]["carry"] = {"h"}; })
             .find("makes a carry, which only a kind that runs once may") != std::string::npos);
@@ -230,7 +240,11 @@ TEST_CASE("bamba: transformers' rotary saves nothing of its own, and its dtype i
   Config amp = half, amp_full = full;
   amp.training.precision = amp_full.training.precision = "amp_bf16";
   CHECK(activations_before_backward(amp) == activations_before_backward(amp_full));
-  // Bad rotations are field errors.
+  // Bad rotations are field errors; heads and rotary_dims belong to the transformers variant.
+  CHECK(first_error(program_edited("bamba", [](auto& j) {
+          for (auto& op : j["blocks"][1]["ops"])
+            if (op["op"] == "rotary") op.erase("variant");
+        })).find("add \"variant\": \"transformers\"") != std::string::npos);
   CHECK(first_error("bamba", "attn_rotary_emb=33").find("must be even and at most the head width 128") != std::string::npos);
   CHECK(first_error("bamba", "attn_rotary_emb=256").find("must be even and at most the head width 128") != std::string::npos);
 }

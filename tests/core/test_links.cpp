@@ -221,6 +221,13 @@ TEST_CASE("links: a program's arguments edited from its preset's are written as 
   Parsed bad = config_from_fragment("schema=2&model=whisper-large-v3&architecture_args~=target_length");
   REQUIRE(bad.ok == false);
   CHECK(bad.errors.front().message.find("each setting is name=value") != std::string::npos);
+  // Settings before the model=ID whose list they change, or over a list that is not name=value, are refused.
+  Parsed early = config_from_fragment("schema=2&architecture_args~=target_length=64&model=whisper-large-v3");
+  REQUIRE(early.ok == false);
+  CHECK(early.errors.front().message.find("before model=") != std::string::npos);
+  Parsed over = config_from_fragment("schema=2&model=whisper-large-v3&architecture_args=oops&architecture_args~=target_length=64");
+  REQUIRE(over.ok == false);
+  CHECK(over.errors.front().message.find("not a list of name=value") != std::string::npos);
 }
 
 TEST_CASE("links: a short link cut anywhere, at a field boundary or inside a field, is refused", "[links]") {
