@@ -1379,7 +1379,7 @@ std::string compact_architecture(const std::string& text) {
 
 bool looks_like_architecture(std::string_view text) { return text.find("\"memsim_architecture\"") != std::string_view::npos; }
 
-std::string set_architecture_arg(const std::string& args, const std::string& name, double value, double default_value) {
+std::string set_architecture_arg_text(const std::string& args, const std::string& name, const std::string& text) {
   std::string out;
   size_t i = 0;
   while (i <= args.size()) {  // every entry but `name`'s, as written
@@ -1395,12 +1395,15 @@ std::string set_architecture_arg(const std::string& args, const std::string& nam
     item.erase(0, item.find_first_not_of(' '));
     out += (out.empty() ? "" : ",") + item;
   }
-  if (value != default_value) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.10g", value);
-    out += (out.empty() ? "" : ",") + name + "=" + text;
-  }
+  if (!text.empty()) out += (out.empty() ? "" : ",") + name + "=" + text;
   return out;
+}
+
+std::string set_architecture_arg(const std::string& args, const std::string& name, double value, double default_value) {
+  if (value == default_value) return set_architecture_arg_text(args, name, "");
+  char text[64];
+  std::snprintf(text, sizeof text, "%.10g", value);
+  return set_architecture_arg_text(args, name, text);
 }
 
 std::string default_lora_targets(const ModelConfig& m) {

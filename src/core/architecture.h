@@ -98,7 +98,7 @@ struct ArchOp {
   int64_t kv_heads = 0;      // Attention: key and value heads (grouped-query attention); 0: as many as heads
   int64_t window = 0;        // WindowAttention: rows per window (window_size x window_size)
   int64_t index = 0;         // SelectToken; Slice: the first column; UnflattenTokens, SpaceToDepth, PadToWindows: the height
-  int64_t size = 0;          // Slice: the columns; ResizeTokens, Unpad: the rows
+  int64_t size = 0;          // Slice: the columns; ResizeTokens, Unpad: the rows; Rotary: rotary_dims per head
   double p = 0.0;            // Dropout, DropPath; Attention's dropout on the probabilities
   // A block op's probability that depends on the block's index (`layer` in its expression: timm's stochastic depth
   // rises linearly over the blocks), one per block; empty where it is the same for every block.
@@ -287,9 +287,11 @@ std::vector<ArchitectureError> decode_architecture(const std::string& spec, cons
 std::string compact_architecture(const std::string& text);
 // Whether a dropped or pasted text is a model program (it names the program format).
 bool looks_like_architecture(std::string_view text);
-// model.architecture_args with one hyperparameter set: its entry replaced (or added), and left out where the value is
-// the program's default, so that the arguments list only what differs.
+// model.architecture_args with one hyperparameter set: its entry taken out and appended, and left out where the value
+// is the program's default, so that the arguments list only what differs.
 std::string set_architecture_arg(const std::string& args, const std::string& name, double value, double default_value);
+// The same with the value as written ("" takes the argument out): what a link's architecture_args~= applies.
+std::string set_architecture_arg_text(const std::string& args, const std::string& name, const std::string& text);
 // The value model.architecture_args gives `name`, or `fallback` where it gives none (or not a number).
 double architecture_arg(const std::string& args, const std::string& name, double fallback);
 // LoRA's default targets for a model section: its program's lora_targets (all-linear where it names none); empty

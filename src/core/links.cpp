@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "architecture.h"
 #include "link_data.h"
 #include "serialize.h"
 #include "serialize_internal.h"
@@ -272,18 +273,13 @@ bool split_args(const std::string& args, Pairs& out) {
   return true;
 }
 
-// `base` with each argument of `changes` set as the page sets one (set_architecture_arg): taken out of the list and
-// appended with its new value, or only taken out where the value is empty ("k=": back to the program's default).
-std::string merge_args(const std::string& base, const std::string& changes) {
-  Pairs b, c;
-  if (!split_args(base, b) || !split_args(changes, c)) return changes;
-  for (const auto& setting : c) {  // (not a structured binding: clang 14, emscripten's, cannot capture one)
-    std::erase_if(b, [&](const auto& kv) { return kv.first == setting.first; });
-    if (!setting.second.empty()) b.push_back(setting);
-  }
-  std::string out;
-  for (const auto& [k, v] : b) out += (out.empty() ? "" : ",") + k + "=" + v;
-  return out;
+// `base` with each argument of `changes` set as the page sets one (set_architecture_arg_text): taken out of the list
+// and appended with its new value, or only taken out where the value is empty ("k=": back to the program's default).
+std::string merge_args(std::string base, const std::string& changes) {
+  Pairs c;
+  if (!split_args(changes, c)) return changes;
+  for (const auto& [k, v] : c) base = set_architecture_arg_text(base, k, v);
+  return base;
 }
 
 // The settings that turn `base` into `value` by merge_args: the base's arguments that value no longer has where
