@@ -249,51 +249,43 @@ test("on a phone, Whisper's label length sets its decoder rows, its link stays s
   await page.close();
 });
 
-test("Nemotron-H: a hybrid's pattern of 52 layers in three kinds, its sequence_length, the page agrees with the CLI", async () => {
-  const frag = execFileSync(cli, ["config", "--preset", "nemotron-h-8b", "--set", "training.precision=bf16_pure",
-                                  "--set", "training.activation_checkpointing=full", "--set", "parallel.data_parallel_size=1",
-                                  "--set", "peft.method=lora", "--set", "peft.target_modules=q_proj,k_proj,v_proj,o_proj",
-                                  "--set", "training.micro_batch_size=1", "--set", "hardware.gpu=h100-sxm",
+// A language model written as a program: its preset's link opens, sequence_length 8192 is typed into the program's
+// own field, and the page's estimate of the result equals the CLI's. Returns the page's state and estimate.
+async function programSequenceTyped(preset, settings, screenshot) {
+  const frag = execFileSync(cli, ["config", "--preset", preset, ...settings.flatMap((s) => ["--set", s]),
                                   "--format", "fragment"]).toString().trim();
-  assert.ok(frag.startsWith("memsim=2&model=nemotron-h-8b&"), frag);
+  assert.ok(frag.startsWith(`memsim=2&model=${preset}&`), frag);
   const { page, errors } = await openPage("#" + frag);
   assert.ok((await tabTo(page, "sequence_length")).startsWith("sequence_length: 2048"));
   await page.keyboard.type("8192", { delay: 30 });
   await press(page, "Enter");
   await until(page, async () => {}, () => window.memsim.state().config.model.architecture_args.includes("sequence_length=8192"));
   const state = await page.evaluate(() => window.memsim.state());
-  assert.ok(state.fragment.includes("&architecture_args=sequence_length=8192&"), state.fragment);  // the preset sets none
   const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
   const fromCli = cliEstimate(JSON.stringify(state.config));
-  // the 8B and rank-8 LoRA on the 4 attention layers' q (4096 + 4096), k and v (4096 + 1024) and o (4096 + 4096)
-  assert.equal(fromPage.params_total, 8100852736 + 4 * 8 * (8192 + 5120 + 5120 + 8192));
   assert.equal(fromPage.params_total, fromCli.params_total);
   assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
-  await page.screenshot({ path: path.join(shots, "nemotron-h-8b-1280x800.png") });
+  await page.screenshot({ path: path.join(shots, screenshot) });
   assert.deepEqual(errors, []);
   await page.close();
+  return { state, fromPage };
+}
+
+const oneH100 = ["training.precision=bf16_pure", "training.activation_checkpointing=full", "parallel.data_parallel_size=1",
+                 "hardware.gpu=h100-sxm"];
+
+test("Nemotron-H: a hybrid's pattern of 52 layers in three kinds, its sequence_length, the page agrees with the CLI", async () => {
+  const { state, fromPage } = await programSequenceTyped("nemotron-h-8b",
+      [...oneH100, "peft.method=lora", "peft.target_modules=q_proj,k_proj,v_proj,o_proj", "training.micro_batch_size=1"],
+      "nemotron-h-8b-1280x800.png");
+  assert.ok(state.fragment.includes("&architecture_args=sequence_length=8192&"), state.fragment);  // the preset sets none
+  // the 8B and rank-8 LoRA on the 4 attention layers' q (4096 + 4096), k and v (4096 + 1024) and o (4096 + 4096)
+  assert.equal(fromPage.params_total, 8100852736 + 4 * 8 * (8192 + 5120 + 5120 + 8192));
 });
 
 test("Mamba-2: its sequence_length sets the tokens, and the page agrees with the CLI", async () => {
-  const frag = execFileSync(cli, ["config", "--preset", "mamba2-2.7b", "--set", "training.precision=bf16_pure",
-                                  "--set", "training.activation_checkpointing=full", "--set", "parallel.data_parallel_size=1",
-                                  "--set", "training.micro_batch_size=2", "--set", "hardware.gpu=h100-sxm",
-                                  "--format", "fragment"]).toString().trim();
-  assert.ok(frag.startsWith("memsim=2&model=mamba2-2.7b&"), frag);
-  const { page, errors } = await openPage("#" + frag);
-  assert.ok((await tabTo(page, "sequence_length")).startsWith("sequence_length: 2048"));
-  await page.keyboard.type("8192", { delay: 30 });
-  await press(page, "Enter");
-  await until(page, async () => {}, () => window.memsim.state().config.model.architecture_args.includes("sequence_length=8192"));
-  const state = await page.evaluate(() => window.memsim.state());
-  const fromPage = await page.evaluate((c) => window.memsim.estimate(c), JSON.stringify(state.config));
-  const fromCli = cliEstimate(JSON.stringify(state.config));
+  const { fromPage } = await programSequenceTyped("mamba2-2.7b", [...oneH100, "training.micro_batch_size=2"], "mamba2-1280x800.png");
   assert.equal(fromPage.params_total, 2702599680);  // state-spaces/mamba2-2.7b, tied
-  assert.equal(fromPage.params_total, fromCli.params_total);
-  assert.equal(fromPage.devices[0].peak.device_bytes, fromCli.devices[0].peak.device_bytes);
-  await page.screenshot({ path: path.join(shots, "mamba2-1280x800.png") });
-  assert.deepEqual(errors, []);
-  await page.close();
 });
 
 test("on a phone, litgpt's adapter_v2 shows its prompt length and start layer", async () => {

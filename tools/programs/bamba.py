@@ -17,7 +17,7 @@ The head: final_layernorm, lm_head, the loss's fp32 copy of the logits, the shif
 Not modelled: the unfused Mamba-2 path that a padded batch or a cache takes, a padded batch's 4-D mask, the optional
 z-loss.
 """
-from common import causal_lm_head, write_programs
+from common import causal_lm_head, token_embeddings, write_programs
 
 LAYER = "model.layers"
 ATTENTION_LAYERS = (9, 18, 27)  # Bamba-9B's attn_layer_indices
@@ -114,13 +114,7 @@ def bamba():
             "kv_width": "num_key_value_heads * hidden_size / num_attention_heads",
         },
         "inputs": {"input_ids": {"shape": ["sequence_length"], "dtype": "int64"}},
-        "embeddings": {
-            "ops": [
-                {"op": "embedding", "name": "model.embed_tokens", "in": "input_ids", "rows": "vocab_size",
-                 "out_features": "hidden_size", "tied": "tie_word_embeddings", "out": "x0"},
-            ],
-            "output": "x0",
-        },
+        "embeddings": token_embeddings("model.embed_tokens"),
         "blocks": blocks(),
         "head": causal_lm_head("model.final_layernorm"),
     }

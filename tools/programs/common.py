@@ -17,6 +17,18 @@ def mlp_embedding(module, x, width, tag, out):
     ]
 
 
+def token_embeddings(name):
+    """A language model's embedding stage: the int64 input_ids' rows of `name`, tied to lm_head where
+    tie_word_embeddings (Mamba2ForCausalLM, NemotronHForCausalLM, BambaForCausalLM)."""
+    return {
+        "ops": [
+            {"op": "embedding", "name": name, "in": "input_ids", "rows": "vocab_size", "out_features": "hidden_size",
+             "tied": "tie_word_embeddings", "out": "x0"},
+        ],
+        "output": "x0",
+    }
+
+
 def causal_lm_head(norm):
     """A causal LM's head on the fp32 or model-dtype stream (Mamba2ForCausalLM, NemotronHForCausalLM): the final
     norm, the cast to lm_head's dtype, lm_head, logits.float(), the shifted copy where the loss path copies it

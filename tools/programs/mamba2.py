@@ -13,7 +13,7 @@ mamba_ssm's fused mamba_split_conv1d_scan_combined; docs/research/mamba2.md sect
 Not modelled: the slow torch_forward path (no kernels, a CPU, or torch.compile at transformers HEAD), which saves
 about twelve times as much per token (mamba2.md section 1.3); the padding-mask multiply (a batch with padding).
 """
-from common import causal_lm_head, write_programs
+from common import causal_lm_head, token_embeddings, write_programs
 
 
 def mamba2():
@@ -57,13 +57,7 @@ def mamba2():
             "d_in_proj": "2 * intermediate + 2 * n_groups * state_size + num_heads",
         },
         "inputs": {"input_ids": {"shape": ["sequence_length"], "dtype": "int64"}},
-        "embeddings": {
-            "ops": [
-                {"op": "embedding", "name": "backbone.embeddings", "in": "input_ids", "rows": "vocab_size",
-                 "out_features": "hidden_size", "tied": "tie_word_embeddings", "out": "x0"},
-            ],
-            "output": "x0",
-        },
+        "embeddings": token_embeddings("backbone.embeddings"),
         "block": block,
         "repeat": "num_hidden_layers",
         "head": causal_lm_head("backbone.norm_f"),

@@ -17,7 +17,7 @@ copies (transformers before 4.49) and the cross-entropy.
 Not modelled: the unfused Mamba-2 path (a padded batch or a cache: mamba_chunk_scan_combined, then the gated norm
 and out_proj as modules), the 4-D mask a padded batch builds, and the slow torch path without kernels.
 """
-from common import causal_lm_head, write_programs
+from common import causal_lm_head, token_embeddings, write_programs
 
 # hybrid_override_pattern of each released size (docs/research/nemotron-h.md section 1)
 PATTERN_52 = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"  # Nemotron-H-4B and -8B
@@ -118,13 +118,7 @@ def nemotron_h(name, pattern, hyperparameters):
             "kv_width": "num_key_value_heads * attention_head_dim",
         },
         "inputs": {"input_ids": {"shape": ["sequence_length"], "dtype": "int64"}},
-        "embeddings": {
-            "ops": [
-                {"op": "embedding", "name": "backbone.embeddings", "in": "input_ids", "rows": "vocab_size",
-                 "out_features": "hidden_size", "tied": "tie_word_embeddings", "out": "x0"},
-            ],
-            "output": "x0",
-        },
+        "embeddings": token_embeddings("backbone.embeddings"),
         "blocks": blocks(pattern),
         "head": causal_lm_head("backbone.norm_f"),
     }
