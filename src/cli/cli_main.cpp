@@ -28,6 +28,7 @@
 #include "core/data_shape.h"
 #include "core/fields.h"
 #include "core/format.h"
+#include "core/heap.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 #include "core/validation.h"
@@ -217,6 +218,7 @@ void print_suggestions(const Config& config, const std::vector<Suggestion>& sugg
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_heap_memory();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return invalid("usage: memsim-cli estimate|config|keys|presets|validate ... (memsim-cli --help says more)");
   if (args[0] == "--help" || args[0] == "-h") {

@@ -146,9 +146,10 @@ bool StepBuilder::bnb_keeps_input(int32_t layer, const char* module, const Modul
                                   bool& qkv_int8_done) {
   const auto& peft = cfg_.peft;
   // (Nor in the first adapted layer of litgpt's v1 or PEFT's adaption_prompt, whose q/k/v input needs no gradient.)
-  if (!module_quantized(layer, module) || (layer == 0 && info.qkv) || (info.qkv && gate_only_layer(layer))) return false;
+  // The versions first: module_quantized searches the layer's parameters, and most runs stop at this test.
   const bool int8 = peft.quantization() == BaseQuantization::Int8;
   if (!(int8 || (resolved_.bnb_saves_input && peft.four_bit()))) return false;
+  if (!module_quantized(layer, module) || (layer == 0 && info.qkv) || (info.qkv && gate_only_layer(layer))) return false;
   const bool recomputing_without_graph = in_backward_ && !resolved_.checkpoint_reentrant;
   if (int8 && resolved_.bnb_int8_copy && !(resolved_.fused_qkv && info.qkv && qkv_int8_done)) {
     if (int8_copy_label_ == UINT32_MAX) int8_copy_label_ = program_.label("LLM.int8 copy of a linear's input (int8, kept by the graph)");

@@ -150,10 +150,12 @@ void CachingAllocator::CachedList::drop_front(size_t n) {
 }
 
 size_t CachingAllocator::rank_of_size(FreeSet& set, int64_t size) {
-  if (size == set.last_size) return set.last_rank;
-  set.last_size = size;
-  set.last_rank = static_cast<size_t>(std::upper_bound(set.bounds.begin(), set.bounds.end(), size) - set.bounds.begin() - 1);
-  return set.last_rank;
+  // Sizes are multiples of 512 bytes: the bits above those pick the entry (Fibonacci hashing).
+  FreeSet::RankMemo& m = set.memo[(static_cast<uint64_t>(size >> 9) * 0x9E3779B97F4A7C15ull) >> (64 - FreeSet::kMemoBits)];
+  if (m.size == size && m.generation == set.generation) return m.rank;
+  const size_t rank = static_cast<size_t>(std::upper_bound(set.bounds.begin(), set.bounds.end(), size) - set.bounds.begin() - 1);
+  m = {size, static_cast<uint32_t>(rank), set.generation};
+  return rank;
 }
 
 // A request of a size not seen before: a new class bound at `rank`, taking from the class below it the cached
@@ -161,7 +163,7 @@ size_t CachingAllocator::rank_of_size(FreeSet& set, int64_t size) {
 // per distinct request size.
 int32_t CachingAllocator::add_bound(FreeSet& set, int64_t size, size_t rank) {
   set.bounds.insert(set.bounds.begin() + static_cast<std::ptrdiff_t>(rank), size);
-  set.last_size = -1;
+  ++set.generation;
   set.classes.insert(set.classes.begin() + static_cast<std::ptrdiff_t>(rank), CachedList{});
   for (size_t r = rank + 1; r < set.classes.size(); ++r)
     for (const Cached& c : set.classes[r]) blocks_[c.block].cls = static_cast<int32_t>(r);

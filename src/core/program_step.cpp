@@ -294,13 +294,17 @@ uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tens
   if (cache.empty()) cache.assign(s.tensors.size() * 3, UINT32_MAX);
   const size_t k = static_cast<size_t>(tensor) * 3 + (what[0] == 'g' ? 1 : what[0] == 'c' ? 2 : 0);
   if (cache[k] == UINT32_MAX) {
-    const std::string stage = slot == 0 ? "embeddings" : slot == 1 ? "head" : a.block_names[slot - 2];
+    // Built in one string: a program with many block kinds (FLUX.1's) makes a few thousand labels per simulation.
+    const std::string_view stage = slot == 0 ? "embeddings" : slot == 1 ? "head" : std::string_view(a.block_names[slot - 2]);
     const ArchTensor& t = s.tensors[static_cast<size_t>(tensor)];
-    const std::string op = t.producer >= 0 ? op_name(s.ops[static_cast<size_t>(t.producer)].kind) : "input";
-    std::string text = (frozen_run_ ? frozen_name_ + " forward " : in_tower_ ? "vision tower " : "") + stage + " " + t.name + " (" + op + ")";
-    if (what[0] == 'g') text = "gradient of " + text;
-    if (what[0] == 'c') text = "compute-dtype copy of " + text;
-    cache[k] = program_.label(text);
+    const char* op = t.producer >= 0 ? op_name(s.ops[static_cast<size_t>(t.producer)].kind) : "input";
+    std::string text;
+    text.reserve(64);
+    text += what[0] == 'g' ? "gradient of " : what[0] == 'c' ? "compute-dtype copy of " : "";
+    if (frozen_run_) text += frozen_name_, text += " forward ";
+    else if (in_tower_) text += "vision tower ";
+    text += stage, text += ' ', text += t.name, text += " (", text += op, text += ')';
+    cache[k] = program_.label(std::move(text));
   }
   return cache[k];
 }

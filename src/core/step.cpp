@@ -17,8 +17,8 @@ constexpr ComponentName kComponentNames[kComponentCount] = {
 const char* component_id(Component c) { return kComponentNames[static_cast<int>(c)].id; }
 const char* component_label(Component c) { return kComponentNames[static_cast<int>(c)].label; }
 
-uint32_t StepProgram::label(const std::string& text) {
-  labels.push_back(text);
+uint32_t StepProgram::label(std::string text) {
+  labels.push_back(std::move(text));
   return static_cast<uint32_t>(labels.size() - 1);
 }
 

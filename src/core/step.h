@@ -66,7 +66,7 @@ struct StepProgram {
   bool recycle_ids = false;
   std::vector<uint32_t> freed_ids, reusable_ids;
 
-  uint32_t label(const std::string& text);
+  uint32_t label(std::string text);
   // Inline, and flattened: the step builder calls these for every event, and the compiler otherwise keeps
   // vector's append out of line, a call per event (flatten measured 7-12% off whole simulations).
   [[gnu::flatten]] uint32_t alloc(Component c, int64_t bytes, uint32_t label_id, int32_t layer = -1, Stream stream = Stream::Compute) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/heap.h"
 #include "gl_chart_renderer.h"
 #include "imgui_setup.h"
 #include "key_queue.h"
@@ -180,6 +181,7 @@ void bench_timeline(size_t events, memsim::platform::GlChartRenderer* gl, memsim
 }  // namespace
 
 int main(int argc, char** argv) {
+  memsim::keep_freed_heap_memory();  // the app simulates again on every edit
   int frames = -1, width = 1280, height = 800;
   long bench_events = 0;
   bool gl_charts = true;

@@ -5,10 +5,14 @@
 #include <catch2/catch.hpp>
 
 #include "core/catalog.h"
+#include "core/heap.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
 
 using namespace memsim;
+
+// As the desktop app and the CLI run (core/heap.h); Catch2 owns main, so a static initialiser does it.
+static const bool heap_kept = (keep_freed_heap_memory(), true);
 
 static Config llama70b() {
   Config c;
