@@ -149,7 +149,8 @@ void CachingAllocator::CachedList::drop_front(size_t n) {
   if (empty()) buf_.clear(), head_ = 0;
 }
 
-size_t CachingAllocator::rank_of_size(FreeSet& set, int64_t size) {
+// Inline: it runs for every cached block and request, and a call cost as much as the lookup.
+[[gnu::always_inline]] inline size_t CachingAllocator::rank_of_size(FreeSet& set, int64_t size) {
   // Sizes are multiples of 512 bytes: the bits above those pick the entry (Fibonacci hashing).
   FreeSet::RankMemo& m = set.memo[(static_cast<uint64_t>(size >> 9) * 0x9E3779B97F4A7C15ull) >> (64 - FreeSet::kMemoBits)];
   if (m.size == size && m.generation == set.generation) return m.rank;
