@@ -284,9 +284,17 @@ std::vector<std::string> list_items(const std::string& list) {
 }
 
 namespace {
-bool in_list(const std::string& list, const std::string& name) {
-  const auto items = list_items(list);
-  return std::find(items.begin(), items.end(), name) != items.end();
+// list_items' items, read in place: the shape's PEFT pass asks this for every parameter.
+bool in_list(std::string_view list, std::string_view name) {
+  while (true) {
+    const size_t end = std::min(list.find(','), list.size());
+    std::string_view item = list.substr(0, end);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty() && item == name) return true;
+    if (end == list.size()) return false;
+    list.remove_prefix(end + 1);
+  }
 }
 }  // namespace
 

@@ -199,9 +199,10 @@ int64_t frozen_modules_bytes(const StepContext& ctx) {
 // parameters and gradients, with the optimizer stepping on the CPU.
 HostStates host_state_bytes(const StepContext& ctx) {
   const ShardPlan sp = shard_plan(ctx);
+  HostStates h;
+  if (!sp.offload_optimizer && !sp.offload_params) return h;  // (most layouts: no walk over every parameter)
   PerTensor<ParamStates> states(ctx.shape);
   const ModelStates m = raw_model_states(ctx, sp, states);
-  HostStates h;
   if (sp.offload_optimizer) {
     int64_t grads_fp32 = 0;
     for_each_param(ctx, [&](const ParamTensor& t) {

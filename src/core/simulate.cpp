@@ -1,7 +1,11 @@
 #include "simulate.h"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 #if MEMSIM_THREADS
@@ -261,7 +265,7 @@ int64_t cuda_context_bytes(int compute_capability, bool eager) {
 // Everything a simulation holds while it runs: contexts refer to config and shape, so the state stays in one place.
 struct Simulation::State {
   Config config;
-  ModelShape shape;
+  std::shared_ptr<const ModelShape> shape;  // shared with layout_shape's cache
   Result r;
   std::vector<StepContext> contexts;
   std::vector<std::string> roles;
@@ -277,20 +281,63 @@ struct Simulation::State {
 
 namespace {
 
+// The fields that decide a layout's model shape.
+struct ShapeKey {
+  ModelConfig model;
+  PeftConfig peft;
+  bool quantize_head = false, projector = false, vision_tower = false, unit_gradients = false;
+  int64_t tensor_parallel = 1, expert_parallel = 1;
+  bool operator==(const ShapeKey&) const = default;
+};
+// The model shape on one rank, and the whole model's parameter counts.
+struct LayoutShape {
+  std::shared_ptr<const ModelShape> shape;
+  int64_t params_total = 0, params_trainable = 0;
+};
+
+// The last few layouts' shapes, kept: the page, What helps and the Fit explorer simulate one model again and again
+// with other training fields, and the shape of a program with many block kinds (FLUX.1's: a thousand named
+// parameters) took a twentieth of its step's simulation to build. Shapes are immutable once built.
+LayoutShape layout_shape(const Config& config, const Resolved& rs) {
+  ShapeKey key{config.model, config.peft, rs.framework->bnb_via_lightning, projector_trains(config.training, config.peft),
+               config.training.train_vision_tower, fsdp1_unit_gradients(config), config.parallel.tensor_parallel_size,
+               config.parallel.expert_parallel_size};
+  static std::mutex recent_mutex;
+  static std::array<std::pair<ShapeKey, LayoutShape>, 4> recent;  // most recently used first
+  {
+    const std::lock_guard<std::mutex> lock(recent_mutex);
+    for (size_t i = 0; i < recent.size(); ++i)
+      if (recent[i].second.shape && recent[i].first == key) {
+        std::rotate(recent.begin(), recent.begin() + static_cast<std::ptrdiff_t>(i), recent.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        return recent.front().second;
+      }
+  }
+  auto shape = std::make_shared<ModelShape>(model_shape_of(config.model));  // a model program is decoded again: validation found no error in it
+  apply_peft(*shape, config.peft, key.quantize_head);
+  apply_vision_training(*shape, key.projector, key.vision_tower);
+  if (key.unit_gradients) mark_unit_gradients(*shape);
+  LayoutShape out;
+  out.params_total = shape->params_total;
+  out.params_trainable = trainable_numel(*shape);
+  apply_tensor_parallel(*shape, config.model, key.tensor_parallel);  // per rank from here
+  apply_expert_parallel(*shape, key.expert_parallel);
+  out.shape = std::move(shape);
+  const std::lock_guard<std::mutex> lock(recent_mutex);
+  std::rotate(recent.begin(), recent.end() - 1, recent.end());
+  recent.front() = {std::move(key), out};
+  return out;
+}
+
 // The devices of a layout: the model shape on one rank and a context per pipeline stage.
 void set_up(Simulation::State& st) {
   const Config& config = st.config;
   Result& r = st.r;
-  ModelShape& shape = st.shape;
-  shape = model_shape_of(config.model);  // a model program is decoded again: validation found no error in it
   const Resolved rs = resolve(config);
-  apply_peft(shape, config.peft, rs.framework->bnb_via_lightning);
-  apply_vision_training(shape, projector_trains(config.training, config.peft), config.training.train_vision_tower);
-  if (fsdp1_unit_gradients(config)) mark_unit_gradients(shape);
-  r.params_total = shape.params_total;
-  r.params_trainable = trainable_numel(shape);
-  apply_tensor_parallel(shape, config.model, config.parallel.tensor_parallel_size);  // per rank from here
-  apply_expert_parallel(shape, config.parallel.expert_parallel_size);
+  const LayoutShape layout = layout_shape(config, rs);
+  st.shape = layout.shape;
+  const ModelShape& shape = *st.shape;
+  r.params_total = layout.params_total;
+  r.params_trainable = layout.params_trainable;
   const GpuSpec* gpu = find_gpu(config.hardware.gpu);
   const auto& par = config.parallel;
   const int64_t stages = par.pipeline_parallel_size;
