@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/advice.h"
+#include "core/catalog.h"
 #include "core/checked.h"
 #include "core/frameworks.h"
 #include "core/simulate.h"
@@ -389,4 +390,77 @@ TEST_CASE("expandable segments: a tensor larger than the GPU's address space is 
   REQUIRE(r.ok);
   CHECK(r.devices[0].oom);
   CHECK(r.devices[0].peak.allocated_bytes > c.hardware.gpu_memory_bytes);
+}
+
+// simulate() keeps the last few layouts' model shapes (simulate.cpp layout_shape): every field that shapes the model
+// must be in the cache's key. Each pair below differs in one such field; the second, simulated right after the first
+// (whose shape is then cached), must give what it gives with the cache full of other shapes.
+TEST_CASE("the cached model shape follows every field that shapes it", "[simulate][cache]") {
+  Config lora;
+  lora.model = find_model_preset("mistral-7b-v0.1")->model;
+  lora.training.framework = "hf_trainer";
+  lora.training.sequence_length = 512;
+  lora.training.micro_batch_size = 1;
+  lora.parallel.data_parallel_size = 2;
+  lora.parallel.zero_stage = 0;
+  lora.peft.method = "lora";
+  std::vector<std::tuple<std::string, Config, Config>> pairs;
+  auto pair = [&](const char* name, const Config& first, auto&& change) {
+    Config second = first;
+    change(second);
+    pairs.emplace_back(name, first, second);
+  };
+  pair("lora rank", lora, [](Config& c) { c.peft.lora_rank = 64; });
+  pair("targets", lora, [](Config& c) { c.peft.target_modules = "all-linear"; });
+  pair("modules to save", lora, [](Config& c) { c.peft.modules_to_save = "lm_head"; });
+  pair("no PEFT", lora, [](Config& c) { c.peft.method = "none"; });
+  pair("NF4 base", lora, [](Config& c) { c.peft.base_quantization = "nf4"; });
+  Config nf4 = lora;
+  nf4.peft.base_quantization = "nf4";
+  pair("litgpt quantizes the head too", nf4, [](Config& c) { c.training.framework = "litgpt"; });
+  pair("layers", lora, [](Config& c) { c.model.num_hidden_layers = 8; });
+  Config megatron = lora;
+  megatron.training.framework = "megatron";
+  megatron.peft.method = "none";
+  megatron.parallel.data_parallel_size = 1;
+  pair("tensor parallel", megatron, [](Config& c) { c.parallel.tensor_parallel_size = 2; });
+  Config fsdp = lora;
+  fsdp.parallel.sharding = "fsdp1";
+  fsdp.parallel.zero_stage = 3;
+  pair("FSDP1 units", fsdp, [](Config& c) { c.parallel.fsdp_use_orig_params = "true"; });
+  Config vlm = lora;
+  vlm.model = find_model_preset("qwen2-vl-2b")->model;
+  pair("projector trained", vlm, [](Config& c) { c.training.train_projector = "true"; });
+  Config vlm_full = vlm;
+  vlm_full.peft.method = "none";
+  pair("vision tower trained", vlm_full, [](Config& c) { c.training.train_vision_tower = true; });
+  Config experts = megatron;
+  experts.model = find_model_preset("mixtral-8x7b")->model;
+  experts.parallel.data_parallel_size = 8;
+  experts.parallel.zero_stage = 1;
+  pair("expert parallel", experts, [](Config& c) { c.parallel.expert_parallel_size = 8; });
+
+  auto flush = [&lora] {  // four other shapes fill the cache
+    for (int64_t layers = 1; layers <= 4; ++layers) {
+      Config other = lora;
+      other.model.num_hidden_layers = layers;
+      REQUIRE(simulate(other).errors.empty());
+    }
+  };
+  auto summary = [](const Result& r) {
+    REQUIRE(r.errors.empty());
+    std::string s = std::to_string(r.params_total) + " " + std::to_string(r.params_trainable);
+    for (const auto& d : r.devices)
+      s += " " + std::to_string(d.peak.allocated_bytes) + " " + std::to_string(d.peak.reserved_bytes) + " " +
+           std::to_string(d.model_states.weights_bytes) + " " + std::to_string(d.model_states.optimizer_bytes);
+    return s;
+  };
+  for (const auto& [name, first, second] : pairs) {
+    INFO(name);
+    const std::string first_summary = summary(simulate(first));
+    const std::string after_first = summary(simulate(second));
+    CHECK(after_first != first_summary);  // the field changes the result: the pair tests something
+    flush();
+    CHECK(summary(simulate(second)) == after_first);
+  }
 }
