@@ -275,8 +275,8 @@ void preference_changes(const Config& base, const Resolved& rs, Adder& add) {
   }
 }
 
-// GRPO's rollouts (rollout.h): beta = 0 drops the reference; a colocated engine can claim less of the GPU, sleep
-// while the policy trains, or move to GPUs of its own; generate's KV cache can give way to vLLM's.
+// GRPO's rollouts (rollout.h): beta = 0 drops the reference; fewer completions per prompt; a colocated engine can claim
+// less of the GPU, sleep while the policy trains, or move to GPUs of its own; generate's KV cache can give way to vLLM's.
 void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
   const RolloutFlow& r = rs.rollout;
   if (!r.active) return;
@@ -287,6 +287,19 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
     c.training.reference_model = "none";
     add(G::ChangesJob, 0, "grpo_beta_zero", "beta = 0: no reference model",
         "no KL penalty (TRL's default from 0.19): no reference forward and, for a copy, no second model", c);
+  }
+  // Fewer completions per prompt: TRL repeats each prompt num_generations times inside the batch of completions
+  // (RepeatSampler), so num_generations alone changes no tensor; halved with the micro-batch, each step sees the same
+  // prompts with half the completions, and the generation batch stays divisible by num_generations.
+  if (t.num_generations >= 4 && t.num_generations % 2 == 0 && t.micro_batch_size % 2 == 0) {
+    Config c = base;
+    c.training.num_generations = t.num_generations / 2;
+    c.training.micro_batch_size = t.micro_batch_size / 2;
+    add(G::ChangesJob, 0, "grpo_fewer_generations",
+        "num_generations " + std::to_string(c.training.num_generations) + " (micro-batch " +
+            std::to_string(c.training.micro_batch_size) + ")",
+        "the same prompts per step with half the completions each: fewer samples per group, a noisier group-relative "
+        "advantage", c);
   }
   if (r.engine == GenerationEngine::VllmColocate) {
     if (t.gpu_memory_utilization > 0.15) {

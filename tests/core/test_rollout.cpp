@@ -169,9 +169,29 @@ TEST_CASE("What helps offers GRPO's own changes: beta = 0, a smaller or sleeping
   c.training.generation_engine = "vllm_colocate";
   std::vector<std::string> ids;
   for (const Suggestion& s : suggestion_candidates(c)) ids.push_back(s.id);
-  for (const char* id : {"grpo_beta_zero", "vllm_memory_lower", "vllm_sleep", "vllm_server"})
+  for (const char* id : {"grpo_beta_zero", "grpo_fewer_generations", "vllm_memory_lower", "vllm_sleep", "vllm_server"})
     CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
   CHECK(std::find(ids.begin(), ids.end(), "loss_fused_linear") == ids.end());  // refused under grpo
+}
+
+TEST_CASE("What helps: fewer completions per prompt halve num_generations with the micro-batch, and save memory") {
+  const Config c = grpo_config();  // micro-batch 4, num_generations 4
+  const auto candidates = suggestion_candidates(c);
+  const auto it = std::find_if(candidates.begin(), candidates.end(),
+                               [](const Suggestion& s) { return s.id == "grpo_fewer_generations"; });
+  REQUIRE(it != candidates.end());
+  CHECK(it->config.training.num_generations == 2);
+  CHECK(it->config.training.micro_batch_size == 2);
+  CHECK(validate(it->config).empty());
+  CHECK(run(it->config).peak.allocated_bytes < run(c).peak.allocated_bytes);
+  // num_generations alone changes no tensor: TRL's batch of completions is the same size.
+  Config fewer = c;
+  fewer.training.num_generations = 2;
+  CHECK(run(fewer).peak.allocated_bytes == run(c).peak.allocated_bytes);
+  Config odd = c;
+  odd.training.micro_batch_size = 3;
+  odd.training.num_generations = 3;
+  for (const Suggestion& s : suggestion_candidates(odd)) CHECK(s.id != "grpo_fewer_generations");
 }
 
 TEST_CASE("GRPO's reward model: frozen weights without lm_head, one forward over the whole generation batch") {
