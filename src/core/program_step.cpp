@@ -61,11 +61,12 @@ const std::vector<ParamTensor>& StepBuilder::program_params(ProgramStage st, int
 
 // Whether the parameter `name` of this slot trains (has a gradient): itself, or the trainable copy PEFT's
 // modules_to_save runs in its place (model.cpp apply_peft).
-static bool param_trains(const std::vector<ParamTensor>& params, std::string_view module, std::string_view suffix) {
+// `trained`: the slot's parameters that have a gradient.
+static bool param_trains(const std::vector<const ParamTensor*>& trained, std::string_view module, std::string_view suffix) {
   constexpr std::string_view copy = "modules_to_save.";
-  for (const auto& t : params) {
-    const std::string_view n = t.name;
-    if ((names_param(n, module, suffix) || (n.starts_with(copy) && names_param(n.substr(copy.size()), module, suffix))) && has_grad(t))
+  for (const ParamTensor* t : trained) {
+    const std::string_view n = t->name;
+    if (names_param(n, module, suffix) || (n.starts_with(copy) && names_param(n.substr(copy.size()), module, suffix)))
       return true;
   }
   return false;
@@ -82,7 +83,14 @@ const std::vector<char>& StepBuilder::stage_op_flags(ProgramStage st, int32_t la
   if (cache.size() < 2 + a.blocks.size()) cache.resize(2 + a.blocks.size());
   std::vector<char>& v = cache[slot];
   if (v.size() == s.ops.size()) return v;
-  const auto& params = program_params(st, layer);
+  const auto& all_params = program_params(st, layer);
+  // The slot's parameters that train, and those stored quantized, each listed once: under PEFT few train, and the
+  // ops' lookups below then search a short list instead of every parameter of the slot.
+  std::vector<const ParamTensor*> params, quantized;
+  for (const auto& t : all_params) {
+    if (has_grad(t)) params.push_back(&t);
+    if (t.quantized) quantized.push_back(&t);
+  }
   v.assign(s.ops.size(), 0);
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const ArchOp& op = s.ops[i];
@@ -103,8 +111,8 @@ const std::vector<char>& StepBuilder::stage_op_flags(ProgramStage st, int32_t la
         v[i] = param_trains(params, op.name, ".weight") || param_trains(params, op.name, ".bias") ||
                (module_info(op.module.c_str()).targeted && !in_tower_ && !frozen_run_);
         if (any_quantized_ && op.kind == OpKind::Linear)
-          for (const auto& t : params)
-            if (t.quantized && names_param(t.name, op.name, ".weight")) v[i] |= kOpQuantized;
+          for (const ParamTensor* t : quantized)
+            if (names_param(t->name, op.name, ".weight")) v[i] |= kOpQuantized;
         break;
       }
       case OpKind::LayerNorm:
@@ -161,9 +169,14 @@ uint32_t StepBuilder::program_dequant(ProgramStage st, int32_t layer, size_t i) 
 }
 
 StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const {
+  ProgramPlan p;
+  plan_program(p, st, layer, input_req, input_bytes);
+  return p;
+}
+
+void StepBuilder::plan_program(ProgramPlan& p, ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const {
   const ArchStage& s = program_stage(st, layer);
   const std::vector<char>& flags = stage_op_flags(st, layer);
-  ProgramPlan p;
   const size_t n = s.tensors.size();
   p.bytes.assign(n, dims_.e);
   p.req.assign(n, false);
@@ -281,7 +294,6 @@ StepBuilder::ProgramPlan StepBuilder::plan_program(ProgramStage st, int32_t laye
     }
     p.req[o] = req || p.op_trains[i];
   }
-  return p;
 }
 
 uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what) {
@@ -314,13 +326,20 @@ uint32_t StepBuilder::program_label(ProgramStage st, int32_t layer, int32_t tens
 uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes,
                                       SavedLayer& saved, bool own_input, uint32_t inputs, int32_t input_carry) {
   const ArchStage& s = program_stage(st, layer);
-  const ProgramPlan p = plan_program(st, layer, in_req, in_bytes);
+  const StageScratch::Frame frame(stage_scratch_);
+  StageScratch& sc = frame.buffers;
+  plan_program(sc.plan, st, layer, in_req, in_bytes);
+  const ProgramPlan& p = sc.plan;
   const size_t n = s.tensors.size();
-  std::vector<uint32_t> id(n, UINT32_MAX);
-  std::vector<int32_t> keeps(n, 0);  // ops that saved the tensor's storage (by root)
-  std::vector<bool> owned(n, true);
+  std::vector<uint32_t>& id = sc.id;
+  id.assign(n, UINT32_MAX);
+  std::vector<int32_t>& keeps = sc.keeps;  // ops that saved the tensor's storage (by root)
+  keeps.assign(n, 0);
+  std::vector<bool>& owned = sc.owned;
+  owned.assign(n, true);
   // Per root: the carry it is (the carry's state owns it: kept by holds, not by this stage), or -1.
-  std::vector<int32_t> carried(n, -1);
+  std::vector<int32_t>& carried = sc.carried;
+  carried.assign(n, -1);
   for (size_t t = 0; t < n; ++t)
     if (s.tensors[t].producer < 0) {
       const bool is_input = static_cast<int32_t>(t) == s.input;
@@ -339,7 +358,8 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
     return mul(b, s.tensors[static_cast<size_t>(t)].numel() / sh.back());
   };
   // What an op saves: an existing tensor (its storage stays until the op's backward) or a new one.
-  std::vector<uint32_t> transient;
+  std::vector<uint32_t>& transient = sc.transient;
+  transient.clear();
   // (A tensor the caller owns, the stage input under a checkpoint or the program's inputs, lives past the stage's
   // backward anyway.)
   auto keep = [&](int32_t op, int32_t t) {
@@ -363,7 +383,8 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
     id[r] = UINT32_MAX;
   };
   // Per root: the last op that reads it or any of its views.
-  std::vector<int32_t> last(n, -1);
+  std::vector<int32_t>& last = sc.last;
+  last.assign(n, -1);
   for (size_t t = 0; t < n; ++t) last[p.root[t]] = std::max(last[p.root[t]], s.last_reader[t]);
 
   for (size_t i = 0; i < s.ops.size(); ++i) {
@@ -451,7 +472,8 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         // what counts.
         const int64_t rows = conv ? ceil_div(mul(b, s.tensors[x].numel()), width) : rows_of(x);
         const bool low = cast != UINT32_MAX || p.bytes[x] < 4;
-        std::vector<uint32_t> lin;
+        std::vector<uint32_t>& lin = linear_saved_;  // (reused: a vector per linear was a heap allocation each)
+        lin.clear();
         const bool self = !no_grad_ && linear_inputs(layer, {op.module.c_str()}, width, lin, rows, low);
         for (uint32_t t : lin) {
           if (no_grad_) transient.push_back(t);
@@ -877,11 +899,14 @@ void StepBuilder::settle_carry(int32_t c) {
 uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t dout, bool in_req, int64_t in_bytes,
                                        SavedLayer& saved, int32_t input_carry) {
   const ArchStage& s = program_stage(st, layer);
-  const ProgramPlan p = plan_program(st, layer, in_req, in_bytes);
+  const StageScratch::Frame frame(stage_scratch_);
+  plan_program(frame.buffers.plan, st, layer, in_req, in_bytes);
+  const ProgramPlan& p = frame.buffers.plan;
   const size_t n = s.tensors.size();
   const int64_t b = dims_.b;
   auto bytes_of = [&](int32_t t) { return mul(p.bytes[t], b, s.tensors[static_cast<size_t>(t)].numel()); };
-  std::vector<uint32_t> grad(n, UINT32_MAX);  // per tensor (a view's gradient is a tensor of its own)
+  std::vector<uint32_t>& grad = frame.buffers.id;  // per tensor (a view's gradient is a tensor of its own)
+  grad.assign(n, UINT32_MAX);
   if (s.output >= 0) grad[s.output] = dout;
   // A carry's gradient, summed over the later stages that read it, joins what this stage's own ops give it.
   for (const auto& [t, c] : s.exports) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -422,6 +423,32 @@ class StepBuilder {
   bool program_repeats_kv(const ArchOp& op) const;
   int64_t head_grads_pending_ = -1;  // backward_program: the head's layer index until its first op that trains runs
   ProgramPlan plan_program(ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
+  void plan_program(ProgramPlan& p, ProgramStage st, int32_t layer, bool input_req, int64_t input_bytes) const;
+  // The buffers of one program_forward or program_backward call, kept for the next: a call per stage per pass
+  // allocated ten vectors. A Frame takes the buffers of its depth, so a call made inside another gets its own.
+  struct StageScratch {
+    ProgramPlan plan;
+    std::vector<uint32_t> id, transient;
+    std::vector<int32_t> keeps, carried, last;
+    std::vector<bool> owned;
+    struct Pool {
+      std::deque<StageScratch> frames;  // a deque: a deeper frame's buffers do not move a shallower one's
+      size_t depth = 0;
+    };
+    struct Frame {
+      Pool& pool;
+      StageScratch& buffers;
+      explicit Frame(Pool& p) : pool(p), buffers(take(p)) {}
+      ~Frame() { --pool.depth; }
+      Frame(const Frame&) = delete;
+      Frame& operator=(const Frame&) = delete;
+      static StageScratch& take(Pool& p) {
+        if (p.frames.size() == p.depth) p.frames.emplace_back();
+        return p.frames[p.depth++];
+      }
+    };
+  };
+  StageScratch::Pool stage_scratch_;
   uint32_t program_label(ProgramStage st, int32_t layer, int32_t tensor, const char* what);  // what: "out", "grad" or "cast"
   // input_carry: the carry the stage input is (its producer carries its output too), or -1.
   uint32_t program_forward(ProgramStage st, int32_t layer, uint32_t in, bool in_req, int64_t in_bytes, SavedLayer& saved,
@@ -454,6 +481,7 @@ class StepBuilder {
   static constexpr char kOpTrains = 1, kOpQuantized = 2;  // stage_op_flags' bits
   const std::vector<char>& stage_op_flags(ProgramStage st, int32_t layer) const;
   mutable std::vector<std::vector<char>> program_trains_, tower_trains_;  // per stage slot (stage_op_flags)
+  std::vector<uint32_t> linear_saved_;  // program_forward: what linear_inputs saves for one linear, consumed at once
 
   // vision_step.cpp: a vision-language model's frozen tower (its program, run under no_grad on the micro-batch's
   // images), the trained projector, and the splice of its output into the decoder's input embeddings.
