@@ -97,19 +97,29 @@ void StepBuilder::optimizer_step(int iter) {
       for_each_param(ctx_, [&](const ParamTensor& t) { create_state(t); });
     }
   }
-  // ZeRO-1/2 upcast each group's gradient partition to fp32 for the step (stage_1_and_2.py::step:
-  // single_grad_partition = flatten(...).to(fp32)), freed after the group's update.
-  if (shard_opt_ && shard_plan_.sharding == Sharding::DeepSpeed && !shard_weights_ && recipe_.grad_bytes < 4) {
-    uint32_t t = program_.alloc(Component::Temporaries, mul(flat_partition_numel(), 4), labels_.opt_tmp);
-    drop(t);
+  if (shard_opt_ && shard_plan_.sharding == Sharding::DeepSpeed) {
+    // DeepSpeed steps one group at a time: ZeRO-1/2 each parameter group's flat fp32 partition (stage_1_and_2.py
+    // step), ZeRO-3 each sub-group of at most sub_group_size (1e9) elements of it (stage3.py step). With 16-bit
+    // gradients the group's gradient is upcast to fp32 first (single_grad_partition = flatten(...).to(fp32);
+    // _prepare_fp32_grad_for_sub_group), freed after the group's update (_release_sub_group).
+    const int64_t group = shard_weights_ ? std::min<int64_t>(flat_partition_numel(), 1000000000) : flat_partition_numel();
+    const uint32_t grad32 = recipe_.grad_bytes < 4 ? program_.alloc(Component::Temporaries, mul(group, 4), labels_.opt_tmp) : UINT32_MAX;
+    // The update is DeepSpeed's FusedAdam when its config names an optimizer (the framework "deepspeed"); without one
+    // it is the client optimizer the HF Trainer passes to deepspeed.initialize (adamw_torch: zero_allow_untested_
+    // optimizer), whose step() DeepSpeed calls with the group's one flat fp32 tensor as its only parameter
+    // (_optimizer_step: param_groups[i]['params'] = [fp32_partition]). A foreach or for-loop torch AdamW then makes
+    // exp_avg_sq.sqrt() of that whole tensor (and, before torch 2.1 under foreach, a second list for denom).
+    const bool client_torch_adam = opt.kind == OptimizerKind::Adam && !opt.paged && resolved_.optimizer_impl != OptimizerImpl::Fused;
+    if (client_torch_adam) {
+      const uint32_t sqrt = program_.alloc(Component::Temporaries, mul(group, 4), labels_.opt_tmp);
+      const bool denom_kept = resolved_.foreach_keeps_denom && resolved_.optimizer_impl == OptimizerImpl::Foreach;
+      const uint32_t denom = denom_kept ? program_.alloc(Component::Temporaries, mul(group, 4), labels_.opt_tmp) : UINT32_MAX;
+      drop(sqrt);
+      if (denom != UINT32_MAX) drop(denom);
+    }
+    if (grad32 != UINT32_MAX) drop(grad32);
   }
-  // ZeRO-3 does the same per sub-group of at most sub_group_size (1e9) elements (stage3.py
-  // _prepare_fp32_grad_for_sub_group: flatten(averaged_gradients).to(fp32), freed in _release_sub_group).
-  if (shard_opt_ && shard_plan_.sharding == Sharding::DeepSpeed && shard_weights_ && recipe_.grad_bytes < 4) {
-    uint32_t t = program_.alloc(Component::Temporaries, mul(std::min<int64_t>(flat_partition_numel(), 1000000000), 4), labels_.opt_tmp);
-    drop(t);
-  }
-  if (shard_opt_) return;  // DeepSpeed's FusedAdam, Megatron's TE/Apex FusedAdam: no full-size temporaries
+  if (shard_opt_) return;  // Megatron's TE/Apex FusedAdam (and DeepSpeed's steps above): no temporaries here
   // Temporaries of torch's implementations (MEMORY_FORMULAS.md 6), on each rank's shards under FSDP:
   //  foreach Adam/AdamW: exp_avg_sq.sqrt() for every tensor of one param group at once (_foreach_sqrt),
   //    so the largest param group sets the size; fused has none.

@@ -34,3 +34,32 @@ TEST_CASE("torchao's AdamW8bit step holds two fp32 copies of the largest state; 
   CHECK(temporaries_at_step("adamw_8bit_torchao") == 2 * int64_t{128256} * 2048 * 4);
   CHECK(temporaries_at_step("adamw_8bit") == 0);
 }
+
+TEST_CASE("DeepSpeed steps the HF Trainer's torch AdamW on each group's flat fp32 partition: one sqrt of it at a time; "
+          "its own FusedAdam none", "[optimizer][zero]") {
+  Config c = single_gpu_config("llama-3.2-1b.json", 1, 256);
+  c.parallel.data_parallel_size = 4;
+  c.parallel.sharding = "deepspeed";
+  c.training.precision = "bf16_mixed";
+  c.versions.torch = "2.5";
+  c.versions.transformers = "4.46";
+  auto temporaries_at_step = [&](const char* framework, int64_t stage) {
+    Config v = c;
+    v.training.framework = framework;
+    v.parallel.zero_stage = stage;
+    REQUIRE(validate(v).empty());
+    const Result r = simulate(v);
+    REQUIRE(r.ok);
+    return peak_live_in_phase(r.devices[0].program, "optimizer step 2", Component::Temporaries);
+  };
+  const int64_t part = int64_t{1235814400} / 4;  // Llama-3.2-1B's parameters over 4 ranks
+  // The bf16 gradient upcast to fp32, and (the Trainer's adamw_torch, foreach) exp_avg_sq.sqrt() of the partition.
+  CHECK(temporaries_at_step("hf_trainer", 2) == Approx(2 * 4 * part).epsilon(0.001));
+  CHECK(temporaries_at_step("deepspeed", 2) == Approx(4 * part).epsilon(0.001));  // FusedAdam: the upcast only
+  CHECK(temporaries_at_step("hf_trainer", 3) == Approx(2 * 4 * part).epsilon(0.001));  // one sub-group (under 1e9)
+  CHECK(temporaries_at_step("deepspeed", 3) == Approx(4 * part).epsilon(0.001));
+  // The Trainer's adamw_torch_fused (transformers 4.54+ on torch 2.8+): no sqrt either.
+  c.versions.torch = "2.8";
+  c.versions.transformers = "4.55";
+  CHECK(temporaries_at_step("hf_trainer", 3) == Approx(4 * part).epsilon(0.001));
+}
