@@ -247,6 +247,37 @@ TEST_CASE("CLIP's vision tower program: exact counts, and quick_gelu keeps its s
   CHECK(per_block(c, "num_labels=2") == 40 * N * h + 16 * N + 4 * a * N);
 }
 
+TEST_CASE("SigLIP's vision tower program: counts by hand, no class token, a frozen pooling head", "[architecture]") {
+  // SiglipForImageClassification over siglip-base-patch16-224's vision config (SiglipVisionConfig's defaults): the
+  // patch convolution with its bias, 196 positions, 12 blocks of 7,087,872, post_layernorm and the attention-pooling
+  // head (7,087,104) = 92,884,224, plus the classifier h x 2 + 2. So400m/14 at 384 (27 blocks of 15,239,504, the
+  // block Gemma 3's tower counts to its published total) with its head: 428,225,600.
+  Config c = vit_config("");
+  c.model.architecture = "siglip_vision";
+  CHECK(model_shape_of(c.model).params_total == 92884224 + 768 * 2 + 2);
+  c.model.architecture_args = "hidden_size=1152,num_hidden_layers=27,num_attention_heads=16,intermediate_size=4304,patch_size=14,image_size=384";
+  const ModelShape so400m = model_shape_of(c.model);
+  CHECK(so400m.params_total == 428225600 + 1152 * 2 + 2);
+  // The pooling head runs for an output the classifier never reads: no gradient, so no optimizer state.
+  CHECK(trainable_numel(so400m) == so400m.params_total - 15238352);
+  // Pure bf16, B/16 at batch 8 (N = 8 x 196 rows, no class token): ViT's 32Nh + 16N + 4aN; the tanh GELU keeps
+  // only its input, which fc1's output is.
+  const int64_t N = 8 * 196, h = 768, a = 12;
+  c.model.architecture_args = "";
+  c.training.precision = "bf16_pure";
+  CHECK(per_block(c, "num_labels=2") == 32 * N * h + 16 * N + 4 * a * N);
+  // An HF vision config imports as the program; one without the pooling head is refused by name.
+  const Parsed p = model_from_hf_json(R"({"architectures": ["SiglipVisionModel"], "hidden_act": "gelu_pytorch_tanh",
+      "hidden_size": 1152, "image_size": 384, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14})");
+  REQUIRE(p.ok);
+  CHECK(p.config.model.architecture == "siglip_vision");
+  CHECK(model_shape_of(p.config.model).params_total == 428225600 + 1152 * 2 + 2);
+  const Parsed headless = model_from_hf_json(R"({"model_type": "siglip_vision_model", "vision_use_head": false})");
+  REQUIRE(!headless.ok);
+  CHECK(headless.errors.front().message.find("vision_use_head true") != std::string::npos);
+}
+
 TEST_CASE("a bad program gets one error naming its field and the place in the program", "[architecture]") {
   CHECK(first_error("wav2vec2").find("model.architecture must be empty") == 0);
   CHECK(first_error("{\"memsim_architecture\": 1,").find("model.architecture is not valid JSON") == 0);

@@ -299,7 +299,7 @@ TEST_CASE("an HF vision config.json of a family no program reads is one line nam
   REQUIRE(p.errors.size() == 1);
   CHECK(p.errors.front().field == "model.model_type");
   CHECK(p.errors.front().message.find("Families written as model programs: ") != std::string::npos);
-  CHECK(p.errors.front().message.find("resnet, resnet_basic, sd35_large_mmdit, sd35_medium_mmdit, sd3_mmdit, sd_unet, sd_vae_encoder, sdxl_unet, swin") != std::string::npos);
+  CHECK(p.errors.front().message.find("resnet, resnet_basic, sd35_large_mmdit, sd35_medium_mmdit, sd3_mmdit, sd_unet, sd_vae_encoder, sdxl_unet, siglip_vision, swin") != std::string::npos);
   // A decoder's config that lacks a key still names each missing key.
   const Parsed q = model_from_hf_json(R"({"model_type": "llama", "num_hidden_layers": 2})");
   REQUIRE(!q.ok);
