@@ -324,7 +324,7 @@ TEST_CASE("Mixtral MoE layer: router, gathered tokens, expert MLPs and outputs",
   CHECK(per_layer_activations(c) == attention + norm2 + router + (2 * n_cap * h + 8 * n_cap * f + 2 * n_cap * h));
 }
 
-TEST_CASE("tensor parallel splits attention and MLP activations; sequence parallel also the norms", "[activations][tp]") {
+TEST_CASE("tensor parallel splits attention and MLP activations, sequence parallel also the norms", "[activations][tp]") {
   // Korthikanti et al. 2022 sec. 4.2: with t-way TP what lives inside attention and the MLP is divided by t,
   // the norm inputs/outputs and dropout are not; sequence parallelism divides those by t as well.
   const int64_t b = 1, s = 4096, h = 4096, hq = 4096, hkv = 1024, f = 14336, a = 32, t = 4;

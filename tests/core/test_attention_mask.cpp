@@ -105,7 +105,7 @@ TEST_CASE("attention mask: torch 2.0 keeps the s^2 softmax of a padded micro-bat
   CHECK_FALSE(has_label(unpadded, kSoftmax));
 }
 
-TEST_CASE("attention mask: transformers 4.35 builds it for every micro-batch; 4.40 and later not without padding",
+TEST_CASE("attention mask: transformers 4.35 builds it for every micro-batch, 4.40 and later not without padding",
           "[versions][attention_mask]") {
   const int64_t b = 2, s = 512;
   Config c = base(b, s);  // a fixed shape: no padding information, taken as unpadded

@@ -125,7 +125,7 @@ TEST_CASE("a ConvNeXt block's saved set is the sum of its ops' rules", "[archite
   CHECK(with_sd == 4 * b * hw * 12 * c + 8 * b * hw + 4 * b);
 }
 
-TEST_CASE("max pooling saves its input and int64 indices; a CNN runs through the engines", "[architecture]") {
+TEST_CASE("max pooling saves its input and int64 indices, a CNN runs through the engines", "[architecture]") {
   Config c = resnet_config("resnet", "");
   c.training.micro_batch_size = 2;
   const Result r = simulate(c);

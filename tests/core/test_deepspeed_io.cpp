@@ -107,7 +107,7 @@ TEST_CASE("DeepSpeed offload: devices, the deprecated cpu_offload flags, export 
   }
 }
 
-TEST_CASE("DeepSpeed enabled flags in every form DeepSpeed takes; fp32 when both are off; both on refused",
+TEST_CASE("DeepSpeed enabled flags in every form DeepSpeed takes, fp32 when both are off, both on refused",
           "[serialize][deepspeed]") {
   // precision_config.py: enabled is a pydantic bool (true/false, 0/1, "true"/"false", "yes"/"no", ...).
   Config base;

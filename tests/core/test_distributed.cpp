@@ -239,7 +239,7 @@ TEST_CASE("FSDP1 with frozen layers and reentrant checkpointing: inputs and thei
   CHECK(in_backward(inside, gathered_layers) == 2 * one);
 }
 
-TEST_CASE("FSDP1 use_orig_params gives frozen weights gradients; no_sync accumulation holds them unsharded", "[distributed][fsdp][peft]") {
+TEST_CASE("FSDP1 use_orig_params gives frozen weights gradients, no_sync accumulation holds them unsharded", "[distributed][fsdp][peft]") {
   // Fabric's FSDPStrategy (framework litgpt) wraps with use_orig_params=True: a Block's FlatParameter mixes the
   // frozen base weights with the LoRA matrices and has a gradient for all of it ("equivalent to not freezing those
   // parameters", PyTorch FSDP docs); its micro-batches accumulate under no_sync(), unsharded until the last.

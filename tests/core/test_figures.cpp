@@ -79,7 +79,7 @@ TEST_CASE("the default setup's gradients at the peak exceed those kept: the figu
   CHECK(std::string(kAtPeakWords) != kKeptWords);
 }
 
-TEST_CASE("the verdict names the usable memory and the headroom; the peaks name their statistic", "[figures]") {
+TEST_CASE("the verdict names the usable memory and the headroom, the peaks name their statistic", "[figures]") {
   Config c;
   c.hardware.headroom_fraction = 0.10;
   Result r = simulate(c);

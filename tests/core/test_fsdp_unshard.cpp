@@ -40,7 +40,7 @@ FsdpUnshard::Call forward(int64_t depth = 0) { return {false, false, depth, 0, 8
 
 }  // namespace
 
-TEST_CASE("FSDP2's forward all-gather buffer waits for the next unshard; in backward it goes after the copy-out") {
+TEST_CASE("FSDP2's forward all-gather buffer waits for the next unshard, in backward it goes after the copy-out") {
   FakeHost host;
   FsdpUnshard f;
   f.configure(10, true, false);

@@ -39,7 +39,7 @@ TEST_CASE("gpu count: data parallel follows from GPUs / (tensor x pipeline x con
   CHECK(validate(c).empty());
 }
 
-TEST_CASE("gpu count: a count the layout does not divide is an error on its field; the rest is kept", "[gpus]") {
+TEST_CASE("gpu count: a count the layout does not divide is an error on its field, the rest is kept", "[gpus]") {
   Config c;
   c.parallel.tensor_parallel_size = 4;
   set_gpu_count(c.parallel, 8);

@@ -20,7 +20,7 @@ TEST_CASE("torchao's AdamW8bit: 8-bit codes with an fp32 scale per 256, and zero
   CHECK(optimizer_state_bytes(*find_optimizer("adamw_8bit"), 4095, 1, 2) == 2 * 4095 * 4);
 }
 
-TEST_CASE("torchao's AdamW8bit step holds two fp32 copies of the largest state; bitsandbytes' none", "[optimizer]") {
+TEST_CASE("torchao's AdamW8bit step holds two fp32 copies of the largest state, bitsandbytes' none", "[optimizer]") {
   Config c = single_gpu_config("llama-3.2-1b.json", 1, 256);
   auto temporaries_at_step = [&](const char* optimizer) {
     Config v = c;
@@ -35,7 +35,7 @@ TEST_CASE("torchao's AdamW8bit step holds two fp32 copies of the largest state; 
   CHECK(temporaries_at_step("adamw_8bit") == 0);
 }
 
-TEST_CASE("DeepSpeed steps the HF Trainer's torch AdamW on each group's flat fp32 partition: one sqrt of it at a time; "
+TEST_CASE("DeepSpeed steps the HF Trainer's torch AdamW on each group's flat fp32 partition: one sqrt of it at a time, "
           "its own FusedAdam none", "[optimizer][zero]") {
   Config c = single_gpu_config("llama-3.2-1b.json", 1, 256);
   c.parallel.data_parallel_size = 4;

@@ -104,7 +104,7 @@ TEST_CASE("GPTQ and AWQ bases: field errors", "[peft][int4][validate]") {
   CHECK(has_error(c, "peft.base_quantization"));
 }
 
-TEST_CASE("autocast caches the copies of weights that require grad; a frozen base's copy lives with the graph", "[peft][autocast]") {
+TEST_CASE("autocast caches the copies of weights that require grad, a frozen base's copy lives with the graph", "[peft][autocast]") {
   // Llama-2-7B with LoRA over an fp32 base under bf16 autocast, checkpointed: the first forward has no graph, so the
   // frozen weights' bf16 copies exist one at a time (the largest, 2 x h x f), and the recomputation keeps one layer's
   // until its backward. Full fine-tuning's weights require grad: autocast caches every layer's copy until the

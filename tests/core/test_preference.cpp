@@ -124,7 +124,7 @@ TEST_CASE("the log-probabilities keep what each TRL version's code saves") {
   }
 }
 
-TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3; none with PEFT's adapters off") {
+TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3, none with PEFT's adapters off") {
   Config full = dpo_config();
   const DeviceResult copy = run(full);
   full.training.reference_model = "precomputed";
@@ -189,7 +189,7 @@ TEST_CASE("TRL 0.19-0.28 return every hidden state: the reference's layer output
   CHECK(with_hidden.peak - before.peak <= (layers + 1) * hidden);
 }
 
-TEST_CASE("TRL 0.29-1.5 keep a contiguous shift copy; 1.6+ copy the logits once more for the entropy metric") {
+TEST_CASE("TRL 0.29-1.5 keep a contiguous shift copy, 1.6+ copy the logits once more for the entropy metric") {
   Config c = dpo_config("0.28");
   c.training.reference_model = "precomputed";
   const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;
@@ -203,7 +203,7 @@ TEST_CASE("TRL 0.29-1.5 keep a contiguous shift copy; 1.6+ copy the logits once 
   CHECK(allocations(run(c).program, "logits copy") == std::vector<int64_t>(2, fp32_logits / 2));  // its CE's half
 }
 
-TEST_CASE("orpo and simpo have no reference; the chosen half's cross-entropy saves half the logits' log-softmax") {
+TEST_CASE("orpo and simpo have no reference, the chosen half's cross-entropy saves half the logits' log-softmax") {
   Config orpo = dpo_config("0.16");
   orpo.training.objective = "orpo";
   const DeviceResult d = run(orpo);

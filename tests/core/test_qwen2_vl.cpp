@@ -77,7 +77,7 @@ TEST_CASE("an image's tokens follow the processor's smart_resize", "[vision][qwe
   CHECK(image_tokens("image_height=70,image_width=70") == 4);         // round(2.5) is 2: Python rounds half to even
 }
 
-TEST_CASE("the frozen tower keeps one hidden state at a time; a frozen merger keeps nothing", "[vision][qwen2_vl]") {
+TEST_CASE("the frozen tower keeps one hidden state at a time, a frozen merger keeps nothing", "[vision][qwen2_vl]") {
   Config c = qwen2_vl(2, 1024, "image_height=480,image_width=640");  // 1,564 patches, 391 tokens per image
   const Result r = simulate(c);
   REQUIRE(r.ok);
@@ -254,7 +254,7 @@ TEST_CASE("Qwen2.5-VL-7B counts the published total, and imports with its window
   CHECK(has_error(c, "model.vision_tower_args"));
 }
 
-TEST_CASE("Qwen2.5-VL's windows bound eager scores to 64 patches from transformers 4.54; before, the mask spans the batch", "[vision][qwen2_vl]") {
+TEST_CASE("Qwen2.5-VL's windows bound eager scores to 64 patches from transformers 4.54, before, the mask spans the batch", "[vision][qwen2_vl]") {
   auto run = [&](const std::string& transformers) {
     Config c = single_gpu_config("qwen2.5-vl-7b-instruct.json", 2, 1024);
     c.peft.method = "lora";

@@ -682,7 +682,7 @@ TEST_CASE("Megatron compute_weight_and_optimizer_memory vs memsim's most loaded 
   }
 }
 
-TEST_CASE("dist_optimizer.md's fp32 row (16 / 8 + 8/d) in memsim; its fp16 row (20 / 4 + 16/d) is not modelled",
+TEST_CASE("dist_optimizer.md's fp32 row (16 / 8 + 8/d) in memsim, its fp16 row (20 / 4 + 16/d) is not modelled",
           "[reference][megatron]") {
   // "| `fp32` parameters, `fp32` gradients | 16 | 8 + 8/d |"
   Config c = single_gpu_config("llama-3.2-1b.json", 1, 1024);

@@ -97,7 +97,7 @@ TEST_CASE("GRPO's loss takes logits of the completion's tokens, and the referenc
   CHECK(run(none).model_states.other_models_bytes == 0);
 }
 
-TEST_CASE("A colocated vLLM engine holds gpu_memory_utilization of the GPU; asleep, training does not see it") {
+TEST_CASE("A colocated vLLM engine holds gpu_memory_utilization of the GPU, asleep, training does not see it") {
   Config c = grpo_config();
   c.training.generation_engine = "vllm_colocate";
   c.training.gpu_memory_utilization = 0.25;
@@ -215,7 +215,7 @@ static std::vector<std::string> phases_named(const DeviceResult& d, const std::s
   return out;
 }
 
-TEST_CASE("steps_per_generation sizes the generation batch; misaligned generations fall inside a step and score the "
+TEST_CASE("steps_per_generation sizes the generation batch, misaligned generations fall inside a step and score the "
           "policy first") {
   const int64_t token = kKvWidth * 2;
   Config c = grpo_config();  // 4 completions per micro-batch, 2 micro-batches per step
@@ -382,7 +382,7 @@ TEST_CASE("vllm_server: the server's GPUs are a device of their own, its 16-bit 
   CHECK(server.usable_bytes == server.capacity_bytes);
 }
 
-TEST_CASE("vllm_server: tensor parallel splits the weights and the KV heads; data parallel adds engines") {
+TEST_CASE("vllm_server: tensor parallel splits the weights and the KV heads, data parallel adds engines") {
   Config c = server_config();
   const DeviceResult one = simulate(c).devices[1];
   c.training.vllm_server_tensor_parallel_size = 2;

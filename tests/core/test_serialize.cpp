@@ -229,7 +229,7 @@ TEST_CASE("imported products that overflow are refused, and the DeepSpeed export
   CHECK(deepspeed_json(c).find("\"train_batch_size\"") == std::string::npos);  // DeepSpeed derives it
 }
 
-TEST_CASE("model.hidden_act names one of transformers' activations; T5's bare \"gated-\" is refused", "[serialize][hostile]") {
+TEST_CASE("model.hidden_act names one of transformers' activations, T5's bare \"gated-\" is refused", "[serialize][hostile]") {
   Config c;
   REQUIRE(apply_setting(c, "model.hidden_act=banana").empty());
   auto errors = validate(c);

@@ -53,7 +53,7 @@ TEST_CASE("LLaVA-1.5-7B counts the published total: decoder, tower and projector
   CHECK(s.projector_widths == std::vector<int64_t>{1024, 4096, 4096});
 }
 
-TEST_CASE("LoRA leaves the tower and the projector alone; the projector trains where it is asked to", "[vision]") {
+TEST_CASE("LoRA leaves the tower and the projector alone, the projector trains where it is asked to", "[vision]") {
   Config c = llava();
   c.peft.target_modules = "q_proj,k_proj,v_proj";  // names CLIP's attention uses too; LLaVA's targets skip the tower
   ModelShape s = model_shape_of(c.model);

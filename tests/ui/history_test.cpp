@@ -27,7 +27,7 @@ Config with_micro_batch(int64_t n) {
 
 }  // namespace
 
-TEST_CASE("history: undo and redo walk the setups back and forth; a new change clears redo", "[ui][history]") {
+TEST_CASE("history: undo and redo walk the setups back and forth, a new change clears redo", "[ui][history]") {
   History h(with_micro_batch(1));
   CHECK(!h.can_undo());
   CHECK(!h.can_redo());
@@ -47,7 +47,7 @@ TEST_CASE("history: undo and redo walk the setups back and forth; a new change c
   CHECK(h.redo() == with_micro_batch(9));
 }
 
-TEST_CASE("history: bounded; the oldest entries go", "[ui][history]") {
+TEST_CASE("history: bounded, the oldest entries go", "[ui][history]") {
   History h(with_micro_batch(0), 100);
   for (int64_t i = 1; i <= 150; ++i) h.record(with_micro_batch(i));
   CHECK(h.undo_depth() == 100);
@@ -149,7 +149,7 @@ struct Page {
 
 }  // namespace
 
-TEST_CASE("app: a number typed digit by digit is one undo entry and one browser history entry; Ctrl+Z and Ctrl+Shift+Z",
+TEST_CASE("app: a number typed digit by digit is one undo entry and one browser history entry, Ctrl+Z and Ctrl+Shift+Z",
           "[ui][history]") {
   Page p;
   const std::string opened = config_to_fragment(Config{});
@@ -200,7 +200,7 @@ TEST_CASE("app: Ctrl+Z in a field being typed into undoes the typing, not the se
   CHECK(p.micro_batch() == 4);
 }
 
-TEST_CASE("app: separate presses of a + button are separate entries; a held one is one", "[ui][history]") {
+TEST_CASE("app: separate presses of a + button are separate entries, a held one is one", "[ui][history]") {
   Page p;
   REQUIRE(p.tab_to("micro_batch_size: 4"));
   p.press(ImGuiKey_Tab);
@@ -233,7 +233,7 @@ TEST_CASE("app: Reset brings back the defaults, and is undone like any change", 
   CHECK(!p.app.reset());  // already the defaults
 }
 
-TEST_CASE("app: a pasted link is a new browser history entry; one the browser went to is not", "[ui][history]") {
+TEST_CASE("app: a pasted link is a new browser history entry, one the browser went to is not", "[ui][history]") {
   Page p;
   p.app.load_fragment("#" + config_to_fragment(with_micro_batch(2)));
   p.frames(2);
@@ -249,7 +249,7 @@ TEST_CASE("app: a pasted link is a new browser history entry; one the browser we
   CHECK(p.micro_batch() == 2);
 }
 
-TEST_CASE("app: messages go to the status line and never move the panels; an import's notes fold into the log", "[ui][status]") {
+TEST_CASE("app: messages go to the status line and never move the panels, an import's notes fold into the log", "[ui][status]") {
   Page p;
   const float scroll_max = p.app.inputs_scroll().max;  // the inputs panel's height shows in how far it scrolls
   for (int i = 0; i < 6; ++i) {
@@ -276,7 +276,7 @@ TEST_CASE("app: messages go to the status line and never move the panels; an imp
   CHECK(short_line == "two lines");
 }
 
-TEST_CASE("app: \"copied\" only once the platform says so; else the link is shown to copy by hand", "[ui][clipboard]") {
+TEST_CASE("app: \"copied\" only once the platform says so, else the link is shown to copy by hand", "[ui][clipboard]") {
   Page p(true);
   REQUIRE(p.tab_to("Copy link"));
   p.press(ImGuiKey_Enter);
@@ -319,7 +319,7 @@ TEST_CASE("app: a paste into a field (ImGui's Ctrl+V, as the page's bridge press
   CHECK(!ui::editing_text());
 }
 
-TEST_CASE("screen readers: the - and + buttons say decrease and increase; the verdict is read out when settled", "[ui][a11y]") {
+TEST_CASE("screen readers: the - and + buttons say decrease and increase, the verdict is read out when settled", "[ui][a11y]") {
   Page p;
   REQUIRE(p.tab_to("micro_batch_size: 4"));
   p.press(ImGuiKey_Tab);

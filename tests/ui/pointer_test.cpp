@@ -181,7 +181,7 @@ TEST_CASE("pointer: a cancelled touch neither taps nor pans on", "[pointer]") {
   CHECK_FALSE(w.pointer.pending());
 }
 
-TEST_CASE("pointer: a tap opens a list; the wheel and a swipe scroll the list as they do a panel", "[pointer]") {
+TEST_CASE("pointer: a tap opens a list, the wheel and a swipe scroll the list as they do a panel", "[pointer]") {
   Widgets w;
   w.tap(w.at_combo);
   REQUIRE(w.list_open);

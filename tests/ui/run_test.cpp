@@ -132,7 +132,7 @@ TEST_CASE("the Data section draws every kind of lengths, and a bad one shows its
   CHECK(app.config() == bad);  // the user's text stays, to be fixed
 }
 
-TEST_CASE("a link with a mistake in the data section opens with it shown; other broken links are still refused", "[ui][run]") {
+TEST_CASE("a link with a mistake in the data section opens with it shown, other broken links are still refused", "[ui][run]") {
   HeadlessImGui gui(1280, 720);
   ui::App app({});
   Config c = lora_run(50);
@@ -156,7 +156,7 @@ TEST_CASE("a link with a mistake in the data section opens with it shown; other 
   CHECK(app.result().devices.at(0).run.steps == 300);
 }
 
-TEST_CASE("a dropped file of sample lengths sets the data section; a bad one keeps the setup", "[ui][run]") {
+TEST_CASE("a dropped file of sample lengths sets the data section, a bad one keeps the setup", "[ui][run]") {
   HeadlessImGui gui(1280, 720);
   ui::App app({});
   app.set_config(lora_run(100));

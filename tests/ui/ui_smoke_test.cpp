@@ -54,7 +54,7 @@ TEST_CASE("a hostile link keeps the current setup and shows a message", "[ui]") 
   CHECK(app.config() == Config{});
 }
 
-TEST_CASE("a cut or altered link keeps the setup and says so; what a chat client appends is ignored", "[ui]") {
+TEST_CASE("a cut or altered link keeps the setup and says so, what a chat client appends is ignored", "[ui]") {
   HeadlessImGui gui(1280, 720);
   std::string published;
   ui::PlatformHooks hooks;
