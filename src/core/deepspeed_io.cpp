@@ -342,6 +342,13 @@ Parsed config_from_deepspeed_json(std::string_view text, const Config& base) {
     }
   }
 
+  // Without an optimizer section DeepSpeed steps the client optimizer the script passes to deepspeed.initialize: the
+  // HF Trainer's adamw_torch, whose foreach step makes a full-size temporary of each flat partition (optimizer_step.cpp).
+  if ((doc.find("optimizer") == doc.end() || doc["optimizer"].is_null()) && c.training.framework == "deepspeed")
+    notes.push_back("no optimizer section: DeepSpeed steps the optimizer the training script passes it; under the HF "
+                    "Trainer that is its adamw_torch (set training.framework hf_trainer, whose step memsim models then), "
+                    "where framework deepspeed assumes DeepSpeed's FusedAdam");
+
   // ---- memsim's own section (what deepspeed_json writes beyond DeepSpeed's keys) ----
   read_top.insert("memsim");
   std::string checkpointing = c.training.activation_checkpointing;

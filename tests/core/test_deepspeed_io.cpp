@@ -341,3 +341,13 @@ TEST_CASE("the memsim section: its values are checked, and DeepSpeed's keys win 
   REQUIRE(agree.ok);
   CHECK(agree.config.training.precision == "amp_bf16");
 }
+
+TEST_CASE("a DeepSpeed config without an optimizer section says whose optimizer then steps", "[deepspeed]") {
+  const Parsed none = config_from_deepspeed_json(R"({"zero_optimization": {"stage": 3}, "bf16": {"enabled": true}})", Config{});
+  REQUIRE(none.ok);
+  CHECK(noted(none, "no optimizer section: DeepSpeed steps the optimizer the training script passes it"));
+  const Parsed named = config_from_deepspeed_json(
+      R"({"zero_optimization": {"stage": 3}, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW"}})", Config{});
+  REQUIRE(named.ok);
+  CHECK(!noted(named, "no optimizer section"));
+}
