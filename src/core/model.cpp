@@ -268,35 +268,36 @@ std::string_view module_name_view(std::string_view n) {
   return dot == std::string_view::npos ? n : n.substr(dot + 1);
 }
 
-std::vector<std::string> list_items(const std::string& list) {
-  std::vector<std::string> items;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t end = list.find(',', pos);
-    if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(pos, end - pos);
-    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    if (!item.empty()) items.push_back(item);
-    pos = end + 1;
-  }
-  return items;
-}
-
 namespace {
-// list_items' items, read in place: the shape's PEFT pass asks this for every parameter.
-bool in_list(std::string_view list, std::string_view name) {
+// Calls f(item) for each comma-separated item of a list field, trimmed of spaces, empty items skipped, until f
+// returns true; returns whether it did. The one reading of a list: list_items copies the items, in_list looks for one
+// in place (the shape's PEFT pass asks it for every parameter).
+template <class F>
+bool any_list_item(std::string_view list, F&& f) {
   while (true) {
     const size_t end = std::min(list.find(','), list.size());
     std::string_view item = list.substr(0, end);
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (!item.empty() && item == name) return true;
+    if (!item.empty() && f(item)) return true;
     if (end == list.size()) return false;
     list.remove_prefix(end + 1);
   }
 }
+
+bool in_list(std::string_view list, std::string_view name) {
+  return any_list_item(list, [&](std::string_view item) { return item == name; });
+}
 }  // namespace
+
+std::vector<std::string> list_items(const std::string& list) {
+  std::vector<std::string> items;
+  any_list_item(list, [&](std::string_view item) {
+    items.emplace_back(item);
+    return false;
+  });
+  return items;
+}
 
 // PEFT's target_modules: names, or "all-linear" = every linear layer but the output head
 // (peft/tuners/tuners_utils.py::_maybe_include_all_linear_layers). Only LoRA, DoRA and IA3 put something on

@@ -99,7 +99,8 @@ void StepBuilder::optimizer_step(int iter) {
   }
   if (shard_opt_ && shard_plan_.sharding == Sharding::DeepSpeed) {
     // DeepSpeed steps one group at a time: ZeRO-1/2 each parameter group's flat fp32 partition (stage_1_and_2.py
-    // step), ZeRO-3 each sub-group of at most sub_group_size (1e9) elements of it (stage3.py step). With 16-bit
+    // step; the whole partition is taken, as the Trainer's decay group holds nearly all of it), ZeRO-3 each
+    // sub-group of at most sub_group_size (1e9, DeepSpeedZeroConfig's default) elements of it (stage3.py step). With 16-bit
     // gradients the group's gradient is upcast to fp32 first (single_grad_partition = flatten(...).to(fp32);
     // _prepare_fp32_grad_for_sub_group), freed after the group's update (_release_sub_group).
     const int64_t group = shard_weights_ ? std::min<int64_t>(flat_partition_numel(), 1000000000) : flat_partition_numel();
