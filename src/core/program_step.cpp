@@ -23,6 +23,7 @@
 //   select_token, slice) and parameters save nothing;
 // - cross_entropy: log_softmax's output (fp32 under autocast, where cross_entropy runs in fp32).
 #include <algorithm>
+#include <array>
 
 #include "architecture.h"
 #include "checked.h"
@@ -626,7 +627,22 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         // Per window of w rows: scores = q k^T (the compute dtype), + the bias (fp32 under autocast: the table is an
         // fp32 weight, so the sum is promoted), + the shift mask (in that dtype), softmax (autocast's fp32 list; its
         // output saved), cast back to the compute dtype for attn @ v under autocast (saved by the matmul).
+        // q.matmul(k.transpose(-2, -1)) and attn.matmul(v) fold the batch and head dims with reshape, which copies
+        // an operand sliced out of the fused qkv output (its dims do not merge: aten/src/ATen/native/LinearAlgebra.cpp
+        // _matmul_impl, tensor.expand(...).reshape(...)), and bmm saves the copy; an operand of its own (q * scale)
+        // is saved as it is. So backward reads copies of k and v, not the qkv output (a saved-set check on torch
+        // 1.13's autograd graph: tools/calibrate/test_programs_torch.py).
         const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
+        const bool grad = req && !no_grad_;
+        auto operand = [&](int32_t t) {  // the copy bmm reads, or UINT32_MAX where it reads t itself
+          const int32_t from = s.tensors[static_cast<size_t>(t)].producer;
+          if (from < 0 || s.ops[static_cast<size_t>(from)].kind != OpKind::Slice) {
+            if (req) keep(oi, t);
+            return UINT32_MAX;
+          }
+          return grad ? act(bytes_of(t), labels_.attn_tmp, layer) : tmp(bytes_of(t), labels_.attn_tmp, layer);
+        };
+        std::array<uint32_t, 3> copies{operand(q), operand(k), UINT32_MAX};
         const int64_t s2 = mul(op.heads, b, mul(s.tensors[q].shape[0], op.window));
         const int64_t biased = dims_.amp ? 4 : dims_.e;
         uint32_t cur = tmp(mul(dims_.e, s2), labels_.scores, layer);
@@ -636,18 +652,17 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
           const uint32_t with_mask = tmp(mul(biased, s2), labels_.scores, layer);
           drop(cur), cur = with_mask;
         }
-        const bool save = req && !no_grad_;
-        const uint32_t probs = save ? act(mul(biased, s2), labels_.probs, layer) : tmp(mul(biased, s2), labels_.probs, layer);
+        const uint32_t probs = grad ? act(mul(biased, s2), labels_.probs, layer) : tmp(mul(biased, s2), labels_.probs, layer);
         drop(cur);
         uint32_t probs_cast = UINT32_MAX;
-        if (dims_.amp) probs_cast = save ? act(mul(dims_.e, s2), labels_.probs, layer) : tmp(mul(dims_.e, s2), labels_.probs, layer);
+        if (dims_.amp) probs_cast = grad ? act(mul(dims_.e, s2), labels_.probs, layer) : tmp(mul(dims_.e, s2), labels_.probs, layer);
+        copies[2] = operand(v);
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);
-        for (uint32_t t : {probs, probs_cast}) {
+        for (uint32_t t : {probs, probs_cast, copies[0], copies[1], copies[2]}) {
           if (t == UINT32_MAX) continue;
-          if (save) saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
+          if (grad) saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
           else drop(t);
         }
-        if (req) keep(oi, q), keep(oi, k), keep(oi, v);
         break;
       }
       case OpKind::Dropout:
@@ -872,6 +887,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
   // The head's loss is a scalar the loop keeps until backward; nothing else of a stage outlives it but the output.
   const int32_t out = s.output >= 0 ? s.output : s.ops.back().out;
   output_carry_ = carried[p.root[out]];
+  output_kept_ = keeps[p.root[out]] > 0;
   return id[p.root[out]];
 }
 
@@ -1156,6 +1172,10 @@ void StepBuilder::forward_program(InFlight& f) {
   };
   uint32_t res = program_forward(ProgramStage::Embeddings, -1, UINT32_MAX, false, 0, pre, false, f.inputs);
   int32_t in_carry = output_carry_;
+  // A stage that saved its own output (torchvision ResNet's blocks end in ReLU(inplace=True), whose backward reads
+  // its result: derivatives.yaml threshold_backward) keeps it until its own backward, which runs after the next
+  // stage's: the next stage reads it but must not free it (nor save it into its own, earlier-freed set).
+  bool in_kept = output_kept_;
   for (uint32_t g : gathered) drop(g);
   gathered.clear();
   const ProgramPlan emb = plan_program(ProgramStage::Embeddings, -1, false, 0);
@@ -1164,6 +1184,7 @@ void StepBuilder::forward_program(InFlight& f) {
   f.program_req.assign(static_cast<size_t>(L + 1), false);
   f.program_bytes.assign(static_cast<size_t>(L + 1), 0);
   f.program_input_carry.assign(static_cast<size_t>(L + 1), -1);
+  f.program_input_kept.assign(static_cast<size_t>(L), false);
   for (int64_t l = 0; l < L; ++l) {
     const int32_t li = static_cast<int32_t>(l);
     gather(l, gathered);
@@ -1184,13 +1205,15 @@ void StepBuilder::forward_program(InFlight& f) {
       // attributes (checkpoint_graph_inputs); diffusers checkpoints so (use_reentrant=False).
       no_grad_ = true;
       ckpt_graph_ = !resolved_.checkpoint_reentrant;
+      f.program_input_kept[static_cast<size_t>(l)] = in_kept;
       res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, false, f.inputs, in_carry);
       no_grad_ = false;
       ckpt_graph_ = false;
     } else {
-      res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, true, f.inputs, in_carry);
+      res = program_forward(ProgramStage::Block, li, res, req, bytes, sv, !in_kept, f.inputs, in_carry);
     }
     in_carry = output_carry_;
+    in_kept = output_kept_;
     read_by(l, in_carry);
     const ProgramPlan blk = plan_program(ProgramStage::Block, li, req, bytes);
     req = blk.req[a.block_of(l).output];
@@ -1205,7 +1228,7 @@ void StepBuilder::forward_program(InFlight& f) {
   SavedLayer& post = f.program_post;
   post = {};
   f.loss_saved.clear();
-  f.loss_saved.push_back(program_forward(ProgramStage::Head, static_cast<int32_t>(L), res, req, bytes, post, true, f.inputs, in_carry));
+  f.loss_saved.push_back(program_forward(ProgramStage::Head, static_cast<int32_t>(L), res, req, bytes, post, !in_kept, f.inputs, in_carry));
   read_by(L, -1);
   f.carry = std::move(carry_);
   carry_.clear();
@@ -1263,7 +1286,7 @@ void StepBuilder::backward_program(InFlight& f) {
       const uint32_t din = program_backward(ProgramStage::Block, li, dres, req, bytes, re, in_carry);
       if (reentrant && own_out) drop(out);
       dres = din;
-      if (in_carry < 0) drop(in);
+      if (in_carry < 0 && !f.program_input_kept[static_cast<size_t>(l)]) drop(in);
       sv.attn.clear(), sv.ops.clear();
       release_carry_holds(sv);
     } else {

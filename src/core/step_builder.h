@@ -171,6 +171,9 @@ struct InFlight {
   std::vector<bool> program_req;
   std::vector<int64_t> program_bytes;
   std::vector<int32_t> program_input_carry;  // per block (then the head): the carry its input is, or -1
+  // Per block: the stage before it saved the block's input itself (an in-place ReLU's result, ResNet's last op),
+  // so that stage's backward, which runs later, frees it; the block's own saved set does not.
+  std::vector<bool> program_input_kept;
   std::vector<CarryState> carry;             // the program's carries (Architecture::carries)
 };
 
@@ -462,6 +465,7 @@ class StepBuilder {
   void settle_carry(int32_t c);
   std::vector<CarryState> carry_;  // the micro-batch in flight's (InFlight::carry while its forward or backward runs)
   int32_t output_carry_ = -1;      // set by program_forward: the carry the stage's output is, or -1
+  bool output_kept_ = false;       // set by program_forward: an op of the stage saved the stage's output
   bool program_recompute_ = false; // a checkpointed block's recomputation runs (its carries are its own)
   // A frozen module's forward (program_step.cpp frozen_forwards): the program it runs while it runs, its labels.
   void frozen_forwards(uint32_t inputs);
