@@ -9,7 +9,8 @@
 #   6. the core's unit tests and the CLI contract under ASan + UBSan, the threaded stage simulation under TSan
 #      (scripts/sanitize.sh), then every libFuzzer target of the same ASan build for a short, bounded time
 #      (scripts/fuzz.sh runs them longer)
-#   7. the calibration harness's unit tests (tools/calibrate; no GPU or torch needed) and the validation report
+#   7. the calibration harness's unit tests (tools/calibrate; no GPU or torch needed), its model programs on the CPU with
+#      Debian's torch (their forward's saved set against memsim's), and the validation report
 # Screenshots land in build/screenshots. Prints the seconds of each suite; ends with one line
 # "test.sh: N passed, M failed, in S s".
 set -uo pipefail
@@ -44,6 +45,9 @@ suite "sanitizers: unit tests and CLI under ASan + UBSan, stage threads under TS
 suite "fuzz targets, 6 s each (clang, ASan + UBSan)" bash scripts/fuzz.sh "${MEMSIM_FUZZ_SECONDS:-6}"
 suite "calibration harness: config translation (no GPU, no torch)" \
   python3 -m unittest discover -s tools/calibrate -p 'test_*.py'
+# Debian's torch is importable only from /usr/bin/python3 (python3 on PATH may be another interpreter without it)
+suite "calibration harness on the CPU: model programs against torch's autograd graph (Debian torch)" \
+  env OMP_NUM_THREADS=2 /usr/bin/python3 -m unittest tools/calibrate/test_programs_torch.py
 suite "docs/validation.md and the band's residual table are current" bash scripts/validation_report.sh --check
 suite "generated model programs are current (tools/programs)" \
   bash -c 'python3 tools/programs/sd_unet.py --check && python3 tools/programs/flux.py --check && python3 tools/programs/sd3.py --check && python3 tools/programs/whisper.py --check && python3 tools/programs/mamba2.py --check && python3 tools/programs/nemotron_h.py --check && python3 tools/programs/bamba.py --check'

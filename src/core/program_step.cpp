@@ -1280,8 +1280,9 @@ void StepBuilder::backward_program(InFlight& f) {
       const uint32_t out = program_forward(ProgramStage::Block, li, in, req, bytes, re, false, f.inputs, in_carry);
       program_recompute_ = false;
       const bool reentrant = resolved_.checkpoint_reentrant;
-      // (A block whose output is a view of its input recomputes no tensor of its own: nothing to drop.)
-      const bool own_out = out != in;
+      // (A block whose output is a view of its input recomputes no tensor of its own: nothing to drop. One whose op
+      // saved the output, an in-place ReLU's result, frees it with that op's backward.)
+      const bool own_out = out != in && !output_kept_;
       if (!reentrant && own_out) drop(out);
       const uint32_t din = program_backward(ProgramStage::Block, li, dres, req, bytes, re, in_carry);
       if (reentrant && own_out) drop(out);

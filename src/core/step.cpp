@@ -1,5 +1,10 @@
 #include "step.h"
 
+#include <string_view>
+#include <vector>
+
+#include "checked.h"
+
 namespace memsim {
 
 namespace {
@@ -16,6 +21,25 @@ constexpr ComponentName kComponentNames[kComponentCount] = {
 
 const char* component_id(Component c) { return kComponentNames[static_cast<int>(c)].id; }
 const char* component_label(Component c) { return kComponentNames[static_cast<int>(c)].label; }
+
+int64_t forward_retained_bytes(const StepProgram& p) {
+  auto starts = [](const std::string& name, std::string_view prefix) { return name.compare(0, prefix.size(), prefix) == 0; };
+  size_t f = 0;
+  while (f < p.phases.size() && !starts(p.phases[f].name, "forward (step 2")) ++f;
+  size_t b = f;
+  while (b < p.phases.size() && !starts(p.phases[b].name, "backward (step 2")) ++b;
+  if (b >= p.phases.size()) return -1;
+  std::vector<bool> live(p.tensors.size(), false);
+  for (uint32_t i = p.phases[f].first_event; i < p.phases[b].first_event && i < p.events.size(); ++i) {
+    const Event& e = p.events[i];
+    if (e.op == Event::Op::Alloc) live[e.tensor] = true;
+    else if (e.op == Event::Op::Free) live[e.tensor] = false;
+  }
+  int64_t total = 0;
+  for (size_t t = 0; t < live.size(); ++t)
+    if (live[t]) total = add(total, round_up(p.tensors[t].bytes, 512));
+  return total;
+}
 
 uint32_t StepProgram::label(std::string text) {
   labels.push_back(std::move(text));

@@ -110,4 +110,12 @@ struct StepProgram {
   void phase(std::string name) { phases.push_back({std::move(name), static_cast<uint32_t>(events.size())}); }
 };
 
+// What step 2's forward leaves allocated for its backward: the tensors allocated from its first forward phase that
+// are still live when its first backward phase begins (the saved activations, the batch and the loss; under a
+// pipeline schedule every micro-batch in flight), each rounded to the caching allocator's 512 bytes but not to its
+// blocks (a block split or left whole is the allocator's, not the graph's). This is what the calibration harness
+// measures on torch's autograd graph (tools/calibrate/programs.py saved_set_bytes). -1 where the program has no
+// step-2 forward followed by a backward (a run replay's program, or an evaluation).
+int64_t forward_retained_bytes(const StepProgram& p);
+
 }  // namespace memsim

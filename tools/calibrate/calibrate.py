@@ -121,19 +121,11 @@ def memsim_gpu_for(name, total_bytes=None):
     return None
 
 
-def make_record(plan, config, meas, env):
-    """One cases.jsonl line. `meas`: the measurements; `env`: versions and the GPU."""
+def _lm_parts(plan, meas):
+    """A language model's model, training and harness blocks of the record."""
     em = plan["effective_model"]
     peft = plan["peft"]
     b = plan["batch"]
-    stats = meas["stats"]
-    measured = stat_block("allocated", stats["allocated"])
-    also = {k: stat_block(k, stats.get(k), meas.get("quantities", {}).get(k))
-            for k in ("reserved", "active", "requested", "device")}
-    notes = list(plan["notes"]) + list(meas.get("notes", []))
-    if env.get("memsim_gpu") and env["memsim_gpu"] != plan["memsim_gpu"]:
-        notes.append(f"hardware.gpu: the config says {plan['memsim_gpu']}, the run was on {env.get('gpu')} "
-                     f"(memsim id {env['memsim_gpu']}); compare.py simulates the GPU of the run")
     opt = plan["optimizer"]
     peft_block = None
     if peft:
@@ -145,61 +137,104 @@ def make_record(plan, config, meas, env):
                       "base_weights": (f"bitsandbytes {q['type']}" + (" + double quantization" if q.get("double_quant")
                                                                        else "")) if q else "unquantized",
                       "prepare_kbit": q["prepare_kbit"] if q else None}
+    model = {
+        "name": plan["model_name"],
+        "hf_id": None,
+        "family": plan["model_type"] + " (transformers " + plan["model_class"] + ", random weights)",
+        "model_type": plan["model_type"],
+        "num_layers": em["num_hidden_layers"],
+        "hidden_size": em["hidden_size"],
+        "num_attention_heads": em["num_attention_heads"],
+        "num_kv_heads": em["num_key_value_heads"],
+        "head_dim": em["head_dim"],
+        "intermediate_size": em["intermediate_size"],
+        "mlp_type": "gated (3 matrices)",
+        "vocab_size": em["vocab_size"],
+        "tied_embeddings": em["tie_word_embeddings"],
+        "num_experts": em["num_experts"] or None,
+        "num_experts_per_tok": em["num_experts_per_tok"] or None,
+        "total_params": meas.get("params_total"),
+        "trainable_params": meas.get("params_trainable"),
+    }
+    training = {
+        "framework": f"{plan['framework']} semantics: {plan['loop']}",
+        "task": "causal LM on random token ids (labels = inputs)",
+        "micro_batch_size": b["micro_batch_size"],
+        "seq_len": b["sequence_length"],
+        "dataset_packed": True,
+        "gradient_accumulation_steps": b["gradient_accumulation_steps"],
+        "steps": b["steps"],
+        "precision": plan["precision"],
+        "param_dtype": plan["param_dtype"],
+        "autocast_dtype": plan["autocast_dtype"],
+        "optimizer": opt["name"] + f" ({opt['class']}, {opt['impl']})",
+        "optimizer_state_dtype": opt["state_dtype"],
+        "optimizer_in_backward": plan["optimizer_in_backward"],
+        "activation_checkpointing": plan["checkpointing"]["mode"]
+        + (f" (every {plan['checkpointing']['every_k_layers']} layers)" if plan["checkpointing"]["mode"] == "every_k"
+           else "") + (", non-reentrant" if plan["checkpointing"]["mode"] != "none" else ""),
+        "attention_impl": plan["attn_implementation"] + ("" if plan["attention"] == plan["attn_implementation"]
+                                                         else f" (config: {plan['attention']})"),
+        "loss": plan["loss"]["impl"] + (f" ({plan['loss']['chunks']} chunks)" if plan["loss"]["chunks"] else ""),
+        "compile": False,
+        "parallelism": {"num_gpus": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1,
+                        "zero_or_fsdp": "none (single device)", "offload": "none"},
+        "peft": peft_block,
+    }
+    harness = {k: plan[k] for k in ("hf_config", "attn_implementation", "param_dtype", "autocast_dtype",
+                                     "grad_scaler", "optimizer", "checkpointing", "loss", "peft",
+                                     "holds_outputs", "param_groups")}
+    return model, training, harness
+
+
+def _program_parts(plan, meas):
+    """A model program's model, training and harness blocks of the record (programs.py)."""
+    prog, b, opt = plan["program_plan"], plan["batch"], plan["optimizer"]
+    model = {"name": plan["model_name"], "hf_id": None,
+             "family": f"{prog['program']} ({prog['model_class']}, random weights)",
+             "architecture": prog["program"], "architecture_args": prog["args"],
+             "num_layers": prog["block_instances"], "total_params": meas.get("params_total"),
+             "trainable_params": meas.get("params_trainable")}
+    training = {"framework": f"{plan['framework']} semantics: a torch loop", "task": "image classification on random "
+                "images (fp32 pixel values, int64 labels)", "micro_batch_size": b["micro_batch_size"],
+                "image_inputs": prog["inputs"], "gradient_accumulation_steps": b["gradient_accumulation_steps"],
+                "steps": b["steps"], "precision": plan["precision"], "param_dtype": plan["param_dtype"],
+                "autocast_dtype": plan["autocast_dtype"], "optimizer": opt["name"] + f" ({opt['class']}, {opt['impl']})",
+                "activation_checkpointing": plan["checkpointing"]["mode"] + (", non-reentrant, each program block"
+                                                                            if plan["checkpointing"]["mode"] != "none"
+                                                                            else ""),
+                "compile": False, "parallelism": {"num_gpus": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1,
+                                                  "zero_or_fsdp": "none (single device)", "offload": "none"},
+                "peft": None}
+    return model, training, {"program_plan": prog, "optimizer": opt, "checkpointing": plan["checkpointing"]}
+
+
+def make_record(plan, config, meas, env):
+    """One cases.jsonl line. `meas`: the measurements; `env`: versions and the GPU."""
+    b = plan["batch"]
+    stats = meas["stats"]
+    measured = stat_block("allocated", stats["allocated"])
+    also = {k: stat_block(k, stats.get(k), meas.get("quantities", {}).get(k))
+            for k in ("reserved", "active", "requested", "device")}
+    notes = list(plan["notes"]) + list(meas.get("notes", []))
+    if env.get("memsim_gpu") and env["memsim_gpu"] != plan["memsim_gpu"]:
+        notes.append(f"hardware.gpu: the config says {plan['memsim_gpu']}, the run was on {env.get('gpu')} "
+                     f"(memsim id {env['memsim_gpu']}); compare.py simulates the GPU of the run")
+    model, training, harness = (_program_parts if plan.get("kind") == "program" else _lm_parts)(plan, meas)
     return {
         "id": plan["id"],
         "kind": "measured",
         "confidence": "high",
         "source": {
-            "title": f"{tr.HARNESS_NAME}: {b['steps']} training steps on random tokens",
+            "title": f"{tr.HARNESS_NAME}: {b['steps']} training steps on random "
+                     + ("images" if plan.get("kind") == "program" else "tokens"),
             "repo": "memsim",
             "path": "tools/calibrate/calibrate.py",
             "harness_version": tr.HARNESS_VERSION,
             "date": env.get("date"),
         },
-        "model": {
-            "name": plan["model_name"],
-            "hf_id": None,
-            "family": plan["model_type"] + " (transformers " + plan["model_class"] + ", random weights)",
-            "model_type": plan["model_type"],
-            "num_layers": em["num_hidden_layers"],
-            "hidden_size": em["hidden_size"],
-            "num_attention_heads": em["num_attention_heads"],
-            "num_kv_heads": em["num_key_value_heads"],
-            "head_dim": em["head_dim"],
-            "intermediate_size": em["intermediate_size"],
-            "mlp_type": "gated (3 matrices)",
-            "vocab_size": em["vocab_size"],
-            "tied_embeddings": em["tie_word_embeddings"],
-            "num_experts": em["num_experts"] or None,
-            "num_experts_per_tok": em["num_experts_per_tok"] or None,
-            "total_params": meas.get("params_total"),
-            "trainable_params": meas.get("params_trainable"),
-        },
-        "training": {
-            "framework": f"{plan['framework']} semantics: {plan['loop']}",
-            "task": "causal LM on random token ids (labels = inputs)",
-            "micro_batch_size": b["micro_batch_size"],
-            "seq_len": b["sequence_length"],
-            "dataset_packed": True,
-            "gradient_accumulation_steps": b["gradient_accumulation_steps"],
-            "steps": b["steps"],
-            "precision": plan["precision"],
-            "param_dtype": plan["param_dtype"],
-            "autocast_dtype": plan["autocast_dtype"],
-            "optimizer": opt["name"] + f" ({opt['class']}, {opt['impl']})",
-            "optimizer_state_dtype": opt["state_dtype"],
-            "optimizer_in_backward": plan["optimizer_in_backward"],
-            "activation_checkpointing": plan["checkpointing"]["mode"]
-            + (f" (every {plan['checkpointing']['every_k_layers']} layers)" if plan["checkpointing"]["mode"] == "every_k"
-               else "") + (", non-reentrant" if plan["checkpointing"]["mode"] != "none" else ""),
-            "attention_impl": plan["attn_implementation"] + ("" if plan["attention"] == plan["attn_implementation"]
-                                                             else f" (config: {plan['attention']})"),
-            "loss": plan["loss"]["impl"] + (f" ({plan['loss']['chunks']} chunks)" if plan["loss"]["chunks"] else ""),
-            "compile": False,
-            "parallelism": {"num_gpus": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1,
-                            "zero_or_fsdp": "none (single device)", "offload": "none"},
-            "peft": peft_block,
-        },
+        "model": model,
+        "training": training,
         "hardware": {
             "gpu": env.get("gpu"),
             "num_gpus": 1,
@@ -216,9 +251,7 @@ def make_record(plan, config, meas, env):
         "inferred_fields": [],
         "notes": " ".join(n.rstrip(".") + "." for n in notes),
         "diagnostics": meas.get("diagnostics", {}),
-        "harness": {k: plan[k] for k in ("hf_config", "attn_implementation", "param_dtype", "autocast_dtype",
-                                         "grad_scaler", "optimizer", "checkpointing", "loss", "peft",
-                                         "holds_outputs", "param_groups")},
+        "harness": harness,
         "memsim_config": config,
     }
 
@@ -981,6 +1014,93 @@ def run_plan(plan, config, probe=None):
     return make_record(plan, config, meas, env)
 
 
+def run_program_plan(plan, config, probe=None):
+    """A model program's plan (programs.py) on CUDA device 0: the same peaks as run_plan, from random images."""
+    import programs
+    probe = probe or NvmlProbe()
+    baseline = probe.used()
+    import torch
+    if not torch.cuda.is_available():
+        raise HarnessError("hardware", "no CUDA device")
+    _require(plan)
+    notes, diag = [], {"nvml": probe.kind, "nvml_device": probe.name(), "nvml_baseline_bytes": baseline}
+    if plan.get("expandable_segments"):
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+        notes.append("allocator: expandable_segments:True (hardware.expandable_segments)")
+    torch.cuda.init()
+    dev = torch.device("cuda", 0)
+    props = torch.cuda.get_device_properties(dev)
+    probe.start()
+    prog = plan["program_plan"]
+    model = programs.build(prog, torch).to(dev, dtype=getattr(torch, plan["param_dtype"]))
+    params_total = sum(p.numel() for p in model.parameters())
+    if plan["checkpointing"]["mode"] == "full":
+        diag["checkpoint_units"] = programs.checkpoint_units(model, prog, torch)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt, _ = _make_optimizer(plan, params, torch)
+    diag["peak_allocated_after_setup"] = torch.cuda.max_memory_allocated(dev)
+    b = plan["batch"]
+    autocast = plan["autocast_dtype"]
+    losses = []
+    for _ in range(b["steps"]):
+        for _ in range(b["gradient_accumulation_steps"]):
+            x, y = programs.make_batch(prog, b["micro_batch_size"], torch, dev)
+            with torch.autocast("cuda", dtype=getattr(torch, autocast or "bfloat16"), enabled=autocast is not None):
+                loss = programs.loss_of(model, x, y, torch) / b["gradient_accumulation_steps"]
+            loss.backward()
+            losses.append(float(loss.detach()))
+            del loss, x, y
+        opt.step()
+        opt.zero_grad(set_to_none=plan["zero_grad_set_to_none"])
+        torch.cuda.synchronize(dev)
+    s = torch.cuda.memory_stats(dev)
+    stats = {"allocated": torch.cuda.max_memory_allocated(dev), "reserved": torch.cuda.max_memory_reserved(dev),
+             "active": s.get("active_bytes.all.peak"), "requested": s.get("requested_bytes.all.peak")}
+    diag["num_alloc_retries"] = s.get("num_alloc_retries")
+    diag["losses"] = [round(x, 4) for x in losses]
+    stats["device"] = probe.stop()
+    if diag.get("num_alloc_retries"):
+        notes.append(f"the allocator freed its cache and retried {diag['num_alloc_retries']} times (near OOM): "
+                     "reserved is not the unconstrained peak")
+    import torchvision
+    env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(dev),
+           "memsim_gpu": memsim_gpu_for(torch.cuda.get_device_name(dev), props.total_memory),
+           "total_memory_bytes": props.total_memory, "driver": probe.driver(), "cuda": torch.version.cuda,
+           "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                        "torchvision": torchvision.__version__, "cudnn": torch.backends.cudnn.version()}}
+    meas = {"stats": stats, "params_total": params_total, "params_trainable": sum(p.numel() for p in params),
+            "diagnostics": diag, "notes": notes, "quantities": {}}
+    return make_record(plan, config, meas, env)
+
+
+def run_cpu(items, cli):
+    """Program configs on the CPU (no GPU needed): each one's parameters and its forward's saved set against
+    memsim's, and two training steps. Returns how many differ by more than 1% or fail."""
+    import torch
+    import programs
+    bad = 0
+    for item in items:
+        plan, err = tr.try_translate(item, 2)
+        cid = _item_id(item)
+        if err or plan.get("kind") != "program":
+            bad += 1
+            print(f"REFUSED {cid}: {err or 'the CPU run measures model programs only'}")
+            continue
+        got = programs.run_cpu(plan, torch)
+        line = f"ok      {cid}: {got['params_total']} params, losses {[round(x, 3) for x in got['losses']]}"
+        if cli and got["saved_bytes"] is not None:
+            forward, params = programs.memsim_forward_bytes(tr.unwrap(item)[1], cli)
+            err_pct = 100.0 * (forward - got["saved_bytes"]) / got["saved_bytes"]
+            line += (f"\n        forward saved set: torch {got['saved_bytes']} bytes, memsim {forward} "
+                     f"({err_pct:+.2f}%); memsim params {params}")
+            if abs(err_pct) > 1.0 or params != got["params_total"]:
+                bad += 1
+                line += "  DIFFERS"
+        print(line, flush=True)
+    return bad
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Worker process and driver
 # ---------------------------------------------------------------------------------------------------------------
@@ -990,7 +1110,8 @@ def worker(job_path, result_path):
         job = json.load(f)
     result = {"ok": False}
     try:
-        result = {"ok": True, "record": run_plan(job["plan"], job["config"])}
+        run = run_program_plan if job["plan"].get("kind") == "program" else run_plan
+        result = {"ok": True, "record": run(job["plan"], job["config"])}
     except HarnessError as e:
         result = {"ok": False, "field": e.field, "error": str(e)}
     except Exception as e:  # OOM and anything else: name it, keep the peaks reached so far
@@ -1055,6 +1176,21 @@ def dry_run(items, steps, cli):
             print(f"REFUSED {cid}: {err}")
             continue
         _, config, _ = tr.unwrap(item)
+        if plan.get("kind") == "program":
+            prog = plan["program_plan"]
+            line = (f"ok      {cid}: {prog['model_class']} ({prog['block_instances']} blocks), {plan['precision']}, "
+                    f"{plan['optimizer']['name']}, ckpt {plan['checkpointing']['mode']}")
+            if cli:
+                pred = compare.run_memsim(cli, config)
+                if not pred.get("ok"):
+                    bad += 1
+                    line += f"\n        memsim REJECTED: {pred.get('error')}"
+                else:
+                    pk = pred["devices"][0]["peak"]
+                    line += (f"\n        memsim: {pred.get('params_total')} params, allocated "
+                             f"{pk['allocated_bytes'] / GIB:.2f} GiB, reserved {pk['reserved_bytes'] / GIB:.2f} GiB")
+            print(line)
+            continue
         line = (f"ok      {cid}: {plan['model_type']} {plan['expected_params'] / 1e9:.2f}B params, {plan['precision']}, "
                 f"{plan['optimizer']['name']} ({plan['optimizer']['impl']}), ckpt {plan['checkpointing']['mode']}, "
                 f"{plan['attn_implementation']}, loss {plan['loss']['impl']}"
@@ -1094,6 +1230,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=int, default=600, help="seconds per config (isolated mode)")
     ap.add_argument("--dry-run", action="store_true", help="translate only; with memsim-cli, print its prediction")
     ap.add_argument("--cli", default=None, help="memsim-cli for --dry-run (default: build/native/memsim-cli)")
+    ap.add_argument("--cpu", action="store_true", help="model programs on the CPU: parameters and the forward's "
+                    "saved set against memsim-cli's (--cli), and two training steps")
     ap.add_argument("--worker", nargs=2, metavar=("JOB", "RESULT"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):  # random weights: nothing to download
@@ -1110,6 +1248,12 @@ def main(argv=None):
     if a.only:
         wanted = set(a.only.split(","))
         items = [i for i in items if _item_id(i) in wanted]
+    if a.cpu:
+        import compare
+        cli = a.cli or compare.default_cli()
+        bad = run_cpu(items, cli if os.path.exists(cli) else None)
+        print(f"{len(items) - bad} of {len(items)} configs agree")
+        return 1 if bad else 0
     if a.dry_run:
         import compare
         cli = a.cli or compare.default_cli()
@@ -1133,7 +1277,8 @@ def main(argv=None):
         elif a.in_process:
             try:
                 probe = probe or NvmlProbe()
-                rec = run_plan(plan, tr.unwrap(item)[1], probe=probe)
+                run = run_program_plan if plan.get("kind") == "program" else run_plan
+                rec = run(plan, tr.unwrap(item)[1], probe=probe)
             except HarnessError as e:
                 rec = failure_record(cid, e, e.field)
             except Exception as e:

@@ -16,7 +16,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import programs  # noqa: E402  (model programs: their own translation and builders)
 
 HARNESS_NAME = "memsim calibration harness (tools/calibrate/calibrate.py)"
 HARNESS_VERSION = 1
@@ -338,7 +343,7 @@ def default_id(config):
     digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
     model = config.get("model", {}) if isinstance(config.get("model"), dict) else {}
     t = config.get("training", {}) if isinstance(config.get("training"), dict) else {}
-    name = model.get("name") or model.get("_name_or_path") or model.get("model_type") or "model"
+    name = model.get("name") or model.get("_name_or_path") or model.get("architecture") or model.get("model_type") or "model"
     return "calib-" + "-".join(_slug(x) for x in (name, t.get("precision", "?"), t.get("optimizer", "?"))) + "-" + digest
 
 
@@ -631,8 +636,12 @@ def translate(item, steps=DEFAULT_STEPS):
     given_training = config.get("training", {}) if isinstance(config.get("training"), dict) else {}
     given_parallel = config.get("parallel", {}) if isinstance(config.get("parallel"), dict) else {}
 
-    eff = hf = None
-    if "model" in config:
+    eff = hf = prog = None
+    if isinstance(config.get("model"), dict) and config["model"].get("architecture"):
+        # a model program (memsim's src/core/catalog/architectures): programs.py builds its library's class; the
+        # built-in structural fields beside it (memsim-cli config writes them all) are not read
+        prog = programs.translate_program(config["model"], t, pf, errors, notes)
+    elif "model" in config:
         eff, hf = _check_model(config["model"], given_training, errors, notes)
 
     # --- parallel: one GPU only
@@ -947,6 +956,9 @@ def translate(item, steps=DEFAULT_STEPS):
     if errors:
         raise Unsupported(errors)
 
+    if prog is not None:
+        return _program_plan(cid, prog, t, spec, fw, optimizer, steps, hw, notes, extra)
+
     requires = []
     if peft:
         requires.append("peft")
@@ -1001,6 +1013,42 @@ def translate(item, steps=DEFAULT_STEPS):
     }
     plan["effective_model"]["head_dim"] = head_dim_of(eff)
     return plan
+
+
+def _program_plan(cid, prog, t, spec, fw, optimizer, steps, hw, notes, extra):
+    """The plan of a model program (programs.py): the program's own part, and the loop's settings as for LMs."""
+    if optimizer["library"] != "torch":
+        raise Unsupported([("training.optimizer", f"{optimizer['name']}: programs run torch's optimizers")])
+    if t["optimizer_in_backward"] is True:
+        raise Unsupported([("training.optimizer_in_backward", "programs step after backward: false")])
+    # what translate() resolved for language models (attention kernel, norm, loss) does not apply to a program
+    notes = [n for n in notes if not n.startswith(("training.attention", "training.norm_impl", "training.loss"))]
+    return {
+        "id": cid,
+        "harness_version": HARNESS_VERSION,
+        "kind": "program",
+        "program_plan": prog,
+        "model_name": prog["program"] + " " + ",".join(f"{k}={v}" for k, v in prog["args"].items()),
+        "precision": t["precision"],
+        "param_dtype": prog["param_dtype"],
+        "autocast_dtype": prog["autocast_dtype"],
+        "grad_scaler": False,
+        "framework": fw,
+        "loop": spec["loop"],
+        "optimizer": optimizer,
+        "optimizer_in_backward": False,
+        "param_groups": spec["param_groups"],
+        "zero_grad_set_to_none": t["zero_grad_set_to_none"],
+        "checkpointing": prog["checkpointing"],
+        "batch": {"micro_batch_size": t["micro_batch_size"], "gradient_accumulation_steps":
+                  t["gradient_accumulation_steps"], "steps": steps},
+        "peft": None,
+        "requires": ["torchvision"],
+        "memsim_gpu": hw["gpu"],
+        "expandable_segments": hw["expandable_segments"] is True,
+        "notes": notes,
+        "extra": extra,
+    }
 
 
 def _grpo_objective(t, pf, fw, errors):
