@@ -1063,12 +1063,11 @@ def run_program_plan(plan, config, probe=None):
     if diag.get("num_alloc_retries"):
         notes.append(f"the allocator freed its cache and retried {diag['num_alloc_retries']} times (near OOM): "
                      "reserved is not the unconstrained peak")
-    import torchvision
     env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(dev),
            "memsim_gpu": memsim_gpu_for(torch.cuda.get_device_name(dev), props.total_memory),
            "total_memory_bytes": props.total_memory, "driver": probe.driver(), "cuda": torch.version.cuda,
            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                        "torchvision": torchvision.__version__, "cudnn": torch.backends.cudnn.version()}}
+                        prog["library"]: _version(prog["library"]), "cudnn": torch.backends.cudnn.version()}}
     meas = {"stats": stats, "params_total": params_total, "params_trainable": sum(p.numel() for p in params),
             "diagnostics": diag, "notes": notes, "quantities": {}}
     return make_record(plan, config, meas, env)

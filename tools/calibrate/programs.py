@@ -1,6 +1,8 @@
 """The calibration harness for memsim's model programs (src/core/catalog/architectures/*.json): the image
-classifiers torchvision builds (ResNet, ConvNeXt, Swin), translated from a memsim config, built with random weights,
-trained on random images, and their forward's saved set measured on torch's autograd graph.
+classifiers torchvision builds (ResNet, ConvNeXt, Swin) and transformers' (ViT, DINOv2, CLIP's and SigLIP's vision
+towers as classifiers), translated from a memsim config, built with random weights, trained on random images, and
+(torchvision's, on the CPU) their forward's saved set measured on torch's autograd graph. The transformers builders
+run only where transformers is installed (a GPU machine; Debian has none) and have not run yet.
 
 translate.py calls translate_program() for a config whose model.architecture names a program; it needs no torch.
 The builders import torch and torchvision inside the functions, so this file's translation is tested on machines
@@ -15,9 +17,9 @@ is forward_retained_bytes (memsim-cli's JSON): what its step-2 forward leaves al
 rounded the same way, which also holds the collated batch (images and int64 labels, one allocation) and the loss;
 run_cpu adds those to the graph's set. Both leave out how the caching allocator splits its blocks.
 
-Families the program catalogue has but the harness does not build yet (transformers' and timm's vision towers,
-Whisper, the diffusion models, Mamba-2 and the hybrids) are refused by name: docs/research/calibrate-programs.md
-says what each needs.
+Families the program catalogue has but the harness does not build yet (timm's ViT, Whisper, the diffusion models,
+Mamba-2 and the hybrids, the towers without a head) are refused by name: docs/research/calibrate-programs.md says
+what each needs.
 """
 
 from __future__ import annotations
@@ -196,16 +198,54 @@ def _swin_check(args):
                                "a shifted window block, so each depth is even")
 
 
+def _hf_config(prog):
+    """transformers' config for an HF image classifier program: the program's hyperparameters are the config's keys
+    (the programs were written from these classes), with what the program fixes (its `requires`) made explicit."""
+    import transformers
+    program, args = prog["program"], prog["args"]
+    kw = {k: v for k, v in args.items() if k not in ("num_labels", "input_image_size", "anyres", "image_height",
+                                                       "image_width")}
+    if "qkv_bias" in kw:
+        kw["qkv_bias"] = bool(kw["qkv_bias"])
+    kw.update(prog["fixed"])
+    labels = {"num_labels": args["num_labels"], "problem_type": "single_label_classification"}
+    if program in ("clip_vision", "siglip_vision"):
+        cls = transformers.CLIPConfig if program == "clip_vision" else transformers.SiglipConfig
+        return cls(vision_config=kw, **labels)
+    if program == "vit":
+        kw["hidden_act"] = "gelu"
+    return {"vit": transformers.ViTConfig, "dinov2": transformers.Dinov2Config,
+            "dinov2_swiglu": transformers.Dinov2Config}[program](**kw, **labels)
+
+
+def _hf_build(prog):
+    import transformers
+    return transformers.AutoModelForImageClassification.from_config(_hf_config(prog),
+                                                                    attn_implementation=prog["attention"])
+
+
+def _hf_check(args):
+    for k in ("anyres", "image_height", "image_width"):
+        if args.get(k):
+            raise ProgramError("model.architecture_args", f"{k}={args[k]}: a LLaVA tower's argument; the harness "
+                               "trains the tower as an image classifier")
+
+
 FAMILIES = {
     "resnet": {"library": "torchvision", "class": "torchvision.models.resnet.ResNet(Bottleneck)",
-               "build": lambda a: _resnet(a, True), "units": _resnet_units},
+               "build": lambda p: _resnet(p["args"], True), "units": _resnet_units},
     "resnet_basic": {"library": "torchvision", "class": "torchvision.models.resnet.ResNet(BasicBlock)",
-                     "build": lambda a: _resnet(a, False), "units": _resnet_units},
+                     "build": lambda p: _resnet(p["args"], False), "units": _resnet_units},
     "convnext": {"library": "torchvision", "class": "torchvision.models.convnext.ConvNeXt",
-                 "build": _convnext, "units": _convnext_units},
+                 "build": lambda p: _convnext(p["args"]), "units": _convnext_units},
     "swin": {"library": "torchvision", "class": "torchvision.models.swin_transformer.SwinTransformer",
-             "build": _swin, "units": _swin_units, "check": _swin_check},
+             "build": lambda p: _swin(p["args"]), "units": _swin_units, "check": _swin_check},
 }
+# transformers' image classifiers (AutoModelForImageClassification): written from the programs' sources, run only on
+# a GPU machine with transformers installed (Debian has none), never yet: no GPU has been lent since.
+for _name in ("vit", "dinov2", "dinov2_swiglu", "clip_vision", "siglip_vision"):
+    FAMILIES[_name] = {"library": "transformers", "class": f"AutoModelForImageClassification ({_name})",
+                       "build": _hf_build, "units": None, "check": _hf_check}
 # num_channels is the images' channels; torchvision's stems take 3
 FIXED_ARGS = {"num_channels": 3}
 
@@ -225,11 +265,11 @@ def translate_program(model, t, pf, errors, notes):
         fam = FAMILIES.get(name)
         if fam is None:
             raise ProgramError("model.architecture", f"{name}: the harness builds "
-                               + ", ".join(sorted(FAMILIES)) + " (torchvision) so far; docs/research/"
-                               "calibrate-programs.md plans the others")
+                               + ", ".join(sorted(FAMILIES)) + " so far; docs/research/calibrate-programs.md plans "
+                               "the others")
         args = program_args(program, model.get("architecture_args", ""))
         for k, want in FIXED_ARGS.items():
-            if k in args and args[k] != want:
+            if fam["library"] == "torchvision" and k in args and args[k] != want:
                 raise ProgramError("model.architecture_args", f"{k}={args[k]}: torchvision's stem takes {want}")
         if fam.get("check"):
             fam["check"](args)
@@ -248,8 +288,12 @@ def translate_program(model, t, pf, errors, notes):
                        "(torch.utils.checkpoint around each program block, non-reentrant)"))
     if t["checkpoint_reentrant"] not in ("auto", False, "false"):
         errors.append(("training.checkpoint_reentrant", "the harness checkpoints non-reentrant: auto or false"))
-    if t["attention"] not in ("auto", "eager"):
-        errors.append(("training.attention", "torchvision's Swin runs its own window attention: auto"))
+    hf = fam["library"] == "transformers"
+    if hf and t["attention"] not in ("auto", "sdpa", "eager"):
+        errors.append(("training.attention", f"{t['attention']}: transformers' vision classifiers run sdpa (auto) "
+                       "or eager"))
+    elif not hf and t["attention"] not in ("auto", "eager"):
+        errors.append(("training.attention", "torchvision's models run their own attention: auto"))
     if t["loss"] != "auto" or t["objective"] != "sft":
         errors.append(("training.loss", "an image classifier's loss is its head's cross_entropy: loss auto, "
                        "objective sft"))
@@ -266,14 +310,22 @@ def translate_program(model, t, pf, errors, notes):
         "library": fam["library"],
         "model_class": fam["class"],
         "args": args,
+        # what the program fixes (its "requires": Dinov2's use_swiglu_ffn, CLIP's quick_gelu), made explicit
+        "fixed": {k: v["equals"] for k, v in program.get("requires", {}).items()},
+        # memsim resolves auto to sdpa for these frameworks (frameworks.cpp); torchvision's attention is its own
+        "attention": ("sdpa" if t["attention"] == "auto" else t["attention"]) if hf else "own",
+        "num_classes": args.get("num_classes", args.get("num_labels")),
         "inputs": input_shapes(program, args),
         "block_instances": sum(n for _, n in units),
         "param_dtype": param_dtype,
         "autocast_dtype": autocast,
         "checkpointing": {"mode": t["activation_checkpointing"], "use_reentrant": False,
-                          "how": "torch.utils.checkpoint.checkpoint around each program block (a Swin pair in one)"
-                          if t["activation_checkpointing"] == "full" else None},
-        "loss": "F.cross_entropy(model(pixel_values), labels)",
+                          "how": None if t["activation_checkpointing"] == "none" else
+                          "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})"
+                          if hf else "torch.utils.checkpoint.checkpoint around each program block (a Swin pair in "
+                          "one)"},
+        "loss": "F.cross_entropy(model(pixel_values).logits, labels)" if hf else
+                "F.cross_entropy(model(pixel_values), labels)",
     }
 
 
@@ -283,12 +335,15 @@ def translate_program(model, t, pf, errors, notes):
 
 def build(prog_plan, torch):
     torch.manual_seed(0)
-    return FAMILIES[prog_plan["program"]]["build"](prog_plan["args"])
+    return FAMILIES[prog_plan["program"]]["build"](prog_plan)
 
 
 def checkpoint_units(model, prog_plan, torch):
     """Wraps each program block in a non-reentrant checkpoint; returns how many units it wrapped."""
     import torch.utils.checkpoint as cp
+    if FAMILIES[prog_plan["program"]]["units"] is None:  # transformers: each encoder layer, as memsim's blocks
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return prog_plan["block_instances"]
     units = FAMILIES[prog_plan["program"]]["units"](model)
     for unit in units:
         first, rest = unit[0], unit[1:]
@@ -308,12 +363,13 @@ def checkpoint_units(model, prog_plan, torch):
 def make_batch(prog_plan, batch_size, torch, dev):
     (shape,) = prog_plan["inputs"].values()
     x = torch.randn(batch_size, *shape, device=dev)  # the collator's fp32 images
-    y = torch.randint(0, prog_plan["args"]["num_classes"], (batch_size,), device=dev)
+    y = torch.randint(0, prog_plan["num_classes"], (batch_size,), device=dev)
     return x, y
 
 
 def loss_of(model, x, y, torch):
-    return torch.nn.functional.cross_entropy(model(x), y)
+    out = model(x)
+    return torch.nn.functional.cross_entropy(getattr(out, "logits", out), y)  # transformers' output holds .logits
 
 
 def saved_set_bytes(loss, model, torch):

@@ -42,6 +42,7 @@ class Translation(unittest.TestCase):
             self.assertEqual(prog["block_instances"], blocks, name)
             self.assertEqual(prog["inputs"], {"pixel_values": [3, 224, 224]}, name)
             self.assertEqual(prog["library"], "torchvision")
+            self.assertEqual(prog["attention"], "own")
 
     def test_arguments_apply_and_unknown_ones_are_refused(self):
         plan, _ = tr.try_translate(program_config("resnet", "layers3=23, image_size=160"))
@@ -54,7 +55,7 @@ class Translation(unittest.TestCase):
         self.assertEqual(refused_fields(program_config("swin", "depth3=5")), ["model.architecture_args"])
 
     def test_programs_the_harness_does_not_build_are_refused_by_name(self):
-        for name in ("vit", "whisper", "flux_dit", "mamba2", "qwen2_vl_vision", "no_such_program"):
+        for name in ("vit_timm", "whisper", "flux_dit", "mamba2", "qwen2_vl_vision", "no_such_program"):
             self.assertEqual(refused_fields(program_config(name)), ["model.architecture"], name)
         inline = program_config("resnet")
         inline["model"]["architecture"] = {"name": "mine"}
@@ -78,6 +79,51 @@ class Translation(unittest.TestCase):
         sharded = program_config("resnet")
         sharded["parallel"]["zero_stage"] = 3
         self.assertIn("parallel.zero_stage", refused_fields(sharded))
+
+    def test_transformers_classifiers_translate_with_memsims_attention_and_their_fixed_keys(self):
+        plan, err = tr.try_translate(program_config("dinov2_swiglu", "input_image_size=518,num_labels=10",
+                                                    activation_checkpointing="full"))
+        self.assertIsNone(err)
+        prog = plan["program_plan"]
+        self.assertEqual((prog["library"], prog["attention"], prog["num_classes"]), ("transformers", "sdpa", 10))
+        self.assertEqual(prog["fixed"], {"use_swiglu_ffn": True})
+        self.assertEqual(prog["inputs"], {"pixel_values": [3, 518, 518]})
+        self.assertEqual(prog["block_instances"], 12)
+        self.assertIn("gradient_checkpointing_enable", prog["checkpointing"]["how"])
+        self.assertEqual(plan["requires"], ["transformers"])
+        plan, _ = tr.try_translate(program_config("clip_vision", attention="eager"))
+        self.assertEqual((plan["program_plan"]["attention"], plan["program_plan"]["fixed"]),
+                         ("eager", {"hidden_act": "quick_gelu"}))
+        self.assertIn("training.attention", refused_fields(program_config("vit", attention="flash_attention_2")))
+        self.assertIn("model.architecture_args", refused_fields(program_config("clip_vision", "anyres=1")))
+
+    def test_transformers_configs_carry_the_programs_keys(self):
+        # transformers is not installed here: a stand-in module records what each config class is given
+        class Recorder(dict):
+            def __init__(self, **kw):
+                super().__init__(kw)
+
+        fake = type(sys)("transformers")
+        for cls in ("ViTConfig", "Dinov2Config", "CLIPConfig", "SiglipConfig"):
+            setattr(fake, cls, type(cls, (Recorder,), {}))
+        saved = sys.modules.get("transformers")
+        sys.modules["transformers"] = fake
+        try:
+            vit = programs._hf_config(tr.translate(program_config("vit", "qkv_bias=0,num_labels=5"))["program_plan"])
+            sig = programs._hf_config(tr.translate(program_config("siglip_vision"))["program_plan"])
+        finally:
+            if saved is None:
+                del sys.modules["transformers"]
+            else:
+                sys.modules["transformers"] = saved
+        self.assertEqual(type(vit).__name__, "ViTConfig")
+        self.assertEqual((vit["qkv_bias"], vit["hidden_act"], vit["num_labels"], vit["image_size"]),
+                         (False, "gelu", 5, 224))
+        self.assertEqual(vit["problem_type"], "single_label_classification")
+        self.assertEqual(type(sig).__name__, "SiglipConfig")
+        self.assertEqual(sig["vision_config"]["hidden_act"], "gelu_pytorch_tanh")
+        self.assertTrue(sig["vision_config"]["vision_use_head"])
+        self.assertNotIn("num_labels", sig["vision_config"])
 
     def test_full_checkpointing_and_amp_translate(self):
         plan, err = tr.try_translate(program_config("swin", precision="amp_bf16", activation_checkpointing="full"))

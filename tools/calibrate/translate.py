@@ -1043,7 +1043,7 @@ def _program_plan(cid, prog, t, spec, fw, optimizer, steps, hw, notes, extra):
         "batch": {"micro_batch_size": t["micro_batch_size"], "gradient_accumulation_steps":
                   t["gradient_accumulation_steps"], "steps": steps},
         "peft": None,
-        "requires": ["torchvision"],
+        "requires": [prog["library"]],
         "memsim_gpu": hw["gpu"],
         "expandable_segments": hw["expandable_segments"] is True,
         "notes": notes,
