@@ -21,6 +21,7 @@ inline constexpr std::string_view kOffload[] = {"none", "cpu", "nvme"};
 inline constexpr std::string_view kModuleLoading[] = {"auto", "lazy", "eager"};
 inline constexpr std::string_view kTriState[] = {"auto", "true", "false"};
 inline constexpr std::string_view kEma[] = {"none", "gpu", "gpu_foreach", "cpu"};
+inline constexpr std::string_view kZeroGradAt[] = {"after_step", "before_backward"};
 inline constexpr std::string_view kAdapterDtype[] = {"auto", "fp32", "bf16", "fp16"};
 inline constexpr std::string_view kObjective[] = {"sft", "dpo", "orpo", "simpo", "grpo", "kto"};
 inline constexpr std::string_view kGenerationEngine[] = {"hf_generate", "vllm_colocate", "vllm_server"};

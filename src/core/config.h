@@ -172,6 +172,10 @@ struct TrainingConfig {
   bool compile = false;                  // torch.compile: the layers' saved set (norm_impl) and the chunked loss
   // The switches below are auto (derived from the versions section, frameworks.cpp resolve()), true or false.
   std::string zero_grad_set_to_none = "auto";  // torch >= 2.0 default; torch 1.x zeroed gradients in place (kept them)
+  // Where the loop calls zero_grad: after_step (the HF Trainer, accelerate, torchtune, LitGPT) or before_backward
+  // (PyTorch Lightning's automatic optimization: training_step, then zero_grad, then backward), which keeps the
+  // previous step's gradients through the next forward.
+  std::string zero_grad_at = "after_step";
   std::string softmax_saves_input = "auto";    // torch <= 1.10: softmax and log_softmax also saved their input
                                                // (eager attention, T5 attention, the HF loss)
   // torch.cuda.empty_cache() every k optimizer steps (HF TrainingArguments.torch_empty_cache_steps, PEFT's
@@ -245,6 +249,7 @@ struct TrainingConfig {
     return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo || o == Objective::Kto;
   }
   bool rollout() const { return goal() == Objective::Grpo; }
+  bool zero_grad_before_backward() const { return zero_grad_at == "before_backward"; }
   bool reward_model_on() const { return reward_model == "same_as_policy"; }
   GenerationEngine engine() const {
     constexpr std::pair<std::string_view, GenerationEngine> kNames[] = {

@@ -190,6 +190,11 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
 }
 
 void StepBuilder::backward_mb(InFlight& f, std::string phase) {
+  if (zero_grad_pending_) {  // training.zero_grad_at before_backward: the last step's gradients go now
+    program_.phase("zero_grad (before step " + std::to_string(iter_) + "'s backward)");
+    release_grads();
+    zero_grad_pending_ = false;
+  }
   program_.phase(std::move(phase));
   if (run_shapes_) dims_ = f.dims;
   if (cfg_.model.is_encoder_decoder) return backward_encdec(f);

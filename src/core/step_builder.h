@@ -252,6 +252,7 @@ class StepBuilder {
   void reduce_slot(int64_t layer);
   void optimizer_step(int iter);
   void ema_update(int iter);  // training.ema after the step (optimizer_step.cpp)
+  void release_grads();       // zero_grad(set_to_none=True): every gradient the step made goes
   uint32_t ema_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
   void step_in_backward(int64_t layer);
   // parallel.fsdp_shard_embeddings under FSDP2: the embedding and the head are units of their own.
@@ -466,6 +467,7 @@ class StepBuilder {
   std::vector<CarryState> carry_;  // the micro-batch in flight's (InFlight::carry while its forward or backward runs)
   int32_t output_carry_ = -1;      // set by program_forward: the carry the stage's output is, or -1
   bool output_kept_ = false;       // set by program_forward: an op of the stage saved the stage's output
+  bool zero_grad_pending_ = false; // training.zero_grad_at before_backward: the last step's gradients await the next backward
   bool program_recompute_ = false; // a checkpointed block's recomputation runs (its carries are its own)
   // A frozen module's forward (program_step.cpp frozen_forwards): the program it runs while it runs, its labels.
   void frozen_forwards(uint32_t inputs);

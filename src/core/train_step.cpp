@@ -292,8 +292,19 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.
   // diffusers updates its EMA copy after optimizer.zero_grad() (train_text_to_image.py: ema_unet.step once
   // sync_gradients), so the update's temporaries meet no gradients.
+  // training.zero_grad_at before_backward (Lightning's closure: training_step, zero_grad, backward): the gradients
+  // stay through the next step's first forward and go just before its first backward (backward_mb).
+  if (resolved_.zero_grad_set_to_none && cfg_.training.zero_grad_before_backward()) {
+    zero_grad_pending_ = true;
+    return ema_update(iter);
+  }
   program_.phase("zero_grad " + std::to_string(iter));
   if (!resolved_.zero_grad_set_to_none) return ema_update(iter);
+  release_grads();
+  ema_update(iter);
+}
+
+void StepBuilder::release_grads() {
   for (size_t slot = 0; slot < grads_.size(); ++slot) {
     for (uint32_t g : grads_[slot]) drop(g);
     grads_[slot].clear();
@@ -305,7 +316,6 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   fsdp_.grad_shards.clear();
   fsdp_.grad_shard_made.assign(fsdp_.grad_shard_made.size(), false);
   grads_live_ = false;
-  ema_update(iter);
 }
 
 StepProgram StepBuilder::build() {

@@ -258,6 +258,19 @@ bool parse_version(std::string_view text, Version& out) {
   return true;
 }
 
+// The build date of a nightly: ".dev" followed by exactly eight digits that make a valid day (YYYYMMDD). Other dev
+// builds (transformers' "4.46.0.dev0", a source build's "2.7.0a0+git...") name no date and stand for their release.
+bool nightly_date(std::string_view text, Date& out) {
+  const size_t at = text.find(".dev");
+  if (at == std::string_view::npos) return false;
+  std::string_view digits8 = text.substr(at + 4);
+  if (const size_t plus = digits8.find('+'); plus != std::string_view::npos) digits8 = digits8.substr(0, plus);
+  if (digits8.size() != 8 || !std::all_of(digits8.begin(), digits8.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    return false;
+  const std::string day = std::string(digits8.substr(0, 4)) + "-" + std::string(digits8.substr(4, 2)) + "-" + std::string(digits8.substr(6, 2));
+  return parse_date(day, out);
+}
+
 bool parse_date(std::string_view text, Date& out) {
   if (text.size() != 7 && text.size() != 10) return false;
   size_t pos = 0;
@@ -302,6 +315,14 @@ StackVersions stack_versions(const VersionsConfig& v) {
     const std::string& text = version_field(v, lib.library);
     if (text != "latest" && parse_version(text, out.version)) {
       out.latest = false;
+      Date built;
+      if (!lib.releases.empty() && nightly_date(text, built)) {
+        // The newest release before the nightly's day (a release tagged that day is on its own branch, not in it).
+        const Release* pick = nullptr;
+        for (const Release& r : lib.releases)
+          if (r.date < built) pick = &r;
+        if (pick) out.version = pick->version, out.nightly = true, out.built = built;
+      }
       continue;
     }
     if (!s.has_date || lib.releases.empty()) continue;
@@ -320,6 +341,10 @@ StackVersions stack_versions(const VersionsConfig& v) {
 std::string describe_version(const StackVersions& s, Library lib) {
   const LibraryVersion& lv = s[lib];
   std::string out = std::string(library_info(lib).name) + " " + (lv.latest ? "latest" : version_text(lv.version));
+  if (lv.nightly) {
+    const std::string date = std::to_string(lv.built.year) + "-" + two(lv.built.month) + "-" + two(lv.built.day);
+    out += " (the newest release before the nightly build of " + date + ")";
+  }
   if (lv.from_date) {
     const std::string date = std::to_string(s.date.year) + "-" + two(s.date.month) + "-" + two(s.date.day);
     out += lv.before_table ? " (the oldest release memsim knows; versions.date " + date + " is before it)"

@@ -68,6 +68,11 @@ struct LibraryVersion {
   // True when the date precedes every release in the table: the oldest one known stands in. The rules' boundaries
   // all lie after the first release of each table, so every older version sets the switches the same way.
   bool before_table = false;
+  // A nightly build stated with its build date ("2.1.0.dev20230623", as torch's nightlies print it): built from the
+  // main branch that day, it holds what was merged by then, so the newest release of the table before that date
+  // stands in for it (the rules are keyed to releases, not merge dates); `version` is that release.
+  bool nightly = false;
+  Date built;  // the nightly's date
 };
 struct StackVersions {
   LibraryVersion lib[kLibraryCount];

@@ -162,6 +162,7 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
     changed |= switch_combo("training.loss", t.loss, rs, Switch::Loss);
     changed |= check_input("training.compile", t.compile);
     changed |= switch_combo("training.zero_grad_set_to_none", t.zero_grad_set_to_none, rs, Switch::ZeroGradSetToNone);
+    changed |= choice_combo("training.zero_grad_at", t.zero_grad_at, "");
     changed |= switch_combo("training.softmax_saves_input", t.softmax_saves_input, rs, Switch::SoftmaxSavesInput);
     changed |= check_input("training.activation_offload", t.activation_offload);
     // Evaluation between steps: its batch, and the HF Trainer's logits kept for compute_metrics.

@@ -330,3 +330,51 @@ TEST_CASE("CNN and Swin programs: every tensor freed once, after its last use, w
   };
   CHECK(retained("layers4=3") - retained("layers4=2") == 4 * 4 * (512 * 2 * 2 * 4) + 2 * 2 * 512 * 4);
 }
+
+TEST_CASE("zero_grad before backward: the last step's gradients live through the next forward", "[step]") {
+  // training.zero_grad_at before_backward (PyTorch Lightning's closure: training_step, zero_grad, backward): when
+  // step 2's forward begins, step 1's gradients are still allocated, every trainable weight's (fp32 here); they go
+  // in a zero_grad phase just before step 2's first backward. after_step frees them after the optimizer step.
+  Config c = resnet_config("resnet_basic", "image_size=64");
+  const Result after = simulate(c);
+  c.training.zero_grad_at = "before_backward";
+  REQUIRE(validate(c).empty());
+  const Result before = simulate(c);
+  REQUIRE(after.ok);
+  REQUIRE(before.ok);
+  const auto& pb = before.devices[0].program;
+  CHECK(live_bytes_before_phase(after.devices[0].program, "forward (step 2", Component::Gradients) == 0);
+  CHECK(live_bytes_before_phase(pb, "forward (step 2", Component::Gradients) == 4 * before.params_trainable);
+  CHECK(live_bytes_before_phase(pb, "backward (step 2", Component::Gradients) == 0);
+  bool zero_grad_before_backward = false;
+  for (size_t i = 1; i < pb.phases.size(); ++i)
+    zero_grad_before_backward |= pb.phases[i - 1].name.rfind("zero_grad (before step 2", 0) == 0 && pb.phases[i].name.rfind("backward (step 2", 0) == 0;
+  CHECK(zero_grad_before_backward);
+  CHECK(ledger_problem(pb).empty());
+  CHECK(before.devices[0].peak.allocated_bytes > after.devices[0].peak.allocated_bytes);
+  // torch 1.x's zero_grad kept the gradients anyway (zeroed in place): where it runs changes nothing.
+  c.training.zero_grad_set_to_none = "false";
+  const int64_t kept_before = simulate(c).devices[0].peak.allocated_bytes;
+  c.training.zero_grad_at = "after_step";
+  CHECK(simulate(c).devices[0].peak.allocated_bytes == kept_before);
+  c.training.zero_grad_at = "sometimes";
+  CHECK_FALSE(validate(c).empty());
+}
+
+TEST_CASE("vit_torchvision program: torchvision's ViT-B/16, L/16 and H/14 counts, and the in-projection's copies", "[architecture]") {
+  // torchvision.models.ViT_*_Weights num_params (vit_h_14 at 224 px: IMAGENET1K_SWAG_LINEAR_V1).
+  CHECK(params_of("vit_torchvision", "") == 86567656);
+  CHECK(params_of("vit_torchvision", "hidden_dim=1024,num_layers=24,num_heads=16,mlp_dim=4096") == 304326632);
+  CHECK(params_of("vit_torchvision", "patch_size=14,hidden_dim=1280,num_layers=32,num_heads=16,mlp_dim=5120") == 632045800);
+  // One encoder block's saved set in fp32 under torch 2.x's SDPA (the efficient kernel: fp32 cannot use flash), per
+  // token: ln_1's input (E), in_proj's input (E: matmul's folded copy of ln_1's output), the contiguous [3, S, B, E]
+  // copy q, k and v are slices of (3E), the kernel's output (E), out_proj's input (E: permute(...).contiguous()), ln_2's
+  // input (E), fc1's input (E), GELU's input (4E) and fc2's input (4E): 17E floats, the norms' mean and rstd, and the
+  // logsumexp, fp32 [heads, tokens padded to 32].
+  Config c = resnet_config("vit_torchvision", "image_size=64,patch_size=16,hidden_dim=64,num_heads=2,mlp_dim=256,num_layers=2");
+  c.training.attention = "sdpa";
+  const int64_t b = 4, tokens = 17, E = 64;
+  const int64_t two = activations_before_backward(c);
+  c.model.architecture_args = "image_size=64,patch_size=16,hidden_dim=64,num_heads=2,mlp_dim=256,num_layers=3";
+  CHECK(activations_before_backward(c) - two == b * (4 * 17 * E * tokens + 2 * 2 * 4 * tokens) + 4 * b * 2 * 32);
+}

@@ -183,6 +183,18 @@ def _swin(args):
                            num_classes=args["num_classes"])
 
 
+def _vit(args):
+    from torchvision.models.vision_transformer import VisionTransformer
+    return VisionTransformer(image_size=args["image_size"], patch_size=args["patch_size"], num_layers=args["num_layers"],
+                             num_heads=args["num_heads"], hidden_dim=args["hidden_dim"], mlp_dim=args["mlp_dim"],
+                             dropout=args["dropout"], attention_dropout=args["attention_dropout"],
+                             num_classes=args["num_classes"])
+
+
+def _vit_units(model):
+    return [[layer] for layer in model.encoder.layers]
+
+
 def _swin_units(model):
     units = []
     for i in range(1, 8):  # a program block is a plain and a shifted window block: one checkpoint over the pair
@@ -240,6 +252,8 @@ FAMILIES = {
                  "build": lambda p: _convnext(p["args"]), "units": _convnext_units},
     "swin": {"library": "torchvision", "class": "torchvision.models.swin_transformer.SwinTransformer",
              "build": lambda p: _swin(p["args"]), "units": _swin_units, "check": _swin_check},
+    "vit_torchvision": {"library": "torchvision", "class": "torchvision.models.vision_transformer.VisionTransformer",
+                        "build": lambda p: _vit(p["args"]), "units": _vit_units},
 }
 # transformers' image classifiers (AutoModelForImageClassification): written from the programs' sources, run only on
 # a GPU machine with transformers installed (Debian has none), never yet: no GPU has been lent since.

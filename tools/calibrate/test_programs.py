@@ -34,13 +34,13 @@ class Translation(unittest.TestCase):
     def test_torchvision_families_translate_at_their_defaults(self):
         # ResNet-50: 3 + 4 + 6 + 3 bottlenecks; ConvNeXt-T: 3 + 3 + 9 + 3 blocks and 3 downsampling layers; Swin-T:
         # 1 + 1 + 3 + 1 plain/shifted pairs and 3 patch mergings; ResNet-18: 2 + 2 + 2 + 2
-        for name, blocks in (("resnet", 16), ("convnext", 21), ("swin", 9), ("resnet_basic", 8)):
+        for name, blocks in (("resnet", 16), ("convnext", 21), ("swin", 9), ("resnet_basic", 8), ("vit_torchvision", 12)):
             plan, err = tr.try_translate(program_config(name))
             self.assertIsNone(err, name)
             prog = plan["program_plan"]
             self.assertEqual(plan["kind"], "program")
             self.assertEqual(prog["block_instances"], blocks, name)
-            self.assertEqual(prog["inputs"], {"pixel_values": [3, 224, 224]}, name)
+            self.assertEqual(list(prog["inputs"].values()), [[3, 224, 224]], name)
             self.assertEqual(prog["library"], "torchvision")
             self.assertEqual(prog["attention"], "own")
 

@@ -40,7 +40,11 @@ TINY = {
     "convnext": "image_size=64,num_classes=10,dim1=32,depth1=1,depth2=1,depth3=2,depth4=1,stochastic_depth_prob=0",
     "swin": "image_size=64,num_classes=10,embed_dim=32,depth1=2,depth2=2,depth3=2,depth4=2,num_heads=2,window=4,"
             "stochastic_depth_prob=0",
+    "vit_torchvision": "image_size=128,num_layers=2,num_heads=4,hidden_dim=128,mlp_dim=512,num_classes=10",
 }
+# torch 1.13's nn.MultiheadAttention runs the math attention (q / sqrt(d), bmm, softmax, bmm): memsim's eager kernel,
+# where torch 2.x calls scaled_dot_product_attention (the program's auto, sdpa)
+TRAINING = {"vit_torchvision": {"attention": "eager"}}
 
 
 def plan_of(architecture, args, **training):
@@ -66,15 +70,20 @@ class Counts(unittest.TestCase):
             count, args = published(model_id, file)
             model = programs.build(plan_of(architecture, args)["program_plan"], torch)
             self.assertEqual(sum(p.numel() for p in model.parameters()), count, model_id)
+        # torchvision's ViT_B_16_Weights.IMAGENET1K_V1 num_params (no catalogue preset: no HF id; ViT-L/16's
+        # 304,326,632 is checked in the C++ tests, without building 300M parameters on two cores)
+        model = programs.build(plan_of("vit_torchvision", "")["program_plan"], torch)
+        self.assertEqual(sum(p.numel() for p in model.parameters()), 86567656)
 
 
 class SavedSet(unittest.TestCase):
     def check(self, architecture, args, batch):
-        plan = plan_of(architecture, args, micro_batch_size=batch)
+        training = dict(TRAINING.get(architecture, {}), micro_batch_size=batch)
+        plan = plan_of(architecture, args, **training)
         got = programs.run_cpu(plan, torch, steps=0)
         if not os.path.exists(CLI):
             self.skipTest("memsim-cli is not built")
-        memsim, params = programs.memsim_forward_bytes(program_config(architecture, args, micro_batch_size=batch), CLI)
+        memsim, params = programs.memsim_forward_bytes(program_config(architecture, args, **training), CLI)
         self.assertEqual(params, got["params_total"], architecture)
         error = (memsim - got["saved_bytes"]) / got["saved_bytes"]
         self.assertLess(abs(error), 0.01, f"{architecture} {args}: torch saves {got['saved_bytes']} bytes, memsim "
@@ -86,8 +95,9 @@ class SavedSet(unittest.TestCase):
         for architecture, args in TINY.items():
             self.check(architecture, args, 2)
 
-    def test_resnet50_at_224_pixels(self):
+    def test_resnet50_and_vit_b16_at_224_pixels(self):
         self.check("resnet", "", 1)
+        self.check("vit_torchvision", "num_classes=10", 1)
 
     def test_the_measure_counts_each_storage_once_and_no_parameters(self):
         lin = torch.nn.Linear(256, 128, bias=False)
@@ -100,7 +110,7 @@ class SavedSet(unittest.TestCase):
 class Training(unittest.TestCase):
     def test_checkpoint_units_are_memsims_blocks_and_keep_the_gradients(self):
         for architecture, args in TINY.items():
-            plan = plan_of(architecture, args, activation_checkpointing="full")
+            plan = plan_of(architecture, args, activation_checkpointing="full", **TRAINING.get(architecture, {}))
             prog = plan["program_plan"]
             grads = []
             for checkpointed in (False, True):

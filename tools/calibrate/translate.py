@@ -53,6 +53,7 @@ MEMSIM_DEFAULTS = {
         "optimizer_in_backward": False,
         "compile": False,
         "zero_grad_set_to_none": "auto",
+        "zero_grad_at": "after_step",
         "softmax_saves_input": "auto",
         "empty_cache_steps": -1,
         "objective": "sft",
@@ -776,6 +777,9 @@ def translate(item, steps=DEFAULT_STEPS):
         checkpointing["how"] = "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})"
 
     # --- flags the harness cannot reproduce
+    if t["zero_grad_at"] != "after_step":
+        errors.append(("training.zero_grad_at", f"{t['zero_grad_at']}: the harness calls zero_grad after each "
+                       "optimizer step (after_step)"))
     if t["activation_offload"]:
         errors.append(("training.activation_offload", "true: offloading saved activations to the host is a "
                        "torchtune/Megatron feature; not reproduced"))
