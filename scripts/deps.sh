@@ -13,7 +13,7 @@ if [ "$mode" != "--build" ]; then
   # test tooling: browser, X server for the desktop smoke test, screenshots, fuzzing and sanitizers, rapidcheck for
   # the property tests, npm for playwright-core, jsonschema to check docs/config.schema.json (tests/cli/schema_check.py),
   # PyYAML to check the YAML reader (tests/yaml/yaml_differential.py), torch and torchvision (1.13 and 0.14, CPU) for the
-  # calibration harness's model programs against torch's autograd graph (tools/calibrate/test_programs_torch.py)
+  # calibration harness's model programs against torch's autograd graph (tools/calibrate/check_programs_torch.py)
   pkgs+=(chromium xvfb xauth imagemagick clang libclang-rt-14-dev librapidcheck-dev nodejs npm python3-jsonschema python3-yaml
          python3-torch python3-torchvision)
 fi

@@ -47,7 +47,7 @@ suite "calibration harness: config translation (no GPU, no torch)" \
   python3 -m unittest discover -s tools/calibrate -p 'test_*.py'
 # Debian's torch is importable only from /usr/bin/python3 (python3 on PATH may be another interpreter without it)
 suite "calibration harness on the CPU: model programs against torch's autograd graph (Debian torch)" \
-  env OMP_NUM_THREADS=2 /usr/bin/python3 -m unittest tools/calibrate/test_programs_torch.py
+  env OMP_NUM_THREADS=2 /usr/bin/python3 -m unittest tools/calibrate/check_programs_torch.py
 suite "docs/validation.md and the band's residual table are current" bash scripts/validation_report.sh --check
 suite "generated model programs are current (tools/programs)" \
   bash -c 'python3 tools/programs/sd_unet.py --check && python3 tools/programs/flux.py --check && python3 tools/programs/sd3.py --check && python3 tools/programs/whisper.py --check && python3 tools/programs/mamba2.py --check && python3 tools/programs/nemotron_h.py --check && python3 tools/programs/bamba.py --check'

@@ -631,7 +631,7 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
         // an operand sliced out of the fused qkv output (its dims do not merge: aten/src/ATen/native/LinearAlgebra.cpp
         // _matmul_impl, tensor.expand(...).reshape(...)), and bmm saves the copy; an operand of its own (q * scale)
         // is saved as it is. So backward reads copies of k and v, not the qkv output (a saved-set check on torch
-        // 1.13's autograd graph: tools/calibrate/test_programs_torch.py).
+        // 1.13's autograd graph: tools/calibrate/check_programs_torch.py).
         const int32_t q = op.in[0], k = op.in[1], v = op.in[2];
         const bool grad = req && !no_grad_;
         auto operand = [&](int32_t t) {  // the copy bmm reads, or UINT32_MAX where it reads t itself
@@ -887,9 +887,16 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
   // The head's loss is a scalar the loop keeps until backward; nothing else of a stage outlives it but the output.
   const int32_t out = s.output >= 0 ? s.output : s.ops.back().out;
   output_carry_ = carried[p.root[out]];
-  output_kept_ = keeps[p.root[out]] > 0;
+  // Saved by an op of this stage, or a view of a tensor someone else owns (the previous stage, which saved it): either
+  // way the next stage reads it but does not free it.
+  output_kept_ = keeps[p.root[out]] > 0 || (!owned[p.root[out]] && carried[p.root[out]] < 0);
   return id[p.root[out]];
 }
+
+// After a checkpointed block's recompute (program_forward with program_recompute_): whether its output is the
+// caller's to drop. Not where it is a view of the block's input (nothing of its own was made), nor where an op of
+// the block saved it (an in-place ReLU's result), which that op's backward frees.
+bool StepBuilder::recomputed_output_owned(uint32_t out, uint32_t in) const { return out != in && !output_kept_; }
 
 void StepBuilder::hold_carry(int32_t c, SavedLayer& saved) {
   if (std::find(saved.holds.begin(), saved.holds.end(), c) != saved.holds.end()) return;
@@ -1280,9 +1287,7 @@ void StepBuilder::backward_program(InFlight& f) {
       const uint32_t out = program_forward(ProgramStage::Block, li, in, req, bytes, re, false, f.inputs, in_carry);
       program_recompute_ = false;
       const bool reentrant = resolved_.checkpoint_reentrant;
-      // (A block whose output is a view of its input recomputes no tensor of its own: nothing to drop. One whose op
-      // saved the output, an in-place ReLU's result, frees it with that op's backward.)
-      const bool own_out = out != in && !output_kept_;
+      const bool own_out = recomputed_output_owned(out, in);
       if (!reentrant && own_out) drop(out);
       const uint32_t din = program_backward(ProgramStage::Block, li, dres, req, bytes, re, in_carry);
       if (reentrant && own_out) drop(out);

@@ -55,7 +55,8 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
     dev["capacity_bytes"] = d.capacity_bytes;
     dev["usable_bytes"] = d.usable_bytes;
     dev["peak_at"] = {{"event", d.peak_event}, {"phase", d.peak_phase}, {"tensor", d.peak_label}};
-    if (const int64_t kept = forward_retained_bytes(d.program); kept >= 0) dev["forward_retained_bytes"] = kept;
+    if (d.run.steps == 0)  // a fixed shape's two steps, not a run's peak step
+      if (const int64_t kept = forward_retained_bytes(d.program); kept >= 0) dev["forward_retained_bytes"] = kept;
     if (d.host_bytes > 0 || d.nvme_bytes > 0) dev["offloaded"] = {{"host_bytes", d.host_bytes}, {"nvme_bytes", d.nvme_bytes}};
     if (d.run.steps > 0) {  // a run of varying shapes: where in the run the peaks fell, and how reserved grew
       const auto& run = d.run;

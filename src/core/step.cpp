@@ -23,11 +23,16 @@ const char* component_id(Component c) { return kComponentNames[static_cast<int>(
 const char* component_label(Component c) { return kComponentNames[static_cast<int>(c)].label; }
 
 int64_t forward_retained_bytes(const StepProgram& p) {
-  auto starts = [](const std::string& name, std::string_view prefix) { return name.compare(0, prefix.size(), prefix) == 0; };
+  // "forward (step 2)" or "forward (step 2, micro-batch 1)", not step 20's
+  auto of_step2 = [](const std::string& name, std::string_view pass) {
+    return name.compare(0, pass.size(), pass) == 0 && name.size() > pass.size() + 7 &&
+           name.compare(pass.size(), 7, " (step ") == 0 && name[pass.size() + 7] == '2' &&
+           (name.size() > pass.size() + 8 && (name[pass.size() + 8] == ')' || name[pass.size() + 8] == ','));
+  };
   size_t f = 0;
-  while (f < p.phases.size() && !starts(p.phases[f].name, "forward (step 2")) ++f;
+  while (f < p.phases.size() && !of_step2(p.phases[f].name, "forward")) ++f;
   size_t b = f;
-  while (b < p.phases.size() && !starts(p.phases[b].name, "backward (step 2")) ++b;
+  while (b < p.phases.size() && !of_step2(p.phases[b].name, "backward")) ++b;
   if (b >= p.phases.size()) return -1;
   std::vector<bool> live(p.tensors.size(), false);
   for (uint32_t i = p.phases[f].first_event; i < p.phases[b].first_event && i < p.events.size(); ++i) {

@@ -253,6 +253,7 @@ class StepBuilder {
   void optimizer_step(int iter);
   void ema_update(int iter);  // training.ema after the step (optimizer_step.cpp)
   void release_grads();       // zero_grad(set_to_none=True): every gradient the step made goes
+  bool recomputed_output_owned(uint32_t out, uint32_t in) const;  // program_step.cpp
   uint32_t ema_label_ = UINT32_MAX;  // made on first use, so that other programs' labels are unchanged
   void step_in_backward(int64_t layer);
   // parallel.fsdp_shard_embeddings under FSDP2: the embedding and the head are units of their own.

@@ -260,7 +260,7 @@ bool parse_version(std::string_view text, Version& out) {
 
 // The build date of a nightly: ".dev" followed by exactly eight digits that make a valid day (YYYYMMDD). Other dev
 // builds (transformers' "4.46.0.dev0", a source build's "2.7.0a0+git...") name no date and stand for their release.
-bool nightly_date(std::string_view text, Date& out) {
+static bool nightly_date(std::string_view text, Date& out) {
   const size_t at = text.find(".dev");
   if (at == std::string_view::npos) return false;
   std::string_view digits8 = text.substr(at + 4);
@@ -317,10 +317,17 @@ StackVersions stack_versions(const VersionsConfig& v) {
       out.latest = false;
       Date built;
       if (!lib.releases.empty() && nightly_date(text, built)) {
-        // The newest release before the nightly's day (a release tagged that day is on its own branch, not in it).
+        // The newest release before the nightly's day (a release tagged that day is on its own branch, not in it),
+        // but not older than the newest release below X.Y.0 itself: an X.Y.0 nightly is built after X.(Y-1)'s branch
+        // cut, so it holds that release's changes even before the release is tagged.
+        const Version stated = out.version;
         const Release* pick = nullptr;
-        for (const Release& r : lib.releases)
+        const Release* floor = nullptr;
+        for (const Release& r : lib.releases) {
           if (r.date < built) pick = &r;
+          if (r.version < Version{stated.major, stated.minor, 0}) floor = &r;
+        }
+        if (floor && (!pick || pick->version < floor->version)) pick = floor;
         if (pick) out.version = pick->version, out.nightly = true, out.built = built;
       }
       continue;

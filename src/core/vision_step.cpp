@@ -337,10 +337,10 @@ void StepBuilder::tower_backward(InFlight& f, uint32_t features_grad) {
       SavedLayer& re = recompute_;
       re.attn.clear(), re.mlp.clear(), re.ops.clear();
       const uint32_t out = program_forward(ProgramStage::Block, li, hidden[i], f.tower_req[i], f.tower_bytes[i], re, false, UINT32_MAX);
-      const bool reentrant = resolved_.checkpoint_reentrant;
-      if (!reentrant) drop(out);
+      const bool reentrant = resolved_.checkpoint_reentrant, own_out = recomputed_output_owned(out, hidden[i]);
+      if (!reentrant && own_out) drop(out);
       g = program_backward(ProgramStage::Block, li, g, f.tower_req[i], f.tower_bytes[i], re);
-      if (reentrant) drop(out);
+      if (reentrant && own_out) drop(out);
     } else {
       g = program_backward(ProgramStage::Block, li, g, f.tower_req[i], f.tower_bytes[i], f.tower_saved[i]);
     }

@@ -227,7 +227,7 @@ TEST_CASE("Swin program: torchvision's Swin-T/S/B counts, and a pair of window b
   // contiguous copies of the k and v views (C each; qkv's output itself is not saved), the fp32 probabilities (49
   // per head), the merged heads (proj's input, C), the first residual sum (norm2's input, C), norm2's output (C),
   // fc1's and gelu's outputs (4C each) and the block's output (C): 16C + 49 heads per row, and each norm's fp32 mean
-  // and rstd. tools/calibrate/test_programs_torch.py measures the same set on torch's autograd graph.
+  // and rstd. tools/calibrate/check_programs_torch.py measures the same set on torch's autograd graph.
   auto at_backward = [](const std::string& args) { return activations_before_backward(resnet_config("swin", args)); };
   const int64_t b = 4, rows = 56 * 56, C = 96, heads = 3;
   const int64_t per_swin_block = 4 * (16 * C + 49 * heads) + 2 * 8;
@@ -322,7 +322,7 @@ TEST_CASE("CNN and Swin programs: every tensor freed once, after its last use, w
     }
   // forward_retained_bytes in closed form: one more basic block of layer 4 ([512, 2, 2] fp32 maps per image at 64
   // pixels) adds its four maps c1, b1, c2 and b2 and its two batch norms' fp32 mean and inverse deviation. (That the
-  // last block's ReLU result is among them, is what tools/calibrate/test_programs_torch.py checks against torch.)
+  // last block's ReLU result is among them, is what tools/calibrate/check_programs_torch.py checks against torch.)
   auto retained = [](const std::string& args) {
     const Result r = simulate(resnet_config("resnet_basic", "image_size=64," + args));
     REQUIRE(r.ok);

@@ -538,15 +538,23 @@ TEST_CASE("versions: torch 2.0's foreach AdamW keeps a second list of intermedia
 
 TEST_CASE("versions: a nightly build stands for the newest release before its build date", "[versions]") {
   // torch 2.1.0.dev20230623 (the nightly rasbt/pytorch-memory-optim's logs print) predates pytorch#104780 and #104898
-  // (2023-07-07 and -10), which made foreach Adam's and AdamW's denom in place: it keeps the second list, as 2.0.1.
+  // (2023-07-07 and -10), which made foreach Adam's and AdamW's denom in place: it keeps the second list, as 2.0 does.
   CHECK(with({"versions.torch=2.1.0.dev20230623"}).foreach_keeps_denom);
   CHECK(with({"versions.torch=2.1.0.dev20230623+cu118"}).foreach_keeps_denom);
   CHECK_FALSE(with({"versions.torch=2.1.0"}).foreach_keeps_denom);
   CHECK_FALSE(with({"versions.torch=2.2.0.dev20231015"}).foreach_keeps_denom);  // after 2.1.0's release
+  // A 2.2 nightly from before 2.1.0's release is built after 2.1's branch cut: it reads as 2.1, not two releases back.
+  CHECK_FALSE(with({"versions.torch=2.2.0.dev20230915"}).foreach_keeps_denom);
   // A dev build without a date (transformers from main, "4.46.0.dev0") stands for its release, as before.
   CHECK_FALSE(with({"versions.torch=2.1.0.dev0"}).foreach_keeps_denom);
   CHECK_FALSE(with({"versions.torch=2.1.0.dev20231399"}).foreach_keeps_denom);  // not a day: no date read
   Config c;
   REQUIRE(apply_setting(c, "versions.torch=2.1.0.dev20230623").empty());
   CHECK(describe_version(stack_versions(c.versions), Library::Torch).find("nightly build of 2023-06-23") != std::string::npos);
+  // zero_grad's place is torch's optimizer's: DeepSpeed's engine clears its gradient buffers itself.
+  Config ds;
+  ds.training.zero_grad_at = "before_backward";
+  ds.parallel.zero_stage = 2;
+  ds.parallel.data_parallel_size = 2;
+  CHECK_FALSE(validate(ds).empty());
 }

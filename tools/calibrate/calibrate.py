@@ -765,23 +765,13 @@ def _loss_fn(plan, model, base, torch, ref_model=None):
     raise HarnessError("training.loss", f"unknown loss {impl}")
 
 
-def run_plan(plan, config, probe=None):
-    """Runs one plan on CUDA device 0; returns the record. Raises HarnessError or torch's OOM error."""
-    probe = probe or NvmlProbe()
-    baseline = probe.used()
-    import torch
-    import transformers
-
-    if not torch.cuda.is_available():
-        raise HarnessError("hardware", "no CUDA device")
-    _require(plan)
-    notes, diag = [], {"nvml": probe.kind, "nvml_device": probe.name(), "nvml_baseline_bytes": baseline}
+def _allocator_settings(plan, torch, notes):
+    """hardware.expandable_segments, before the first allocation: the allocator reads its settings then (run_isolated
+    also puts it in the worker's PYTORCH_CUDA_ALLOC_CONF); other settings in the environment stay."""
     alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if alloc_conf and alloc_conf != "expandable_segments:True":  # not only what run_isolated put there
         notes.append(f"PYTORCH_CUDA_ALLOC_CONF={alloc_conf} in the environment (memsim models the default allocator "
                      "and expandable_segments, which the config sets)")
-    # hardware.expandable_segments, before the first allocation: the allocator reads its settings then (run_isolated
-    # also puts it in the worker's PYTORCH_CUDA_ALLOC_CONF); other settings in the environment stay.
     expandable = bool(plan.get("expandable_segments"))
     if expandable or (alloc_conf and "expandable_segments" in alloc_conf):
         setter = getattr(torch.cuda.memory, "_set_allocator_settings", None)
@@ -793,6 +783,20 @@ def run_plan(plan, config, probe=None):
         else:
             notes.append("allocator: expandable_segments from the environment turned off, as the config says "
                          "(hardware.expandable_segments false)")
+
+
+def run_plan(plan, config, probe=None):
+    """Runs one plan on CUDA device 0; returns the record. Raises HarnessError or torch's OOM error."""
+    probe = probe or NvmlProbe()
+    baseline = probe.used()
+    import torch
+    import transformers
+
+    if not torch.cuda.is_available():
+        raise HarnessError("hardware", "no CUDA device")
+    _require(plan)
+    notes, diag = [], {"nvml": probe.kind, "nvml_device": probe.name(), "nvml_baseline_bytes": baseline}
+    _allocator_settings(plan, torch, notes)
     torch.manual_seed(0)
     torch.cuda.init()
     dev = torch.device("cuda", 0)
@@ -1024,9 +1028,8 @@ def run_program_plan(plan, config, probe=None):
         raise HarnessError("hardware", "no CUDA device")
     _require(plan)
     notes, diag = [], {"nvml": probe.kind, "nvml_device": probe.name(), "nvml_baseline_bytes": baseline}
-    if plan.get("expandable_segments"):
-        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
-        notes.append("allocator: expandable_segments:True (hardware.expandable_segments)")
+    _allocator_settings(plan, torch, notes)
+    torch.manual_seed(0)
     torch.cuda.init()
     dev = torch.device("cuda", 0)
     props = torch.cuda.get_device_properties(dev)
@@ -1039,7 +1042,7 @@ def run_program_plan(plan, config, probe=None):
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt, _ = _make_optimizer(plan, params, torch)
-    diag["peak_allocated_after_setup"] = torch.cuda.max_memory_allocated(dev)
+    setup_peak = torch.cuda.max_memory_allocated(dev)
     b = plan["batch"]
     autocast = plan["autocast_dtype"]
     losses = []
@@ -1049,7 +1052,7 @@ def run_program_plan(plan, config, probe=None):
             with torch.autocast("cuda", dtype=getattr(torch, autocast or "bfloat16"), enabled=autocast is not None):
                 loss = programs.loss_of(model, x, y, torch) / b["gradient_accumulation_steps"]
             loss.backward()
-            losses.append(float(loss.detach()))
+            losses.append(float(loss.detach()) * b["gradient_accumulation_steps"])
             del loss, x, y
         opt.step()
         opt.zero_grad(set_to_none=plan["zero_grad_set_to_none"])
@@ -1058,8 +1061,17 @@ def run_program_plan(plan, config, probe=None):
     stats = {"allocated": torch.cuda.max_memory_allocated(dev), "reserved": torch.cuda.max_memory_reserved(dev),
              "active": s.get("active_bytes.all.peak"), "requested": s.get("requested_bytes.all.peak")}
     diag["num_alloc_retries"] = s.get("num_alloc_retries")
+    diag["num_ooms"] = s.get("num_ooms")
     diag["losses"] = [round(x, 4) for x in losses]
+    diag["nvml_process_used_bytes"] = probe.process_used()
     stats["device"] = probe.stop()
+    quantities = {}
+    if stats["device"] is not None and probe.kind == "nvidia-smi":
+        quantities["device"] = ("nvidia-smi memory.used of the whole GPU at the end of the run (MiB resolution; the "
+                                "caching allocator still holds its segments, so this is its peak plus the context)")
+    diag["peak_during_setup"] = setup_peak >= stats["allocated"]
+    if diag["peak_during_setup"]:
+        notes.append("the allocated peak was reached while building the model or optimizer, before the first step")
     if diag.get("num_alloc_retries"):
         notes.append(f"the allocator freed its cache and retried {diag['num_alloc_retries']} times (near OOM): "
                      "reserved is not the unconstrained peak")
@@ -1069,7 +1081,7 @@ def run_program_plan(plan, config, probe=None):
            "versions": {"python": platform.python_version(), "torch": torch.__version__,
                         prog["library"]: _version(prog["library"]), "cudnn": torch.backends.cudnn.version()}}
     meas = {"stats": stats, "params_total": params_total, "params_trainable": sum(p.numel() for p in params),
-            "diagnostics": diag, "notes": notes, "quantities": {}}
+            "diagnostics": diag, "notes": notes, "quantities": quantities}
     return make_record(plan, config, meas, env)
 
 
@@ -1086,7 +1098,16 @@ def run_cpu(items, cli):
             bad += 1
             print(f"REFUSED {cid}: {err or 'the CPU run measures model programs only'}")
             continue
-        got = programs.run_cpu(plan, torch)
+        try:
+            got = programs.run_cpu(plan, torch)
+        except ImportError as e:  # transformers' families where transformers is not installed (Debian has none)
+            bad += 1
+            print(f"REFUSED {cid}: needs {e.name or e} ({plan['program_plan']['library']}); a GPU machine has it")
+            continue
+        except Exception as e:  # torch 1.13's CPU autocast refuses some mixed dtypes (layer_norm in bf16)
+            bad += 1
+            print(f"FAILED  {cid}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            continue
         line = f"ok      {cid}: {got['params_total']} params, losses {[round(x, 3) for x in got['losses']]}"
         if cli and got["saved_bytes"] is not None:
             forward, params = programs.memsim_forward_bytes(tr.unwrap(item)[1], cli)

@@ -1,12 +1,12 @@
 """The calibration harness for memsim's model programs (src/core/catalog/architectures/*.json): the image
-classifiers torchvision builds (ResNet, ConvNeXt, Swin) and transformers' (ViT, DINOv2, CLIP's and SigLIP's vision
+classifiers torchvision builds (ResNet, ConvNeXt, Swin, ViT) and transformers' (ViT, DINOv2, CLIP's and SigLIP's vision
 towers as classifiers), translated from a memsim config, built with random weights, trained on random images, and
 (torchvision's, on the CPU) their forward's saved set measured on torch's autograd graph. The transformers builders
 run only where transformers is installed (a GPU machine; Debian has none) and have not run yet.
 
 translate.py calls translate_program() for a config whose model.architecture names a program; it needs no torch.
 The builders import torch and torchvision inside the functions, so this file's translation is tested on machines
-without them (test_programs.py); test_programs_torch.py runs the builders on CPU where Debian's python3-torch and
+without them (test_programs.py); check_programs_torch.py runs the builders on CPU where Debian's python3-torch and
 python3-torchvision are installed.
 
 What a CPU run measures (saved_set_bytes): after one forward and the loss, every tensor the autograd graph's nodes
@@ -142,7 +142,7 @@ def input_shapes(program, args):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Families: how torchvision builds each program (the programs cite torchvision v0.16.0; the constructors and
-# parameter shapes are the same in 0.14, Debian 12's, which test_programs_torch.py checks against the counts)
+# parameter shapes are the same in 0.14, Debian 12's, which check_programs_torch.py checks against the counts)
 # ---------------------------------------------------------------------------------------------------------------
 
 def _resnet(args, bottleneck):
@@ -424,8 +424,14 @@ def run_cpu(plan, torch, steps=2):
     model.train()
     x, y = make_batch(prog, B, torch, dev)
     saved = None
+    autocast = prog["autocast_dtype"]
+
+    def ctx():  # the plan's autocast, on the CPU (memsim's figure holds autocast's weight copies too)
+        return torch.autocast("cpu", dtype=getattr(torch, autocast or "bfloat16"), enabled=autocast is not None)
+
     if prog["checkpointing"]["mode"] == "none":
-        loss = loss_of(model, x, y, torch)
+        with ctx():
+            loss = loss_of(model, x, y, torch)
         # the collated batch (images and labels, one allocation in memsim) and the loss, as memsim counts them
         batch_bytes = x.numel() * x.element_size() + y.numel() * y.element_size()
         saved = saved_set_bytes(loss, model, torch) - -(-x.numel() * x.element_size() // ROUND) * ROUND \
@@ -437,9 +443,8 @@ def run_cpu(plan, torch, steps=2):
     kwargs = {k: v for k, v in plan["optimizer"]["kwargs"].items() if k != "fused"}
     opt = getattr(__import__(module, fromlist=[cls]), cls)(model.parameters(), **kwargs)
     losses = []
-    autocast = prog["autocast_dtype"]
     for _ in range(steps):
-        with torch.autocast("cpu", dtype=getattr(torch, autocast or "bfloat16"), enabled=autocast is not None):
+        with ctx():
             loss = loss_of(model, x, y, torch)
         loss.backward()
         opt.step()

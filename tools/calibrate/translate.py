@@ -1025,6 +1025,8 @@ def _program_plan(cid, prog, t, spec, fw, optimizer, steps, hw, notes, extra):
         raise Unsupported([("training.optimizer", f"{optimizer['name']}: programs run torch's optimizers")])
     if t["optimizer_in_backward"] is True:
         raise Unsupported([("training.optimizer_in_backward", "programs step after backward: false")])
+    if t["empty_cache_steps"] != 0:
+        raise Unsupported([("training.empty_cache_steps", "the program runs call no empty_cache: 0")])
     # what translate() resolved for language models (attention kernel, norm, loss) does not apply to a program
     notes = [n for n in notes if not n.startswith(("training.attention", "training.norm_impl", "training.loss"))]
     return {

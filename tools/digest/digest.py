@@ -19,6 +19,10 @@ hashes the same output without what the uncertainty band adds (src/core/band.h):
 `verdict`, the notes that start with "band:", and each suggestion's `verdict` and `fits` (which follows the verdict).
 Its lines equal a digest of a build before the band for every config whose peaks, breakdowns and timelines did not
 change.
+
+    python3 tools/digest/digest.py --without-band --drop forward_retained_bytes build/native/memsim-cli
+
+also leaves out device keys a newer build adds (--drop KEY, repeatable), to compare with a build that had none.
 """
 import hashlib
 import itertools
@@ -103,6 +107,23 @@ def grid(cli):
         yield f"{preset}/{name}", args, None
 
 
+def without_keys(stdout, keys):
+    """The estimate's JSON without the device keys named (--drop KEY: an output field a newer build adds, such as
+    forward_retained_bytes, so that its digest can be compared with an older build's)."""
+    try:
+        out = json.loads(stdout)
+    except ValueError:
+        return stdout
+    for dev in out.get("devices", []):
+        for k in keys:
+            dev.pop(k, None)
+    for sg in out.get("suggestions", []) or []:
+        for dev in sg.get("devices", []) if isinstance(sg, dict) else []:
+            for k in keys:
+                dev.pop(k, None)
+    return json.dumps(out, indent=2) + "\n"
+
+
 def without_band(stdout):
     """The estimate's JSON as a build before the band printed it (see the module's docstring)."""
     try:
@@ -120,11 +141,13 @@ def without_band(stdout):
     return json.dumps(out, indent=2) + "\n"
 
 
-def run(cli, item, strip_band=False):
+def run(cli, item, strip_band=False, drop=()):
     name, args, stdin = item
     p = subprocess.run([cli, "estimate", *args, "--format", "json", "--timeline", "--suggest"], input=stdin,
                        capture_output=True, text=True)
     stdout = without_band(p.stdout) if strip_band else p.stdout
+    if drop:
+        stdout = without_keys(stdout, drop)
     # Two hashes: the config's own result, and What helps (whose suggestions simulate other configs, so a change
     # to one mechanism shows there for configs it does not touch).
     try:
@@ -142,12 +165,16 @@ def main():
     strip_band = bool(args) and args[0] == "--without-band"
     if strip_band:
         args = args[1:]
+    drop = []
+    while len(args) >= 2 and args[0] == "--drop":
+        drop.append(args[1])
+        args = args[2:]
     if len(args) != 1:
         sys.exit(__doc__)
     cli = os.path.abspath(args[0])
     items = list(case_configs()) + list(grid(cli))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for line in pool.map(lambda i: run(cli, i, strip_band), items):
+        for line in pool.map(lambda i: run(cli, i, strip_band, drop), items):
             print(line)
 
 

@@ -1,7 +1,7 @@
 """The program families' builders on the CPU, with Debian's python3-torch and python3-torchvision (torch 1.13,
 torchvision 0.14): parameter counts, the forward's saved set against memsim's, checkpoint units and their gradients.
 
-    /usr/bin/python3 -m unittest tools/calibrate/test_programs_torch.py
+    /usr/bin/python3 -m unittest tools/calibrate/check_programs_torch.py
 
 Without torch (the pyenv python3 on PATH) the module skips as a whole. The saved-set checks compare torch's autograd
 graph after one forward with memsim's forward_retained_bytes (memsim-cli), each storage rounded to 512 bytes: the
@@ -77,8 +77,8 @@ class Counts(unittest.TestCase):
 
 
 class SavedSet(unittest.TestCase):
-    def check(self, architecture, args, batch):
-        training = dict(TRAINING.get(architecture, {}), micro_batch_size=batch)
+    def check(self, architecture, args, batch, **more):
+        training = dict(TRAINING.get(architecture, {}), micro_batch_size=batch, **more)
         plan = plan_of(architecture, args, **training)
         got = programs.run_cpu(plan, torch, steps=0)
         if not os.path.exists(CLI):
@@ -94,6 +94,12 @@ class SavedSet(unittest.TestCase):
         # and Swin (+5.6%: qkv's whole output kept, where matmul saves copies of the k and v views).
         for architecture, args in TINY.items():
             self.check(architecture, args, 2)
+
+    def test_under_bf16_autocast(self):
+        # CPU autocast casts convolutions and linears as CUDA's does; memsim's set then holds autocast's bf16 weight
+        # copies (cached for the forward) and the bf16 activations. (torch 1.13's CPU autocast refuses ConvNeXt's and
+        # Swin's layer norms in bf16, so ResNet only.)
+        self.check("resnet_basic", TINY["resnet_basic"], 2, precision="amp_bf16")
 
     def test_resnet50_and_vit_b16_at_224_pixels(self):
         self.check("resnet", "", 1)
