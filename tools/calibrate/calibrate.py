@@ -785,19 +785,56 @@ def _allocator_settings(plan, torch, notes):
                          "(hardware.expandable_segments false)")
 
 
-def run_plan(plan, config, probe=None):
-    """Runs one plan on CUDA device 0; returns the record. Raises HarnessError or torch's OOM error."""
+def _peaks(torch, dev, probe, diag, notes, losses, setup_peak):
+    """The run's peak statistics (never reset: the whole run, model creation included) and NVML's, with the
+    diagnostics and notes they call for; `setup_peak` is max_memory_allocated once the optimizer was built."""
+    s = torch.cuda.memory_stats(dev)
+    stats = {
+        "allocated": torch.cuda.max_memory_allocated(dev),
+        "reserved": torch.cuda.max_memory_reserved(dev),
+        "active": s.get("active_bytes.all.peak"),
+        "requested": s.get("requested_bytes.all.peak"),
+    }
+    diag["num_alloc_retries"] = s.get("num_alloc_retries")
+    diag["num_ooms"] = s.get("num_ooms")
+    diag["losses"] = [round(x, 4) for x in losses]
+    diag["nvml_process_used_bytes"] = probe.process_used()
+    device_peak = probe.stop()
+    stats["device"] = device_peak
+    quantities = {}
+    if device_peak is not None and probe.kind == "nvidia-smi":
+        quantities["device"] = ("nvidia-smi memory.used of the whole GPU at the end of the run (MiB resolution; the "
+                                "caching allocator still holds its segments, so this is its peak plus the context)")
+    diag["peak_during_setup"] = setup_peak >= stats["allocated"]
+    if diag["peak_during_setup"]:
+        notes.append("the allocated peak was reached while building the model, adapters or optimizer, before the "
+                     "first step (e.g. a weight in its load dtype next to its quantized copy); it does not measure "
+                     "the training step")
+    if diag.get("num_alloc_retries"):
+        notes.append(f"the allocator freed its cache and retried {diag['num_alloc_retries']} times (near OOM): "
+                     "reserved is not the unconstrained peak")
+    return stats, quantities
+
+
+def _start(plan, probe):
+    """NVML's baseline before torch touches the GPU, the CUDA check, the plan's packages and allocator settings."""
     probe = probe or NvmlProbe()
     baseline = probe.used()
     import torch
-    import transformers
-
     if not torch.cuda.is_available():
         raise HarnessError("hardware", "no CUDA device")
     _require(plan)
     notes, diag = [], {"nvml": probe.kind, "nvml_device": probe.name(), "nvml_baseline_bytes": baseline}
     _allocator_settings(plan, torch, notes)
     torch.manual_seed(0)
+    return torch, probe, notes, diag
+
+
+def run_plan(plan, config, probe=None):
+    """Runs one plan on CUDA device 0; returns the record. Raises HarnessError or torch's OOM error."""
+    torch, probe, notes, diag = _start(plan, probe)
+    import transformers
+
     torch.cuda.init()
     dev = torch.device("cuda", 0)
     trace_dir = os.environ.get("MEMSIM_CALIB_TRACE_DIR")
@@ -970,33 +1007,9 @@ def run_plan(plan, config, probe=None):
     if trace_dir:
         write_trace(torch.cuda.memory._snapshot(), os.path.join(trace_dir, plan["id"] + ".trace.json"))
         torch.cuda.memory._record_memory_history(enabled=None)
-    s = torch.cuda.memory_stats(dev)
-    stats = {
-        "allocated": torch.cuda.max_memory_allocated(dev),
-        "reserved": torch.cuda.max_memory_reserved(dev),
-        "active": s.get("active_bytes.all.peak"),
-        "requested": s.get("requested_bytes.all.peak"),
-    }
-    diag["num_alloc_retries"] = s.get("num_alloc_retries")
-    diag["num_ooms"] = s.get("num_ooms")
-    diag["losses"] = [round(x, 4) for x in losses]
     diag["step_seconds"] = step_seconds
-    diag["nvml_process_used_bytes"] = probe.process_used()
-    device_peak = probe.stop()
-    stats["device"] = device_peak
-    quantities = {}
-    if device_peak is not None and probe.kind == "nvidia-smi":
-        quantities["device"] = ("nvidia-smi memory.used of the whole GPU at the end of the run (MiB resolution; the "
-                                "caching allocator still holds its segments, so this is its peak plus the context)")
-    setup_peak = diag["peak_allocated_after"].get("optimizer", 0)
-    diag["peak_during_setup"] = setup_peak >= stats["allocated"]
-    if diag["peak_during_setup"]:
-        notes.append("the allocated peak was reached while building the model, adapters or optimizer, before the "
-                     "first step (e.g. a weight in its load dtype next to its quantized copy); it does not measure "
-                     "the training step")
-    if diag.get("num_alloc_retries"):
-        notes.append(f"the allocator freed its cache and retried {diag['num_alloc_retries']} times (near OOM): "
-                     "reserved is not the unconstrained peak")
+    stats, quantities = _peaks(torch, dev, probe, diag, notes, losses,
+                               diag["peak_allocated_after"].get("optimizer", 0))
     if any(x != x for x in losses):
         notes.append("some losses were NaN (random weights); memory is unaffected")
     env = {
@@ -1021,15 +1034,7 @@ def run_plan(plan, config, probe=None):
 def run_program_plan(plan, config, probe=None):
     """A model program's plan (programs.py) on CUDA device 0: the same peaks as run_plan, from random images."""
     import programs
-    probe = probe or NvmlProbe()
-    baseline = probe.used()
-    import torch
-    if not torch.cuda.is_available():
-        raise HarnessError("hardware", "no CUDA device")
-    _require(plan)
-    notes, diag = [], {"nvml": probe.kind, "nvml_device": probe.name(), "nvml_baseline_bytes": baseline}
-    _allocator_settings(plan, torch, notes)
-    torch.manual_seed(0)
+    torch, probe, notes, diag = _start(plan, probe)
     torch.cuda.init()
     dev = torch.device("cuda", 0)
     props = torch.cuda.get_device_properties(dev)
@@ -1057,24 +1062,7 @@ def run_program_plan(plan, config, probe=None):
         opt.step()
         opt.zero_grad(set_to_none=plan["zero_grad_set_to_none"])
         torch.cuda.synchronize(dev)
-    s = torch.cuda.memory_stats(dev)
-    stats = {"allocated": torch.cuda.max_memory_allocated(dev), "reserved": torch.cuda.max_memory_reserved(dev),
-             "active": s.get("active_bytes.all.peak"), "requested": s.get("requested_bytes.all.peak")}
-    diag["num_alloc_retries"] = s.get("num_alloc_retries")
-    diag["num_ooms"] = s.get("num_ooms")
-    diag["losses"] = [round(x, 4) for x in losses]
-    diag["nvml_process_used_bytes"] = probe.process_used()
-    stats["device"] = probe.stop()
-    quantities = {}
-    if stats["device"] is not None and probe.kind == "nvidia-smi":
-        quantities["device"] = ("nvidia-smi memory.used of the whole GPU at the end of the run (MiB resolution; the "
-                                "caching allocator still holds its segments, so this is its peak plus the context)")
-    diag["peak_during_setup"] = setup_peak >= stats["allocated"]
-    if diag["peak_during_setup"]:
-        notes.append("the allocated peak was reached while building the model or optimizer, before the first step")
-    if diag.get("num_alloc_retries"):
-        notes.append(f"the allocator freed its cache and retried {diag['num_alloc_retries']} times (near OOM): "
-                     "reserved is not the unconstrained peak")
+    stats, quantities = _peaks(torch, dev, probe, diag, notes, losses, setup_peak)
     env = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(dev),
            "memsim_gpu": memsim_gpu_for(torch.cuda.get_device_name(dev), props.total_memory),
            "total_memory_bytes": props.total_memory, "driver": probe.driver(), "cuda": torch.version.cuda,
