@@ -412,7 +412,7 @@ void kernel_and_stack_changes(const Config& base, const Resolved& rs, Adder& add
         "the default since PyTorch 2.0: gradients are freed after the step instead of zeroed in place, so they are "
         "not held through the next forward", c);
   }
-  if (rs.zero_grad_set_to_none && t.zero_grad_before_backward()) {
+  if (rs.zero_grad_set_to_none && rs.zero_grad_before_backward) {
     Config c = base;
     c.training.zero_grad_at = "after_step";
     add(G::SameJob, 0, "zero_grad_after_step", "zero_grad() right after optimizer.step()",

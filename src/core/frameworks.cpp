@@ -683,6 +683,8 @@ Resolved resolve(const Config& c) {
   r.bnb_int8_copy = f.bitsandbytes_quantization && v.below(Library::Bitsandbytes, V(0, 45, 0));
   r.ia3_casts_output = v.below(Library::Peft, V(0, 11));
   r.fsdp1_reshard_hook = r.sharding == Sharding::Fsdp1 && v.at_least(torch, V(2, 1));
+  r.zero_grad_before_backward = t.zero_grad_before_backward() &&
+                                !((r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage >= 1) || r.sharding == Sharding::Megatron);
   if (c.peft.adapter_dtype == "auto") {
     r.adapter_dtype = derive_adapter_dtype(c, f, find_precision(t.precision), v, d);
   } else {

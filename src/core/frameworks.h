@@ -226,6 +226,9 @@ struct Resolved {
   // The switches of Switch, with their origins (indexed by Switch).
   bool softmax_saves_input;
   bool zero_grad_set_to_none;
+  // training.zero_grad_at before_backward where torch's .grad is what zero_grad frees: not under DeepSpeed's ZeRO
+  // engine or Megatron, which clear their own gradient buffers inside their step whatever the loop calls.
+  bool zero_grad_before_backward;
   bool bnb_saves_input;
   // An LLM.int8 base (MatMul8bitLt) keeps an int8 transposed copy of each input that requires grad beside the input
   // itself, before bitsandbytes 0.45.0 (docs/versions.md 4: ctx.tensors = (CAt, subA, A); #1401 skips CAt for a

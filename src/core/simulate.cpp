@@ -393,6 +393,9 @@ void set_up(Simulation::State& st) {
   // Which stated version set which switch (frameworks.cpp resolve()); none while every version is latest.
   const std::vector<std::string> from_versions = version_notes(config);
   r.notes.insert(r.notes.end(), from_versions.begin(), from_versions.end());
+  if (config.training.zero_grad_before_backward() && !rs.zero_grad_before_backward)
+    r.notes.push_back("training.zero_grad_at before_backward: no effect here, DeepSpeed's ZeRO engine and Megatron clear "
+                      "their gradient buffers inside their own step whatever the loop calls");
   // A frozen reference copy has a breakdown row of its own: say how it is placed.
   if (!st.contexts.empty())
     if (const int64_t ref = reference_copy_bytes(st.contexts.front()); ref > 0) {

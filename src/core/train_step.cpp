@@ -294,7 +294,7 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   // sync_gradients), so the update's temporaries meet no gradients.
   // training.zero_grad_at before_backward (Lightning's closure: training_step, zero_grad, backward): the gradients
   // stay through the next step's first forward and go just before its first backward (backward_mb).
-  if (resolved_.zero_grad_set_to_none && cfg_.training.zero_grad_before_backward()) {
+  if (resolved_.zero_grad_set_to_none && resolved_.zero_grad_before_backward) {
     zero_grad_pending_ = true;
     return ema_update(iter);
   }

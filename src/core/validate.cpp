@@ -332,11 +332,6 @@ void validate_layout(const Config& c, std::vector<FieldError>& e) {
                                "reshard_after_forward=False), 3 (FULL_SHARD) or 0 (NO_SHARD)");
   if (rs.sharding == Sharding::Megatron && z >= 2)
     err("parallel.zero_stage", "Megatron shards only the optimizer (the distributed optimizer): use parallel.zero_stage 0 or 1");
-  // DeepSpeed's engine and Megatron own their gradient buffers and clear them inside their own step (engine.step(),
-  // zero_grad_buffer), whatever the loop calls; where zero_grad runs matters for torch's .grad only.
-  if (c.training.zero_grad_before_backward() && ((rs.sharding == Sharding::DeepSpeed && z >= 1) || rs.sharding == Sharding::Megatron))
-    err("training.zero_grad_at", "training.zero_grad_at before_backward applies to torch's optimizer.zero_grad(); DeepSpeed's "
-                                 "engine (ZeRO) and Megatron clear their gradient buffers in their own step: use after_step");
   if (p.shard_group_size > 0 && (dp % p.shard_group_size != 0))
     err("parallel.shard_group_size", "parallel.shard_group_size (" + std::to_string(p.shard_group_size) +
                                          ") must divide parallel.data_parallel_size (" + std::to_string(dp) + ")");

@@ -551,10 +551,16 @@ TEST_CASE("versions: a nightly build stands for the newest release before its bu
   Config c;
   REQUIRE(apply_setting(c, "versions.torch=2.1.0.dev20230623").empty());
   CHECK(describe_version(stack_versions(c.versions), Library::Torch).find("nightly build of 2023-06-23") != std::string::npos);
-  // zero_grad's place is torch's optimizer's: DeepSpeed's engine clears its gradient buffers itself.
+  // zero_grad's place is torch's optimizer's: DeepSpeed's engine clears its gradient buffers itself, so it is ignored
+  // there (a note says so), and What helps' moves to ZeRO stay open to a Lightning loop.
   Config ds;
   ds.training.zero_grad_at = "before_backward";
   ds.parallel.zero_stage = 2;
   ds.parallel.data_parallel_size = 2;
-  CHECK_FALSE(validate(ds).empty());
+  REQUIRE(validate(ds).empty());
+  CHECK_FALSE(resolve(ds).zero_grad_before_backward);
+  CHECK(has_note(notes_of(ds), "training.zero_grad_at before_backward: no effect here"));
+  ds.parallel.zero_stage = 0;
+  ds.parallel.data_parallel_size = 1;
+  CHECK(resolve(ds).zero_grad_before_backward);
 }
