@@ -3,6 +3,7 @@
 #include <string_view>
 #include <vector>
 
+#include "allocator.h"
 #include "checked.h"
 
 namespace memsim {
@@ -23,11 +24,11 @@ const char* component_id(Component c) { return kComponentNames[static_cast<int>(
 const char* component_label(Component c) { return kComponentNames[static_cast<int>(c)].label; }
 
 int64_t forward_retained_bytes(const StepProgram& p) {
-  // "forward (step 2)" or "forward (step 2, micro-batch 1)", not step 20's
+  // "forward (step 2)" or "forward (step 2, micro-batch 1)" (schedule.cpp's phase names), not step 20's
   auto of_step2 = [](const std::string& name, std::string_view pass) {
-    return name.compare(0, pass.size(), pass) == 0 && name.size() > pass.size() + 7 &&
-           name.compare(pass.size(), 7, " (step ") == 0 && name[pass.size() + 7] == '2' &&
-           (name.size() > pass.size() + 8 && (name[pass.size() + 8] == ')' || name[pass.size() + 8] == ','));
+    const std::string head = std::string(pass) + " (step 2";
+    return name.compare(0, head.size(), head) == 0 && name.size() > head.size() &&
+           (name[head.size()] == ')' || name[head.size()] == ',');
   };
   size_t f = 0;
   while (f < p.phases.size() && !of_step2(p.phases[f].name, "forward")) ++f;
@@ -42,7 +43,7 @@ int64_t forward_retained_bytes(const StepProgram& p) {
   }
   int64_t total = 0;
   for (size_t t = 0; t < live.size(); ++t)
-    if (live[t]) total = add(total, round_up(p.tensors[t].bytes, 512));
+    if (live[t] && p.tensors[t].bytes > 0) total = add(total, CachingAllocator::round_size(p.tensors[t].bytes));
   return total;
 }
 

@@ -113,10 +113,11 @@ struct StepProgram {
 // What step 2's forward leaves allocated for its backward: the tensors allocated from its first forward phase that
 // are still live when its first backward phase begins (the saved activations, the batch and the loss; under a
 // pipeline schedule every micro-batch in flight; and whatever else the forward leaves live: autocast's weight copies,
-// a sharded model's gathered head), each rounded to the caching allocator's 512 bytes but not to its blocks (a block
-// split or left whole is the allocator's, not the graph's). The calibration harness measures the saved part on
-// torch's autograd graph (tools/calibrate/programs.py saved_set_bytes). -1 where the program has no step-2 forward
-// followed by a backward. result_json leaves it out for a run replay, whose program is its peak step's.
+// a sharded model's gathered head), each rounded as the caching allocator rounds a request
+// (CachingAllocator::round_size) but not to its blocks (a block split or left whole is the allocator's, not the
+// graph's). The calibration harness measures the saved part on torch's autograd graph (tools/calibrate/programs.py
+// saved_set_bytes). -1 where the program has no step-2 forward followed by a backward. result_json leaves it out for a
+// run replay, whose program is its peak step's.
 int64_t forward_retained_bytes(const StepProgram& p);
 
 }  // namespace memsim

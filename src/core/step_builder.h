@@ -467,7 +467,8 @@ class StepBuilder {
   void settle_carry(int32_t c);
   std::vector<CarryState> carry_;  // the micro-batch in flight's (InFlight::carry while its forward or backward runs)
   int32_t output_carry_ = -1;      // set by program_forward: the carry the stage's output is, or -1
-  bool output_kept_ = false;       // set by program_forward: an op of the stage saved the stage's output
+  bool output_kept_ = false;       // set by program_forward: the stage's output is freed by someone else (an op of
+                                   // the stage saved it, or it is a view of a tensor the stage does not own)
   bool zero_grad_pending_ = false; // training.zero_grad_at before_backward: the last step's gradients await the next backward
   bool program_recompute_ = false; // a checkpointed block's recomputation runs (its carries are its own)
   // A frozen module's forward (program_step.cpp frozen_forwards): the program it runs while it runs, its labels.

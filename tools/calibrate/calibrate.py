@@ -42,6 +42,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import programs  # noqa: E402  (torch-free at import, as translate.py)
 import translate as tr  # noqa: E402
 
 GIB = float(1 << 30)
@@ -395,12 +396,6 @@ def _version(mod):
         return None
 
 
-def _resolve(path):
-    mod, _, name = path.rpartition(".")
-    module = __import__(mod, fromlist=[name])
-    return getattr(module, name)
-
-
 def _dtype_kwarg(transformers):
     nums = [int(x) for x in re.findall(r"\d+", transformers.__version__)[:2]]
     return "dtype" if tuple(nums) >= (4, 56) else "torch_dtype"
@@ -496,7 +491,7 @@ def _make_optimizer(plan, params, torch):
     o = plan["optimizer"]
     if o["name"] == "adafactor" and not hasattr(torch.optim, "Adafactor"):
         raise HarnessError("training.optimizer", "adafactor needs torch.optim.Adafactor (torch >= 2.5)")
-    cls = _resolve(o["class"])
+    cls = programs.resolve(o["class"])
     try:
         if plan["optimizer_in_backward"]:
             opts = {p: cls([p], **o["kwargs"]) for p in params}
@@ -1033,7 +1028,6 @@ def run_plan(plan, config, probe=None):
 
 def run_program_plan(plan, config, probe=None):
     """A model program's plan (programs.py) on CUDA device 0: the same peaks as run_plan, from random images."""
-    import programs
     torch, probe, notes, diag = _start(plan, probe)
     torch.cuda.init()
     dev = torch.device("cuda", 0)
@@ -1077,7 +1071,6 @@ def run_cpu(items, cli):
     """Program configs on the CPU (no GPU needed): each one's parameters and its forward's saved set against
     memsim's, and two training steps. Returns how many differ by more than 1% or fail."""
     import torch
-    import programs
     bad = 0
     for item in items:
         plan, err = tr.try_translate(item, 2)

@@ -34,6 +34,17 @@ ARCH_DIR = os.path.join(HERE, "..", "..", "src", "core", "catalog", "architectur
 ROUND = 512  # CUDACachingAllocator rounds every block to 512 bytes (kMinBlockSize)
 
 
+def rounded(n):
+    """Bytes as the caching allocator rounds a request (CachingAllocator::round_size; a 0-byte tensor takes none)."""
+    return -(-n // ROUND) * ROUND
+
+
+def resolve(path):
+    """The object a dotted path names ("torch.optim.AdamW")."""
+    mod, _, name = path.rpartition(".")
+    return getattr(__import__(mod, fromlist=[name]), name)
+
+
 class ProgramError(Exception):
     """A program setting the harness cannot reproduce: (field, message)."""
 
@@ -410,7 +421,7 @@ def saved_set_bytes(loss, model, torch):
                     if s.data_ptr() not in skip and s.nbytes():
                         storages[s.data_ptr()] = max(storages.get(s.data_ptr(), 0), s.nbytes())
         stack.extend(n for n, _ in node.next_functions)
-    return sum(-(-n // ROUND) * ROUND for n in storages.values())
+    return sum(rounded(n) for n in storages.values())
 
 
 def run_cpu(plan, torch, steps=2):
@@ -434,14 +445,13 @@ def run_cpu(plan, torch, steps=2):
             loss = loss_of(model, x, y, torch)
         # the collated batch (images and labels, one allocation in memsim) and the loss, as memsim counts them
         batch_bytes = x.numel() * x.element_size() + y.numel() * y.element_size()
-        saved = saved_set_bytes(loss, model, torch) - -(-x.numel() * x.element_size() // ROUND) * ROUND \
-            + -(-batch_bytes // ROUND) * ROUND + ROUND
+        saved = saved_set_bytes(loss, model, torch) - rounded(x.numel() * x.element_size()) + rounded(batch_bytes) \
+            + ROUND
         del loss
     units = checkpoint_units(model, prog, torch) if prog["checkpointing"]["mode"] == "full" else 0
     # the plan's torch optimizer; a fused kernel is CUDA's (torch 1.13 has none on the CPU): its foreach form
-    module, _, cls = plan["optimizer"]["class"].rpartition(".")
     kwargs = {k: v for k, v in plan["optimizer"]["kwargs"].items() if k != "fused"}
-    opt = getattr(__import__(module, fromlist=[cls]), cls)(model.parameters(), **kwargs)
+    opt = resolve(plan["optimizer"]["class"])(model.parameters(), **kwargs)
     losses = []
     for _ in range(steps):
         with ctx():

@@ -117,10 +117,6 @@ def without_keys(stdout, keys):
     for dev in out.get("devices", []):
         for k in keys:
             dev.pop(k, None)
-    for sg in out.get("suggestions", []) or []:
-        for dev in sg.get("devices", []) if isinstance(sg, dict) else []:
-            for k in keys:
-                dev.pop(k, None)
     return json.dumps(out, indent=2) + "\n"
 
 
