@@ -749,6 +749,9 @@ Resolved resolve(const Config& c) {
   if (f.unsloth_kernels) derive_unsloth(c, v, r);
   r.preference = resolve_preference(c, f, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage > 0);
   r.rollout = resolve_rollout(c, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage == 3);
+  const bool hf_logits = r.loss == LossImpl::HfFp32Upcast || r.loss == LossImpl::HfShiftFp32 ||
+                         r.loss == LossImpl::HfFp32Logits || r.loss == LossImpl::HfShift;
+  r.sft_metrics = resolve_sft_metrics(c, v, f.id == "hf_trainer", hf_logits);
   return r;
 }
 
@@ -829,6 +832,7 @@ std::vector<std::string> version_notes(const Config& c) {
   if (!r.unsloth_note.empty()) notes.push_back("unsloth: " + r.unsloth_note);
   if (!r.preference.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.preference.note);
   if (!r.rollout.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.rollout.note);
+  if (!r.sft_metrics.note.empty()) notes.push_back("versions.trl: " + r.sft_metrics.note);
   if (r.framework->unsloth_kernels && c.peft.kbit_cast())
     notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
                     "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "

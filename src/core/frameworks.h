@@ -13,6 +13,7 @@
 #include "fields.h"  // choices(field): the allowed strings of a choice field
 #include "preference.h"
 #include "rollout.h"
+#include "sft_metrics.h"
 #include "versions.h"
 
 namespace memsim {
@@ -271,6 +272,7 @@ struct Resolved {
   std::string unsloth_note;               // the rules above with their sources, for the result's notes
   PreferenceFlow preference;              // training.objective dpo, orpo, simpo, kto (preference.h); objective Sft otherwise
   RolloutFlow rollout;                    // training.objective grpo (rollout.h); inactive otherwise
+  SftMetrics sft_metrics;                 // TRL's SFTTrainer metrics after the loss (sft_metrics.h); inactive otherwise
   std::array<Origin, kSwitchCount> origin;
   StackVersions versions;
   int64_t adapter_bytes() const { return adapter_dtype == AdapterDtype::Fp32 ? 4 : 2; }

@@ -67,6 +67,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       uint32_t up = e < 4 ? softmax_input(mul(4, tv), labels_.logits_fp32, post, keep_input) : UINT32_MAX;
       saved.push_back(act(mul(4, tv), labels_.lse_loss, post));
       if (up != UINT32_MAX) keep_input ? saved.push_back(up) : drop(up);
+      sft_metrics(e);  // TRL's SFTTrainer, while its outputs hold the logits
       if (resolved_.holds_logits) held_logits_ = lg;  // freed when the loop lets go of the outputs
       else if (keep_input && e == 4) saved.push_back(lg);
       else drop(lg);
@@ -197,6 +198,7 @@ void StepBuilder::hf_shifted_loss_forward(std::vector<uint32_t>& saved) {
   if (keep_input && cast == UINT32_MAX) saved.push_back(shifted);
   else drop(shifted);
   if (local != UINT32_MAX) drop(local);
+  sft_metrics(resolved_.loss == LossImpl::HfFp32Logits ? 4 : e);  // TRL's SFTTrainer, while its outputs hold the logits
   if (keep_output) held_logits_ = out;  // freed when the loop lets go of the outputs
   else drop(out);
 }

@@ -595,6 +595,11 @@ class StepBuilder {
   void kl_forward();
   // transformers' loss paths that shift a contiguous copy of the logits (LossImpl HfShiftFp32, HfFp32Logits, HfShift).
   void hf_shifted_loss_forward(std::vector<uint32_t>& saved);
+  // TRL SFTTrainer's token accuracy and entropy after the loss (Resolved::sft_metrics, sft_metrics.cpp).
+  void sft_metrics(int64_t logits_bytes);
+  struct SftLabels {
+    uint32_t copy = UINT32_MAX, gathered = UINT32_MAX, entropy = UINT32_MAX, argmax = UINT32_MAX;
+  } sft_labels_;  // made on first use, so that other setups' labels are unchanged
   // transformers' 4-D attention mask (Resolved::mask, docs/versions.md 5 and 6b).
   void mask_labels();
   void mask_forward();  // after the embeddings: the micro-batch's shared mask and its build

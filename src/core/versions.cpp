@@ -160,7 +160,8 @@ constexpr LibraryInfo kLibraries[] = {
      "Unsloth's loss path, its gradient-checkpointing buffers and its dequantization buffer"},
     {Library::Trl, "trl", "versions.trl", kTrl, "huggingface/trl tags",
      "a preference objective's log-probabilities and which logits live through the reference forward; GRPO's "
-     "generation batch, KV cache, reference and scoring passes"},
+     "generation batch, KV cache, reference and scoring passes; stated for supervised fine-tuning under the HF "
+     "Trainer, that the Trainer is TRL's SFTTrainer, whose token accuracy and entropy copy the logits after the loss"},
     {Library::Vllm, "vllm", "versions.vllm", kVllm, "vLLM tags (docs/research/grpo.md C.1)",
      "what a colocated engine's gpu_memory_utilization counts: the whole process (0.8.0-0.9.0) or the engine alone"},
 };

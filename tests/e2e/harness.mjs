@@ -1,9 +1,9 @@
 // What the end-to-end tests share: the served site, one headless Chromium (playwright-core), and helpers that open
 // the page and wait for the effects of canvas interactions. A test file calls useBrowser() once.
 import { before, after } from "node:test";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import assert from "node:assert/strict";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import net from "node:net";
@@ -18,6 +18,14 @@ export const cli = process.env.MEMSIM_CLI || path.join(root, "build/native/memsi
 // limit only has to outlast a loaded machine: CI runs two Chromiums on two cores, whose software-rendered frames
 // then take up to a second, and a number typed key by key takes two frames a key.
 export const patience = 30000;
+
+// The CLI beside the page: `memsim-cli config ARGS...` as text, and the estimate of a config's JSON as an object.
+export function cliConfig(args) { return execFileSync(cli, ["config", ...args]).toString(); }
+export function cliEstimate(configJson) {
+  const dir = mkdtempSync(path.join(tmpdir(), "memsim-e2e-"));
+  writeFileSync(path.join(dir, "c.json"), configJson);
+  return JSON.parse(execFileSync(cli, ["estimate", "--config", path.join(dir, "c.json")]).toString());
+}
 export const shots = process.env.MEMSIM_SCREENSHOTS || mkdtempSync(path.join(tmpdir(), "memsim-shots-"));
 
 let server;
