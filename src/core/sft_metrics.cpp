@@ -1,8 +1,9 @@
 // TRL's SFTTrainer metrics after the loss (sft_metrics.h). Each release's compute_loss, in train mode without Liger:
-//   0.15: shift_logits = outputs.logits[..., :-1, :].contiguous(); shift_logits = gather_for_metrics(shift_logits)
+//   0.15.0: shift_logits = outputs.logits[..., :-1, :].contiguous(); shift_logits = gather_for_metrics(shift_logits)
 //         (all_gather into a [world x rows, ...] tensor while the local copy is still bound); argmax on the main
 //         process (trl/trainer/sft_trainer.py:443-453 at v0.15.0).
-//   0.16-0.21: the same copy, argmax locally, nothing gathered but the counts (v0.16.0 :514-518).
+//   0.15.1-0.21: the same copy, argmax locally, only the counts gathered (trl#2890 "Don't gather logits in SFT to
+//         avoid hanging", in 0.15.1; v0.16.0 :514-518).
 //   0.22: entropy_from_logits(outputs.logits) first, chunk_size=1 over the batch dimension: log_softmax of one whole
 //         sequence, its exp and their product alive together (utils.py at v0.22.0); then the accuracy copy.
 //   0.23-1.2: the entropy in chunks of 128 flattened rows (utils.py at v0.23.0), then the accuracy copy.
@@ -33,11 +34,11 @@ SftMetrics resolve_sft_metrics(const Config& c, const StackVersions& v, bool hf_
   if (v.below(Library::Trl, V(0, 15))) return m;
   m.active = true;
   const std::string at = "TRL " + version_text(trl.version) + "'s SFTTrainer.compute_loss: ";
-  if (v.below(Library::Trl, V(0, 16))) {
+  if (v.below(Library::Trl, V(0, 15, 1))) {
     m.copies = 1;
     m.gathers_copy = true;
     m.note = at + "the token accuracy copies the shifted logits and gathers every rank's copy onto each "
-                  "(gather_for_metrics, sft_trainer.py at v0.15.0)";
+                  "(gather_for_metrics, sft_trainer.py at v0.15.0; trl#2890 gathers only the counts from 0.15.1)";
   } else if (v.below(Library::Trl, V(0, 22))) {
     m.copies = 1;
     m.note = at + "the token accuracy copies the shifted logits (logits[..., :-1, :].contiguous(), at v0.16.0)";

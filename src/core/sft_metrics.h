@@ -1,7 +1,7 @@
 // TRL's SFTTrainer: after the loss of every micro-batch, compute_loss logs the mean token accuracy (from TRL 0.15) and
 // the entropy (from 0.22) of the model's logits under no_grad. Neither changes what backward needs, but both make
 // logits-sized temporaries while the outputs still hold the logits, at the end of each forward: a copy of the logits
-// shifted by one token, sometimes two, and in TRL 0.15 the copies of every rank gathered onto each. This file resolves,
+// shifted by one token, sometimes two, and in TRL 0.15.0 the copies of every rank gathered onto each. This file resolves,
 // by the TRL version, what each release makes; StepBuilder::sft_metrics (sft_metrics.cpp) replays it.
 // Sources: huggingface/trl trl/trainer/sft_trainer.py compute_loss and trl/trainer/utils.py entropy_from_logits at the
 // tags named below (docs/versions.md section 15).
@@ -21,7 +21,7 @@ struct SftMetrics {
   int copies = 0;
   // From 1.6 the entropy reshapes the shifted view, which copies it when the micro-batch has more than one row.
   bool reshape_copies_rows = false;
-  bool gathers_copy = false;   // 0.15: gather_for_metrics(shift_logits) all-gathers every rank's copy onto each
+  bool gathers_copy = false;   // 0.15.0: gather_for_metrics(shift_logits) all-gathers every rank's copy onto each
   // entropy_from_logits: rows of [., vocabulary] per chunk (log_softmax, exp and their product alive together);
   // 0: no entropy (before 0.22); -1: a whole sequence at a time (0.22: chunk_size 1 over the batch dimension).
   int64_t entropy_rows = 0;

@@ -22,15 +22,6 @@ Config dpo_config(const char* trl = "latest", int64_t pairs = 2, int64_t sequenc
   return c;
 }
 
-DeviceResult run(const Config& c) {
-  const auto errors = validate(c);
-  INFO((errors.empty() ? std::string() : errors[0].field + ": " + errors[0].message));
-  REQUIRE(errors.empty());
-  Result r = simulate(c);
-  REQUIRE(r.ok);
-  return r.devices[0];
-}
-
 uint32_t label_of(const StepProgram& p, const std::string& prefix) {
   for (size_t i = 0; i < p.labels.size(); ++i)
     if (p.labels[i].rfind(prefix, 0) == 0) return static_cast<uint32_t>(i);
@@ -88,47 +79,47 @@ TEST_CASE("a preference micro-batch runs its chosen and rejected sequences as on
   Config dpo = dpo_config();
   dpo.training.reference_model = "precomputed";
   Config sft = single_gpu_config("qwen2.5-0.5b.json", 4, 512);
-  CHECK(layer_activation_bytes(run(dpo).program) == layer_activation_bytes(run(sft).program));
+  CHECK(layer_activation_bytes(simulate_valid(dpo).program) == layer_activation_bytes(simulate_valid(sft).program));
   // Padding-free (data.padding none) flattens the pairs' rows into one: twice the tokens of the row.
   Config flat = dpo;
   flat.data.lengths = "micro_batches", flat.data.micro_batch_lengths = "512", flat.data.padding = "none";
   flat.training.micro_batch_size = 1;
   Config flat_sft = single_gpu_config("qwen2.5-0.5b.json", 1, 1024);
   flat_sft.data.lengths = "micro_batches", flat_sft.data.micro_batch_lengths = "1024", flat_sft.data.padding = "none";
-  CHECK(layer_activation_bytes(run(flat).program) == layer_activation_bytes(run(flat_sft).program));
+  CHECK(layer_activation_bytes(simulate_valid(flat).program) == layer_activation_bytes(simulate_valid(flat_sft).program));
 }
 
 TEST_CASE("the log-probabilities keep what each TRL version's code saves") {
   const int64_t rows = 4, s = 512, tv = rows * s * kVocab;
   // Single GPU under the Trainer's bf16: accelerate's convert_outputs_to_fp32 makes the logits fp32.
   SECTION("TRL < 0.15: the whole log_softmax(-1) of the fp32 logits, after a contiguous copy of the slice (< 0.14)") {
-    const DeviceResult d = run(dpo_config("0.13"));
+    const DeviceResult d = simulate_valid(dpo_config("0.13"));
     CHECK(allocations(d.program, "log-probabilities: the log-softmax") == std::vector<int64_t>(4, 4 * tv));  // 2 steps x (policy, reference)
     CHECK(allocations(d.program, "logits copy").size() == 4);
-    CHECK(allocations(run(dpo_config("0.14")).program, "logits copy").empty());
+    CHECK(allocations(simulate_valid(dpo_config("0.14")).program, "logits copy").empty());
   }
   SECTION("TRL >= 0.15, fp32 logits: selective_log_softmax saves the logits themselves, nothing of vocabulary size more") {
-    const DeviceResult d = run(dpo_config("0.16"));
+    const DeviceResult d = simulate_valid(dpo_config("0.16"));
     CHECK(allocations(d.program, "log-probabilities: the log-softmax") == std::vector<int64_t>(2, 4 * s * kVocab));  // the reference's one row at a time
   }
   SECTION("TRL >= 0.15, 16-bit logits (DeepSpeed has no fp32 output wrapper): one saved log-softmax per row") {
     Config c = dpo_config("0.16");
     c.parallel.data_parallel_size = 2, c.parallel.zero_stage = 2, c.parallel.sharding = "deepspeed";
     c.versions.transformers = "4.50";
-    const auto logps = allocations(run(c).program, "log-probabilities: the log-softmax");
+    const auto logps = allocations(simulate_valid(c).program, "log-probabilities: the log-softmax");
     // Per step: the policy's 4 rows saved, and the reference's row that exists at a time (each goes before the next).
     CHECK(logps == std::vector<int64_t>(10, 2 * s * kVocab));
     // transformers <= 4.45 upcasts the logits itself.
     c.versions.transformers = "4.45";
-    CHECK(allocations(run(c).program, "log-probabilities: the log-softmax").size() == 2);
+    CHECK(allocations(simulate_valid(c).program, "log-probabilities: the log-softmax").size() == 2);
   }
 }
 
 TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3, none with PEFT's adapters off") {
   Config full = dpo_config();
-  const DeviceResult copy = run(full);
+  const DeviceResult copy = simulate_valid(full);
   full.training.reference_model = "precomputed";
-  const DeviceResult none = run(full);
+  const DeviceResult none = simulate_valid(full);
   CHECK(copy.model_states.other_models_bytes == none.model_states.weights_bytes);
   CHECK(copy.model_states.weights_bytes == none.model_states.weights_bytes);
   CHECK(allocations(copy.program, "reference model weights") == std::vector<int64_t>{none.model_states.weights_bytes});
@@ -136,7 +127,7 @@ TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3, n
   Config z3 = dpo_config();
   z3.training.precision = "bf16_mixed";
   z3.parallel.data_parallel_size = 4, z3.parallel.zero_stage = 3, z3.parallel.sharding = "deepspeed";
-  const DeviceResult sharded = run(z3);
+  const DeviceResult sharded = simulate_valid(z3);
   const int64_t ref = allocations(sharded.program, "reference model weights").at(0);
   CHECK(ref == sharded.model_states.weights_bytes);  // the policy's shard and the copy's, the same size
   CHECK(ref == sharded.model_states.other_models_bytes);
@@ -147,13 +138,13 @@ TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3, n
   for (const char* engine : {"deepspeed", "fsdp1", "fsdp2"}) {
     z3.parallel.sharding = engine;
     INFO(engine);
-    const DeviceResult d = run(z3);
+    const DeviceResult d = simulate_valid(z3);
     CHECK(allocations(d.program, "reference model weights").at(0) == d.model_states.weights_bytes);
   }
 
   Config lora = dpo_config();
   lora.peft.method = "lora";
-  const DeviceResult adapters = run(lora);
+  const DeviceResult adapters = simulate_valid(lora);
   CHECK(allocations(adapters.program, "reference model weights").empty());
   CHECK(phase_bytes(adapters, "reference forward (step 2)").peak > 0);
 }
@@ -161,9 +152,9 @@ TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3, n
 TEST_CASE("the reference's forward runs on top of the policy's saved graph and leaves nothing behind") {
   Config lora = dpo_config("0.16");
   lora.peft.method = "lora";
-  const DeviceResult with_ref = run(lora);
+  const DeviceResult with_ref = simulate_valid(lora);
   lora.training.reference_model = "precomputed";
-  const DeviceResult precomputed = run(lora);
+  const DeviceResult precomputed = simulate_valid(lora);
   CHECK(phase_bytes(precomputed, "reference forward").peak == -1);
   const PhaseBytes ref = phase_bytes(with_ref, "reference forward (step 2)");
   const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;
@@ -173,17 +164,17 @@ TEST_CASE("the reference's forward runs on top of the policy's saved graph and l
   Config old = dpo_config("0.11"), newer = dpo_config("0.13");
   old.peft.method = newer.peft.method = "lora";
   old.training.nll_alpha = 0;  // 0.9-0.11 computed the chosen half's cross-entropy anyway
-  const PhaseBytes held = phase_bytes(run(old), "reference forward (step 2)");
-  const PhaseBytes freed = phase_bytes(run(newer), "reference forward (step 2)");
+  const PhaseBytes held = phase_bytes(simulate_valid(old), "reference forward (step 2)");
+  const PhaseBytes freed = phase_bytes(simulate_valid(newer), "reference forward (step 2)");
   CHECK(held.start - freed.start >= fp32_logits);
 }
 
 TEST_CASE("TRL 0.19-0.28 return every hidden state: the reference's layer outputs live to the end of its forward") {
   Config c = dpo_config("0.18");
   c.parallel.data_parallel_size = 2, c.parallel.zero_stage = 2, c.parallel.sharding = "deepspeed";  // no fp32 wrapper
-  const PhaseBytes before = phase_bytes(run(c), "reference forward (step 2)");
+  const PhaseBytes before = phase_bytes(simulate_valid(c), "reference forward (step 2)");
   c.versions.trl = "0.20";
-  const PhaseBytes with_hidden = phase_bytes(run(c), "reference forward (step 2)");
+  const PhaseBytes with_hidden = phase_bytes(simulate_valid(c), "reference forward (step 2)");
   const int64_t layers = 24, hidden = int64_t{2} * 4 * 512 * 896;  // Qwen2.5 0.5B: 24 layers, hidden 896, bf16
   CHECK(with_hidden.peak - before.peak >= (layers - 1) * hidden);
   CHECK(with_hidden.peak - before.peak <= (layers + 1) * hidden);
@@ -193,34 +184,34 @@ TEST_CASE("TRL 0.29-1.5 keep a contiguous shift copy, 1.6+ copy the logits once 
   Config c = dpo_config("0.28");
   c.training.reference_model = "precomputed";
   const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;
-  CHECK(allocations(run(c).program, "logits copy").empty());
+  CHECK(allocations(simulate_valid(c).program, "logits copy").empty());
   c.versions.trl = "1.5";
-  CHECK(allocations(run(c).program, "logits copy") == std::vector<int64_t>(2, fp32_logits));  // the shift copy
+  CHECK(allocations(simulate_valid(c).program, "logits copy") == std::vector<int64_t>(2, fp32_logits));  // the shift copy
   c.versions.trl = "latest";
-  CHECK(allocations(run(c).program, "logits copy").empty());
-  CHECK(allocations(run(c).program, "entropy metric") == std::vector<int64_t>(2, fp32_logits));
+  CHECK(allocations(simulate_valid(c).program, "logits copy").empty());
+  CHECK(allocations(simulate_valid(c).program, "entropy metric") == std::vector<int64_t>(2, fp32_logits));
   c.training.objective = "orpo", c.training.reference_model = "auto";
-  CHECK(allocations(run(c).program, "logits copy") == std::vector<int64_t>(2, fp32_logits / 2));  // its CE's half
+  CHECK(allocations(simulate_valid(c).program, "logits copy") == std::vector<int64_t>(2, fp32_logits / 2));  // its CE's half
 }
 
 TEST_CASE("orpo and simpo have no reference, the chosen half's cross-entropy saves half the logits' log-softmax") {
   Config orpo = dpo_config("0.16");
   orpo.training.objective = "orpo";
-  const DeviceResult d = run(orpo);
+  const DeviceResult d = simulate_valid(orpo);
   CHECK(phase_bytes(d, "reference forward").peak == -1);
   CHECK(allocations(d.program, "chosen half's cross-entropy") == std::vector<int64_t>(2, int64_t{4} * 2 * 512 * kVocab));
   Config simpo = orpo;
   simpo.training.objective = "simpo";
-  CHECK(allocations(run(simpo).program, "chosen half's cross-entropy").empty());
+  CHECK(allocations(simulate_valid(simpo).program, "chosen half's cross-entropy").empty());
   simpo.training.nll_alpha = 1.0;  // CPOTrainer's cpo_alpha
-  CHECK(allocations(run(simpo).program, "chosen half's cross-entropy").size() == 2);
+  CHECK(allocations(simulate_valid(simpo).program, "chosen half's cross-entropy").size() == 2);
 }
 
 TEST_CASE("torchtune's LoRA DPO keeps the reference's fp32 logits to the backward") {
   Config c = dpo_config();
   c.training.framework = "torchtune";
   c.peft.method = "lora";
-  const DeviceResult d = run(c);
+  const DeviceResult d = simulate_valid(c);
   const auto& p = d.program;
   const uint32_t ref = label_of(p, "reference logits");
   // The last reference-logits tensor made is freed in a backward phase.
@@ -275,8 +266,8 @@ TEST_CASE("kto runs micro_batch_size unpaired rows and a no-grad forward of the 
   kto.training.objective = "kto";
   kto.training.reference_model = "precomputed";
   Config sft = single_gpu_config("qwen2.5-0.5b.json", 4, 512);
-  CHECK(layer_activation_bytes(run(kto).program, "KL ") == layer_activation_bytes(run(sft).program));
-  CHECK(layer_activation_bytes(run(kto).program) > layer_activation_bytes(run(sft).program));
+  CHECK(layer_activation_bytes(simulate_valid(kto).program, "KL ") == layer_activation_bytes(simulate_valid(sft).program));
+  CHECK(layer_activation_bytes(simulate_valid(kto).program) > layer_activation_bytes(simulate_valid(sft).program));
   const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;  // 4 rows, fp32 under the Trainer's bf16 (accelerate)
   // Each pass's bf16 logits, then accelerate's fp32 copy of them.
   auto passes = [&](size_t n) {
@@ -285,9 +276,9 @@ TEST_CASE("kto runs micro_batch_size unpaired rows and a no-grad forward of the 
     return v;
   };
   // Precomputed reference log-probabilities (ref_KL_logps too): only the policy's KL forward, once per micro-batch.
-  CHECK(allocations(run(kto).program, "KL batch logits") == passes(2));
+  CHECK(allocations(simulate_valid(kto).program, "KL batch logits") == passes(2));
   kto.training.reference_model = "auto";  // a copy without PEFT: its KL forward and its forward of the batch
-  const DeviceResult d = run(kto);
+  const DeviceResult d = simulate_valid(kto);
   CHECK(allocations(d.program, "KL batch logits") == passes(4));
   CHECK(allocations(d.program, "reference logits") == passes(2));
   const PhaseBytes kl = phase_bytes(d, "KL forward (step 2)");
@@ -298,9 +289,9 @@ TEST_CASE("kto before TRL 0.17 keeps the KL batch's logits through the batch's f
   Config c = dpo_config("0.16", 4);
   c.training.objective = "kto";
   c.peft.method = "lora";
-  const PhaseBytes held = phase_bytes(run(c), "forward (step 2)");
+  const PhaseBytes held = phase_bytes(simulate_valid(c), "forward (step 2)");
   c.versions.trl = "0.17";
-  const PhaseBytes freed = phase_bytes(run(c), "forward (step 2)");
+  const PhaseBytes freed = phase_bytes(simulate_valid(c), "forward (step 2)");
   const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;
   CHECK(held.start - freed.start >= fp32_logits);
   CHECK(held.start - freed.start <= fp32_logits + (int64_t{2} << 20));  // the allocator's 2 MiB rounding
@@ -310,9 +301,9 @@ TEST_CASE("kto before TRL 0.10 takes the KL batch's log-probabilities after the 
   Config c = dpo_config("0.9", 4);
   c.training.objective = "kto";
   c.training.reference_model = "precomputed";
-  const PhaseBytes late = phase_bytes(run(c), "forward (step 2)");
+  const PhaseBytes late = phase_bytes(simulate_valid(c), "forward (step 2)");
   c.versions.trl = "0.10";
-  const PhaseBytes early = phase_bytes(run(c), "forward (step 2)");
+  const PhaseBytes early = phase_bytes(simulate_valid(c), "forward (step 2)");
   CHECK(late.peak - early.peak >= int64_t{4} * 4 * 512 * kVocab);  // the slice's copy and the log-softmax, fp32
 }
 
@@ -321,14 +312,14 @@ TEST_CASE("kto copies the logits' labelled rows for its metrics: before the refe
   c.training.objective = "kto";
   const int64_t fp32_logits = int64_t{4} * 4 * 512 * kVocab;
   // 1.5: the policy's copies and the reference's own (its forward() call makes them too), per micro-batch.
-  CHECK(allocations(run(c).program, "logits copies of the desirable") == std::vector<int64_t>(4, fp32_logits));
+  CHECK(allocations(simulate_valid(c).program, "logits copies of the desirable") == std::vector<int64_t>(4, fp32_logits));
   c.versions.trl = "1.8";
-  const DeviceResult before = run(c);
+  const DeviceResult before = simulate_valid(c);
   CHECK(allocations(before.program, "logits copies of the desirable") == std::vector<int64_t>(2, fp32_logits));
   CHECK(allocations(before.program, "entropy metric") == std::vector<int64_t>(2, fp32_logits));
   // Kept through the reference forward, the policy's copies raise what it starts from.
   c.versions.trl = "latest";
-  const DeviceResult after = run(c);
+  const DeviceResult after = simulate_valid(c);
   CHECK(allocations(after.program, "logits copies of the desirable") == std::vector<int64_t>(2, fp32_logits));
   const int64_t held = phase_bytes(before, "reference forward (step 2)").start - phase_bytes(after, "reference forward (step 2)").start;
   CHECK(held >= fp32_logits);

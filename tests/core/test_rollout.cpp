@@ -28,15 +28,6 @@ Config grpo_config(const char* trl = "latest") {
   return c;
 }
 
-DeviceResult run(const Config& c) {
-  const auto errors = validate(c);
-  INFO((errors.empty() ? std::string() : errors[0].field + ": " + errors[0].message));
-  REQUIRE(errors.empty());
-  Result r = simulate(c);
-  REQUIRE(r.ok);
-  return r.devices[0];
-}
-
 std::vector<int64_t> allocations(const StepProgram& p, const std::string& prefix) {
   std::vector<int64_t> out;
   for (const Event& e : p.events)
@@ -54,7 +45,7 @@ bool refused(const Config& c, const std::string& field) {
 }  // namespace
 
 TEST_CASE("GRPO's generate keeps a KV cache of the whole generation batch, grown to prompt + completion - 1") {
-  const DeviceResult d = run(grpo_config());
+  const DeviceResult d = simulate_valid(grpo_config());
   const auto kv = allocations(d.program, "KV cache");
   REQUIRE(!kv.empty());
   // TRL >= 0.17 generates a step's micro_batch_size x gradient_accumulation_steps = 8 completions at once; the
@@ -71,37 +62,37 @@ TEST_CASE("GRPO's generation batch follows TRL: a micro-batch before 0.17, the s
   const int64_t token = kKvWidth * 2;
   Config old = grpo_config("0.16");
   old.training.gradient_accumulation_steps = 1;  // 0.16 checks micro_batch_size x GPUs against num_generations
-  CHECK(allocations(run(old).program, "KV cache").front() == 4 * token * kPrompt);
-  CHECK(allocations(run(grpo_config("0.17")).program, "KV cache").front() == 8 * token * kPrompt);
+  CHECK(allocations(simulate_valid(old).program, "KV cache").front() == 4 * token * kPrompt);
+  CHECK(allocations(simulate_valid(grpo_config("0.17")).program, "KV cache").front() == 8 * token * kPrompt);
   // With gradient checkpointing on, TRL before 0.22 generated in train mode, where transformers turns the cache off.
   Config ckpt = grpo_config("0.21");
   ckpt.training.activation_checkpointing = "full";
-  CHECK(allocations(run(ckpt).program, "KV cache").empty());
+  CHECK(allocations(simulate_valid(ckpt).program, "KV cache").empty());
   ckpt.versions.trl = "0.22";
-  CHECK(allocations(run(ckpt).program, "KV cache").front() == 8 * token * kPrompt);
+  CHECK(allocations(simulate_valid(ckpt).program, "KV cache").front() == 8 * token * kPrompt);
 }
 
 TEST_CASE("GRPO's loss takes logits of the completion's tokens, and the reference follows beta's default") {
-  const DeviceResult latest = run(grpo_config());
+  const DeviceResult latest = simulate_valid(grpo_config());
   // bf16 logits of 4 rows x (completion + 1) positions; none of the whole sequence.
   const auto logits = allocations(latest.program, "logits");
   CHECK(std::find(logits.begin(), logits.end(), int64_t{2} * 4 * (kCompletion + 1) * kVocab) != logits.end());
   CHECK(std::find(logits.begin(), logits.end(), int64_t{2} * 4 * (kPrompt + kCompletion) * kVocab) == logits.end());
   // beta defaults to 0 from TRL 0.19: no reference. 0.18 (beta 0.04) loads a frozen copy of the weights.
   CHECK(latest.model_states.other_models_bytes == 0);
-  const DeviceResult old = run(grpo_config("0.18"));
+  const DeviceResult old = simulate_valid(grpo_config("0.18"));
   CHECK(old.model_states.other_models_bytes == latest.model_states.weights_bytes);
   CHECK(!allocations(old.program, "scoring logits").empty());
   Config none = grpo_config("0.18");
   none.training.reference_model = "none";  // beta = 0
-  CHECK(run(none).model_states.other_models_bytes == 0);
+  CHECK(simulate_valid(none).model_states.other_models_bytes == 0);
 }
 
 TEST_CASE("A colocated vLLM engine holds gpu_memory_utilization of the GPU, asleep, training does not see it") {
   Config c = grpo_config();
   c.training.generation_engine = "vllm_colocate";
   c.training.gpu_memory_utilization = 0.25;
-  const DeviceResult awake = run(c);
+  const DeviceResult awake = simulate_valid(c);
   const auto engine = allocations(awake.program, "vLLM");
   REQUIRE(engine.size() == 2);  // weights and KV cache, allocated once
   CHECK(engine[0] + engine[1] == static_cast<int64_t>(0.25 * static_cast<double>(awake.capacity_bytes)));
@@ -110,7 +101,7 @@ TEST_CASE("A colocated vLLM engine holds gpu_memory_utilization of the GPU, asle
   CHECK(generation - (engine[0] + engine[1]) < (int64_t{1} << 20));
   CHECK(allocations(awake.program, "KV cache").empty());  // vLLM's own cache, not generate's
   c.training.vllm_sleep = true;
-  const DeviceResult asleep = run(c);
+  const DeviceResult asleep = simulate_valid(c);
   CHECK(asleep.peak.device_bytes < awake.peak.device_bytes);
   CHECK(asleep.peak_phase.find("generation") == 0);  // awake only to generate
 }
@@ -121,7 +112,7 @@ TEST_CASE("GRPO under ZeRO-3 gathers the whole model for generate") {
   c.parallel.zero_stage = 3;
   c.training.framework = "hf_trainer";
   c.training.num_generations = 8;  // 4 x 2 GPUs x 2 micro-batches = 16 completions at once
-  const DeviceResult d = run(c);
+  const DeviceResult d = simulate_valid(c);
   const auto gathered = allocations(d.program, "parameters gathered for generation");
   int64_t sum = 0;
   for (size_t i = 0; i < gathered.size() / 2; ++i) sum += gathered[i];  // the first step's generation
@@ -183,11 +174,11 @@ TEST_CASE("What helps: fewer completions per prompt halve num_generations with t
   CHECK(it->config.training.num_generations == 2);
   CHECK(it->config.training.micro_batch_size == 2);
   CHECK(validate(it->config).empty());
-  CHECK(run(it->config).peak.allocated_bytes < run(c).peak.allocated_bytes);
+  CHECK(simulate_valid(it->config).peak.allocated_bytes < simulate_valid(c).peak.allocated_bytes);
   // num_generations alone changes no tensor: TRL's batch of completions is the same size.
   Config fewer = c;
   fewer.training.num_generations = 2;
-  CHECK(run(fewer).peak.allocated_bytes == run(c).peak.allocated_bytes);
+  CHECK(simulate_valid(fewer).peak.allocated_bytes == simulate_valid(c).peak.allocated_bytes);
   Config odd = c;
   odd.training.micro_batch_size = 3;
   odd.training.num_generations = 3;
@@ -196,9 +187,9 @@ TEST_CASE("What helps: fewer completions per prompt halve num_generations with t
 
 TEST_CASE("GRPO's reward model: frozen weights without lm_head, one forward over the whole generation batch") {
   Config c = grpo_config();
-  const DeviceResult rules = run(c);
+  const DeviceResult rules = simulate_valid(c);
   c.training.reward_model = "same_as_policy";
-  const DeviceResult model = run(c);
+  const DeviceResult model = simulate_valid(c);
   // Qwen2.5 0.5B ties lm_head to the embeddings, so the classifier keeps every bf16 weight of the policy.
   CHECK(model.model_states.other_models_bytes == rules.model_states.weights_bytes);
   const auto scores = allocations(model.program, "scoring logits");
@@ -220,24 +211,24 @@ TEST_CASE("steps_per_generation sizes the generation batch, misaligned generatio
   const int64_t token = kKvWidth * 2;
   Config c = grpo_config();  // 4 completions per micro-batch, 2 micro-batches per step
   c.training.gradient_accumulation_steps = 4;
-  CHECK(phases_named(run(c), "generation").size() == 2);  // once before each replayed step
-  CHECK(allocations(run(c).program, "scoring logits").empty());  // latest: beta 0, aligned: nothing scores
+  CHECK(phases_named(simulate_valid(c), "generation").size() == 2);  // once before each replayed step
+  CHECK(allocations(simulate_valid(c).program, "scoring logits").empty());  // latest: beta 0, aligned: nothing scores
   // 2 micro-batches per generation: 8 completions, and a generation before the step's later micro-batches too.
   c.training.steps_per_generation = 2;
-  const DeviceResult every2 = run(c);
+  const DeviceResult every2 = simulate_valid(c);
   CHECK(allocations(every2.program, "KV cache").front() == 8 * token * kPrompt);
   CHECK(phases_named(every2, "generation") ==
         std::vector<std::string>{"generation (step 1)", "generation (step 2)", "generation (step 2, micro-batches 2-4)"});
   CHECK(allocations(every2.program, "scoring logits").empty());  // 4 % 2 == 0: aligned with the optimizer steps
   // 3 micro-batches per generation: generations start anywhere in a step, and old_per_token_logps is scored.
   c.training.steps_per_generation = 3;
-  const DeviceResult every3 = run(c);
+  const DeviceResult every3 = simulate_valid(c);
   CHECK(allocations(every3.program, "KV cache").front() == 12 * token * kPrompt);
   CHECK(phases_named(every3, "generation").size() == 3);
   CHECK(!allocations(every3.program, "scoring logits").empty());
   // 8 micro-batches per generation: every second step, at its start (aligned), but GAS % 8 != 0 from TRL 0.20.
   c.training.steps_per_generation = 8;
-  const DeviceResult every8 = run(c);
+  const DeviceResult every8 = simulate_valid(c);
   CHECK(allocations(every8.program, "KV cache").front() == 32 * token * kPrompt);
   CHECK(phases_named(every8, "generation").size() == 2);
   CHECK(!allocations(every8.program, "scoring logits").empty());
@@ -247,13 +238,13 @@ TEST_CASE("num_iterations reuses a generation: the policy's old log-probabilitie
   Config c = grpo_config("0.19");
   c.training.reference_model = "none";
   c.training.gradient_accumulation_steps = 4, c.training.steps_per_generation = 2;
-  CHECK(allocations(run(c).program, "scoring logits").empty());
+  CHECK(allocations(simulate_valid(c).program, "scoring logits").empty());
   c.training.num_iterations = 2;  // 0.18-0.19: any num_iterations > 1 scores old_per_token_logps
-  CHECK(!allocations(run(c).program, "scoring logits").empty());
+  CHECK(!allocations(simulate_valid(c).program, "scoring logits").empty());
   c.versions.trl = "0.20";  // 0.20+: only where GAS % (steps_per_generation x num_iterations) != 0; 4 % 4 == 0
-  CHECK(allocations(run(c).program, "scoring logits").empty());
+  CHECK(allocations(simulate_valid(c).program, "scoring logits").empty());
   c.training.num_iterations = 3;
-  CHECK(!allocations(run(c).program, "scoring logits").empty());
+  CHECK(!allocations(simulate_valid(c).program, "scoring logits").empty());
 }
 
 TEST_CASE("steps_per_generation and num_iterations: refused before their TRL releases and outside grpo") {
@@ -299,24 +290,24 @@ TEST_CASE("vLLM 0.8.0-0.9.0 caps the whole process: the policy's weights at the 
     for (int64_t b : engine) sum += b;
     return sum;
   };
-  const DeviceResult own = run(c);
+  const DeviceResult own = simulate_valid(c);
   const int64_t share = static_cast<int64_t>(0.25 * static_cast<double>(own.capacity_bytes));
   CHECK(engine_total(own) == share);  // latest: the engine's own share
   c.versions.vllm = "0.8.5";
-  const DeviceResult whole = run(c);
+  const DeviceResult whole = simulate_valid(c);
   CHECK(engine_total(whole) == share - whole.model_states.weights_bytes);  // the Trainer placed the policy first
   c.training.reference_model = "copy";  // create_reference_model's deepcopy of the placed policy, before the engine
-  CHECK(engine_total(run(c)) == share - 2 * whole.model_states.weights_bytes);
+  CHECK(engine_total(simulate_valid(c)) == share - 2 * whole.model_states.weights_bytes);
   c.training.reference_model = "auto";
   c.versions.vllm = "0.9.1";
-  CHECK(engine_total(run(c)) == share);
+  CHECK(engine_total(simulate_valid(c)) == share);
   c.versions.vllm = "0.7.3";  // V0's worker measured from a baseline: the engine alone
-  CHECK(engine_total(run(c)) == share);
+  CHECK(engine_total(simulate_valid(c)) == share);
   // Under ZeRO-3 the policy is prepared after the engine starts: nothing of it counts yet.
   c.versions.vllm = "0.8.5";
   c.parallel.data_parallel_size = 2, c.parallel.zero_stage = 3, c.parallel.sharding = "deepspeed";
   c.training.num_generations = 2;
-  CHECK(engine_total(run(c)) == static_cast<int64_t>(0.25 * static_cast<double>(own.capacity_bytes)));
+  CHECK(engine_total(simulate_valid(c)) == static_cast<int64_t>(0.25 * static_cast<double>(own.capacity_bytes)));
   // A share the trainer's weights leave too small for the engine's: vLLM would not start, and the result says so.
   Config small = grpo_config();
   small.training.generation_engine = "vllm_colocate";
@@ -498,7 +489,7 @@ TEST_CASE("vllm_colocate: from TRL 0.26 vLLM takes the model's positions as max_
           "such request keeps it from starting: the training GPUs do not fit") {
   Config c = grpo_config("0.25");
   c.training.generation_engine = "vllm_colocate";
-  const int64_t capacity = run(c).capacity_bytes;
+  const int64_t capacity = simulate_valid(c).capacity_bytes;
   // Qwen2.5 0.5B: 988 MB of weights; 32,768 positions need 24 layers x 2,048 blocks x 6 KiB = 288 MiB of KV cache.
   // A share that leaves the KV cache 100 MiB holds TRL 0.25's request of a prompt and completion (512 tokens) only.
   const int64_t weights = 2 * simulate(c).params_total;

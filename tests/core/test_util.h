@@ -8,6 +8,7 @@
 #include "core/serialize.h"
 #include "core/simulate.h"
 #include "core/step.h"
+#include "core/validate.h"
 
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -16,6 +17,16 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 inline std::string source_path(const std::string& rel) { return std::string(MEMSIM_SOURCE_DIR) + "/" + rel; }
+
+// The first device's result of a config that must validate (the first field error is shown when it does not).
+inline memsim::DeviceResult simulate_valid(const memsim::Config& c) {
+  const auto errors = memsim::validate(c);
+  INFO((errors.empty() ? std::string() : errors[0].field + ": " + errors[0].message));
+  REQUIRE(errors.empty());
+  memsim::Result r = memsim::simulate(c);
+  REQUIRE(r.ok);
+  return r.devices[0];
+}
 
 // Bytes requested by the live tensors of one component just before the first phase whose name starts with
 // `prefix` (e.g. what a forward leaves saved for backward).
