@@ -367,10 +367,26 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
   }
 }
 
+// TRL's SFTTrainer metrics (sft_metrics.h): 0.15.0 all-gathers every rank's copy of the logits for the token accuracy,
+// 0.15.1 gathers only the counts (trl#2890); 1.3-1.5 keep two copies at once, 1.6 none (views, trl#5897 and #5930).
+void sft_metrics_changes(const Config& base, const Resolved& rs, Adder& add) {
+  const SftMetrics& m = rs.sft_metrics;
+  if (!m.active || !(m.gathers_copy || m.copies == 2)) return;
+  Config c = base;
+  c.versions.trl = m.gathers_copy ? "0.15.1" : "1.6.0";
+  add(G::SameJob, 0, m.gathers_copy ? "trl_no_logits_gather" : "trl_one_logits_copy",
+      m.gathers_copy ? "TRL 0.15.1 or later" : "TRL 1.6 or later",
+      m.gathers_copy ? "the same training: the token accuracy is computed on each GPU and only its counts are gathered "
+                       "(trl#2890), not every GPU's copy of the logits"
+                     : "the same training: the entropy and the token accuracy read the logits as views (trl#5897, #5930)",
+      c);
+}
+
 void kernel_and_stack_changes(const Config& base, const Resolved& rs, Adder& add) {
   const auto& t = base.training;
   preference_changes(base, rs, add);
   rollout_changes(base, rs, add);
+  sft_metrics_changes(base, rs, add);
   if (t.loss != "fused_linear" && !base.model.post_layernorm && !t.preference() && !t.rollout()) {
     Config c = base;
     c.training.loss = "fused_linear";
