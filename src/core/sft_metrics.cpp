@@ -73,7 +73,7 @@ void StepBuilder::sft_metrics(int64_t logits_bytes) {
   auto& p = program_;
   if (sft_labels_.copy == UINT32_MAX) {
     sft_labels_.copy = p.label("token accuracy / entropy: the shifted logits' copy (TRL SFTTrainer, no grad)");
-    sft_labels_.gathered = p.label("token accuracy: every rank's shifted logits, gathered (TRL 0.15 gather_for_metrics)");
+    sft_labels_.gathered = p.label("token accuracy: every rank's shifted logits, gathered (TRL 0.15.0 gather_for_metrics)");
     sft_labels_.entropy = p.label("entropy: log-softmax, exp and their product of a chunk (TRL SFTTrainer, no grad)");
     sft_labels_.argmax = p.label("token accuracy: argmax of the logits (int64)");
   }
