@@ -44,11 +44,11 @@ if [ "$what" = address ] || [ "$what" = all ]; then
   # one core of two (the all-cases test 31 s, test_properties' 1,500 random configs 18 s, the CLI contract 41 s), so
   # they run as three processes at once: the unit tests split by file (-#: Catch2's file-name tags), and the contract.
   echo "sanitize: the core's unit tests (two processes) and the CLI contract under ASan + UBSan"
-  local_tests="every validation case parses and simulates,[#test_validation]~[validation],[#test_links],[#test_attention_mask],[#test_catalog],[#test_lengths_file],[#test_simulate]"
+  first_tests="every validation case parses and simulates,[#test_validation]~[validation],[#test_links],[#test_attention_mask],[#test_catalog],[#test_lengths_file],[#test_simulate]"
   other_tests="~[validation]~[#test_validation]~[#test_links]~[#test_attention_mask]~[#test_catalog]~[#test_lengths_file]~[#test_simulate]"
   asan_env="ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1 UBSAN_OPTIONS=print_stacktrace=1"
   tests="$here/build/asan/memsim_tests -# --reporter compact"
-  run_all "env $asan_env $tests '$local_tests'" "env $asan_env $tests '$other_tests'" \
+  run_all "env $asan_env $tests '$first_tests'" "env $asan_env $tests '$other_tests'" \
     "env MEMSIM_CLI='$here/build/asan/memsim-cli' ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 bash '$here/tests/cli/cli_contract.sh'"
 fi
 if [ "$what" = thread ] || [ "$what" = all ]; then

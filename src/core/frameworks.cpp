@@ -749,9 +749,7 @@ Resolved resolve(const Config& c) {
   if (f.unsloth_kernels) derive_unsloth(c, v, r);
   r.preference = resolve_preference(c, f, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage > 0);
   r.rollout = resolve_rollout(c, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage == 3);
-  const bool hf_logits = r.loss == LossImpl::HfFp32Upcast || r.loss == LossImpl::HfShiftFp32 ||
-                         r.loss == LossImpl::HfFp32Logits || r.loss == LossImpl::HfShift;
-  r.sft_metrics = resolve_sft_metrics(c, v, f.id == "hf_trainer", hf_logits);
+  r.sft_metrics = resolve_sft_metrics(c, v, f.id == "hf_trainer", transformers_loss_path(r.loss));
   return r;
 }
 

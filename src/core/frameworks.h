@@ -288,6 +288,11 @@ Resolved resolve(const Config& c);
 
 // transformers' own causal-LM loss path at these versions (docs/versions.md 6a), as derive_loss picks it.
 LossImpl transformers_loss(const StackVersions& v);
+// Whether a loss is one of those paths (hf_fp32_upcast, hf_shift_fp32, hf_fp32_logits, hf_shift): the model's
+// outputs hold the whole logits and transformers' cross-entropy reads them.
+inline bool transformers_loss_path(LossImpl l) {
+  return l == LossImpl::HfFp32Upcast || l == LossImpl::HfShiftFp32 || l == LossImpl::HfFp32Logits || l == LossImpl::HfShift;
+}
 
 // A resolved switch's value as the config would write it ("true", "for_loop", "bf16", "1").
 std::string switch_value(const Resolved& r, Switch s);

@@ -262,9 +262,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   if (grpo()) return grpo_loss_backward(saved);
   // The head's .grad appears when its matmul's backward runs, after the loss's nodes (allocator traces of the H200
   // calibration runs, tests/validation/measured/traces); the losses below that follow the traces create it there.
-  const bool late_head_grad = (resolved_.loss == LossImpl::HfFp32Upcast || resolved_.loss == LossImpl::HfShiftFp32 ||
-                               resolved_.loss == LossImpl::HfFp32Logits || resolved_.loss == LossImpl::HfShift ||
-                               resolved_.loss == LossImpl::FullFp32 ||
+  const bool late_head_grad = (transformers_loss_path(resolved_.loss) || resolved_.loss == LossImpl::FullFp32 ||
                                (resolved_.loss == LossImpl::ChunkedFp32 && !cfg_.training.compile)) &&
                               cfg_.model.head() != TaskHead::SequenceClassification;
   if (!late_head_grad) alloc_layer_grads(shape_.num_layers);
