@@ -8,6 +8,7 @@
 #include "data_shape.h"
 #include "model.h"
 #include "tables.h"
+#include "train_step.h"
 
 namespace memsim {
 
@@ -685,8 +686,18 @@ Resolved resolve(const Config& c) {
   r.fsdp1_reshard_hook = r.sharding == Sharding::Fsdp1 && v.at_least(torch, V(2, 1));
   r.zero_grad_before_backward = t.zero_grad_before_backward() &&
                                 !((r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage >= 1) || r.sharding == Sharding::Megatron);
-  if (c.peft.adapter_dtype == "auto") {
-    r.adapter_dtype = derive_adapter_dtype(c, f, find_precision(t.precision), v, d);
+  const PrecisionRecipe* recipe = find_precision(t.precision);
+  const bool fsdp = r.sharding == Sharding::Fsdp1 || r.sharding == Sharding::Fsdp2;
+  const bool weights_sharded = c.parallel.params_offload() != Offload::None ||
+                               (shard_group_size(c) > 1 && (c.parallel.zero_stage >= 3 || (fsdp && c.parallel.zero_stage >= 2)));
+  r.model_load = resolve_model_load(c, v, f.id == "hf_trainer" || f.unsloth_kernels, f.unsloth_kernels, weights_sharded,
+                                    recipe && recipe->activation_bytes == 2 && !recipe->fp16);
+  if (c.peft.adapter_dtype == "auto" && r.model_load.trl_no_kbit_prep) {
+    d.from(Switch::AdapterDtype, "TRL's SFTTrainer casts a quantized model's trainable parameters to bf16 from 0.26 "
+                                 "(trl#4577)", Library::Trl);
+    r.adapter_dtype = AdapterDtype::Bf16;
+  } else if (c.peft.adapter_dtype == "auto") {
+    r.adapter_dtype = derive_adapter_dtype(c, f, recipe, v, d);
   } else {
     r.adapter_dtype = named(c.peft.adapter_dtype, kAdapterDtype, kAdapterDtypeValues);
     d.given(Switch::AdapterDtype);
@@ -831,6 +842,7 @@ std::vector<std::string> version_notes(const Config& c) {
   if (!r.preference.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.preference.note);
   if (!r.rollout.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.rollout.note);
   if (!r.sft_metrics.note.empty()) notes.push_back("versions.trl: " + r.sft_metrics.note);
+  if (!r.model_load.note.empty()) notes.push_back("model load: " + r.model_load.note);
   if (r.framework->unsloth_kernels && c.peft.kbit_cast())
     notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
                     "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "

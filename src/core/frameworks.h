@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "fields.h"  // choices(field): the allowed strings of a choice field
+#include "model_load.h"
 #include "preference.h"
 #include "rollout.h"
 #include "sft_metrics.h"
@@ -273,6 +274,7 @@ struct Resolved {
   PreferenceFlow preference;              // training.objective dpo, orpo, simpo, kto (preference.h); objective Sft otherwise
   RolloutFlow rollout;                    // training.objective grpo (rollout.h); inactive otherwise
   SftMetrics sft_metrics;                 // TRL's SFTTrainer metrics after the loss (sft_metrics.h); inactive otherwise
+  ModelLoad model_load;                   // transformers' load of a bitsandbytes base and TRL's casts (model_load.h)
   std::array<Origin, kSwitchCount> origin;
   StackVersions versions;
   int64_t adapter_bytes() const { return adapter_dtype == AdapterDtype::Fp32 ? 4 : 2; }

@@ -53,6 +53,7 @@ ShardPlan shard_plan(const StepContext& ctx) {
   sp.mixed = ctx.precision.master_bytes > 0;
   sp.offload_optimizer = par.optimizer_offload() != Offload::None;
   sp.offload_params = par.params_offload() != Offload::None;
+  sp.embed_head_bf16 = rs.model_load.trl_embed_head_bf16;  // resolved only where the weights are not sharded
   return sp;
 }
 
@@ -102,11 +103,11 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
   const int64_t k = sp.ranks_of(t);
   ParamStates s;
   const int64_t ab = sp.adapter_bytes;
-  const int64_t w = param_storage_bytes(t, pr, peft, ab), g = param_grad_bytes(t, pr, peft, ab);
+  const int64_t w = param_storage_bytes(t, pr, peft, ab, sp.embed_head_bf16), g = param_grad_bytes(t, pr, peft, ab);
   const bool plain = t.kind != ParamKind::Adapter && !t.quantized;  // a weight in the recipe's dtype
   if (sp.fsdp) {
     const ParamTensor l = sp.local(t);
-    s.weights = param_storage_bytes(l, pr, peft, ab);
+    s.weights = param_storage_bytes(l, pr, peft, ab, sp.embed_head_bf16);
     if (sp.mixed && plain) s.weights = std::max(s.weights, mul(l.numel, pr.master_bytes));
     s.grads = !has_grad(t) ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft, ab);
     PrecisionRecipe no_master = pr;
@@ -237,7 +238,8 @@ static int64_t packed_int4_bytes(const ParamTensor& t, const PeftConfig& peft) {
 // 4 bits/element + an fp32 absmax per 64-element block, or with double quantization a uint8 absmax per block plus
 // an fp32 scale per 256 blocks (QLoRA sec. 3), and the per-tensor fp32 offset and 256-entry code table.
 // prepare_model_for_kbit_training casts every other parameter to fp32.
-int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes) {
+int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes,
+                            bool embed_head_bf16) {
   if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
   if (t.quantized && peft.packed_int4()) return packed_int4_bytes(t, peft);
   if (t.quantized && peft.quantization() == BaseQuantization::Int8) return add(t.numel, mul(t.rows, 4));
@@ -246,6 +248,8 @@ int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, con
     const int64_t stats = peft.double_quantization ? add(add(blocks, mul(ceil_div(blocks, 256), 4)), 4 + 1024) : mul(blocks, 4);
     return add(ceil_div(t.numel, 2), stats);
   }
+  // TRL's peft_module_casting_to_bf16 matches modules named embed_tokens, wte, wpe and lm_head (model_load.h).
+  if (peft.kbit_cast() && embed_head_bf16 && (t.kind == ParamKind::Embedding || t.name.starts_with("lm_head."))) return mul(t.numel, 2);
   if (peft.kbit_cast()) return mul(t.numel, 4);
   return mul(t.numel, pr.weight_bytes);
 }

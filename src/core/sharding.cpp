@@ -48,10 +48,12 @@ void StepBuilder::alloc_weights() {
   program_.phase("model load");
   // Offloaded parameter shards live in host memory (ZeRO-Infinity, FSDP CPUOffload); small persistent ones stay.
   const int64_t threshold = zero_persistence();
-  for_each_param(ctx_, [&](const ParamTensor& t) {
-    if (shard_plan_.offload_params && (shard_plan_.fsdp || t.numel > threshold)) return;
-    program_.alloc(Component::Weights, states_of(t).weights, labels_.weights);
-  });
+  if (resolved_.model_load.ordered && !shard_weights_ && !shard_plan_.offload_params) alloc_loaded_weights();
+  else
+    for_each_param(ctx_, [&](const ParamTensor& t) {
+      if (shard_plan_.offload_params && (shard_plan_.fsdp || t.numel > threshold)) return;
+      program_.alloc(Component::Weights, states_of(t).weights, labels_.weights);
+    });
   alloc_reference_weights();  // a preference objective's frozen copy (preference_step.cpp)
   // training.ema's fp32 shadow copy on the GPU, a tensor per trainable parameter (EMAModel.shadow_params).
   if (ema_copy_bytes(ctx_) > 0) {
@@ -246,7 +248,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
   std::vector<std::pair<int64_t, int64_t>> fsdp1_groups;  // (ranks, bytes)
   for (const auto& t : ts) {
     if (shard_plan_.fsdp && shard_plan_.sharding == Sharding::Fsdp1) {
-      const int64_t k = shard_plan_.ranks_of(t), b = param_storage_bytes(t, recipe_, cfg_.peft, adapter_bytes_);
+      const int64_t k = shard_plan_.ranks_of(t), b = param_storage_bytes(t, recipe_, cfg_.peft, adapter_bytes_, shard_plan_.embed_head_bf16);
       auto g = std::find_if(fsdp1_groups.begin(), fsdp1_groups.end(), [&](const auto& x) { return x.first == k; });
       if (g == fsdp1_groups.end()) fsdp1_groups.push_back({k, b});
       else g->second = add(g->second, b);
@@ -256,7 +258,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
     // 16-bit (torchtitan's float8 filter_fqns excludes "output").
     if (shard_plan_.fsdp && recipe_.fp8_allgather && t.kind == ParamKind::Matmul && !t.quantized && l >= 0 && l < shape_.num_layers)
       bytes = add(bytes, mul(shard_plan_.ranks_of(t), shard_plan_.local(t).numel));
-    else if (shard_plan_.fsdp) bytes = add(bytes, mul(shard_plan_.ranks_of(t), param_storage_bytes(shard_plan_.local(t), recipe_, cfg_.peft, adapter_bytes_)));
+    else if (shard_plan_.fsdp) bytes = add(bytes, mul(shard_plan_.ranks_of(t), param_storage_bytes(shard_plan_.local(t), recipe_, cfg_.peft, adapter_bytes_, shard_plan_.embed_head_bf16)));
     else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
   }
   for (const auto& [k, b] : fsdp1_groups) bytes = add(bytes, mul(ceil_div(b, k), k));

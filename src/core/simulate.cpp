@@ -186,11 +186,9 @@ DeviceResult device_shell(const StepContext& ctx, std::string role) {
   const HostStates hs = host_state_bytes(ctx);
   d.host_bytes = hs.host_bytes;
   d.nvme_bytes = hs.nvme_bytes;
-  d.capacity_bytes = config.hardware.gpu_memory_bytes > 0 ? config.hardware.gpu_memory_bytes : gpu->memory_bytes;
+  d.capacity_bytes = gpu_total_bytes(config, gpu);
   d.usable_bytes = static_cast<int64_t>(static_cast<double>(d.capacity_bytes) * (1.0 - config.hardware.headroom_fraction));
-  d.breakdown.cuda_context_bytes =
-      config.hardware.cuda_context_bytes > 0        ? config.hardware.cuda_context_bytes
-      : cuda_context_bytes(gpu ? gpu->compute_capability : 0, !resolve(config).lazy_module_loading);
+  d.breakdown.cuda_context_bytes = context_bytes(config, gpu, resolve(config).lazy_module_loading);
   d.breakdown.nccl_bytes = nccl_bytes(config);
   return d;
 }
@@ -256,6 +254,14 @@ DeviceResult simulate_device(const StepContext& ctx, std::string role) {
 }
 
 }  // namespace
+
+int64_t gpu_total_bytes(const Config& c, const GpuSpec* gpu) {
+  return c.hardware.gpu_memory_bytes > 0 ? c.hardware.gpu_memory_bytes : gpu ? gpu->memory_bytes : 0;
+}
+int64_t context_bytes(const Config& c, const GpuSpec* gpu, bool lazy_module_loading) {
+  return c.hardware.cuda_context_bytes > 0 ? c.hardware.cuda_context_bytes
+                                           : cuda_context_bytes(gpu ? gpu->compute_capability : 0, !lazy_module_loading);
+}
 
 int64_t cuda_context_bytes(int compute_capability, bool eager) {
   if (eager) return kCudaContextEagerBytes;  // only measured on pre-Hopper GPUs; no generation data for eager

@@ -8,6 +8,8 @@
 
 namespace memsim {
 
+struct GpuSpec;
+
 // Never throws for any input: invalid or out-of-range configs come back with ok == false and errors set.
 Result simulate(const Config& config);
 
@@ -55,5 +57,9 @@ constexpr int64_t kCudaContextHopperLazyBytes = 804061184;  // 766.8 MiB
 // The context a GPU's process holds outside the caching allocator, with the module loading named
 // (hardware.cuda_module_loading): measured per GPU generation where a measurement exists, else PR #86509's.
 int64_t cuda_context_bytes(int compute_capability, bool eager);
+// The GPU's memory (hardware.gpu_memory_bytes, else the catalogue's), and the context its process holds outside the
+// allocator (hardware.cuda_context_bytes, else cuda_context_bytes by the module loading).
+int64_t gpu_total_bytes(const Config& c, const GpuSpec* gpu);
+int64_t context_bytes(const Config& c, const GpuSpec* gpu, bool lazy_module_loading);
 
 }  // namespace memsim

@@ -26,7 +26,8 @@ namespace memsim {
 
 // What one parameter tensor costs (model_states.cpp), for the step's files. `adapter_bytes`: the resolved
 // peft.adapter_dtype's element size (Resolved::adapter_bytes).
-int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
+int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes,
+                            bool embed_head_bf16);
 int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes);
 int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
                               int64_t adapter_bytes, const OptimizerSpec& opt, bool include_paged);
@@ -238,6 +239,7 @@ class StepBuilder {
   void step(int iter, int64_t mbs, int64_t gas);
   void use_shape(const MicroBatchShape& shape);  // the micro-batch's dims (dims_)
   void alloc_weights();
+  void alloc_loaded_weights();  // transformers' load of a bitsandbytes base (model_load.cpp)
   void alloc_layer_grads(int64_t layer);  // first backward of an iteration: .grad of the layer's params
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
   void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3 / FSDP: all-gather the layer's params
@@ -686,6 +688,7 @@ class StepBuilder {
   // norm_trainable by (parameter list, first consumer), the consumer found by its literal's address.
   mutable std::vector<std::pair<std::pair<const std::vector<ParamTensor>*, const char*>, bool>> norm_trainable_;
   int64_t adapter_bytes_ = 2;  // adapter_bytes(), from the config once
+  int64_t free_at_load_bytes_ = 0;  // the GPU less its context: what cudaMemGetInfo reports before the model loads
   int64_t shard_ranks_ = 1;  // ranks of the shard group
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
   bool in_backward_ = false;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "checked.h"
+#include "simulate.h"
 #include "step_builder.h"
 
 namespace memsim {
@@ -51,7 +52,7 @@ bool StepBuilder::trainable_module(const char* module) const {
 
 int64_t StepBuilder::adapter_bytes() const { return adapter_bytes_; }
 int64_t StepBuilder::weight_bytes_of(const ParamTensor& t) const {
-  return param_storage_bytes(t, recipe_, cfg_.peft, adapter_bytes_);
+  return param_storage_bytes(t, recipe_, cfg_.peft, adapter_bytes_, shard_plan_.embed_head_bf16);
 }
 int64_t StepBuilder::grad_bytes_of(const ParamTensor& t) const {
   return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, recipe_, cfg_.peft, adapter_bytes_); });
@@ -109,11 +110,13 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // parameters), so inputs_embeds, and with them the residual stream and the norms' outputs (LlamaRMSNorm
   // returns weight * hidden.to(input_dtype), an fp32 weight), are fp32 whatever the recipe. Lightning's
   // bitsandbytes plugin does not call it.
-  const bool kbit = cfg_.peft.kbit_cast();
-  if (kbit && !resolved_.framework->bnb_via_lightning && !cfg_.model.is_encoder_decoder) dims_.e_res = 4;
-  dims_.amp = recipe_.autocast_copy_bytes > 0 || recipe_.autocast_16bit;
+  // TRL's cast of the embedding back to bf16 (model_load.h) makes inputs_embeds, and so the residual stream, bf16.
   shard_plan_ = shard_plan(ctx);
+  const bool kbit = cfg_.peft.kbit_cast();
+  if (kbit && !resolved_.framework->bnb_via_lightning && !cfg_.model.is_encoder_decoder) dims_.e_res = shard_plan_.embed_head_bf16 ? 2 : 4;
+  dims_.amp = recipe_.autocast_copy_bytes > 0 || recipe_.autocast_16bit;
   adapter_bytes_ = resolved_.adapter_bytes();
+  free_at_load_bytes_ = std::max<int64_t>(0, gpu_total_bytes(cfg_, ctx.gpu) - context_bytes(cfg_, ctx.gpu, resolved_.lazy_module_loading));
   shard_ranks_ = shard_plan_.n;
   shard_opt_ = shard_plan_.flat_optimizer;
   shard_grads_ = shard_plan_.shard_grads;

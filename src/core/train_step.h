@@ -41,6 +41,7 @@ struct ShardPlan {
   bool mixed = false;         // the recipe keeps fp32 master weights
   bool offload_optimizer = false, offload_params = false;
   int64_t adapter_bytes = 4;  // the resolved peft.adapter_dtype's element size
+  bool embed_head_bf16 = false;  // TRL cast the fp32 embedding and lm_head back to bf16 (ModelLoad::trl_embed_head_bf16)
   FrameworkSpec::ExpertShard expert_shard = FrameworkSpec::ExpertShard::PerExpertLinear;  // FSDP2's expert dim
   int64_t ranks_of(const ParamTensor& t) const;
   ParamTensor local(const ParamTensor& t) const;  // one rank's shard of an FSDP parameter
