@@ -2,7 +2,7 @@
 //   memsim-cli estimate --config FILE.json [--format json|table] [--set KEY=VALUE]... [--timeline] [--suggest]
 //   memsim-cli estimate --hf-config config.json ...
 //   memsim-cli estimate --preset ID --accelerate-config default_config.yaml ...
-//   memsim-cli estimate --link 'https://host/#memsim=2&...&c=...'   (a link the page wrote, or its bare fragment)
+//   memsim-cli estimate --link 'https://host/#memsim=3&...&c=...'   (a link the page wrote, or its bare fragment)
 //   memsim-cli estimate ... --lengths-file lengths.txt   (per-sample token lengths -> data.sample_lengths)
 //   memsim-cli estimate --architecture vit.json --set model.architecture_args=num_labels=10   (a model program)
 //   memsim-cli config [--config FILE|-] [--link LINK] [--hf-config FILE] [--set KEY=VALUE]... [--format json|fragment]
@@ -52,7 +52,7 @@ constexpr const char* kUsage =
     "keys --long adds each field's type, allowed values, default and what it does; schema prints the config's JSON\n"
     "Schema (docs/config.schema.json).\n"
     "--preset ID replaces the model with a catalogue model (before --set is applied).\n"
-    "--link LINK opens a link of the page: a whole URL (https://host/#memsim=2&...) or its fragment; quote it for the\n"
+    "--link LINK opens a link of the page: a whole URL (https://host/#memsim=3&...) or its fragment; quote it for the\n"
     "shell. A link that was cut off or altered exits 2 and says so; every field the link leaves out is its default.\n"
     "       memsim-cli validate DIR [--measured DIR]... [--residuals FILE]   (predicted against measured for every\n"
     "                                 case file in DIR, as markdown; each --measured folder of calibration runs gets a\n"
@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
       config = p.config;
     } else if (a == "--link") {
       // A link replaces the whole setup, as the page opens it; --set still applies after it.
-      if (!value(v)) return invalid("--link needs a link (https://host/#memsim=2&...) or its fragment");
+      if (!value(v)) return invalid("--link needs a link (https://host/#memsim=3&...) or its fragment");
       Parsed p = config_from_fragment(v, config);
       if (!p.ok) return invalid(p.errors);
       config = p.config;

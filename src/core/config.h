@@ -288,7 +288,9 @@ struct PeftConfig {
   bool double_quantization = false;         // bnb_4bit_use_double_quant
   // GPTQConfig / AwqConfig group_size: input features that share one scale and zero (-1: the whole row).
   int64_t quant_group_size = 128;
-  bool prepare_kbit = true;                 // prepare_model_for_kbit_training: non-quantized params to fp32
+  // prepare_model_for_kbit_training (non-quantized params to fp32): auto (true where the framework uses PEFT, except
+  // under TRL's SFTTrainer from 0.26 and Unsloth, which do not call it), true, false
+  std::string prepare_kbit = "auto";
   // bitsandbytes before 0.43.2 keeps each 4-bit linear's input for backward even though the frozen weight needs no
   // gradient (autograd/_functions.py MatMul4Bit.forward: ctx.tensors = (A, B); PR #1270 made it (None, B)).
   // auto (by the bitsandbytes version), true or false.
@@ -323,8 +325,9 @@ struct PeftConfig {
   bool packed_int4() const { return quantization() == BaseQuantization::Gptq || quantization() == BaseQuantization::Awq; }
   // prepare_model_for_kbit_training casts every fp16/bf16 parameter to fp32, except on a GPTQ model: peft skips
   // the cast there (utils/other.py, v0.6-v0.17: `if not is_gptq_quantized and ...: # cast all non INT8 parameters
-  // to fp32`); AWQ is in none of its lists, so its embeddings, norms and head are cast.
-  bool kbit_cast() const { return enabled() && quantized() && prepare_kbit && quantization() != BaseQuantization::Gptq; }
+  // to fp32`); AWQ is in none of its lists, so its embeddings, norms and head are cast. Whether it runs is the
+  // resolved peft.prepare_kbit (Resolved::kbit_cast).
+  bool kbit_castable() const { return enabled() && quantized() && quantization() != BaseQuantization::Gptq; }
 };
 
 // The world is data x context x tensor x pipeline parallel (Megatron's layout). Sharding of model states runs

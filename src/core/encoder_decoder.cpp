@@ -49,7 +49,7 @@ uint32_t StepBuilder::t5_embed(std::vector<uint32_t>& saved) {
 uint32_t StepBuilder::t5_norm(int32_t layer, uint32_t x, std::vector<uint32_t>& saved, bool own_x) {
   const int64_t th = mul(dims_.T, dims_.h);
   // prepare_model_for_kbit_training casts the norm weights to fp32, which keeps h and the output fp32.
-  const bool kbit = cfg_.peft.kbit_cast();
+  const bool kbit = resolved_.kbit_cast;
   const int64_t wb = kbit ? 4 : recipe_.weight_bytes;
   saved.push_back(act(mul(4, dims_.T), labels_.norm_rstd, layer));
   uint32_t h = UINT32_MAX;

@@ -92,7 +92,7 @@ constexpr std::string_view kSwitchFields[] = {
     "training.softmax_saves_input", "training.zero_grad_set_to_none", "training.optimizer_impl",
     "training.attention",           "training.loss",                  "peft.bnb_saves_input",
     "peft.adapter_dtype",           "hardware.expandable_segments",   "hardware.cuda_module_loading",
-    "training.empty_cache_steps",   "training.checkpoint_reentrant"};
+    "training.empty_cache_steps",   "training.checkpoint_reentrant",  "peft.prepare_kbit"};
 static_assert(std::size(kSwitchFields) == kSwitchCount);
 
 // The value named `text` among names[1..] ("auto" is names[0]); values[0] for an unknown name (validated away).
@@ -687,14 +687,36 @@ Resolved resolve(const Config& c) {
   r.zero_grad_before_backward = t.zero_grad_before_backward() &&
                                 !((r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage >= 1) || r.sharding == Sharding::Megatron);
   const PrecisionRecipe* recipe = find_precision(t.precision);
+  // peft.prepare_kbit: PEFT's helper, which the frameworks built on PEFT call for a quantized base (TRL's SFTTrainer
+  // itself up to 0.25); Unsloth's loader, torchtune and litgpt do not.
+  const bool hf_trainer = f.id == "hf_trainer";
+  r.prepare_kbit = tri_state(c.peft.prepare_kbit, Switch::PrepareKbit, d, [&] {
+    if (trl_sft_trainer(c, v, hf_trainer) && v.at_least(Library::Trl, V(0, 26))) {
+      d.from(Switch::PrepareKbit, "TRL's SFTTrainer no longer calls prepare_model_for_kbit_training from 0.26 "
+                                  "(trl#4577)", Library::Trl);
+      return false;
+    }
+    d.framework(Switch::PrepareKbit);
+    return f.peft_library && !f.unsloth_kernels;
+  });
+  r.kbit_cast = r.prepare_kbit && c.peft.kbit_castable();
+  LoadFacts load;
   const bool fsdp = r.sharding == Sharding::Fsdp1 || r.sharding == Sharding::Fsdp2;
-  const bool weights_sharded = c.parallel.params_offload() != Offload::None ||
-                               (shard_group_size(c) > 1 && (c.parallel.zero_stage >= 3 || (fsdp && c.parallel.zero_stage >= 2)));
-  r.model_load = resolve_model_load(c, v, f.id == "hf_trainer" || f.unsloth_kernels, f.unsloth_kernels, weights_sharded,
-                                    recipe && recipe->activation_bytes == 2 && !recipe->fp16);
+  load.weights_sharded = c.parallel.params_offload() != Offload::None ||
+                         (shard_group_size(c) > 1 && (c.parallel.zero_stage >= 3 || (fsdp && c.parallel.zero_stage >= 2)));
+  load.transformers_loader = hf_trainer || f.unsloth_kernels;
+  load.prequantized = f.unsloth_kernels;
+  load.hf_trainer = hf_trainer;
+  load.bf16_autocast = recipe && recipe->activation_bytes == 2 && !recipe->fp16;
+  load.kbit_cast = r.kbit_cast;
+  r.model_load = resolve_model_load(c, v, load);
   if (c.peft.adapter_dtype == "auto" && r.model_load.trl_no_kbit_prep) {
     d.from(Switch::AdapterDtype, "TRL's SFTTrainer casts a quantized model's trainable parameters to bf16 from 0.26 "
                                  "(trl#4577)", Library::Trl);
+    r.adapter_dtype = AdapterDtype::Bf16;
+  } else if (c.peft.adapter_dtype == "auto" && r.model_load.trl_adapters_bf16) {
+    d.from(Switch::AdapterDtype, "TRL's SFTTrainer cast the adapters to bf16 with the embedding and head before 0.9.3 "
+                                 "(peft_module_casting_to_bf16's BaseTunerLayer branch)", Library::Trl);
     r.adapter_dtype = AdapterDtype::Bf16;
   } else if (c.peft.adapter_dtype == "auto") {
     r.adapter_dtype = derive_adapter_dtype(c, f, recipe, v, d);
@@ -778,6 +800,7 @@ std::string switch_value(const Resolved& r, Switch s) {
     case Switch::CudaModuleLoading: return r.lazy_module_loading ? "lazy" : "eager";
     case Switch::EmptyCacheSteps: return std::to_string(r.empty_cache_steps);
     case Switch::CheckpointReentrant: return yes(r.checkpoint_reentrant);
+    case Switch::PrepareKbit: return yes(r.prepare_kbit);
   }
   return "";
 }
@@ -795,6 +818,7 @@ bool switch_applies(const Config& c, const Resolved& r, Switch s) {
     case Switch::CudaModuleLoading: return c.hardware.cuda_context_bytes == 0;
     case Switch::EmptyCacheSteps: return f.hf_trainer_loop && c.data.varies();  // only a run replay empties it
     case Switch::CheckpointReentrant: return c.training.activation_checkpointing != "none";
+    case Switch::PrepareKbit: return c.peft.kbit_castable();
     default: return true;
   }
 }
@@ -843,7 +867,7 @@ std::vector<std::string> version_notes(const Config& c) {
   if (!r.rollout.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.rollout.note);
   if (!r.sft_metrics.note.empty()) notes.push_back("versions.trl: " + r.sft_metrics.note);
   if (!r.model_load.note.empty()) notes.push_back("model load: " + r.model_load.note);
-  if (r.framework->unsloth_kernels && c.peft.kbit_cast())
+  if (r.framework->unsloth_kernels && r.kbit_cast)
     notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
                     "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "
                     "prepare_model_for_training upcasts only the adapters): set false for an Unsloth run");

@@ -148,8 +148,9 @@ enum class Switch {
   CudaModuleLoading,
   EmptyCacheSteps,
   CheckpointReentrant,
+  PrepareKbit,
 };
-constexpr size_t kSwitchCount = 11;
+constexpr size_t kSwitchCount = 12;
 std::string_view switch_field(Switch s);  // "training.softmax_saves_input"
 
 struct Origin {
@@ -246,6 +247,8 @@ struct Resolved {
   // fsdp_hook_holds_inputs_ says when that hook keeps tensors alive.
   bool fsdp1_reshard_hook;
   AdapterDtype adapter_dtype;
+  bool prepare_kbit;  // peft.prepare_kbit (Switch::PrepareKbit)
+  bool kbit_cast;     // ... and it casts something: every non-quantized parameter of a bitsandbytes or AWQ base to fp32
   bool expandable_segments;
   bool lazy_module_loading;   // hardware.cuda_module_loading lazy
   int64_t empty_cache_steps;  // 0: never

@@ -60,7 +60,7 @@ bool percent_decode(std::string_view s, std::string& out) {
 // [SECTION] Links: the short form, its frozen defaults and presets, its checksum
 // ---------------------------------------------------------------------------------------------------------
 //
-// A short link:  memsim=2&model=llama-3.1-70b&framework=hf_trainer&method=lora&gpu=h200&c=7kq2m9
+// A short link:  memsim=3&model=llama-3.1-70b&framework=hf_trainer&method=lora&gpu=h200&c=7kq2m9
 // - memsim=N starts it: the config schema N it is read with, and the promise that it ends with a checksum, so that a
 //   link cut anywhere (at a field boundary too) is told from a whole one;
 // - then only the fields that differ from schema N's frozen defaults (tests/golden/vN.defaults.json), by their bare

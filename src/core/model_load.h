@@ -8,11 +8,13 @@
 //   3. the other parameters arrive in the load dtype (16 bits), and prepare_model_for_kbit_training casts them to fp32
 //      one by one afterwards (a new fp32 tensor, then the 16-bit one freed);
 //   4. TRL's SFTTrainer then changes dtypes again, by its version (below).
+// Steps 1-3 follow the loader, for an unsharded base; TRL's rules apply whatever the sharding.
 // This file resolves, by the versions, which of these happen; StepBuilder::alloc_loaded_weights (model_load.cpp)
 // replays them. The sources and the version boundaries are in docs/versions.md section 16.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "config.h"
 #include "versions.h"
@@ -26,27 +28,44 @@ enum class LoadWarmup {
   QuantizedSize, // 5.0 on: byte_count = the quantized bytes (param_element_size 0.5 for 4-bit), capped; all of it
 };
 
+// The parameters TRL's peft_module_casting_to_bf16 matches by module name (model_load.cpp trl_bf16_targets).
+struct TrlBf16Targets {
+  bool token_embedding = false, position_embedding = false, head = false;
+  bool any() const { return token_embedding || position_embedding || head; }
+};
+
 struct ModelLoad {
   bool ordered = false;          // the load is replayed in transformers' order (steps 1-3 above)
   bool quantize_on_gpu = false;  // 16-bit linears quantized on the GPU (not a pre-quantized checkpoint, as Unsloth's)
   LoadWarmup warmup = LoadWarmup::None;
   bool warmup_cap_095 = false;   // 4.51: capped at 0.95 of the free memory; later releases at the free memory - 1.2 GiB
+  bool warmup_counts_tied_twice = false;  // before 4.54 the byte count took a tied head's key as a tensor of its own
   // TRL's SFTTrainer (versions.trl stated, objective sft, the HF Trainer) on a bitsandbytes base:
   // 0.7.5-0.25, bf16 and a 4-bit base that prepare_model_for_kbit_training made fp32: peft_module_casting_to_bf16
-  // casts the embedding and lm_head back to bf16 (the norms stay fp32).
-  bool trl_embed_head_bf16 = false;
-  // 0.26 on: prepare_model_for_kbit_training is no longer called (trl#4577); the adapters go to bf16 (derived through
-  // peft.adapter_dtype, frameworks.cpp).
+  // casts the embedding and lm_head back to bf16 (the norms stay fp32), and before 0.9.3 the adapters too.
+  TrlBf16Targets trl_bf16;
+  bool trl_adapters_bf16 = false;
+  // 0.26 on: prepare_model_for_kbit_training is no longer called (trl#4577) and the adapters go to bf16 (both derived
+  // through peft.prepare_kbit and peft.adapter_dtype, frameworks.cpp).
   bool trl_no_kbit_prep = false;
   std::string note;  // the rules above with their sources, for the result's notes
 };
 
-// Requires a validated config. `transformers_loader`: the framework loads the base with from_pretrained and a
-// BitsAndBytesConfig (the HF Trainer, Unsloth); `prequantized`: its checkpoints are already 4-bit (Unsloth's);
-// `weights_sharded`: FSDP or ZeRO-3 shard the weights (then the load goes through the CPU, no device map);
-// `bf16_autocast`: the Trainer's bf16 flag (the recipe's 16-bit dtype is bf16).
-ModelLoad resolve_model_load(const Config& c, const StackVersions& v, bool transformers_loader, bool prequantized,
-                             bool weights_sharded, bool bf16_autocast);
+// What resolve_model_load needs of the resolved config.
+struct LoadFacts {
+  bool transformers_loader = false;  // from_pretrained with a BitsAndBytesConfig (the HF Trainer, Unsloth)
+  bool prequantized = false;         // the checkpoints are already 4-bit (Unsloth's)
+  bool weights_sharded = false;      // FSDP or ZeRO-3 shard the weights (memsim leaves that load unmodelled)
+  bool hf_trainer = false;           // the HF Trainer, which a stated versions.trl makes TRL's (SFT)
+  bool bf16_autocast = false;        // the Trainer's bf16 flag (the recipe's 16-bit dtype is bf16)
+  bool kbit_cast = false;            // prepare_model_for_kbit_training runs (Resolved::kbit_cast)
+};
+
+// A stated versions.trl (not a date) with objective sft under the HF Trainer: the Trainer is TRL's SFTTrainer.
+bool trl_sft_trainer(const Config& c, const StackVersions& v, bool hf_trainer);
+
+// Requires a validated config.
+ModelLoad resolve_model_load(const Config& c, const StackVersions& v, const LoadFacts& f);
 
 // The bytes caching_allocator_warmup requests: `bytes_16bit` is the empty model's byte count (every parameter in the
 // load dtype, a quantized linear at its full shape; tied weights once), `bytes_quantized` the same with quantized

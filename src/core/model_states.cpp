@@ -37,7 +37,7 @@ ShardPlan shard_plan(const StepContext& ctx) {
   ShardPlan sp;
   const Resolved rs = resolve(ctx.config);
   sp.sharding = rs.sharding;
-  sp.adapter_bytes = rs.adapter_bytes();
+  sp.dtypes = {rs.adapter_bytes(), rs.kbit_cast, rs.model_load.trl_bf16};
   sp.expert_shard = rs.framework->fsdp2_expert_shard;
   sp.n = shard_group_size(ctx.config);
   sp.ep = par.expert_parallel_size;
@@ -53,7 +53,6 @@ ShardPlan shard_plan(const StepContext& ctx) {
   sp.mixed = ctx.precision.master_bytes > 0;
   sp.offload_optimizer = par.optimizer_offload() != Offload::None;
   sp.offload_params = par.params_offload() != Offload::None;
-  sp.embed_head_bf16 = rs.model_load.trl_embed_head_bf16;  // resolved only where the weights are not sharded
   return sp;
 }
 
@@ -102,12 +101,12 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
   const auto& pr = ctx.precision;
   const int64_t k = sp.ranks_of(t);
   ParamStates s;
-  const int64_t ab = sp.adapter_bytes;
-  const int64_t w = param_storage_bytes(t, pr, peft, ab, sp.embed_head_bf16), g = param_grad_bytes(t, pr, peft, ab);
+  const ParamDtypes& ab = sp.dtypes;
+  const int64_t w = param_storage_bytes(t, pr, peft, ab), g = param_grad_bytes(t, pr, peft, ab);
   const bool plain = t.kind != ParamKind::Adapter && !t.quantized;  // a weight in the recipe's dtype
   if (sp.fsdp) {
     const ParamTensor l = sp.local(t);
-    s.weights = param_storage_bytes(l, pr, peft, ab, sp.embed_head_bf16);
+    s.weights = param_storage_bytes(l, pr, peft, ab);
     if (sp.mixed && plain) s.weights = std::max(s.weights, mul(l.numel, pr.master_bytes));
     s.grads = !has_grad(t) ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft, ab);
     PrecisionRecipe no_master = pr;
@@ -150,7 +149,7 @@ ModelStates raw_model_states(const StepContext& ctx, const ShardPlan& sp, PerTen
     m.optimizer_bytes = add(m.optimizer_bytes, s.optimizer);
     if (s.flat_numel == 0) return;
     flat = add(flat, s.flat_numel);
-    const OptimizerDtypes d = optimizer_dtypes(t, ctx.precision, ctx.config.peft, sp.adapter_bytes);
+    const OptimizerDtypes d = optimizer_dtypes(t, ctx.precision, ctx.config.peft, sp.dtypes);
     flat_master = add(flat_master, mul(s.flat_numel, d.master_bytes));
     if (s.flat_numel > largest_share) largest_share = s.flat_numel, flat_state_bytes = d.state_bytes;
   });
@@ -238,9 +237,8 @@ static int64_t packed_int4_bytes(const ParamTensor& t, const PeftConfig& peft) {
 // 4 bits/element + an fp32 absmax per 64-element block, or with double quantization a uint8 absmax per block plus
 // an fp32 scale per 256 blocks (QLoRA sec. 3), and the per-tensor fp32 offset and 256-entry code table.
 // prepare_model_for_kbit_training casts every other parameter to fp32.
-int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes,
-                            bool embed_head_bf16) {
-  if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
+int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, const ParamDtypes& dt) {
+  if (t.kind == ParamKind::Adapter) return mul(t.numel, dt.adapter_bytes);
   if (t.quantized && peft.packed_int4()) return packed_int4_bytes(t, peft);
   if (t.quantized && peft.quantization() == BaseQuantization::Int8) return add(t.numel, mul(t.rows, 4));
   if (t.quantized) {
@@ -248,35 +246,37 @@ int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, con
     const int64_t stats = peft.double_quantization ? add(add(blocks, mul(ceil_div(blocks, 256), 4)), 4 + 1024) : mul(blocks, 4);
     return add(ceil_div(t.numel, 2), stats);
   }
-  // TRL's peft_module_casting_to_bf16 matches modules named embed_tokens, wte, wpe and lm_head (model_load.h).
-  if (peft.kbit_cast() && embed_head_bf16 && (t.kind == ParamKind::Embedding || t.name.starts_with("lm_head."))) return mul(t.numel, 2);
-  if (peft.kbit_cast()) return mul(t.numel, 4);
+  // TRL's peft_module_casting_to_bf16, by module name (model_load.cpp trl_bf16_targets).
+  const TrlBf16Targets& b = dt.trl_bf16;
+  if (dt.kbit_cast && ((b.token_embedding && t.name == "embed_tokens.weight") ||
+                       (b.position_embedding && t.name == "embed_positions.weight") || (b.head && t.name == "lm_head.weight")))
+    return mul(t.numel, 2);
+  if (dt.kbit_cast) return mul(t.numel, 4);
   return mul(t.numel, pr.weight_bytes);
 }
 
-int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, int64_t adapter_bytes) {
+int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig&, const ParamDtypes& dt) {
   if (!has_grad(t)) return 0;
-  if (t.kind == ParamKind::Adapter) return mul(t.numel, adapter_bytes);
-  if (peft.kbit_cast()) return mul(t.numel, 4);
+  if (t.kind == ParamKind::Adapter) return mul(t.numel, dt.adapter_bytes);
+  if (dt.kbit_cast) return mul(t.numel, 4);
   return mul(t.numel, pr.grad_bytes);
 }
 
 // Optimizer state of one trainable tensor: the fp32 master copy where the recipe keeps one for a low-precision
 // parameter, and the optimizer's states in the parameter's dtype (torch: zeros_like(p)).
-OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
-                                 int64_t adapter_bytes) {
+OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig&, const ParamDtypes& dt) {
   OptimizerDtypes d{pr.state_bytes, pr.master_bytes};
-  if (t.kind == ParamKind::Adapter || peft.kbit_cast()) {
-    d.state_bytes = t.kind == ParamKind::Adapter ? adapter_bytes : 4;
+  if (t.kind == ParamKind::Adapter || dt.kbit_cast) {
+    d.state_bytes = t.kind == ParamKind::Adapter ? dt.adapter_bytes : 4;
     d.master_bytes = d.state_bytes == 4 ? 0 : d.master_bytes;
   }
   return d;
 }
 
 int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
-                              int64_t adapter_bytes, const OptimizerSpec& opt, bool include_paged) {
+                              const ParamDtypes& dt, const OptimizerSpec& opt, bool include_paged) {
   if (t.frozen) return 0;
-  const OptimizerDtypes d = optimizer_dtypes(t, pr, peft, adapter_bytes);
+  const OptimizerDtypes d = optimizer_dtypes(t, pr, peft, dt);
   int64_t bytes = mul(t.numel, d.master_bytes);
   if (include_paged || !(opt.paged && t.numel >= kPagedMinNumel)) bytes = add(bytes, optimizer_state_bytes(opt, t.numel, t.rows, d.state_bytes));
   return bytes;

@@ -40,7 +40,7 @@ int64_t frozen_model_bytes(const StepContext& ctx, bool sharded, bool without_lm
   for_each_param(ctx, [&](const ParamTensor& t) {
     if (t.kind == ParamKind::Adapter || (without_lm_head && t.name.rfind("lm_head", 0) == 0)) return;
     bytes = add(bytes, sharded ? param_states(sp, ctx, t).weights
-                               : param_storage_bytes(t, ctx.precision, ctx.config.peft, sp.adapter_bytes, sp.embed_head_bf16));
+                               : param_storage_bytes(t, ctx.precision, ctx.config.peft, sp.dtypes));
   });
   return bytes;
 }

@@ -82,12 +82,32 @@ bool schema_readable(int version, std::vector<FieldError>& errors) {
   return true;
 }
 
+// Schema 3 made peft.prepare_kbit a switch: auto (PEFT's prepare_model_for_kbit_training where the framework calls
+// it, not under TRL's SFTTrainer from 0.26, Unsloth, torchtune or litgpt; frameworks.cpp) / true / false, auto the
+// default. Schema 2 had a boolean that defaulted to true: a schema-2 config that sets it keeps its value (the reader
+// takes a JSON boolean for true and false), and one whose peft section leaves it out meant true. A schema-2 link
+// that leaves it out takes tests/golden/v2.defaults.json's true before this step, so nothing is left to do there.
+void migrate_2_to_3(json& doc) {
+  auto peft = doc.find("peft");
+  if (peft == doc.end() || !peft->is_object()) return;  // no PEFT section: the base's values, as before
+  auto it = peft->find("prepare_kbit");
+  if (it == peft->end() || it->is_null()) (*peft)["prepare_kbit"] = "true";
+  else if (it->is_boolean()) *it = it->get<bool>() ? "true" : "false";
+}
+void migrate_2_to_3(std::vector<std::pair<std::string, std::string>>& pairs) {
+  for (auto& [k, v] : pairs)
+    if (k == "peft.prepare_kbit" && (v == "1" || v == "0")) v = v == "1" ? "true" : "false";  // Reader::boolean's
+}
+
 // Upgrades `doc` (a JSON document or a link's pairs) from schema `from` to `from + 1`.
 template <typename Doc>
 void migrate_doc_step(Doc& doc, int from) {
   switch (from) {
     case 1:
       migrate_1_to_2(doc);
+      break;
+    case 2:
+      migrate_2_to_3(doc);
       break;
   }
 }

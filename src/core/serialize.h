@@ -20,7 +20,7 @@ namespace memsim {
 
 // Schema of the config JSON and the fragment. Bump it when a field changes meaning, and add a step to
 // migrate() in serialize.cpp; tests/golden keeps one file per version that has ever shipped.
-constexpr int kConfigSchema = 2;
+constexpr int kConfigSchema = 3;
 // Schema of `memsim-cli estimate --format json` output.
 constexpr int kResultSchema = 1;
 
@@ -41,14 +41,14 @@ std::string config_to_json(const Config& c, int indent = 2);
 std::string document_guard_error(std::string_view text, const std::string& what);
 
 // Links (the URL fragment; README "Links"). config_to_fragment writes the short link:
-//   "memsim=2&model=llama-3.1-70b&method=lora&gpu=h200&c=7kq2m9"
+//   "memsim=3&model=llama-3.1-70b&method=lora&gpu=h200&c=7kq2m9"
 // memsim=N (the schema), then only the fields that differ from schema N's frozen defaults (tests/golden/vN.defaults.json)
 // by their bare names, the model as a frozen catalogue id (tests/golden/vN.presets.json) where that is shorter, and a
 // checksum of it all. config_to_full_fragment writes the form every link had before: "schema=2&model.name=...&..."
 // with every field and no checksum.
 std::string config_to_fragment(const Config& c);
 std::string config_to_full_fragment(const Config& c);
-// Reads either form, from a whole URL ("https://host/#memsim=2&...") or a bare fragment, ignoring what chat clients
+// Reads either form, from a whole URL ("https://host/#memsim=3&...") or a bare fragment, ignoring what chat clients
 // append to a link (.,;:!?)]>'" and whitespace at the end). A field the link leaves out takes the frozen default of
 // the link's schema, so a link keeps its meaning when the code's defaults change; on success the link alone decides
 // the config. A short link that is cut (its c= is missing) or altered (its checksum does not match) is refused with

@@ -248,7 +248,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
   std::vector<std::pair<int64_t, int64_t>> fsdp1_groups;  // (ranks, bytes)
   for (const auto& t : ts) {
     if (shard_plan_.fsdp && shard_plan_.sharding == Sharding::Fsdp1) {
-      const int64_t k = shard_plan_.ranks_of(t), b = param_storage_bytes(t, recipe_, cfg_.peft, adapter_bytes_, shard_plan_.embed_head_bf16);
+      const int64_t k = shard_plan_.ranks_of(t), b = param_storage_bytes(t, recipe_, cfg_.peft, shard_plan_.dtypes);
       auto g = std::find_if(fsdp1_groups.begin(), fsdp1_groups.end(), [&](const auto& x) { return x.first == k; });
       if (g == fsdp1_groups.end()) fsdp1_groups.push_back({k, b});
       else g->second = add(g->second, b);
@@ -258,7 +258,7 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
     // 16-bit (torchtitan's float8 filter_fqns excludes "output").
     if (shard_plan_.fsdp && recipe_.fp8_allgather && t.kind == ParamKind::Matmul && !t.quantized && l >= 0 && l < shape_.num_layers)
       bytes = add(bytes, mul(shard_plan_.ranks_of(t), shard_plan_.local(t).numel));
-    else if (shard_plan_.fsdp) bytes = add(bytes, mul(shard_plan_.ranks_of(t), param_storage_bytes(shard_plan_.local(t), recipe_, cfg_.peft, adapter_bytes_, shard_plan_.embed_head_bf16)));
+    else if (shard_plan_.fsdp) bytes = add(bytes, mul(shard_plan_.ranks_of(t), param_storage_bytes(shard_plan_.local(t), recipe_, cfg_.peft, shard_plan_.dtypes)));
     else if (!persistent(t)) bytes = add(bytes, weight_bytes_of(t));
   }
   for (const auto& [k, b] : fsdp1_groups) bytes = add(bytes, mul(ceil_div(b, k), k));

@@ -28,7 +28,7 @@ constexpr int64_t kCublasLtWorkspaceBytes = 1024 * kKiB;
 
 int64_t StepBuilder::state_dtype_of(const ParamTensor& t) const {
   if (t.kind == ParamKind::Adapter) return adapter_bytes();
-  if (cfg_.peft.kbit_cast()) return 4;
+  if (resolved_.kbit_cast) return 4;
   return recipe_.state_bytes;
 }
 
@@ -52,10 +52,10 @@ bool StepBuilder::trainable_module(const char* module) const {
 
 int64_t StepBuilder::adapter_bytes() const { return adapter_bytes_; }
 int64_t StepBuilder::weight_bytes_of(const ParamTensor& t) const {
-  return param_storage_bytes(t, recipe_, cfg_.peft, adapter_bytes_, shard_plan_.embed_head_bf16);
+  return param_storage_bytes(t, recipe_, cfg_.peft, shard_plan_.dtypes);
 }
 int64_t StepBuilder::grad_bytes_of(const ParamTensor& t) const {
-  return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, recipe_, cfg_.peft, adapter_bytes_); });
+  return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, recipe_, cfg_.peft, shard_plan_.dtypes); });
 }
 ParamStates StepBuilder::states_of(const ParamTensor& t) const {
   return states_.get(t, [&](const ParamTensor& x) { return param_states(shard_plan_, ctx_, x); });
@@ -112,8 +112,8 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   // bitsandbytes plugin does not call it.
   // TRL's cast of the embedding back to bf16 (model_load.h) makes inputs_embeds, and so the residual stream, bf16.
   shard_plan_ = shard_plan(ctx);
-  const bool kbit = cfg_.peft.kbit_cast();
-  if (kbit && !resolved_.framework->bnb_via_lightning && !cfg_.model.is_encoder_decoder) dims_.e_res = shard_plan_.embed_head_bf16 ? 2 : 4;
+  const bool kbit = resolved_.kbit_cast;
+  if (kbit && !resolved_.framework->bnb_via_lightning && !cfg_.model.is_encoder_decoder) dims_.e_res = shard_plan_.dtypes.trl_bf16.token_embedding ? 2 : 4;
   dims_.amp = recipe_.autocast_copy_bytes > 0 || recipe_.autocast_16bit;
   adapter_bytes_ = resolved_.adapter_bytes();
   free_at_load_bytes_ = std::max<int64_t>(0, gpu_total_bytes(cfg_, ctx.gpu) - context_bytes(cfg_, ctx.gpu, resolved_.lazy_module_loading));

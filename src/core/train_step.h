@@ -29,6 +29,13 @@ struct StepContext {
   bool has_post = true;
 };
 
+// The dtypes of the parameters that the precision recipe does not decide, resolved once (frameworks.h Resolved).
+struct ParamDtypes {
+  int64_t adapter_bytes = 4;     // the resolved peft.adapter_dtype's element size
+  bool kbit_cast = false;        // prepare_model_for_kbit_training made every non-quantized parameter fp32
+  TrlBf16Targets trl_bf16;       // ... and TRL cast these back to bf16 (ModelLoad::trl_bf16)
+};
+
 // How the data-parallel ranks share the model states (ParallelConfig::zero_stage, resolved sharding engine).
 struct ShardPlan {
   Sharding sharding = Sharding::DeepSpeed;
@@ -40,8 +47,7 @@ struct ShardPlan {
   bool grad_buffer = false;   // Megatron: fp32 main grads in a contiguous buffer allocated with the model
   bool mixed = false;         // the recipe keeps fp32 master weights
   bool offload_optimizer = false, offload_params = false;
-  int64_t adapter_bytes = 4;  // the resolved peft.adapter_dtype's element size
-  bool embed_head_bf16 = false;  // TRL cast the fp32 embedding and lm_head back to bf16 (ModelLoad::trl_embed_head_bf16)
+  ParamDtypes dtypes;
   FrameworkSpec::ExpertShard expert_shard = FrameworkSpec::ExpertShard::PerExpertLinear;  // FSDP2's expert dim
   int64_t ranks_of(const ParamTensor& t) const;
   ParamTensor local(const ParamTensor& t) const;  // one rank's shard of an FSDP parameter

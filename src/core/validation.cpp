@@ -103,12 +103,14 @@ int64_t measured_statistic(const ValidationCase& c, const DeviceResult& d) {
 }
 
 // The config with every switch it sets by hand back at auto (empty_cache_steps' auto is -1); `changed` counts them.
+// peft.prepare_kbit stays: whether the script calls prepare_model_for_kbit_training is in the user's own code, a fact
+// they know like the framework (its auto only follows the framework and TRL's SFTTrainer).
 Config switches_at_auto(const Config& c, int& changed) {
   Config out = c;
   const Resolved r = resolve(c);
   changed = 0;
   for (size_t i = 0; i < kSwitchCount; ++i) {
-    if (r.origin[i].kind != Origin::Kind::Explicit) continue;
+    if (r.origin[i].kind != Origin::Kind::Explicit || static_cast<Switch>(i) == Switch::PrepareKbit) continue;
     const std::string field(switch_field(static_cast<Switch>(i)));
     if (apply_setting(out, field + (field == "training.empty_cache_steps" ? "=-1" : "=auto")).empty()) ++changed;
   }

@@ -67,7 +67,7 @@ bool read_file(const std::string& path, std::string& out) {
 }
 
 void open_argument(const std::string& arg) {
-  // A shared link, or a fragment with or without its '#' (memsim=2&... as memsim-cli config --format fragment prints it).
+  // A shared link, or a fragment with or without its '#' (memsim=3&... as memsim-cli config --format fragment prints it).
   if (arg.find('#') != std::string::npos || arg.rfind("memsim=", 0) == 0 || arg.rfind("schema=", 0) == 0) {
     g_app->load_fragment(arg);
     return;

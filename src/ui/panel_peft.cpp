@@ -84,7 +84,7 @@ bool draw_peft_inputs(Config& c) {
   if (p.base_quantization == "nf4" || p.base_quantization == "fp4")
     changed |= switch_combo("peft.bnb_saves_input", p.bnb_saves_input, rs, Switch::BnbSavesInput);
   if (p.base_quantization != "none")
-    changed |= check_input("peft.prepare_kbit", p.prepare_kbit);
+    changed |= switch_combo("peft.prepare_kbit", p.prepare_kbit, rs, Switch::PrepareKbit);
   if (p.prompt_adapter()) return changed;  // the adaption prompts train alone: no modules_to_save
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   changed |= ImGui::InputTextWithHint("modules_to_save", "e.g. lm_head", &p.modules_to_save);

@@ -84,7 +84,7 @@ void choose_framework(Config& c, const std::string& previous) {
   const bool now = c.training.framework == "unsloth", before = previous == "unsloth";
   if (now && !before) {
     c.parallel.zero_stage = 0;
-    c.peft.prepare_kbit = false;
+    c.peft.prepare_kbit = "auto";  // Unsloth's loader calls no prepare_model_for_kbit_training (frameworks.cpp)
     // FastLanguageModel loads the model in bf16 (fp16 before Ampere) with no fp32 master copy, and a 4-bit base as
     // NF4 with double quantization (BitsAndBytesConfig bnb_4bit_use_double_quant=True).
     if (c.training.precision == "bf16_mixed" || c.training.precision == "amp_bf16") c.training.precision = "bf16_pure";

@@ -115,7 +115,7 @@ check "the table says where in the run the peak is" grep -Eq "^  run: peak at st
 # link is ignored; --set applies after it.
 "$cli" config --set training.micro_batch_size=2 --set hardware.gpu=h100-sxm --format fragment > "$tmp/link.txt"
 link="$(cat "$tmp/link.txt")"
-check "config --format fragment writes the short link" grep -Eq '^memsim=2&micro_batch_size=2&gpu=h100-sxm&c=[0-9a-z]{6}$' "$tmp/link.txt"
+check "config --format fragment writes the short link" grep -Eq '^memsim=3&micro_batch_size=2&gpu=h100-sxm&c=[0-9a-z]{6}$' "$tmp/link.txt"
 "$cli" config --link "https://example.org/memsim/#$link)." > "$tmp/linked.json"
 "$cli" config --set training.micro_batch_size=2 --set hardware.gpu=h100-sxm > "$tmp/set.json"
 check "config --link of a whole URL (with a chat client's ').') gives the config the link was made of" cmp -s "$tmp/linked.json" "$tmp/set.json"

@@ -119,7 +119,7 @@ TEST_CASE("non-reentrant checkpointing keeps old bitsandbytes' inputs for the wh
   const int64_t b = 1, s = 2048, h = 4096, hq = 4096, f = 14336;
   Config c = bf16_lora(b, s);
   c.peft.base_quantization = "nf4";
-  c.peft.prepare_kbit = false;  // else the fp32 norms make the residual, the checkpoint's input, fp32
+  c.peft.prepare_kbit = "false";  // else the fp32 norms make the residual, the checkpoint's input, fp32
   c.training.activation_checkpointing = "full";
   c.peft.bnb_saves_input = "true";
   c.training.checkpoint_reentrant = "true";
@@ -158,7 +158,7 @@ TEST_CASE("Answer.AI's notebook: what old bitsandbytes keeps under non-reentrant
   c.peft.lora_dropout = 0.1;
   c.peft.target_modules = "q_proj,v_proj";
   c.peft.adapter_dtype = "bf16";
-  c.peft.prepare_kbit = false;
+  c.peft.prepare_kbit = "false";
   c.peft.bnb_saves_input = "true";
   auto after_forward = [](Config x) {
     const Result r = simulate(x);
@@ -213,7 +213,7 @@ TEST_CASE("litgpt's loop holds the last micro-batch's logits, and old bitsandbyt
   c.peft.target_modules = "q_proj,v_proj";
   c.peft.adapter_dtype = "bf16";
   c.peft.base_quantization = "nf4";
-  c.peft.prepare_kbit = false;
+  c.peft.prepare_kbit = "false";
   auto held = [&](const char* bnb_saves_input, const char* framework) {
     Config k = c;
     k.peft.bnb_saves_input = bnb_saves_input;

@@ -602,6 +602,7 @@ TEST_CASE("QLoRA under FSDP shards the quantized storage", "[peft][fsdp]") {
   c.peft.target_modules = "all-linear";
   c.peft.base_quantization = "nf4";
   c.peft.adapter_dtype = "fp32";  // the same adapters under both frameworks (torchtune's would take the model's bf16)
+  c.peft.prepare_kbit = "false";  // ... and the same 16-bit embedding and head (torchtune calls no kbit preparation)
   const ModelStates one = simulate(c).model_states;
   c.training.framework = "torchtune";
   c.parallel.data_parallel_size = 8;

@@ -102,7 +102,7 @@ TEST_CASE("links: 400 random configs survive the short link exactly, and the ful
     const Config c = random_shared_config(rng);
     const std::string link = config_to_fragment(c);
     INFO("config " << i << ": " << link);
-    REQUIRE(link.rfind("memsim=2&", 0) == 0);
+    REQUIRE(link.rfind("memsim=3&", 0) == 0);
     REQUIRE(link.find("&c=") == link.size() - 9);
     Parsed back = config_from_fragment(link);
     INFO((back.errors.empty() ? "" : back.errors[0].message));
@@ -119,9 +119,9 @@ TEST_CASE("links: 400 random configs survive the short link exactly, and the ful
 }
 
 TEST_CASE("links: every simulated catalogue preset is in the frozen table, so its link names it", "[links]") {
-  // A preset missing from tests/golden/v2.presets.json is written field by field (230 characters for a CLIP tower
+  // A preset missing from tests/golden/v3.presets.json is written field by field (230 characters for a CLIP tower
   // where its id takes 45): tools/links/freeze_presets.py appends the new ones.
-  const auto frozen = nlohmann::json::parse(read_file(source_path("tests/golden/v2.presets.json")));
+  const auto frozen = nlohmann::json::parse(read_file(source_path("tests/golden/v3.presets.json")));
   std::string missing;
   for (const auto& preset : model_presets())
     if (preset.supported && !frozen.contains(preset.id)) missing += " " + preset.id;
@@ -131,11 +131,11 @@ TEST_CASE("links: every simulated catalogue preset is in the frozen table, so it
 
 TEST_CASE("links: the default setup is its marker and checksum, a catalogue model is its id", "[links]") {
   const std::string def = config_to_fragment(Config{});
-  CHECK(def.size() == std::string("memsim=2&c=123456").size());
-  CHECK(def.rfind("memsim=2&c=", 0) == 0);
+  CHECK(def.size() == std::string("memsim=3&c=123456").size());
+  CHECK(def.rfind("memsim=3&c=", 0) == 0);
   // A model picked from the catalogue is written as its id alone, wherever the catalogue still equals the frozen
-  // table (tests/golden/v2.presets.json; a corrected preset is written as the frozen one plus its corrections).
-  const auto frozen = nlohmann::json::parse(read_file(source_path("tests/golden/v2.presets.json")));
+  // table (tests/golden/v3.presets.json; a corrected preset is written as the frozen one plus its corrections).
+  const auto frozen = nlohmann::json::parse(read_file(source_path("tests/golden/v3.presets.json")));
   int named = 0;
   for (const auto& preset : model_presets()) {
     Config c;
@@ -146,11 +146,11 @@ TEST_CASE("links: the default setup is its marker and checksum, a catalogue mode
     REQUIRE(back.ok);
     CHECK(back.config == c);
     if (!frozen.contains(preset.id)) continue;
-    Parsed by_id = config_from_fragment("schema=2&model=" + preset.id);
+    Parsed by_id = config_from_fragment("schema=3&model=" + preset.id);
     REQUIRE(by_id.ok);
     if (by_id.config.model != preset.model) continue;
     // The id, unless the fields it stands for are shorter still (a preset that is the default model but for its name).
-    const std::string by_name = "memsim=2&model=" + preset.id + "&c=";
+    const std::string by_name = "memsim=3&model=" + preset.id + "&c=";
     CHECK((link.rfind(by_name, 0) == 0 || link.size() <= by_name.size() + 6));
     ++named;
   }
@@ -183,7 +183,7 @@ TEST_CASE("links: a program's arguments edited from its preset's are written as 
   whisper.model.architecture_args = set_architecture_arg(preset_args, "target_length", 128, 448);
   const std::string link = config_to_fragment(whisper);
   INFO(link);
-  CHECK(link.rfind("memsim=2&model=whisper-large-v3&architecture_args~=target_length=128&c=", 0) == 0);
+  CHECK(link.rfind("memsim=3&model=whisper-large-v3&architecture_args~=target_length=128&c=", 0) == 0);
   Parsed back = config_from_fragment(link);
   REQUIRE(back.ok);
   CHECK(back.config == whisper);
@@ -278,7 +278,7 @@ TEST_CASE("links: an altered short link is refused, the same content encoded oth
   const Config base;
   CHECK(refused_as(altered("micro_batch_size=1", "micro_batch_size=2"), "checksum mismatch", base));
   CHECK(refused_as(altered("gpu=h100-sxm&", ""), "checksum mismatch", base));
-  CHECK(refused_as(altered("memsim=2", "memsim=2&zero_stage=3"), "checksum mismatch", base));
+  CHECK(refused_as(altered("memsim=3", "memsim=3&zero_stage=3"), "checksum mismatch", base));
   CHECK(refused_as(link.substr(0, link.size() - 1) + (link.back() == 'z' ? "y" : "z"), "checksum mismatch", base));
   CHECK(refused_as(link + "&c=000000", "checksum mismatch", base));  // the checksum must end the link
   // The checksum sees the decoded content: a character percent-encoded on its way, or an upper-case checksum, opens.
@@ -292,7 +292,7 @@ TEST_CASE("links: an altered short link is refused, the same content encoded oth
     CHECK(p.config == c);
   }
   // A newer memsim's link, a version no memsim wrote, an unknown model id: refused with what is wrong.
-  CHECK(refused_as("memsim=3&c=000000", "newer memsim", base));
+  CHECK(refused_as("memsim=4&c=000000", "newer memsim", base));
   CHECK(refused_as("memsim=1&c=000000", "begin at memsim=2", base));
   CHECK(refused_as("schema=2&model=llama-9", "does not know", base));
   CHECK(refused_as("schema=2&hidden_sizes=1", "unknown key", base));
@@ -343,6 +343,13 @@ TEST_CASE("links: every shipped link opens with its meaning", "[links][golden]")
   REQUIRE(preset.ok);
   CHECK(preset.config == preset_expected.config);
   CHECK(preset.config.model.num_hidden_layers == 16);
+  // Schema 3's short link: TRL's QLoRA with peft.prepare_kbit at auto.
+  Parsed v3 = config_from_json(read_file(source_path("tests/golden/v3.expected.json")));
+  REQUIRE(v3.ok);
+  Parsed s3 = config_from_fragment(file_text("tests/golden/v3.short.fragment"));
+  REQUIRE(s3.ok);
+  CHECK(s3.config == v3.config);
+  CHECK(s3.config.peft.prepare_kbit == "auto");
   // Partial links of the full form, as people wrote them by hand: the fields they leave out are the schema's defaults
   // (schema 1's switches were fixed values: training.zero_grad_set_to_none true, ... as migrate_1_to_2 writes them).
   Parsed two = config_from_fragment("schema=2&training.micro_batch_size=2&parallel.zero_stage=2");
@@ -350,6 +357,7 @@ TEST_CASE("links: every shipped link opens with its meaning", "[links][golden]")
   Config want;
   want.training.micro_batch_size = 2;
   want.parallel.zero_stage = 2;
+  want.peft.prepare_kbit = "true";  // schema 2's boolean, before schema 3 made it a switch with auto
   CHECK(two.config == want);
   Parsed one = config_from_fragment("schema=1&training.micro_batch_size=2&parallel.zero_stage=2");
   REQUIRE(one.ok);
@@ -384,16 +392,16 @@ TEST_CASE("links: the frozen defaults and presets that short links rest on", "[l
     if (schema == kConfigSchema) CHECK(file_keys == std::set<std::string>(keys.begin(), keys.end()));
     CHECK(config_from_fragment("schema=" + std::to_string(schema)).ok);
   }
-  // Today the code's defaults are schema 2's frozen ones, so the page opens on the shortest link. (Should a default
+  // Today the code's defaults are schema 3's frozen ones, so the page opens on the shortest link. (Should a default
   // change, this is the check that fails: old links keep their meaning through the frozen file, never edited; the
   // page's new default setup then links with the changed fields.)
-  CHECK(config_from_fragment("schema=2").config == Config{});
+  CHECK(config_from_fragment("schema=3").config == Config{});
   // Every frozen preset opens, and sets model fields only.
-  const json presets = json::parse(read_file(source_path("tests/golden/v2.presets.json")));
+  const json presets = json::parse(read_file(source_path("tests/golden/v3.presets.json")));
   CHECK(presets.size() >= 50);
   for (auto it = presets.begin(); it != presets.end(); ++it) {
     INFO(it.key());
-    Parsed p = config_from_fragment("schema=2&model=" + it.key());
+    Parsed p = config_from_fragment("schema=3&model=" + it.key());
     REQUIRE(p.ok);
     Config c = p.config;
     c.model = Config{}.model;

@@ -19,7 +19,7 @@ Config litgpt_llama(const char* method, int64_t tokens = 1304) {
   c.training.optimizer = "adamw";
   c.peft.method = method;
   c.peft.adapter_dtype = "bf16";
-  c.peft.prepare_kbit = false;
+  c.peft.prepare_kbit = "false";
   return c;
 }
 

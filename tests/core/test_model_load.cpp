@@ -85,23 +85,58 @@ TEST_CASE("model load: only transformers' own load of an unsharded bitsandbytes 
 }
 
 TEST_CASE("model load: 4.51-4.57 reserve half the 16-bit model first, and the weights are carved out of it") {
-  const DeviceResult warm = simulate_valid(qlora("4.57.1"));
-  const DeviceResult cold = simulate_valid(qlora("4.48.1"));
+  Config c = qlora("4.57.1");
+  c.peft.prepare_kbit = "false";  // no fp32 copies: everything the load keeps fits in the block ...
+  c.training.precision = "bf16_pure";  // ... and the weights stay in the 16-bit load dtype
+  const DeviceResult warm = simulate_valid(c);
   // The warmup is the program's first event: kParams * 2 bytes // 4 fp16 elements = kParams bytes.
   REQUIRE(warm.program.events.size() > 1);
-  CHECK(warm.program.tensors[warm.program.events[0].tensor].bytes == kParams);
-  CHECK(warm.program.labels[warm.program.tensors[warm.program.events[0].tensor].label].rfind("caching_allocator_warmup", 0) == 0);
-  CHECK(after_load(warm).reserved_bytes >= kParams);
+  const Tensor& first = warm.program.tensors[warm.program.events[0].tensor];
+  CHECK(first.bytes == kParams);
+  CHECK(warm.program.labels[first.label].rfind("caching_allocator_warmup", 0) == 0);
+  // The block (rounded to 2 MiB) and the small pool's segments for the adapters: no other large segment.
+  const int64_t block = (kParams + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+  CHECK(after_load(warm).reserved_bytes >= block);
+  CHECK(after_load(warm).reserved_bytes < block + (64 << 20));
+  c.versions.transformers = "4.48.1";
+  const DeviceResult cold = simulate_valid(c);
   CHECK(after_load(cold).reserved_bytes < after_load(warm).reserved_bytes);
-  // The same weights either way.
-  CHECK(after_load(warm).allocated_bytes == after_load(cold).allocated_bytes);
   CHECK(warm.model_states.weights_bytes == cold.model_states.weights_bytes);
+}
+
+TEST_CASE("model load: 5.0 reserves the quantized size, and int8, Unsloth and a tied head before 4.54") {
+  // 4-bit linears at half a byte per weight, the rest (embedding, head, norms) in 16 bits.
+  const int64_t norms = (2 * 32 + 1) * 4096, linears = kParams - 2 * kTable - norms;
+  const DeviceResult v5 = simulate_valid(qlora("5.0.0"));
+  CHECK(v5.program.tensors[v5.program.events[0].tensor].bytes == linears / 2 + (2 * kTable + norms) * 2);
+  Config int8 = qlora("4.57.1");
+  int8.peft.base_quantization = "int8";
+  const DeviceResult i8 = simulate_valid(int8);
+  CHECK(i8.program.tensors[i8.program.events[0].tensor].bytes == kParams);
+  CHECK(has_label(i8.program, "a linear's 16-bit weight before bitsandbytes quantizes it"));
+  Config unsloth = qlora("4.55.4");
+  unsloth.training.framework = "unsloth";
+  unsloth.training.precision = "bf16_pure";  // Unsloth keeps the weights it does not quantize in 16 bits
+  const DeviceResult u = simulate_valid(unsloth);
+  CHECK(u.program.tensors[u.program.events[0].tensor].bytes == kParams);
+  CHECK_FALSE(has_label(u.program, "a linear's 16-bit weight"));  // a pre-quantized checkpoint
+  // Qwen2.5-0.5B ties its head: before 4.54 the warmup counted the 151,936 x 896 table twice.
+  const auto first_bytes = [](const char* transformers) {
+    Config c = single_gpu_config("qwen2.5-0.5b.json", 1, 256);
+    c.peft.method = "lora";
+    c.peft.base_quantization = "nf4";
+    c.hardware.gpu = "a100-40gb";
+    c.versions.transformers = transformers;
+    const DeviceResult d = simulate_valid(c);
+    return d.program.tensors[d.program.events[0].tensor].bytes;
+  };
+  CHECK(first_bytes("4.53.3") - first_bytes("4.54.0") == int64_t{151936} * 896 * 2 / 2);
 }
 
 TEST_CASE("model load: prepare_model_for_kbit_training's fp32 copies leave the 16-bit ones' blocks cached") {
   const auto cached = [](bool prepare) {  // no warmup (4.48): each block is a segment of its own
     Config c = qlora("4.48.1");
-    c.peft.prepare_kbit = prepare;
+    c.peft.prepare_kbit = prepare ? "true" : "false";
     const TimelinePoint p = after_load(simulate_valid(c));
     return p.reserved_bytes - p.allocated_bytes;
   };
@@ -110,32 +145,73 @@ TEST_CASE("model load: prepare_model_for_kbit_training's fp32 copies leave the 1
   CHECK(cached(true) - cached(false) == 2 * 2 * kTable);
 }
 
+TEST_CASE("model load: peft.prepare_kbit at auto follows the framework and TRL's version") {
+  CHECK(resolve(qlora("4.57.1")).kbit_cast);  // the HF Trainer with PEFT: the user's script calls it
+  Config unsloth = qlora("4.57.1");
+  unsloth.training.framework = "unsloth";
+  CHECK_FALSE(resolve(unsloth).kbit_cast);
+  CHECK_FALSE(resolve(qlora("4.57.1", "0.26.0")).kbit_cast);
+  CHECK(resolve(qlora("4.57.1", "0.25.1")).kbit_cast);
+  Config stated = qlora("4.57.1", "0.26.0");
+  stated.peft.prepare_kbit = "true";  // the script calls it itself
+  CHECK(resolve(stated).kbit_cast);
+  Config gptq = qlora("4.57.1");
+  gptq.peft.base_quantization = "gptq";  // peft skips the cast on a GPTQ model
+  CHECK_FALSE(resolve(gptq).kbit_cast);
+}
+
 TEST_CASE("model load: TRL's SFTTrainer changes the dtypes it is given, by release") {
-  const int64_t plain = simulate_valid(qlora("4.57.1")).model_states.weights_bytes;
+  const DeviceResult plain = simulate_valid(qlora("4.57.1"));
   SECTION("0.7.5-0.25 with bf16: the embedding and head go back to bf16 after their round through fp32") {
     const Config c = qlora("4.57.1", "0.24.0");
-    CHECK(resolve(c).model_load.trl_embed_head_bf16);
+    CHECK(resolve(c).model_load.trl_bf16.any());
+    CHECK(resolve(c).adapter_dtype == AdapterDtype::Fp32);
     const DeviceResult d = simulate_valid(c);
-    CHECK(plain - d.model_states.weights_bytes == 2 * 2 * kTable);
+    CHECK(plain.model_states.weights_bytes - d.model_states.weights_bytes == 2 * 2 * kTable);
     CHECK(has_label(d.program, "an fp32 copy by prepare_model_for_kbit_training"));
+    // inputs_embeds, and so the residual stream that each checkpoint keeps, is bf16 instead of fp32.
+    CHECK(live_bytes_before_phase(d.program, "backward", Component::Activations) <
+          live_bytes_before_phase(plain.program, "backward", Component::Activations));
+  }
+  SECTION("before 0.9.3 the adapters went to bf16 too") {
+    CHECK(resolve(qlora("4.38.2", "0.8.6")).adapter_dtype == AdapterDtype::Bf16);
+    CHECK(resolve(qlora("4.38.2", "0.9.3")).adapter_dtype == AdapterDtype::Fp32);
+  }
+  SECTION("only what TRL's names match: GPT-NeoX's embed_in and embed_out are not cast") {
+    Config neox = qlora("4.57.1", "0.24.0");
+    neox.model.model_type = "gpt_neox";
+    CHECK_FALSE(resolve(neox).model_load.trl_bf16.any());
+    Config gpt2 = qlora("4.57.1", "0.24.0");
+    gpt2.model.model_type = "gpt2";
+    CHECK(resolve(gpt2).model_load.trl_bf16.position_embedding);
   }
   SECTION("not without bf16, before 0.7.5, or when the version comes from a date only") {
     Config fp16 = qlora("4.57.1", "0.24.0");
     fp16.training.precision = "amp_fp16";
-    CHECK_FALSE(resolve(fp16).model_load.trl_embed_head_bf16);
-    CHECK_FALSE(resolve(qlora("4.57.1", "0.7.4")).model_load.trl_embed_head_bf16);
+    CHECK_FALSE(resolve(fp16).model_load.trl_bf16.any());
+    CHECK_FALSE(resolve(qlora("4.57.1", "0.7.4")).model_load.trl_bf16.any());
     Config dated = qlora("latest");
     dated.versions.date = "2025-10-20";
-    CHECK_FALSE(resolve(dated).model_load.trl_embed_head_bf16);
+    CHECK_FALSE(resolve(dated).model_load.trl_bf16.any());
   }
-  SECTION("0.26 on: no kbit preparation from TRL, and the adapters in bf16") {
-    const Resolved r = resolve(qlora("4.57.1", "0.26.0"));
+  SECTION("0.26 on: no kbit preparation, and the adapters in bf16, sharded or not") {
+    const Config c = qlora("4.57.1", "0.26.0");
+    const Resolved r = resolve(c);
     CHECK(r.model_load.trl_no_kbit_prep);
-    CHECK_FALSE(r.model_load.trl_embed_head_bf16);
+    CHECK_FALSE(r.model_load.trl_bf16.any());
     CHECK(r.adapter_dtype == AdapterDtype::Bf16);
-    CHECK(r.model_load.note.find("peft.prepare_kbit true says the script calls it itself") != std::string::npos);
-    Config chosen = qlora("4.57.1", "0.26.0");
+    const DeviceResult d = simulate_valid(c);
+    Config no_prep = qlora("4.57.1");
+    no_prep.peft.prepare_kbit = "false";
+    no_prep.peft.adapter_dtype = "bf16";
+    CHECK(d.model_states.weights_bytes == simulate_valid(no_prep).model_states.weights_bytes);
+    CHECK(has_label(d.program, "an adapter's fp32 copy"));
+    Config chosen = c;
     chosen.peft.adapter_dtype = "fp32";  // a stated dtype wins
     CHECK(resolve(chosen).adapter_dtype == AdapterDtype::Fp32);
+    Config zero3 = c;
+    zero3.parallel.data_parallel_size = 2;
+    zero3.parallel.zero_stage = 3;
+    CHECK(resolve(zero3).adapter_dtype == AdapterDtype::Bf16);
   }
 }

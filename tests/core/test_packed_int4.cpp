@@ -44,18 +44,23 @@ TEST_CASE("GPTQ and AWQ linears store packed int4 with fp16 scales per group", "
   p.method = "lora";
   // qweight in x out / 2, qzeros (in / 128) x out / 2, scales 2 (in / 128) out, and GPTQ's int32 g_idx per input.
   p.base_quantization = "gptq";
-  CHECK(param_storage_bytes(q, pr, p, 4, false) == kH * kH / 2 + 32 * kH / 2 + 2 * 32 * kH + 4 * kH);
+  CHECK(param_storage_bytes(q, pr, p, {}) == kH * kH / 2 + 32 * kH / 2 + 2 * 32 * kH + 4 * kH);
   p.base_quantization = "awq";
-  CHECK(param_storage_bytes(q, pr, p, 4, false) == kH * kH / 2 + 32 * kH / 2 + 2 * 32 * kH);
+  CHECK(param_storage_bytes(q, pr, p, {}) == kH * kH / 2 + 32 * kH / 2 + 2 * 32 * kH);
   p.base_quantization = "gptq", p.quant_group_size = -1;  // one group per row
-  CHECK(param_storage_bytes(q, pr, p, 4, false) == kH * kH / 2 + kH / 2 + 2 * kH + 4 * kH);
+  CHECK(param_storage_bytes(q, pr, p, {}) == kH * kH / 2 + kH / 2 + 2 * kH + 4 * kH);
   // prepare_model_for_kbit_training casts the other parameters to fp32, but not on a GPTQ model.
   const ParamTensor norm{"input_layernorm.weight", kH, ParamKind::Norm, kH};
-  CHECK(param_storage_bytes(norm, pr, p, 4, false) == 2 * kH);
-  p.base_quantization = "awq";
-  CHECK(param_storage_bytes(norm, pr, p, 4, false) == 4 * kH);
-  p.prepare_kbit = false;
-  CHECK(param_storage_bytes(norm, pr, p, 4, false) == 2 * kH);
+  const auto stored = [&](const char* quantization, const char* prepare) {
+    Config c;
+    c.peft = p;
+    c.peft.base_quantization = quantization;
+    c.peft.prepare_kbit = prepare;
+    return param_storage_bytes(norm, pr, c.peft, {4, resolve(c).kbit_cast, {}});
+  };
+  CHECK(stored("gptq", "auto") == 2 * kH);
+  CHECK(stored("awq", "auto") == 4 * kH);
+  CHECK(stored("awq", "false") == 2 * kH);
 }
 
 TEST_CASE("GPTQ's torch path keeps every linear's dequantized fp16 weight until backward", "[peft][int4]") {

@@ -68,7 +68,7 @@ TEST_CASE("frozen base storage: bf16, NF4 with and without double quantization, 
   CHECK(r.model_states.gradients_bytes == 4 * lora);           // fp32 adapters only
   CHECK(r.model_states.optimizer_bytes == 8 * lora);           // AdamW states in the adapters' dtype
   c.peft.base_quantization = "nf4";
-  c.peft.prepare_kbit = false;
+  c.peft.prepare_kbit = "false";
   r = simulate(c);
   // 4 bits per element plus an fp32 absmax per 64-element block: 4.5 bits (QLoRA sec. 3)
   const double nf4 = static_cast<double>(r.model_states.weights_bytes - 2 * other - 4 * lora) / (32.0 * layer_linear);
@@ -78,11 +78,11 @@ TEST_CASE("frozen base storage: bf16, NF4 with and without double quantization, 
   // double quantization: 8/64 + 32/(64 * 256) = 0.127 bits of constants per parameter (QLoRA sec. 3)
   const double dq = static_cast<double>(r.model_states.weights_bytes - 2 * other - 4 * lora) / (32.0 * layer_linear);
   CHECK(dq * 8 == Approx(4.127).epsilon(0.001));
-  c.peft.prepare_kbit = true;  // prepare_model_for_kbit_training: everything not quantized goes to fp32
+  c.peft.prepare_kbit = "true";  // prepare_model_for_kbit_training: everything not quantized goes to fp32
   Result up = simulate(c);
   CHECK(up.model_states.weights_bytes - r.model_states.weights_bytes == 2 * other);
   c.peft.base_quantization = "int8";
-  c.peft.prepare_kbit = false;
+  c.peft.prepare_kbit = "false";
   r = simulate(c);
   // LLM.int8: one byte per element and an fp32 scale per output row (bitsandbytes Int8Params SCB)
   const int64_t rows = 32 * (4 * 4096 + 2 * 11008 + 4096);

@@ -51,7 +51,7 @@ TEST_CASE("JSON round trip gives back the identical config", "[serialize]") {
 TEST_CASE("fragment round trip gives back the identical config", "[serialize]") {
   for (const Config& c : {Config{}, modified()}) {
     std::string frag = config_to_fragment(c);
-    CHECK(frag.rfind("memsim=2&", 0) == 0);
+    CHECK(frag.rfind("memsim=3&", 0) == 0);
     Parsed p = config_from_fragment("#" + frag);
     INFO((p.errors.empty() ? "" : p.errors[0].message));
     REQUIRE(p.ok);

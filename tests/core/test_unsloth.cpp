@@ -25,7 +25,7 @@ Config unsloth_config(const char* version, int64_t micro_batch = 2, int64_t sequ
   c.peft.lora_dropout = 0;
   c.peft.target_modules = "all-linear";
   c.peft.base_quantization = "nf4";
-  c.peft.prepare_kbit = false;
+  c.peft.prepare_kbit = "false";
   c.versions.unsloth = version;
   return c;
 }

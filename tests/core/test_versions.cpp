@@ -138,7 +138,7 @@ TEST_CASE("versions: a date after every table derives what latest does", "[versi
     INFO(fw);
     Config latest;
     latest.training.framework = fw;
-    latest.peft.prepare_kbit = false;
+    latest.peft.prepare_kbit = "false";
     latest.peft.method = "lora";
     latest.peft.base_quantization = "nf4";
     latest.parallel.zero_stage = 0;
@@ -371,7 +371,8 @@ TEST_CASE("versions: an explicit value beats the version", "[versions]") {
                            "training.optimizer_impl=fused", "training.attention=flash_attention_2",
                            "training.loss=hf_fp32_upcast", "peft.bnb_saves_input=false", "peft.adapter_dtype=bf16",
                            "hardware.cuda_module_loading=lazy", "hardware.expandable_segments=true",
-                           "training.empty_cache_steps=0", "training.checkpoint_reentrant=false"});
+                           "training.empty_cache_steps=0", "training.checkpoint_reentrant=false",
+                           "peft.prepare_kbit=true"});
   CHECK(!r.softmax_saves_input);
   CHECK(r.zero_grad_set_to_none);
   CHECK(r.optimizer_impl == OptimizerImpl::Fused);
@@ -383,6 +384,7 @@ TEST_CASE("versions: an explicit value beats the version", "[versions]") {
   CHECK(r.expandable_segments);
   CHECK(r.empty_cache_steps == 0);
   CHECK(!r.checkpoint_reentrant);
+  CHECK(r.prepare_kbit);
   for (size_t i = 0; i < kSwitchCount; ++i) CHECK(r.origin[i].kind == Origin::Kind::Explicit);
   // And on torchtitan an explicit false beats its launcher.
   CHECK(!with({"hardware.expandable_segments=false"}, "torchtitan").expandable_segments);

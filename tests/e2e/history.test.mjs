@@ -124,7 +124,7 @@ test("no clipboard API (plain HTTP): Copy link shows the link to copy by hand an
   await page.evaluate(() => window.addEventListener("copy", (e) => { window.copiedByHand = e.clipboardData.getData("text/plain"); }));
   await press(page, "Control+c");
   const link = await page.evaluate(() => window.memsimLastCopied);
-  assert.ok(link.includes("#memsim=2&"), link);
+  assert.ok(link.includes("#memsim=3&"), link);
   assert.equal(await page.evaluate(() => window.copiedByHand), link);
   await page.screenshot({ path: path.join(shots, "history-not-copied-390x844.png") });
   assert.deepEqual(errors, []);

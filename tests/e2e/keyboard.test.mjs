@@ -20,7 +20,7 @@ test("keyboard: Tab reaches Copy link and Enter copies the link; Space on Copy s
   await tabTo(page, "Copy link");
   await press(page, "Enter");
   const link = await page.evaluate(() => window.memsimLastCopied);
-  assert.ok(typeof link === "string" && link.includes("#memsim=2&") && link.includes("&micro_batch_size=2&"), String(link));
+  assert.ok(typeof link === "string" && link.includes("#memsim=3&") && link.includes("&micro_batch_size=2&"), String(link));
   await tabTo(page, "Copy summary");
   await press(page, " ");
   assert.match(await page.evaluate(() => window.memsimLastCopied), /\| device \| peak/);

@@ -111,7 +111,7 @@ test("a link pasted onto the page opens; an old full-length link opens and is re
   const s = await state(page);
   assert.deepEqual(s.config, cliConfig(["--config", path.join(root, "tests/golden/v2.expected.json")]));
   const hash = await page.evaluate(() => location.hash);
-  assert.ok(hash.startsWith("#memsim=2&") && hash.length < full.length / 3, hash);
+  assert.ok(hash.startsWith("#memsim=3&") && hash.length < full.length / 3, hash);
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -17,7 +17,7 @@ test("the default page draws the verdict, breakdown and timeline", async () => {
   assert.equal(state.config.parallel.zero_stage, 3);
   assert.equal(state.config.hardware.gpu, "a100-80gb");
   const hash = await page.evaluate(() => window.location.hash);
-  assert.ok(hash.startsWith("#memsim=2&"), "the fragment is kept current: " + hash.slice(0, 40));
+  assert.ok(hash.startsWith("#memsim=3&"), "the fragment is kept current: " + hash.slice(0, 40));
   const png = await page.screenshot({ path: path.join(shots, "default-1280x720.png") });
   const img = decodePng(png);
   assert.ok(distinctColors(img, 0, 0, 1280, 720) > 50, "canvas is not blank");
@@ -67,7 +67,7 @@ test("editing follows into the fragment without a reload", async () => {
   assert.equal(state.config.model.hidden_size, 4096);
   // The shape is Llama 3 8B's, so the link names that catalogue model and what differs from it.
   assert.equal(hash, "#" + state.fragment);
-  assert.ok(hash.startsWith("#memsim=2&model=llama-3-8b&"), hash.slice(0, 120));
+  assert.ok(hash.startsWith("#memsim=3&model=llama-3-8b&"), hash.slice(0, 120));
   assert.equal(await page.evaluate(() => window.notReloaded), true);
   await page.close();  // keyboard.test.mjs changes inputs with the keyboard
 });

@@ -160,7 +160,7 @@ test("on a phone, Whisper's label length sets its decoder rows, its link stays s
                                   "--set", "training.precision=fp16_autocast", "--set", "training.activation_checkpointing=full",
                                   "--set", "parallel.data_parallel_size=1", "--set", "training.micro_batch_size=8",
                                   "--set", "hardware.gpu=t4", "--format", "fragment"]).toString().trim();
-  assert.ok(frag.startsWith("memsim=2&model=whisper-large-v3&"), frag);
+  assert.ok(frag.startsWith("memsim=3&model=whisper-large-v3&"), frag);
   assert.ok(frag.length < 300, frag);
   const { page, errors } = await openPage("#" + frag, { width: 390, height: 844 });
   assert.ok((await tabTo(page, "target_length")).startsWith("target_length: 448"));
@@ -186,7 +186,7 @@ test("on a phone, Whisper's label length sets its decoder rows, its link stays s
 async function programSequenceTyped(preset, settings, screenshot) {
   const frag = execFileSync(cli, ["config", "--preset", preset, ...settings.flatMap((s) => ["--set", s]),
                                   "--format", "fragment"]).toString().trim();
-  assert.ok(frag.startsWith(`memsim=2&model=${preset}&`), frag);
+  assert.ok(frag.startsWith(`memsim=3&model=${preset}&`), frag);
   const { page, errors } = await openPage("#" + frag);
   assert.ok((await tabTo(page, "sequence_length")).startsWith("sequence_length: 2048"));
   await page.keyboard.type("8192", { delay: 30 });

@@ -83,9 +83,9 @@ for (const [width, height] of [[1280, 800], [390, 844]]) {
 }
 
 test("a link with a bad data.sample_lengths opens its other settings and shows the field's error", async () => {
-  // Edited by hand, so written as a link without a checksum (schema=2 for memsim=2, no c=): a short link's checksum
+  // Edited by hand, so written as a link without a checksum (schema=3 for memsim=3, no c=): a short link's checksum
   // would refuse the whole edited link.
-  const frag = fragment([...runArgs, "--set", "training.micro_batch_size=2"]).replace(/^memsim=2&/, "schema=2&")
+  const frag = fragment([...runArgs, "--set", "training.micro_batch_size=2"]).replace(/^memsim=3&/, "schema=3&")
     .replace(/&c=[0-9a-z]+$/, "").replace(/sample_lengths=[^&]*/, "sample_lengths=p50%3D300%2Cp90%3Dlots");
   const { page, errors } = await openPage("#" + frag, { width: 1280, height: 800 });
   await simulated(page);

@@ -94,7 +94,7 @@ TEST_CASE("keyboard: Enter presses Copy link, Space presses Copy summary", "[ui]
   Keyboard k;
   REQUIRE(k.tab_to("Copy link"));
   k.press(ImGuiKey_Enter);
-  CHECK(k.copied.find("#memsim=2&") != std::string::npos);
+  CHECK(k.copied.find("#memsim=3&") != std::string::npos);
   REQUIRE(k.tab_to("Copy summary"));
   k.press(ImGuiKey_Space);
   CHECK(k.copied.find("| device | peak") != std::string::npos);

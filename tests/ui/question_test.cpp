@@ -5,6 +5,7 @@
 #include "core/band.h"
 #include "core/validate.h"
 #include "core/catalog.h"
+#include "core/frameworks.h"
 #include "core/gpu_count.h"
 #include "core/simulate.h"
 #include "ui/question.h"
@@ -30,7 +31,8 @@ TEST_CASE("question: Unsloth picked under Details brings what it implies, and a 
   c.training.framework = "unsloth";
   choose_framework(c, "deepspeed");
   CHECK(c.parallel.zero_stage == 0);
-  CHECK(!c.peft.prepare_kbit);
+  CHECK(c.peft.prepare_kbit == "auto");
+  CHECK_FALSE(resolve(c).prepare_kbit);
   CHECK(c.training.activation_checkpointing == "full");
   CHECK(c.training.activation_offload);
   CHECK(c.training.precision == "bf16_pure");

@@ -296,7 +296,7 @@ class TrainingTranslation(unittest.TestCase):
         c["fsdp"] = {}
         self.assertIn("fsdp", refused(c))
         c = config()
-        c["schema"] = 3
+        c["schema"] = 4
         self.assertIn("schema", refused(c))
 
     def test_schema_2_switches_and_versions(self):

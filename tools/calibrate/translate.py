@@ -92,7 +92,7 @@ MEMSIM_DEFAULTS = {
         "base_quantization": "none",
         "double_quantization": False,
         "quant_group_size": 128,
-        "prepare_kbit": True,
+        "prepare_kbit": "auto",
         "bnb_saves_input": "auto",
         "modules_to_save": "",
     },
@@ -137,7 +137,7 @@ MEMSIM_DEFAULTS = {
 
 OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "grpo", "kto")
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data", "versions")
-SCHEMAS = (1, 2)
+SCHEMAS = (1, 2, 3)
 
 # Schema 2 made the switches that library versions decide derivable: auto (derived from the versions section),
 # true or false (serialize.cpp kSchema1Switches). The harness runs the installed libraries, which memsim's "latest"
@@ -148,6 +148,7 @@ LATEST_SWITCHES = {
     ("training", "softmax_saves_input"): False,    # torch >= 1.11 (pytorch#66018)
     ("peft", "bnb_saves_input"): False,            # bitsandbytes >= 0.43.2 (bitsandbytes#1270)
     ("hardware", "expandable_segments"): False,    # no launcher of the HF frameworks sets it
+    ("peft", "prepare_kbit"): True,                # the harness's frameworks call PEFT's helper (schema 3; no TRL)
 }
 
 # What memsim's frameworks do where they differ (src/core/frameworks.cpp; checked by test_calibrate.py). The
@@ -602,7 +603,7 @@ def translate(item, steps=DEFAULT_STEPS):
         if k not in SECTIONS:
             errors.append((k, f"unknown section; a memsim config has {', '.join(SECTIONS)}"))
     if "schema" in config and config["schema"] not in SCHEMAS:
-        errors.append(("schema", f"{config['schema']!r}: the harness reads schemas 1 and 2"))
+        errors.append(("schema", f"{config['schema']!r}: the harness reads schemas 1 to 3"))
     for lib, v in _section(config, "versions", errors).items():
         if lib == "date" and v != "":
             errors.append(("versions.date", f"{v!r}: the harness runs the installed libraries, which memsim's latest "
