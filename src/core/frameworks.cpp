@@ -709,6 +709,7 @@ Resolved resolve(const Config& c) {
   load.hf_trainer = hf_trainer;
   load.bf16_autocast = recipe && recipe->activation_bytes == 2 && !recipe->fp16;
   load.kbit_cast = r.kbit_cast;
+  load.fp32_weights = recipe && recipe->weight_bytes == 4;
   r.model_load = resolve_model_load(c, v, load);
   if (c.peft.adapter_dtype == "auto" && r.model_load.trl_no_kbit_prep) {
     d.from(Switch::AdapterDtype, "TRL's SFTTrainer casts a quantized model's trainable parameters to bf16 from 0.26 "

@@ -72,7 +72,11 @@ ModelLoad resolve_model_load(const Config& c, const StackVersions& v, const Load
   if (trl && v.at_least(Library::Trl, V(0, 26))) {
     m.trl_no_kbit_prep = true;
     m.note = at + "calls no prepare_model_for_kbit_training and casts the adapters to bf16 (trl#4577, 0.26)" +
-             (f.kbit_cast ? "; peft.prepare_kbit true says the script calls it itself" : "");
+             (f.kbit_cast ? "; peft.prepare_kbit true says the script calls it itself" : "") +
+             (!f.kbit_cast && f.fp32_weights
+                  ? "; the weights it does not quantize stay in the dtype they were loaded in, fp32 under this "
+                    "training.precision: bf16_pure stands for a 16-bit load"
+                  : "");
   }
   if (!f.transformers_loader || !bitsandbytes(c.peft) || f.weights_sharded) return m;
   m.ordered = true;
@@ -98,7 +102,7 @@ ModelLoad resolve_model_load(const Config& c, const StackVersions& v, const Load
   const std::string load = describe_version(v, tf) + ": " + warm + "; " +
                            (m.quantize_on_gpu ? "each linear arrives in 16 bits and is quantized on the GPU, "
                                               : "the linears arrive quantized (a pre-quantized checkpoint), ") +
-                           "the other weights in 16 bits" +
+                           (f.kbit_cast || !f.fp32_weights ? "the other weights in 16 bits" : "the other weights in fp32") +
                            (f.kbit_cast ? ", cast to fp32 one by one by prepare_model_for_kbit_training" : "");
   m.note = m.note.empty() ? load : load + "; " + m.note;
   // 0.7.5-0.25, bf16 on an unsharded 4-bit model: peft_module_casting_to_bf16 after get_peft_model. It changes only

@@ -59,6 +59,7 @@ struct LoadFacts {
   bool hf_trainer = false;           // the HF Trainer, which a stated versions.trl makes TRL's (SFT)
   bool bf16_autocast = false;        // the Trainer's bf16 flag (the recipe's 16-bit dtype is bf16)
   bool kbit_cast = false;            // prepare_model_for_kbit_training runs (Resolved::kbit_cast)
+  bool fp32_weights = false;         // the recipe stores the weights it does not quantize in fp32 (amp_*)
 };
 
 // A stated versions.trl (not a date) with objective sft under the HF Trainer: the Trainer is TRL's SFTTrainer.
