@@ -93,10 +93,31 @@ void migrate_2_to_3(json& doc) {
   auto it = peft->find("prepare_kbit");
   if (it == peft->end() || it->is_null()) (*peft)["prepare_kbit"] = "true";
   else if (it->is_boolean()) *it = it->get<bool>() ? "true" : "false";
+  // As for a link's pairs (below): where the section itself says the cast can do nothing, auto says the same.
+  const auto text = [&](const char* key) {
+    auto f = peft->find(key);
+    return f != peft->end() && f->is_string() ? f->get<std::string>() : std::string("?");
+  };
+  const std::string method = text("method"), q = text("base_quantization");
+  const bool idle = method == "none" || q == "none" || q == "gptq";
+  if (idle && (*peft)["prepare_kbit"] == "true") (*peft)["prepare_kbit"] = "auto";
 }
+// A short link's pairs hold every field by now (decode_items fills them from the frozen defaults first). Where the
+// cast can do nothing (no PEFT method, or a base it does not touch), the old true becomes auto: the same result, and
+// a link written again from it stays as short as it was instead of carrying prepare_kbit=true.
 void migrate_2_to_3(std::vector<std::pair<std::string, std::string>>& pairs) {
-  for (auto& [k, v] : pairs)
-    if (k == "peft.prepare_kbit" && (v == "1" || v == "0")) v = v == "1" ? "true" : "false";  // Reader::boolean's
+  std::string method, quantization;
+  for (const auto& [k, v] : pairs) {
+    if (k == "peft.method") method = v;
+    if (k == "peft.base_quantization") quantization = v;
+  }
+  const bool castable = method != "none" && !method.empty() &&
+                        (quantization == "nf4" || quantization == "fp4" || quantization == "int8" || quantization == "awq");
+  for (auto& [k, v] : pairs) {
+    if (k != "peft.prepare_kbit") continue;
+    if (v == "1" || v == "0") v = v == "1" ? "true" : "false";  // Reader::boolean's
+    if (v == "true" && !castable) v = "auto";
+  }
 }
 
 // Upgrades `doc` (a JSON document or a link's pairs) from schema `from` to `from + 1`.

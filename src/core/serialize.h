@@ -31,7 +31,7 @@ struct Parsed {
   std::vector<std::string> notes;  // keys ignored and values assumed while reading
 };
 
-// Whole memsim config JSON: {"schema": 2, "model": {...}, "training": {...}, ..., "versions": {...}}. Missing sections keep
+// Whole memsim config JSON: {"schema": 3, "model": {...}, "training": {...}, ..., "versions": {...}}. Missing sections keep
 // `base`. A present "model" section is read like a Hugging Face config.json (absent keys take HF's meaning).
 Parsed config_from_json(std::string_view text, const Config& base = Config{});
 std::string config_to_json(const Config& c, int indent = 2);
@@ -44,7 +44,7 @@ std::string document_guard_error(std::string_view text, const std::string& what)
 //   "memsim=3&model=llama-3.1-70b&method=lora&gpu=h200&c=7kq2m9"
 // memsim=N (the schema), then only the fields that differ from schema N's frozen defaults (tests/golden/vN.defaults.json)
 // by their bare names, the model as a frozen catalogue id (tests/golden/vN.presets.json) where that is shorter, and a
-// checksum of it all. config_to_full_fragment writes the form every link had before: "schema=2&model.name=...&..."
+// checksum of it all. config_to_full_fragment writes the form every link had before: "schema=3&model.name=...&..."
 // with every field and no checksum.
 std::string config_to_fragment(const Config& c);
 std::string config_to_full_fragment(const Config& c);

@@ -357,8 +357,13 @@ TEST_CASE("links: every shipped link opens with its meaning", "[links][golden]")
   Config want;
   want.training.micro_batch_size = 2;
   want.parallel.zero_stage = 2;
-  want.peft.prepare_kbit = "true";  // schema 2's boolean, before schema 3 made it a switch with auto
   CHECK(two.config == want);
+  // Schema 2's peft.prepare_kbit, a boolean that defaulted to true, stays true where the cast does something (schema 3
+  // made it a switch with auto); where it cannot (no method, or no base it casts) auto gives the same result.
+  Parsed cast = config_from_fragment("schema=2&peft.method=lora&peft.base_quantization=nf4");
+  REQUIRE(cast.ok);
+  CHECK(cast.config.peft.prepare_kbit == "true");
+  CHECK(s.config.peft.prepare_kbit == "true");
   Parsed one = config_from_fragment("schema=1&training.micro_batch_size=2&parallel.zero_stage=2");
   REQUIRE(one.ok);
   want.training.zero_grad_set_to_none = "true";
