@@ -341,7 +341,7 @@ constexpr FieldSpec kFields[] = {
      "GPTQConfig / AwqConfig group_size: input features that share one fp16 scale and zero; -1 is one group per row."},
     {F(peft, prepare_kbit), K::TriState, kNoRange, kTriState, 1,
      "prepare_model_for_kbit_training",
-     "PEFT's helper casts every parameter that is not quantized (embeddings, head, norms) to fp32. auto: called where the framework uses PEFT (the HF Trainer, TRL's SFTTrainer before 0.26), not by TRL 0.26+, Unsloth, torchtune or litgpt."},
+     "PEFT's helper casts every parameter that is not quantized (embeddings, head, norms) to fp32. auto: called where the framework uses PEFT (the HF Trainer; TRL's SFTTrainer before 0.26, DPOTrainer before 0.29), not by Unsloth, torchtune or litgpt."},
     {F(peft, bnb_saves_input), K::TriState, kNoRange, kTriState, 1,
      "4-bit keeps its input",
      "bitsandbytes before 0.43.2 keeps every 4-bit linear's input for backward although the frozen weight needs no gradient (PR #1270): about 2 bytes x tokens x (3h + f) per layer."},

@@ -691,9 +691,12 @@ Resolved resolve(const Config& c) {
   // itself up to 0.25); Unsloth's loader, torchtune and litgpt do not.
   const bool hf_trainer = f.id == "hf_trainer";
   r.prepare_kbit = tri_state(c.peft.prepare_kbit, Switch::PrepareKbit, d, [&] {
-    if (trl_sft_trainer(c, v, hf_trainer) && v.at_least(Library::Trl, V(0, 26))) {
-      d.from(Switch::PrepareKbit, "TRL's SFTTrainer no longer calls prepare_model_for_kbit_training from 0.26 "
-                                  "(trl#4577)", Library::Trl);
+    const TrlPrep prep = trl_prep(c, v, hf_trainer);
+    if (prep.active && v.at_least(Library::Trl, prep.new_prep_from)) {
+      d.from(Switch::PrepareKbit, c.training.goal() == Objective::Dpo
+                                      ? "TRL's DPOTrainer no longer calls prepare_model_for_kbit_training from 0.29 (trl#3906)"
+                                      : "TRL's SFTTrainer no longer calls prepare_model_for_kbit_training from 0.26 (trl#4577)",
+             Library::Trl);
       return false;
     }
     d.framework(Switch::PrepareKbit);
@@ -712,11 +715,13 @@ Resolved resolve(const Config& c) {
   load.fp32_weights = recipe && recipe->weight_bytes == 4;
   r.model_load = resolve_model_load(c, v, load);
   if (c.peft.adapter_dtype == "auto" && r.model_load.trl_no_kbit_prep) {
-    d.from(Switch::AdapterDtype, "TRL's SFTTrainer casts a quantized model's trainable parameters to bf16 from 0.26 "
-                                 "(trl#4577)", Library::Trl);
+    d.from(Switch::AdapterDtype, c.training.goal() == Objective::Dpo
+                                     ? "TRL's DPOTrainer casts a quantized model's trainable parameters to bf16 from 0.29 (trl#3906)"
+                                     : "TRL's SFTTrainer casts a quantized model's trainable parameters to bf16 from 0.26 (trl#4577)",
+           Library::Trl);
     r.adapter_dtype = AdapterDtype::Bf16;
   } else if (c.peft.adapter_dtype == "auto" && r.model_load.trl_adapters_bf16) {
-    d.from(Switch::AdapterDtype, "TRL's SFTTrainer cast the adapters to bf16 with the embedding and head before 0.9.3 "
+    d.from(Switch::AdapterDtype, "TRL's trainers cast the adapters to bf16 with the embedding and head before 0.9.3 "
                                  "(peft_module_casting_to_bf16's BaseTunerLayer branch)", Library::Trl);
     r.adapter_dtype = AdapterDtype::Bf16;
   } else if (c.peft.adapter_dtype == "auto") {

@@ -58,20 +58,27 @@ std::string describe_targets(const TrlBf16Targets& t) {
 }
 }  // namespace
 
-bool trl_sft_trainer(const Config& c, const StackVersions& v, bool hf_trainer) {
+TrlPrep trl_prep(const Config& c, const StackVersions& v, bool hf_trainer) {
   const LibraryVersion& trl = v[Library::Trl];
-  return hf_trainer && c.training.goal() == Objective::Sft && !trl.latest && !trl.from_date;
+  if (!hf_trainer || trl.latest || trl.from_date) return {};
+  // SFTTrainer: f100ca34c (first in 0.7.5), 2af35fb0d (#4577, first in 0.26.0). DPOTrainer: 95ec8577d (2023-12-26,
+  // first in 0.7.8), e3b7897c8 ("Refactor DPO", #3906, first in 0.29.0).
+  if (c.training.goal() == Objective::Sft) return {true, V(0, 7, 5), V(0, 26), "SFTTrainer", "trl#4577, 0.26"};
+  if (c.training.goal() == Objective::Dpo) return {true, V(0, 7, 8), V(0, 29), "DPOTrainer", "trl#3906, 0.29"};
+  return {};
 }
 
 ModelLoad resolve_model_load(const Config& c, const StackVersions& v, const LoadFacts& f) {
   ModelLoad m;
-  // TRL's SFTTrainer, whatever the sharding: from 0.26 the trainable parameters of a quantized model go to bf16.
-  const bool trl = trl_sft_trainer(c, v, f.hf_trainer) && c.peft.enabled() && c.peft.quantized() &&
+  // TRL's SFTTrainer or DPOTrainer, whatever the sharding: from its new preparation (SFT 0.26, DPO 0.29) the
+  // trainable parameters of a quantized model go to bf16.
+  const TrlPrep prep = trl_prep(c, v, f.hf_trainer);
+  const bool trl = prep.active && c.peft.enabled() && c.peft.quantized() &&
                    c.peft.quantization() != BaseQuantization::Gptq && c.peft.quantization() != BaseQuantization::Awq;
-  const std::string at = trl ? "TRL " + version_text(v[Library::Trl].version) + "'s SFTTrainer " : "";
-  if (trl && v.at_least(Library::Trl, V(0, 26))) {
+  const std::string at = trl ? "TRL " + version_text(v[Library::Trl].version) + "'s " + prep.trainer + " " : "";
+  if (trl && v.at_least(Library::Trl, prep.new_prep_from)) {
     m.trl_no_kbit_prep = true;
-    m.note = at + "calls no prepare_model_for_kbit_training and casts the adapters to bf16 (trl#4577, 0.26)" +
+    m.note = at + "calls no prepare_model_for_kbit_training and casts the adapters to bf16 (" + prep.source + ")" +
              (f.kbit_cast ? "; peft.prepare_kbit true says the script calls it itself" : "") +
              (!f.kbit_cast && f.fp32_weights
                   ? "; the weights it does not quantize stay in the dtype they were loaded in, fp32 under this "
@@ -107,7 +114,7 @@ ModelLoad resolve_model_load(const Config& c, const StackVersions& v, const Load
   m.note = m.note.empty() ? load : load + "; " + m.note;
   // 0.7.5-0.25, bf16 on an unsharded 4-bit model: peft_module_casting_to_bf16 after get_peft_model. It changes only
   // weights that are fp32, which TRL's own prepare_model_for_kbit_training has just made them.
-  if (trl && v.below(Library::Trl, V(0, 26)) && v.at_least(Library::Trl, V(0, 7, 5)) && f.bf16_autocast &&
+  if (trl && v.below(Library::Trl, prep.new_prep_from) && v.at_least(Library::Trl, prep.cast_from) && f.bf16_autocast &&
       c.peft.four_bit() && f.kbit_cast) {
     trl_bf16_targets(c.model.model_type, m.trl_bf16);
     m.trl_adapters_bf16 = v.below(Library::Trl, V(0, 9, 3));

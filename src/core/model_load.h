@@ -62,8 +62,16 @@ struct LoadFacts {
   bool fp32_weights = false;         // the recipe stores the weights it does not quantize in fp32 (amp_*)
 };
 
-// A stated versions.trl (not a date) with objective sft under the HF Trainer: the Trainer is TRL's SFTTrainer.
-bool trl_sft_trainer(const Config& c, const StackVersions& v, bool hf_trainer);
+// A stated versions.trl (not a date) with objective sft or dpo under the HF Trainer: the Trainer is TRL's SFTTrainer
+// or DPOTrainer, whose model preparation changed at these releases.
+struct TrlPrep {
+  bool active = false;
+  Version cast_from;      // peft_module_casting_to_bf16 after get_peft_model, from this release
+  Version new_prep_from;  // no prepare_model_for_kbit_training, the trainable parameters to bf16, from this release
+  const char* trainer = "";
+  const char* source = "";
+};
+TrlPrep trl_prep(const Config& c, const StackVersions& v, bool hf_trainer);
 
 // Requires a validated config.
 ModelLoad resolve_model_load(const Config& c, const StackVersions& v, const LoadFacts& f);

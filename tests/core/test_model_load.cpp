@@ -194,6 +194,19 @@ TEST_CASE("model load: TRL's SFTTrainer changes the dtypes it is given, by relea
     dated.versions.date = "2025-10-20";
     CHECK_FALSE(resolve(dated).model_load.trl_bf16.any());
   }
+  SECTION("DPOTrainer: the same cast from 0.7.8, until its refactor of 0.29 took SFT's new preparation") {
+    Config dpo = qlora("4.57.1", "0.26.0");
+    dpo.training.objective = "dpo";
+    CHECK(resolve(dpo).model_load.trl_bf16.any());  // 0.26 changed the SFTTrainer only
+    CHECK(resolve(dpo).kbit_cast);
+    dpo.versions.trl = "0.7.7";
+    CHECK_FALSE(resolve(dpo).model_load.trl_bf16.any());
+    dpo.versions.trl = "0.29.0";
+    const Resolved r = resolve(dpo);
+    CHECK_FALSE(r.kbit_cast);
+    CHECK(r.adapter_dtype == AdapterDtype::Bf16);
+    CHECK(r.model_load.note.find("DPOTrainer") != std::string::npos);
+  }
   SECTION("0.26 on: no kbit preparation, and the adapters in bf16, sharded or not") {
     const Config c = qlora("4.57.1", "0.26.0");
     const Resolved r = resolve(c);
