@@ -255,7 +255,16 @@ struct StringSetter {
   void number(const std::string& k, double& o) { if (k == key) { found = true; double t; if (r.number(k, value, t)) o = t; } }
   void boolean(const std::string& k, bool& o) { if (k == key) { found = true; bool t; if (r.boolean(k, value, t)) o = t; } }
   void str(const std::string& k, std::string& o) { if (k == key) { found = true; std::string t; if (r.str(k, value, t)) o = t; } }
-  void tristate(const std::string& k, std::string& o) { str(k, o); }
+  // A switch that was a boolean once (schema 1's switches, schema 2's peft.prepare_kbit) also takes 1 and 0, as the
+  // boolean did in --set and in links.
+  void tristate(const std::string& k, std::string& o) {
+    if (k == key && (value == "1" || value == "0")) {
+      found = true;
+      o = value == "1" ? "true" : "false";
+      return;
+    }
+    str(k, o);
+  }
   template <typename E, size_t N>
   void enumeration(const std::string& k, E& o, const EnumName<E> (&names)[N]) {
     if (k == key) { found = true; E t; if (r.enumeration(k, value, t, names)) o = t; }

@@ -7,6 +7,7 @@
 
 #include "core/frameworks.h"
 #include "core/model_load.h"
+#include "core/serialize.h"
 #include "core/simulate.h"
 #include "test_util.h"
 
@@ -158,6 +159,12 @@ TEST_CASE("model load: peft.prepare_kbit at auto follows the framework and TRL's
   Config gptq = qlora("4.57.1");
   gptq.peft.base_quantization = "gptq";  // peft skips the cast on a GPTQ model
   CHECK_FALSE(resolve(gptq).kbit_cast);
+  // --set takes 1 and 0 as it did while the field was a boolean.
+  Config set = qlora("4.57.1");
+  CHECK(apply_setting(set, "peft.prepare_kbit=0").empty());
+  CHECK(set.peft.prepare_kbit == "false");
+  CHECK(apply_setting(set, "prepare_kbit=1").empty());
+  CHECK(set.peft.prepare_kbit == "true");
 }
 
 TEST_CASE("model load: TRL's SFTTrainer changes the dtypes it is given, by release") {
