@@ -109,7 +109,9 @@ test("desktop: Tab skips greyed-out toolbar buttons; typing right after a click 
   const before = await state(page);
   await page.mouse.click(130, 80);  // the preset picker, the first row of the question
   await page.keyboard.type("llama");
-  await page.waitForFunction(() => window.memsim.state().text_field.copy.length >= 5, null, { timeout: patience }).catch(() => {});
+  // (null-safe: under load a poll can come before the search field exists, and a TypeError thrown in the page is a
+  // page error that fails the test; the clean-clone CI at 2cf79a6 met it once)
+  await page.waitForFunction(() => (window.memsim.state().text_field.copy || "").length >= 5, null, { timeout: patience }).catch(() => {});
   await frames(page);
   assert.deepEqual((await state(page)).text_field, { editing: true, copy: "llama" }, "the search holds every letter");
   await page.screenshot({ path: path.join(shots, "pagegaps-picker-llama-1280x800.png") });
