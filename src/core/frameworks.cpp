@@ -693,10 +693,7 @@ Resolved resolve(const Config& c) {
   r.prepare_kbit = tri_state(c.peft.prepare_kbit, Switch::PrepareKbit, d, [&] {
     const TrlPrep prep = trl_prep(c, v, hf_trainer);
     if (prep.active && v.at_least(Library::Trl, prep.new_prep_from)) {
-      d.from(Switch::PrepareKbit, c.training.goal() == Objective::Dpo
-                                      ? "TRL's DPOTrainer no longer calls prepare_model_for_kbit_training from 0.29 (trl#3906)"
-                                      : "TRL's SFTTrainer no longer calls prepare_model_for_kbit_training from 0.26 (trl#4577)",
-             Library::Trl);
+      d.from(Switch::PrepareKbit, prep.no_kbit_why, Library::Trl);
       return false;
     }
     d.framework(Switch::PrepareKbit);
@@ -704,9 +701,7 @@ Resolved resolve(const Config& c) {
   });
   r.kbit_cast = r.prepare_kbit && c.peft.kbit_castable();
   LoadFacts load;
-  const bool fsdp = r.sharding == Sharding::Fsdp1 || r.sharding == Sharding::Fsdp2;
-  load.weights_sharded = c.parallel.params_offload() != Offload::None ||
-                         (shard_group_size(c) > 1 && (c.parallel.zero_stage >= 3 || (fsdp && c.parallel.zero_stage >= 2)));
+  load.weights_sharded = shards_weights(c, r.sharding) || c.parallel.params_offload() != Offload::None;
   load.transformers_loader = hf_trainer || f.unsloth_kernels;
   load.prequantized = f.unsloth_kernels;
   load.hf_trainer = hf_trainer;
@@ -715,10 +710,7 @@ Resolved resolve(const Config& c) {
   load.fp32_weights = recipe && recipe->weight_bytes == 4;
   r.model_load = resolve_model_load(c, v, load);
   if (c.peft.adapter_dtype == "auto" && r.model_load.trl_no_kbit_prep) {
-    d.from(Switch::AdapterDtype, c.training.goal() == Objective::Dpo
-                                     ? "TRL's DPOTrainer casts a quantized model's trainable parameters to bf16 from 0.29 (trl#3906)"
-                                     : "TRL's SFTTrainer casts a quantized model's trainable parameters to bf16 from 0.26 (trl#4577)",
-           Library::Trl);
+    d.from(Switch::AdapterDtype, trl_prep(c, v, hf_trainer).bf16_why, Library::Trl);
     r.adapter_dtype = AdapterDtype::Bf16;
   } else if (c.peft.adapter_dtype == "auto" && r.model_load.trl_adapters_bf16) {
     d.from(Switch::AdapterDtype, "TRL's trainers cast the adapters to bf16 with the embedding and head before 0.9.3 "

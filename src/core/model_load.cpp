@@ -63,8 +63,14 @@ TrlPrep trl_prep(const Config& c, const StackVersions& v, bool hf_trainer) {
   if (!hf_trainer || trl.latest || trl.from_date) return {};
   // SFTTrainer: f100ca34c (first in 0.7.5), 2af35fb0d (#4577, first in 0.26.0). DPOTrainer: 95ec8577d (2023-12-26,
   // first in 0.7.8), e3b7897c8 ("Refactor DPO", #3906, first in 0.29.0).
-  if (c.training.goal() == Objective::Sft) return {true, V(0, 7, 5), V(0, 26), "SFTTrainer", "trl#4577, 0.26"};
-  if (c.training.goal() == Objective::Dpo) return {true, V(0, 7, 8), V(0, 29), "DPOTrainer", "trl#3906, 0.29"};
+  if (c.training.goal() == Objective::Sft)
+    return {true, V(0, 7, 5), V(0, 26), "SFTTrainer", "trl#4577, 0.26",
+            "TRL's SFTTrainer no longer calls prepare_model_for_kbit_training from 0.26 (trl#4577)",
+            "TRL's SFTTrainer casts a quantized model's trainable parameters to bf16 from 0.26 (trl#4577)"};
+  if (c.training.goal() == Objective::Dpo)
+    return {true, V(0, 7, 8), V(0, 29), "DPOTrainer", "trl#3906, 0.29",
+            "TRL's DPOTrainer no longer calls prepare_model_for_kbit_training from 0.29 (trl#3906)",
+            "TRL's DPOTrainer casts a quantized model's trainable parameters to bf16 from 0.29 (trl#3906)"};
   return {};
 }
 
@@ -73,8 +79,7 @@ ModelLoad resolve_model_load(const Config& c, const StackVersions& v, const Load
   // TRL's SFTTrainer or DPOTrainer, whatever the sharding: from its new preparation (SFT 0.26, DPO 0.29) the
   // trainable parameters of a quantized model go to bf16.
   const TrlPrep prep = trl_prep(c, v, f.hf_trainer);
-  const bool trl = prep.active && c.peft.enabled() && c.peft.quantized() &&
-                   c.peft.quantization() != BaseQuantization::Gptq && c.peft.quantization() != BaseQuantization::Awq;
+  const bool trl = prep.active && bitsandbytes(c.peft);  // is_loaded_in_4bit / is_loaded_in_8bit
   const std::string at = trl ? "TRL " + version_text(v[Library::Trl].version) + "'s " + prep.trainer + " " : "";
   if (trl && v.at_least(Library::Trl, prep.new_prep_from)) {
     m.trl_no_kbit_prep = true;

@@ -7,7 +7,7 @@
 //      Int8Params._quantize), the 16-bit copy freed after;
 //   3. the other parameters arrive in the load dtype (16 bits), and prepare_model_for_kbit_training casts them to fp32
 //      one by one afterwards (a new fp32 tensor, then the 16-bit one freed);
-//   4. TRL's SFTTrainer then changes dtypes again, by its version (below).
+//   4. TRL's SFTTrainer or DPOTrainer then changes dtypes again, by its version (TrlPrep, below).
 // Steps 1-3 follow the loader, for an unsharded base; TRL's rules apply whatever the sharding.
 // This file resolves, by the versions, which of these happen; StepBuilder::alloc_loaded_weights (model_load.cpp)
 // replays them. The sources and the version boundaries are in docs/versions.md section 16.
@@ -40,13 +40,13 @@ struct ModelLoad {
   LoadWarmup warmup = LoadWarmup::None;
   bool warmup_cap_095 = false;   // 4.51: capped at 0.95 of the free memory; later releases at the free memory - 1.2 GiB
   bool warmup_counts_tied_twice = false;  // before 4.54 the byte count took a tied head's key as a tensor of its own
-  // TRL's SFTTrainer (versions.trl stated, objective sft, the HF Trainer) on a bitsandbytes base:
-  // 0.7.5-0.25, bf16 and a 4-bit base that prepare_model_for_kbit_training made fp32: peft_module_casting_to_bf16
-  // casts the embedding and lm_head back to bf16 (the norms stay fp32), and before 0.9.3 the adapters too.
+  // TRL's SFTTrainer or DPOTrainer (TrlPrep) on a bitsandbytes base, from cast_from to new_prep_from, with bf16 and a
+  // 4-bit base that prepare_model_for_kbit_training made fp32: peft_module_casting_to_bf16 casts the embedding and
+  // lm_head back to bf16 (the norms stay fp32), and before 0.9.3 the adapters too.
   TrlBf16Targets trl_bf16;
   bool trl_adapters_bf16 = false;
-  // 0.26 on: prepare_model_for_kbit_training is no longer called (trl#4577) and the adapters go to bf16 (both derived
-  // through peft.prepare_kbit and peft.adapter_dtype, frameworks.cpp).
+  // From new_prep_from (SFT 0.26, DPO 0.29): prepare_model_for_kbit_training is no longer called and the adapters go
+  // to bf16 (both derived through peft.prepare_kbit and peft.adapter_dtype, frameworks.cpp).
   bool trl_no_kbit_prep = false;
   std::string note;  // the rules above with their sources, for the result's notes
 };
@@ -56,7 +56,7 @@ struct LoadFacts {
   bool transformers_loader = false;  // from_pretrained with a BitsAndBytesConfig (the HF Trainer, Unsloth)
   bool prequantized = false;         // the checkpoints are already 4-bit (Unsloth's)
   bool weights_sharded = false;      // FSDP or ZeRO-3 shard the weights (memsim leaves that load unmodelled)
-  bool hf_trainer = false;           // the HF Trainer, which a stated versions.trl makes TRL's (SFT)
+  bool hf_trainer = false;           // the HF Trainer, which a stated versions.trl makes TRL's (SFT, DPO)
   bool bf16_autocast = false;        // the Trainer's bf16 flag (the recipe's 16-bit dtype is bf16)
   bool kbit_cast = false;            // prepare_model_for_kbit_training runs (Resolved::kbit_cast)
   bool fp32_weights = false;         // the recipe stores the weights it does not quantize in fp32 (amp_*)
@@ -70,6 +70,8 @@ struct TrlPrep {
   Version new_prep_from;  // no prepare_model_for_kbit_training, the trainable parameters to bf16, from this release
   const char* trainer = "";
   const char* source = "";
+  const char* no_kbit_why = "";  // the origins of peft.prepare_kbit and peft.adapter_dtype from new_prep_from on
+  const char* bf16_why = "";
 };
 TrlPrep trl_prep(const Config& c, const StackVersions& v, bool hf_trainer);
 

@@ -18,6 +18,20 @@ int64_t shard_group_size(const Config& c) {
   return mul(dp, c.parallel.context_parallel_size);
 }
 
+int64_t sharding_stage(const Config& c, Sharding sharding) {
+  const auto& par = c.parallel;
+  // DeepSpeed runs ZeRO on one GPU too; that only changes memory where parameters live on the host and are
+  // fetched module by module (ZeRO-Infinity), so a single GPU counts as unsharded otherwise.
+  const bool one_gpu_offload = sharding == Sharding::DeepSpeed && par.params_offload() != Offload::None && par.zero_stage == 3;
+  return shard_group_size(c) > 1 || one_gpu_offload ? par.zero_stage : 0;
+}
+
+bool shards_weights(const Config& c, Sharding sharding) {
+  const int64_t z = sharding_stage(c, sharding);
+  const bool fsdp = (sharding == Sharding::Fsdp1 || sharding == Sharding::Fsdp2) && z >= 2;
+  return z >= 3 || fsdp;  // FSDP keeps only shards at rest, even SHARD_GRAD_OP
+}
+
 bool is_expert_param(const ParamTensor& t) { return t.name.rfind("mlp.experts.", 0) == 0; }
 
 // DeepSpeed's stage3_param_persistence_threshold, 1e5 elements unless set (deepspeed/runtime/zero/config.py); a
@@ -41,14 +55,11 @@ ShardPlan shard_plan(const StepContext& ctx) {
   sp.expert_shard = rs.framework->fsdp2_expert_shard;
   sp.n = shard_group_size(ctx.config);
   sp.ep = par.expert_parallel_size;
-  // DeepSpeed runs ZeRO on one GPU too; that only changes memory where parameters live on the host and are
-  // fetched module by module (ZeRO-Infinity), so a single GPU counts as unsharded otherwise.
-  const bool one_gpu_offload = sp.sharding == Sharding::DeepSpeed && par.params_offload() != Offload::None && par.zero_stage == 3;
-  const int64_t z = sp.n > 1 || one_gpu_offload ? par.zero_stage : 0;
+  const int64_t z = sharding_stage(ctx.config, sp.sharding);
   sp.fsdp = (sp.sharding == Sharding::Fsdp1 || sp.sharding == Sharding::Fsdp2) && z >= 2;
   sp.flat_optimizer = (sp.sharding == Sharding::DeepSpeed || sp.sharding == Sharding::Megatron) && z >= 1;
   sp.shard_grads = z >= 2;
-  sp.shard_weights = z >= 3 || (sp.fsdp && z >= 2);  // FSDP keeps only shards at rest, even SHARD_GRAD_OP
+  sp.shard_weights = shards_weights(ctx.config, sp.sharding);
   sp.grad_buffer = sp.sharding == Sharding::Megatron;
   sp.mixed = ctx.precision.master_bytes > 0;
   sp.offload_optimizer = par.optimizer_offload() != Offload::None;
@@ -102,13 +113,13 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
   const int64_t k = sp.ranks_of(t);
   ParamStates s;
   const ParamDtypes& ab = sp.dtypes;
-  const int64_t w = param_storage_bytes(t, pr, peft, ab), g = param_grad_bytes(t, pr, peft, ab);
+  const int64_t w = param_storage_bytes(t, pr, peft, ab), g = param_grad_bytes(t, pr, ab);
   const bool plain = t.kind != ParamKind::Adapter && !t.quantized;  // a weight in the recipe's dtype
   if (sp.fsdp) {
     const ParamTensor l = sp.local(t);
     s.weights = param_storage_bytes(l, pr, peft, ab);
     if (sp.mixed && plain) s.weights = std::max(s.weights, mul(l.numel, pr.master_bytes));
-    s.grads = !has_grad(t) ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, peft, ab);
+    s.grads = !has_grad(t) ? 0 : sp.mixed && plain ? mul(l.numel, pr.master_bytes) : param_grad_bytes(l, pr, ab);
     PrecisionRecipe no_master = pr;
     no_master.master_bytes = 0;
     if (sp.mixed) no_master.state_bytes = pr.master_bytes;
@@ -149,7 +160,7 @@ ModelStates raw_model_states(const StepContext& ctx, const ShardPlan& sp, PerTen
     m.optimizer_bytes = add(m.optimizer_bytes, s.optimizer);
     if (s.flat_numel == 0) return;
     flat = add(flat, s.flat_numel);
-    const OptimizerDtypes d = optimizer_dtypes(t, ctx.precision, ctx.config.peft, sp.dtypes);
+    const OptimizerDtypes d = optimizer_dtypes(t, ctx.precision, sp.dtypes);
     flat_master = add(flat_master, mul(s.flat_numel, d.master_bytes));
     if (s.flat_numel > largest_share) largest_share = s.flat_numel, flat_state_bytes = d.state_bytes;
   });
@@ -255,7 +266,7 @@ int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, con
   return mul(t.numel, pr.weight_bytes);
 }
 
-int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig&, const ParamDtypes& dt) {
+int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const ParamDtypes& dt) {
   if (!has_grad(t)) return 0;
   if (t.kind == ParamKind::Adapter) return mul(t.numel, dt.adapter_bytes);
   if (dt.kbit_cast) return mul(t.numel, 4);
@@ -264,7 +275,7 @@ int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const 
 
 // Optimizer state of one trainable tensor: the fp32 master copy where the recipe keeps one for a low-precision
 // parameter, and the optimizer's states in the parameter's dtype (torch: zeros_like(p)).
-OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig&, const ParamDtypes& dt) {
+OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const ParamDtypes& dt) {
   OptimizerDtypes d{pr.state_bytes, pr.master_bytes};
   if (t.kind == ParamKind::Adapter || dt.kbit_cast) {
     d.state_bytes = t.kind == ParamKind::Adapter ? dt.adapter_bytes : 4;
@@ -276,7 +287,7 @@ OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr
 int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
                               const ParamDtypes& dt, const OptimizerSpec& opt, bool include_paged) {
   if (t.frozen) return 0;
-  const OptimizerDtypes d = optimizer_dtypes(t, pr, peft, dt);
+  const OptimizerDtypes d = optimizer_dtypes(t, pr, dt);
   int64_t bytes = mul(t.numel, d.master_bytes);
   if (include_paged || !(opt.paged && t.numel >= kPagedMinNumel)) bytes = add(bytes, optimizer_state_bytes(opt, t.numel, t.rows, d.state_bytes));
   return bytes;

@@ -87,36 +87,38 @@ bool schema_readable(int version, std::vector<FieldError>& errors) {
 // default. Schema 2 had a boolean that defaulted to true: a schema-2 config that sets it keeps its value (the reader
 // takes a JSON boolean for true and false), and one whose peft section leaves it out meant true. A schema-2 link
 // that leaves it out takes tests/golden/v2.defaults.json's true before this step, so nothing is left to do there.
+// Where the cast can do nothing (no PEFT method, no quantized base, or GPTQ's, which peft leaves alone), an old true
+// becomes auto: the same result, and a config or link written again from it does not carry prepare_kbit=true. An
+// unknown method or quantization (a JSON section that leaves it to the base) keeps true.
+bool kbit_cast_idle(const std::string& method, const std::string& quantization) {
+  return method == "none" || quantization == "none" || quantization == "gptq";
+}
+
 void migrate_2_to_3(json& doc) {
   auto peft = doc.find("peft");
   if (peft == doc.end() || !peft->is_object()) return;  // no PEFT section: the base's values, as before
   auto it = peft->find("prepare_kbit");
   if (it == peft->end() || it->is_null()) (*peft)["prepare_kbit"] = "true";
   else if (it->is_boolean()) *it = it->get<bool>() ? "true" : "false";
-  // As for a link's pairs (below): where the section itself says the cast can do nothing, auto says the same.
   const auto text = [&](const char* key) {
     auto f = peft->find(key);
     return f != peft->end() && f->is_string() ? f->get<std::string>() : std::string("?");
   };
-  const std::string method = text("method"), q = text("base_quantization");
-  const bool idle = method == "none" || q == "none" || q == "gptq";
-  if (idle && (*peft)["prepare_kbit"] == "true") (*peft)["prepare_kbit"] = "auto";
+  if (kbit_cast_idle(text("method"), text("base_quantization")) && (*peft)["prepare_kbit"] == "true")
+    (*peft)["prepare_kbit"] = "auto";
 }
-// A short link's pairs hold every field by now (decode_items fills them from the frozen defaults first). Where the
-// cast can do nothing (no PEFT method, or a base it does not touch), the old true becomes auto: the same result, and
-// a link written again from it stays as short as it was instead of carrying prepare_kbit=true.
+// A short link's pairs hold every field by now (decode_items fills them from the frozen defaults first); a full-form
+// link's may leave one to the defaults, whose method and quantization are none.
 void migrate_2_to_3(std::vector<std::pair<std::string, std::string>>& pairs) {
-  std::string method, quantization;
+  std::string method = "none", quantization = "none";
   for (const auto& [k, v] : pairs) {
     if (k == "peft.method") method = v;
     if (k == "peft.base_quantization") quantization = v;
   }
-  const bool castable = method != "none" && !method.empty() &&
-                        (quantization == "nf4" || quantization == "fp4" || quantization == "int8" || quantization == "awq");
   for (auto& [k, v] : pairs) {
     if (k != "peft.prepare_kbit") continue;
     if (v == "1" || v == "0") v = v == "1" ? "true" : "false";  // Reader::boolean's
-    if (v == "true" && !castable) v = "auto";
+    if (v == "true" && kbit_cast_idle(method, quantization)) v = "auto";
   }
 }
 

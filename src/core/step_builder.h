@@ -27,14 +27,14 @@ namespace memsim {
 // What one parameter tensor costs (model_states.cpp), for the step's files. `dt`: the dtypes resolved beside the
 // recipe (ShardPlan::dtypes).
 int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, const ParamDtypes& dt);
-int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, const ParamDtypes& dt);
+int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const ParamDtypes& dt);
 int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
                               const ParamDtypes& dt, const OptimizerSpec& opt, bool include_paged);
 // The element size of a trainable tensor's optimizer states, and of the fp32 master copy it needs (0: none).
 struct OptimizerDtypes {
   int64_t state_bytes = 4, master_bytes = 0;
 };
-OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, const ParamDtypes& dt);
+OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr, const ParamDtypes& dt);
 
 // Parameters of the decay group in HF Trainer (get_decay_parameter_names): everything but norms and biases.
 inline bool decays(const ParamTensor& t) {

@@ -55,7 +55,7 @@ int64_t StepBuilder::weight_bytes_of(const ParamTensor& t) const {
   return param_storage_bytes(t, recipe_, cfg_.peft, shard_plan_.dtypes);
 }
 int64_t StepBuilder::grad_bytes_of(const ParamTensor& t) const {
-  return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, recipe_, cfg_.peft, shard_plan_.dtypes); });
+  return grad_bytes_.get(t, [&](const ParamTensor& x) { return param_grad_bytes(x, recipe_, shard_plan_.dtypes); });
 }
 ParamStates StepBuilder::states_of(const ParamTensor& t) const {
   return states_.get(t, [&](const ParamTensor& x) { return param_states(shard_plan_, ctx_, x); });

@@ -66,6 +66,9 @@ ShardPlan shard_plan(const StepContext& ctx);
 // trainable tensors keeps gradients for all of them (model.h mark_unit_gradients).
 bool fsdp1_unit_gradients(const Config& c);
 int64_t shard_group_size(const Config& c);
+// The ZeRO / FSDP stage in effect (0 on one GPU, but for ZeRO-Infinity), and whether it shards the weights at rest.
+int64_t sharding_stage(const Config& c, Sharding sharding);
+bool shards_weights(const Config& c, Sharding sharding);
 bool is_expert_param(const ParamTensor& t);
 int64_t zero_persistence_threshold(const ParallelConfig& p);
 // Interleaved pipelines split the layers into `chunks` model chunks, a remainder one layer each to the first

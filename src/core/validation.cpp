@@ -104,7 +104,7 @@ int64_t measured_statistic(const ValidationCase& c, const DeviceResult& d) {
 
 // The config with every switch it sets by hand back at auto (empty_cache_steps' auto is -1); `changed` counts them.
 // peft.prepare_kbit stays: whether the script calls prepare_model_for_kbit_training is in the user's own code, a fact
-// they know like the framework (its auto only follows the framework and TRL's SFTTrainer).
+// they know like the framework (its auto only follows the framework and TRL's SFT and DPO trainers).
 Config switches_at_auto(const Config& c, int& changed) {
   Config out = c;
   const Resolved r = resolve(c);
