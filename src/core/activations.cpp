@@ -209,7 +209,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
     if (peft.lora_dropout > 0) {
       saved.push_back(act(tw, labels_.lora_in, layer));  // dropout mask
       saved.push_back(act(mul(dims_.amp ? 2 : ab, tw), labels_.lora_in, layer));
-    } else if (dims_.amp) {
+    } else if (dims_.amp && !(low_precision_input && ab == 2)) {  // a 16-bit input into 16-bit adapters: no cast
       saved.push_back(act(mul(2, tw), labels_.lora_in, layer));
     } else if (ab != dims_.e) {
       saved.push_back(act(mul(ab, tw), labels_.lora_in, layer));
@@ -335,8 +335,10 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
   const size_t mark = saved.size();
   res_retained = false;
   if (cfg_.model.norm_type == NormType::LayerNorm) {
-    // aten native_layer_norm saves its input, mean and rstd (fp32, one per token).
-    res_retained = true;
+    // aten native_layer_norm saves its input, mean and rstd (fp32, one per token). Under autocast a 16-bit input
+    // is first cast to fp32 (layer_norm is on the fp32 list), and that copy is what it saves.
+    if (dims_.amp && dims_.e_res < 4) saved.push_back(act(mul(4, th), labels_.norm_x32, layer));
+    else res_retained = true;
     saved.push_back(act(mul(4, dims_.Tn), labels_.norm_rstd, layer));
     saved.push_back(act(mul(4, dims_.Tn), labels_.norm_rstd, layer));
   } else if (norm_impl(layer) == NormImpl::Fused) {
@@ -356,11 +358,12 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     if (norm_trainable(layer, consumers)) saved.push_back(act(mul(scaled, th), labels_.norm_scaled, layer));
   }
   if (res_retained && own_res) saved.push_back(res);  // else the caller (a checkpoint) keeps it
-  uint32_t y = act(mul(dims_.amp ? 4 : dims_.e, th), labels_.norm_out, layer);
+  const int64_t out_bytes = norm_out_bytes();
+  uint32_t y = act(mul(out_bytes, th), labels_.norm_out, layer);
   int64_t tokens = dims_.Tn;
   if (gathered_inputs()) {  // DTensor sequence parallel: the linears read the all-gathered output
     tokens = dims_.T;
-    const uint32_t g = act(mul(dims_.amp ? 4 : dims_.e, dims_.T, dims_.h), labels_.norm_out, layer);
+    const uint32_t g = act(mul(out_bytes, dims_.T, dims_.h), labels_.norm_out, layer);
     drop(y);
     y = g;
   }
@@ -376,7 +379,7 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
     checkpoint_graph_inputs(layer, consumers, dims_.h, tokens, y);
     return;
   }
-  if (linear_inputs(layer, consumers, dims_.h, saved, tokens)) {
+  if (linear_inputs(layer, consumers, dims_.h, saved, tokens, out_bytes < 4)) {
     saved.push_back(fp8_input(y, mul(tokens, dims_.h), layer));
     if (bnb_input_in_graph_) hold_in_graph(saved.back());
   } else {
@@ -396,7 +399,7 @@ void StepBuilder::norm_forward(int32_t layer, uint32_t res, bool& res_retained, 
 // in backward).
 bool StepBuilder::tied_sum() const {
   const ParamTensor* tied = tied_weight();
-  return tied && has_grad(*tied) && !dims_.amp && !shard_grads_ && !shard_plan_.grad_buffer &&
+  return tied && has_grad(*tied) && !amp_fp32_weights() && !shard_grads_ && !shard_plan_.grad_buffer &&
          !cfg_.training.optimizer_in_backward && ctx_.has_pre && ctx_.has_post;
 }
 
@@ -595,7 +598,7 @@ uint32_t StepBuilder::qk_norm_forward(int32_t layer, uint32_t x, int64_t width, 
       drop(n32);
     }
   }
-  const int64_t out = mul(dims_.amp ? 4 : e, T, width);
+  const int64_t out = mul(rms_out_bytes(), T, width);
   return out_saved ? act(out, labels_.norm_out, layer) : tmp(out, labels_.norm_out, layer);
 }
 
@@ -615,12 +618,28 @@ NormImpl StepBuilder::norm_impl(int32_t layer) const {
   return cfg_.training.compile && layer >= 0 && layer < shape_.num_layers ? NormImpl::Fused : resolved_.norm;
 }
 
+// Outside autocast a norm's output is the compute dtype (memsim's rule for every recipe). Under autocast an RMSNorm
+// returns weight * normed in the dtype they promote to (HF LlamaRMSNorm: self.weight * hidden_states.to(input_dtype)):
+// fp32 where the weight is fp32 (amp_* recipes, or prepare_model_for_kbit_training's cast of the norm weights, peft
+// utils/other.py), the 16-bit dtype over 16-bit weights (bf16_autocast: transformers' Trainer with bf16=True over a
+// model loaded with torch_dtype=bfloat16). layer_norm is on autocast's fp32 list (aten/src/ATen/autocast_mode.cpp
+// KERNEL_CUDA(layer_norm, fp32)): fp32 out whatever its weights.
+int64_t StepBuilder::rms_out_bytes() const {
+  if (!dims_.amp) return dims_.e;
+  return amp_fp32_weights() || resolved_.kbit_cast ? 4 : dims_.e;
+}
+
+int64_t StepBuilder::norm_out_bytes() const {
+  if (dims_.amp && cfg_.model.norm_type == NormType::LayerNorm) return 4;
+  return rms_out_bytes();
+}
+
 void StepBuilder::norm_backward(int32_t layer, uint32_t& dres) {
   // The gathered input's gradient is whole-sequence (in the gathered output's dtype) until the all-gather's
   // backward reduce-scatters it into this rank's tokens, which the norm's backward then reads.
   uint32_t scattered = UINT32_MAX;
   if (gathered_inputs()) {
-    const int64_t eb = dims_.amp ? 4 : dims_.e;
+    const int64_t eb = norm_out_bytes();
     const uint32_t whole = tmp(mul(eb, dims_.T, dims_.h), labels_.dres, layer);
     scattered = tmp(mul(eb, dims_.Tn, dims_.h), labels_.dres, layer);
     drop(whole);
@@ -752,14 +771,16 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     if (!parallel) no_grad_release(A, {no_grad_norm_out_});
     if (rope && !unsloth()) {
       // RoPE saves nothing sized (cos/sin need no grad); its outputs are what attention saves. Under autocast
-      // HF computes cos/sin in fp32, so the rotated q/k are fp32 transients and SDPA saves their casts.
+      // over fp32 weights HF computes cos/sin in fp32, so the rotated q/k are fp32 transients and SDPA saves their
+      // casts; a model loaded in 16 bits builds them in its dtype (cos.to(x.dtype)).
       uint32_t qt = UINT32_MAX, kt = UINT32_MAX;
-      if (dims_.amp) qt = tmp(mul(4, dims_.T, dims_.h_q), labels_.q_rot, layer), kt = tmp(mul(4, dims_.T, dims_.h_kv), labels_.k_rot, layer);
+      const bool fp32_rotary = amp_fp32_weights();
+      if (fp32_rotary) qt = tmp(mul(4, dims_.T, dims_.h_q), labels_.q_rot, layer), kt = tmp(mul(4, dims_.T, dims_.h_kv), labels_.k_rot, layer);
       if (q != UINT32_MAX) drop(q);
       q = act(mul(e, dims_.T, dims_.h_q), labels_.q_rot, layer);
       if (k != UINT32_MAX) drop(k);
       k = act(mul(e, dims_.T, dims_.h_kv), labels_.k_rot, layer);
-      if (dims_.amp) drop(qt), drop(kt);
+      if (fp32_rotary) drop(qt), drop(kt);
     }
     A.push_back(q);
     A.push_back(k);
@@ -783,7 +804,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
       // as it is; any other is converted to fp32 first. Under autocast the fp32 mask has already promoted the
       // scores, so the 4-byte tensor is their masked sum rather than a conversion. torch <= 1.10 kept _softmax's
       // input for backward too.
-      const bool half_to_float = e == 2 && !dims_.amp && recipe_.fp16;
+      const bool half_to_float = e == 2 && !(dims_.amp && dims_.e_res == 4) && recipe_.fp16;
       // transformers 4.38 indexes the layer's mask with cache_position (attention_mask[:, :, cache_position, :kv]),
       // a [b, 1, s, s] copy in the model dtype that the addition reads and nothing keeps.
       const uint32_t indexed = mask_.on && resolved_.mask.build == MaskBuild::MaxPositions
@@ -865,10 +886,11 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     }
     A.swap(gate_only);
   }
-  // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies.
+  // o_proj reads the attention output, which the kernel keeps already; adapters may add their own copies. It is
+  // 16-bit under autocast (the kernel's output), as down_proj's input is (the product of two matmul outputs).
   // (litgpt's adapter: o_proj reads the gated sum, which a bitsandbytes linear then keeps, not the kernel's output.)
   if (cfg_.peft.enabled() && !no_grad_ &&
-      linear_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, A, dims_.T) && bnb_input_in_graph_) {
+      linear_inputs(layer, {"o_proj"}, mla ? mul(dims_.a, m.v_head_dim) : dims_.h_q, A, dims_.T, true) && bnb_input_in_graph_) {
     if (adapter_sum != UINT32_MAX) program_.recategorize(adapter_sum, Component::Activations), hold_in_graph(adapter_sum);
     else
       for (auto it = A.rbegin(); it != A.rend(); ++it)
@@ -953,7 +975,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     uint32_t prod = act(tf, labels_.mlp_prod, layer);
     no_grad_release(M, {up, a});
     if (cfg_.training.compile && !no_grad_) erase(M, a), drop(a);
-    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T)) {
+    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T, true)) {
       M.push_back(fp8_input(prod, mul(dims_.T, dims_.f), layer));
       if (bnb_input_in_graph_) hold_in_graph(M.back());
     } else {
@@ -969,7 +991,7 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     no_grad_release(A, {no_grad_norm_out_});  // parallel attention's shared norm output
     uint32_t g = act(tf, labels_.mlp_gelu, layer);
     no_grad_release(M, {fc1});
-    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T)) {
+    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T, true)) {
       M.push_back(fp8_input(g, mul(dims_.T, dims_.f), layer));
       if (bnb_input_in_graph_) hold_in_graph(M.back());
     } else {
@@ -1197,7 +1219,7 @@ void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
   // experts, k x tokens on average (Megatron token_dispatcher.py MoEAlltoAllTokenDispatcher: permute, then
   // all_to_all into a new tensor); the received tokens are the experts' input.
   uint32_t send = cfg_.parallel.expert_parallel_size > 1 ? tmp(mul(e, n, dims_.h), labels_.a2a, layer) : UINT32_MAX;
-  M.push_back(act(mul(dims_.amp ? 4 : e, n, dims_.h), labels_.expert_in, layer));  // gathered tokens (casts under autocast)
+  M.push_back(act(mul(norm_out_bytes(), n, dims_.h), labels_.expert_in, layer));  // gathered tokens (casts under autocast)
   if (send != UINT32_MAX) drop(send);
   for (uint32_t lbl : {labels_.mlp_gate, labels_.mlp_up, labels_.mlp_act, labels_.mlp_prod}) M.push_back(act(mul(e, n, fe), lbl, layer));
   M.push_back(act(mul(e, n, dims_.h), labels_.expert_out, layer));  // saved by the multiplication with the routing weight
@@ -1237,7 +1259,7 @@ void StepBuilder::moe_forward_no_grad(int32_t layer) {
     drop(p);
     return o;
   };
-  uint32_t x = tmp(mul(dims_.amp ? 4 : e, per, h), labels_.expert_in, layer);
+  uint32_t x = tmp(mul(norm_out_bytes(), per, h), labels_.expert_in, layer);
   uint32_t o = mlp(per, fe);
   drop(x);
   drop(tmp(mul(e, per, h), labels_.expert_out, layer));  // scaled by the routing weight, then index_add_ into the output

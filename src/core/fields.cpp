@@ -188,7 +188,7 @@ constexpr FieldSpec kFields[] = {
      "Frameworks differ in what they save and allocate (attention kernel, norm, loss, optimizer implementation). Each choice below set to auto follows the framework. Unsloth also sets no ZeRO, no kbit preparation and its offloaded checkpointing."},
     {F(training, precision), K::TableId, kNoRange, {}, 1,
      "precision",
-     "How weights, gradients and optimizer states are stored (bytes per parameter), and the dtype of saved activations."},
+     "How weights, gradients and optimizer states are stored (bytes per parameter), and the dtype of saved activations. A model loaded in bf16 and trained with the HF Trainer's bf16=True is bf16 autocast over bf16 weights (bf16_autocast); pure bf16 runs no autocast; amp_bf16 keeps fp32 weights."},
     {F(training, optimizer), K::TableId, kNoRange, {}, 1,
      "optimizer",
      "AdamW keeps two states per parameter, 8-bit AdamW about 2 bytes, Adafactor a factored second moment, SGD without momentum none. Paged states live outside the GPU allocator."},

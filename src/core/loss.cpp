@@ -39,7 +39,7 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   // (autocast_mode.cpp cached_cast); the linear saves it for the input's gradient until the head's backward.
   // cached_cast caches only weights that require grad: a frozen head is cast again at every call, and litgpt
   // calls it on each 128-token chunk (model.py GPT.forward lm_head_chunk_size), each cast saved by its matmul.
-  if (dims_.amp) {
+  if (amp_fp32_weights()) {
     const bool per_chunk = resolved_.loss == LossImpl::ChunkedBf16 && !module_info("lm_head").trainable && !any_quantized_;
     const int64_t casts = per_chunk ? ceil_div(dims_.s, 128) : 1;
     for (int64_t i = 0; i < casts; ++i) saved.push_back(tmp(mul(recipe_.autocast_copy_bytes, dims_.V, dims_.h), labels_.cast, post));

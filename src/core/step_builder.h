@@ -96,7 +96,9 @@ struct ActDims {
   int64_t a, g, V;         // query heads, key/value heads, vocabulary
   int64_t e;               // bytes of saved matmul activations (2 for bf16/fp16 compute, 4 for fp32)
   int64_t e_res;           // bytes of the residual stream (4 under autocast over fp32 weights)
-  bool amp;                // torch.autocast over fp32 weights: matmuls cast their inputs
+  // torch.autocast: matmuls cast their inputs to 16 bits and the fp32-list ops (layer_norm, softmax, the loss)
+  // compute in fp32, over fp32 weights (amp_*: each matmul also casts its weight) or 16-bit ones (*_autocast).
+  bool amp;
   bool padded = false;     // some row holds pad tokens (MicroBatchShape::padded)
 };
 
@@ -309,7 +311,7 @@ class StepBuilder {
   void norm_forward(int32_t layer, uint32_t res, bool& res_retained, std::vector<uint32_t>& saved,
                     std::initializer_list<const char*> consumers, bool own_res);
   // low_precision_input: the tensor already is in the compute dtype, so under autocast a trainable weight's matmul
-  // saves it rather than a cast copy.
+  // saves it rather than a cast copy, and so does a 16-bit LoRA adapter's lora_A.
   bool linear_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, std::vector<uint32_t>& saved,
                      int64_t tokens, bool low_precision_input = false);
   int64_t out_width(const std::string& module) const;
@@ -328,6 +330,9 @@ class StepBuilder {
   uint32_t head_dequant();
   void drop_if(uint32_t t);
   NormImpl norm_impl(int32_t layer) const;  // the norm kernel this layer runs (compiled layers: Fused)
+  bool amp_fp32_weights() const { return dims_.amp && recipe_.autocast_copy_bytes > 0; }  // amp_bf16, amp_fp16
+  int64_t rms_out_bytes() const;   // an RMSNorm's output: weight * normed, in the weight's dtype under autocast
+  int64_t norm_out_bytes() const;  // the decoder's norms (LayerNorm on autocast's fp32 list, else rms_out_bytes)
   bool gathered_inputs() const;
   void no_grad_release(std::vector<uint32_t>& saved, std::initializer_list<uint32_t> tensors);
   void no_grad_release_all(std::vector<uint32_t>& saved);

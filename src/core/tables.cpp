@@ -24,12 +24,14 @@ constexpr PrecisionRecipe kPrecisions[] = {
      "aten/src/ATen/autocast_mode.cpp cached_cast (fp16 as lower_precision_fp)"},
     {"bf16_pure", "pure bf16 (bf16 weights, grads and states)", 2, 2, 0, 2, 0, 2, 2, false,
      "torch/optim/adam.py _init_group: state = zeros_like(p), i.e. the param dtype"},
-    {"fp16_autocast", "fp16 weights under fp16 autocast (diffusers LoRA scripts; model programs)", 2, 2, 0, 2, 0, 2, 2, true,
-     "diffusers examples/text_to_image/train_text_to_image_lora.py: unet.to(accelerator.device, dtype=weight_dtype), "
-     "then accelerator.prepare wraps forward in torch.autocast (accelerate accelerator.py prepare_model)",
+    {"fp16_autocast", "fp16 weights under fp16 autocast (HF Trainer fp16=True over an fp16 load, with PEFT; diffusers LoRA)", 2, 2, 0, 2, 0, 2, 2, true,
+     "transformers trainer.py compute_loss_context_manager / accelerate prepare_model: forward under torch.autocast "
+     "over a model loaded with torch_dtype=float16; diffusers examples/text_to_image/train_text_to_image_lora.py: "
+     "unet.to(accelerator.device, dtype=weight_dtype) inside accelerate's autocast",
      0, false, false, false, true},
-    {"bf16_autocast", "bf16 weights under bf16 autocast (diffusers LoRA scripts; model programs)", 2, 2, 0, 2, 0, 2, 2, false,
-     "diffusers examples/text_to_image/train_text_to_image_lora.py with --mixed_precision bf16 (weight_dtype bf16)",
+    {"bf16_autocast", "bf16 weights under bf16 autocast (HF Trainer bf16=True over a bf16 load; diffusers LoRA)", 2, 2, 0, 2, 0, 2, 2, false,
+     "transformers trainer.py: with bf16=True the forward runs under accelerate's torch.autocast(bfloat16), over a "
+     "model loaded with torch_dtype=bfloat16; diffusers train_text_to_image_lora.py --mixed_precision bf16",
      0, false, false, false, true},
     {"fp8_te", "fp8 matmuls, Transformer Engine (bf16 + fp32 main grads and master)", 2, 4, 4, 4, 0, 2, 2, false,
      "TransformerEngine pytorch/module/linear.py _Linear.forward: weight_fp8 and weight_t_fp8 buffers filled by "

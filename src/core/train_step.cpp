@@ -115,6 +115,9 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   const bool kbit = resolved_.kbit_cast;
   if (kbit && !resolved_.framework->bnb_via_lightning && !cfg_.model.is_encoder_decoder) dims_.e_res = shard_plan_.dtypes.trl_bf16.token_embedding ? 2 : 4;
   dims_.amp = recipe_.autocast_copy_bytes > 0 || recipe_.autocast_16bit;
+  // A post-LN encoder (BERT) over 16-bit weights under autocast: every LayerNorm returns fp32 (layer_norm is on
+  // autocast's fp32 list), and the residual sums that read it (dense output + LayerNorm output) promote to fp32.
+  if (recipe_.autocast_16bit && cfg_.model.post_layernorm && cfg_.model.norm_type == NormType::LayerNorm) dims_.e_res = 4;
   adapter_bytes_ = resolved_.adapter_bytes();
   free_at_load_bytes_ = std::max<int64_t>(0, gpu_total_bytes(cfg_, ctx.gpu) - context_bytes(cfg_, ctx.gpu, resolved_.lazy_module_loading));
   shard_ranks_ = shard_plan_.n;

@@ -686,14 +686,13 @@ void check_registered(const Config& c, std::vector<FieldError>& e) {
 // LoRA on the program's linears, fixed shapes. Every field named here keeps its value; only the combination is refused.
 void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   const auto& m = c.model;
-  if (m.architecture.empty() && (c.training.precision == "fp16_autocast" || c.training.precision == "bf16_autocast"))
-    e.push_back({"training.precision", "training.precision " + c.training.precision + " (16-bit weights under autocast, as diffusers' "
-                                       "scripts run) is modelled for model programs; for the built-in families use bf16_pure, "
-                                       "amp_bf16 or amp_fp16"});
-  if (!m.architecture.empty() && c.training.precision == "fp16_autocast" && !c.peft.enabled())
-    e.push_back({"training.precision", "training.precision fp16_autocast trains fp16 weights, whose fp16 gradients accelerate's GradScaler "
-                                       "refuses to unscale; diffusers' full fine-tuning keeps the trained weights in fp32: use amp_fp16, "
-                                       "or a PEFT method (its adapters in fp32)"});
+  if (m.architecture.empty() && m.is_encoder_decoder && (c.training.precision == "fp16_autocast" || c.training.precision == "bf16_autocast"))
+    e.push_back({"training.precision", "training.precision " + c.training.precision + " (16-bit weights under autocast) is not modelled "
+                                       "for encoder-decoder models (T5); use bf16_pure, amp_bf16 or amp_fp16"});
+  if (c.training.precision == "fp16_autocast" && !c.peft.enabled())
+    e.push_back({"training.precision", "training.precision fp16_autocast trains fp16 weights, whose fp16 gradients the GradScaler "
+                                       "refuses to unscale (\"Attempting to unscale FP16 gradients\"); full fine-tuning keeps the trained "
+                                       "weights in fp32: use amp_fp16, or a PEFT method (its adapters in fp32)"});
   if (m.architecture.empty()) {
     if (!m.architecture_args.empty())
       e.push_back({"model.architecture_args", "model.architecture_args needs model.architecture (a program); clear it or choose a program"});

@@ -85,9 +85,11 @@ void choose_framework(Config& c, const std::string& previous) {
   if (now && !before) {
     c.parallel.zero_stage = 0;
     c.peft.prepare_kbit = "auto";  // Unsloth's loader calls no prepare_model_for_kbit_training (frameworks.cpp)
-    // FastLanguageModel loads the model in bf16 (fp16 before Ampere) with no fp32 master copy, and a 4-bit base as
-    // NF4 with double quantization (BitsAndBytesConfig bnb_4bit_use_double_quant=True).
-    if (c.training.precision == "bf16_mixed" || c.training.precision == "amp_bf16") c.training.precision = "bf16_pure";
+    // FastLanguageModel loads the model in bf16 (fp16 before Ampere) with no fp32 master copy, and its notebooks'
+    // SFTTrainer runs with bf16=True, the Trainer's autocast over those 16-bit weights; a 4-bit base is NF4 with
+    // double quantization (BitsAndBytesConfig bnb_4bit_use_double_quant=True).
+    if (c.training.precision == "bf16_mixed" || c.training.precision == "amp_bf16" || c.training.precision == "bf16_pure")
+      c.training.precision = "bf16_autocast";
     if (c.peft.base_quantization == "nf4") c.peft.double_quantization = true;
     c.training.activation_checkpointing = "full";
     c.training.activation_offload = true;

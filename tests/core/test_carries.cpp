@@ -317,10 +317,19 @@ TEST_CASE("sd_unet: the SD 1.5 UNet's exact count, its LoRA, and a step through 
   const Result rf = simulate(full);
   REQUIRE(rf.ok);
   CHECK(ledger_problem(rf.devices[0].program).empty());
+  // The built-in decoders take 16-bit weights under autocast too, with the same rule: fp16 trains adapters only.
   Config llm;
   llm.training.precision = "fp16_autocast";
   bool refused = false;
   for (const auto& e : validate(llm)) refused |= e.field == "training.precision";
+  CHECK(refused);
+  llm.peft.method = "lora";
+  CHECK(validate(llm).empty());
+  // ... but not T5's encoder-decoder path.
+  Config t5 = llm;
+  t5.model.is_encoder_decoder = true;
+  refused = false;
+  for (const auto& e : validate(t5)) refused |= e.field == "training.precision" && e.message.find("encoder-decoder") != std::string::npos;
   CHECK(refused);
 }
 

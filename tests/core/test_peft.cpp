@@ -117,6 +117,76 @@ TEST_CASE("a frozen base saves less: LoRA on q and v with fp32 adapters and drop
   CHECK(live(two) - live(one) == norms + lora + attention + mlp);
 }
 
+TEST_CASE("bf16 autocast over a bf16 model: LoRA's inputs are saved in 16 bits (HF Trainer bf16=True)", "[peft][activations][precision]") {
+  // The model loaded with torch_dtype=bfloat16 and trained under the Trainer's autocast. PEFT casts x to the fp32
+  // adapter (x.to(lora_A.weight.dtype)), dropout runs in fp32, and autocast casts dropout's output back to bf16 for
+  // lora_A's matmul, which saves that cast: per adapted module a 1-byte mask, a bf16 copy and lora_A's bf16 output,
+  // against bf16_pure's fp32 copy and fp32 output (the test above). The rest of the layer is bf16_pure's.
+  Config c = from_hf("llama-2-7b.json");
+  c.training.micro_batch_size = 1;
+  c.training.sequence_length = 2048;
+  c.training.precision = "bf16_autocast";
+  c.peft.method = "lora";
+  c.peft.lora_rank = 8;
+  c.peft.target_modules = "q_proj,v_proj";
+  c.peft.lora_dropout = 0.05;
+  c.peft.adapter_dtype = "fp32";
+  auto live = [](const Config& cfg) {
+    return live_bytes_before_phase(simulate_valid(cfg).program, "backward", Component::Activations);
+  };
+  Config one = c, two = c;
+  one.model.num_hidden_layers = 1;
+  two.model.num_hidden_layers = 2;
+  const int64_t T = 2048, h = 4096, f = 11008, a = 32, r = 8;
+  const int64_t norms = 2 * (4 * T * h + 4 * T);
+  const int64_t lora = 2 * (T * h + 2 * T * h + 2 * T * r);
+  const int64_t attention = 2 * T * h * 4 + 4 * a * T;
+  const int64_t mlp = 3 * 2 * T * f;
+  CHECK(live(two) - live(one) == norms + lora + attention + mlp);
+
+  // With bf16 adapters nothing is cast (x.to(bf16) and autocast's cast of a bf16 tensor return it), and an RMSNorm
+  // decoder's norms return bf16 (weight * hidden.to(input_dtype)): the step is bf16_pure's, event for event. So is
+  // full fine-tuning, whose matmuls read bf16 tensors and bf16 weights.
+  for (const bool peft : {true, false}) {
+    Config autocast = c;
+    autocast.peft.method = peft ? "lora" : "none";
+    autocast.peft.adapter_dtype = "bf16";
+    Config pure = autocast;
+    pure.training.precision = "bf16_pure";
+    const DeviceResult x = simulate_valid(autocast), y = simulate_valid(pure);
+    CHECK(x.peak.allocated_bytes == y.peak.allocated_bytes);
+    CHECK(x.peak.reserved_bytes == y.peak.reserved_bytes);
+    CHECK(x.program.events.size() == y.program.events.size());
+  }
+}
+
+TEST_CASE("16-bit weights under autocast: a LayerNorm saves an fp32 cast of its input and returns fp32", "[activations][precision]") {
+  // layer_norm is on autocast's fp32 list: native_layer_norm gets (and saves) an fp32 copy of the bf16 residual,
+  // and its fp32 output is cast again by each matmul that reads it. Full fine-tuning of a Llama-shaped layer with
+  // LayerNorms under bf16_autocast keeps more than under bf16_pure, and per layer as much as amp_bf16, whose fp32
+  // residual is what its LayerNorms save (it differs in the weights: fp32, and their casts).
+  Config c = from_hf("llama-2-7b.json");
+  c.model.norm_type = NormType::LayerNorm;
+  c.training.micro_batch_size = 1;
+  c.training.sequence_length = 1024;
+  c.training.activation_checkpointing = "none";
+  auto per_layer = [](Config cfg, const char* precision) {
+    cfg.training.precision = precision;
+    Config one = cfg, two = cfg;
+    one.model.num_hidden_layers = 1;
+    two.model.num_hidden_layers = 2;
+    return live_bytes_before_phase(simulate_valid(two).program, "backward", Component::Activations) -
+           live_bytes_before_phase(simulate_valid(one).program, "backward", Component::Activations);
+  };
+  const int64_t pure = per_layer(c, "bf16_pure"), autocast = per_layer(c, "bf16_autocast"), amp = per_layer(c, "amp_bf16");
+  const int64_t T = 1024, h = 4096;
+  // Two norms per layer: each saves the fp32 cast of its input instead of the bf16 residual (+2 bytes per element),
+  // and q, k, v (three matmuls) and gate/up (two) each save a bf16 cast of the fp32 norm output instead of sharing
+  // the bf16 output itself (+2 and +1 further copies).
+  CHECK(autocast - pure == 2 * 2 * T * h + 2 * T * h * (2 + 1));
+  CHECK(amp == autocast);
+}
+
 TEST_CASE("litgpt's LoRA on a fused qkv linear: the zero-padded delta and the head's casts per chunk", "[peft][activations]") {
   Config c = from_hf("llama-2-7b.json");
   c.training.framework = "litgpt";

@@ -35,7 +35,7 @@ TEST_CASE("question: Unsloth picked under Details brings what it implies, and a 
   CHECK_FALSE(resolve(c).prepare_kbit);
   CHECK(c.training.activation_checkpointing == "full");
   CHECK(c.training.activation_offload);
-  CHECK(c.training.precision == "bf16_pure");
+  CHECK(c.training.precision == "bf16_autocast");
   CHECK(c.peft.double_quantization);
   CHECK(validate(c).empty());
   CHECK(simulate(c).ok);
