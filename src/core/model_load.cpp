@@ -87,7 +87,7 @@ ModelLoad resolve_model_load(const Config& c, const StackVersions& v, const Load
              (f.kbit_cast ? "; peft.prepare_kbit true says the script calls it itself" : "") +
              (!f.kbit_cast && f.fp32_weights
                   ? "; the weights it does not quantize stay in the dtype they were loaded in, fp32 under this "
-                    "training.precision: bf16_pure stands for a 16-bit load"
+                    "training.precision: bf16_autocast is a 16-bit load under the Trainer's bf16=True"
                   : "");
   }
   if (!f.transformers_loader || !bitsandbytes(c.peft) || f.weights_sharded) return m;
