@@ -275,11 +275,23 @@ void preference_changes(const Config& base, const Resolved& rs, Adder& add) {
   }
 }
 
+// PPO's value model (ppo_step.cpp): under PEFT, the policy's adapters on it too (ms-swift's preparation) instead of
+// training it in full, which drops its gradients and optimizer states to the adapters'.
+void ppo_changes(const Config& base, Adder& add) {
+  const auto& t = base.training;
+  if (!base.peft.enabled() || t.value_model == "peft") return;
+  Config c = base;
+  c.training.value_model = "peft";
+  add(G::ChangesJob, 0, "ppo_value_model_peft", "The policy's PEFT method on the value model too (training.value_model peft)",
+      "the value model trains adapters only, as ms-swift prepares it: its full gradients and optimizer states go", c);
+}
+
 // GRPO's rollouts (rollout.h): beta = 0 drops the reference; fewer completions per prompt; a colocated engine can claim
 // less of the GPU, sleep while the policy trains, or move to GPUs of its own; generate's KV cache can give way to vLLM's.
 void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
   const RolloutFlow& r = rs.rollout;
   if (!r.active) return;
+  if (r.ppo) return ppo_changes(base, add);
   const auto& t = base.training;
   const ReferenceModel ref = rs.preference.reference;
   if (ref == ReferenceModel::Copy || ref == ReferenceModel::AdapterDisabled) {

@@ -23,9 +23,10 @@ inline constexpr std::string_view kTriState[] = {"auto", "true", "false"};
 inline constexpr std::string_view kEma[] = {"none", "gpu", "gpu_foreach", "cpu"};
 inline constexpr std::string_view kZeroGradAt[] = {"after_step", "before_backward"};
 inline constexpr std::string_view kAdapterDtype[] = {"auto", "fp32", "bf16", "fp16"};
-inline constexpr std::string_view kObjective[] = {"sft", "dpo", "orpo", "simpo", "grpo", "kto"};
+inline constexpr std::string_view kObjective[] = {"sft", "dpo", "orpo", "simpo", "grpo", "kto", "ppo"};
 inline constexpr std::string_view kGenerationEngine[] = {"hf_generate", "vllm_colocate", "vllm_server"};
 inline constexpr std::string_view kRewardModel[] = {"none", "same_as_policy"};
+inline constexpr std::string_view kValueModel[] = {"full", "peft"};
 inline constexpr std::string_view kReferenceModel[] = {"auto", "copy", "adapter_disabled", "precomputed", "none"};
 inline constexpr std::string_view kCpRotate[] = {"auto", "allgather", "alltoall"};
 // transformers' activations.py ACT2CLS keys: model.hidden_act names one of them (T5's feed_forward_proj "gated-X"

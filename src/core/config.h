@@ -28,7 +28,7 @@ enum class LengthsSource { Fixed, MicroBatches, Samples, Unknown };  // data.len
 enum class Padding { Longest, MaxLength, None, Unknown };             // data.padding
 enum class TriState { Auto, True, False, Unknown };                  // auto / true / false switches
 enum class BackwardPrefetch { Pre, Post, None, Unknown };             // parallel.fsdp_backward_prefetch
-enum class Objective { Sft, Dpo, Orpo, Simpo, Grpo, Kto, Unknown };       // training.objective
+enum class Objective { Sft, Dpo, Orpo, Simpo, Grpo, Kto, Ppo, Unknown };  // training.objective
 // training.reference_model: where a preference objective's reference log-probabilities come from.
 enum class ReferenceModel { Auto, Copy, AdapterDisabled, Precomputed, None, Unknown };
 // training.generation_engine: what generates GRPO's completions (rollout.h).
@@ -220,6 +220,9 @@ struct TrainingConfig {
   // grpo's rewards: none (reward functions, rules: nothing on the GPU) or same_as_policy (a reward model of the
   // policy's architecture: AutoModelForSequenceClassification with num_labels 1, frozen, scoring every completion).
   std::string reward_model = "none";
+  // ppo's value model (ppo_step.cpp): full (TRL's PPOTrainer wraps only the policy with PEFT: the value model trains
+  // in full) or peft (ms-swift prepares it like the policy: the same PEFT method and quantization).
+  std::string value_model = "full";
   // grpo: micro-batches per generation (GRPOConfig.steps_per_generation, TRL 0.18+; 0 = its default,
   // gradient_accumulation_steps) and the optimization passes over each generation (num_iterations, TRL 0.16+).
   int64_t steps_per_generation = 0;
@@ -240,7 +243,7 @@ struct TrainingConfig {
   Objective goal() const {
     constexpr std::pair<std::string_view, Objective> kNames[] = {
         {"sft", Objective::Sft}, {"dpo", Objective::Dpo}, {"orpo", Objective::Orpo}, {"simpo", Objective::Simpo},
-        {"grpo", Objective::Grpo}, {"kto", Objective::Kto}};
+        {"grpo", Objective::Grpo}, {"kto", Objective::Kto}, {"ppo", Objective::Ppo}};
     return choice_of(objective, kNames);
   }
   // The DPO family (pairs of chosen and rejected sequences) and KTO (unpaired, labelled rows): preference.h.
@@ -248,7 +251,9 @@ struct TrainingConfig {
     const Objective o = goal();
     return o == Objective::Dpo || o == Objective::Orpo || o == Objective::Simpo || o == Objective::Kto;
   }
-  bool rollout() const { return goal() == Objective::Grpo; }
+  // grpo and ppo generate their completions in the step (rollout.h).
+  bool rollout() const { return goal() == Objective::Grpo || goal() == Objective::Ppo; }
+  bool ppo() const { return goal() == Objective::Ppo; }
   bool zero_grad_before_backward() const { return zero_grad_at == "before_backward"; }
   bool reward_model_on() const { return reward_model == "same_as_policy"; }
   GenerationEngine engine() const {

@@ -74,6 +74,18 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
   const Library trl = Library::Trl, tf = Library::Transformers;
   const bool model_upcasts = v.below(tf, V(4, 46));
   const bool accelerate_upcasts = f.transformers_model && !deepspeed;
+  if (p.objective == Objective::Ppo) {
+    // PPOTrainer (v0.12+; trl/trainer/ppo_trainer.py, trl/experimental/ppo from v0.26): selective_log_softmax of the
+    // policy's and the reference's logits (v0.13+; a log_softmax and gather before). accelerator.prepare wraps the
+    // PolicyAndValueWrapper, whose outputs (logits and every hidden state, output_hidden_states=True) accelerate
+    // converts to fp32 under mixed precision; the reference is the bare module (ref_model.to(device), or the policy
+    // unwrapped with its adapters off), prepare_deepspeed'd under DeepSpeed (sharded under ZeRO-3).
+    p.logps = Logps::Selective;
+    p.logits_fp32 = model_upcasts || accelerate_upcasts;
+    p.outputs_to_fp32 = accelerate_upcasts;
+    p.reference_sharded = deepspeed;
+    return p;
+  }
   if (p.objective == Objective::Grpo) {
     // GRPOTrainer's log-probabilities: selective_log_softmax from v0.15 (T:478-487); its logits are whatever the
     // model returns (TRL never upcasts them), accelerate's fp32 outputs under the Trainer's AMP included. The

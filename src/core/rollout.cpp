@@ -3,6 +3,7 @@
 // generate and cache_utils.py; vLLM's v1 gpu_worker.py and device_allocator/cumem.py.
 #include "rollout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -37,10 +38,49 @@ GenerationBatch generation_batch(const Config& c, const StackVersions& v) {
   return g;
 }
 
+namespace {
+// TRL's PPOTrainer (trl/trainer/ppo_trainer.py v0.12-v0.25, trl/experimental/ppo/ppo_trainer.py from v0.26; P below
+// is v0.17's file, U its trainer/utils.py): one generation of local_batch_size = per_device_train_batch_size x
+// gradient_accumulation_steps x num_mini_batches (1) queries per update (P:422-430), then num_ppo_epochs passes of
+// optimizer steps over it. docs/research/ppo.md.
+RolloutFlow resolve_ppo(const Config& c, const StackVersions& v, bool deepspeed_zero3) {
+  RolloutFlow r;
+  const auto& t = c.training;
+  const Library trl = Library::Trl, tf = Library::Transformers;
+  r.active = true;
+  r.ppo = true;
+  r.engine = GenerationEngine::HfGenerate;
+  r.completion_tokens = t.completion_length;
+  r.prompt_tokens = t.sequence_length - t.completion_length;
+  r.generation_rows = mul(t.micro_batch_size, t.gradient_accumulation_steps);
+  r.chunk_rows = std::min(r.generation_rows, kPpoRolloutChunkRows);
+  // unwrap_model_for_generation(gather_deepspeed3_params=ds3_gather_for_generation, True) as for GRPO, and the same
+  // use_cache rule: PPOTrainer runs model.train() (P:379), so generate takes no KV cache under gradient checkpointing
+  // until v0.22's unwrap turns checkpointing off around it.
+  r.gathers_whole_model = deepspeed_zero3;
+  r.kv_cache = !(v.below(trl, V(0, 22)) && t.activation_checkpointing != "none");
+  r.legacy_cache = v.below(tf, V(4, 42));
+  r.prefill_all_logits = v.below(tf, V(4, 45));
+  r.generate_logits_fp32 = v.below(tf, V(4, 46));
+  // The reward model: prepare_deepspeed under DeepSpeed (P:291; sharded at stage 3), else .to(device) (P:308).
+  r.reward_sharded = deepspeed_zero3;
+  r.note = describe_version(v, trl) + "'s PPOTrainer: " + std::to_string(r.generation_rows) +
+           " responses per GPU generated before each update, " + std::to_string(r.chunk_rows) +
+           " at a time, with the fp32 scores of every token kept (output_scores) and held through the update" +
+           (r.gathers_whole_model ? "; generate gathers the whole model (ZeRO-3)" : "") +
+           (r.kv_cache ? "" : "; no KV cache (gradient checkpointing in train mode: every token re-runs the sequence)") +
+           "; the reference, the value model and the reward model score each chunk with all their hidden states; the "
+           "value model (the policy's shape, " + std::string(t.value_model == "peft" ? "with the policy's PEFT method" : "trained in full") +
+           ", not checkpointed) runs its forward before the policy's and its backward after it";
+  return r;
+}
+}  // namespace
+
 RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepspeed_zero3) {
   RolloutFlow r;
   const auto& t = c.training;
   if (!t.rollout()) return r;
+  if (t.ppo()) return resolve_ppo(c, v, deepspeed_zero3);
   const Library trl = Library::Trl, tf = Library::Transformers;
   r.active = true;
   r.engine = t.engine();

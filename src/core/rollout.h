@@ -40,6 +40,12 @@ struct RolloutFlow {
   bool sync_gathers_whole = false;    // the weight sync gathers the whole model at once (ZeRO-3: PEFT, or TRL < 0.16)
   bool engine_wakes_whole = false;    // sleep mode wakes weights and KV cache together, before the sync (TRL 0.23-0.24)
   bool reward_sharded = false;        // the reward model is ZeRO-3 sharded (prepare_deepspeed, TRL 0.17+)
+  // PPO (training.objective ppo, TRL's PPOTrainer; ppo_step.cpp): generate keeps every token's fp32 scores
+  // (output_scores) and returns them stacked; batch_generation pads them into logitss, which lives through the whole
+  // update. Generation and scoring take chunk_rows (local_rollout_forward_batch_size) rows at a time, and every
+  // scoring forward returns all its hidden states. A value model of the policy's shape trains beside it.
+  bool ppo = false;
+  int64_t chunk_rows = 0;
   std::string note;                   // the rules above with their versions, for the result's notes
 };
 
@@ -52,6 +58,13 @@ struct GenerationBatch {
   int64_t steps = 1;    // micro-batches per generation (steps_per_generation; 1 before TRL 0.17)
 };
 GenerationBatch generation_batch(const Config& c, const StackVersions& v);
+
+// PPO's value model as memsim builds it (ppo_step.cpp): the policy's config, its model untied (a score head, no
+// lm_head), without PEFT unless training.value_model is peft, never checkpointed, trained with a plain objective.
+Config value_model_config(const Config& policy);
+
+// PPOConfig.local_rollout_forward_batch_size's default (trl/trainer/ppo_config.py, v0.12 on).
+constexpr int64_t kPpoRolloutChunkRows = 64;
 
 // Requires a validated config; `deepspeed_zero3` says the policy's parameters are ZeRO-3 partitions.
 RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepspeed_zero3);

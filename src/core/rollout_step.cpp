@@ -125,6 +125,7 @@ void StepBuilder::weight_sync(int iter) {
 
 // Generation and scoring before a step's micro-batches (before each micro-batch in TRL 0.15-0.16).
 void StepBuilder::rollout(const std::string& when, int iter) {
+  if (ppo()) return ppo_rollout(when);
   const RolloutFlow& r = resolved_.rollout;
   rollout_labels();
   program_.phase("generation (" + when + ")");
@@ -214,7 +215,7 @@ void StepBuilder::score_pass(int64_t rows, bool gathers, bool reward) {
 // old one goes; transformers < 4.42 kept the previous token's whole legacy cache alive until the step ended (PR
 // #30536). SDPA with a padding mask repeats the grouped keys and values for every query head, a layer at a time.
 // Without a cache (gradient checkpointing in train mode before TRL 0.22) every token re-runs the whole sequence.
-void StepBuilder::hf_generate(int64_t rows) {
+void StepBuilder::hf_generate(int64_t rows, std::vector<uint32_t>* kept_scores) {
   const RolloutFlow& r = resolved_.rollout;
   const int32_t post = -1;
   const int64_t P = r.prompt_tokens, C = r.completion_tokens;
@@ -228,18 +229,26 @@ void StepBuilder::hf_generate(int64_t rows) {
   // (docs/research/grpo.md B.Q2: _sample's copy and the warpers' temporaries; its 1-byte masks are left out).
   // transformers < 4.42 kept the previous step's outputs, the prefill's logits among them, alive into the next step
   // (PR #30536: "2*past_KV + first_iteration_logits").
+  // PPO's generation (output_scores, top_k 0 and top_p 1: the temperature is its only warper) keeps each token's
+  // processed scores in the output's tuple, and sorts nothing: `tokens` is how many tokens the replayed one stands for.
   uint32_t leaked = UINT32_MAX;
-  auto sample = [&](uint32_t logits) {
+  auto sample = [&](uint32_t logits, int64_t tokens) {
     std::vector<uint32_t> t;
-    for (int i = 0; i < 3; ++i) t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));
-    t.push_back(tmp(mul(8, rows, dims_.V), rollout_labels_.sampling, post));
+    if (kept_scores) {
+      t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));  // the fp32 copy of the last logits
+      kept_scores->push_back(program_.alloc(Component::Generation, mul(4, rows, tokens, dims_.V), ppo_labels_.scores, post));
+      t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));  // softmax's probabilities
+    } else {
+      for (int i = 0; i < 3; ++i) t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));
+      t.push_back(tmp(mul(8, rows, dims_.V), rollout_labels_.sampling, post));
+    }
     drop_if(leaked);
     leaked = UINT32_MAX;
     if (r.legacy_cache) leaked = logits;
     else drop(logits);
     for (uint32_t x : t) drop(x);
   };
-  auto head = [&](int64_t positions, std::vector<uint32_t>& norm, uint32_t g) {
+  auto head = [&](int64_t positions, std::vector<uint32_t>& norm, uint32_t g, int64_t tokens) {
     uint32_t hd = head_dequant();
     uint32_t lg = tmp(mul(e, rows, positions, dims_.V), rollout_labels_.logits, post);
     drop_if(hd);
@@ -249,7 +258,7 @@ void StepBuilder::hf_generate(int64_t rows) {
       uint32_t up = tmp(mul(4, rows, positions, dims_.V), rollout_labels_.logits, post);
       drop(lg), lg = up;
     }
-    sample(lg);
+    sample(lg, tokens);
   };
   if (!r.kv_cache) {
     for (int64_t k = 1; k <= kNoCacheForwards; ++k) {
@@ -257,7 +266,7 @@ void StepBuilder::hf_generate(int64_t rows) {
       NoGradPass pass = begin_no_grad(gather_label);
       std::vector<uint32_t> norm;
       uint32_t g = no_grad_trunk(pass, nullptr, norm, nullptr);
-      head(r.prefill_all_logits ? dims_.s : 1, norm, g);
+      head(r.prefill_all_logits ? dims_.s : 1, norm, g, C * k / kNoCacheForwards - C * (k - 1) / kNoCacheForwards);
       end_no_grad(pass);
     }
   } else {
@@ -271,14 +280,17 @@ void StepBuilder::hf_generate(int64_t rows) {
     NoGradPass pass = begin_no_grad(gather_label);
     std::vector<uint32_t> norm;
     uint32_t g = no_grad_trunk(pass, nullptr, norm, &keep);
-    head(r.prefill_all_logits ? P : 1, norm, g);
+    head(r.prefill_all_logits ? P : 1, norm, g, 1);
     end_no_grad(pass);
     const bool repeat = (resolved_.attention == Attention::Sdpa || resolved_.attention == Attention::SdpaRepeatKv ||
                          resolved_.attention == Attention::Eager || resolved_.attention == Attention::SdpaMath) &&
                         dims_.a != dims_.g;
     const int64_t steps = std::min<int64_t>(C - 1, kMaxDecodeSteps);
+    int64_t previous_len = P;
     for (int64_t s = 1; s <= steps; ++s) {
       const int64_t len = P + (C - 1) * s / steps;
+      const int64_t tokens = len - previous_len;
+      previous_len = len;
       std::vector<uint32_t> old;
       for (int64_t l = 0; l < shape_.num_layers; ++l) {
         const int32_t li = static_cast<int32_t>(l);
@@ -299,7 +311,7 @@ void StepBuilder::hf_generate(int64_t rows) {
         drop_if(unit);
       }
       for (uint32_t t : old) drop(t);
-      sample(tmp(mul(r.generate_logits_fp32 ? 4 : e, rows, dims_.V), rollout_labels_.logits, post));
+      sample(tmp(mul(r.generate_logits_fp32 ? 4 : e, rows, dims_.V), rollout_labels_.logits, post), tokens);
     }
     for (uint32_t t : cache) drop(t);
   }
@@ -314,7 +326,8 @@ StepBuilder::GrpoLogits StepBuilder::grpo_logits() const {
   g.e = dims_.e;
   g.el = resolved_.preference.logits_fp32 ? 4 : g.e;
   g.C = resolved_.rollout.completion_tokens;
-  g.kept = mul(dims_.b, g.C + 1, dims_.V);
+  // TRL's PPO forward() asks for no logits_to_keep: the logits of every position, sliced to the response after.
+  g.kept = mul(dims_.b, ppo() ? dims_.s : g.C + 1, dims_.V);
   g.scored = mul(dims_.b, g.C, dims_.V);
   return g;
 }
@@ -341,6 +354,7 @@ void StepBuilder::grpo_loss_forward(std::vector<uint32_t>& saved) {
     read = read_saved ? act(mul(el, kept), logits_label, post) : tmp(mul(el, kept), logits_label, post);
     drop_if(lg16);
   }
+  if (ppo()) ppo_hold_outputs(read);  // `output` and `logits` hold it past the backward, for the entropy
   if (read_saved) {
     drop(tmp(mul(4, mul(C, dims_.V)), rollout_labels_.logps, post));  // (row - max).exp_(), one row at a time
     saved.push_back(read);

@@ -357,11 +357,20 @@ void StepBuilder::run_schedule(int iter, int64_t mbs, int64_t gas) {
     std::vector<InFlight> flights(static_cast<size_t>(mbs));
     for (auto& f : flights) chunk_of(f, 0);
     int64_t next_f = 0, next_b = 0;
-    auto F = [&]() { mb_in_step_ = next_f, forward_mb(flights[next_f], phase_name("forward", next_f + 1)), ++next_f; };
+    auto F = [&]() {
+      mb_in_step_ = next_f;
+      if (critic_) critic_forward(phase_name("forward", next_f + 1));  // PPO: the value model's forward first
+      forward_mb(flights[next_f], phase_name("forward", next_f + 1));
+      ++next_f;
+    };
     auto B = [&]() {
       InFlight& f = flights[next_b];
       last_backward_ = next_b == mbs - 1;
       backward_mb(f, phase_name("backward", next_b + 1));
+      if (critic_) {  // PPO: the value model's backward after the policy's, then the entropy (ppo_step.cpp)
+        critic_backward(phase_name("backward", next_b + 1));
+        if (!last_backward_) ppo_entropy();
+      }
       recycle(f), chunk_of(f, 0), ++next_b;
     };
     if (p > 1 && cfg_.parallel.schedule() == PipelineSchedule::GPipe) {

@@ -415,7 +415,23 @@ void set_up(Simulation::State& st) {
       r.notes.push_back("training.reward_model same_as_policy: the frozen reward model holds " + format_bytes(reward) +
                         " per GPU (" + (resolve(config).rollout.reward_sharded && config.parallel.zero_stage == 3
                                             ? "ZeRO-3 sharded, prepare_deepspeed" : "whole on every GPU") +
-                        ") and scores the whole generation batch in one forward");
+                        ") and scores " + (config.training.ppo() ? "each chunk of responses" : "the whole generation batch") +
+                        " in one forward");
+  // PPO's value model trains beside the policy (ppo_step.cpp): its parameters are not in params_trainable, which counts
+  // the policy's.
+  if (config.training.ppo()) {
+    const Config v = value_model_config(config);
+    ModelShape value = model_shape_of(v.model);
+    apply_peft(value, v.peft);
+    int64_t trainable = trainable_numel(value);  // its trunk: a score head of hidden x 1 instead of lm_head
+    for (const auto& t : value.post)
+      if (!t.frozen && t.name.rfind("lm_head", 0) == 0) trainable -= t.numel;
+    r.notes.push_back("training.objective ppo: the value model trains " +
+                      std::string(config.training.value_model == "peft" ? "its adapters (training.value_model peft)" : "in full") +
+                      " beside the policy, " + format_params(trainable) +
+                      " more trainable parameters, never checkpointed; its weights, gradients and optimizer states count with the "
+                      "policy's in the breakdown, and its tensors and phases are named \"value model\" on the timeline");
+  }
   // A colocated vLLM engine that vLLM would not start (no memory for the cache blocks, or a KV cache too small for one
   // request of its max_model_len): the training GPUs do not fit, whatever their peak (finish()).
   if (!st.contexts.empty())

@@ -48,7 +48,7 @@ int64_t forward_retained_bytes(const StepProgram& p) {
 }
 
 uint32_t StepProgram::label(std::string text) {
-  labels.push_back(std::move(text));
+  labels.push_back(label_prefix.empty() ? std::move(text) : label_prefix + text);
   return static_cast<uint32_t>(labels.size() - 1);
 }
 

@@ -66,6 +66,8 @@ struct StepProgram {
   bool recycle_ids = false;
   std::vector<uint32_t> freed_ids, reusable_ids;
 
+  // Names a second model's tensors and phases while its builder writes here (PPO's "value model: ").
+  std::string label_prefix;
   uint32_t label(std::string text);
   // Inline, and flattened: the step builder calls these for every event, and the compiler otherwise keeps
   // vector's append out of line, a call per event (flatten measured 7-12% off whole simulations).
@@ -107,7 +109,9 @@ struct StepProgram {
     reusable_ids.insert(reusable_ids.end(), freed_ids.begin(), freed_ids.end());
     freed_ids.clear();
   }
-  void phase(std::string name) { phases.push_back({std::move(name), static_cast<uint32_t>(events.size())}); }
+  void phase(std::string name) {
+    phases.push_back({label_prefix.empty() ? std::move(name) : label_prefix + name, static_cast<uint32_t>(events.size())});
+  }
 };
 
 // What step 2's forward leaves allocated for its backward: the tensors allocated from its first forward phase that

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -226,7 +227,9 @@ struct PipelineBuffers {
 
 class StepBuilder {
  public:
-  explicit StepBuilder(const StepContext& ctx);
+  // `into`: another builder's program, which this one writes its events into (PPO's value model, ppo_step.cpp).
+  explicit StepBuilder(const StepContext& ctx, StepProgram* into = nullptr);
+  ~StepBuilder();
   StepProgram build();
   // A run (RunBuilder): the weights, then one optimizer step at a time into program().
   void begin_run(const RunPlan& plan);
@@ -240,6 +243,7 @@ class StepBuilder {
   void step(int iter, int64_t mbs, int64_t gas);
   void use_shape(const MicroBatchShape& shape);  // the micro-batch's dims (dims_)
   void alloc_weights();
+  void alloc_grad_bucket();  // DDP's flat gradient bucket
   void alloc_loaded_weights();  // transformers' load of a bitsandbytes base (model_load.cpp)
   void alloc_layer_grads(int64_t layer);  // first backward of an iteration: .grad of the layer's params
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
@@ -548,13 +552,44 @@ class StepBuilder {
   bool reference_runs() const;
   bool reference_gathers() const;
   void score_pass(int64_t rows, bool gathers, bool reward = false);
-  void hf_generate(int64_t rows);
+  // `kept_scores` (PPO's output_scores): each token's processed fp32 scores are kept there instead of freed.
+  void hf_generate(int64_t rows, std::vector<uint32_t>* kept_scores = nullptr);
   // The training forward's logits (bytes per element as computed and as the loss reads them, the completion's
   // tokens, the C + 1 positions kept and the C scored, times rows x vocabulary).
   struct GrpoLogits {
     int64_t e, el, C, kept, scored;
   };
   GrpoLogits grpo_logits() const;
+  // ppo_step.cpp: training.objective ppo (RolloutFlow::ppo). The value model is a second builder over its own
+  // config, writing into this program (Critic); the rollout keeps the generation's scores (logitss) to the step's
+  // end; the training forward's outputs are held until the next micro-batch rebinds them.
+  bool ppo() const { return resolved_.rollout.ppo; }
+  struct Critic;
+  void critic_setup();
+  void critic_prologue();
+  void critic_forward(const std::string& phase);
+  void critic_backward(const std::string& phase);
+  void critic_optimizer_step(int iter);
+  void critic_release_grads();
+  void ppo_rollout(const std::string& when);
+  void ppo_score_pass(int64_t rows, bool gathers, bool logps);
+  void ppo_hold_outputs(uint32_t logits);
+  void ppo_entropy();
+  void ppo_end_of_minibatch();
+  struct PpoLabels {
+    uint32_t scores = UINT32_MAX, logitss, hidden, values, prob_dist, entropy;
+  };
+  PpoLabels ppo_labels_;
+  void ppo_labels();
+  struct CriticDeleter {
+    void operator()(Critic* c) const;  // ppo_step.cpp, where Critic is complete
+  };
+  std::unique_ptr<Critic, CriticDeleter> critic_;
+  std::vector<uint32_t> logitss_;          // the generation's fp32 scores (batch_generation's padded_logitss)
+  std::vector<uint32_t> ppo_outputs_;      // this micro-batch's `output` and `logits` (holders for hold())
+  std::vector<uint32_t> ppo_prev_outputs_; // the previous micro-batch's, until the new forward returns
+  uint32_t ppo_logits_ = UINT32_MAX;       // the logits the entropy reads
+  uint32_t ppo_prob_dist_ = UINT32_MAX;    // the last entropy's softmax, until the next one rebinds it
   void grpo_loss_forward(std::vector<uint32_t>& saved);
   uint32_t grpo_loss_backward(std::vector<uint32_t>& saved);
   struct RolloutLabels {
@@ -681,7 +716,8 @@ class StepBuilder {
   Resolved resolved_;               // what the framework and versions resolve to: kernels, loss, mask, optimizer
   ActDims dims_;                    // the running micro-batch's sizes (use_shape)
   Labels labels_;                   // the timeline's tensor names, interned once
-  StepProgram program_;             // the allocations and frees so far, replayed by the allocator model
+  StepProgram own_program_;         // the program this builder makes, unless it writes into another's
+  StepProgram& program_;            // the allocations and frees so far, replayed by the allocator model
   ShardPlan shard_plan_;            // what is sharded, over how many ranks, and how (ZeRO stage, FSDP version)
   mutable PerTensor<ParamStates> states_{shape_};  // param_states(shard_plan_, ctx_, t)
   mutable PerTensor<int64_t> grad_bytes_{shape_};  // grad_bytes_of(t)

@@ -78,8 +78,9 @@ void StepBuilder::use_shape(const MicroBatchShape& shape) {
   dims_.padded = shape.padded;
 }
 
-StepBuilder::StepBuilder(const StepContext& ctx)
-    : ctx_(ctx), cfg_(ctx.config), shape_(ctx.shape), recipe_(ctx.precision), resolved_(resolve(ctx.config)) {
+StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
+    : ctx_(ctx), cfg_(ctx.config), shape_(ctx.shape), recipe_(ctx.precision), resolved_(resolve(ctx.config)),
+      program_(into ? *into : own_program_) {
   const auto& m = cfg_.model;
   const auto& t = cfg_.training;
   use_shape({t.micro_batch_size, t.sequence_length});
@@ -243,6 +244,18 @@ StepBuilder::StepBuilder(const StepContext& ctx)
   labels_.tied_sum = p.label("tied weights: lm_head's and the embedding's gradients summed");
   labels_.tied_pending = p.label("tied weights: lm_head's gradient, waiting for the embedding's");
   labels_.logits_shifted = p.label("logits shifted by one token (logits[..., :-1, :].contiguous(), a copy)");
+  if (ppo()) critic_setup();  // PPO's value model: a builder of its own over this program (ppo_step.cpp)
+}
+
+// PyTorch DDP: a flat bucket copy of every gradient, allocated when the model is wrapped and kept for the run
+// (reducer.cpp Reducer::initialize_buckets: bucket.gradients = at::empty(...), from the constructor, and again
+// of the same size when rebuild_buckets reorders them after the first iteration); zero_grad frees only .grad.
+void StepBuilder::alloc_grad_bucket() {
+  if (!shard_plan_.grad_buffer && shard_ranks_ > 1 && cfg_.parallel.zero_stage == 0) {
+    int64_t grad_total = 0;
+    for_each_param(ctx_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
+    program_.alloc(Component::Communication, grad_total, labels_.grad_bucket);
+  }
 }
 
 void StepBuilder::prologue() {
@@ -256,14 +269,8 @@ void StepBuilder::prologue() {
   program_.events.reserve(events);
   program_.tensors.reserve(events / 2 + 16);
   alloc_weights();
-  // PyTorch DDP: a flat bucket copy of every gradient, allocated when the model is wrapped and kept for the run
-  // (reducer.cpp Reducer::initialize_buckets: bucket.gradients = at::empty(...), from the constructor, and again
-  // of the same size when rebuild_buckets reorders them after the first iteration); zero_grad frees only .grad.
-  if (!shard_plan_.grad_buffer && shard_ranks_ > 1 && cfg_.parallel.zero_stage == 0) {
-    int64_t grad_total = 0;
-    for_each_param(ctx_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
-    program_.alloc(Component::Communication, grad_total, labels_.grad_bucket);
-  }
+  alloc_grad_bucket();
+  if (critic_) critic_prologue();  // PPO's value model, loaded before the trainer wraps both
   // transformers 4.38's LlamaModel.__init__ registers a causal_mask buffer of max_position_embeddings^2 booleans
   // (register_buffer(..., persistent=False)), moved to the GPU with the model (docs/versions.md 6b).
   if (resolved_.mask.build == MaskBuild::MaxPositions) {
@@ -294,6 +301,7 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
   for (int64_t k = 0; k < receiving * (gas - mbs); ++k)
     pipeline_.input_grads.push_back(program_.alloc(Component::Communication, mul(dims_.e_res, dims_.Tn, dims_.h), labels_.p2p, -1));
   optimizer_step(iter);
+  if (critic_) critic_optimizer_step(iter);  // one optimizer over the policy and the value model
   // zero_grad(set_to_none=True), the default since torch 2.0, frees the gradients after the step; torch 1.x
   // zeroed them in place (Optimizer.zero_grad / Module.zero_grad set_to_none=False), so they stay allocated.
   // diffusers updates its EMA copy after optimizer.zero_grad() (train_text_to_image.py: ema_unet.step once
@@ -305,8 +313,8 @@ void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
     return ema_update(iter);
   }
   program_.phase("zero_grad " + std::to_string(iter));
-  if (!resolved_.zero_grad_set_to_none) return ema_update(iter);
-  release_grads();
+  if (resolved_.zero_grad_set_to_none) release_grads();
+  if (ppo()) ppo_end_of_minibatch();  // the last micro-batch's entropy, then the loop's del and empty_cache
   ema_update(iter);
 }
 
@@ -322,6 +330,7 @@ void StepBuilder::release_grads() {
   fsdp_.grad_shards.clear();
   fsdp_.grad_shard_made.assign(fsdp_.grad_shard_made.size(), false);
   grads_live_ = false;
+  if (critic_) critic_release_grads();
 }
 
 StepProgram StepBuilder::build() {

@@ -442,25 +442,40 @@ void validate_vllm_max_model_len(const Config& c, const StackVersions& v, std::v
                                                            "(unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"});
 }
 
-// GRPO (rollout.h) as TRL's GRPOTrainer runs it, from v0.15 (per_device_train_batch_size counts completions).
+// GRPO (rollout.h) as TRL's GRPOTrainer runs it, from v0.15 (per_device_train_batch_size counts completions), and PPO
+// as its PPOTrainer does from v0.12 (the PPOv2 design: policy and value model in one wrapper, HF generate only).
 void validate_rollout(const Config& c, std::vector<FieldError>& e) {
   const auto& t = c.training;
+  const bool ppo = t.ppo();
+  const std::string obj = "training.objective " + t.objective;
   if (t.reference() == ReferenceModel::Precomputed)
-    e.push_back({"training.reference_model", "training.objective grpo scores each rollout as it is generated: "
-                                             "training.reference_model must be auto, copy, adapter_disabled or none (beta = 0)"});
+    e.push_back({"training.reference_model", obj + " scores each rollout as it is generated: training.reference_model must be auto, "
+                                                   "copy, adapter_disabled" + std::string(ppo ? "" : " or none (beta = 0)")});
+  if (ppo && t.reference() == ReferenceModel::None)
+    e.push_back({"training.reference_model", "training.objective ppo takes its KL penalty from a reference model (PPOTrainer raises "
+                                             "\"No reference model and model is not a Peft model\"): auto, copy or adapter_disabled"});
+  if (ppo && !t.reward_model_on())
+    e.push_back({"training.reward_model", "training.objective ppo scores with a reward model, and TRL's value model is initialised "
+                                          "from it: training.reward_model must be same_as_policy"});
+  if (ppo && t.value_model == "peft" && !c.peft.enabled())
+    e.push_back({"training.value_model", "training.value_model peft puts the policy's PEFT method on the value model: set "
+                                         "peft.method, or use full"});
+  if (ppo && t.engine() != GenerationEngine::HfGenerate)
+    e.push_back({"training.generation_engine", "training.objective ppo generates with the policy's model.generate (TRL's "
+                                               "PPOTrainer has no vLLM path): training.generation_engine must be hf_generate"});
   if (t.reference() == ReferenceModel::AdapterDisabled && !c.peft.enabled())
     e.push_back({"training.reference_model", "training.reference_model adapter_disabled needs a PEFT method (the "
                                              "policy with its adapters off); without one use copy or none"});
   if (c.data.varies())
-    e.push_back({"data.lengths", "training.objective grpo is modelled with every prompt and completion at its maximum "
-                                 "length: data.lengths must be fixed"});
+    e.push_back({"data.lengths", obj + " is modelled with every prompt and completion at its maximum length: data.lengths "
+                                       "must be fixed"});
   if (t.completion_length >= t.sequence_length)
     e.push_back({"training.completion_length", "training.completion_length must be below training.sequence_length (" +
                                                    std::to_string(t.sequence_length) +
                                                    ", the prompt and its completion together); got " +
                                                    std::to_string(t.completion_length)});
   else if (t.sequence_length > c.model.max_position_embeddings)
-    e.push_back({"training.completion_length", "training.objective grpo generates up to training.sequence_length (" +
+    e.push_back({"training.completion_length", obj + " generates up to training.sequence_length (" +
                                                    std::to_string(t.sequence_length) +
                                                    " tokens, prompt and completion) but the model has " +
                                                    std::to_string(c.model.max_position_embeddings) +
@@ -471,6 +486,13 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
   if (!version_errors.empty()) return;  // reported by validate()
   const StackVersions v = stack_versions(c.versions);
   const auto at = [&](int major, int minor) { return v.at_least(Library::Trl, Version{major, minor, 0}); };
+  if (ppo) {
+    if (!at(0, 12))
+      e.push_back({"versions.trl", "training.objective ppo is modelled from TRL 0.12, whose PPOTrainer is the PPOv2 design "
+                                   "(before 0.12 PPOTrainer was the step-based trainer with a value head); got " +
+                                       describe_version(v, Library::Trl)});
+    return;
+  }
   if (!at(0, 15))
     e.push_back({"versions.trl", "training.objective grpo is modelled from TRL 0.15, when per_device_train_batch_size "
                                  "began counting completions; got " + describe_version(v, Library::Trl)});
@@ -531,18 +553,22 @@ void validate_kto(const Config& c, std::vector<FieldError>& e) {
 void validate_preference(const Config& c, std::vector<FieldError>& e) {
   const auto& t = c.training;
   const Objective o = t.goal();
-  if (o != Objective::Grpo && t.reward_model_on())
-    e.push_back({"training.reward_model", "training.reward_model applies to training.objective grpo; with " + t.objective +
+  const bool rollout = o == Objective::Grpo || o == Objective::Ppo;
+  if (o != Objective::Ppo && t.value_model != "full")
+    e.push_back({"training.value_model", "training.value_model applies to training.objective ppo; with " + t.objective +
+                                             " it must be full"});
+  if (!rollout && t.reward_model_on())
+    e.push_back({"training.reward_model", "training.reward_model applies to training.objective grpo and ppo; with " + t.objective +
                                               " it must be none"});
   if (o != Objective::Grpo && t.steps_per_generation != 0)
     e.push_back({"training.steps_per_generation", "training.steps_per_generation applies to training.objective grpo; "
                                                   "with " + t.objective + " it must be 0"});
-  if (o != Objective::Grpo && t.num_iterations != 1)
-    e.push_back({"training.num_iterations", "training.num_iterations applies to training.objective grpo; with " +
+  if (!rollout && t.num_iterations != 1)
+    e.push_back({"training.num_iterations", "training.num_iterations applies to training.objective grpo and ppo; with " +
                                                 t.objective + " it must be 1"});
   if (o == Objective::Sft || o == Objective::Unknown) {
     if (t.reference() != ReferenceModel::Auto && t.reference() != ReferenceModel::None && t.reference() != ReferenceModel::Unknown)
-      e.push_back({"training.reference_model", "training.reference_model applies to training.objective dpo, kto and grpo; with sft "
+      e.push_back({"training.reference_model", "training.reference_model applies to training.objective dpo, kto, grpo and ppo; with sft "
                                                "it must be auto or none"});
     return;
   }
@@ -551,8 +577,9 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
   if (!m.architecture.empty() || m.is_encoder_decoder || m.head() != TaskHead::CausalLm || m.post_layernorm)
     e.push_back({"training.objective", obj + " is modelled for decoder-only causal LMs (the built-in families); "
                                              "use sft for this model"});
-  if (o == Objective::Grpo && t.framework != "hf_trainer")
-    e.push_back({"training.framework", obj + " is modelled as TRL's GRPOTrainer runs it (hf_trainer); got " + t.framework});
+  if (rollout && t.framework != "hf_trainer")
+    e.push_back({"training.framework", obj + " is modelled as TRL's " + (o == Objective::Ppo ? "PPOTrainer" : "GRPOTrainer") +
+                                             " runs it (hf_trainer); got " + t.framework});
   else if (o == Objective::Kto && t.framework != "hf_trainer")
     e.push_back({"training.framework", obj + " is modelled as TRL's KTOTrainer runs it (hf_trainer; torchtune has no KTO "
                                              "recipe); got " + t.framework});
@@ -568,7 +595,7 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
   if (t.activation_offload)
     e.push_back({"training.activation_offload", obj + ": activation offload is not modelled with a preference objective"});
   const ReferenceModel r = t.reference();
-  if (o == Objective::Grpo) return validate_rollout(c, e);
+  if (rollout) return validate_rollout(c, e);
   const bool referenced = o == Objective::Dpo || o == Objective::Kto;
   if (referenced && r == ReferenceModel::None)
     e.push_back({"training.reference_model", obj + " needs reference log-probabilities: auto, copy, "

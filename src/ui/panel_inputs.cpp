@@ -126,13 +126,15 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
         changed |= choice_combo("training.reference_model", t.reference_model, auto_ref.c_str());
       if (t.preference() && t.goal() != Objective::Kto) changed |= double_input("training.nll_alpha", t.nll_alpha);
     }
-    // GRPO's rollouts: what generates them, how many and how long.
+    // GRPO's and PPO's rollouts: what generates them, how many and how long; PPO's value model.
     if (t.rollout()) {
-      changed |= int_input("training.num_generations", t.num_generations, 1);
+      const bool ppo = t.ppo();
+      if (!ppo) changed |= int_input("training.num_generations", t.num_generations, 1);
       changed |= int_input("training.completion_length", t.completion_length, 64);
-      changed |= choice_combo("training.generation_engine", t.generation_engine, "");
+      if (!ppo) changed |= choice_combo("training.generation_engine", t.generation_engine, "");
       changed |= choice_combo("training.reward_model", t.reward_model, "");
-      changed |= int_input("training.steps_per_generation", t.steps_per_generation, 1);
+      if (ppo) changed |= choice_combo("training.value_model", t.value_model, "");
+      if (!ppo) changed |= int_input("training.steps_per_generation", t.steps_per_generation, 1);
       changed |= int_input("training.num_iterations", t.num_iterations, 1);
       if (t.engine() == GenerationEngine::VllmColocate) {
         changed |= double_input("training.gpu_memory_utilization", t.gpu_memory_utilization);

@@ -219,6 +219,7 @@ bool draw_question_inputs(Config& c) {
   // so that the rows above keep their places.
   if (!program && choice_combo("training.objective", t.objective, "")) {
     hand.insert("training.objective");
+    choose_objective(c);
     fit_shape(c, hand);
     changed = true;
   }

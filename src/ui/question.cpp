@@ -98,6 +98,13 @@ void choose_framework(Config& c, const std::string& previous) {
   }
 }
 
+void choose_objective(Config& c) {
+  auto& t = c.training;
+  if (t.ppo()) t.reward_model = "same_as_policy";
+  else if (!t.rollout()) t.reward_model = "none";
+  if (!t.ppo()) t.value_model = "full";
+}
+
 int64_t default_micro_batch() { return Config{}.training.micro_batch_size; }
 
 int64_t default_sequence_length(const ModelConfig& m) {

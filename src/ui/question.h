@@ -30,10 +30,13 @@ void method_defaults(PeftConfig& p, const std::string& previous);
 
 // The framework picked under Details, from `previous`. Unsloth implies what its notebooks run and what memsim models
 // of it: no ZeRO (one GPU or DDP), no prepare_model_for_kbit_training (its loader keeps the weights it does not quantize
-// in 16 bits), pure bf16 where a bf16 recipe with fp32 weights or master copies was set, double quantization on an
-// NF4 base, and use_gradient_checkpointing="unsloth" (full checkpointing with activation offload). Leaving Unsloth
-// turns that offload off again. Other frameworks change nothing else.
+// in 16 bits), bf16 autocast over bf16 weights where pure bf16 or a bf16 recipe with fp32 weights or master copies was
+// set, double quantization on an NF4 base, and use_gradient_checkpointing="unsloth" (full checkpointing with
+// activation offload). Leaving Unsloth turns that offload off again. Other frameworks change nothing else.
 void choose_framework(Config& c, const std::string& previous);
+// training.objective was changed by the user: the fields only some objectives take follow it (ppo scores with a
+// reward model of the policy's shape; the others take none unless grpo's user picked one).
+void choose_objective(Config& c);
 
 // The model picked from the catalogue: the model section, and what the model implies unless set by hand: the sequence
 // length within its max positions. Then fit_shape.

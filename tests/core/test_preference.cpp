@@ -250,7 +250,7 @@ TEST_CASE("preference objectives refuse what is not modelled, one line naming th
   c.training.loss = "fused_linear";
   CHECK(first_error(c) == "training.loss");
   c = dpo_config();
-  c.training.objective = "ppo";
+  c.training.objective = "rloo";  // not an objective memsim models
   CHECK(first_error(c) == "training.objective");
   c = dpo_config();
   c.model.architecture = "vit";

@@ -69,6 +69,7 @@ MEMSIM_DEFAULTS = {
         "gpu_memory_utilization": 0.3,
         "vllm_sleep": False,
         "reward_model": "none",
+        "value_model": "full",
         "steps_per_generation": 0,
         "num_iterations": 1,
         "vllm_server_tensor_parallel_size": 1,
@@ -135,7 +136,7 @@ MEMSIM_DEFAULTS = {
                  "trl": "latest", "vllm": "latest", "date": ""},
 }
 
-OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "grpo", "kto")
+OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "grpo", "kto", "ppo")
 SECTIONS = ("schema", "model", "training", "peft", "parallel", "hardware", "data", "versions")
 SCHEMAS = (1, 2, 3)
 
@@ -728,7 +729,7 @@ def translate(item, steps=DEFAULT_STEPS):
         kind = t["objective"]
         if kind not in ("dpo", "kto"):
             errors.append(("training.objective", f"{kind}: the harness reproduces DPO and KTO (TRL's "
-                           "DPOTrainer._compute_loss, KTOTrainer._compute_loss); orpo and simpo are not reproduced yet"))
+                           "DPOTrainer._compute_loss, KTOTrainer._compute_loss); orpo, simpo and ppo are not reproduced yet"))
         if ref not in ("copy", "adapter_disabled", "precomputed"):
             errors.append(("training.reference_model", f"{ref}: {kind} needs copy, adapter_disabled or precomputed"))
         if kind == "kto" and t["micro_batch_size"] < 2:

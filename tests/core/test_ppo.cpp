@@ -1,0 +1,136 @@
+// PPO (training.objective ppo; src/core/rollout.cpp resolve_ppo and ppo_step.cpp, docs/research/ppo.md): the
+// generation's kept fp32 scores, the value model as a second trunk trained beside the policy, and the refusals.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "core/simulate.h"
+#include "core/validate.h"
+#include "test_util.h"
+
+using namespace memsim;
+
+namespace {
+
+// Qwen2.5 0.5B (24 layers, a 151,936-token vocabulary) as TRL's PPOTrainer trains it: one query per micro-batch, 2
+// micro-batches per update, prompts of 384 and responses of 128 tokens, with a reward model of its shape.
+constexpr int64_t kVocab = 151936, kPrompt = 384, kResponse = 128;
+Config ppo_config() {
+  Config c = single_gpu_config("qwen2.5-0.5b.json", 1, kPrompt + kResponse);
+  c.training.objective = "ppo";
+  c.training.reward_model = "same_as_policy";
+  c.training.completion_length = kResponse;
+  c.training.gradient_accumulation_steps = 2;
+  return c;
+}
+
+bool refused(const Config& c, const std::string& field) {
+  for (const auto& e : validate(c))
+    if (e.field == field) return true;
+  return false;
+}
+
+// Bytes of the live tensors of `c` whose label starts with `prefix` and that belong to a layer (or to anything, with
+// `layers_only` false), just before the first phase named `phase...`.
+int64_t live_layer_bytes(const StepProgram& p, const std::string& phase, const std::string& prefix, Component c,
+                         bool layers_only = true) {
+  uint32_t end = static_cast<uint32_t>(p.events.size());
+  for (const auto& ph : p.phases)
+    if (ph.name.rfind(phase, 0) == 0) {
+      end = ph.first_event;
+      break;
+    }
+  int64_t live = 0;
+  for (uint32_t i = 0; i < end; ++i) {
+    const Event& e = p.events[i];
+    const Tensor& t = p.tensors[e.tensor];
+    if (e.component != c || (layers_only && t.layer < 0) || p.labels[t.label].rfind(prefix, 0) != 0) continue;
+    live += (e.op == Event::Op::Alloc ? 1 : -1) * t.bytes;
+  }
+  return live;
+}
+
+}  // namespace
+
+TEST_CASE("PPO keeps the generation's fp32 scores (logitss) through the update") {
+  const DeviceResult d = simulate_valid(ppo_config());
+  // batch_generation pads the stacked scores of each chunk of local_rollout_forward_batch_size (64) queries into one
+  // fp32 tensor: 2 queries (micro_batch_size x gradient_accumulation_steps), 128 tokens, the whole vocabulary.
+  const int64_t logitss = int64_t{4} * 2 * kResponse * kVocab;
+  CHECK(live(d.program, "backward (step 2", "logitss") == logitss);
+  // While generate runs, every token's scores are kept (output_scores), then stacked beside them.
+  CHECK(live(d.program, "scoring (step 1", "generation scores", true) >= 2 * logitss);
+}
+
+TEST_CASE("PPO's value model is a second, unchecked trunk trained in full beside the policy") {
+  Config c = ppo_config();
+  c.training.activation_checkpointing = "full";  // the policy's; the value model is never checkpointed
+  c.peft.method = "lora";
+  c.peft.target_modules = "q_proj,v_proj";
+  const DeviceResult d = simulate_valid(c);
+  // What the value model's forward keeps per layer for its backward, live when the policy's backward starts, is what
+  // an SFT step of the same model in full, without checkpointing, keeps: the same trunk.
+  Config sft = single_gpu_config("qwen2.5-0.5b.json", 1, kPrompt + kResponse);
+  const DeviceResult s = simulate_valid(sft);
+  const int64_t critic = live_layer_bytes(d.program, "backward (step 2", "value model: ", Component::Activations);
+  CHECK(critic == live_layer_bytes(s.program, "backward (step 2", "", Component::Activations));
+  // Its weights and gradients are whole (the policy's gradients are LoRA's): before step 1's optimizer step, the
+  // value model's bf16 gradients are as large as its bf16 weights, which hold its embeddings and every layer (the
+  // 0.5B's 494M parameters less its tied head: the embeddings are counted once).
+  const int64_t weights = live_layer_bytes(d.program, "optimizer step 1", "value model: ", Component::Weights, false);
+  const int64_t grads = live_layer_bytes(d.program, "optimizer step 1", "value model: ", Component::Gradients, false);
+  CHECK(weights > 2 * int64_t{400'000'000});
+  CHECK(grads == weights);
+  const int64_t states = live_layer_bytes(d.program, "zero_grad 1", "value model: ", Component::OptimizerStates, false);
+  CHECK(states == 2 * weights);  // AdamW's two bf16 states under pure bf16
+  // value_model peft: ms-swift's LoRA on it too, so its optimizer states are the adapters' only.
+  Config peft = c;
+  peft.training.value_model = "peft";
+  const DeviceResult p = simulate_valid(peft);
+  CHECK(live_layer_bytes(p.program, "zero_grad 1", "value model: ", Component::OptimizerStates, false) < states / 100);
+  CHECK(p.peak.allocated_bytes < d.peak.allocated_bytes);
+}
+
+TEST_CASE("PPO's phases name the value model, and the peak names its phase") {
+  const DeviceResult d = simulate_valid(ppo_config());
+  bool forward = false, backward = false, generation = false, scoring = false;
+  for (const auto& ph : d.program.phases) {
+    forward |= ph.name.rfind("value model: forward (step 2", 0) == 0;
+    backward |= ph.name.rfind("value model: backward (step 2", 0) == 0;
+    generation |= ph.name == "generation (step 2)";
+    scoring |= ph.name == "scoring (step 2)";
+  }
+  CHECK(forward);
+  CHECK(backward);
+  CHECK(generation);
+  CHECK(scoring);
+  CHECK(!d.peak_phase.empty());
+}
+
+TEST_CASE("PPO refuses what TRL's PPOTrainer does not do, naming the field") {
+  Config c = ppo_config();
+  REQUIRE(validate(c).empty());
+  Config r = c;
+  r.training.reward_model = "none";
+  CHECK(refused(r, "training.reward_model"));
+  r = c;
+  r.training.generation_engine = "vllm_colocate";
+  CHECK(refused(r, "training.generation_engine"));
+  r = c;
+  r.training.reference_model = "none";
+  CHECK(refused(r, "training.reference_model"));
+  r.training.reference_model = "precomputed";
+  CHECK(refused(r, "training.reference_model"));
+  r = c;
+  r.versions.trl = "0.11";
+  CHECK(refused(r, "versions.trl"));
+  r = c;
+  r.training.value_model = "peft";  // no PEFT method to put on it
+  CHECK(refused(r, "training.value_model"));
+  r = c;
+  r.training.completion_length = r.training.sequence_length;
+  CHECK(refused(r, "training.completion_length"));
+  Config sft = single_gpu_config("qwen2.5-0.5b.json", 1, 512);
+  sft.training.value_model = "peft";
+  CHECK(refused(sft, "training.value_model"));
+}
