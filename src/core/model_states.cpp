@@ -182,6 +182,18 @@ ModelStates model_state_bytes(const StepContext& ctx) {
   // Frozen models beside the policy: a reference copy, a reward model, a program's frozen encoders.
   m.other_models_bytes = add(add(reference_copy_bytes(ctx), reward_model_bytes(ctx)), frozen_modules_bytes(ctx));
   m.other_models_bytes = add(m.other_models_bytes, ema_copy_bytes(ctx));
+  // PPO's value model trains beside the policy (ppo_step.cpp): its weights, gradients and optimizer states, sharded
+  // by the same layout, count with the policy's.
+  if (ctx.config.training.ppo()) {
+    const Config v = value_model_config(ctx.config);
+    ModelShape shape = model_shape_of(v.model);
+    apply_peft(shape, v.peft);
+    const StepContext value{v, shape, ctx.precision, ctx.optimizer, ctx.gpu, ctx.stage, 0, INT64_MAX, true, false};
+    const ModelStates vm = model_state_bytes(value);
+    m.weights_bytes = add(m.weights_bytes, vm.weights_bytes);
+    m.gradients_bytes = add(m.gradients_bytes, vm.gradients_bytes);
+    m.optimizer_bytes = add(m.optimizer_bytes, vm.optimizer_bytes);
+  }
   return m;
 }
 

@@ -176,7 +176,11 @@ test("the page's numbers equal the CLI's for the same config", async () => {
                       // and a KV cache filling a 30% share
                       ["--set", "training.framework=hf_trainer", "--set", "training.objective=grpo", "--set", "training.sequence_length=1024",
                        "--set", "training.generation_engine=vllm_server", "--set", "training.vllm_server_tensor_parallel_size=2",
-                       "--set", "training.vllm_server_gpu_memory_utilization=0.3"]]) {
+                       "--set", "training.vllm_server_gpu_memory_utilization=0.3"],
+                      // PPO under LoRA: the value model's own builder writing into the policy's program, with the
+                      // policy's adapters on it (ms-swift's preparation)
+                      ["--set", "training.framework=hf_trainer", "--set", "training.objective=ppo", "--set", "training.sequence_length=1024",
+                       "--set", "training.reward_model=same_as_policy", "--set", "peft.method=lora", "--set", "training.value_model=peft"]]) {
     const config = cliConfig(args);
     const fromCli = cliEstimate(config);
     const fromPage = await page.evaluate((c) => window.memsim.estimate(c), config);
