@@ -100,6 +100,10 @@ void choose_framework(Config& c, const std::string& previous) {
 
 void choose_objective(Config& c) {
   auto& t = c.training;
+  // TRL's trainers run on the HF Trainer (its DeepSpeed or FSDP layout kept); torchtune has DPO recipes of its own.
+  const bool torchtune_ok = t.preference() && t.goal() != Objective::Kto;
+  if ((t.preference() || t.rollout()) && t.framework != "hf_trainer" && !(torchtune_ok && t.framework == "torchtune"))
+    t.framework = "hf_trainer";
   if (t.ppo()) t.reward_model = "same_as_policy";
   else if (!t.rollout()) t.reward_model = "none";
   if (!t.ppo()) t.value_model = "full";

@@ -35,7 +35,8 @@ void method_defaults(PeftConfig& p, const std::string& previous);
 // activation offload). Leaving Unsloth turns that offload off again. Other frameworks change nothing else.
 void choose_framework(Config& c, const std::string& previous);
 // training.objective was changed by the user: the fields only some objectives take follow it (ppo scores with a
-// reward model of the policy's shape; the others take none unless grpo's user picked one).
+// reward model of the policy's shape; the others take none unless grpo's user picked one), and TRL's objectives run
+// on the HF Trainer (torchtune's DPO recipes stay torchtune's).
 void choose_objective(Config& c);
 
 // The model picked from the catalogue: the model section, and what the model implies unless set by hand: the sequence

@@ -45,6 +45,31 @@ TEST_CASE("question: Unsloth picked under Details brings what it implies, and a 
   CHECK(c.parallel.zero_stage == 0);  // the rest stays as the user has it
 }
 
+TEST_CASE("question: an objective picked brings the trainer and the models it needs, and a valid setup", "[question]") {
+  Config c;  // the page's default: 8 GPUs under the framework deepspeed, ZeRO-3
+  c.training.objective = "ppo";
+  choose_objective(c);
+  CHECK(c.training.framework == "hf_trainer");  // TRL's PPOTrainer, on the HF Trainer with the same ZeRO-3
+  CHECK(c.parallel.zero_stage == 3);
+  CHECK(c.training.reward_model == "same_as_policy");
+  CHECK(validate(c).empty());
+  c.training.objective = "dpo";
+  choose_objective(c);
+  CHECK(c.training.reward_model == "none");
+  CHECK(validate(c).empty());
+  c.training.framework = "torchtune";  // torchtune's DPO recipes stay torchtune's
+  choose_objective(c);
+  CHECK(c.training.framework == "torchtune");
+  c.training.objective = "kto";  // ... but TRL alone runs KTO
+  choose_objective(c);
+  CHECK(c.training.framework == "hf_trainer");
+  c.training.objective = "sft";
+  c.training.framework = "deepspeed";
+  choose_objective(c);
+  CHECK(c.training.framework == "deepspeed");  // supervised: the user's framework stays
+  CHECK(validate(c).empty());
+}
+
 TEST_CASE("question: QLoRA is one choice: LoRA, an NF4 base, double quantization, every linear", "[question]") {
   Config c;
   REQUIRE(method_of(c.peft) == Method::Full);
