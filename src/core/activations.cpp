@@ -991,7 +991,10 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     no_grad_release(A, {no_grad_norm_out_});  // parallel attention's shared norm output
     uint32_t g = act(tf, labels_.mlp_gelu, layer);
     no_grad_release(M, {fc1});
-    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T, true)) {
+    // NewGELUActivation (gelu_new: GPT-2, Phi) computes through torch.pow, on autocast's fp32 list: its output is
+    // fp32 there, and the down projection saves a cast of it.
+    const bool gelu_fp32 = dims_.amp && m.activation() == HiddenAct::GeluNew;
+    if (!no_grad_ && linear_inputs(layer, {"down_proj"}, dims_.f, M, dims_.T, !gelu_fp32)) {
       M.push_back(fp8_input(g, mul(dims_.T, dims_.f), layer));
       if (bnb_input_in_graph_) hold_in_graph(M.back());
     } else {

@@ -39,10 +39,13 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   // (autocast_mode.cpp cached_cast); the linear saves it for the input's gradient until the head's backward.
   // cached_cast caches only weights that require grad: a frozen head is cast again at every call, and litgpt
   // calls it on each 128-token chunk (model.py GPT.forward lm_head_chunk_size), each cast saved by its matmul.
-  if (amp_fp32_weights()) {
+  // The head is fp32 under the amp_* recipes and after prepare_model_for_kbit_training, unless TRL cast it back to
+  // bf16 (peft_module_casting_to_bf16, model_load.h): a bf16 head is read as it is.
+  if (dims_.amp && (recipe_.weight_bytes == 4 || resolved_.kbit_cast) && !shard_plan_.dtypes.trl_bf16.head) {
     const bool per_chunk = resolved_.loss == LossImpl::ChunkedBf16 && !module_info("lm_head").trainable && !any_quantized_;
     const int64_t casts = per_chunk ? ceil_div(dims_.s, 128) : 1;
-    for (int64_t i = 0; i < casts; ++i) saved.push_back(tmp(mul(recipe_.autocast_copy_bytes, dims_.V, dims_.h), labels_.cast, post));
+    const int64_t copy = recipe_.autocast_copy_bytes > 0 ? recipe_.autocast_copy_bytes : dims_.e;
+    for (int64_t i = 0; i < casts; ++i) saved.push_back(tmp(mul(copy, dims_.V, dims_.h), labels_.cast, post));
   }
   if (preference()) return preference_loss_forward(saved);
   if (grpo()) return grpo_loss_forward(saved);

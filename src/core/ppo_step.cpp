@@ -97,6 +97,7 @@ void StepBuilder::critic_forward(const std::string& phase) {
   f.first = 0, f.end = b.shape_.num_layers, f.pre = true, f.post = false, f.owns_inputs = true;
   b.iter_ = iter_;
   b.mb_in_step_ = mb_in_step_;
+  b.bucket_views_ = bucket_views_;  // one DDP over both models (step() sets it for the policy's)
   b.forward_mb(f, phase);
   program_.label_prefix.clear();
 }
@@ -109,6 +110,7 @@ void StepBuilder::critic_backward(const std::string& phase) {
   StepBuilder& b = *c.builder;
   program_.label_prefix = kValueModel;
   b.last_backward_ = last_backward_;
+  b.bucket_views_ = bucket_views_;
   b.backward_mb(c.flights[c.next_backward++], phase);
   if (c.next_backward == c.flights.size()) c.flights.clear(), c.next_backward = 0;
   program_.label_prefix.clear();
@@ -126,10 +128,13 @@ void StepBuilder::critic_release_grads() {
   program_.label_prefix.clear();
 }
 
-// One update's rollout (P:420-490): batch_generation over local_rollout_forward_batch_size queries at a time (U:1367),
-// each generate keeping its tokens' scores and returning them stacked; pad() copies the chunks into one tensor, which
-// replaces the last update's when the call returns. Then, chunk by chunk under no_grad, the log-probabilities of those
-// scores, the reference's forward, the value model's and the reward model's, each followed by empty_cache().
+// One update's rollout (P:420-490): batch_generation over local_rollout_forward_batch_size queries at a time (U:1367)
+// inside unwrap_model_for_generation, which under ZeRO-3 gathers every parameter of the wrapper, the value model's
+// with the policy's (trl/models/utils.py GatheredParameters(model.parameters())), until the block ends after pad().
+// Each generate() keeps its tokens' scores and its KV cache in the output until it returns, after stacking the scores;
+// pad() copies the chunks into one tensor, which replaces the last update's when batch_generation returns. Then, chunk
+// by chunk under no_grad, the log-probabilities of those scores, the reference's forward, the value model's and the
+// reward model's, each followed by empty_cache().
 void StepBuilder::ppo_rollout(const std::string& when) {
   const RolloutFlow& r = resolved_.rollout;
   rollout_labels();
@@ -137,28 +142,40 @@ void StepBuilder::ppo_rollout(const std::string& when) {
   program_.phase("generation (" + when + ")");
   const ActDims training = dims_;
   const int64_t rows = r.generation_rows, chunk = r.chunk_rows, P = r.prompt_tokens, C = r.completion_tokens;
-  const int64_t chunks = ceil_div(rows, chunk);
+  const int64_t full = rows / chunk, rest = rows % chunk, chunks = full + (rest > 0 ? 1 : 0);
   const int64_t V = dims_.V;
   uint32_t ids = tmp(mul(8, rows, P + C), rollout_labels_.ids, -1);
-  // The chunks before the last are generated the same way; the last one's generate, with the most kept beside it,
-  // is the one replayed.
+  std::vector<uint32_t> whole;
+  if (r.gathers_whole_model && shard_weights_ && shard_ranks_ > 1) {
+    for (int64_t l = -1; l <= shape_.num_layers; ++l) whole.push_back(tmp(gathered_bytes(l), rollout_labels_.gathered, static_cast<int32_t>(l)));
+    StepBuilder& v = *critic_->builder;
+    for (int64_t l = -1; l < v.shape_.num_layers; ++l)
+      whole.push_back(tmp(v.gathered_bytes(l), rollout_labels_.gathered, static_cast<int32_t>(l)));
+  }
+  // The full chunks before the last one generate as it does, each leaving its stacked scores: one tensor stands for
+  // them. The last full chunk's generate, and a shorter one after it, are replayed.
   std::vector<uint32_t> stacked;
-  for (int64_t k = 0; k + 1 < chunks; ++k) stacked.push_back(program_.alloc(Component::Generation, mul(4, chunk, C, V), ppo_labels_.scores, -1));
-  const int64_t last = rows - mul(chunks - 1, chunk);
-  std::vector<uint32_t> kept;
-  hf_generate(last, &kept);
-  stacked.push_back(program_.alloc(Component::Generation, mul(4, last, C, V), ppo_labels_.scores, -1));  // torch.stack(output.scores, 1)
-  for (uint32_t t : kept) drop(t);  // the output's tuple goes when generate() returns
+  if (full > 1) stacked.push_back(program_.alloc(Component::Generation, mul(4, full - 1, chunk, C, V), ppo_labels_.scores, -1));
+  auto generate = [&](int64_t n) {
+    GenerateKept kept;
+    hf_generate(n, &kept);
+    stacked.push_back(program_.alloc(Component::Generation, mul(4, n, C, V), ppo_labels_.scores, -1));  // torch.stack(output.scores, 1)
+    for (uint32_t t : kept.scores) drop(t);  // the output goes when generate() returns
+    for (uint32_t t : kept.cache) drop(t);
+  };
+  if (full > 0) generate(chunk);
+  if (rest > 0) generate(rest);
   const uint32_t padded = program_.alloc(Component::Generation, mul(4, chunks, chunk, C, V), ppo_labels_.logitss, -1);
   for (uint32_t t : stacked) drop(t);
   for (uint32_t t : logitss_) drop(t);  // the last update's, rebound
   logitss_.assign(1, padded);
+  for (uint32_t t : whole) drop(t);
   dims_ = training;
   program_.phase("scoring (" + when + ")");
   const bool value_gathers = shard_weights_ && shard_ranks_ > 1;  // prepared with the policy: sharded like it
   const bool reward_gathers = r.reward_sharded && shard_weights_ && shard_ranks_ > 1;
   for (int64_t k = 0; k < std::min<int64_t>(chunks, 2); ++k) {  // the second chunk stands for the rest
-    const int64_t n = k + 1 == chunks ? last : chunk;
+    const int64_t n = k + 1 == chunks && rest > 0 ? rest : chunk;
     drop(tmp(mul(4, C, V), rollout_labels_.logps, -1));  // selective_log_softmax of fp32 scores: a row's logsumexp at a time
     program_.empty_cache();
     if (reference_runs()) ppo_score_pass(n, reference_gathers(), true);
@@ -221,11 +238,11 @@ void StepBuilder::ppo_entropy() {
   ppo_labels();
   const int32_t post = -1;
   const GrpoLogits g = grpo_logits();
-  drop(tmp(mul(g.el, g.scored), ppo_labels_.entropy, post));  // logsumexp: (x - max).exp()
   const uint32_t prob = program_.alloc(Component::Activations, mul(g.el, g.scored), ppo_labels_.prob_dist, post);
-  drop(tmp(mul(g.el, g.scored), ppo_labels_.entropy, post));  // prob_dist * logits
-  if (ppo_prob_dist_ != UINT32_MAX) drop(ppo_prob_dist_);
+  if (ppo_prob_dist_ != UINT32_MAX) drop(ppo_prob_dist_);  // the name rebinds: the last micro-batch's goes
   ppo_prob_dist_ = prob;
+  drop(tmp(mul(g.el, g.scored), ppo_labels_.entropy, post));  // logsumexp: (x - max).exp()
+  drop(tmp(mul(g.el, g.scored), ppo_labels_.entropy, post));  // prob_dist * logits
   ppo_logits_ = UINT32_MAX;
   release_graph(ppo_prev_outputs_);
   ppo_prev_outputs_.swap(ppo_outputs_);

@@ -215,14 +215,15 @@ void StepBuilder::score_pass(int64_t rows, bool gathers, bool reward) {
 // old one goes; transformers < 4.42 kept the previous token's whole legacy cache alive until the step ended (PR
 // #30536). SDPA with a padding mask repeats the grouped keys and values for every query head, a layer at a time.
 // Without a cache (gradient checkpointing in train mode before TRL 0.22) every token re-runs the whole sequence.
-void StepBuilder::hf_generate(int64_t rows, std::vector<uint32_t>* kept_scores) {
+void StepBuilder::hf_generate(int64_t rows, GenerateKept* kept) {
   const RolloutFlow& r = resolved_.rollout;
   const int32_t post = -1;
   const int64_t P = r.prompt_tokens, C = r.completion_tokens;
   std::vector<uint32_t> whole;  // ZeRO-3: GatheredParameters(model.parameters()) around the whole call
-  if (r.gathers_whole_model)
+  if (r.gathers_whole_model && !kept)
     for (int64_t l = -1; l <= shape_.num_layers; ++l) whole.push_back(tmp(gathered_bytes(l), rollout_labels_.gathered, static_cast<int32_t>(l)));
   const uint32_t gather_label = !r.gathers_whole_model && shard_weights_ && shard_ranks_ > 1 ? rollout_labels_.gathered : UINT32_MAX;
+  // (PPO's caller gathers the whole model itself, the value model's parameters with the policy's.)
   const int64_t e = dims_.e;
   // One token's logits: [rows, V] in the model's dtype (fp32 before 4.46), their fp32 copy in _sample, and the
   // logits processors' fp32 scores, probabilities and a top-k/top-p sort's values and int64 indices
@@ -234,9 +235,9 @@ void StepBuilder::hf_generate(int64_t rows, std::vector<uint32_t>* kept_scores) 
   uint32_t leaked = UINT32_MAX;
   auto sample = [&](uint32_t logits, int64_t tokens) {
     std::vector<uint32_t> t;
-    if (kept_scores) {
+    if (kept) {
       t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));  // the fp32 copy of the last logits
-      kept_scores->push_back(program_.alloc(Component::Generation, mul(4, rows, tokens, dims_.V), ppo_labels_.scores, post));
+      kept->scores.push_back(program_.alloc(Component::Generation, mul(4, rows, tokens, dims_.V), ppo_labels_.scores, post));
       t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));  // softmax's probabilities
     } else {
       for (int i = 0; i < 3; ++i) t.push_back(tmp(mul(4, rows, dims_.V), rollout_labels_.sampling, post));
@@ -313,7 +314,8 @@ void StepBuilder::hf_generate(int64_t rows, std::vector<uint32_t>* kept_scores) 
       for (uint32_t t : old) drop(t);
       sample(tmp(mul(r.generate_logits_fp32 ? 4 : e, rows, dims_.V), rollout_labels_.logits, post), tokens);
     }
-    for (uint32_t t : cache) drop(t);
+    if (kept) kept->cache.insert(kept->cache.end(), cache.begin(), cache.end());  // output.past_key_values
+    else for (uint32_t t : cache) drop(t);
   }
   drop_if(leaked);
   for (uint32_t t : whole) drop(t);

@@ -84,7 +84,8 @@ void StepBuilder::alloc_weights() {
   }
   // ZeRO-3 allocates its gradient bucket with the optimizer (stage3.py _setup_for_real_optimizer:
   // __ipg_bucket_flat_buffer of reduce_bucket_size elements in the model dtype, contiguous_gradients on).
-  if (shard_plan_.sharding == Sharding::DeepSpeed && shard_weights_ && (shard_ranks_ > 1 || shard_plan_.offload_params))
+  if (shard_plan_.sharding == Sharding::DeepSpeed && shard_weights_ && (shard_ranks_ > 1 || shard_plan_.offload_params) &&
+      !shares_engine_)
     program_.alloc(Component::Communication, mul(zero_reduce_bucket(), recipe_.weight_bytes), labels_.grad_bucket);
 }
 
@@ -104,7 +105,7 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
     }
     // ZeRO-1/2 reduce gradients through ipg buffers of reduce_bucket_size elements in the model dtype, two with
     // overlap_comm (stage_1_and_2.py backward: buf_0, buf_1). They stay allocated from the first backward on.
-    if (deepspeed && shard_opt_ && !shard_weights_ && shard_ranks_ > 1 && !zero_buckets_) {
+    if (deepspeed && shard_opt_ && !shard_weights_ && shard_ranks_ > 1 && !zero_buckets_ && !shares_engine_) {
       zero_buckets_ = true;
       for (int i = 0; i < (zero_overlap() ? 2 : 1); ++i)
         program_.alloc(Component::Communication, mul(zero_reduce_bucket(), recipe_.weight_bytes), labels_.grad_bucket);

@@ -334,7 +334,8 @@ class StepBuilder {
   uint32_t head_dequant();
   void drop_if(uint32_t t);
   NormImpl norm_impl(int32_t layer) const;  // the norm kernel this layer runs (compiled layers: Fused)
-  bool amp_fp32_weights() const { return dims_.amp && recipe_.autocast_copy_bytes > 0; }  // amp_bf16, amp_fp16
+  // Autocast over fp32 weights: the amp_* recipes, or the weights prepare_model_for_kbit_training made fp32.
+  bool amp_fp32_weights() const { return dims_.amp && (recipe_.autocast_copy_bytes > 0 || resolved_.kbit_cast); }
   int64_t rms_out_bytes() const;   // an RMSNorm's output: weight * normed, in the weight's dtype under autocast
   int64_t norm_out_bytes() const;  // the decoder's norms (LayerNorm on autocast's fp32 list, else rms_out_bytes)
   bool gathered_inputs() const;
@@ -552,8 +553,13 @@ class StepBuilder {
   bool reference_runs() const;
   bool reference_gathers() const;
   void score_pass(int64_t rows, bool gathers, bool reward = false);
-  // `kept_scores` (PPO's output_scores): each token's processed fp32 scores are kept there instead of freed.
-  void hf_generate(int64_t rows, std::vector<uint32_t>* kept_scores = nullptr);
+  // PPO's generate (output_scores, return_dict_in_generate): each token's processed fp32 scores are kept in
+  // `scores`, and the KV cache in `cache`, for the caller to free once generate() returns; the caller holds the
+  // ZeRO-3 gather of the whole model around it.
+  struct GenerateKept {
+    std::vector<uint32_t> scores, cache;
+  };
+  void hf_generate(int64_t rows, GenerateKept* kept = nullptr);
   // The training forward's logits (bytes per element as computed and as the loss reads them, the completion's
   // tokens, the C + 1 positions kept and the C scored, times rows x vocabulary).
   struct GrpoLogits {
@@ -731,6 +737,9 @@ class StepBuilder {
   int64_t free_at_load_bytes_ = 0;  // the GPU less its context: what cudaMemGetInfo reports before the model loads
   int64_t shard_ranks_ = 1;  // ranks of the shard group
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
+  // A builder writing into another's program (PPO's value model): the two models are one DeepSpeed engine, whose
+  // reduce buckets the other builder allocates.
+  bool shares_engine_ = false;
   bool in_backward_ = false;
   // The checkpointed forward running under no_grad_ is a non-reentrant checkpoint's: torch runs it with grad, and
   // what its nodes hold as attributes stays with the graph (hold_in_graph, checkpoint_graph_inputs).

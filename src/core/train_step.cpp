@@ -80,7 +80,7 @@ void StepBuilder::use_shape(const MicroBatchShape& shape) {
 
 StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
     : ctx_(ctx), cfg_(ctx.config), shape_(ctx.shape), recipe_(ctx.precision), resolved_(resolve(ctx.config)),
-      program_(into ? *into : own_program_) {
+      program_(into ? *into : own_program_), shares_engine_(into != nullptr) {
   const auto& m = cfg_.model;
   const auto& t = cfg_.training;
   use_shape({t.micro_batch_size, t.sequence_length});

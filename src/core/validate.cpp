@@ -457,6 +457,12 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
   if (ppo && !t.reward_model_on())
     e.push_back({"training.reward_model", "training.objective ppo scores with a reward model, and TRL's value model is initialised "
                                           "from it: training.reward_model must be same_as_policy"});
+  if (ppo && t.zero_grad_at != "after_step")
+    e.push_back({"training.zero_grad_at", "training.objective ppo: PPOTrainer zeroes the gradients after each optimizer step "
+                                          "(accelerator.accumulate): training.zero_grad_at must be after_step"});
+  if (ppo && t.value_model != "peft" && t.precision == "fp16_autocast")
+    e.push_back({"training.value_model", "training.value_model full trains the value model's fp16 weights under "
+                                         "fp16_autocast, whose gradients the GradScaler refuses to unscale: use peft, or amp_fp16"});
   if (ppo && t.value_model == "peft" && !c.peft.enabled())
     e.push_back({"training.value_model", "training.value_model peft puts the policy's PEFT method on the value model: set "
                                          "peft.method, or use full"});
@@ -716,6 +722,9 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   if (m.architecture.empty() && m.is_encoder_decoder && (c.training.precision == "fp16_autocast" || c.training.precision == "bf16_autocast"))
     e.push_back({"training.precision", "training.precision " + c.training.precision + " (16-bit weights under autocast) is not modelled "
                                        "for encoder-decoder models (T5); use bf16_pure, amp_bf16 or amp_fp16"});
+  if (c.training.precision == "fp16_autocast" && c.peft.enabled() && c.peft.adapter_dtype == "fp16")
+    e.push_back({"peft.adapter_dtype", "peft.adapter_dtype fp16 under fp16_autocast gives fp16 gradients, which the GradScaler "
+                                       "refuses to unscale (\"Attempting to unscale FP16 gradients\"): use auto or fp32"});
   if (c.training.precision == "fp16_autocast" && !c.peft.enabled())
     e.push_back({"training.precision", "training.precision fp16_autocast trains fp16 weights, whose fp16 gradients the GradScaler "
                                        "refuses to unscale (\"Attempting to unscale FP16 gradients\"); full fine-tuning keeps the trained "

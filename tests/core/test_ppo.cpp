@@ -130,7 +130,53 @@ TEST_CASE("PPO refuses what TRL's PPOTrainer does not do, naming the field") {
   r = c;
   r.training.completion_length = r.training.sequence_length;
   CHECK(refused(r, "training.completion_length"));
+  r = c;
+  r.training.zero_grad_at = "before_backward";  // PPOTrainer zeroes after the step
+  CHECK(refused(r, "training.zero_grad_at"));
+  r = c;
+  r.training.precision = "fp16_autocast";  // a full value model's fp16 gradients: the GradScaler refuses them
+  r.peft.method = "lora";
+  CHECK(refused(r, "training.value_model"));
+  r.training.value_model = "peft";
+  CHECK(validate(r).empty());
+  r.peft.adapter_dtype = "fp16";
+  CHECK(refused(r, "peft.adapter_dtype"));
   Config sft = single_gpu_config("qwen2.5-0.5b.json", 1, 512);
   sft.training.value_model = "peft";
   CHECK(refused(sft, "training.value_model"));
+}
+
+TEST_CASE("PPO under ZeRO-3 gathers the value model with the policy for generation, and shares one engine's buckets") {
+  Config c = ppo_config();
+  c.parallel.data_parallel_size = 4;
+  c.parallel.zero_stage = 3;
+  const DeviceResult d = simulate_valid(c);
+  // unwrap_model_for_generation gathers every parameter of the policy-and-value wrapper: the policy (494M, its
+  // embedding tied to its head) and the value model's trunk (the same 494M) in bf16, alive until pad() has run.
+  const int64_t gathered = live(d.program, "scoring (step 1", "parameters gathered", true);
+  CHECK(gathered >= 2 * 2 * int64_t{490'000'000});
+  // One accelerator.prepare of the wrapper: one DeepSpeed engine, whose reduce bucket is the policy builder's.
+  int64_t buckets = 0, value_buckets = 0;
+  for (const Tensor& t : d.program.tensors) {
+    const std::string& label = d.program.labels[t.label];
+    if (label.find("reduce bucket") == std::string::npos) continue;
+    ++buckets;
+    value_buckets += label.rfind("value model: ", 0) == 0;
+  }
+  CHECK(buckets == 1);
+  CHECK(value_buckets == 0);
+}
+
+TEST_CASE("PPO generates 64 queries at a time: a batch of 65 replays a full chunk and the one left over") {
+  auto generation_peak = [](int64_t rows) {
+    Config c = ppo_config();
+    c.training.micro_batch_size = rows;
+    c.training.gradient_accumulation_steps = 1;
+    c.training.sequence_length = 256 + 64;
+    c.training.completion_length = 64;
+    const DeviceResult d = simulate_valid(c);
+    return live(d.program, "scoring (step 2", "", true);
+  };
+  CHECK(generation_peak(65) > generation_peak(64));
+  CHECK(generation_peak(129) > generation_peak(128));
 }
