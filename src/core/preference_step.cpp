@@ -88,7 +88,9 @@ void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
       // trl/trainer/utils.py selective_log_softmax: fp32 rows go through logsumexp ((row - max).exp_() one row at a
       // time); 16-bit rows each get a log_softmax, saved, one (sequence x vocabulary) block per row.
       if (el == 4) drop(tmp(mul(4, row), pref_labels_.row_tmp, post));
-      else for (int64_t r = 0; r < dims_.b; ++r) saved.push_back(act(mul(el, row), pref_labels_.logps, post));
+      else
+        for (int64_t k = 0, blocks = std::min(dims_.b, kMaxLogpsRows); k < blocks; ++k)
+          saved.push_back(act(mul(el, logps_rows(k, blocks, dims_.b), row), pref_labels_.logps, post));
       break;
   }
   // KTO 0.8-0.9: forward() takes the KL batch's log-probabilities after the batch's, the batch's graph alive.
@@ -340,9 +342,11 @@ uint32_t StepBuilder::preference_loss_backward(std::vector<uint32_t>& saved) {
     // Each row's gather and log_softmax backward make a row's gradient; the loop's unbind stacks them into one.
     std::vector<uint32_t> rows;
     const int64_t row = mul(dims_.s, dims_.V);
-    for (int64_t r = 0; r < dims_.b; ++r) {
-      uint32_t g1 = tmp(mul(el, row), labels_.loss_grad, post);
-      rows.push_back(tmp(mul(el, row), labels_.loss_grad, post));
+    const int64_t blocks = std::min(dims_.b, kMaxLogpsRows);
+    for (int64_t k = blocks - 1; k >= 0; --k) {  // release_saved takes the latest: the blocks in reverse
+      const int64_t n = logps_rows(k, blocks, dims_.b);
+      uint32_t g1 = tmp(mul(el, n, row), labels_.loss_grad, post);
+      rows.push_back(tmp(mul(el, n, row), labels_.loss_grad, post));
       drop(g1);
       release_saved(saved, pref_labels_.logps);
     }

@@ -11,10 +11,6 @@
 namespace memsim {
 
 namespace {
-// selective_log_softmax of 16-bit logits runs a row at a time, each row's log_softmax saved: past this many rows the
-// last replayed one stands for the rest (one tensor of their rows), so a huge micro-batch stays a bounded number of
-// events.
-constexpr int64_t kMaxLogpsRows = 64;
 // Decoding replays at most this many KV-cache growths per layer and generation: past it, each replayed token stands
 // for several (the cache grows by their sum), so a long completion stays a bounded number of events.
 constexpr int64_t kMaxDecodeSteps = 256;
@@ -367,8 +363,7 @@ void StepBuilder::grpo_loss_forward(std::vector<uint32_t>& saved) {
   } else {
     const int64_t blocks = std::min(dims_.b, kMaxLogpsRows);
     for (int64_t k = 0; k < blocks; ++k) {
-      const int64_t rows = k + 1 < blocks ? 1 : dims_.b - (blocks - 1);
-      saved.push_back(act(mul(e, rows, C, dims_.V), rollout_labels_.logps, post));
+      saved.push_back(act(mul(e, logps_rows(k, blocks, dims_.b), C, dims_.V), rollout_labels_.logps, post));
     }
   }
   // entropy_from_logits (trl/trainer/utils.py, grpo.md A.5): a chunk's log_softmax, its exp and their product.
@@ -396,7 +391,7 @@ uint32_t StepBuilder::grpo_loss_backward(std::vector<uint32_t>& saved) {
     std::vector<uint32_t> rows;
     const int64_t blocks = std::min(dims_.b, kMaxLogpsRows);
     for (int64_t k = blocks - 1; k >= 0; --k) {  // release_saved takes the latest: the rows in reverse
-      const int64_t n = k + 1 < blocks ? 1 : dims_.b - (blocks - 1);
+      const int64_t n = logps_rows(k, blocks, dims_.b);
       uint32_t g1 = tmp(mul(e, n, C, dims_.V), labels_.loss_grad, post);
       rows.push_back(tmp(mul(e, n, C, dims_.V), labels_.loss_grad, post));
       drop(g1);

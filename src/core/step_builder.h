@@ -25,6 +25,12 @@
 
 namespace memsim {
 
+// selective_log_softmax of 16-bit logits runs a row at a time, each row's log_softmax saved (TRL's GRPO, PPO and DPO
+// losses): past this many rows the last replayed block stands for the rest (one tensor of their rows), so that a huge
+// micro-batch stays a bounded number of events. logps_rows(k, blocks, b): the rows of block k.
+constexpr int64_t kMaxLogpsRows = 64;
+inline int64_t logps_rows(int64_t k, int64_t blocks, int64_t b) { return k + 1 < blocks ? 1 : b - (blocks - 1); }
+
 // What one parameter tensor costs (model_states.cpp), for the step's files. `dt`: the dtypes resolved beside the
 // recipe (ShardPlan::dtypes).
 int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, const ParamDtypes& dt);
