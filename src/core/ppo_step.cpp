@@ -59,14 +59,20 @@ void StepBuilder::CriticDeleter::operator()(Critic* c) const { delete c; }
 StepBuilder::~StepBuilder() = default;
 
 namespace {
-constexpr const char* kValueModel = "value model: ";
-}
+// The value model's builder names its tensors and phases "value model: ..." while it writes into the policy's program.
+struct ValueModelNames {
+  StepProgram& program;
+  explicit ValueModelNames(StepProgram& p) : program(p) { program.label_prefix = "value model: "; }
+  ~ValueModelNames() { program.label_prefix.clear(); }
+  ValueModelNames(const ValueModelNames&) = delete;
+  ValueModelNames& operator=(const ValueModelNames&) = delete;
+};
+}  // namespace
 
 void StepBuilder::critic_setup() {
-  program_.label_prefix = kValueModel;
+  const ValueModelNames names(program_);
   critic_.reset(new Critic(cfg_, ctx_));
   critic_->builder = std::make_unique<StepBuilder>(critic_->ctx, &program_);
-  program_.label_prefix.clear();
 }
 
 void StepBuilder::ppo_labels() {
@@ -74,7 +80,6 @@ void StepBuilder::ppo_labels() {
   auto& p = program_;
   ppo_labels_.scores = p.label("generation scores (output_scores: each token's fp32 scores, then their stack)");
   ppo_labels_.logitss = p.label("logitss: the generation's fp32 scores, padded (kept through the update)");
-  ppo_labels_.hidden = p.label("hidden states returned (output_hidden_states)");
   ppo_labels_.values = p.label("value or reward head output");
   ppo_labels_.prob_dist = p.label("entropy: softmax of the logits (prob_dist, kept to the next micro-batch)");
   ppo_labels_.entropy = p.label("entropy: logsumexp and prob_dist * logits (transient)");
@@ -82,24 +87,22 @@ void StepBuilder::ppo_labels() {
 
 // Its weights (and DDP's bucket: the wrapper is one DDP module), loaded before the trainer wraps both.
 void StepBuilder::critic_prologue() {
-  program_.label_prefix = kValueModel;
+  const ValueModelNames names(program_);
   critic_->builder->alloc_weights();
   critic_->builder->alloc_grad_bucket();
-  program_.label_prefix.clear();
 }
 
 // PolicyAndValueWrapper.forward: critic_backbone(**kwargs) first, then the policy (P:91-94).
 void StepBuilder::critic_forward(const std::string& phase) {
   Critic& c = *critic_;
   StepBuilder& b = *c.builder;
-  program_.label_prefix = kValueModel;
+  const ValueModelNames names(program_);
   InFlight& f = c.flights.emplace_back();
   f.first = 0, f.end = b.shape_.num_layers, f.pre = true, f.post = false, f.owns_inputs = true;
   b.iter_ = iter_;
   b.mb_in_step_ = mb_in_step_;
   b.bucket_views_ = bucket_views_;  // one DDP over both models (step() sets it for the policy's)
   b.forward_mb(f, phase);
-  program_.label_prefix.clear();
 }
 
 // After the policy's backward: the loss reaches the value head through vf_loss, whose nodes were made after the
@@ -108,24 +111,21 @@ void StepBuilder::critic_forward(const std::string& phase) {
 void StepBuilder::critic_backward(const std::string& phase) {
   Critic& c = *critic_;
   StepBuilder& b = *c.builder;
-  program_.label_prefix = kValueModel;
+  const ValueModelNames names(program_);
   b.last_backward_ = last_backward_;
   b.bucket_views_ = bucket_views_;
   b.backward_mb(c.flights[c.next_backward++], phase);
   if (c.next_backward == c.flights.size()) c.flights.clear(), c.next_backward = 0;
-  program_.label_prefix.clear();
 }
 
 void StepBuilder::critic_optimizer_step(int iter) {
-  program_.label_prefix = kValueModel;
+  const ValueModelNames names(program_);
   critic_->builder->optimizer_step(iter);
-  program_.label_prefix.clear();
 }
 
 void StepBuilder::critic_release_grads() {
-  program_.label_prefix = kValueModel;
+  const ValueModelNames names(program_);
   critic_->builder->release_grads();
-  program_.label_prefix.clear();
 }
 
 // One update's rollout (P:420-490): batch_generation over local_rollout_forward_batch_size queries at a time (U:1367)

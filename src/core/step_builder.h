@@ -589,7 +589,7 @@ class StepBuilder {
   void ppo_entropy();
   void ppo_end_of_minibatch();
   struct PpoLabels {
-    uint32_t scores = UINT32_MAX, logitss, hidden, values, prob_dist, entropy;
+    uint32_t scores = UINT32_MAX, logitss, values, prob_dist, entropy;
   };
   PpoLabels ppo_labels_;
   void ppo_labels();
