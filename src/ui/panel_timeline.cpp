@@ -341,21 +341,27 @@ void draw_timeline_panel(const Result& r, Unit unit, uint64_t version, bool ever
     const float y = y_of(d.usable_bytes);
     dl->AddLine(ImVec2(p0.x, y), ImVec2(p0.x + width, y), IM_COL32(255, 220, 80, 200), 1.5f);
   }
+  ImVec2 device_at, device_size;  // the nvidia-smi label's place, which the allocated peak's label keeps clear of
   {
     const float y = y_of(d.peak.device_bytes);
     dl->AddLine(ImVec2(p0.x, y), ImVec2(p0.x + width, y), IM_COL32(235, 235, 235, 170), 1.0f);
     const std::string text = "nvidia-smi peak " + bytes_text(d.peak.device_bytes, unit) + " (the verdict's)";
-    const float w = ImGui::CalcTextSize(text.c_str()).x;
+    device_size = ImGui::CalcTextSize(text.c_str());
     // Under the line, at the right: the phase names run along the top.
-    dl->AddText(ImVec2(std::max(p0.x + 3, p0.x + width - w - 4), y + 2), IM_COL32(235, 235, 235, 230), text.c_str());
+    device_at = ImVec2(std::max(p0.x + 3, p0.x + width - device_size.x - 4), y + 2);
+    dl->AddText(device_at, IM_COL32(235, 235, 235, 230), text.c_str());
   }
   const ImVec2 peak(x_of(d.peak_event), y_of(d.peak.allocated_bytes));
   dl->AddCircleFilled(peak, 4.0f, IM_COL32(255, 90, 90, 255));
   {
     const std::string text = "allocated peak " + bytes_text(d.peak.allocated_bytes, unit);
-    const float w = ImGui::CalcTextSize(text.c_str()).x;
-    dl->AddText(ImVec2(std::max(p0.x + 3, std::min(peak.x + 6, p0.x + width - w - 4)), peak.y - 2), IM_COL32(255, 120, 120, 255),
-                text.c_str());
+    const ImVec2 size = ImGui::CalcTextSize(text.c_str());
+    ImVec2 at(std::max(p0.x + 3, std::min(peak.x + 6, p0.x + width - size.x - 4)), peak.y - 2);
+    // The two peaks are often a few pixels apart: where the labels would overlap, this one goes under the other.
+    const bool overlap = at.x < device_at.x + device_size.x && device_at.x < at.x + size.x && at.y < device_at.y + device_size.y &&
+                         device_at.y < at.y + size.y;
+    if (overlap) at.y = device_at.y + device_size.y + 1;
+    dl->AddText(at, IM_COL32(255, 120, 120, 255), text.c_str());
   }
 
   if (focused) draw_focus_frame(p0.x, p0.y, p0.x + width, p0.y + height);
