@@ -185,6 +185,7 @@ def _lm_parts(plan, meas):
     harness = {k: plan[k] for k in ("hf_config", "attn_implementation", "param_dtype", "autocast_dtype",
                                      "grad_scaler", "optimizer", "checkpointing", "loss", "peft",
                                      "holds_outputs", "param_groups")}
+    harness["objective"] = plan.get("objective")
     return model, training, harness
 
 
@@ -508,6 +509,29 @@ def _make_optimizer(plan, params, torch):
         raise HarnessError("training.optimizer_impl", f"{o['class']}({o['kwargs']}) failed: {e}") from None
 
 
+def _lora_config(peft_lib, peft_plan, task_type):
+    """The plan's LoraConfig (the policy's; PPO's value model takes the same with task_type SEQ_CLS)."""
+    return peft_lib.LoraConfig(r=peft_plan["r"], lora_alpha=peft_plan["lora_alpha"],
+                               lora_dropout=peft_plan["lora_dropout"], target_modules=peft_plan["target_modules"],
+                               use_dora=peft_plan["use_dora"], modules_to_save=peft_plan["modules_to_save"] or None,
+                               bias="none", task_type=task_type)
+
+
+def _get_peft_model(peft_lib, model, lcfg):
+    try:
+        return peft_lib.get_peft_model(model, lcfg, autocast_adapter_dtype=False)
+    except TypeError:
+        return peft_lib.get_peft_model(model, lcfg)
+
+
+def _cast_adapters(model, peft_plan, torch):
+    """Every trainable adapter parameter in the plan's adapter_dtype."""
+    adt = getattr(torch, peft_plan["adapter_dtype"])
+    for n, p in model.named_parameters():
+        if p.requires_grad and "lora_" in n and p.dtype != adt:
+            p.data = p.data.to(adt)
+
+
 def selective_log_softmax(logits, index, torch):
     """TRL's trl/trainer/utils.py selective_log_softmax (v0.15 onwards), copied: fp32 rows through logsumexp, 16-bit
     rows through a log_softmax each."""
@@ -684,6 +708,306 @@ def _grpo_loss_fn(plan, model, torch):
             loss = loss + 0.04 * (torch.exp(ref_logps - logps) - (ref_logps - logps) - 1)
         return loss.mean(), None
     return f
+
+
+# PPO: TRL's PPOTrainer (huggingface/trl trl/trainer/ppo_trainer.py v0.12-v0.25, trl/experimental/ppo/ppo_trainer.py
+# from v0.26; its helpers forward, get_reward, generate, batch_generation and pad in trl/trainer/utils.py up to
+# v0.25). docs/research/ppo.md says what it keeps on the GPU; memsim models it in src/core/ppo_step.cpp.
+
+# The pad id the rows are masked against: no token id, so every position is attended to, as in TRL's runs whose
+# responses hold no pad token (without a stop token nothing is truncated). A real id would mask the odd position the
+# model happens to sample it at, and with it change what the attention kernels are given.
+PPO_PAD = -1
+
+
+def _disable_dropout(module, torch):
+    """TRL's disable_dropout_in_model, which PPOTrainer applies to the policy (after PEFT), the reference, the value and
+    the reward model: every nn.Dropout's p set to 0 (torch's dropout of p 0 returns its input and keeps no mask)."""
+    for m in module.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+
+
+def _ppo_inputs(query_responses, torch):
+    """The inputs TRL's forward() and get_reward() build: a mask of the non-pad tokens, position ids from it (an
+    exclusive cumsum), the pad tokens zeroed."""
+    attention_mask = query_responses != PPO_PAD
+    position_ids = attention_mask.cumsum(1) - attention_mask.long()
+    input_ids = torch.masked_fill(query_responses, ~attention_mask, 0)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+
+
+def _ppo_forward(model, query_responses, torch):
+    """TRL's forward(): the output with every hidden state and the logits of every position (use_cache is left to the
+    model's config, false in the harness)."""
+    return model(**_ppo_inputs(query_responses, torch), return_dict=True, output_hidden_states=True)
+
+
+def _ppo_get_reward(part, query_responses, torch):
+    """TRL's get_reward(): the sequence classifier's backbone (getattr(model, base_model_prefix)) with every hidden
+    state and use_cache false, its score head on the last one: a value per position. The backbone's output, and with
+    it the hidden states, goes when this returns."""
+    output = part["backbone"](**_ppo_inputs(query_responses, torch), return_dict=True, output_hidden_states=True,
+                              use_cache=False)
+    return part["score"](output.hidden_states[-1])
+
+
+def _outputs_to_fp32(out, torch):
+    """accelerate's convert_outputs_to_fp32 (operations.py recursively_apply) on what the prepared model returns: every
+    fp16/bf16 tensor as an fp32 copy, tuples (the hidden states) and ModelOutputs rebuilt around them."""
+    if isinstance(out, torch.Tensor):
+        return out.float() if out.dtype in (torch.float16, torch.bfloat16) else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_outputs_to_fp32(x, torch) for x in out)
+    if hasattr(out, "items"):  # a transformers ModelOutput (an OrderedDict of the fields that are set)
+        return type(out)(**{k: _outputs_to_fp32(v, torch) for k, v in out.items()})
+    return out
+
+
+def _ppo_generate(model, queries, completion, temperature, torch):
+    """TRL's generate(): model.generate with return_dict_in_generate and output_scores, then torch.stack of the
+    processed fp32 scores of every generated token, (rows, completion, vocab). generate's output, which holds those
+    scores and the KV cache, goes when this returns."""
+    context_length = queries.shape[1]
+    attention_mask = queries != PPO_PAD
+    input_ids = torch.masked_fill(queries, ~attention_mask, 0)
+    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, return_dict_in_generate=True,
+                            output_scores=True, do_sample=True, max_new_tokens=completion, min_new_tokens=completion,
+                            temperature=temperature, top_k=0, top_p=1.0, use_cache=True, pad_token_id=0,
+                            eos_token_id=None)
+    logits = torch.stack(output.scores, 1)
+    return torch.cat((queries, output.sequences[:, context_length:]), dim=1), logits
+
+
+def _ppo_pad(tensors, padding_value, torch):
+    """TRL's pad() (padding_side right): one new tensor of (chunks, the largest chunk's shape) the chunks are copied
+    into."""
+    shape = [max(t.shape[d] for t in tensors) for d in range(tensors[0].dim())]
+    output = torch.full((len(tensors), *shape), padding_value, dtype=tensors[0].dtype, device=tensors[0].device)
+    for i, t in enumerate(tensors):
+        output[i][tuple(slice(0, n) for n in t.shape)] = t
+    return output
+
+
+def _ppo_batch_generation(model, queries, chunk_rows, completion, temperature, torch):
+    """TRL's batch_generation(): generate() over local_rollout_forward_batch_size queries at a time, each chunk's
+    stacked scores kept, then both lists padded into one tensor each (the chunks alive with the copy) and viewed as
+    rows."""
+    query_responses, logitss = [], []
+    rows = queries.shape[0]
+    for i in range(0, rows, chunk_rows):
+        query_response, logits = _ppo_generate(model, queries[i:i + chunk_rows], completion, temperature, torch)
+        query_responses.append(query_response)
+        logitss.append(logits)
+    padded_query_responses = _ppo_pad(query_responses, PPO_PAD, torch)
+    padded_logitss = _ppo_pad(logitss, 0, torch)
+    padded_query_responses = padded_query_responses.view(-1, padded_query_responses.shape[-1])[:rows]
+    padded_logitss = padded_logitss.view(-1, *padded_logitss.shape[2:])[:rows]
+    return padded_query_responses, padded_logitss
+
+
+def ppo_rollout(plan, model, ref_model, critic, state, torch, dev):
+    """An update's rollout as PPOTrainer.train() runs it, all under no_grad and outside accelerate's autocast (which
+    wraps only the prepared PolicyAndValueWrapper's forward; generate runs on unwrapped_model.policy, the reference is
+    moved to the device unprepared, get_reward takes the unwrapped value model): batch_generation with gradient
+    checkpointing off around it (unwrap_model_for_generation, TRL 0.22+), its padded scores rebinding `logitss` (in
+    `state`: the last update's go only now, and these stay until the next update's generation returns); then chunk by
+    chunk selective_log_softmax of the scores, the reference's forward with every hidden state (logits sliced to the
+    response, divided by the temperature in place, selective_log_softmax, deleted), get_reward of the value model and
+    of the reward model, empty_cache after the scores and after the reference; the rewards, GAE and whitening are
+    (rows, completion) tensors, which random advantages stand for. Returns the rollout's tensors by name."""
+    import gc
+    obj = plan["objective"]
+    V = plan["effective_model"]["vocab_size"]
+    rows, chunk = obj["generation_rows"], obj["chunk_rows"]
+    P, C = obj["prompt_length"], obj["completion_length"]
+    temperature = obj["temperature"] + 1e-7
+    with torch.no_grad():
+        queries = torch.randint(0, V, (rows, P), device=dev)
+        was_ckpt = getattr(model, "is_gradient_checkpointing", False)
+        if was_ckpt:
+            model.gradient_checkpointing_disable()
+        query_responses, logitss = _ppo_batch_generation(model, queries, chunk, C, temperature, torch)
+        state["logitss"] = logitss  # `query_responses, logitss = batch_generation(...)`: the name rebinds
+        if was_ckpt:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        responses, logprobs, ref_logprobs, values, scores = [], [], [], [], []
+        for i in range(0, rows, chunk):
+            query = queries[i:i + chunk]
+            query_response = query_responses[i:i + chunk]
+            response = query_response[:, P:]
+            logits = logitss[i:i + chunk]
+            logprob = selective_log_softmax(logits, response, torch)
+            del logits
+            torch.cuda.empty_cache()
+            with _reference_context(model, obj):  # null_ref_context: the policy with its adapters off
+                ref_output = _ppo_forward(ref_model or model, query_response, torch)
+            ref_logits = ref_output.logits[:, P - 1:-1]
+            ref_logits /= temperature
+            ref_logprob = selective_log_softmax(ref_logits, response, torch)
+            del ref_output, ref_logits
+            torch.cuda.empty_cache()
+            postprocessed_query_response = torch.cat((query, response), 1)  # no stop token: nothing truncated
+            full_value = _ppo_get_reward(critic["value"], query_response, torch)
+            value = full_value[:, P - 1:-1].squeeze(-1)
+            score = _ppo_get_reward(critic["reward"], postprocessed_query_response, torch)[:, -1].squeeze(-1)
+            responses.append(response)
+            logprobs.append(logprob)
+            ref_logprobs.append(ref_logprob)
+            values.append(value)
+            scores.append(score)
+        responses = torch.cat(responses, 0)
+        logprobs = torch.cat(logprobs, 0)
+        ref_logprobs = torch.cat(ref_logprobs, 0)
+        values = torch.cat(values, 0)
+        scores = torch.cat(scores, 0)
+        del logprob, ref_logprob, full_value, value, score
+        torch.cuda.empty_cache()
+        gc.collect()
+        advantages = torch.randn(rows, C, device=dev)  # rewards, GAE and whitening: (rows, completion) tensors
+        returns = advantages + values
+        torch.cuda.empty_cache()
+    return {"query_responses": query_responses, "responses": responses, "logprobs": logprobs,
+            "ref_logprobs": ref_logprobs, "values": values, "returns": returns, "advantages": advantages,
+            "scores": scores}
+
+
+def _ppo_loss_fn(plan, model, critic, torch, ctx, held):
+    """One micro-batch of PPOTrainer's training loop up to its loss: forward(model, ...) of the prepared
+    PolicyAndValueWrapper (the value model's backbone with every hidden state and its score head, then the policy's
+    forward with every hidden state and the logits of every position) under accelerate's autocast, its outputs
+    converted to fp32; logits[:, P-1:-1] divided by the temperature in place, selective_log_softmax, the clipped
+    policy loss and vf_coef x the clipped value loss. `output`, `vpred_temp` and `logits` go into `held`, the loop's
+    locals: the previous micro-batch's are freed only as the names rebind."""
+    obj = plan["objective"]
+    P = obj["prompt_length"]
+    temperature = obj["temperature"] + 1e-7
+    clip, clip_value = obj["cliprange"], obj["cliprange_value"]
+
+    def f(mb):
+        kwargs = _ppo_inputs(mb["query_responses"], torch)
+        with ctx():  # PolicyAndValueWrapper.forward
+            critic_output = critic["value"]["backbone"](**kwargs, return_dict=True, output_hidden_states=True)
+            vpred_temp = critic["value"]["score"](critic_output.hidden_states[-1])
+            output = model(**kwargs, return_dict=True, output_hidden_states=True)
+            del critic_output  # forward's local, alive through the policy's forward
+        if obj["logits_fp32"]:  # accelerate's convert_outputs_to_fp32 on the wrapper's (output, logits)
+            output, vpred_temp = _outputs_to_fp32(output, torch), _outputs_to_fp32(vpred_temp, torch)
+        held["output"], held["vpred_temp"] = output, vpred_temp  # `output, vpred_temp = forward(model, ...)`
+        del output, vpred_temp
+        logits = held["output"].logits[:, P - 1:-1]
+        logits /= temperature
+        held["logits"] = logits
+        new_logprobs = selective_log_softmax(logits, mb["responses"], torch)
+        vpred = held["vpred_temp"][:, P - 1:-1].squeeze(-1)
+        vpredclipped = torch.clamp(vpred, mb["values"] - clip_value, mb["values"] + clip_value)
+        vf_losses1 = torch.square(vpred - mb["returns"])
+        vf_losses2 = torch.square(vpredclipped - mb["returns"])
+        vf_loss = 0.5 * torch.max(vf_losses1, vf_losses2).mean()
+        ratio = torch.exp(new_logprobs - mb["logprobs"])
+        pg_losses = -mb["advantages"] * ratio
+        pg_losses2 = -mb["advantages"] * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
+        pg_loss = torch.max(pg_losses, pg_losses2).mean()
+        return pg_loss + obj["vf_coef"] * vf_loss
+    return f
+
+
+def _ppo_entropy(held, torch):
+    """The entropy PPOTrainer logs after each micro-batch's backward (at the last one after optimizer.step() and
+    zero_grad()), under no_grad and outside autocast: prob_dist = softmax(logits) (which replaces the previous
+    micro-batch's as the name rebinds), then logsumexp(logits) - sum(prob_dist * logits)."""
+    with torch.no_grad():
+        logits = held["logits"]
+        held["prob_dist"] = torch.nn.functional.softmax(logits, dim=-1)
+        held["entropy"] = torch.logsumexp(logits, dim=-1) - torch.sum(held["prob_dist"] * logits, dim=-1)
+
+
+def ppo_update(plan, model, ref_model, critic, state, opt, scaler, ctx, torch, dev):
+    """One update of PPOTrainer.train() per harness step (num_mini_batches 1): the rollout, then num_ppo_epochs
+    passes over a fresh permutation of its rows in gradient_accumulation_steps micro-batches of micro_batch_size
+    under accelerator.accumulate: accelerator.backward divides the loss by the accumulation steps, optimizer.step()
+    and zero_grad() take effect at the last micro-batch, the entropy follows; the micro-batch's locals (`output`,
+    `logits`, `prob_dist`, ...) live until the next one rebinds them, and at the end of each pass the loop deletes them
+    and empties the cache. At the end of the update the rollout's tensors go, with empty_cache and gc.collect
+    (logitss, in `state`, stays until the next update's generation). Returns the losses."""
+    import contextlib
+    import gc
+    obj = plan["objective"]
+    b = plan["batch"]
+    B, gas = b["micro_batch_size"], b["gradient_accumulation_steps"]
+    with ctx() if obj["rollout_autocast"] else contextlib.nullcontext():  # outside accelerate's autocast (the plan)
+        rollout = ppo_rollout(plan, model, ref_model, critic, state, torch, dev)
+    held = {}
+    loss_fn = _ppo_loss_fn(plan, model, critic, torch, ctx, held)
+    losses = []
+    for _ in range(obj["num_ppo_epochs"]):
+        b_inds = torch.randperm(obj["generation_rows"])
+        for k in range(gas):
+            inds = b_inds[k * B:(k + 1) * B].to(dev)
+            held["mb"] = {name: rollout[name][inds] for name in ("advantages", "responses", "query_responses",
+                                                                 "logprobs", "returns", "values")}
+            loss = loss_fn(held["mb"]) / gas
+            (scaler.scale(loss) if scaler else loss).backward()
+            losses.append(float(loss.detach()) * gas)
+            if k == gas - 1:
+                if scaler:
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    opt.step()
+                opt.zero_grad(set_to_none=plan["zero_grad_set_to_none"])
+            _ppo_entropy(held, torch)
+            held["loss"] = loss
+            del loss
+        held.clear()  # `del (output, vpred_temp, logits, ..., prob_dist, entropy, ...)`
+        torch.cuda.empty_cache()
+    del rollout
+    torch.cuda.empty_cache()
+    gc.collect()
+    return losses
+
+
+def ppo_models(plan, transformers, torch, dev, kwargs, diag):
+    """PPOTrainer's value and reward models: the policy's architecture as AutoModelForSequenceClassification
+    (num_labels 1, random weights), built on the GPU in the policy's dtype, as TRL's examples load them. The value
+    model trains, in full as PPOTrainer has it or with the policy's LoRA config (task_type SEQ_CLS) where
+    training.value_model is peft, as ms-swift prepares it, and is never checkpointed; the reward model is frozen, in
+    eval mode. Each part is its backbone (getattr(model, base_model_prefix), what PolicyAndValueWrapper and
+    get_reward call) and its score head; "params" are the value model's trainable parameters."""
+    obj = plan["objective"]
+    cfg = transformers.AutoConfig.for_model(plan["model_type"], num_labels=1, **plan["hf_config"])
+    parts = {}
+    for name in ("value", "reward"):
+        field = f"training.{name}_model"
+        with torch.device(dev):
+            m = transformers.AutoModelForSequenceClassification.from_config(cfg, **kwargs)
+        n = sum(p.numel() for p in m.parameters())
+        if n != obj["score_model_params"]:
+            raise HarnessError(field, f"transformers {transformers.__version__} built {n} parameters for the {name} "
+                               f"model, the policy's shape as a sequence classifier has {obj['score_model_params']}")
+        m.config.use_cache = False
+        base = m
+        if name == "reward":
+            m.eval()
+            m.requires_grad_(False)
+        elif obj["value_model"] == "peft":
+            import peft as peft_lib
+            m = _get_peft_model(peft_lib, m, _lora_config(peft_lib, plan["peft"], "SEQ_CLS"))
+            _cast_adapters(m, plan["peft"], torch)
+            adapters = sum(p.numel() for n_, p in m.named_parameters() if "lora_" in n_)
+            if adapters != plan["expected_adapter_params"]:
+                raise HarnessError(field, f"PEFT added {adapters} adapter parameters to the value model, the "
+                                   f"policy's targets have {plan['expected_adapter_params']}")
+            base = m.get_base_model()
+            m.train()
+        else:
+            m.train()
+        _disable_dropout(m, torch)
+        parts[name] = {"model": m, "backbone": getattr(base, base.base_model_prefix), "score": base.score}
+        diag.setdefault("ppo_models", {})[name] = {
+            "params": n, "trainable": sum(p.numel() for p in m.parameters() if p.requires_grad)}
+    parts["params"] = [p for p in parts["value"]["model"].parameters() if p.requires_grad]
+    return parts
 
 
 def _loss_fn(plan, model, base, torch, ref_model=None):
@@ -904,18 +1228,8 @@ def run_plan(plan, config, probe=None):
                     cast += 1
             if cast:
                 notes.append(f"prepare_kbit: {cast} parameters left in 16 bits by peft were cast to fp32")
-        lcfg = peft_lib.LoraConfig(r=peft_plan["r"], lora_alpha=peft_plan["lora_alpha"],
-                                   lora_dropout=peft_plan["lora_dropout"], target_modules=peft_plan["target_modules"],
-                                   use_dora=peft_plan["use_dora"], modules_to_save=peft_plan["modules_to_save"] or None,
-                                   bias="none", task_type="CAUSAL_LM")
-        try:
-            model = peft_lib.get_peft_model(model, lcfg, autocast_adapter_dtype=False)
-        except TypeError:
-            model = peft_lib.get_peft_model(model, lcfg)
-        adt = getattr(torch, peft_plan["adapter_dtype"])
-        for n, p in model.named_parameters():
-            if p.requires_grad and "lora_" in n and p.dtype != adt:
-                p.data = p.data.to(adt)
+        model = _get_peft_model(peft_lib, model, _lora_config(peft_lib, peft_plan, "CAUSAL_LM"))
+        _cast_adapters(model, peft_plan, torch)
         base = model.get_base_model()
         adapters = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
         if adapters != plan["expected_adapter_params"]:
@@ -923,12 +1237,21 @@ def run_plan(plan, config, probe=None):
                                f"has {plan['expected_adapter_params']}: the targets do not match")
         mark("peft")
     model.train()
+    # PPO: the value and reward models beside the policy, dropout off in every model (ppo_models)
+    ppo = bool(plan.get("objective")) and plan["objective"]["kind"] == "ppo"
+    critic = None
+    if ppo:
+        critic = ppo_models(plan, transformers, torch, dev, kwargs, diag)
+        for m_ in (model, ref_model):
+            if m_ is not None:
+                _disable_dropout(m_, torch)
+        mark("value and reward models")
     params = [p for p in model.parameters() if p.requires_grad]
     params_trainable = sum(p.numel() for p in params)
     diag["trainable_dtypes"] = sorted({str(p.dtype).replace("torch.", "") for p in params})
 
-    # --- optimizer
-    opt, per_param = _make_optimizer(plan, params, torch)
+    # --- optimizer (PPO: one over the policy's and the value model's parameters, as over PolicyAndValueWrapper)
+    opt, per_param = _make_optimizer(plan, params + (critic["params"] if critic else []), torch)
     set_to_none = plan["zero_grad_set_to_none"]
     if per_param:
         def hook(p):
@@ -950,7 +1273,7 @@ def run_plan(plan, config, probe=None):
         import contextlib
         return contextlib.nullcontext()
 
-    loss_fn = _loss_fn(plan, model, base, torch, ref_model)
+    loss_fn = None if ppo else _loss_fn(plan, model, base, torch, ref_model)
     grpo = bool(plan.get("objective")) and plan["objective"]["kind"] == "grpo"
     # DPO: a micro-batch of pairs is [chosen; rejected]; KTO's rows are unpaired
     pair_rows = 2 if plan.get("objective") and plan["objective"]["kind"] == "dpo" else 1
@@ -960,12 +1283,15 @@ def run_plan(plan, config, probe=None):
     V = plan["effective_model"]["vocab_size"]
     losses, step_seconds = [], []
     micro = 0
+    ppo_state = {}  # PPO: the last update's logitss, alive until the next update's generation returns
     for step in range(1, b["steps"] + 1):
         ts = time.time()
+        if ppo:  # one PPOTrainer update: its rollout, then num_ppo_epochs optimizer steps (ppo_update)
+            losses += ppo_update(plan, model, ref_model, critic, ppo_state, opt, scaler, ctx, torch, dev)
         if grpo:
             with ctx():
                 rollout_ids, rollout_ref = grpo_rollout(plan, model, ref_model, torch, dev)
-        for k in range(gas):
+        for k in range(0 if ppo else gas):
             if lengths:
                 S = lengths[micro % len(lengths)]
             micro += 1
@@ -983,7 +1309,7 @@ def run_plan(plan, config, probe=None):
             del loss, held, ids, labels
         if grpo:
             del rollout_ids, rollout_ref  # the generation batch goes with its step
-        if opt is not None:
+        if opt is not None and not ppo:
             if scaler:
                 scaler.step(opt)
                 scaler.update()

@@ -442,6 +442,89 @@ class GrpoTranslation(unittest.TestCase):
         self.assertIn("training.framework", refused(config(objective="grpo")))
 
 
+class PpoTranslation(unittest.TestCase):
+    """training.objective ppo: the recipe of PPOTrainer (calibrate.py ppo_rollout, _ppo_loss_fn, ppo_update)."""
+
+    LORA = {"method": "lora", "lora_rank": 8, "lora_alpha": 16.0, "target_modules": "q_proj,v_proj",
+            "adapter_dtype": "fp32"}
+
+    def ppo(self, peft=None, **training):
+        t = dict(framework="hf_trainer", objective="ppo", reward_model="same_as_policy", micro_batch_size=4,
+                 sequence_length=768, gradient_accumulation_steps=2, completion_length=256)
+        t.update(training)
+        c = config(**t)
+        if peft:
+            c["peft"] = dict(peft)
+        return c
+
+    def test_ppo_generates_the_updates_responses_and_scores_them(self):
+        plan = tr.translate(self.ppo())
+        o = plan["objective"]
+        self.assertEqual((o["kind"], o["reference"], o["value_model"], o["reward_model"]),
+                         ("ppo", "copy", "full", "same_as_policy"))
+        self.assertEqual((o["prompt_length"], o["completion_length"]), (512, 256))
+        self.assertEqual((o["generation_rows"], o["chunk_rows"], o["num_ppo_epochs"]), (8, 8, 1))
+        self.assertTrue(o["logits_fp32"])
+        self.assertFalse(o["rollout_autocast"])  # accelerate's autocast wraps only PolicyAndValueWrapper.forward
+        self.assertIn("PPOTrainer", o["how"])
+        self.assertIsNone(plan["batch"]["lengths"])
+        self.assertEqual(plan["expected_adapter_params"], 0)
+        json.dumps(plan)
+
+    def test_rollout_chunks_of_local_rollout_forward_batch_size(self):
+        o = tr.translate(self.ppo(micro_batch_size=16, gradient_accumulation_steps=8))["objective"]
+        self.assertEqual((o["generation_rows"], o["chunk_rows"]), (128, 64))
+        o = tr.translate(self.ppo(micro_batch_size=1, gradient_accumulation_steps=1))["objective"]
+        self.assertEqual((o["generation_rows"], o["chunk_rows"]), (1, 1))
+
+    def test_value_and_reward_models_are_the_policy_as_a_sequence_classifier(self):
+        # Llama-3.2-1B ties lm_head to the embeddings: the classifier drops nothing and adds a 2048 x 1 score head
+        o = tr.translate(self.ppo())["objective"]
+        self.assertEqual(o["score_model_params"], 1235814400 + 2048)
+        untied = self.ppo()
+        untied["model"]["tie_word_embeddings"] = False
+        plan = tr.translate(untied)
+        self.assertEqual(plan["objective"]["score_model_params"], plan["expected_params"] - 128256 * 2048 + 2048)
+
+    def test_peft_takes_the_adapters_off_and_value_model_peft_is_accepted(self):
+        o = tr.translate(self.ppo(peft=self.LORA))["objective"]
+        self.assertEqual((o["reference"], o["value_model"]), ("adapter_disabled", "full"))
+        o = tr.translate(self.ppo(peft=self.LORA, value_model="peft", reference_model="copy"))["objective"]
+        self.assertEqual((o["reference"], o["value_model"]), ("copy", "peft"))
+        o = tr.translate(self.ppo(num_iterations=4))["objective"]
+        self.assertEqual(o["num_ppo_epochs"], 4)
+
+    def test_ppo_refusals_name_their_fields(self):
+        quant = dict(self.LORA, base_quantization="nf4")
+        head = dict(self.LORA, target_modules="q_proj,lm_head")
+        varlen = self.ppo()
+        varlen["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "512,768"}
+        cases = [
+            ("training.framework", self.ppo(framework="hf_loop")),
+            ("training.generation_engine", self.ppo(generation_engine="vllm_colocate")),
+            ("training.generation_engine", self.ppo(generation_engine="vllm_server")),
+            ("training.reward_model", self.ppo(reward_model="none")),
+            ("training.reference_model", self.ppo(reference_model="none")),
+            ("training.reference_model", self.ppo(reference_model="precomputed")),
+            ("training.reference_model", self.ppo(reference_model="adapter_disabled")),  # no PEFT
+            ("training.value_model", self.ppo(value_model="peft")),  # no PEFT
+            ("training.value_model", self.ppo(value_model="frozen")),
+            ("training.value_model", self.ppo(peft=head, value_model="peft")),
+            ("training.zero_grad_at", self.ppo(zero_grad_at="before_backward")),
+            ("training.completion_length", self.ppo(completion_length=768)),
+            ("training.completion_length", self.ppo(completion_length=0)),
+            ("training.loss", self.ppo(loss="full_fp32")),
+            ("training.optimizer_in_backward", self.ppo(optimizer_in_backward=True, gradient_accumulation_steps=1)),
+            ("training.num_iterations", self.ppo(num_iterations=0)),
+            ("peft.base_quantization", self.ppo(peft=quant)),
+            ("data.lengths", varlen),
+        ]
+        for field, c in cases:
+            self.assertIn(field, refused(c), field)
+        self.assertEqual(refused(self.ppo()), [])
+        self.assertEqual(refused(self.ppo(peft=head)), [])  # lm_head adapters on the policy alone are reproduced
+
+
 class PeftTranslation(unittest.TestCase):
     def peft(self, **kw):
         p = {"method": "lora", "lora_rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.05,

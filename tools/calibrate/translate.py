@@ -722,6 +722,8 @@ def translate(item, steps=DEFAULT_STEPS):
     objective = None
     if t["objective"] == "grpo":
         objective = _grpo_objective(t, pf, fw, errors)
+    elif t["objective"] == "ppo":
+        objective = _ppo_objective(t, pf, fw, errors, eff)
     elif _choice(errors, "training.objective", t["objective"], OBJECTIVES) and t["objective"] != "sft":
         ref = t["reference_model"]
         if ref == "auto":
@@ -729,7 +731,8 @@ def translate(item, steps=DEFAULT_STEPS):
         kind = t["objective"]
         if kind not in ("dpo", "kto"):
             errors.append(("training.objective", f"{kind}: the harness reproduces DPO and KTO (TRL's "
-                           "DPOTrainer._compute_loss, KTOTrainer._compute_loss); orpo, simpo and ppo are not reproduced yet"))
+                           "DPOTrainer._compute_loss, KTOTrainer._compute_loss), GRPO and PPO; orpo and simpo are "
+                           "not reproduced yet"))
         if ref not in ("copy", "adapter_disabled", "precomputed"):
             errors.append(("training.reference_model", f"{ref}: {kind} needs copy, adapter_disabled or precomputed"))
         if kind == "kto" and t["micro_batch_size"] < 2:
@@ -955,6 +958,9 @@ def translate(item, steps=DEFAULT_STEPS):
     elif mode != "fixed":
         errors.append(("data.lengths", f"{mode}: the harness replays fixed shapes or listed micro-batch lengths "
                        "(micro_batches); a sample-length distribution is drawn by memsim"))
+    if t["objective"] == "ppo" and mode != "fixed":
+        errors.append(("data.lengths", f"{mode}: ppo generates every response at completion_length after prompts of "
+                       "sequence_length - completion_length tokens (memsim models no other): fixed"))
     for k in d:
         if k not in ("lengths", "micro_batch_lengths", "steps"):
             errors.append((f"data.{k}", "the harness reads data.lengths, data.micro_batch_lengths and data.steps"))
@@ -1097,6 +1103,104 @@ def _grpo_objective(t, pf, fw, errors):
         "how": "TRL GRPOTrainer (v1.9, use_vllm false): model.generate with a KV cache (gradient checkpointing off "
                "around it), the reference under no_grad in chunks of the micro-batch, then logits_to_keep = "
                "completion + 1, logits.div_(temperature), selective_log_softmax, the per-token loss",
+    }
+
+
+# PPOConfig.local_rollout_forward_batch_size (64): the rows generate() and the scoring passes take at a time
+# (memsim's kPpoRolloutChunkRows, src/core/rollout.h)
+PPO_ROLLOUT_CHUNK_ROWS = 64
+
+
+def expected_score_model_params(eff):
+    """Parameters of the policy's architecture as AutoModelForSequenceClassification with num_labels 1 (PPO's value
+    and reward models): the decoder and its final norm, no lm_head, a score head of hidden x 1 without bias."""
+    h, V = eff["hidden_size"], eff["vocab_size"]
+    return expected_params(eff) - (0 if eff["tie_word_embeddings"] else V * h) + h
+
+
+def _ppo_objective(t, pf, fw, errors, eff):
+    """PPO as TRL's PPOTrainer runs it (v0.12-v0.25 trl/trainer/ppo_trainer.py, v0.26+ trl/experimental/ppo;
+    docs/research/ppo.md), one update per harness step: model.generate of the update's micro_batch_size x
+    gradient_accumulation_steps responses, 64 at a time, keeping the fp32 scores of every token (logitss, held until
+    the next update's generation returns); each chunk scored under no_grad by the reference, the value model and the
+    reward model, every one with all its hidden states; then num_ppo_epochs (training.num_iterations) passes of
+    gradient_accumulation_steps micro-batches through the value model and the policy, one optimizer over both. The
+    reward model is a random one of the policy's shape (same_as_policy); no vLLM."""
+    peft_on = pf.get("method", "none") != "none"
+    ref = t["reference_model"]
+    if ref == "auto":
+        ref = "adapter_disabled" if peft_on else "copy"  # create_reference_model, or the adapters off (PEFT)
+    if ref not in ("copy", "adapter_disabled"):
+        errors.append(("training.reference_model", f"{ref}: ppo scores every rollout with a reference model "
+                       "(PPOTrainer raises without one): auto, copy or adapter_disabled"))
+    if ref == "adapter_disabled" and not peft_on:
+        errors.append(("training.reference_model", "adapter_disabled needs a PEFT method"))
+    if fw != "hf_trainer":
+        errors.append(("training.framework", f"{fw}: PPO runs TRL's PPOTrainer (accelerate, the HF Trainer's "
+                       "optimizer groups); set hf_trainer"))
+    if t["generation_engine"] != "hf_generate":
+        errors.append(("training.generation_engine", f"{t['generation_engine']}: PPOTrainer generates with the "
+                       "policy's model.generate only (it has no vLLM path): hf_generate"))
+    if t["reward_model"] != "same_as_policy":
+        errors.append(("training.reward_model", f"{t['reward_model']}: ppo scores with a reward model of the "
+                       "policy's shape, from which TRL initialises the value model: same_as_policy"))
+    vm = t["value_model"]
+    if vm not in ("full", "peft"):
+        errors.append(("training.value_model", f"must be one of: full, peft; got {vm!r}"))
+    elif vm == "peft" and not peft_on:
+        errors.append(("training.value_model", "peft puts the policy's PEFT method on the value model: set "
+                       "peft.method, or use full"))
+    elif vm == "peft":
+        targets = pf["target_modules"] if isinstance(pf["target_modules"], str) else ""
+        to_save = pf["modules_to_save"] if isinstance(pf["modules_to_save"], str) else ""
+        if "lm_head" in [x.strip() for x in (targets + "," + to_save).split(",")]:
+            errors.append(("training.value_model", "peft with lm_head among peft.target_modules or "
+                           "peft.modules_to_save: the value model has a score head instead; not reproduced"))
+    if pf.get("base_quantization", "none") != "none":
+        errors.append(("peft.base_quantization", f"{pf['base_quantization']} with ppo: the harness quantizes the "
+                       "policy only (the reward model and a peft value model would be quantized too); not reproduced"))
+    if t["loss"] != "auto":
+        errors.append(("training.loss", "with training.objective ppo the loss is TRL's log-probabilities: auto"))
+    if t["optimizer_in_backward"] is True:
+        errors.append(("training.optimizer_in_backward", "true: PPOTrainer steps one optimizer over the policy and "
+                       "the value model after the accumulated micro-batches: false"))
+    epochs = t["num_iterations"]
+    if not _is_int(epochs) or epochs < 1:
+        errors.append(("training.num_iterations", f"num_ppo_epochs: a positive integer; got {epochs!r}"))
+    c, s = t["completion_length"], t["sequence_length"]
+    if not _is_int(c) or not _is_int(s) or not 1 <= c < s:
+        errors.append(("training.completion_length", f"must be from 1 to below sequence_length ({s}); got {c!r}"))
+    b, gas = t["micro_batch_size"], t["gradient_accumulation_steps"]
+    rows = b * gas if _is_int(b) and _is_int(gas) else 0
+    return {
+        "kind": "ppo", "reference": ref, "value_model": vm, "reward_model": "same_as_policy",
+        "completion_length": c, "prompt_length": s - c if _is_int(c) and _is_int(s) else 0,
+        # local_batch_size = per_device_train_batch_size x gradient_accumulation_steps (num_mini_batches 1)
+        "generation_rows": rows,
+        "chunk_rows": min(rows, PPO_ROLLOUT_CHUNK_ROWS),
+        "num_ppo_epochs": epochs,
+        # PPOConfig's defaults; memory does not depend on them
+        "temperature": 0.7, "cliprange": 0.2, "cliprange_value": 0.2, "vf_coef": 0.1,
+        # accelerate's convert_outputs_to_fp32 on the PolicyAndValueWrapper's outputs under the Trainer's bf16/fp16
+        # (outside DeepSpeed): the training forward's logits, hidden states and values are fp32, as GRPO's logits
+        "logits_fp32": True,
+        # accelerate's autocast wraps only the prepared wrapper's forward: generate (unwrapped_model.policy), the
+        # reference (moved to the device, not prepared), the value and reward models' get_reward run without it
+        "rollout_autocast": False,
+        "score_model_params": expected_score_model_params(eff) if eff is not None else None,
+        "how": "TRL PPOTrainer (v0.12-v1.9, num_mini_batches 1): batch_generation in chunks of "
+               "local_rollout_forward_batch_size (64) with output_scores (the fp32 scores stacked per chunk, padded "
+               "into logitss, kept until the next update's generation returns) and a KV cache (gradient checkpointing "
+               "off around generate); per chunk under no_grad selective_log_softmax of the scores, the reference's "
+               "forward with output_hidden_states (logits of every position, sliced, divided by the temperature in "
+               "place, selective_log_softmax), get_reward of the value and the reward model (backbone with hidden "
+               "states, score head), empty_cache after the scores and the reference; then num_ppo_epochs passes of "
+               "gradient_accumulation_steps micro-batches: the value backbone and score head, the policy's forward "
+               "with hidden states (outputs converted to fp32), logits[:, P-1:-1] /= temperature, "
+               "selective_log_softmax, the clipped policy loss plus vf_coef x the clipped value loss, backward, the "
+               "optimizer step at the last micro-batch, then the entropy (softmax, logsumexp) under no_grad; "
+               "`output`, `logits` and `prob_dist` live to the next micro-batch, deleted with empty_cache after the "
+               "mini-batch. Dropout off in every model (disable_dropout_in_model); use_cache false on every model",
     }
 
 
