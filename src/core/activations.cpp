@@ -206,7 +206,7 @@ bool StepBuilder::linear_inputs(int32_t layer, std::initializer_list<const char*
       continue;
     }
     const int64_t ab = adapter_bytes();
-    if (peft.lora_dropout > 0) {
+    if (lora_dropout_on()) {
       saved.push_back(act(tw, labels_.lora_in, layer));  // dropout mask
       saved.push_back(act(mul(dims_.amp ? 2 : ab, tw), labels_.lora_in, layer));
     } else if (dims_.amp && !(low_precision_input && ab == 2)) {  // a 16-bit input into 16-bit adapters: no cast
@@ -264,7 +264,7 @@ void StepBuilder::dora_inputs(int32_t layer, const std::string& module, int64_t 
   const int64_t out = out_width(module);
   uint32_t w = tmp(mul(adapter_bytes(), width, out), labels_.lora_in, layer);
   drop(tmp(mul(adapter_bytes(), width, out), labels_.lora_in, layer));
-  if (cfg_.peft.lora_dropout > 0) {
+  if (cfg_.peft.lora_dropout > 0) {  // the module is nn.Dropout even at p 0 (PPO's disable_dropout): PEFT's path
     saved.push_back(act(mul(ab, width, out), labels_.lora_in, layer));   // the weight's cast, saved by F.linear
     saved.push_back(act(mul(ab, tokens, out), labels_.lora_in, layer));  // base_result
   } else {

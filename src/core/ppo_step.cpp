@@ -24,6 +24,7 @@ Config value_model_config(const Config& policy) {
   // policy's train_type (swift/llm/train/rlhf.py _prepare_single_model: self.prepare_model for 'value').
   if (policy.training.value_model != "peft") v.peft = PeftConfig{};
   v.model.tie_word_embeddings = false;  // a score head, not lm_head: the embedding's gradient is its own
+  v.peft.lora_dropout = 0;              // disable_dropout_in_model, as on the policy (StepBuilder::lora_dropout_on)
   auto& t = v.training;
   t.objective = "sft";
   t.reference_model = "auto";
@@ -203,7 +204,7 @@ void StepBuilder::ppo_score_pass(int64_t rows, bool gathers, bool logps) {
   if (!logps) {
     drop(tmp(mul(dims_.e, dims_.T), ppo_labels_.values, post));
   } else {
-    const int64_t e = dims_.e, el = resolved_.preference.logits_fp32 ? 4 : e;
+    const int64_t e = dims_.e, el = resolved_.preference.reference_logits_fp32 ? 4 : e;
     const int64_t all = mul(dims_.T, dims_.V), row = mul(r.completion_tokens, dims_.V);
     uint32_t hd = head_dequant();
     uint32_t lg16 = el != e ? tmp(mul(e, all), rollout_labels_.score_logits, post) : UINT32_MAX;

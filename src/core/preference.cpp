@@ -83,6 +83,7 @@ PreferenceFlow resolve_preference(const Config& c, const FrameworkSpec& f, const
     p.logps = Logps::Selective;
     p.logits_fp32 = model_upcasts || accelerate_upcasts;
     p.outputs_to_fp32 = accelerate_upcasts;
+    p.reference_logits_fp32 = model_upcasts;
     p.reference_sharded = deepspeed;
     return p;
   }

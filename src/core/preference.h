@@ -38,6 +38,9 @@ struct PreferenceFlow {
   bool reference_logits_kept = false;  // the reference's logits live to the backward (torchtune LoRA, TRL >= 0.29)
   bool nll = false;               // a cross-entropy over the chosen half (ORPO; nll_alpha; TRL 0.9-0.11 always)
   bool outputs_to_fp32 = false;   // accelerate's convert_outputs_to_fp32 wraps the forwards (the Trainer's AMP)
+  // PPO: the reference's scoring logits are fp32 only where the model upcasts them (transformers < 4.46): it is not
+  // the module accelerate prepared, whose outputs it converts.
+  bool reference_logits_fp32 = false;
   bool hidden_states_returned = false;  // TRL 0.19-0.28: output_hidden_states=True, every layer's output kept
                                         // until concatenated_forward returns
   bool reference_sharded = false; // the copy is sharded wherever the policy's parameters are (ShardPlan::shard_weights)

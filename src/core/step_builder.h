@@ -576,6 +576,9 @@ class StepBuilder {
   // config, writing into this program (Critic); the rollout keeps the generation's scores (logitss) to the step's
   // end; the training forward's outputs are held until the next micro-batch rebinds them.
   bool ppo() const { return resolved_.rollout.ppo; }
+  // LoRA's dropout keeps a mask and its own output; TRL's PPOTrainer runs disable_dropout_in_model on the policy
+  // (after PEFT), the reference, the value and the reward model (ppo_trainer.py v0.17 L224-227): no dropout there.
+  bool lora_dropout_on() const { return cfg_.peft.lora_dropout > 0 && !ppo(); }
   struct Critic;
   void critic_setup();
   void critic_prologue();

@@ -180,3 +180,15 @@ TEST_CASE("PPO generates 64 queries at a time: a batch of 65 replays a full chun
   CHECK(generation_peak(65) > generation_peak(64));
   CHECK(generation_peak(129) > generation_peak(128));
 }
+
+TEST_CASE("PPO runs without dropout: LoRA's dropout keeps no mask or copy of its own") {
+  // PPOTrainer calls disable_dropout_in_model on the policy after PEFT (and on the other models): every nn.Dropout
+  // gets p 0, and dropout at p 0 returns its input (ATen Dropout.cpp _dropout_impl), so lora_dropout changes nothing.
+  Config c = ppo_config();
+  c.peft.method = "lora";
+  c.peft.target_modules = "all-linear";
+  c.peft.lora_dropout = 0.05;
+  Config none = c;
+  none.peft.lora_dropout = 0;
+  CHECK(simulate_valid(c).peak.allocated_bytes == simulate_valid(none).peak.allocated_bytes);
+}
