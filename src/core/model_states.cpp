@@ -123,7 +123,7 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
     PrecisionRecipe no_master = pr;
     no_master.master_bytes = 0;
     if (sp.mixed) no_master.state_bytes = pr.master_bytes;
-    s.optimizer = param_optimizer_bytes(l, no_master, peft, ab, ctx.optimizer, true);
+    s.optimizer = param_optimizer_bytes(l, no_master, ab, ctx.optimizer, true);
     return s;
   }
   s.weights = sp.shard_weights && t.numel > zero_persistence_threshold(ctx.config.parallel) ? ceil_div(w, k) : w;
@@ -131,7 +131,7 @@ ParamStates param_states(const ShardPlan& sp, const StepContext& ctx, const Para
   else if (sp.grad_buffer) s.grads = t.frozen ? 0 : mul(t.numel, std::max(pr.grad_bytes, sp.mixed ? int64_t{4} : pr.grad_bytes));
   else s.grads = sp.shard_grads ? ceil_div(g, k) : g;
   if (sp.flat_optimizer) s.flat_numel = t.frozen ? 0 : ceil_div(t.numel, k);
-  else s.optimizer = param_optimizer_bytes(t, pr, peft, ab, ctx.optimizer, true);
+  else s.optimizer = param_optimizer_bytes(t, pr, ab, ctx.optimizer, true);
   return s;
 }
 
@@ -186,10 +186,8 @@ ModelStates model_state_bytes(const StepContext& ctx) {
   // by the same layout, count with the policy's.
   if (ctx.config.training.ppo()) {
     const Config v = value_model_config(ctx.config);
-    ModelShape shape = model_shape_of(v.model);
-    apply_peft(shape, v.peft);
-    const StepContext value{v, shape, ctx.precision, ctx.optimizer, ctx.gpu, ctx.stage, 0, INT64_MAX, true, false};
-    const ModelStates vm = model_state_bytes(value);
+    const ModelShape shape = value_model_shape(v);
+    const ModelStates vm = model_state_bytes(value_model_context(v, shape, ctx));
     m.weights_bytes = add(m.weights_bytes, vm.weights_bytes);
     m.gradients_bytes = add(m.gradients_bytes, vm.gradients_bytes);
     m.optimizer_bytes = add(m.optimizer_bytes, vm.optimizer_bytes);
@@ -296,8 +294,8 @@ OptimizerDtypes optimizer_dtypes(const ParamTensor& t, const PrecisionRecipe& pr
   return d;
 }
 
-int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
-                              const ParamDtypes& dt, const OptimizerSpec& opt, bool include_paged) {
+int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const ParamDtypes& dt,
+                              const OptimizerSpec& opt, bool include_paged) {
   if (t.frozen) return 0;
   const OptimizerDtypes d = optimizer_dtypes(t, pr, dt);
   int64_t bytes = mul(t.numel, d.master_bytes);

@@ -34,7 +34,7 @@ void StepBuilder::step_in_backward(int64_t layer) {
 }
 
 void StepBuilder::create_state(const ParamTensor& t) {
-  int64_t bytes = param_optimizer_bytes(t, recipe_, cfg_.peft, shard_plan_.dtypes, ctx_.optimizer, false);
+  int64_t bytes = param_optimizer_bytes(t, recipe_, shard_plan_.dtypes, ctx_.optimizer, false);
   if (shard_plan_.fsdp) bytes = ctx_.optimizer.paged && shard_plan_.local(t).numel >= kPagedMinNumel ? 0 : states_of(t).optimizer;
   if (bytes <= 0) return;
   // Each state is its own tensor (adam.py _init_group: exp_avg and exp_avg_sq, each zeros_like(p); bitsandbytes

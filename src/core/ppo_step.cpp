@@ -40,6 +40,16 @@ Config value_model_config(const Config& policy) {
   return v;
 }
 
+ModelShape value_model_shape(const Config& value) {
+  ModelShape shape = model_shape_of(value.model);
+  apply_peft(shape, value.peft);
+  return shape;
+}
+
+StepContext value_model_context(const Config& value, const ModelShape& shape, const StepContext& policy) {
+  return StepContext{value, shape, policy.precision, policy.optimizer, policy.gpu, policy.stage, 0, INT64_MAX, true, false};
+}
+
 struct StepBuilder::Critic {
   Config config;
   ModelShape shape;
@@ -49,11 +59,7 @@ struct StepBuilder::Critic {
   size_t next_backward = 0;
 
   Critic(const Config& policy, const StepContext& p)
-      : config(value_model_config(policy)),
-        shape(model_shape_of(config.model)),
-        ctx{config, shape, p.precision, p.optimizer, p.gpu, p.stage, 0, INT64_MAX, true, false} {
-    apply_peft(shape, config.peft);
-  }
+      : config(value_model_config(policy)), shape(value_model_shape(config)), ctx(value_model_context(config, shape, p)) {}
 };
 
 void StepBuilder::CriticDeleter::operator()(Critic* c) const { delete c; }

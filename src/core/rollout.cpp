@@ -39,6 +39,20 @@ GenerationBatch generation_batch(const Config& c, const StackVersions& v) {
 }
 
 namespace {
+// What generate() keeps, by version, for GRPO and PPO alike (both generate through TRL's unwrap_model_for_generation
+// with the policy in train mode). Up to v0.21 generate ran with gradient checkpointing on, where transformers sets
+// use_cache=False: every new token re-ran the whole sequence; from v0.22 unwrap_model_for_generation turns
+// checkpointing off around generate (MU:336-352, commit 65d7894b6), so the KV cache is used. transformers < 4.42
+// round-tripped the legacy tuple cache, so the previous step's whole cache stayed alive while every layer's new one
+// was built (PR #30536). The prefill's logits: every prompt position before 4.45 (num_logits_to_keep=1, PR #31292),
+// upcast to fp32 up to 4.45 (logits.float(), removed by #33902 in 4.46).
+void generate_rules(RolloutFlow& r, const Config& c, const StackVersions& v) {
+  r.kv_cache = !(v.below(Library::Trl, V(0, 22)) && c.training.activation_checkpointing != "none");
+  r.legacy_cache = v.below(Library::Transformers, V(4, 42));
+  r.prefill_all_logits = v.below(Library::Transformers, V(4, 45));
+  r.generate_logits_fp32 = v.below(Library::Transformers, V(4, 46));
+}
+
 // TRL's PPOTrainer (trl/trainer/ppo_trainer.py v0.12-v0.25, trl/experimental/ppo/ppo_trainer.py from v0.26; P below
 // is v0.17's file, U its trainer/utils.py): one generation of local_batch_size = per_device_train_batch_size x
 // gradient_accumulation_steps x num_mini_batches (1) queries per update (P:422-430), then num_ppo_epochs passes of
@@ -46,7 +60,7 @@ namespace {
 RolloutFlow resolve_ppo(const Config& c, const StackVersions& v, bool deepspeed_zero3) {
   RolloutFlow r;
   const auto& t = c.training;
-  const Library trl = Library::Trl, tf = Library::Transformers;
+  const Library trl = Library::Trl;
   r.active = true;
   r.ppo = true;
   r.engine = GenerationEngine::HfGenerate;
@@ -54,14 +68,10 @@ RolloutFlow resolve_ppo(const Config& c, const StackVersions& v, bool deepspeed_
   r.prompt_tokens = t.sequence_length - t.completion_length;
   r.generation_rows = mul(t.micro_batch_size, t.gradient_accumulation_steps);
   r.chunk_rows = std::min(r.generation_rows, kPpoRolloutChunkRows);
-  // unwrap_model_for_generation(gather_deepspeed3_params=ds3_gather_for_generation, True) as for GRPO, and the same
-  // use_cache rule: PPOTrainer runs model.train() (P:379), so generate takes no KV cache under gradient checkpointing
-  // until v0.22's unwrap turns checkpointing off around it.
+  // unwrap_model_for_generation(gather_deepspeed3_params=ds3_gather_for_generation, True) as for GRPO, and its
+  // generate rules: PPOTrainer runs model.train() (P:379) too.
   r.gathers_whole_model = deepspeed_zero3;
-  r.kv_cache = !(v.below(trl, V(0, 22)) && t.activation_checkpointing != "none");
-  r.legacy_cache = v.below(tf, V(4, 42));
-  r.prefill_all_logits = v.below(tf, V(4, 45));
-  r.generate_logits_fp32 = v.below(tf, V(4, 46));
+  generate_rules(r, c, v);
   // The reward model: prepare_deepspeed under DeepSpeed (P:291; sharded at stage 3), else .to(device) (P:308).
   r.reward_sharded = deepspeed_zero3;
   r.note = describe_version(v, trl) + "'s PPOTrainer: " + std::to_string(r.generation_rows) +
@@ -81,7 +91,7 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
   const auto& t = c.training;
   if (!t.rollout()) return r;
   if (t.ppo()) return resolve_ppo(c, v, deepspeed_zero3);
-  const Library trl = Library::Trl, tf = Library::Transformers;
+  const Library trl = Library::Trl;
   r.active = true;
   r.engine = t.engine();
   r.completion_tokens = t.completion_length;
@@ -99,17 +109,7 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
   // unwrap_model_for_generation gathers every parameter at once under ZeRO-3 (GatheredParameters(model.parameters()),
   // MU:187-194 at v0.14 ... MU:139-148 at v1.9; ds3_gather_for_generation defaults to True).
   r.gathers_whole_model = hf && deepspeed_zero3;
-  // Up to v0.21 generate ran in train mode with gradient checkpointing on, where transformers sets use_cache=False:
-  // every new token re-ran the whole sequence. From v0.22 unwrap_model_for_generation turns checkpointing off
-  // around generate (MU:336-352, commit 65d7894b6), so the KV cache is used.
-  r.kv_cache = !(v.below(trl, V(0, 22)) && c.training.activation_checkpointing != "none");
-  // transformers < 4.42 round-tripped the legacy tuple cache, so the previous step's whole cache stayed alive while
-  // every layer's new one was built (PR #30536).
-  r.legacy_cache = v.below(tf, V(4, 42));
-  // The prefill's logits: every prompt position before 4.45 (num_logits_to_keep=1, PR #31292), upcast to fp32 up
-  // to 4.45 (logits.float(), removed by #33902 in 4.46).
-  r.prefill_all_logits = v.below(tf, V(4, 45));
-  r.generate_logits_fp32 = v.below(tf, V(4, 46));
+  generate_rules(r, c, v);
   // logits / self.temperature: none before v0.16, a new tensor v0.16-v0.29 (T:598 ... T:1078), in place (div_)
   // from v1.0 (T:1068, #5254).
   r.temperature_copy = v.at_least(trl, V(0, 16)) && v.below(trl, V(1, 0));

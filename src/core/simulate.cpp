@@ -420,9 +420,7 @@ void set_up(Simulation::State& st) {
   // PPO's value model trains beside the policy (ppo_step.cpp): its parameters are not in params_trainable, which counts
   // the policy's.
   if (config.training.ppo()) {
-    const Config v = value_model_config(config);
-    ModelShape value = model_shape_of(v.model);
-    apply_peft(value, v.peft);
+    const ModelShape value = value_model_shape(value_model_config(config));
     int64_t trainable = trainable_numel(value);  // its trunk: a score head of hidden x 1 instead of lm_head
     for (const auto& t : value.post)
       if (!t.frozen && t.name.rfind("lm_head", 0) == 0) trainable -= t.numel;

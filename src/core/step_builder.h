@@ -35,8 +35,8 @@ inline int64_t logps_rows(int64_t k, int64_t blocks, int64_t b) { return k + 1 <
 // recipe (ShardPlan::dtypes).
 int64_t param_storage_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft, const ParamDtypes& dt);
 int64_t param_grad_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const ParamDtypes& dt);
-int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const PeftConfig& peft,
-                              const ParamDtypes& dt, const OptimizerSpec& opt, bool include_paged);
+int64_t param_optimizer_bytes(const ParamTensor& t, const PrecisionRecipe& pr, const ParamDtypes& dt,
+                              const OptimizerSpec& opt, bool include_paged);
 // The element size of a trainable tensor's optimizer states, and of the fp32 master copy it needs (0: none).
 struct OptimizerDtypes {
   int64_t state_bytes = 4, master_bytes = 0;

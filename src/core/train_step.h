@@ -29,6 +29,11 @@ struct StepContext {
   bool has_post = true;
 };
 
+// PPO's value model (ppo_step.cpp; its config is rollout.h value_model_config): its parameter tensors, and its context
+// on the policy's device (the same precision, optimizer and GPU; its embeddings and every layer, no head).
+ModelShape value_model_shape(const Config& value);
+StepContext value_model_context(const Config& value, const ModelShape& shape, const StepContext& policy);
+
 // The dtypes of the parameters that the precision recipe does not decide, resolved once (frameworks.h Resolved).
 struct ParamDtypes {
   int64_t adapter_bytes = 4;     // the resolved peft.adapter_dtype's element size
