@@ -300,6 +300,14 @@ void rollout_changes(const Config& base, const Resolved& rs, Adder& add) {
     add(G::ChangesJob, 0, "grpo_beta_zero", "beta = 0: no reference model",
         "no KL penalty (TRL's default from 0.19): no reference forward and, for a copy, no second model", c);
   }
+  // Liger's GRPO loss (TRL 0.17+; rollout.h RolloutFlow::liger): configs it cannot take fail validation and drop out.
+  if (t.loss != "fused_linear" && stack_versions(base.versions).at_least(Library::Trl, Version{0, 17, 0})) {
+    Config c = base;
+    c.training.loss = "fused_linear";
+    add(G::SameJob, 0, "grpo_liger_loss", "Liger's GRPO loss (use_liger_kernel)",
+        "pip install liger-kernel: the same loss one completion at a time, without the batch's logits; it holds two "
+        "[vocab, hidden] weight gradients instead", c);
+  }
   // Fewer completions per prompt: TRL repeats each prompt num_generations times inside the batch of completions
   // (RepeatSampler), so num_generations alone changes no tensor; halved with the micro-batch, each step sees the same
   // prompts with half the completions, and the generation batch stays divisible by num_generations.

@@ -497,6 +497,7 @@ struct VersionsConfig {
   std::string unsloth = "latest";
   std::string trl = "latest";
   std::string vllm = "latest";
+  std::string liger = "latest";  // liger-kernel
   std::string date;
 
   bool operator==(const VersionsConfig&) const = default;

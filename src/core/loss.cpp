@@ -41,7 +41,8 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
   // calls it on each 128-token chunk (model.py GPT.forward lm_head_chunk_size), each cast saved by its matmul.
   // The head is fp32 under the amp_* recipes and after prepare_model_for_kbit_training, unless TRL cast it back to
   // bf16 (peft_module_casting_to_bf16, model_load.h): a bf16 head is read as it is.
-  if (dims_.amp && (recipe_.weight_bytes == 4 || resolved_.kbit_cast) && !shard_plan_.dtypes.trl_bf16.head) {
+  // Liger's GRPO loss reads lm_head.weight itself, outside autocast (rollout_step.cpp grpo_liger_forward).
+  if (dims_.amp && (recipe_.weight_bytes == 4 || resolved_.kbit_cast) && !shard_plan_.dtypes.trl_bf16.head && !liger_grpo()) {
     const bool per_chunk = resolved_.loss == LossImpl::ChunkedBf16 && !module_info("lm_head").trainable && !any_quantized_;
     const int64_t casts = per_chunk ? ceil_div(dims_.s, 128) : 1;
     const int64_t copy = recipe_.autocast_copy_bytes > 0 ? recipe_.autocast_copy_bytes : dims_.e;

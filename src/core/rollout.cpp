@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "checked.h"
+#include "tables.h"
 
 namespace memsim {
 
@@ -137,6 +138,18 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
   r.engine_budget_whole_process = r.engine == GenerationEngine::VllmColocate && v.at_least(Library::Vllm, V(0, 8)) &&
                                   v.below(Library::Vllm, V(0, 9, 1));
   r.reward_sharded = deepspeed_zero3 && v.at_least(trl, V(0, 17));
+  // Liger's GRPO loss: compute_liger_loss returns loss / current_gradient_accumulation_steps (T:2095 at v0.26.2), so
+  // the backward's grad_output is 1.0 only without accumulation; Liger's backward multiplies both saved gradients
+  // by anything else (fused_linear_ppo.py backward: grad_input * grad_output, grad_weight * grad_output).
+  if (t.loss == "fused_linear") {
+    r.liger = v.below(Library::Liger, V(0, 8)) ? RolloutFlow::LigerGrpo::Chunked : RolloutFlow::LigerGrpo::Streaming;
+    // Every TRL version divides by the accumulation steps (TRL itself from 0.22, the Trainer's training_step with
+    // model_accepts_loss_kwargs False before), and fp16's loss scaler multiplies.
+    const PrecisionRecipe* recipe = find_precision(t.precision);
+    r.liger_scaled = t.gradient_accumulation_steps > 1 || (recipe && recipe->fp16);
+    r.temperature_copy = false;  // Liger divides the chunk's logits only for a temperature other than 1 (the default)
+    r.entropy_rows = 0;          // no logits: compute_liger_loss logs no entropy
+  }
   r.sync_gathers_whole = (c.peft.enabled() && deepspeed_zero3) || (deepspeed_zero3 && v.below(trl, V(0, 16)));
   r.engine_wakes_whole = v.below(trl, V(0, 25));
   r.note = describe_version(v, trl) + ": " + std::to_string(r.generation_rows) + " completions per GPU generated at once" +
@@ -155,7 +168,13 @@ RolloutFlow resolve_rollout(const Config& c, const StackVersions& v, bool deepsp
            (r.policy_logps_pass ? (hf || misaligned ? "; a no-grad policy pass for old_per_token_logps (generations not aligned with optimizer steps)"
                                                     : "; a no-grad policy pass for the importance-sampling correction")
                                 : "") +
-           (r.temperature_copy ? "; logits / temperature copied" : "");
+           (r.temperature_copy ? "; logits / temperature copied" : "") +
+           (r.liger == RolloutFlow::LigerGrpo::None ? ""
+            : "; Liger's fused GRPO loss (" + describe_version(v, Library::Liger) + "): no logits in the training forward, " +
+                  (r.liger == RolloutFlow::LigerGrpo::Chunked
+                       ? "each completion's [vocab, hidden] weight gradient in the weight's dtype (0.5.4-0.7.x)"
+                       : "each completion's [vocab, hidden] weight gradient in fp32, then cast (0.8+)") +
+                  ", beside a zeroed one of the whole step");
   return r;
 }
 

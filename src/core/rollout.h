@@ -40,6 +40,13 @@ struct RolloutFlow {
   bool sync_gathers_whole = false;    // the weight sync gathers the whole model at once (ZeRO-3: PEFT, or TRL < 0.16)
   bool engine_wakes_whole = false;    // sleep mode wakes weights and KV cache together, before the sync (TRL 0.23-0.24)
   bool reward_sharded = false;        // the reward model is ZeRO-3 sharded (prepare_deepspeed, TRL 0.17+)
+  // training.loss fused_linear: Liger's LigerFusedLinearGRPOLoss over the trunk's last hidden state in place of the
+  // training forward's logits (TRL use_liger_loss 0.17-0.24, use_liger_kernel from 0.25; docs/research/liger-grpo.md).
+  // It computes the gradients inside its forward, one completion at a time: Chunked (Liger 0.5.4-0.7.x) through
+  // torch.func.grad_and_value over the chunk's [C, vocab] logits, its weight gradient in the weight's dtype;
+  // Streaming (0.8+) over 4,096-column vocabulary slices, its weight gradient in fp32 and then cast.
+  enum class LigerGrpo { None, Chunked, Streaming } liger = LigerGrpo::None;
+  bool liger_scaled = false;  // the loss is divided by gradient_accumulation_steps: backward copies both gradients
   // PPO (training.objective ppo, TRL's PPOTrainer; ppo_step.cpp): generate keeps every token's fp32 scores
   // (output_scores) and returns them stacked; batch_generation pads them into logitss, which lives through the whole
   // update. Generation and scoring take chunk_rows (local_rollout_forward_batch_size) rows at a time, and every

@@ -336,6 +336,7 @@ StepBuilder::GrpoLogits StepBuilder::grpo_logits() const {
 
 void StepBuilder::grpo_loss_forward(std::vector<uint32_t>& saved) {
   rollout_labels();
+  if (liger_grpo()) return grpo_liger_forward(saved);
   const RolloutFlow& r = resolved_.rollout;
   const int32_t post = -1;
   const auto [e, el, C, kept, scored] = grpo_logits();
@@ -379,6 +380,7 @@ void StepBuilder::grpo_loss_forward(std::vector<uint32_t>& saved) {
 // Down to the final norm's output: the log-probabilities' backward (per row for 16-bit logits), the temperature's
 // division, the slice's zero-filled gradient of the C + 1 positions, the cast back from fp32, lm_head.
 uint32_t StepBuilder::grpo_loss_backward(std::vector<uint32_t>& saved) {
+  if (liger_grpo()) return grpo_liger_backward(saved);
   const RolloutFlow& r = resolved_.rollout;
   const int32_t post = -1;
   const auto [e, el, C, kept, scored] = grpo_logits();
@@ -416,6 +418,102 @@ uint32_t StepBuilder::grpo_loss_backward(std::vector<uint32_t>& saved) {
   uint32_t dy;
   { uint32_t hd = head_dequant(); dy = tmp(mul(e, dims_.Tn, dims_.h), labels_.dres, post); drop_if(hd); }
   drop(grad);
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
+  saved.clear();
+  norm_backward(post, dy);
+  return dy;
+}
+
+// Liger's LigerFusedLinearGRPOLoss (RolloutFlow::liger; liger-kernel src/liger_kernel/chunked_loss/fused_linear_ppo.py
+// at v0.6.4 and v0.8.0, docs/research/liger-grpo.md), called by TRL's compute_liger_loss on the trunk's last hidden
+// state sliced to the completion ([:, :-1][:, -C:], views). Its forward makes the gradients:
+//  - grad_weight = torch.zeros_like(weight), [vocab, hidden] in the head's dtype, whatever the head's requires_grad
+//    (the chunk's gradient is always taken with respect to the weight), saved for the backward;
+//  - one completion at a time (chunk_size 1), the chunk's loss and its gradients, added into grad_weight, the input's
+//    appended to a list:
+//    Chunked (0.5.4-0.7.x): torch.func.grad_and_value of the compiled chunk loss: logits = input @ weight.t() ([C,
+//      vocab] in the compute dtype), log_softmax(logits.float()) (fp32), the gradient of the logits written back in
+//      the compute dtype, then the input's [C, hidden] and the weight's [vocab, hidden] gradient in its dtype;
+//    Streaming (0.8+): _ChunkedSelectiveLogProbFunction's backward zero-fills an fp32 grad_hidden [C, hidden] and an
+//      fp32 grad_weight [vocab, hidden], streams 4,096-column slices of the vocabulary into them, and returns both
+//      cast to the input's and the weight's dtypes;
+//  - the list concatenated into grad_input [rows, C, hidden], saved with grad_weight.
+// No logits of the batch exist. Where the loss was scaled (RolloutFlow::liger_scaled) the backward multiplies both
+// saved gradients by grad_output, new tensors.
+void StepBuilder::grpo_liger_forward(std::vector<uint32_t>& saved) {
+  const RolloutFlow& r = resolved_.rollout;
+  auto& L = rollout_labels_;
+  if (L.liger_weight_grad == UINT32_MAX) {
+    L.liger_weight_grad = program_.label("Liger GRPO loss: lm_head weight gradient (zeros_like(weight), and each completion's)");
+    L.liger_chunk = program_.label("Liger GRPO loss: one completion's logits, log-probabilities and their gradient");
+    L.liger_input_grad = program_.label("Liger GRPO loss: gradient of the last hidden state (per completion, concatenated)");
+  }
+  const int32_t post = -1;
+  const int64_t e = dims_.e, C = r.completion_tokens, V = dims_.V, H = dims_.h;
+  int64_t w = 0;  // the head's weight as Liger reads it: lm_head's, or the embedding it is tied to
+  if (cfg_.model.tie_word_embeddings) w = weight_bytes_of(shape_.pre.front());
+  for (const auto& t : shape_.post)
+    if (!cfg_.model.tie_word_embeddings && module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) w = weight_bytes_of(t);
+  saved.push_back(act(w, L.liger_weight_grad, post));
+  const bool streaming = r.liger == RolloutFlow::LigerGrpo::Streaming;
+  // Each completion allocates and frees the same chunk tensors: the first two are replayed (the second reuses the
+  // first's cached blocks as every later one would); the input gradients are kept per block of rows.
+  const int64_t blocks = std::min(dims_.b, kMaxLogpsRows);
+  std::vector<uint32_t> inputs;
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t rows = logps_rows(k, blocks, dims_.b);
+    const bool replay = k < 2;
+    if (replay && !streaming) {
+      uint32_t logits = tmp(mul(e, C, V), L.liger_chunk, post);
+      uint32_t logps = tmp(mul(4, C, V), L.liger_chunk, post);
+      uint32_t grad = tmp(mul(e, C, V), L.liger_chunk, post);
+      drop(logps), drop(logits);
+      inputs.push_back(act(mul(e, rows, C, H), L.liger_input_grad, post));
+      uint32_t gw = tmp(w, L.liger_weight_grad, post);
+      drop(grad), drop(gw);  // grad_weight.add_(chunk_grad_weight)
+    } else if (replay) {
+      uint32_t gh32 = tmp(mul(4, C, H), L.liger_input_grad, post);
+      uint32_t gw32 = tmp(mul(4, V, H), L.liger_weight_grad, post);
+      const int64_t slice = std::min<int64_t>(V, 4096);
+      uint32_t logits = tmp(mul(4, C, slice), L.liger_chunk, post), probs = tmp(mul(4, C, slice), L.liger_chunk, post);
+      drop(logits);
+      uint32_t grad = tmp(mul(4, C, slice), L.liger_chunk, post);
+      drop(probs), drop(grad);
+      inputs.push_back(act(mul(e, rows, C, H), L.liger_input_grad, post));
+      uint32_t gw = tmp(w, L.liger_weight_grad, post);
+      drop(gh32), drop(gw32);
+      drop(gw);
+    } else {
+      inputs.push_back(act(mul(e, rows, C, H), L.liger_input_grad, post));
+    }
+  }
+  saved.push_back(act(mul(e, dims_.b, C, H), L.liger_input_grad, post));  // torch.cat(grad_inputs)
+  for (uint32_t t : inputs) drop(t);
+}
+
+// The saved gradients returned (copies where the loss was scaled), lm_head's gradient only where the head trains,
+// then the two slices' zero-filled gradients of the trunk's output, down to the final norm.
+uint32_t StepBuilder::grpo_liger_backward(std::vector<uint32_t>& saved) {
+  const RolloutFlow& r = resolved_.rollout;
+  const auto& L = rollout_labels_;
+  const int32_t post = -1;
+  const int64_t e = dims_.e, C = r.completion_tokens, H = dims_.h;
+  uint32_t grad_in = saved.back(), weight_grad = saved[saved.size() - 2];
+  saved.pop_back(), saved.pop_back();
+  uint32_t grad_w = UINT32_MAX;
+  if (r.liger_scaled) {
+    const int64_t w = program_.tensors[weight_grad].bytes;
+    uint32_t gi = tmp(mul(e, dims_.b, C, H), L.liger_input_grad, post);
+    grad_w = tmp(w, L.liger_weight_grad, post);
+    drop(grad_in), grad_in = gi;
+  }
+  drop(weight_grad);  // the node's saved tensors go once it has run
+  drop_if(grad_w);    // a frozen head's is discarded; a trained head's becomes its .grad, allocated below
+  alloc_layer_grads(shape_.num_layers);
+  uint32_t g1 = tmp(mul(e, dims_.b, dims_.s - 1, H), labels_.loss_grad, post);  // SliceBackward of [:, -C:]
+  drop(grad_in);
+  uint32_t dy = tmp(mul(e, dims_.Tn, dims_.h), labels_.dres, post);              // SliceBackward of [:, :-1]
+  drop(g1);
   for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);
   saved.clear();
   norm_backward(post, dy);

@@ -607,9 +607,15 @@ class StepBuilder {
   uint32_t ppo_prob_dist_ = UINT32_MAX;    // the last entropy's softmax, until the next one rebinds it
   void grpo_loss_forward(std::vector<uint32_t>& saved);
   uint32_t grpo_loss_backward(std::vector<uint32_t>& saved);
+  // Liger's fused GRPO loss (RolloutFlow::liger): the gradients made in the forward, one completion at a time.
+  bool liger_grpo() const { return resolved_.rollout.liger != RolloutFlow::LigerGrpo::None; }
+  void grpo_liger_forward(std::vector<uint32_t>& saved);
+  uint32_t grpo_liger_backward(std::vector<uint32_t>& saved);
   struct RolloutLabels {
     uint32_t kv = UINT32_MAX, kv_rep, gathered, logits, sampling, engine_weights, engine_kv, score_logits, scaled, logps,
         entropy, ids, reward_weights;
+    // Liger's GRPO loss, made on its first use (other programs' labels stay as they were).
+    uint32_t liger_weight_grad = UINT32_MAX, liger_chunk, liger_input_grad;
   };
   RolloutLabels rollout_labels_;          // made on first use, so that other programs' labels are unchanged
   uint32_t engine_weights_ = UINT32_MAX;  // the colocated vLLM engine's allocations while it is awake

@@ -442,6 +442,28 @@ void validate_vllm_max_model_len(const Config& c, const StackVersions& v, std::v
                                                            "(unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"});
 }
 
+// Liger's GRPO loss (training.loss fused_linear; rollout.h RolloutFlow::liger, docs/research/liger-grpo.md).
+void validate_liger_grpo(const Config& c, const StackVersions& v, std::vector<FieldError>& e) {
+  if (v.below(Library::Trl, Version{0, 17, 0}))
+    e.push_back({"versions.trl", "training.loss fused_linear under grpo is Liger's GRPO loss, which TRL's GRPOTrainer "
+                                 "takes from 0.17 (use_liger_loss; use_liger_kernel from 0.25); got " +
+                                     describe_version(v, Library::Trl)});
+  if (v.below(Library::Liger, Version{0, 5, 4}))
+    e.push_back({"versions.liger", "training.loss fused_linear under grpo needs LigerFusedLinearGRPOLoss, which arrived in "
+                                   "liger-kernel 0.5.4; got " + describe_version(v, Library::Liger)});
+  const auto& p = c.parallel;
+  if (p.data_parallel_size > 1 && (p.zero_stage >= 3 || p.sharding == "fsdp1" || p.sharding == "fsdp2"))
+    e.push_back({"parallel.zero_stage", "training.loss fused_linear under grpo: Liger reads lm_head.weight outside the "
+                                        "head's call, where ZeRO-3 and FSDP keep only a shard; this is not modelled: use "
+                                        "ZeRO 0-2, or training.loss auto"});
+  const PrecisionRecipe* recipe = find_precision(c.training.precision);
+  if (recipe && recipe->weight_bytes == 4 && recipe->autocast_copy_bytes > 0)
+    e.push_back({"training.precision", "training.loss fused_linear under grpo: TRL runs the model's trunk for Liger's loss "
+                                       "outside accelerate's autocast (unwrapped_model.model, through _ForwardRedirection "
+                                       "from 0.18), so fp32 weights would train in fp32, which is not modelled: use 16-bit "
+                                       "weights (bf16_autocast, fp16_autocast, bf16_pure, bf16_mixed)"});
+}
+
 // GRPO (rollout.h) as TRL's GRPOTrainer runs it, from v0.15 (per_device_train_batch_size counts completions), and PPO
 // as its PPOTrainer does from v0.12 (the PPOv2 design: policy and value model in one wrapper, HF generate only).
 void validate_rollout(const Config& c, std::vector<FieldError>& e) {
@@ -520,6 +542,7 @@ void validate_rollout(const Config& c, std::vector<FieldError>& e) {
   if (t.engine() == GenerationEngine::VllmServer) validate_vllm_server(c, v, e);
   if (t.engine() == GenerationEngine::VllmServer || t.engine() == GenerationEngine::VllmColocate)
     validate_vllm_max_model_len(c, v, e);
+  if (t.loss == "fused_linear") validate_liger_grpo(c, v, e);
   if (t.engine() == GenerationEngine::VllmColocate && t.vllm_sleep && !at(0, 23))
     e.push_back({"training.vllm_sleep", "vllm_enable_sleep_mode arrived in TRL 0.23; with " +
                                             describe_version(v, Library::Trl) + " set training.vllm_sleep false"});
@@ -595,9 +618,10 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
   if (c.parallel.pipeline_parallel_size > 1 || c.parallel.tensor_parallel_size > 1 || c.parallel.context_parallel_size > 1)
     e.push_back({"parallel.pipeline_parallel_size", obj + " is modelled with data parallelism and ZeRO / FSDP only: set "
                                                           "tensor, pipeline and context parallel sizes to 1"});
-  if (t.loss != "auto")
+  if (t.loss != "auto" && !(o == Objective::Grpo && t.loss == "fused_linear"))
     e.push_back({"training.loss", obj + " takes log-probabilities of the whole vocabulary as its trainer does: "
-                                        "training.loss must be auto (Liger's fused preference losses are not modelled)"});
+                                        "training.loss must be auto (Liger's fused preference losses are not modelled; "
+                                        "grpo also takes fused_linear, Liger's GRPO loss)"});
   if (t.activation_offload)
     e.push_back({"training.activation_offload", obj + ": activation offload is not modelled with a preference objective"});
   const ReferenceModel r = t.reference();

@@ -104,13 +104,16 @@ int64_t measured_statistic(const ValidationCase& c, const DeviceResult& d) {
 
 // The config with every switch it sets by hand back at auto (empty_cache_steps' auto is -1); `changed` counts them.
 // peft.prepare_kbit stays: whether the script calls prepare_model_for_kbit_training is in the user's own code, a fact
-// they know like the framework (its auto only follows the framework and TRL's SFT and DPO trainers).
+// they know like the framework (its auto only follows the framework and TRL's SFT and DPO trainers). So does
+// training.loss fused_linear: Liger is a kernel the user turns on (use_liger_kernel, axolotl's
+// liger_fused_linear_cross_entropy), which no version implies.
 Config switches_at_auto(const Config& c, int& changed) {
   Config out = c;
   const Resolved r = resolve(c);
   changed = 0;
   for (size_t i = 0; i < kSwitchCount; ++i) {
     if (r.origin[i].kind != Origin::Kind::Explicit || static_cast<Switch>(i) == Switch::PrepareKbit) continue;
+    if (static_cast<Switch>(i) == Switch::Loss && c.training.loss == "fused_linear") continue;
     const std::string field(switch_field(static_cast<Switch>(i)));
     if (apply_setting(out, field + (field == "training.empty_cache_steps" ? "=-1" : "=auto")).empty()) ++changed;
   }
@@ -177,7 +180,7 @@ ValidationSummary run_validation(const std::vector<ValidationCase>& cases) {
         double& worst = m ? s.multi_worst_high_abs_error : s.worst_high_abs_error;
         if (c.confidence == "high") worst = std::max(worst, std::fabs(row.relative_error));
         if (!c.config.model.architecture.empty() || !c.config.model.vision_tower.empty()) programs.push_back(std::fabs(row.relative_error));
-        if (c.config.training.preference()) preference.push_back(std::fabs(row.relative_error));
+        if (c.config.training.preference() || c.config.training.rollout()) preference.push_back(std::fabs(row.relative_error));
         if (!m && c.config.peft.enabled()) {
           peft.push_back(std::fabs(row.relative_error));
           if (c.confidence == "high") s.peft_worst_high_abs_error = std::max(s.peft_worst_high_abs_error, std::fabs(row.relative_error));
@@ -266,7 +269,7 @@ std::string validation_markdown(const ValidationSummary& s) {
                 s.program_counted, 100 * s.program_median_abs_error);
   md += buf;
   std::snprintf(buf, sizeof buf,
-                "**Summary, preference objectives** (training.objective dpo, orpo, simpo, kto; single and several GPUs): "
+                "**Summary, preference and RL objectives** (training.objective dpo, orpo, simpo, kto, grpo, ppo; single and several GPUs): "
                 "%d high- and medium-confidence cases counted; median absolute error %.1f%%.\n\n",
                 s.preference_counted, 100 * s.preference_median_abs_error);
   md += buf;

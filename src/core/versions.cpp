@@ -142,6 +142,15 @@ constexpr Release kVllm[] = {
     {{0, 20, 0}, {2026, 4, 27}}, {{0, 21, 0}, {2026, 5, 14}},
 };
 
+// linkedin/Liger-Kernel tag creator dates (`git for-each-ref refs/tags`): 0.5.4 brought the GRPO loss
+// (chunked_loss/grpo_loss.py), 0.8.0 its vocabulary-streaming log-probabilities (#1160); docs/research/liger-grpo.md.
+constexpr Release kLiger[] = {
+    {{0, 5, 0}, {2024, 12, 9}},  {{0, 5, 4}, {2025, 2, 24}}, {{0, 5, 10}, {2025, 5, 22}}, {{0, 6, 0}, {2025, 7, 8}},
+    {{0, 6, 1}, {2025, 7, 28}},  {{0, 6, 2}, {2025, 8, 21}},  {{0, 6, 3}, {2025, 10, 27}}, {{0, 6, 4}, {2025, 11, 21}},
+    {{0, 6, 5}, {2026, 2, 3}},   {{0, 7, 0}, {2026, 2, 12}},  {{0, 8, 0}, {2026, 4, 30}},  {{0, 8, 1}, {2026, 7, 22}},
+    {{0, 8, 2}, {2026, 8, 18}},
+};
+
 constexpr LibraryInfo kLibraries[] = {
     {Library::Torch, "torch", "versions.torch", kTorch, "docs/versions.md release-date table; pytorch RELEASE.md",
      "softmax keeping its input, zero_grad(set_to_none), the optimizer's foreach default, the SDPA default, CUDA "
@@ -164,6 +173,9 @@ constexpr LibraryInfo kLibraries[] = {
      "Trainer, that the Trainer is TRL's SFTTrainer, whose token accuracy and entropy copy the logits after the loss"},
     {Library::Vllm, "vllm", "versions.vllm", kVllm, "vLLM tags (docs/research/grpo.md C.1)",
      "what a colocated engine's gpu_memory_utilization counts: the whole process (0.8.0-0.9.0) or the engine alone"},
+    {Library::Liger, "liger-kernel", "versions.liger", kLiger, "linkedin/Liger-Kernel tags (docs/research/liger-grpo.md)",
+     "what Liger's fused GRPO loss keeps per completion: a 16-bit weight gradient (0.5.4-0.7.x) or an fp32 one and "
+     "its cast (0.8+)"},
 };
 static_assert(std::size(kLibraries) == kLibraryCount);
 
@@ -221,9 +233,10 @@ std::string& version_field(VersionsConfig& v, Library lib) {
     case Library::Torchtune: return v.torchtune;
     case Library::Unsloth: return v.unsloth;
     case Library::Trl: return v.trl;
-    case Library::Vllm: break;
+    case Library::Vllm: return v.vllm;
+    case Library::Liger: break;
   }
-  return v.vllm;
+  return v.liger;
 }
 
 const std::string& version_field(const VersionsConfig& v, Library lib) {

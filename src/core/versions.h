@@ -38,8 +38,8 @@ struct Date {
   bool operator==(const Date&) const = default;
 };
 
-enum class Library { Torch, Transformers, Peft, Bitsandbytes, Deepspeed, Torchao, FlashAttn, Torchtune, Unsloth, Trl, Vllm };
-constexpr size_t kLibraryCount = 11;
+enum class Library { Torch, Transformers, Peft, Bitsandbytes, Deepspeed, Torchao, FlashAttn, Torchtune, Unsloth, Trl, Vllm, Liger };
+constexpr size_t kLibraryCount = 12;
 
 struct Release {
   Version version;

@@ -154,15 +154,92 @@ TEST_CASE("GRPO's refusals name the field") {
   CHECK(refused(c, "training.framework"));
 }
 
-TEST_CASE("What helps offers GRPO's own changes: beta = 0, a smaller or sleeping vLLM engine, separate generation GPUs") {
+TEST_CASE("Liger's GRPO loss: no logits of the batch, a zeroed [vocab, hidden] weight gradient and one per completion") {
+  constexpr int64_t kHidden = 896;
+  const int64_t weight = int64_t{2} * kVocab * kHidden;  // the tied embedding as lm_head.weight, bf16
+  Config c = grpo_config("0.26");
+  c.versions.liger = "0.6.4";
+  c.training.loss = "fused_linear";
+  c.training.gradient_accumulation_steps = 1;
+  c.training.num_generations = 4;
+  const DeviceResult liger = simulate_valid(c);
+  // zeros_like(weight) whatever the head's requires_grad, then each completion's own before grad_weight.add_ (the
+  // first two completions are replayed; the rest reuse their blocks).
+  const auto grads = allocations(liger.program, "Liger GRPO loss: lm_head weight gradient");
+  CHECK(std::count(grads.begin(), grads.end(), weight) == 2 * (1 + 2));  // two steps
+  // One completion's bf16 logits at a time, never the micro-batch's.
+  const auto chunk = allocations(liger.program, "Liger GRPO loss: one completion");
+  CHECK(std::find(chunk.begin(), chunk.end(), int64_t{2} * kCompletion * kVocab) != chunk.end());
+  CHECK(allocations(liger.program, "logits / temperature").empty());
+  const auto input_grad = allocations(liger.program, "Liger GRPO loss: gradient of the last hidden state");
+  CHECK(std::find(input_grad.begin(), input_grad.end(), int64_t{2} * 4 * kCompletion * kHidden) != input_grad.end());
+  c.training.loss = "auto";
+  CHECK(simulate_valid(c).peak.allocated_bytes > liger.peak.allocated_bytes);
+
+  // liger-kernel 0.8 streams the vocabulary but builds each completion's weight gradient in fp32 and casts it.
+  c.training.loss = "fused_linear";
+  c.versions.liger = "0.8.0";
+  const auto streamed = allocations(simulate_valid(c).program, "Liger GRPO loss: lm_head weight gradient");
+  CHECK(std::count(streamed.begin(), streamed.end(), 2 * weight) == 2 * 2);
+  CHECK(std::count(streamed.begin(), streamed.end(), weight) == 2 * (1 + 2));
+
+  // Accumulation scales the loss: Liger's backward multiplies both saved gradients into new tensors.
+  c.versions.liger = "0.6.4";
+  c.training.gradient_accumulation_steps = 2;
+  const DeviceResult accumulated = simulate_valid(c);
+  const auto scaled = allocations(accumulated.program, "Liger GRPO loss: lm_head weight gradient");
+  const auto scaled_input = allocations(accumulated.program, "Liger GRPO loss: gradient of the last hidden state");
+  // Per micro-batch: the concatenated input gradient and its copy; zeros_like, two completions' and the copy.
+  const int64_t whole_input = int64_t{2} * 4 * kCompletion * kHidden;
+  const auto micro_batches = std::count(scaled_input.begin(), scaled_input.end(), whole_input) / 2;
+  CHECK(micro_batches >= 2);
+  CHECK(std::count(scaled.begin(), scaled.end(), weight) == 4 * micro_batches);
+}
+
+TEST_CASE("Liger's GRPO loss: refused before TRL 0.17 and liger-kernel 0.5.4, sharded, over fp32 weights, for ppo") {
+  Config c = grpo_config("0.16");
+  c.training.gradient_accumulation_steps = 1;
+  c.training.loss = "fused_linear";
+  CHECK(refused(c, "versions.trl"));
+  c = grpo_config("0.17");
+  c.training.loss = "fused_linear";
+  CHECK_FALSE(refused(c, "versions.trl"));
+  CHECK_FALSE(refused(c, "training.loss"));
+  c.versions.liger = "0.5.3";
+  CHECK(refused(c, "versions.liger"));
+  c.versions.liger = "latest";
+  c.training.precision = "amp_bf16";
+  CHECK(refused(c, "training.precision"));
+  c.training.precision = "bf16_pure";
+  c.parallel.data_parallel_size = 2;
+  c.parallel.zero_stage = 3;
+  CHECK(refused(c, "parallel.zero_stage"));
+  c.parallel.zero_stage = 2;
+  CHECK_FALSE(refused(c, "parallel.zero_stage"));
+  c = grpo_config();
+  c.training.loss = "chunked_fp32";
+  CHECK(refused(c, "training.loss"));
+}
+
+TEST_CASE("What helps offers GRPO's own changes: beta = 0, a smaller or sleeping vLLM engine, separate generation GPUs, Liger") {
   Config c = grpo_config();
   c.training.reference_model = "copy";  // beta != 0
   c.training.generation_engine = "vllm_colocate";
   std::vector<std::string> ids;
   for (const Suggestion& s : suggestion_candidates(c)) ids.push_back(s.id);
-  for (const char* id : {"grpo_beta_zero", "grpo_fewer_generations", "vllm_memory_lower", "vllm_sleep", "vllm_server"})
+  for (const char* id : {"grpo_beta_zero", "grpo_fewer_generations", "vllm_memory_lower", "vllm_sleep", "vllm_server",
+                         "grpo_liger_loss"})
     CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
-  CHECK(std::find(ids.begin(), ids.end(), "loss_fused_linear") == ids.end());  // refused under grpo
+  CHECK(std::find(ids.begin(), ids.end(), "loss_fused_linear") == ids.end());  // the SFT one: grpo has its own
+  // Liger's loss over the 4 x 128 completion rows of a 151,936-token vocabulary saves memory here.
+  c.training.generation_engine = "hf_generate";
+  bool offered = false;
+  for (const Suggestion& s : suggest(c))
+    if (s.id == "grpo_liger_loss") {
+      offered = true;
+      CHECK(s.saved_bytes > 0);
+    }
+  CHECK(offered);
 }
 
 TEST_CASE("What helps: fewer completions per prompt halve num_generations with the micro-batch, and save memory") {

@@ -133,7 +133,7 @@ MEMSIM_DEFAULTS = {
                  "host_memory_bytes": 0},
     "versions": {"torch": "latest", "transformers": "latest", "peft": "latest", "bitsandbytes": "latest",
                  "deepspeed": "latest", "torchao": "latest", "flash_attn": "latest", "torchtune": "latest", "unsloth": "latest",
-                 "trl": "latest", "vllm": "latest", "date": ""},
+                 "trl": "latest", "vllm": "latest", "liger": "latest", "date": ""},
 }
 
 OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "grpo", "kto", "ppo")
