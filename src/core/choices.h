@@ -13,7 +13,8 @@ inline constexpr std::string_view kLoss[] = {"auto",           "hf_fp32_upcast",
 inline constexpr std::string_view kOptImpl[] = {"auto", "foreach", "fused", "for_loop"};
 inline constexpr std::string_view kCheckpointing[] = {"none", "full", "selective", "selective_op", "every_k"};
 inline constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "hf_loop",    "deepspeed", "torchtune",
-                                                     "litgpt",     "megatron",   "torchtitan", "unsloth"};
+                                                     "litgpt",     "megatron",   "torchtitan", "unsloth",
+                                                     "prime_rl"};
 inline constexpr std::string_view kSharding[] = {"auto", "deepspeed", "fsdp1", "fsdp2", "megatron"};
 inline constexpr std::string_view kBackwardPrefetch[] = {"backward_pre", "backward_post", "none"};
 inline constexpr std::string_view kSchedules[] = {"1f1b", "interleaved_1f1b", "gpipe"};

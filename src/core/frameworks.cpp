@@ -62,6 +62,16 @@ constexpr FrameworkSpec kFrameworks[] = {
      "the all-gathered input); pipeline stages from torch.distributed.pipelining; run_train.sh sets "
      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torchtitan#643, in every release: docs/versions.md 11)", false, false, true, false, false,
      FrameworkSpec::ExpertShard::Dim1WhenShort, false, false, true, false, false, "allgather"},
+    {"prime_rl", "prime-rl (its SFT trainer)", "flash_attention_2", "eager_fp32", "full_fp32", "foreach", 1, true, false, "fsdp2", false, false, false, false, false, false, false,
+     "PrimeIntellect-ai/prime-rl at d8f290ef0 (docs/research/preference-ground-truth.md R2): transformers' model code "
+     "with --model.attn as attn_implementation (flash_attention_2 by default); model.py setup_fsdp: fully_shard per "
+     "decoder layer and the root, reshard_after_forward=True, MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) "
+     "over fp32 parameters; checkpoint_wrapper (non-reentrant) on every layer, each layer compiled on its own; "
+     "optim.py: torch.optim.AdamW with no foreach/fused flag (foreach on CUDA), one group; lm_head.py "
+     "VanillaOutputLinear returns the logits and forward() makes them fp32 (cast_float_and_contiguous), which "
+     "CrossEntropyLoss reads unshifted; sft/train.py `del logits` leaves `out` holding them through backward, the "
+     "optimizer step and the next micro-batch's forward; the benchmarks workflow sets expandable_segments", false, false, true, false, false,
+     FrameworkSpec::ExpertShard::PerExpertLinear, false, false, false, false, false, "alltoall", false, true, true},
     {"unsloth", "Unsloth (FastLanguageModel under TRL/HF Trainer)", "sdpa_repeat_kv", "fused", "unsloth_fused_ce", "fused", 2, false, false, "deepspeed", false, false, false, false, false, true, false,
      "unslothai/unsloth at HEAD 015bdef0 with unsloth-zoo ce232d6c (docs/research/unsloth.md): xformers attention "
      "(the notebooks install xformers, not flash-attn) expands k and v to every query head in training; "

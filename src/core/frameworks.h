@@ -133,6 +133,9 @@ struct FrameworkSpec {
   // backward, the optimizer step and the next forward). The logits, and through their grad_fn the whole graph with
   // what its nodes hold as attributes (bitsandbytes' ctx.tensors), live until then.
   bool outputs_live_to_next_forward = false;
+  // The model's forward returns the fp32 upcast of the logits, so the outputs the loop holds are fp32 (prime-rl's
+  // model.py forward(): cast_float_and_contiguous), where full_fp32 alone is torchtune's `del logits` after the loss.
+  bool outputs_hold_fp32_logits = false;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.

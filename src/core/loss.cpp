@@ -96,7 +96,10 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       if (resolved_.loss_parallel) shifted = tmp(mul(4, tv), labels_.loss_grad, post), ex = tmp(mul(4, tv), labels_.loss_grad, post), drop(ex);
       saved.push_back(act(mul(4, tv), labels_.lse_loss, post));
       if (shifted != UINT32_MAX) drop(shifted);
-      drop(lg);
+      // Where the model's output is the fp32 upcast, the loop's outputs keep it (prime-rl: `del logits` leaves `out`
+      // holding it).
+      if (resolved_.framework->outputs_hold_fp32_logits) held_logits_ = lg;
+      else drop(lg);
       break;
     }
     case LossImpl::ChunkedFp32: {

@@ -464,3 +464,32 @@ TEST_CASE("the cached model shape follows every field that shapes it", "[simulat
     CHECK(summary(simulate(second)) == after_first);
   }
 }
+
+// prime-rl's SFT trainer (training.framework prime_rl): the model's forward returns fp32 logits, and `out` keeps them
+// after `del logits`, through backward, the optimizer step and the next micro-batch's forward (sft/train.py at
+// d8f290ef0). A plain loop lets go of its outputs after the backward.
+TEST_CASE("prime_rl keeps each micro-batch's fp32 logits until the next forward returns") {
+  Config c = single_gpu_config("qwen2.5-0.5b.json", 1, 2048);
+  c.training.framework = "prime_rl";
+  c.training.precision = "bf16_mixed";
+  c.training.gradient_accumulation_steps = 2;
+  c.parallel.sharding = "fsdp2";
+  c.parallel.zero_stage = 3;
+  c.training.attention = "auto";
+  const DeviceResult prime = simulate_valid(c);
+  const int64_t fp32_logits = int64_t{4} * 2048 * 151936;
+  // Before the second micro-batch's forward: the first's fp32 logits are still held.
+  CHECK(live(prime.program, "forward (step 1, micro-batch 2)", "logits upcast to fp32") == fp32_logits);
+  c.training.framework = "hf_loop";
+  c.training.loss = "full_fp32";
+  c.training.checkpoint_reentrant = "false";
+  c.training.optimizer_impl = "foreach";
+  c.training.attention = "flash_attention_2";
+  const DeviceResult loop = simulate_valid(c);
+  CHECK(live(loop.program, "forward (step 1, micro-batch 2)", "logits upcast to fp32") == 0);
+  // A plain loop's `out` holds them too, through its backward only (hf_loop holds_logits); prime-rl's last
+  // micro-batch's stay through the optimizer step.
+  CHECK(live(prime.program, "optimizer step 1", "logits upcast to fp32") == fp32_logits);
+  CHECK(live(loop.program, "optimizer step 1", "logits upcast to fp32") == 0);
+}
+

@@ -111,15 +111,17 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 // their data; 2.6% over 161, p90 11.6%, with FSDP1's reshard-only hook and its backward prefetch under reentrant
 // checkpointing; p90 11.3% with IA3's output scaling by the peft version; 2.8% over 177, p90 11.6%, with Answer.AI's
 // FSDP-QLoRA benchmark rows (15 counted, within 8.6% but for two excluded rows whose peak is set while the model
-// loads). The bounds guard what is reached. With every switch that a case file sets by hand back at auto (the
-// versions decide): median 3.1%, p90 24.1%.
+// loads); 2.4% over 205, p90 11.0%, after autocast over 16-bit weights and the GRPO and PPO cases; p90 9.4% over
+// 211 with prime-rl's six SFT benchmark rows (within 6.1%; 11-20% under before its held fp32 logits), which also
+// add to the count. The bounds guard what is reached. With every switch that a case file sets by hand back at auto
+// (the versions decide; Liger's fused_linear kept, a kernel the user turns on): median 2.7%, p90 17.2%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
-  REQUIRE(s.all_counted >= 150);
-  CHECK(s.all_median_abs_error <= 0.029);
-  CHECK(s.all_p90_abs_error <= 0.118);
-  CHECK(s.auto_median_abs_error <= 0.034);
-  CHECK(s.auto_p90_abs_error <= 0.26);
+  REQUIRE(s.all_counted >= 211);
+  CHECK(s.all_median_abs_error <= 0.026);
+  CHECK(s.all_p90_abs_error <= 0.100);
+  CHECK(s.auto_median_abs_error <= 0.030);
+  CHECK(s.auto_p90_abs_error <= 0.19);
 }
 
 // memsim's own calibration runs (tools/calibrate on an H200, tests/validation/measured/): every statistic of

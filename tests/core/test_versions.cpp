@@ -169,8 +169,9 @@ TEST_CASE("versions: latest derives exactly what memsim did before versions were
     CHECK(switch_value(r, Switch::Attention) == f.attention);
     CHECK(switch_value(r, Switch::Loss) == f.loss);
     // torchtitan's launcher sets expandable segments (run_train.sh, torchtitan#643), and so does `import unsloth`
-    // (unsloth#249), which memsim had no framework for before versions were inputs.
-    CHECK(r.expandable_segments == (f.id == "torchtitan" || f.id == "unsloth"));
+    // (unsloth#249) and prime-rl's launcher (rl.py) and benchmarks workflow; memsim had no framework for the last two
+    // before versions were inputs.
+    CHECK(r.expandable_segments == (f.id == "torchtitan" || f.id == "unsloth" || f.id == "prime_rl"));
     for (size_t i = 0; i < kSwitchCount; ++i) CHECK(r.origin[i].kind == Origin::Kind::Default);
   }
 }
