@@ -9,7 +9,8 @@ inline constexpr std::string_view kAttention[] = {"auto", "sdpa", "sdpa_repeat_k
 inline constexpr std::string_view kNorm[] = {"auto", "eager_fp32", "fp32_scale", "fused"};
 inline constexpr std::string_view kLoss[] = {"auto",           "hf_fp32_upcast",    "hf_shift_fp32",   "hf_fp32_logits",
                                              "hf_shift",       "full_fp32",         "chunked_fp32",    "chunked_bf16",
-                                             "fused_linear",   "unsloth_logits",    "cut_cross_entropy", "unsloth_fused_ce"};
+                                             "fused_linear",   "unsloth_logits",    "cut_cross_entropy", "unsloth_fused_ce",
+                                             "vocab_chunked"};
 inline constexpr std::string_view kOptImpl[] = {"auto", "foreach", "fused", "for_loop"};
 inline constexpr std::string_view kCheckpointing[] = {"none", "full", "selective", "selective_op", "every_k"};
 inline constexpr std::string_view kFrameworkIds[] = {"hf_trainer", "hf_loop",    "deepspeed", "torchtune",

@@ -215,7 +215,7 @@ constexpr FieldSpec kFields[] = {
      "HF's and torchtune's eager RMSNorm keep an fp32 copy of their input; litgpt also keeps the fp32 normalised input; a fused kernel keeps only its input."},
     {F(training, loss), K::Choice, kNoRange, kLoss, 1,
      "loss",
-     "The logits are tokens x vocabulary: HF upcasts them to fp32 (before transformers 4.49 it also shifted a copy: hf_shift_fp32 4.46-4.48, hf_fp32_logits 4.31-4.45 with fp32 logits in the outputs, hf_shift before), chunked losses keep one chunk's fp32 copy at a time, fused linear cross-entropy (Liger) never builds them. Unsloth's follow its version: unsloth_logits keeps 16-bit logits and writes their gradient into them, cut_cross_entropy and unsloth_fused_ce never build them."},
+     "The logits are tokens x vocabulary: HF upcasts them to fp32 (before transformers 4.49 it also shifted a copy: hf_shift_fp32 4.46-4.48, hf_fp32_logits 4.31-4.45 with fp32 logits in the outputs, hf_shift before), chunked losses keep one chunk's fp32 copy at a time, fused linear cross-entropy (Liger) never builds them. Unsloth's follow its version: unsloth_logits keeps 16-bit logits and writes their gradient into them, cut_cross_entropy and unsloth_fused_ce never build them. vocab_chunked is prime-rl's RL head (FusedOutputLinear): each token's log-probability over 2,048-column slices of the vocabulary, recomputed slice by slice in backward with a 16-bit [vocab, hidden] weight gradient."},
     {F(training, loss_chunks), K::Integer, {1, 1024}, {}, 1,
      "loss_chunks",
      "Chunks of a chunked loss (torchtune's CEWithChunkedOutputLoss: 8): fewer chunks hold more fp32 logits at once."},

@@ -92,7 +92,7 @@ constexpr NormImpl kNormValues[] = {NormImpl::EagerFp32, NormImpl::Fp32Scale, No
 constexpr LossImpl kLossValues[] = {LossImpl::HfFp32Upcast,  LossImpl::HfShiftFp32,     LossImpl::HfFp32Logits,
                                     LossImpl::HfShift,       LossImpl::FullFp32,        LossImpl::ChunkedFp32,
                                     LossImpl::ChunkedBf16,   LossImpl::FusedLinear,     LossImpl::UnslothLogits,
-                                    LossImpl::CutCrossEntropy, LossImpl::UnslothFusedCe};
+                                    LossImpl::CutCrossEntropy, LossImpl::UnslothFusedCe, LossImpl::VocabChunked};
 constexpr OptimizerImpl kOptImplValues[] = {OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop};
 constexpr Sharding kShardingValues[] = {Sharding::DeepSpeed, Sharding::Fsdp1, Sharding::Fsdp2, Sharding::Megatron};
 constexpr AdapterDtype kAdapterDtypeValues[] = {AdapterDtype::Fp32, AdapterDtype::Bf16, AdapterDtype::Fp16};

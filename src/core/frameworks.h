@@ -30,6 +30,7 @@ enum class LossImpl {
   UnslothLogits,    // Unsloth fast_cross_entropy_loss on materialised 16-bit logits, its gradient written into them
   CutCrossEntropy,  // Apple's cut_cross_entropy (linear_cross_entropy), as Unsloth called it 2024-11 to 2025-08
   UnslothFusedCe,   // unsloth_zoo unsloth_fused_ce_loss: the input gradient made chunk by chunk in the forward
+  VocabChunked,     // prime-rl's FusedOutputLinear: log-probabilities over 2,048-column chunks, recomputed in backward
 };
 // Unsloth's use_gradient_checkpointing="unsloth" (docs/research/unsloth.md 1), by its version.
 enum class UnslothGc : uint8_t {

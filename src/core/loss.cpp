@@ -145,6 +145,29 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       if (copy != UINT32_MAX) drop(copy);
       break;
     }
+    case LossImpl::VocabChunked: {
+      // prime-rl's FusedOutputLinear (src/prime_rl/trainer/models/layers/lm_head.py at d8f290ef0,
+      // _ChunkedLogProbEntropyFn.forward), per 2,048-column slice of the vocabulary: the 16-bit logits and their fp32
+      // copy, each bound to its name until the next slice rebinds it, and inside _online_logsumexp_and_weighted_update
+      // the fp32 (chunk - max), its exp and exp * chunk. Saved: the hidden state (the final norm's output), the
+      // weight, the labels and an fp32 logsumexp per token; the log-probabilities and entropy are fp32 per token.
+      const int64_t tc = mul(dims_.T, std::min<int64_t>(dims_.V, kVocabChunkColumns));
+      uint32_t lg = UINT32_MAX, lf = UINT32_MAX;
+      for (int k = 0; k < 2; ++k) {  // the second slice stands for every later one
+        const uint32_t new_lg = tmp(mul(e, tc), labels_.logits, post);
+        drop_if(lg), lg = new_lg;
+        const uint32_t new_lf = tmp(mul(4, tc), labels_.logits_fp32, post);
+        drop_if(lf), lf = new_lf;
+        const uint32_t shifted = tmp(mul(4, tc), labels_.loss_grad, post);
+        const uint32_t ex = tmp(mul(4, tc), labels_.loss_grad, post);
+        drop(shifted);
+        drop(tmp(mul(4, tc), labels_.loss_grad, post));  // chunk_exp * chunk_logits, summed
+        drop(ex);
+      }
+      drop(lg), drop(lf);
+      saved.push_back(act(mul(4, dims_.T), labels_.lse_loss, post));
+      break;
+    }
     case LossImpl::FusedLinear: {
       // Liger fused_linear_cross_entropy_forward: grad_input [T, h], grad_weight [V, h] and an fp32 loss per
       // token, all made in forward; logits exist one chunk at a time, chunk = next_pow2(ceil(T / ceil(V / h))).
@@ -270,6 +293,7 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
   // The head's .grad appears when its matmul's backward runs, after the loss's nodes (allocator traces of the H200
   // calibration runs, tests/validation/measured/traces); the losses below that follow the traces create it there.
   const bool late_head_grad = (transformers_loss_path(resolved_.loss) || resolved_.loss == LossImpl::FullFp32 ||
+                               resolved_.loss == LossImpl::VocabChunked ||
                                (resolved_.loss == LossImpl::ChunkedFp32 && !cfg_.training.compile)) &&
                               cfg_.model.head() != TaskHead::SequenceClassification;
   if (!late_head_grad) alloc_layer_grads(shape_.num_layers);
@@ -377,6 +401,39 @@ uint32_t StepBuilder::loss_backward(std::vector<uint32_t>& saved) {
     case LossImpl::FusedLinear:
       dy = tmp(mul(e, dims_.Tn, dims_.h), labels_.dres, post);  // grad_input scaled; grad_weight becomes lm_head's grad
       break;
+    case LossImpl::VocabChunked: {
+      // _ChunkedLogProbEntropyFn.backward: grad_hidden = zeros_like(hidden) and grad_weight = zeros_like(weight),
+      // both in the compute dtype (the whole unsharded [V, H] under FSDP, whatever the head's requires_grad). Per
+      // slice, each name rebound only as its new value exists: the 16-bit logits, their fp32 copy, p = exp(logits_f -
+      // logz) (with its fp32 temporary), the fp32 grad_logits; then each matmul's 16-bit cast of grad_logits, the
+      // [T, H] product added into grad_hidden, and grad_w_chunk [slice, H]. grad_weight becomes the head's gradient.
+      const int64_t cols = std::min<int64_t>(dims_.V, kVocabChunkColumns), tc = mul(dims_.T, cols);
+      dy = tmp(mul(e, dims_.Tn, dims_.h), labels_.dres, post);
+      const uint32_t gw = tmp(mul(e, dims_.V, dims_.h), labels_.loss_grad, post);
+      uint32_t lg = UINT32_MAX, lf = UINT32_MAX, p = UINT32_MAX, g = UINT32_MAX, gwc = UINT32_MAX;
+      auto rebind = [&](uint32_t& name, uint32_t value) { drop_if(name), name = value; };
+      for (int k = 0; k < 2; ++k) {
+        rebind(lg, tmp(mul(e, tc), labels_.logits, post));
+        rebind(lf, tmp(mul(4, tc), labels_.logits_fp32, post));
+        const uint32_t shifted = tmp(mul(4, tc), labels_.loss_grad, post);
+        const uint32_t new_p = tmp(mul(4, tc), labels_.loss_grad, post);
+        drop(shifted);
+        rebind(p, new_p);
+        rebind(g, tmp(mul(4, tc), labels_.loss_grad, post));
+        uint32_t cast = tmp(mul(e, tc), labels_.loss_grad_bf16, post);
+        const uint32_t product = tmp(mul(e, dims_.T, dims_.h), labels_.loss_grad, post);
+        drop(cast), drop(product);
+        cast = tmp(mul(e, tc), labels_.loss_grad_bf16, post);
+        const uint32_t new_gwc = tmp(mul(e, cols, dims_.h), labels_.loss_grad, post);
+        drop(cast);
+        rebind(gwc, new_gwc);
+      }
+      drop(lg), drop(lf), drop(p), drop(g), drop(gwc);
+      release_saved(saved, labels_.lse_loss);
+      drop(gw);  // returned: it becomes the head's gradient
+      alloc_layer_grads(shape_.num_layers);
+      break;
+    }
   }
   // What remains saved (final norm, log-softmax, litgpt's logits) goes with the backward of the head.
   for (auto it = saved.rbegin(); it != saved.rend(); ++it) drop(*it);

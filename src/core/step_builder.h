@@ -605,6 +605,9 @@ class StepBuilder {
   std::vector<uint32_t> ppo_prev_outputs_; // the previous micro-batch's, until the new forward returns
   uint32_t ppo_logits_ = UINT32_MAX;       // the logits the entropy reads
   uint32_t ppo_prob_dist_ = UINT32_MAX;    // the last entropy's softmax, until the next one rebinds it
+  // prime-rl's FusedOutputLinear (LossImpl::VocabChunked): the RL config's fused_lm_head_chunk_size default
+  // (src/prime_rl/trainer/rl/config.py at d8f290ef0).
+  static constexpr int64_t kVocabChunkColumns = 2048;
   void grpo_loss_forward(std::vector<uint32_t>& saved);
   uint32_t grpo_loss_backward(std::vector<uint32_t>& saved);
   // Liger's fused GRPO loss (RolloutFlow::liger): the gradients made in the forward, one completion at a time.

@@ -104,16 +104,17 @@ int64_t measured_statistic(const ValidationCase& c, const DeviceResult& d) {
 
 // The config with every switch it sets by hand back at auto (empty_cache_steps' auto is -1); `changed` counts them.
 // peft.prepare_kbit stays: whether the script calls prepare_model_for_kbit_training is in the user's own code, a fact
-// they know like the framework (its auto only follows the framework and TRL's SFT and DPO trainers). So does
-// training.loss fused_linear: Liger is a kernel the user turns on (use_liger_kernel, axolotl's
-// liger_fused_linear_cross_entropy), which no version implies.
+// they know like the framework (its auto only follows the framework and TRL's SFT and DPO trainers). So do
+// training.loss fused_linear, Liger's kernel the user turns on (use_liger_kernel, axolotl's
+// liger_fused_linear_cross_entropy), and vocab_chunked, prime-rl's RL trainer's head: no version implies either.
 Config switches_at_auto(const Config& c, int& changed) {
   Config out = c;
   const Resolved r = resolve(c);
   changed = 0;
   for (size_t i = 0; i < kSwitchCount; ++i) {
     if (r.origin[i].kind != Origin::Kind::Explicit || static_cast<Switch>(i) == Switch::PrepareKbit) continue;
-    if (static_cast<Switch>(i) == Switch::Loss && c.training.loss == "fused_linear") continue;
+    if (static_cast<Switch>(i) == Switch::Loss && (c.training.loss == "fused_linear" || c.training.loss == "vocab_chunked"))
+      continue;
     const std::string field(switch_field(static_cast<Switch>(i)));
     if (apply_setting(out, field + (field == "training.empty_cache_steps" ? "=-1" : "=auto")).empty()) ++changed;
   }

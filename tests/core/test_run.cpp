@@ -224,7 +224,10 @@ TEST_CASE("a run of one fixed length replays exactly as the fixed shape does", "
     constexpr int64_t kSegment = int64_t{20} << 20;
     CHECK(std::llabs(p.allocated_bytes - f.allocated_bytes) <= kSegment);
     CHECK(std::llabs(p.reserved_bytes - f.reserved_bytes) <= kSegment);
-    if (c.training.gradient_accumulation_steps == 1) {  // one micro-batch per step: the same events throughout
+    // One micro-batch per step: the same events throughout, unless the loop holds a step's outputs into the next
+    // one's forward (litgpt, prime-rl): the run's third step then starts from another cache than the second.
+    const FrameworkSpec* spec = find_framework(c.training.framework);
+    if (c.training.gradient_accumulation_steps == 1 && spec && !spec->outputs_live_to_next_forward) {
       CHECK(p.allocated_bytes == f.allocated_bytes);
       CHECK(p.reserved_bytes == f.reserved_bytes);
     }

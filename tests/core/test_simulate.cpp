@@ -493,3 +493,29 @@ TEST_CASE("prime_rl keeps each micro-batch's fp32 logits until the next forward 
   CHECK(live(loop.program, "optimizer step 1", "logits upcast to fp32") == 0);
 }
 
+// prime-rl's RL head (training.loss vocab_chunked, FusedOutputLinear at d8f290ef0): log-probabilities over 2,048-column
+// slices of the vocabulary, never a [tokens, vocab] tensor; backward recomputes each slice and fills 16-bit
+// zeros_like(hidden) and zeros_like(weight).
+TEST_CASE("vocab_chunked: no [tokens, vocab] logits, slices of 2,048 columns and a [vocab, hidden] weight gradient") {
+  Config c = single_gpu_config("qwen2.5-0.5b.json", 1, 4096);
+  c.training.framework = "prime_rl";
+  c.training.precision = "bf16_mixed";
+  c.parallel.sharding = "fsdp2";
+  c.parallel.zero_stage = 3;
+  c.training.loss = "vocab_chunked";
+  const DeviceResult chunked = simulate_valid(c);
+  int64_t largest_logits = 0;
+  for (const Event& e : chunked.program.events) {
+    const Tensor& t = chunked.program.tensors[e.tensor];
+    const std::string& label = chunked.program.labels[t.label];
+    if (e.op == Event::Op::Alloc && label.rfind("logits", 0) == 0) largest_logits = std::max(largest_logits, t.bytes);
+  }
+  CHECK(largest_logits == int64_t{4} * 4096 * 2048);  // one slice's fp32 copy
+  bool weight_grad = false;
+  for (const Event& e : chunked.program.events)
+    weight_grad = weight_grad || (e.op == Event::Op::Alloc && chunked.program.tensors[e.tensor].bytes == int64_t{2} * 151936 * 896);
+  CHECK(weight_grad);
+  c.training.loss = "auto";  // prime-rl's SFT head: the fp32 logits of every token
+  CHECK(simulate_valid(c).peak.allocated_bytes > chunked.peak.allocated_bytes + int64_t{4} * 4096 * 151936);
+}
+
