@@ -149,8 +149,9 @@ void StepBuilder::loss_forward(uint32_t res, std::vector<uint32_t>& saved) {
       // prime-rl's FusedOutputLinear (src/prime_rl/trainer/models/layers/lm_head.py at d8f290ef0,
       // _ChunkedLogProbEntropyFn.forward), per 2,048-column slice of the vocabulary: the 16-bit logits and their fp32
       // copy, each bound to its name until the next slice rebinds it, and inside _online_logsumexp_and_weighted_update
-      // the fp32 (chunk - max), its exp and exp * chunk. Saved: the hidden state (the final norm's output), the
-      // weight, the labels and an fp32 logsumexp per token; the log-probabilities and entropy are fp32 per token.
+      // the fp32 (chunk - max), its exp and exp * chunk. Saved: the hidden state (the final norm's output, counted
+      // through the final norm's save for a trained lm_head; not counted for a frozen one), the weight, the labels
+      // and an fp32 logsumexp per token; the log-probabilities and entropy are fp32 per token.
       const int64_t tc = mul(dims_.T, std::min<int64_t>(dims_.V, kVocabChunkColumns));
       uint32_t lg = UINT32_MAX, lf = UINT32_MAX;
       for (int k = 0; k < 2; ++k) {  // the second slice stands for every later one
@@ -268,11 +269,16 @@ uint32_t StepBuilder::hf_shifted_loss_backward(std::vector<uint32_t>& saved) {
 }
 
 // The bytes of the output head's weight gradient, 0 when the head (or the embedding it is tied to) is frozen.
-int64_t StepBuilder::head_grad_bytes() const {
-  if (cfg_.model.tie_word_embeddings) return has_grad(shape_.pre.front()) ? grad_bytes_of(shape_.pre.front()) : 0;
+const ParamTensor* StepBuilder::head_weight() const {
+  if (cfg_.model.tie_word_embeddings) return &shape_.pre.front();
   for (const auto& t : shape_.post)
-    if (module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) return has_grad(t) ? grad_bytes_of(t) : 0;
-  return 0;
+    if (module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) return &t;
+  return nullptr;
+}
+
+int64_t StepBuilder::head_grad_bytes() const {
+  const ParamTensor* t = head_weight();
+  return t && has_grad(*t) ? grad_bytes_of(*t) : 0;
 }
 
 // Drops the newest saved tensor with this label: autograd frees a node's saved tensors once the node has run,

@@ -450,10 +450,8 @@ void StepBuilder::grpo_liger_forward(std::vector<uint32_t>& saved) {
   }
   const int32_t post = -1;
   const int64_t e = dims_.e, C = r.completion_tokens, V = dims_.V, H = dims_.h;
-  int64_t w = 0;  // the head's weight as Liger reads it: lm_head's, or the embedding it is tied to
-  if (cfg_.model.tie_word_embeddings) w = weight_bytes_of(shape_.pre.front());
-  for (const auto& t : shape_.post)
-    if (!cfg_.model.tie_word_embeddings && module_name(t.name) == "lm_head" && t.kind == ParamKind::Matmul) w = weight_bytes_of(t);
+  const ParamTensor* head = head_weight();  // lm_head.weight as Liger reads it (the embedding where tied)
+  const int64_t w = head ? weight_bytes_of(*head) : 0;
   saved.push_back(act(w, L.liger_weight_grad, post));
   const bool streaming = r.liger == RolloutFlow::LigerGrpo::Streaming;
   // Each completion allocates and frees the same chunk tensors: the first two are replayed (the second reuses the
@@ -474,7 +472,7 @@ void StepBuilder::grpo_liger_forward(std::vector<uint32_t>& saved) {
     } else if (replay) {
       uint32_t gh32 = tmp(mul(4, C, H), L.liger_input_grad, post);
       uint32_t gw32 = tmp(mul(4, V, H), L.liger_weight_grad, post);
-      const int64_t slice = std::min<int64_t>(V, 4096);
+      const int64_t slice = std::min<int64_t>(V, kLigerVocabSlice);
       uint32_t logits = tmp(mul(4, C, slice), L.liger_chunk, post), probs = tmp(mul(4, C, slice), L.liger_chunk, post);
       drop(logits);
       uint32_t grad = tmp(mul(4, C, slice), L.liger_chunk, post);

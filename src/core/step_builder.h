@@ -334,6 +334,8 @@ class StepBuilder {
   void int4_forward(int32_t layer, const char* prefix, std::vector<uint32_t>& saved);
   uint32_t int4_backward(int32_t layer, const char* prefix);
   uint32_t int4_label(uint32_t& label, const char* text);
+  // lm_head's weight, or the embedding it is tied to; null where the model has neither (a classification head).
+  const ParamTensor* head_weight() const;
   int64_t head_grad_bytes() const;
   bool module_quantized(int32_t layer, std::string_view module) const;
   int64_t dequant_bytes() const;
@@ -608,6 +610,9 @@ class StepBuilder {
   // prime-rl's FusedOutputLinear (LossImpl::VocabChunked): the RL config's fused_lm_head_chunk_size default
   // (src/prime_rl/trainer/rl/config.py at d8f290ef0).
   static constexpr int64_t kVocabChunkColumns = 2048;
+  // Liger 0.8's _ChunkedSelectiveLogProbFunction streams the vocabulary in slices of this many columns
+  // (_SELECTIVE_LOGPROB_VOCAB_CHUNK_SIZE in src/liger_kernel/chunked_loss/fused_linear_ppo.py at v0.8.0).
+  static constexpr int64_t kLigerVocabSlice = 4096;
   void grpo_loss_forward(std::vector<uint32_t>& saved);
   uint32_t grpo_loss_backward(std::vector<uint32_t>& saved);
   // Liger's fused GRPO loss (RolloutFlow::liger): the gradients made in the forward, one completion at a time.
