@@ -45,7 +45,7 @@ void StepBuilder::evaluation(int after_step) {
   // What the earlier batches left: (kept - 1) batches gathered from every rank.
   const uint32_t earlier = kept > 1 ? tmp(mul(kept - 1, dp, logits_bytes), eval_logits_label_, -1) : UINT32_MAX;
 
-  NoGradPass pass = begin_no_grad(shard_weights_ && shard_ranks_ > 1 ? eval_gathered_label_ : UINT32_MAX);
+  NoGradPass pass = begin_no_grad(unshards_units() ? eval_gathered_label_ : UINT32_MAX);
   uint32_t res = no_grad_layers(pass, nullptr, nullptr);
   const uint32_t head = no_grad_gathered(pass, shape_.num_layers);
   std::vector<uint32_t> saved;

@@ -71,7 +71,7 @@ constexpr FrameworkSpec kFrameworks[] = {
      "VanillaOutputLinear returns the logits and forward() makes them fp32 (cast_float_and_contiguous), which "
      "CrossEntropyLoss reads unshifted; sft/train.py `del logits` leaves `out` holding them through backward, the "
      "optimizer step and the next micro-batch's forward; the benchmarks workflow sets expandable_segments", false, false, true, false, false,
-     FrameworkSpec::ExpertShard::PerExpertLinear, false, false, false, false, false, "alltoall", false, true, true},
+     FrameworkSpec::ExpertShard::PerExpertLinear, false, false, false, false, false, "alltoall", false, true, true, true},
     {"unsloth", "Unsloth (FastLanguageModel under TRL/HF Trainer)", "sdpa_repeat_kv", "fused", "unsloth_fused_ce", "fused", 2, false, false, "deepspeed", false, false, false, false, false, true, false,
      "unslothai/unsloth at HEAD 015bdef0 with unsloth-zoo ce232d6c (docs/research/unsloth.md): xformers attention "
      "(the notebooks install xformers, not flash-attn) expands k and v to every query head in training; "
@@ -784,6 +784,7 @@ Resolved resolve(const Config& c) {
     d.given(Switch::EmptyCacheSteps);
   }
   r.foreach_keeps_denom = v.below(torch, V(2, 1));
+  r.fsdp2_one_rank_skips_all_gather = v.at_least(torch, V(2, 9));
   r.masked_sdpa_math = v.below(torch, V(2, 1));
   r.mask = derive_attention_mask(c, f, r.attention, v);
   r.packed_attention = derive_packed_attention(r.attention, v, r.packed_mask, r.packed_note);

@@ -137,6 +137,12 @@ struct FrameworkSpec {
   // The model's forward returns the fp32 upcast of the logits, so the outputs the loop holds are fp32 (prime-rl's
   // model.py forward(): cast_float_and_contiguous), where full_fp32 alone is torchtune's `del logits` after the loss.
   bool outputs_hold_fp32_logits = false;
+  // fully_shard runs whatever the world size, so a single GPU trains over a one-rank mesh: fp32 DTensor shards that
+  // are the whole parameters, a 16-bit copy of each unit while it runs, and the reduce-scatter's fp32 gradients
+  // (prime-rl's model.py setup_model calls setup_fsdp unconditionally). torchtitan and torchtune's single-device
+  // recipes apply no FSDP on one GPU (torchtitan: parallel_dims.fsdp_enabled needs dp_shard or cp above 1), and
+  // Accelerate runs one process without a distributed type, so elsewhere one GPU stays unsharded.
+  bool fsdp_on_one_gpu = false;
 };
 
 // The switches that derive from the versions when left at auto, and where each one's value came from.
@@ -261,6 +267,12 @@ struct Resolved {
   // (torch/optim/adamw.py _multi_tensor_adamw at v2.0.0); pytorch#104898 (AdamW) and #104780 (Adam), merged July
   // 2023 and first in 2.1.0, add eps in place. It follows from the torch version alone, so it is not a config field.
   bool foreach_keeps_denom;
+  // FSDP2 over a one-rank mesh skips the all-gather from torch 2.9 (pytorch#160135, "skipping allgather when world size
+  // is 1"): _fsdp_param_group.py wait_for_unshard casts each parameter's fp32 shard to the param dtype and copies it
+  // into the unit's unsharded buffer on the current stream, with no copy-in buffer, and a prefetch allocates nothing.
+  // Before 2.9 the one-rank all-gather runs as on several ranks. The reduce-scatter still runs in 2.9 (its skip,
+  // pytorch#162021, came later). A fact of the version, not a switch.
+  bool fsdp2_one_rank_skips_all_gather;
   // An SDPA call given an attn_mask runs on the math kernel (torch 2.0: no fused kernel took a mask before
   // pytorch#104310, 2.1), else on the memory-efficient one.
   bool masked_sdpa_math;

@@ -3,10 +3,11 @@
 
 namespace memsim {
 
-void FsdpUnshard::configure(size_t slots, bool fsdp2, bool no_sync) {
+void FsdpUnshard::configure(size_t slots, bool fsdp2, bool no_sync, bool copy_only) {
   kept_.resize(slots);
   fsdp2_ = fsdp2;
   no_sync_ = no_sync;
+  copy_only_ = copy_only;
 }
 
 // FSDP2 all-gathers into one flat buffer on its all-gather copy-in stream and copies out into per-parameter tensors
@@ -17,7 +18,9 @@ void FsdpUnshard::configure(size_t slots, bool fsdp2, bool no_sync) {
 void FsdpUnshard::unshard_one(Host& host, int64_t slot, bool backward, std::vector<uint32_t>& into) {
   const int64_t bytes = host.unsharded_bytes(slot);
   if (bytes == 0) return;
-  const uint32_t flat = fsdp2_ ? host.alloc(bytes, true, slot, Stream::AllGather) : UINT32_MAX;
+  // One rank from torch 2.9: each parameter's shard is cast into the unit's buffer on the compute stream (one
+  // parameter's 16-bit cast at a time beside it, left out).
+  const uint32_t flat = fsdp2_ && !copy_only_ ? host.alloc(bytes, true, slot, Stream::AllGather) : UINT32_MAX;
   if (fsdp2_ && !backward) release_all_gather(host);
   into.push_back(host.alloc(bytes, false, slot, fsdp2_ ? Stream::Compute : Stream::AllGather));
   if (flat != UINT32_MAX) {
@@ -39,7 +42,7 @@ void FsdpUnshard::unshard(Host& host, int64_t slot, const Call& call, std::vecto
     unshard_one(host, slot, call.backward, out);
   }
   const int64_t step = call.backward ? -1 : 1;
-  for (int64_t j = 1; j <= call.prefetch_depth; ++j) {
+  for (int64_t j = 1; j <= (copy_only_ ? 0 : call.prefetch_depth); ++j) {
     const int64_t next = slot + step * j;
     if (next < call.first_layer || next >= call.end_layer) break;
     if (!kept_[static_cast<size_t>(next + 1)].empty()) continue;

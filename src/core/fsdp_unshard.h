@@ -33,7 +33,10 @@ class FsdpUnshard {
   };
 
   // `slots`: the model's slots (num_layers + 2). `fsdp2`: FSDP2's flat all-gather buffer and copy-out.
-  void configure(size_t slots, bool fsdp2, bool no_sync);
+  // `copy_only`: FSDP2 over one rank without the all-gather (Resolved::fsdp2_one_rank_skips_all_gather): no flat
+  // buffer, and a prefetch allocates nothing, since unshard() only records an empty result and each unit's buffer is
+  // made in its own wait_for_unshard.
+  void configure(size_t slots, bool fsdp2, bool no_sync, bool copy_only = false);
   // A module of `slot` is about to run: its parameters, and any prefetched, go to `out` unless kept.
   void unshard(Host& host, int64_t slot, const Call& call, std::vector<uint32_t>& out);
   // The unit's backward is done: parameters kept since forward go (nothing under no_sync: they stay to the end).
@@ -52,6 +55,7 @@ class FsdpUnshard {
   uint32_t pending_all_gather_ = UINT32_MAX;
   bool fsdp2_ = false;
   bool no_sync_ = false;
+  bool copy_only_ = false;
 };
 
 }  // namespace memsim

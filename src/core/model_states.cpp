@@ -18,12 +18,19 @@ int64_t shard_group_size(const Config& c) {
   return mul(dp, c.parallel.context_parallel_size);
 }
 
+bool one_rank_fsdp2(const Config& c, Sharding sharding) {
+  if (sharding != Sharding::Fsdp2 || shard_group_size(c) != 1) return false;
+  const FrameworkSpec* f = find_framework(c.training.framework);
+  return f != nullptr && f->fsdp_on_one_gpu;
+}
+
 int64_t sharding_stage(const Config& c, Sharding sharding) {
   const auto& par = c.parallel;
   // DeepSpeed runs ZeRO on one GPU too; that only changes memory where parameters live on the host and are
   // fetched module by module (ZeRO-Infinity), so a single GPU counts as unsharded otherwise.
   const bool one_gpu_offload = sharding == Sharding::DeepSpeed && par.params_offload() != Offload::None && par.zero_stage == 3;
-  return shard_group_size(c) > 1 || one_gpu_offload ? par.zero_stage : 0;
+  // A framework that applies fully_shard on one GPU too (FrameworkSpec::fsdp_on_one_gpu) shards over a one-rank mesh.
+  return shard_group_size(c) > 1 || one_gpu_offload || one_rank_fsdp2(c, sharding) ? par.zero_stage : 0;
 }
 
 bool shards_weights(const Config& c, Sharding sharding) {

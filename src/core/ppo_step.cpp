@@ -153,7 +153,7 @@ void StepBuilder::ppo_rollout(const std::string& when) {
   const int64_t V = dims_.V;
   uint32_t ids = tmp(mul(8, rows, P + C), rollout_labels_.ids, -1);
   std::vector<uint32_t> whole;
-  if (r.gathers_whole_model && shard_weights_ && shard_ranks_ > 1) {
+  if (r.gathers_whole_model && unshards_units()) {
     for (int64_t l = -1; l <= shape_.num_layers; ++l) whole.push_back(tmp(gathered_bytes(l), rollout_labels_.gathered, static_cast<int32_t>(l)));
     StepBuilder& v = *critic_->builder;
     for (int64_t l = -1; l < v.shape_.num_layers; ++l)
@@ -179,8 +179,8 @@ void StepBuilder::ppo_rollout(const std::string& when) {
   for (uint32_t t : whole) drop(t);
   dims_ = training;
   program_.phase("scoring (" + when + ")");
-  const bool value_gathers = shard_weights_ && shard_ranks_ > 1;  // prepared with the policy: sharded like it
-  const bool reward_gathers = r.reward_sharded && shard_weights_ && shard_ranks_ > 1;
+  const bool value_gathers = unshards_units();  // prepared with the policy: sharded like it
+  const bool reward_gathers = r.reward_sharded && unshards_units();
   for (int64_t k = 0; k < std::min<int64_t>(chunks, 2); ++k) {  // the second chunk stands for the rest
     const int64_t n = k + 1 == chunks && rest > 0 ? rest : chunk;
     drop(tmp(mul(4, C, V), rollout_labels_.logps, -1));  // selective_log_softmax of fp32 scores: a row's logsumexp at a time

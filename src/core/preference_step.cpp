@@ -184,7 +184,7 @@ void StepBuilder::reference_forward(const std::string& phase) {
     program_.phase(phase);
     // ZeRO-3 / FSDP all-gather each layer of a sharded reference (or of the policy, for adapter_disabled) for its
     // forward and free it after; a replicated copy has its weights already.
-    const bool gathers = (p.reference != ReferenceModel::Copy || p.reference_sharded) && shard_weights_ && shard_ranks_ > 1;
+    const bool gathers = (p.reference != ReferenceModel::Copy || p.reference_sharded) && unshards_units();
     const uint32_t gather_label = gathers ? pref_labels_.ref_gathered : UINT32_MAX;
     uint32_t kl = UINT32_MAX;  // KTO: the reference's KL batch first; before 0.17 its logits live through the batch's
     if (p.kl_pass || p.reference_label_copies) kto_labels();
@@ -232,7 +232,7 @@ void StepBuilder::kto_labels() {
 void StepBuilder::kl_forward() {
   preference_labels();
   kto_labels();
-  const bool gathers = shard_weights_ && shard_ranks_ > 1;
+  const bool gathers = unshards_units();
   NoGradPass pass;
   uint32_t logits = logps_pass(pass, gathers ? kto_labels_.kl_gathered : UINT32_MAX, kto_labels_.kl_logits,
                                !resolved_.preference.kl_logps_after_batch);

@@ -150,14 +150,14 @@ void StepBuilder::rollout(const std::string& when, int iter) {
   const int64_t mbs = cfg_.training.micro_batch_size;
   const int64_t chunks = std::min<int64_t>(rows / std::max<int64_t>(1, mbs), 2);  // the second stands for the rest
   if (r.policy_logps_pass)  // the policy's own layers, all-gathered where they are sharded
-    for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, shard_weights_ && shard_ranks_ > 1);
+    for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, unshards_units());
   if (!r.reference_after_policy && reference_runs()) {
     if (r.reference_unchunked) score_pass(rows, reference_gathers());
     else for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, reference_gathers());
   }
   // The reward model scores the whole generation batch in one forward under inference_mode (T:481-486 at v0.14 ...
   // T:1648-1653 at v1.9), its head a score per position.
-  if (cfg_.training.reward_model_on()) score_pass(rows, r.reward_sharded && shard_weights_ && shard_ranks_ > 1, true);
+  if (cfg_.training.reward_model_on()) score_pass(rows, r.reward_sharded && unshards_units(), true);
   dims_ = training;
   rollout_ids_.push_back(ids);  // the batch's ids live until its last micro-batch has trained (step())
 }
@@ -168,7 +168,7 @@ bool StepBuilder::reference_runs() const {
 }
 bool StepBuilder::reference_gathers() const {
   const PreferenceFlow& p = resolved_.preference;
-  return (p.reference != ReferenceModel::Copy || p.reference_sharded) && shard_weights_ && shard_ranks_ > 1;
+  return (p.reference != ReferenceModel::Copy || p.reference_sharded) && unshards_units();
 }
 
 // A no-grad forward of `rows` completions with their prompts, the head over the completion's tokens
@@ -222,7 +222,7 @@ void StepBuilder::hf_generate(int64_t rows, GenerateKept* kept) {
   std::vector<uint32_t> whole;  // ZeRO-3: GatheredParameters(model.parameters()) around the whole call
   if (r.gathers_whole_model && !kept)
     for (int64_t l = -1; l <= shape_.num_layers; ++l) whole.push_back(tmp(gathered_bytes(l), rollout_labels_.gathered, static_cast<int32_t>(l)));
-  const uint32_t gather_label = !r.gathers_whole_model && shard_weights_ && shard_ranks_ > 1 ? rollout_labels_.gathered : UINT32_MAX;
+  const uint32_t gather_label = !r.gathers_whole_model && unshards_units() ? rollout_labels_.gathered : UINT32_MAX;
   // (PPO's caller gathers the whole model itself, the value model's parameters with the policy's.)
   const int64_t e = dims_.e;
   // One token's logits: [rows, V] in the model's dtype (fp32 before 4.46), their fp32 copy in _sample, and the

@@ -271,7 +271,9 @@ int64_t StepBuilder::gathered_bytes(int64_t l) const {
 // after (partitioned_param_coordinator.py). Parameters up to stage3_param_persistence_threshold (1e5 elements)
 // stay whole; they are small and counted with the partitioned weights here.
 void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
-  if (!shard_weights_ || (shard_ranks_ == 1 && !shard_plan_.offload_params)) return;  // one GPU: only offloaded parameters move
+  // One GPU: only offloaded parameters move, except under FSDP over a one-rank mesh (one_rank_fsdp2), which still
+  // unshards every unit into a 16-bit copy.
+  if (!shard_weights_ || (shard_ranks_ == 1 && !shard_plan_.offload_params && !shard_plan_.fsdp)) return;
   if (shard_plan_.fsdp) {
     // Parameters stay unsharded from forward to backward under SHARD_GRAD_OP / reshard_after_forward=False, and
     // always for the root unit (embeddings, final norm and head): FSDP1 _post_forward_reshard skips the root,

@@ -759,6 +759,9 @@ class StepBuilder {
   int64_t adapter_bytes_ = 2;  // adapter_bytes(), from the config once
   int64_t free_at_load_bytes_ = 0;  // the GPU less its context: what cudaMemGetInfo reports before the model loads
   int64_t shard_ranks_ = 1;  // ranks of the shard group
+  // A no-grad pass unshards each unit around its forward: sharded weights over several ranks, or FSDP over one
+  // (one_rank_fsdp2), which still makes each unit's 16-bit copy.
+  bool unshards_units() const { return shard_weights_ && (shard_ranks_ > 1 || shard_plan_.fsdp); }
   bool shard_opt_ = false, shard_grads_ = false, shard_weights_ = false;
   // A builder writing into another's program (PPO's value model): the two models are one DeepSpeed engine, whose
   // reduce buckets the other builder allocates.

@@ -73,6 +73,8 @@ bool fsdp1_unit_gradients(const Config& c);
 int64_t shard_group_size(const Config& c);
 // The ZeRO / FSDP stage in effect (0 on one GPU, but for ZeRO-Infinity), and whether it shards the weights at rest.
 int64_t sharding_stage(const Config& c, Sharding sharding);
+// FSDP2 over a shard group of one GPU, where the framework applies fully_shard anyway (FrameworkSpec::fsdp_on_one_gpu).
+bool one_rank_fsdp2(const Config& c, Sharding sharding);
 bool shards_weights(const Config& c, Sharding sharding);
 bool is_expert_param(const ParamTensor& t);
 int64_t zero_persistence_threshold(const ParallelConfig& p);

@@ -103,6 +103,48 @@ TEST_CASE("FSDP2's side streams: all-gather buffers and gradient shards in pools
   CHECK(live == 0);
 }
 
+TEST_CASE("FSDP2 over a one-rank mesh: prime-rl shards on one GPU, and torch 2.9 copies where 2.8 all-gathers",
+          "[distributed][fsdp][streams]") {
+  // prime-rl's setup_model calls setup_fsdp whatever the world size: fp32 DTensor shards that are the whole
+  // parameters, fp32 gradients out of the reduce-scatter on its stream, 16 bytes per parameter as on N ranks.
+  // torch 2.9 skips the one-rank all-gather (pytorch#160135): each unit's 16-bit copy is made on the compute stream
+  // with no all-gather output; torch 2.8 all-gathers as on several ranks.
+  auto count = [](const Result& r, const std::string& label, Stream stream) {
+    int n = 0;
+    const StepProgram& p = r.devices[0].program;
+    for (const Tensor& t : p.tensors)
+      if (p.labels[t.label].rfind(label, 0) == 0) {
+        CHECK(t.stream == stream);
+        ++n;
+      }
+    return n;
+  };
+  Config c = llama3_8b_on(1, "prime_rl", "bf16_mixed", 3);
+  c.parallel.sharding = "auto";  // prime-rl's: fsdp2
+  c.versions.torch = "2.9.0";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  CHECK(per_param(r.model_states.weights_bytes) == Approx(4.0).epsilon(0.002));
+  CHECK(per_param(r.model_states.gradients_bytes) == Approx(4.0).epsilon(0.002));
+  CHECK(per_param(r.model_states.optimizer_bytes) == Approx(8.0).epsilon(0.002));
+  CHECK(count(r, "FSDP2 gradient shard", Stream::ReduceScatter) > 0);
+  CHECK(count(r, "FSDP unsharded parameters (cast from the one-rank shard)", Stream::Compute) > 0);
+  CHECK(count(r, "FSDP2 all-gather output", Stream::AllGather) == 0);
+
+  c.versions.torch = "2.8.0";
+  Result before = simulate(c);
+  REQUIRE(before.ok);
+  CHECK(count(before, "FSDP unsharded parameters (all-gathered)", Stream::Compute) > 0);
+  CHECK(count(before, "FSDP2 all-gather output", Stream::AllGather) > 0);
+
+  // torchtitan applies no FSDP on one GPU (parallel_dims.fsdp_enabled): nothing is sharded or unsharded there.
+  c.training.framework = "torchtitan";
+  Result titan = simulate(c);
+  REQUIRE(titan.ok);
+  CHECK(count(titan, "FSDP", Stream::Compute) == 0);
+  CHECK(per_param(titan.model_states.weights_bytes) < 3.0);  // 16-bit weights beside an fp32 master copy
+}
+
 TEST_CASE("FSDP SHARD_GRAD_OP keeps every layer unsharded from forward to backward", "[distributed][fsdp]") {
   // MEMORY_FORMULAS.md 2.5: "unsharded params of ALL units stay resident from forward until their backward";
   // FULL_SHARD keeps only the root unit (embeddings, final norm, head: FSDP2 root reshard_after_forward=False).

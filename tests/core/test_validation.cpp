@@ -64,9 +64,10 @@ TEST_CASE("single-GPU measured peaks: median and worst error", "[validation]") {
   // cases (2.8% before fms-acceleration's cases stated their versions, which give transformers 4.48's fp32 shifted
   // logits; 2.5% over the 66 before Qwen-1's README table came in at 4.6% on its first score; 3.4% before torch 2.0's
   // second foreach intermediate), 7.5%; 12.5% since prime-rl's RL benchmark rows for Qwen3-0.6B on one GPU came in
-  // 10-12.5% under (a finding in their notes), within the target.
-  CHECK(s.median_abs_error <= 0.028);
-  CHECK(s.worst_high_abs_error < 0.13);
+  // 10-12.5% under (a finding in their notes), within the target; 2.5% and 7.9% since FSDP2 over a one-rank mesh
+  // (prime-rl shards on one GPU too: its fp32 gradients in the reduce-scatter stream's pool).
+  CHECK(s.median_abs_error <= 0.027);
+  CHECK(s.worst_high_abs_error < 0.085);
 }
 
 // The fine-tuning issue's target: median absolute error <= 7% over the high- and medium-confidence single-GPU cases
@@ -115,15 +116,16 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 // loads); 2.4% over 205, p90 11.0%, after autocast over 16-bit weights and the GRPO and PPO cases; p90 9.4% over
 // 211 with prime-rl's six SFT benchmark rows (within 6.1%; 11-20% under before its held fp32 logits), which also
 // add to the count; median 2.6%, p90 11.1% over 218 with its seven RL rows (3.4-12.5% under; +223% to +878% on
-// their first score, with the SFT head). The bounds guard what is reached. With every switch that a case file sets by
+// their first score, with the SFT head); median 2.5%, p90 9.4% once prime-rl's one-GPU rows shard over a one-rank
+// mesh as its setup_fsdp does (their RL rows 3-8% under, the SFT rows within 1.7%). The bounds guard what is reached. With every switch that a case file sets by
 // hand back at auto (the versions decide; Liger's fused_linear and prime-rl's vocab_chunked head kept, choices no
-// version implies): median 2.8%, p90 17.2%.
+// version implies): median 2.7%, p90 17.2%.
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 218);
-  CHECK(s.all_median_abs_error <= 0.027);
-  CHECK(s.all_p90_abs_error <= 0.115);
-  CHECK(s.auto_median_abs_error <= 0.030);
+  CHECK(s.all_median_abs_error <= 0.026);
+  CHECK(s.all_p90_abs_error <= 0.10);
+  CHECK(s.auto_median_abs_error <= 0.029);
   CHECK(s.auto_p90_abs_error <= 0.19);
 }
 
