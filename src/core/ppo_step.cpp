@@ -90,6 +90,7 @@ void StepBuilder::ppo_labels() {
   ppo_labels_.values = p.label("value or reward head output");
   ppo_labels_.prob_dist = p.label("entropy: softmax of the logits (prob_dist, kept to the next micro-batch)");
   ppo_labels_.entropy = p.label("entropy: logsumexp and prob_dist * logits (transient)");
+  ppo_labels_.reference_kv = p.label("reference's KV cache (use_cache: every layer's keys and values, held by its output)");
 }
 
 // Its weights (and DDP's bucket: the wrapper is one DDP module), loaded before the trainer wraps both.
@@ -205,8 +206,15 @@ void StepBuilder::ppo_score_pass(int64_t rows, bool gathers, bool logps) {
   const ActDims before = dims_;
   use_shape({rows, r.prompt_tokens + r.completion_tokens});
   NoGradPass pass = begin_no_grad(gathers ? rollout_labels_.gathered : UINT32_MAX);
-  std::vector<uint32_t> hidden, norm;
-  uint32_t g = no_grad_trunk(pass, &hidden, norm, nullptr);
+  std::vector<uint32_t> hidden, norm, cache;
+  // The reference's DynamicCache (RolloutFlow::reference_kv_cache): each layer's keys and values stay with the output
+  // where the layer would otherwise have freed them.
+  const int64_t kv_bytes = mul(dims_.b, dims_.s, dims_.h_kv, dims_.e);
+  const std::function<void(int64_t)> keep = [&](int64_t l) {
+    for (int kv = 0; kv < 2; ++kv)
+      cache.push_back(program_.alloc(Component::Activations, kv_bytes, ppo_labels_.reference_kv, static_cast<int32_t>(l)));
+  };
+  uint32_t g = no_grad_trunk(pass, &hidden, norm, logps && r.reference_kv_cache ? &keep : nullptr);
   if (!logps) {
     drop(tmp(mul(dims_.e, dims_.T), ppo_labels_.values, post));
   } else {
@@ -223,6 +231,7 @@ void StepBuilder::ppo_score_pass(int64_t rows, bool gathers, bool logps) {
   for (uint32_t t : norm) drop(t);
   drop_if(g);
   for (uint32_t t : hidden) drop(t);
+  for (uint32_t t : cache) drop(t);
   end_no_grad(pass);
   dims_ = before;
 }

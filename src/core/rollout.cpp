@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "checked.h"
+#include "preference.h"
 #include "tables.h"
 
 namespace memsim {
@@ -75,12 +76,22 @@ RolloutFlow resolve_ppo(const Config& c, const StackVersions& v, bool deepspeed_
   generate_rules(r, c, v);
   // The reward model: prepare_deepspeed under DeepSpeed (P:291; sharded at stage 3), else .to(device) (P:308).
   r.reward_sharded = deepspeed_zero3;
+  // forward() (P:191-220 at trl f2cd577, trl/experimental/ppo/ppo_trainer.py) calls the model with
+  // output_hidden_states and no use_cache, so the config decides; get_reward() passes use_cache=False ("otherwise
+  // mistral-based RM would error out", trl/experimental/utils.py): the value and reward models keep no cache. A PEFT
+  // reference is the policy with its adapters off, in train mode (P:639), where transformers turns the cache off
+  // under gradient checkpointing ("use_cache=True is incompatible with gradient checkpointing"); a separate
+  // reference model has no checkpointing enabled.
+  const std::string& ref = t.reference_model;
+  const bool policy_is_reference = ref == "adapter_disabled" || (ref == "auto" && auto_reference(c, v) == ReferenceModel::AdapterDisabled);
+  r.reference_kv_cache = t.use_cache && !(policy_is_reference && t.activation_checkpointing != "none");
   r.note = describe_version(v, trl) + "'s PPOTrainer: " + std::to_string(r.generation_rows) +
            " responses per GPU generated before each update, " + std::to_string(r.chunk_rows) +
            " at a time, with the fp32 scores of every token kept (output_scores) and held through the update" +
            (r.gathers_whole_model ? "; generate gathers the whole model (ZeRO-3)" : "") +
            (r.kv_cache ? "" : "; no KV cache (gradient checkpointing in train mode: every token re-runs the sequence)") +
-           "; the reference, the value model and the reward model score each chunk with all their hidden states; the "
+           "; the reference, the value model and the reward model score each chunk with all their hidden states" +
+           (r.reference_kv_cache ? ", the reference with its KV cache (config.use_cache)" : "") + "; the "
            "value model (the policy's shape, " + std::string(t.value_model == "peft" ? "with the policy's PEFT method" : "trained in full") +
            ", not checkpointed) runs its forward before the policy's and its backward after it";
   return r;

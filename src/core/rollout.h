@@ -53,6 +53,9 @@ struct RolloutFlow {
   // scoring forward returns all its hidden states. A value model of the policy's shape trains beside it.
   bool ppo = false;
   int64_t chunk_rows = 0;
+  // The reference's scoring forward builds a KV cache (training.use_cache): DynamicCache holds each layer's keys and
+  // values, [rows, kv heads, tokens, head dim] each, in the output until `del ref_output`.
+  bool reference_kv_cache = false;
   std::string note;                   // the rules above with their versions, for the result's notes
 };
 

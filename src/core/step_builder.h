@@ -594,7 +594,7 @@ class StepBuilder {
   void ppo_entropy();
   void ppo_end_of_minibatch();
   struct PpoLabels {
-    uint32_t scores = UINT32_MAX, logitss, values, prob_dist, entropy;
+    uint32_t scores = UINT32_MAX, logitss, values, prob_dist, entropy, reference_kv;
   };
   PpoLabels ppo_labels_;
   void ppo_labels();

@@ -586,6 +586,9 @@ void validate_preference(const Config& c, std::vector<FieldError>& e) {
   if (o != Objective::Ppo && t.value_model != "full")
     e.push_back({"training.value_model", "training.value_model applies to training.objective ppo; with " + t.objective +
                                              " it must be full"});
+  if (o != Objective::Ppo && !t.use_cache)
+    e.push_back({"training.use_cache", "training.use_cache applies to training.objective ppo; with " + t.objective +
+                                           " it must be true"});
   if (!rollout && t.reward_model_on())
     e.push_back({"training.reward_model", "training.reward_model applies to training.objective grpo and ppo; with " + t.objective +
                                               " it must be none"});

@@ -134,6 +134,7 @@ bool draw_inputs_panel(Config& c, const Result& result, bool reveal_data) {
       if (!ppo) changed |= choice_combo("training.generation_engine", t.generation_engine, "");
       changed |= choice_combo("training.reward_model", t.reward_model, "");
       if (ppo) changed |= choice_combo("training.value_model", t.value_model, "");
+      if (ppo) changed |= check_input("training.use_cache", t.use_cache);
       if (!ppo) changed |= int_input("training.steps_per_generation", t.steps_per_generation, 1);
       changed |= int_input("training.num_iterations", t.num_iterations, 1);
       if (t.engine() == GenerationEngine::VllmColocate) {

@@ -106,7 +106,7 @@ void choose_objective(Config& c) {
     t.framework = "hf_trainer";
   if (t.ppo()) t.reward_model = "same_as_policy";
   else if (!t.rollout()) t.reward_model = "none";
-  if (!t.ppo()) t.value_model = "full";
+  if (!t.ppo()) t.value_model = "full", t.use_cache = true;
 }
 
 int64_t default_micro_batch() { return Config{}.training.micro_batch_size; }

@@ -144,6 +144,9 @@ TEST_CASE("PPO refuses what TRL's PPOTrainer does not do, naming the field") {
   Config sft = single_gpu_config("qwen2.5-0.5b.json", 1, 512);
   sft.training.value_model = "peft";
   CHECK(refused(sft, "training.value_model"));
+  sft = single_gpu_config("qwen2.5-0.5b.json", 1, 512);
+  sft.training.use_cache = false;  // only PPO's reference reads it
+  CHECK(refused(sft, "training.use_cache"));
 }
 
 TEST_CASE("PPO under ZeRO-3 gathers the value model with the policy for generation, and shares one engine's buckets") {
@@ -191,4 +194,35 @@ TEST_CASE("PPO runs without dropout: LoRA's dropout keeps no mask or copy of its
   Config none = c;
   none.peft.lora_dropout = 0;
   CHECK(simulate_valid(c).peak.allocated_bytes == simulate_valid(none).peak.allocated_bytes);
+}
+
+TEST_CASE("PPO's reference scores with a KV cache where config.use_cache is on (TRL's forward() passes none)") {
+  // forward() calls the reference with output_hidden_states and no use_cache: the config's True builds a
+  // DynamicCache, every layer's keys and values [rows, kv heads, tokens, head dim] in bf16, held by ref_output until
+  // its log-probabilities are taken. get_reward() passes use_cache=False, so the value and reward models keep none.
+  auto most_cache = [](const StepProgram& p) {
+    int64_t live = 0, most = 0;
+    for (const Event& e : p.events) {
+      const Tensor& t = p.tensors[e.tensor];
+      if (p.labels[t.label].rfind("reference's KV cache", 0) != 0) continue;
+      live += (e.op == Event::Op::Alloc ? 1 : -1) * t.bytes;
+      most = std::max(most, live);
+    }
+    CHECK(live == 0);
+    return most;
+  };
+  Config c = ppo_config();
+  const DeviceResult d = simulate_valid(c);
+  // Qwen2.5-0.5B: 24 layers, 2 key/value heads of 64; both queries of the update score in one chunk.
+  CHECK(most_cache(d.program) == int64_t{2} * 24 * 2 * (kPrompt + kResponse) * (2 * 64) * 2);
+  c.training.use_cache = false;  // ms-swift sets config.use_cache False on every model
+  CHECK(most_cache(simulate_valid(c).program) == 0);
+  // Under LoRA the reference is the policy with its adapters off, in train mode: gradient checkpointing turns the
+  // cache off there, and only there.
+  c.training.use_cache = true;
+  c.peft.method = "lora";
+  c.training.activation_checkpointing = "full";
+  CHECK(most_cache(simulate_valid(c).program) == 0);
+  c.training.activation_checkpointing = "none";
+  CHECK(most_cache(simulate_valid(c).program) > 0);
 }

@@ -70,6 +70,7 @@ MEMSIM_DEFAULTS = {
         "vllm_sleep": False,
         "reward_model": "none",
         "value_model": "full",
+        "use_cache": True,
         "steps_per_generation": 0,
         "num_iterations": 1,
         "vllm_server_tensor_parallel_size": 1,
