@@ -33,6 +33,8 @@ enum class Objective { Sft, Dpo, Orpo, Simpo, Grpo, Kto, Ppo, Unknown };  // tra
 enum class ReferenceModel { Auto, Copy, AdapterDisabled, Precomputed, None, Unknown };
 // training.generation_engine: what generates GRPO's completions (rollout.h).
 enum class GenerationEngine { HfGenerate, VllmColocate, VllmServer, Unknown };
+// training.ema: where an EMA copy of the trainable weights lives and how it is updated (optimizer_step.cpp).
+enum class EmaMode { None, Gpu, GpuForeach, Cpu, Unknown };
 
 // The enum of `text` in `names`, Unknown when none matches.
 template <typename E, size_t N>
@@ -40,6 +42,13 @@ constexpr E choice_of(std::string_view text, const std::pair<std::string_view, E
   for (const auto& [name, value] : names)
     if (text == name) return value;
   return E::Unknown;
+}
+
+// An auto / true / false field's value.
+constexpr TriState tri_state_of(std::string_view value) {
+  constexpr std::pair<std::string_view, TriState> kNames[] = {
+      {"auto", TriState::Auto}, {"true", TriState::True}, {"false", TriState::False}};
+  return choice_of(value, kNames);
 }
 
 enum class NormType { RMSNorm, LayerNorm };
@@ -259,6 +268,16 @@ struct TrainingConfig {
   bool ppo() const { return goal() == Objective::Ppo; }
   bool zero_grad_before_backward() const { return zero_grad_at == "before_backward"; }
   bool reward_model_on() const { return reward_model == "same_as_policy"; }
+  bool checkpointing_on() const { return activation_checkpointing != "none"; }
+  bool value_model_peft() const { return value_model == "peft"; }
+  TriState projector_training() const { return tri_state_of(train_projector); }
+  TriState vit_checkpointing() const { return tri_state_of(vit_gradient_checkpointing); }
+  EmaMode ema_mode() const {
+    constexpr std::pair<std::string_view, EmaMode> kNames[] = {
+        {"none", EmaMode::None}, {"", EmaMode::None}, {"gpu", EmaMode::Gpu}, {"gpu_foreach", EmaMode::GpuForeach},
+        {"cpu", EmaMode::Cpu}};
+    return choice_of(ema, kNames);
+  }
   GenerationEngine engine() const {
     constexpr std::pair<std::string_view, GenerationEngine> kNames[] = {
         {"hf_generate", GenerationEngine::HfGenerate}, {"vllm_colocate", GenerationEngine::VllmColocate},
@@ -409,11 +428,6 @@ struct ParallelConfig {
     constexpr std::pair<std::string_view, Offload> kNames[] = {
         {"none", Offload::None}, {"cpu", Offload::Cpu}, {"nvme", Offload::Nvme}};
     return choice_of(target, kNames);
-  }
-  static TriState tri_state_of(std::string_view value) {
-    constexpr std::pair<std::string_view, TriState> kNames[] = {
-        {"auto", TriState::Auto}, {"true", TriState::True}, {"false", TriState::False}};
-    return choice_of(value, kNames);
   }
   TriState overlap_comm() const { return tri_state_of(zero_overlap_comm); }
   TriState use_orig_params() const { return tri_state_of(fsdp_use_orig_params); }

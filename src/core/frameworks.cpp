@@ -552,7 +552,7 @@ void derive_unsloth(const Config& c, const StackVersions& v, Resolved& r) {
   std::string note;  // the rules that apply to this config, "; "-separated
   auto add = [&](const char* part) { note += note.empty() ? part : std::string("; ") + part; };
   r.unsloth_gc = v.below(u, V(2025, 3)) ? UnslothGc::Offload : v.below(u, V(2026, 6)) ? UnslothGc::Smart : UnslothGc::SmartDouble;
-  if (c.training.activation_offload && c.training.activation_checkpointing == "full") {
+  if (c.training.activation_offload && r.checkpointing == Checkpointing::Full) {
     if (r.unsloth_gc == UnslothGc::Offload)
       add("use_gradient_checkpointing='unsloth' (full checkpointing with activation_offload): "
           "Unsloth_Offloaded_Gradient_Checkpointer copies every layer's input to the host and back into a new GPU "
@@ -826,7 +826,7 @@ bool switch_applies(const Config& c, const Resolved& r, Switch s) {
     case Switch::AdapterDtype: return c.peft.enabled() && f.peft_library;
     case Switch::CudaModuleLoading: return c.hardware.cuda_context_bytes == 0;
     case Switch::EmptyCacheSteps: return f.hf_trainer_loop && c.data.varies();  // only a run replay empties it
-    case Switch::CheckpointReentrant: return c.training.activation_checkpointing != "none";
+    case Switch::CheckpointReentrant: return c.training.checkpointing_on();
     case Switch::PrepareKbit: return c.peft.kbit_castable();
     default: return true;
   }

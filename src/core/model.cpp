@@ -349,7 +349,8 @@ int64_t trainable_numel(const ModelShape& s) {
 }
 
 bool projector_trains(const TrainingConfig& t, const PeftConfig& peft) {
-  return t.train_projector == "true" || (t.train_projector == "auto" && !peft.enabled());
+  const TriState trains = t.projector_training();
+  return trains == TriState::True || (trains == TriState::Auto && !peft.enabled());
 }
 
 void apply_vision_training(ModelShape& s, bool projector, bool tower) {

@@ -205,8 +205,8 @@ ModelStates model_state_bytes(const StepContext& ctx) {
 // diffusers training_utils.py EMAModel: shadow_params = [p.clone().detach() for p in parameters] of a UNet loaded in
 // fp32 (train_text_to_image.py: ema_unet = UNet2DConditionModel.from_pretrained(...), then ema_unet.to(device)).
 int64_t ema_copy_bytes(const StepContext& ctx) {
-  const std::string& ema = ctx.config.training.ema;
-  if (ema != "gpu" && ema != "gpu_foreach") return 0;
+  const EmaMode ema = ctx.config.training.ema_mode();
+  if (ema != EmaMode::Gpu && ema != EmaMode::GpuForeach) return 0;
   int64_t numel = 0;
   for_each_param(ctx, [&](const ParamTensor& t) {
     if (!t.frozen) numel = add(numel, t.numel);

@@ -50,8 +50,8 @@ void StepBuilder::create_state(const ParamTensor& t) {
 // pinned host memory and moves it to the GPU for the update (ema_unet.to(device), then back: the whole copy
 // transiently on the GPU).
 void StepBuilder::ema_update(int iter) {
-  const std::string& ema = cfg_.training.ema;
-  if (ema == "none" || ema.empty()) return;
+  const EmaMode ema = cfg_.training.ema_mode();
+  if (ema == EmaMode::None) return;
   program_.phase("EMA update " + std::to_string(iter));
   if (ema_label_ == UINT32_MAX) ema_label_ = program_.label("EMA copy of the trainable weights (fp32)");
   std::vector<uint32_t> moved;
@@ -59,9 +59,9 @@ void StepBuilder::ema_update(int iter) {
   for_each_param(ctx_, [&](const ParamTensor& t) {
     if (t.frozen) return;
     largest = std::max(largest, t.numel);
-    if (ema == "cpu") moved.push_back(program_.alloc(Component::OtherModels, mul(4, t.numel), ema_label_));
+    if (ema == EmaMode::Cpu) moved.push_back(program_.alloc(Component::OtherModels, mul(4, t.numel), ema_label_));
   });
-  if (ema == "gpu_foreach") {
+  if (ema == EmaMode::GpuForeach) {
     std::vector<uint32_t> diff;
     for_each_param(ctx_, [&](const ParamTensor& t) {
       if (!t.frozen) diff.push_back(program_.alloc(Component::Temporaries, mul(4, t.numel), labels_.opt_tmp));

@@ -22,7 +22,7 @@ Config value_model_config(const Config& policy) {
   Config v = policy;
   // TRL wraps only the policy with PEFT: the value model trains in full, unquantized. ms-swift prepares it with the
   // policy's train_type (swift/llm/train/rlhf.py _prepare_single_model: self.prepare_model for 'value').
-  if (policy.training.value_model != "peft") v.peft = PeftConfig{};
+  if (!policy.training.value_model_peft()) v.peft = PeftConfig{};
   v.model.tie_word_embeddings = false;  // a score head, not lm_head: the embedding's gradient is its own
   v.peft.lora_dropout = 0;              // disable_dropout_in_model, as on the policy (StepBuilder::lora_dropout_on)
   auto& t = v.training;

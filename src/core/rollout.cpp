@@ -49,7 +49,7 @@ namespace {
 // was built (PR #30536). The prefill's logits: every prompt position before 4.45 (num_logits_to_keep=1, PR #31292),
 // upcast to fp32 up to 4.45 (logits.float(), removed by #33902 in 4.46).
 void generate_rules(RolloutFlow& r, const Config& c, const StackVersions& v) {
-  r.kv_cache = !(v.below(Library::Trl, V(0, 22)) && c.training.activation_checkpointing != "none");
+  r.kv_cache = !(v.below(Library::Trl, V(0, 22)) && c.training.checkpointing_on());
   r.legacy_cache = v.below(Library::Transformers, V(4, 42));
   r.prefill_all_logits = v.below(Library::Transformers, V(4, 45));
   r.generate_logits_fp32 = v.below(Library::Transformers, V(4, 46));
@@ -82,9 +82,8 @@ RolloutFlow resolve_ppo(const Config& c, const StackVersions& v, bool deepspeed_
   // reference is the policy with its adapters off, in train mode (P:639), where transformers turns the cache off
   // under gradient checkpointing ("use_cache=True is incompatible with gradient checkpointing"); a separate
   // reference model has no checkpointing enabled.
-  const std::string& ref = t.reference_model;
-  const bool policy_is_reference = ref == "adapter_disabled" || (ref == "auto" && auto_reference(c, v) == ReferenceModel::AdapterDisabled);
-  r.reference_kv_cache = t.use_cache && !(policy_is_reference && t.activation_checkpointing != "none");
+  const ReferenceModel ref = t.reference() == ReferenceModel::Auto ? auto_reference(c, v) : t.reference();
+  r.reference_kv_cache = t.use_cache && !(ref == ReferenceModel::AdapterDisabled && t.checkpointing_on());
   r.note = describe_version(v, trl) + "'s PPOTrainer: " + std::to_string(r.generation_rows) +
            " responses per GPU generated before each update, " + std::to_string(r.chunk_rows) +
            " at a time, with the fp32 scores of every token kept (output_scores) and held through the update" +
@@ -92,7 +91,7 @@ RolloutFlow resolve_ppo(const Config& c, const StackVersions& v, bool deepspeed_
            (r.kv_cache ? "" : "; no KV cache (gradient checkpointing in train mode: every token re-runs the sequence)") +
            "; the reference, the value model and the reward model score each chunk with all their hidden states" +
            (r.reference_kv_cache ? ", the reference with its KV cache (config.use_cache)" : "") + "; the "
-           "value model (the policy's shape, " + std::string(t.value_model == "peft" ? "with the policy's PEFT method" : "trained in full") +
+           "value model (the policy's shape, " + std::string(t.value_model_peft() ? "with the policy's PEFT method" : "trained in full") +
            ", not checkpointed) runs its forward before the policy's and its backward after it";
   return r;
 }

@@ -425,7 +425,7 @@ void set_up(Simulation::State& st) {
     for (const auto& t : value.post)
       if (!t.frozen && t.name.rfind("lm_head", 0) == 0) trainable -= t.numel;
     r.notes.push_back("training.objective ppo: the value model trains " +
-                      std::string(config.training.value_model == "peft" ? "its adapters (training.value_model peft)" : "in full") +
+                      std::string(config.training.value_model_peft() ? "its adapters (training.value_model peft)" : "in full") +
                       " beside the policy, " + format_params(trainable) +
                       " more trainable parameters, never checkpointed; its weights, gradients and optimizer states count with the "
                       "policy's in the breakdown, and its tensors and phases are named \"value model\" on the timeline");

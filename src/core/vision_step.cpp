@@ -78,10 +78,10 @@ uint32_t StepBuilder::vision_forward(InFlight& f, uint32_t embeds) {
   // ms-swift's vit_gradient_checkpointing (training.vit_gradient_checkpointing true): the blocks checkpointed, and a
   // frozen tower's patch_embed output made to require grad (enable_input_require_grads on the tower), so a graph runs
   // through it even with every weight frozen (swift/trainers/mixin.py _prepare_gradient_checkpointing, ms-swift 3.5+).
-  const std::string& vit_gc = cfg_.training.vit_gradient_checkpointing;
-  const bool input_grads = vit_gc == "true";
+  const TriState vit_gc = cfg_.training.vit_checkpointing();
+  const bool input_grads = vit_gc == TriState::True;
   const bool tower_grad = !was_no_grad && (tower_trains() || input_grads);
-  const bool tower_ckpt = tower_grad && (vit_gc == "true" || (vit_gc == "auto" && resolved_.checkpointing != Checkpointing::None));
+  const bool tower_ckpt = tower_grad && (vit_gc == TriState::True || (vit_gc == TriState::Auto && resolved_.checkpointing != Checkpointing::None));
   dims_.b = mul(n_images, crops);
   no_grad_ = !tower_grad;
   f.tower_ckpt = tower_ckpt;
