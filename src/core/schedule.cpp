@@ -126,6 +126,10 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
       part->clear();
     }
   };
+  // PPO's training forward returns output_hidden_states (TRL's forward()): the embeddings' output and every layer's
+  // (the last one's normed, the same size) stay in `output` with the logits until the next micro-batch rebinds it.
+  const bool hidden_states_kept = ppo();
+  if (hidden_states_kept) hold(res, ppo_outputs_);
   for (int64_t l = first; l < end; ++l) {
     gather(l, gathered);
     const int32_t li = static_cast<int32_t>(l);
@@ -139,6 +143,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
               ? layer_forward_selective_op(li, res, sv)
           : checkpointed(l) ? layer_forward_checkpointed(li, res, sv)
                             : forward_layer(li, res, sv, true);
+    if (hidden_states_kept) hold(res, ppo_outputs_);
     for (uint32_t g : gathered) drop(g);
     gathered.clear();
     // CPU activation offloading keeps one layer in flight: the previous layer's saved tensors leave the GPU.

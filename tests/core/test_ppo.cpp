@@ -226,3 +226,13 @@ TEST_CASE("PPO's reference scores with a KV cache where config.use_cache is on (
   c.training.activation_checkpointing = "none";
   CHECK(most_cache(simulate_valid(c).program) > 0);
 }
+
+TEST_CASE("PPO's training forward keeps every hidden state in its output to the next micro-batch") {
+  // forward() passes output_hidden_states=True: the embeddings' output and each layer's stay with `output` through
+  // the backward and the optimizer step, until the next micro-batch's forward rebinds it (the policy's only: the
+  // value model's backbone output is local to PolicyAndValueWrapper.forward).
+  const DeviceResult d = simulate_valid(ppo_config());
+  const int64_t per_layer = int64_t{2} * (kPrompt + kResponse) * 896;  // bf16 [512 tokens, 896]
+  const int64_t held = live_layer_bytes(d.program, "optimizer step 1", "", Component::Activations);
+  CHECK(held == 24 * per_layer);  // each layer's output (the embeddings' output, layer -1, is held too)
+}
