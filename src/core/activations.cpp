@@ -784,6 +784,12 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
     }
     A.push_back(q);
     A.push_back(k);
+    // PPO's policy forward with its KV cache (RolloutFlow::policy_kv_cache): the cache keeps the rotated keys and the
+    // values, before any repeat for GQA, with the output past the backward.
+    if (ppo() && resolved_.rollout.policy_kv_cache && !no_grad_ && !in_backward_) {
+      if (k != UINT32_MAX) hold(k, ppo_outputs_);
+      hold(v, ppo_outputs_);
+    }
     if (prefix_tokens_ > 0) prefix_cat(layer, A, k, v);
     const int64_t kv_rows = prefix_tokens_ > 0 ? mul(dims_.b, kv_len()) : dims_.T;
     const bool repeat = kv_repeated();

@@ -233,7 +233,8 @@ struct TrainingConfig {
   // in full) or peft (ms-swift prepares it like the policy: the same PEFT method and quantization).
   std::string value_model = "full";
   // ppo: the models' config.use_cache, which TRL's forward() helper leaves to the config (true in transformers'
-  // configs), so the reference's scoring forward returns every layer's keys and values; ms-swift sets it false.
+  // configs), so the reference's scoring forward, and the policy's training forward without checkpointing, return
+  // every layer's keys and values; ms-swift sets it false.
   bool use_cache = true;
   // grpo: micro-batches per generation (GRPOConfig.steps_per_generation, TRL 0.18+; 0 = its default,
   // gradient_accumulation_steps) and the optimization passes over each generation (num_iterations, TRL 0.16+).

@@ -29,7 +29,8 @@ int64_t sharding_stage(const Config& c, Sharding sharding) {
   // DeepSpeed runs ZeRO on one GPU too; that only changes memory where parameters live on the host and are
   // fetched module by module (ZeRO-Infinity), so a single GPU counts as unsharded otherwise.
   const bool one_gpu_offload = sharding == Sharding::DeepSpeed && par.params_offload() != Offload::None && par.zero_stage == 3;
-  // A framework that applies fully_shard on one GPU too (FrameworkSpec::fsdp_on_one_gpu) shards over a one-rank mesh.
+  // A framework that applies fully_shard on one GPU too (FrameworkSpec::fsdp_on_one_gpu) shards over a one-rank mesh:
+  // a single GPU, or a shard group of one (parallel.shard_group_size 1: HSDP that only replicates).
   return shard_group_size(c) > 1 || one_gpu_offload || one_rank_fsdp2(c, sharding) ? par.zero_stage : 0;
 }
 

@@ -90,6 +90,7 @@ void StepBuilder::ppo_labels() {
   ppo_labels_.values = p.label("value or reward head output");
   ppo_labels_.prob_dist = p.label("entropy: softmax of the logits (prob_dist, kept to the next micro-batch)");
   ppo_labels_.entropy = p.label("entropy: logsumexp and prob_dist * logits (transient)");
+  ppo_labels_.hidden_fp32 = p.label("hidden states in output (accelerate's fp32 copies, kept to the next micro-batch)");
   ppo_labels_.reference_kv = p.label("reference's KV cache (use_cache: every layer's keys and values, held by its output)");
 }
 
@@ -242,6 +243,9 @@ void StepBuilder::ppo_score_pass(int64_t rows, bool gathers, bool logps) {
 void StepBuilder::ppo_hold_outputs(uint32_t logits) {
   ppo_labels();
   hold(logits, ppo_outputs_);
+  if (ppo_hidden_states_fp32())  // accelerate's convert_outputs_to_fp32 of the hidden-state tuple
+    for (int64_t l = 0; l <= shape_.num_layers; ++l)
+      hold(program_.alloc(Component::Activations, mul(4, dims_.Tn, dims_.h), ppo_labels_.hidden_fp32, -1), ppo_outputs_);
   ppo_logits_ = logits;
   release_graph(ppo_prev_outputs_);
 }

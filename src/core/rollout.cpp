@@ -84,6 +84,7 @@ RolloutFlow resolve_ppo(const Config& c, const StackVersions& v, bool deepspeed_
   // reference model has no checkpointing enabled.
   const ReferenceModel ref = t.reference() == ReferenceModel::Auto ? auto_reference(c, v) : t.reference();
   r.reference_kv_cache = t.use_cache && !(ref == ReferenceModel::AdapterDisabled && t.checkpointing_on());
+  r.policy_kv_cache = t.use_cache && !t.checkpointing_on();
   r.note = describe_version(v, trl) + "'s PPOTrainer: " + std::to_string(r.generation_rows) +
            " responses per GPU generated before each update, " + std::to_string(r.chunk_rows) +
            " at a time, with the fp32 scores of every token kept (output_scores) and held through the update" +

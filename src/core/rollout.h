@@ -56,6 +56,10 @@ struct RolloutFlow {
   // The reference's scoring forward builds a KV cache (training.use_cache): DynamicCache holds each layer's keys and
   // values, [rows, kv heads, tokens, head dim] each, in the output until `del ref_output`.
   bool reference_kv_cache = false;
+  // The policy's training forward builds one too where nothing turns it off (use_cache without gradient
+  // checkpointing): `output.past_key_values` holds each layer's keys and values, which backward saved anyway, until
+  // the next micro-batch rebinds `output`. The value model's goes when PolicyAndValueWrapper.forward returns.
+  bool policy_kv_cache = false;
   std::string note;                   // the rules above with their versions, for the result's notes
 };
 

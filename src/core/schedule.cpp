@@ -127,8 +127,10 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     }
   };
   // PPO's training forward returns output_hidden_states (TRL's forward()): the embeddings' output and every layer's
-  // (the last one's normed, the same size) stay in `output` with the logits until the next micro-batch rebinds it.
-  const bool hidden_states_kept = ppo();
+  // (the last one's normed, the same size: its raw output stands for it) stay in `output` with the logits until the
+  // next micro-batch rebinds it; where accelerate converts the wrapper's outputs to fp32, `output` holds the fp32
+  // copies instead (ppo_hold_outputs).
+  const bool hidden_states_kept = ppo() && !ppo_hidden_states_fp32();
   if (hidden_states_kept) hold(res, ppo_outputs_);
   for (int64_t l = first; l < end; ++l) {
     gather(l, gathered);

@@ -578,6 +578,8 @@ class StepBuilder {
   // config, writing into this program (Critic); the rollout keeps the generation's scores (logitss) to the step's
   // end; the training forward's outputs are held until the next micro-batch rebinds them.
   bool ppo() const { return resolved_.rollout.ppo; }
+  // PPO's `output` holds fp32 copies of its hidden states: accelerate converts a 16-bit residual stream's.
+  bool ppo_hidden_states_fp32() const { return ppo() && resolved_.preference.outputs_to_fp32 && dims_.e_res < 4; }
   // LoRA's dropout keeps a mask and its own output; TRL's PPOTrainer runs disable_dropout_in_model on the policy
   // (after PEFT), the reference, the value and the reward model (ppo_trainer.py v0.17 L224-227): no dropout there.
   bool lora_dropout_on() const { return cfg_.peft.lora_dropout > 0 && !ppo(); }
@@ -594,7 +596,7 @@ class StepBuilder {
   void ppo_entropy();
   void ppo_end_of_minibatch();
   struct PpoLabels {
-    uint32_t scores = UINT32_MAX, logitss, values, prob_dist, entropy, reference_kv;
+    uint32_t scores = UINT32_MAX, logitss, values, prob_dist, entropy, reference_kv, hidden_fp32;
   };
   PpoLabels ppo_labels_;
   void ppo_labels();

@@ -130,6 +130,12 @@ TEST_CASE("FSDP2 over a one-rank mesh: prime-rl shards on one GPU, and torch 2.9
   CHECK(count(r, "FSDP2 gradient shard", Stream::ReduceScatter) > 0);
   CHECK(count(r, "FSDP unsharded parameters (cast from the one-rank shard)", Stream::Compute) > 0);
   CHECK(count(r, "FSDP2 all-gather output", Stream::AllGather) == 0);
+  auto noted = [](const Result& res) {
+    for (const auto& n : res.notes)
+      if (n.rfind("parallel.sharding fsdp2 on one GPU", 0) == 0) return true;
+    return false;
+  };
+  CHECK(noted(r));
 
   c.versions.torch = "2.8.0";
   Result before = simulate(c);
@@ -142,6 +148,7 @@ TEST_CASE("FSDP2 over a one-rank mesh: prime-rl shards on one GPU, and torch 2.9
   Result titan = simulate(c);
   REQUIRE(titan.ok);
   CHECK(count(titan, "FSDP", Stream::Compute) == 0);
+  CHECK_FALSE(noted(titan));
   CHECK(per_param(titan.model_states.weights_bytes) < 3.0);  // 16-bit weights beside an fp32 master copy
 }
 

@@ -227,12 +227,21 @@ TEST_CASE("PPO's reference scores with a KV cache where config.use_cache is on (
   CHECK(most_cache(simulate_valid(c).program) > 0);
 }
 
-TEST_CASE("PPO's training forward keeps every hidden state in its output to the next micro-batch") {
+TEST_CASE("PPO's training forward keeps its hidden states, and its KV cache without checkpointing, to the next micro-batch") {
   // forward() passes output_hidden_states=True: the embeddings' output and each layer's stay with `output` through
   // the backward and the optimizer step, until the next micro-batch's forward rebinds it (the policy's only: the
-  // value model's backbone output is local to PolicyAndValueWrapper.forward).
-  const DeviceResult d = simulate_valid(ppo_config());
-  const int64_t per_layer = int64_t{2} * (kPrompt + kResponse) * 896;  // bf16 [512 tokens, 896]
-  const int64_t held = live_layer_bytes(d.program, "optimizer step 1", "", Component::Activations);
-  CHECK(held == 24 * per_layer);  // each layer's output (the embeddings' output, layer -1, is held too)
+  // value model's backbone output is local to PolicyAndValueWrapper.forward). Under the HF Trainer without
+  // DeepSpeed, accelerate converts them to fp32 copies; under DeepSpeed the 16-bit tensors themselves stay.
+  const int64_t tokens = kPrompt + kResponse;
+  Config c = ppo_config();
+  const DeviceResult d = simulate_valid(c);
+  CHECK(live_layer_bytes(d.program, "optimizer step 1", "hidden states in output", Component::Activations, false) ==
+        25 * int64_t{4} * tokens * 896);
+  // Without checkpointing, use_cache builds the policy's cache: each layer's rotated keys and values ([512, 2 x 64]
+  // in bf16) stay too.
+  c.training.activation_checkpointing = "none";
+  const int64_t with_cache = live_layer_bytes(simulate_valid(c).program, "optimizer step 1", "", Component::Activations);
+  c.training.use_cache = false;
+  const int64_t without = live_layer_bytes(simulate_valid(c).program, "optimizer step 1", "", Component::Activations);
+  CHECK(with_cache - without == 24 * 2 * int64_t{2} * tokens * 128);
 }
