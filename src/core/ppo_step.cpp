@@ -210,10 +210,10 @@ void StepBuilder::ppo_score_pass(int64_t rows, bool gathers, bool logps) {
   std::vector<uint32_t> hidden, norm, cache;
   // The reference's DynamicCache (RolloutFlow::reference_kv_cache): each layer's keys and values stay with the output
   // where the layer would otherwise have freed them.
-  const int64_t kv_bytes = mul(dims_.b, dims_.s, dims_.h_kv, dims_.e);
   const std::function<void(int64_t)> keep = [&](int64_t l) {
     for (int kv = 0; kv < 2; ++kv)
-      cache.push_back(program_.alloc(Component::Activations, kv_bytes, ppo_labels_.reference_kv, static_cast<int32_t>(l)));
+      cache.push_back(program_.alloc(Component::Activations, mul(dims_.b, dims_.s, kv_cache_width(kv), dims_.e),
+                                     ppo_labels_.reference_kv, static_cast<int32_t>(l)));
   };
   uint32_t g = no_grad_trunk(pass, &hidden, norm, logps && r.reference_kv_cache ? &keep : nullptr);
   if (!logps) {

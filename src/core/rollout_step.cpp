@@ -272,11 +272,11 @@ void StepBuilder::hf_generate(int64_t rows, GenerateKept* kept) {
     }
   } else {
     use_shape({rows, P});
-    const int64_t kv_token = mul(rows, dims_.h_kv, e);  // one token's keys (or values) of one layer
-    std::vector<uint32_t> cache;                         // per layer: keys, values
+    const int64_t kv_token[2] = {mul(rows, kv_cache_width(0), e), mul(rows, kv_cache_width(1), e)};  // one token, one layer
+    std::vector<uint32_t> cache;                                                                    // per layer: keys, values
     const std::function<void(int64_t)> keep = [&](int64_t l) {
-      cache.push_back(program_.alloc(Component::Generation, mul(kv_token, P), rollout_labels_.kv, static_cast<int32_t>(l)));
-      cache.push_back(program_.alloc(Component::Generation, mul(kv_token, P), rollout_labels_.kv, static_cast<int32_t>(l)));
+      for (int kv = 0; kv < 2; ++kv)
+        cache.push_back(program_.alloc(Component::Generation, mul(kv_token[kv], P), rollout_labels_.kv, static_cast<int32_t>(l)));
     };
     NoGradPass pass = begin_no_grad(gather_label);
     std::vector<uint32_t> norm;
@@ -299,7 +299,7 @@ void StepBuilder::hf_generate(int64_t rows, GenerateKept* kept) {
         const uint32_t unit = gather_label != UINT32_MAX && s == steps ? tmp(gathered_bytes(l), gather_label, li) : UINT32_MAX;
         for (int kv = 0; kv < 2; ++kv) {
           uint32_t& slot = cache[static_cast<size_t>(2 * l + kv)];
-          const uint32_t grown = program_.alloc(Component::Generation, mul(kv_token, len), rollout_labels_.kv, li);
+          const uint32_t grown = program_.alloc(Component::Generation, mul(kv_token[kv], len), rollout_labels_.kv, li);
           if (r.legacy_cache) old.push_back(slot);
           else drop(slot);
           slot = grown;

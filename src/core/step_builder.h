@@ -578,6 +578,14 @@ class StepBuilder {
   // config, writing into this program (Critic); the rollout keeps the generation's scores (logitss) to the step's
   // end; the training forward's outputs are held until the next micro-batch rebinds them.
   bool ppo() const { return resolved_.rollout.ppo; }
+  // One token's keys (kv 0) or values (kv 1) in one layer's KV cache, in elements per row: transformers' caches keep
+  // what attention reads, so under latent attention (DeepseekV3Attention) the keys are heads x (qk_nope + qk_rope)
+  // and the values heads x v_head_dim, not the compressed latent; elsewhere the key/value width.
+  int64_t kv_cache_width(int kv) const {
+    const ModelConfig& m = cfg_.model;
+    if (m.kv_lora_rank == 0) return dims_.h_kv;
+    return kv == 0 ? mul(dims_.a, add(m.qk_nope_head_dim, m.qk_rope_head_dim)) : mul(dims_.a, m.v_head_dim);
+  }
   // PPO's `output` holds fp32 copies of its hidden states: accelerate converts a 16-bit residual stream's.
   bool ppo_hidden_states_fp32() const { return ppo() && resolved_.preference.outputs_to_fp32 && dims_.e_res < 4; }
   // LoRA's dropout keeps a mask and its own output; TRL's PPOTrainer runs disable_dropout_in_model on the policy

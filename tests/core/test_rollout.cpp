@@ -599,3 +599,22 @@ TEST_CASE("vllm_colocate: from TRL 0.26 vLLM takes the model's positions as max_
   CHECK(r.devices[0].refusal.find("no KV cache") != std::string::npos);
   CHECK(noted(r, "does not hold its bf16 weights"));
 }
+
+TEST_CASE("generate's KV cache under latent attention holds every head's keys and values, not the latent") {
+  // transformers' DeepseekV3Attention caches key_states = cat(k_nope, k_rope) and value_states per head
+  // (past_key_values.update after kv_b_proj), so a token costs heads x (qk_nope + qk_rope) for its keys and
+  // heads x v_head_dim for its values in each layer.
+  Config c = grpo_config();
+  c.model.kv_lora_rank = 512;
+  c.model.qk_nope_head_dim = 64;
+  c.model.qk_rope_head_dim = 32;
+  c.model.v_head_dim = 64;
+  c.model.num_key_value_heads = c.model.num_attention_heads;
+  INFO(validate(c).empty());
+  const DeviceResult d = simulate_valid(c);
+  const std::vector<int64_t> kv = allocations(d.program, "KV cache (model.generate");
+  REQUIRE(kv.size() >= 2);
+  const int64_t heads = c.model.num_attention_heads, rows = 8;  // a generation: 4 completions x 2 micro-batches
+  CHECK(kv[0] == rows * kPrompt * heads * (64 + 32) * 2);
+  CHECK(kv[1] == rows * kPrompt * heads * 64 * 2);
+}
