@@ -403,13 +403,14 @@ void set_up(Simulation::State& st) {
     r.notes.push_back("training.zero_grad_at before_backward: no effect here, DeepSpeed's ZeRO engine and Megatron clear "
                       "their gradient buffers inside their own step whatever the loop calls");
   // FSDP2 over one GPU (one_rank_fsdp2): communication buffers and gradient shards on a single GPU need saying.
-  if (one_rank_fsdp2(config, rs.sharding) && sharding_stage(config, rs.sharding) >= 2)
-    r.notes.push_back(std::string("parallel.sharding fsdp2 on one GPU: ") + std::string(rs.framework->label) +
-                      " applies fully_shard whatever the world size, so its fp32 parameters are shards of a one-rank "
-                      "mesh; each unit is " +
-                      (rs.fsdp2_one_rank_skips_all_gather ? "cast into a 16-bit copy while it runs (torch 2.9 skips the one-rank all-gather)"
-                                                          : "all-gathered into a 16-bit copy while it runs, as on several ranks (before torch 2.9)") +
-                      ", and the fp32 gradients come out of a reduce-scatter, in that stream's own pool");
+  if (!st.contexts.empty())
+    if (const ShardPlan sp = shard_plan(st.contexts.front()); sp.fsdp && sp.n == 1)
+      r.notes.push_back(std::string("parallel.sharding fsdp2 on one GPU: ") + std::string(rs.framework->label) +
+                        " applies fully_shard whatever the world size, so its fp32 parameters are shards of a one-rank "
+                        "mesh; each unit is " +
+                        (rs.fsdp2_one_rank_skips_all_gather ? "cast into a 16-bit copy while it runs (torch 2.9 skips the one-rank all-gather)"
+                                                            : "all-gathered into a 16-bit copy while it runs, as on several ranks (before torch 2.9)") +
+                        ", and the fp32 gradients come out of a reduce-scatter, in that stream's own pool");
   // A frozen reference copy has a breakdown row of its own: say how it is placed.
   if (!st.contexts.empty())
     if (const int64_t ref = reference_copy_bytes(st.contexts.front()); ref > 0) {

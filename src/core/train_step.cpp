@@ -128,9 +128,10 @@ StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
   fsdp_.no_sync_grads.assign(static_cast<size_t>(shape_.num_layers + 2), UINT32_MAX);
   // torchtitan also keeps parameters unsharded after forward under PP (parallelize_llama.py apply_fsdp:
   // reshard_after_forward = False when pp_enabled); the pipeline's no_sync keeps them to the last backward.
+  // FSDP2 over a one-rank mesh from torch 2.9: each unit is cast into its copy, with no all-gather (one_rank_fsdp2).
+  const bool one_rank_copy = shard_plan_.fsdp && shard_ranks_ == 1 && resolved_.fsdp2_one_rank_skips_all_gather;
   fsdp_unshard_.configure(static_cast<size_t>(shape_.num_layers + 2), shard_plan_.sharding == Sharding::Fsdp2,
-                          shard_plan_.fsdp && cfg_.parallel.pipeline_parallel_size > 1,
-                          shard_plan_.fsdp && shard_ranks_ == 1 && resolved_.fsdp2_one_rank_skips_all_gather);
+                          shard_plan_.fsdp && cfg_.parallel.pipeline_parallel_size > 1, one_rank_copy);
   const TriState no_sync = cfg_.parallel.no_sync();
   fsdp_.accumulate_no_sync = shard_plan_.fsdp && (no_sync == TriState::True || (no_sync == TriState::Auto && resolved_.framework->fsdp_no_sync_accumulation)) &&
                    cfg_.parallel.pipeline_parallel_size == 1 && cfg_.training.gradient_accumulation_steps > 1;
@@ -172,8 +173,7 @@ StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
   labels_.grad_bucket = p.label(deepspeed && shard_opt_ ? zero + " reduce bucket (IPG buffer of reduce_bucket_size elements)"
                                                    : "DDP gradient bucket (second copy of the gradients)");
   labels_.gathered = p.label(!shard_plan_.fsdp ? zero + " all-gathered layer parameters"
-                             : shard_ranks_ == 1 && resolved_.fsdp2_one_rank_skips_all_gather
-                                 ? "FSDP unsharded parameters (cast from the one-rank shard)"
+                             : one_rank_copy ? "FSDP unsharded parameters (cast from the one-rank shard)"
                                  : "FSDP unsharded parameters (all-gathered)");
   labels_.ag_buffer = p.label("FSDP2 all-gather output (copied out per parameter)");
   labels_.rs_input = p.label("FSDP2 reduce-scatter input (unsharded gradients in the reduce dtype)");
