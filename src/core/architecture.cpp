@@ -230,13 +230,13 @@ class Decoder {
     arch_ = &a;
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower",
-                                 "frozen_modules", "frozen_forward", "not_quantized", "checkpoint_reentrant"};
+                                 "frozen_modules", "frozen_forward", "not_quantized", "checkpoint_reentrant", "attention_code"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, hf_keys, timm_models, "
                            "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower, frozen_modules, "
-                           "frozen_forward, not_quantized, checkpoint_reentrant");
+                           "frozen_forward, not_quantized, checkpoint_reentrant, attention_code");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -255,6 +255,14 @@ class Decoder {
     if (p.contains("checkpoint_reentrant")) {
       if (!p["checkpoint_reentrant"].is_boolean()) error("checkpoint_reentrant", "must be true or false (the use_reentrant the family's own checkpoint call passes)");
       else a.checkpoint_reentrant = p["checkpoint_reentrant"].get<bool>() ? 1 : 0;
+    }
+    if (p.contains("attention_code")) {
+      const ojson& ac = p["attention_code"];
+      if (ac == "torch_sdpa") a.attention_code = Architecture::AttentionCode::TorchSdpa;
+      else if (ac == "eager") a.attention_code = Architecture::AttentionCode::Eager;
+      else error("attention_code", "must be \"torch_sdpa\" (the family's code calls F.scaled_dot_product_attention from torch 2.0) or "
+                                   "\"eager\" (its own matmul and softmax in every version); leave it out where transformers' "
+                                   "attn_implementation decides");
     }
     if (p.contains("not_quantized")) {
       const ojson& q = p["not_quantized"];

@@ -227,6 +227,12 @@ struct Architecture {
   // "checkpoint_reentrant": how the family's own code calls torch.utils.checkpoint, where it decides rather than the
   // framework (diffusers' models: use_reentrant=False); -1 where the program does not say.
   int8_t checkpoint_reentrant = -1;
+  // "attention_code": where the family's own code computes attention rather than transformers' attn_implementation,
+  // so that training.attention auto follows torch's version: torch_sdpa calls F.scaled_dot_product_attention whenever
+  // torch has it (2.0 on: nn.MultiheadAttention with need_weights=False, diffusers' AttnProcessor2_0, timm's
+  // fused_attn) and materialises the scores before; eager always does (its own matmul and softmax).
+  enum class AttentionCode : int8_t { Framework, TorchSdpa, Eager };
+  AttentionCode attention_code = AttentionCode::Framework;
   // The head's output linear whose weight a tied embedding op uses (transformers' tie_word_embeddings: Whisper's
   // proj_out and model.decoder.embed_tokens); empty where nothing is tied. The weight is the head's parameter, so
   // its gradient exists from the head's backward on, as the shared tensor's .grad does in PyTorch.

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <iterator>
+#include <optional>
 
 #include "architecture.h"
 #include "choices.h"
@@ -219,9 +220,50 @@ bool program_groups_kv(const Config& c) {
   return grouped(a->embeddings) || grouped(a->head);
 }
 
+// docs/versions.md 7a: attention that the model's own code picks, not transformers' attn_implementation: a program's
+// "attention_code" (torchvision's nn.MultiheadAttention, timm, diffusers), and Qwen-1's remote code. nullopt where
+// transformers' rule (or the framework's) decides.
+std::optional<Attention> own_code_attention(const Config& c, const StackVersions& v, Deriving& d) {
+  const auto& m = c.model;
+  const bool torch2 = v.at_least(Library::Torch, V(2, 0));
+  if (!m.architecture.empty()) {
+    std::shared_ptr<const Architecture> program;
+    if (!decode_architecture(m.architecture, m.architecture_args, program).empty() || !program) return std::nullopt;
+    using Code = Architecture::AttentionCode;
+    if (program->attention_code == Code::Eager) {
+      d.framework(Switch::Attention);
+      return Attention::Eager;
+    }
+    if (program->attention_code != Code::TorchSdpa) return std::nullopt;
+    d.from(Switch::Attention, torch2 ? "the model program's own attention calls F.scaled_dot_product_attention from torch 2.0 "
+                                       "(nn.MultiheadAttention with need_weights=False, diffusers' AttnProcessor2_0, timm's fused_attn)"
+                                     : "the model program's own attention materialises the scores before torch 2.0, which "
+                                       "has no F.scaled_dot_product_attention",
+           Library::Torch);
+    return torch2 ? Attention::Sdpa : Attention::Eager;
+  }
+  if (m.model_type != "qwen") return std::nullopt;
+  // Qwen-1's modeling_qwen.py (remote code, Qwen/Qwen-1_8B-Chat and the other Qwen-1 repositories, late 2023):
+  // _import_flash_attn() takes flash_attn_func when flash-attn 2.1+ imports, and QWenAttention calls it for a
+  // half-precision model (config.json's bf16/fp16 "auto" is set from the GPU); otherwise, with torch 2, it calls
+  // F.scaled_dot_product_attention with its own mask (a boolean tril, merged into the padding mask), and _attn's
+  // matmul and softmax before. flash-attn is an optional package: only a stated versions.flash_attn counts as installed.
+  if (v.stated(Library::FlashAttn)) {
+    d.from(Switch::Attention, "Qwen-1's remote code (modeling_qwen.py) calls flash-attn's kernels when flash-attn imports",
+           Library::FlashAttn);
+    return Attention::FlashAttention2;
+  }
+  d.from(Switch::Attention, torch2 ? "Qwen-1's remote code without flash-attn (versions.flash_attn unstated) calls "
+                                     "F.scaled_dot_product_attention with its own mask on torch 2"
+                                   : "Qwen-1's remote code without flash-attn materialises the scores before torch 2",
+         Library::Torch);
+  return torch2 ? Attention::Sdpa : Attention::Eager;
+}
+
 // docs/versions.md 7: transformers' default attn_implementation, and repeat_kv before SDPA.
 Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const auto& m = c.model;
+  if (const std::optional<Attention> own = own_code_attention(c, v, d)) return *own;
   if (!f.transformers_model || m.is_encoder_decoder) {  // T5's attention is its own eager code in every version
     d.framework(Switch::Attention);
     return named(f.attention, kAttention, kAttentionValues);
@@ -361,6 +403,13 @@ LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersion
   if (!f.transformers_model || spec != LossImpl::HfFp32Upcast || !decoder_causal_lm(c.model)) {
     d.framework(Switch::Loss);
     return spec;
+  }
+  if (c.model.model_type == "qwen") {
+    // Qwen-1's remote code has its own loss in every transformers version (modeling_qwen.py QWenLMHeadModel.forward):
+    // lm_head's 16-bit logits, a shifted .contiguous() copy, and CrossEntropyLoss, which autocast runs in fp32. The
+    // nearest of memsim's paths is hf_fp32_upcast; it lacks the shifted 16-bit copy.
+    d.framework(Switch::Loss);
+    return LossImpl::HfFp32Upcast;
   }
   const LossImpl loss = hf_loss_path(v);
   switch (loss) {
@@ -817,7 +866,8 @@ std::string switch_value(const Resolved& r, Switch s) {
 bool switch_applies(const Config& c, const Resolved& r, Switch s) {
   const FrameworkSpec& f = *r.framework;
   switch (s) {
-    case Switch::Attention: return f.transformers_model && !c.model.is_encoder_decoder;
+    case Switch::Attention:  // own_code_attention: a program's or Qwen-1's own attention code decides under any loop
+      return (f.transformers_model && !c.model.is_encoder_decoder) || !c.model.architecture.empty() || c.model.model_type == "qwen";
     case Switch::Loss:
       return (f.transformers_model || f.torchtune_recipes || f.unsloth_kernels || (f.compiles_loss && c.training.compile)) &&
              decoder_causal_lm(c.model);

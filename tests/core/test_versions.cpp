@@ -6,6 +6,8 @@
 #include "core/frameworks.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
+#include "core/architecture.h"
+#include "core/validation.h"
 #include "core/versions.h"
 #include "test_util.h"
 
@@ -232,6 +234,58 @@ TEST_CASE("versions: transformers' default attention", "[versions]") {
   CHECK(resolve(bert).attention == Attention::Sdpa);
   // Frameworks with their own model code keep their attention.
   CHECK(with({"versions.transformers=4.30", "versions.torch=1.13"}, "torchtune").attention == Attention::SdpaRepeatKv);
+}
+
+TEST_CASE("versions: attention the model's own code picks: a program's attention_code, Qwen-1's remote code", "[versions]") {
+  // torchvision's ViT calls nn.MultiheadAttention with need_weights=False: SDPA from torch 2.0 whatever transformers'
+  // rule says (2.1.0 is below the 2.1.1 that transformers' SDPA default needs), the math path before.
+  auto vit = [](const char* torch) {
+    Config c;
+    c.training.framework = "hf_loop";
+    REQUIRE(apply_setting(c, "model.architecture=vit_torchvision").empty());
+    REQUIRE(apply_setting(c, std::string("versions.torch=") + torch).empty());
+    REQUIRE(validate(c).empty());
+    return resolve(c);
+  };
+  CHECK(vit("2.1.0").attention == Attention::Sdpa);
+  CHECK(vit("2.0").attention == Attention::Sdpa);
+  CHECK(vit("1.13").attention == Attention::Eager);
+  CHECK(vit("2.0").origin[static_cast<size_t>(Switch::Attention)].kind == Origin::Kind::Version);
+  // A program without attention_code keeps transformers' rule (HF's ViT program).
+  Config hf_vit;
+  REQUIRE(apply_setting(hf_vit, "model.architecture=vit").empty());
+  REQUIRE(apply_setting(hf_vit, "versions.torch=2.1.0").empty());
+  CHECK(resolve(hf_vit).attention == Attention::Eager);
+  // An explicit value still wins.
+  Config explicit_eager;
+  REQUIRE(apply_setting(explicit_eager, "model.architecture=vit_torchvision").empty());
+  REQUIRE(apply_setting(explicit_eager, "training.attention=eager").empty());
+  CHECK(resolve(explicit_eager).attention == Attention::Eager);
+
+  // Qwen-1 (model_type qwen, remote code): flash-attn's kernels when flash-attn is stated, else SDPA with its own
+  // mask on torch 2, the materialised scores before; its loss is its own in every transformers version.
+  ValidationCase qwen;
+  std::vector<FieldError> errors;
+  REQUIRE(parse_validation_case(read_file(source_path("tests/validation/cases/qwen1-readme-1_8b-lora-s2048.json")), qwen, errors));
+  Config q = qwen.config;
+  q.training.attention = "auto";
+  q.training.loss = "auto";
+  CHECK(resolve(q).attention == Attention::FlashAttention2);
+  CHECK(resolve(q).loss == LossImpl::HfFp32Upcast);
+  q.versions.flash_attn = "latest";  // unstated: an optional package memsim does not assume
+  CHECK(resolve(q).attention == Attention::Sdpa);
+  CHECK(resolve(q).mask.build != MaskBuild::None);  // transformers 4.32: the model's own mask reaches SDPA
+  q.versions.torch = "1.13";
+  CHECK(resolve(q).attention == Attention::Eager);
+  // A bad attention_code names the key and what it allows.
+  Config bad;
+  const std::string program = std::string(builtin_architecture("vit_torchvision"));
+  std::string edited = program;
+  edited.replace(edited.find("\"torch_sdpa\""), 12, "\"flash\"");
+  REQUIRE(apply_setting(bad, "model.architecture=" + edited).empty());
+  const auto problems = validate(bad);
+  REQUIRE(!problems.empty());
+  CHECK(problems[0].message.find("attention_code") != std::string::npos);
 }
 
 TEST_CASE("versions: transformers' loss path", "[versions]") {

@@ -226,6 +226,9 @@ def program():
         "lora_targets": "to_k,to_q,to_v,to_out.0",
         # diffusers checkpoints each block with torch.utils.checkpoint(..., use_reentrant=False)
         "checkpoint_reentrant": False,
+        # AttnProcessor2_0 (and the joint processors) call F.scaled_dot_product_attention; diffusers picks them when
+        # torch has it (attention_processor.py Attention.__init__), the eager AttnProcessor before torch 2.0
+        "attention_code": "torch_sdpa",
         "model_types": [],
         "hyperparameters": hyper,
         # The frozen models diffusers' Flux scripts keep on the GPU to encode each batch (the VAE's encode is not

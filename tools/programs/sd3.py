@@ -188,6 +188,9 @@ def program(v):
         "lora_targets": "to_k,to_q,to_v,to_out.0",
         # diffusers checkpoints each block with torch.utils.checkpoint(..., use_reentrant=False)
         "checkpoint_reentrant": False,
+        # AttnProcessor2_0 (and the joint processors) call F.scaled_dot_product_attention; diffusers picks them when
+        # torch has it (attention_processor.py Attention.__init__), the eager AttnProcessor before torch 2.0
+        "attention_code": "torch_sdpa",
         "model_types": [],
         "hyperparameters": hyper,
         "frozen_modules": frozen,
