@@ -145,6 +145,9 @@ struct ModelConfig {
     const HiddenAct a = choice_of(hidden_act, kNames);
     return a == HiddenAct::Unknown ? HiddenAct::Other : a;
   }
+  // Qwen-1 runs its own remote code (modeling_qwen.py), which picks its attention and computes its loss itself,
+  // whatever transformers' rules (frameworks.cpp own_code_attention).
+  bool qwen1_remote_code() const { return model_type == "qwen"; }
 };
 
 // training.empty_cache_steps: derived from the framework and the versions.

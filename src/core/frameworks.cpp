@@ -242,7 +242,7 @@ std::optional<Attention> own_code_attention(const Config& c, const StackVersions
            Library::Torch);
     return torch2 ? Attention::Sdpa : Attention::Eager;
   }
-  if (m.model_type != "qwen") return std::nullopt;
+  if (!m.qwen1_remote_code()) return std::nullopt;
   // Qwen-1's modeling_qwen.py (remote code, Qwen/Qwen-1_8B-Chat and the other Qwen-1 repositories, late 2023):
   // _import_flash_attn() takes flash_attn_func when flash-attn 2.1+ imports, and QWenAttention calls it for a
   // half-precision model (config.json's bf16/fp16 "auto" is set from the GPU); otherwise, with torch 2, it calls
@@ -404,7 +404,7 @@ LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersion
     d.framework(Switch::Loss);
     return spec;
   }
-  if (c.model.model_type == "qwen") {
+  if (c.model.qwen1_remote_code()) {
     // Qwen-1's remote code has its own loss in every transformers version (modeling_qwen.py QWenLMHeadModel.forward):
     // lm_head's 16-bit logits, a shifted .contiguous() copy, and CrossEntropyLoss, which autocast runs in fp32. The
     // nearest of memsim's paths is hf_fp32_upcast; it lacks the shifted 16-bit copy.
@@ -867,7 +867,7 @@ bool switch_applies(const Config& c, const Resolved& r, Switch s) {
   const FrameworkSpec& f = *r.framework;
   switch (s) {
     case Switch::Attention:  // own_code_attention: a program's or Qwen-1's own attention code decides under any loop
-      return (f.transformers_model && !c.model.is_encoder_decoder) || !c.model.architecture.empty() || c.model.model_type == "qwen";
+      return (f.transformers_model && !c.model.is_encoder_decoder) || !c.model.architecture.empty() || c.model.qwen1_remote_code();
     case Switch::Loss:
       return (f.transformers_model || f.torchtune_recipes || f.unsloth_kernels || (f.compiles_loss && c.training.compile)) &&
              decoder_causal_lm(c.model);
