@@ -11,6 +11,7 @@
 
 #include "checked.h"
 #include "ops.h"
+#include "versions.h"
 #include "serialize.h"  // document_guard_error
 
 namespace memsim {
@@ -230,13 +231,14 @@ class Decoder {
     arch_ = &a;
     static const char* kTop[] = {"memsim_architecture", "name", "title", "source", "model_types", "requires", "hf_keys", "timm_models", "lora_targets",
                                  "hyperparameters", "dims", "repeat", "inputs", "embeddings", "block", "blocks", "head", "vision_tower",
-                                 "frozen_modules", "frozen_forward", "not_quantized", "checkpoint_reentrant", "attention_code"};
+                                 "frozen_modules", "frozen_forward", "not_quantized", "checkpoint_reentrant", "attention_code",
+                                 "transformers_sdpa_since"};
     for (const auto& [k, v] : p.items()) {
       bool known = false;
       for (const char* t : kTop) known |= k == t;
       if (!known) error(k, "is not a program key; allowed: memsim_architecture, name, title, source, model_types, requires, hf_keys, timm_models, "
                            "lora_targets, hyperparameters, dims, repeat, inputs, embeddings, block, blocks, head, vision_tower, frozen_modules, "
-                           "frozen_forward, not_quantized, checkpoint_reentrant, attention_code");
+                           "frozen_forward, not_quantized, checkpoint_reentrant, attention_code, transformers_sdpa_since");
     }
     if (!p.contains("memsim_architecture") || p["memsim_architecture"] != 1)
       error("memsim_architecture", "must be 1 (the program format this memsim reads)");
@@ -263,6 +265,14 @@ class Decoder {
       else error("attention_code", "must be \"torch_sdpa\" (the family's code calls F.scaled_dot_product_attention from torch 2.0) or "
                                    "\"eager\" (its own matmul and softmax in every version); leave it out where transformers' "
                                    "attn_implementation decides");
+    }
+    if (p.contains("transformers_sdpa_since")) {
+      const ojson& t = p["transformers_sdpa_since"];
+      Version v;
+      if (!t.is_string() || !parse_version(t.get<std::string>(), v) || v.major == 0)
+        error("transformers_sdpa_since", "must be a transformers release such as \"4.41\" (the first whose class for the family "
+                                         "supports SDPA)");
+      else a.transformers_sdpa_since = {v.major, v.minor, v.patch};
     }
     if (p.contains("not_quantized")) {
       const ojson& q = p["not_quantized"];

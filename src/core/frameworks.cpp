@@ -269,13 +269,20 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
     return named(f.attention, kAttention, kAttentionValues);
   }
   // SDPA is the default for models that support it from 4.36 (transformers#26572) and only with torch >= 2.1.1
-  // (#27940); BERT's BertSdpaSelfAttention arrived in 4.41 (activations.cpp layer_forward_post_ln).
-  const Version sdpa_since = m.post_layernorm ? V(4, 41) : V(4, 36);
+  // (#27940); BERT's BertSdpaSelfAttention arrived in 4.41 (activations.cpp layer_forward_post_ln), and a model
+  // program names its family's release (transformers_sdpa_since: ViT's in 4.41, CLIP's in 4.43, ...).
+  Version sdpa_since = m.post_layernorm ? V(4, 41) : V(4, 36);
+  std::shared_ptr<const Architecture> program;
+  if (!m.architecture.empty() && decode_architecture(m.architecture, m.architecture_args, program).empty() && program &&
+      program->transformers_sdpa_since[0] > 0)
+    sdpa_since = {program->transformers_sdpa_since[0], program->transformers_sdpa_since[1], program->transformers_sdpa_since[2]};
   if (v.below(Library::Transformers, sdpa_since) || v.below(Library::Torch, V(2, 1, 1))) {
     d.from(Switch::Attention, m.post_layernorm ? "BERT's SDPA attention is the default from transformers 4.41 with "
                                                  "torch >= 2.1.1 (transformers#27940); eager before"
-                                               : "SDPA is transformers' default from 4.36 (transformers#26572) with "
-                                                 "torch >= 2.1.1 (#27940); eager before",
+                              : sdpa_since > V(4, 36) ? "the model program's family supports SDPA from the transformers release "
+                                                        "it names (transformers_sdpa_since), with torch >= 2.1.1; eager before"
+                                                      : "SDPA is transformers' default from 4.36 (transformers#26572) with "
+                                                        "torch >= 2.1.1 (#27940); eager before",
            Library::Transformers, Library::Torch);
     return Attention::Eager;
   }
@@ -290,6 +297,9 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
   }
   d.from(Switch::Attention, gqa ? "SDPA by default (transformers#26572, 4.36), with enable_gqa instead of repeated k "
                                   "and v from transformers#39412 (4.56 taken) on torch >= 2.5"
+                            : sdpa_since > V(4, 41) || (sdpa_since > V(4, 36) && !m.post_layernorm)
+                                ? "the model program's family supports SDPA, transformers' default, from the release it "
+                                  "names (transformers_sdpa_since), with torch >= 2.1.1"
                                 : "SDPA is transformers' default from 4.36 (transformers#26572) with torch >= 2.1.1",
          Library::Transformers, Library::Torch);
   return Attention::Sdpa;

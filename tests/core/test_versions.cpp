@@ -256,6 +256,21 @@ TEST_CASE("versions: attention the model's own code picks: a program's attention
   REQUIRE(apply_setting(hf_vit, "model.architecture=vit").empty());
   REQUIRE(apply_setting(hf_vit, "versions.torch=2.1.0").empty());
   CHECK(resolve(hf_vit).attention == Attention::Eager);
+  // A program names the transformers release whose class for its family supports SDPA: ViT's in 4.41 (#30555),
+  // CLIP's in 4.43 (#31940), DINOv2's in 4.45 (#33403); transformers' 4.36 is no longer taken for them.
+  auto hf = [](const char* program, const char* transformers) {
+    Config c;
+    REQUIRE(apply_setting(c, std::string("model.architecture=") + program).empty());
+    REQUIRE(apply_setting(c, std::string("versions.transformers=") + transformers).empty());
+    REQUIRE(apply_setting(c, "versions.torch=2.3").empty());
+    return resolve(c).attention;
+  };
+  CHECK(hf("vit", "4.40") == Attention::Eager);
+  CHECK(hf("vit", "4.41") == Attention::Sdpa);
+  CHECK(hf("clip_vision", "4.42") == Attention::Eager);
+  CHECK(hf("clip_vision", "4.43") == Attention::Sdpa);
+  CHECK(hf("dinov2", "4.44") == Attention::Eager);
+  CHECK(hf("dinov2", "4.45") == Attention::Sdpa);
   // An explicit value still wins.
   Config explicit_eager;
   REQUIRE(apply_setting(explicit_eager, "model.architecture=vit_torchvision").empty());
@@ -286,6 +301,13 @@ TEST_CASE("versions: attention the model's own code picks: a program's attention
   const auto problems = validate(bad);
   REQUIRE(!problems.empty());
   CHECK(problems[0].message.find("attention_code") != std::string::npos);
+  Config bad_since;
+  std::string since = std::string(builtin_architecture("vit"));
+  since.replace(since.find("\"4.41\""), 6, "\"soon\"");
+  REQUIRE(apply_setting(bad_since, "model.architecture=" + since).empty());
+  const auto since_problems = validate(bad_since);
+  REQUIRE(!since_problems.empty());
+  CHECK(since_problems[0].message.find("transformers_sdpa_since") != std::string::npos);
 }
 
 TEST_CASE("versions: transformers' loss path", "[versions]") {
