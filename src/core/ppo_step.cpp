@@ -206,7 +206,8 @@ void StepBuilder::ppo_score_pass(int64_t rows, bool gathers, bool logps) {
   const int32_t post = -1;
   const ActDims before = dims_;
   use_shape({rows, r.prompt_tokens + r.completion_tokens});
-  NoGradPass pass = begin_no_grad(gathers ? rollout_labels_.gathered : UINT32_MAX);
+  // logps: the reference's pass (its own DeepSpeed engine under ZeRO-3); the value and reward models' otherwise.
+  NoGradPass pass = begin_no_grad(gathers ? rollout_labels_.gathered : UINT32_MAX, logps && reference_own_engine());
   std::vector<uint32_t> hidden, norm, cache;
   // The reference's DynamicCache (RolloutFlow::reference_kv_cache): each layer's keys and values stay with the output
   // where the layer would otherwise have freed them.
@@ -230,7 +231,7 @@ void StepBuilder::ppo_score_pass(int64_t rows, bool gathers, bool logps) {
     drop(logits);  // del ref_output, ref_logits
   }
   for (uint32_t t : norm) drop(t);
-  drop_if(g);
+  release_head_gathered(pass, g);
   for (uint32_t t : hidden) drop(t);
   for (uint32_t t : cache) drop(t);
   end_no_grad(pass);

@@ -128,20 +128,21 @@ void StepBuilder::preference_loss_forward(std::vector<uint32_t>& saved) {
 // tensors are temporaries, the log-probabilities' temporaries go once the small per-sequence log-probabilities exist.
 // Returns the logits, for the caller to keep or drop before end_no_grad(pass). `gather_label`: each unit's
 // all-gathered parameters (UINT32_MAX: none). `logps` false leaves the log-probabilities for later (KTO 0.8-0.9).
-uint32_t StepBuilder::logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label, bool logps) {
+uint32_t StepBuilder::logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label, bool logps,
+                                 bool own_engine) {
   const PreferenceFlow& p = resolved_.preference;
   const int32_t post = -1;
   const int64_t tv = mul(dims_.T, dims_.V), e = dims_.e;
   const int64_t el = p.logits_fp32 ? 4 : e;
   std::vector<uint32_t> hidden;  // output_hidden_states: each layer's input stays with the outputs
   std::vector<uint32_t> norm;
-  pass = begin_no_grad(gather_label);
+  pass = begin_no_grad(gather_label, own_engine);
   uint32_t g = no_grad_trunk(pass, p.hidden_states_returned ? &hidden : nullptr, norm, nullptr);
   uint32_t hd = head_dequant();
   uint32_t lg16 = el != e ? tmp(mul(e, tv), logits_label, post) : UINT32_MAX;
   drop_if(hd);
   for (uint32_t t : norm) drop(t);
-  drop_if(g);
+  release_head_gathered(pass, g);
   uint32_t logits = tmp(mul(el, tv), logits_label, post);
   drop_if(lg16);
   if (p.hidden_states_returned && p.outputs_to_fp32)  // the wrapper's fp32 copies of the returned hidden states
@@ -186,16 +187,17 @@ void StepBuilder::reference_forward(const std::string& phase) {
     // forward and free it after; a replicated copy has its weights already.
     const bool gathers = (p.reference != ReferenceModel::Copy || p.reference_sharded) && unshards_units();
     const uint32_t gather_label = gathers ? pref_labels_.ref_gathered : UINT32_MAX;
+    const bool own_engine = reference_own_engine();
     uint32_t kl = UINT32_MAX;  // KTO: the reference's KL batch first; before 0.17 its logits live through the batch's
     if (p.kl_pass || p.reference_label_copies) kto_labels();
     if (p.kl_pass) {
       NoGradPass kp;
-      kl = logps_pass(kp, gather_label, kto_labels_.kl_logits, !p.kl_logps_after_batch);
+      kl = logps_pass(kp, gather_label, kto_labels_.kl_logits, !p.kl_logps_after_batch, own_engine);
       if (!p.kl_logits_held) drop(kl), kl = UINT32_MAX;
       end_no_grad(kp);
     }
     NoGradPass pass;
-    uint32_t logits = logps_pass(pass, gather_label, pref_labels_.ref_logits);
+    uint32_t logits = logps_pass(pass, gather_label, pref_labels_.ref_logits, true, own_engine);
     if (p.kl_logps_after_batch) logps_temporaries();  // KTO 0.8-0.9: the KL batch's, after the batch's
     // KTO before 1.6: the reference's forward() also returns copies of the labelled rows, dropped with the tuple.
     if (p.reference_label_copies) drop(tmp(mul(el, mul(dims_.T, dims_.V)), kto_labels_.label_copies, -1));
@@ -243,9 +245,10 @@ void StepBuilder::kl_forward() {
 
 // A frozen model's forward under no_grad (the reference's, generate's prefill, GRPO's scoring passes): an autocast
 // region of its own, and whatever the embeddings keep goes at its end.
-StepBuilder::NoGradPass StepBuilder::begin_no_grad(uint32_t gather_label) {
+StepBuilder::NoGradPass StepBuilder::begin_no_grad(uint32_t gather_label, bool own_engine) {
   NoGradPass pass;
   pass.gather_label = gather_label;
+  pass.own_engine = own_engine && gather_label != UINT32_MAX;
   pass.casts.assign(static_cast<size_t>(shape_.num_layers), UINT32_MAX);
   casts_.swap(pass.casts);
   pass.embed_before = embed_saved_.size();
@@ -255,6 +258,10 @@ StepBuilder::NoGradPass StepBuilder::begin_no_grad(uint32_t gather_label) {
 
 void StepBuilder::end_no_grad(NoGradPass& pass) {
   for (size_t i = embed_saved_.size(); i > pass.embed_before; --i) drop(embed_saved_.back()), embed_saved_.pop_back();
+  if (pass.own_engine) {
+    release_head_gathered(pass, UINT32_MAX);  // where the caller has not already
+    reference_ds_pass_done();
+  }
   no_grad_ = false;
   no_grad_norm_out_ = UINT32_MAX;
   casts_.swap(pass.casts);
@@ -269,11 +276,27 @@ uint32_t StepBuilder::no_grad_trunk(NoGradPass& pass, std::vector<uint32_t>* hid
                                     const std::function<void(int64_t)>* after_layer) {
   const int32_t post = -1;
   uint32_t res = no_grad_layers(pass, hidden, after_layer);
-  uint32_t g = no_grad_gathered(pass, shape_.num_layers);
+  uint32_t g = UINT32_MAX;
+  if (pass.own_engine) reference_ds_fetch(shape_.num_layers, pass.gather_label, pass.head_gathered);
+  else g = no_grad_gathered(pass, shape_.num_layers);
   bool retained = false;
   norm_forward(post, res, retained, norm, {"lm_head"}, true);
   if (!retained) drop(res);
   return g;
+}
+
+// The head's parameters, once its matmul is done: `gathered` (one all-gathered unit) or the own engine's.
+void StepBuilder::release_head_gathered(NoGradPass& pass, uint32_t gathered) {
+  drop_if(gathered);
+  for (uint32_t t : pass.head_gathered) drop(t);
+  pass.head_gathered.clear();
+}
+
+// Whether the reference copy runs on its own DeepSpeed ZeRO-3 engine (TRL's prepare_deepspeed, ms-swift's
+// RLHFTrainerMixin): a sharded copy under DeepSpeed rather than FSDP.
+bool StepBuilder::reference_own_engine() const {
+  const PreferenceFlow& p = resolved_.preference;
+  return p.reference == ReferenceModel::Copy && p.reference_sharded && unshards_units() && !shard_plan_.fsdp;
 }
 
 // Unit l's all-gathered parameters for a no-grad pass that gathers (l = -1: the embeddings, num_layers: the head).
@@ -284,19 +307,27 @@ uint32_t StepBuilder::no_grad_gathered(const NoGradPass& pass, int64_t l) {
 // The embeddings and every layer of a no-grad pass; returns the last layer's output.
 uint32_t StepBuilder::no_grad_layers(NoGradPass& pass, std::vector<uint32_t>* hidden,
                                      const std::function<void(int64_t)>* after_layer) {
-  auto gathered = [&](int64_t l) { return no_grad_gathered(pass, l); };
-  uint32_t g = gathered(-1);
+  std::vector<uint32_t> g;
+  auto gather = [&](int64_t l) {
+    if (pass.own_engine) reference_ds_fetch(l, pass.gather_label, g);
+    else if (const uint32_t unit = no_grad_gathered(pass, l); unit != UINT32_MAX) g.push_back(unit);
+  };
+  auto release = [&] {
+    for (uint32_t t : g) drop(t);
+    g.clear();
+  };
+  gather(-1);
   uint32_t res = embed_forward();
-  drop_if(g);
+  release();
   mask_forward();
   for (int64_t l = 0; l < shape_.num_layers; ++l) {
-    g = gathered(l);
+    gather(l);
     SavedLayer scratch;
     if (hidden) hidden->push_back(res);
     res = forward_layer(static_cast<int32_t>(l), res, scratch, hidden == nullptr);
     for (uint32_t t : scratch.attn) drop(t);
     for (uint32_t t : scratch.mlp) drop(t);
-    drop_if(g);
+    release();
     if (after_layer) (*after_layer)(l);
   }
   if (mask_.tensor != UINT32_MAX) drop(mask_.tensor);

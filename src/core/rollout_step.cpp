@@ -152,8 +152,8 @@ void StepBuilder::rollout(const std::string& when, int iter) {
   if (r.policy_logps_pass)  // the policy's own layers, all-gathered where they are sharded
     for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, unshards_units());
   if (!r.reference_after_policy && reference_runs()) {
-    if (r.reference_unchunked) score_pass(rows, reference_gathers());
-    else for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, reference_gathers());
+    if (r.reference_unchunked) score_pass(rows, reference_gathers(), false, true);
+    else for (int64_t k = 0; k < chunks; ++k) score_pass(mbs, reference_gathers(), false, true);
   }
   // The reward model scores the whole generation batch in one forward under inference_mode (T:481-486 at v0.14 ...
   // T:1648-1653 at v1.9), its head a score per position.
@@ -173,19 +173,19 @@ bool StepBuilder::reference_gathers() const {
 
 // A no-grad forward of `rows` completions with their prompts, the head over the completion's tokens
 // (_get_per_token_logps: logits_to_keep = completion + 1, logits[:, :-1], / temperature, selective_log_softmax).
-void StepBuilder::score_pass(int64_t rows, bool gathers, bool reward) {
+void StepBuilder::score_pass(int64_t rows, bool gathers, bool reward, bool reference) {
   const RolloutFlow& r = resolved_.rollout;
   const PreferenceFlow& p = resolved_.preference;
   const int32_t post = -1;
   const ActDims before = dims_;
   use_shape({rows, r.prompt_tokens + r.completion_tokens});
-  NoGradPass pass = begin_no_grad(gathers ? rollout_labels_.gathered : UINT32_MAX);
+  NoGradPass pass = begin_no_grad(gathers ? rollout_labels_.gathered : UINT32_MAX, reference && reference_own_engine());
   std::vector<uint32_t> norm;
   uint32_t g = no_grad_trunk(pass, nullptr, norm, nullptr);
   if (reward) {  // the score head: one logit per position
     drop(tmp(mul(4, dims_.T), rollout_labels_.score_logits, post));
     for (uint32_t t : norm) drop(t);
-    drop_if(g);
+    release_head_gathered(pass, g);
     end_no_grad(pass);
     dims_ = before;
     return;
@@ -197,7 +197,7 @@ void StepBuilder::score_pass(int64_t rows, bool gathers, bool reward) {
   uint32_t lg16 = el != e ? tmp(mul(e, kept), rollout_labels_.score_logits, post) : UINT32_MAX;
   drop_if(hd);
   for (uint32_t t : norm) drop(t);
-  drop_if(g);
+  release_head_gathered(pass, g);
   uint32_t logits = tmp(mul(el, kept), rollout_labels_.score_logits, post);
   drop_if(lg16);
   uint32_t scaled = r.temperature_copy ? tmp(mul(el, scored), rollout_labels_.scaled, post) : UINT32_MAX;

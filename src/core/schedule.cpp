@@ -180,7 +180,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   // TRL 0.18.x scored the reference inside _compute_loss, after the policy's forward.
   if (f.post && grpo() && resolved_.rollout.reference_after_policy && reference_runs()) {
     program_.phase(reference_phase);
-    score_pass(dims_.b, reference_gathers());
+    score_pass(dims_.b, reference_gathers(), false, true);
   }
   if (offload && end > first && !f.post) offload_layer(end - 1 - first);
   // The outermost autocast region exits here: weight copies cached in checkpointed (no_grad) forwards are

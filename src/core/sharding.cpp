@@ -317,14 +317,15 @@ void StepBuilder::gather(int64_t layer, std::vector<uint32_t>& out) {
 // no weight).
 class StepBuilder::Zero3Host final : public Zero3Prefetch::Host {
  public:
-  Zero3Host(StepBuilder& b, Stream stream) : builder_(b), stream_(stream) {}
+  Zero3Host(StepBuilder& b, Stream stream, uint32_t label = UINT32_MAX)
+      : builder_(b), stream_(stream), label_(label == UINT32_MAX ? b.labels_.gathered : label) {}
   const std::vector<ParamTensor>& params(int64_t l) const override {
     const ModelShape& shape = builder_.shape_;
     return l < 0 ? shape.pre : l >= shape.num_layers ? shape.post : shape.params_of(l);
   }
   bool persistent(const ParamTensor& t) const override { return builder_.persistent(t); }
   uint32_t gather(const ParamTensor& t, int64_t l) override {
-    return builder_.program_.alloc(Component::Communication, builder_.weight_bytes_of(t), builder_.labels_.gathered,
+    return builder_.program_.alloc(Component::Communication, builder_.weight_bytes_of(t), label_,
                                    static_cast<int32_t>(l), stream_);
   }
   void release(uint32_t buffer) override { builder_.drop(buffer); }
@@ -332,6 +333,7 @@ class StepBuilder::Zero3Host final : public Zero3Prefetch::Host {
  private:
   StepBuilder& builder_;
   Stream stream_;
+  uint32_t label_;
 };
 
 void StepBuilder::ds_fetch(int64_t layer, std::vector<uint32_t>& out) {
@@ -344,6 +346,24 @@ void StepBuilder::ds_fetch(int64_t layer, std::vector<uint32_t>& out) {
 void StepBuilder::ds_release_window() {
   Zero3Host host(*this, Stream::Compute);  // releasing allocates nothing: the stream is not read
   zero3_.release_window(host);
+}
+
+// docs/research/zero3-reference.md section 2: TRL's prepare_deepspeed makes the frozen reference copy a DeepSpeed
+// engine of its own (deepspeed.initialize with no optimizer: a DeepSpeedZeRoOffload), whose coordinator records the
+// reference's forward and prefetches along it from its second forward on (reset_step at every forward, so the trace
+// is that forward alone), up to the same stage3_max_live_parameters: the reference's window is max_live elements, not
+// one layer, beside whatever the policy's engine keeps gathered.
+void StepBuilder::reference_ds_fetch(int64_t unit, uint32_t label, std::vector<uint32_t>& out) {
+  Zero3Host host(*this, zero_overlap() ? Stream::AllGather : Stream::Compute, label);
+  const int64_t max_live = cfg_.parallel.zero_max_live_parameters > 0 ? cfg_.parallel.zero_max_live_parameters : 1000000000;
+  const Zero3Prefetch::Trace trace{0, shape_.num_layers, shape_.num_layers, true, true};
+  reference_zero3_.fetch(host, unit, false, max_live, trace, out);
+}
+
+void StepBuilder::reference_ds_pass_done() {
+  Zero3Host host(*this, Stream::Compute);
+  reference_zero3_.release_window(host);  // _clean_inflight_param_registry at the next forward: nothing is left
+  reference_zero3_.trace_recorded();      // its first forward recorded the trace
 }
 
 // FSDP: a layer's kept parameters are resharded once its backward is done.

@@ -256,6 +256,10 @@ class StepBuilder {
   void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3 / FSDP: all-gather the layer's params
   void ds_fetch(int64_t layer, std::vector<uint32_t>& out);  // DeepSpeed ZeRO-3: the layer's and those prefetched
   void ds_release_window();
+  // A frozen reference copy that TRL's prepare_deepspeed made a DeepSpeed engine of its own: its unit's parameters
+  // (labelled `label`) and those its own coordinator prefetched; then, at the pass's end, the rest of its window.
+  void reference_ds_fetch(int64_t unit, uint32_t label, std::vector<uint32_t>& out);
+  void reference_ds_pass_done();
   int64_t gathered_bytes(int64_t layer) const;              // the unsharded parameters of one slot
   void release_all_gather();
   void recv_buffers(int64_t stage_layer, bool grads);
@@ -560,7 +564,7 @@ class StepBuilder {
   void rollout(const std::string& when, int iter);
   bool reference_runs() const;
   bool reference_gathers() const;
-  void score_pass(int64_t rows, bool gathers, bool reward = false);
+  void score_pass(int64_t rows, bool gathers, bool reward = false, bool reference = false);
   // PPO's generate (output_scores, return_dict_in_generate): each token's processed fp32 scores are kept in
   // `scores`, and the KV cache in `cache`, for the caller to free once generate() returns; the caller holds the
   // ZeRO-3 gather of the whole model around it.
@@ -645,10 +649,15 @@ class StepBuilder {
   // A frozen model's no-grad forward (preference_step.cpp): the autocast casts and embeddings it starts from.
   struct NoGradPass {
     uint32_t gather_label = UINT32_MAX;  // the label of each unit's all-gathered parameters; UINT32_MAX: no gathers
+    // The pass runs on the reference's own DeepSpeed engine (reference_ds_fetch): each unit's parameters one by one,
+    // prefetched ahead up to max_live, instead of one all-gathered unit at a time.
+    bool own_engine = false;
+    std::vector<uint32_t> head_gathered;  // own_engine: the head's parameters, until release_head_gathered
     std::vector<uint32_t> casts;
     size_t embed_before = 0;
   };
-  NoGradPass begin_no_grad(uint32_t gather_label);
+  NoGradPass begin_no_grad(uint32_t gather_label, bool own_engine = false);
+  void release_head_gathered(NoGradPass& pass, uint32_t gathered);
   void end_no_grad(NoGradPass& pass);
   uint32_t no_grad_trunk(NoGradPass& pass, std::vector<uint32_t>* hidden, std::vector<uint32_t>& norm,
                          const std::function<void(int64_t)>* after_layer);
@@ -670,7 +679,9 @@ class StepBuilder {
   KtoLabels kto_labels_;                    // made on first use, like pref_labels_
   uint32_t kl_logits_ = UINT32_MAX;         // the policy's KL logits while forward() holds them (TRL 0.8-0.16)
   void kto_labels();
-  uint32_t logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label, bool logps = true);
+  uint32_t logps_pass(NoGradPass& pass, uint32_t gather_label, uint32_t logits_label, bool logps = true,
+                      bool own_engine = false);
+  bool reference_own_engine() const;  // the reference copy is a DeepSpeed ZeRO-3 engine of its own
   void logps_temporaries();
   void kl_forward();
   // transformers' loss paths that shift a contiguous copy of the logits (LossImpl HfShiftFp32, HfFp32Logits, HfShift).
@@ -785,6 +796,7 @@ class StepBuilder {
   bool no_grad_ = false;
   uint32_t no_grad_norm_out_ = UINT32_MAX;
   Zero3Prefetch zero3_;     // DeepSpeed ZeRO-3's fetch window
+  Zero3Prefetch reference_zero3_;  // a reference copy's own engine's window (TRL's prepare_deepspeed)
   class Zero3Host;          // what zero3_ asks of this step (sharding.cpp)
   FsdpUnshard fsdp_unshard_;  // FSDP1/FSDP2's unsharded parameters
   class FsdpHost;             // what fsdp_unshard_ asks of this step (sharding.cpp)

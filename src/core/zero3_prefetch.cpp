@@ -7,7 +7,13 @@
 // parameter after its module, so the working set stays at max_live elements in forward and in backward, whatever the
 // layer size (a 7B-class model holds about five layers, not one). n_available counts elements, not bytes. Frozen
 // parameters are fetched in backward too: the fetch follows the module output's gradient (PreBackwardFunction),
-// never param.requires_grad.
+// never param.requires_grad. The recorded trace is one forward and its backward (reset_step runs at the next
+// forward, parameter_offload.py _start_of_forward_hook from v0.15.4), so near the forward's end the prefetch scans
+// into the backward: every parameter it passes gets __most_recent_step_id_param_fetched_for set to that later use
+// (v0.16.4 lines 384-386, whatever its status), and __params_to_release keeps a parameter marked beyond the current
+// step. The last layers, gathered for their forward, stay gathered to their backward, up to max_live elements with
+// the head: through the loss and any other engine's pass between (a TRL reference model's own forward).
+// docs/research/zero3-reference.md section 2.
 #include "zero3_prefetch.h"
 
 #include <algorithm>
@@ -16,14 +22,32 @@
 
 namespace memsim {
 
+bool Zero3Prefetch::next_in_trace(const Trace& trace, int64_t& slot, bool& backward) {
+  const int64_t last = std::min(trace.end_layer, trace.num_layers);
+  if (backward) {
+    if (slot - 1 < trace.first_layer) return false;
+    --slot;
+    return true;
+  }
+  if (slot + 1 < last || (slot + 1 == trace.num_layers && trace.has_post)) {
+    ++slot;
+    return true;
+  }
+  // The forward's end: the recorded trace goes on into the backward (reset_step comes only at the next forward), so
+  // the prefetch scans the backward's first modules while the forward's last ones are still gathered. Every parameter
+  // it passes is marked for that later use (__most_recent_step_id_param_fetched_for) and __params_to_release keeps it:
+  // the last layers stay gathered from their forward to their backward, up to max_live elements with the head.
+  if (!trace.has_post || trace.forward_only || last <= trace.first_layer) return false;
+  slot = last - 1;
+  backward = true;
+  return true;
+}
+
 void Zero3Prefetch::fetch(Host& host, int64_t slot, bool backward, int64_t max_live_elements, const Trace& trace,
                           std::vector<uint32_t>& out) {
-  const int dir = backward ? -1 : 1;
-  if (!window_.empty() && direction_ != dir) release_window(host);
-  direction_ = dir;
   // The module's own parameters: those the prefetch gathered already are taken over, the rest gathered now.
   size_t from = 0;
-  if (!window_.empty() && window_.front().slot == slot) {
+  if (!window_.empty() && window_.front().slot == slot && window_.front().backward == backward) {
     Slot& w = window_.front();
     out.insert(out.end(), w.tensors.begin(), w.tensors.end());
     from = w.next_param;
@@ -40,16 +64,12 @@ void Zero3Prefetch::fetch(Host& host, int64_t slot, bool backward, int64_t max_l
     if (i >= from) out.push_back(host.gather(own[i], slot));
   }
   if (!trace_complete_) return;
-  const int64_t last = std::min(trace.end_layer, trace.num_layers);
-  auto in_trace = [&](int64_t l) {
-    return dir > 0 ? (l >= trace.first_layer && l < last) || (l == trace.num_layers && trace.has_post)
-                   : l >= trace.first_layer && l < last;
-  };
   while (live < max_live_elements) {
     if (window_.empty() || window_.back().next_param == host.params(window_.back().slot).size()) {
-      const int64_t next = window_.empty() ? slot + dir : window_.back().slot + dir;
-      if (!in_trace(next)) break;
-      window_.push_back({next, 0, {}, 0});
+      int64_t next = window_.empty() ? slot : window_.back().slot;
+      bool next_backward = window_.empty() ? backward : window_.back().backward;
+      if (!next_in_trace(trace, next, next_backward)) break;
+      window_.push_back({next, next_backward, 0, {}, 0});
       continue;  // (a module without parameters, a model program's concatenation: the check above moves past it)
     }
     Slot& w = window_.back();

@@ -25,10 +25,13 @@ class Zero3Prefetch {
     ~Host() = default;
   };
   // The module trace this device follows: its layers [first_layer, end_layer), and in forward the head where the
-  // device has it (the slot num_layers).
+  // device has it (the slot num_layers). Where it has the head (the whole model), the recorded trace is one forward
+  // and then its backward, layers end_layer - 1 down to first_layer (the head's backward reuses its forward's
+  // parameters, which the step keeps).
   struct Trace {
     int64_t first_layer = 0, end_layer = 0, num_layers = 0;
     bool has_post = false;
+    bool forward_only = false;  // an engine that only runs forwards (a TRL reference model): its trace ends at the head
   };
 
   // A module of `slot` runs (`backward`: its backward): its own parameters go to `out`, those prefetched already
@@ -47,13 +50,15 @@ class Zero3Prefetch {
   // gathered: next_param is its first parameter not yet gathered).
   struct Slot {
     int64_t slot = 0;
+    bool backward = false;  // the slot's backward (its use in the trace's backward half)
     size_t next_param = 0;
     std::vector<uint32_t> tensors;
     int64_t elems = 0;
   };
+  // The slot after (slot, backward) along the trace, false where the trace ends there.
+  static bool next_in_trace(const Trace& trace, int64_t& slot, bool& backward);
   std::deque<Slot> window_;
   int64_t ahead_elems_ = 0;      // elements gathered ahead
-  int direction_ = 1;            // the trace order being followed: 1 forward, -1 backward
   bool trace_complete_ = false;
 };
 

@@ -115,6 +115,52 @@ TEST_CASE("the log-probabilities keep what each TRL version's code saves") {
   }
 }
 
+// The most bytes alive under a label (prefix) within the phases named `phase` (prefix).
+int64_t label_peak_in(const StepProgram& p, const std::string& phase, const std::string& label) {
+  std::vector<int64_t> now(p.events.size() + 1, 0);  // now[i]: alive before event i
+  for (size_t i = 0; i < p.events.size(); ++i) {
+    const Tensor& t = p.tensors[p.events[i].tensor];
+    const bool mine = p.labels[t.label].rfind(label, 0) == 0;
+    now[i + 1] = now[i] + (mine ? (p.events[i].op == Event::Op::Alloc ? 1 : -1) * t.bytes : 0);
+  }
+  int64_t top = 0;
+  for (size_t k = 0; k < p.phases.size(); ++k) {
+    if (p.phases[k].name.rfind(phase, 0) != 0) continue;
+    const size_t end = k + 1 < p.phases.size() ? p.phases[k + 1].first_event : p.events.size();
+    for (size_t i = p.phases[k].first_event; i <= end && i < now.size(); ++i) top = std::max(top, now[i]);
+  }
+  return top;
+}
+
+TEST_CASE("ZeRO-3 under DPO: the policy's last layers stay gathered to their backward, and the reference's own engine "
+          "prefetches", "[preference]") {
+  // docs/research/zero3-reference.md section 2: the policy's recorded trace runs on from the forward into the
+  // backward, so the parameters its prefetch scans past stay gathered through the loss and the reference forward; the
+  // reference copy is a DeepSpeed engine of its own whose coordinator prefetches up to max_live from its second forward.
+  Config z3 = dpo_config();
+  z3.training.precision = "bf16_mixed";
+  z3.parallel.data_parallel_size = 4, z3.parallel.zero_stage = 3, z3.parallel.sharding = "deepspeed";
+  const std::string policy = "DeepSpeed ZeRO-3 all-gathered layer parameters";
+  const std::string reference = "reference layer's gathered parameters";
+  const DeviceResult wide = simulate_valid(z3);  // max_live 1e9: the whole 0.5B model
+  Config narrow_config = z3;
+  narrow_config.parallel.zero_max_live_parameters = 1;  // nothing ahead of the module that runs
+  const DeviceResult narrow = simulate_valid(narrow_config);
+  // Through the reference forward of step 2 the policy keeps far more than its head where max_live allows it.
+  const int64_t kept_wide = label_peak_in(wide.program, "reference forward (step 2)", policy);
+  const int64_t kept_narrow = label_peak_in(narrow.program, "reference forward (step 2)", policy);
+  CHECK(kept_wide > kept_narrow);
+  // Step 1's forward records the trace and prefetches nothing, neither engine.
+  CHECK(label_peak_in(wide.program, "reference forward (step 1)", policy) ==
+        label_peak_in(narrow.program, "reference forward (step 1)", policy));
+  // The reference's own window: one unit at a time in its first forward, max_live (here every layer) from its second.
+  const int64_t ref_first = label_peak_in(wide.program, "reference forward (step 1)", reference);
+  const int64_t ref_second = label_peak_in(wide.program, "reference forward (step 2)", reference);
+  CHECK(ref_first > 0);
+  CHECK(ref_second > 3 * ref_first);  // the embedding alone, then the embedding with every layer ahead of it
+  CHECK(label_peak_in(narrow.program, "reference forward (step 2)", reference) <= ref_first);
+}
+
 TEST_CASE("the reference model: a frozen copy's weights, sharded under ZeRO-3, none with PEFT's adapters off") {
   Config full = dpo_config();
   const DeviceResult copy = simulate_valid(full);

@@ -1,7 +1,7 @@
 // DeepSpeed ZeRO-3's fetch window on its own (zero3_prefetch.cpp), against a host that records what is gathered and
 // released: the first pass gathers only each module's own parameters, later passes prefetch along the trace up to
-// stage3_max_live_parameters elements (the last one overshooting), persistent parameters are never gathered, and a
-// change of direction or an off-trace module releases what was prefetched.
+// stage3_max_live_parameters elements (the last one overshooting) and on from the forward's end into the backward,
+// persistent parameters are never gathered, and a module off the window releases what was prefetched.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -80,19 +80,39 @@ TEST_CASE("ZeRO-3 prefetches along the trace up to max_live elements, the last p
   CHECK(host.live_elements() == 500);
 }
 
-TEST_CASE("ZeRO-3's window stops at the end of the trace, with the head in forward only") {
+TEST_CASE("ZeRO-3's window runs from the forward's end into the backward, which takes it over") {
   FakeHost host(4);
   Zero3Prefetch z;
   z.trace_recorded();
   const Zero3Prefetch::Trace trace{0, 4, 4, true};
   std::vector<uint32_t> out;
   z.fetch(host, 3, false, 1000000000, trace, out);
-  CHECK(z.prefetched_elements() == 1000);  // the head, then nothing beyond it
-  z.release_window(host);
-  CHECK(host.live_elements() == 200);
+  // The head, then the backward's layers 3 down to 0 (DeepSpeed's trace is one forward and its backward; the
+  // parameters the prefetch scans past stay gathered to that use).
+  CHECK(z.prefetched_elements() == 1000 + 4 * 200);
+  for (uint32_t t : out) host.release(t);  // layer 3's forward is done
+  std::vector<uint32_t> head;
+  z.fetch(host, 4, false, 1000000000, trace, head);
+  CHECK(head.size() == 1);
+  CHECK(z.prefetched_elements() == 4 * 200);  // kept through the loss
   std::vector<uint32_t> back;
-  z.fetch(host, 0, true, 1000000000, trace, back);
-  CHECK(z.prefetched_elements() == 0);  // backward from layer 0: the embedding is not in the backward trace
+  z.fetch(host, 3, true, 1000000000, trace, back);
+  CHECK(back.size() == 2);
+  CHECK(std::all_of(back.begin(), back.end(), [&](uint32_t t) { return host.slots.at(t) == 3; }));
+  CHECK(z.prefetched_elements() == 3 * 200);
+  // The embedding is not in the backward trace: from layer 0 nothing is left to prefetch.
+  for (int64_t l = 2; l >= 0; --l) {
+    std::vector<uint32_t> b;
+    z.fetch(host, l, true, 1000000000, trace, b);
+  }
+  CHECK(z.prefetched_elements() == 0);
+  // A pipeline stage without the head: its forward window ends at its last layer.
+  FakeHost stage_host(8);
+  Zero3Prefetch stage;
+  stage.trace_recorded();
+  std::vector<uint32_t> s;
+  stage.fetch(stage_host, 3, false, 1000000000, Zero3Prefetch::Trace{0, 4, 8, false}, s);
+  CHECK(stage.prefetched_elements() == 0);
 }
 
 TEST_CASE("ZeRO-3 releases the prefetched parameters when the direction changes or a module is off the window") {
