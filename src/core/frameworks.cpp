@@ -223,7 +223,7 @@ bool program_groups_kv(const Config& c) {
 // docs/versions.md 7a: attention that the model's own code picks, not transformers' attn_implementation: a program's
 // "attention_code" (torchvision's nn.MultiheadAttention, timm, diffusers), and Qwen-1's remote code. nullopt where
 // transformers' rule (or the framework's) decides.
-std::optional<Attention> own_code_attention(const Config& c, const StackVersions& v, Deriving& d) {
+std::optional<Attention> own_code_attention(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const auto& m = c.model;
   const bool torch2 = v.at_least(Library::Torch, V(2, 0));
   if (!m.architecture.empty()) {
@@ -242,7 +242,7 @@ std::optional<Attention> own_code_attention(const Config& c, const StackVersions
            Library::Torch);
     return torch2 ? Attention::Sdpa : Attention::Eager;
   }
-  if (!m.qwen1_remote_code()) return std::nullopt;
+  if (!m.qwen1_remote_code() || !f.transformers_model) return std::nullopt;  // Megatron, torchtune: their own code
   // Qwen-1's modeling_qwen.py (remote code, Qwen/Qwen-1_8B-Chat and the other Qwen-1 repositories, late 2023):
   // _import_flash_attn() takes flash_attn_func when flash-attn 2.1+ imports, and QWenAttention calls it for a
   // half-precision model (config.json's bf16/fp16 "auto" is set from the GPU); otherwise, with torch 2, it calls
@@ -263,7 +263,7 @@ std::optional<Attention> own_code_attention(const Config& c, const StackVersions
 // docs/versions.md 7: transformers' default attn_implementation, and repeat_kv before SDPA.
 Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const auto& m = c.model;
-  if (const std::optional<Attention> own = own_code_attention(c, v, d)) return *own;
+  if (const std::optional<Attention> own = own_code_attention(c, f, v, d)) return *own;
   if (!f.transformers_model || m.is_encoder_decoder) {  // T5's attention is its own eager code in every version
     d.framework(Switch::Attention);
     return named(f.attention, kAttention, kAttentionValues);
@@ -274,8 +274,9 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
   Version sdpa_since = m.post_layernorm ? V(4, 41) : V(4, 36);
   std::shared_ptr<const Architecture> program;
   if (!m.architecture.empty() && decode_architecture(m.architecture, m.architecture_args, program).empty() && program &&
-      program->transformers_sdpa_since[0] > 0)
-    sdpa_since = {program->transformers_sdpa_since[0], program->transformers_sdpa_since[1], program->transformers_sdpa_since[2]};
+      program->transformers_sdpa_since[0] > 0)  // never before 4.36, when SDPA became transformers' default
+    sdpa_since = std::max(sdpa_since, Version{program->transformers_sdpa_since[0], program->transformers_sdpa_since[1],
+                                              program->transformers_sdpa_since[2]});
   if (v.below(Library::Transformers, sdpa_since) || v.below(Library::Torch, V(2, 1, 1))) {
     d.from(Switch::Attention, m.post_layernorm ? "BERT's SDPA attention is the default from transformers 4.41 with "
                                                  "torch >= 2.1.1 (transformers#27940); eager before"
@@ -416,10 +417,10 @@ LossImpl derive_loss(const Config& c, const FrameworkSpec& f, const StackVersion
   }
   if (c.model.qwen1_remote_code()) {
     // Qwen-1's remote code has its own loss in every transformers version (modeling_qwen.py QWenLMHeadModel.forward):
-    // lm_head's 16-bit logits, a shifted .contiguous() copy, and CrossEntropyLoss, which autocast runs in fp32. The
-    // nearest of memsim's paths is hf_fp32_upcast; it lacks the shifted 16-bit copy.
+    // lm_head's 16-bit logits, a shifted .contiguous() copy, and CrossEntropyLoss, whose log_softmax autocast runs in
+    // fp32: transformers' own path before 4.31 (hf_shift).
     d.framework(Switch::Loss);
-    return LossImpl::HfFp32Upcast;
+    return LossImpl::HfShift;
   }
   const LossImpl loss = hf_loss_path(v);
   switch (loss) {
@@ -455,8 +456,10 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
   const Library tf = Library::Transformers, torch = Library::Torch;
   // Prefix tuning always has a mask (a past length rules out is_causal), so it is built at latest too.
   const bool prefix = c.peft.kind() == PeftMethod::PrefixTuning;
+  // Qwen-1's remote code builds its own mask whatever transformers' version (own_code_attention), so at latest too.
+  const bool qwen1 = m.qwen1_remote_code();
   if (!f.transformers_model || !decoder_causal_lm(m) || m.post_layernorm || attention == Attention::FlashAttention2 ||
-      (!v.stated(tf) && !prefix) || c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1)
+      (!v.stated(tf) && !prefix && !qwen1) || c.parallel.pipeline_parallel_size > 1 || c.parallel.context_parallel_size > 1)
     return mk;
   const bool eager = attention == Attention::Eager;
   // Llama's cache_position rework for the static cache (4.38: "we've recently retouched the llama architecture code
@@ -467,7 +470,14 @@ AttentionMask derive_attention_mask(const Config& c, const FrameworkSpec& f, Att
   const bool llama_rework = m.model_type == "llama" || m.model_type == "gemma" || m.model_type == "cohere";
   const bool prepare_4d = v.below(tf, V(4, 38)) || (!llama_rework && v.below(tf, V(4, 40)));
   const char* built = "";
-  if (v.below(tf, V(4, 36))) {
+  if (qwen1) {
+    // modeling_qwen.py QWenModel.forward: attention_mask[:, None, None, :] made additive in the model dtype; each
+    // QWenAttention expands it over the queries and merges a boolean tril with masked_fill (a new [b, 1, s, s]),
+    // which reaches F.scaled_dot_product_attention, or _attn's scores.
+    mk.build = MaskBuild::Prepared, mk.unpadded = true;
+    built = "Qwen-1's remote code (modeling_qwen.py) builds its own [batch, 1, seq, seq] mask in the model dtype for "
+            "every micro-batch, whatever the transformers version, and hands it to SDPA";
+  } else if (v.below(tf, V(4, 36))) {
     // LlamaModel.forward makes an all-ones attention_mask when none is passed, then _prepare_decoder_attention_mask:
     // eager attention needs the causal mask, so it is built whether or not anything is padded.
     mk.build = MaskBuild::Prepared, mk.unpadded = true;
@@ -876,8 +886,8 @@ std::string switch_value(const Resolved& r, Switch s) {
 bool switch_applies(const Config& c, const Resolved& r, Switch s) {
   const FrameworkSpec& f = *r.framework;
   switch (s) {
-    case Switch::Attention:  // own_code_attention: a program's or Qwen-1's own attention code decides under any loop
-      return (f.transformers_model && !c.model.is_encoder_decoder) || !c.model.architecture.empty() || c.model.qwen1_remote_code();
+    case Switch::Attention:  // own_code_attention: a program's own attention code decides under any loop
+      return (f.transformers_model && !c.model.is_encoder_decoder) || !c.model.architecture.empty();
     case Switch::Loss:
       return (f.transformers_model || f.torchtune_recipes || f.unsloth_kernels || (f.compiles_loss && c.training.compile)) &&
              decoder_causal_lm(c.model);

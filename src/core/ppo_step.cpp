@@ -226,6 +226,10 @@ void StepBuilder::ppo_score_pass(int64_t rows, bool gathers, bool logps) {
     uint32_t lg16 = el != e ? tmp(mul(e, all), rollout_labels_.score_logits, post) : UINT32_MAX;
     drop_if(hd);
     uint32_t logits = tmp(mul(el, all), rollout_labels_.score_logits, post);
+    if (pass.own_engine) {  // its own DeepSpeed engine frees lm_head's parameters after lm_head (release_sub_module)
+      release_head_gathered(pass, g);
+      g = UINT32_MAX;
+    }
     drop_if(lg16);
     drop(tmp(mul(el, row), rollout_labels_.logps, post));  // a row's logsumexp (fp32) or log_softmax (16-bit)
     drop(logits);  // del ref_output, ref_logits

@@ -339,7 +339,7 @@ class StepBuilder::Zero3Host final : public Zero3Prefetch::Host {
 void StepBuilder::ds_fetch(int64_t layer, std::vector<uint32_t>& out) {
   Zero3Host host(*this, zero_overlap() ? Stream::AllGather : Stream::Compute);
   const int64_t max_live = cfg_.parallel.zero_max_live_parameters > 0 ? cfg_.parallel.zero_max_live_parameters : 1000000000;
-  const Zero3Prefetch::Trace trace{ctx_.first_layer, ctx_.end_layer, shape_.num_layers, ctx_.has_post};
+  const Zero3Prefetch::Trace trace{ctx_.first_layer, ctx_.end_layer, shape_.num_layers, ctx_.has_post, false, first_grad_layer_};
   zero3_.fetch(host, layer, in_backward_, max_live, trace, out);
 }
 
@@ -356,7 +356,7 @@ void StepBuilder::ds_release_window() {
 void StepBuilder::reference_ds_fetch(int64_t unit, uint32_t label, std::vector<uint32_t>& out) {
   Zero3Host host(*this, zero_overlap() ? Stream::AllGather : Stream::Compute, label);
   const int64_t max_live = cfg_.parallel.zero_max_live_parameters > 0 ? cfg_.parallel.zero_max_live_parameters : 1000000000;
-  const Zero3Prefetch::Trace trace{0, shape_.num_layers, shape_.num_layers, true, true};
+  const Zero3Prefetch::Trace trace{0, shape_.num_layers, shape_.num_layers, true, true, 0};
   reference_zero3_.fetch(host, unit, false, max_live, trace, out);
 }
 

@@ -24,8 +24,9 @@ namespace memsim {
 
 bool Zero3Prefetch::next_in_trace(const Trace& trace, int64_t& slot, bool& backward) {
   const int64_t last = std::min(trace.end_layer, trace.num_layers);
+  const int64_t floor = std::max(trace.first_layer, trace.backward_first_layer);
   if (backward) {
-    if (slot - 1 < trace.first_layer) return false;
+    if (slot - 1 < floor) return false;
     --slot;
     return true;
   }
@@ -37,7 +38,7 @@ bool Zero3Prefetch::next_in_trace(const Trace& trace, int64_t& slot, bool& backw
   // the prefetch scans the backward's first modules while the forward's last ones are still gathered. Every parameter
   // it passes is marked for that later use (__most_recent_step_id_param_fetched_for) and __params_to_release keeps it:
   // the last layers stay gathered from their forward to their backward, up to max_live elements with the head.
-  if (!trace.has_post || trace.forward_only || last <= trace.first_layer) return false;
+  if (!trace.has_post || trace.forward_only || last <= floor) return false;
   slot = last - 1;
   backward = true;
   return true;
@@ -69,7 +70,11 @@ void Zero3Prefetch::fetch(Host& host, int64_t slot, bool backward, int64_t max_l
       int64_t next = window_.empty() ? slot : window_.back().slot;
       bool next_backward = window_.empty() ? backward : window_.back().backward;
       if (!next_in_trace(trace, next, next_backward)) break;
-      window_.push_back({next, next_backward, 0, {}, 0});
+      window_.push_back({next, next_backward, false, 0, {}, 0});
+      if (!backward && next_backward && next >= slot) {  // its forward's parameters are gathered: marked, not fetched
+        window_.back().kept = true;
+        window_.back().next_param = host.params(next).size();
+      }
       continue;  // (a module without parameters, a model program's concatenation: the check above moves past it)
     }
     Slot& w = window_.back();
@@ -79,6 +84,20 @@ void Zero3Prefetch::fetch(Host& host, int64_t slot, bool backward, int64_t max_l
     w.elems = add(w.elems, t.numel);
     ahead_elems_ = add(ahead_elems_, t.numel);
     live = add(live, t.numel);
+  }
+  if (backward) return;
+  // The forward's own parameters stay gathered to the backward use the prefetch has marked: they move into that slot
+  // of the window (the caller, which frees `out` after the module, frees nothing).
+  for (Slot& w : window_) {
+    if (!w.kept || !w.backward || w.slot != slot) continue;
+    int64_t elems = 0;
+    for (const ParamTensor& t : own)
+      if (!host.persistent(t)) elems = add(elems, t.numel);
+    w.tensors.insert(w.tensors.end(), out.begin(), out.end());
+    w.elems = add(w.elems, elems);
+    ahead_elems_ = add(ahead_elems_, elems);
+    out.clear();
+    break;
   }
 }
 

@@ -32,6 +32,9 @@ class Zero3Prefetch {
     int64_t first_layer = 0, end_layer = 0, num_layers = 0;
     bool has_post = false;
     bool forward_only = false;  // an engine that only runs forwards (a TRL reference model): its trace ends at the head
+    // The lowest layer whose backward runs (layers below a LLaMA-Adapter's first trained one have none): the
+    // backward half of the trace stops there.
+    int64_t backward_first_layer = 0;
   };
 
   // A module of `slot` runs (`backward`: its backward): its own parameters go to `out`, those prefetched already
@@ -51,6 +54,10 @@ class Zero3Prefetch {
   struct Slot {
     int64_t slot = 0;
     bool backward = false;  // the slot's backward (its use in the trace's backward half)
+    // A backward use reached while the slot's forward parameters are still gathered (this fetch's own, or ahead in
+    // the window): DeepSpeed only marks them (AVAILABLE: do_prefetch false) and keeps them to this use, so nothing is
+    // gathered for it; the forward's buffers move in once that forward is done.
+    bool kept = false;
     size_t next_param = 0;
     std::vector<uint32_t> tensors;
     int64_t elems = 0;

@@ -119,8 +119,8 @@ TEST_CASE("multi-GPU measured peaks: median and worst error", "[validation][dist
 // their first score, with the SFT head); median 2.5%, p90 9.4% once prime-rl's one-GPU rows shard over a one-rank
 // mesh as its setup_fsdp does (their RL rows 3-8% under, the SFT rows within 1.7%). The bounds guard what is reached. With every switch that a case file sets by
 // hand back at auto (the versions decide; Liger's fused_linear and prime-rl's vocab_chunked head kept, choices no
-// version implies): median 2.7%, p90 17.2%; median 2.5%, p90 11.1% once the attention that a model's own code picks
-// follows torch and flash-attn (torchvision's and MMPretrain's ViTs, Qwen-1's remote code; docs/versions.md 7a).
+// version implies): median 2.7%, p90 17.2%; median 2.4%, p90 11.4% once the attention, mask and loss that a model's
+// own code picks follow torch and flash-attn (torchvision's and MMPretrain's ViTs, Qwen-1's remote code; docs/versions.md 7a).
 TEST_CASE("every public case, excluded findings included: median and p90", "[validation]") {
   ValidationSummary s = run_validation(load_cases());
   REQUIRE(s.all_counted >= 218);

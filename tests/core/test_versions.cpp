@@ -286,10 +286,15 @@ TEST_CASE("versions: attention the model's own code picks: a program's attention
   q.training.attention = "auto";
   q.training.loss = "auto";
   CHECK(resolve(q).attention == Attention::FlashAttention2);
-  CHECK(resolve(q).loss == LossImpl::HfFp32Upcast);
+  CHECK(resolve(q).loss == LossImpl::HfShift);  // 16-bit logits and a shifted copy, as transformers before 4.31
   q.versions.flash_attn = "latest";  // unstated: an optional package memsim does not assume
   CHECK(resolve(q).attention == Attention::Sdpa);
-  CHECK(resolve(q).mask.build != MaskBuild::None);  // transformers 4.32: the model's own mask reaches SDPA
+  CHECK(resolve(q).mask.build != MaskBuild::None);  // the model's own mask reaches SDPA
+  q.versions.transformers = "latest";
+  CHECK(resolve(q).mask.build != MaskBuild::None);  // whatever the transformers version
+  q.training.framework = "megatron";  // Megatron runs its own model code, not modeling_qwen.py
+  CHECK(resolve(q).attention != Attention::Sdpa);
+  q.training.framework = "hf_trainer";
   q.versions.torch = "1.13";
   CHECK(resolve(q).attention == Attention::Eager);
   // A bad attention_code names the key and what it allows.

@@ -90,6 +90,10 @@ TEST_CASE("ZeRO-3's window runs from the forward's end into the backward, which 
   // The head, then the backward's layers 3 down to 0 (DeepSpeed's trace is one forward and its backward; the
   // parameters the prefetch scans past stay gathered to that use).
   CHECK(z.prefetched_elements() == 1000 + 4 * 200);
+  // Layer 3's own parameters are still gathered when the scan reaches its backward: DeepSpeed marks them and keeps
+  // them (nothing is gathered twice), so they move into the window and the module frees none of them.
+  CHECK(out.empty());
+  CHECK(host.live_elements() == 1000 + 4 * 200);
   for (uint32_t t : out) host.release(t);  // layer 3's forward is done
   std::vector<uint32_t> head;
   z.fetch(host, 4, false, 1000000000, trace, head);
@@ -106,6 +110,23 @@ TEST_CASE("ZeRO-3's window runs from the forward's end into the backward, which 
     z.fetch(host, l, true, 1000000000, trace, b);
   }
   CHECK(z.prefetched_elements() == 0);
+  // Layers below the first that trains (a LLaMA-Adapter's) have no backward: the trace's backward half stops there.
+  FakeHost adapter_host(4);
+  Zero3Prefetch adapter;
+  adapter.trace_recorded();
+  std::vector<uint32_t> a;
+  adapter.fetch(adapter_host, 3, false, 1000000000, Zero3Prefetch::Trace{0, 4, 4, true, false, 2}, a);
+  CHECK(adapter.prefetched_elements() == 1000 + 2 * 200);  // the head, then layers 3 and 2
+  // Where the model fits in max_live, each layer is gathered once: every forward fetch hands its parameters on.
+  FakeHost small_host(4);
+  Zero3Prefetch small;
+  small.trace_recorded();
+  for (int64_t l = 0; l <= 4; ++l) {
+    std::vector<uint32_t> own;
+    small.fetch(small_host, l, false, 1000000000, trace, own);
+    CHECK(small_host.live_elements() <= 1000 + 4 * 200);
+    for (uint32_t t : own) if (l < 4) small_host.release(t);
+  }
   // A pipeline stage without the head: its forward window ends at its last layer.
   FakeHost stage_host(8);
   Zero3Prefetch stage;
