@@ -11,7 +11,6 @@
 
 #include "checked.h"
 #include "ops.h"
-#include "versions.h"
 #include "serialize.h"  // document_guard_error
 
 namespace memsim {
@@ -268,11 +267,9 @@ class Decoder {
     }
     if (p.contains("transformers_sdpa_since")) {
       const ojson& t = p["transformers_sdpa_since"];
-      Version v;
-      if (!t.is_string() || !parse_version(t.get<std::string>(), v) || v.major == 0)
+      if (!t.is_string() || !parse_version(t.get<std::string>(), a.transformers_sdpa_since) || a.transformers_sdpa_since.major == 0)
         error("transformers_sdpa_since", "must be a transformers release such as \"4.41\" (the first whose class for the family "
                                          "supports SDPA)");
-      else a.transformers_sdpa_since = {v.major, v.minor, v.patch};
     }
     if (p.contains("not_quantized")) {
       const ojson& q = p["not_quantized"];

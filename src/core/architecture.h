@@ -10,7 +10,6 @@
 // that is not a positive integer. Each error names its field ("model.architecture: block.ops[3].in: ...").
 #pragma once
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "model.h"
+#include "versions.h"
 
 namespace memsim {
 
@@ -235,9 +235,9 @@ struct Architecture {
   enum class AttentionCode : int8_t { Framework, TorchSdpa, Eager };
   AttentionCode attention_code = AttentionCode::Framework;
   // "transformers_sdpa_since": the first transformers release whose class for the family supports SDPA, which is
-  // then its default (with torch >= 2.1.1); before it, eager. {0, 0, 0} where the program does not say: transformers'
+  // then its default (with torch >= 2.1.1); before it, eager. 0.0.0 where the program does not say: transformers'
   // own default from 4.36 (docs/versions.md 7b).
-  std::array<int, 3> transformers_sdpa_since{};
+  Version transformers_sdpa_since{};
   // The head's output linear whose weight a tied embedding op uses (transformers' tie_word_embeddings: Whisper's
   // proj_out and model.decoder.embed_tokens); empty where nothing is tied. The weight is the head's parameter, so
   // its gradient exists from the head's backward on, as the shared tensor's .grad does in PyTorch.

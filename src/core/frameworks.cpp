@@ -223,12 +223,12 @@ bool program_groups_kv(const Config& c) {
 // docs/versions.md 7a: attention that the model's own code picks, not transformers' attn_implementation: a program's
 // "attention_code" (torchvision's nn.MultiheadAttention, timm, diffusers), and Qwen-1's remote code. nullopt where
 // transformers' rule (or the framework's) decides.
-std::optional<Attention> own_code_attention(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
+std::optional<Attention> own_code_attention(const Config& c, const Architecture* program, const FrameworkSpec& f,
+                                            const StackVersions& v, Deriving& d) {
   const auto& m = c.model;
   const bool torch2 = v.at_least(Library::Torch, V(2, 0));
   if (!m.architecture.empty()) {
-    std::shared_ptr<const Architecture> program;
-    if (!decode_architecture(m.architecture, m.architecture_args, program).empty() || !program) return std::nullopt;
+    if (!program) return std::nullopt;
     using Code = Architecture::AttentionCode;
     if (program->attention_code == Code::Eager) {
       d.framework(Switch::Attention);
@@ -263,7 +263,9 @@ std::optional<Attention> own_code_attention(const Config& c, const FrameworkSpec
 // docs/versions.md 7: transformers' default attn_implementation, and repeat_kv before SDPA.
 Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackVersions& v, Deriving& d) {
   const auto& m = c.model;
-  if (const std::optional<Attention> own = own_code_attention(c, f, v, d)) return *own;
+  std::shared_ptr<const Architecture> program;  // the model program, where the config has one that decodes
+  if (!m.architecture.empty() && !decode_architecture(m.architecture, m.architecture_args, program).empty()) program.reset();
+  if (const std::optional<Attention> own = own_code_attention(c, program.get(), f, v, d)) return *own;
   if (!f.transformers_model || m.is_encoder_decoder) {  // T5's attention is its own eager code in every version
     d.framework(Switch::Attention);
     return named(f.attention, kAttention, kAttentionValues);
@@ -272,18 +274,16 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
   // (#27940); BERT's BertSdpaSelfAttention arrived in 4.41 (activations.cpp layer_forward_post_ln), and a model
   // program names its family's release (transformers_sdpa_since: ViT's in 4.41, CLIP's in 4.43, ...).
   Version sdpa_since = m.post_layernorm ? V(4, 41) : V(4, 36);
-  std::shared_ptr<const Architecture> program;
-  if (!m.architecture.empty() && decode_architecture(m.architecture, m.architecture_args, program).empty() && program &&
-      program->transformers_sdpa_since[0] > 0)  // never before 4.36, when SDPA became transformers' default
-    sdpa_since = std::max(sdpa_since, Version{program->transformers_sdpa_since[0], program->transformers_sdpa_since[1],
-                                              program->transformers_sdpa_since[2]});
+  // never before 4.36, when SDPA became transformers' default
+  const bool family_release = program && program->transformers_sdpa_since > sdpa_since;
+  if (family_release) sdpa_since = program->transformers_sdpa_since;
   if (v.below(Library::Transformers, sdpa_since) || v.below(Library::Torch, V(2, 1, 1))) {
-    d.from(Switch::Attention, m.post_layernorm ? "BERT's SDPA attention is the default from transformers 4.41 with "
-                                                 "torch >= 2.1.1 (transformers#27940); eager before"
-                              : sdpa_since > V(4, 36) ? "the model program's family supports SDPA from the transformers release "
-                                                        "it names (transformers_sdpa_since), with torch >= 2.1.1; eager before"
-                                                      : "SDPA is transformers' default from 4.36 (transformers#26572) with "
-                                                        "torch >= 2.1.1 (#27940); eager before",
+    d.from(Switch::Attention, family_release ? "the model program's family supports SDPA from the transformers release "
+                                               "it names (transformers_sdpa_since), with torch >= 2.1.1; eager before"
+                              : m.post_layernorm ? "BERT's SDPA attention is the default from transformers 4.41 with "
+                                                   "torch >= 2.1.1 (transformers#27940); eager before"
+                                                 : "SDPA is transformers' default from 4.36 (transformers#26572) with "
+                                                   "torch >= 2.1.1 (#27940); eager before",
            Library::Transformers, Library::Torch);
     return Attention::Eager;
   }
@@ -298,7 +298,7 @@ Attention derive_attention(const Config& c, const FrameworkSpec& f, const StackV
   }
   d.from(Switch::Attention, gqa ? "SDPA by default (transformers#26572, 4.36), with enable_gqa instead of repeated k "
                                   "and v from transformers#39412 (4.56 taken) on torch >= 2.5"
-                            : sdpa_since > V(4, 41) || (sdpa_since > V(4, 36) && !m.post_layernorm)
+                            : family_release
                                 ? "the model program's family supports SDPA, transformers' default, from the release it "
                                   "names (transformers_sdpa_since), with torch >= 2.1.1"
                                 : "SDPA is transformers' default from 4.36 (transformers#26572) with torch >= 2.1.1",

@@ -336,11 +336,15 @@ class StepBuilder::Zero3Host final : public Zero3Prefetch::Host {
   uint32_t label_;
 };
 
+// stage3_max_live_parameters, DeepSpeed's default 1e9 elements (runtime/zero/config.py max_live_parameters).
+int64_t StepBuilder::zero_max_live() const {
+  return cfg_.parallel.zero_max_live_parameters > 0 ? cfg_.parallel.zero_max_live_parameters : 1000000000;
+}
+
 void StepBuilder::ds_fetch(int64_t layer, std::vector<uint32_t>& out) {
   Zero3Host host(*this, zero_overlap() ? Stream::AllGather : Stream::Compute);
-  const int64_t max_live = cfg_.parallel.zero_max_live_parameters > 0 ? cfg_.parallel.zero_max_live_parameters : 1000000000;
   const Zero3Prefetch::Trace trace{ctx_.first_layer, ctx_.end_layer, shape_.num_layers, ctx_.has_post, false, first_grad_layer_};
-  zero3_.fetch(host, layer, in_backward_, max_live, trace, out);
+  zero3_.fetch(host, layer, in_backward_, zero_max_live(), trace, out);
 }
 
 void StepBuilder::ds_release_window() {
@@ -355,9 +359,8 @@ void StepBuilder::ds_release_window() {
 // one layer, beside whatever the policy's engine keeps gathered.
 void StepBuilder::reference_ds_fetch(int64_t unit, uint32_t label, std::vector<uint32_t>& out) {
   Zero3Host host(*this, zero_overlap() ? Stream::AllGather : Stream::Compute, label);
-  const int64_t max_live = cfg_.parallel.zero_max_live_parameters > 0 ? cfg_.parallel.zero_max_live_parameters : 1000000000;
   const Zero3Prefetch::Trace trace{0, shape_.num_layers, shape_.num_layers, true, true, 0};
-  reference_zero3_.fetch(host, unit, false, max_live, trace, out);
+  reference_zero3_.fetch(host, unit, false, zero_max_live(), trace, out);
 }
 
 void StepBuilder::reference_ds_pass_done() {

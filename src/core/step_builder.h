@@ -256,6 +256,7 @@ class StepBuilder {
   void gather(int64_t layer, std::vector<uint32_t>& out);  // ZeRO-3 / FSDP: all-gather the layer's params
   void ds_fetch(int64_t layer, std::vector<uint32_t>& out);  // DeepSpeed ZeRO-3: the layer's and those prefetched
   void ds_release_window();
+  int64_t zero_max_live() const;  // stage3_max_live_parameters
   // A frozen reference copy that TRL's prepare_deepspeed made a DeepSpeed engine of its own: its unit's parameters
   // (labelled `label`) and those its own coordinator prefetched; then, at the pass's end, the rest of its window.
   void reference_ds_fetch(int64_t unit, uint32_t label, std::vector<uint32_t>& out);
