@@ -251,6 +251,8 @@ Band band_from(const std::array<std::vector<BandNeighbour>, kBandStatistics>& ne
   b.data_run_reserved_bytes = d.band.data_run_reserved_bytes;
   b.data_run_device_bytes = d.band.data_run_device_bytes;
   b.data_run_oom = d.band.data_run_oom;
+  b.data_run_reserved_low_bytes = d.band.data_run_reserved_low_bytes;
+  b.data_run_device_low_bytes = d.band.data_run_device_low_bytes;
   for (int i = 0; i < kBandStatistics; ++i) {
     const auto s = static_cast<BandStatistic>(i);
     StatisticBand& sb = b.of(s);
@@ -275,6 +277,9 @@ Band band_from(const std::array<std::vector<BandNeighbour>, kBandStatistics>& ne
   auto& device = b.of(BandStatistic::Device);
   reserved.high_bytes = std::max(reserved.high_bytes, b.data_run_reserved_bytes);
   device.high_bytes = std::max(device.high_bytes, b.data_run_device_bytes);
+  // A run replayed in several orders of the data: the lowest order's peaks lower the band's bottom.
+  if (b.data_run_reserved_low_bytes > 0) reserved.low_bytes = std::min(reserved.low_bytes, b.data_run_reserved_low_bytes);
+  if (b.data_run_device_low_bytes > 0) device.low_bytes = std::min(device.low_bytes, b.data_run_device_low_bytes);
   b.valid = true;
   return b;
 }

@@ -104,10 +104,14 @@ struct StatisticBand {
 struct Band {
   bool valid = false;  // false: no table or no prediction (a band of [p, p] is not claimed)
   std::array<StatisticBand, kBandStatistics> stats{};
-  // The unstated data shape's run (0: not replayed): its reserved and device peaks, and the lengths assumed.
+  // The unstated data shape's run (0: not replayed), or the highest of a run's orders of the data: its reserved and
+  // device peaks, which raise the band's top.
   int64_t data_run_reserved_bytes = 0;
   int64_t data_run_device_bytes = 0;
   bool data_run_oom = false;
+  // A run replayed in several orders of the data (simulate.cpp advance_run): the lowest order's peaks; 0: none.
+  int64_t data_run_reserved_low_bytes = 0;
+  int64_t data_run_device_low_bytes = 0;
   const StatisticBand& of(BandStatistic s) const { return stats[static_cast<size_t>(s)]; }
   StatisticBand& of(BandStatistic s) { return stats[static_cast<size_t>(s)]; }
 };

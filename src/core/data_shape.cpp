@@ -443,7 +443,11 @@ void validate_data(const Config& c, std::vector<FieldError>& e) {
                       "training.micro_batch_size samples, more than " + std::to_string(kMaxRunSamples));
 }
 
-RunPlan plan_run(const Config& c) {
+int64_t run_shuffles(const Config& c) {
+  return c.data.varies() && c.data.source() == LengthsSource::Samples ? kRunShuffles : 1;
+}
+
+RunPlan plan_run(const Config& c, int64_t shuffle) {
   const auto& d = c.data;
   const auto& t = c.training;
   RunPlan plan;
@@ -478,7 +482,7 @@ RunPlan plan_run(const Config& c) {
   const int64_t b = t.micro_batch_size;
   const int64_t per_step = mul(plan.gas, b);
   const int64_t n = mul(plan.steps, per_step);
-  Rng rng{static_cast<uint64_t>(d.seed)};
+  Rng rng{static_cast<uint64_t>(d.seed) + static_cast<uint64_t>(shuffle)};
   auto length_of = [&](double len) { return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(len)), 1, max_length); };
   std::vector<int64_t> samples(static_cast<size_t>(n));
   for (auto& s : samples) s = length_of(dist.quantile(rng.uniform()));
@@ -532,7 +536,9 @@ int64_t planned_run_steps(const Config& c) {
 
 int64_t run_steps_within(const Config& c, int64_t max_layer_passes) {
   const int64_t steps = planned_run_steps(c);
-  const int64_t passes_per_step = mul(c.training.gradient_accumulation_steps, layer_passes_per_micro_batch(c));
+  // Every order of the data is a replay of its own (run_shuffles).
+  const int64_t passes_per_step =
+      mul(mul(c.training.gradient_accumulation_steps, layer_passes_per_micro_batch(c)), run_shuffles(c));
   if (steps == 0 || static_cast<long double>(steps) * static_cast<long double>(passes_per_step) <= max_layer_passes) return 0;
   return std::max<int64_t>(1, max_layer_passes / passes_per_step);
 }

@@ -37,7 +37,8 @@ std::string parse_sample_lengths(const std::string& text, int64_t max_length, Le
 std::string parse_micro_batch_lengths(const std::string& text, std::vector<int64_t>& out);
 
 // The bound on a run's work, in micro-batch passes through one layer: each pass is about 70 allocator events,
-// so the bound keeps a native replay within a few seconds and its memory bounded. Validation refuses more.
+// so the bound keeps a native replay within about a second and its memory bounded (a simulation replays the run
+// once per order of the data, kRunShuffles, on the machine's cores where it has them). Validation refuses more.
 constexpr int64_t kMaxRunLayerPasses = 150'000;
 // Optimizer steps replayed when neither data.steps nor a shorter run says otherwise. Reserved memory grows as new
 // lengths arrive and then levels off: a 7B LoRA run over a long-tailed distribution (p50 150, p100 1,100 tokens,
@@ -80,8 +81,17 @@ bool sample_lengths_from_file(const std::string& text, SampleLengthsFile& out, F
 // the bound on the run's work.
 void validate_data(const Config& c, std::vector<FieldError>& errors);
 
-// Requires a validated config whose data.varies().
-RunPlan plan_run(const Config& c);
+// The orders of the data a run of drawn samples is replayed in (data.seed, data.seed + 1, ...). Its reserved peak
+// depends on the order: a longer batch cannot reuse the blocks cached for shorter ones, so the peak grows with each
+// new longest batch, and where those come in the run decides how much is cached by then. One 7B QLoRA run over
+// a log-normal length distribution (fms-acceleration's OrcaMath rows) reserved 23-36 GiB over six seeds with the
+// same allocated peak. A measured run is one such order: the median of three is the closer estimate of it, and
+// their spread is part of the band. Listed micro-batch lengths have one order.
+constexpr int64_t kRunShuffles = 3;
+int64_t run_shuffles(const Config& c);  // kRunShuffles for drawn samples, 1 for listed lengths
+
+// Requires a validated config whose data.varies(). `shuffle` (0 .. run_shuffles - 1) draws with seed data.seed + shuffle.
+RunPlan plan_run(const Config& c, int64_t shuffle = 0);
 
 // Whether some micro-batch of the run can be padded (MicroBatchShape::padded): a run of varying lengths that pads,
 // drawn samples, or listed lengths that vary with more than one row a micro-batch. False for a fixed shape.
@@ -91,7 +101,7 @@ bool run_may_pad(const Config& c);
 // shape or a config that does not validate.
 int64_t planned_run_steps(const Config& c);
 // For callers that simulate many variants of one run (What helps, the fit explorer): the optimizer steps that keep
-// one replay of `c` within `max_layer_passes`, or 0 when the whole run already is (or `c` is a fixed shape, or does
+// one simulation of `c` (its replays in every order of the data) within `max_layer_passes`, or 0 when the whole run already is (or `c` is a fixed shape, or does
 // not validate). A config with data.steps set to them replays the same draws' first steps, the dataset's longest
 // sample placed among them.
 int64_t run_steps_within(const Config& c, int64_t max_layer_passes);

@@ -56,6 +56,10 @@ struct RunTrace {
   int64_t longest_tokens = 0;
   int64_t first_step_reserved_bytes = 0;  // reserved peak of step 1: the run's growth is measured from it
   int64_t empty_cache_calls = 0;       // torch.cuda.empty_cache() calls replayed (training.empty_cache_steps)
+  // The orders of the data replayed (data_shape.h run_shuffles; the result is the median's), and the lowest and
+  // highest reserved peak among them (each without a capacity limit).
+  int64_t shuffles = 0;
+  int64_t shuffle_reserved_low_bytes = 0, shuffle_reserved_high_bytes = 0;
 };
 
 struct DeviceResult {

@@ -66,7 +66,10 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
                     {"longest_step", run.longest_step},
                     {"longest_tokens", run.longest_tokens},
                     {"first_step_reserved_bytes", run.first_step_reserved_bytes},
-                    {"empty_cache_calls", run.empty_cache_calls}};
+                    {"empty_cache_calls", run.empty_cache_calls},
+                    {"shuffles", run.shuffles},
+                    {"shuffle_reserved_low_bytes", run.shuffle_reserved_low_bytes},
+                    {"shuffle_reserved_high_bytes", run.shuffle_reserved_high_bytes}};
       if (with_timeline) {
         json tokens = json::array(), alloc = json::array(), res = json::array();
         for (const auto& pt : run.per_step)

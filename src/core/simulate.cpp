@@ -276,9 +276,12 @@ struct Simulation::State {
   std::vector<StepContext> contexts;
   std::vector<std::string> roles;
   bool done = false;
-  // A run of varying shapes (one device: runs have no pipeline): the replay pass under way, first without a
-  // capacity limit (what the run needs), then, where only the cache exceeds the GPU, against the real capacity.
-  RunPlan plan;
+  // A run of varying shapes (one device: runs have no pipeline): one plan per order of the data (run_shuffles),
+  // each replayed without a capacity limit (what the run needs); then the median order's, where only its cache
+  // exceeds the GPU, against the real capacity.
+  std::vector<RunPlan> plans;
+  std::vector<DeviceResult> unlimited;  // the finished unlimited passes, one per plan so far
+  size_t chosen = 0;                    // the plan whose pass the result shows: the median reserved peak
   std::unique_ptr<RunReplay> pass;
   bool limited = false;
   DeviceResult device;
@@ -453,10 +456,8 @@ void set_up(Simulation::State& st) {
       if (!refused.note.empty()) r.notes.push_back(refused.note);
       st.colocated_refusal = refused.refusal;
     }
-  if (config.data.varies()) {
-    st.plan = plan_run(config);
-    r.notes.insert(r.notes.end(), st.plan.notes.begin(), st.plan.notes.end());
-  }
+  if (config.data.varies())
+    for (int64_t k = 0; k < run_shuffles(config); ++k) st.plans.push_back(plan_run(config, k));
 }
 
 // The data shape the config leaves unstated (band.h data_shape_unstated): an HF-style fine-tune pads each batch to
@@ -553,25 +554,64 @@ void finish(Simulation::State& st) {
   add_vllm_server(st);
 }
 
+// The index of the pass with the median reserved peak (the lower middle of an even count; ties: the earlier).
+size_t median_reserved(const std::vector<DeviceResult>& passes) {
+  std::vector<size_t> order(passes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return passes[a].peak.reserved_bytes < passes[b].peak.reserved_bytes;
+  });
+  return order[(order.size() - 1) / 2];
+}
+
+// A finished pass's peaks, run trace and peak step into d.
+void take_pass(DeviceResult& d, DeviceResult& p) {
+  d.peak = p.peak;
+  d.breakdown.allocator = p.breakdown.allocator;
+  d.run = std::move(p.run);
+  take_peak(d, p);
+}
+
 // A run's next steps. The same decisions as a fixed shape's replay (simulate_device), each made over the whole
 // run: an allocated peak above the GPU runs out of memory; a reserved peak above it is replayed again against the
-// real capacity, where the cache releases decide between fitting and running out of memory.
+// real capacity, where the cache releases decide between fitting and running out of memory. The run is replayed
+// once per order of the data (run_shuffles); the result shows the order with the median reserved peak, and the
+// others' reserved peaks widen the band (d.band.data_run_*).
 bool advance_run(Simulation::State& st, int64_t steps) {
   const StepContext& ctx = st.contexts.front();
   DeviceResult& d = st.device;
   const bool expandable = resolve(st.config).expandable_segments;
-  if (!st.pass) {
-    d = device_shell(ctx, st.roles.front());
-    st.pass = std::make_unique<RunReplay>(ctx, st.plan, int64_t{1} << 62, expandable, int64_t{1} << 58);
-  }
-  if (!st.pass->advance(steps)) return false;
-  const int64_t capacity = allocator_capacity(d);
-  DeviceResult& p = st.pass->result();
   if (!st.limited) {
-    d.peak = p.peak;
-    d.breakdown.allocator = p.breakdown.allocator;
-    d.run = std::move(p.run);
-    take_peak(d, p);
+    if (steps == INT64_MAX && !st.pass && st.unlimited.empty()) {
+      // The whole run at once (simulate(), not the page's frames): the orders are independent passes that share
+      // only the read-only context, so they run on the machine's cores.
+      st.unlimited.resize(st.plans.size());
+      for_each_index(st.plans.size(), [&](size_t k) {
+        RunReplay pass(ctx, st.plans[k], int64_t{1} << 62, expandable, int64_t{1} << 58);
+        pass.advance(INT64_MAX);
+        st.unlimited[k] = std::move(pass.result());
+      });
+    } else {
+      if (!st.pass)
+        st.pass = std::make_unique<RunReplay>(ctx, st.plans[st.unlimited.size()], int64_t{1} << 62, expandable,
+                                              int64_t{1} << 58);
+      if (!st.pass->advance(steps)) return false;
+      st.unlimited.push_back(std::move(st.pass->result()));
+      st.pass.reset();
+      if (st.unlimited.size() < st.plans.size()) return false;
+    }
+    st.chosen = median_reserved(st.unlimited);
+    d = device_shell(ctx, st.roles.front());
+    take_pass(d, st.unlimited[st.chosen]);
+    for (const auto& p : st.unlimited) {
+      d.run.shuffle_reserved_low_bytes = d.run.shuffle_reserved_low_bytes == 0
+                                             ? p.peak.reserved_bytes
+                                             : std::min(d.run.shuffle_reserved_low_bytes, p.peak.reserved_bytes);
+      d.run.shuffle_reserved_high_bytes = std::max(d.run.shuffle_reserved_high_bytes, p.peak.reserved_bytes);
+    }
+    d.run.shuffles = static_cast<int64_t>(st.unlimited.size());
+    st.unlimited.clear();
+    const int64_t capacity = allocator_capacity(d);
     if (d.peak.allocated_bytes > capacity) {
       d.oom = true;
       for (uint32_t i = 0; i < d.timeline.size(); ++i)
@@ -580,22 +620,43 @@ bool advance_run(Simulation::State& st, int64_t steps) {
           break;
         }
     } else if (d.peak.reserved_bytes > capacity) {
-      st.pass = std::make_unique<RunReplay>(ctx, st.plan, capacity, expandable, d.capacity_bytes);
+      st.pass = std::make_unique<RunReplay>(ctx, st.plans[st.chosen], capacity, expandable, d.capacity_bytes);
       st.limited = true;
       return false;
     }
-  } else if (p.oom) {  // the run stops in that step: show it, with the whole run's demand beside it
-    d.oom = true;
-    take_peak(d, p);
-    d.oom_event = d.peak_event;
-  } else {  // the cache releases kept the run within the GPU: the limited replay is what happens
-    d.peak = p.peak;
-    d.breakdown.allocator = p.breakdown.allocator;
-    d.run = std::move(p.run);
-    take_peak(d, p);
+  } else {
+    if (!st.pass->advance(steps)) return false;
+    DeviceResult& p = st.pass->result();
+    const RunTrace whole = d.run;  // the orders' spread and the unlimited demand stay beside the limited replay
+    if (p.oom) {  // the run stops in that step: show it, with the whole run's demand beside it
+      d.oom = true;
+      take_peak(d, p);
+      d.oom_event = d.peak_event;
+    } else {  // the cache releases kept the run within the GPU: the limited replay is what happens
+      take_pass(d, p);
+      d.run.shuffles = whole.shuffles;
+      d.run.shuffle_reserved_low_bytes = whole.shuffle_reserved_low_bytes;
+      d.run.shuffle_reserved_high_bytes = whole.shuffle_reserved_high_bytes;
+    }
   }
   st.pass.reset();
   device_finish(d);
+  if (d.run.shuffles > 1) {  // the other orders' reserved peaks, as nvidia-smi would see them beside this one's
+    const int64_t above_reserved = d.peak.device_bytes - d.peak.reserved_bytes;
+    d.band.data_run_reserved_bytes = d.run.shuffle_reserved_high_bytes;
+    d.band.data_run_device_bytes = d.run.shuffle_reserved_high_bytes + above_reserved;
+    d.band.data_run_reserved_low_bytes = d.run.shuffle_reserved_low_bytes;
+    d.band.data_run_device_low_bytes = d.run.shuffle_reserved_low_bytes + above_reserved;
+  }
+  const auto& notes = st.plans[st.chosen].notes;
+  st.r.notes.insert(st.r.notes.end(), notes.begin(), notes.end());
+  if (d.run.shuffles > 1)
+    st.r.notes.push_back("data: the run was replayed in " + std::to_string(d.run.shuffles) + " orders of the data (data.seed " +
+                         std::to_string(st.config.data.seed) + " to " + std::to_string(st.config.data.seed + d.run.shuffles - 1) +
+                         "); the result is the order with the median reserved peak (seed " +
+                         std::to_string(st.config.data.seed + static_cast<int64_t>(st.chosen)) + "), and the orders reserved " +
+                         format_bytes(d.run.shuffle_reserved_low_bytes) + " to " + format_bytes(d.run.shuffle_reserved_high_bytes) +
+                         " (the band includes them): which batch comes when decides what the cache holds by the longest ones");
   st.r.devices = {std::move(d)};
   finish(st);
   return true;
@@ -647,17 +708,23 @@ bool Simulation::done() const { return state_->done; }
 double Simulation::progress() const {
   const State& st = *state_;
   if (st.done) return 1.0;
-  if (!st.pass || st.plan.steps == 0) return 0.0;
-  const double part = static_cast<double>(st.pass->steps_done()) / static_cast<double>(st.plan.steps);
-  // A second, limited pass halves what the first one counted for.
-  return st.limited ? 0.5 + 0.5 * part : part;
+  if (st.plans.empty()) return 0.0;
+  // Every order's pass counts alike; a limited pass after them counts as one more.
+  const double passes = static_cast<double>(st.plans.size()) + (st.limited ? 1.0 : 0.0);
+  const RunPlan& plan = st.limited ? st.plans[st.chosen] : st.plans[std::min(st.unlimited.size(), st.plans.size() - 1)];
+  const double part = st.pass && plan.steps > 0 ? static_cast<double>(st.pass->steps_done()) / static_cast<double>(plan.steps) : 0.0;
+  const double before = st.limited ? static_cast<double>(st.plans.size()) : static_cast<double>(st.unlimited.size());
+  return std::min(1.0, (before + part) / passes);
 }
 
 Simulation::RunProgress Simulation::run_progress() const {
   const State& st = *state_;
-  if (!st.config.data.varies()) return {};
-  const int64_t steps = st.plan.steps;
-  return {st.done ? steps : st.pass ? st.pass->steps_done() : 0, steps, st.limited ? 2 : 1};
+  if (!st.config.data.varies() || st.plans.empty()) return {};
+  const int64_t orders = static_cast<int64_t>(st.plans.size());
+  const int64_t order = st.done || st.limited ? static_cast<int64_t>(st.chosen) + 1
+                                              : std::min(static_cast<int64_t>(st.unlimited.size()) + 1, orders);
+  const int64_t steps = st.plans[static_cast<size_t>(order - 1)].steps;
+  return {st.done ? steps : st.pass ? st.pass->steps_done() : 0, steps, st.limited ? 2 : 1, order, orders};
 }
 
 const Result& Simulation::result() const { return state_->r; }

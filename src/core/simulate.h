@@ -24,11 +24,13 @@ class Simulation {
   bool advance(int64_t steps = INT64_MAX);  // true once the result is complete
   bool done() const;
   double progress() const;  // from 0 to 1
-  // Where a run's replay is, in optimizer steps, for a progress line: `steps` is 0 for a fixed shape. A run whose
-  // allocator cache outgrows the GPU is replayed a second time against its real capacity (pass 2).
+  // Where a run's replay is, in optimizer steps, for a progress line: `steps` is 0 for a fixed shape. A run is
+  // replayed once per order of the data (`order` of `orders`, data_shape.h run_shuffles); a run whose allocator
+  // cache outgrows the GPU is then replayed again against its real capacity (pass 2).
   struct RunProgress {
     int64_t step = 0, steps = 0;
     int pass = 1;
+    int64_t order = 1, orders = 1;
   };
   RunProgress run_progress() const;
   const Result& result() const;

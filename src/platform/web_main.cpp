@@ -415,7 +415,8 @@ EMSCRIPTEN_KEEPALIVE char* memsim_state_json() {
   const memsim::Simulation::RunProgress p = g_app->simulation_progress();
   const std::string simulation = std::string("{\"running\":") + (g_app->simulating() ? "true" : "false") +
                                  ",\"step\":" + std::to_string(p.step) + ",\"steps\":" + std::to_string(p.steps) +
-                                 ",\"pass\":" + std::to_string(p.pass) + ",\"frames\":" +
+                                 ",\"pass\":" + std::to_string(p.pass) + ",\"order\":" + std::to_string(p.order) +
+                                 ",\"orders\":" + std::to_string(p.orders) + ",\"frames\":" +
                                  std::to_string(g_app->simulating() ? g_simulation_frames : g_simulation_frames_last) + "}";
   const memsim::Result& r = g_app->result();
   const memsim::RunTrace* run = r.ok && !r.devices.empty() ? &r.devices[0].run : nullptr;

@@ -269,7 +269,8 @@ void App::draw_simulation_progress() {
   const Simulation::RunProgress p = running_->run_progress();
   std::string text = "Simulating...";
   if (p.steps > 0 && p.pass == 1)
-    text = "Simulating the run: step " + format_count(p.step) + " of " + format_count(p.steps);
+    text = "Simulating the run" + (p.orders > 1 ? " in order " + format_count(p.order) + " of " + format_count(p.orders) : std::string()) +
+           ": step " + format_count(p.step) + " of " + format_count(p.steps);
   else if (p.steps > 0)  // the cache outgrew the GPU: the second pass decides between its releases and an OOM
     text = "Replaying the run against the GPU's memory (its cache outgrew it): step " + format_count(p.step) + " of " +
            format_count(p.steps);

@@ -78,8 +78,13 @@ assert max(x['peak']['device_bytes'] for x in d['devices']) == $want"
 check "--suggest in the table" grep -q "what helps" "$tmp/table.txt"
 check "the table prints the band and the headroom it asks for" grep -q "keep .* of the GPU free above the prediction" "$tmp/table.txt"
 
-"$cli" validate "$here/tests/validation/cases" --residuals "$tmp/residuals.tsv" > "$tmp/validation.md"
-check "validate --residuals writes the band's table, as the build embeds it" cmp -s "$tmp/residuals.tsv" "$here/src/core/catalog/residuals.tsv"
+# Every published case replayed whole, each run of varying lengths in every order of its data: about 25 s natively,
+# several times that under ASan, where the sanitizers' unit tests already run every case (cut short) through the same
+# code; scripts/sanitize.sh sets MEMSIM_CONTRACT_SKIP_VALIDATE for its run of this contract.
+if [ -z "${MEMSIM_CONTRACT_SKIP_VALIDATE:-}" ]; then
+  "$cli" validate "$here/tests/validation/cases" --residuals "$tmp/residuals.tsv" > "$tmp/validation.md"
+  check "validate --residuals writes the band's table, as the build embeds it" cmp -s "$tmp/residuals.tsv" "$here/src/core/catalog/residuals.tsv"
+fi
 
 "$cli" config --accelerate-config "$here/tests/data/accelerate/fsdp1_hybrid_2x8.yaml" > "$tmp/acc.json" 2>/dev/null
 check "--accelerate-config (FSDP1 HYBRID_SHARD on 2 x 8 GPUs)" python3 -c "

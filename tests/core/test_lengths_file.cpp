@@ -159,7 +159,8 @@ TEST_CASE("a run's steps, and the fewer steps that bound a variant's replay", "[
   c.data.lengths = "samples";
   c.data.sample_lengths = "p0=20,p50=300,p100=1500";
   CHECK(planned_run_steps(c) == kAutoRunSteps);
-  const int64_t passes_per_step = c.model.num_hidden_layers + 2;
+  // A layer pass per layer, the embedding and the head, in every order of the data (kRunShuffles replays).
+  const int64_t passes_per_step = (c.model.num_hidden_layers + 2) * kRunShuffles;
   CHECK(run_steps_within(c, kAutoRunSteps * passes_per_step) == 0);  // the whole run is within the bound
   CHECK(run_steps_within(c, 100 * passes_per_step + 5) == 100);
   c.training.gradient_accumulation_steps = 4;

@@ -371,6 +371,40 @@ TEST_CASE("a run advances a few steps at a time and ends as simulate() does", "[
   CHECK(invalid.result().errors.front().field == "data.sample_lengths");
 }
 
+TEST_CASE("a run of drawn samples is replayed in several orders: the result is the median order and the band spans them", "[run]") {
+  Config c = lora_7b_like();
+  c.data.lengths = "samples";
+  c.data.sample_lengths = "p0=20,p50=300,p99=1500,p100=2048";
+  c.data.steps = 60;
+  const Result r = simulate(c);
+  REQUIRE(r.ok);
+  const DeviceResult& d = r.devices[0];
+  CHECK(d.run.shuffles == kRunShuffles);
+  CHECK(d.run.shuffle_reserved_low_bytes <= d.peak.reserved_bytes);
+  CHECK(d.peak.reserved_bytes <= d.run.shuffle_reserved_high_bytes);
+  CHECK(d.band.of(BandStatistic::Reserved).low_bytes <= d.run.shuffle_reserved_low_bytes);
+  CHECK(d.band.of(BandStatistic::Reserved).high_bytes >= d.run.shuffle_reserved_high_bytes);
+  // Each order is the plan of its own seed: the lowest and highest reserved peaks are those of some single order,
+  // and the one shown is in between. Orders 2 and 3 of seed 1 are orders 1 and 2 of seed 2.
+  Config next = c;
+  next.data.seed = 2;
+  const Result n = simulate(next);
+  REQUIRE(n.ok);
+  const RunPlan second = plan_run(c, 1), first_of_next = plan_run(next, 0);
+  REQUIRE(second.micro_batches.size() == first_of_next.micro_batches.size());
+  for (size_t i = 0; i < second.micro_batches.size(); ++i)
+    CHECK((second.micro_batches[i].tokens == first_of_next.micro_batches[i].tokens &&
+           second.micro_batches[i].sequences == first_of_next.micro_batches[i].sequences));
+  CHECK(n.devices[0].run.shuffles == kRunShuffles);
+  // Listed lengths have one order.
+  Config listed = c;
+  listed.data.lengths = "micro_batches";
+  listed.data.micro_batch_lengths = "300,1500,700";
+  const Result l = simulate(listed);
+  REQUIRE(l.ok);
+  CHECK(l.devices[0].run.shuffles == 1);
+}
+
 TEST_CASE("simulate() finishes a run whose cache outgrows the GPU: the second pass, against its capacity", "[run]") {
   Config c = lora_7b_like();
   c.data.lengths = "samples";
