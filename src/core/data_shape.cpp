@@ -482,7 +482,9 @@ RunPlan plan_run(const Config& c, int64_t shuffle) {
   const int64_t b = t.micro_batch_size;
   const int64_t per_step = mul(plan.gas, b);
   const int64_t n = mul(plan.steps, per_step);
-  Rng rng{static_cast<uint64_t>(d.seed) + static_cast<uint64_t>(shuffle)};
+  // Order 0 is data.seed's own draw; order k draws from data.seed + k * (2^62 + 1), which no other seed's orders
+  // reach (seeds are at most 2^62), so neighbouring seeds do not share orders.
+  Rng rng{static_cast<uint64_t>(d.seed) + static_cast<uint64_t>(shuffle) * ((uint64_t{1} << 62) + 1)};
   auto length_of = [&](double len) { return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(len)), 1, max_length); };
   std::vector<int64_t> samples(static_cast<size_t>(n));
   for (auto& s : samples) s = length_of(dist.quantile(rng.uniform()));

@@ -90,7 +90,8 @@ void validate_data(const Config& c, std::vector<FieldError>& errors);
 constexpr int64_t kRunShuffles = 3;
 int64_t run_shuffles(const Config& c);  // kRunShuffles for drawn samples, 1 for listed lengths
 
-// Requires a validated config whose data.varies(). `shuffle` (0 .. run_shuffles - 1) draws with seed data.seed + shuffle.
+// Requires a validated config whose data.varies(). `shuffle` (0 .. run_shuffles - 1): 0 draws with data.seed, the
+// others from streams derived from it that no other seed's orders share.
 RunPlan plan_run(const Config& c, int64_t shuffle = 0);
 
 // Whether some micro-batch of the run can be padded (MicroBatchShape::padded): a run of varying lengths that pads,

@@ -60,6 +60,7 @@ struct RunTrace {
   // highest reserved peak among them (each without a capacity limit).
   int64_t shuffles = 0;
   int64_t shuffle_reserved_low_bytes = 0, shuffle_reserved_high_bytes = 0;
+  int64_t shuffle_allocated_high_bytes = 0;  // the highest allocated peak among them (padding-free runs differ most)
 };
 
 struct DeviceResult {

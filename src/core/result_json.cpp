@@ -69,7 +69,8 @@ std::string result_to_json(const Result& r, bool with_timeline, int indent, cons
                     {"empty_cache_calls", run.empty_cache_calls},
                     {"shuffles", run.shuffles},
                     {"shuffle_reserved_low_bytes", run.shuffle_reserved_low_bytes},
-                    {"shuffle_reserved_high_bytes", run.shuffle_reserved_high_bytes}};
+                    {"shuffle_reserved_high_bytes", run.shuffle_reserved_high_bytes},
+                    {"shuffle_allocated_high_bytes", run.shuffle_allocated_high_bytes}};
       if (with_timeline) {
         json tokens = json::array(), alloc = json::array(), res = json::array();
         for (const auto& pt : run.per_step)

@@ -282,6 +282,9 @@ struct Simulation::State {
   std::vector<RunPlan> plans;
   std::vector<DeviceResult> unlimited;  // the finished unlimited passes, one per plan so far
   size_t chosen = 0;                    // the plan whose pass the result shows: the median reserved peak
+  int64_t run_orders = 0;               // the orders asked for (Simulation's argument; 0: run_shuffles)
+  int64_t orders_allocated_high = 0;    // the highest allocated peak among the orders, and its order
+  size_t orders_allocated_high_at = 0;
   std::unique_ptr<RunReplay> pass;
   bool limited = false;
   DeviceResult device;
@@ -457,7 +460,9 @@ void set_up(Simulation::State& st) {
       st.colocated_refusal = refused.refusal;
     }
   if (config.data.varies())
-    for (int64_t k = 0; k < run_shuffles(config); ++k) st.plans.push_back(plan_run(config, k));
+    for (int64_t k = 0, n = st.run_orders > 0 ? std::min(st.run_orders, run_shuffles(config)) : run_shuffles(config);
+         k < n; ++k)
+      st.plans.push_back(plan_run(config, k));
 }
 
 // The data shape the config leaves unstated (band.h data_shape_unstated): an HF-style fine-tune pads each batch to
@@ -475,7 +480,8 @@ void replay_unstated_data(const Config& config, Result& r) {
                       "): the band does not include the growth of reserved memory such a run shows");
     return;
   }
-  const Result run = simulate(run_config);
+  // One order of the data: the lengths are a guess (uniform over the whole range), and the page runs this on every edit.
+  const Result run = simulate(run_config, 1);
   if (!run.ok || run.devices.size() != 1) return;
   const DeviceResult& rd = run.devices.front();
   for (auto& d : r.devices) {
@@ -572,6 +578,38 @@ void take_pass(DeviceResult& d, DeviceResult& p) {
   take_peak(d, p);
 }
 
+// The band and the note of a run replayed in several orders of the data (st.unlimited's passes, d the one shown).
+// The orders' reserved peaks widen the reserved and nvidia-smi band. Where the shown order was replayed against the
+// GPU (its cache outgrew it and was released), no order can reserve more than the GPU: the orders' peaks without
+// that limit are capped there. An order whose allocated peak exceeds the GPU runs out of memory whatever its cache
+// does: the band's top is then above the GPU, so that the verdict cannot be "fits".
+void order_band(Simulation::State& st, DeviceResult& d) {
+  const int64_t capacity = allocator_capacity(d);
+  const int64_t above_reserved = d.peak.device_bytes - d.peak.reserved_bytes;  // the CUDA context and the rest
+  const int64_t low = std::min(d.peak.reserved_bytes, d.run.shuffle_reserved_low_bytes);
+  int64_t high = d.run.shuffle_reserved_high_bytes;
+  if (st.limited) high = std::max(d.peak.reserved_bytes, std::min(high, capacity));
+  high = std::max(high, st.orders_allocated_high);
+  d.band.data_run_reserved_bytes = high;
+  d.band.data_run_device_bytes = high + above_reserved;
+  d.band.data_run_reserved_low_bytes = low;
+  d.band.data_run_device_low_bytes = low + above_reserved;
+  d.band.data_run_oom = st.orders_allocated_high > capacity;
+  const std::string seeds = "data.seed " + std::to_string(st.config.data.seed) + "'s own order and " +
+                            std::to_string(d.run.shuffles - 1) + " more drawn from it";
+  std::string note = "data: the run was replayed in " + std::to_string(d.run.shuffles) + " orders of the data (" + seeds +
+                     "); the result is order " + std::to_string(st.chosen + 1) + ", the median reserved peak, and the orders reserve " +
+                     format_bytes(d.run.shuffle_reserved_low_bytes) + " to " + format_bytes(d.run.shuffle_reserved_high_bytes);
+  if (st.limited)
+    note += " without the GPU's limit (replayed against it, order " + std::to_string(st.chosen + 1) + " reserves " +
+            format_bytes(d.peak.reserved_bytes) + ")";
+  note += ": which batch comes when decides what the cache holds by the longest ones; the band includes them";
+  if (d.band.data_run_oom && !d.oom)
+    note += ". Order " + std::to_string(st.orders_allocated_high_at + 1) + " allocates " + format_bytes(st.orders_allocated_high) +
+            ", more than the GPU holds: in that order of the data the run runs out of memory";
+  st.r.notes.push_back(note);
+}
+
 // A run's next steps. The same decisions as a fixed shape's replay (simulate_device), each made over the whole
 // run: an allocated peak above the GPU runs out of memory; a reserved peak above it is replayed again against the
 // real capacity, where the cache releases decide between fitting and running out of memory. The run is replayed
@@ -602,14 +640,19 @@ bool advance_run(Simulation::State& st, int64_t steps) {
     }
     st.chosen = median_reserved(st.unlimited);
     d = device_shell(ctx, st.roles.front());
-    take_pass(d, st.unlimited[st.chosen]);
-    for (const auto& p : st.unlimited) {
-      d.run.shuffle_reserved_low_bytes = d.run.shuffle_reserved_low_bytes == 0
-                                             ? p.peak.reserved_bytes
-                                             : std::min(d.run.shuffle_reserved_low_bytes, p.peak.reserved_bytes);
-      d.run.shuffle_reserved_high_bytes = std::max(d.run.shuffle_reserved_high_bytes, p.peak.reserved_bytes);
+    for (size_t k = 0; k < st.unlimited.size(); ++k) {
+      const auto& peak = st.unlimited[k].peak;
+      d.run.shuffle_reserved_low_bytes = k == 0 ? peak.reserved_bytes : std::min(d.run.shuffle_reserved_low_bytes, peak.reserved_bytes);
+      d.run.shuffle_reserved_high_bytes = std::max(d.run.shuffle_reserved_high_bytes, peak.reserved_bytes);
+      if (peak.allocated_bytes > st.orders_allocated_high)
+        st.orders_allocated_high = peak.allocated_bytes, st.orders_allocated_high_at = k;
     }
+    const RunTrace orders = d.run;
+    take_pass(d, st.unlimited[st.chosen]);
     d.run.shuffles = static_cast<int64_t>(st.unlimited.size());
+    d.run.shuffle_reserved_low_bytes = orders.shuffle_reserved_low_bytes;
+    d.run.shuffle_reserved_high_bytes = orders.shuffle_reserved_high_bytes;
+    d.run.shuffle_allocated_high_bytes = st.orders_allocated_high;
     st.unlimited.clear();
     const int64_t capacity = allocator_capacity(d);
     if (d.peak.allocated_bytes > capacity) {
@@ -627,36 +670,24 @@ bool advance_run(Simulation::State& st, int64_t steps) {
   } else {
     if (!st.pass->advance(steps)) return false;
     DeviceResult& p = st.pass->result();
-    const RunTrace whole = d.run;  // the orders' spread and the unlimited demand stay beside the limited replay
     if (p.oom) {  // the run stops in that step: show it, with the whole run's demand beside it
       d.oom = true;
       take_peak(d, p);
       d.oom_event = d.peak_event;
     } else {  // the cache releases kept the run within the GPU: the limited replay is what happens
+      const RunTrace orders = d.run;  // the orders' range (without the GPU's limit) stays beside it
       take_pass(d, p);
-      d.run.shuffles = whole.shuffles;
-      d.run.shuffle_reserved_low_bytes = whole.shuffle_reserved_low_bytes;
-      d.run.shuffle_reserved_high_bytes = whole.shuffle_reserved_high_bytes;
+      d.run.shuffles = orders.shuffles;
+      d.run.shuffle_reserved_low_bytes = orders.shuffle_reserved_low_bytes;
+      d.run.shuffle_reserved_high_bytes = orders.shuffle_reserved_high_bytes;
+      d.run.shuffle_allocated_high_bytes = orders.shuffle_allocated_high_bytes;
     }
   }
   st.pass.reset();
   device_finish(d);
-  if (d.run.shuffles > 1) {  // the other orders' reserved peaks, as nvidia-smi would see them beside this one's
-    const int64_t above_reserved = d.peak.device_bytes - d.peak.reserved_bytes;
-    d.band.data_run_reserved_bytes = d.run.shuffle_reserved_high_bytes;
-    d.band.data_run_device_bytes = d.run.shuffle_reserved_high_bytes + above_reserved;
-    d.band.data_run_reserved_low_bytes = d.run.shuffle_reserved_low_bytes;
-    d.band.data_run_device_low_bytes = d.run.shuffle_reserved_low_bytes + above_reserved;
-  }
   const auto& notes = st.plans[st.chosen].notes;
   st.r.notes.insert(st.r.notes.end(), notes.begin(), notes.end());
-  if (d.run.shuffles > 1)
-    st.r.notes.push_back("data: the run was replayed in " + std::to_string(d.run.shuffles) + " orders of the data (data.seed " +
-                         std::to_string(st.config.data.seed) + " to " + std::to_string(st.config.data.seed + d.run.shuffles - 1) +
-                         "); the result is the order with the median reserved peak (seed " +
-                         std::to_string(st.config.data.seed + static_cast<int64_t>(st.chosen)) + "), and the orders reserved " +
-                         format_bytes(d.run.shuffle_reserved_low_bytes) + " to " + format_bytes(d.run.shuffle_reserved_high_bytes) +
-                         " (the band includes them): which batch comes when decides what the cache holds by the longest ones");
+  if (d.run.shuffles > 1) order_band(st, d);
   st.r.devices = {std::move(d)};
   finish(st);
   return true;
@@ -664,9 +695,10 @@ bool advance_run(Simulation::State& st, int64_t steps) {
 
 }  // namespace
 
-Simulation::Simulation(const Config& config) : state_(std::make_unique<State>()) {
+Simulation::Simulation(const Config& config, int64_t run_orders) : state_(std::make_unique<State>()) {
   State& st = *state_;
   st.config = config;
+  st.run_orders = run_orders;
   st.r.errors = validate(config);
   if (!st.r.errors.empty()) {
     st.done = true;
@@ -709,8 +741,9 @@ double Simulation::progress() const {
   const State& st = *state_;
   if (st.done) return 1.0;
   if (st.plans.empty()) return 0.0;
-  // Every order's pass counts alike; a limited pass after them counts as one more.
-  const double passes = static_cast<double>(st.plans.size()) + (st.limited ? 1.0 : 0.0);
+  // Every order's pass counts alike, and a limited pass after them one more, whether it comes or not (the bar never
+  // goes back; where none comes, it ends from the orders' share).
+  const double passes = static_cast<double>(st.plans.size()) + 1.0;
   const RunPlan& plan = st.limited ? st.plans[st.chosen] : st.plans[std::min(st.unlimited.size(), st.plans.size() - 1)];
   const double part = st.pass && plan.steps > 0 ? static_cast<double>(st.pass->steps_done()) / static_cast<double>(plan.steps) : 0.0;
   const double before = st.limited ? static_cast<double>(st.plans.size()) : static_cast<double>(st.unlimited.size());
@@ -730,8 +763,8 @@ Simulation::RunProgress Simulation::run_progress() const {
 const Result& Simulation::result() const { return state_->r; }
 Result Simulation::take_result() && { return std::move(state_->r); }
 
-Result simulate(const Config& config) {
-  Simulation s(config);
+Result simulate(const Config& config, int64_t run_orders) {
+  Simulation s(config, run_orders);
   // A run whose cache outgrows the GPU ends its first pass unfinished and replays a second one against the GPU.
   while (!s.advance()) {
   }

@@ -11,13 +11,15 @@ namespace memsim {
 struct GpuSpec;
 
 // Never throws for any input: invalid or out-of-range configs come back with ok == false and errors set.
-Result simulate(const Config& config);
+// run_orders: the orders of the data a run of drawn samples is replayed in, at most data_shape.h run_shuffles
+// (0: all of them; the band's short run of unstated lengths takes 1).
+Result simulate(const Config& config, int64_t run_orders = 0);
 
 // simulate(), a part at a time, for an interface that must stay responsive: a run of varying shapes advances a
 // few optimizer steps per call; a fixed shape is done in its first call. result() is complete once done().
 class Simulation {
  public:
-  explicit Simulation(const Config& config);
+  explicit Simulation(const Config& config, int64_t run_orders = 0);  // run_orders: as simulate()'s
   ~Simulation();
   Simulation(Simulation&&) noexcept;
   Simulation& operator=(Simulation&&) noexcept;

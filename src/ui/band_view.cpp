@@ -29,9 +29,10 @@ void band_sources(const DeviceResult& d, Unit unit) {
     ImGui::BulletText("%s: %s %s%s", n.id.c_str(), band_statistic_id(n.statistic), percent(n.relative_error).c_str(),
                       n.excluded ? " (a finding the model cannot explain)" : "");
   if (d.run.shuffles > 1)
-    ImGui::TextDisabled("The band includes the run replayed in %lld orders of the data: %s to %s reserved.",
+    ImGui::TextDisabled("The band includes the run replayed in %lld orders of the data: %s to %s reserved%s.",
                         static_cast<long long>(d.run.shuffles), bytes_text(d.run.shuffle_reserved_low_bytes, unit).c_str(),
-                        bytes_text(d.run.shuffle_reserved_high_bytes, unit).c_str());
+                        bytes_text(d.run.shuffle_reserved_high_bytes, unit).c_str(),
+                        d.band.data_run_oom ? "; one order runs out of memory (see the note below)" : "");
   else if (d.band.data_run_reserved_bytes > 0)
     ImGui::TextDisabled("The top includes a short run of varying lengths: %s reserved%s (see the note below).",
                         bytes_text(d.band.data_run_reserved_bytes, unit).c_str(), d.band.data_run_oom ? ", out of memory" : "");
