@@ -26,6 +26,15 @@ Config lora_7b_like() {  // a small Llama-shaped LoRA run on one GPU: the shape 
   return c;
 }
 
+// lora_7b_like() as a run of drawn sample lengths, `steps` optimizer steps long.
+Config drawn_run(const std::string& sample_lengths, int64_t steps) {
+  Config c = lora_7b_like();
+  c.data.lengths = "samples";
+  c.data.sample_lengths = sample_lengths;
+  c.data.steps = steps;
+  return c;
+}
+
 // The single device's context, as simulate() builds it for a layout without pipeline or tensor parallelism.
 struct Device {
   ModelShape shape;
@@ -336,10 +345,7 @@ TEST_CASE("a run that does not fit stops at the step that runs out of memory", "
 }
 
 TEST_CASE("a run advances a few steps at a time and ends as simulate() does", "[run]") {
-  Config c = lora_7b_like();
-  c.data.lengths = "samples";
-  c.data.sample_lengths = "p0=20,p50=200,p100=1500";
-  c.data.steps = 40;
+  Config c = drawn_run("p0=20,p50=200,p100=1500", 40);
   const Result whole = simulate(c);
   REQUIRE(whole.ok);
   Simulation s(c);
@@ -372,10 +378,7 @@ TEST_CASE("a run advances a few steps at a time and ends as simulate() does", "[
 }
 
 TEST_CASE("a run of drawn samples is replayed in several orders: the result is the median order and the band spans them", "[run]") {
-  Config c = lora_7b_like();
-  c.data.lengths = "samples";
-  c.data.sample_lengths = "p0=20,p50=300,p99=1500,p100=2048";
-  c.data.steps = 60;
+  Config c = drawn_run("p0=20,p50=300,p99=1500,p100=2048", 60);
   const Result r = simulate(c);
   REQUIRE(r.ok);
   const DeviceResult& d = r.devices[0];
@@ -435,10 +438,7 @@ TEST_CASE("a run of drawn samples is replayed in several orders: the result is t
 }
 
 TEST_CASE("simulate() finishes a run whose cache outgrows the GPU: the second pass, against its capacity", "[run]") {
-  Config c = lora_7b_like();
-  c.data.lengths = "samples";
-  c.data.sample_lengths = "p0=20,p50=300,p99=1500,p100=2048";
-  c.data.steps = 60;
+  Config c = drawn_run("p0=20,p50=300,p99=1500,p100=2048", 60);
   c.hardware.gpu = "custom";
   c.hardware.gpu_memory_bytes = int64_t{1} << 40;
   const Result wide = simulate(c);
