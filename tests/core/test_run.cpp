@@ -35,6 +35,13 @@ Config drawn_run(const std::string& sample_lengths, int64_t steps) {
   return c;
 }
 
+// `c` simulated on a custom 1 TiB GPU, so that nothing limits the run; `c` keeps the custom GPU for a tighter size.
+Result on_a_huge_gpu(Config& c) {
+  c.hardware.gpu = "custom";
+  c.hardware.gpu_memory_bytes = int64_t{1} << 40;
+  return simulate(c);
+}
+
 // The single device's context, as simulate() builds it for a layout without pipeline or tensor parallelism.
 struct Device {
   ModelShape shape;
@@ -408,9 +415,7 @@ TEST_CASE("a run of drawn samples is replayed in several orders: the result is t
   Config free = c;
   free.data.padding = "none";  // padding-free: each order's longest micro-batch is its own sum of samples
   free.training.micro_batch_size = 8;
-  free.hardware.gpu = "custom";
-  free.hardware.gpu_memory_bytes = int64_t{1} << 40;
-  const Result wide = simulate(free);
+  const Result wide = on_a_huge_gpu(free);
   REQUIRE(wide.ok);
   const DeviceResult& w = wide.devices[0];
   REQUIRE(w.run.shuffle_allocated_high_bytes > w.peak.allocated_bytes + (int64_t{256} << 20));
@@ -439,9 +444,7 @@ TEST_CASE("a run of drawn samples is replayed in several orders: the result is t
 
 TEST_CASE("simulate() finishes a run whose cache outgrows the GPU: the second pass, against its capacity", "[run]") {
   Config c = drawn_run("p0=20,p50=300,p99=1500,p100=2048", 60);
-  c.hardware.gpu = "custom";
-  c.hardware.gpu_memory_bytes = int64_t{1} << 40;
-  const Result wide = simulate(c);
+  const Result wide = on_a_huge_gpu(c);
   REQUIRE(wide.ok);
   const DeviceResult& w = wide.devices[0];
   REQUIRE(w.peak.reserved_bytes > w.peak.allocated_bytes + (int64_t{256} << 20));
