@@ -81,12 +81,12 @@ bool sample_lengths_from_file(const std::string& text, SampleLengthsFile& out, F
 // the bound on the run's work.
 void validate_data(const Config& c, std::vector<FieldError>& errors);
 
-// The orders of the data a run of drawn samples is replayed in (data.seed, data.seed + 1, ...). Its reserved peak
-// depends on the order: a longer batch cannot reuse the blocks cached for shorter ones, so the peak grows with each
-// new longest batch, and where those come in the run decides how much is cached by then. One 7B QLoRA run over
-// a log-normal length distribution (fms-acceleration's OrcaMath rows) reserved 23-36 GiB over six seeds with the
-// same allocated peak. A measured run is one such order: the median of three is the closer estimate of it, and
-// their spread is part of the band. Listed micro-batch lengths have one order.
+// The orders of the data a run of drawn samples is replayed in (data.seed's own, and more drawn from it). Its
+// reserved peak depends on the order: a longer batch cannot reuse the blocks cached for shorter ones, so the peak
+// grows with each new longest batch, and where those come in the run decides how much is cached by then. One 7B
+// QLoRA run over a log-normal length distribution (fms-acceleration's OrcaMath rows) reserved 23-36 GiB over six
+// seeds with the same allocated peak. A measured run is one such order: the median of three is the closer
+// estimate of it, and their spread is part of the band. Listed micro-batch lengths have one order.
 constexpr int64_t kRunShuffles = 3;
 int64_t run_shuffles(const Config& c);  // kRunShuffles for drawn samples, 1 for listed lengths
 
@@ -102,8 +102,8 @@ bool run_may_pad(const Config& c);
 // shape or a config that does not validate.
 int64_t planned_run_steps(const Config& c);
 // For callers that simulate many variants of one run (What helps, the fit explorer): the optimizer steps that keep
-// one simulation of `c` (its replays in every order of the data) within `max_layer_passes`, or 0 when the whole run already is (or `c` is a fixed shape, or does
-// not validate). A config with data.steps set to them replays the same draws' first steps, the dataset's longest
+// one simulation of `c` (its replays in every order of the data) within `max_layer_passes`, or 0 when the whole run
+// already is (or `c` is a fixed shape, or does not validate). A config with data.steps set to them replays the same draws' first steps, the dataset's longest
 // sample placed among them.
 int64_t run_steps_within(const Config& c, int64_t max_layer_passes);
 

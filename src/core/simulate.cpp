@@ -283,8 +283,8 @@ struct Simulation::State {
   std::vector<DeviceResult> unlimited;  // the finished unlimited passes, one per plan so far
   size_t chosen = 0;                    // the plan whose pass the result shows: the median reserved peak
   int64_t run_orders = 0;               // the orders asked for (Simulation's argument; 0: run_shuffles)
-  int64_t orders_allocated_high = 0;    // the highest allocated peak among the orders, and its order
-  size_t orders_allocated_high_at = 0;
+  size_t allocated_high_at = 0;         // the order with the highest allocated peak
+  RunTrace orders;                      // the orders' range (shuffles and shuffle_*), once every order is replayed
   std::unique_ptr<RunReplay> pass;
   bool limited = false;
   DeviceResult device;
@@ -570,11 +570,15 @@ size_t median_reserved(const std::vector<DeviceResult>& passes) {
   return order[(order.size() - 1) / 2];
 }
 
-// A finished pass's peaks, run trace and peak step into d.
-void take_pass(DeviceResult& d, DeviceResult& p) {
+// A finished pass's peaks, run trace and peak step into d, with the range of the orders of the data replayed.
+void take_pass(DeviceResult& d, DeviceResult& p, const RunTrace& orders) {
   d.peak = p.peak;
   d.breakdown.allocator = p.breakdown.allocator;
   d.run = std::move(p.run);
+  d.run.shuffles = orders.shuffles;
+  d.run.shuffle_reserved_low_bytes = orders.shuffle_reserved_low_bytes;
+  d.run.shuffle_reserved_high_bytes = orders.shuffle_reserved_high_bytes;
+  d.run.shuffle_allocated_high_bytes = orders.shuffle_allocated_high_bytes;
   take_peak(d, p);
 }
 
@@ -589,12 +593,12 @@ void order_band(Simulation::State& st, DeviceResult& d) {
   const int64_t low = std::min(d.peak.reserved_bytes, d.run.shuffle_reserved_low_bytes);
   int64_t high = d.run.shuffle_reserved_high_bytes;
   if (st.limited) high = std::max(d.peak.reserved_bytes, std::min(high, capacity));
-  high = std::max(high, st.orders_allocated_high);
+  high = std::max(high, d.run.shuffle_allocated_high_bytes);
   d.band.data_run_reserved_bytes = high;
   d.band.data_run_device_bytes = high + above_reserved;
   d.band.data_run_reserved_low_bytes = low;
   d.band.data_run_device_low_bytes = low + above_reserved;
-  d.band.data_run_oom = st.orders_allocated_high > capacity;
+  d.band.data_run_oom = d.run.shuffle_allocated_high_bytes > capacity;
   const std::string seeds = "data.seed " + std::to_string(st.config.data.seed) + "'s own order and " +
                             std::to_string(d.run.shuffles - 1) + " more drawn from it";
   std::string note = "data: the run was replayed in " + std::to_string(d.run.shuffles) + " orders of the data (" + seeds +
@@ -605,7 +609,7 @@ void order_band(Simulation::State& st, DeviceResult& d) {
             format_bytes(d.peak.reserved_bytes) + ")";
   note += ": which batch comes when decides what the cache holds by the longest ones; the band includes them";
   if (d.band.data_run_oom && !d.oom)
-    note += ". Order " + std::to_string(st.orders_allocated_high_at + 1) + " allocates " + format_bytes(st.orders_allocated_high) +
+    note += ". Order " + std::to_string(st.allocated_high_at + 1) + " allocates " + format_bytes(d.run.shuffle_allocated_high_bytes) +
             ", more than the GPU holds: in that order of the data the run runs out of memory";
   st.r.notes.push_back(note);
 }
@@ -639,20 +643,16 @@ bool advance_run(Simulation::State& st, int64_t steps) {
       if (st.unlimited.size() < st.plans.size()) return false;
     }
     st.chosen = median_reserved(st.unlimited);
-    d = device_shell(ctx, st.roles.front());
+    RunTrace& o = st.orders;
+    o.shuffles = static_cast<int64_t>(st.unlimited.size());
     for (size_t k = 0; k < st.unlimited.size(); ++k) {
       const auto& peak = st.unlimited[k].peak;
-      d.run.shuffle_reserved_low_bytes = k == 0 ? peak.reserved_bytes : std::min(d.run.shuffle_reserved_low_bytes, peak.reserved_bytes);
-      d.run.shuffle_reserved_high_bytes = std::max(d.run.shuffle_reserved_high_bytes, peak.reserved_bytes);
-      if (peak.allocated_bytes > st.orders_allocated_high)
-        st.orders_allocated_high = peak.allocated_bytes, st.orders_allocated_high_at = k;
+      o.shuffle_reserved_low_bytes = k == 0 ? peak.reserved_bytes : std::min(o.shuffle_reserved_low_bytes, peak.reserved_bytes);
+      o.shuffle_reserved_high_bytes = std::max(o.shuffle_reserved_high_bytes, peak.reserved_bytes);
+      if (peak.allocated_bytes > o.shuffle_allocated_high_bytes) o.shuffle_allocated_high_bytes = peak.allocated_bytes, st.allocated_high_at = k;
     }
-    const RunTrace orders = d.run;
-    take_pass(d, st.unlimited[st.chosen]);
-    d.run.shuffles = static_cast<int64_t>(st.unlimited.size());
-    d.run.shuffle_reserved_low_bytes = orders.shuffle_reserved_low_bytes;
-    d.run.shuffle_reserved_high_bytes = orders.shuffle_reserved_high_bytes;
-    d.run.shuffle_allocated_high_bytes = st.orders_allocated_high;
+    d = device_shell(ctx, st.roles.front());
+    take_pass(d, st.unlimited[st.chosen], st.orders);
     st.unlimited.clear();
     const int64_t capacity = allocator_capacity(d);
     if (d.peak.allocated_bytes > capacity) {
@@ -674,13 +674,9 @@ bool advance_run(Simulation::State& st, int64_t steps) {
       d.oom = true;
       take_peak(d, p);
       d.oom_event = d.peak_event;
-    } else {  // the cache releases kept the run within the GPU: the limited replay is what happens
-      const RunTrace orders = d.run;  // the orders' range (without the GPU's limit) stays beside it
-      take_pass(d, p);
-      d.run.shuffles = orders.shuffles;
-      d.run.shuffle_reserved_low_bytes = orders.shuffle_reserved_low_bytes;
-      d.run.shuffle_reserved_high_bytes = orders.shuffle_reserved_high_bytes;
-      d.run.shuffle_allocated_high_bytes = orders.shuffle_allocated_high_bytes;
+    } else {  // the cache releases kept the run within the GPU: the limited replay is what happens, the orders'
+              // range (without the GPU's limit) beside it
+      take_pass(d, p, st.orders);
     }
   }
   st.pass.reset();

@@ -399,6 +399,8 @@ TEST_CASE("a run of drawn samples is replayed in several orders: the result is t
   const Result one = simulate(c, 1);
   REQUIRE(one.ok);
   CHECK(one.devices[0].run.shuffles == 1);
+  CHECK(d.run.shuffle_reserved_low_bytes <= one.devices[0].peak.reserved_bytes);  // it is one of the three
+  CHECK(one.devices[0].peak.reserved_bytes <= d.run.shuffle_reserved_high_bytes);
   Config next = c;
   next.data.seed = 2;
   auto same = [](const RunPlan& a, const RunPlan& b) {
