@@ -1010,6 +1010,17 @@ def ppo_models(plan, transformers, torch, dev, kwargs, diag):
     return parts
 
 
+def pad_rows(labels, torch):
+    """A padded micro-batch as a collator makes it (translate.py padded_row_lengths: row i of B holds
+    ceil(L x (B - i) / B) of its L tokens, right-padded): the attention_mask, 1 over each row's tokens and 0 over its
+    padding, and the labels with -100 at the padding. The token ids under the padding stay as drawn: the mask hides
+    them, as a pad token id would be."""
+    B, S = labels.shape
+    rows = torch.tensor(tr.padded_row_lengths(B, S), device=labels.device)
+    mask = (torch.arange(S, device=labels.device)[None, :] < rows[:, None]).long()
+    return mask, labels.masked_fill(mask == 0, -100)
+
+
 def _loss_fn(plan, model, base, torch, ref_model=None):
     import torch.nn.functional as F
     if plan.get("objective") and plan["objective"]["kind"] == "grpo":
@@ -1023,8 +1034,8 @@ def _loss_fn(plan, model, base, torch, ref_model=None):
     ignore = -100
 
     if impl == "hf_fp32_upcast":
-        def f(ids, labels):
-            out = model(input_ids=ids, labels=labels, use_cache=False)
+        def f(ids, labels, mask=None):
+            out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
             return out.loss, (out if holds else None)
         return f
 
@@ -1035,8 +1046,8 @@ def _loss_fn(plan, model, base, torch, ref_model=None):
         return torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), ignore)], dim=1)
 
     if impl == "full_fp32":
-        def f(ids, labels):
-            hidden = decoder(input_ids=ids, use_cache=False)[0]
+        def f(ids, labels, mask=None):
+            hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False)[0]
             logits = head(hidden).float()
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), shifted(labels).view(-1), ignore_index=ignore)
             del logits
@@ -1046,8 +1057,8 @@ def _loss_fn(plan, model, base, torch, ref_model=None):
     if impl == "chunked_fp32":
         n = plan["loss"]["chunks"]
 
-        def f(ids, labels):  # torchtune CEWithChunkedOutputLoss
-            hidden = decoder(input_ids=ids, use_cache=False)[0]
+        def f(ids, labels, mask=None):  # torchtune CEWithChunkedOutputLoss
+            hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False)[0]
             logits = [head(c) for c in hidden.chunk(n, dim=1)]
             target = shifted(labels)
             chunks = [c.reshape(-1) for c in target.chunk(n, dim=1)]
@@ -1061,8 +1072,8 @@ def _loss_fn(plan, model, base, torch, ref_model=None):
         return f
 
     if impl == "chunked_bf16":
-        def f(ids, labels):  # litgpt chunked_cross_entropy, logits held by the loop
-            hidden = decoder(input_ids=ids, use_cache=False)[0]
+        def f(ids, labels, mask=None):  # litgpt chunked_cross_entropy, logits held by the loop
+            hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False)[0]
             logits = head(hidden)
             lg = logits[..., :-1, :].reshape(-1, logits.size(-1))
             tg = labels[..., 1:].reshape(-1)
@@ -1076,8 +1087,8 @@ def _loss_fn(plan, model, base, torch, ref_model=None):
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
         lf = LigerFusedLinearCrossEntropyLoss()
 
-        def f(ids, labels):
-            hidden = decoder(input_ids=ids, use_cache=False)[0]
+        def f(ids, labels, mask=None):
+            hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False)[0]
             h = hidden.reshape(-1, hidden.size(-1))
             return lf(head.weight, h, shifted(labels).reshape(-1)), None
         return f
@@ -1301,12 +1312,15 @@ def run_plan(plan, config, probe=None):
             else:
                 ids = torch.randint(0, V, (B * pair_rows, S), device=dev)
                 labels = ids.clone()
+            mask = None
+            if b.get("padded_rows"):
+                mask, labels = pad_rows(labels, torch)
             with ctx():
-                loss, held = loss_fn(ids, labels)
+                loss, held = loss_fn(ids, labels, mask) if mask is not None else loss_fn(ids, labels)
                 loss = loss / gas
             (scaler.scale(loss) if scaler else loss).backward()
             losses.append(float(loss.detach()) * gas)
-            del loss, held, ids, labels
+            del loss, held, ids, labels, mask
         if grpo:
             del rollout_ids, rollout_ref  # the generation batch goes with its step
         if opt is not None and not ppo:

@@ -141,3 +141,18 @@ class Training(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PaddedRows(unittest.TestCase):
+    """calibrate.py pad_rows on the CPU: the padded micro-batch a GPU run feeds the model (its CUDA path is the same
+    code on another device)."""
+
+    def test_mask_and_labels_follow_the_row_lengths(self):
+        import calibrate
+        labels = torch.arange(4 * 10).reshape(4, 10)
+        mask, out = calibrate.pad_rows(labels, torch)
+        self.assertEqual(mask.sum(1).tolist(), tr.padded_row_lengths(4, 10))  # [10, 8, 5, 3]
+        self.assertEqual(mask.dtype, torch.long)
+        self.assertTrue(bool((out[mask == 1] == labels[mask == 1]).all()))
+        self.assertTrue(bool((out[mask == 0] == -100).all()))
+        self.assertEqual(mask[2].tolist(), [1] * 5 + [0] * 5)  # right-padded

@@ -218,6 +218,18 @@ class TrainingTranslation(unittest.TestCase):
                              (dtype, autocast, scaler), prec)
         for prec in ("bf16_mixed", "fp16_mixed", "bf16_fp32_grads", "fp8"):
             self.assertIn("training.precision", refused(config(precision=prec)), prec)
+        # 16-bit weights under autocast; fp16's GradScaler unscales fp32 gradients only, so it needs fp32 adapters
+        self.assertEqual(tr.translate(config(precision="bf16_autocast"))["autocast_dtype"], "bfloat16")
+        self.assertIn("training.precision", refused(config(precision="fp16_autocast")))
+        lora = config(precision="fp16_autocast")
+        lora["peft"] = {"method": "lora", "target_modules": "q_proj,k_proj,v_proj,o_proj", "adapter_dtype": "fp32",
+                        "base_quantization": "nf4", "double_quantization": True, "prepare_kbit": False}
+        plan = tr.translate(lora)
+        self.assertEqual((plan["param_dtype"], plan["autocast_dtype"], plan["grad_scaler"]),
+                         ("float16", "float16", True))
+        self.assertEqual(plan["peft"]["quantization"]["compute_dtype"], "float16")
+        lora["peft"]["adapter_dtype"] = "fp16"
+        self.assertIn("training.precision", refused(lora))
         c = config()
         del c["training"]["precision"]  # memsim's default is bf16_mixed: refused, and said so
         with self.assertRaises(tr.Unsupported) as ctx:
@@ -355,7 +367,7 @@ class TrainingTranslation(unittest.TestCase):
         plan = tr.translate(config(micro_batch_size=3, sequence_length=777, gradient_accumulation_steps=4), steps=5)
         self.assertEqual(plan["batch"], {"micro_batch_size": 3, "sequence_length": 777,
                                          "gradient_accumulation_steps": 4, "steps": 5, "lengths": None,
-                                         "empty_cache_steps": 0})
+                                         "empty_cache_steps": 0, "padded_rows": False})
 
     def test_listed_micro_batch_lengths(self):
         c = config(micro_batch_size=2, sequence_length=1024, gradient_accumulation_steps=2, empty_cache_steps=3)
@@ -370,6 +382,39 @@ class TrainingTranslation(unittest.TestCase):
         self.assertIn("data.lengths", refused(c))
         c["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "100,x"}
         self.assertIn("data.micro_batch_lengths", refused(c))
+
+    def test_reentrant_checkpointing_is_refused_not_ignored(self):
+        self.assertIn("training.checkpoint_reentrant",
+                      refused(config(activation_checkpointing="full", checkpoint_reentrant=True)))
+        self.assertEqual(refused(config(activation_checkpointing="full", checkpoint_reentrant=False)), [])
+
+    def test_padded_rows_where_memsim_takes_micro_batches_to_be_padded(self):
+        # memsim (data_shape.cpp plan_run): listed lengths that vary, more than one row, a padding other than none
+        c = config(micro_batch_size=4, sequence_length=2048)
+        c["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "1550,400"}
+        plan = tr.translate(c)
+        self.assertTrue(plan["batch"]["padded_rows"])
+        self.assertTrue(any("right-padded" in n for n in plan["notes"]))
+        c["data"]["padding"] = "max_length"
+        self.assertTrue(tr.translate(c)["batch"]["padded_rows"])
+        c["data"]["padding"] = "none"  # memsim keeps such rows whole
+        self.assertFalse(tr.translate(c)["batch"]["padded_rows"])
+        c["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "1550,1550"}  # one length: packed rows
+        self.assertFalse(tr.translate(c)["batch"]["padded_rows"])
+        c["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "1550,400"}
+        c["training"]["micro_batch_size"] = 1  # one row is its own length
+        self.assertFalse(tr.translate(c)["batch"]["padded_rows"])
+        # the rows: the first at the listed length, the rest fewer, evenly spread; all at least 1
+        self.assertEqual(tr.padded_row_lengths(4, 10), [10, 8, 5, 3])
+        self.assertEqual(tr.padded_row_lengths(8, 1550)[0], 1550)
+        self.assertEqual(tr.padded_row_lengths(3, 1), [1, 1, 1])
+        bad = config(micro_batch_size=4)
+        bad["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "512,128", "padding": "left",
+                       "pad_to_multiple_of": 8}
+        self.assertEqual(sorted(refused(bad)), ["data.pad_to_multiple_of", "data.padding"])
+        dpo = config(micro_batch_size=2, objective="dpo")
+        dpo["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "512,128"}
+        self.assertIn("data.padding", refused(dpo))
 
 
 class PreferenceTranslation(unittest.TestCase):

@@ -178,7 +178,21 @@ PRECISIONS = {
     "amp_bf16": ("float32", "bfloat16", False),
     "amp_fp16": ("float32", "float16", True),
     "bf16_pure": ("bfloat16", None, False),
+    # 16-bit weights under the Trainer's autocast (--bf16 / --fp16 over a model loaded in 16 bits: a QLoRA base's
+    # non-quantized parts, its fp32 adapters); fp16 with the Trainer's GradScaler, which unscales fp32 gradients only
+    "bf16_autocast": ("bfloat16", "bfloat16", False),
+    "fp16_autocast": ("float16", "float16", True),
 }
+PADDED_ROW_RULE = "row i of B holds ceil(L x (B - i) / B) tokens"
+
+
+def padded_row_lengths(micro_batch_size, length):
+    """The rows of a padded micro-batch of listed length L (the plan's batch.padded_rows): the first holds L tokens,
+    the others fewer, evenly spread (PADDED_ROW_RULE). memsim knows only L; the spread makes the padding real."""
+    B = micro_batch_size
+    return [-(-length * (B - i) // B) for i in range(B)]
+
+
 PRECISIONS_NEEDING_A_FRAMEWORK = {
     "bf16_mixed": "bf16 weights and gradients with fp32 master weights in the optimizer (DeepSpeed/ZeRO)",
     "fp16_mixed": "fp16 weights and gradients with fp32 master weights and loss scaling (DeepSpeed)",
@@ -687,7 +701,7 @@ def translate(item, steps=DEFAULT_STEPS):
         how = "" if "precision" in given_training else " (not given: memsim's default)"
         errors.append(("training.precision", f"{prec}{how}: {PRECISIONS_NEEDING_A_FRAMEWORK[prec]} needs "
                        "DeepSpeed/Megatron; a torch loop cannot reproduce it faithfully. Use fp32, amp_bf16, "
-                       "amp_fp16 or bf16_pure"))
+                       "amp_fp16, bf16_pure, bf16_autocast or fp16_autocast"))
         param_dtype, autocast, scaler = "bfloat16", None, False
     elif prec in PRECISIONS:
         param_dtype, autocast, scaler = PRECISIONS[prec]
@@ -775,6 +789,9 @@ def translate(item, steps=DEFAULT_STEPS):
     if ck == "selective_op":
         errors.append(("training.activation_checkpointing", "selective_op is torchtitan's op-level policy on its "
                        "own model code; the harness runs transformers model code"))
+    if ck != "none" and t.get("checkpoint_reentrant") in (True, "true"):
+        errors.append(("training.checkpoint_reentrant", "true: the harness checkpoints non-reentrantly "
+                       "(use_reentrant=False, transformers 5's default); set false or auto"))
     checkpointing = {"mode": ck, "use_reentrant": False}
     if ck == "every_k":
         checkpointing["every_k_layers"] = t["checkpoint_every_k_layers"]
@@ -889,6 +906,13 @@ def translate(item, steps=DEFAULT_STEPS):
                 notes.append("peft.modules_to_save: PEFT keeps the original module frozen and trains a copy "
                              "(ModulesToSaveWrapper)")
 
+    # fp16 weights under the Trainer's GradScaler: only fp32 parameters may train (GradScaler.unscale_ raises
+    # "Attempting to unscale FP16 gradients", as the HF Trainer does with --fp16 over a model loaded in fp16)
+    if prec == "fp16_autocast" and (peft is None or peft["adapter_dtype"] != "float32" or peft["modules_to_save"]):
+        errors.append(("training.precision", "fp16_autocast would train fp16 parameters, whose gradients GradScaler "
+                       "cannot unscale (the HF Trainer's --fp16 refuses them the same way): it needs peft.method "
+                       "lora or dora with peft.adapter_dtype fp32 and no modules_to_save"))
+
     # --- optimizer
     opt_name = t["optimizer"]
     impl_given = t["optimizer_impl"]
@@ -959,12 +983,31 @@ def translate(item, steps=DEFAULT_STEPS):
     elif mode != "fixed":
         errors.append(("data.lengths", f"{mode}: the harness replays fixed shapes or listed micro-batch lengths "
                        "(micro_batches); a sample-length distribution is drawn by memsim"))
+    # Padded rows, where memsim takes a micro-batch to be padded (src/core/data_shape.cpp plan_run): listed lengths
+    # that vary, more than one row, and a padding other than none. memsim knows only each micro-batch's padded
+    # length; the harness makes its rows of PADDED_ROW_RULE's lengths, pads them on the right with an
+    # attention_mask of zeros and labels of -100 (DataCollatorWithPadding, DataCollatorForCompletionOnlyLM), so that
+    # transformers takes its padded paths (FA2's unpad, SDPA's mask). Elsewhere every row is full, no mask.
+    padding = d.get("padding", "longest")
+    _choice(errors, "data.padding", padding, ("longest", "max_length", "none"))
+    if d.get("pad_to_multiple_of", 1) != 1:
+        errors.append(("data.pad_to_multiple_of", f"{d['pad_to_multiple_of']!r}: the harness pads each micro-batch "
+                       "to its listed length (1)"))
+    padded_rows = bool(lengths) and len(set(lengths)) > 1 and _is_int(t["micro_batch_size"]) and \
+        t["micro_batch_size"] > 1 and padding != "none"
+    if padded_rows and (t["objective"] != "sft" or prog is not None):
+        errors.append(("data.padding", f"{padding}: padded rows are built for supervised fine-tuning of a causal LM "
+                       "only; list one length throughout, or set data.padding none (full rows)"))
+    if padded_rows:
+        notes.append("data: micro-batches of " + str(t["micro_batch_size"]) + " rows padded to each listed length "
+                     f"({PADDED_ROW_RULE}, right-padded: attention_mask 0, labels -100)")
     if t["objective"] == "ppo" and mode != "fixed":
         errors.append(("data.lengths", f"{mode}: ppo generates every response at completion_length after prompts of "
                        "sequence_length - completion_length tokens (memsim models no other): fixed"))
     for k in d:
-        if k not in ("lengths", "micro_batch_lengths", "steps"):
-            errors.append((f"data.{k}", "the harness reads data.lengths, data.micro_batch_lengths and data.steps"))
+        if k not in ("lengths", "micro_batch_lengths", "steps", "padding", "pad_to_multiple_of"):
+            errors.append((f"data.{k}", "the harness reads data.lengths, data.micro_batch_lengths, data.steps, "
+                           "data.padding and data.pad_to_multiple_of"))
 
     if errors:
         raise Unsupported(errors)
@@ -1009,7 +1052,7 @@ def translate(item, steps=DEFAULT_STEPS):
         "objective": objective,
         "batch": {"micro_batch_size": t["micro_batch_size"], "sequence_length": t["sequence_length"],
                   "gradient_accumulation_steps": t["gradient_accumulation_steps"], "steps": steps,
-                  "lengths": lengths, "empty_cache_steps": t["empty_cache_steps"]},
+                  "lengths": lengths, "empty_cache_steps": t["empty_cache_steps"], "padded_rows": padded_rows},
         "peft": peft,
         "requires": requires,
         "expected_params": expected_params(eff),
