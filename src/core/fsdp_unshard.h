@@ -1,8 +1,8 @@
 // FSDP's unsharded parameters as an engine of their own: which units are all-gathered before a module runs, which
 // stay unsharded from forward to backward, which are prefetched, and when they are resharded. FSDP1 all-gathers
 // into the flat parameter's storage; FSDP2 into one flat buffer that it copies out of. The gradient side (the
-// reduce-scatters into gradient shards) stays with the step builder (sharding.cpp reduce_slot), which is this
-// engine's Host. Internal to the core.
+// reduce-scatters into gradient shards) is FsdpReduce (fsdp_reduce.h); the step builder (sharding.cpp) is both
+// engines' Host. Internal to the core.
 #pragma once
 #include <cstdint>
 #include <vector>

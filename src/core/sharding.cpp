@@ -1,7 +1,7 @@
 // Model states through the step: the weights at load, the gradients each backward makes, and what the sharding
 // engines do with them per layer: DDP's buckets, ZeRO's partitions and reduce buckets, the hosts of DeepSpeed
 // ZeRO-3's fetches (zero3_prefetch.cpp) and of FSDP's all-gathers and reshards (fsdp_unshard.cpp), FSDP's
-// reduce-scatters, and the pipeline's receive buffers.
+// reduce-scatters (fsdp_reduce.cpp), and the pipeline's receive buffers.
 #include <algorithm>
 #include <string>
 
@@ -21,6 +21,45 @@ class StepBuilder::FsdpHost final : public FsdpUnshard::Host {
     return builder_.program_.alloc(Component::Communication, bytes, label, static_cast<int32_t>(slot), stream);
   }
   void release(uint32_t tensor) override { builder_.drop(tensor); }
+
+ private:
+  StepBuilder& builder_;
+};
+
+// What FsdpReduce asks of the step: a slot's gradients, and its buffers on the step's program.
+class StepBuilder::FsdpReduceHost final : public FsdpReduce::Host {
+ public:
+  explicit FsdpReduceHost(StepBuilder& b) : builder_(b) {}
+  Gradients slot_gradients(int64_t slot, bool tied_head) const override {
+    const StepBuilder& b = builder_;
+    const ModelShape& shape = b.shape_;
+    Gradients g;
+    for (const auto& t : slot < 0 ? shape.pre : slot >= shape.num_layers ? shape.post : shape.params_of(slot))
+      if (has_grad(t)) g.numel = add(g.numel, t.numel), g.shard_bytes = add(g.shard_bytes, b.states_of(t).grads);
+    if (tied_head && slot >= shape.num_layers && b.cfg_.model.tie_word_embeddings && has_grad(shape.pre.front()))
+      g.numel = add(g.numel, shape.pre.front().numel), g.shard_bytes = add(g.shard_bytes, b.states_of(shape.pre.front()).grads);
+    return g;
+  }
+  uint32_t alloc(FsdpReduce::Buffer buffer, int64_t bytes, int64_t slot) override {
+    const auto& l = builder_.labels_;
+    const int32_t layer = static_cast<int32_t>(slot);
+    switch (buffer) {
+      case FsdpReduce::Buffer::ReduceInput: return builder_.program_.alloc(Component::Communication, bytes, l.rs_input, layer);
+      case FsdpReduce::Buffer::ReduceOutput:
+        return builder_.program_.alloc(Component::Communication, bytes, l.rs_output, layer, Stream::ReduceScatter);
+      case FsdpReduce::Buffer::GradShard:
+        return builder_.program_.alloc(Component::Gradients, bytes, l.grad_shard, layer, Stream::ReduceScatter);
+      case FsdpReduce::Buffer::Accumulated: return builder_.program_.alloc(Component::Gradients, bytes, l.grad_accum, layer);
+    }
+    return UINT32_MAX;
+  }
+  void release(uint32_t tensor) override { builder_.drop(tensor); }
+  void release_slot_grads(int64_t slot) override {
+    const size_t i = static_cast<size_t>(slot + 1);
+    for (uint32_t g : builder_.grads_[i]) builder_.drop(g);
+    builder_.grads_[i].clear();
+    builder_.grad_created_[i] = false;
+  }
 
  private:
   StepBuilder& builder_;
@@ -139,24 +178,14 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
 // (_runtime_utils.py _reduce_grad). The first micro-batch's output becomes the shard; later ones add into it.
 void StepBuilder::release_layer_grads(int64_t layer) {
   if (!shard_grads_ || shard_plan_.grad_buffer) return;
-  // ... and so do the micro-batches before the last under no_sync gradient accumulation (fsdp_.accumulate_no_sync).
-  if (fsdp_unshard_.no_sync() || (fsdp_.accumulate_no_sync && !last_backward_)) {
-    // Pipeline stages under FSDP accumulate unsharded gradients and reduce once after the last micro-batch
-    // (torch/distributed/pipelining/stage.py backward_maybe_with_nosync: set_requires_gradient_sync(False),
-    // then post_backward of every group); FSDP2 accumulates them in the reduce dtype
-    // (_fsdp_param.py to_accumulated_grad_if_needed).
+  // ... and so do the micro-batches before the last under no_sync gradient accumulation (FsdpReduce, pipeline
+  // stages under FSDP included), unless the .grad tensors themselves accumulate in the reduce dtype.
+  if (fsdp_unshard_.no_sync() || (fsdp_reduce_.accumulate_no_sync() && !last_backward_)) {
     const size_t slot = static_cast<size_t>(layer + 1);
     const int64_t reduce_bytes = shard_plan_.mixed ? recipe_.master_bytes : recipe_.grad_bytes;
     if (grads_[slot].empty() || reduce_bytes == recipe_.grad_bytes) return;  // .grad itself accumulates
-    if (fsdp_.no_sync_grads[slot] == UINT32_MAX) {
-      int64_t numel = 0;
-      for (const auto& t : layer < 0 ? shape_.pre : layer >= shape_.num_layers ? shape_.post : shape_.params_of(layer))
-        if (has_grad(t)) numel = add(numel, t.numel);
-      fsdp_.no_sync_grads[slot] = program_.alloc(Component::Gradients, mul(numel, reduce_bytes), labels_.grad_accum, static_cast<int32_t>(layer));
-    }
-    for (uint32_t g : grads_[slot]) drop(g);
-    grads_[slot].clear();
-    grad_created_[slot] = false;
+    FsdpReduceHost host(*this);
+    fsdp_reduce_.accumulate(host, layer, reduce_bytes);
     return;
   }
   // FSDP's root unit holds the embeddings with the final norm and head, so the head's gradients wait for the
@@ -166,39 +195,17 @@ void StepBuilder::release_layer_grads(int64_t layer) {
   reduce_slot(layer);
 }
 
+void StepBuilder::release_grad_shards() {
+  FsdpReduceHost host(*this);
+  fsdp_reduce_.release_shards(host);
+}
+
 void StepBuilder::reduce_slot(int64_t layer) {
   const size_t slot = static_cast<size_t>(layer + 1);
-  if (shard_plan_.fsdp && (!grads_[slot].empty() || fsdp_.no_sync_grads[slot] != UINT32_MAX)) {
-    const std::vector<ParamTensor>& ts = layer < 0 ? shape_.pre : layer >= shape_.num_layers ? shape_.post : shape_.params_of(layer);
-    int64_t numel = 0, shard = 0;
-    for (const auto& t : ts)
-      if (has_grad(t)) numel = add(numel, t.numel), shard = add(shard, states_of(t).grads);
-    if (layer >= shape_.num_layers && cfg_.model.tie_word_embeddings && has_grad(shape_.pre.front()))
-      numel = add(numel, shape_.pre.front().numel), shard = add(shard, states_of(shape_.pre.front()).grads);
-    const int64_t reduce_bytes = shard_plan_.mixed ? recipe_.master_bytes : recipe_.grad_bytes;
-    uint32_t input = UINT32_MAX;
-    if (shard_plan_.sharding == Sharding::Fsdp2) {
-      if (fsdp_.pending_reduce != UINT32_MAX) drop(fsdp_.pending_reduce), fsdp_.pending_reduce = UINT32_MAX;
-      // FSDP2 copies the gradients into the reduce-scatter input on the compute stream (PR #129721, torch 2.5).
-      input = program_.alloc(Component::Communication, mul(numel, reduce_bytes), labels_.rs_input, static_cast<int32_t>(layer));
-    }
-    for (uint32_t g : grads_[slot]) drop(g);
-    grads_[slot].clear();
-    grad_created_[slot] = false;
-    if (fsdp_.no_sync_grads[slot] != UINT32_MAX) drop(fsdp_.no_sync_grads[slot]), fsdp_.no_sync_grads[slot] = UINT32_MAX;
-    if (!fsdp_.grad_shard_made[slot] && !shard_plan_.offload_optimizer) {
-      fsdp_.grad_shard_made[slot] = true;
-      // The reduce-scatter output is allocated on the reduce-scatter stream and becomes the sharded gradient
-      // (FSDP2 foreach_reduce: reduce_output under reduce_scatter_stream; FSDP1 _post_backward_hook:
-      // new_sharded_grad = torch.empty_like(...) under the post-backward stream), so the gradients live in
-      // that stream's pool until zero_grad.
-      fsdp_.grad_shards.push_back(program_.alloc(Component::Gradients, shard, labels_.grad_shard, static_cast<int32_t>(layer),
-                                        Stream::ReduceScatter));
-    } else {
-      uint32_t out = program_.alloc(Component::Communication, shard, labels_.rs_output, static_cast<int32_t>(layer), Stream::ReduceScatter);
-      drop(out);  // added into the shard (or copied to the host shard under CPU offload)
-    }
-    if (input != UINT32_MAX) fsdp_.pending_reduce = input;
+  if (shard_plan_.fsdp && (!grads_[slot].empty() || fsdp_reduce_.accumulated(layer))) {
+    FsdpReduceHost host(*this);
+    fsdp_reduce_.reduce(host, layer, shard_plan_.mixed ? recipe_.master_bytes : recipe_.grad_bytes,
+                        shard_plan_.offload_optimizer);
     return;
   }
   for (uint32_t g : grads_[slot]) drop(g);
@@ -229,8 +236,9 @@ void StepBuilder::end_backward() {
   if (fsdp_unshard_.no_sync() && !last_backward_) return;  // parameters stay unsharded, gradients keep accumulating
   if (fsdp_unshard_.no_sync())  // the last micro-batch: every group reduces in turn (run_post_backward)
     for (int64_t l = shape_.num_layers; l >= -1; --l) reduce_slot(l);
-  if (fsdp_.pending_reduce != UINT32_MAX) drop(fsdp_.pending_reduce), fsdp_.pending_reduce = UINT32_MAX;
-  if (!shard_plan_.fsdp) return;  // only FSDP keeps parameters unsharded (gather): no need to visit every slot
+  if (!shard_plan_.fsdp) return;  // only FSDP's engines hold anything past the backward
+  FsdpReduceHost reduce_host(*this);
+  fsdp_reduce_.end_backward(reduce_host);  // FSDP2's last reduce-scatter input
   FsdpHost host(*this);
   fsdp_unshard_.release_kept(host);  // anything still unsharded (a stage without its backward) is freed
 }

@@ -16,6 +16,7 @@
 
 #include "architecture.h"
 #include "frameworks.h"
+#include "fsdp_reduce.h"
 #include "fsdp_unshard.h"
 #include "model.h"
 #include "step.h"
@@ -212,18 +213,8 @@ struct UnslothLabels {
 };
 
 // The state of each engine that outlives one call of the step builder, one object per engine: DeepSpeed ZeRO-3's
-// fetches in zero3_prefetch.h and FSDP's unsharded parameters in fsdp_unshard.h (with their logic); FSDP's gradients
-// and the pipeline's buffers below, what they do in sharding.cpp.
-
-// FSDP1 / FSDP2's gradient side, per slot (0 embeddings, l + 1 layer l, L + 1 head); the parameters' side is the
-// FsdpUnshard engine.
-struct FsdpGradients {
-  std::vector<uint32_t> grad_shards;         // gradient shards (persist across micro-batches)
-  std::vector<bool> grad_shard_made;
-  uint32_t pending_reduce = UINT32_MAX;      // FSDP2: reduce-scatter input held until the next reduce
-  std::vector<uint32_t> no_sync_grads;       // no_sync: unsharded gradients accumulated
-  bool accumulate_no_sync = false;  // FrameworkSpec::fsdp_no_sync_accumulation with gradient accumulation
-};
+// fetches in zero3_prefetch.h, FSDP's unsharded parameters in fsdp_unshard.h and its gradient shards in
+// fsdp_reduce.h (with their logic); the pipeline's buffers below, what they do in sharding.cpp.
 
 // Pipeline parallelism (torch.distributed.pipelining).
 struct PipelineBuffers {
@@ -268,6 +259,7 @@ class StepBuilder {
   void end_backward();                                       // FSDP2: the last reduce-scatter completes
   void reshard_after_backward(int64_t layer);                // FSDP: kept unsharded params go
   void reduce_slot(int64_t layer);
+  void release_grad_shards();  // zero_grad: FSDP's gradient shards go (fsdp_reduce_)
   void optimizer_step(int iter);
   void ema_update(int iter);  // training.ema after the step (optimizer_step.cpp)
   void release_grads();       // zero_grad(set_to_none=True): every gradient the step made goes
@@ -801,7 +793,8 @@ class StepBuilder {
   class Zero3Host;          // what zero3_ asks of this step (sharding.cpp)
   FsdpUnshard fsdp_unshard_;  // FSDP1/FSDP2's unsharded parameters
   class FsdpHost;             // what fsdp_unshard_ asks of this step (sharding.cpp)
-  FsdpGradients fsdp_;      // FSDP1/FSDP2's gradient shards and reduce-scatter inputs (sharding.cpp)
+  FsdpReduce fsdp_reduce_;    // FSDP1/FSDP2's gradient shards, reduce-scatter inputs and no_sync accumulation
+  class FsdpReduceHost;       // what fsdp_reduce_ asks of this step (sharding.cpp)
   PipelineBuffers pipeline_;  // pipeline parallelism's receive buffers (sharding.cpp recv_buffers, schedule.cpp)
   bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration
   mutable int64_t gathered_cache_[4] = {-1, -1, -1, -1};  // gathered_bytes of the embeddings, head, dense, MoE layer

@@ -125,7 +125,6 @@ StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
   shard_opt_ = shard_plan_.flat_optimizer;
   shard_grads_ = shard_plan_.shard_grads;
   shard_weights_ = shard_plan_.shard_weights;
-  fsdp_.no_sync_grads.assign(static_cast<size_t>(shape_.num_layers + 2), UINT32_MAX);
   // torchtitan also keeps parameters unsharded after forward under PP (parallelize_llama.py apply_fsdp:
   // reshard_after_forward = False when pp_enabled); the pipeline's no_sync keeps them to the last backward.
   // FSDP2 over a one-rank mesh from torch 2.9: each unit is cast into its copy, with no all-gather (one_rank_fsdp2).
@@ -133,9 +132,9 @@ StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
   fsdp_unshard_.configure(static_cast<size_t>(shape_.num_layers + 2), shard_plan_.sharding == Sharding::Fsdp2,
                           shard_plan_.fsdp && cfg_.parallel.pipeline_parallel_size > 1, one_rank_copy);
   const TriState no_sync = cfg_.parallel.no_sync();
-  fsdp_.accumulate_no_sync = shard_plan_.fsdp && (no_sync == TriState::True || (no_sync == TriState::Auto && resolved_.framework->fsdp_no_sync_accumulation)) &&
-                   cfg_.parallel.pipeline_parallel_size == 1 && cfg_.training.gradient_accumulation_steps > 1;
-  fsdp_.grad_shard_made.assign(static_cast<size_t>(shape_.num_layers + 2), false);
+  fsdp_reduce_.configure(static_cast<size_t>(shape_.num_layers + 2), shard_plan_.sharding == Sharding::Fsdp2,
+                         shard_plan_.fsdp && (no_sync == TriState::True || (no_sync == TriState::Auto && resolved_.framework->fsdp_no_sync_accumulation)) &&
+                             cfg_.parallel.pipeline_parallel_size == 1 && cfg_.training.gradient_accumulation_steps > 1);
   // FSDP1's reshard-only hook on a frozen layer unit (Resolved::fsdp1_reshard_hook): under PEFT the layers' own
   // weights are frozen wherever the units do not mix in the adapters (fsdp1_unit_gradients: the HF Trainer wraps
   // them as units of their own), and reentrant checkpointing around the unit hands the recomputed layer leaves that
@@ -330,9 +329,7 @@ void StepBuilder::release_grads() {
   }
   for (uint32_t g : other_grads_) drop(g);
   other_grads_.clear();
-  for (uint32_t g : fsdp_.grad_shards) drop(g);
-  fsdp_.grad_shards.clear();
-  fsdp_.grad_shard_made.assign(fsdp_.grad_shard_made.size(), false);
+  release_grad_shards();
   grads_live_ = false;
   if (critic_) critic_release_grads();
 }
