@@ -1325,8 +1325,11 @@ def run_plan(plan, config, probe=None):
             del rollout_ids, rollout_ref  # the generation batch goes with its step
         if opt is not None and not ppo:
             if scaler:
+                scale = scaler.get_scale()
                 scaler.step(opt)
                 scaler.update()
+                if scaler.get_scale() < scale:  # inf/NaN gradients: the step was skipped, opt.step() never ran
+                    diag["scaler_skipped_steps"] = diag.get("scaler_skipped_steps", 0) + 1
             else:
                 opt.step()
             opt.zero_grad(set_to_none=set_to_none)
@@ -1346,7 +1349,12 @@ def run_plan(plan, config, probe=None):
     stats, quantities = _peaks(torch, dev, probe, diag, notes, losses,
                                diag["peak_allocated_after"].get("optimizer", 0))
     if any(x != x for x in losses):
-        notes.append("some losses were NaN (random weights); memory is unaffected")
+        notes.append("some losses were NaN (random weights); memory is unaffected" +
+                     (" except where GradScaler skipped the optimizer step (diagnostics.scaler_skipped_steps)"
+                      if diag.get("scaler_skipped_steps") else ""))
+    if diag.get("scaler_skipped_steps"):
+        notes.append(f"GradScaler skipped {diag['scaler_skipped_steps']} optimizer step(s) (inf/NaN gradients from "
+                     "random weights): the optimizer states may be missing from the peak if no step ran")
     env = {
         "date": datetime.date.today().isoformat(),
         "gpu": torch.cuda.get_device_name(dev),

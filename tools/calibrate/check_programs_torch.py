@@ -139,10 +139,6 @@ class Training(unittest.TestCase):
         self.assertTrue(all(loss == loss and loss < 100 for loss in got["losses"]))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class PaddedRows(unittest.TestCase):
     """calibrate.py pad_rows on the CPU: the padded micro-batch a GPU run feeds the model (its CUDA path is the same
     code on another device)."""
@@ -156,3 +152,8 @@ class PaddedRows(unittest.TestCase):
         self.assertTrue(bool((out[mask == 1] == labels[mask == 1]).all()))
         self.assertTrue(bool((out[mask == 0] == -100).all()))
         self.assertEqual(mask[2].tolist(), [1] * 5 + [0] * 5)  # right-padded
+
+
+if __name__ == "__main__":
+    unittest.main()
+

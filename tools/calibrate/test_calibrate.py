@@ -228,8 +228,9 @@ class TrainingTranslation(unittest.TestCase):
         self.assertEqual((plan["param_dtype"], plan["autocast_dtype"], plan["grad_scaler"]),
                          ("float16", "float16", True))
         self.assertEqual(plan["peft"]["quantization"]["compute_dtype"], "float16")
-        lora["peft"]["adapter_dtype"] = "fp16"
-        self.assertIn("training.precision", refused(lora))
+        for dtype in ("fp16", "bf16"):  # GradScaler unscales fp32 gradients only
+            lora["peft"]["adapter_dtype"] = dtype
+            self.assertIn("training.precision", refused(lora), dtype)
         c = config()
         del c["training"]["precision"]  # memsim's default is bf16_mixed: refused, and said so
         with self.assertRaises(tr.Unsupported) as ctx:
@@ -410,8 +411,10 @@ class TrainingTranslation(unittest.TestCase):
         self.assertEqual(tr.padded_row_lengths(3, 1), [1, 1, 1])
         bad = config(micro_batch_size=4)
         bad["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "512,128", "padding": "left",
-                       "pad_to_multiple_of": 8}
+                       "pad_to_multiple_of": 0}
         self.assertEqual(sorted(refused(bad)), ["data.pad_to_multiple_of", "data.padding"])
+        bad["data"].update(padding="longest", pad_to_multiple_of=8)  # listed lengths are padded lengths already
+        self.assertEqual(refused(bad), [])
         dpo = config(micro_batch_size=2, objective="dpo")
         dpo["data"] = {"lengths": "micro_batches", "micro_batch_lengths": "512,128"}
         self.assertIn("data.padding", refused(dpo))
@@ -563,6 +566,9 @@ class PpoTranslation(unittest.TestCase):
             ("training.num_iterations", self.ppo(num_iterations=0)),
             ("peft.base_quantization", self.ppo(peft=quant)),
             ("data.lengths", varlen),
+            # the value model trains in the weights' dtype (in full, or PEFT's fp16 score head): GradScaler refuses
+            ("training.precision", self.ppo(peft=self.LORA, value_model="peft", precision="fp16_autocast")),
+            ("training.precision", self.ppo(peft=self.LORA, precision="fp16_autocast")),
         ]
         for field, c in cases:
             self.assertIn(field, refused(c), field)

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import programs  # noqa: E402  (model programs: their own translation and builders)
 
 HARNESS_NAME = "memsim calibration harness (tools/calibrate/calibrate.py)"
-HARNESS_VERSION = 1
+HARNESS_VERSION = 2
 DEFAULT_STEPS = 3
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -906,12 +906,16 @@ def translate(item, steps=DEFAULT_STEPS):
                 notes.append("peft.modules_to_save: PEFT keeps the original module frozen and trains a copy "
                              "(ModulesToSaveWrapper)")
 
-    # fp16 weights under the Trainer's GradScaler: only fp32 parameters may train (GradScaler.unscale_ raises
-    # "Attempting to unscale FP16 gradients", as the HF Trainer does with --fp16 over a model loaded in fp16)
-    if prec == "fp16_autocast" and (peft is None or peft["adapter_dtype"] != "float32" or peft["modules_to_save"]):
-        errors.append(("training.precision", "fp16_autocast would train fp16 parameters, whose gradients GradScaler "
-                       "cannot unscale (the HF Trainer's --fp16 refuses them the same way): it needs peft.method "
-                       "lora or dora with peft.adapter_dtype fp32 and no modules_to_save"))
+    # fp16 weights under the Trainer's GradScaler: only fp32 parameters may train. GradScaler.unscale_ raises
+    # "Attempting to unscale FP16 gradients" (as the HF Trainer does with --fp16 over a model loaded in fp16), and its
+    # CUDA unscale kernel has no bf16 case. PPO's value model trains in the policy's dtype, in full or through PEFT's
+    # sequence-classification wrapper, whose score head is a trainable copy in that dtype.
+    if prec == "fp16_autocast" and (peft is None or peft["adapter_dtype"] != "float32" or peft["modules_to_save"]
+                                    or t["objective"] == "ppo"):
+        errors.append(("training.precision", "fp16_autocast would train parameters that are not fp32 (GradScaler "
+                       "unscales fp32 gradients only; the HF Trainer's --fp16 refuses fp16 ones the same way): it "
+                       "needs peft.method lora or dora with peft.adapter_dtype fp32, no modules_to_save, and an "
+                       "objective other than ppo (its value model trains in the weights' dtype)"))
 
     # --- optimizer
     opt_name = t["optimizer"]
@@ -932,7 +936,7 @@ def translate(item, steps=DEFAULT_STEPS):
             kwargs["foreach"] = False  # with fused left at None: torch's per-tensor loop
         state_dtype = OPTIMIZER_STATE_DTYPE.get(opt_name)
         if state_dtype is None:
-            state_dtype = "param dtype (" + ("fp32" if param_dtype == "float32" else "bf16") + ")"
+            state_dtype = "param dtype (" + {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[param_dtype] + ")"
         optimizer = {"name": opt_name, "library": "torch", "class": cls, "kwargs": kwargs, "impl": impl,
                      "state_dtype": state_dtype}
     elif opt_name in BNB_OPTIMIZERS:
@@ -955,7 +959,7 @@ def translate(item, steps=DEFAULT_STEPS):
             errors.append(("training.optimizer_in_backward", "true needs gradient_accumulation_steps 1 (the step "
                            "runs as each gradient is ready)"))
         if scaler:
-            errors.append(("training.optimizer_in_backward", "true cannot be combined with amp_fp16's GradScaler"))
+            errors.append(("training.optimizer_in_backward", f"true cannot be combined with {prec}'s GradScaler"))
 
     if hw and not isinstance(hw["expandable_segments"], bool):
         errors.append(("hardware.expandable_segments", f"must be auto, true or false; got {hw['expandable_segments']!r}"))
@@ -986,13 +990,14 @@ def translate(item, steps=DEFAULT_STEPS):
     # Padded rows, where memsim takes a micro-batch to be padded (src/core/data_shape.cpp plan_run): listed lengths
     # that vary, more than one row, and a padding other than none. memsim knows only each micro-batch's padded
     # length; the harness makes its rows of PADDED_ROW_RULE's lengths, pads them on the right with an
-    # attention_mask of zeros and labels of -100 (DataCollatorWithPadding, DataCollatorForCompletionOnlyLM), so that
+    # attention_mask of zeros and labels of -100 (tokenizer.pad, then DataCollatorForLanguageModeling's or
+    # DataCollatorForCompletionOnlyLM's labels), so that
     # transformers takes its padded paths (FA2's unpad, SDPA's mask). Elsewhere every row is full, no mask.
     padding = d.get("padding", "longest")
     _choice(errors, "data.padding", padding, ("longest", "max_length", "none"))
-    if d.get("pad_to_multiple_of", 1) != 1:
-        errors.append(("data.pad_to_multiple_of", f"{d['pad_to_multiple_of']!r}: the harness pads each micro-batch "
-                       "to its listed length (1)"))
+    # pad_to_multiple_of: a listed length is the padded length already (memsim rounds only drawn samples)
+    if not _is_int(d.get("pad_to_multiple_of", 1)) or d.get("pad_to_multiple_of", 1) < 1:
+        errors.append(("data.pad_to_multiple_of", f"{d['pad_to_multiple_of']!r}: a positive integer"))
     padded_rows = bool(lengths) and len(set(lengths)) > 1 and _is_int(t["micro_batch_size"]) and \
         t["micro_batch_size"] > 1 and padding != "none"
     if padded_rows and (t["objective"] != "sft" or prog is not None):
