@@ -749,9 +749,17 @@ void validate_architecture(const Config& c, std::vector<FieldError>& e) {
   if (m.architecture.empty() && m.is_encoder_decoder && (c.training.precision == "fp16_autocast" || c.training.precision == "bf16_autocast"))
     e.push_back({"training.precision", "training.precision " + c.training.precision + " (16-bit weights under autocast) is not modelled "
                                        "for encoder-decoder models (T5); use bf16_pure, amp_bf16 or amp_fp16"});
-  if (c.training.precision == "fp16_autocast" && c.peft.enabled() && c.peft.adapter_dtype == "fp16")
-    e.push_back({"peft.adapter_dtype", "peft.adapter_dtype fp16 under fp16_autocast gives fp16 gradients, which the GradScaler "
-                                       "refuses to unscale (\"Attempting to unscale FP16 gradients\"): use auto or fp32"});
+  // The recipes whose loop scales the loss with torch's GradScaler (accelerate's fp16, or a loop's own): it unscales
+  // fp32 gradients only. fp16 ones raise "Attempting to unscale FP16 gradients" (torch/amp/grad_scaler.py
+  // _unscale_grads_), and bf16 ones reach a CUDA kernel with no bf16 case ("_amp_foreach_non_finite_check_and_unscale_cuda"
+  // not implemented for 'BFloat16': AmpKernels.cu dispatches floating types and half, pytorch#127176).
+  const bool grad_scaler = c.training.precision == "fp16_autocast" || c.training.precision == "amp_fp16";
+  if (grad_scaler && c.peft.enabled() && (c.peft.adapter_dtype == "fp16" || c.peft.adapter_dtype == "bf16"))
+    e.push_back({"peft.adapter_dtype", "peft.adapter_dtype " + c.peft.adapter_dtype + " under " + c.training.precision + " gives " +
+                                       c.peft.adapter_dtype + " gradients, which the GradScaler refuses to unscale (" +
+                                       (c.peft.adapter_dtype == "fp16" ? "\"Attempting to unscale FP16 gradients\""
+                                                                       : "its CUDA kernel has no bf16 case, pytorch#127176") +
+                                       "): use auto or fp32"});
   if (c.training.precision == "fp16_autocast" && !c.peft.enabled())
     e.push_back({"training.precision", "training.precision fp16_autocast trains fp16 weights, whose fp16 gradients the GradScaler "
                                        "refuses to unscale (\"Attempting to unscale FP16 gradients\"); full fine-tuning keeps the trained "

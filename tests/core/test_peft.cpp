@@ -5,6 +5,7 @@
 #include "core/model.h"
 #include "core/serialize.h"
 #include "core/simulate.h"
+#include "core/validate.h"
 #include "test_util.h"
 
 using namespace memsim;
@@ -234,6 +235,22 @@ TEST_CASE("bad PEFT settings name the field", "[peft][bad-input]") {
   r = simulate(full);
   REQUIRE(!r.ok);
   CHECK(r.errors[0].field == "peft.base_quantization");
+  // torch's GradScaler unscales fp32 gradients only: 16-bit adapters under an fp16 recipe cannot train
+  for (const char* precision : {"fp16_autocast", "amp_fp16"}) {
+    Config s = from_hf("llama-2-7b.json");
+    s.parallel.zero_stage = 0, s.parallel.data_parallel_size = 1;
+    s.training.precision = precision;
+    s.peft.method = "lora";
+    s.peft.adapter_dtype = "fp32";
+    CHECK(validate(s).empty());
+    for (const char* dtype : {"fp16", "bf16"}) {
+      s.peft.adapter_dtype = dtype;
+      const auto errors = validate(s);
+      REQUIRE(errors.size() == 1);
+      CHECK(errors[0].field == "peft.adapter_dtype");
+      CHECK(errors[0].message.find(std::string(dtype) + " under " + precision) != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("QLoRA paper headline: LLaMA-65B fine-tunes on one 48 GB GPU", "[peft][qlora]") {
