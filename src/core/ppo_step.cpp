@@ -110,7 +110,7 @@ void StepBuilder::critic_forward(const std::string& phase) {
   f.first = 0, f.end = b.shape_.num_layers, f.pre = true, f.post = false, f.owns_inputs = true;
   b.iter_ = iter_;
   b.mb_in_step_ = mb_in_step_;
-  b.bucket_views_ = bucket_views_;  // one DDP over both models (step() sets it for the policy's)
+  b.dp_grads_.share_step(dp_grads_);  // one DDP over both models (step() sets it for the policy's)
   b.forward_mb(f, phase);
 }
 
@@ -122,7 +122,7 @@ void StepBuilder::critic_backward(const std::string& phase) {
   StepBuilder& b = *c.builder;
   const ValueModelNames names(program_);
   b.last_backward_ = last_backward_;
-  b.bucket_views_ = bucket_views_;
+  b.dp_grads_.share_step(dp_grads_);
   b.backward_mb(c.flights[c.next_backward++], phase);
   if (c.next_backward == c.flights.size()) c.flights.clear(), c.next_backward = 0;
 }

@@ -1,6 +1,6 @@
 // Model states through the step: the weights at load, the gradients each backward makes, and what the sharding
-// engines do with them per layer: DDP's buckets, ZeRO's partitions and reduce buckets, the hosts of DeepSpeed
-// ZeRO-3's fetches (zero3_prefetch.cpp) and of FSDP's all-gathers and reshards (fsdp_unshard.cpp), FSDP's
+// engines do with them per layer: the hosts of DDP's and ZeRO's gradient buffers (dp_gradients.cpp), of DeepSpeed
+// ZeRO-3's fetches (zero3_prefetch.cpp), of FSDP's all-gathers and reshards (fsdp_unshard.cpp) and of FSDP's
 // reduce-scatters (fsdp_reduce.cpp), and the pipeline's receive buffers.
 #include <algorithm>
 #include <string>
@@ -19,6 +19,31 @@ class StepBuilder::FsdpHost final : public FsdpUnshard::Host {
   uint32_t alloc(int64_t bytes, bool all_gather_buffer, int64_t slot, Stream stream) override {
     const uint32_t label = all_gather_buffer ? builder_.labels_.ag_buffer : builder_.labels_.gathered;
     return builder_.program_.alloc(Component::Communication, bytes, label, static_cast<int32_t>(slot), stream);
+  }
+  void release(uint32_t tensor) override { builder_.drop(tensor); }
+
+ private:
+  StepBuilder& builder_;
+};
+
+// What DataParallelGradients asks of the step: the device's gradients whole and partitioned, and its buffers.
+class StepBuilder::DpGradientsHost final : public DataParallelGradients::Host {
+ public:
+  explicit DpGradientsHost(StepBuilder& b) : builder_(b) {}
+  int64_t whole_gradient_bytes() const override {
+    int64_t bytes = 0;
+    for_each_param(builder_.ctx_, [&](const ParamTensor& t) { bytes = add(bytes, builder_.grad_bytes_of(t)); });
+    return bytes;
+  }
+  int64_t partition_bytes() const override {
+    int64_t bytes = 0;
+    for_each_param(builder_.ctx_, [&](const ParamTensor& t) { bytes = add(bytes, builder_.states_of(t).grads); });
+    return bytes;
+  }
+  uint32_t alloc(DataParallelGradients::Buffer buffer, int64_t bytes) override {
+    if (buffer == DataParallelGradients::Buffer::Partition)
+      return builder_.program_.alloc(Component::Gradients, bytes, builder_.labels_.grad_partition);
+    return builder_.program_.alloc(Component::Communication, bytes, builder_.labels_.grad_bucket);
   }
   void release(uint32_t tensor) override { builder_.drop(tensor); }
 
@@ -121,34 +146,19 @@ void StepBuilder::alloc_weights() {
     for_each_param(ctx_, [&](const ParamTensor& t) { bytes = add(bytes, states_of(t).grads); });
     if (bytes > 0) program_.alloc(Component::Gradients, bytes, labels_.main_grads);
   }
-  // ZeRO-3 allocates its gradient bucket with the optimizer (stage3.py _setup_for_real_optimizer:
-  // __ipg_bucket_flat_buffer of reduce_bucket_size elements in the model dtype, contiguous_gradients on).
-  if (shard_plan_.sharding == Sharding::DeepSpeed && shard_weights_ && (shard_ranks_ > 1 || shard_plan_.offload_params) &&
-      !shares_engine_)
-    program_.alloc(Component::Communication, mul(zero_reduce_bucket(), recipe_.weight_bytes), labels_.grad_bucket);
+  DpGradientsHost host(*this);
+  dp_grads_.with_optimizer(host);  // ZeRO-3's ipg bucket
 }
 
-// AccumulateGrad creates each .grad at its parameter's first backward of the step (MEMORY_FORMULAS.md 6).
-// ZeRO-2/3 reduce each layer's full gradients into the flat partition and free them (stage_1_and_2.py,
-// stage3.py: grad_partitions_flat_buffer); DDP (several GPUs, no ZeRO) also keeps a flat bucket copy of all
-// gradients (gradient_as_bucket_view=False is the default, MEMORY_FORMULAS.md 2.7).
+// AccumulateGrad creates each .grad at its parameter's first backward of the step (MEMORY_FORMULAS.md 6). The
+// step's first also makes ZeRO's partition and, at the run's first, ZeRO-1/2's ipg buffers (dp_gradients.cpp); DDP
+// (several GPUs, no ZeRO) keeps a flat bucket copy of all gradients besides (gradient_as_bucket_view=False is the
+// default, MEMORY_FORMULAS.md 2.7).
 void StepBuilder::alloc_layer_grads(int64_t layer) {
   if (shard_plan_.grad_buffer) return;  // Megatron: backward writes into main_grad (gradient_accumulation_fusion)
-  if (!grads_live_) {
-    grads_live_ = true;
-    const bool deepspeed = shard_plan_.sharding == Sharding::DeepSpeed;
-    if (deepspeed && shard_grads_ && !(shard_plan_.offload_optimizer)) {
-      int64_t part = 0;
-      for_each_param(ctx_, [&](const ParamTensor& t) { part = add(part, states_of(t).grads); });
-      other_grads_.push_back(program_.alloc(Component::Gradients, part, labels_.grad_partition));
-    }
-    // ZeRO-1/2 reduce gradients through ipg buffers of reduce_bucket_size elements in the model dtype, two with
-    // overlap_comm (stage_1_and_2.py backward: buf_0, buf_1). They stay allocated from the first backward on.
-    if (deepspeed && shard_opt_ && !shard_weights_ && shard_ranks_ > 1 && !zero_buckets_ && !shares_engine_) {
-      zero_buckets_ = true;
-      for (int i = 0; i < (zero_overlap() ? 2 : 1); ++i)
-        program_.alloc(Component::Communication, mul(zero_reduce_bucket(), recipe_.weight_bytes), labels_.grad_bucket);
-    }
+  if (!dp_grads_.gradients_live()) {
+    DpGradientsHost host(*this);
+    dp_grads_.gradients_begin(host);
   }
   const size_t slot = static_cast<size_t>(layer + 1);  // 0 = embeddings, L + 1 = final norm and head
   if (grad_created_[slot]) {  // gradient accumulation: the .grad tensors are already there
@@ -160,7 +170,7 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
   const std::vector<ParamTensor>& ts = layer < 0 ? shape_.pre : layer >= shape_.num_layers ? shape_.post : shape_.params_of(layer);
   // DDP with gradient_as_bucket_view: from the second iteration the .grad tensors are views into the buckets
   // (torch/nn/parallel/distributed.py docstring: "gradients will be views after first iteration").
-  if (bucket_views_) return;
+  if (dp_grads_.bucket_views()) return;
   for (const auto& t : ts) {
     if (layer < 0 && &t == &shape_.pre.front() && cfg_.model.tie_word_embeddings) continue;  // created by lm_head
     if (!has_grad(t)) continue;
@@ -196,8 +206,16 @@ void StepBuilder::release_layer_grads(int64_t layer) {
 }
 
 void StepBuilder::release_grad_shards() {
+  DpGradientsHost dp_host(*this);
+  dp_grads_.zero_grad(dp_host);
   FsdpReduceHost host(*this);
   fsdp_reduce_.release_shards(host);
+}
+
+// DDP's bucket, when the model is wrapped (dp_gradients.cpp); PPO's value model calls it on its own builder.
+void StepBuilder::alloc_grad_bucket() {
+  DpGradientsHost host(*this);
+  dp_grads_.with_model(host);
 }
 
 void StepBuilder::reduce_slot(int64_t layer) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "architecture.h"
+#include "dp_gradients.h"
 #include "frameworks.h"
 #include "fsdp_reduce.h"
 #include "fsdp_unshard.h"
@@ -214,7 +215,8 @@ struct UnslothLabels {
 
 // The state of each engine that outlives one call of the step builder, one object per engine: DeepSpeed ZeRO-3's
 // fetches in zero3_prefetch.h, FSDP's unsharded parameters in fsdp_unshard.h and its gradient shards in
-// fsdp_reduce.h (with their logic); the pipeline's buffers below, what they do in sharding.cpp.
+// fsdp_reduce.h, DDP's and ZeRO's gradient buffers in dp_gradients.h (with their logic); the pipeline's buffers
+// below, what they do in sharding.cpp.
 
 // Pipeline parallelism (torch.distributed.pipelining).
 struct PipelineBuffers {
@@ -240,7 +242,7 @@ class StepBuilder {
   void step(int iter, int64_t mbs, int64_t gas);
   void use_shape(const MicroBatchShape& shape);  // the micro-batch's dims (dims_)
   void alloc_weights();
-  void alloc_grad_bucket();  // DDP's flat gradient bucket
+  void alloc_grad_bucket();  // DDP's flat gradient bucket (dp_grads_)
   void alloc_loaded_weights();  // transformers' load of a bitsandbytes base (model_load.cpp)
   void alloc_layer_grads(int64_t layer);  // first backward of an iteration: .grad of the layer's params
   void release_layer_grads(int64_t layer);  // ZeRO-2/3: the full grads go once reduced into the partition
@@ -259,7 +261,7 @@ class StepBuilder {
   void end_backward();                                       // FSDP2: the last reduce-scatter completes
   void reshard_after_backward(int64_t layer);                // FSDP: kept unsharded params go
   void reduce_slot(int64_t layer);
-  void release_grad_shards();  // zero_grad: FSDP's gradient shards go (fsdp_reduce_)
+  void release_grad_shards();  // zero_grad: ZeRO's partition (dp_grads_) and FSDP's gradient shards (fsdp_reduce_) go
   void optimizer_step(int iter);
   void ema_update(int iter);  // training.ema after the step (optimizer_step.cpp)
   void release_grads();       // zero_grad(set_to_none=True): every gradient the step made goes
@@ -796,7 +798,8 @@ class StepBuilder {
   FsdpReduce fsdp_reduce_;    // FSDP1/FSDP2's gradient shards, reduce-scatter inputs and no_sync accumulation
   class FsdpReduceHost;       // what fsdp_reduce_ asks of this step (sharding.cpp)
   PipelineBuffers pipeline_;  // pipeline parallelism's receive buffers (sharding.cpp recv_buffers, schedule.cpp)
-  bool bucket_views_ = false;                 // DDP gradient_as_bucket_view, from the second iteration
+  DataParallelGradients dp_grads_;            // DDP's bucket and its views, ZeRO's partition and ipg buckets
+  class DpGradientsHost;                      // what dp_grads_ asks of this step (sharding.cpp)
   mutable int64_t gathered_cache_[4] = {-1, -1, -1, -1};  // gathered_bytes of the embeddings, head, dense, MoE layer
   mutable int64_t flat_numel_cache_ = -1;     // flat_partition_numel()
   // The backward running is the step's last for its chunk: FSDP under pipeline parallelism or no_sync reduces
@@ -805,7 +808,6 @@ class StepBuilder {
   std::vector<std::vector<uint32_t>> grads_;  // live .grad tensors per slot: 0 embeddings, l + 1 layer l, L + 1 head
   std::vector<bool> grad_created_;
   std::vector<bool> states_created_;  // optimizer in backward: per slot
-  std::vector<uint32_t> other_grads_;         // ZeRO partition or DDP bucket
   std::vector<uint32_t> casts_;               // autocast weight copies alive, per layer
   std::vector<uint32_t> ckpt_casts_;          // layers whose casts were made under a checkpoint's no_grad
   SavedLayer recompute_;
@@ -840,9 +842,7 @@ class StepBuilder {
   bool fsdp_hook_holds_inputs_ = false;
   std::vector<uint32_t> backward_held_;
   uint32_t tied_pending_ = UINT32_MAX;        // tied weights, a later micro-batch: lm_head's gradient in the engine
-  bool grads_live_ = false;
   bool any_quantized_ = false;
-  bool zero_buckets_ = false;
   const std::vector<MicroBatchShape>* run_shapes_ = nullptr;  // a run of varying shapes: every micro-batch's
   size_t next_shape_ = 0;                                     // ... and the next forward's index into them
   EncDecLabels encdec_labels_{};

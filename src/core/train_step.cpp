@@ -132,6 +132,17 @@ StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
   fsdp_unshard_.configure(static_cast<size_t>(shape_.num_layers + 2), shard_plan_.sharding == Sharding::Fsdp2,
                           shard_plan_.fsdp && cfg_.parallel.pipeline_parallel_size > 1, one_rank_copy);
   const TriState no_sync = cfg_.parallel.no_sync();
+  {
+    const bool deepspeed = shard_plan_.sharding == Sharding::DeepSpeed;
+    DataParallelGradients::Plan dp;
+    dp.ddp_bucket = !shard_plan_.grad_buffer && shard_ranks_ > 1 && cfg_.parallel.zero_stage == 0;
+    dp.ddp_views = dp.ddp_bucket && cfg_.parallel.ddp_gradient_as_bucket_view;
+    dp.zero3_bucket = deepspeed && shard_weights_ && (shard_ranks_ > 1 || shard_plan_.offload_params) && !shares_engine_;
+    dp.partition = deepspeed && shard_grads_ && !shard_plan_.offload_optimizer;
+    dp.reduce_buckets = deepspeed && shard_opt_ && !shard_weights_ && shard_ranks_ > 1 && !shares_engine_ ? (zero_overlap() ? 2 : 1) : 0;
+    if (dp.zero3_bucket || dp.reduce_buckets > 0) dp.bucket_bytes = mul(zero_reduce_bucket(), recipe_.weight_bytes);
+    dp_grads_.configure(dp);
+  }
   fsdp_reduce_.configure(static_cast<size_t>(shape_.num_layers + 2), shard_plan_.sharding == Sharding::Fsdp2,
                          shard_plan_.fsdp && (no_sync == TriState::True || (no_sync == TriState::Auto && resolved_.framework->fsdp_no_sync_accumulation)) &&
                              cfg_.parallel.pipeline_parallel_size == 1 && cfg_.training.gradient_accumulation_steps > 1);
@@ -250,17 +261,6 @@ StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
   if (ppo()) critic_setup();  // PPO's value model: a builder of its own over this program (ppo_step.cpp)
 }
 
-// PyTorch DDP: a flat bucket copy of every gradient, allocated when the model is wrapped and kept for the run
-// (reducer.cpp Reducer::initialize_buckets: bucket.gradients = at::empty(...), from the constructor, and again
-// of the same size when rebuild_buckets reorders them after the first iteration); zero_grad frees only .grad.
-void StepBuilder::alloc_grad_bucket() {
-  if (!shard_plan_.grad_buffer && shard_ranks_ > 1 && cfg_.parallel.zero_stage == 0) {
-    int64_t grad_total = 0;
-    for_each_param(ctx_, [&](const ParamTensor& t) { grad_total = add(grad_total, grad_bytes_of(t)); });
-    program_.alloc(Component::Communication, grad_total, labels_.grad_bucket);
-  }
-}
-
 void StepBuilder::prologue() {
   // About 70 events per layer and micro-batch, 8 per parameter tensor: reserve once instead of regrowing.
   const int64_t passes = 1 + std::min<int64_t>(cfg_.training.gradient_accumulation_steps, 2 * cfg_.parallel.pipeline_parallel_size + 1);
@@ -288,8 +288,7 @@ void StepBuilder::prologue() {
 
 // One optimizer step: its micro-batches (mbs of the step's gas), the optimizer step and zero_grad.
 void StepBuilder::step(int iter, int64_t mbs, int64_t gas) {
-  bucket_views_ = iter >= 2 && cfg_.parallel.ddp_gradient_as_bucket_view && shard_ranks_ > 1 && cfg_.parallel.zero_stage == 0 &&
-                  !shard_plan_.grad_buffer;
+  dp_grads_.step_begins(iter);
   // step() starts by clearing the receive buffers' .grad (clear_runtime_states); the micro-batches this replay
   // leaves out left theirs too, one per stage that receives activations.
   for (uint32_t g : pipeline_.input_grads) drop(g);
@@ -327,10 +326,7 @@ void StepBuilder::release_grads() {
     grads_[slot].clear();
     grad_created_[slot] = false;
   }
-  for (uint32_t g : other_grads_) drop(g);
-  other_grads_.clear();
-  release_grad_shards();
-  grads_live_ = false;
+  release_grad_shards();  // ZeRO's partition, FSDP's shards
   if (critic_) critic_release_grads();
 }
 
