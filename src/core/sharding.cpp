@@ -181,11 +181,9 @@ void StepBuilder::alloc_layer_grads(int64_t layer) {
     grads_[slot].push_back(program_.alloc(Component::Gradients, grad_bytes_of(shape_.pre.front()), labels_.grads));
 }
 
-// ZeRO-2/3 reduce a layer's full gradients into the partition and free them. FSDP reduce-scatters them into a
-// gradient shard: FSDP2 copies them into one flat input in the reduce dtype (fp32 under torchtitan's
-// MixedPrecisionPolicy) that lives until the next group's reduce (_fsdp_collectives.py foreach_reduce,
-// _fsdp_param_group.py post_backward: reduce_scatter_state); FSDP1 reduce-scatters the flat gradient itself
-// (_runtime_utils.py _reduce_grad). The first micro-batch's output becomes the shard; later ones add into it.
+// A layer's backward is done: ZeRO-2/3 reduce its full gradients into the partition and free them; FSDP
+// reduce-scatters them into the unit's gradient shard, or accumulates them under no_sync (fsdp_reduce.cpp says how,
+// with its sources). This decides which, and when the root unit's head reduces.
 void StepBuilder::release_layer_grads(int64_t layer) {
   if (!shard_grads_ || shard_plan_.grad_buffer) return;
   // ... and so do the micro-batches before the last under no_sync gradient accumulation (FsdpReduce, pipeline
