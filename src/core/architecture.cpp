@@ -942,6 +942,9 @@ class Decoder {
           if (kn == "rotary_dims") op.size = d;
           if (kn == "state") op.state = d;
           if (kn == "chunk") op.chunk = d;
+          if (kn == "experts") op.experts = d;
+          if (kn == "top_k") op.top_k = d;
+          if (kn == "width") op.expert_width = d;
           break;
         }
         case OpKey::Probability: {

@@ -64,6 +64,7 @@ enum class OpKind {
   Embedding,    // nn.Embedding: int64 ids [rows] -> [rows, width] (a decoder's token embedding)
   Cast,         // x.to(dtype): a copy in another dtype, or x itself where it has that dtype already
   SsdMixer,     // Mamba-2's mixer after in_proj: mamba_ssm's fused conv1d, SSD scan, gated RMSNorm and out_proj
+  Moe,          // a mixture of experts' routed part: transformers 5's sigmoid router and grouped_mm experts (NemotronHMoE)
 };
 
 // What a cast op converts to: fp32, the compute dtype (autocast's or the weights'), or the weights' storage dtype.
@@ -133,6 +134,8 @@ struct ArchOp {
   // depthwise conv's width) and out_features (out_proj's) use the fields above; bias is out_proj's, conv_bias conv1d's.
   int64_t head_dim = 0, state = 0, chunk = 0;
   bool conv_bias = true;
+  // Moe: the routed experts, the experts each token goes to (top_k) and one expert's hidden width (its up_proj's rows).
+  int64_t experts = 0, top_k = 0, expert_width = 0;
   bool shifted_logits = false;  // Copy: a causal LM's shifted logits, copied only where the loss path copies them
   bool frozen = false;       // Parameter: requires_grad_(False) (Whisper's sinusoidal encoder positions): a weight
                              // that never trains, even in full fine-tuning

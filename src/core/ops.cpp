@@ -203,6 +203,17 @@ const std::vector<OpSpec>& op_specs() {
        "the chunked SSD scan, the gated RMSNorm (weight [di]) and out_proj [out_features, di]. Parameters conv1d.weight "
        "[di + 2 g N, 1, kernel], conv1d.bias, dt_bias, A_log, D [heads], norm.weight [di], out_proj.weight "
        "(docs/research/mamba2.md section 1.2)"},
+      {OpKind::Moe, "moe",
+       {{"in", K::Tensor, true}, {"experts", K::Dim, true}, {"top_k", K::Dim, true}, {"width", K::Dim, true}},
+       true,
+       "A mixture of experts' routed part as transformers 5 trains it (models/nemotron_h NemotronHMoE without its "
+       "shared expert, which a program writes as linears): NemotronHTopkRouter's weight [experts, d] run in fp32 "
+       "(F.linear(x.float(), weight.float())), a sigmoid, top_k experts a token (norm_topk_prob, "
+       "routed_scaling_factor), and NemotronHExperts' 3-D parameters up_proj [experts, width, d] and down_proj "
+       "[experts, d, width] (no gate; squared ReLU) through integrations/moe.py grouped_mm_experts_forward: the "
+       "top_k x tokens (token, expert) pairs sorted by expert, two grouped GEMMs, the fp32 routing weights, the "
+       "pairs unsorted and summed. The 3-D parameters are no nn.Linear: PEFT's target_modules, bitsandbytes and "
+       "autocast's weight cache pass them by (docs/research/nemotron3-moe.md sections 2-3)"},
       {OpKind::Embedding, "embedding",
        {{"in", K::Tensor, true}, {"rows", K::Dim, true}, {"out_features", K::Dim, true}, {"tied", K::Flag, false}}, true,
        "torch.nn.Embedding(rows, out_features) of int64 ids [n]: weight [rows, out_features], output [n, out_features] "
@@ -285,6 +296,15 @@ bool op_shape(const ArchOp& op, const std::vector<const ArchTensor*>& in, const 
       out = {in[0]->shape[0], op.out_features};
       return true;
     }
+    case OpKind::Moe:
+      if (in[0]->is_parameter) return error = "moe needs an activation; " + in[0]->name + " is a parameter", false;
+      if (!rows(in[0], "moe")) return false;
+      if (op.top_k > op.experts)
+        return error = "moe's top_k (" + std::to_string(op.top_k) + ") must be at most its experts (" + std::to_string(op.experts) + ")", false;
+      if (double(op.experts) * double(op.expert_width) * double(in[0]->shape[1]) > 1e12)
+        return error = "moe's experts hold more than 10^12 elements per projection", false;
+      out = in[0]->shape;
+      return true;
     case OpKind::Embedding: {
       const auto& s = in[0]->shape;
       if (s.size() != 1 || in[0]->is_parameter || in[0]->dtype != InputDtype::Int64 || in[0]->producer >= 0)
@@ -603,6 +623,16 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
       param(".out_proj.weight", mul(op.out_features, di), ParamKind::Matmul, op.out_features);
       params.back().fused = true;  // read by the kernel, never called: no adapter, quantization or autocast cache reaches it
       if (op.bias) param(".out_proj.bias", op.out_features, ParamKind::Bias, op.out_features);
+      break;
+    }
+    case OpKind::Moe: {  // NemotronHMoE.__init__'s order: experts (up_proj, down_proj), then the router (gate)
+      const int64_t d = in[0]->shape[1], stack = mul(op.experts, op.expert_width, d);
+      param(".experts.up_proj", stack, ParamKind::Matmul, mul(op.experts, op.expert_width));
+      params.back().fused = true;  // nn.Parameter of NemotronHExperts, read by grouped_mm: no module of its own
+      param(".experts.down_proj", stack, ParamKind::Matmul, mul(op.experts, d));
+      params.back().fused = true;
+      param(".gate.weight", mul(op.experts, d), ParamKind::Matmul, op.experts);
+      params.back().fused = true;  // NemotronHTopkRouter's nn.Parameter, cast to fp32 by its forward
       break;
     }
     case OpKind::Embedding:  // a tied one uses the head linear's weight

@@ -95,12 +95,12 @@ TEST_CASE("the published cases against memsim: every case whole, the summaries, 
     CHECK(s.worst_high_abs_error < 0.085);
   }
   // The fine-tuning issue's target: median absolute error <= 7% over the high- and medium-confidence single-GPU cases
-  // that use a PEFT method. Reached now: 2.5% over 85 cases (3.4% before fms-acceleration's cases stated their
-  // versions), the worst high-confidence one 7.5%.
+  // that use a PEFT method. Reached now: 2.7% over 108 cases (2.5% over 85; 3.4% before fms-acceleration's cases
+  // stated their versions), the worst high-confidence one 7.5%. (2.70% with Nemotron-3-Nano's TRL run, 3.7% under.)
   SECTION("single-GPU fine-tuning (PEFT) peaks: median error") {
     const ValidationSummary& s = published();
     REQUIRE(s.peft_counted >= 80);
-    CHECK(s.peft_median_abs_error <= 0.027);
+    CHECK(s.peft_median_abs_error <= 0.0275);
     CHECK(s.peft_worst_high_abs_error < 0.08);
   }
   // Target of the distributed issue: median absolute error <= 8% over the high- and medium-confidence multi-GPU
