@@ -463,7 +463,10 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
       out.push_back(t);
       // modules_to_save: ModulesToSaveWrapper (peft/utils/other.py) keeps the original module, frozen, and trains
       // a deepcopy of it (modules_to_save[adapter_name] = copy.deepcopy(original_module)).
-      if (in_list(peft.modules_to_save, mod)) {
+      // (A model program's 3-D expert stacks are parameters of their experts module, not modules PEFT can wrap:
+      // "up_proj" there names the shared expert's linear only.)
+      const bool stack = t.fused && !t.name.ends_with(".weight") && !t.name.ends_with(".bias");
+      if (in_list(peft.modules_to_save, mod) && !stack) {
         ParamTensor copy = t;
         copy.name = "modules_to_save." + t.name;  // module_name() still gives the module PEFT wraps
         copy.frozen = false;

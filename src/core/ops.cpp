@@ -627,9 +627,9 @@ void op_params(const ArchOp& op, const std::vector<const ArchTensor*>& in, const
     }
     case OpKind::Moe: {  // NemotronHMoE.__init__'s order: experts (up_proj, down_proj), then the router (gate)
       const int64_t d = in[0]->shape[1], stack = mul(op.experts, op.expert_width, d);
-      param(".experts.up_proj", stack, ParamKind::Matmul, mul(op.experts, op.expert_width));
+      param(".experts.up_proj", stack, ParamKind::Matmul, op.experts);  // (rows: the first dimension, the experts)
       params.back().fused = true;  // nn.Parameter of NemotronHExperts, read by grouped_mm: no module of its own
-      param(".experts.down_proj", stack, ParamKind::Matmul, mul(op.experts, d));
+      param(".experts.down_proj", stack, ParamKind::Matmul, op.experts);
       params.back().fused = true;
       param(".gate.weight", mul(op.experts, d), ParamKind::Matmul, op.experts);
       params.back().fused = true;  // NemotronHTopkRouter's nn.Parameter, cast to fp32 by its forward

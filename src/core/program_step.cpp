@@ -468,82 +468,93 @@ uint32_t StepBuilder::program_forward(ProgramStage st, int32_t layer, uint32_t i
       }
       case OpKind::Moe: {
         // NemotronHMoE's routed part (transformers 5, docs/research/nemotron3-moe.md sections 2-3), over T tokens of
-        // width d, S = top_k x T (token, expert) pairs, f = the experts' width. The router: F.linear(x.float(),
-        // weight.float()), each .float() a copy where the tensor is 16-bit (under autocast F.linear then runs in the
-        // autocast dtype, and so does the sigmoid after it); the matmul keeps the weight's copy where x needs a
-        // gradient and x's where the router trains; the sigmoid keeps its output; the choice (+ the fp32
-        // e_score_correction_bias, a -inf mask) is fp32 and kept by nothing. grouped_mm_experts_forward: the pairs'
-        // tokens gathered (hidden_states[perm // top_k], a copy, kept by the up GEMM only where up_proj trains), the
-        // up GEMM, relu (which keeps its output, which square reads again), the square (kept by the down GEMM only
-        // where down_proj trains), the down GEMM's output (kept by the product with the routing weights, which need a
-        // gradient), the product in the promoted dtype, its unsorted copy, the sum over top_k and the cast back.
-        // The sort's permutation and its inverse ([S] int64) are kept by the index ops' backward.
-        const int64_t T = rows_of(x), d = s.tensors[x].shape.back(), a = p.bytes[x], e = dims_.e;
+        // width d, S = top_k x T (token, expert) pairs, f = the experts' width.
+        // - The router: F.linear(x.float(), weight.float()), each .float() a copy where the tensor is 16-bit (under
+        //   autocast F.linear casts both again, to the autocast dtype, and the sigmoid after it keeps that dtype);
+        //   the matmul keeps the weight's copy where x needs a gradient and x's where the router trains; the
+        //   sigmoid keeps its output where the routing weights need a gradient; the choice (+ the fp32
+        //   e_score_correction_bias, a -inf mask) is fp32 and kept by nothing.
+        // - grouped_mm_experts_forward: the pairs' tokens gathered (hidden_states[perm // top_k], a local until the
+        //   function returns), cast to the weights' dtype where they differ (_grouped_mm's input.to(weight.dtype):
+        //   grouped_mm is not autocast-enabled, so the experts run in the weights' dtype), the up GEMM (its input
+        //   kept where up_proj trains), act_fn = relu then square (relu's output kept where it needs a gradient;
+        //   the up output goes when act_fn returns), the down GEMM (the square kept where down_proj trains; its output
+        //   a local until the function returns, and kept by the product with the routing weights where those need a
+        //   gradient), the product in the promoted dtype, its unsorted copy (weighted_out[inv_perm], a local until
+        //   the return), the sum over top_k (fp32 under autocast: sum is on its fp32 list) and the cast back. The
+        //   sort's permutation and its inverse ([S] int64) are kept by the index ops' backward.
+        const int64_t T = rows_of(x), d = s.tensors[x].shape.back(), a = p.bytes[x];
         const int64_t E = op.experts, S = mul(op.top_k, T), f = op.expert_width;
-        const int64_t rd = dims_.amp ? e : 4;          // the router's logits and sigmoid (and so the routing weights)
-        const int64_t w = std::max(e, rd);             // the weighted outputs: the down GEMM's dtype times the weights'
-        bool router_trains = false, up_trains = false, down_trains = false;
-        for (const auto& t : program_params(st, layer)) {
-          if (!has_grad(t)) continue;
-          router_trains |= names_param(t.name, op.name, ".gate.weight");
-          up_trains |= names_param(t.name, op.name, ".experts.up_proj");
-          down_trains |= names_param(t.name, op.name, ".experts.down_proj");
-        }
+        const int64_t rd = dims_.amp ? dims_.e : 4;   // the router's logits and sigmoid, and so the routing weights
+        const int64_t ec = recipe_.weight_bytes;      // the experts' GEMMs and what they make
+        const int64_t w = std::max(ec, rd);           // the weighted outputs: the down GEMM's dtype times the weights'
+        const int64_t sb = dims_.amp ? 4 : w;         // the sum over top_k
+        const std::vector<const ParamTensor*> trained = [&] {
+          std::vector<const ParamTensor*> v;
+          for (const auto& t : program_params(st, layer))
+            if (has_grad(t)) v.push_back(&t);
+          return v;
+        }();
+        const bool router_trains = param_trains(trained, op.name, ".gate.weight");
+        const bool up_trains = param_trains(trained, op.name, ".experts.up_proj");
+        const bool down_trains = param_trains(trained, op.name, ".experts.down_proj");
         const bool save = req && !no_grad_, grad_x = save && p.req[x];
+        const bool routing_grad = save && (p.req[x] || router_trains);  // the routing weights need a gradient
+        const bool chain_grad = save && (p.req[x] || up_trains || down_trains);
         auto save_or_tmp = [&](bool kept, int64_t bytes, uint32_t label) {
           if (!kept) return tmp(bytes, label, layer);
           const uint32_t t = act(bytes, label, layer);
           saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
           return t;
         };
-        auto transient_if = [&](bool kept, uint32_t t) { if (!kept && t != UINT32_MAX) drop(t); };
-        // The router. x.float() and weight.float() are copies where the tensor is 16-bit; under autocast F.linear
-        // casts both again, to the autocast dtype, and reads those.
-        const uint32_t x32 = a != 4 ? tmp(mul(4, T, d), labels_.router, layer) : UINT32_MAX;
-        const uint32_t w32 = recipe_.weight_bytes != 4 ? tmp(mul(4, E, d), labels_.router, layer) : UINT32_MAX;
+        auto transient_if = [&](bool kept, uint32_t t) {
+          if (!kept && t != UINT32_MAX) drop(t);
+        };
+        // The router.
         const bool amp_cast = dims_.amp && rd != 4;
-        const uint32_t x_in = amp_cast ? tmp(mul(rd, T, d), labels_.router, layer) : x32;
-        const uint32_t w_in = amp_cast ? tmp(mul(rd, E, d), labels_.router, layer) : w32;
-        // The matmul keeps x's operand where the router trains, the weight's where x needs a gradient.
         const bool x_kept = save && router_trains;
-        if (x_kept && x_in == UINT32_MAX) keep(oi, x);  // fp32 x: x.float() is x
-        for (auto [t, kept] : {std::pair{x_in, x_kept}, std::pair{w_in, grad_x}}) {
-          if (t == UINT32_MAX) continue;
-          if (kept) saved.attn.push_back(t), saved.ops.push_back(static_cast<uint32_t>(i));
-        }
+        const uint32_t x32 = a != 4 ? save_or_tmp(x_kept && !amp_cast, mul(4, T, d), labels_.router) : UINT32_MAX;
+        const uint32_t w32 = recipe_.weight_bytes != 4 ? save_or_tmp(grad_x && !amp_cast, mul(4, E, d), labels_.router) : UINT32_MAX;
+        const uint32_t x_in = amp_cast ? save_or_tmp(x_kept, mul(rd, T, d), labels_.router) : x32;
+        const uint32_t w_in = amp_cast ? save_or_tmp(grad_x, mul(rd, E, d), labels_.router) : w32;
+        if (!amp_cast && x_kept && x32 == UINT32_MAX) keep(oi, x);  // fp32 x: x.float() is x
         const uint32_t logits = tmp(mul(rd, T, E), labels_.router, layer);
         transient_if(x_kept, x_in);
         transient_if(grad_x, w_in);
         if (amp_cast) drop_if(x32), drop_if(w32);
-        const uint32_t probs = save_or_tmp(save, mul(rd, T, E), labels_.router);
+        const uint32_t probs = save_or_tmp(routing_grad, mul(rd, T, E), labels_.router);
         drop(logits);
         const uint32_t choice = tmp(mul(4, T, E), labels_.router, layer);
         const uint32_t masked = tmp(mul(4, T, E), labels_.router, layer);
         drop(choice);
-        const uint32_t picked = save_or_tmp(save, mul(8 + rd, T, op.top_k), labels_.router);  // indices, weights
+        const uint32_t picked = save_or_tmp(routing_grad || chain_grad, mul(8 + rd, T, op.top_k), labels_.router);  // indices, weights
         drop(masked);
         // The experts.
-        const uint32_t perm = save_or_tmp(save, mul(16, S), labels_.expert_in);
-        const uint32_t gathered = save_or_tmp(save && up_trains, mul(a, S, d), labels_.expert_in);
-        const uint32_t up = tmp(mul(e, S, f), labels_.expert_out, layer);
-        const uint32_t relu = save_or_tmp(save, mul(e, S, f), labels_.expert_out);
+        const uint32_t perm = save_or_tmp(routing_grad || chain_grad, mul(16, S), labels_.expert_in);
+        const uint32_t gathered = save_or_tmp(save && up_trains && a == ec, mul(a, S, d), labels_.expert_in);
+        const uint32_t gathered_cast = a != ec ? save_or_tmp(save && up_trains, mul(ec, S, d), labels_.expert_in) : UINT32_MAX;
+        const uint32_t up = tmp(mul(ec, S, f), labels_.expert_out, layer);
+        transient_if(save && up_trains, gathered_cast);
+        const bool relu_kept = save && (p.req[x] || up_trains);
+        const uint32_t relu = save_or_tmp(relu_kept, mul(ec, S, f), labels_.expert_out);
+        const uint32_t square = save_or_tmp(save && down_trains, mul(ec, S, f), labels_.expert_out);
+        transient_if(relu_kept, relu);  // act_fn returns: relu's output goes unless kept, and so does the up output
         drop(up);
-        const uint32_t square = save_or_tmp(save && down_trains, mul(e, S, f), labels_.expert_out);
-        const uint32_t down = save_or_tmp(save, mul(e, S, d), labels_.expert_out);
-        transient_if(save && up_trains, gathered);
+        const uint32_t down = save_or_tmp(routing_grad, mul(ec, S, d), labels_.expert_out);
         transient_if(save && down_trains, square);
         const uint32_t weighted = tmp(mul(w, S, d), labels_.expert_out, layer);
         const uint32_t unsorted = tmp(mul(w, S, d), labels_.expert_out, layer);
         drop(weighted);
-        const uint32_t summed = w != a ? tmp(mul(w, T, d), labels_.expert_out, layer) : UINT32_MAX;
-        drop(unsorted);
+        const uint32_t summed = sb != a ? tmp(mul(sb, T, d), labels_.expert_out, layer) : UINT32_MAX;
         id[o] = act(bytes_of(o), program_label(st, layer, o, "out"), layer);  // the sum, or its cast to x's dtype
         drop_if(summed);
-        transient_if(save, probs);
-        transient_if(save, picked);
-        transient_if(save, perm);
-        transient_if(save, relu);
-        transient_if(save, down);
+        // The function returns: its locals go.
+        drop(unsorted);
+        transient_if(save && up_trains && a == ec, gathered);
+        transient_if(routing_grad, down);
+        transient_if(routing_grad, probs);
+        transient_if(routing_grad || chain_grad, picked);
+        transient_if(routing_grad || chain_grad, perm);
         break;
       }
       case OpKind::Linear:
@@ -1146,38 +1157,46 @@ uint32_t StepBuilder::program_backward(ProgramStage st, int32_t layer, uint32_t 
             if (names_param(t.name, op.name, ".out_proj.weight") && has_grad(t)) scratch.push_back(tmp(mul(dims_.e, t.numel), labels_.bwd_mlp, layer));
       }
       // The MoE's routed part backward (its forward above; docs/research/nemotron3-moe.md section 3.4), each
-      // gradient going once the next is made: the sum's backward expands the output's gradient (cast to the weighted
-      // outputs' dtype where the output was cast back), the unsorting index's scatters it into zeros [S, d]; the
-      // product's gives the down output's gradient and, through g x down (then summed over d), the routing weights';
-      // the down GEMM's, the square's, relu's and the up GEMM's input gradients; the gather's backward (index_put
-      // into zeros) is the input's gradient, beside the router's: the sigmoid's and the matmul's, then the .float()
-      // cast back. The experts' weight gradients, where they train, are the layer's (alloc_layer_grads).
+      // gradient going once the next is made: the cast back's and the sum's (an expand, a view, whose view(T, k, d)
+      // backward reshapes it: a copy [S, d], cast to the weighted outputs' dtype where the sum ran in fp32), the
+      // unsorting index's (zeros [S, d], index_put); the product's: the down output's gradient (g x weights, cast to
+      // the experts' dtype) and the routing weights' (g x down, summed over d), alive with the incoming one; the down
+      // GEMM's input gradient, the square's (2 x relu, then times g), relu's, the up GEMM's input gradient and its
+      // cast back to x's dtype; the gather's backward (index_put into zeros) is the input's gradient, beside the
+      // router's: the sigmoid's and the matmul's, then the .float() cast back. The experts' weight gradients, where
+      // they train, are the layer's (alloc_layer_grads).
       if (op.kind == OpKind::Moe) {
         const int32_t x = op.in[0];
-        const int64_t d = s.tensors[x].shape.back(), T = mul(b, s.tensors[x].numel() / d);
-        const int64_t a = p.bytes[x], e = dims_.e, rd = dims_.amp ? e : 4, w = std::max(e, rd);
+        const int64_t d = s.tensors[x].shape.back(), T = mul(b, s.tensors[x].numel() / d), a = p.bytes[x];
+        const int64_t rd = dims_.amp ? dims_.e : 4, ec = recipe_.weight_bytes, w = std::max(ec, rd), sb = dims_.amp ? 4 : w;
         const int64_t S = mul(op.top_k, T), f = op.expert_width;
-        const uint32_t g_sum = w != a ? tmp(mul(w, T, d), labels_.bwd_mlp, layer) : UINT32_MAX;
-        const uint32_t g_unsorted = tmp(mul(w, S, d), labels_.bwd_mlp, layer);
-        drop_if(g_sum);
-        uint32_t g_down = tmp(mul(w, S, d), labels_.bwd_mlp, layer);
-        drop(tmp(mul(w, S, d), labels_.bwd_mlp, layer));  // g x down, summed into the routing weights' gradient
-        drop(g_unsorted);
-        if (w != e) {
-          const uint32_t cast = tmp(mul(e, S, d), labels_.bwd_mlp, layer);
-          drop(g_down);
-          g_down = cast;
-        }
-        uint32_t chain = g_down;
-        for (int k = 0; k < 3; ++k) {  // the square's input, relu's input, the up GEMM's output
-          const uint32_t next = tmp(mul(e, S, f), labels_.bwd_mlp, layer);
-          drop(chain);
-          chain = next;
-        }
-        scratch.push_back(tmp(mul(e, S, d), labels_.bwd_mlp, layer));  // the gathered tokens' gradient
+        auto next = [&](uint32_t& chain, int64_t bytes) {  // the next gradient, then the one it was made from goes
+          const uint32_t t = tmp(bytes, labels_.bwd_mlp, layer);
+          drop_if(chain);
+          chain = t;
+        };
+        uint32_t chain = sb != a ? tmp(mul(sb, T, d), labels_.bwd_mlp, layer) : UINT32_MAX;
+        next(chain, mul(sb, S, d));                  // the reshaped expand
+        if (sb != w) next(chain, mul(w, S, d));      // sum(dtype=fp32)'s backward casts to its input's dtype
+        next(chain, mul(w, S, d));                   // the unsort's scatter
+        const uint32_t g_down = tmp(mul(w, S, d), labels_.bwd_mlp, layer);
+        const uint32_t g_weights = tmp(mul(w, S, d), labels_.bwd_mlp, layer);
+        const uint32_t g_down_cast = w != ec ? tmp(mul(ec, S, d), labels_.bwd_mlp, layer) : UINT32_MAX;
+        drop(g_weights);
         drop(chain);
+        chain = g_down;
+        if (g_down_cast != UINT32_MAX) drop(g_down), chain = g_down_cast;
+        next(chain, mul(ec, S, f));                  // the down GEMM's input gradient
+        const uint32_t twice = tmp(mul(ec, S, f), labels_.bwd_mlp, layer);  // square's backward: 2 x relu, times g
+        next(chain, mul(ec, S, f));
+        drop(twice);
+        next(chain, mul(ec, S, f));                  // relu's input gradient
+        next(chain, mul(ec, S, d));                  // the up GEMM's input gradient
+        if (a != ec) next(chain, mul(a, S, d));      // the cast to the weights' dtype, back
+        scratch.push_back(chain);                    // read by the gather's backward, x's gradient (below)
         scratch.push_back(tmp(mul(rd, T, op.experts), labels_.bwd_mlp, layer));  // the sigmoid's
         scratch.push_back(tmp(mul(rd, T, d), labels_.bwd_mlp, layer));            // the router's input gradient
+        if (rd != a) scratch.push_back(tmp(mul(a, T, d), labels_.bwd_mlp, layer));  // .float()'s backward
       }
       // apply_rotary_emb's backward: the fp32 gradient of the cast and of each product (grad * cos, grad * sin).
       // apply_rotary_pos_emb's backward: the gradient through each product (grad * cos, grad * sin) in cos's dtype,

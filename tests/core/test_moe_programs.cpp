@@ -113,6 +113,46 @@ TEST_CASE("moe: the routed part's saved set in closed form", "[architecture][moe
     return activations_before_backward(c);
   };
   CHECK(lora(256) - lora(128) == 21 * 2 * (2 * T) * 128);
+  // ... and a wider top_k adds its sorted order, relu's output and the down output per pair, not the gathered
+  // tokens (up_proj is frozen), nor the square (down_proj is).
+  auto lora_k = [&](int64_t k) {
+    std::string args = kSmall;
+    args.replace(args.find("num_experts_per_tok=2"), 21, "num_experts_per_tok=" + std::to_string(k));
+    Config c = nano(args);
+    c.peft.method = "lora";
+    c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj";
+    return activations_before_backward(c);
+  };
+  CHECK(lora_k(3) - lora_k(2) == 21 * T * (2 * d + 2 * 128 + 16 + 12));
+  // Under autocast over fp32 weights the experts run in fp32 (_grouped_mm casts its input to the weights' dtype;
+  // grouped_mm is not autocast-enabled): relu's output and the square, 4 bytes an element.
+  auto amp = [&](int64_t f) {
+    std::string args = kSmall;
+    args.replace(args.find("moe_intermediate_size=128"), 25, "moe_intermediate_size=" + std::to_string(f));
+    Config c = nano(args);
+    c.training.precision = "amp_bf16";
+    return activations_before_backward(c);
+  };
+  CHECK(amp(256) - amp(128) == 23 * (2 * 4) * (2 * T) * 128);
+}
+
+TEST_CASE("moe: modules_to_save reaches the router, not the 3-D expert stacks", "[architecture][moe]") {
+  // PEFT's ModulesToSaveWrapper wraps modules: "gate" is the router (NemotronHTopkRouter), which then trains and
+  // keeps its input's fp32 copy (x.float(), 4 bytes a token and unit of width, in each of the 23 MoE layers);
+  // "up_proj" is the shared expert's nn.Linear, never the experts' up_proj stack, a parameter.
+  Config c = nano();
+  c.peft.method = "lora";
+  c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj";
+  const int64_t base = activations_before_backward(c);
+  const int64_t trainable = simulate(c).params_trainable;
+  c.peft.modules_to_save = "gate";
+  INFO(errors_of(c));
+  REQUIRE(validate(c).empty());
+  CHECK(simulate(c).params_trainable == trainable + 23 * 8 * 256);
+  const int64_t T = 2 * 128, d = 256;
+  CHECK(activations_before_backward(c) - base >= 23 * 4 * T * d);
+  c.peft.modules_to_save = "up_proj";
+  CHECK(simulate(c).params_trainable == trainable + 23 * 256 * 256);
 }
 
 TEST_CASE("moe: the ledger holds, checkpointed, under autocast and LoRA", "[architecture][moe]") {
@@ -138,15 +178,17 @@ TEST_CASE("moe: the ledger holds, checkpointed, under autocast and LoRA", "[arch
   CHECK(ledger_problem(r.devices[0].program).empty());
   ModelShape shape = model_shape_of(c.model);
   apply_peft(shape, c.peft, false);
-  int moe_tensors = 0;
+  int moe_tensors = 0, shared = 0;
   for (const auto& t : shape.params_of(1))  // layer 1: the first MoE layer
     if (t.name.find(".experts.") != std::string::npos || t.name.find(".gate.weight") != std::string::npos) {
       ++moe_tensors;
       CHECK(!t.quantized);
     } else if (t.name.ends_with("shared_experts.up_proj.weight")) {
+      ++shared;
       CHECK(t.quantized);
     }
   CHECK(moe_tensors == 3);
+  CHECK(shared == 1);
 }
 
 TEST_CASE("nemotron3_nano: its config.json imports by its pattern, and a bad moe op gets a field error", "[architecture][moe]") {
