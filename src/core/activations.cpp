@@ -491,18 +491,37 @@ void StepBuilder::dequant(int32_t layer) {
 // autocast region exits only for a leaf that requires grad (autocast_mode.cpp cached_cast: `arg.requires_grad() &&
 // arg.is_leaf()`); a frozen weight (PEFT's base) is cast again by every call, and only the graph keeps that copy
 // (mm saves it for the input's gradient), so a forward without a graph (a checkpoint's first) holds one at a time.
-// A quantized weight is not floating point and is never cast. `graph`: this forward records a graph.
+// A quantized weight is not floating point and is never cast. fp32 LoRA matrices (PEFT's autocast_adapter_dtype
+// keeps them fp32 on a 16-bit base) are trainable leaves that lora_A and lora_B run through F.linear: cached
+// too, in the autocast dtype, whatever the base's dtype (Unsloth's kernels cast A and B themselves instead).
+// `graph`: this forward records a graph.
 void StepBuilder::autocast_casts(int32_t layer, bool graph) {
-  if (!dims_.amp || recipe_.autocast_copy_bytes == 0 || casts_[layer] != UINT32_MAX) return;  // (16-bit weights: no copies)
+  LayerCasts& c = casts_[layer];
+  if (!dims_.amp || c.live()) return;
+  const int64_t adapter_copy_bytes = adapter_bytes() == 4 && !unsloth_lora_kernels() ? 2 : 0;
+  if (recipe_.autocast_copy_bytes == 0 && adapter_copy_bytes == 0) return;  // (16-bit weights and adapters: no copies)
   int64_t cached = 0, frozen = 0, largest_frozen = 0;
   for (const auto& t : shape_.params_of(layer)) {
+    if (t.kind == ParamKind::Adapter) {
+      if (adapter_copy_bytes > 0 && !t.frozen && (t.name.ends_with(".lora_A.weight") || t.name.ends_with(".lora_B.weight")))
+        c.adapters.push_back(tmp(mul(t.numel, adapter_copy_bytes), labels_.cast, layer));
+      continue;
+    }
     if (t.kind != ParamKind::Matmul || t.quantized || t.fused) continue;  // (a fused kernel casts its own: ssd_mixer)
     if (!t.frozen) cached = add(cached, t.numel);
     else frozen = add(frozen, t.numel), largest_frozen = std::max(largest_frozen, t.numel);
   }
+  if (recipe_.autocast_copy_bytes == 0) return;
   const int64_t held = graph ? add(cached, frozen) : cached;
-  if (held > 0) casts_[layer] = tmp(mul(held, recipe_.autocast_copy_bytes), labels_.cast, layer);
+  if (held > 0) c.weights = tmp(mul(held, recipe_.autocast_copy_bytes), labels_.cast, layer);
   if (!graph && largest_frozen > 0) drop(tmp(mul(largest_frozen, recipe_.autocast_copy_bytes), labels_.cast, layer));
+}
+
+void StepBuilder::drop_casts(LayerCasts& c) {
+  drop_if(c.weights);
+  c.weights = UINT32_MAX;
+  for (uint32_t t : c.adapters) drop(t);
+  c.adapters.clear();
 }
 
 uint32_t StepBuilder::int4_label(uint32_t& label, const char* text) {
@@ -1031,9 +1050,9 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
 // a time. The largest moment is the MLP (gate, up and their product) or, in eager attention, the softmax.
 uint32_t StepBuilder::layer_forward_checkpointed(int32_t layer, uint32_t res, SavedLayer& saved) {
   saved.attn.push_back(res);
-  if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
+  if (!casts_[layer].live()) {  // the cached ones go when the forward's autocast region exits
     autocast_casts(layer, false);
-    if (casts_[layer] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+    if (casts_[layer].live()) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
   if (cfg_.model.post_layernorm || cfg_.model.kv_lora_rank > 0) {
     // Post-LN and MLA layers: their largest moment only (gate, up and their product; in eager attention
@@ -1079,9 +1098,9 @@ uint32_t StepBuilder::layer_forward_selective_op(int32_t layer, uint32_t res, Sa
   const auto& m = cfg_.model;
   const int64_t e = dims_.e;
   saved.attn.push_back(res);
-  if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
+  if (!casts_[layer].live()) {  // the cached ones go when the forward's autocast region exits
     autocast_casts(layer, false);
-    if (casts_[layer] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+    if (casts_[layer].live()) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
   auto& A = saved.attn;
   if (resolved_.fused_qkv) {
@@ -1176,7 +1195,7 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   saved.attn.clear();
   drop(t);
   norm_backward(layer, dres);
-  if (casts_[layer] != UINT32_MAX) drop(casts_[layer]), casts_[layer] = UINT32_MAX;
+  drop_casts(casts_[layer]);
 }
 
 // Multi-head latent attention, HF DeepseekV3Attention: the low-rank q and kv paths each pass an RMSNorm (saved

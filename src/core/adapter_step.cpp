@@ -17,9 +17,9 @@ namespace memsim {
 // layers below the start train nothing, so their outputs need no gradient and autograd records nothing for them (v2
 // trains every layer's norms; first_grad_layer_ says which layers, train_step.cpp).
 uint32_t StepBuilder::layer_forward_without_grad(int32_t layer, uint32_t res) {
-  if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
+  if (!casts_[layer].live()) {  // the cached ones go when the forward's autocast region exits
     autocast_casts(layer, false);
-    if (casts_[layer] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+    if (casts_[layer].live()) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
   no_grad_ = true;
   SavedLayer scratch;

@@ -222,9 +222,9 @@ uint32_t StepBuilder::t5_block_forward(int32_t layer, uint32_t x, SavedLayer& sv
 // MLP's or the fp32 softmax of the scores.
 uint32_t StepBuilder::t5_block_checkpointed(int32_t layer, uint32_t x, SavedLayer& sv) {
   sv.attn.push_back(x);
-  if (casts_[layer] == UINT32_MAX) {  // the cached ones go when the forward's autocast region exits
+  if (!casts_[layer].live()) {  // the cached ones go when the forward's autocast region exits
     autocast_casts(layer, false);
-    if (casts_[layer] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
+    if (casts_[layer].live()) ckpt_casts_.push_back(static_cast<uint32_t>(layer));
   }
   int64_t peak = mul(3, dims_.e, dims_.T, dims_.f);
   peak = std::max(peak, mul(4 + dims_.e, dims_.a, dims_.b, mul(dims_.s, dims_.s)));
@@ -271,7 +271,7 @@ void StepBuilder::t5_block_backward(int32_t layer, uint32_t& dres, SavedLayer& s
   release(sv.attn);
   drop(t);
   norm_backward(layer, dres);
-  if (casts_[layer] != UINT32_MAX) drop(casts_[layer]), casts_[layer] = UINT32_MAX;
+  drop_casts(casts_[layer]);
 }
 
 // The decoder's final_layer_norm and dropout, then T5ForConditionalGeneration's head: with tied embeddings the
@@ -353,7 +353,7 @@ void StepBuilder::forward_encdec(InFlight& f) {
   const int64_t E = shape_.num_encoder_layers, L = shape_.num_layers;
   const bool ckpt = resolved_.checkpointing == Checkpointing::Full;
   const int64_t er = dims_.e_res, b = dims_.b, a = dims_.a;
-  f.casts.assign(static_cast<size_t>(L), UINT32_MAX);  // autocast's cache lives per forward
+  f.casts.assign(static_cast<size_t>(L), LayerCasts{});  // autocast's cache lives per forward
   casts_.swap(f.casts);
   f.saved.assign(static_cast<size_t>(L), SavedLayer{});
   f.host.assign(static_cast<size_t>(L), {});
@@ -413,7 +413,7 @@ void StepBuilder::forward_encdec(InFlight& f) {
   if (resolved_.holds_logits) f.out_keep = cache;
   else for (uint32_t t : cache) drop(t);
   // The outermost autocast region exits: weight copies cached under a checkpoint's no_grad go.
-  for (uint32_t l : ckpt_casts_) drop(casts_[l]), casts_[l] = UINT32_MAX;
+  for (uint32_t l : ckpt_casts_) drop_casts(casts_[l]);
   ckpt_casts_.clear();
   casts_.swap(f.casts);
   f.held_logits = held_logits_;

@@ -249,7 +249,7 @@ StepBuilder::NoGradPass StepBuilder::begin_no_grad(uint32_t gather_label, bool o
   NoGradPass pass;
   pass.gather_label = gather_label;
   pass.own_engine = own_engine && gather_label != UINT32_MAX;
-  pass.casts.assign(static_cast<size_t>(shape_.num_layers), UINT32_MAX);
+  pass.casts.assign(static_cast<size_t>(shape_.num_layers), LayerCasts{});
   casts_.swap(pass.casts);
   pass.embed_before = embed_saved_.size();
   no_grad_ = true;
@@ -265,7 +265,7 @@ void StepBuilder::end_no_grad(NoGradPass& pass) {
   no_grad_ = false;
   no_grad_norm_out_ = UINT32_MAX;
   casts_.swap(pass.casts);
-  for (uint32_t t : pass.casts) drop_if(t);
+  for (LayerCasts& c : pass.casts) drop_casts(c);
 }
 
 // The embeddings, every layer (each one's tensors gone with it) and the final norm of a no-grad pass, each unit's

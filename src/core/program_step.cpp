@@ -1293,7 +1293,7 @@ void StepBuilder::forward_program(InFlight& f) {
   dims_.Tn = dims_.T;
   f.dims = dims_;
   const int64_t L = shape_.num_layers;
-  f.casts.assign(static_cast<size_t>(L), UINT32_MAX);  // autocast's cache lives per forward
+  f.casts.assign(static_cast<size_t>(L), LayerCasts{});  // autocast's cache lives per forward
   casts_.swap(f.casts);
   f.saved.assign(static_cast<size_t>(L), SavedLayer{});
   f.host.assign(static_cast<size_t>(L), {});
@@ -1348,7 +1348,7 @@ void StepBuilder::forward_program(InFlight& f) {
       else sv.attn.push_back(res), sv.ops.push_back(UINT32_MAX);
       for (const auto& t : a.block_of(l).tensors)
         if (t.carry >= 0) hold_carry(t.carry, sv);
-      if (casts_[l] != UINT32_MAX) ckpt_casts_.push_back(static_cast<uint32_t>(l));
+      if (casts_[l].live()) ckpt_casts_.push_back(static_cast<uint32_t>(l));
       // A non-reentrant checkpoint's first forward runs with grad and keeps what bitsandbytes' nodes hold as
       // attributes (checkpoint_graph_inputs); diffusers checkpoints so (use_reentrant=False).
       no_grad_ = true;
@@ -1383,7 +1383,7 @@ void StepBuilder::forward_program(InFlight& f) {
   if (embedding_units()) for (uint32_t g : gathered) drop(g);
   else f.gathered_post = gathered;
   release_all_gather();
-  for (uint32_t l : ckpt_casts_) drop(casts_[l]), casts_[l] = UINT32_MAX;
+  for (uint32_t l : ckpt_casts_) drop_casts(casts_[l]);
   ckpt_casts_.clear();
   casts_.swap(f.casts);
   f.graph_attrs.swap(graph_attrs_now_);  // what the graph's nodes hold as attributes goes with the graph
@@ -1439,7 +1439,7 @@ void StepBuilder::backward_program(InFlight& f) {
     } else {
       dres = program_backward(ProgramStage::Block, li, dres, req, bytes, sv, in_carry);
     }
-    if (casts_[l] != UINT32_MAX) drop(casts_[l]), casts_[l] = UINT32_MAX;
+    drop_casts(casts_[l]);
     release_layer_grads(l);
     reshard_after_backward(l);
     step_in_backward(l);

@@ -87,7 +87,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
     kl_forward();
     program_.phase(phase);
   }
-  f.casts.assign(static_cast<size_t>(shape_.num_layers), UINT32_MAX);  // autocast's cache lives per forward
+  f.casts.assign(static_cast<size_t>(shape_.num_layers), LayerCasts{});  // autocast's cache lives per forward
   casts_.swap(f.casts);
   const int64_t first = f.first, end = f.end;
   const size_t n = static_cast<size_t>(end - first);
@@ -185,7 +185,7 @@ void StepBuilder::forward_mb(InFlight& f, std::string phase) {
   if (offload && end > first && !f.post) offload_layer(end - 1 - first);
   // The outermost autocast region exits here: weight copies cached in checkpointed (no_grad) forwards are
   // held by no graph and go.
-  for (uint32_t l : ckpt_casts_) drop(casts_[l]), casts_[l] = UINT32_MAX;
+  for (uint32_t l : ckpt_casts_) drop_casts(casts_[l]);
   ckpt_casts_.clear();
   casts_.swap(f.casts);
   f.embed_saved.swap(embed_saved_);

@@ -140,6 +140,14 @@ struct CarryState {
 };
 
 // What one micro-batch keeps between its forward and its backward (several are in flight in a pipeline).
+// A layer's copies in torch.autocast's weight cache (autocast_casts): its fp32 weights' as one tensor, and its fp32
+// LoRA matrices' one tensor each (each a small block of the allocator's own, as the cache holds them).
+struct LayerCasts {
+  uint32_t weights = UINT32_MAX;
+  std::vector<uint32_t> adapters;
+  bool live() const { return weights != UINT32_MAX || !adapters.empty(); }
+};
+
 struct InFlight {
   // The model chunk this forward runs: layers [first, end) of this device, with the embeddings (pre) and the head
   // and loss (post) where the chunk has them. One chunk per device except in the interleaved schedule.
@@ -149,7 +157,8 @@ struct InFlight {
   uint32_t inputs = UINT32_MAX;
   std::vector<SavedLayer> saved;                                // per layer of this device
   std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;  // offloaded tensors (bytes, label) per layer
-  std::vector<uint32_t> loss_saved, gathered_post, embed_saved, casts;
+  std::vector<uint32_t> loss_saved, gathered_post, embed_saved;
+  std::vector<LayerCasts> casts;
   // A vision-language model (vision_step.cpp): the batch's pixel values; per projector linear the input it saved, per
   // GELU its saved input (UINT32_MAX: none); the image-token mask masked_scatter keeps. A trained tower's hidden
   // states (each block's input, kept until that block's backward), what its stages saved, and per block whether its
@@ -340,6 +349,7 @@ class StepBuilder {
   int64_t dequant_bytes() const;
   uint32_t head_dequant();
   void drop_if(uint32_t t);
+  void drop_casts(LayerCasts& c);  // a layer's autocast copies go
   NormImpl norm_impl(int32_t layer) const;  // the norm kernel this layer runs (compiled layers: Fused)
   // Autocast over fp32 weights: the amp_* recipes, or the weights prepare_model_for_kbit_training made fp32.
   bool amp_fp32_weights() const { return dims_.amp && (recipe_.autocast_copy_bytes > 0 || resolved_.kbit_cast); }
@@ -648,7 +658,7 @@ class StepBuilder {
     // prefetched ahead up to max_live, instead of one all-gathered unit at a time.
     bool own_engine = false;
     std::vector<uint32_t> head_gathered;  // own_engine: the head's parameters, until release_head_gathered
-    std::vector<uint32_t> casts;
+    std::vector<LayerCasts> casts;
     size_t embed_before = 0;
   };
   NoGradPass begin_no_grad(uint32_t gather_label, bool own_engine = false);
@@ -808,13 +818,13 @@ class StepBuilder {
   std::vector<std::vector<uint32_t>> grads_;  // live .grad tensors per slot: 0 embeddings, l + 1 layer l, L + 1 head
   std::vector<bool> grad_created_;
   std::vector<bool> states_created_;  // optimizer in backward: per slot
-  std::vector<uint32_t> casts_;               // autocast weight copies alive, per layer
+  std::vector<LayerCasts> casts_;             // autocast weight copies alive, per layer
   std::vector<uint32_t> ckpt_casts_;          // layers whose casts were made under a checkpoint's no_grad
   SavedLayer recompute_;
   struct Spare {
     std::vector<SavedLayer> saved;
     std::vector<std::vector<std::pair<int64_t, uint32_t>>> host;
-    std::vector<uint32_t> casts;
+    std::vector<LayerCasts> casts;
   };
   std::vector<Spare> spare_;
   std::vector<uint32_t> embed_saved_;         // post-LN embedding norm and dropout

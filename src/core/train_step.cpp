@@ -169,7 +169,7 @@ StepBuilder::StepBuilder(const StepContext& ctx, StepProgram* into)
   grads_.resize(static_cast<size_t>(shape_.num_layers + 2));
   grad_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);
   states_created_.assign(static_cast<size_t>(shape_.num_layers + 2), false);
-  casts_.assign(static_cast<size_t>(shape_.num_layers), UINT32_MAX);
+  casts_.assign(static_cast<size_t>(shape_.num_layers), LayerCasts{});
 
   auto& p = program_;
   labels_.weights = p.label("weights");
