@@ -25,20 +25,7 @@ const std::string kSmall = "vocab_size=1000,hidden_size=256,num_attention_heads=
                            "intermediate_size=512,mamba_num_heads=8,mamba_head_dim=64,n_groups=2,ssm_state_size=16,"
                            "chunk_size=64,sequence_length=128";
 
-Config nemotron(const std::string& args = kSmall) {
-  Config c;
-  c.model.architecture = "nemotron_h";
-  c.model.architecture_args = args;
-  c.training.framework = "hf_trainer";
-  c.training.precision = "bf16_pure";
-  c.training.optimizer = "adamw";
-  c.training.activation_checkpointing = "none";
-  c.training.micro_batch_size = 2;
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
-  c.hardware.gpu = "h100-sxm";
-  return c;
-}
+Config nemotron(const std::string& args = kSmall) { return language_program_config("nemotron_h", args); }
 
 std::string pattern_of(const char* program) {
   std::shared_ptr<const Architecture> a;

@@ -27,19 +27,13 @@ const std::string kSmall = "vocab_size=1000,hidden_size=256,num_attention_heads=
                            "n_routed_experts=8,num_experts_per_tok=2,moe_intermediate_size=128,"
                            "moe_shared_expert_intermediate_size=256,sequence_length=128";
 
-Config nano(const std::string& args = kSmall) {
-  Config c;
-  c.model.architecture = "nemotron3_nano";
-  c.model.architecture_args = args;
-  c.training.framework = "hf_trainer";
-  c.training.precision = "bf16_pure";
-  c.training.optimizer = "adamw";
-  c.training.activation_checkpointing = "none";
-  c.training.micro_batch_size = 2;
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
-  c.hardware.gpu = "h100-sxm";
-  return c;
+Config nano(const std::string& args = kSmall) { return language_program_config("nemotron3_nano", args); }
+
+// kSmall (or `args`) with one of its arguments set to another value.
+std::string small_with(const std::string& key, int64_t value, std::string args = kSmall) {
+  const size_t at = args.find(key + "=");
+  const size_t end = args.find(',', at);
+  return args.replace(at, end - at, key + "=" + std::to_string(value));
 }
 
 std::string pattern_of(const Architecture& a) {
@@ -92,10 +86,7 @@ TEST_CASE("moe: the routed part's saved set in closed form", "[architecture][moe
   // fp32), besides what does not depend on k or f (the sigmoid [T, E] fp32, x.float() [T, d] and the router
   // weight's fp32 copy). S = top_k x T.
   auto with = [&](int64_t k, int64_t f) {
-    std::string args = kSmall;
-    args.replace(args.find("num_experts_per_tok=2"), 21, "num_experts_per_tok=" + std::to_string(k));
-    args.replace(args.find("moe_intermediate_size=128"), 25, "moe_intermediate_size=" + std::to_string(f));
-    return activations_before_backward(nano(args));
+    return activations_before_backward(nano(small_with("moe_intermediate_size", f, small_with("num_experts_per_tok", k))));
   };
   CHECK(with(2, 256) - with(2, 128) == 23 * (2 * 2) * (2 * T) * 128);
   CHECK(with(3, 128) - with(2, 128) == 23 * T * (2 * d + 2 * d + 2 * 2 * 128 + 16 + 12));
@@ -103,9 +94,7 @@ TEST_CASE("moe: the routed part's saved set in closed form", "[architecture][moe
   // output, not the gathered tokens or the square; and the MoE layers before the first adapted attention layer (1 and
   // 3 of the pattern) see an input that needs no gradient and keep nothing.
   auto lora = [&](int64_t f) {
-    std::string args = kSmall;
-    args.replace(args.find("moe_intermediate_size=128"), 25, "moe_intermediate_size=" + std::to_string(f));
-    Config c = nano(args);
+    Config c = nano(small_with("moe_intermediate_size", f));
     c.peft.method = "lora";
     c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj";
     INFO(errors_of(c));
@@ -116,9 +105,7 @@ TEST_CASE("moe: the routed part's saved set in closed form", "[architecture][moe
   // ... and a wider top_k adds its sorted order, relu's output and the down output per pair, not the gathered
   // tokens (up_proj is frozen), nor the square (down_proj is).
   auto lora_k = [&](int64_t k) {
-    std::string args = kSmall;
-    args.replace(args.find("num_experts_per_tok=2"), 21, "num_experts_per_tok=" + std::to_string(k));
-    Config c = nano(args);
+    Config c = nano(small_with("num_experts_per_tok", k));
     c.peft.method = "lora";
     c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj";
     return activations_before_backward(c);
@@ -127,9 +114,7 @@ TEST_CASE("moe: the routed part's saved set in closed form", "[architecture][moe
   // Under autocast over fp32 weights the experts run in fp32 (_grouped_mm casts its input to the weights' dtype;
   // grouped_mm is not autocast-enabled): relu's output and the square, 4 bytes an element.
   auto amp = [&](int64_t f) {
-    std::string args = kSmall;
-    args.replace(args.find("moe_intermediate_size=128"), 25, "moe_intermediate_size=" + std::to_string(f));
-    Config c = nano(args);
+    Config c = nano(small_with("moe_intermediate_size", f));
     c.training.precision = "amp_bf16";
     return activations_before_backward(c);
   };

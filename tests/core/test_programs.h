@@ -25,6 +25,23 @@ inline std::string first_error(const std::string& program, const std::string& ar
   return errors.empty() ? std::string() : errors.front().message;
 }
 
+// A language-model program (a hybrid's, an MoE's) on one H100 under the HF Trainer: pure bf16, AdamW, no
+// checkpointing, micro-batches of 2.
+inline memsim::Config language_program_config(const std::string& architecture, const std::string& args) {
+  memsim::Config c;
+  c.model.architecture = architecture;
+  c.model.architecture_args = args;
+  c.training.framework = "hf_trainer";
+  c.training.precision = "bf16_pure";
+  c.training.optimizer = "adamw";
+  c.training.activation_checkpointing = "none";
+  c.training.micro_batch_size = 2;
+  c.parallel.zero_stage = 0;
+  c.parallel.data_parallel_size = 1;
+  c.hardware.gpu = "h100-sxm";
+  return c;
+}
+
 // A built-in program's JSON with one edit applied.
 template <typename F>
 std::string program_edited(const char* name, F&& edit) {
