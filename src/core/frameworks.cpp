@@ -861,6 +861,8 @@ Resolved resolve(const Config& c) {
   r.preference = resolve_preference(c, f, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage > 0);
   r.rollout = resolve_rollout(c, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage == 3);
   r.sft_metrics = resolve_sft_metrics(c, v, f.id == "hf_trainer", transformers_loss_path(r.loss));
+  r.moe_experts_parameters = f.transformers_model && c.model.num_experts > 0 && c.model.architecture.empty() &&
+                             v.at_least(Library::Transformers, V(5, 0));
   return r;
 }
 
@@ -946,6 +948,14 @@ std::vector<std::string> version_notes(const Config& c) {
   if (!r.rollout.note.empty()) notes.push_back("training.objective " + c.training.objective + ": " + r.rollout.note);
   if (!r.sft_metrics.note.empty()) notes.push_back("versions.trl: " + r.sft_metrics.note);
   if (!r.model_load.note.empty()) notes.push_back("model load: " + r.model_load.note);
+  if (r.moe_experts_parameters && c.peft.enabled())
+    notes.push_back(describe_version(r.versions, Library::Transformers) +
+                    ": the routed experts are 3-D parameters of one module (transformers#41580, 5.0), not nn.Linear: "
+                    "peft.target_modules adapts the attention, shared experts and dense layers only (PEFT 0.19 maps "
+                    "some families' names to target_parameters instead, which memsim does not model), and a "
+                    "bitsandbytes base leaves the experts in the load dtype (replace_with_bnb_linear replaces "
+                    "nn.Linear only; bitsandbytes#1849). The experts' grouped GEMMs of transformers 5 are not "
+                    "modelled: their activations follow transformers 4's per-expert loop");
   if (r.framework->unsloth_kernels && r.kbit_cast)
     notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
                     "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "

@@ -293,6 +293,10 @@ struct Resolved {
   PreferenceFlow preference;              // training.objective dpo, orpo, simpo, kto (preference.h); objective Sft otherwise
   RolloutFlow rollout;                    // training.objective grpo (rollout.h); inactive otherwise
   SftMetrics sft_metrics;                 // TRL's SFTTrainer metrics after the loss (sft_metrics.h); inactive otherwise
+  // transformers 5's MoE layers (PR #41580, v5.0): the routed experts are 3-D nn.Parameters of one experts module,
+  // not nn.Linear modules, so PEFT's target_modules (before its 0.19 rewrite to target_parameters) and bitsandbytes'
+  // replace_with_bnb_linear pass them by (docs/research/transformers5-moe.md sections 1, 4 and 5).
+  bool moe_experts_parameters = false;
   ModelLoad model_load;                   // transformers' load of a bitsandbytes base and TRL's casts (model_load.h)
   std::array<Origin, kSwitchCount> origin;
   StackVersions versions;

@@ -435,7 +435,7 @@ static bool program_keeps_unquantized(const Architecture& a, const std::string& 
   return false;
 }
 
-void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
+void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head, bool experts_parameters) {
   if (!peft.enabled()) return;
   // PEFT on a fused q/k/v linear: one adapter on the whole of it (lora_A [r, in], lora_B [q + k + v width, r]),
   // which memsim hangs on q_proj (the first of the three it models as separate tensors).
@@ -450,6 +450,10 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
       }
       const std::string mod = module_name(t.name);
       t.frozen = true;
+      if (experts_parameters && is_expert_param(t)) {  // no module of its own: PEFT and bitsandbytes pass it by
+        out.push_back(t);
+        continue;
+      }
       // bitsandbytes replaces the nn.Linear modules of the layers; the head, embeddings and norms stay
       // (transformers integrations/bitsandbytes.py get_keys_to_not_convert). Lightning's plugin converts the
       // (untied) head as well.

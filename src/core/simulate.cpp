@@ -297,7 +297,7 @@ namespace {
 struct ShapeKey {
   ModelConfig model;
   PeftConfig peft;
-  bool quantize_head = false, projector = false, vision_tower = false, unit_gradients = false;
+  bool quantize_head = false, projector = false, vision_tower = false, unit_gradients = false, experts_parameters = false;
   int64_t tensor_parallel = 1, expert_parallel = 1;
   bool operator==(const ShapeKey&) const = default;
 };
@@ -312,8 +312,8 @@ struct LayoutShape {
 // parameters) took a twentieth of its step's simulation to build. Shapes are immutable once built.
 LayoutShape layout_shape(const Config& config, const Resolved& rs) {
   ShapeKey key{config.model, config.peft, rs.framework->bnb_via_lightning, projector_trains(config.training, config.peft),
-               config.training.train_vision_tower, fsdp1_unit_gradients(config), config.parallel.tensor_parallel_size,
-               config.parallel.expert_parallel_size};
+               config.training.train_vision_tower, fsdp1_unit_gradients(config), rs.moe_experts_parameters,
+               config.parallel.tensor_parallel_size, config.parallel.expert_parallel_size};
   static std::mutex recent_mutex;
   static std::array<std::pair<ShapeKey, LayoutShape>, 4> recent;  // most recently used first
   {
@@ -325,7 +325,7 @@ LayoutShape layout_shape(const Config& config, const Resolved& rs) {
       }
   }
   auto shape = std::make_shared<ModelShape>(model_shape_of(config.model));  // a model program is decoded again: validation found no error in it
-  apply_peft(*shape, config.peft, key.quantize_head);
+  apply_peft(*shape, config.peft, key.quantize_head, key.experts_parameters);
   apply_vision_training(*shape, key.projector, key.vision_tower);
   if (key.unit_gradients) mark_unit_gradients(*shape);
   LayoutShape out;

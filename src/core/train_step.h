@@ -76,7 +76,6 @@ int64_t sharding_stage(const Config& c, Sharding sharding);
 // FSDP2 over a shard group of one GPU, where the framework applies fully_shard anyway (FrameworkSpec::fsdp_on_one_gpu).
 bool one_rank_fsdp2(const Config& c, Sharding sharding);
 bool shards_weights(const Config& c, Sharding sharding);
-bool is_expert_param(const ParamTensor& t);
 int64_t zero_persistence_threshold(const ParallelConfig& p);
 // Interleaved pipelines split the layers into `chunks` model chunks, a remainder one layer each to the first
 // chunks: [first, end) of chunk m.

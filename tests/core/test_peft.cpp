@@ -515,3 +515,37 @@ TEST_CASE("LoRA on a fused q/k/v linear is one adapter over its whole width (Qwe
   REQUIRE_FALSE(bad.ok);
   CHECK(bad.errors[0].field == "peft.target_modules");
 }
+
+TEST_CASE("transformers 5: a built-in MoE's routed experts are 3-D parameters that LoRA and bitsandbytes pass by", "[peft][moe][versions]") {
+  // transformers#41580 (5.0) made Mixtral's experts gate_up_proj [E, 2f, d] and down_proj [E, d, f] of one module:
+  // PEFT's target_modules (before its 0.19 rewrite) names nn.Linear modules, and replace_with_bnb_linear replaces
+  // nn.Linear only (bitsandbytes#1849), so a QLoRA load keeps the experts in bf16 and prepare_model_for_kbit_training
+  // casts them to fp32 with the other unquantized weights (docs/research/transformers5-moe.md sections 4-5).
+  Config c = single_gpu_config("mixtral-8x7b.json", 1, 512);
+  c.peft.method = "lora";
+  c.peft.base_quantization = "nf4";
+  c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj";
+  c.hardware.gpu = "h200";
+  auto weights = [](const Result& r) { return r.devices[0].model_states.weights_bytes; };
+  c.versions.transformers = "4.57.0";
+  const Result v4 = simulate(c);
+  c.versions.transformers = "5.0.0";
+  const Result v5 = simulate(c);
+  REQUIRE(v4.ok);
+  REQUIRE(v5.ok);
+  CHECK(v5.params_trainable == v4.params_trainable);  // the attention's adapters either way
+  // 32 layers x 8 experts x 3 x 4,096 x 14,336 weights: about half a byte each in NF4, 4 bytes once cast to fp32.
+  const int64_t experts = 32LL * 8 * 3 * 4096 * 14336;
+  CHECK(weights(v5) - weights(v4) > 3 * experts);
+  CHECK(weights(v5) - weights(v4) < 4 * experts);
+  bool noted = false;
+  for (const auto& n : v5.notes) noted |= n.find("3-D parameters") != std::string::npos;
+  CHECK(noted);
+  // Megatron's and torchtune's own model code are not transformers'.
+  c.training.framework = "torchtune";
+  c.peft.base_quantization = "none";
+  c.training.precision = "bf16_pure";
+  const int64_t tt5 = simulate(c).devices[0].model_states.weights_bytes;
+  c.versions.transformers = "4.57.0";
+  CHECK(simulate(c).devices[0].model_states.weights_bytes == tt5);
+}
