@@ -17,20 +17,7 @@ namespace {
 // mamba2-130m's shapes (d 768, 24 layers, 24 heads of 64, one group, state 128, tied), full fine-tuning in pure bf16.
 const std::string k130m = "vocab_size=50288,hidden_size=768,num_hidden_layers=24,num_heads=24,n_groups=1,tie_word_embeddings=1";
 
-Config mamba(const std::string& args = k130m) {
-  Config c;
-  c.model.architecture = "mamba2";
-  c.model.architecture_args = args;
-  c.training.framework = "hf_trainer";
-  c.training.precision = "bf16_pure";
-  c.training.optimizer = "adamw";
-  c.training.activation_checkpointing = "none";
-  c.training.micro_batch_size = 2;
-  c.parallel.zero_stage = 0;
-  c.parallel.data_parallel_size = 1;
-  c.hardware.gpu = "h100-sxm";
-  return c;
-}
+Config mamba(const std::string& args = k130m) { return language_program_config("mamba2", args); }
 
 int64_t per_layer(Config c) {
   auto at = [&](int layers) {
