@@ -498,7 +498,7 @@ void StepBuilder::dequant(int32_t layer) {
 void StepBuilder::autocast_casts(int32_t layer, bool graph) {
   LayerCasts& c = casts_[layer];
   if (!dims_.amp || c.live()) return;
-  const int64_t adapter_copy_bytes = adapter_bytes() == 4 && !unsloth_lora_kernels() ? 2 : 0;
+  const int64_t adapter_copy_bytes = adapter_bytes() == 4 && !unsloth_lora_kernels() ? dims_.e : 0;  // autocast's dtype
   if (recipe_.autocast_copy_bytes == 0 && adapter_copy_bytes == 0) return;  // (16-bit weights and adapters: no copies)
   int64_t cached = 0, frozen = 0, largest_frozen = 0;
   for (const auto& t : shape_.params_of(layer)) {
@@ -507,7 +507,8 @@ void StepBuilder::autocast_casts(int32_t layer, bool graph) {
         c.adapters.push_back(tmp(mul(t.numel, adapter_copy_bytes), labels_.cast, layer));
       continue;
     }
-    if (t.kind != ParamKind::Matmul || t.quantized || t.fused) continue;  // (a fused kernel casts its own: ssd_mixer)
+    // (a fused kernel casts its own, ssd_mixer's; transformers 5's grouped_mm casts nothing: not autocast-enabled)
+    if (t.kind != ParamKind::Matmul || t.quantized || t.fused) continue;
     if (!t.frozen) cached = add(cached, t.numel);
     else frozen = add(frozen, t.numel), largest_frozen = std::max(largest_frozen, t.numel);
   }

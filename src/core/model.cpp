@@ -435,7 +435,14 @@ static bool program_keeps_unquantized(const Architecture& a, const std::string& 
   return false;
 }
 
-void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head, bool experts_parameters) {
+void mark_expert_parameters(ModelShape& s) {
+  s.for_each_layer_kind([](std::vector<ParamTensor>& ts, int64_t) {
+    for (auto& t : ts)
+      if (is_expert_param(t)) t.fused = true;
+  });
+}
+
+void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
   if (!peft.enabled()) return;
   // PEFT on a fused q/k/v linear: one adapter on the whole of it (lora_A [r, in], lora_B [q + k + v width, r]),
   // which memsim hangs on q_proj (the first of the three it models as separate tensors).
@@ -450,15 +457,11 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head, bool 
       }
       const std::string mod = module_name(t.name);
       t.frozen = true;
-      if (experts_parameters && is_expert_param(t)) {  // no module of its own: PEFT and bitsandbytes pass it by
-        out.push_back(t);
-        continue;
-      }
       // bitsandbytes replaces the nn.Linear modules of the layers; the head, embeddings and norms stay
       // (transformers integrations/bitsandbytes.py get_keys_to_not_convert). Lightning's plugin converts the
       // (untied) head as well.
       const bool head = quantize_head && mod == "lm_head";  // present in post only when untied
-      t.quantized = quant && (in_layers || head) && t.kind == ParamKind::Matmul && mod != "gate" &&
+      t.quantized = quant && (in_layers || head) && t.kind == ParamKind::Matmul && mod != "gate" && !t.fused &&
                     !in_list(peft.modules_to_save, mod);
       // A model program: bitsandbytes replaces each nn.Linear of every stage (not a convolution) but those the
       // program names in not_quantized (diffusers' and transformers' replace_with_bnb_linear).
@@ -467,8 +470,8 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head, bool 
       out.push_back(t);
       // modules_to_save: ModulesToSaveWrapper (peft/utils/other.py) keeps the original module, frozen, and trains
       // a deepcopy of it (modules_to_save[adapter_name] = copy.deepcopy(original_module)).
-      // (A model program's 3-D expert stacks are parameters of their experts module, not modules PEFT can wrap:
-      // "up_proj" there names the shared expert's linear only.)
+      // (3-D expert stacks, a program's or transformers 5's, are parameters of their experts module, not modules
+      // PEFT can wrap: "up_proj" in a program names the shared expert's linear only.)
       const bool stack = t.fused && !t.name.ends_with(".weight") && !t.name.ends_with(".bias");
       if (in_list(peft.modules_to_save, mod) && !stack) {
         ParamTensor copy = t;

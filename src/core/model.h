@@ -124,10 +124,11 @@ ModelShape build_model_shape(const ModelConfig& m);
 // Freezes the base, adds adapters to the targeted linears, marks the quantized weights (PEFT + bitsandbytes).
 // params_total then includes the adapters; params_trainable counts what has gradients.
 // quantize_head: the base quantization converts the output head too (litgpt through Lightning's plugin).
-// experts_parameters: the routed experts are 3-D parameters (transformers 5's MoE layers, Resolved::
-// moe_experts_parameters): no adapter from target_modules, and no bitsandbytes quantization.
-void apply_peft(ModelShape& shape, const PeftConfig& peft, bool quantize_head = false, bool experts_parameters = false);
+void apply_peft(ModelShape& shape, const PeftConfig& peft, bool quantize_head = false);
 bool is_expert_param(const ParamTensor& t);  // a routed expert's weight of a built-in MoE layer (mlp.experts.)
+// transformers 5's MoE layers (Resolved::moe_experts_parameters): the routed experts are 3-D parameters of one module,
+// which PEFT's target_modules, bitsandbytes and autocast's weight cache pass by, as a model program's `fused` ones.
+void mark_expert_parameters(ModelShape& shape);
 // FSDP1 with use_orig_params=True: each unit (a layer; the embeddings with the head as the root) that trains any
 // tensor keeps a gradient for its frozen, unquantized tensors too (ParamTensor::unit_grad). In forward the module's
 // parameters are views of the FlatParameter, which requires grad (flat_param.py _use_unsharded_views), so autograd

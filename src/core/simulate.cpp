@@ -325,7 +325,8 @@ LayoutShape layout_shape(const Config& config, const Resolved& rs) {
       }
   }
   auto shape = std::make_shared<ModelShape>(model_shape_of(config.model));  // a model program is decoded again: validation found no error in it
-  apply_peft(*shape, config.peft, key.quantize_head, key.experts_parameters);
+  if (key.experts_parameters) mark_expert_parameters(*shape);
+  apply_peft(*shape, config.peft, key.quantize_head);
   apply_vision_training(*shape, key.projector, key.vision_tower);
   if (key.unit_gradients) mark_unit_gradients(*shape);
   LayoutShape out;
