@@ -128,6 +128,16 @@ const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) cons
   info.qkv = m == "q_proj" || m == "k_proj" || m == "v_proj";
   info.targeted = peft_targets(cfg_.peft, m);
   info.trainable = !cfg_.peft.enabled() || trainable_module(module);
+  if (m.starts_with("experts.")) {
+    // A routed expert's projection ("experts.gate_proj"): adapted where the shape gave the experts adapters
+    // (model.cpp adapt_experts), trainable where its stack has a gradient.
+    info.targeted = false, info.trainable = !cfg_.peft.enabled();
+    const std::string lora = "mlp." + m + ".lora_A.weight", stack = expert_stack(module);
+    for (const auto& t : shape_.moe_layer) {
+      info.targeted |= t.name == lora;
+      info.trainable |= t.name == stack && has_grad(t);
+    }
+  }
   info.ia3 = cfg_.peft.kind() == PeftMethod::Ia3;
   info.dora = cfg_.peft.kind() == PeftMethod::Dora;
   return module_info_.emplace(std::string_view(module), info).first->second;
@@ -437,7 +447,18 @@ void StepBuilder::tied_embedding_grad(int64_t bytes) {
 // whole sequence for the column-parallel linears that read it, and they save that.
 bool StepBuilder::gathered_inputs() const { return resolved_.framework->tp_saves_gathered_input && dims_.Tn < dims_.T; }
 
+// The stack a routed expert's projection lives in (model.cpp build_model_shape): gate and up share one.
+std::string StepBuilder::expert_stack(std::string_view module) {
+  return module == "experts.down_proj" ? "mlp.experts.down_proj" : "mlp.experts.gate_up_proj";
+}
+
 bool StepBuilder::module_quantized(int32_t layer, std::string_view module) const {
+  if (module.starts_with("experts.")) {
+    const std::string stack = expert_stack(module);
+    for (const auto& t : shape_.params_of(layer))
+      if (t.quantized && t.name == stack) return true;
+    return false;
+  }
   // (A program's head runs as layer num_layers: its linears are in post.)
   const auto& ts = module == "lm_head" || (shape_.program && layer >= shape_.num_layers) ? shape_.post
                    : layer >= 0 && layer < shape_.num_layers                              ? shape_.params_of(layer)
@@ -962,7 +983,8 @@ uint32_t StepBuilder::layer_forward(int32_t layer, uint32_t res, SavedLayer& sav
   const bool moe = shape_.is_moe(layer);
   auto& M = saved.mlp;
   if (!parallel) {
-    if (moe) norm_forward(layer, mid, retained, saved.mlp, {"gate", "gate_proj", "up_proj"}, true);
+    if (moe && m.shared_expert_intermediate_size > 0) norm_forward(layer, mid, retained, saved.mlp, {"gate", "gate_proj", "up_proj"}, true);
+    else if (moe) norm_forward(layer, mid, retained, saved.mlp, {"gate"}, true);
     else if (m.mlp_gated) norm_forward(layer, mid, retained, saved.mlp, {"gate_proj", "up_proj"}, true);
     else norm_forward(layer, mid, retained, saved.mlp, {"up_proj"}, true);
   } else {
@@ -1227,10 +1249,13 @@ void StepBuilder::mla_forward(int32_t layer, std::vector<uint32_t>& A) {
   A.push_back(act(mul(4, a, T), labels_.lse, layer));
 }
 
-// A mixture-of-experts MLP as HF runs it (MixtralSparseMoeBlock, DeepseekV3MoE): the router's fp32 softmax,
-// then each expert gathers its tokens (a copy), runs a gated MLP on them and scales its output by the routing
-// weight, which saves that output. Dropless routing sends k x tokens through the experts; with a capacity
-// factor c every expert holds c * k * tokens / E (padded, Megatron/GShard style).
+// A mixture-of-experts MLP as HF runs it (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, DeepseekV3MoE): the
+// router's fp32 softmax, then each expert gathers its tokens (hidden_states[top_x], a copy in the norm output's
+// dtype), runs its MLP on them and scales its output by the routing weight, which saves that output. What the
+// expert's linears keep is what a dense MLP's keep (linear_inputs, under the names "experts.gate_proj", ...): the
+// gathered tokens and the product where the weights train or an adapter reads them unchanged, autocast's casts and
+// LoRA's dropout copies and lora_A outputs, nothing for a frozen, unadapted expert. Dropless routing sends k x tokens
+// through the experts; with a capacity factor c every expert holds c * k * tokens / E (padded, Megatron/GShard style).
 void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
   const auto& m = cfg_.model;
   const int64_t e = dims_.e, T = dims_.T, E = m.num_experts, k = m.num_experts_per_tok;
@@ -1248,14 +1273,50 @@ void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
   // experts, k x tokens on average (Megatron token_dispatcher.py MoEAlltoAllTokenDispatcher: permute, then
   // all_to_all into a new tensor); the received tokens are the experts' input.
   uint32_t send = cfg_.parallel.expert_parallel_size > 1 ? tmp(mul(e, n, dims_.h), labels_.a2a, layer) : UINT32_MAX;
-  M.push_back(act(mul(norm_out_bytes(), n, dims_.h), labels_.expert_in, layer));  // gathered tokens (casts under autocast)
-  if (send != UINT32_MAX) drop(send);
-  for (uint32_t lbl : {labels_.mlp_gate, labels_.mlp_up, labels_.mlp_act, labels_.mlp_prod}) M.push_back(act(mul(e, n, fe), lbl, layer));
+  const int64_t xb = norm_out_bytes();
+  const uint32_t x = act(mul(xb, n, dims_.h), labels_.expert_in, layer);
+  drop_if(send);
+  const bool keep_x = m.mlp_gated ? linear_inputs(layer, {"experts.gate_proj", "experts.up_proj"}, dims_.h, M, n, xb < 4)
+                                  : linear_inputs(layer, {"experts.up_proj"}, dims_.h, M, n, xb < 4);
+  const bool x_in_graph = bnb_input_in_graph_;
+  uint32_t prod = UINT32_MAX;
+  if (m.mlp_gated) {
+    for (uint32_t lbl : {labels_.mlp_gate, labels_.mlp_up, labels_.mlp_act}) M.push_back(act(mul(e, n, fe), lbl, layer));
+    prod = act(mul(e, n, fe), labels_.mlp_prod, layer);
+  } else {
+    M.push_back(act(mul(e, n, fe), labels_.mlp_up, layer));  // saved by the activation
+    prod = act(mul(e, n, fe), labels_.mlp_act, layer);
+  }
+  if (keep_x) {
+    M.push_back(x);
+    if (x_in_graph) hold_in_graph(x);
+  } else {
+    checkpoint_graph_inputs(layer, {"experts.gate_proj", "experts.up_proj"}, dims_.h, n, x);
+    drop(x);
+  }
+  const bool keep_prod = linear_inputs(layer, {"experts.down_proj"}, fe, M, n, true);
+  const bool prod_in_graph = bnb_input_in_graph_;
   M.push_back(act(mul(e, n, dims_.h), labels_.expert_out, layer));  // saved by the multiplication with the routing weight
+  if (keep_prod) {
+    M.push_back(prod);
+    if (prod_in_graph) hold_in_graph(prod);
+  } else {
+    checkpoint_graph_inputs(layer, {"experts.down_proj"}, fe, n, prod);
+    drop(prod);
+  }
   if (cfg_.parallel.expert_parallel_size > 1) drop(tmp(mul(e, n, dims_.h), labels_.a2a, layer));  // combine all-to-all
   if (m.shared_expert_intermediate_size > 0) {
+    // The shared experts read the norm output, whose keeping norm_forward decided with the router.
     const int64_t ts = mul(e, T, m.shared_expert_intermediate_size);
-    for (uint32_t lbl : {labels_.mlp_gate, labels_.mlp_up, labels_.mlp_act, labels_.mlp_prod}) M.push_back(act(ts, lbl, layer));
+    for (uint32_t lbl : {labels_.mlp_gate, labels_.mlp_up, labels_.mlp_act}) M.push_back(act(ts, lbl, layer));
+    const uint32_t sp = act(ts, labels_.mlp_prod, layer);
+    if (linear_inputs(layer, {"down_proj"}, m.shared_expert_intermediate_size, M, T, true)) {
+      M.push_back(sp);
+      if (bnb_input_in_graph_) hold_in_graph(sp);
+    } else {
+      checkpoint_graph_inputs(layer, {"down_proj"}, m.shared_expert_intermediate_size, T, sp);
+      drop(sp);
+    }
   }
 }
 

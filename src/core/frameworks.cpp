@@ -956,6 +956,14 @@ std::vector<std::string> version_notes(const Config& c) {
                     "bitsandbytes base leaves the experts in the load dtype (replace_with_bnb_linear replaces "
                     "nn.Linear only; bitsandbytes#1849). The experts' grouped GEMMs of transformers 5 are not "
                     "modelled: their activations follow transformers 4's per-expert loop");
+  if (!r.moe_experts_parameters && r.framework->transformers_model && c.model.num_experts > 0 &&
+      c.model.architecture.empty() && c.peft.lora_like() &&
+      (peft_targets(c.peft, "gate_proj") || peft_targets(c.peft, "up_proj") || peft_targets(c.peft, "down_proj")))
+    notes.push_back("peft.target_modules reaches the routed experts: transformers 4's MoE blocks keep each expert's "
+                    "projections as nn.Linear modules (Mixtral's w1, w3, w2, which memsim names gate_proj, up_proj, "
+                    "down_proj; Qwen-MoE's and DeepSeek's gate_proj, up_proj, down_proj), so PEFT adds an adapter to "
+                    "each of the " + std::to_string(c.model.num_experts) +
+                    " experts of every MoE layer, with its gradient, optimizer states and saved activations");
   if (r.framework->unsloth_kernels && r.kbit_cast)
     notes.push_back("peft.prepare_kbit: true makes every weight that is not quantized fp32, as PEFT's "
                     "prepare_model_for_kbit_training does; Unsloth's loader keeps them 16-bit (its own "

@@ -435,6 +435,39 @@ static bool program_keeps_unquantized(const Architecture& a, const std::string& 
   return false;
 }
 
+// transformers 4's MoE blocks keep each routed expert's projections as nn.Linear modules of its own
+// (modeling_mixtral.py MixtralBlockSparseTop2MLP w1, w3, w2; modeling_qwen2_moe.py and modeling_qwen3_moe.py
+// experts[i].gate_proj, up_proj, down_proj), which PEFT matches by suffix like any linear, all-linear included: one
+// lora_A / lora_B pair (and DoRA's magnitude) per expert and projection, the same as a dense MLP's at the expert's
+// width, times the experts. memsim keeps the experts as [experts, ...] stacks (model.cpp build_shape), so their
+// adapters are stacks too, named mlp.experts.<projection>.lora_A.weight. (transformers 5's 3-D experts are
+// `fused`, and get none; IA3 is modelled on the dense linears only.)
+static void adapt_experts(std::vector<ParamTensor>& out, const ParamTensor& stack, const std::vector<ParamTensor>& layer,
+                          const PeftConfig& peft) {
+  const int64_t experts = stack.rows;
+  int64_t down_numel = 0;
+  for (const auto& o : layer)
+    if (o.name == "mlp.experts.down_proj") down_numel = o.numel;
+  int64_t h = 0;  // the hidden size: the router is [experts, h]
+  for (const auto& o : layer)
+    if (o.name == "mlp.gate.weight") h = o.numel / experts;
+  if (h <= 0 || down_numel <= 0) return;
+  const int64_t fe = down_numel / experts / h;  // one expert's down_proj is [h, fe]
+  auto pair = [&](const char* projection, int64_t in_f, int64_t out_f) {
+    if (!peft_targets(peft, projection)) return;
+    const std::string base = std::string("mlp.experts.") + projection;
+    out.push_back({base + ".lora_A.weight", mul(experts, peft.lora_rank, in_f), ParamKind::Adapter, experts});
+    out.push_back({base + ".lora_B.weight", mul(experts, out_f, peft.lora_rank), ParamKind::Adapter, experts});
+    if (peft.kind() == PeftMethod::Dora) out.push_back({base + ".lora_magnitude_vector", mul(experts, out_f), ParamKind::Adapter, experts});
+  };
+  if (stack.name == "mlp.experts.gate_up_proj") {
+    if (stack.numel == mul(2, down_numel)) pair("gate_proj", h, fe);  // gated experts: gate and up
+    pair("up_proj", h, fe);
+  } else if (stack.name == "mlp.experts.down_proj") {
+    pair("down_proj", fe, h);
+  }
+}
+
 void mark_expert_parameters(ModelShape& s) {
   s.for_each_layer_kind([](std::vector<ParamTensor>& ts, int64_t) {
     for (auto& t : ts)
@@ -508,6 +541,8 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
           if (peft.kind() == PeftMethod::Dora) out.push_back({base + ".lora_magnitude_vector", out_f, ParamKind::Adapter, out_f});
         }
       }
+      if (in_layers && peft.lora_like() && is_expert_param(t) && !t.fused && t.kind == ParamKind::Matmul && t.rows > 0)
+        adapt_experts(out, t, ts, peft);
       if (t.kind == ParamKind::Norm && ln_tuning_targets(peft, mod)) {
         // peft/tuners/ln_tuning/layer.py LNTuningLayer.update_layer: ln_tuning_layers[adapter] = deepcopy(layer).
         // The copy trains, in the base's dtype (LNTuningModel._cast_adapter_dtype is a no-op); the original

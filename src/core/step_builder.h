@@ -387,6 +387,7 @@ class StepBuilder {
     bool ia3 = false, dora = false;  // the PEFT method, beside the rest (a string compare per linear otherwise)
   };
   const ModuleInfo& module_info(const char* module) const;
+  static std::string expert_stack(std::string_view module);
   bool bnb_keeps_input(int32_t layer, const char* module, const ModuleInfo& info, int64_t tw, bool& qkv_int8_done);
   void checkpoint_graph_inputs(int32_t layer, std::initializer_list<const char*> modules, int64_t width, int64_t tokens,
                                uint32_t input);

@@ -67,6 +67,7 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     if (m.mlp_gated) known.push_back("gate_proj");
     if (m.kv_lora_rank > 0) known = {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
                                      "gate_proj", "up_proj", "down_proj", "lm_head"};
+    if (m.num_experts > 0) known.push_back("gate");  // the router, an nn.Linear (all-linear adapts it too)
     // T5Attention q, k, v, o (self- and cross-attention alike) and T5DenseActDense wi/wo or T5DenseGatedActDense
     // wi_0/wi_1/wo; PEFT's default for T5 is q and v (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
     if (m.is_encoder_decoder) {
@@ -111,6 +112,9 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
                                                                   item == "qkv_proj" || item == "Wqkv")
                                                      ? "; set model.fused_qkv true if one linear computes q, k and v "
                                                        "(GPT-2, Falcon, GPT-NeoX, Bloom)"
+                                                     : m.num_experts > 0 && (item == "w1" || item == "w2" || item == "w3")
+                                                     ? "; memsim names Mixtral's expert linears w1, w3 and w2 gate_proj, "
+                                                       "up_proj and down_proj"
                                                      : "")});
     if (items.empty()) e.push_back({"peft.target_modules", "peft.target_modules must name at least one module, or be all-linear"});
   }

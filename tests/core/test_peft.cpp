@@ -549,3 +549,61 @@ TEST_CASE("transformers 5: a built-in MoE's routed experts are 3-D parameters th
   c.versions.transformers = "4.57.0";
   CHECK(simulate(c).devices[0].model_states.weights_bytes == tt5);
 }
+
+TEST_CASE("transformers 4: LoRA adapts each routed expert's linears, and a frozen expert keeps nothing it reads", "[peft][moe][activations]") {
+  // modeling_mixtral.py (4.x) MixtralBlockSparseTop2MLP: each expert's w1, w3 and w2 is an nn.Linear, which PEFT
+  // matches like any linear (memsim's names: gate_proj, up_proj, down_proj). Mixtral-8x7B, r = 16 on the seven:
+  // 32 layers x (attention 16 x (2 x 8192 + 2 x 5120) + 8 experts x 3 x 16 x (4096 + 14336)) = 240,123,904;
+  // all-linear adds the router (gate, [8, 4096]): 32 x 16 x (4096 + 8).
+  Config c = single_gpu_config("mixtral-8x7b.json", 1, 512);
+  c.versions.transformers = "4.57.0";
+  c.peft.method = "lora";
+  c.peft.lora_rank = 16;
+  c.peft.lora_dropout = 0;
+  c.peft.adapter_dtype = "fp32";
+  c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
+  Result r = simulate(c);
+  REQUIRE(r.ok);
+  const int64_t attention = 16 * (2 * 8192 + 2 * 5120), experts = 8 * 3 * 16 * (4096 + 14336);
+  CHECK(r.params_trainable == 32 * (attention + experts));
+  c.peft.target_modules = "all-linear";
+  CHECK(simulate(c).params_trainable == 32 * (attention + experts + 16 * (4096 + 8)));
+  // transformers 5's experts are 3-D parameters: no adapters there.
+  c.versions.transformers = "5.0.0";
+  c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
+  CHECK(simulate(c).params_trainable == 32 * attention);
+  c.versions.transformers = "4.57.0";
+
+  // What one MoE layer keeps, by the difference of two models and one. A frozen expert keeps neither its gathered
+  // tokens nor the product it projects down: only gate, up and silu's output for the elementwise ops, and its
+  // output for the routing weight. Adapted, with fp32 adapters on a bf16 base, each of the three keeps an fp32 copy
+  // of what it reads (x.to(lora_A.weight.dtype)) and lora_A's fp32 output; the 16-bit tokens themselves are not kept.
+  auto layer = [](Config cfg) {
+    cfg.model.num_hidden_layers = 1;
+    Config two = cfg;
+    two.model.num_hidden_layers = 2;
+    const Result one_r = simulate(cfg), two_r = simulate(two);
+    REQUIRE(one_r.ok);
+    REQUIRE(two_r.ok);
+    return live_bytes_before_phase(two_r.devices[0].program, "backward", Component::Activations) -
+           live_bytes_before_phase(one_r.devices[0].program, "backward", Component::Activations);
+  };
+  const int64_t T = 512, h = 4096, fe = 14336, k = 2, n = k * T, rank = 16;
+  c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj";
+  const int64_t frozen = layer(c);
+  c.peft.target_modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
+  const int64_t adapted = layer(c);
+  CHECK(adapted - frozen == 2 * (4 * n * h + 4 * n * rank) + 4 * n * fe + 4 * n * rank);
+  // Labelled: the gathered tokens and the product, per MoE layer, kept by full fine-tuning only.
+  auto kept = [](const Config& cfg, const char* label) {
+    const Result res = simulate(cfg);
+    REQUIRE(res.ok);
+    return live(res.devices[0].program, "backward", label);
+  };
+  CHECK(kept(c, "tokens gathered for the experts") == 0);
+  CHECK(kept(c, "MLP gated product") == 0);
+  Config full = c;
+  full.peft.method = "none";
+  CHECK(kept(full, "tokens gathered for the experts") == 32 * 2 * n * h);
+  CHECK(kept(full, "MLP gated product") == 32 * 2 * n * fe);
+}
