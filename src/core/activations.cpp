@@ -495,13 +495,7 @@ void StepBuilder::drop_if(uint32_t t) {
 void StepBuilder::dequant(int32_t layer) {
   int64_t largest = 0;
   for (const auto& t : shape_.params_of(layer)) {
-    if (!t.quantized) continue;
-    int64_t one = t.numel;
-    if (is_expert_param(t) && t.rows > 0) {
-      one = t.numel / t.rows;  // one expert's
-      if (cfg_.model.mlp_gated && t.name.ends_with("gate_up_proj")) one /= 2;  // gate and up, two linears
-    }
-    largest = std::max(largest, one);
+    if (t.quantized) largest = std::max(largest, one_linear_numel(t, cfg_.model.mlp_gated));
   }
   if (largest == 0) return;
   uint32_t w = tmp(mul(dequant_bytes(), largest), labels_.dequant, layer);

@@ -127,6 +127,9 @@ ModelShape build_model_shape(const ModelConfig& m);
 // quantize_head: the base quantization converts the output head too (litgpt through Lightning's plugin).
 void apply_peft(ModelShape& shape, const PeftConfig& peft, bool quantize_head = false);
 bool is_expert_param(const ParamTensor& t);  // a routed expert's weight of a built-in MoE layer (mlp.experts.)
+// The elements of one nn.Linear of a weight: the whole tensor, or for a routed expert's stack one expert's projection
+// (transformers 4 keeps each expert's gate, up and down as linears of their own; gate and up share memsim's stack).
+int64_t one_linear_numel(const ParamTensor& t, bool mlp_gated);
 // transformers 5's MoE layers (Resolved::moe_experts_parameters): the routed experts are 3-D parameters of one module,
 // which PEFT's target_modules, bitsandbytes and autocast's weight cache pass by, as a model program's `fused` ones.
 void mark_expert_parameters(ModelShape& shape);

@@ -42,6 +42,12 @@ bool shards_weights(const Config& c, Sharding sharding) {
 
 bool is_expert_param(const ParamTensor& t) { return t.name.rfind("mlp.experts.", 0) == 0; }
 
+int64_t one_linear_numel(const ParamTensor& t, bool mlp_gated) {
+  if (!is_expert_param(t) || t.rows <= 0) return t.numel;
+  const int64_t one = t.numel / t.rows;
+  return mlp_gated && t.name.ends_with("gate_up_proj") ? one / 2 : one;
+}
+
 // DeepSpeed's stage3_param_persistence_threshold, 1e5 elements unless set (deepspeed/runtime/zero/config.py); a
 // parameter of at most that many elements persists (ds_numel <= threshold).
 int64_t zero_persistence_threshold(const ParallelConfig& p) {

@@ -57,8 +57,14 @@ bool StepBuilder::unsloth_offloads(int64_t layer) const {
 void StepBuilder::unsloth_weight_buffer() {
   if (!unsloth() || !resolved_.unsloth_weight_buffer) return;
   int64_t largest = 0;
-  for (const auto& t : shape_.layer) if (t.quantized) largest = std::max(largest, t.numel);
-  for (const auto& t : shape_.moe_layer) if (t.quantized) largest = std::max(largest, t.numel);
+  // (One linear's: a routed expert's projections are 4-bit linears of their own. The dense layer's list is the
+  // template of layers an all-MoE model has none of.)
+  const bool dense = shape_.num_dense_layers > 0;
+  for (const auto* list : {dense ? &shape_.layer : nullptr, &shape_.moe_layer}) {
+    if (!list) continue;
+    for (const auto& t : *list)
+      if (t.quantized) largest = std::max(largest, one_linear_numel(t, cfg_.model.mlp_gated));
+  }
   if (largest == 0) return;
   unsloth_labels();
   program_.alloc(Component::Overhead, add(mul(dims_.e, largest), mul(4, ceil_div(largest, 64))), unsloth_labels_.weight_buffer);

@@ -93,6 +93,18 @@ TEST_CASE("unsloth: smart checkpointing reloads into one buffer and keeps the la
   const int64_t w = int64_t{14336} * 4096;
   CHECK(most_live(smart.devices[0].program, "Unsloth dequantization buffer") == 2 * w + 4 * (w / 64));
   CHECK(most_live(run(unsloth_config("2025.1")).devices[0].program, "Unsloth dequantization buffer") == 0);
+  // An MoE under transformers 4: each routed expert's projection is a 4-bit linear of its own, so the buffer holds
+  // the largest one (here the dense MLP's), not memsim's stack of all experts (found by the ERNIE-4.5 notebook case).
+  Config moe = unsloth_config("2025.3", 1, 512);
+  moe.versions.transformers = "4.56.2";
+  moe.model.num_experts = 64;
+  moe.model.num_experts_per_tok = 6;
+  moe.model.moe_intermediate_size = 1536;
+  moe.model.first_k_dense_replace = 1;
+  CHECK(most_live(run(moe).devices[0].program, "Unsloth dequantization buffer") == 2 * w + 4 * (w / 64));
+  moe.model.first_k_dense_replace = 0;  // every layer MoE: q_proj's 4096 x 4096 outgrows one expert's 1536 x 4096
+  const int64_t one = int64_t{4096} * 4096;
+  CHECK(most_live(run(moe).devices[0].program, "Unsloth dequantization buffer") == 2 * one + 4 * (one / 64));
   // Under 512 tokens of max_seq_length "unsloth" is plain checkpointing: nothing goes to the host, no buffer grows.
   const Result short_seq = run(unsloth_config("2025.3", 8, 256));
   CHECK(most_live(short_seq.devices[0].program, "Unsloth checkpointing GPU buffer") == initial);
