@@ -85,6 +85,11 @@ ModelConfig hf_structure(const std::string& model_type, std::vector<std::string>
     m.qk_norm = true;  // Qwen3MoeAttention keeps q_norm/k_norm; experts use moe_intermediate_size
   } else if (model_type == "deepseek_v3" || model_type == "deepseek_v2") {
     m.router_bias = model_type == "deepseek_v3";  // DeepseekV3TopkRouter.e_score_correction_bias
+  } else if (model_type == "ernie4_5" || model_type == "ernie4_5_moe") {
+    // Ernie4_5 / Ernie4_5_Moe (transformers 4.54+): Llama's block with use_bias on every linear (read below); the MoE
+    // layers keep each routed expert as an Ernie4_5_MoeMLP of nn.Linear modules, a router gate [E, h] and
+    // Ernie4_5_MoeStatics' e_score_correction_bias [1, E], a frozen fp32 parameter of every MoE layer.
+    m.router_bias = model_type == "ernie4_5_moe";
   } else if (model_type == "bert" || model_type == "roberta") {
     m.norm_type = NormType::LayerNorm;
     m.mlp_gated = false;
@@ -127,6 +132,7 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"attention_probs_dropout_prob", "attention_dropout"}, {"attn_pdrop", "attention_dropout"},
     {"hidden_dropout_prob", "hidden_dropout"}, {"resid_pdrop", "hidden_dropout"},
     {"attn_dropout_prob", "attention_dropout"},  // Qwen-1
+    {"moe_num_experts", "num_experts"}, {"moe_k", "num_experts_per_tok"}, {"moe_num_shared_experts", "n_shared_experts"},  // ERNIE 4.5
     // T5Config names (configuration_t5.py); dense_act_fn and is_gated_act are what it derives from
     // feed_forward_proj, which read_model_section reads first.
     {"d_model", "hidden_size"}, {"num_layers", "num_hidden_layers"}, {"num_heads", "num_attention_heads"},
@@ -154,6 +160,9 @@ const std::set<std::string>& hf_ignorable() {
       "kv_channels", "seq_length", "rotary_emb_base", "rotary_pct", "scale_attn_weights", "use_flash_attn",
       "use_dynamic_ntk", "use_logn_attn", "no_bias", "softmax_in_fp32", "emb_dropout_prob", "auto_map", "tokenizer_class", "bf16", "fp16",
       "fp32", "use_cache_quantization", "use_cache_kernel", "onnx_safe",
+      // ERNIE 4.5: the MoE layer range and use_bias are read into first_k_dense_replace and the biases
+      // (read_model_section); the capacity, gate name and norm floor change nothing in a dropless HF forward.
+      "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval", "moe_use_aux_free", "use_bias", "moe_capacity", "moe_gate", "moe_gate_act", "moe_norm_min",
       // T5: generation settings, init scale, the bucketing distance (no parameters), legacy PretrainedConfig keys
       "decoder_start_token_id", "initializer_factor", "output_past", "task_specific_params", "relative_attention_max_distance",
       "tokenizer_class", "feed_forward_proj", "dropout_rate", "finetuning_task", "is_decoder", "output_attentions",
@@ -433,6 +442,29 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
       errors.push_back({"n_shared_experts", "n_shared_experts x moe_intermediate_size must be a width of at most 2^30; got " +
                                                 std::to_string(n) + " x " + std::to_string(w)});
     else norm["shared_expert_intermediate_size"] = width;
+  }
+  if (type == "ernie4_5" || type == "ernie4_5_moe") {
+    // Ernie4_5_MoeDecoderLayer: layer i is an MoE layer when (i + 1) % moe_layer_interval == 0 and
+    // moe_layer_start_index <= i <= moe_layer_end_index (-1: the last); memsim's shape is dense layers first, then
+    // MoE layers to the end (first_k_dense_replace), so other patterns are refused with the key named.
+    auto integer = [&](const char* k, int64_t fallback) {
+      auto it = norm.find(k);
+      return it != norm.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+    };
+    if (auto it = norm.find("use_bias"); it != norm.end() && it->is_boolean()) {
+      if (!norm.contains("attention_bias")) norm["attention_bias"] = *it;
+      if (!norm.contains("mlp_bias")) norm["mlp_bias"] = *it;
+    }
+    const int64_t layers = integer("num_hidden_layers", 0), start = integer("moe_layer_start_index", 0);
+    const int64_t end = integer("moe_layer_end_index", -1), interval = integer("moe_layer_interval", 1);
+    if (norm.contains("num_experts") && !norm.contains("first_k_dense_replace")) {
+      if (interval != 1 || start < 0 || (end != -1 && end < layers - 1))
+        errors.push_back({"moe_layer_interval", "memsim models MoE layers from moe_layer_start_index to the last, every "
+                                                "layer (moe_layer_interval 1, moe_layer_end_index -1 or the last layer); got "
+                                                "interval " + std::to_string(interval) + ", start " + std::to_string(start) +
+                                                ", end " + std::to_string(end)});
+      else norm["first_k_dense_replace"] = start;
+    }
   }
   if (type == "falcon") {
     auto flag = [&](const char* k) { return norm.contains(k) && norm[k].is_boolean() && norm[k].get<bool>(); };

@@ -58,6 +58,24 @@ TEST_CASE("mixture-of-experts and latent-attention models", "[params][moe]") {
   ModelShape qwen = shape_of("qwen3-30b-a3b.json");
   CHECK(qwen.params_total == Approx(30.5e9).epsilon(0.002));
   CHECK(qwen.params_active_per_token == Approx(3.3e9).epsilon(0.02));
+  // baidu/ERNIE-4.5-21B-A3B-PT (the keys of its config.json as transcribed by inference engines' tests; the
+  // weights file is not here): Unsloth's notebook prints 22,002,983,104 parameters with 177,545,216 of LoRA, so
+  // 21,825,437,888: layer 0 dense, layers 1-27 of 64 experts and 2 shared ones, each MoE layer with
+  // Ernie4_5_MoeStatics' [1, 64] correction bias.
+  ModelShape ernie = shape_of("ernie-4.5-21b-a3b.json");
+  CHECK(ernie.params_total == 21825437888);
+  CHECK(ernie.num_dense_layers == 1);
+  CHECK(ernie.params_active_per_token > 3.0e9);  // "A3B": 3B activated, the tied embedding's 0.26B besides
+  CHECK(ernie.params_active_per_token < 3.5e9);
+}
+
+TEST_CASE("ERNIE 4.5's MoE layer range: what memsim cannot lay out is refused with the key", "[params][moe][bad-input]") {
+  std::string cfg = read_file(source_path("tests/data/hf/ernie-4.5-21b-a3b.json"));
+  const std::string interval = "\"moe_layer_interval\": 1";
+  cfg.replace(cfg.find(interval), interval.size(), "\"moe_layer_interval\": 2");
+  Parsed p = model_from_hf_json(cfg);
+  REQUIRE(!p.ok);
+  CHECK(p.errors[0].field == "moe_layer_interval");
 }
 
 TEST_CASE("hand-derived counts of each architecture option", "[params]") {
