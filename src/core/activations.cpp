@@ -135,7 +135,7 @@ const StepBuilder::ModuleInfo& StepBuilder::module_info(const char* module) cons
     const std::string lora = "mlp." + m + ".lora_A.weight", stack = expert_stack(module);
     for (const auto& t : shape_.moe_layer) {
       info.targeted |= t.name == lora;
-      info.trainable |= t.name == stack && has_grad(t);
+      info.trainable |= (t.name == stack || t.name == "modules_to_save." + stack) && has_grad(t);
     }
   }
   info.ia3 = cfg_.peft.kind() == PeftMethod::Ia3;
@@ -255,6 +255,10 @@ int64_t StepBuilder::ring_kv_bytes(int64_t kvw) const {
 
 // Output width of a layer linear, by PEFT's module name.
 int64_t StepBuilder::out_width(const std::string& module) const {
+  if (module.starts_with("experts."))  // a routed expert's projection: up to the expert width, down to the hidden size
+    return module == "experts.down_proj" ? dims_.h
+                                         : cfg_.model.moe_intermediate_size > 0 ? cfg_.model.moe_intermediate_size
+                                                                                : cfg_.model.intermediate_size;
   return module == "q_proj"                           ? dims_.h_q
          : module == "k_proj" || module == "v_proj"    ? dims_.h_kv
          : module == "gate_proj" || module == "up_proj" ? dims_.f
@@ -275,7 +279,11 @@ void StepBuilder::dora_inputs(int32_t layer, const std::string& module, int64_t 
   uint32_t w = tmp(mul(adapter_bytes(), width, out), labels_.lora_in, layer);
   drop(tmp(mul(adapter_bytes(), width, out), labels_.lora_in, layer));
   if (cfg_.peft.lora_dropout > 0) {  // the module is nn.Dropout even at p 0 (PPO's disable_dropout): PEFT's path
-    saved.push_back(act(mul(ab, width, out), labels_.lora_in, layer));   // the weight's cast, saved by F.linear
+    // The weight's cast, saved by F.linear: one per expert that runs, for a routed expert's projection.
+    const int64_t copies = module.starts_with("experts.")
+                               ? std::max<int64_t>(1, cfg_.model.num_experts / std::max<int64_t>(1, cfg_.parallel.expert_parallel_size))
+                               : 1;
+    saved.push_back(act(mul(ab, width, out, copies), labels_.lora_in, layer));
     saved.push_back(act(mul(ab, tokens, out), labels_.lora_in, layer));  // base_result
   } else {
     saved.push_back(act(mul(dims_.e, tokens, out), labels_.lora_in, layer));  // the base layer's output

@@ -423,6 +423,10 @@ void read_model_section(const json& src, ModelConfig& out, std::vector<FieldErro
     if ((!norm.contains("num_decoder_layers") || norm["num_decoder_layers"].is_null()) && norm.contains("num_layers"))
       norm["num_decoder_layers"] = norm["num_layers"];
   }
+  if (type == "ernie4_5_moe") {  // Ernie4_5_MoeConfig's defaults (configuration_ernie4_5_moe.py)
+    if (!norm.contains("moe_num_shared_experts")) norm["moe_num_shared_experts"] = 2;
+    if (!norm.contains("moe_layer_start_index")) norm["moe_layer_start_index"] = 1;
+  }
   for (auto [alias, canon] : kAliases)
     if (!norm.contains(canon) && norm.contains(alias)) norm[canon] = norm[alias];
 

@@ -165,6 +165,9 @@ ModelShape build_model_shape(const ModelConfig& m) {
     const int64_t e = m.num_experts;
     s.moe_layer = attn;
     s.moe_layer.push_back({"mlp.gate.weight", mul(e, h), ParamKind::Matmul, e});
+    // DeepSeek's router (MoEGate in its remote code, DeepseekV3TopkRouter in transformers) holds a bare parameter
+    // and casts it to fp32 itself: no nn.Linear that PEFT could wrap or autocast cache.
+    if (m.kv_lora_rank > 0) s.moe_layer.back().fused = true;
     if (m.router_bias) s.moe_layer.push_back({"mlp.gate.e_score_correction_bias", e, ParamKind::Bias, e});
     s.moe_layer.push_back({"mlp.experts.gate_up_proj", mul(e, sub(per_expert, mul(h, fe))), ParamKind::Matmul, e});
     s.moe_layer.push_back({"mlp.experts.down_proj", mul(e, h, fe), ParamKind::Matmul, e});
@@ -519,7 +522,13 @@ void apply_peft(ModelShape& s, const PeftConfig& peft, bool quantize_head) {
       // It leaves out the output layer too (get_output_embeddings), a program's tied head (Whisper's proj_out).
       const bool conv_skipped = peft.target_modules == "all-linear" &&
                                 (t.conv || t.fused || (s.program && !s.program->tied_head.empty() && t.name == s.program->tied_head + ".weight"));
-      if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod) && !fused_part && !conv_skipped) {
+      // transformers 5's routers (MixtralTopKRouter, ...) hold a bare parameter beside the 3-D experts (`fused`): PEFT
+      // cannot wrap them (it raises for a named target, and all-linear collects nn.Linear only).
+      const bool bare_router = mod == "gate" && std::any_of(ts.begin(), ts.end(), [](const ParamTensor& o) {
+                                 return is_expert_param(o) && o.fused;
+                               });
+      if (t.kind == ParamKind::Matmul && weight && peft_targets(peft, mod) && !fused_part && !conv_skipped && !t.fused &&
+          !bare_router) {
         int64_t out_f = t.rows;
         const int64_t in_f = t.numel / t.rows;
         if (fused && mod == "q_proj" && !in_list(peft.target_modules, mod))  // the fused linear's whole width

@@ -67,7 +67,9 @@ void validate_peft(const Config& c, std::vector<FieldError>& e) {
     if (m.mlp_gated) known.push_back("gate_proj");
     if (m.kv_lora_rank > 0) known = {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
                                      "gate_proj", "up_proj", "down_proj", "lm_head"};
-    if (m.num_experts > 0) known.push_back("gate");  // the router, an nn.Linear (all-linear adapts it too)
+    // The router where it is an nn.Linear (all-linear adapts it too): transformers 4's, but for DeepSeek's MoEGate.
+    if (m.num_experts > 0 && m.kv_lora_rank == 0 && m.architecture.empty() && !resolve(c).moe_experts_parameters)
+      known.push_back("gate");
     // T5Attention q, k, v, o (self- and cross-attention alike) and T5DenseActDense wi/wo or T5DenseGatedActDense
     // wi_0/wi_1/wo; PEFT's default for T5 is q and v (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
     if (m.is_encoder_decoder) {

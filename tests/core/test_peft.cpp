@@ -606,4 +606,33 @@ TEST_CASE("transformers 4: LoRA adapts each routed expert's linears, and a froze
   full.peft.method = "none";
   CHECK(kept(full, "tokens gathered for the experts") == 32 * 2 * n * h);
   CHECK(kept(full, "MLP gated product") == 32 * 2 * n * fe);
+  // modules_to_save on the experts' down projections trains a copy of them, which needs the product again.
+  Config saving = c;
+  saving.peft.target_modules = "q_proj";
+  saving.peft.modules_to_save = "down_proj";
+  CHECK(kept(saving, "MLP gated product") == 32 * 2 * n * fe);
+  // DoRA keeps each adapted expert's base output (bf16) and lora_result (fp32) at the projection's output width:
+  // the expert width for gate and up, the hidden size for down (dora.py DoraLinearLayer.forward).
+  c.peft.target_modules = "gate_proj,up_proj,down_proj";
+  const int64_t lora_experts = layer(c);
+  c.peft.method = "dora";
+  CHECK(layer(c) - lora_experts == 2 * (2 + 4) * n * fe + (2 + 4) * n * h);
+  c.peft.method = "lora";
+
+  // The router is an nn.Linear in transformers 4 only: transformers 5's MixtralTopKRouter and DeepSeek's MoEGate
+  // hold a bare parameter, which PEFT refuses as a target and all-linear passes by.
+  c.peft.target_modules = "q_proj,gate";
+  CHECK(simulate(c).ok);
+  c.versions.transformers = "5.0.0";
+  CHECK(!simulate(c).ok);
+  c.peft.target_modules = "all-linear";
+  CHECK(simulate(c).params_trainable == 32 * attention);  // the attention only
+  Config ds = single_gpu_config("deepseek-v3.json", 1, 512);
+  ds.peft.method = "lora";
+  ds.peft.target_modules = "all-linear";
+  ds.model.num_hidden_layers = 4;
+  const Result dsr = simulate(ds);
+  REQUIRE(dsr.ok);
+  ds.peft.target_modules = "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj,gate_proj,up_proj,down_proj";
+  CHECK(simulate(ds).params_trainable == dsr.params_trainable);
 }
