@@ -861,8 +861,13 @@ Resolved resolve(const Config& c) {
   r.preference = resolve_preference(c, f, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage > 0);
   r.rollout = resolve_rollout(c, v, r.sharding == Sharding::DeepSpeed && c.parallel.zero_stage == 3);
   r.sft_metrics = resolve_sft_metrics(c, v, f.id == "hf_trainer", transformers_loss_path(r.loss));
+  // Some families kept their experts as 3-D parameters in transformers 4 already (gpt-oss's GptOssExperts from 4.55,
+  // Llama4TextExperts, DBRX's DbrxExperts, GraniteMoeParallelExperts): no per-expert nn.Linear there either.
+  const std::string& type = c.model.model_type;
+  const bool stacked_in_4 = type == "gpt_oss" || type == "llama4" || type == "llama4_text" || type == "dbrx" ||
+                            type == "granitemoe" || type == "granitemoeshared";
   r.moe_experts_parameters = f.transformers_model && c.model.num_experts > 0 && c.model.architecture.empty() &&
-                             v.at_least(Library::Transformers, V(5, 0));
+                             (stacked_in_4 || v.at_least(Library::Transformers, V(5, 0)));
   return r;
 }
 
@@ -950,7 +955,8 @@ std::vector<std::string> version_notes(const Config& c) {
   if (!r.model_load.note.empty()) notes.push_back("model load: " + r.model_load.note);
   if (r.moe_experts_parameters && c.peft.enabled())
     notes.push_back(describe_version(r.versions, Library::Transformers) +
-                    ": the routed experts are 3-D parameters of one module (transformers#41580, 5.0), not nn.Linear: "
+                    ": the routed experts are 3-D parameters of one module (transformers#41580 from 5.0; gpt-oss, Llama 4, "
+                    "DBRX and Granite-MoE before it), not nn.Linear: "
                     "peft.target_modules adapts the attention, shared experts and dense layers only (PEFT 0.19 maps "
                     "some families' names to target_parameters instead, which memsim does not model), and a "
                     "bitsandbytes base leaves the experts in the load dtype (replace_with_bnb_linear replaces "

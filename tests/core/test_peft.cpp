@@ -627,6 +627,10 @@ TEST_CASE("transformers 4: LoRA adapts each routed expert's linears, and a froze
   CHECK(!simulate(c).ok);
   c.peft.target_modules = "all-linear";
   CHECK(simulate(c).params_trainable == 32 * attention);  // the attention only
+  // gpt-oss kept its experts as 3-D parameters in transformers 4 already (GptOssExperts, 4.55).
+  c.versions.transformers = "4.56.0";
+  c.model.model_type = "gpt_oss";
+  CHECK(simulate(c).params_trainable == 32 * attention);
   Config ds = single_gpu_config("deepseek-v3.json", 1, 512);
   ds.peft.method = "lora";
   ds.peft.target_modules = "all-linear";
