@@ -256,9 +256,7 @@ int64_t StepBuilder::ring_kv_bytes(int64_t kvw) const {
 // Output width of a layer linear, by PEFT's module name.
 int64_t StepBuilder::out_width(const std::string& module) const {
   if (module.starts_with("experts."))  // a routed expert's projection: up to the expert width, down to the hidden size
-    return module == "experts.down_proj" ? dims_.h
-                                         : cfg_.model.moe_intermediate_size > 0 ? cfg_.model.moe_intermediate_size
-                                                                                : cfg_.model.intermediate_size;
+    return module == "experts.down_proj" ? dims_.h : cfg_.model.expert_width();
   return module == "q_proj"                           ? dims_.h_q
          : module == "k_proj" || module == "v_proj"    ? dims_.h_kv
          : module == "gate_proj" || module == "up_proj" ? dims_.f
@@ -1154,7 +1152,7 @@ void StepBuilder::layer_backward(int32_t layer, uint32_t& dres, SavedLayer& save
   int64_t mlp_t = mul(3, e, dims_.T, dims_.f);
   if (shape_.is_moe(layer)) {
     const auto& m = cfg_.model;
-    const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+    const int64_t fe = m.expert_width();
     const int64_t per_expert = ceil_div(mul(m.num_experts_per_tok, dims_.T), m.num_experts);
     mlp_t = add(mul(3, e, per_expert, fe), mul(e, dims_.T, dims_.h));
     if (m.shared_expert_intermediate_size > 0)
@@ -1261,7 +1259,7 @@ void StepBuilder::mla_forward(int32_t layer, std::vector<uint32_t>& A) {
 void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
   const auto& m = cfg_.model;
   const int64_t e = dims_.e, T = dims_.T, E = m.num_experts, k = m.num_experts_per_tok;
-  const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+  const int64_t fe = m.expert_width();
   if (no_grad_) return moe_forward_no_grad(layer);
   uint32_t logits = tmp(mul(e, T, E), labels_.attn_tmp, layer);
   M.push_back(act(mul(4, T, E), labels_.router, layer));        // softmax(dtype=fp32) saves its output
@@ -1329,7 +1327,7 @@ void StepBuilder::moe_forward(int32_t layer, std::vector<uint32_t>& M) {
 void StepBuilder::moe_forward_no_grad(int32_t layer) {
   const auto& m = cfg_.model;
   const int64_t e = dims_.e, T = dims_.T, E = m.num_experts, k = m.num_experts_per_tok, h = dims_.h;
-  const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+  const int64_t fe = m.expert_width();
   const int64_t ep = std::max<int64_t>(1, cfg_.parallel.expert_parallel_size);
   // Each of this rank's E / ep experts gets its share of the k x T token copies (all of them arrive under EP).
   const int64_t per = ceil_div(mul(k, T), std::max<int64_t>(1, E / ep));

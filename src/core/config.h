@@ -135,6 +135,8 @@ struct ModelConfig {
   int64_t projector_depth = 2;
 
   bool operator==(const ModelConfig&) const = default;
+  // One routed expert's MLP width: moe_intermediate_size, or the dense width where a config (Mixtral's) has none.
+  int64_t expert_width() const { return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size; }
   TaskHead head() const {
     constexpr std::pair<std::string_view, TaskHead> kNames[] = {
         {"causal_lm", TaskHead::CausalLm}, {"sequence_classification", TaskHead::SequenceClassification}};

@@ -157,7 +157,7 @@ ModelShape build_model_shape(const ModelConfig& m) {
   s.num_layers = m.num_hidden_layers;
   s.num_dense_layers = m.num_hidden_layers;
   s.num_attention_heads = m.num_attention_heads;
-  const int64_t fe = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
+  const int64_t fe = m.expert_width();
   const int64_t per_expert = m.mlp_gated ? mul(3, h, fe) : mul(2, h, fe);
   if (m.num_experts > 0) {
     // Experts as the grouped 3-D parameters of current transformers (gate_up_proj [E, 2f, h], down_proj

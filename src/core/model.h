@@ -33,8 +33,9 @@ struct ParamTensor {
   // A convolution's weight (model programs' conv2d): PEFT's all-linear leaves it out (it matches nn.Linear only).
   bool conv = false;
   // A weight a fused kernel reads itself (Mamba-2's out_proj and conv1d inside mamba_split_conv1d_scan_combined), or
-  // a 3-D expert stack that grouped_mm reads (the moe op's, transformers 5's MoE layers): no nn.Linear call, so
-  // PEFT's all-linear, bitsandbytes' replacement and autocast's weight cache all pass it by.
+  // a 3-D expert stack that grouped_mm reads (the moe op's, transformers 5's MoE layers), or DeepSeek's router (a bare
+  // parameter its MoEGate casts to fp32 itself): no nn.Linear call, so PEFT's targets and all-linear, bitsandbytes'
+  // replacement and autocast's weight cache all pass it by.
   bool fused = false;
   // A vision-language model's frozen vision tower or its trained projector (ModelConfig::vision_tower), at the end of
   // `pre`: PEFT's targets and modules_to_save never reach them (LLaVA's find_all_linear_names skips

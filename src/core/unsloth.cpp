@@ -59,12 +59,12 @@ void StepBuilder::unsloth_weight_buffer() {
   int64_t largest = 0;
   // (One linear's: a routed expert's projections are 4-bit linears of their own. The dense layer's list is the
   // template of layers an all-MoE model has none of.)
-  const bool dense = shape_.num_dense_layers > 0;
-  for (const auto* list : {dense ? &shape_.layer : nullptr, &shape_.moe_layer}) {
-    if (!list) continue;
-    for (const auto& t : *list)
+  auto consider = [&](const std::vector<ParamTensor>& ts) {
+    for (const auto& t : ts)
       if (t.quantized) largest = std::max(largest, one_linear_numel(t, cfg_.model.mlp_gated));
-  }
+  };
+  if (shape_.num_dense_layers > 0) consider(shape_.layer);
+  consider(shape_.moe_layer);
   if (largest == 0) return;
   unsloth_labels();
   program_.alloc(Component::Overhead, add(mul(dims_.e, largest), mul(4, ceil_div(largest, 64))), unsloth_labels_.weight_buffer);
